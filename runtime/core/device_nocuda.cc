@@ -1,0 +1,17 @@
+#include "runtime/core/device.h"
+
+namespace zerod {
+
+int cuda_device_count() { return 0; }
+
+absl::StatusOr<void*> gpu_alloc(size_t) {
+  return absl::FailedPreconditionError("GPU memory requested, but zerod was built without CUDA");
+}
+void gpu_free(void*) {}
+
+absl::StatusOr<void*> pinned_alloc(size_t) {
+  return absl::FailedPreconditionError("pinned host memory requested, but zerod was built without CUDA");
+}
+void pinned_free(void*) {}
+
+}  // namespace zerod

@@ -1,0 +1,42 @@
+// Element types of tensors and the conversions between them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+
+namespace zerod {
+
+enum class DType : uint8_t { kF32, kBF16, kF16, kI8, kU8 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+// bf16: the top half of an fp32, rounded to nearest even; NaN stays NaN.
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float bf16_to_float(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// IEEE binary16 with round to nearest even; values past 65504 become inf.
+uint16_t float_to_f16(float f);
+float f16_to_float(uint16_t h);
+
+// Bulk conversions between fp32 and a 16-bit type (kBF16 or kF16).
+void convert_from_f32(DType to, const float* src, void* dst, size_t n);
+void convert_to_f32(DType from, const void* src, float* dst, size_t n);
+// Rounds fp32 values in place to what `t` can hold (no-op for kF32).
+void round_to(DType t, float* x, size_t n);
+
+}  // namespace zerod

@@ -1,0 +1,172 @@
+#include "runtime/core/memory.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/core/device.h"
+
+namespace zerod {
+
+const char* tier_name(Tier t) {
+  static constexpr const char* kNames[] = {"gpu", "pinned", "host", "nvme"};
+  return kNames[static_cast<int>(t)];
+}
+
+const char* category_name(Category c) {
+  static constexpr const char* kNames[] = {"params", "grads",   "optimizer", "activations",
+                                                "comm",   "offload", "workspace"};
+  return kNames[static_cast<int>(c)];
+}
+
+MemoryAccountant& MemoryAccountant::global() {
+  static MemoryAccountant acct;
+  return acct;
+}
+
+absl::Status MemoryAccountant::reserve(Tier t, Category c, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int ti = static_cast<int>(t), ci = static_cast<int>(c);
+  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "allocating ", bytes, " bytes of ", category_name(c), " on ", tier_name(t), " would exceed the ",
+        tier_name(t), " memory limit of ", limit_[ti], " bytes (", total_[ti], " already in use)"));
+  }
+  current_[ti][ci] += bytes;
+  total_[ti] += bytes;
+  if (current_[ti][ci] > peak_[ti][ci]) peak_[ti][ci] = current_[ti][ci];
+  if (total_[ti] > peak_total_[ti]) peak_total_[ti] = total_[ti];
+  return absl::OkStatus();
+}
+
+void MemoryAccountant::release(Tier t, Category c, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int ti = static_cast<int>(t), ci = static_cast<int>(c);
+  current_[ti][ci] -= bytes;
+  total_[ti] -= bytes;
+}
+
+void MemoryAccountant::set_limit(Tier t, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_[static_cast<int>(t)] = bytes;
+}
+
+uint64_t MemoryAccountant::limit(Tier t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return limit_[static_cast<int>(t)];
+}
+
+uint64_t MemoryAccountant::current(Tier t, Category c) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_[static_cast<int>(t)][static_cast<int>(c)];
+}
+
+uint64_t MemoryAccountant::peak(Tier t, Category c) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_[static_cast<int>(t)][static_cast<int>(c)];
+}
+
+uint64_t MemoryAccountant::current_total(Tier t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_[static_cast<int>(t)];
+}
+
+uint64_t MemoryAccountant::peak_total(Tier t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_total_[static_cast<int>(t)];
+}
+
+void MemoryAccountant::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = current_;
+  peak_total_ = total_;
+}
+
+absl::StatusOr<Buffer> Buffer::allocate(uint64_t bytes, Category c, Tier t, MemoryAccountant& acct) {
+  if (t == Tier::kNvme) {
+    return absl::InvalidArgumentError("NVMe space is not allocated as a memory buffer");
+  }
+  ZEROD_RETURN_IF_ERROR(acct.reserve(t, c, bytes));
+  const uint64_t rounded = (bytes + 63) / 64 * 64;
+  absl::StatusOr<void*> p;
+  if (t == Tier::kHost) {
+    void* q = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+    if (rounded && !q) {
+      p = absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
+    } else {
+      p = q;
+    }
+  } else if (t == Tier::kPinned) {
+    p = pinned_alloc(rounded);
+  } else {
+    p = gpu_alloc(rounded);
+  }
+  if (!p.ok()) {
+    acct.release(t, c, bytes);
+    return p.status();
+  }
+  Buffer b;
+  b.data_ = *p;
+  b.bytes_ = bytes;
+  b.tier_ = t;
+  b.category_ = c;
+  b.acct_ = &acct;
+  return b;
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    tier_ = o.tier_;
+    category_ = o.category_;
+    acct_ = o.acct_;
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+    o.acct_ = nullptr;
+  }
+  return *this;
+}
+
+void Buffer::reset() {
+  if (!acct_) return;
+  if (tier_ == Tier::kHost) {
+    std::free(data_);
+  } else if (tier_ == Tier::kPinned) {
+    pinned_free(data_);
+  } else {
+    gpu_free(data_);
+  }
+  acct_->release(tier_, category_, bytes_);
+  data_ = nullptr;
+  bytes_ = 0;
+  acct_ = nullptr;
+}
+
+absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
+  std::string s(absl::StripAsciiWhitespace(std::string(text)));
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"KB", 1e3},     {"MB", 1e6},        {"GB", 1e9},           {"TB", 1e12},
+      {"B", 1.0}};
+  double mult = 1.0;
+  for (const auto& [suffix, m] : kUnits) {
+    if (s.size() > suffix.size() && s.ends_with(suffix)) {
+      mult = m;
+      s = std::string(absl::StripAsciiWhitespace(s.substr(0, s.size() - suffix.size())));
+      break;
+    }
+  }
+  double v = 0;
+  if (!absl::SimpleAtod(s, &v) || !std::isfinite(v) || v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", std::string(text), "' is not a byte size (expected e.g. 4096, \"512MiB\", \"12GiB\")"));
+  }
+  return static_cast<uint64_t>(std::llround(v * mult));
+}
+
+}  // namespace zerod

@@ -1,0 +1,90 @@
+// Every allocation goes through one MemoryAccountant, tagged with what it holds
+// (category) and where it lives (tier). It tracks current and peak bytes per
+// (tier, category), peak bytes per tier, and refuses allocations past a limit.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+
+#include "runtime/core/status.h"
+
+namespace zerod {
+
+enum class Tier : uint8_t { kGpu, kPinned, kHost, kNvme };
+enum class Category : uint8_t {
+  kParams, kGrads, kOptimizer, kActivations, kComm, kOffload, kWorkspace
+};
+inline constexpr int kNumTiers = 4;
+inline constexpr int kNumCategories = 7;
+
+// Names used in the run output ("gpu", "params", ...).
+const char* tier_name(Tier t);
+const char* category_name(Category c);
+
+class MemoryAccountant {
+ public:
+  // The process-wide accountant that Buffer uses by default.
+  static MemoryAccountant& global();
+
+  // Records `bytes` as allocated; fails (recording nothing) past the tier limit.
+  absl::Status reserve(Tier t, Category c, uint64_t bytes);
+  void release(Tier t, Category c, uint64_t bytes);
+
+  // 0 means no limit.
+  void set_limit(Tier t, uint64_t bytes);
+  uint64_t limit(Tier t) const;
+
+  uint64_t current(Tier t, Category c) const;
+  uint64_t peak(Tier t, Category c) const;
+  uint64_t current_total(Tier t) const;
+  uint64_t peak_total(Tier t) const;
+  // Peaks restart from the current values (used between runs in one process).
+  void reset_peaks();
+
+ private:
+  mutable std::mutex mu_;
+  std::array<std::array<uint64_t, kNumCategories>, kNumTiers> current_{};
+  std::array<std::array<uint64_t, kNumCategories>, kNumTiers> peak_{};
+  std::array<uint64_t, kNumTiers> total_{};
+  std::array<uint64_t, kNumTiers> peak_total_{};
+  std::array<uint64_t, kNumTiers> limit_{};
+};
+
+// An owning, move-only, 64-byte aligned allocation on one tier. GPU and pinned
+// buffers need a CUDA build; NVMe space is recorded by the offload engine
+// through reserve()/release() rather than allocated here.
+class Buffer {
+ public:
+  Buffer() = default;
+  static absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t = Tier::kHost,
+                                         MemoryAccountant& acct = MemoryAccountant::global());
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+
+  void reset();
+  void* data() const { return data_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(data_); }
+  uint64_t bytes() const { return bytes_; }
+  Tier tier() const { return tier_; }
+  Category category() const { return category_; }
+
+ private:
+  void* data_ = nullptr;
+  uint64_t bytes_ = 0;
+  Tier tier_ = Tier::kHost;
+  Category category_ = Category::kWorkspace;
+  MemoryAccountant* acct_ = nullptr;
+};
+
+// Parses a byte size: a non-negative integer, or a string such as "512MiB",
+// "12GiB", "1.5GB", "4096".
+absl::StatusOr<uint64_t> parse_byte_size(std::string_view text);
+
+}  // namespace zerod

@@ -1,0 +1,86 @@
+// Training data: llm.c token shards, plain text as byte tokens, and the
+// built-in synthetic arithmetic task. Everything becomes one in-memory stream
+// of uint16 token ids that the DataLoader cuts into windows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace zerod {
+
+enum class DataKind { kSynthetic, kText, kTokens };
+
+struct DataConfig {
+  DataKind kind = DataKind::kSynthetic;
+  std::string path;  // file or glob; unused for synthetic
+  int seq_len = 64;
+  uint64_t seed = 1;
+};
+
+// llm.c shard: 256 little-endian int32 header (magic, version, token count,
+// rest zero), then `count` uint16 tokens.
+inline constexpr int32_t kTokenShardMagic = 20240520;
+inline constexpr int32_t kTokenShardVersion = 1;
+absl::StatusOr<std::vector<uint16_t>> read_token_shard(const std::string& path);
+absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// Files matching `pattern` (a path or a glob), sorted; an error names the
+// pattern when nothing matches.
+absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern);
+
+// The synthetic task: lines "a+b=c\n" with operands in [0, max_operand], as
+// byte tokens. A seeded tenth of the operand pairs is held out: it never
+// appears in the training stream and is used to score the model.
+struct SyntheticTask {
+  std::vector<uint16_t> train_tokens;
+  std::vector<std::pair<std::string, std::string>> heldout;  // ("17+25=", "42")
+};
+SyntheticTask make_synthetic_task(uint64_t seed, int max_operand = 99, int train_lines = 100000,
+                                  int heldout_prompts = 200);
+
+// Loads the whole token stream for `cfg`; tokens must be < vocab_size.
+// Errors name the file and what was wrong (missing, truncated, bad header,
+// token out of range, too few tokens for one window of seq_len + 1).
+struct Dataset {
+  std::vector<uint16_t> tokens;
+  std::vector<std::pair<std::string, std::string>> heldout;  // synthetic only
+};
+absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
+
+// Cuts the stream into non-overlapping windows of seq_len + 1 tokens (input
+// and shifted target) and walks them in an order shuffled by seed and epoch.
+// Rank r of world w takes windows [pos + r*B, pos + (r+1)*B) of each global
+// batch of w*B windows, so the union over ranks is the single-process batch.
+class DataLoader {
+ public:
+  DataLoader(const std::vector<uint16_t>* tokens, int seq_len, uint64_t seed, int rank = 0,
+             int world_size = 1);
+
+  // Fills inputs/targets (B*seq_len each) with this rank's next micro-batch.
+  void next_batch(int B, int32_t* inputs, int32_t* targets);
+
+  struct State {
+    uint64_t epoch = 0;
+    uint64_t position = 0;  // windows consumed in this epoch, all ranks together
+  };
+  State state() const { return state_; }
+  void set_state(const State& s);
+  int64_t num_windows() const { return num_windows_; }
+
+ private:
+  void shuffle_epoch();
+
+  const std::vector<uint16_t>* tokens_;
+  int seq_len_;
+  uint64_t seed_;
+  int rank_, world_size_;
+  int64_t num_windows_;
+  std::vector<int64_t> order_;
+  State state_;
+};
+
+}  // namespace zerod

@@ -1,0 +1,46 @@
+// CUDA implementation of the device layer (core/device.h).
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/device.h"
+
+namespace zerod {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<void*> gpu_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(err)));
+  }
+  return p;
+}
+
+void gpu_free(void* p) {
+  if (p) cudaFree(p);
+}
+
+absl::StatusOr<void*> pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaHostAlloc of ", bytes, " bytes failed: ", cudaGetErrorString(err)));
+  }
+  return p;
+}
+
+void pinned_free(void* p) {
+  if (p) cudaFreeHost(p);
+}
+
+}  // namespace zerod
