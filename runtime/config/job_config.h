@@ -1,0 +1,127 @@
+// The job config (CONFIG.md): DeepSpeed's schema plus the model, data, run and
+// activation_checkpointing sections. Parsing validates everything up front so
+// a bad config is refused before anything starts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+#include "runtime/data/dataset.h"
+#include "runtime/model/gpt_config.h"
+
+namespace zerod {
+
+enum class OptimizerType { kAdamW, kAdam, kAdamW8bit };
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };
+enum class OffloadDevice { kNone, kCpu, kNvme };
+enum class LogFormat { kText, kJson };
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+// DeepSpeed's WarmupLR / WarmupDecayLR / WarmupCosineLR parameters.
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;
+  double warmup_min_lr = 0.0, warmup_max_lr = 1e-3;
+  int64_t warmup_num_steps = 1000;
+  int64_t total_num_steps = 0;
+  WarmupType warmup_type = WarmupType::kLog;
+  double warmup_min_ratio = 0.0, cos_min_ratio = 1e-4;  // WarmupCosineLR
+};
+
+struct LossScaleConfig {
+  double loss_scale = 0;  // 0: dynamic
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+};
+
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::optional<std::string> nvme_path;
+  bool pin_memory = true;
+  int buffer_count = 4;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  int64_t reduce_bucket_size = 500000000;
+  int64_t allgather_bucket_size = 500000000;
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t sub_group_size = 1000000000;
+  OffloadConfig offload_optimizer;
+  OffloadConfig offload_param{OffloadDevice::kNone, std::nullopt, true, 5};
+};
+
+struct CheckpointConfig {
+  std::optional<std::string> dir;
+  int64_t interval = 0;
+  int keep = 3;
+};
+
+struct RunConfig {
+  int64_t steps = 200;
+  uint64_t seed = 1234;
+  std::string device = "auto";
+  CheckpointConfig checkpoint;
+  std::optional<std::string> resume;
+  std::optional<uint64_t> host_memory_limit, gpu_memory_limit;
+  double collective_timeout_s = 300;
+  std::optional<std::string> tensorboard_dir;
+  LogFormat log_format = LogFormat::kText;
+  int sample_tokens = 64;            // extension: length of the end-of-run sample
+  double sample_temperature = 0.0;   // extension: 0 is greedy
+};
+
+struct JobConfig {
+  std::string preset;  // "custom" when no preset
+  GptConfig model;
+  std::optional<std::string> init_from;
+  DataConfig data;
+  RunConfig run;
+  bool activation_checkpointing = false;
+
+  int64_t train_batch_size = 0;
+  int micro_batch = 0;
+  int grad_accum = 1;
+  int steps_per_print = 10;
+  double gradient_clipping = 0.0;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  DType precision = DType::kF32;  // kBF16 or kF16 when enabled
+  LossScaleConfig fp16;
+  ZeroConfig zero;
+  int64_t aio_block_size = 1048576;
+  int aio_queue_depth = 8;
+};
+
+// Applies "key.path=value" (value is JSON; text that is not JSON is taken as a
+// string) to `root`, creating objects along the path.
+absl::Status apply_override(nlohmann::json& root, const std::string& assignment);
+
+// Parses and validates a config; `world_size` resolves DeepSpeed's batch rule.
+absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world_size);
+
+// Reads the file, applies the overrides in order, parses. Errors name the file.
+absl::StatusOr<JobConfig> load_job_config(const std::string& path,
+                                          const std::vector<std::string>& overrides, int world_size);
+
+}  // namespace zerod

@@ -1,0 +1,302 @@
+#include "runtime/data/dataset.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace zerod {
+namespace {
+
+constexpr int64_t kHeaderInts = 256;
+constexpr int64_t kHeaderBytes = kHeaderInts * 4;
+
+using FilePtr = std::unique_ptr<FILE, int (*)(FILE*)>;
+
+// Uniform in [0, n), n > 0. Rejecting the lowest 2^64 mod n raw values leaves
+// a range that is a multiple of n, so the modulo is unbiased; unlike
+// std::uniform_int_distribution the result is the same on every library.
+uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
+  const uint64_t reject_below = (0 - n) % n;
+  uint64_t x;
+  do x = rng();
+  while (x < reject_below);
+  return x % n;
+}
+
+// Fisher–Yates with uniform_below, for the same portability reason.
+template <typename T>
+void shuffle(std::vector<T>& v, std::mt19937_64& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[uniform_below(rng, i)]);
+}
+
+int32_t load_le32(const unsigned char* p) {
+  return static_cast<int32_t>(uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 |
+                              uint32_t{p[3]} << 24);
+}
+
+void store_le32(int32_t v, unsigned char* p) {
+  const auto u = static_cast<uint32_t>(v);
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(u >> (8 * i));
+}
+
+std::string file_prefix(const std::string& path) { return absl::StrCat("data file '", path, "'"); }
+
+absl::StatusOr<std::string> read_file(const std::string& path) {
+  FilePtr f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) return absl::ErrnoToStatus(errno, absl::StrCat(file_prefix(path), " cannot be opened"));
+  std::string data;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) data.append(buf, n);
+  if (std::ferror(f.get())) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(file_prefix(path), " cannot be read"));
+  }
+  return data;
+}
+
+// Rejects the first token >= vocab_size; `source` names where it came from.
+absl::Status check_vocab(const std::vector<uint16_t>& tokens, size_t begin, int vocab_size,
+                         const std::string& source) {
+  for (size_t i = begin; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": token ", tokens[i], " (at index ",
+                                                     i - begin, ") is >= vocab_size ", vocab_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint16_t>> read_token_shard(const std::string& path) {
+  ZEROD_ASSIGN_OR_RETURN(const std::string data, read_file(path));
+  const std::string where = file_prefix(path);
+  const auto size = static_cast<int64_t>(data.size());
+  if (size < kHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": only ", size,
+                                                   " bytes, shorter than the ", kHeaderBytes,
+                                                   "-byte llm.c shard header"));
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());
+  const int32_t magic = load_le32(bytes), version = load_le32(bytes + 4),
+                count = load_le32(bytes + 8);
+  if (magic != kTokenShardMagic) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": bad magic ", magic, " (expected ",
+                                                   kTokenShardMagic, ", an llm.c token shard)"));
+  }
+  if (version != kTokenShardVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unsupported version ", version,
+                                                   " (expected ", kTokenShardVersion, ")"));
+  }
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": negative token count ", count, " in the header"));
+  }
+  const int64_t expected = kHeaderBytes + 2 * int64_t{count};
+  if (size != expected) {
+    const char* problem = size < expected ? "truncated" : "has trailing bytes";
+    return absl::InvalidArgumentError(absl::StrCat(where, " ", problem, ": header says ", count,
+                                                   " tokens, so ", expected,
+                                                   " bytes expected, but the file has ", size));
+  }
+  std::vector<uint16_t> tokens(count);
+  const unsigned char* p = bytes + kHeaderBytes;
+  for (int32_t i = 0; i < count; ++i) tokens[i] = static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8);
+  return tokens;
+}
+
+absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), ": ", tokens.size(),
+                                                   " tokens do not fit an llm.c shard's int32 count"));
+  }
+  std::string data(kHeaderBytes + 2 * tokens.size(), '\0');
+  auto* bytes = reinterpret_cast<unsigned char*>(data.data());
+  store_le32(kTokenShardMagic, bytes);
+  store_le32(kTokenShardVersion, bytes + 4);
+  store_le32(static_cast<int32_t>(tokens.size()), bytes + 8);
+  unsigned char* p = bytes + kHeaderBytes;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    p[2 * i] = static_cast<unsigned char>(tokens[i]);
+    p[2 * i + 1] = static_cast<unsigned char>(tokens[i] >> 8);
+  }
+
+  // Written aside and renamed into place, so `path` is never left half-written.
+  const std::string tmp = path + ".tmp";
+  FilePtr f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+  if (!f) return absl::ErrnoToStatus(errno, absl::StrCat(file_prefix(tmp), " cannot be created"));
+  errno = 0;
+  const bool wrote = std::fwrite(data.data(), 1, data.size(), f.get()) == data.size();
+  const bool closed = std::fclose(f.release()) == 0;  // flushes, so may fail too (disk full)
+  const int err = errno != 0 ? errno : EIO;
+  std::error_code ignored;
+  if (!wrote || !closed) {
+    std::filesystem::remove(tmp, ignored);
+    return absl::ErrnoToStatus(err, absl::StrCat(file_prefix(tmp), " could not be written"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ignored);
+    return absl::ErrnoToStatus(ec.value(), absl::StrCat("renaming '", tmp, "' to '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern) {
+  if (pattern.find_first_of("*?[") == std::string::npos) {
+    std::error_code ec;
+    if (!std::filesystem::exists(pattern, ec)) {
+      return absl::NotFoundError(absl::StrCat("data.path '", pattern, "' does not exist"));
+    }
+    return std::vector<std::string>{pattern};
+  }
+  glob_t g{};
+  const int rc = glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+  globfree(&g);
+  if (rc != 0 && rc != GLOB_NOMATCH) {
+    return absl::InternalError(absl::StrCat("data.path '", pattern, "': glob failed (",
+                                            rc == GLOB_NOSPACE ? "out of memory" : "read error",
+                                            ")"));
+  }
+  if (paths.empty()) {
+    return absl::NotFoundError(absl::StrCat("data.path '", pattern, "' matches no files"));
+  }
+  // glob sorts by locale collation; byte order is the same everywhere.
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+SyntheticTask make_synthetic_task(uint64_t seed, int max_operand, int train_lines,
+                                  int heldout_prompts) {
+  std::vector<std::pair<int, int>> pairs;
+  for (int a = 0; a <= max_operand; ++a) {
+    for (int b = 0; b <= max_operand; ++b) pairs.emplace_back(a, b);
+  }
+
+  // The first tenth of a seeded permutation is held out; the rest is training.
+  std::mt19937_64 rng(seed);
+  shuffle(pairs, rng);
+  const size_t num_heldout = std::min(pairs.size(), std::max<size_t>(1, pairs.size() / 10));
+
+  SyntheticTask task;
+  const size_t num_prompts = std::min(num_heldout, static_cast<size_t>(std::max(0, heldout_prompts)));
+  for (size_t i = 0; i < num_prompts; ++i) {
+    const auto [a, b] = pairs[i];
+    task.heldout.emplace_back(absl::StrCat(a, "+", b, "="), absl::StrCat(a + b));
+  }
+  const size_t num_train = pairs.size() - num_heldout;
+  if (num_train == 0) return task;  // max_operand < 1: nothing is left to train on
+  for (int line = 0; line < train_lines; ++line) {
+    const auto [a, b] = pairs[num_heldout + uniform_below(rng, num_train)];
+    for (char c : absl::StrCat(a, "+", b, "=", a + b, "\n")) {
+      task.train_tokens.push_back(static_cast<unsigned char>(c));
+    }
+  }
+  return task;
+}
+
+absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
+  if (cfg.seq_len < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.seq_len must be at least 1, got ", cfg.seq_len));
+  }
+  Dataset ds;
+  std::string source;  // names the data in the too-small error
+  if (cfg.kind == DataKind::kSynthetic) {
+    SyntheticTask task = make_synthetic_task(cfg.seed);
+    ds.tokens = std::move(task.train_tokens);
+    ds.heldout = std::move(task.heldout);
+    source = "synthetic data";
+    ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, 0, vocab_size, source));
+  } else {
+    source = absl::StrCat("data.path '", cfg.path, "'");
+    if (cfg.kind == DataKind::kText && vocab_size < 256) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": text data is byte tokens 0..255, so it needs vocab_size >= 256, got ",
+          vocab_size));
+    }
+    ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
+    for (const std::string& path : paths) {
+      const size_t begin = ds.tokens.size();
+      if (cfg.kind == DataKind::kText) {
+        ZEROD_ASSIGN_OR_RETURN(const std::string bytes, read_file(path));
+        if (bytes.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), " is empty"));
+        }
+        ds.tokens.insert(ds.tokens.end(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                         reinterpret_cast<const unsigned char*>(bytes.data()) + bytes.size());
+      } else {
+        ZEROD_ASSIGN_OR_RETURN(const std::vector<uint16_t> shard, read_token_shard(path));
+        ds.tokens.insert(ds.tokens.end(), shard.begin(), shard.end());
+      }
+      ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, file_prefix(path)));
+    }
+  }
+  const int64_t window = int64_t{cfg.seq_len} + 1;
+  if (static_cast<int64_t>(ds.tokens.size()) < window) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " has ", ds.tokens.size(),
+                     " tokens, fewer than one window of seq_len+1 = ", window));
+  }
+  return ds;
+}
+
+// Expects at least one window (seq_len + 1 tokens), which load_dataset checks.
+DataLoader::DataLoader(const std::vector<uint16_t>* tokens, int seq_len, uint64_t seed, int rank,
+                       int world_size)
+    : tokens_(tokens),
+      seq_len_(seq_len),
+      seed_(seed),
+      rank_(rank),
+      world_size_(world_size),
+      num_windows_(tokens->empty() ? 0 : static_cast<int64_t>(tokens->size() - 1) / seq_len) {
+  shuffle_epoch();
+}
+
+void DataLoader::shuffle_epoch() {
+  order_.resize(num_windows_);
+  std::iota(order_.begin(), order_.end(), int64_t{0});
+  std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + state_.epoch);
+  shuffle(order_, rng);
+}
+
+void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
+  const uint64_t global = static_cast<uint64_t>(world_size_) * B;
+  const auto n = static_cast<uint64_t>(num_windows_);
+  // A batch that does not fit the rest of the epoch starts the next one. When
+  // even a fresh epoch holds fewer than `global` windows (tiny data), the batch
+  // wraps around the permutation instead, so each batch is then its own epoch.
+  if (state_.position > 0 && state_.position + global > n) {
+    ++state_.epoch;
+    state_.position = 0;
+    shuffle_epoch();
+  }
+  const uint64_t first = state_.position + static_cast<uint64_t>(rank_) * B;
+  for (int b = 0; b < B; ++b) {
+    const int64_t w = order_[(first + b) % n];
+    const uint16_t* src = tokens_->data() + w * seq_len_;
+    for (int t = 0; t < seq_len_; ++t) {
+      inputs[b * seq_len_ + t] = src[t];
+      targets[b * seq_len_ + t] = src[t + 1];
+    }
+  }
+  state_.position += global;
+}
+
+void DataLoader::set_state(const State& s) {
+  state_ = s;
+  shuffle_epoch();
+}
+
+}  // namespace zerod

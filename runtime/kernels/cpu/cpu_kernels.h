@@ -1,0 +1,60 @@
+// CPU forward and backward kernels of the GPT-2 layer kinds. fp32, row-major,
+// OpenMP across cores, OpenBLAS for the matrix products. Every reduction runs
+// in a fixed order, so results are bitwise repeatable for a given thread count.
+//
+// Gradient conventions: weight and bias gradients accumulate (+=) so micro-
+// batches add up; activation gradients are noted per kernel.
+#pragma once
+
+#include <cstdint>
+
+namespace zerod::cpu {
+
+// out[N,OC] = inp[N,C] @ w[C,OC] + bias[OC]; bias may be null. Weights are
+// stored [in, out], as Hugging Face's GPT-2 Conv1D does.
+void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int C, int OC);
+// dinp = dout @ w^T (overwritten; skipped when null), dw += inp^T @ dout,
+// dbias += column sums of dout (skipped when null).
+void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+                     int64_t N, int C, int OC);
+
+inline constexpr float kLayerNormEps = 1e-5f;
+// out = (x - mean) / sqrt(var + eps) * w + b per row of C; saves mean and rstd.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int C);
+// dinp += ..., dw += ..., db += ...
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int C);
+
+// Causal multi-head self-attention. qkv is [B,T,3C] (q, k, v blocks of C),
+// att is [B,NH,T,T] softmax probabilities (zero above the diagonal), out is
+// [B,T,C] with heads side by side.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// dqkv overwritten. `scratch` holds threads * T * T floats (see
+// attention_scratch_floats).
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, int B,
+                        int T, int C, int NH);
+int64_t attention_scratch_floats(int T);
+
+// GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+// out = a + b.
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
+
+// Fused softmax + cross-entropy over `rows` rows of V logits: writes each
+// row's loss (-log p[target]) to losses and, when dloss != 0, replaces the
+// logits with their gradient (softmax - onehot) * dloss.
+void softmax_cross_entropy(float* logits, double* losses, const int32_t* targets, int64_t rows, int V, float dloss);
+
+// Sum of squares in double over fixed-size chunks added in order: the same
+// bits for any thread count.
+double sum_squares(const float* x, int64_t n);
+
+}  // namespace zerod::cpu

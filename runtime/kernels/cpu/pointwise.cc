@@ -1,0 +1,35 @@
+#include <cmath>
+
+#include "runtime/kernels/cpu/cpu_kernels.h"
+
+namespace zerod::cpu {
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + kGeluCubic * x * x * x)));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float th = std::tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float sech2 = 1.0f - th * th;
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] = grad * dout[i];
+  }
+}
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+}  // namespace zerod::cpu

@@ -1,0 +1,324 @@
+#include "runtime/model/gpt.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/kernels/cpu/cpu_kernels.h"
+
+namespace zerod {
+namespace {
+
+// Activations one block saves for its backward. The 16-bit-able ones come
+// first; the per-row LayerNorm statistics stay fp32.
+enum ActField { kLn1, kQkv, kAtt, kAtty, kRes2, kLn2, kFch, kFchGelu, kNumBig, kLn1Mean = kNumBig, kLn1Rstd,
+                kLn2Mean, kLn2Rstd, kNumFields };
+
+struct LayerActs {
+  float* f[kNumFields];
+};
+
+void field_sizes(const GptConfig& c, int B, int T, int64_t* size) {
+  const int64_t N = int64_t(B) * T, C = c.n_embd;
+  size[kLn1] = N * C;
+  size[kQkv] = N * 3 * C;
+  size[kAtt] = int64_t(B) * c.n_head * T * T;
+  size[kAtty] = N * C;
+  size[kRes2] = N * C;
+  size[kLn2] = N * C;
+  size[kFch] = N * 4 * C;
+  size[kFchGelu] = N * 4 * C;
+  for (int f = kNumBig; f < kNumFields; ++f) size[f] = N;
+}
+
+// Field pointers laid out back to back from `big` (fp32) and `small`.
+LayerActs carve(const int64_t* size, float* big, float* small) {
+  LayerActs a;
+  for (int f = 0; f < kNumBig; ++f) {
+    a.f[f] = big;
+    big += size[f];
+  }
+  for (int f = kNumBig; f < kNumFields; ++f) {
+    a.f[f] = small;
+    small += size[f];
+  }
+  return a;
+}
+
+}  // namespace
+
+struct Gpt::Impl {
+  GptConfig config;
+  DType act_dtype;
+  bool checkpointing;
+  int64_t size[kNumFields];      // elements of each field at the maximum B, T
+  int64_t big_numel = 0, small_numel = 0;
+  int64_t act_bytes = 0;         // one element of the activation store
+
+  Buffer residuals;              // n_layer + 1 block inputs/outputs, act dtype
+  Buffer layer_store;            // per-layer saved activations, act dtype (no checkpointing)
+  Buffer layer_stats;            // per-layer LayerNorm statistics, fp32 (no checkpointing)
+  Buffer scratch;                // one block's activations in fp32 (16-bit store or checkpointing)
+  Buffer x_fp32;                 // fp32 block input when residuals are 16-bit
+  Buffer lnf, lnf_mean, lnf_rstd;
+  // Backward and head workspace.
+  Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
+  int64_t logits_rows = 0;
+
+  // Block l's input (l = 0: embedding output; l = n_layer: last block output)
+  // in the residual store, for N tokens.
+  float* residual(int l, int64_t N) const {
+    return reinterpret_cast<float*>(static_cast<char*>(residuals.data()) + l * N * config.n_embd * act_bytes);
+  }
+  LayerActs scratch_acts() const { return carve(size, scratch.as<float>(), scratch.as<float>() + big_numel); }
+  // Block l's saved activations as fp32 pointers: the store itself for fp32,
+  // the scratch copy (filled or drained by pack_acts) for 16-bit.
+  LayerActs stored_acts(int l) const {
+    float* stats = layer_stats.as<float>() + l * small_numel;
+    if (act_dtype == DType::kF32) return carve(size, layer_store.as<float>() + l * big_numel, stats);
+    return carve(size, scratch.as<float>(), stats);
+  }
+  void pack_acts(int l, const LayerActs& a, int B, int T, bool to_store) const {
+    int64_t n[kNumFields];
+    field_sizes(config, B, T, n);
+    char* store = static_cast<char*>(layer_store.data()) + l * big_numel * act_bytes;
+    for (int f = 0; f < kNumBig; ++f) {
+      if (to_store) {
+        convert_from_f32(act_dtype, a.f[f], store, n[f]);
+      } else {
+        convert_to_f32(act_dtype, store, a.f[f], n[f]);
+      }
+      store += size[f] * act_bytes;
+    }
+  }
+  const float* forward_blocks(WeightSource& ws, const int32_t* tokens, int B, int T);
+};
+
+Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing)
+    : layout_(config), B_(B), T_(T), act_dtype_(act_dtype), checkpointing_(checkpointing) {}
+
+Gpt::~Gpt() = default;
+
+absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B, int T, DType act_dtype,
+                                                 bool checkpointing) {
+  ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
+  if (B < 1 || T < 1 || T > config.block_size) {
+    return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
+  }
+  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing));
+  ZEROD_RETURN_IF_ERROR(g->allocate());
+  return g;
+}
+
+absl::Status Gpt::allocate() {
+  impl_ = std::make_unique<Impl>();
+  Impl& m = *impl_;
+  m.config = layout_.config();
+  m.act_dtype = act_dtype_;
+  m.checkpointing = checkpointing_;
+  const GptConfig& c = layout_.config();
+  const int64_t N = int64_t(B_) * T_, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
+  field_sizes(c, B_, T_, m.size);
+  for (int f = 0; f < kNumBig; ++f) m.big_numel += m.size[f];
+  for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
+  m.act_bytes = dtype_size(act_dtype_);
+
+  auto alloc = [](Buffer& b, int64_t bytes, Category cat) -> absl::Status {
+    ZEROD_ASSIGN_OR_RETURN(b, Buffer::allocate(bytes, cat));
+    return absl::OkStatus();
+  };
+  const Category A = Category::kActivations, W = Category::kWorkspace;
+  ZEROD_RETURN_IF_ERROR(alloc(m.residuals, (L + 1) * N * C * m.act_bytes, A));
+  if (!checkpointing_) {
+    ZEROD_RETURN_IF_ERROR(alloc(m.layer_store, L * m.big_numel * m.act_bytes, A));
+    ZEROD_RETURN_IF_ERROR(alloc(m.layer_stats, L * m.small_numel * 4, A));
+  }
+  if (checkpointing_ || act_dtype_ != DType::kF32) {
+    ZEROD_RETURN_IF_ERROR(alloc(m.scratch, (m.big_numel + m.small_numel) * 4, A));
+  }
+  if (act_dtype_ != DType::kF32) ZEROD_RETURN_IF_ERROR(alloc(m.x_fp32, N * C * 4, A));
+  ZEROD_RETURN_IF_ERROR(alloc(m.lnf, N * C * 4, A));
+  ZEROD_RETURN_IF_ERROR(alloc(m.lnf_mean, N * 4, A));
+  ZEROD_RETURN_IF_ERROR(alloc(m.lnf_rstd, N * 4, A));
+  ZEROD_RETURN_IF_ERROR(alloc(m.dres, N * C * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.dbuf, N * C * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.dqkv, N * 3 * C * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.dfch, N * 4 * C * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.proj, N * C * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.attn_scratch, cpu::attention_scratch_floats(T_) * 4, W));
+  // The head computes logits a chunk of rows at a time (about 32 MiB).
+  m.logits_rows = std::clamp<int64_t>((int64_t(1) << 23) / V, 1, N);
+  ZEROD_RETURN_IF_ERROR(alloc(m.logits, m.logits_rows * V * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.losses, N * 8, W));
+  return absl::OkStatus();
+}
+
+namespace {
+
+struct Dims {
+  int B, T, C, NH;
+  int64_t N;
+};
+
+// One transformer block forward; every produced activation is rounded to the
+// activation dtype. `out` may alias `x`, or be null when recomputing for
+// backward (the block output is not needed then).
+void block_forward(const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a, float* proj, float* out,
+                   DType act) {
+  const int C = d.C;
+  const int64_t N = d.N;
+  auto rnd = [act](float* p, int64_t n) { round_to(act, p, n); };
+  cpu::layernorm_forward(a.f[kLn1], a.f[kLn1Mean], a.f[kLn1Rstd], x, w.ln1w, w.ln1b, N, C);
+  rnd(a.f[kLn1], N * C);
+  cpu::matmul_forward(a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
+  rnd(a.f[kQkv], N * 3 * C);
+  cpu::attention_forward(a.f[kAtty], a.f[kAtt], a.f[kQkv], d.B, d.T, C, d.NH);
+  rnd(a.f[kAtt], int64_t(d.B) * d.NH * d.T * d.T);
+  rnd(a.f[kAtty], N * C);
+  cpu::matmul_forward(proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
+  rnd(proj, N * C);
+  cpu::residual_forward(a.f[kRes2], x, proj, N * C);
+  rnd(a.f[kRes2], N * C);
+  cpu::layernorm_forward(a.f[kLn2], a.f[kLn2Mean], a.f[kLn2Rstd], a.f[kRes2], w.ln2w, w.ln2b, N, C);
+  rnd(a.f[kLn2], N * C);
+  cpu::matmul_forward(a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
+  rnd(a.f[kFch], N * 4 * C);
+  cpu::gelu_forward(a.f[kFchGelu], a.f[kFch], N * 4 * C);
+  rnd(a.f[kFchGelu], N * 4 * C);
+  if (!out) return;
+  cpu::matmul_forward(proj, a.f[kFchGelu], w.fcprojw, w.fcprojb, N, 4 * C, C);
+  rnd(proj, N * C);
+  cpu::residual_forward(out, a.f[kRes2], proj, N * C);
+  rnd(out, N * C);
+}
+
+struct BackwardBuffers {
+  float *dbuf, *dqkv, *dfch, *attn_scratch;
+};
+
+// One block backward: dres holds d(block output) on entry and d(block input)
+// on return; weight gradients accumulate into g.
+void block_backward(const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a, const LayerGrads& g,
+                    float* dres, const BackwardBuffers& bb) {
+  const int C = d.C;
+  const int64_t N = d.N;
+  cpu::matmul_backward(bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
+  cpu::gelu_backward(bb.dfch, a.f[kFch], bb.dfch, N * 4 * C);
+  cpu::matmul_backward(bb.dbuf, g.fcw, g.fcb, bb.dfch, a.f[kLn2], w.fcw, N, C, 4 * C);
+  cpu::layernorm_backward(dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, a.f[kLn2Mean], a.f[kLn2Rstd], N, C);
+  cpu::matmul_backward(bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
+  cpu::attention_backward(bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtt], bb.attn_scratch, d.B, d.T, C, d.NH);
+  cpu::matmul_backward(bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
+  cpu::layernorm_backward(dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, a.f[kLn1Mean], a.f[kLn1Rstd], N, C);
+}
+
+}  // namespace
+
+const float* Gpt::Impl::forward_blocks(WeightSource& ws, const int32_t* tokens, int B, int T) {
+  Impl& m = *this;
+  const GptConfig& c = config;
+  const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
+  const int64_t NC = d.N * d.C;
+  const bool f32 = act_dtype == DType::kF32;
+  const GlobalWeights g = ws.globals();
+  float* x = f32 ? residual(0, d.N) : m.x_fp32.as<float>();
+  cpu::embedding_forward(x, tokens, g.wte, g.wpe, B, T, d.C);
+  round_to(act_dtype, x, NC);
+  if (!f32) convert_from_f32(act_dtype, x, residual(0, d.N), NC);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerActs a = checkpointing ? scratch_acts() : stored_acts(l);
+    // With 16-bit residuals the block runs in place on the fp32 copy.
+    float* out = f32 ? residual(l + 1, d.N) : x;
+    block_forward(d, ws.layer(l), x, a, m.proj.as<float>(), out, act_dtype);
+    if (!f32) {
+      convert_from_f32(act_dtype, out, residual(l + 1, d.N), NC);
+      if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
+    }
+    x = out;
+  }
+  cpu::layernorm_forward(m.lnf.as<float>(), m.lnf_mean.as<float>(), m.lnf_rstd.as<float>(), x, g.lnfw, g.lnfb, d.N,
+                         d.C);
+  round_to(act_dtype, m.lnf.as<float>(), NC);
+  return x;
+}
+
+double Gpt::forward_backward(WeightSource& ws, const int32_t* inputs, const int32_t* targets, int B, int T,
+                             float* grads, float grad_scale) {
+  Impl& m = *impl_;
+  const GptConfig& c = layout_.config();
+  const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
+  const int C = d.C, V = c.vocab_size;
+  const int64_t NC = d.N * C;
+  const bool f32 = act_dtype_ == DType::kF32;
+  const float* xL = m.forward_blocks(ws, inputs, B, T);
+  const GlobalWeights g = ws.globals();
+
+  // Head: logits, loss and their backward a chunk of rows at a time, so the
+  // full [N, V] logits never exist.
+  const float* lnf = m.lnf.as<float>();
+  float* dlnf = m.dbuf.as<float>();
+  float* logits = m.logits.as<float>();
+  double* losses = m.losses.as<double>();
+  float* dwte = grads + layout_.offset(kWte, 0);
+  const float dloss = grad_scale / static_cast<float>(d.N);
+  for (int64_t r0 = 0; r0 < d.N; r0 += m.logits_rows) {
+    const int64_t rows = std::min(m.logits_rows, d.N - r0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, lnf + r0 * C, C, g.wte, C, 0.0f, logits,
+                V);
+    round_to(act_dtype_, logits, rows * V);
+    cpu::softmax_cross_entropy(logits, losses + r0, targets + r0, rows, V, dloss);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, g.wte, C, 0.0f,
+                dlnf + r0 * C, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, lnf + r0 * C, C, 1.0f, dwte,
+                C);
+  }
+  double loss = 0.0;
+  for (int64_t i = 0; i < d.N; ++i) loss += losses[i];
+  loss /= static_cast<double>(d.N);
+
+  float* dres = m.dres.as<float>();
+  std::memset(dres, 0, NC * sizeof(float));
+  cpu::layernorm_backward(dres, grads + layout_.offset(kLnfW, 0), grads + layout_.offset(kLnfB, 0), dlnf, xL,
+                          g.lnfw, m.lnf_mean.as<float>(), m.lnf_rstd.as<float>(), d.N, C);
+  round_to(act_dtype_, dres, NC);
+
+  const BackwardBuffers bb{m.dbuf.as<float>(), m.dqkv.as<float>(), m.dfch.as<float>(), m.attn_scratch.as<float>()};
+  for (int l = c.n_layer - 1; l >= 0; --l) {
+    const LayerWeights w = ws.layer(l);
+    const float* x = m.residual(l, d.N);
+    if (!f32) {
+      convert_to_f32(act_dtype_, m.residual(l, d.N), m.x_fp32.as<float>(), NC);
+      x = m.x_fp32.as<float>();
+    }
+    LayerActs a;
+    if (checkpointing_) {
+      a = m.scratch_acts();
+      block_forward(d, w, x, a, m.proj.as<float>(), nullptr, act_dtype_);
+    } else {
+      a = m.stored_acts(l);
+      if (!f32) m.pack_acts(l, a, B, T, /*to_store=*/false);
+    }
+    block_backward(d, w, x, a, layer_grads(layout_, grads, l), dres, bb);
+    round_to(act_dtype_, dres, NC);
+  }
+  cpu::embedding_backward(dwte, grads + layout_.offset(kWpe, 0), dres, inputs, B, T, C);
+  return loss;
+}
+
+void Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits, bool last_only) {
+  impl_->forward_blocks(ws, tokens, B, T);
+  const GlobalWeights g = ws.globals();
+  const int C = layout_.config().n_embd, V = layout_.config().vocab_size;
+  const float* lnf = impl_->lnf.as<float>();
+  if (last_only) {
+    // Row T-1 of each sequence: lda = T*C steps from one sequence to the next.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, V, C, 1.0f, lnf + int64_t(T - 1) * C, T * C, g.wte, C,
+                0.0f, logits, V);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int64_t(B) * T, V, C, 1.0f, lnf, C, g.wte, C, 0.0f, logits,
+                V);
+  }
+}
+
+}  // namespace zerod

@@ -1,0 +1,51 @@
+// GPT-2 forward and backward on the CPU, one explicit pass per layer.
+//
+// Activations for backward live in a store of the activation dtype (fp32, or
+// bf16/fp16 under mixed precision, where every activation is rounded to that
+// type as it is produced). With activation checkpointing the store keeps only
+// each block's input and backward recomputes the block. Kernels always
+// compute in fp32.
+#pragma once
+
+#include <memory>
+
+#include "runtime/core/dtype.h"
+#include "runtime/core/memory.h"
+#include "runtime/model/gpt_layout.h"
+#include "runtime/model/weights.h"
+
+namespace zerod {
+
+class Gpt {
+ public:
+  // Buffers are sized for micro-batches of up to B sequences of T tokens.
+  static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
+                                                     bool checkpointing);
+  ~Gpt();
+
+  const GptLayout& layout() const { return layout_; }
+  int max_batch() const { return B_; }
+  int max_seq() const { return T_; }
+
+  // One micro-batch: forward, loss, backward. Adds grad_scale * d(mean loss)
+  // to `grads` (fp32, flat layout). Returns the mean loss over B*T tokens.
+  double forward_backward(WeightSource& w, const int32_t* inputs, const int32_t* targets, int B, int T,
+                          float* grads, float grad_scale);
+
+  // Forward only: logits [B*T, V], or [B, V] for the last position of each
+  // sequence when last_only.
+  void forward_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
+
+ private:
+  struct Impl;
+  Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing);
+  absl::Status allocate();
+
+  GptLayout layout_;
+  int B_, T_;
+  DType act_dtype_;
+  bool checkpointing_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zerod

@@ -1,0 +1,174 @@
+#include "runtime/telemetry/run_output.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace zerod {
+namespace {
+
+const char* scheduler_name(SchedulerType t) {
+  switch (t) {
+    case SchedulerType::kNone: return "none";
+    case SchedulerType::kWarmupLR: return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
+  }
+  return "?";
+}
+
+const char* optimizer_name(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::kAdamW: return "AdamW";
+    case OptimizerType::kAdam: return "Adam";
+    case OptimizerType::kAdamW8bit: return "AdamW8bit";
+  }
+  return "?";
+}
+
+const char* data_kind_name(DataKind k) {
+  switch (k) {
+    case DataKind::kSynthetic: return "synthetic";
+    case DataKind::kText: return "text";
+    case DataKind::kTokens: return "tokens";
+  }
+  return "?";
+}
+
+std::string human_bytes(uint64_t b) {
+  if (b == 0) return "-";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%d B", b) : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+}  // namespace
+
+nlohmann::json memory_peak_json(const MemoryAccountant& acct) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int t = 0; t < kNumTiers; ++t) {
+    nlohmann::json tier = nlohmann::json::object();
+    for (int c = 0; c < kNumCategories; ++c) {
+      tier[category_name(static_cast<Category>(c))] = acct.peak(static_cast<Tier>(t), static_cast<Category>(c));
+    }
+    j[tier_name(static_cast<Tier>(t))] = tier;
+  }
+  return j;
+}
+
+void RunOutput::line(const nlohmann::json& event) { out_ << event.dump() << "\n" << std::flush; }
+
+void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size) {
+  const OptimizerConfig& o = cfg.optimizer;
+  const GptConfig& m = cfg.model;
+  if (format_ == LogFormat::kJson) {
+    line({{"event", "start"},
+          {"world_size", world_size},
+          {"zero_stage", cfg.zero.stage},
+          {"params", num_params},
+          {"model", {{"preset", cfg.preset}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
+                     {"vocab_size", m.vocab_size}, {"block_size", m.block_size}}},
+          {"data", data_kind_name(cfg.data.kind)},
+          {"seq_len", cfg.data.seq_len},
+          {"train_batch_size", cfg.train_batch_size},
+          {"micro_batch", cfg.micro_batch},
+          {"gradient_accumulation_steps", cfg.grad_accum},
+          {"precision", dtype_name(cfg.precision)},
+          {"optimizer", optimizer_name(o.type)},
+          {"lr", o.lr},
+          {"betas", {o.beta1, o.beta2}},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"scheduler", scheduler_name(cfg.scheduler.type)},
+          {"gradient_clipping", cfg.gradient_clipping},
+          {"activation_checkpointing", cfg.activation_checkpointing},
+          {"steps", cfg.run.steps},
+          {"seed", cfg.run.seed}});
+    return;
+  }
+  out_ << absl::StrFormat("zerod: model %s (n_layer %d, n_head %d, n_embd %d, vocab %d, block %d), %d parameters\n",
+                          cfg.preset, m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.block_size, num_params);
+  out_ << absl::StrFormat("  data %s, seq_len %d | batch %d = micro %d x accumulation %d x world %d | steps %d\n",
+                          data_kind_name(cfg.data.kind), cfg.data.seq_len, cfg.train_batch_size, cfg.micro_batch,
+                          cfg.grad_accum, world_size, cfg.run.steps);
+  out_ << absl::StrFormat("  precision %s | %s lr %g betas (%g, %g) eps %g weight_decay %g | scheduler %s | "
+                          "clipping %g\n",
+                          dtype_name(cfg.precision), optimizer_name(o.type), o.lr, o.beta1, o.beta2, o.eps,
+                          o.weight_decay, scheduler_name(cfg.scheduler.type), cfg.gradient_clipping);
+  if (cfg.precision == DType::kF16) {
+    out_ << absl::StrFormat("  fp16 loss scale %s | window %d | hysteresis %d | min %g\n",
+                            cfg.fp16.loss_scale > 0 ? absl::StrFormat("%g (static)", cfg.fp16.loss_scale)
+                                                    : absl::StrFormat("2^%d (dynamic)", cfg.fp16.initial_scale_power),
+                            cfg.fp16.loss_scale_window, cfg.fp16.hysteresis, cfg.fp16.min_loss_scale);
+  }
+  out_ << absl::StrFormat("  activation checkpointing %s | zero stage %d | seed %d\n",
+                          cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage, cfg.run.seed)
+       << std::flush;
+}
+
+void RunOutput::step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s) {
+  if (format_ == LogFormat::kJson) {
+    nlohmann::json j = {{"event", "step"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr},
+                        {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json()},
+                        {"loss_scale", nullptr}, {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed_s}};
+    if (r.loss_scale != 1.0 || r.skipped) j["loss_scale"] = r.loss_scale;
+    if (r.skipped) j["skipped"] = true;
+    line(j);
+    return;
+  }
+  const double eta = r.step > 0 ? elapsed_s / r.step * (total_steps - r.step) : 0;
+  std::string scale = r.loss_scale != 1.0 ? absl::StrFormat(" | scale %g", r.loss_scale) : "";
+  if (r.skipped) scale += " (overflow, step skipped)";
+  out_ << absl::StrFormat("step %*d/%d | loss %.6f | lr %.3e | grad norm %.4f%s | %.0f tok/s | %.1fs elapsed | "
+                          "ETA %.1fs\n",
+                          static_cast<int>(std::to_string(total_steps).size()), r.step, total_steps, r.loss, r.lr,
+                          r.grad_norm, scale, tokens_per_s, elapsed_s, eta)
+       << std::flush;
+}
+
+void RunOutput::summary(const RunSummary& s, const MemoryAccountant& acct) {
+  const nlohmann::json peak = memory_peak_json(acct);
+  if (format_ == LogFormat::kJson) {
+    nlohmann::json j = {{"event", "summary"},      {"steps", s.steps},
+                        {"first_loss", s.first_loss}, {"final_loss", s.final_loss},
+                        {"tokens_per_s", s.tokens_per_s}, {"elapsed_s", s.elapsed_s},
+                        {"memory_peak", peak},     {"memory_peak_per_rank", nlohmann::json::array({peak})}};
+    if (s.synthetic_accuracy >= 0) j["synthetic_accuracy"] = s.synthetic_accuracy;
+    if (!s.sample.empty()) j["sample"] = s.sample;
+    line(j);
+    return;
+  }
+  out_ << absl::StrFormat("done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s\n", s.steps, s.elapsed_s,
+                          s.first_loss, s.final_loss, s.tokens_per_s);
+  if (s.synthetic_accuracy >= 0) {
+    out_ << absl::StrFormat("synthetic accuracy (held-out prompts, greedy): %.1f%%\n", 100 * s.synthetic_accuracy);
+  }
+  if (!s.sample.empty()) out_ << "sample:\n" << s.sample << (s.sample.back() == '\n' ? "" : "\n");
+  out_ << absl::StrFormat("memory peak (rank 0)  %10s", "");
+  for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", category_name(static_cast<Category>(c)));
+  out_ << absl::StrFormat(" %11s\n", "total");
+  for (int t = 0; t < kNumTiers; ++t) {
+    const Tier tier = static_cast<Tier>(t);
+    if (acct.peak_total(tier) == 0) continue;
+    out_ << absl::StrFormat("  %-30s", tier_name(tier));
+    for (int c = 0; c < kNumCategories; ++c) {
+      out_ << absl::StrFormat(" %11s", human_bytes(acct.peak(tier, static_cast<Category>(c))));
+    }
+    out_ << absl::StrFormat(" %11s\n", human_bytes(acct.peak_total(tier)));
+  }
+  out_ << std::flush;
+}
+
+void RunOutput::error(int rank, const std::string& message) {
+  if (format_ == LogFormat::kJson) {
+    line({{"event", "error"}, {"rank", rank}, {"message", message}});
+  }
+  err_ << "zero-worker: error: " << message << "\n" << std::flush;
+}
+
+}  // namespace zerod

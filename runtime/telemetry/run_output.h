@@ -1,0 +1,44 @@
+// The run output of CONFIG.md: text for people, one JSON object per line for
+// programs.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/config/job_config.h"
+#include "runtime/core/memory.h"
+#include "runtime/engine/trainer.h"
+
+namespace zerod {
+
+struct RunSummary {
+  int64_t steps = 0;
+  double first_loss = 0, final_loss = 0;
+  double tokens_per_s = 0, elapsed_s = 0;
+  double synthetic_accuracy = -1;  // absent when negative
+  std::string sample;
+};
+
+// Peak bytes by tier and category: {"host": {"params": .., ...}, "pinned": ..}.
+nlohmann::json memory_peak_json(const MemoryAccountant& acct);
+
+class RunOutput {
+ public:
+  RunOutput(LogFormat format, std::ostream& out, std::ostream& err) : format_(format), out_(out), err_(err) {}
+
+  void start(const JobConfig& cfg, int64_t num_params, int world_size);
+  void step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s);
+  void summary(const RunSummary& s, const MemoryAccountant& acct);
+  void error(int rank, const std::string& message);
+
+ private:
+  void line(const nlohmann::json& event);
+
+  LogFormat format_;
+  std::ostream& out_;
+  std::ostream& err_;
+};
+
+}  // namespace zerod

@@ -1,0 +1,552 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/data/dataset.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards.
+class DataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           (std::string("zerod_data_") + info->name() + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void put_le32(std::string& out, int32_t v) {
+  const auto u = static_cast<uint32_t>(v);
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+}
+
+// An llm.c shard built by hand: header [magic, version, count, 0...] then tokens.
+std::string shard_bytes(int32_t magic, int32_t version, int32_t count,
+                        const std::vector<uint16_t>& tokens) {
+  std::string out;
+  put_le32(out, magic);
+  put_le32(out, version);
+  put_le32(out, count);
+  for (int i = 3; i < 256; ++i) put_le32(out, 0);
+  for (uint16_t t : tokens) {
+    out.push_back(static_cast<char>(t & 0xff));
+    out.push_back(static_cast<char>(t >> 8));
+  }
+  return out;
+}
+
+std::string good_shard(const std::vector<uint16_t>& tokens) {
+  return shard_bytes(20240520, 1, static_cast<int32_t>(tokens.size()), tokens);
+}
+
+void expect_contains(const absl::Status& s, const std::string& fragment) {
+  EXPECT_NE(std::string(s.message()).find(fragment), std::string::npos)
+      << "'" << fragment << "' not in: " << s;
+}
+
+void expect_error(const absl::Status& s, absl::StatusCode code,
+                  const std::vector<std::string>& fragments) {
+  EXPECT_EQ(s.code(), code) << s;
+  for (const std::string& f : fragments) expect_contains(s, f);
+}
+
+// ---- token shards ----
+
+TEST_F(DataTest, ShardWriteReadRoundTrip) {
+  std::vector<uint16_t> tokens = {0, 1, 255, 256, 1000, 50256, 65535};
+  for (int i = 0; i < 5000; ++i) tokens.push_back(static_cast<uint16_t>(i * 7919));
+  ASSERT_TRUE(write_token_shard(path("a.bin"), tokens).ok());
+  EXPECT_FALSE(fs::exists(path("a.bin.tmp")));
+  auto back = read_token_shard(path("a.bin"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, tokens);
+}
+
+TEST_F(DataTest, ShardMatchesHandBuiltBytes) {
+  const std::vector<uint16_t> tokens = {1, 258, 65535, 0};
+  const std::string bytes = shard_bytes(20240520, 1, 4, tokens);
+  ASSERT_EQ(bytes.size(), 1024u + 8u);
+  write_file(path("hand.bin"), bytes);
+  auto parsed = read_token_shard(path("hand.bin"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, tokens);
+
+  // The writer produces exactly these bytes.
+  ASSERT_TRUE(write_token_shard(path("written.bin"), tokens).ok());
+  EXPECT_EQ(read_file(path("written.bin")), bytes);
+}
+
+TEST_F(DataTest, EmptyShardIsValid) {
+  write_file(path("empty.bin"), good_shard({}));
+  auto parsed = read_token_shard(path("empty.bin"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->empty());
+}
+
+TEST_F(DataTest, FailedWriteLeavesNoFile) {
+  // `path` is a non-empty directory, so the final rename must fail.
+  fs::create_directories(path("target.bin/inside"));
+  absl::Status s = write_token_shard(path("target.bin"), {1, 2, 3});
+  EXPECT_FALSE(s.ok());
+  expect_contains(s, path("target.bin"));
+  EXPECT_TRUE(fs::is_directory(path("target.bin")));
+  EXPECT_FALSE(fs::exists(path("target.bin.tmp")));
+}
+
+TEST_F(DataTest, ShardMissingFile) {
+  expect_error(read_token_shard(path("nope.bin")).status(), absl::StatusCode::kNotFound,
+               {path("nope.bin"), "No such file"});
+}
+
+TEST_F(DataTest, ShardShorterThanHeader) {
+  write_file(path("short.bin"), std::string(100, '\0'));
+  expect_error(read_token_shard(path("short.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("short.bin"), "only 100 bytes", "1024-byte", "header"});
+}
+
+TEST_F(DataTest, ShardWrongMagic) {
+  write_file(path("magic.bin"), shard_bytes(12345, 1, 2, {7, 8}));
+  expect_error(read_token_shard(path("magic.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("magic.bin"), "bad magic 12345", "expected 20240520"});
+}
+
+TEST_F(DataTest, ShardWrongVersion) {
+  write_file(path("version.bin"), shard_bytes(20240520, 2, 2, {7, 8}));
+  expect_error(read_token_shard(path("version.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("version.bin"), "version 2", "expected 1"});
+}
+
+TEST_F(DataTest, ShardNegativeCount) {
+  write_file(path("neg.bin"), shard_bytes(20240520, 1, -3, {}));
+  expect_error(read_token_shard(path("neg.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("neg.bin"), "negative token count -3"});
+}
+
+TEST_F(DataTest, ShardTruncated) {
+  write_file(path("trunc.bin"), shard_bytes(20240520, 1, 10, {1, 2, 3, 4, 5}));
+  expect_error(read_token_shard(path("trunc.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("trunc.bin"), "truncated", "10 tokens", "1044 bytes expected", "has 1034"});
+}
+
+TEST_F(DataTest, ShardTrailingBytes) {
+  write_file(path("trail.bin"), shard_bytes(20240520, 1, 2, {1, 2, 3}));
+  expect_error(read_token_shard(path("trail.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("trail.bin"), "trailing bytes", "1028 bytes expected", "has 1030"});
+}
+
+// ---- paths ----
+
+TEST_F(DataTest, GlobReturnsSortedFilesAndLoadConcatenatesInOrder) {
+  // Created out of order; a non-matching file sits beside them.
+  write_file(path("c.bin"), good_shard({30, 31}));
+  write_file(path("a.bin"), good_shard({10, 11, 12}));
+  write_file(path("b.bin"), good_shard({20}));
+  write_file(path("notes.txt"), "not a shard");
+  auto paths = expand_data_path(path("*.bin"));
+  ASSERT_TRUE(paths.ok()) << paths.status();
+  EXPECT_EQ(*paths, (std::vector<std::string>{path("a.bin"), path("b.bin"), path("c.bin")}));
+
+  DataConfig cfg{DataKind::kTokens, path("*.bin"), 2, 1};
+  auto ds = load_dataset(cfg, 100);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(ds->tokens, (std::vector<uint16_t>{10, 11, 12, 20, 30, 31}));
+  EXPECT_TRUE(ds->heldout.empty());
+}
+
+TEST_F(DataTest, PlainPathIsUsedAsIs) {
+  write_file(path("one.bin"), good_shard({1}));
+  auto paths = expand_data_path(path("one.bin"));
+  ASSERT_TRUE(paths.ok()) << paths.status();
+  EXPECT_EQ(*paths, std::vector<std::string>{path("one.bin")});
+}
+
+TEST_F(DataTest, PlainPathMissing) {
+  expect_error(expand_data_path(path("gone.bin")).status(), absl::StatusCode::kNotFound,
+               {path("gone.bin"), "does not exist"});
+}
+
+TEST_F(DataTest, GlobMatchesNothing) {
+  const std::string pattern = path("*.bin");
+  expect_error(expand_data_path(pattern).status(), absl::StatusCode::kNotFound,
+               {"data.path '" + pattern + "' matches no files"});
+  DataConfig cfg{DataKind::kTokens, pattern, 2, 1};
+  expect_error(load_dataset(cfg, 100).status(), absl::StatusCode::kNotFound,
+               {pattern, "matches no files"});
+}
+
+// ---- load_dataset ----
+
+TEST_F(DataTest, TextBytesBecomeTokens) {
+  std::string bytes = "hello\nworld\t";
+  bytes += std::string("\0\x01\x7f\x80\xfe\xff", 6);
+  write_file(path("t.txt"), bytes);
+  DataConfig cfg{DataKind::kText, path("t.txt"), 4, 1};
+  auto ds = load_dataset(cfg, 256);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ(ds->tokens.size(), bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    EXPECT_EQ(ds->tokens[i], static_cast<unsigned char>(bytes[i])) << "byte " << i;
+  }
+}
+
+TEST_F(DataTest, EmptyTextFile) {
+  write_file(path("empty.txt"), "");
+  DataConfig cfg{DataKind::kText, path("empty.txt"), 4, 1};
+  expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument,
+               {path("empty.txt"), "empty"});
+}
+
+TEST_F(DataTest, TokenAtOrAboveVocabSize) {
+  write_file(path("ok.bin"), good_shard({1, 2, 3, 4}));
+  write_file(path("over.bin"), good_shard({5, 6, 256, 7}));
+  DataConfig cfg{DataKind::kTokens, path("*.bin"), 2, 1};
+  expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument,
+               {path("over.bin"), "token 256", "vocab_size 256"});
+  EXPECT_TRUE(load_dataset(cfg, 257).ok());
+}
+
+TEST_F(DataTest, SyntheticTokenAboveVocabSize) {
+  DataConfig cfg{DataKind::kSynthetic, "", 8, 1};
+  expect_error(load_dataset(cfg, 40).status(), absl::StatusCode::kInvalidArgument,
+               {"synthetic", "vocab_size 40"});
+  EXPECT_TRUE(load_dataset(cfg, 64).ok());
+}
+
+TEST_F(DataTest, TextNeedsByteVocab) {
+  write_file(path("t.txt"), "plain ascii text");
+  DataConfig cfg{DataKind::kText, path("t.txt"), 4, 1};
+  expect_error(load_dataset(cfg, 128).status(), absl::StatusCode::kInvalidArgument,
+               {path("t.txt"), "vocab_size >= 256", "got 128"});
+}
+
+TEST_F(DataTest, TooFewTokensForOneWindow) {
+  write_file(path("small.bin"), good_shard({1, 2, 3, 4, 5}));
+  DataConfig cfg{DataKind::kTokens, path("small.bin"), 8, 1};
+  expect_error(load_dataset(cfg, 100).status(), absl::StatusCode::kInvalidArgument,
+               {path("small.bin"), "has 5 tokens", "seq_len+1 = 9"});
+  cfg.seq_len = 4;  // exactly one window fits
+  EXPECT_TRUE(load_dataset(cfg, 100).ok());
+}
+
+TEST_F(DataTest, SeqLenZero) {
+  DataConfig cfg{DataKind::kSynthetic, "", 0, 1};
+  expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument,
+               {"seq_len", "got 0"});
+}
+
+// ---- synthetic task ----
+
+struct Line {
+  int a, b, c;
+};
+
+// Parses "a+b=c\n" lines independently of the generator; fails on anything else.
+std::vector<Line> parse_lines(const std::vector<uint16_t>& tokens) {
+  std::string text;
+  for (uint16_t t : tokens) {
+    EXPECT_LT(t, 128);
+    text.push_back(static_cast<char>(t));
+  }
+  std::vector<Line> lines;
+  size_t pos = 0;
+  auto number = [&](char end) {
+    const size_t stop = text.find(end, pos);
+    EXPECT_NE(stop, std::string::npos);
+    const std::string digits = text.substr(pos, stop - pos);
+    EXPECT_FALSE(digits.empty());
+    EXPECT_TRUE(std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        << digits;
+    EXPECT_TRUE(digits == "0" || digits[0] != '0') << "padded number " << digits;
+    pos = stop + 1;
+    return std::stoi(digits);
+  };
+  while (pos < text.size() && !::testing::Test::HasFailure()) {
+    Line l;
+    l.a = number('+');
+    l.b = number('=');
+    l.c = number('\n');
+    lines.push_back(l);
+  }
+  return lines;
+}
+
+std::pair<int, int> parse_prompt(const std::string& prompt) {
+  const size_t plus = prompt.find('+');
+  EXPECT_EQ(prompt.back(), '=');
+  return {std::stoi(prompt.substr(0, plus)), std::stoi(prompt.substr(plus + 1))};
+}
+
+TEST(Synthetic, TrainingLinesAreCorrectSums) {
+  const SyntheticTask task = make_synthetic_task(7, 99, 5000);
+  const std::vector<Line> lines = parse_lines(task.train_tokens);
+  ASSERT_EQ(lines.size(), 5000u);
+  for (const Line& l : lines) {
+    EXPECT_GE(l.a, 0);
+    EXPECT_LE(l.a, 99);
+    EXPECT_GE(l.b, 0);
+    EXPECT_LE(l.b, 99);
+    EXPECT_EQ(l.c, l.a + l.b);
+  }
+}
+
+TEST(Synthetic, HeldOutIsATenthAndNeverTrainedOn) {
+  // Ask for every held-out pair; with 20k lines over 397 training pairs every
+  // training pair shows up, so the two sets must partition all 441 pairs.
+  const SyntheticTask task = make_synthetic_task(3, 20, 20000, 1 << 20);
+  ASSERT_EQ(task.heldout.size(), 441u / 10);
+  std::set<std::pair<int, int>> heldout;
+  for (const auto& [prompt, answer] : task.heldout) {
+    const auto [a, b] = parse_prompt(prompt);
+    EXPECT_EQ(answer, std::to_string(a + b)) << prompt;
+    EXPECT_TRUE(heldout.insert({a, b}).second) << "duplicate " << prompt;
+  }
+  std::set<std::pair<int, int>> trained;
+  for (const Line& l : parse_lines(task.train_tokens)) trained.insert({l.a, l.b});
+  for (const auto& p : heldout) EXPECT_EQ(trained.count(p), 0u) << p.first << "+" << p.second;
+  EXPECT_EQ(trained.size() + heldout.size(), 21u * 21u);
+}
+
+TEST(Synthetic, DefaultPromptsAreDistinctHeldOutPairs) {
+  const SyntheticTask task = make_synthetic_task(11);
+  ASSERT_EQ(task.heldout.size(), 200u);
+  // The split depends only on seed and max_operand, so the full held-out set
+  // from the same seed contains every default prompt.
+  const SyntheticTask all = make_synthetic_task(11, 99, 1, 1 << 20);
+  ASSERT_EQ(all.heldout.size(), 1000u);
+  std::set<std::string> all_prompts, seen;
+  for (const auto& h : all.heldout) all_prompts.insert(h.first);
+  for (const auto& [prompt, answer] : task.heldout) {
+    const auto [a, b] = parse_prompt(prompt);
+    EXPECT_EQ(answer, std::to_string(a + b));
+    EXPECT_TRUE(seen.insert(prompt).second) << "duplicate " << prompt;
+    EXPECT_EQ(all_prompts.count(prompt), 1u) << prompt;
+  }
+}
+
+TEST(Synthetic, DeterministicFromSeed) {
+  const SyntheticTask a = make_synthetic_task(5, 99, 2000);
+  const SyntheticTask b = make_synthetic_task(5, 99, 2000);
+  const SyntheticTask c = make_synthetic_task(6, 99, 2000);
+  EXPECT_EQ(a.train_tokens, b.train_tokens);
+  EXPECT_EQ(a.heldout, b.heldout);
+  EXPECT_NE(a.train_tokens, c.train_tokens);
+  EXPECT_NE(a.heldout, c.heldout);
+}
+
+TEST(Synthetic, LoadDatasetUsesConfigSeed) {
+  DataConfig cfg{DataKind::kSynthetic, "", 16, 9};
+  auto ds = load_dataset(cfg, 256);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const SyntheticTask task = make_synthetic_task(9);
+  EXPECT_EQ(ds->tokens, task.train_tokens);
+  EXPECT_EQ(ds->heldout, task.heldout);
+}
+
+// ---- DataLoader ----
+
+// Token i has value i, so a window's first input names its start.
+std::vector<uint16_t> counting_tokens(size_t n) {
+  std::vector<uint16_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>(i);
+  return t;
+}
+
+struct Batch {
+  std::vector<int32_t> inputs, targets;
+  bool operator==(const Batch&) const = default;
+};
+
+Batch next(DataLoader& loader, int B, int T) {
+  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
+  loader.next_batch(B, b.inputs.data(), b.targets.data());
+  return b;
+}
+
+// Window index of each row, checking rows against the token stream directly.
+std::vector<int64_t> windows_of(const Batch& batch, const std::vector<uint16_t>& tokens, int B,
+                                int T, int64_t num_windows) {
+  std::vector<int64_t> ws;
+  for (int b = 0; b < B; ++b) {
+    const int64_t start = batch.inputs[b * T];
+    EXPECT_EQ(start % T, 0) << "window not aligned";
+    EXPECT_LT(start / T, num_windows);
+    for (int t = 0; t < T; ++t) {
+      EXPECT_EQ(batch.inputs[b * T + t], tokens[start + t]);
+      EXPECT_EQ(batch.targets[b * T + t], tokens[start + t + 1]);
+    }
+    ws.push_back(start / T);
+  }
+  return ws;
+}
+
+std::vector<int64_t> epoch_order(DataLoader& loader, const std::vector<uint16_t>& tokens, int T) {
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < loader.num_windows(); ++i) {
+    for (int64_t w : windows_of(next(loader, 1, T), tokens, 1, T, loader.num_windows()))
+      order.push_back(w);
+  }
+  return order;
+}
+
+bool is_permutation_of_all(std::vector<int64_t> order, int64_t n) {
+  std::sort(order.begin(), order.end());
+  for (int64_t i = 0; i < n; ++i) {
+    if (order.size() != static_cast<size_t>(n) || order[i] != i) return false;
+  }
+  return true;
+}
+
+TEST(DataLoader, NumWindowsIgnoresTail) {
+  const auto tokens = counting_tokens(4 * 12 + 1 + 3);  // 3 tokens short of a 13th window
+  DataLoader loader(&tokens, 4, 1);
+  EXPECT_EQ(loader.num_windows(), 12);
+}
+
+TEST(DataLoader, TargetsAreInputsShiftedByOne) {
+  const int T = 5, B = 3;
+  const auto tokens = counting_tokens(T * 20 + 1);
+  DataLoader loader(&tokens, T, 1);
+  for (int step = 0; step < 15; ++step) {
+    const Batch batch = next(loader, B, T);
+    windows_of(batch, tokens, B, T, loader.num_windows());
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t + 1 < T; ++t) EXPECT_EQ(batch.targets[b * T + t], batch.inputs[b * T + t + 1]);
+    }
+  }
+}
+
+TEST(DataLoader, EachWindowOncePerEpoch) {
+  const int T = 4, B = 3;
+  const auto tokens = counting_tokens(T * 12 + 2);  // 12 windows, 4 batches per epoch
+  DataLoader loader(&tokens, T, 42);
+  std::map<int64_t, int> visits;
+  for (int step = 0; step < 4; ++step) {
+    for (int64_t w : windows_of(next(loader, B, T), tokens, B, T, 12)) ++visits[w];
+  }
+  ASSERT_EQ(visits.size(), 12u);
+  for (const auto& [w, n] : visits) EXPECT_EQ(n, 1) << "window " << w;
+  EXPECT_EQ(loader.state().epoch, 0u);
+  EXPECT_EQ(loader.state().position, 12u);
+}
+
+TEST(DataLoader, PartialBatchStartsNextEpoch) {
+  const int T = 4, B = 5;
+  const auto tokens = counting_tokens(T * 12 + 1);  // 12 windows: two batches of 5 fit
+  DataLoader loader(&tokens, T, 42);
+  std::set<int64_t> seen;
+  for (int step = 0; step < 2; ++step) {
+    for (int64_t w : windows_of(next(loader, B, T), tokens, B, T, 12)) seen.insert(w);
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_EQ(loader.state().epoch, 0u);
+  next(loader, B, T);
+  EXPECT_EQ(loader.state().epoch, 1u);
+  EXPECT_EQ(loader.state().position, 5u);
+}
+
+TEST(DataLoader, OrderDependsOnSeed) {
+  const int T = 2;
+  const auto tokens = counting_tokens(T * 50 + 1);
+  DataLoader a(&tokens, T, 1), b(&tokens, T, 1), c(&tokens, T, 2);
+  const auto order_a = epoch_order(a, tokens, T);
+  EXPECT_TRUE(is_permutation_of_all(order_a, 50));
+  EXPECT_EQ(order_a, epoch_order(b, tokens, T));
+  const auto order_c = epoch_order(c, tokens, T);
+  EXPECT_TRUE(is_permutation_of_all(order_c, 50));
+  EXPECT_NE(order_a, order_c);
+}
+
+TEST(DataLoader, TwoRanksMakeTheSingleRankBatch) {
+  const int T = 3, B = 2;
+  const auto tokens = counting_tokens(T * 25 + 1);  // 25 windows: 6 global batches then rollover
+  DataLoader single(&tokens, T, 5), rank0(&tokens, T, 5, 0, 2), rank1(&tokens, T, 5, 1, 2);
+  for (int step = 0; step < 20; ++step) {
+    const Batch whole = next(single, 2 * B, T), r0 = next(rank0, B, T), r1 = next(rank1, B, T);
+    Batch joined = r0;
+    joined.inputs.insert(joined.inputs.end(), r1.inputs.begin(), r1.inputs.end());
+    joined.targets.insert(joined.targets.end(), r1.targets.begin(), r1.targets.end());
+    EXPECT_EQ(joined, whole) << "step " << step;
+    EXPECT_EQ(rank0.state().position, single.state().position);
+    EXPECT_EQ(rank1.state().epoch, single.state().epoch);
+  }
+  EXPECT_GE(single.state().epoch, 2u);
+}
+
+TEST(DataLoader, RestoredStateReplaysBatches) {
+  const int T = 4, B = 3;
+  const auto tokens = counting_tokens(T * 17 + 1);
+  DataLoader original(&tokens, T, 99);
+  // 17 windows hold 5 batches of 3, so 8 batches end mid-way through epoch 1;
+  // restoring there needs epoch 1's permutation, not the constructor's.
+  for (int step = 0; step < 8; ++step) next(original, B, T);
+  const DataLoader::State saved = original.state();
+  EXPECT_EQ(saved.epoch, 1u);
+  EXPECT_EQ(saved.position, 9u);
+
+  DataLoader restored(&tokens, T, 99);
+  restored.set_state(saved);
+  for (int step = 0; step < 12; ++step) {  // crosses two epoch boundaries
+    EXPECT_EQ(next(restored, B, T), next(original, B, T)) << "step " << step;
+  }
+  EXPECT_EQ(restored.state().epoch, original.state().epoch);
+  EXPECT_EQ(restored.state().position, original.state().position);
+  EXPECT_GE(original.state().epoch, 3u);
+}
+
+TEST(DataLoader, NewEpochReshufflesAndCoversAll) {
+  const int T = 2;
+  const auto tokens = counting_tokens(T * 40 + 1);
+  DataLoader loader(&tokens, T, 3);
+  const auto epoch0 = epoch_order(loader, tokens, T);
+  EXPECT_EQ(loader.state().epoch, 0u);
+  const auto epoch1 = epoch_order(loader, tokens, T);
+  EXPECT_EQ(loader.state().epoch, 1u);
+  EXPECT_TRUE(is_permutation_of_all(epoch0, 40));
+  EXPECT_TRUE(is_permutation_of_all(epoch1, 40));
+  EXPECT_NE(epoch0, epoch1);
+}
+
+TEST(DataLoader, TinyDataWrapsWithinABatch) {
+  const int T = 2, B = 5;
+  const auto tokens = counting_tokens(T * 3 + 1);  // 3 windows, fewer than one batch
+  DataLoader loader(&tokens, T, 8);
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    const auto ws = windows_of(next(loader, B, T), tokens, B, T, 3);
+    EXPECT_EQ(loader.state().epoch, epoch);  // each batch is its own epoch
+    EXPECT_TRUE(is_permutation_of_all({ws[0], ws[1], ws[2]}, 3));
+    EXPECT_EQ(ws[3], ws[0]);
+    EXPECT_EQ(ws[4], ws[1]);
+  }
+}
+
+}  // namespace
+}  // namespace zerod
