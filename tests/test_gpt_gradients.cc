@@ -1,0 +1,112 @@
+// Whole-model gradients of GPT-2 against central finite differences, for
+// every parameter tensor (and so every layer kind in place).
+//
+// fp32 forward with the loss summed in double. Per tensor: a random direction
+// and the gradient's own direction, with eps 1e-2 (relative tolerance 2e-3),
+// plus single elements of large gradient (relative tolerance 2e-2).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "runtime/model/gpt.h"
+#include "tests/fd_check.h"
+
+namespace zerod {
+namespace {
+
+using testing::directional_fd;
+using testing::dot;
+using testing::random_vector;
+
+struct Fixture {
+  GptConfig cfg{2, 2, 16, 32, 8};  // n_layer, n_head, n_embd, vocab, block
+  int B = 2, T = 8;
+  std::unique_ptr<Gpt> model;
+  std::vector<float> params, grads;
+  std::vector<int32_t> inputs, targets;
+
+  explicit Fixture(bool checkpointing = false) {
+    model = *Gpt::create(cfg, B, T, DType::kF32, checkpointing);
+    params.resize(model->layout().num_params());
+    init_gpt_params(model->layout(), 7, params.data());
+    // Larger-than-default weights give every path a gradient well above noise.
+    NormalRng rng(3);
+    for (float& p : params) p += static_cast<float>(0.1 * rng.next());
+    grads.assign(params.size(), 0.0f);
+    for (int i = 0; i < B * T; ++i) {
+      inputs.push_back(static_cast<int32_t>(rng.next_u64() % cfg.vocab_size));
+      targets.push_back(static_cast<int32_t>(rng.next_u64() % cfg.vocab_size));
+    }
+  }
+
+  double loss() {
+    auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data());
+    std::vector<float> scratch(params.size(), 0.0f);
+    return model->forward_backward(w, inputs.data(), targets.data(), B, T, scratch.data(), 1.0f);
+  }
+
+  void compute_grads() {
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data());
+    model->forward_backward(w, inputs.data(), targets.data(), B, T, grads.data(), 1.0f);
+  }
+};
+
+TEST(GptGradients, EveryTensorMatchesFiniteDifferences) {
+  Fixture fx;
+  fx.compute_grads();
+  auto f = [&] { return fx.loss(); };
+  for (int id = 0; id < kNumParamTensors; ++id) {
+    const ParamTensorInfo& t = fx.model->layout().tensor(id);
+    float* p = fx.params.data() + t.offset;
+    const float* g = fx.grads.data() + t.offset;
+    SCOPED_TRACE(t.name);
+    // Along the gradient itself (normalised) and along a random unit direction.
+    std::vector<float> along(g, g + t.numel);
+    std::vector<float> rnd = random_vector(t.numel, 100 + id);
+    for (auto* d : {&along, &rnd}) {
+      const double norm = std::sqrt(std::inner_product(d->begin(), d->end(), d->begin(), 0.0));
+      ASSERT_GT(norm, 0);
+      for (float& x : *d) x = static_cast<float>(x / norm);
+    }
+    const double gnorm = dot(g, along);  // |g|, since `along` is g / |g|
+    ASSERT_GT(gnorm, 1e-5) << "gradient vanishes: nothing to check";
+    EXPECT_NEAR(directional_fd(f, p, along, 1e-2), dot(g, along), 2e-3 * gnorm);
+    EXPECT_NEAR(directional_fd(f, p, rnd, 1e-2), dot(g, rnd), 2e-3 * gnorm);
+    // The three largest single elements of each tensor.
+    std::vector<int64_t> idx(t.numel);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + std::min<int64_t>(3, t.numel), idx.end(),
+                      [&](int64_t a, int64_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+    for (int k = 0; k < std::min<int64_t>(3, t.numel); ++k) {
+      std::vector<float> e(t.numel, 0.0f);
+      e[idx[k]] = 1.0f;
+      const double fd = directional_fd(f, p, e, 1e-2);
+      EXPECT_NEAR(fd, g[idx[k]], 2e-2 * std::fabs(g[idx[k]]) + 1e-5) << "element " << idx[k];
+    }
+  }
+}
+
+TEST(GptGradients, CheckpointingGivesIdenticalGradients) {
+  Fixture plain(false), ckpt(true);
+  plain.compute_grads();
+  ckpt.compute_grads();
+  ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) ASSERT_EQ(plain.grads[i], ckpt.grads[i]) << "element " << i;
+}
+
+TEST(GptGradients, GradScaleScalesGradients) {
+  Fixture fx;
+  fx.compute_grads();
+  std::vector<float> scaled(fx.grads.size(), 0.0f);
+  auto w = *FlatWeights::create(&fx.model->layout(), DType::kF32, fx.params.data());
+  fx.model->forward_backward(w, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, scaled.data(), 4.0f);
+  // A power-of-two scale is exact in floating point.
+  for (size_t i = 0; i < scaled.size(); ++i) ASSERT_EQ(scaled[i], 4.0f * fx.grads[i]) << "element " << i;
+}
+
+}  // namespace
+}  // namespace zerod

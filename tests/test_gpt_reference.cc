@@ -1,0 +1,183 @@
+// The model's forward (logits and loss) against a naive GPT-2 written here
+// with plain loops in double precision and no BLAS.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/model/gpt.h"
+
+namespace zerod {
+namespace {
+
+using Mat = std::vector<double>;
+
+struct NaiveGpt {
+  const GptLayout& layout;
+  const std::vector<float>& p;
+
+  const float* at(int id, int layer) const { return p.data() + layout.offset(id, layer); }
+
+  static Mat layernorm(const Mat& x, const float* w, const float* b, int N, int C) {
+    Mat out(x.size());
+    for (int n = 0; n < N; ++n) {
+      double mean = 0, var = 0;
+      for (int i = 0; i < C; ++i) mean += x[n * C + i];
+      mean /= C;
+      for (int i = 0; i < C; ++i) var += (x[n * C + i] - mean) * (x[n * C + i] - mean);
+      var /= C;
+      for (int i = 0; i < C; ++i) out[n * C + i] = (x[n * C + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+    }
+    return out;
+  }
+
+  // x [N, in] times w [in, out] (Conv1D layout) plus bias.
+  static Mat linear(const Mat& x, const float* w, const float* b, int N, int in, int out) {
+    Mat y(size_t(N) * out);
+    for (int n = 0; n < N; ++n) {
+      for (int o = 0; o < out; ++o) {
+        double s = b[o];
+        for (int i = 0; i < in; ++i) s += x[n * in + i] * w[i * out + o];
+        y[n * out + o] = s;
+      }
+    }
+    return y;
+  }
+
+  // logits [B*T, V]
+  Mat logits(const std::vector<int32_t>& tok, int B, int T) const {
+    const GptConfig& c = layout.config();
+    const int C = c.n_embd, NH = c.n_head, hs = C / NH, N = B * T, V = c.vocab_size;
+    Mat x(size_t(N) * C);
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        for (int i = 0; i < C; ++i) {
+          x[(b * T + t) * C + i] = at(kWte, 0)[tok[b * T + t] * C + i] + at(kWpe, 0)[t * C + i];
+        }
+      }
+    }
+    for (int l = 0; l < c.n_layer; ++l) {
+      const Mat h = layernorm(x, at(kLn1W, l), at(kLn1B, l), N, C);
+      const Mat qkv = linear(h, at(kQkvW, l), at(kQkvB, l), N, C, 3 * C);
+      Mat y(size_t(N) * C, 0.0);
+      for (int b = 0; b < B; ++b) {
+        for (int hd = 0; hd < NH; ++hd) {
+          for (int t = 0; t < T; ++t) {
+            std::vector<double> w(t + 1);
+            double mx = -1e300;
+            for (int s = 0; s <= t; ++s) {
+              double dotp = 0;
+              for (int i = 0; i < hs; ++i) {
+                dotp += qkv[(b * T + t) * 3 * C + hd * hs + i] * qkv[(b * T + s) * 3 * C + C + hd * hs + i];
+              }
+              w[s] = dotp / std::sqrt(static_cast<double>(hs));
+              mx = std::max(mx, w[s]);
+            }
+            double sum = 0;
+            for (double& v : w) sum += (v = std::exp(v - mx));
+            for (int s = 0; s <= t; ++s) {
+              for (int i = 0; i < hs; ++i) {
+                y[(b * T + t) * C + hd * hs + i] += w[s] / sum * qkv[(b * T + s) * 3 * C + 2 * C + hd * hs + i];
+              }
+            }
+          }
+        }
+      }
+      const Mat a = linear(y, at(kAttProjW, l), at(kAttProjB, l), N, C, C);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
+      const Mat h2 = layernorm(x, at(kLn2W, l), at(kLn2B, l), N, C);
+      Mat f = linear(h2, at(kFcW, l), at(kFcB, l), N, C, 4 * C);
+      for (double& v : f) v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      const Mat m = linear(f, at(kFcProjW, l), at(kFcProjB, l), N, 4 * C, C);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += m[i];
+    }
+    const Mat h = layernorm(x, at(kLnfW, 0), at(kLnfB, 0), N, C);
+    Mat out(size_t(N) * V);
+    for (int n = 0; n < N; ++n) {
+      for (int v = 0; v < V; ++v) {
+        double s = 0;
+        for (int i = 0; i < C; ++i) s += h[n * C + i] * at(kWte, 0)[v * C + i];
+        out[n * V + v] = s;
+      }
+    }
+    return out;
+  }
+};
+
+TEST(GptReference, LogitsAndLossMatchNaiveImplementation) {
+  const GptConfig cfg{2, 4, 32, 50, 16};
+  const int B = 3, T = 11;
+  auto model = *Gpt::create(cfg, B, 16, DType::kF32, false);
+  std::vector<float> params(model->layout().num_params());
+  init_gpt_params(model->layout(), 5, params.data());
+  NormalRng rng(9);
+  for (float& p : params) p += static_cast<float>(0.05 * rng.next());  // biases and gains away from 0 and 1
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % cfg.vocab_size);
+  for (auto& t : targets) t = static_cast<int32_t>(rng.next_u64() % cfg.vocab_size);
+
+  const Mat ref = NaiveGpt{model->layout(), params}.logits(tokens, B, T);
+  auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data());
+  std::vector<float> logits(size_t(B) * T * cfg.vocab_size);
+  model->forward_logits(w, tokens.data(), B, T, logits.data(), /*last_only=*/false);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err += (logits[i] - ref[i]) * (logits[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  // fp32 arithmetic against double: relative L2 error far under 1e-5.
+  EXPECT_LT(std::sqrt(err / norm), 1e-5);
+
+  std::vector<float> last(size_t(B) * cfg.vocab_size);
+  model->forward_logits(w, tokens.data(), B, T, last.data(), /*last_only=*/true);
+  // Same values from a differently shaped product: equal up to fp32 summation order.
+  for (int b = 0; b < B; ++b) {
+    for (int v = 0; v < cfg.vocab_size; ++v) {
+      EXPECT_NEAR(last[b * cfg.vocab_size + v], logits[((b * T) + T - 1) * cfg.vocab_size + v], 1e-5);
+    }
+  }
+
+  double ref_loss = 0;
+  for (int n = 0; n < B * T; ++n) {
+    double mx = -1e300, sum = 0;
+    for (int v = 0; v < cfg.vocab_size; ++v) mx = std::max(mx, ref[n * cfg.vocab_size + v]);
+    for (int v = 0; v < cfg.vocab_size; ++v) sum += std::exp(ref[n * cfg.vocab_size + v] - mx);
+    ref_loss += std::log(sum) - (ref[n * cfg.vocab_size + targets[n]] - mx);
+  }
+  ref_loss /= B * T;
+  std::vector<float> grads(params.size(), 0.0f);
+  const double loss = model->forward_backward(w, tokens.data(), targets.data(), B, T, grads.data(), 1.0f);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss);
+}
+
+TEST(GptReference, InitialisationFollowsGpt2) {
+  const GptConfig cfg{4, 2, 64, 100, 32};
+  GptLayout layout(cfg);
+  std::vector<float> p(layout.num_params());
+  init_gpt_params(layout, 1, p.data());
+  auto stddev = [&](int id) {
+    const ParamTensorInfo& t = layout.tensor(id);
+    double s = 0;
+    for (int64_t i = 0; i < t.numel; ++i) s += double(p[t.offset + i]) * p[t.offset + i];
+    return std::sqrt(s / t.numel);
+  };
+  // Sample standard deviations of >= 6400 draws are within 5% of the target.
+  EXPECT_NEAR(stddev(kWte), 0.02, 0.001);
+  EXPECT_NEAR(stddev(kQkvW), 0.02, 0.001);
+  EXPECT_NEAR(stddev(kFcW), 0.02, 0.001);
+  EXPECT_NEAR(stddev(kAttProjW), 0.02 / std::sqrt(8.0), 0.05 * 0.02 / std::sqrt(8.0));
+  EXPECT_NEAR(stddev(kFcProjW), 0.02 / std::sqrt(8.0), 0.05 * 0.02 / std::sqrt(8.0));
+  for (int id : {kLn1W, kLn2W, kLnfW}) {
+    const ParamTensorInfo& t = layout.tensor(id);
+    for (int64_t i = 0; i < t.numel; ++i) ASSERT_EQ(p[t.offset + i], 1.0f);
+  }
+  for (int id : {kLn1B, kQkvB, kAttProjB, kLn2B, kFcB, kFcProjB, kLnfB}) {
+    const ParamTensorInfo& t = layout.tensor(id);
+    for (int64_t i = 0; i < t.numel; ++i) ASSERT_EQ(p[t.offset + i], 0.0f);
+  }
+  // The 124M preset has GPT-2's parameter count (tied embedding).
+  EXPECT_EQ(GptLayout(*gpt_preset("gpt2")).num_params(), 124439808);
+}
+
+}  // namespace
+}  // namespace zerod

@@ -1,0 +1,177 @@
+// Each CPU kernel's backward against central finite differences of its
+// forward. The scalar checked is sum(out * R) for a fixed random R, so
+// d/d(out) = R. Directions are random; tolerance: relative 1e-3 of the
+// directional derivative (fp32 forward, eps 1e-3, values of order 1).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "tests/fd_check.h"
+
+namespace zerod {
+namespace {
+
+using testing::directional_fd;
+using testing::dot;
+using testing::random_vector;
+
+constexpr double kEps = 1e-3;
+constexpr double kRelTol = 1e-3;
+
+double weighted_sum(const std::vector<float>& out, const std::vector<float>& r) {
+  double s = 0;
+  for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * r[i];
+  return s;
+}
+
+// Checks d/dx of f along a few random directions against the analytic grad.
+void expect_grad(const char* what, const std::function<double()>& f, std::vector<float>& x,
+                 const std::vector<float>& grad, uint64_t seed) {
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<float> d = random_vector(x.size(), seed * 10 + k);
+    const double fd = directional_fd(f, x.data(), d, kEps);
+    const double an = dot(grad.data(), d);
+    EXPECT_NEAR(fd, an, kRelTol * std::max(1.0, std::fabs(an))) << what << " direction " << k;
+  }
+}
+
+TEST(KernelGradients, Matmul) {
+  const int N = 6, C = 5, OC = 7;
+  auto inp = random_vector(N * C, 1), w = random_vector(C * OC, 2), bias = random_vector(OC, 3);
+  const auto r = random_vector(N * OC, 4);
+  std::vector<float> out(N * OC);
+  auto f = [&] {
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    return weighted_sum(out, r);
+  };
+  std::vector<float> dinp(N * C), dw(C * OC, 0.0f), dbias(OC, 0.0f);
+  cpu::matmul_backward(dinp.data(), dw.data(), dbias.data(), r.data(), inp.data(), w.data(), N, C, OC);
+  expect_grad("inp", f, inp, dinp, 5);
+  expect_grad("w", f, w, dw, 6);
+  expect_grad("bias", f, bias, dbias, 7);
+}
+
+TEST(KernelGradients, MatmulAccumulatesWeightGrads) {
+  const int N = 4, C = 3, OC = 2;
+  auto inp = random_vector(N * C, 1), w = random_vector(C * OC, 2), dout = random_vector(N * OC, 3);
+  std::vector<float> once(C * OC, 0.0f), twice(C * OC, 0.0f), bonce(OC, 0.0f), btwice(OC, 0.0f);
+  cpu::matmul_backward(nullptr, once.data(), bonce.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  for (int i = 0; i < 2; ++i) {
+    cpu::matmul_backward(nullptr, twice.data(), btwice.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  }
+  for (int i = 0; i < C * OC; ++i) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
+  for (int i = 0; i < OC; ++i) EXPECT_FLOAT_EQ(btwice[i], 2 * bonce[i]);
+}
+
+TEST(KernelGradients, LayerNorm) {
+  const int N = 5, C = 8;
+  auto inp = random_vector(N * C, 11), w = random_vector(C, 12), b = random_vector(C, 13);
+  const auto r = random_vector(N * C, 14);
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  auto f = [&] {
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    return weighted_sum(out, r);
+  };
+  f();
+  std::vector<float> dinp(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+  expect_grad("inp", f, inp, dinp, 15);
+  expect_grad("w", f, w, dw, 16);
+  expect_grad("b", f, b, db, 17);
+}
+
+TEST(KernelGradients, Attention) {
+  const int B = 2, T = 5, C = 8, NH = 2;
+  auto qkv = random_vector(B * T * 3 * C, 21);
+  const auto r = random_vector(B * T * C, 22);
+  std::vector<float> out(B * T * C), att(B * NH * T * T);
+  auto f = [&] {
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    return weighted_sum(out, r);
+  };
+  f();
+  std::vector<float> dqkv(qkv.size()), scratch(cpu::attention_scratch_floats(T));
+  cpu::attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
+  expect_grad("qkv", f, qkv, dqkv, 23);
+  // Causality: the output at position t must not depend on any later key or value.
+  f();  // the finite differences left `out` at a perturbed input
+  const std::vector<float> before = out;
+  for (int c = C; c < 3 * C; ++c) qkv[(0 * T + T - 1) * 3 * C + c] += 1.0f;  // last position's k, v
+  f();
+  for (int t = 0; t < T - 1; ++t) {
+    for (int c = 0; c < C; ++c) EXPECT_EQ(out[t * C + c], before[t * C + c]) << "t " << t;
+  }
+}
+
+TEST(KernelGradients, Gelu) {
+  const int n = 50;
+  auto inp = random_vector(n, 31, 2.0);
+  const auto r = random_vector(n, 32);
+  std::vector<float> out(n);
+  auto f = [&] {
+    cpu::gelu_forward(out.data(), inp.data(), n);
+    return weighted_sum(out, r);
+  };
+  std::vector<float> dinp(n);
+  cpu::gelu_backward(dinp.data(), inp.data(), r.data(), n);
+  expect_grad("inp", f, inp, dinp, 33);
+  // Known values of the tanh approximation.
+  std::vector<float> x = {0.0f, 1.0f, -1.0f}, y(3);
+  cpu::gelu_forward(y.data(), x.data(), 3);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_NEAR(y[1], 0.841192, 1e-6);
+  EXPECT_NEAR(y[2], -0.158808, 1e-6);
+}
+
+TEST(KernelGradients, Embedding) {
+  const int B = 2, T = 4, C = 3, V = 5;
+  const std::vector<int32_t> tokens = {1, 3, 1, 0, 4, 4, 2, 1};  // repeats exercise accumulation
+  auto wte = random_vector(V * C, 41), wpe = random_vector(T * C, 42);
+  const auto r = random_vector(B * T * C, 43);
+  std::vector<float> out(B * T * C);
+  auto f = [&] {
+    cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    return weighted_sum(out, r);
+  };
+  std::vector<float> dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), r.data(), tokens.data(), B, T, C);
+  expect_grad("wte", f, wte, dwte, 44);
+  expect_grad("wpe", f, wpe, dwpe, 45);
+}
+
+TEST(KernelGradients, SoftmaxCrossEntropy) {
+  const int rows = 4, V = 9;
+  auto logits = random_vector(rows * V, 51, 2.0);
+  const std::vector<int32_t> targets = {0, 8, 3, 3};
+  std::vector<double> losses(rows);
+  auto f = [&] {
+    std::vector<float> z = logits;
+    cpu::softmax_cross_entropy(z.data(), losses.data(), targets.data(), rows, V, 0.0f);
+    double s = 0;
+    for (double l : losses) s += l;
+    return s;
+  };
+  // Loss against the definition -log(exp(z_t) / sum exp(z)).
+  f();
+  for (int r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(logits[r * V + v]));
+    EXPECT_NEAR(losses[r], -std::log(std::exp(static_cast<double>(logits[r * V + targets[r]])) / sum), 1e-6);
+  }
+  std::vector<float> grad = logits;
+  cpu::softmax_cross_entropy(grad.data(), losses.data(), targets.data(), rows, V, 1.0f);
+  expect_grad("logits", f, logits, grad, 52);
+}
+
+TEST(Reductions, SumSquaresMatchesNaiveDouble) {
+  const auto x = random_vector(200003, 61);
+  double naive = 0;
+  for (float v : x) naive += static_cast<double>(v) * v;
+  EXPECT_NEAR(cpu::sum_squares(x.data(), x.size()), naive, 1e-9 * naive);
+}
+
+}  // namespace
+}  // namespace zerod
