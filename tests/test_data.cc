@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -10,7 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 #include "runtime/data/dataset.h"
 
 namespace zerod {
@@ -18,22 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-class DataTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           (std::string("zerod_data_") + info->name() + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
+class DataTest : public testing::TempDirTest {};
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
@@ -285,11 +270,14 @@ std::vector<Line> parse_lines(const std::vector<uint16_t>& tokens) {
     EXPECT_FALSE(digits.empty());
     EXPECT_TRUE(std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
         << digits;
-    EXPECT_TRUE(digits == "0" || digits[0] != '0') << "padded number " << digits;
     pos = stop + 1;
     return std::stoi(digits);
   };
   while (pos < text.size() && !::testing::Test::HasFailure()) {
+    if (text[pos] == '\n') {  // segment padding
+      ++pos;
+      continue;
+    }
     Line l;
     l.a = number('+');
     l.b = number('=');
@@ -306,7 +294,7 @@ std::pair<int, int> parse_prompt(const std::string& prompt) {
 }
 
 TEST(Synthetic, TrainingLinesAreCorrectSums) {
-  const SyntheticTask task = make_synthetic_task(7, 99, 5000);
+  const SyntheticTask task = make_synthetic_task(7, 64, 99, 5000);
   const std::vector<Line> lines = parse_lines(task.train_tokens);
   ASSERT_EQ(lines.size(), 5000u);
   for (const Line& l : lines) {
@@ -321,12 +309,13 @@ TEST(Synthetic, TrainingLinesAreCorrectSums) {
 TEST(Synthetic, HeldOutIsATenthAndNeverTrainedOn) {
   // Ask for every held-out pair; with 20k lines over 397 training pairs every
   // training pair shows up, so the two sets must partition all 441 pairs.
-  const SyntheticTask task = make_synthetic_task(3, 20, 20000, 1 << 20);
+  const SyntheticTask task = make_synthetic_task(3, 64, 20, 20000, 1 << 20);
   ASSERT_EQ(task.heldout.size(), 441u / 10);
   std::set<std::pair<int, int>> heldout;
   for (const auto& [prompt, answer] : task.heldout) {
     const auto [a, b] = parse_prompt(prompt);
-    EXPECT_EQ(answer, std::to_string(a + b)) << prompt;
+    EXPECT_EQ(std::stoi(answer), a + b) << prompt;
+    EXPECT_EQ(answer.size(), 2u) << "answers are padded to the width of 2 * 20";
     EXPECT_TRUE(heldout.insert({a, b}).second) << "duplicate " << prompt;
   }
   std::set<std::pair<int, int>> trained;
@@ -336,26 +325,42 @@ TEST(Synthetic, HeldOutIsATenthAndNeverTrainedOn) {
 }
 
 TEST(Synthetic, DefaultPromptsAreDistinctHeldOutPairs) {
-  const SyntheticTask task = make_synthetic_task(11);
+  const SyntheticTask task = make_synthetic_task(11, 64);
   ASSERT_EQ(task.heldout.size(), 200u);
   // The split depends only on seed and max_operand, so the full held-out set
   // from the same seed contains every default prompt.
-  const SyntheticTask all = make_synthetic_task(11, 99, 1, 1 << 20);
+  const SyntheticTask all = make_synthetic_task(11, 64, 99, 1, 1 << 20);
   ASSERT_EQ(all.heldout.size(), 1000u);
   std::set<std::string> all_prompts, seen;
   for (const auto& h : all.heldout) all_prompts.insert(h.first);
   for (const auto& [prompt, answer] : task.heldout) {
     const auto [a, b] = parse_prompt(prompt);
-    EXPECT_EQ(answer, std::to_string(a + b));
+    EXPECT_EQ(answer, absl::StrFormat("%03d", a + b));
     EXPECT_TRUE(seen.insert(prompt).second) << "duplicate " << prompt;
     EXPECT_EQ(all_prompts.count(prompt), 1u) << prompt;
   }
 }
 
+TEST(Synthetic, EverySegmentStartsAtALineWithFixedDigitPositions) {
+  const int seq_len = 64;  // 1 + 6 lines of 10, then 3 newlines of padding
+  const SyntheticTask task = make_synthetic_task(4, seq_len, 99, 600);
+  ASSERT_EQ(task.train_tokens.size(), 100u * seq_len);
+  for (size_t s = 0; s < task.train_tokens.size(); s += seq_len) {
+    const std::string seg(task.train_tokens.begin() + s, task.train_tokens.begin() + s + seq_len);
+    for (int line = 0; line < 6; ++line) {
+      const std::string l = seg.substr(1 + 10 * line, 10);
+      ASSERT_EQ(l[2], '+') << "segment at " << s << ": " << l;
+      ASSERT_EQ(l[5], '=') << l;
+      ASSERT_EQ(std::stoi(l.substr(6, 3)), std::stoi(l.substr(0, 2)) + std::stoi(l.substr(3, 2))) << l;
+    }
+    EXPECT_EQ(seg.substr(0, 1) + seg.substr(61), "\n\n\n\n") << "segment at " << s;
+  }
+}
+
 TEST(Synthetic, DeterministicFromSeed) {
-  const SyntheticTask a = make_synthetic_task(5, 99, 2000);
-  const SyntheticTask b = make_synthetic_task(5, 99, 2000);
-  const SyntheticTask c = make_synthetic_task(6, 99, 2000);
+  const SyntheticTask a = make_synthetic_task(5, 64, 99, 2000);
+  const SyntheticTask b = make_synthetic_task(5, 64, 99, 2000);
+  const SyntheticTask c = make_synthetic_task(6, 64, 99, 2000);
   EXPECT_EQ(a.train_tokens, b.train_tokens);
   EXPECT_EQ(a.heldout, b.heldout);
   EXPECT_NE(a.train_tokens, c.train_tokens);
@@ -366,7 +371,7 @@ TEST(Synthetic, LoadDatasetUsesConfigSeed) {
   DataConfig cfg{DataKind::kSynthetic, "", 16, 9};
   auto ds = load_dataset(cfg, 256);
   ASSERT_TRUE(ds.ok()) << ds.status();
-  const SyntheticTask task = make_synthetic_task(9);
+  const SyntheticTask task = make_synthetic_task(9, 16);
   EXPECT_EQ(ds->tokens, task.train_tokens);
   EXPECT_EQ(ds->heldout, task.heldout);
 }

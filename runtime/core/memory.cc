@@ -27,14 +27,28 @@ MemoryAccountant& MemoryAccountant::global() {
   return acct;
 }
 
+namespace {
+
+absl::Status limit_error(Tier t, Category c, uint64_t bytes, uint64_t limit, uint64_t in_use) {
+  return absl::ResourceExhaustedError(absl::StrCat("allocating ", bytes, " bytes of ", category_name(c), " on ",
+                                                   tier_name(t), " would exceed the ", tier_name(t),
+                                                   " memory limit of ", limit, " bytes (", in_use,
+                                                   " already in use)"));
+}
+
+}  // namespace
+
+absl::Status MemoryAccountant::check(Tier t, Category c, uint64_t bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int ti = static_cast<int>(t);
+  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) return limit_error(t, c, bytes, limit_[ti], total_[ti]);
+  return absl::OkStatus();
+}
+
 absl::Status MemoryAccountant::reserve(Tier t, Category c, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const int ti = static_cast<int>(t), ci = static_cast<int>(c);
-  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "allocating ", bytes, " bytes of ", category_name(c), " on ", tier_name(t), " would exceed the ",
-        tier_name(t), " memory limit of ", limit_[ti], " bytes (", total_[ti], " already in use)"));
-  }
+  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) return limit_error(t, c, bytes, limit_[ti], total_[ti]);
   current_[ti][ci] += bytes;
   total_[ti] += bytes;
   if (current_[ti][ci] > peak_[ti][ci]) peak_[ti][ci] = current_[ti][ci];
@@ -89,7 +103,8 @@ absl::StatusOr<Buffer> Buffer::allocate(uint64_t bytes, Category c, Tier t, Memo
   if (t == Tier::kNvme) {
     return absl::InvalidArgumentError("NVMe space is not allocated as a memory buffer");
   }
-  ZEROD_RETURN_IF_ERROR(acct.reserve(t, c, bytes));
+  // Check, allocate, then record: a failed allocation leaves no trace in the peaks.
+  ZEROD_RETURN_IF_ERROR(acct.check(t, c, bytes));
   const uint64_t rounded = (bytes + 63) / 64 * 64;
   absl::StatusOr<void*> p;
   if (t == Tier::kHost) {
@@ -104,15 +119,15 @@ absl::StatusOr<Buffer> Buffer::allocate(uint64_t bytes, Category c, Tier t, Memo
   } else {
     p = gpu_alloc(rounded);
   }
-  if (!p.ok()) {
-    acct.release(t, c, bytes);
-    return p.status();
-  }
+  if (!p.ok()) return p.status();
   Buffer b;
   b.data_ = *p;
   b.bytes_ = bytes;
   b.tier_ = t;
   b.category_ = c;
+  if (absl::Status s = acct.reserve(t, c, bytes); !s.ok()) {
+    return s;  // another thread took the room meanwhile; b frees itself, unrecorded
+  }
   b.acct_ = &acct;
   return b;
 }
@@ -133,15 +148,16 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 }
 
 void Buffer::reset() {
-  if (!acct_) return;
-  if (tier_ == Tier::kHost) {
-    std::free(data_);
-  } else if (tier_ == Tier::kPinned) {
-    pinned_free(data_);
-  } else {
-    gpu_free(data_);
+  if (data_) {
+    if (tier_ == Tier::kHost) {
+      std::free(data_);
+    } else if (tier_ == Tier::kPinned) {
+      pinned_free(data_);
+    } else {
+      gpu_free(data_);
+    }
   }
-  acct_->release(tier_, category_, bytes_);
+  if (acct_) acct_->release(tier_, category_, bytes_);
   data_ = nullptr;
   bytes_ = 0;
   acct_ = nullptr;
@@ -162,7 +178,8 @@ absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
     }
   }
   double v = 0;
-  if (!absl::SimpleAtod(s, &v) || !std::isfinite(v) || v < 0) {
+  // 2^63 bytes is past any machine and past what llround can return.
+  if (!absl::SimpleAtod(s, &v) || !std::isfinite(v) || v < 0 || v * mult >= 0x1p63) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", std::string(text), "' is not a byte size (expected e.g. 4096, \"512MiB\", \"12GiB\")"));
   }

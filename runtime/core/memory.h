@@ -31,6 +31,8 @@ class MemoryAccountant {
 
   // Records `bytes` as allocated; fails (recording nothing) past the tier limit.
   absl::Status reserve(Tier t, Category c, uint64_t bytes);
+  // The error reserve() would give now, recording nothing.
+  absl::Status check(Tier t, Category c, uint64_t bytes) const;
   void release(Tier t, Category c, uint64_t bytes);
 
   // 0 means no limit.

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace zerod {
 namespace {
@@ -177,7 +178,7 @@ absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pat
   return paths;
 }
 
-SyntheticTask make_synthetic_task(uint64_t seed, int max_operand, int train_lines,
+SyntheticTask make_synthetic_task(uint64_t seed, int seq_len, int max_operand, int train_lines,
                                   int heldout_prompts) {
   std::vector<std::pair<int, int>> pairs;
   for (int a = 0; a <= max_operand; ++a) {
@@ -189,20 +190,35 @@ SyntheticTask make_synthetic_task(uint64_t seed, int max_operand, int train_line
   shuffle(pairs, rng);
   const size_t num_heldout = std::min(pairs.size(), std::max<size_t>(1, pairs.size() / 10));
 
+  const int wa = static_cast<int>(std::to_string(std::max(0, max_operand)).size());
+  const int wc = static_cast<int>(std::to_string(2 * std::max(0, max_operand)).size());
+  auto prompt = [&](int a, int b) { return absl::StrFormat("%0*d+%0*d=", wa, a, wa, b); };
+  auto answer = [&](int a, int b) { return absl::StrFormat("%0*d", wc, a + b); };
+
   SyntheticTask task;
   const size_t num_prompts = std::min(num_heldout, static_cast<size_t>(std::max(0, heldout_prompts)));
   for (size_t i = 0; i < num_prompts; ++i) {
     const auto [a, b] = pairs[i];
-    task.heldout.emplace_back(absl::StrCat(a, "+", b, "="), absl::StrCat(a + b));
+    task.heldout.emplace_back(prompt(a, b), answer(a, b));
   }
   const size_t num_train = pairs.size() - num_heldout;
   if (num_train == 0) return task;  // max_operand < 1: nothing is left to train on
+  const size_t line_len = 2 * wa + wc + 3;
+  const size_t segment = static_cast<size_t>(std::max(1, seq_len));
+  std::vector<uint16_t>& out = task.train_tokens;
+  size_t segment_start = 0;
+  out.push_back('\n');
   for (int line = 0; line < train_lines; ++line) {
-    const auto [a, b] = pairs[num_heldout + uniform_below(rng, num_train)];
-    for (char c : absl::StrCat(a, "+", b, "=", a + b, "\n")) {
-      task.train_tokens.push_back(static_cast<unsigned char>(c));
+    // Start a new segment when this line would cross the segment's end.
+    if (out.size() > segment_start + 1 && out.size() + line_len > segment_start + segment) {
+      while (out.size() < segment_start + segment) out.push_back('\n');
+      segment_start = out.size();
+      out.push_back('\n');
     }
+    const auto [a, b] = pairs[num_heldout + uniform_below(rng, num_train)];
+    for (char c : prompt(a, b) + answer(a, b) + "\n") out.push_back(static_cast<unsigned char>(c));
   }
+  while (out.size() < segment_start + segment) out.push_back('\n');
   return task;
 }
 
@@ -214,7 +230,7 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
   Dataset ds;
   std::string source;  // names the data in the too-small error
   if (cfg.kind == DataKind::kSynthetic) {
-    SyntheticTask task = make_synthetic_task(cfg.seed);
+    SyntheticTask task = make_synthetic_task(cfg.seed, cfg.seq_len);
     ds.tokens = std::move(task.train_tokens);
     ds.heldout = std::move(task.heldout);
     source = "synthetic data";

@@ -67,8 +67,8 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
     return kExitBadInput;
   }
   MemoryAccountant& acct = MemoryAccountant::global();
-  if (cfg->run.host_memory_limit) acct.set_limit(Tier::kHost, *cfg->run.host_memory_limit);
-  if (cfg->run.gpu_memory_limit) acct.set_limit(Tier::kGpu, *cfg->run.gpu_memory_limit);
+  acct.set_limit(Tier::kHost, cfg->run.host_memory_limit.value_or(0));
+  acct.set_limit(Tier::kGpu, cfg->run.gpu_memory_limit.value_or(0));
   acct.reset_peaks();
 
   auto trainer = Trainer::create(*cfg);

@@ -1,0 +1,534 @@
+// Job config parsing: DeepSpeed defaults, presets, the batch-size rule, key
+// paths in errors, byte sizes, --set overrides and loading from a file.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gtest/gtest.h"
+#include "tests/temp_dir.h"
+#include "runtime/config/job_config.h"
+#include "runtime/config/json_reader.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+json minimal() { return {{"model", {{"preset", "gpt2-tiny"}}}, {"train_batch_size", 8}}; }
+
+// The status failed with `code` and its message contains every one of `parts`.
+::testing::AssertionResult fails_with(const absl::Status& s, absl::StatusCode code,
+                                      const std::vector<std::string>& parts) {
+  if (s.ok()) return ::testing::AssertionFailure() << "expected an error, got OK";
+  const std::string msg(s.message());
+  if (s.code() != code) {
+    return ::testing::AssertionFailure() << "code " << absl::StatusCodeToString(s.code()) << ", expected "
+                                         << absl::StatusCodeToString(code) << ": " << msg;
+  }
+  for (const std::string& p : parts) {
+    if (msg.find(p) == std::string::npos) {
+      return ::testing::AssertionFailure() << "message '" << msg << "' does not contain '" << p << "'";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// parse_job_config(cfg, world) is InvalidArgument and names `part`.
+::testing::AssertionResult rejected(const json& cfg, const std::string& part, int world = 1) {
+  return fails_with(parse_job_config(cfg, world).status(), absl::StatusCode::kInvalidArgument, {part});
+}
+
+JobConfig parse_ok(const json& cfg, int world = 1) {
+  auto r = parse_job_config(cfg, world);
+  EXPECT_TRUE(r.ok()) << cfg.dump() << ": " << std::string(r.status().message());
+  return r.ok() ? *r : JobConfig{};
+}
+
+// ---------------------------------------------------------------- defaults
+
+TEST(ConfigDefaults, MinimalConfigGetsDeepSpeedDefaults) {
+  auto r = parse_job_config(minimal(), 1);
+  ASSERT_TRUE(r.ok()) << std::string(r.status().message());
+  const JobConfig& c = *r;
+  EXPECT_EQ(c.preset, "gpt2-tiny");
+  EXPECT_EQ(c.train_batch_size, 8);
+  EXPECT_EQ(c.micro_batch, 8);
+  EXPECT_EQ(c.grad_accum, 1);
+  EXPECT_EQ(c.steps_per_print, 10);
+  EXPECT_EQ(c.gradient_clipping, 0.0);
+
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
+  EXPECT_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_EQ(c.optimizer.beta1, 0.9);
+  EXPECT_EQ(c.optimizer.beta2, 0.999);
+  EXPECT_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(c.scheduler.type, SchedulerType::kNone);
+
+  EXPECT_EQ(c.zero.stage, 0);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500000000);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 500000000);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_optimizer.buffer_count, 4);
+  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_param.buffer_count, 5);
+  EXPECT_EQ(c.aio_block_size, 1048576);
+  EXPECT_EQ(c.aio_queue_depth, 8);
+
+  EXPECT_EQ(c.precision, DType::kF32);
+  EXPECT_EQ(c.fp16.loss_scale, 0.0);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_EQ(c.fp16.min_loss_scale, 1.0);
+
+  EXPECT_EQ(c.model.block_size, 64);
+  EXPECT_EQ(c.data.kind, DataKind::kSynthetic);
+  EXPECT_EQ(c.data.seq_len, 64);  // defaults to model.block_size
+  EXPECT_EQ(c.run.steps, 200);
+  EXPECT_EQ(c.run.log_format, LogFormat::kText);
+  EXPECT_FALSE(c.run.host_memory_limit.has_value());
+  EXPECT_FALSE(c.activation_checkpointing);
+}
+
+TEST(ConfigDefaults, SeqLenFollowsAnOverriddenBlockSize) {
+  json j = minimal();
+  j["model"]["block_size"] = 32;
+  EXPECT_EQ(parse_ok(j).data.seq_len, 32);
+}
+
+TEST(ConfigDefaults, RootMustBeAnObjectAndModelIsRequired) {
+  EXPECT_FALSE(parse_job_config(json::array(), 1).ok());
+  EXPECT_TRUE(rejected({{"train_batch_size", 8}}, "model"));
+}
+
+// ---------------------------------------------------------------- presets
+
+TEST(ConfigModel, Gpt2Preset) {
+  json j = minimal();
+  j["model"]["preset"] = "gpt2";
+  const JobConfig c = parse_ok(j);
+  EXPECT_EQ(c.preset, "gpt2");
+  EXPECT_EQ(c.model.n_layer, 12);
+  EXPECT_EQ(c.model.n_head, 12);
+  EXPECT_EQ(c.model.n_embd, 768);
+  EXPECT_EQ(c.model.vocab_size, 50257);
+  EXPECT_EQ(c.model.block_size, 1024);
+  EXPECT_EQ(c.data.seq_len, 1024);
+}
+
+TEST(ConfigModel, ExplicitFieldsOverrideThePreset) {
+  json j = minimal();
+  j["model"] = {{"preset", "gpt2"}, {"n_layer", 3}, {"block_size", 128}};
+  const JobConfig c = parse_ok(j);
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.block_size, 128);
+  EXPECT_EQ(c.model.n_head, 12);  // untouched preset fields stay
+  EXPECT_EQ(c.model.n_embd, 768);
+  EXPECT_EQ(c.model.vocab_size, 50257);
+}
+
+TEST(ConfigModel, CustomSizes) {
+  json j = minimal();
+  j["model"] = {{"n_layer", 1}, {"n_head", 4}, {"n_embd", 32}, {"vocab_size", 100}, {"block_size", 16}};
+  const JobConfig c = parse_ok(j);
+  EXPECT_EQ(c.preset, "custom");
+  EXPECT_EQ(c.model.n_head, 4);
+  EXPECT_EQ(c.model.vocab_size, 100);
+  EXPECT_EQ(c.data.seq_len, 16);
+}
+
+TEST(ConfigModel, CustomWithoutSizesIsAnError) {
+  json j = minimal();
+  j["model"] = {{"preset", "custom"}};
+  EXPECT_TRUE(rejected(j, "model"));
+  j["model"] = json::object();
+  EXPECT_TRUE(rejected(j, "model"));
+}
+
+TEST(ConfigModel, UnknownPresetIsNamed) {
+  json j = minimal();
+  j["model"]["preset"] = "gpt5-huge";
+  EXPECT_TRUE(rejected(j, "gpt5-huge"));
+}
+
+TEST(ConfigModel, EmbeddingMustDivideByHeads) {
+  json j = minimal();
+  j["model"]["n_embd"] = 65;  // gpt2-tiny has 2 heads
+  EXPECT_TRUE(rejected(j, "n_embd"));
+  j["model"]["n_embd"] = 66;
+  EXPECT_EQ(parse_ok(j).model.n_embd, 66);
+}
+
+// ---------------------------------------------------------------- batch rule
+
+// A config with just the given batch keys (absent when < 0).
+json batch(int64_t tbs, int64_t micro, int64_t accum) {
+  json j = {{"model", {{"preset", "gpt2-tiny"}}}};
+  if (tbs >= 0) j["train_batch_size"] = tbs;
+  if (micro >= 0) j["train_micro_batch_size_per_gpu"] = micro;
+  if (accum >= 0) j["gradient_accumulation_steps"] = accum;
+  return j;
+}
+
+struct Batch {
+  int64_t tbs;
+  int micro, accum;
+};
+
+Batch resolved(const json& j, int world) {
+  const JobConfig c = parse_ok(j, world);
+  // The rule itself, whatever was given.
+  EXPECT_EQ(c.train_batch_size, int64_t{c.micro_batch} * c.grad_accum * world);
+  return {c.train_batch_size, c.micro_batch, c.grad_accum};
+}
+
+TEST(ConfigBatch, TotalAndMicroGiveAccumulation) {
+  Batch b = resolved(batch(32, 4, -1), 1);
+  EXPECT_EQ(b.accum, 8);
+  b = resolved(batch(32, 4, -1), 2);
+  EXPECT_EQ(b.accum, 4);
+  EXPECT_EQ(b.micro, 4);
+  EXPECT_EQ(b.tbs, 32);
+}
+
+TEST(ConfigBatch, TotalAndAccumulationGiveMicro) {
+  Batch b = resolved(batch(24, -1, 3), 1);
+  EXPECT_EQ(b.micro, 8);
+  b = resolved(batch(24, -1, 3), 2);
+  EXPECT_EQ(b.micro, 4);
+  EXPECT_EQ(b.accum, 3);
+}
+
+TEST(ConfigBatch, MicroAndAccumulationGiveTotal) {
+  EXPECT_EQ(resolved(batch(-1, 3, 5), 1).tbs, 15);
+  EXPECT_EQ(resolved(batch(-1, 3, 5), 2).tbs, 30);
+}
+
+TEST(ConfigBatch, TotalAloneMeansNoAccumulation) {
+  Batch b = resolved(batch(12, -1, -1), 1);
+  EXPECT_EQ(b.accum, 1);
+  EXPECT_EQ(b.micro, 12);
+  b = resolved(batch(12, -1, -1), 2);
+  EXPECT_EQ(b.accum, 1);
+  EXPECT_EQ(b.micro, 6);
+}
+
+TEST(ConfigBatch, MicroAloneGivesMicroTimesWorld) {
+  Batch b = resolved(batch(-1, 5, -1), 1);
+  EXPECT_EQ(b.tbs, 5);
+  EXPECT_EQ(b.accum, 1);
+  b = resolved(batch(-1, 5, -1), 2);
+  EXPECT_EQ(b.tbs, 10);
+  EXPECT_EQ(b.accum, 1);
+}
+
+TEST(ConfigBatch, AllThreeMustAgree) {
+  EXPECT_EQ(resolved(batch(16, 4, 2), 2).tbs, 16);
+  // 4 * 2 * 1 = 8 != 16.
+  EXPECT_TRUE(fails_with(parse_job_config(batch(16, 4, 2), 1).status(), absl::StatusCode::kInvalidArgument,
+                         {"inconsistent", "train_batch_size"}));
+}
+
+TEST(ConfigBatch, TotalMustBeDivisible) {
+  EXPECT_TRUE(rejected(batch(10, 4, -1), "train_batch_size"));       // 10 % 4
+  EXPECT_TRUE(rejected(batch(12, 4, -1), "train_batch_size", 2));    // 12 % 8
+  EXPECT_TRUE(rejected(batch(10, -1, 3), "train_batch_size"));       // 10 % 3
+  EXPECT_TRUE(rejected(batch(9, -1, -1), "train_batch_size", 2));    // 9 % 2
+}
+
+TEST(ConfigBatch, NeedsTotalOrMicro) {
+  EXPECT_TRUE(rejected(batch(-1, -1, -1), "train_batch_size"));
+  EXPECT_TRUE(rejected(batch(-1, -1, 4), "train_batch_size"));
+}
+
+TEST(ConfigBatch, ZeroAndNegativeAreErrors) {
+  EXPECT_TRUE(rejected(batch(0, -1, -1), "train_batch_size"));
+  EXPECT_TRUE(rejected(batch(8, 0, -1), "train_micro_batch_size_per_gpu"));
+  EXPECT_TRUE(rejected(batch(8, -1, 0), "gradient_accumulation_steps"));
+  json j = batch(8, -1, -1);
+  j["train_micro_batch_size_per_gpu"] = -2;
+  EXPECT_TRUE(rejected(j, "train_micro_batch_size_per_gpu"));
+  j = batch(-1, -1, -1);
+  j["train_batch_size"] = -8;
+  EXPECT_TRUE(rejected(j, "train_batch_size"));
+}
+
+// ---------------------------------------------------------------- unknown keys and types
+
+TEST(ConfigKeys, UnknownKeysNameTheirFullPath) {
+  json j = minimal();
+  j["foo"] = 1;
+  EXPECT_TRUE(rejected(j, "unknown key 'foo'"));
+
+  j = minimal();
+  j["zero_optimization"]["offload_optimizer"]["colour"] = "red";
+  EXPECT_TRUE(rejected(j, "'zero_optimization.offload_optimizer.colour'"));
+
+  j = minimal();
+  j["optimizer"]["params"]["momentum"] = 0.9;
+  EXPECT_TRUE(rejected(j, "'optimizer.params.momentum'"));
+
+  j = minimal();
+  j["run"]["checkpoint"]["every"] = 10;
+  EXPECT_TRUE(rejected(j, "'run.checkpoint.every'"));
+
+  j = minimal();
+  j["model"]["layers"] = 4;
+  EXPECT_TRUE(rejected(j, "'model.layers'"));
+}
+
+TEST(ConfigKeys, KnownSectionsWithAllKeysParse) {
+  json j = minimal();
+  j["run"] = {{"steps", 5}, {"seed", 7}, {"device", "cpu"}, {"log_format", "json"},
+              {"checkpoint", {{"interval", 0}, {"keep", 2}}}, {"sample", {{"tokens", 8}, {"temperature", 0.5}}}};
+  j["optimizer"] = {{"type", "Adam"},
+                    {"params", {{"lr", 0.01}, {"betas", {0.8, 0.95}}, {"eps", 1e-6}, {"weight_decay", 0.1}}}};
+  j["zero_optimization"] = {{"stage", 2}, {"overlap_comm", false}};
+  j["gradient_clipping"] = 1.0;
+  j["bf16"] = {{"enabled", true}};
+  const JobConfig c = parse_ok(j);
+  EXPECT_EQ(c.run.steps, 5);
+  EXPECT_EQ(c.run.seed, 7u);
+  EXPECT_EQ(c.run.device, "cpu");
+  EXPECT_EQ(c.run.log_format, LogFormat::kJson);
+  EXPECT_EQ(c.run.checkpoint.keep, 2);
+  EXPECT_EQ(c.run.sample_tokens, 8);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdam);
+  EXPECT_EQ(c.optimizer.lr, 0.01);
+  EXPECT_EQ(c.optimizer.beta1, 0.8);
+  EXPECT_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_EQ(c.optimizer.eps, 1e-6);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_FALSE(c.zero.overlap_comm);
+  EXPECT_EQ(c.gradient_clipping, 1.0);
+  EXPECT_EQ(c.precision, DType::kBF16);
+}
+
+TEST(ConfigKeys, TypeErrorsNameTheKeyPath) {
+  json j = minimal();
+  j["run"]["steps"] = "ten";
+  EXPECT_TRUE(rejected(j, "run.steps"));
+
+  j = minimal();
+  j["optimizer"]["params"]["betas"] = {0.9};
+  EXPECT_TRUE(rejected(j, "optimizer.params.betas"));
+
+  j = minimal();
+  j["optimizer"]["params"]["betas"] = "0.9,0.999";
+  EXPECT_TRUE(rejected(j, "optimizer.params.betas"));
+
+  j = minimal();
+  j["optimizer"]["params"]["lr"] = "fast";
+  EXPECT_TRUE(rejected(j, "optimizer.params.lr"));
+
+  j = minimal();
+  j["zero_optimization"]["overlap_comm"] = 1;
+  EXPECT_TRUE(rejected(j, "zero_optimization.overlap_comm"));
+
+  j = minimal();
+  j["zero_optimization"] = 2;  // a section that is not an object
+  EXPECT_TRUE(rejected(j, "zero_optimization"));
+}
+
+// ---------------------------------------------------------------- bad values
+
+TEST(ConfigValues, BadValuesNameTheirKey) {
+  json j = minimal();
+  j["optimizer"]["params"]["lr"] = -0.1;
+  EXPECT_TRUE(rejected(j, "optimizer.params.lr"));
+
+  j = minimal();
+  j["zero_optimization"]["stage"] = 4;
+  EXPECT_TRUE(rejected(j, "zero_optimization.stage"));
+
+  j = minimal();
+  j["data"]["seq_len"] = 65;  // gpt2-tiny block_size is 64
+  EXPECT_TRUE(rejected(j, "data.seq_len"));
+  j["data"]["seq_len"] = 64;
+  EXPECT_EQ(parse_ok(j).data.seq_len, 64);
+
+  j = minimal();
+  j["run"]["steps"] = 0;
+  EXPECT_TRUE(rejected(j, "run.steps"));
+
+  j = minimal();
+  j["data"]["kind"] = "parquet";
+  EXPECT_TRUE(rejected(j, "data.kind"));
+
+  j = minimal();
+  j["run"]["log_format"] = "xml";
+  EXPECT_TRUE(rejected(j, "run.log_format"));
+}
+
+TEST(ConfigValues, Bf16AndFp16CannotBothBeEnabled) {
+  json j = minimal();
+  j["bf16"]["enabled"] = true;
+  j["fp16"]["enabled"] = true;
+  EXPECT_TRUE(fails_with(parse_job_config(j, 1).status(), absl::StatusCode::kInvalidArgument, {"bf16", "fp16"}));
+  j["bf16"]["enabled"] = false;
+  EXPECT_EQ(parse_ok(j).precision, DType::kF16);
+}
+
+TEST(ConfigValues, WarmupDecayNeedsTotalSteps) {
+  json j = minimal();
+  j["scheduler"] = {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 10}}}};
+  EXPECT_TRUE(rejected(j, "scheduler.params.total_num_steps"));
+  j["scheduler"]["params"]["total_num_steps"] = 100;
+  const JobConfig c = parse_ok(j);
+  EXPECT_EQ(c.scheduler.type, SchedulerType::kWarmupDecayLR);
+  EXPECT_EQ(c.scheduler.total_num_steps, 100);
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 10);
+}
+
+// ---------------------------------------------------------------- byte sizes
+
+TEST(ConfigBytes, HostMemoryLimitForms) {
+  const std::pair<json, uint64_t> cases[] = {
+      {4096, 4096},
+      {"512MiB", 536870912ull},
+      {"12GiB", 12ull * 1024 * 1024 * 1024},
+      {"1.5GB", 1500000000ull},
+  };
+  for (const auto& [value, bytes] : cases) {
+    json j = minimal();
+    j["run"]["host_memory_limit"] = value;
+    const JobConfig c = parse_ok(j);
+    ASSERT_TRUE(c.run.host_memory_limit.has_value()) << value.dump();
+    EXPECT_EQ(*c.run.host_memory_limit, bytes) << value.dump();
+  }
+}
+
+TEST(ConfigBytes, BadHostMemoryLimitIsNamed) {
+  for (const json& bad : {json("12 potatoes"), json(-1), json(true)}) {
+    json j = minimal();
+    j["run"]["host_memory_limit"] = bad;
+    EXPECT_TRUE(rejected(j, "run.host_memory_limit")) << bad.dump();
+  }
+}
+
+// ---------------------------------------------------------------- integers as floats
+
+TEST(ConfigIntegers, FloatsWithIntegerValuesAreAccepted) {
+  json j = minimal();
+  j["zero_optimization"]["reduce_bucket_size"] = 5e8;
+  ASSERT_TRUE(j["zero_optimization"]["reduce_bucket_size"].is_number_float());
+  EXPECT_EQ(parse_ok(j).zero.reduce_bucket_size, 500000000);
+
+  j["zero_optimization"]["reduce_bucket_size"] = 5.5;
+  EXPECT_TRUE(rejected(j, "zero_optimization.reduce_bucket_size"));
+
+  j = minimal();
+  j["run"]["steps"] = 10.0;
+  EXPECT_EQ(parse_ok(j).run.steps, 10);
+}
+
+// ---------------------------------------------------------------- overrides
+
+TEST(ConfigOverride, SetsANumber) {
+  json j = minimal();
+  ASSERT_TRUE(apply_override(j, "run.steps=50").ok());
+  EXPECT_EQ(j["run"]["steps"], json(50));
+  EXPECT_EQ(parse_ok(j).run.steps, 50);
+}
+
+TEST(ConfigOverride, SetsAnArray) {
+  json j = minimal();
+  ASSERT_TRUE(apply_override(j, "optimizer.params.betas=[0.9,0.99]").ok());
+  EXPECT_EQ(j["optimizer"]["params"]["betas"], json({0.9, 0.99}));
+  EXPECT_EQ(parse_ok(j).optimizer.beta2, 0.99);
+}
+
+TEST(ConfigOverride, BareWordIsAString) {
+  json j = minimal();
+  ASSERT_TRUE(apply_override(j, "model.preset=gpt2").ok());
+  EXPECT_EQ(j["model"]["preset"], json("gpt2"));
+  EXPECT_EQ(parse_ok(j).model.n_embd, 768);
+}
+
+TEST(ConfigOverride, CreatesMissingObjects) {
+  json j = minimal();
+  ASSERT_FALSE(j.contains("zero_optimization"));
+  ASSERT_TRUE(apply_override(j, "zero_optimization.stage=2").ok());
+  EXPECT_EQ(j["zero_optimization"], json({{"stage", 2}}));
+  EXPECT_EQ(parse_ok(j).zero.stage, 2);
+}
+
+TEST(ConfigOverride, MalformedAssignmentsAreErrors) {
+  json j = minimal();
+  const json before = j;
+  EXPECT_EQ(apply_override(j, "noequals").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(apply_override(j, "=5").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(j, before);
+}
+
+TEST(ConfigOverride, PathThroughANonObjectIsAnError) {
+  json j = minimal();
+  j["run"]["steps"] = 5;
+  const absl::Status s = apply_override(j, "run.steps.x=1");
+  EXPECT_TRUE(fails_with(s, absl::StatusCode::kInvalidArgument, {"steps"}));
+  EXPECT_EQ(j["run"]["steps"], json(5));
+}
+
+TEST(ConfigOverride, UnknownKeyFailsInParse) {
+  json j = minimal();
+  ASSERT_TRUE(apply_override(j, "run.colour=\"blue\"").ok());
+  EXPECT_TRUE(rejected(j, "run.colour"));
+}
+
+// ---------------------------------------------------------------- loading files
+
+class ConfigFileTest : public testing::TempDirTest {};
+
+TEST_F(ConfigFileTest, LoadsAFile) {
+  const std::string p = write("job.json", minimal().dump(2));
+  auto r = load_job_config(p, {}, 1);
+  ASSERT_TRUE(r.ok()) << std::string(r.status().message());
+  EXPECT_EQ(r->micro_batch, 8);
+  EXPECT_EQ(r->preset, "gpt2-tiny");
+}
+
+TEST_F(ConfigFileTest, MissingFileIsNotFound) {
+  const std::string p = path("nope.json");
+  EXPECT_TRUE(fails_with(load_job_config(p, {}, 1).status(), absl::StatusCode::kNotFound, {p}));
+}
+
+TEST_F(ConfigFileTest, InvalidJsonNamesTheFile) {
+  const std::string p = write("bad.json", "{\"model\": {\"preset\": \"gpt2-tiny\"},, }");
+  EXPECT_TRUE(fails_with(load_job_config(p, {}, 1).status(), absl::StatusCode::kInvalidArgument, {p}));
+}
+
+TEST_F(ConfigFileTest, ParseErrorsArePrefixedWithTheFile) {
+  json j = minimal();
+  j["run"]["steps"] = 0;
+  const std::string p = write("zero_steps.json", j.dump());
+  const absl::Status s = load_job_config(p, {}, 1).status();
+  ASSERT_TRUE(fails_with(s, absl::StatusCode::kInvalidArgument, {p, "run.steps"}));
+  const std::string msg(s.message());
+  EXPECT_LT(msg.find(p), msg.find("run.steps"));  // the file comes first
+}
+
+TEST_F(ConfigFileTest, OverridesApplyInOrder) {
+  const std::string p = write("job.json", minimal().dump());
+  auto r = load_job_config(p, {"run.steps=5", "run.steps=7", "train_batch_size=16"}, 2);
+  ASSERT_TRUE(r.ok()) << std::string(r.status().message());
+  EXPECT_EQ(r->run.steps, 7);  // last wins
+  EXPECT_EQ(r->train_batch_size, 16);
+  EXPECT_EQ(r->micro_batch, 8);  // 16 / world 2
+}
+
+TEST_F(ConfigFileTest, OverrideErrorsAndUnknownOverrideKeys) {
+  const std::string p = write("job.json", minimal().dump());
+  EXPECT_FALSE(load_job_config(p, {"noequals"}, 1).ok());
+  EXPECT_TRUE(fails_with(load_job_config(p, {"run.nonsense=1"}, 1).status(), absl::StatusCode::kInvalidArgument,
+                         {p, "run.nonsense"}));
+}
+
+}  // namespace
+}  // namespace zerod

@@ -1,0 +1,211 @@
+// zero-worker's command line, exit codes and run output, called in-process
+// through run_worker (and once as the real binary).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/data/dataset.h"
+#include "runtime/engine/worker.h"
+#include "tests/temp_dir.h"
+
+namespace zerod {
+namespace {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run(std::vector<std::string> args) {
+  args.insert(args.begin(), "zero-worker");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  std::ostringstream out, err;
+  const int code = run_worker(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+nlohmann::json small_job() {
+  return {{"model", {{"preset", "gpt2-tiny"}}},
+          {"data", {{"kind", "synthetic"}, {"seq_len", 16}}},
+          {"run", {{"steps", 4}, {"seed", 3}, {"sample", {{"tokens", 8}}}}},
+          {"train_batch_size", 4},
+          {"steps_per_print", 1},
+          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}};
+}
+
+class WorkerTest : public testing::TempDirTest {
+ protected:
+  std::string job(const nlohmann::json& j) { return write("job.json", j.dump()); }
+
+  // Runs a job expected to be refused as bad input; returns its stderr.
+  std::string refused(const nlohmann::json& j, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--config", job(j)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result r = run(args);
+    EXPECT_EQ(r.code, kExitBadInput) << r.out << r.err;
+    return r.err;
+  }
+
+  nlohmann::json with_data(const std::string& kind, const std::string& file) {
+    nlohmann::json j = small_job();
+    j["data"] = {{"kind", kind}, {"path", file}, {"seq_len", 16}};
+    return j;
+  }
+};
+
+TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {
+  const Result r = run({"--config", job(small_job()), "--log-format", "json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  std::vector<nlohmann::json> events;
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) events.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(events.size(), 6u);  // start, 4 steps, summary
+  EXPECT_EQ(events[0]["event"], "start");
+  EXPECT_EQ(events[0]["world_size"], 1);
+  EXPECT_EQ(events[0]["params"], 120576);
+  for (int i = 1; i <= 4; ++i) {
+    EXPECT_EQ(events[i]["event"], "step");
+    EXPECT_EQ(events[i]["step"], i);
+    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}) EXPECT_TRUE(events[i][k].is_number()) << k;
+    EXPECT_TRUE(events[i]["loss_scale"].is_null());
+  }
+  const nlohmann::json& s = events[5];
+  EXPECT_EQ(s["event"], "summary");
+  EXPECT_EQ(s["steps"], 4);
+  EXPECT_EQ(s["first_loss"], events[1]["loss"]);
+  EXPECT_EQ(s["final_loss"], events[4]["loss"]);
+  EXPECT_TRUE(s["synthetic_accuracy"].is_number());
+  // gpt2-tiny has 120576 fp32 parameters: 4 bytes each of params and grads, 8 of Adam state.
+  EXPECT_EQ(s["memory_peak"]["host"]["params"], 120576 * 4);
+  EXPECT_EQ(s["memory_peak"]["host"]["grads"], 120576 * 4);
+  EXPECT_EQ(s["memory_peak"]["host"]["optimizer"], 120576 * 8);
+  EXPECT_EQ(s["memory_peak"]["gpu"]["params"], 0);
+  EXPECT_EQ(s["memory_peak_per_rank"].size(), 1u);
+}
+
+TEST_F(WorkerTest, SameSeedPrintsIdenticalLosses) {
+  const std::string cfg = job(small_job());
+  auto losses = [&](const Result& r) {
+    std::vector<std::string> v;
+    std::istringstream lines(r.out);
+    for (std::string l; std::getline(lines, l);) {
+      auto e = nlohmann::json::parse(l);
+      if (e["event"] == "step") v.push_back(e["loss"].dump());  // printed text, compared exactly
+    }
+    return v;
+  };
+  const auto a = losses(run({"--config", cfg, "--log-format", "json"}));
+  const auto b = losses(run({"--config", cfg, "--log-format", "json"}));
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(WorkerTest, TextOutputShowsProgressSampleAndMemoryTable) {
+  const Result r = run({"--config", job(small_job())});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  for (const char* s : {"zerod: model gpt2-tiny", "step 4/4 | loss", "tok/s", "ETA", "done: 4 steps",
+                        "synthetic accuracy", "sample:", "memory peak (rank 0)", "host"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  }
+}
+
+TEST_F(WorkerTest, SetOverridesKeys) {
+  const Result r = run({"--config", job(small_job()), "--set", "run.steps=2", "--log-format", "json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("\"steps\":2"), std::string::npos);
+}
+
+TEST_F(WorkerTest, UnknownKey) {
+  nlohmann::json j = small_job();
+  j["zero_optimization"] = {{"stage", 1}, {"bucket", 5}};
+  EXPECT_NE(refused(j).find("unknown key 'zero_optimization.bucket'"), std::string::npos);
+}
+
+TEST_F(WorkerTest, InconsistentBatchSizes) {
+  nlohmann::json j = small_job();
+  j["train_micro_batch_size_per_gpu"] = 3;
+  j["gradient_accumulation_steps"] = 1;
+  EXPECT_NE(refused(j).find("inconsistent batch sizes"), std::string::npos);
+}
+
+TEST_F(WorkerTest, NegativeLearningRate) {
+  nlohmann::json j = small_job();
+  j["optimizer"]["params"]["lr"] = -0.1;
+  EXPECT_NE(refused(j).find("optimizer.params.lr: must not be negative"), std::string::npos);
+}
+
+TEST_F(WorkerTest, PresetThatDoesNotExist) {
+  nlohmann::json j = small_job();
+  j["model"]["preset"] = "gpt5";
+  EXPECT_NE(refused(j).find("model.preset 'gpt5' does not exist"), std::string::npos);
+}
+
+TEST_F(WorkerTest, MissingDataFile) {
+  const std::string missing = path("none.bin");
+  EXPECT_NE(refused(with_data("tokens", missing)).find(missing), std::string::npos);
+}
+
+TEST_F(WorkerTest, TruncatedDataFile) {
+  const std::string f = path("short.bin");
+  ASSERT_TRUE(write_token_shard(f, std::vector<uint16_t>(100, 7)).ok());
+  std::filesystem::resize_file(f, 1024 + 100);  // header says 100 tokens, 50 remain
+  const std::string err = refused(with_data("tokens", f));
+  EXPECT_NE(err.find(f), std::string::npos) << err;
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+}
+
+TEST_F(WorkerTest, WrongMagic) {
+  std::string bytes(1024 + 200, '\0');
+  const int32_t header[3] = {20240326, 1, 100};  // an llm.c model file, not a token shard
+  std::memcpy(bytes.data(), header, sizeof header);
+  const std::string f = write("model.bin", bytes);
+  const std::string err = refused(with_data("tokens", f));
+  EXPECT_NE(err.find("magic 20240326"), std::string::npos) << err;
+}
+
+TEST_F(WorkerTest, MissingConfigFileAndBadArguments) {
+  EXPECT_EQ(run({"--config", path("nope.json")}).code, kExitBadInput);
+  EXPECT_EQ(run({}).code, kExitBadInput);
+  EXPECT_EQ(run({"--config", job(small_job()), "--log-format", "xml"}).code, kExitBadInput);
+  const Result bad_set = run({"--config", job(small_job()), "--set", "run.steps"});
+  EXPECT_EQ(bad_set.code, kExitBadInput);
+  EXPECT_NE(bad_set.err.find("expected key.path=value"), std::string::npos);
+}
+
+TEST_F(WorkerTest, MultiRankLaunchIsRefusedClearly) {
+  setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  const std::string err = refused(small_job());
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_NE(err.find("rank 0 of 2"), std::string::npos) << err;
+}
+
+TEST_F(WorkerTest, HostMemoryLimitStopsTheRunCleanly) {
+  nlohmann::json j = small_job();
+  j["run"]["host_memory_limit"] = "1MiB";
+  const Result r = run({"--config", job(j)});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_NE(r.err.find("host memory limit of 1048576 bytes"), std::string::npos) << r.err;
+}
+
+TEST_F(WorkerTest, TheBinaryExitsWithTheSameCodes) {
+  auto status = [](const std::string& cmd) {
+    const int s = std::system((cmd + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  };
+  nlohmann::json bad = small_job();
+  bad["nonsense"] = 1;
+  EXPECT_EQ(status(std::string(ZEROD_WORKER_BIN) + " --config " + job(small_job())), 0);
+  EXPECT_EQ(status(std::string(ZEROD_WORKER_BIN) + " --config " + write("bad.json", bad.dump())), 2);
+}
+
+}  // namespace
+}  // namespace zerod
