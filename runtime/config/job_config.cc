@@ -358,14 +358,11 @@ absl::StatusOr<JobConfig> load_job_config(const std::string& path, const std::ve
   if (!in) return absl::NotFoundError(absl::StrCat("config file '", path, "' cannot be opened"));
   std::stringstream ss;
   ss << in.rdbuf();
-  nlohmann::json root = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) {
-    // Parse again with exceptions for the position of the error.
-    try {
-      (void)nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::parse_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is not valid JSON: ", e.what()));
-    }
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(ss.str());  // the exception carries the error's position
+  } catch (const nlohmann::json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is not valid JSON: ", e.what()));
   }
   for (const std::string& o : overrides) ZEROD_RETURN_IF_ERROR(apply_override(root, o));
   auto cfg = parse_job_config(root, world_size);

@@ -100,27 +100,21 @@ absl::Status JsonReader::read(const char* key, std::string* out) {
   return absl::OkStatus();
 }
 
-absl::Status JsonReader::read(const char* key, std::optional<std::string>* out) {
-  std::string s;
+template <class T>
+absl::Status JsonReader::read_optional(const char* key, std::optional<T>* out) {
   if (!has(key)) {
-    find(key);
+    find(key);  // an explicit null counts as read
     return absl::OkStatus();
   }
-  ZEROD_RETURN_IF_ERROR(read(key, &s));
-  *out = s;
+  T v{};
+  ZEROD_RETURN_IF_ERROR(read(key, &v));
+  *out = std::move(v);
   return absl::OkStatus();
 }
 
-absl::Status JsonReader::read(const char* key, std::optional<int64_t>* out) {
-  int64_t v = 0;
-  if (!has(key)) {
-    find(key);
-    return absl::OkStatus();
-  }
-  ZEROD_RETURN_IF_ERROR(read(key, &v));
-  *out = v;
-  return absl::OkStatus();
-}
+absl::Status JsonReader::read(const char* key, std::optional<std::string>* out) { return read_optional(key, out); }
+
+absl::Status JsonReader::read(const char* key, std::optional<int64_t>* out) { return read_optional(key, out); }
 
 absl::Status JsonReader::read_bytes(const char* key, std::optional<uint64_t>* out) {
   const nlohmann::json* v = find(key);

@@ -42,6 +42,8 @@ class JsonReader {
 
  private:
   const nlohmann::json* find(const char* key);
+  template <class T>
+  absl::Status read_optional(const char* key, std::optional<T>* out);
 
   const nlohmann::json* obj_;
   std::string path_;
