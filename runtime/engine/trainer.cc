@@ -36,7 +36,7 @@ absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(inputs_, Buffer::allocate(tokens * 4, Category::kWorkspace));
   ZEROD_ASSIGN_OR_RETURN(targets_, Buffer::allocate(tokens * 4, Category::kWorkspace));
 
-  float* master = mixed ? master_.as<float>() : params_.as<float>();
+  float* master = this->master();
   init_gpt_params(model_->layout(), cfg_.run.seed, master);
   if (mixed) convert_from_f32(cfg_.precision, master, params_.data(), n);
   std::memset(adam_m_.data(), 0, n * 4);
@@ -48,10 +48,6 @@ absl::Status Trainer::build() {
   adam_ = AdamHyper{static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps),
                     static_cast<float>(o.weight_decay), o.type != OptimizerType::kAdam};
   return absl::OkStatus();
-}
-
-const float* Trainer::master_params() const {
-  return cfg_.precision == DType::kF32 ? params_.as<float>() : master_.as<float>();
 }
 
 absl::StatusOr<StepResult> Trainer::step() {
@@ -94,7 +90,7 @@ absl::StatusOr<StepResult> Trainer::step() {
   }
   r.lr = lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_);
   ++updates_;
-  float* master = const_cast<float*>(master_params());
+  float* master = this->master();
   for (int id = 0; id < kNumParamTensors; ++id) {
     const ParamTensorInfo& t = layout.tensor(id);
     adam_step(master + t.offset, grads + t.offset, adam_m_.as<float>() + t.offset, adam_v_.as<float>() + t.offset,

@@ -51,13 +51,15 @@ class Trainer {
   const GptLayout& layout() const { return model_->layout(); }
   int64_t num_params() const { return layout().num_params(); }
   // fp32 master weights (the parameters themselves in fp32 runs).
-  const float* master_params() const;
+  const float* master_params() const { return master(); }
   const float* grads() const { return grads_.as<float>(); }
   const Dataset& dataset() const { return data_; }
 
  private:
   explicit Trainer(const JobConfig& cfg);
   absl::Status build();
+  // fp32 master weights: their own buffer in 16-bit runs, the parameters in fp32 runs.
+  float* master() const { return (cfg_.precision == DType::kF32 ? params_ : master_).as<float>(); }
 
   JobConfig cfg_;
   Dataset data_;
