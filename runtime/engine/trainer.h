@@ -52,8 +52,6 @@ class Trainer {
   int64_t num_params() const { return layout().num_params(); }
   // fp32 master weights (the parameters themselves in fp32 runs).
   const float* master_params() const { return master(); }
-  const float* grads() const { return grads_.as<float>(); }
-  const Dataset& dataset() const { return data_; }
 
  private:
   explicit Trainer(const JobConfig& cfg);

@@ -24,7 +24,6 @@ class Gpt {
   ~Gpt();
 
   const GptLayout& layout() const { return layout_; }
-  int max_batch() const { return B_; }
   int max_seq() const { return T_; }
 
   // One micro-batch: forward, loss, backward. Adds grad_scale * d(mean loss)
