@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/temp_dir.h"
 #include "runtime/config/job_config.h"
@@ -338,6 +339,21 @@ TEST(ConfigKeys, TypeErrorsNameTheKeyPath) {
 }
 
 // ---------------------------------------------------------------- bad values
+
+TEST(ConfigValues, ZeroSettingsOutsideTheirStagesAreRefused) {
+  json j = minimal();
+  j["zero_optimization"]["stage"] = -1;
+  EXPECT_TRUE(rejected(j, "must be 0, 1, 2 or 3, got -1"));
+  for (int stage : {0, 1, 2}) {
+    j = minimal();
+    j["zero_optimization"] = {{"stage", stage}, {"offload_param", {{"device", "cpu"}}}};
+    EXPECT_TRUE(rejected(j, "zero_optimization.offload_param.device"));
+    EXPECT_TRUE(rejected(j, absl::StrCat("needs stage 3, but stage is ", stage)));
+  }
+  // With stage 3 the same setting passes this check (and meets the next).
+  j["zero_optimization"]["stage"] = 3;
+  EXPECT_TRUE(rejected(j, "offload is not supported by this build"));
+}
 
 TEST(ConfigValues, BadValuesNameTheirKey) {
   json j = minimal();

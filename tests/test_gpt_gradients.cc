@@ -1,5 +1,5 @@
 // Whole-model gradients of GPT-2 against central finite differences, for
-// every parameter tensor (and so every layer kind in place).
+// every parameter tensor of every layer (and so every layer kind in place).
 //
 // fp32 forward with the loss summed in double. Per tensor: a random direction
 // and the gradient's own direction, with eps 1e-2 (relative tolerance 2e-3),
@@ -45,13 +45,15 @@ struct Fixture {
   double loss() {
     auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data());
     std::vector<float> scratch(params.size(), 0.0f);
-    return model->forward_backward(w, inputs.data(), targets.data(), B, T, scratch.data(), 1.0f);
+    FlatGrads sink(&model->layout(), scratch.data());
+    return model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f);
   }
 
   void compute_grads() {
     std::fill(grads.begin(), grads.end(), 0.0f);
     auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data());
-    model->forward_backward(w, inputs.data(), targets.data(), B, T, grads.data(), 1.0f);
+    FlatGrads sink(&model->layout(), grads.data());
+    model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f);
   }
 };
 
@@ -59,11 +61,11 @@ TEST(GptGradients, EveryTensorMatchesFiniteDifferences) {
   Fixture fx;
   fx.compute_grads();
   auto f = [&] { return fx.loss(); };
-  for (int id = 0; id < kNumParamTensors; ++id) {
-    const ParamTensorInfo& t = fx.model->layout().tensor(id);
+  for (const ParamSegment& t : fx.model->layout().segments()) {
     float* p = fx.params.data() + t.offset;
     const float* g = fx.grads.data() + t.offset;
-    SCOPED_TRACE(t.name);
+    SCOPED_TRACE(::testing::Message() << fx.model->layout().tensor(t.id).name << " layer " << t.layer);
+    const int id = t.id * 16 + t.layer;
     // Along the gradient itself (normalised) and along a random unit direction.
     std::vector<float> along(g, g + t.numel);
     std::vector<float> rnd = random_vector(t.numel, 100 + id);
@@ -103,7 +105,8 @@ TEST(GptGradients, GradScaleScalesGradients) {
   fx.compute_grads();
   std::vector<float> scaled(fx.grads.size(), 0.0f);
   auto w = *FlatWeights::create(&fx.model->layout(), DType::kF32, fx.params.data());
-  fx.model->forward_backward(w, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, scaled.data(), 4.0f);
+  FlatGrads sink(&fx.model->layout(), scaled.data());
+  fx.model->forward_backward(w, sink, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, 4.0f);
   // A power-of-two scale is exact in floating point.
   for (size_t i = 0; i < scaled.size(); ++i) ASSERT_EQ(scaled[i], 4.0f * fx.grads[i]) << "element " << i;
 }

@@ -2,6 +2,7 @@
 // with plain loops in double precision and no BLAS.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -146,7 +147,8 @@ TEST(GptReference, LogitsAndLossMatchNaiveImplementation) {
   }
   ref_loss /= B * T;
   std::vector<float> grads(params.size(), 0.0f);
-  const double loss = model->forward_backward(w, tokens.data(), targets.data(), B, T, grads.data(), 1.0f);
+  FlatGrads sink(&model->layout(), grads.data());
+  const double loss = model->forward_backward(w, sink, tokens.data(), targets.data(), B, T, 1.0f);
   EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss);
 }
 
@@ -155,11 +157,19 @@ TEST(GptReference, InitialisationFollowsGpt2) {
   GptLayout layout(cfg);
   std::vector<float> p(layout.num_params());
   init_gpt_params(layout, 1, p.data());
+  // Over all layers of a tensor.
+  auto values = [&](int id) {
+    std::vector<float> v;
+    for (const ParamSegment& s : layout.segments()) {
+      if (s.id == id) v.insert(v.end(), p.begin() + s.offset, p.begin() + s.offset + s.numel);
+    }
+    return v;
+  };
   auto stddev = [&](int id) {
-    const ParamTensorInfo& t = layout.tensor(id);
     double s = 0;
-    for (int64_t i = 0; i < t.numel; ++i) s += double(p[t.offset + i]) * p[t.offset + i];
-    return std::sqrt(s / t.numel);
+    const std::vector<float> v = values(id);
+    for (float x : v) s += double(x) * x;
+    return std::sqrt(s / double(v.size()));
   };
   // Sample standard deviations of >= 6400 draws are within 5% of the target.
   EXPECT_NEAR(stddev(kWte), 0.02, 0.001);
@@ -168,15 +178,59 @@ TEST(GptReference, InitialisationFollowsGpt2) {
   EXPECT_NEAR(stddev(kAttProjW), 0.02 / std::sqrt(8.0), 0.05 * 0.02 / std::sqrt(8.0));
   EXPECT_NEAR(stddev(kFcProjW), 0.02 / std::sqrt(8.0), 0.05 * 0.02 / std::sqrt(8.0));
   for (int id : {kLn1W, kLn2W, kLnfW}) {
-    const ParamTensorInfo& t = layout.tensor(id);
-    for (int64_t i = 0; i < t.numel; ++i) ASSERT_EQ(p[t.offset + i], 1.0f);
+    for (float x : values(id)) ASSERT_EQ(x, 1.0f);
   }
   for (int id : {kLn1B, kQkvB, kAttProjB, kLn2B, kFcB, kFcProjB, kLnfB}) {
-    const ParamTensorInfo& t = layout.tensor(id);
-    for (int64_t i = 0; i < t.numel; ++i) ASSERT_EQ(p[t.offset + i], 0.0f);
+    for (float x : values(id)) ASSERT_EQ(x, 0.0f);
   }
   // The 124M preset has GPT-2's parameter count (tied embedding).
   EXPECT_EQ(GptLayout(*gpt_preset("gpt2")).num_params(), 124439808);
+}
+
+TEST(GptLayout, UnitsTileTheBufferAndHoldWholeTensors) {
+  const GptConfig cfg{3, 2, 16, 40, 8};
+  GptLayout layout(cfg);
+  ASSERT_EQ(layout.num_units(), 5);
+  int64_t next = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    EXPECT_EQ(layout.unit_begin(u), next);
+    next += layout.unit_numel(u);
+  }
+  EXPECT_EQ(next, layout.num_params());
+  // Segments tile the buffer in order, each inside the unit it names.
+  next = 0;
+  for (const ParamSegment& s : layout.segments()) {
+    EXPECT_EQ(s.offset, next);
+    const int u = layout.unit_of(s.id, s.layer);
+    EXPECT_GE(s.offset, layout.unit_begin(u));
+    EXPECT_LE(s.offset + s.numel, layout.unit_begin(u) + layout.unit_numel(u));
+    next += s.numel;
+  }
+  EXPECT_EQ(next, layout.num_params());
+  EXPECT_EQ(layout.segments().size(), 4u + 12u * 3u);
+  EXPECT_EQ(layout.unit_numel(0), (40 + 8) * 16);
+  EXPECT_EQ(layout.unit_numel(layout.final_unit()), 2 * 16);
+  EXPECT_EQ(layout.offset(kQkvW, 2), layout.unit_begin(3) + 2 * 16);
+}
+
+TEST(GptLayout, AnyRangeInitialisesAsTheWholeBuffer) {
+  const GptConfig cfg{3, 2, 16, 40, 8};
+  GptLayout layout(cfg);
+  const int64_t n = layout.num_params();
+  std::vector<float> whole(n);
+  init_gpt_params(layout, 9, whole.data());
+  // Ranges starting and ending inside tensors, at odd and even offsets.
+  for (int64_t step : {int64_t{1}, int64_t{7}, int64_t{333}, n / 3 + 1}) {
+    std::vector<float> parts(n);
+    for (int64_t b = 0; b < n; b += step) {
+      const int64_t e = std::min(n, b + step);
+      init_gpt_range(layout, 9, b, e, parts.data() + b);
+    }
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(parts[i], whole[i]) << "element " << i << ", ranges of " << step;
+  }
+  std::vector<float> other(n);
+  init_gpt_params(layout, 10, other.data());
+  EXPECT_NE(other[layout.offset(kQkvW, 1)], whole[layout.offset(kQkvW, 1)]);
 }
 
 }  // namespace

@@ -198,8 +198,7 @@ absl::Status parse_offload(JsonReader r, OffloadConfig& o) {
   ZEROD_RETURN_IF_ERROR(r.read("pin_memory", &o.pin_memory));
   ZEROD_RETURN_IF_ERROR(r.read("buffer_count", &o.buffer_count));
   ZEROD_RETURN_IF_ERROR(check(o.buffer_count >= 1, r, "buffer_count", "must be at least 1"));
-  ZEROD_RETURN_IF_ERROR(r.finish());
-  return check(o.device == OffloadDevice::kNone, r, "device", "offload is not supported by this build");
+  return r.finish();
 }
 
 absl::Status parse_zero(JsonReader r, ZeroConfig& z) {
@@ -222,6 +221,12 @@ absl::Status parse_zero(JsonReader r, ZeroConfig& z) {
   ZEROD_RETURN_IF_ERROR(parse_offload(oo, z.offload_optimizer));
   ZEROD_ASSIGN_OR_RETURN(JsonReader op, r.section("offload_param"));
   ZEROD_RETURN_IF_ERROR(parse_offload(op, z.offload_param));
+  ZEROD_RETURN_IF_ERROR(check(z.offload_param.device == OffloadDevice::kNone || z.stage == 3, op, "device",
+                              absl::StrCat("offloading parameters needs stage 3, but stage is ", z.stage)));
+  for (const auto& [reader, o] : {std::pair{&oo, &z.offload_optimizer}, std::pair{&op, &z.offload_param}}) {
+    ZEROD_RETURN_IF_ERROR(check(o->device == OffloadDevice::kNone, *reader, "device",
+                                "offload is not supported by this build"));
+  }
   return r.finish();
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/core/dtype.h"
 
+#include <cstring>
+
 namespace zerod {
 
 size_t dtype_size(DType t) {
@@ -77,7 +79,9 @@ float f16_to_float(uint16_t h) {
 
 void convert_from_f32(DType to, const float* src, void* dst, size_t n) {
   auto* d = static_cast<uint16_t*>(dst);
-  if (to == DType::kBF16) {
+  if (to == DType::kF32) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else if (to == DType::kBF16) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
   } else {
@@ -88,7 +92,9 @@ void convert_from_f32(DType to, const float* src, void* dst, size_t n) {
 
 void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
   const auto* s = static_cast<const uint16_t*>(src);
-  if (from == DType::kBF16) {
+  if (from == DType::kF32) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else if (from == DType::kBF16) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
   } else {

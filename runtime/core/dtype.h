@@ -33,7 +33,7 @@ inline float bf16_to_float(uint16_t h) {
 uint16_t float_to_f16(float f);
 float f16_to_float(uint16_t h);
 
-// Bulk conversions between fp32 and a 16-bit type (kBF16 or kF16).
+// Bulk conversions between fp32 and another float type (kF32 copies).
 void convert_from_f32(DType to, const float* src, void* dst, size_t n);
 void convert_to_f32(DType from, const void* src, float* dst, size_t n);
 // Rounds fp32 values in place to what `t` can hold (no-op for kF32).

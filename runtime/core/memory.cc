@@ -93,6 +93,11 @@ uint64_t MemoryAccountant::peak_total(Tier t) const {
   return peak_total_[static_cast<int>(t)];
 }
 
+MemoryPeaks MemoryAccountant::peaks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {peak_, peak_total_};
+}
+
 void MemoryAccountant::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
   peak_ = current_;

@@ -24,6 +24,12 @@ inline constexpr int kNumCategories = 7;
 const char* tier_name(Tier t);
 const char* category_name(Category c);
 
+// A snapshot of the peaks, as one rank sends it to another.
+struct MemoryPeaks {
+  std::array<std::array<uint64_t, kNumCategories>, kNumTiers> peak{};
+  std::array<uint64_t, kNumTiers> total{};  // peak of each tier's sum
+};
+
 class MemoryAccountant {
  public:
   // The process-wide accountant that Buffer uses by default.
@@ -43,6 +49,7 @@ class MemoryAccountant {
   uint64_t peak(Tier t, Category c) const;
   uint64_t current_total(Tier t) const;
   uint64_t peak_total(Tier t) const;
+  MemoryPeaks peaks() const;
   // Peaks restart from the current values (used between runs in one process).
   void reset_peaks();
 

@@ -10,40 +10,30 @@
 
 namespace zerod {
 
-Trainer::Trainer(const JobConfig& cfg) : cfg_(cfg), scaler_(cfg.fp16), sample_rng_state_(cfg.run.seed) {}
+Trainer::Trainer(const JobConfig& cfg, Communicator* comm)
+    : cfg_(cfg), comm_(comm), scaler_(cfg.fp16), sample_rng_state_(cfg.run.seed) {
+  if (!comm_) {
+    own_comm_ = make_local_communicator();
+    comm_ = own_comm_.get();
+  }
+}
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const JobConfig& cfg) {
-  std::unique_ptr<Trainer> t(new Trainer(cfg));
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const JobConfig& cfg, Communicator* comm) {
+  std::unique_ptr<Trainer> t(new Trainer(cfg, comm));
   ZEROD_RETURN_IF_ERROR(t->build());
   return t;
 }
 
 absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
-  loader_ = std::make_unique<DataLoader>(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed);
+  loader_ = std::make_unique<DataLoader>(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
+                                         comm_->world_size());
   ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
                                              cfg_.activation_checkpointing));
-  const int64_t n = model_->layout().num_params();
-  const bool mixed = cfg_.precision != DType::kF32;
-  ZEROD_ASSIGN_OR_RETURN(params_, Buffer::allocate(n * dtype_size(cfg_.precision), Category::kParams));
-  ZEROD_ASSIGN_OR_RETURN(grads_, Buffer::allocate(n * 4, Category::kGrads));
-  ZEROD_ASSIGN_OR_RETURN(adam_m_, Buffer::allocate(n * 4, Category::kOptimizer));
-  ZEROD_ASSIGN_OR_RETURN(adam_v_, Buffer::allocate(n * 4, Category::kOptimizer));
-  if (mixed) {
-    ZEROD_ASSIGN_OR_RETURN(master_, Buffer::allocate(n * 4, Category::kOptimizer));
-  }
+  ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(&model_->layout(), cfg_, comm_));
   const int64_t tokens = int64_t(cfg_.micro_batch) * cfg_.data.seq_len;
   ZEROD_ASSIGN_OR_RETURN(inputs_, Buffer::allocate(tokens * 4, Category::kWorkspace));
   ZEROD_ASSIGN_OR_RETURN(targets_, Buffer::allocate(tokens * 4, Category::kWorkspace));
-
-  float* master = this->master();
-  init_gpt_params(model_->layout(), cfg_.run.seed, master);
-  if (mixed) convert_from_f32(cfg_.precision, master, params_.data(), n);
-  std::memset(adam_m_.data(), 0, n * 4);
-  std::memset(adam_v_.data(), 0, n * 4);
-  ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(&model_->layout(), cfg_.precision, params_.data()));
-  weights_ = std::make_unique<FlatWeights>(std::move(w));
-
   const OptimizerConfig& o = cfg_.optimizer;
   adam_ = AdamHyper{static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps),
                     static_cast<float>(o.weight_decay), o.type != OptimizerType::kAdam};
@@ -51,26 +41,29 @@ absl::Status Trainer::build() {
 }
 
 absl::StatusOr<StepResult> Trainer::step() {
-  const GptLayout& layout = model_->layout();
-  const int64_t n = layout.num_params();
   const int B = cfg_.micro_batch, T = cfg_.data.seq_len, accum = cfg_.grad_accum;
+  const int world = comm_->world_size();
   const bool fp16 = cfg_.precision == DType::kF16;
   const double scale = fp16 ? scaler_.scale() : 1.0;
-  float* grads = grads_.as<float>();
-  std::memset(grads, 0, n * 4);
+  zero_->zero_grads();
 
   StepResult r;
   r.step = ++steps_;
   r.loss_scale = scale;
+  // Each rank's gradients carry 1/(accum * world) so that their sum over
+  // ranks is the mean over the global batch.
+  const auto grad_scale = static_cast<float>(scale / (double(accum) * world));
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
     loader_->next_batch(B, inputs_.as<int32_t>(), targets_.as<int32_t>());
-    loss_sum += model_->forward_backward(*weights_, inputs_.as<int32_t>(), targets_.as<int32_t>(), B, T, grads,
-                                         static_cast<float>(scale / accum));
+    loss_sum += model_->forward_backward(zero_->weights(), zero_->grads(), inputs_.as<int32_t>(),
+                                         targets_.as<int32_t>(), B, T, grad_scale);
   }
-  r.loss = loss_sum / accum;
+  ZEROD_RETURN_IF_ERROR(zero_->reduce_gradients());
+  ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &loss_sum, 1, CommType::kF64, ReduceOp::kSum));
+  r.loss = loss_sum / (double(accum) * world);
 
-  const double sumsq = cpu::sum_squares(grads, n);
+  ZEROD_ASSIGN_OR_RETURN(const double sumsq, zero_->grad_sum_squares());
   if (!std::isfinite(sumsq)) {
     if (!fp16) {
       return absl::InternalError(absl::StrCat("gradients are not finite at step ", r.step, " (loss ", r.loss, ")"));
@@ -90,28 +83,22 @@ absl::StatusOr<StepResult> Trainer::step() {
   }
   r.lr = lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_);
   ++updates_;
-  float* master = this->master();
-  for (int id = 0; id < kNumParamTensors; ++id) {
-    const ParamTensorInfo& t = layout.tensor(id);
-    adam_step(master + t.offset, grads + t.offset, adam_m_.as<float>() + t.offset, adam_v_.as<float>() + t.offset,
-              t.numel, adam_, static_cast<float>(r.lr), updates_, static_cast<float>(factor), t.decay);
-  }
-  if (cfg_.precision != DType::kF32) convert_from_f32(cfg_.precision, master, params_.data(), n);
-  weights_->invalidate();
+  ZEROD_RETURN_IF_ERROR(
+      zero_->apply_adam(adam_, static_cast<float>(r.lr), updates_, static_cast<float>(factor)));
   last_lr_ = r.lr;
   if (fp16) ZEROD_RETURN_IF_ERROR(scaler_.update(/*overflow=*/false));
   return r;
 }
 
-std::vector<int32_t> Trainer::generate(const std::vector<int32_t>& prompt, int max_new, double temperature,
-                                       int stop) {
+absl::StatusOr<std::vector<int32_t>> Trainer::generate(const std::vector<int32_t>& prompt, int max_new,
+                                                       double temperature, int stop) {
   const int V = cfg_.model.vocab_size, window = model_->max_seq();
   std::vector<int32_t> seq = prompt;
   std::vector<float> logits(V);
   NormalRng rng(sample_rng_state_++);
   for (int i = 0; i < max_new; ++i) {
     const int len = std::min<int>(static_cast<int>(seq.size()), window);
-    model_->forward_logits(*weights_, seq.data() + seq.size() - len, 1, len, logits.data(), /*last_only=*/true);
+    model_->forward_logits(zero_->weights(), seq.data() + seq.size() - len, 1, len, logits.data(), /*last_only=*/true);
     int32_t next = 0;
     if (temperature <= 0) {
       next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -130,9 +117,14 @@ std::vector<int32_t> Trainer::generate(const std::vector<int32_t>& prompt, int m
       }
     }
     seq.push_back(next);
-    if (next == stop) break;
   }
-  return std::vector<int32_t>(seq.begin() + prompt.size(), seq.end());
+  ZEROD_RETURN_IF_ERROR(zero_->take_weight_status());
+  std::vector<int32_t> out(seq.begin() + prompt.size(), seq.end());
+  if (stop >= 0) {
+    auto at = std::find(out.begin(), out.end(), stop);
+    if (at != out.end()) out.erase(at + 1, out.end());
+  }
+  return out;
 }
 
 namespace {
@@ -151,33 +143,45 @@ std::string to_text(const std::vector<int32_t>& tokens) {
 
 }  // namespace
 
-double Trainer::synthetic_accuracy() {
-  if (cfg_.data.kind != DataKind::kSynthetic || data_.heldout.empty()) return -1;
-  int correct = 0;
-  for (const auto& [prompt, answer] : data_.heldout) {
+absl::StatusOr<double> Trainer::synthetic_accuracy() {
+  if (cfg_.data.kind != DataKind::kSynthetic || data_.heldout.empty()) return -1.0;
+  // Rank r answers prompts r, r + world, ...; every rank makes the same
+  // number of generate() calls (repeating its last prompt when it runs out).
+  const int64_t n = static_cast<int64_t>(data_.heldout.size()), world = comm_->world_size();
+  const int64_t rounds = (n + world - 1) / world;
+  double correct = 0;
+  for (int64_t k = 0; k < rounds; ++k) {
+    const int64_t i = std::min(k * world + comm_->rank(), n - 1);
+    const auto& [prompt, answer] = data_.heldout[i];
     // A line starts after a newline in the training stream.
-    const std::string got = to_text(generate(to_tokens("\n" + prompt), static_cast<int>(answer.size()) + 1, 0, '\n'));
-    correct += got == answer + "\n";
+    ZEROD_ASSIGN_OR_RETURN(std::vector<int32_t> got,
+                           generate(to_tokens("\n" + prompt), static_cast<int>(answer.size()) + 1, 0, '\n'));
+    if (k * world + comm_->rank() < n) correct += to_text(got) == answer + "\n";
   }
-  return static_cast<double>(correct) / static_cast<double>(data_.heldout.size());
+  ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &correct, 1, CommType::kF64, ReduceOp::kSum));
+  return correct / static_cast<double>(n);
 }
 
-std::string Trainer::sample_text() {
-  if (cfg_.run.sample_tokens == 0) return "";
+absl::StatusOr<std::string> Trainer::sample_text() {
+  if (cfg_.run.sample_tokens == 0) return std::string();
   if (cfg_.data.kind == DataKind::kSynthetic) {
     std::string out;
     for (size_t i = 0; i < std::min<size_t>(4, data_.heldout.size()); ++i) {
       const std::string& prompt = data_.heldout[i].first;
-      absl::StrAppend(&out, prompt, to_text(generate(to_tokens("\n" + prompt), 4, cfg_.run.sample_temperature, '\n')));
+      ZEROD_ASSIGN_OR_RETURN(std::vector<int32_t> got,
+                             generate(to_tokens("\n" + prompt), 4, cfg_.run.sample_temperature, '\n'));
+      absl::StrAppend(&out, prompt, to_text(got));
     }
     return out;
   }
   if (cfg_.data.kind == DataKind::kText) {
     const size_t n = std::min<size_t>(16, data_.tokens.size());
     const std::vector<int32_t> prompt(data_.tokens.begin(), data_.tokens.begin() + n);
-    return to_text(prompt) + to_text(generate(prompt, cfg_.run.sample_tokens, cfg_.run.sample_temperature));
+    ZEROD_ASSIGN_OR_RETURN(std::vector<int32_t> got,
+                           generate(prompt, cfg_.run.sample_tokens, cfg_.run.sample_temperature));
+    return to_text(prompt) + to_text(got);
   }
-  return "";
+  return std::string();
 }
 
 }  // namespace zerod

@@ -1,5 +1,6 @@
-// The training engine of one worker: model, parameters, gradients, optimizer
-// states, data loader, learning-rate schedule and loss scaling.
+// The training engine of one worker: model, data loader, learning-rate
+// schedule and loss scaling, with parameters, gradients and optimizer states
+// held (and sharded across ranks) by the ZeRO engine.
 //
 // Mixed precision (bf16/fp16): working parameters and activations are 16-bit,
 // gradients accumulate in fp32, and fp32 master weights live with Adam's m
@@ -11,13 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/model/gpt.h"
-#include "runtime/model/weights.h"
 #include "runtime/optim/adam.h"
+#include "shard/zero_engine.h"
 
 namespace zerod {
 
@@ -32,42 +34,47 @@ struct StepResult {
 
 class Trainer {
  public:
-  // Loads the data and builds everything; errors here are bad input.
-  static absl::StatusOr<std::unique_ptr<Trainer>> create(const JobConfig& cfg);
+  // Loads the data and builds everything; errors here are bad input. Every
+  // rank of `comm` (a world of one when null) builds its own trainer, and
+  // from then on all of them call the same methods in the same order.
+  static absl::StatusOr<std::unique_ptr<Trainer>> create(const JobConfig& cfg, Communicator* comm = nullptr);
 
-  // One optimizer step over gradient_accumulation_steps micro-batches.
+  // One optimizer step over gradient_accumulation_steps micro-batches of
+  // this rank's part of the global batch.
   absl::StatusOr<StepResult> step();
 
-  // Continues `prompt` by up to max_new tokens (greedy at temperature 0),
-  // stopping after `stop` when stop >= 0.
-  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int max_new, double temperature, int stop = -1);
+  // Continues `prompt` by exactly max_new tokens (greedy at temperature 0),
+  // cut after the first `stop` when stop >= 0. The number of model calls
+  // depends only on max_new, so ranks stay in step under ZeRO-3.
+  absl::StatusOr<std::vector<int32_t>> generate(const std::vector<int32_t>& prompt, int max_new, double temperature,
+                                                int stop = -1);
   // Fraction of the synthetic task's held-out prompts answered exactly by
-  // greedy decoding; -1 when the data is not synthetic.
-  double synthetic_accuracy();
-  // The end-of-run sample for text and synthetic data ("" for token shards).
-  std::string sample_text();
+  // greedy decoding, the prompts shared out among the ranks; -1 when the
+  // data is not synthetic.
+  absl::StatusOr<double> synthetic_accuracy();
+  // The end-of-run sample for text and synthetic data ("" for token
+  // shards); every rank computes it.
+  absl::StatusOr<std::string> sample_text();
 
   const JobConfig& config() const { return cfg_; }
   const GptLayout& layout() const { return model_->layout(); }
   int64_t num_params() const { return layout().num_params(); }
-  // fp32 master weights (the parameters themselves in fp32 runs).
-  const float* master_params() const { return master(); }
+  Communicator& comm() const { return *comm_; }
+  // The full fp32 master weights in flat order (a collective).
+  absl::StatusOr<std::vector<float>> master_params() { return zero_->gather_master_params(); }
 
  private:
-  explicit Trainer(const JobConfig& cfg);
+  Trainer(const JobConfig& cfg, Communicator* comm);
   absl::Status build();
-  // fp32 master weights: their own buffer in 16-bit runs, the parameters in fp32 runs.
-  float* master() const { return (cfg_.precision == DType::kF32 ? params_ : master_).as<float>(); }
 
   JobConfig cfg_;
+  std::unique_ptr<Communicator> own_comm_;  // the world of one, when none was given
+  Communicator* comm_;
   Dataset data_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<Gpt> model_;
-  Buffer params_;   // working parameters, precision dtype
-  Buffer master_;   // fp32 master copy (16-bit runs only)
-  Buffer grads_, adam_m_, adam_v_;
+  std::unique_ptr<ZeroEngine> zero_;
   Buffer inputs_, targets_;
-  std::unique_ptr<FlatWeights> weights_;
   LossScaler scaler_;
   AdamHyper adam_;
   int64_t steps_ = 0;    // attempted

@@ -1,15 +1,16 @@
 #include "runtime/engine/worker.h"
 
 #include <chrono>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "comm/bootstrap.h"
 #include "runtime/config/job_config.h"
 #include "runtime/core/device.h"
-#include "runtime/engine/rank_env.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/telemetry/run_output.h"
 
@@ -17,16 +18,22 @@ namespace zerod {
 namespace {
 
 // Settings that this build cannot honour yet are refused before anything runs.
-absl::Status check_supported(const JobConfig& cfg, const RankInfo& rank) {
-  if (rank.world_size > 1) {
-    return absl::UnimplementedError(absl::StrCat("launched as rank ", rank.rank, " of ", rank.world_size,
-                                                 ", but this build trains in a single process only"));
-  }
+absl::Status check_supported(const JobConfig& cfg) {
   if (cfg.run.device == "cuda") {
     return absl::UnimplementedError(absl::StrCat("run.device 'cuda': this build trains on the CPU only (",
                                                  cuda_device_count(), " CUDA devices visible)"));
   }
   return absl::OkStatus();
+}
+
+// Every rank's memory peaks, gathered to all (rank 0 prints them).
+absl::StatusOr<std::vector<MemoryPeaks>> gather_peaks(Communicator& comm, const MemoryAccountant& acct) {
+  static_assert(sizeof(MemoryPeaks) % 8 == 0);
+  constexpr int64_t kWords = sizeof(MemoryPeaks) / 8;
+  const MemoryPeaks mine = acct.peaks();
+  std::vector<MemoryPeaks> all(comm.world_size());
+  ZEROD_RETURN_IF_ERROR(comm.all_gather(&mine, all.data(), kWords, CommType::kI64)->wait());
+  return all;
 }
 
 }  // namespace
@@ -61,21 +68,36 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
     early.error(rank->rank, std::string(cfg.status().message()));
     return kExitBadInput;
   }
-  RunOutput output(cfg->run.log_format, out, err);
-  if (absl::Status s = check_supported(*cfg, *rank); !s.ok()) {
+  // Rank 0 speaks for the job; every rank reports its own errors.
+  std::ostringstream quiet;
+  RunOutput output(cfg->run.log_format, rank->rank == 0 ? out : quiet, err);
+  if (absl::Status s = check_supported(*cfg); !s.ok()) {
     output.error(rank->rank, std::string(s.message()));
     return kExitBadInput;
   }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg->run.collective_timeout_s * 1000));
+  auto comm = make_communicator(*rank, timeout);
+  if (!comm.ok()) {
+    output.error(rank->rank, std::string(comm.status().message()));
+    return kExitBadInput;
+  }
+  // Past this point the ranks are in lockstep: one rank failing alone ends
+  // the whole job rather than leaving its peers waiting in a collective.
+  auto fail = [&](int code, const std::string& message) {
+    output.error(rank->rank, message);
+    if ((*comm)->world_size() > 1) (*comm)->abort(code);
+    return code;
+  };
   MemoryAccountant& acct = MemoryAccountant::global();
   acct.set_limit(Tier::kHost, cfg->run.host_memory_limit.value_or(0));
   acct.set_limit(Tier::kGpu, cfg->run.gpu_memory_limit.value_or(0));
   acct.reset_peaks();
 
-  auto trainer = Trainer::create(*cfg);
+  auto trainer = Trainer::create(*cfg, comm->get());
   if (!trainer.ok()) {
-    output.error(rank->rank, std::string(trainer.status().message()));
     // Running out of memory while building is a run failure, not bad input.
-    return absl::IsResourceExhausted(trainer.status()) ? kExitFailure : kExitBadInput;
+    return fail(absl::IsResourceExhausted(trainer.status()) ? kExitFailure : kExitBadInput,
+                std::string(trainer.status().message()));
   }
   Trainer& t = **trainer;
   output.start(*cfg, t.num_params(), rank->world_size);
@@ -86,10 +108,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
   RunSummary summary;
   for (int64_t i = 0; i < cfg->run.steps; ++i) {
     auto r = t.step();
-    if (!r.ok()) {
-      output.error(rank->rank, absl::StrCat("step ", i + 1, ": ", r.status().message()));
-      return kExitFailure;
-    }
+    if (!r.ok()) return fail(kExitFailure, absl::StrCat("step ", i + 1, ": ", r.status().message()));
     if (i == 0) summary.first_loss = r->loss;
     summary.final_loss = r->loss;
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -100,9 +119,15 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
   summary.steps = cfg->run.steps;
   summary.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.tokens_per_s = tokens_per_step * cfg->run.steps / summary.elapsed_s;
-  summary.synthetic_accuracy = t.synthetic_accuracy();
-  summary.sample = t.sample_text();
-  output.summary(summary, acct);
+  auto accuracy = t.synthetic_accuracy();
+  if (!accuracy.ok()) return fail(kExitFailure, std::string(accuracy.status().message()));
+  summary.synthetic_accuracy = *accuracy;
+  auto sample = t.sample_text();
+  if (!sample.ok()) return fail(kExitFailure, std::string(sample.status().message()));
+  summary.sample = *sample;
+  auto peaks = gather_peaks(**comm, acct);
+  if (!peaks.ok()) return fail(kExitFailure, std::string(peaks.status().message()));
+  output.summary(summary, *peaks);
   return kExitOk;
 }
 

@@ -230,7 +230,10 @@ const float* Gpt::Impl::forward_blocks(WeightSource& ws, const int32_t* tokens, 
     const LayerActs a = checkpointing ? scratch_acts() : stored_acts(l);
     // With 16-bit residuals the block runs in place on the fp32 copy.
     float* out = f32 ? residual(l + 1, d.N) : x;
-    block_forward(d, ws.layer(l), x, a, m.proj.as<float>(), out, act_dtype);
+    const LayerWeights w = ws.layer(l);
+    // After the last layer comes the last layer again, for backward.
+    ws.prefetch(l + 1 < c.n_layer ? l + 1 : l);
+    block_forward(d, w, x, a, m.proj.as<float>(), out, act_dtype);
     if (!f32) {
       convert_from_f32(act_dtype, out, residual(l + 1, d.N), NC);
       if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
@@ -243,8 +246,8 @@ const float* Gpt::Impl::forward_blocks(WeightSource& ws, const int32_t* tokens, 
   return x;
 }
 
-double Gpt::forward_backward(WeightSource& ws, const int32_t* inputs, const int32_t* targets, int B, int T,
-                             float* grads, float grad_scale) {
+double Gpt::forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs, const int32_t* targets, int B,
+                             int T, float grad_scale) {
   Impl& m = *impl_;
   const GptConfig& c = layout_.config();
   const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
@@ -253,6 +256,7 @@ double Gpt::forward_backward(WeightSource& ws, const int32_t* inputs, const int3
   const bool f32 = act_dtype_ == DType::kF32;
   const float* xL = m.forward_blocks(ws, inputs, B, T);
   const GlobalWeights g = ws.globals();
+  const GlobalGrads gg = sink.globals();
 
   // Head: logits, loss and their backward a chunk of rows at a time, so the
   // full [N, V] logits never exist.
@@ -260,7 +264,7 @@ double Gpt::forward_backward(WeightSource& ws, const int32_t* inputs, const int3
   float* dlnf = m.dbuf.as<float>();
   float* logits = m.logits.as<float>();
   double* losses = m.losses.as<double>();
-  float* dwte = grads + layout_.offset(kWte, 0);
+  float* dwte = gg.wte;
   const float dloss = grad_scale / static_cast<float>(d.N);
   for (int64_t r0 = 0; r0 < d.N; r0 += m.logits_rows) {
     const int64_t rows = std::min(m.logits_rows, d.N - r0);
@@ -279,13 +283,14 @@ double Gpt::forward_backward(WeightSource& ws, const int32_t* inputs, const int3
 
   float* dres = m.dres.as<float>();
   std::memset(dres, 0, NC * sizeof(float));
-  cpu::layernorm_backward(dres, grads + layout_.offset(kLnfW, 0), grads + layout_.offset(kLnfB, 0), dlnf, xL,
+  cpu::layernorm_backward(dres, gg.lnfw, gg.lnfb, dlnf, xL,
                           g.lnfw, m.lnf_mean.as<float>(), m.lnf_rstd.as<float>(), d.N, C);
   round_to(act_dtype_, dres, NC);
 
   const BackwardBuffers bb{m.dbuf.as<float>(), m.dqkv.as<float>(), m.dfch.as<float>(), m.attn_scratch.as<float>()};
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const LayerWeights w = ws.layer(l);
+    if (l > 0) ws.prefetch(l - 1);
     const float* x = m.residual(l, d.N);
     if (!f32) {
       convert_to_f32(act_dtype_, m.residual(l, d.N), m.x_fp32.as<float>(), NC);
@@ -299,10 +304,13 @@ double Gpt::forward_backward(WeightSource& ws, const int32_t* inputs, const int3
       a = m.stored_acts(l);
       if (!f32) m.pack_acts(l, a, B, T, /*to_store=*/false);
     }
-    block_backward(d, w, x, a, layer_grads(layout_, grads, l), dres, bb);
+    block_backward(d, w, x, a, sink.layer(l), dres, bb);
+    sink.layer_done(l);
     round_to(act_dtype_, dres, NC);
   }
-  cpu::embedding_backward(dwte, grads + layout_.offset(kWpe, 0), dres, inputs, B, T, C);
+  cpu::embedding_backward(dwte, gg.wpe, dres, inputs, B, T, C);
+  sink.end_backward();
+  ws.end_pass();
   return loss;
 }
 
@@ -319,6 +327,7 @@ void Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B, int T, 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int64_t(B) * T, V, C, 1.0f, lnf, C, g.wte, C, 0.0f, logits,
                 V);
   }
+  ws.end_pass();
 }
 
 }  // namespace zerod

@@ -27,9 +27,9 @@ class Gpt {
   int max_seq() const { return T_; }
 
   // One micro-batch: forward, loss, backward. Adds grad_scale * d(mean loss)
-  // to `grads` (fp32, flat layout). Returns the mean loss over B*T tokens.
-  double forward_backward(WeightSource& w, const int32_t* inputs, const int32_t* targets, int B, int T,
-                          float* grads, float grad_scale);
+  // to the sink's gradients. Returns the mean loss over B*T tokens.
+  double forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets, int B,
+                          int T, float grad_scale);
 
   // Forward only: logits [B*T, V], or [B, V] for the last position of each
   // sequence when last_only.

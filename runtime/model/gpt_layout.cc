@@ -1,14 +1,15 @@
 #include "runtime/model/gpt_layout.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace zerod {
 
 GptLayout::GptLayout(const GptConfig& c) : config_(c) {
-  const int64_t L = c.n_layer, C = c.n_embd, V = c.vocab_size, T = c.block_size;
+  const int64_t C = c.n_embd, V = c.vocab_size, T = c.block_size;
   struct Spec {
     const char* name;
-    std::vector<int64_t> layer_shape;
+    std::vector<int64_t> shape;
     bool per_layer, decay;
   };
   const Spec specs[kNumParamTensors] = {
@@ -21,28 +22,46 @@ GptLayout::GptLayout(const GptConfig& c) : config_(c) {
       {"mlp.c_proj.weight", {4 * C, C}, true, true},  {"mlp.c_proj.bias", {C}, true, false},
       {"ln_f.weight", {C}, false, false},    {"ln_f.bias", {C}, false, false},
   };
-  int64_t offset = 0;
+  // Tensors are listed unit by unit, so offsets within a unit run on until
+  // the unit changes.
+  int64_t unit_numel[3] = {0, 0, 0};  // embeddings, one layer, final LayerNorm
   for (int i = 0; i < kNumParamTensors; ++i) {
     const Spec& s = specs[i];
-    int64_t layer_numel = 1;
-    for (int64_t d : s.layer_shape) layer_numel *= d;
-    std::vector<int64_t> shape = s.layer_shape;
-    if (s.per_layer) shape.insert(shape.begin(), L);
-    const int64_t numel = layer_numel * (s.per_layer ? L : 1);
-    tensors_[i] = {s.name, shape, offset, numel, layer_numel, s.per_layer, s.decay};
-    offset += numel;
+    int64_t numel = 1;
+    for (int64_t d : s.shape) numel *= d;
+    const int kind = s.per_layer ? 1 : (i == kLnfW || i == kLnfB ? 2 : 0);
+    tensors_[i] = {s.name, s.shape, numel, unit_numel[kind], s.per_layer, s.decay};
+    unit_numel[kind] += numel;
   }
-  num_params_ = offset;
+  unit_begin_.push_back(0);
+  for (int u = 0; u < num_units(); ++u) {
+    const int kind = u == 0 ? 0 : (u == final_unit() ? 2 : 1);
+    unit_begin_.push_back(unit_begin_.back() + unit_numel[kind]);
+  }
+  num_params_ = unit_begin_.back();
+  for (int u = 0; u < num_units(); ++u) {
+    const bool layer_unit = u > 0 && u < final_unit();
+    for (int id = 0; id < kNumParamTensors; ++id) {
+      const int layer = layer_unit ? u - 1 : 0;
+      if (tensors_[id].per_layer != layer_unit || unit_of(id, layer) != u) continue;
+      segments_.push_back({id, layer, offset(id, layer), tensors_[id].numel, tensors_[id].decay});
+    }
+  }
+}
+
+int GptLayout::unit_of(int id, int layer) const {
+  if (tensors_[id].per_layer) return layer_unit(layer);
+  return (id == kLnfW || id == kLnfB) ? final_unit() : 0;
 }
 
 double NormalRng::next() {
-  // Box-Muller over our own uniform draws (std::normal_distribution differs by library).
+  // Box-Muller over our own uniform draws (std::normal_distribution differs by
+  // library); u1 is taken from (0, 1] so no draw is ever rejected.
   if (have_spare_) {
     have_spare_ = false;
     return spare_;
   }
-  double u1 = uniform();
-  while (u1 <= 0.0) u1 = uniform();
+  const double u1 = 1.0 - uniform();
   const double u2 = uniform();
   const double r = std::sqrt(-2.0 * std::log(u1));
   spare_ = r * std::sin(2.0 * M_PI * u2);
@@ -50,19 +69,43 @@ double NormalRng::next() {
   return r * std::cos(2.0 * M_PI * u2);
 }
 
-void init_gpt_params(const GptLayout& layout, uint64_t seed, float* params) {
-  NormalRng rng(seed);
+void NormalRng::skip(uint64_t n) {
+  if (n == 0) return;
+  if (have_spare_) {
+    have_spare_ = false;
+    --n;
+  }
+  gen_.discard(2 * (n / 2));
+  if (n % 2) next();
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out) {
   const double residual_std = 0.02 / std::sqrt(2.0 * layout.config().n_layer);
-  for (int id = 0; id < kNumParamTensors; ++id) {
-    const ParamTensorInfo& t = layout.tensor(id);
-    float* p = params + t.offset;
-    if (id == kLn1W || id == kLn2W || id == kLnfW) {
-      for (int64_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
-    } else if (!t.decay) {
-      for (int64_t i = 0; i < t.numel; ++i) p[i] = 0.0f;
+  for (const ParamSegment& s : layout.segments()) {
+    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+    if (lo >= hi) continue;
+    float* p = out + (lo - begin);
+    const int64_t n = hi - lo;
+    if (s.id == kLn1W || s.id == kLn2W || s.id == kLnfW) {
+      std::fill(p, p + n, 1.0f);
+    } else if (!s.decay) {
+      std::fill(p, p + n, 0.0f);
     } else {
-      const double std = (id == kAttProjW || id == kFcProjW) ? residual_std : 0.02;
-      for (int64_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.next() * std);
+      const double std = (s.id == kAttProjW || s.id == kFcProjW) ? residual_std : 0.02;
+      NormalRng rng(splitmix64(seed ^ splitmix64(uint64_t(s.id) << 32 | uint32_t(s.layer))));
+      rng.skip(lo - s.offset);
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(rng.next() * std);
     }
   }
 }

@@ -1,5 +1,8 @@
-// The flat, layer-stacked parameter layout of GPT-2: each of the 16 tensors is
-// a slice of one buffer; per-layer tensors hold all layers back to back.
+// The flat parameter layout of GPT-2: one buffer holding the embeddings
+// (wte, wpe), then each layer's 12 tensors back to back, then the final
+// LayerNorm. These three kinds of contiguous range are the model's units:
+// the pieces ZeRO partitions, gathers and reduce-scatters whole, so a layer
+// is always one range of the buffer.
 #pragma once
 
 #include <array>
@@ -18,12 +21,18 @@ enum ParamId : int {
 
 struct ParamTensorInfo {
   const char* name;
-  std::vector<int64_t> shape;  // including the leading n_layer for per-layer tensors
-  int64_t offset;              // elements from the start of the flat buffer
-  int64_t numel;               // all layers
-  int64_t layer_numel;         // one layer (== numel for global tensors)
+  std::vector<int64_t> shape;  // of one layer's tensor (HF orientation: weights [in, out])
+  int64_t numel;               // of one layer's tensor
+  int64_t unit_offset;         // elements from the start of its unit
   bool per_layer;
   bool decay;                  // weight decay applies (not to biases and LayerNorm gains)
+};
+
+// One tensor of one layer (layer 0 for the global tensors) in the flat buffer.
+struct ParamSegment {
+  int id, layer;
+  int64_t offset, numel;
+  bool decay;
 };
 
 class GptLayout {
@@ -32,27 +41,45 @@ class GptLayout {
   const GptConfig& config() const { return config_; }
   const ParamTensorInfo& tensor(int id) const { return tensors_[id]; }
   int64_t num_params() const { return num_params_; }
-  // Offset of `id`'s slice for `layer` (layer is ignored for global tensors).
-  int64_t offset(int id, int layer) const {
-    const ParamTensorInfo& t = tensors_[id];
-    return t.offset + (t.per_layer ? layer * t.layer_numel : 0);
-  }
+
+  // Units: 0 holds the embeddings, 1 + l layer l, n_layer + 1 the final LayerNorm.
+  int num_units() const { return config_.n_layer + 2; }
+  static int layer_unit(int layer) { return layer + 1; }
+  int final_unit() const { return config_.n_layer + 1; }
+  int unit_of(int id, int layer) const;
+  int64_t unit_begin(int u) const { return unit_begin_[u]; }
+  int64_t unit_numel(int u) const { return unit_begin_[u + 1] - unit_begin_[u]; }
+
+  // Flat offset of `id`'s tensor in `layer` (layer is ignored for global tensors).
+  int64_t offset(int id, int layer) const { return unit_begin(unit_of(id, layer)) + tensors_[id].unit_offset; }
+  // Every tensor of every layer, in flat order.
+  const std::vector<ParamSegment>& segments() const { return segments_; }
 
  private:
   GptConfig config_;
   std::array<ParamTensorInfo, kNumParamTensors> tensors_;
+  std::vector<int64_t> unit_begin_;  // num_units + 1 entries
+  std::vector<ParamSegment> segments_;
   int64_t num_params_ = 0;
 };
 
-// GPT-2 initialisation into an fp32 flat buffer: weights N(0, 0.02), residual
-// projections N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm gains 1.
-void init_gpt_params(const GptLayout& layout, uint64_t seed, float* params);
+// GPT-2 initialisation: weights N(0, 0.02), residual projections
+// N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm gains 1. Each segment draws
+// from its own seeded stream, so any range of the flat buffer can be filled
+// on its own (a rank initialises just its shard): out[i] = parameter begin+i.
+void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out);
+inline void init_gpt_params(const GptLayout& layout, uint64_t seed, float* params) {
+  init_gpt_range(layout, seed, 0, layout.num_params(), params);
+}
 
-// Standard normal draws that are the same on every standard library.
+// Standard normal draws that are the same on every standard library. Each
+// pair of draws consumes exactly two 64-bit words, so skip() is exact.
 class NormalRng {
  public:
   explicit NormalRng(uint64_t seed) : gen_(seed) {}
   double next();
+  // Skips n normal draws.
+  void skip(uint64_t n);
   uint64_t next_u64() { return gen_(); }
   // Uniform in [0, 1).
   double uniform() { return static_cast<double>(gen_() >> 11) * 0x1.0p-53; }

@@ -1,64 +1,98 @@
 #include "runtime/model/weights.h"
 
+#include <utility>
+
 namespace zerod {
 namespace {
 
-constexpr int kGlobalIds[] = {kWte, kWpe, kLnfW, kLnfB};
 constexpr int kLayerIds[] = {kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB,
                              kLn2W, kLn2B, kFcW,  kFcB,  kFcProjW,  kFcProjB};
 
+// `id`'s tensor inside its unit, as fp32: in place, or converted into
+// staging at the same offset.
+const float* weight_view(const GptLayout& layout, DType dtype, const void* unit, float* staging, int id) {
+  const ParamTensorInfo& t = layout.tensor(id);
+  if (dtype == DType::kF32) return static_cast<const float*>(unit) + t.unit_offset;
+  convert_to_f32(dtype, static_cast<const uint16_t*>(unit) + t.unit_offset, staging + t.unit_offset, t.numel);
+  return staging + t.unit_offset;
+}
+
 }  // namespace
 
-absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType dtype, const void* params) {
+GlobalWeights global_weight_views(const GptLayout& layout, DType dtype, const void* emb, const void* fin,
+                                  float* staging) {
+  float* fin_staging = staging ? staging + layout.unit_numel(0) : nullptr;
+  return {weight_view(layout, dtype, emb, staging, kWte), weight_view(layout, dtype, emb, staging, kWpe),
+          weight_view(layout, dtype, fin, fin_staging, kLnfW), weight_view(layout, dtype, fin, fin_staging, kLnfB)};
+}
+
+LayerWeights layer_weight_views(const GptLayout& layout, DType dtype, const void* unit, float* staging) {
+  const float* p[12];
+  for (int i = 0; i < 12; ++i) p[i] = weight_view(layout, dtype, unit, staging, kLayerIds[i]);
+  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+}
+
+GlobalGrads global_grad_views(const GptLayout& layout, float* emb, float* fin) {
+  return {emb + layout.tensor(kWte).unit_offset, emb + layout.tensor(kWpe).unit_offset,
+          fin + layout.tensor(kLnfW).unit_offset, fin + layout.tensor(kLnfB).unit_offset};
+}
+
+LayerGrads layer_grad_views(const GptLayout& layout, float* unit) {
+  float* p[12];
+  for (int i = 0; i < 12; ++i) p[i] = unit + layout.tensor(kLayerIds[i]).unit_offset;
+  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+}
+
+std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout) {
+  std::vector<int64_t> offsets(layout.num_units());
+  for (int u = 0; u < layout.num_units(); ++u) offsets[u] = layout.unit_begin(u);
+  return offsets;
+}
+
+absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType dtype, const void* params,
+                                                std::vector<int64_t> unit_offsets) {
   FlatWeights w;
   w.layout_ = layout;
   w.dtype_ = dtype;
   w.params_ = params;
+  w.unit_offsets_ = unit_offsets.empty() ? contiguous_unit_offsets(*layout) : std::move(unit_offsets);
   if (dtype != DType::kF32) {
-    int64_t global_n = 0, layer_n = 0;
-    for (int id : kGlobalIds) global_n += layout->tensor(id).layer_numel;
-    for (int id : kLayerIds) layer_n += layout->tensor(id).layer_numel;
+    const int64_t global_n = layout->unit_numel(0) + layout->unit_numel(layout->final_unit());
     ZEROD_ASSIGN_OR_RETURN(w.global_staging_, Buffer::allocate(global_n * 4, Category::kWorkspace));
-    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, Buffer::allocate(layer_n * 4, Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, Buffer::allocate(layout->unit_numel(1) * 4, Category::kWorkspace));
   }
   return w;
 }
 
-const float* FlatWeights::view(int id, int layer, float* staging) {
-  const int64_t off = layout_->offset(id, layer);
-  if (dtype_ == DType::kF32) return static_cast<const float*>(params_) + off;
-  const auto* src = static_cast<const uint16_t*>(params_) + off;
-  convert_to_f32(dtype_, src, staging, layout_->tensor(id).layer_numel);
-  return staging;
+const void* FlatWeights::unit(int u) const {
+  return static_cast<const char*>(params_) + unit_offsets_[u] * dtype_size(dtype_);
 }
 
 GlobalWeights FlatWeights::globals() {
-  float* s = global_staging_.as<float>();
-  const float* p[4];
-  for (int i = 0; i < 4; ++i) {
-    const int id = kGlobalIds[i];
-    // 16-bit tensors are converted once per parameter update.
-    p[i] = (dtype_ == DType::kF32 || !globals_ready_) ? view(id, 0, s) : s;
-    if (s) s += layout_->tensor(id).layer_numel;
+  // 16-bit tensors are converted once per parameter update.
+  if (dtype_ == DType::kF32 || !globals_ready_) {
+    globals_ = global_weight_views(*layout_, dtype_, unit(0), unit(layout_->final_unit()),
+                                   global_staging_.as<float>());
+    globals_ready_ = true;
   }
-  globals_ready_ = true;
-  return {p[0], p[1], p[2], p[3]};
+  return globals_;
 }
 
 LayerWeights FlatWeights::layer(int l) {
-  float* s = layer_staging_.as<float>();
-  const float* p[12];
-  for (int i = 0; i < 12; ++i) {
-    p[i] = view(kLayerIds[i], l, s);
-    if (s) s += layout_->tensor(kLayerIds[i]).layer_numel;
-  }
-  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+  return layer_weight_views(*layout_, dtype_, unit(GptLayout::layer_unit(l)), layer_staging_.as<float>());
 }
 
-LayerGrads layer_grads(const GptLayout& layout, float* grads, int l) {
-  float* p[12];
-  for (int i = 0; i < 12; ++i) p[i] = grads + layout.offset(kLayerIds[i], l);
-  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+FlatGrads::FlatGrads(const GptLayout* layout, float* grads, std::vector<int64_t> unit_offsets)
+    : layout_(layout),
+      grads_(grads),
+      unit_offsets_(unit_offsets.empty() ? contiguous_unit_offsets(*layout) : std::move(unit_offsets)) {}
+
+GlobalGrads FlatGrads::globals() {
+  return global_grad_views(*layout_, grads_ + unit_offsets_[0], grads_ + unit_offsets_[layout_->final_unit()]);
+}
+
+LayerGrads FlatGrads::layer(int l) {
+  return layer_grad_views(*layout_, grads_ + unit_offsets_[GptLayout::layer_unit(l)]);
 }
 
 }  // namespace zerod

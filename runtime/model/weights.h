@@ -1,8 +1,12 @@
-// Where the model's forward and backward read their weights from. The model
-// asks for the global tensors and for one layer at a time, always as fp32;
-// a source decides how (views into fp32 parameters, conversion of 16-bit
-// parameters, and later gathering ZeRO-3 shards).
+// Where the model's forward and backward read their weights from and put
+// their gradients. The model asks for the global tensors and for one layer at
+// a time, weights always as fp32; a source decides how (views into fp32
+// parameters, conversion of 16-bit ones, gathering ZeRO-3 shards), and a sink
+// decides where gradients go (a flat buffer, or staging that is
+// reduce-scattered as each layer's backward finishes).
 #pragma once
+
+#include <vector>
 
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
@@ -22,39 +26,85 @@ struct LayerWeights {
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  // Valid until the parameters change (the source is told by invalidate()).
+  // Valid until end_pass().
   virtual GlobalWeights globals() = 0;
   // Valid until the next layer() call.
   virtual LayerWeights layer(int l) = 0;
-  // The parameters were updated; drop anything converted from them.
-  virtual void invalidate() {}
+  // Layer l will be asked for next: a source may start fetching it now.
+  virtual void prefetch(int /*l*/) {}
+  // A forward (or forward and backward) pass is over: release what it held.
+  virtual void end_pass() {}
 };
 
-// Pointers into `params` of `layout`: a fp32 flat buffer, or a bf16/fp16 one
-// whose tensors are converted into fp32 staging (globals once per update,
-// one layer at a time).
-class FlatWeights : public WeightSource {
- public:
-  static absl::StatusOr<FlatWeights> create(const GptLayout* layout, DType dtype, const void* params);
-  GlobalWeights globals() override;
-  LayerWeights layer(int l) override;
-  void invalidate() override { globals_ready_ = false; }
-
- private:
-  const float* view(int id, int layer, float* staging);
-
-  const GptLayout* layout_ = nullptr;
-  DType dtype_ = DType::kF32;
-  const void* params_ = nullptr;
-  Buffer global_staging_, layer_staging_;
-  bool globals_ready_ = false;
+struct GlobalGrads {
+  float *wte, *wpe, *lnfw, *lnfb;
 };
 
-// Gradient pointers of one layer in a fp32 flat gradient buffer.
 struct LayerGrads {
   float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
   float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-LayerGrads layer_grads(const GptLayout& layout, float* grads, int l);
+
+// Backward adds into these: globals() is asked once at the start of backward
+// and stays valid to end_backward(); layer(l) once per layer, and
+// layer_done(l) says that layer's gradients of this pass are complete.
+class GradSink {
+ public:
+  virtual ~GradSink() = default;
+  virtual GlobalGrads globals() = 0;
+  virtual LayerGrads layer(int l) = 0;
+  virtual void layer_done(int /*l*/) {}
+  virtual void end_backward() {}
+};
+
+// Views of units laid out as in `layout`: `emb` and `fin` point at the
+// embedding and final-LayerNorm units, `unit` at one layer's. 16-bit
+// parameters are converted into `staging` (fp32, unit-sized); fp32 ones are
+// returned in place.
+GlobalWeights global_weight_views(const GptLayout& layout, DType dtype, const void* emb, const void* fin,
+                                  float* staging);
+LayerWeights layer_weight_views(const GptLayout& layout, DType dtype, const void* unit, float* staging);
+GlobalGrads global_grad_views(const GptLayout& layout, float* emb, float* fin);
+LayerGrads layer_grad_views(const GptLayout& layout, float* unit);
+
+// Element offsets of each unit in a buffer: the layout's own (contiguous) or
+// ZeRO's padded ones.
+std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout);
+
+// Weights in one flat buffer of `dtype` whose units start at `unit_offsets`;
+// 16-bit globals are converted once per parameter update (invalidate()).
+class FlatWeights : public WeightSource {
+ public:
+  static absl::StatusOr<FlatWeights> create(const GptLayout* layout, DType dtype, const void* params,
+                                            std::vector<int64_t> unit_offsets = {});
+  GlobalWeights globals() override;
+  LayerWeights layer(int l) override;
+  void invalidate() { globals_ready_ = false; }
+
+ private:
+  const void* unit(int u) const;
+
+  const GptLayout* layout_ = nullptr;
+  DType dtype_ = DType::kF32;
+  const void* params_ = nullptr;
+  std::vector<int64_t> unit_offsets_;
+  Buffer global_staging_, layer_staging_;
+  GlobalWeights globals_{};
+  bool globals_ready_ = false;
+};
+
+// Gradients added straight into one fp32 flat buffer whose units start at
+// `unit_offsets` (the layout's own when empty).
+class FlatGrads : public GradSink {
+ public:
+  FlatGrads(const GptLayout* layout, float* grads, std::vector<int64_t> unit_offsets = {});
+  GlobalGrads globals() override;
+  LayerGrads layer(int l) override;
+
+ private:
+  const GptLayout* layout_;
+  float* grads_;
+  std::vector<int64_t> unit_offsets_;
+};
 
 }  // namespace zerod

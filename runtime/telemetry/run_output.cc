@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace zerod {
@@ -49,13 +50,11 @@ std::string human_bytes(uint64_t b) {
 
 }  // namespace
 
-nlohmann::json memory_peak_json(const MemoryAccountant& acct) {
+nlohmann::json memory_peak_json(const MemoryPeaks& peaks) {
   nlohmann::json j = nlohmann::json::object();
   for (int t = 0; t < kNumTiers; ++t) {
     nlohmann::json tier = nlohmann::json::object();
-    for (int c = 0; c < kNumCategories; ++c) {
-      tier[category_name(static_cast<Category>(c))] = acct.peak(static_cast<Tier>(t), static_cast<Category>(c));
-    }
+    for (int c = 0; c < kNumCategories; ++c) tier[category_name(static_cast<Category>(c))] = peaks.peak[t][c];
     j[tier_name(static_cast<Tier>(t))] = tier;
   }
   return j;
@@ -131,13 +130,15 @@ void RunOutput::step(const StepResult& r, int64_t total_steps, double tokens_per
        << std::flush;
 }
 
-void RunOutput::summary(const RunSummary& s, const MemoryAccountant& acct) {
-  const nlohmann::json peak = memory_peak_json(acct);
+void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank) {
+  const MemoryPeaks& rank0 = per_rank.front();
   if (format_ == LogFormat::kJson) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const MemoryPeaks& p : per_rank) ranks.push_back(memory_peak_json(p));
     nlohmann::json j = {{"event", "summary"},      {"steps", s.steps},
                         {"first_loss", s.first_loss}, {"final_loss", s.final_loss},
                         {"tokens_per_s", s.tokens_per_s}, {"elapsed_s", s.elapsed_s},
-                        {"memory_peak", peak},     {"memory_peak_per_rank", nlohmann::json::array({peak})}};
+                        {"memory_peak", memory_peak_json(rank0)}, {"memory_peak_per_rank", ranks}};
     if (s.synthetic_accuracy >= 0) j["synthetic_accuracy"] = s.synthetic_accuracy;
     if (!s.sample.empty()) j["sample"] = s.sample;
     line(j);
@@ -153,15 +154,38 @@ void RunOutput::summary(const RunSummary& s, const MemoryAccountant& acct) {
   for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", category_name(static_cast<Category>(c)));
   out_ << absl::StrFormat(" %11s\n", "total");
   for (int t = 0; t < kNumTiers; ++t) {
-    const Tier tier = static_cast<Tier>(t);
-    if (acct.peak_total(tier) == 0) continue;
-    out_ << absl::StrFormat("  %-30s", tier_name(tier));
-    for (int c = 0; c < kNumCategories; ++c) {
-      out_ << absl::StrFormat(" %11s", human_bytes(acct.peak(tier, static_cast<Category>(c))));
-    }
-    out_ << absl::StrFormat(" %11s\n", human_bytes(acct.peak_total(tier)));
+    if (rank0.total[t] == 0) continue;
+    out_ << absl::StrFormat("  %-30s", tier_name(static_cast<Tier>(t)));
+    for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", human_bytes(rank0.peak[t][c]));
+    out_ << absl::StrFormat(" %11s\n", human_bytes(rank0.total[t]));
   }
+  if (per_rank.size() > 1) memory_by_rank(per_rank);
   out_ << std::flush;
+}
+
+void RunOutput::memory_by_rank(const std::vector<MemoryPeaks>& per_rank) {
+  // One table per tier in use: categories down, ranks and their sum across.
+  for (int t = 0; t < kNumTiers; ++t) {
+    uint64_t used = 0;
+    for (const MemoryPeaks& p : per_rank) used += p.total[t];
+    if (used == 0) continue;
+    out_ << absl::StrFormat("memory peak by rank, %-10s", tier_name(static_cast<Tier>(t)));
+    for (size_t r = 0; r < per_rank.size(); ++r) out_ << absl::StrFormat(" %10s", absl::StrCat("rank ", r));
+    out_ << absl::StrFormat(" %10s\n", "sum");
+    auto row = [&](const char* name, auto value) {
+      uint64_t sum = 0;
+      out_ << absl::StrFormat("  %-29s", name);
+      for (const MemoryPeaks& p : per_rank) {
+        sum += value(p);
+        out_ << absl::StrFormat(" %10s", human_bytes(value(p)));
+      }
+      out_ << absl::StrFormat(" %10s\n", human_bytes(sum));
+    };
+    for (int c = 0; c < kNumCategories; ++c) {
+      row(category_name(static_cast<Category>(c)), [&](const MemoryPeaks& p) { return p.peak[t][c]; });
+    }
+    row("total", [&](const MemoryPeaks& p) { return p.total[t]; });
+  }
 }
 
 void RunOutput::error(int rank, const std::string& message) {

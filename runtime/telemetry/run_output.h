@@ -4,6 +4,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,7 +23,7 @@ struct RunSummary {
 };
 
 // Peak bytes by tier and category: {"host": {"params": .., ...}, "pinned": ..}.
-nlohmann::json memory_peak_json(const MemoryAccountant& acct);
+nlohmann::json memory_peak_json(const MemoryPeaks& peaks);
 
 class RunOutput {
  public:
@@ -30,11 +31,13 @@ class RunOutput {
 
   void start(const JobConfig& cfg, int64_t num_params, int world_size);
   void step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s);
-  void summary(const RunSummary& s, const MemoryAccountant& acct);
+  // `per_rank` holds every rank's memory peaks, rank 0 first.
+  void summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank);
   void error(int rank, const std::string& message);
 
  private:
   void line(const nlohmann::json& event);
+  void memory_by_rank(const std::vector<MemoryPeaks>& per_rank);
 
   LogFormat format_;
   std::ostream& out_;

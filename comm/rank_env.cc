@@ -1,4 +1,4 @@
-#include "runtime/engine/rank_env.h"
+#include "comm/rank_env.h"
 
 #include <cstdlib>
 #include <string>

@@ -1,0 +1,25 @@
+#include "comm/communicator.h"
+
+namespace zerod {
+
+int comm_type_size(CommType t) {
+  switch (t) {
+    case CommType::kF32: return 4;
+    case CommType::kF64:
+    case CommType::kI64: return 8;
+    case CommType::kBF16:
+    case CommType::kF16: return 2;
+  }
+  return 1;
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+}  // namespace zerod

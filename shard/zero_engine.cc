@@ -1,0 +1,424 @@
+#include "shard/zero_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/kernels/cpu/cpu_kernels.h"
+
+namespace zerod {
+namespace {
+
+CommType comm_type(DType t) {
+  switch (t) {
+    case DType::kBF16: return CommType::kBF16;
+    case DType::kF16: return CommType::kF16;
+    default: return CommType::kF32;
+  }
+}
+
+absl::Status alloc(Buffer& b, int64_t bytes, Category c) {
+  ZEROD_ASSIGN_OR_RETURN(b, Buffer::allocate(bytes, c));
+  std::memset(b.data(), 0, bytes);
+  return absl::OkStatus();
+}
+
+// Waits for every work item, returning the first failure.
+absl::Status wait_all(std::vector<WorkPtr>& works) {
+  absl::Status first;
+  for (WorkPtr& w : works) first.Update(w->wait());
+  works.clear();
+  return first;
+}
+
+}  // namespace
+
+// Stage 3's parameters: units all-gathered from the shards on demand. Layer
+// units go through one slot, or two when prefetching (the layer in use and
+// the next); when layers are below the persistence threshold every layer has
+// its own slot, kept between passes until the next update.
+class ZeroEngine::ShardedWeights : public WeightSource {
+ public:
+  explicit ShardedWeights(ZeroEngine* e) : e_(e) {}
+
+  absl::Status allocate() {
+    const GptLayout& L = *e_->layout_;
+    const Partition& p = e_->part_;
+    const ZeroConfig& z = e_->cfg_.zero;
+    const int n = p.world_size();
+    const int64_t ds = dtype_size(e_->dtype_);
+    persistent_layers_ = L.unit_numel(1) < z.stage3_param_persistence_threshold;
+    persistent_globals_ = L.unit_numel(0) + L.unit_numel(L.final_unit()) < z.stage3_param_persistence_threshold;
+    prefetch_ = z.stage3_prefetch_bucket_size > 0;
+    const int slots = persistent_layers_ ? L.config().n_layer : (prefetch_ ? 2 : 1);
+    layers_.resize(slots);
+    for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(alloc(s.buf, p.chunk(1) * n * ds, Category::kParams));
+    ZEROD_RETURN_IF_ERROR(alloc(emb_.buf, p.chunk(0) * n * ds, Category::kParams));
+    ZEROD_RETURN_IF_ERROR(alloc(fin_.buf, p.chunk(L.final_unit()) * n * ds, Category::kParams));
+    if (e_->dtype_ != DType::kF32) {
+      ZEROD_RETURN_IF_ERROR(alloc(layer_staging_, L.unit_numel(1) * 4, Category::kWorkspace));
+      ZEROD_RETURN_IF_ERROR(
+          alloc(global_staging_, (L.unit_numel(0) + L.unit_numel(L.final_unit())) * 4, Category::kWorkspace));
+    }
+    return absl::OkStatus();
+  }
+
+  GlobalWeights globals() override {
+    const GptLayout& L = *e_->layout_;
+    const bool fresh = acquire(emb_, 0) | acquire(fin_, L.final_unit());
+    if (fresh || e_->dtype_ == DType::kF32) {
+      globals_ = global_weight_views(L, e_->dtype_, emb_.buf.data(), fin_.buf.data(), global_staging_.as<float>());
+    }
+    return globals_;
+  }
+
+  LayerWeights layer(int l) override {
+    const int u = GptLayout::layer_unit(l);
+    Slot* s = find(u);
+    if (!s) {
+      s = free_slot();
+      start(*s, u);
+    }
+    finish(*s);
+    current_ = s;
+    return layer_weight_views(*e_->layout_, e_->dtype_, s->buf.data(), layer_staging_.as<float>());
+  }
+
+  void prefetch(int l) override {
+    const int u = GptLayout::layer_unit(l);
+    if (!prefetch_ || find(u)) return;
+    start(*free_slot(), u);
+  }
+
+  void end_pass() override {
+    for (Slot& s : layers_) finish(s);
+    finish(emb_);
+    finish(fin_);
+    if (!persistent_layers_) release_layers();
+    if (!persistent_globals_) emb_.unit = fin_.unit = -1;
+    current_ = nullptr;
+  }
+
+  // The shards changed: nothing gathered is current any more.
+  void invalidate() {
+    end_pass();
+    release_layers();
+    emb_.unit = fin_.unit = -1;
+  }
+
+  absl::Status take_status() { return std::exchange(status_, absl::OkStatus()); }
+
+ private:
+  struct Slot {
+    Buffer buf;
+    int unit = -1;  // the unit held or being gathered
+    WorkPtr work;   // in flight
+  };
+
+  Slot* find(int u) {
+    for (Slot& s : layers_) {
+      if (s.unit == u) return &s;
+    }
+    return nullptr;
+  }
+  // With persistent layers each has its slot; otherwise any slot but the
+  // one in use.
+  Slot* free_slot() {
+    if (persistent_layers_) return nullptr;
+    for (Slot& s : layers_) {
+      if (&s != current_) return &s;
+    }
+    return &layers_[0];
+  }
+  void release_layers() {
+    for (Slot& s : layers_) s.unit = -1;
+  }
+
+  void start(Slot& s, int u) {
+    Slot& slot = persistent_layers_ && u != 0 && u != e_->layout_->final_unit() ? layers_[u - 1] : s;
+    finish(slot);
+    const Partition& p = e_->part_;
+    const int64_t ds = dtype_size(e_->dtype_);
+    const char* shard = e_->param_shard_.as<char>() + p.shard_offset(u) * ds;
+    slot.unit = u;
+    slot.work = e_->comm_->all_gather(shard, slot.buf.data(), p.chunk(u), comm_type(e_->dtype_));
+  }
+  void finish(Slot& s) {
+    if (s.work) status_.Update(std::exchange(s.work, nullptr)->wait());
+  }
+  // Gathers unit u into s unless it is there; true when it was gathered now.
+  bool acquire(Slot& s, int u) {
+    if (s.unit == u) return false;
+    start(s, u);
+    finish(s);
+    return true;
+  }
+
+  ZeroEngine* e_;
+  bool persistent_layers_ = false, persistent_globals_ = false, prefetch_ = true;
+  std::vector<Slot> layers_;
+  Slot emb_, fin_;
+  Slot* current_ = nullptr;
+  Buffer layer_staging_, global_staging_;
+  GlobalWeights globals_{};
+  absl::Status status_;
+};
+
+// Stages 2 and 3: each unit's gradients are written to a staging buffer and
+// reduce-scattered as soon as backward is done with them; the rank adds its
+// reduced chunk to its gradient shard. Layer staging buffers are a small
+// pool: with overlap_comm, as many as reduce_bucket_size elements allow
+// (at least two, so one layer's backward runs while the last one's
+// reduce-scatter is in flight); without, one, waited on at once.
+class ZeroEngine::ShardedGrads : public GradSink {
+ public:
+  explicit ShardedGrads(ZeroEngine* e) : e_(e) {}
+
+  absl::Status allocate() {
+    const GptLayout& L = *e_->layout_;
+    const Partition& p = e_->part_;
+    const ZeroConfig& z = e_->cfg_.zero;
+    const int n = p.world_size();
+    overlap_ = z.overlap_comm;
+    const int64_t fit = z.reduce_bucket_size / std::max<int64_t>(1, L.unit_numel(1));
+    const int slots = overlap_ ? static_cast<int>(std::clamp<int64_t>(fit, 2, std::max(2, L.config().n_layer))) : 1;
+    layers_.resize(slots);
+    for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n, p.chunk(1)));
+    ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n, p.chunk(0)));
+    ZEROD_RETURN_IF_ERROR(allocate_slot(fin_, p.chunk(L.final_unit()) * n, p.chunk(L.final_unit())));
+    return absl::OkStatus();
+  }
+
+  GlobalGrads globals() override {
+    fill(emb_, 0);
+    fill(fin_, e_->layout_->final_unit());
+    return global_grad_views(*e_->layout_, emb_.staging.as<float>(), fin_.staging.as<float>());
+  }
+
+  LayerGrads layer(int l) override {
+    Slot* s = nullptr;
+    for (Slot& c : layers_) {
+      if (c.unit < 0) s = &c;
+    }
+    if (!s) {
+      s = in_flight_.front();
+      complete(*s);
+    }
+    fill(*s, GptLayout::layer_unit(l));
+    return layer_grad_views(*e_->layout_, s->staging.as<float>());
+  }
+
+  void layer_done(int l) override {
+    for (Slot& s : layers_) {
+      if (s.unit == GptLayout::layer_unit(l) && !s.work) launch(s);
+    }
+  }
+
+  void end_backward() override {
+    launch(emb_);
+    launch(fin_);
+  }
+
+  // Every reduce-scatter completed and added to the shard.
+  absl::Status flush() {
+    while (!in_flight_.empty()) complete(*in_flight_.front());
+    return std::exchange(status_, absl::OkStatus());
+  }
+
+ private:
+  struct Slot {
+    Buffer staging, recv;
+    int unit = -1;  // filling or in flight
+    WorkPtr work;
+  };
+
+  static absl::Status allocate_slot(Slot& s, int64_t padded, int64_t chunk) {
+    ZEROD_RETURN_IF_ERROR(alloc(s.staging, padded * 4, Category::kComm));
+    return alloc(s.recv, chunk * 4, Category::kComm);
+  }
+  void fill(Slot& s, int u) {
+    if (s.work) complete(s);
+    s.unit = u;
+    std::memset(s.staging.data(), 0, s.staging.bytes());
+  }
+  void launch(Slot& s) {
+    const int64_t chunk = e_->part_.chunk(s.unit);
+    s.work = e_->comm_->reduce_scatter(s.staging.data(), s.recv.data(), chunk, CommType::kF32, ReduceOp::kSum);
+    in_flight_.push_back(&s);
+    if (!overlap_) complete(s);
+  }
+  void complete(Slot& s) {
+    status_.Update(std::exchange(s.work, nullptr)->wait());
+    in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), &s));
+    const int64_t chunk = e_->part_.chunk(s.unit);
+    float* dst = e_->grad_shard_.as<float>() + e_->part_.shard_offset(s.unit);
+    const float* src = s.recv.as<float>();
+    for (int64_t i = 0; i < chunk; ++i) dst[i] += src[i];
+    s.unit = -1;
+  }
+
+  ZeroEngine* e_;
+  bool overlap_ = true;
+  std::vector<Slot> layers_;
+  Slot emb_, fin_;
+  std::deque<Slot*> in_flight_;  // launch order
+  absl::Status status_;
+};
+
+ZeroEngine::ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm)
+    : layout_(layout),
+      cfg_(cfg),
+      comm_(comm),
+      stage_(cfg.zero.stage),
+      dtype_(cfg.precision),
+      part_(*layout, stage_ == 0 ? 1 : comm->world_size()),
+      owner_(stage_ == 0 ? 0 : comm->rank()) {}
+
+ZeroEngine::~ZeroEngine() = default;
+
+absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout* layout, const JobConfig& cfg,
+                                                               Communicator* comm) {
+  std::unique_ptr<ZeroEngine> e(new ZeroEngine(layout, cfg, comm));
+  ZEROD_RETURN_IF_ERROR(e->build());
+  return e;
+}
+
+absl::Status ZeroEngine::build() {
+  owned_ = owned_segments(*layout_, part_, owner_);
+  const int64_t S = part_.shard_numel(), P = part_.padded_numel(), ds = dtype_size(dtype_);
+  if (stage_ < 3) {
+    ZEROD_RETURN_IF_ERROR(alloc(params_, P * ds, Category::kParams));
+  } else {
+    ZEROD_RETURN_IF_ERROR(alloc(param_shard_, S * ds, Category::kParams));
+  }
+  // fp32 parameters held in the shard layout (stage 0's world of one, stage
+  // 3's shards) are the master weights themselves.
+  if (dtype_ == DType::kF32 && (stage_ == 0 || stage_ == 3)) {
+    master_ptr_ = (stage_ == 0 ? params_ : param_shard_).as<float>();
+  } else {
+    ZEROD_RETURN_IF_ERROR(alloc(master_, S * 4, Category::kOptimizer));
+    master_ptr_ = master_.as<float>();
+  }
+  ZEROD_RETURN_IF_ERROR(alloc(adam_m_, S * 4, Category::kOptimizer));
+  ZEROD_RETURN_IF_ERROR(alloc(adam_v_, S * 4, Category::kOptimizer));
+  if (stage_ <= 1) ZEROD_RETURN_IF_ERROR(alloc(grads_full_, P * 4, Category::kGrads));
+  if (stage_ >= 1) ZEROD_RETURN_IF_ERROR(alloc(grad_shard_, S * 4, Category::kGrads));
+
+  for (int u = 0; u < part_.num_units(); ++u) {
+    const Partition::Range r = part_.owned(u, owner_);
+    init_gpt_range(*layout_, cfg_.run.seed, r.begin, r.end, master_ptr_ + part_.shard_offset(u));
+  }
+  if (stage_ < 3) {
+    ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(layout_, dtype_, params_.data(),
+                                                              part_.padded_unit_offsets()));
+    flat_weights_ = std::make_unique<FlatWeights>(std::move(w));
+  } else {
+    sharded_weights_ = std::make_unique<ShardedWeights>(this);
+    ZEROD_RETURN_IF_ERROR(sharded_weights_->allocate());
+  }
+  if (stage_ <= 1) {
+    flat_grads_ = std::make_unique<FlatGrads>(layout_, grads_full_.as<float>(), part_.padded_unit_offsets());
+  } else {
+    sharded_grads_ = std::make_unique<ShardedGrads>(this);
+    ZEROD_RETURN_IF_ERROR(sharded_grads_->allocate());
+  }
+  return publish_params();
+}
+
+WeightSource& ZeroEngine::weights() {
+  if (sharded_weights_) return *sharded_weights_;
+  return *flat_weights_;
+}
+
+GradSink& ZeroEngine::grads() {
+  if (sharded_grads_) return *sharded_grads_;
+  return *flat_grads_;
+}
+
+float* ZeroEngine::grad_shard() const { return (stage_ == 0 ? grads_full_ : grad_shard_).as<float>(); }
+
+void ZeroEngine::zero_grads() {
+  Buffer& g = stage_ <= 1 ? grads_full_ : grad_shard_;
+  std::memset(g.data(), 0, g.bytes());
+}
+
+absl::Status ZeroEngine::take_weight_status() {
+  return sharded_weights_ ? sharded_weights_->take_status() : absl::OkStatus();
+}
+
+absl::Status ZeroEngine::reduce_gradients() {
+  absl::Status s = take_weight_status();
+  if (stage_ == 0) {
+    s.Update(all_reduce(*comm_, grads_full_.data(), part_.padded_numel(), CommType::kF32, ReduceOp::kSum));
+  } else if (stage_ == 1) {
+    std::vector<WorkPtr> works;
+    for (int u = 0; u < part_.num_units(); ++u) {
+      works.push_back(comm_->reduce_scatter(grads_full_.as<float>() + part_.padded_offset(u),
+                                            grad_shard_.as<float>() + part_.shard_offset(u), part_.chunk(u),
+                                            CommType::kF32, ReduceOp::kSum));
+    }
+    s.Update(wait_all(works));
+  } else {
+    s.Update(sharded_grads_->flush());
+  }
+  return s;
+}
+
+absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
+  double sumsq = cpu::sum_squares(grad_shard(), part_.shard_numel());
+  // Under stage 0 every rank holds all the (reduced) gradients already.
+  if (stage_ > 0) ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &sumsq, 1, CommType::kF64, ReduceOp::kSum));
+  return sumsq;
+}
+
+absl::Status ZeroEngine::apply_adam(const AdamHyper& h, float lr, int64_t step, float grad_factor) {
+  const float* g = grad_shard();
+  for (const ShardSegment& s : owned_) {
+    adam_step(master_ptr_ + s.shard_offset, g + s.shard_offset, adam_m_.as<float>() + s.shard_offset,
+              adam_v_.as<float>() + s.shard_offset, s.numel, h, lr, step, grad_factor, s.decay);
+  }
+  return publish_params();
+}
+
+absl::Status ZeroEngine::publish_params() {
+  const int64_t ds = dtype_size(dtype_);
+  if (stage_ == 3) {
+    if (master_.data()) convert_from_f32(dtype_, master_ptr_, param_shard_.data(), part_.shard_numel());
+    sharded_weights_->invalidate();
+    return sharded_weights_->take_status();
+  }
+  if (stage_ == 0) {
+    if (master_.data()) convert_from_f32(dtype_, master_ptr_, params_.data(), part_.shard_numel());
+  } else {
+    std::vector<WorkPtr> works;
+    for (int u = 0; u < part_.num_units(); ++u) {
+      char* unit = params_.as<char>() + part_.padded_offset(u) * ds;
+      char* mine = unit + owner_ * part_.chunk(u) * ds;
+      convert_from_f32(dtype_, master_ptr_ + part_.shard_offset(u), mine, part_.chunk(u));
+      works.push_back(comm_->all_gather(mine, unit, part_.chunk(u), comm_type(dtype_)));
+    }
+    ZEROD_RETURN_IF_ERROR(wait_all(works));
+  }
+  flat_weights_->invalidate();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
+  std::vector<float> out(layout_->num_params());
+  const int n = part_.world_size();
+  ZEROD_ASSIGN_OR_RETURN(Buffer unit, Buffer::allocate(part_.chunk(0) * n * 4, Category::kWorkspace));
+  for (int u = 0; u < part_.num_units(); ++u) {
+    const float* src = master_ptr_ + part_.shard_offset(u);
+    if (n > 1) {
+      ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(part_.chunk(u) * n * 4, Category::kWorkspace));
+      ZEROD_RETURN_IF_ERROR(comm_->all_gather(src, b.data(), part_.chunk(u), CommType::kF32)->wait());
+      std::memcpy(out.data() + part_.unit_begin(u), b.data(), part_.unit_numel(u) * 4);
+    } else {
+      std::memcpy(out.data() + part_.unit_begin(u), src, part_.unit_numel(u) * 4);
+    }
+  }
+  return out;
+}
+
+}  // namespace zerod

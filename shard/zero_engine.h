@@ -1,0 +1,96 @@
+// ZeRO stages 0-3 for one rank: where the parameters, gradients and
+// optimizer states live, and the collectives that keep the ranks on the
+// single-process trajectory.
+//
+//   stage 0: everything replicated; gradients all-reduced at the boundary.
+//   stage 1: fp32 master weights and Adam states only for the rank's shard;
+//            full gradients reduce-scattered at the boundary; the updated
+//            parameters all-gathered.
+//   stage 2: as 1, but each unit's gradients are reduce-scattered as soon as
+//            backward has produced them (overlapping the backward of earlier
+//            layers), and only the rank's gradient shard is kept.
+//   stage 3: as 2, and the parameters too exist only as shards: each unit is
+//            all-gathered just before use (the next layer prefetched) and
+//            released after; units below the persistence threshold stay
+//            gathered between updates.
+//
+// Gradients are summed over ranks; the trainer scales each rank's loss by
+// 1/(accumulation * world_size), so the sum is the global-batch mean.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "runtime/config/job_config.h"
+#include "runtime/core/memory.h"
+#include "runtime/model/weights.h"
+#include "runtime/optim/adam.h"
+#include "shard/partition.h"
+
+namespace zerod {
+
+class ZeroEngine {
+ public:
+  // Initialises this rank's parameters from the config's seed.
+  static absl::StatusOr<std::unique_ptr<ZeroEngine>> create(const GptLayout* layout, const JobConfig& cfg,
+                                                            Communicator* comm);
+  ~ZeroEngine();
+
+  WeightSource& weights();
+  GradSink& grads();
+
+  // Start of an optimizer step: gradients to zero.
+  void zero_grads();
+  // After the last micro-batch: every rank holds the global sum of the
+  // gradients it owns.
+  absl::Status reduce_gradients();
+  // Sum of squares of all gradients (every rank's part, all-reduced); not
+  // finite when any rank's gradients overflowed.
+  absl::StatusOr<double> grad_sum_squares();
+  // Adam on the owned shard with gradients multiplied by grad_factor, then
+  // the new parameters are made visible to the model on every rank.
+  absl::Status apply_adam(const AdamHyper& h, float lr, int64_t step, float grad_factor);
+
+  // Errors of collectives the weight source ran since the last call (it
+  // cannot return them to the model).
+  absl::Status take_weight_status();
+
+  // The full fp32 master weights, in the layout's flat order (a collective).
+  absl::StatusOr<std::vector<float>> gather_master_params();
+
+  const Partition& partition() const { return part_; }
+  int stage() const { return stage_; }
+
+ private:
+  class ShardedWeights;
+  class ShardedGrads;
+  ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm);
+  absl::Status build();
+  absl::Status publish_params();
+  float* grad_shard() const;
+
+  const GptLayout* layout_;
+  const JobConfig cfg_;
+  Communicator* comm_;
+  const int stage_;
+  const DType dtype_;  // of the working parameters
+  Partition part_;     // world of one under stage 0: every rank owns everything
+  const int owner_;    // this rank's index in part_
+  std::vector<ShardSegment> owned_;
+
+  Buffer params_;       // stages 0-2: all parameters, padded layout, dtype_
+  Buffer param_shard_;  // stage 3: this rank's parameters, dtype_
+  Buffer master_;       // fp32 master shard, unless the parameters themselves are
+  Buffer adam_m_, adam_v_;
+  Buffer grads_full_;   // stages 0-1: all gradients, padded layout
+  Buffer grad_shard_;   // stages 1-3
+  float* master_ptr_ = nullptr;
+
+  std::unique_ptr<FlatWeights> flat_weights_;       // stages 0-2
+  std::unique_ptr<FlatGrads> flat_grads_;           // stages 0-1
+  std::unique_ptr<ShardedWeights> sharded_weights_; // stage 3
+  std::unique_ptr<ShardedGrads> sharded_grads_;     // stages 2-3
+};
+
+}  // namespace zerod

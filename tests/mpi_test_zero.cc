@@ -1,0 +1,209 @@
+// ZeRO stages 0-3 on every rank of an mpirun world (and a world of one)
+// against the single-process run of the same global batch, which each rank
+// computes for itself with a local trainer.
+//
+// Not bitwise: the ranks' gradients are summed in a different order than
+// one process accumulates them (its micro-batches one after another; here
+// per rank, then across ranks by MPI), and float addition is not
+// associative. The differences are rounding-sized in the gradients; Adam
+// then moves every parameter by about lr per step whatever the gradient's
+// size, so parameters whose gradient is near zero can take different signs
+// of update. Hence: losses to a relative 1e-5, parameters to an absolute
+// 2 * lr (a different batch moves them by far more, as checked below).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/config/job_config.h"
+#include "runtime/engine/trainer.h"
+#include "tests/mpi_world.h"
+
+namespace zerod {
+namespace {
+
+using testing::world;
+
+constexpr double kLr = 3e-3;
+
+nlohmann::json tiny_job(int stage) {
+  return {
+      {"model", {{"preset", "gpt2-tiny"}}},
+      {"data", {{"kind", "synthetic"}, {"seq_len", 32}, {"seed", 3}}},
+      {"run", {{"steps", 20}, {"seed", 11}}},
+      // 24 sequences: 2 per micro-batch, 12 / world accumulation steps.
+      {"train_batch_size", 24},
+      {"train_micro_batch_size_per_gpu", 2},
+      {"gradient_clipping", 1.0},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", kLr}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1}}}}},
+      {"zero_optimization",
+       {{"stage", stage},
+        // Small buckets and no persistent units, so every path of the
+        // schedules runs on this small model.
+        {"reduce_bucket_size", 20000},
+        {"stage3_param_persistence_threshold", 0}}},
+  };
+}
+
+JobConfig config(nlohmann::json j, int world_size, const std::vector<std::string>& overrides = {}) {
+  for (const std::string& o : overrides) EXPECT_TRUE(apply_override(j, o).ok()) << o;
+  auto cfg = parse_job_config(j, world_size);
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return *cfg;
+}
+
+struct TrainRun {
+  std::vector<double> losses, grad_norms;
+  std::vector<float> params;
+};
+
+TrainRun train(const JobConfig& cfg, Communicator* comm) {
+  TrainRun r;
+  auto t = Trainer::create(cfg, comm);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return r;
+  for (int64_t i = 0; i < cfg.run.steps; ++i) {
+    auto s = (*t)->step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return r;
+    r.losses.push_back(s->loss);
+    r.grad_norms.push_back(s->grad_norm);
+  }
+  auto p = (*t)->master_params();
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (p.ok()) r.params = std::move(*p);
+  return r;
+}
+
+// The same global batch in one process.
+TrainRun reference(const std::vector<std::string>& overrides = {}) {
+  return train(config(tiny_job(0), 1, overrides), nullptr);
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+
+void expect_follows(const TrainRun& got, const TrainRun& want, double loss_rtol, double param_atol) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  ASSERT_EQ(got.params.size(), want.params.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], loss_rtol * want.losses[i]) << "step " << i + 1;
+  }
+  EXPECT_LE(max_abs_diff(got.params, want.params), param_atol);
+}
+
+TEST(ZeroEquivalence, Fp32EveryStageFollowsTheSingleProcessRun) {
+  const int n = world().world_size();
+  const TrainRun ref = reference();
+  // What counts as far: the run started from a different data seed.
+  const TrainRun other = reference({"data.seed=4"});
+  EXPECT_GT(max_abs_diff(other.params, ref.params), 20 * kLr);
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n);
+    expect_follows(train(config(tiny_job(stage), n), &world()), ref, 1e-5, 2 * kLr);
+  }
+}
+
+TEST(ZeroEquivalence, MixedPrecisionFollowsTheSingleProcessRun) {
+  // Every activation is rounded to 16 bits, so inputs that differ in the
+  // last bit of fp32 can round to neighbouring 16-bit values (bf16 steps
+  // are 2^-8 = 0.4% apart): losses within 1%, parameters within 10 lr.
+  const int n = world().world_size();
+  for (const char* flag : {"bf16.enabled=true", "fp16.enabled=true"}) {
+    const TrainRun ref = reference({flag});
+    for (int stage : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << flag << ", stage " << stage << ", world " << n);
+      expect_follows(train(config(tiny_job(stage), n, {flag}), &world()), ref, 1e-2, 10 * kLr);
+    }
+  }
+}
+
+TEST(ZeroEquivalence, AccumulationAndClippingUnderStages2And3) {
+  // One sequence per micro-batch (24 / world accumulation steps) and a clip
+  // low enough to act on every step.
+  const int n = world().world_size();
+  const std::vector<std::string> o = {"train_micro_batch_size_per_gpu=1", "gradient_clipping=0.05"};
+  const TrainRun ref = reference(o);
+  for (double g : ref.grad_norms) ASSERT_GT(g, 0.05) << "clipping must be active";
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n);
+    const TrainRun got = train(config(tiny_job(stage), n, o), &world());
+    expect_follows(got, ref, 1e-5, 2 * kLr);
+    for (size_t i = 0; i < ref.grad_norms.size(); ++i) {
+      EXPECT_NEAR(got.grad_norms[i], ref.grad_norms[i], 1e-4 * ref.grad_norms[i]) << "step " << i + 1;
+    }
+  }
+}
+
+TEST(ZeroEquivalence, SameStageAndWorldTwiceIsBitwise) {
+  const int n = world().world_size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n);
+    const JobConfig cfg = config(tiny_job(stage), n, {"run.steps=8"});
+    const TrainRun a = train(cfg, &world()), b = train(cfg, &world());
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_EQ(a.params, b.params);
+  }
+}
+
+TEST(ZeroMemory, PerRankBytesFollowThePartition) {
+  // Shard size from the definition: every unit's ceil(numel / N) elements,
+  // rounded up to 64.
+  const int n = world().world_size();
+  const JobConfig base = config(tiny_job(0), n);
+  const GptLayout layout(base.model);
+  int64_t shard = 0, padded = 0, padded1 = 0;
+  std::vector<int64_t> unit_padded;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const int64_t per = (layout.unit_numel(u) + n - 1) / n;
+    const int64_t chunk = (per + 63) / 64 * 64;
+    shard += chunk;
+    padded += chunk * n;
+    padded1 += (layout.unit_numel(u) + 63) / 64 * 64;
+    unit_padded.push_back(chunk * n);
+  }
+  const int64_t total = layout.num_params();
+  // About total / N: at most one alignment block per unit more.
+  EXPECT_LT(shard - total / n, 64 * layout.num_units() + 1);
+  const MemoryAccountant& acct = MemoryAccountant::global();
+  auto bytes = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n);
+    auto t = Trainer::create(config(tiny_job(stage), n), &world());
+    ASSERT_TRUE(t.ok()) << t.status();
+    switch (stage) {
+      case 0:  // replicated; the fp32 parameters are the master weights
+        EXPECT_EQ(bytes(Category::kParams), padded1 * 4);
+        EXPECT_EQ(bytes(Category::kGrads), padded1 * 4);
+        EXPECT_EQ(bytes(Category::kOptimizer), 2 * padded1 * 4);
+        break;
+      case 1:  // master, m, v sharded; full gradients plus the reduced shard
+        EXPECT_EQ(bytes(Category::kParams), padded * 4);
+        EXPECT_EQ(bytes(Category::kGrads), (padded + shard) * 4);
+        EXPECT_EQ(bytes(Category::kOptimizer), 3 * shard * 4);
+        break;
+      case 2:  // gradients sharded too; per-layer staging is comm memory
+        EXPECT_EQ(bytes(Category::kParams), padded * 4);
+        EXPECT_EQ(bytes(Category::kGrads), shard * 4);
+        EXPECT_EQ(bytes(Category::kOptimizer), 3 * shard * 4);
+        EXPECT_GT(bytes(Category::kComm), 0);
+        break;
+      case 3: {  // parameters sharded; the live window is two layers and the globals
+        const int64_t window = 2 * unit_padded[1] + unit_padded[0] + unit_padded[layout.final_unit()];
+        EXPECT_EQ(bytes(Category::kParams), (shard + window) * 4);
+        EXPECT_EQ(bytes(Category::kGrads), shard * 4);
+        EXPECT_EQ(bytes(Category::kOptimizer), 2 * shard * 4);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zerod
