@@ -1,6 +1,7 @@
 #include "shard/zero_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 
@@ -22,6 +23,14 @@ absl::Status alloc(Buffer& b, int64_t bytes, Category c) {
   ZEROD_ASSIGN_OR_RETURN(b, Buffer::allocate(bytes, c));
   std::memset(b.data(), 0, bytes);
   return absl::OkStatus();
+}
+
+// Waits for `w`, adding the time blocked to *seconds.
+absl::Status timed_wait(Work& w, double* seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = w.wait();
+  *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
 }
 
 // Waits for every work item, returning the first failure.
@@ -145,7 +154,7 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     slot.work = e_->comm_->all_gather(shard, slot.buf.data(), p.chunk(u), comm_type(e_->dtype_));
   }
   void finish(Slot& s) {
-    if (s.work) status_.Update(std::exchange(s.work, nullptr)->wait());
+    if (s.work) status_.Update(timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_));
   }
   // Gathers unit u into s unless it is there; true when it was gathered now.
   bool acquire(Slot& s, int u) {
@@ -249,7 +258,7 @@ class ZeroEngine::ShardedGrads : public GradSink {
     if (!overlap_) complete(s);
   }
   void complete(Slot& s) {
-    status_.Update(std::exchange(s.work, nullptr)->wait());
+    status_.Update(timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_));
     in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), &s));
     const int64_t chunk = e_->part_.chunk(s.unit);
     float* dst = e_->grad_shard_.as<float>() + e_->part_.shard_offset(s.unit);

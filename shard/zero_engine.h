@@ -59,6 +59,11 @@ class ZeroEngine {
   // The full fp32 master weights, in the layout's flat order (a collective).
   absl::StatusOr<std::vector<float>> gather_master_params();
 
+  // Seconds spent blocked on stage 2/3 collectives (gathers in forward and
+  // backward, reduce-scatters in backward and the flush after it), since
+  // creation: the communication that overlap did not hide.
+  double pass_comm_wait_s() const { return pass_wait_s_; }
+
   const Partition& partition() const { return part_; }
   int stage() const { return stage_; }
 
@@ -86,6 +91,7 @@ class ZeroEngine {
   Buffer grads_full_;   // stages 0-1: all gradients, padded layout
   Buffer grad_shard_;   // stages 1-3
   float* master_ptr_ = nullptr;
+  double pass_wait_s_ = 0;
 
   std::unique_ptr<FlatWeights> flat_weights_;       // stages 0-2
   std::unique_ptr<FlatGrads> flat_grads_;           // stages 0-1

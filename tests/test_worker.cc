@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/worker.h"
 #include "tests/temp_dir.h"
@@ -179,14 +180,84 @@ TEST_F(WorkerTest, MissingConfigFileAndBadArguments) {
   EXPECT_NE(bad_set.err.find("expected key.path=value"), std::string::npos);
 }
 
-TEST_F(WorkerTest, MultiRankLaunchIsRefusedClearly) {
+TEST_F(WorkerTest, RankVariablesWithoutAnMpiWorldAreRefusedClearly) {
+  // The variables say two ranks, but no mpirun started this process.
   setenv("OMPI_COMM_WORLD_RANK", "0", 1);
   setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
   const std::string err = refused(small_job());
   unsetenv("OMPI_COMM_WORLD_RANK");
   unsetenv("OMPI_COMM_WORLD_SIZE");
   EXPECT_NE(err.find("rank 0 of 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("mpirun"), std::string::npos) << err;
 }
+
+#ifdef ZEROD_WITH_MPI
+// The binary under mpirun: exit status, and stdout with stderr.
+struct MpiResult {
+  int code;
+  std::string out;
+};
+MpiResult mpirun(int np, const std::string& args) {
+  const std::string cmd = absl::StrCat(ZEROD_MPIEXEC, " -np ", np, " --oversubscribe -x OMP_NUM_THREADS=1 ",
+                                       ZEROD_WORKER_BIN, " ", args, " 2>&1");
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int s = pclose(p);
+  return {WIFEXITED(s) ? WEXITSTATUS(s) : -1, out};
+}
+
+std::vector<nlohmann::json> events(const std::string& out) {
+  std::vector<nlohmann::json> e;
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);) {
+    if (!l.empty() && l[0] == '{') e.push_back(nlohmann::json::parse(l));
+  }
+  return e;
+}
+
+TEST_F(WorkerTest, RunsAsTwoRanksUnderMpirunFollowingOneProcess) {
+  const std::string config = job(small_job());
+  const Result single = run({"--config", config, "--log-format", "json"});
+  ASSERT_EQ(single.code, kExitOk) << single.err;
+  const std::vector<nlohmann::json> one = events(single.out);
+  const nlohmann::json& one_peak = one.back()["memory_peak"]["host"];
+  for (int stage : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage);
+    const MpiResult r = mpirun(2, absl::StrCat("--config ", config, " --log-format json --set zero_optimization.stage=",
+                                               stage, " --set zero_optimization.stage3_param_persistence_threshold=0"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<nlohmann::json> two = events(r.out);
+    // Rank 0 alone prints: start, 4 steps, summary.
+    ASSERT_EQ(two.size(), 6u) << r.out;
+    EXPECT_EQ(two[0]["world_size"], 2);
+    EXPECT_EQ(two[0]["zero_stage"], stage);
+    for (int i = 1; i <= 4; ++i) {
+      EXPECT_NEAR(two[i]["loss"].get<double>(), one[i]["loss"].get<double>(), 1e-5 * one[i]["loss"].get<double>());
+    }
+    const nlohmann::json& per_rank = two.back()["memory_peak_per_rank"];
+    ASSERT_EQ(per_rank.size(), 2u);
+    EXPECT_EQ(per_rank[0], two.back()["memory_peak"]);
+    for (const nlohmann::json& rank : per_rank) {
+      // Master weights, m and v for half the model each (plus alignment
+      // padding) against the world of one's m and v for all of it.
+      const double ratio = rank["host"]["optimizer"].get<double>() / one_peak["optimizer"].get<double>();
+      EXPECT_NEAR(ratio, stage == 3 ? 0.5 : 0.75, 0.02);
+    }
+  }
+}
+
+TEST_F(WorkerTest, AFailureOnEveryRankEndsTheMpirunJob) {
+  nlohmann::json j = small_job();
+  j["run"]["host_memory_limit"] = "1MiB";
+  const MpiResult r = mpirun(2, "--config " + job(j));
+  EXPECT_EQ(r.code, kExitFailure) << r.out;
+  EXPECT_NE(r.out.find("host memory limit of 1048576 bytes"), std::string::npos) << r.out;
+}
+#endif  // ZEROD_WITH_MPI
 
 TEST_F(WorkerTest, HostMemoryLimitStopsTheRunCleanly) {
   nlohmann::json j = small_job();

@@ -60,6 +60,7 @@ class Trainer {
   const GptLayout& layout() const { return model_->layout(); }
   int64_t num_params() const { return layout().num_params(); }
   Communicator& comm() const { return *comm_; }
+  const ZeroEngine& zero() const { return *zero_; }
   // The full fp32 master weights in flat order (a collective).
   absl::StatusOr<std::vector<float>> master_params() { return zero_->gather_master_params(); }
 

@@ -1,0 +1,377 @@
+#include "comm/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+#ifdef ZEROD_WITH_MPI
+#include <mpi.h>
+#endif
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/core/device.h"
+
+namespace zerod {
+namespace {
+
+static_assert(sizeof(NcclId) == sizeof(ncclUniqueId));
+
+absl::Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorString(err)));
+}
+
+absl::Status nccl_status(ncclResult_t rc, const char* what) {
+  if (rc == ncclSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, " failed: ", ncclGetErrorString(rc)));
+}
+
+ncclDataType_t nccl_type(CommType t) {
+  switch (t) {
+    case CommType::kF32: return ncclFloat32;
+    case CommType::kF64: return ncclFloat64;
+    case CommType::kI64: return ncclInt64;
+    case CommType::kBF16: return ncclBfloat16;
+    case CommType::kF16: return ncclFloat16;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+  }
+  return ncclSum;
+}
+
+// NCCL would average integers with a truncating division; refused, as the
+// MPI backend does.
+absl::Status check_reduction(CommType t, ReduceOp op) {
+  if (op == ReduceOp::kAvg && t == CommType::kI64) {
+    return absl::InvalidArgumentError("cannot average integer buffers");
+  }
+  return absl::OkStatus();
+}
+
+struct EventDeleter {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+
+class FailedWork : public Work {
+ public:
+  explicit FailedWork(absl::Status s) : status_(std::move(s)) {}
+  absl::Status wait() override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+WorkPtr failed(absl::Status s) { return std::make_unique<FailedWork>(std::move(s)); }
+
+class NcclCommunicatorImpl : public NcclCommunicator {
+ public:
+  NcclCommunicatorImpl(int rank, int world, int device, std::chrono::milliseconds timeout)
+      : rank_(rank), world_(world), device_(device), timeout_(timeout) {}
+
+  absl::Status init(const NcclId& id) {
+    ZEROD_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    // Non-blocking, so the legacy default stream's implicit syncs never
+    // serialize compute against communication: ordering comes only from the
+    // compute-stream event.
+    ZEROD_RETURN_IF_ERROR(
+        cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    ZEROD_RETURN_IF_ERROR(
+        cuda_status(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+    ZEROD_RETURN_IF_ERROR(cuda_status(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc"));
+    ZEROD_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(scratch_, 0, sizeof(float), stream_), "cudaMemsetAsync"));
+    ncclUniqueId uid;
+    std::memcpy(&uid, id.bytes, sizeof(uid));
+    ncclComm_t comm = nullptr;
+    ZEROD_RETURN_IF_ERROR(nccl_status(ncclCommInitRank(&comm, world_, uid, rank_), "ncclCommInitRank"));
+    comm_ = comm;
+    return absl::OkStatus();
+  }
+
+  ~NcclCommunicatorImpl() override {
+    if (comm_) {
+      // Destroying waits for queued collectives, so it is only safe once the
+      // stream has drained; a stuck (or broken) communicator is aborted.
+      const bool drained = broken().ok() && cudaEventRecord(ready_, stream_) == cudaSuccess &&
+                           wait_for(ready_, "draining the comm stream").ok();
+      if (drained) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    if (scratch_) cudaFree(scratch_);
+    if (ready_) cudaEventDestroy(ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+#ifdef ZEROD_WITH_MPI
+    if (finalize_mpi_) MPI_Finalize();
+#endif
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  const char* backend() const override { return "nccl"; }
+
+  void set_compute_stream(void* stream) override { compute_ = static_cast<cudaStream_t>(stream); }
+
+  WorkPtr all_reduce(void* buf, int64_t count, CommType type, ReduceOp op) override {
+    if (absl::Status s = check_reduction(type, op); !s.ok()) return failed(std::move(s));
+    return issue("all_reduce", [=, this] {
+      return ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), comm_, stream_);
+    });
+  }
+
+  WorkPtr reduce_scatter(const void* send, void* recv, int64_t count, CommType type, ReduceOp op) override {
+    if (absl::Status s = check_reduction(type, op); !s.ok()) return failed(std::move(s));
+    return issue("reduce_scatter", [=, this] {
+      return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_);
+    });
+  }
+
+  // NCCL treats send == block rank() of recv as in place by itself.
+  WorkPtr all_gather(const void* send, void* recv, int64_t count, CommType type) override {
+    return issue("all_gather", [=, this] { return ncclAllGather(send, recv, count, nccl_type(type), comm_, stream_); });
+  }
+
+  WorkPtr broadcast(void* buf, int64_t count, CommType type, int root) override {
+    return issue("broadcast", [=, this] {
+      return ncclBroadcast(buf, buf, count, nccl_type(type), root, comm_, stream_);
+    });
+  }
+
+  // A one-element all-reduce completes on no rank before every rank has
+  // issued it.
+  WorkPtr barrier() override {
+    return issue("barrier", [this] {
+      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+    });
+  }
+
+  // NCCL is aborted first so this rank's GPU leaves any stuck collective;
+  // MPI, when there is one, then ends every rank.
+  void abort(int exit_code) override {
+    ncclCommAbort(comm_);
+#ifdef ZEROD_WITH_MPI
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (up && !down) MPI_Abort(MPI_COMM_WORLD, exit_code);
+#endif
+    std::_Exit(exit_code);
+  }
+
+#ifdef ZEROD_WITH_MPI
+  void finalize_mpi_on_destruction() { finalize_mpi_ = true; }
+#endif
+
+  // Polls `done` (sleeping 50 us, doubling up to 1 ms) until it completes,
+  // NCCL reports an error, or the timeout passes; the last two break the
+  // communicator. `what` names the collective in the error.
+  absl::Status wait_for(cudaEvent_t done, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    std::chrono::microseconds pause(50);
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(done);
+      if (q == cudaSuccess) return absl::OkStatus();
+      if (q != cudaErrorNotReady) {
+        return break_with(
+            absl::InternalError(absl::StrCat(what, " failed on rank ", rank_, ": ", cudaGetErrorString(q))));
+      }
+      if (absl::Status s = broken(); !s.ok()) return s;
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &async);
+      if (rc != ncclSuccess || async != ncclSuccess) {
+        return break_with(absl::InternalError(
+            absl::StrCat(what, " failed on rank ", rank_, ": ", ncclGetErrorString(rc != ncclSuccess ? rc : async))));
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return break_with(absl::DeadlineExceededError(absl::StrFormat(
+            "%s did not complete within %.3g s on rank %d", what, timeout_.count() / 1000.0, rank_)));
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    }
+  }
+
+ private:
+  // Numbers the collective, orders it after the compute stream's queued
+  // work, enqueues it and records the event its Work waits on.
+  WorkPtr issue(const char* name, const std::function<ncclResult_t()>& enqueue);
+
+  absl::StatusOr<Event> enqueue_after_compute(const std::function<ncclResult_t()>& enqueue) {
+    // The current device is per thread, and the issuing thread may not have
+    // ours current.
+    ZEROD_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    ZEROD_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ready_, compute_), "cudaEventRecord"));
+    ZEROD_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent"));
+    ZEROD_RETURN_IF_ERROR(nccl_status(enqueue(), "enqueueing"));
+    cudaEvent_t raw = nullptr;
+    ZEROD_RETURN_IF_ERROR(
+        cuda_status(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+    Event done(raw);
+    ZEROD_RETURN_IF_ERROR(cuda_status(cudaEventRecord(done.get(), stream_), "cudaEventRecord"));
+    return done;
+  }
+
+  absl::Status broken() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_;
+  }
+
+  // The first error that broke the communicator is the one every later call
+  // reports.
+  absl::Status break_with(absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.ok()) broken_ = std::move(s);
+    return broken_;
+  }
+
+  const int rank_, world_, device_;
+  const std::chrono::milliseconds timeout_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;   // the comm stream
+  cudaStream_t compute_ = nullptr;  // nullptr: the default stream
+  cudaEvent_t ready_ = nullptr;     // recorded on compute_, waited on by stream_
+  void* scratch_ = nullptr;         // the barrier's one float
+  int64_t next_seq_ = 1;
+  mutable std::mutex mu_;
+  absl::Status broken_;
+#ifdef ZEROD_WITH_MPI
+  bool finalize_mpi_ = false;
+#endif
+};
+
+class NcclWork : public Work {
+ public:
+  NcclWork(NcclCommunicatorImpl* owner, Event done, std::string what)
+      : owner_(owner), done_(std::move(done)), what_(std::move(what)) {}
+  absl::Status wait() override { return owner_->wait_for(done_.get(), what_); }
+
+ private:
+  NcclCommunicatorImpl* owner_;
+  Event done_;
+  std::string what_;  // "collective <name> #<seq>"
+};
+
+WorkPtr NcclCommunicatorImpl::issue(const char* name, const std::function<ncclResult_t()>& enqueue) {
+  if (absl::Status s = broken(); !s.ok()) return failed(std::move(s));
+  std::string what = absl::StrFormat("collective %s #%d", name, next_seq_++);
+  absl::StatusOr<Event> done = enqueue_after_compute(enqueue);
+  if (!done.ok()) {
+    // Peers that did issue it would wait for this rank forever.
+    return failed(break_with(absl::InternalError(
+        absl::StrCat(what, " could not be issued on rank ", rank_, ": ", done.status().message()))));
+  }
+  return std::make_unique<NcclWork>(this, *std::move(done), std::move(what));
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicatorImpl>> join(int rank, int world_size, int local_rank, const NcclId& id,
+                                                           std::chrono::milliseconds timeout) {
+  if (world_size < 1 || rank < 0 || rank >= world_size || local_rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " of ", world_size, " with local rank ", local_rank, " is not a place in a job"));
+  }
+  const int devices = cuda_device_count();
+  if (devices == 0) return absl::FailedPreconditionError(absl::StrCat("rank ", rank, " has no CUDA device for NCCL"));
+  auto comm = std::make_unique<NcclCommunicatorImpl>(rank, world_size, local_rank % devices, timeout);
+  ZEROD_RETURN_IF_ERROR(comm->init(id));
+  return comm;
+}
+
+#ifdef ZEROD_WITH_MPI
+absl::Status mpi_status(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return absl::OkStatus();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return absl::InternalError(absl::StrCat("MPI ", what, " failed: ", std::string(text, len)));
+}
+
+// Rank 0's id, or word that it has none: a rank 0 that cannot make one must
+// not leave the others waiting in the broadcast.
+absl::StatusOr<NcclId> broadcast_nccl_id(int rank) {
+  struct {
+    NcclId id;
+    char ok;
+  } msg = {};
+  absl::Status made;
+  if (rank == 0) {
+    absl::StatusOr<NcclId> id = make_nccl_id();
+    made = id.status();
+    if (id.ok()) msg = {*id, 1};
+  }
+  ZEROD_RETURN_IF_ERROR(mpi_status(MPI_Bcast(&msg, static_cast<int>(sizeof(msg)), MPI_BYTE, 0, MPI_COMM_WORLD),
+                                   "broadcast of the NCCL id"));
+  if (!msg.ok) return rank == 0 ? made : absl::UnavailableError("rank 0 could not make an NCCL id");
+  return msg.id;
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicatorImpl>> join_over_mpi(const RankInfo& rank,
+                                                                    std::chrono::milliseconds timeout) {
+  int mpi_rank = 0, mpi_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+  if (mpi_rank != rank.rank || mpi_size != rank.world_size) {
+    return absl::FailedPreconditionError(absl::StrCat("the launcher says rank ", rank.rank, " of ", rank.world_size,
+                                                      " but MPI sees rank ", mpi_rank, " of ", mpi_size));
+  }
+  ZEROD_ASSIGN_OR_RETURN(NcclId id, broadcast_nccl_id(mpi_rank));
+  return join(rank.rank, rank.world_size, rank.local_rank, id, timeout);
+}
+#endif
+
+}  // namespace
+
+absl::StatusOr<NcclId> make_nccl_id() {
+  ncclUniqueId uid;
+  ZEROD_RETURN_IF_ERROR(nccl_status(ncclGetUniqueId(&uid), "ncclGetUniqueId"));
+  NcclId id;
+  std::memcpy(id.bytes, &uid, sizeof(id.bytes));
+  return id;
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> make_nccl_communicator(int rank, int world_size, int local_rank,
+                                                                         const NcclId& id,
+                                                                         std::chrono::milliseconds timeout) {
+  return join(rank, world_size, local_rank, id, timeout);
+}
+
+#ifdef ZEROD_WITH_MPI
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> make_nccl_communicator_over_mpi(const RankInfo& rank,
+                                                                                  std::chrono::milliseconds timeout) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    // Thread-multiple, as make_mpi_communicator asks, should it come second.
+    int provided = 0;
+    ZEROD_RETURN_IF_ERROR(mpi_status(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "init"));
+  }
+  absl::StatusOr<std::unique_ptr<NcclCommunicatorImpl>> comm = join_over_mpi(rank, timeout);
+  if (!initialized) {
+    if (comm.ok()) {
+      (*comm)->finalize_mpi_on_destruction();
+    } else {
+      MPI_Finalize();
+    }
+  }
+  return comm;
+}
+#endif
+
+}  // namespace zerod
