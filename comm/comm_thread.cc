@@ -23,19 +23,6 @@ class CommThread::OpWork : public Work {
   std::shared_ptr<Op> op_;
 };
 
-namespace {
-
-class FailedWork : public Work {
- public:
-  explicit FailedWork(absl::Status s) : status_(std::move(s)) {}
-  absl::Status wait() override { return status_; }
-
- private:
-  absl::Status status_;
-};
-
-}  // namespace
-
 CommThread::CommThread(std::chrono::milliseconds timeout, Describe describe_stuck)
     : timeout_(timeout), describe_(std::move(describe_stuck)), thread_([this] { loop(); }) {}
 
@@ -61,7 +48,7 @@ bool CommThread::broken() const {
 
 WorkPtr CommThread::submit(std::string name, std::function<absl::Status(int64_t seq)> run) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!broken_.ok()) return std::make_unique<FailedWork>(broken_);
+  if (!broken_.ok()) return completed_work(broken_);
   auto op = std::make_shared<Op>();
   op->name = std::move(name);
   op->seq = next_seq_++;

@@ -1,6 +1,20 @@
 #include "comm/communicator.h"
 
 namespace zerod {
+namespace {
+
+class CompletedWork : public Work {
+ public:
+  explicit CompletedWork(absl::Status s) : status_(std::move(s)) {}
+  absl::Status wait() override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+}  // namespace
+
+WorkPtr completed_work(absl::Status s) { return std::make_unique<CompletedWork>(std::move(s)); }
 
 int comm_type_size(CommType t) {
   switch (t) {

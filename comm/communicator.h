@@ -59,6 +59,10 @@ class Communicator {
   virtual void abort(int exit_code) = 0;
 };
 
+// A Work that is already complete with `s` (for collectives refused before
+// they start, and for worlds of one).
+WorkPtr completed_work(absl::Status s = absl::OkStatus());
+
 // Blocking forms of the above.
 inline absl::Status all_reduce(Communicator& c, void* buf, int64_t count, CommType type, ReduceOp op) {
   return c.all_reduce(buf, count, type, op)->wait();

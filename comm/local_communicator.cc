@@ -6,11 +6,6 @@
 namespace zerod {
 namespace {
 
-class DoneWork : public Work {
- public:
-  absl::Status wait() override { return absl::OkStatus(); }
-};
-
 class LocalCommunicator : public Communicator {
  public:
   int rank() const override { return 0; }
@@ -31,7 +26,7 @@ class LocalCommunicator : public Communicator {
   void abort(int) override {}
 
  private:
-  static WorkPtr done() { return std::make_unique<DoneWork>(); }
+  static WorkPtr done() { return completed_work(); }
 };
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include "comm/comm_thread.h"
 
 namespace zerod {
-namespace {
 
 absl::Status mpi_status(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return absl::OkStatus();
@@ -22,6 +21,8 @@ absl::Status mpi_status(int rc, const char* what) {
   MPI_Error_string(rc, text, &len);
   return absl::InternalError(absl::StrCat("MPI ", what, " failed: ", std::string(text, len)));
 }
+
+namespace {
 
 MPI_Datatype mpi_type(CommType t) {
   switch (t) {

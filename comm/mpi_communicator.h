@@ -13,4 +13,7 @@ namespace zerod {
 // a message naming it and the ranks that have not reached it.
 absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(std::chrono::milliseconds timeout);
 
+// An MPI return code as a Status naming `what` and MPI's own message.
+absl::Status mpi_status(int rc, const char* what);
+
 }  // namespace zerod

@@ -14,6 +14,8 @@
 
 #ifdef ZEROD_WITH_MPI
 #include <mpi.h>
+
+#include "comm/mpi_communicator.h"
 #endif
 
 #include "absl/strings/str_cat.h"
@@ -69,16 +71,7 @@ struct EventDeleter {
 };
 using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
 
-class FailedWork : public Work {
- public:
-  explicit FailedWork(absl::Status s) : status_(std::move(s)) {}
-  absl::Status wait() override { return status_; }
-
- private:
-  absl::Status status_;
-};
-
-WorkPtr failed(absl::Status s) { return std::make_unique<FailedWork>(std::move(s)); }
+WorkPtr failed(absl::Status s) { return completed_work(std::move(s)); }
 
 class NcclCommunicatorImpl : public NcclCommunicator {
  public:
@@ -295,13 +288,6 @@ absl::StatusOr<std::unique_ptr<NcclCommunicatorImpl>> join(int rank, int world_s
 }
 
 #ifdef ZEROD_WITH_MPI
-absl::Status mpi_status(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return absl::OkStatus();
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return absl::InternalError(absl::StrCat("MPI ", what, " failed: ", std::string(text, len)));
-}
 
 // Rank 0's id, or word that it has none: a rank 0 that cannot make one must
 // not leave the others waiting in the broadcast.

@@ -86,7 +86,7 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     const int u = GptLayout::layer_unit(l);
     Slot* s = find(u);
     if (!s) {
-      s = free_slot();
+      s = &slot_for(u);
       start(*s, u);
     }
     finish(*s);
@@ -97,7 +97,7 @@ class ZeroEngine::ShardedWeights : public WeightSource {
   void prefetch(int l) override {
     const int u = GptLayout::layer_unit(l);
     if (!prefetch_ || find(u)) return;
-    start(*free_slot(), u);
+    start(slot_for(u), u);
   }
 
   void end_pass() override {
@@ -131,21 +131,20 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     }
     return nullptr;
   }
-  // With persistent layers each has its slot; otherwise any slot but the
-  // one in use.
-  Slot* free_slot() {
-    if (persistent_layers_) return nullptr;
+  // Where unit u goes: with persistent layers each has its own slot;
+  // otherwise any slot but the one in use.
+  Slot& slot_for(int u) {
+    if (persistent_layers_) return layers_[u - 1];
     for (Slot& s : layers_) {
-      if (&s != current_) return &s;
+      if (&s != current_) return s;
     }
-    return &layers_[0];
+    return layers_[0];
   }
   void release_layers() {
     for (Slot& s : layers_) s.unit = -1;
   }
 
-  void start(Slot& s, int u) {
-    Slot& slot = persistent_layers_ && u != 0 && u != e_->layout_->final_unit() ? layers_[u - 1] : s;
+  void start(Slot& slot, int u) {
     finish(slot);
     const Partition& p = e_->part_;
     const int64_t ds = dtype_size(e_->dtype_);
