@@ -75,6 +75,7 @@ class ZeroEngine::ShardedWeights : public WeightSource {
 
   GlobalWeights globals() override {
     const GptLayout& L = *e_->layout_;
+    // Both units must be acquired: `|`, not `||`.
     const bool fresh = acquire(emb_, 0) | acquire(fin_, L.final_unit());
     if (fresh || e_->dtype_ == DType::kF32) {
       globals_ = global_weight_views(L, e_->dtype_, emb_.buf.data(), fin_.buf.data(), global_staging_.as<float>());
@@ -415,7 +416,6 @@ absl::Status ZeroEngine::publish_params() {
 absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
   std::vector<float> out(layout_->num_params());
   const int n = part_.world_size();
-  ZEROD_ASSIGN_OR_RETURN(Buffer unit, Buffer::allocate(part_.chunk(0) * n * 4, Category::kWorkspace));
   for (int u = 0; u < part_.num_units(); ++u) {
     const float* src = master_ptr_ + part_.shard_offset(u);
     if (n > 1) {
