@@ -43,7 +43,7 @@ std::vector<ShardSegment> owned_segments(const GptLayout& layout, const Partitio
     const int u = layout.unit_of(s.id, s.layer);
     const Partition::Range r = part.owned(u, rank);
     const int64_t lo = std::max(r.begin, s.offset), hi = std::min(r.end, s.offset + s.numel);
-    if (lo < hi) out.push_back({lo, part.shard_offset(u) + (lo - r.begin), hi - lo, s.decay});
+    if (lo < hi) out.push_back({lo, part.shard_offset(u) + (lo - r.begin), hi - lo, s.decay, u, s.numel});
   }
   return out;
 }

@@ -64,6 +64,8 @@ class Partition {
 struct ShardSegment {
   int64_t flat_offset, shard_offset, numel;
   bool decay;
+  int unit;
+  int64_t tensor_numel;  // of the whole tensor (the 8-bit optimizer's size rule)
 };
 std::vector<ShardSegment> owned_segments(const GptLayout& layout, const Partition& part, int rank);
 

@@ -301,23 +301,27 @@ absl::Status ZeroEngine::build() {
   } else {
     ZEROD_RETURN_IF_ERROR(alloc(param_shard_, S * ds, Category::kParams));
   }
-  // fp32 parameters held in the shard layout (stage 0's world of one, stage
-  // 3's shards) are the master weights themselves.
-  if (dtype_ == DType::kF32 && (stage_ == 0 || stage_ == 3)) {
-    master_ptr_ = (stage_ == 0 ? params_ : param_shard_).as<float>();
-  } else {
-    ZEROD_RETURN_IF_ERROR(alloc(master_, S * 4, Category::kOptimizer));
-    master_ptr_ = master_.as<float>();
-  }
-  ZEROD_RETURN_IF_ERROR(alloc(adam_m_, S * 4, Category::kOptimizer));
-  ZEROD_RETURN_IF_ERROR(alloc(adam_v_, S * 4, Category::kOptimizer));
+  // With fp32 parameters the rank's own chunks of them are the master weights.
+  if (dtype_ != DType::kF32) ZEROD_RETURN_IF_ERROR(alloc(master_, S * 4, Category::kOptimizer));
   if (stage_ <= 1) ZEROD_RETURN_IF_ERROR(alloc(grads_full_, P * 4, Category::kGrads));
   if (stage_ >= 1) ZEROD_RETURN_IF_ERROR(alloc(grad_shard_, S * 4, Category::kGrads));
 
   for (int u = 0; u < part_.num_units(); ++u) {
     const Partition::Range r = part_.owned(u, owner_);
-    init_gpt_range(*layout_, cfg_.run.seed, r.begin, r.end, master_ptr_ + part_.shard_offset(u));
+    init_gpt_range(*layout_, cfg_.run.seed, r.begin, r.end, master_unit(u));
+    if (master_.data()) {
+      convert_from_f32(dtype_, master_unit(u), working().as<char>() + working_offset(u) * ds, part_.chunk(u));
+    }
   }
+  // The optimizer writes the 16-bit working copy of what it updates.
+  std::vector<ParamPiece> pieces;
+  for (const ShardSegment& s : owned_) {
+    const int64_t k = s.shard_offset - part_.shard_offset(s.unit);
+    ParamPiece p{master_unit(s.unit) + k, grad_shard() + s.shard_offset, nullptr, s.numel, s.tensor_numel, s.decay};
+    if (master_.data()) p.param16 = working().as<char>() + (working_offset(s.unit) + k) * ds;
+    pieces.push_back(p);
+  }
+  ZEROD_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(cfg_.optimizer, std::move(pieces), dtype_));
   if (stage_ < 3) {
     ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(layout_, dtype_, params_.data(),
                                                               part_.padded_unit_offsets()));
@@ -346,6 +350,15 @@ GradSink& ZeroEngine::grads() {
 }
 
 float* ZeroEngine::grad_shard() const { return (stage_ == 0 ? grads_full_ : grad_shard_).as<float>(); }
+
+int64_t ZeroEngine::working_offset(int u) const {
+  return stage_ == 3 ? part_.shard_offset(u) : part_.padded_offset(u) + owner_ * part_.chunk(u);
+}
+
+float* ZeroEngine::master_unit(int u) const {
+  if (master_.data()) return master_.as<float>() + part_.shard_offset(u);
+  return (stage_ == 3 ? param_shard_ : params_).as<float>() + working_offset(u);
+}
 
 void ZeroEngine::zero_grads() {
   Buffer& g = stage_ <= 1 ? grads_full_ : grad_shard_;
@@ -381,31 +394,24 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
   return sumsq;
 }
 
-absl::Status ZeroEngine::apply_adam(const AdamHyper& h, float lr, int64_t step, float grad_factor) {
-  const float* g = grad_shard();
-  for (const ShardSegment& s : owned_) {
-    adam_step(master_ptr_ + s.shard_offset, g + s.shard_offset, adam_m_.as<float>() + s.shard_offset,
-              adam_v_.as<float>() + s.shard_offset, s.numel, h, lr, step, grad_factor, s.decay);
-  }
+absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_factor) {
+  optimizer_->step(lr, step, grad_factor);
   return publish_params();
 }
 
+// The owned chunks are up to date (the optimizer wrote them); the other
+// ranks' chunks are gathered (stages 1-2) or fetched on demand (stage 3).
 absl::Status ZeroEngine::publish_params() {
-  const int64_t ds = dtype_size(dtype_);
   if (stage_ == 3) {
-    if (master_.data()) convert_from_f32(dtype_, master_ptr_, param_shard_.data(), part_.shard_numel());
     sharded_weights_->invalidate();
     return sharded_weights_->take_status();
   }
-  if (stage_ == 0) {
-    if (master_.data()) convert_from_f32(dtype_, master_ptr_, params_.data(), part_.shard_numel());
-  } else {
+  if (stage_ > 0) {
+    const int64_t ds = dtype_size(dtype_);
     std::vector<WorkPtr> works;
     for (int u = 0; u < part_.num_units(); ++u) {
       char* unit = params_.as<char>() + part_.padded_offset(u) * ds;
-      char* mine = unit + owner_ * part_.chunk(u) * ds;
-      convert_from_f32(dtype_, master_ptr_ + part_.shard_offset(u), mine, part_.chunk(u));
-      works.push_back(comm_->all_gather(mine, unit, part_.chunk(u), comm_type(dtype_)));
+      works.push_back(comm_->all_gather(unit + owner_ * part_.chunk(u) * ds, unit, part_.chunk(u), comm_type(dtype_)));
     }
     ZEROD_RETURN_IF_ERROR(wait_all(works));
   }
@@ -417,7 +423,7 @@ absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
   std::vector<float> out(layout_->num_params());
   const int n = part_.world_size();
   for (int u = 0; u < part_.num_units(); ++u) {
-    const float* src = master_ptr_ + part_.shard_offset(u);
+    const float* src = master_unit(u);
     if (n > 1) {
       ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(part_.chunk(u) * n * 4, Category::kWorkspace));
       ZEROD_RETURN_IF_ERROR(comm_->all_gather(src, b.data(), part_.chunk(u), CommType::kF32)->wait());

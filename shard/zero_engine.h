@@ -25,7 +25,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
 #include "runtime/model/weights.h"
-#include "runtime/optim/adam.h"
+#include "runtime/optim/optimizer.h"
 #include "shard/partition.h"
 
 namespace zerod {
@@ -48,9 +48,10 @@ class ZeroEngine {
   // Sum of squares of all gradients (every rank's part, all-reduced); not
   // finite when any rank's gradients overflowed.
   absl::StatusOr<double> grad_sum_squares();
-  // Adam on the owned shard with gradients multiplied by grad_factor, then
-  // the new parameters are made visible to the model on every rank.
-  absl::Status apply_adam(const AdamHyper& h, float lr, int64_t step, float grad_factor);
+  // The configured optimizer on the owned shard, with gradients multiplied
+  // by grad_factor (`step` is the 1-based update count); then the new
+  // parameters are made visible to the model on every rank.
+  absl::Status apply_optimizer(float lr, int64_t step, float grad_factor);
 
   // Errors of collectives the weight source ran since the last call (it
   // cannot return them to the model).
@@ -74,6 +75,11 @@ class ZeroEngine {
   absl::Status build();
   absl::Status publish_params();
   float* grad_shard() const;
+  // This rank's chunk of unit u: in the working parameters (offset in
+  // elements of working()), and of the fp32 master weights.
+  Buffer& working() { return stage_ == 3 ? param_shard_ : params_; }
+  int64_t working_offset(int u) const;
+  float* master_unit(int u) const;
 
   const GptLayout* layout_;
   const JobConfig cfg_;
@@ -86,11 +92,10 @@ class ZeroEngine {
 
   Buffer params_;       // stages 0-2: all parameters, padded layout, dtype_
   Buffer param_shard_;  // stage 3: this rank's parameters, dtype_
-  Buffer master_;       // fp32 master shard, unless the parameters themselves are
-  Buffer adam_m_, adam_v_;
+  Buffer master_;       // fp32 master shard, unless the parameters are fp32 (then they are the master)
+  std::unique_ptr<Optimizer> optimizer_;
   Buffer grads_full_;   // stages 0-1: all gradients, padded layout
   Buffer grad_shard_;   // stages 1-3
-  float* master_ptr_ = nullptr;
   double pass_wait_s_ = 0;
 
   std::unique_ptr<FlatWeights> flat_weights_;       // stages 0-2

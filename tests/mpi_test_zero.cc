@@ -143,8 +143,25 @@ TEST(ZeroEquivalence, AccumulationAndClippingUnderStages2And3) {
     const TrainRun got = train(config(tiny_job(stage), n, o), &world());
     expect_follows(got, ref, 1e-5, 2 * kLr);
     for (size_t i = 0; i < ref.grad_norms.size(); ++i) {
-      EXPECT_NEAR(got.grad_norms[i], ref.grad_norms[i], 1e-4 * ref.grad_norms[i]) << "step " << i + 1;
+      // Rounding-sized differences at first (~1e-8); clipping on every step
+      // lets them grow (to ~1e-4 by step 20).
+      const double tol = i < 10 ? 1e-6 : 1e-3;
+      EXPECT_NEAR(got.grad_norms[i], ref.grad_norms[i], tol * ref.grad_norms[i]) << "step " << i + 1;
     }
+  }
+}
+
+TEST(ZeroEquivalence, EightBitStatesUnderEveryStage) {
+  // Quantization turns rounding-sized differences (summation order) into
+  // code-sized ones when a value sits near a threshold, and at world sizes
+  // above 1 a rank quantizes its own piece of each tensor, in blocks of 256
+  // from the piece's start, so block boundaries differ from the single
+  // process: losses within 1e-3, parameters within 10 lr.
+  const int n = world().world_size();
+  const TrainRun ref = reference({"optimizer.type=AdamW8bit"});
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n);
+    expect_follows(train(config(tiny_job(stage), n, {"optimizer.type=AdamW8bit"}), &world()), ref, 1e-3, 10 * kLr);
   }
 }
 
@@ -165,12 +182,14 @@ TEST(ZeroMemory, PerRankBytesFollowThePartition) {
   const int n = world().world_size();
   const JobConfig base = config(tiny_job(0), n);
   const GptLayout layout(base.model);
-  int64_t shard = 0, padded = 0, padded1 = 0;
+  int64_t shard = 0, padded = 0, padded1 = 0, owned = 0;
   std::vector<int64_t> unit_padded;
   for (int u = 0; u < layout.num_units(); ++u) {
     const int64_t per = (layout.unit_numel(u) + n - 1) / n;
     const int64_t chunk = (per + 63) / 64 * 64;
     shard += chunk;
+    // The real elements of this rank's chunk (the optimizer keeps no state for padding).
+    owned += std::clamp<int64_t>(layout.unit_numel(u) - world().rank() * chunk, 0, chunk);
     padded += chunk * n;
     padded1 += (layout.unit_numel(u) + 63) / 64 * 64;
     unit_padded.push_back(chunk * n);
@@ -188,24 +207,25 @@ TEST(ZeroMemory, PerRankBytesFollowThePartition) {
       case 0:  // replicated; the fp32 parameters are the master weights
         EXPECT_EQ(bytes(Category::kParams), padded1 * 4);
         EXPECT_EQ(bytes(Category::kGrads), padded1 * 4);
-        EXPECT_EQ(bytes(Category::kOptimizer), 2 * padded1 * 4);
+        EXPECT_EQ(bytes(Category::kOptimizer), 2 * total * 4);
         break;
-      case 1:  // master, m, v sharded; full gradients plus the reduced shard
+      case 1:  // m, v sharded (the rank's own fp32 parameters are its master
+               // weights); full gradients plus the reduced shard
         EXPECT_EQ(bytes(Category::kParams), padded * 4);
         EXPECT_EQ(bytes(Category::kGrads), (padded + shard) * 4);
-        EXPECT_EQ(bytes(Category::kOptimizer), 3 * shard * 4);
+        EXPECT_EQ(bytes(Category::kOptimizer), 2 * owned * 4);
         break;
       case 2:  // gradients sharded too; per-layer staging is comm memory
         EXPECT_EQ(bytes(Category::kParams), padded * 4);
         EXPECT_EQ(bytes(Category::kGrads), shard * 4);
-        EXPECT_EQ(bytes(Category::kOptimizer), 3 * shard * 4);
+        EXPECT_EQ(bytes(Category::kOptimizer), 2 * owned * 4);
         EXPECT_GT(bytes(Category::kComm), 0);
         break;
       case 3: {  // parameters sharded; the live window is two layers and the globals
         const int64_t window = 2 * unit_padded[1] + unit_padded[0] + unit_padded[layout.final_unit()];
         EXPECT_EQ(bytes(Category::kParams), (shard + window) * 4);
         EXPECT_EQ(bytes(Category::kGrads), shard * 4);
-        EXPECT_EQ(bytes(Category::kOptimizer), 2 * shard * 4);
+        EXPECT_EQ(bytes(Category::kOptimizer), 2 * owned * 4);
         break;
       }
     }

@@ -383,6 +383,28 @@ TEST(ConfigValues, BadValuesNameTheirKey) {
   EXPECT_TRUE(rejected(j, "run.log_format"));
 }
 
+TEST(ConfigValues, OptimizerSettings) {
+  json j = minimal();
+  j["optimizer"]["type"] = "AdamW8bit";
+  EXPECT_EQ(parse_ok(j).optimizer.type, OptimizerType::kAdamW8bit);
+
+  j["optimizer"]["type"] = "SGD";
+  EXPECT_TRUE(rejected(j, "optimizer.type"));
+  EXPECT_TRUE(rejected(j, "AdamW8bit"));  // the message lists the choices
+
+  for (const json& betas : {json{1.0, 0.999}, json{-0.1, 0.999}, json{0.9, 1.0}, json{0.9, -1e-3}}) {
+    j = minimal();
+    j["optimizer"]["params"]["betas"] = betas;
+    EXPECT_TRUE(rejected(j, "optimizer.params.betas")) << betas.dump();
+    EXPECT_TRUE(rejected(j, "[0, 1)")) << betas.dump();
+  }
+  for (double eps : {-1e-8, 0.0}) {
+    j = minimal();
+    j["optimizer"]["params"]["eps"] = eps;
+    EXPECT_TRUE(rejected(j, "optimizer.params.eps")) << eps;
+  }
+}
+
 TEST(ConfigValues, Bf16AndFp16CannotBothBeEnabled) {
   json j = minimal();
   j["bf16"]["enabled"] = true;

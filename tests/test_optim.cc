@@ -19,6 +19,13 @@ namespace {
 
 // ================================================================ Adam
 
+void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const AdamHyper& h, float lr, int64_t step,
+               float grad_scale, bool decay) {
+  AdamTensor t{p, m, v, g};
+  t.n = n;
+  adam_update(t, make_adam_step(h, lr, step, grad_scale, decay));
+}
+
 // PyTorch's AdamW (decoupled) and Adam (L2 added to the gradient), in double.
 struct RefAdam {
   std::vector<double> p, m, v;

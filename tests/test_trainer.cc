@@ -29,7 +29,7 @@ JobConfig make_config(const std::vector<std::string>& overrides = {}) {
 struct TrainRun {
   std::vector<double> losses;
   std::vector<float> params;
-  uint64_t activations_peak = 0;
+  uint64_t activations_peak = 0, optimizer_peak = 0;
 };
 
 TrainRun train(const JobConfig& cfg, int steps) {
@@ -45,6 +45,7 @@ TrainRun train(const JobConfig& cfg, int steps) {
   }
   r.params = *(*t)->master_params();
   r.activations_peak = acct.peak(Tier::kHost, Category::kActivations);
+  r.optimizer_peak = acct.peak(Tier::kHost, Category::kOptimizer);
   return r;
 }
 
@@ -106,10 +107,12 @@ TEST(Trainer, MemoryIsAccountedByCategory) {
     const uint64_t n = Partition((*t)->layout(), 1).padded_numel();
     ASSERT_GE(n, uint64_t((*t)->num_params()));
     ASSERT_LT(n, uint64_t((*t)->num_params() + Partition::kAlign * (*t)->layout().num_units()));
-    // bf16: 2-byte parameters, fp32 gradients, fp32 master + m + v.
+    // bf16: 2-byte parameters, fp32 gradients, fp32 master (padded like the
+    // parameters) + m + v (for the real parameters only).
+    const uint64_t params = (*t)->num_params();
     EXPECT_EQ(acct.current(Tier::kHost, Category::kParams), n * (bf16 ? 2 : 4));
     EXPECT_EQ(acct.current(Tier::kHost, Category::kGrads), n * 4);
-    EXPECT_EQ(acct.current(Tier::kHost, Category::kOptimizer), n * (bf16 ? 12 : 8));
+    EXPECT_EQ(acct.current(Tier::kHost, Category::kOptimizer), (bf16 ? n * 4 : 0) + params * 8);
     EXPECT_GT(acct.current(Tier::kHost, Category::kActivations), 0u);
   }
   EXPECT_EQ(acct.current_total(Tier::kHost), 0u);  // everything was given back
@@ -149,6 +152,32 @@ TEST(Trainer, Fp16AndBf16Train) {
     const TrainRun r = train(make_config({flag, "optimizer.params.lr=1e-2"}), 30);
     EXPECT_LT(r.losses.back(), 0.7 * r.losses.front());
   }
+}
+
+TEST(Trainer, EightBitAdamWTrainsLikeAdamWInAQuarterOfTheStateMemory) {
+  const std::vector<std::string> job = {"train_micro_batch_size_per_gpu=8", "optimizer.params.lr=1e-2"};
+  constexpr int kSteps = 600;
+  auto with = [&](const char* type) {
+    std::vector<std::string> o = job;
+    o.push_back(std::string("optimizer.type=") + type);
+    return train(make_config(o), kSteps);
+  };
+  const TrainRun fp32 = with("AdamW"), q8 = with("AdamW8bit");
+  auto tail_mean = [](const std::vector<double>& l) {  // last 50 steps: less batch noise
+    double s = 0;
+    for (size_t i = l.size() - 50; i < l.size(); ++i) s += l[i];
+    return s / 50;
+  };
+  const double a = tail_mean(fp32.losses), b = tail_mean(q8.losses);
+  std::printf("loss %.4f -> %.4f (AdamW), %.4f (AdamW8bit); optimizer bytes %llu vs %llu (%.3f)\n",
+              fp32.losses.front(), a, b, static_cast<unsigned long long>(fp32.optimizer_peak),
+              static_cast<unsigned long long>(q8.optimizer_peak), double(q8.optimizer_peak) / fp32.optimizer_peak);
+  EXPECT_LT(a, 0.5 * fp32.losses.front());  // it trained
+  // The margin: 8-bit states may cost at most 3% of AdamW's final loss
+  // (measured at 600 steps: 0.3% above; at 300 and 1500 steps it ends 2-5%
+  // below, the spread of these trajectories).
+  EXPECT_LT(b, 1.03 * a);
+  EXPECT_LE(double(q8.optimizer_peak), 0.27 * double(fp32.optimizer_peak));
 }
 
 TEST(Trainer, DemoLearnsTheSyntheticTask) {

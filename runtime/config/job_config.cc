@@ -120,8 +120,6 @@ absl::Status parse_optimizer(JsonReader r, OptimizerConfig& o) {
   ZEROD_RETURN_IF_ERROR(read_enum<OptimizerType>(
       r, "type", {{"AdamW", OptimizerType::kAdamW}, {"Adam", OptimizerType::kAdam}, {"AdamW8bit", OptimizerType::kAdamW8bit}},
       &o.type));
-  ZEROD_RETURN_IF_ERROR(check(o.type != OptimizerType::kAdamW8bit, r, "type",
-                              "'AdamW8bit' is not supported by this build"));
   ZEROD_ASSIGN_OR_RETURN(JsonReader p, r.section("params"));
   ZEROD_RETURN_IF_ERROR(p.read("lr", &o.lr));
   ZEROD_RETURN_IF_ERROR(check(o.lr >= 0, p, "lr", absl::StrCat("must not be negative, got ", o.lr)));

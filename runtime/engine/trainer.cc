@@ -34,9 +34,6 @@ absl::Status Trainer::build() {
   const int64_t tokens = int64_t(cfg_.micro_batch) * cfg_.data.seq_len;
   ZEROD_ASSIGN_OR_RETURN(inputs_, Buffer::allocate(tokens * 4, Category::kWorkspace));
   ZEROD_ASSIGN_OR_RETURN(targets_, Buffer::allocate(tokens * 4, Category::kWorkspace));
-  const OptimizerConfig& o = cfg_.optimizer;
-  adam_ = AdamHyper{static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps),
-                    static_cast<float>(o.weight_decay), o.type != OptimizerType::kAdam};
   return absl::OkStatus();
 }
 
@@ -83,8 +80,7 @@ absl::StatusOr<StepResult> Trainer::step() {
   }
   r.lr = lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_);
   ++updates_;
-  ZEROD_RETURN_IF_ERROR(
-      zero_->apply_adam(adam_, static_cast<float>(r.lr), updates_, static_cast<float>(factor)));
+  ZEROD_RETURN_IF_ERROR(zero_->apply_optimizer(static_cast<float>(r.lr), updates_, static_cast<float>(factor)));
   last_lr_ = r.lr;
   if (fp16) ZEROD_RETURN_IF_ERROR(scaler_.update(/*overflow=*/false));
   return r;

@@ -4,7 +4,7 @@
 //
 // Mixed precision (bf16/fp16): working parameters and activations are 16-bit,
 // gradients accumulate in fp32, and fp32 master weights live with Adam's m
-// and v as optimizer state.
+// and v (fp32, or 8-bit with AdamW8bit) as optimizer state.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,6 @@
 #include "runtime/data/dataset.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/model/gpt.h"
-#include "runtime/optim/adam.h"
 #include "shard/zero_engine.h"
 
 namespace zerod {
@@ -77,7 +76,6 @@ class Trainer {
   std::unique_ptr<ZeroEngine> zero_;
   Buffer inputs_, targets_;
   LossScaler scaler_;
-  AdamHyper adam_;
   int64_t steps_ = 0;    // attempted
   int64_t updates_ = 0;  // applied
   double last_lr_ = 0;

@@ -1,29 +1,56 @@
 #include "runtime/optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
-namespace zerod {
+#include "runtime/optim/optim_kernels.h"
 
-void adam_step(float* params, const float* grads, float* m, float* v, int64_t n, const AdamHyper& h, float lr,
-               int64_t step, float grad_scale, bool decay) {
-  const float b1 = h.beta1, b2 = h.beta2;
-  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(step)));
-  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(step)));
-  const float step_size = lr / bc1;
-  const float bc2_sqrt = std::sqrt(bc2);
-  const float wd = decay ? h.weight_decay : 0.0f;
-  const float l2 = h.decoupled ? 0.0f : wd;
-  const float shrink = h.decoupled ? 1.0f - lr * wd : 1.0f;
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grads[i] * grad_scale + l2 * params[i];
-    const float mi = b1 * m[i] + (1.0f - b1) * g;
-    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) / bc2_sqrt + h.eps;
-    params[i] = params[i] * shrink - step_size * mi / denom;
+namespace zerod {
+namespace {
+
+// Elements per OpenMP task: large enough to amortise scheduling, small
+// enough to spread a shard's tensors over the cores.
+constexpr int64_t kTile = 16384;
+
+}  // namespace
+
+const OptimKernels& optim_kernels(CpuIsa isa) {
+  switch (isa) {
+#if defined(ZEROD_X86_KERNELS)
+    case CpuIsa::kAvx512: return avx512_optim_kernels();
+    case CpuIsa::kAvx2: return avx2_optim_kernels();
+#endif
+    default: return scalar_optim_kernels();
   }
+}
+
+AdamStep make_adam_step(const AdamHyper& h, float lr, int64_t step, float grad_scale, bool decay) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(step));
+  const float wd = decay ? h.weight_decay : 0.0f;
+  AdamStep s;
+  s.beta1 = h.beta1;
+  s.beta2 = h.beta2;
+  s.one_minus_beta1 = 1.0f - h.beta1;
+  s.one_minus_beta2 = 1.0f - h.beta2;
+  s.eps = h.eps;
+  s.neg_step_size = static_cast<float>(-lr / bc1);
+  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  s.shrink = h.decoupled ? 1.0f - lr * wd : 1.0f;
+  s.l2 = h.decoupled ? 0.0f : wd;
+  s.grad_scale = grad_scale;
+  return s;
+}
+
+void adam_update(const AdamTensor& t, const AdamStep& s, CpuIsa isa) {
+  const OptimKernels& k = optim_kernels(isa);
+  const int64_t tiles = (t.n + kTile - 1) / kTile;
+  if (tiles <= 1) {
+    k.adam(t, s, 0, t.n);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < tiles; ++i) k.adam(t, s, i * kTile, std::min(t.n, (i + 1) * kTile));
 }
 
 }  // namespace zerod

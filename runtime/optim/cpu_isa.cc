@@ -1,0 +1,35 @@
+#include "runtime/optim/cpu_isa.h"
+
+namespace zerod {
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+const std::vector<CpuIsa>& supported_cpu_isas() {
+  static const std::vector<CpuIsa> isas = [] {
+    std::vector<CpuIsa> v{CpuIsa::kScalar};
+#if defined(ZEROD_X86_KERNELS)
+    // libgcc's checks include the OS saving the wider registers (XCR0).
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    if (avx2) v.push_back(CpuIsa::kAvx2);
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+      v.push_back(CpuIsa::kAvx512);
+    }
+#endif
+    return v;
+  }();
+  return isas;
+}
+
+CpuIsa best_cpu_isa() { return supported_cpu_isas().back(); }
+
+}  // namespace zerod

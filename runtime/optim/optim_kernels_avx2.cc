@@ -1,0 +1,19 @@
+// The optimizer kernels built for avx2; see optim_kernels.inc.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/optim/optim_kernels.h"
+
+namespace zerod {
+namespace {
+#include "runtime/optim/simd_scalar.inc"
+#include "runtime/optim/simd_avx2.inc"
+#include "runtime/optim/optim_kernels.inc"
+}  // namespace
+
+const OptimKernels& avx2_optim_kernels() { return kernel_table<Avx2V>(); }
+
+}  // namespace zerod

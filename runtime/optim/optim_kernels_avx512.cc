@@ -1,0 +1,19 @@
+// The optimizer kernels built for avx512; see optim_kernels.inc.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/optim/optim_kernels.h"
+
+namespace zerod {
+namespace {
+#include "runtime/optim/simd_scalar.inc"
+#include "runtime/optim/simd_avx512.inc"
+#include "runtime/optim/optim_kernels.inc"
+}  // namespace
+
+const OptimKernels& avx512_optim_kernels() { return kernel_table<Avx512V>(); }
+
+}  // namespace zerod

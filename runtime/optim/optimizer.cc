@@ -1,0 +1,72 @@
+#include "runtime/optim/optimizer.h"
+
+#include <cstring>
+
+namespace zerod {
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg,
+                                                             std::vector<ParamPiece> pieces, DType param16_type,
+                                                             CpuIsa isa) {
+  std::unique_ptr<Optimizer> o(new Optimizer());
+  o->hyper_ = AdamHyper{static_cast<float>(cfg.beta1), static_cast<float>(cfg.beta2), static_cast<float>(cfg.eps),
+                        static_cast<float>(cfg.weight_decay), cfg.type != OptimizerType::kAdam};
+  o->param16_type_ = param16_type;
+  o->isa_ = isa;
+  const bool eight_bit = cfg.type == OptimizerType::kAdamW8bit;
+  for (const ParamPiece& p : pieces) {
+    const bool quantized = eight_bit && p.tensor_numel >= kMin8bitNumel;
+    if (quantized) {
+      o->pieces_.push_back({p, true, o->quantized_numel_, o->blocks_});
+      o->quantized_numel_ += p.numel;
+      o->blocks_ += quant_blocks(p.numel);
+    } else {
+      o->pieces_.push_back({p, false, o->fp32_numel_, 0});
+      o->fp32_numel_ += p.numel;
+    }
+  }
+  ZEROD_ASSIGN_OR_RETURN(o->states_, Buffer::allocate(o->fp32_numel_ * 2 * sizeof(float), Category::kOptimizer));
+  ZEROD_ASSIGN_OR_RETURN(o->codes_, Buffer::allocate(o->quantized_numel_ * 2, Category::kOptimizer));
+  ZEROD_ASSIGN_OR_RETURN(o->absmax_, Buffer::allocate(o->blocks_ * 2 * sizeof(float), Category::kOptimizer));
+  if (o->fp32_numel_ > 0) std::memset(o->states_.data(), 0, o->states_.bytes());
+  for (const Piece& pc : o->pieces_) {
+    if (pc.quantized) adam8bit_zero_states(o->quantized_view(pc));
+  }
+  return o;
+}
+
+Adam8bitTensor Optimizer::quantized_view(const Piece& pc) const {
+  Adam8bitTensor t;
+  t.param = pc.p.master;
+  t.m = codes_.as<uint8_t>() + pc.state;
+  t.v = codes_.as<uint8_t>() + quantized_numel_ + pc.state;
+  t.m_absmax = absmax_.as<float>() + pc.block;
+  t.v_absmax = absmax_.as<float>() + blocks_ + pc.block;
+  t.grad = pc.p.grad;
+  t.param16 = pc.p.param16;
+  t.param16_type = param16_type_;
+  t.n = pc.p.numel;
+  return t;
+}
+
+void Optimizer::step(float lr, int64_t step, float grad_scale) {
+  const AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
+  const AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);
+  for (const Piece& pc : pieces_) {
+    const AdamStep& s = pc.p.decay ? with_decay : without_decay;
+    if (pc.quantized) {
+      adam8bit_update(quantized_view(pc), s, isa_);
+      continue;
+    }
+    AdamTensor t;
+    t.param = pc.p.master;
+    t.m = states_.as<float>() + pc.state;
+    t.v = states_.as<float>() + fp32_numel_ + pc.state;
+    t.grad = pc.p.grad;
+    t.param16 = pc.p.param16;
+    t.param16_type = param16_type_;
+    t.n = pc.p.numel;
+    adam_update(t, s, isa_);
+  }
+}
+
+}  // namespace zerod

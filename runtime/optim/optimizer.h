@@ -1,0 +1,60 @@
+// The optimizer over the pieces of parameters one rank owns (a tensor, or
+// its part of a ZeRO shard): Adam / AdamW with fp32 states, or AdamW8bit
+// with 8-bit blockwise states for every piece of a tensor of at least
+// kMin8bitNumel elements (smaller tensors keep fp32 states). States are
+// allocated under the accountant's optimizer category.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/config/job_config.h"
+#include "runtime/core/memory.h"
+#include "runtime/optim/adam8bit.h"
+
+namespace zerod {
+
+struct ParamPiece {
+  float* master;            // fp32 master weights, updated in place
+  const float* grad;        // fp32 gradients, scaled by step()'s grad_scale
+  void* param16 = nullptr;  // 16-bit working copy written in the same pass, if any
+  int64_t numel = 0;
+  int64_t tensor_numel = 0;  // of the whole tensor this piece belongs to
+  bool decay = true;         // weight decay applies
+};
+
+class Optimizer {
+ public:
+  // `param16_type` is the type of every piece's param16 (bf16 or fp16).
+  static absl::StatusOr<std::unique_ptr<Optimizer>> create(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
+                                                           DType param16_type, CpuIsa isa = best_cpu_isa());
+
+  // One update: `step` is the 1-based update count.
+  void step(float lr, int64_t step, float grad_scale);
+
+  const AdamHyper& hyper() const { return hyper_; }
+  // Pieces that keep 8-bit states.
+  int64_t quantized_numel() const { return quantized_numel_; }
+
+ private:
+  struct Piece {
+    ParamPiece p;
+    bool quantized;
+    int64_t state;  // offset of its m (and v) in states_ or codes_
+    int64_t block;  // offset of its absmax values (quantized only)
+  };
+  Optimizer() = default;
+  Adam8bitTensor quantized_view(const Piece& pc) const;
+
+  AdamHyper hyper_;
+  DType param16_type_ = DType::kBF16;
+  CpuIsa isa_ = CpuIsa::kScalar;
+  std::vector<Piece> pieces_;
+  int64_t fp32_numel_ = 0, quantized_numel_ = 0, blocks_ = 0;
+  Buffer states_;  // fp32: m of every piece, then v
+  Buffer codes_;   // 8-bit: m codes, then v codes
+  Buffer absmax_;  // 8-bit: m absmax per block, then v
+};
+
+}  // namespace zerod
