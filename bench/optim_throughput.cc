@@ -1,7 +1,9 @@
 // The CPU optimizer kernels against the machine's memory bandwidth, in one
 // run: a STREAM-style triad (a = b + s*c over buffers far larger than the
-// caches) gives the bandwidth; each optimizer's effective bandwidth is the
-// bytes it must move per parameter times parameters per second.
+// caches, counted as STREAM does: 12 bytes per element) gives the bandwidth;
+// each optimizer's effective bandwidth is the bytes it must move per
+// parameter times parameters per second. The optimizers update in place,
+// which on some machines streams faster than the triad's separate output.
 //
 //   build/bench/optim_throughput [max_millions_of_params=256] [isa=best]
 //
