@@ -183,6 +183,30 @@ TEST(AdamKernel, SixteenBitCopiesRoundLikeTheScalarConversions) {
 
 // ------------------------------------------------------------ maps
 
+// The definition in decimal, in double: the midpoints of n + 1 points in
+// [0.1, 1] per decade, times 10^(d-6), with both signs (signed) or not, plus
+// 0 and 1.
+std::vector<double> decimal_map(bool is_signed) {
+  std::vector<double> v = {0.0, 1.0};
+  for (int d = 0; d < 7; ++d) {
+    const int n = is_signed ? 1 << d : 2 << d;
+    for (int k = 0; k < n; ++k) {
+      const double mid = (0.1 + 0.9 * k / n + 0.1 + 0.9 * (k + 1) / n) / 2 * std::pow(10.0, d - 6);
+      v.push_back(mid);
+      if (is_signed) v.push_back(-mid);
+    }
+  }
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+void expect_codes_match_definition(bool is_signed) {
+  const std::array<float, 256> c = dynamic_map_values(is_signed);
+  const std::vector<double> want = decimal_map(is_signed);
+  ASSERT_EQ(want.size(), 256u);
+  for (int i = 0; i < 256; ++i) EXPECT_NEAR(c[i], want[i], 1.2e-7 * std::fabs(want[i])) << i;  // 1 ulp
+}
+
 TEST(QuantMap, SignedMapFollowsTheDefinition) {
   const std::array<float, 256> c = dynamic_map_values(true);
   for (int i = 1; i < 256; ++i) ASSERT_LT(c[i - 1], c[i]) << i;  // 256 distinct, sorted
@@ -200,6 +224,7 @@ TEST(QuantMap, SignedMapFollowsTheDefinition) {
   // 1.0 the top midpoint of 65 points, 1 - 0.9 / 128.
   EXPECT_FLOAT_EQ(c[128], 0.55e-6f);
   EXPECT_FLOAT_EQ(c[254], 1.0f - 0.9f / 128.0f);
+  expect_codes_match_definition(true);
 }
 
 TEST(QuantMap, UnsignedMapFollowsTheDefinition) {
@@ -214,6 +239,7 @@ TEST(QuantMap, UnsignedMapFollowsTheDefinition) {
   }
   EXPECT_FLOAT_EQ(c[1], 0.325e-6f);  // 1e-6 * midpoint(0.1, 0.55)
   EXPECT_FLOAT_EQ(c[254], 1.0f - 0.9f / 256.0f);
+  expect_codes_match_definition(false);
 }
 
 // Values spread over every decade, with a block-leading 1.0 (so each block's

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 namespace zerod {
 namespace {
@@ -18,36 +19,86 @@ void require(bool ok, const char* what) {
   std::abort();
 }
 
+// Values in decade d (of 0..6).
+int decade_count(bool is_signed, int d) { return is_signed ? 1 << d : 2 << d; }
+
+// Group g's constants: 0 (g = 0), decade g - 1, 1.0 (g = 8).
+void fill_groups(QuantMap& q) {
+  int32_t base = 0;
+  for (int g = 0; g < QuantMap::kGroups; ++g) {
+    const bool decade = g >= 1 && g <= 7;
+    const int n = decade ? decade_count(q.is_signed, g - 1) : 1;
+    if (decade) {
+      const double scale = std::pow(10.0, g - 7);
+      const double step = scale * 0.9 / n;  // n cells of [0.1, 1] * scale, one value at each centre
+      q.g_step[g] = static_cast<float>(step);
+      q.g_inv_step[g] = static_cast<float>(1.0 / step);
+      q.g_off[g] = static_cast<float>(scale * 0.1 + step / 2);
+      q.g_lo[g] = static_cast<float>(scale * 0.1);
+    } else {
+      q.g_off[g] = g == 0 ? 0.0f : 1.0f;
+    }
+    q.g_base[g] = base;
+    q.g_last[g] = n - 1;
+    base += n;
+  }
+  q.num_mag = base;  // 129 signed, 256 unsigned
+}
+
+float magnitude(const QuantMap& q, int32_t t) {
+  int g = QuantMap::kGroups - 1;
+  while (q.g_base[g] > t) --g;
+  return std::fma(static_cast<float>(t - q.g_base[g]), q.g_step[g], q.g_off[g]);
+}
+
+int32_t group_of_index(const QuantMap& q, int32_t t) {
+  const float f = static_cast<float>(t + q.t_shift);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return std::max<int32_t>(static_cast<int32_t>(bits >> 23) - 127 + q.g_shift, 0);
+}
+
 QuantMap build_map(bool is_signed) {
   QuantMap q;
   q.is_signed = is_signed;
-  q.code = dynamic_map_values(is_signed);
-  q.zero = static_cast<int32_t>(std::find(q.code.begin(), q.code.end(), 0.0f) - q.code.begin());
-  q.num_mag = 256 - q.zero;
-  q.max_neg_mag = q.zero;
-  for (int t = 1; t <= q.max_neg_mag; ++t) {
-    require(q.code[q.zero - t] == -q.code[q.zero + t], "negative codes mirror the positive ones");
+  fill_groups(q);
+  std::vector<float> mags(q.num_mag);
+  for (int32_t t = 0; t < q.num_mag; ++t) mags[t] = magnitude(q, t);
+  std::vector<float> codes = mags;
+  if (is_signed) {
+    for (int32_t t = 1; t + 1 < q.num_mag; ++t) codes.push_back(-mags[t]);  // no -1.0
   }
+  require(codes.size() == 256, "256 codes");
+  std::sort(codes.begin(), codes.end());
+  std::copy(codes.begin(), codes.end(), q.code.begin());
+  q.zero = static_cast<int32_t>(std::find(q.code.begin(), q.code.end(), 0.0f) - q.code.begin());
+  q.max_neg_mag = q.zero;
+
   const float inf = std::numeric_limits<float>::infinity();
   q.thr.fill(inf);
-  for (int t = 0; t + 1 < q.num_mag; ++t) q.thr[t] = (q.code[q.zero + t] + q.code[q.zero + t + 1]) * 0.5f;
+  for (int32_t t = 0; t + 1 < q.num_mag; ++t) q.thr[t] = (mags[t] + mags[t + 1]) * 0.5f;
 
-  q.first.resize(QuantMap::kNumBuckets);
-  const auto bucket_start = [](int32_t b) {
-    if (b == 0) return 0.0f;  // everything below clamps into bucket 0
-    const uint32_t bits = static_cast<uint32_t>(b + QuantMap::kBucketBase) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  };
-  const float* thr_end = q.thr.data() + q.num_mag;
-  for (int32_t b = 0; b < QuantMap::kNumBuckets; ++b) {
-    const float lo = bucket_start(b);
-    const float hi = b + 1 < QuantMap::kNumBuckets ? bucket_start(b + 1) : inf;
-    const float* first = std::lower_bound(static_cast<const float*>(q.thr.data()), thr_end, lo);
-    q.first[b] = static_cast<int32_t>(first - q.thr.data());
-    require(first + 1 >= thr_end || first[1] >= hi || b + 1 == QuantMap::kNumBuckets,
-            "at most one threshold per bucket");
+  // Base indices are 2^g - 1 (unsigned) or 2^(g-1) (signed): a power-of-two
+  // exponent names the group.
+  q.t_shift = is_signed ? 0 : 1;
+  q.g_shift = is_signed ? 1 : 0;
+  for (int32_t t = 0; t < q.num_mag; ++t) {
+    const int32_t g = group_of_index(q, t);
+    require(q.g_base[g] <= t && t <= q.g_base[g] + q.g_last[g], "exponent gives the group of an index");
+  }
+
+  // Group boundaries: the thresholds between one group's last value and the next's first.
+  for (int e = 0; e < 32; ++e) {
+    const float lo = e == 0 ? 0.0f : std::ldexp(1.0f, e - 25), hi = std::ldexp(1.0f, e - 24);
+    q.oct_bound[e] = inf;
+    for (int g = 1; g < QuantMap::kGroups; ++g) {
+      const float boundary = q.thr[q.g_base[g] - 1];
+      if (boundary < lo) q.oct_group[e] = g;
+      if (boundary >= lo && boundary < hi) {
+        require(q.oct_bound[e] == inf, "one group boundary per octave");
+        q.oct_bound[e] = boundary;
+      }
+    }
   }
   return q;
 }
@@ -55,23 +106,7 @@ QuantMap build_map(bool is_signed) {
 }  // namespace
 
 std::array<float, 256> dynamic_map_values(bool is_signed) {
-  std::vector<double> v;
-  for (int i = 0; i < 7; ++i) {
-    const int points = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
-    const double scale = std::pow(10.0, i - 6);
-    for (int k = 0; k + 1 < points; ++k) {
-      const double lo = 0.1 + 0.9 * k / (points - 1), hi = 0.1 + 0.9 * (k + 1) / (points - 1);
-      v.push_back(scale * (lo + hi) / 2);
-      if (is_signed) v.push_back(-v.back());
-    }
-  }
-  v.push_back(0.0);
-  v.push_back(1.0);
-  require(v.size() == 256, "256 codes");
-  std::sort(v.begin(), v.end());
-  std::array<float, 256> out;
-  for (int i = 0; i < 256; ++i) out[i] = static_cast<float>(v[i]);
-  return out;
+  return (is_signed ? signed_dynamic_map() : unsigned_dynamic_map()).code;
 }
 
 const QuantMap& signed_dynamic_map() {

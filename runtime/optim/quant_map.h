@@ -1,14 +1,18 @@
 // Dynamic ("dynamic tree") quantization maps for 8-bit optimizer states,
-// built from their definition (Dettmers et al.): for decade i = 0..6 the
-// midpoints of n_i evenly spaced points in [0.1, 1], times 10^(i-6), plus 0
-// and 1.0. The signed map (for m) takes n_i = 2^i + 1 and both signs: 127
-// values per sign (-1.0 is absent). The unsigned map (for v) takes
-// n_i = 2^(i+1) + 1: 254 values. 256 codes each.
+// built from their definition (Dettmers et al.): for decade d = 0..6 the
+// midpoints of n_d + 1 evenly spaced points in [0.1, 1], times 10^(d-6), plus
+// 0 and 1.0. The signed map (for m) takes n_d = 2^d and both signs: 127 values
+// per sign (-1.0 is absent). The unsigned map (for v) takes n_d = 2^(d+1):
+// 254 values. 256 codes each.
+//
+// A decade's values are evenly spaced, so its j-th is one fma in fp32:
+// off_d + j * step_d. That expression is the definition of the fp32 codes
+// (within an ulp of the exact decimal values), and it lets the kernels find
+// and expand codes with arithmetic instead of table lookups.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <vector>
 
 namespace zerod {
 
@@ -17,26 +21,35 @@ struct QuantMap {
   std::array<float, 256> code;  // ascending
   int32_t zero;                 // index of 0.0f in code
 
-  // Finding the nearest code of x in [-1, 1] goes by its magnitude a = |x|:
-  // magnitude t stands for code[zero + t] (code[zero - t] when x < 0), and
-  // t = how many of thr[] lie below a, thr[t] being the midpoint of
-  // magnitudes t and t+1 (+inf after the last). Ties go to the smaller.
+  // Codes by magnitude: magnitude t stands for code[zero + t] (code[zero - t]
+  // for a negative value). Rounding rule: t = how many of thr[] lie below
+  // |x|, thr[t] being the fp32 midpoint (m_t + m_{t+1}) * 0.5f of magnitudes t
+  // and t+1 (+inf after the last): the nearest code, ties to the smaller.
   int32_t num_mag;
   int32_t max_neg_mag;  // the largest t a negative value may take
   std::array<float, 256> thr;
-  // The search in one step: a's fp32 bits >> 16 (exponent and top 7
-  // mantissa bits), less kBucketBase and clamped, index a bucket; first[b] is
-  // how many thresholds lie below the bucket's start, and no bucket holds
-  // more than one, so t = first[b] + (a > thr[first[b]]).
-  static constexpr int32_t kBucketBase = (127 - 24) << 7;  // 2^-24: far below the smallest threshold
-  static constexpr int32_t kNumBuckets = ((127 << 7) - kBucketBase) + 1;  // up to 1.0
-  std::vector<int32_t> first;
+
+  // Magnitudes form 9 groups: 0, the seven decades, 1.0. Magnitude t in
+  // group g is fma(t - base[g], step[g], off[g]); group g's values lie in
+  // cells [lo[g] + j*step[g], lo[g] + (j+1)*step[g]) around them.
+  static constexpr int kGroups = 9;
+  alignas(64) std::array<float, 16> g_off{}, g_step{}, g_inv_step{}, g_lo{};
+  alignas(64) std::array<int32_t, 16> g_base{}, g_last{};  // first t of the group, count - 1
+  // The group of magnitude t: fp32 exponent of (t + t_shift), less 127, plus
+  // g_shift, floored at 0.
+  int32_t t_shift, g_shift;
+  // The group of a value a >= 0: its binary octave e = exponent - kOctaveBase
+  // (clamped to [0, 31]) holds at most one group boundary;
+  // group = oct_group[e] + (a > oct_bound[e]).
+  static constexpr int32_t kOctaveBase = 127 - 25;  // 2^-25: below every boundary
+  alignas(64) std::array<int32_t, 32> oct_group{};
+  alignas(64) std::array<float, 32> oct_bound{};
 };
 
 const QuantMap& signed_dynamic_map();
 const QuantMap& unsigned_dynamic_map();
 
-// The 256 values of the definition, ascending, rounded to fp32.
+// The 256 codes, ascending.
 std::array<float, 256> dynamic_map_values(bool is_signed);
 
 }  // namespace zerod
