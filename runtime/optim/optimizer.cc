@@ -48,6 +48,18 @@ Adam8bitTensor Optimizer::quantized_view(const Piece& pc) const {
   return t;
 }
 
+AdamTensor Optimizer::fp32_view(const Piece& pc) const {
+  AdamTensor t;
+  t.param = pc.p.master;
+  t.m = states_.as<float>() + pc.state;
+  t.v = states_.as<float>() + fp32_numel_ + pc.state;
+  t.grad = pc.p.grad;
+  t.param16 = pc.p.param16;
+  t.param16_type = param16_type_;
+  t.n = pc.p.numel;
+  return t;
+}
+
 void Optimizer::step(float lr, int64_t step, float grad_scale) {
   const AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
   const AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);
@@ -55,17 +67,9 @@ void Optimizer::step(float lr, int64_t step, float grad_scale) {
     const AdamStep& s = pc.p.decay ? with_decay : without_decay;
     if (pc.quantized) {
       adam8bit_update(quantized_view(pc), s, isa_);
-      continue;
+    } else {
+      adam_update(fp32_view(pc), s, isa_);
     }
-    AdamTensor t;
-    t.param = pc.p.master;
-    t.m = states_.as<float>() + pc.state;
-    t.v = states_.as<float>() + fp32_numel_ + pc.state;
-    t.grad = pc.p.grad;
-    t.param16 = pc.p.param16;
-    t.param16_type = param16_type_;
-    t.n = pc.p.numel;
-    adam_update(t, s, isa_);
   }
 }
 

@@ -45,7 +45,9 @@ class Optimizer {
     int64_t block;  // offset of its absmax values (quantized only)
   };
   Optimizer() = default;
+  // A piece with its states, as the kernels take it.
   Adam8bitTensor quantized_view(const Piece& pc) const;
+  AdamTensor fp32_view(const Piece& pc) const;
 
   AdamHyper hyper_;
   DType param16_type_ = DType::kBF16;
