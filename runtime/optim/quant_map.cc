@@ -31,10 +31,12 @@ void fill_groups(QuantMap& q) {
     if (decade) {
       const double scale = std::pow(10.0, g - 7);
       const double step = scale * 0.9 / n;  // n cells of [0.1, 1] * scale, one value at each centre
+      const double off = scale * 0.1 + step / 2;
       q.g_step[g] = static_cast<float>(step);
-      q.g_inv_step[g] = static_cast<float>(1.0 / step);
-      q.g_off[g] = static_cast<float>(scale * 0.1 + step / 2);
-      q.g_lo[g] = static_cast<float>(scale * 0.1);
+      q.g_off[g] = static_cast<float>(off);
+      // (s / 2 - off) / step, the position of |x| in steps from the first value.
+      q.g_guess_mul[g] = static_cast<float>(0.5 / step);
+      q.g_guess_add[g] = static_cast<float>(-off / step);
     } else {
       q.g_off[g] = g == 0 ? 0.0f : 1.0f;
     }
@@ -86,18 +88,32 @@ QuantMap build_map(bool is_signed) {
     const int32_t g = group_of_index(q, t);
     require(q.g_base[g] <= t && t <= q.g_base[g] + q.g_last[g], "exponent gives the group of an index");
   }
+  for (int g = 0; g < QuantMap::kGroups; ++g) {
+    q.g_first[g] = static_cast<float>(q.g_base[g] + q.t_shift);
+    q.g_code_pos[g] = q.zero + q.g_base[g];
+    q.g_code_neg[g] = q.zero - std::min(q.g_base[g], q.max_neg_mag);
+    // Only a one-value group may be clamped on the negative side (1.0).
+    require(!is_signed || q.g_base[g] + q.g_last[g] <= q.max_neg_mag || q.g_last[g] == 0, "negative clamp");
+  }
 
-  // Group boundaries: the thresholds between one group's last value and the next's first.
+  // Group boundaries in s = 2|x|: twice the thresholds between one group's
+  // last value and the next's first.
   for (int e = 0; e < 32; ++e) {
-    const float lo = e == 0 ? 0.0f : std::ldexp(1.0f, e - 25), hi = std::ldexp(1.0f, e - 24);
+    const float lo = e == 0 ? 0.0f : std::ldexp(1.0f, e - 24), hi = std::ldexp(1.0f, e - 23);
     q.oct_bound[e] = inf;
     for (int g = 1; g < QuantMap::kGroups; ++g) {
-      const float boundary = q.thr[q.g_base[g] - 1];
+      const float boundary = 2 * q.thr[q.g_base[g] - 1];
       if (boundary < lo) q.oct_group[e] = g;
       if (boundary >= lo && boundary < hi) {
         require(q.oct_bound[e] == inf, "one group boundary per octave");
         q.oct_bound[e] = boundary;
       }
+    }
+    // The kernels truncate the guess without a floor: from a group's lower
+    // boundary up it must stay above -1.
+    if (q.oct_bound[e] != inf) {
+      const int g = q.oct_group[e] + 1;
+      require(std::fma(q.oct_bound[e], q.g_guess_mul[g], q.g_guess_add[g]) > -1.0f, "guess above -1");
     }
   }
   return q;

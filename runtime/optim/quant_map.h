@@ -30,20 +30,31 @@ struct QuantMap {
   std::array<float, 256> thr;
 
   // Magnitudes form 9 groups: 0, the seven decades, 1.0. Magnitude t in
-  // group g is fma(t - base[g], step[g], off[g]); group g's values lie in
-  // cells [lo[g] + j*step[g], lo[g] + (j+1)*step[g]) around them.
+  // group g is fma(t - base[g], step[g], off[g]).
   static constexpr int kGroups = 9;
-  alignas(64) std::array<float, 16> g_off{}, g_step{}, g_inv_step{}, g_lo{};
+  alignas(64) std::array<float, 16> g_off{}, g_step{};
   alignas(64) std::array<int32_t, 16> g_base{}, g_last{};  // first t of the group, count - 1
-  // The group of magnitude t: fp32 exponent of (t + t_shift), less 127, plus
-  // g_shift, floored at 0.
+
+  // Dequantization. The group of magnitude t is the fp32 exponent of
+  // u = t + t_shift less 127 - g_shift, floored at 0 (the bases are powers
+  // of two, less t_shift); t - base[g] is then u - g_first[g], exactly.
   int32_t t_shift, g_shift;
-  // The group of a value a >= 0: its binary octave e = exponent - kOctaveBase
-  // (clamped to [0, 31]) holds at most one group boundary;
-  // group = oct_group[e] + (a > oct_bound[e]).
-  static constexpr int32_t kOctaveBase = 127 - 25;  // 2^-25: below every boundary
+  alignas(64) std::array<float, 16> g_first{};  // base[g] + t_shift
+
+  // Quantization works on s = 2|x|: s > m_t + m_{t+1} is exactly |x| > thr[t],
+  // with no halving. The group of s: its binary octave e = exponent -
+  // kOctaveBase (floored at 0; s <= 2 keeps it under 32) holds at most one
+  // group boundary, so group = oct_group[e] + (s > oct_bound[e]). Within the
+  // group, trunc(fma(s, g_guess_mul, g_guess_add)) is the index of the value
+  // just below |x| (0 below the first), or one off where |x| is within
+  // rounding of a value; capped at g_last, one test against the next
+  // threshold then gives the nearest. The code of index j is
+  // g_code_pos[g] + j, or g_code_neg[g] - j for a negative x.
+  static constexpr int32_t kOctaveBase = 127 - 24;  // 2^-24: below every boundary
   alignas(64) std::array<int32_t, 32> oct_group{};
   alignas(64) std::array<float, 32> oct_bound{};
+  alignas(64) std::array<float, 16> g_guess_mul{}, g_guess_add{};
+  alignas(64) std::array<int32_t, 16> g_code_pos{}, g_code_neg{};
 };
 
 const QuantMap& signed_dynamic_map();
