@@ -16,6 +16,7 @@
 // AVX2, shown for contrast.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,20 @@ std::vector<float> filled(int64_t n, float value) {
   std::vector<float> v(n);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) v[i] = value + 1e-7f * static_cast<float>(i % 1000);
+  return v;
+}
+
+// Gradients of both signs over three decades, so the 8-bit states spread
+// over their maps' codes as in training (a constant gradient would put every
+// state on the code 1.0).
+std::vector<float> random_gradients(int64_t n) {
+  std::vector<float> v(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;  // Knuth's multiplicative hash
+    const float u = static_cast<float>(h >> 8) * (1.0f / 16777216.0f);  // [0, 1)
+    v[i] = (h & 1 ? 1e-3f : -1e-3f) * std::pow(10.0f, -3.0f * u);
+  }
   return v;
 }
 
@@ -92,7 +107,7 @@ int main(int argc, char** argv) {
   const zerod::AdamStep step = zerod::make_adam_step(zerod::AdamHyper{}, 1e-3f, 10, 1.0f, true);
   for (int64_t m = 1; m <= max_m; m *= 4) {
     const int64_t n = m << 20;
-    std::vector<float> p = filled(n, 0.5f), g = filled(n, 1e-3f);
+    std::vector<float> p = filled(n, 0.5f), g = random_gradients(n);
     std::vector<Row> rows;
     {
       std::vector<float> mo = filled(n, 0), vo = filled(n, 0);

@@ -280,6 +280,40 @@ TEST(QuantMap, QuantizesToTheNearestCode) {
   }
 }
 
+// The kernels take a fast path unless a value lies near a threshold, and
+// decide exactly there: every threshold, its fp32 neighbours and every code,
+// of both signs, against the binary search, on every instruction set.
+TEST(QuantMap, QuantizesEveryThresholdAndItsNeighbours) {
+  for (bool is_signed : {true, false}) {
+    const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    std::vector<float> x;
+    for (int32_t t = 0; t + 1 < q.num_mag; ++t) {
+      for (float v : {q.thr[t], std::nextafter(q.thr[t], 0.0f), std::nextafter(q.thr[t], 2.0f)}) x.push_back(v);
+    }
+    for (float c : q.code) x.push_back(c);
+    if (is_signed) {
+      for (size_t i = 0, n = x.size(); i < n; ++i) x.push_back(-x[i]);
+    } else {
+      for (float& v : x) v = std::fabs(v);
+    }
+    // A 1.0 leads every block, so each block's absmax is 1 and x is quantized as it is.
+    std::vector<float> blocks;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (blocks.size() % 256 == 0) blocks.push_back(1.0f);
+      blocks.push_back(x[i]);
+    }
+    const int64_t n = static_cast<int64_t>(blocks.size());
+    for (CpuIsa isa : supported_cpu_isas()) {
+      std::vector<uint8_t> codes(n);
+      std::vector<float> absmax(quant_blocks(n));
+      quantize_blockwise(q, blocks.data(), n, codes.data(), absmax.data(), isa);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(codes[i], ref_quantize(q, blocks[i])) << cpu_isa_name(isa) << " " << blocks[i];
+      }
+    }
+  }
+}
+
 TEST(QuantMap, RoundTripErrorIsWithinHalfTheSpacing) {
   for (bool is_signed : {true, false}) {
     const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();

@@ -34,11 +34,12 @@ void fill_groups(QuantMap& q) {
       const double off = scale * 0.1 + step / 2;
       q.g_step[g] = static_cast<float>(step);
       q.g_off[g] = static_cast<float>(off);
-      // (s / 2 - off) / step, the position of |x| in steps from the first value.
-      q.g_guess_mul[g] = static_cast<float>(0.5 / step);
-      q.g_guess_add[g] = static_cast<float>(-off / step);
+      // (s / 2 - scale * 0.1) / step: cells of one step from the decade's start.
+      q.g_cell_mul[g] = static_cast<float>(0.5 / step);
+      q.g_cell_add[g] = static_cast<float>(-scale * 0.1 / step);
     } else {
       q.g_off[g] = g == 0 ? 0.0f : 1.0f;
+      q.g_cell_add[g] = 0.5f;
     }
     q.g_base[g] = base;
     q.g_last[g] = n - 1;
@@ -58,6 +59,22 @@ int32_t group_of_index(const QuantMap& q, int32_t t) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   return std::max<int32_t>(static_cast<int32_t>(bits >> 23) - 127 + q.g_shift, 0);
+}
+
+// The kernels' fast path (quant_map.h) takes trunc(u) unless u is within
+// kEdgeMargin of a cell edge. u only grows with s, so it is right everywhere
+// if, at each edge k inside a group, the largest s of cell k - 1 (twice the
+// threshold) has u < k + margin and the next float has u > k - margin.
+void check_cell_edges(const QuantMap& q) {
+  const auto u = [&](int g, float s) { return std::fma(s, q.g_cell_mul[g], q.g_cell_add[g]); };
+  for (int g = 0; g < QuantMap::kGroups; ++g) {
+    for (int32_t k = 1; k <= q.g_last[g]; ++k) {
+      const float s = 2 * q.thr[q.g_base[g] + k - 1];
+      const float above = std::nextafter(s, std::numeric_limits<float>::infinity());
+      require(u(g, s) < k + QuantMap::kEdgeMargin && u(g, above) > k - QuantMap::kEdgeMargin,
+              "cell position within the margin at every edge");
+    }
+  }
 }
 
 QuantMap build_map(bool is_signed) {
@@ -109,13 +126,14 @@ QuantMap build_map(bool is_signed) {
         q.oct_bound[e] = boundary;
       }
     }
-    // The kernels truncate the guess without a floor: from a group's lower
+    // The exact path truncates u - 0.5 without a floor: from a group's lower
     // boundary up it must stay above -1.
     if (q.oct_bound[e] != inf) {
       const int g = q.oct_group[e] + 1;
-      require(std::fma(q.oct_bound[e], q.g_guess_mul[g], q.g_guess_add[g]) > -1.0f, "guess above -1");
+      require(std::fma(q.oct_bound[e], q.g_cell_mul[g], q.g_cell_add[g]) - 0.5f > -1.0f, "exact guess above -1");
     }
   }
+  check_cell_edges(q);
   return q;
 }
 

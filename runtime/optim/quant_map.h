@@ -45,15 +45,20 @@ struct QuantMap {
   // with no halving. The group of s: its binary octave e = exponent -
   // kOctaveBase (floored at 0; s <= 2 keeps it under 32) holds at most one
   // group boundary, so group = oct_group[e] + (s > oct_bound[e]). Within the
-  // group, trunc(fma(s, g_guess_mul, g_guess_add)) is the index of the value
-  // just below |x| (0 below the first), or one off where |x| is within
-  // rounding of a value; capped at g_last, one test against the next
-  // threshold then gives the nearest. The code of index j is
-  // g_code_pos[g] + j, or g_code_neg[g] - j for a negative x.
+  // group, u = fma(s, g_cell_mul, g_cell_add) is |x|'s position in steps from
+  // the group's lower cell edge: value j's cell is [j, j + 1), its edges
+  // halfway to the neighbours. Unless u lies within kEdgeMargin of an edge,
+  // trunc(u) capped at g_last is the nearest value (build_map proves this
+  // for every edge). Near an edge the kernels decide exactly: from
+  // trunc(u - 0.5), the value just below |x| (0 below the first), one test
+  // against the fp32 threshold above it. Single-value groups have u = 0.5.
+  // The code of index j is g_code_pos[g] + j, or g_code_neg[g] - j for a
+  // negative x.
   static constexpr int32_t kOctaveBase = 127 - 24;  // 2^-24: below every boundary
+  static constexpr float kEdgeMargin = 1.0f / 2048;
   alignas(64) std::array<int32_t, 32> oct_group{};
   alignas(64) std::array<float, 32> oct_bound{};
-  alignas(64) std::array<float, 16> g_guess_mul{}, g_guess_add{};
+  alignas(64) std::array<float, 16> g_cell_mul{}, g_cell_add{};
   alignas(64) std::array<int32_t, 16> g_code_pos{}, g_code_neg{};
 };
 
