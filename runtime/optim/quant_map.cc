@@ -1,6 +1,7 @@
 #include "runtime/optim/quant_map.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -104,12 +105,16 @@ QuantMap build_map(bool is_signed) {
   for (int32_t t = 0; t < q.num_mag; ++t) {
     const int32_t g = group_of_index(q, t);
     require(q.g_base[g] <= t && t <= q.g_base[g] + q.g_last[g], "exponent gives the group of an index");
+    uint32_t bits;
+    const float u = static_cast<float>(t + q.t_shift);
+    std::memcpy(&bits, &u, 4);
+    require(static_cast<float>(q.g_base[g] + q.t_shift) == std::bit_cast<float>(bits & 0xff800000u),
+            "a group's first index is the leading power of two");
   }
+  // Negative values clamp at -code[0]: only a one-value group reaches past it (1.0).
+  require(!is_signed || q.max_neg_mag == q.zero, "negative clamp at the zero code");
   for (int g = 0; g < QuantMap::kGroups; ++g) {
-    q.g_first[g] = static_cast<float>(q.g_base[g] + q.t_shift);
     q.g_code_pos[g] = q.zero + q.g_base[g];
-    q.g_code_neg[g] = q.zero - std::min(q.g_base[g], q.max_neg_mag);
-    // Only a one-value group may be clamped on the negative side (1.0).
     require(!is_signed || q.g_base[g] + q.g_last[g] <= q.max_neg_mag || q.g_last[g] == 0, "negative clamp");
   }
 

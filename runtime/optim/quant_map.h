@@ -36,10 +36,10 @@ struct QuantMap {
   alignas(64) std::array<int32_t, 16> g_base{}, g_last{};  // first t of the group, count - 1
 
   // Dequantization. The group of magnitude t is the fp32 exponent of
-  // u = t + t_shift less 127 - g_shift, floored at 0 (the bases are powers
-  // of two, less t_shift); t - base[g] is then u - g_first[g], exactly.
+  // u = t + t_shift less 127 - g_shift, floored at 0: the bases are powers
+  // of two (or 0) less t_shift, so t - base[g] is u less its leading power
+  // of two, which is u with the mantissa bits cleared.
   int32_t t_shift, g_shift;
-  alignas(64) std::array<float, 16> g_first{};  // base[g] + t_shift
 
   // Quantization works on s = 2|x|: s > m_t + m_{t+1} is exactly |x| > thr[t],
   // with no halving. The group of s: its binary octave e = exponent -
@@ -52,14 +52,14 @@ struct QuantMap {
   // for every edge). Near an edge the kernels decide exactly: from
   // trunc(u - 0.5), the value just below |x| (0 below the first), one test
   // against the fp32 threshold above it. Single-value groups have u = 0.5.
-  // The code of index j is g_code_pos[g] + j, or g_code_neg[g] - j for a
-  // negative x.
+  // Index j's code is r = g_code_pos[g] + j, or for a negative x
+  // max(2 * zero - r, 0) (max_neg_mag is zero).
   static constexpr int32_t kOctaveBase = 127 - 24;  // 2^-24: below every boundary
   static constexpr float kEdgeMargin = 1.0f / 2048;
   alignas(64) std::array<int32_t, 32> oct_group{};
   alignas(64) std::array<float, 32> oct_bound{};
   alignas(64) std::array<float, 16> g_cell_mul{}, g_cell_add{};
-  alignas(64) std::array<int32_t, 16> g_code_pos{}, g_code_neg{};
+  alignas(64) std::array<int32_t, 16> g_code_pos{};
 };
 
 const QuantMap& signed_dynamic_map();
