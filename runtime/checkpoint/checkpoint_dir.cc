@@ -1,0 +1,184 @@
+#include "runtime/checkpoint/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/core/crc32c.h"
+
+namespace zerod {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kPrefix[] = "step-";
+constexpr char kLatest[] = "latest";
+
+absl::Status errno_error(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status fs_error(const std::string& what, const fs::path& path, const std::error_code& ec) {
+  return absl::InternalError(absl::StrCat(what, " ", path.string(), ": ", ec.message()));
+}
+
+// Makes a rename or a new entry in `dir` durable.
+absl::Status fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno_error("cannot open directory", dir.string());
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return errno_error("cannot fsync directory", dir.string());
+  return absl::OkStatus();
+}
+
+// The step of a complete checkpoint's directory name, or -1.
+int64_t step_of(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0 || name.size() <= sizeof(kPrefix) - 1) return -1;
+  int64_t step = 0;
+  for (size_t i = sizeof(kPrefix) - 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+absl::Status require_writable_dir(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint dir ", root.string(), " is not a directory"));
+  }
+  if (::access(root.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint dir ", root.string(), " is not writable: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// Puts tmp at final's place; an existing final (the same step saved again)
+// is swapped out atomically where the filesystem allows, then removed.
+absl::Status publish(const fs::path& tmp, const fs::path& final_dir) {
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fs::remove_all(tmp, ec);  // now the old checkpoint
+      if (ec) return fs_error("cannot remove replaced checkpoint", tmp, ec);
+      return absl::OkStatus();
+    }
+    if (errno != EINVAL && errno != ENOSYS) return errno_error("cannot replace", final_dir.string());
+    fs::remove_all(final_dir, ec);
+    if (ec) return fs_error("cannot remove replaced checkpoint", final_dir, ec);
+  }
+  if (::rename(tmp.c_str(), final_dir.c_str()) != 0) return errno_error("cannot publish", final_dir.string());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t step) { return absl::StrFormat("%s%08d", kPrefix, step); }
+
+absl::StatusOr<std::string> begin_checkpoint(const std::string& root_s, int64_t step) {
+  const fs::path root(root_s);
+  std::error_code ec;
+  if (!fs::exists(root, ec)) {
+    fs::create_directories(root, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("checkpoint dir ", root_s, " cannot be created: ", ec.message()));
+  }
+  ZEROD_RETURN_IF_ERROR(require_writable_dir(root));
+  const fs::path tmp = root / (checkpoint_dir_name(step) + ".tmp");
+  fs::remove_all(tmp, ec);
+  if (ec) return fs_error("cannot clear", tmp, ec);
+  fs::create_directory(tmp, ec);
+  if (ec) return fs_error("cannot create", tmp, ec);
+  return tmp.string();
+}
+
+absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_error("cannot create", path);
+  const auto* p = static_cast<const char*>(data);
+  for (size_t done = 0; done < n;) {
+    const ssize_t w = ::write(fd, p + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const absl::Status s = errno_error(absl::StrCat("cannot write at offset ", done, " of"), path);
+      ::close(fd);
+      return s;
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0) {
+    const absl::Status s = errno_error("cannot fsync", path);
+    ::close(fd);
+    return s;
+  }
+  if (::close(fd) != 0) return errno_error("cannot close", path);
+  return crc32c(data, n);
+}
+
+absl::Status commit_checkpoint(const std::string& root_s, int64_t step, int keep) {
+  if (keep < 1) return absl::InvalidArgumentError(absl::StrCat("checkpoint keep must be >= 1, got ", keep));
+  const fs::path root(root_s);
+  const std::string name = checkpoint_dir_name(step);
+  const fs::path tmp = root / (name + ".tmp");
+  std::error_code ec;
+  if (!fs::is_directory(tmp, ec)) return absl::FailedPreconditionError(absl::StrCat("no checkpoint being written at ", tmp.string()));
+  ZEROD_RETURN_IF_ERROR(fsync_dir(tmp));
+  ZEROD_RETURN_IF_ERROR(publish(tmp, root / name));
+  ZEROD_RETURN_IF_ERROR(fsync_dir(root));
+
+  const std::string line = name + "\n";
+  const std::string latest_tmp = (root / (std::string(kLatest) + ".tmp")).string();
+  ZEROD_RETURN_IF_ERROR(write_file_durably(latest_tmp, line.data(), line.size()).status());
+  if (::rename(latest_tmp.c_str(), (root / kLatest).c_str()) != 0) {
+    return errno_error("cannot update", (root / kLatest).string());
+  }
+  ZEROD_RETURN_IF_ERROR(fsync_dir(root));
+
+  ZEROD_ASSIGN_OR_RETURN(std::vector<int64_t> steps, list_checkpoints(root_s));
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    if (steps[i] == step) continue;
+    const fs::path old = root / checkpoint_dir_name(steps[i]);
+    fs::remove_all(old, ec);
+    if (ec) return fs_error("cannot remove old checkpoint", old, ec);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> latest_checkpoint(const std::string& root_s) {
+  const fs::path root(root_s);
+  std::ifstream in(root / kLatest);
+  if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root.string(), " (no 'latest' file)"));
+  std::string name;
+  std::getline(in, name);
+  if (step_of(name) < 0) {
+    return absl::DataLossError(absl::StrCat((root / kLatest).string(), " names '", name, "', not a checkpoint"));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(root / name, ec)) {
+    return absl::DataLossError(absl::StrCat((root / kLatest).string(), " names ", name, ", which is missing"));
+  }
+  return (root / name).string();
+}
+
+absl::StatusOr<std::vector<int64_t>> list_checkpoints(const std::string& root_s) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (fs::directory_iterator it(root_s, ec), end; !ec && it != end; it.increment(ec)) {
+    const int64_t s = step_of(it->path().filename().string());
+    if (s >= 0 && it->is_directory()) steps.push_back(s);
+  }
+  if (ec) return fs_error("cannot list", fs::path(root_s), ec);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+}  // namespace zerod

@@ -1,0 +1,47 @@
+// The on-disk protocol that makes checkpoints atomic. Under a root directory:
+//
+//   step-00001200/      a complete checkpoint: its manifest was written last
+//   step-00001300.tmp/  one being written; a crash leaves it behind, and the
+//                       next save of that step starts it afresh
+//   latest              the name of the newest complete checkpoint, replaced
+//                       by rename, so it always names a whole one
+//
+// A save: begin_checkpoint() makes the .tmp directory, every rank writes its
+// files into it with write_file_durably() (each fsynced), then one rank
+// writes the manifest the same way and calls commit_checkpoint(): rename to
+// the final name, fsync the root, point `latest` at it, and delete the
+// oldest complete checkpoints beyond `keep`. A crash at any point leaves the
+// previous checkpoint intact and `latest` naming a complete one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace zerod {
+
+std::string checkpoint_dir_name(int64_t step);  // "step-00001200"
+
+// Creates root (and its parents) if needed and an empty <root>/step-N.tmp,
+// replacing a stale one; returns its path. Refuses a root that is not a
+// writable directory.
+absl::StatusOr<std::string> begin_checkpoint(const std::string& root, int64_t step);
+
+// Writes data[0, n) to path (created or truncated), fsyncs and closes it.
+// Returns the CRC-32C of the bytes.
+absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n);
+
+// Publishes <root>/step-N.tmp as <root>/step-N and makes it the latest;
+// then removes complete checkpoints older than the newest `keep` (keep >= 1).
+absl::Status commit_checkpoint(const std::string& root, int64_t step, int keep);
+
+// The path of the checkpoint `latest` names; NotFound when there is none.
+absl::StatusOr<std::string> latest_checkpoint(const std::string& root);
+
+// Steps of the complete checkpoints under root, ascending.
+absl::StatusOr<std::vector<int64_t>> list_checkpoints(const std::string& root);
+
+}  // namespace zerod
