@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/checkpoint/output_file.h"
 #include "runtime/core/crc32c.h"
 
 namespace zerod {
@@ -22,22 +23,8 @@ namespace {
 constexpr char kPrefix[] = "step-";
 constexpr char kLatest[] = "latest";
 
-absl::Status errno_error(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
 absl::Status fs_error(const std::string& what, const fs::path& path, const std::error_code& ec) {
   return absl::InternalError(absl::StrCat(what, " ", path.string(), ": ", ec.message()));
-}
-
-// Makes a rename or a new entry in `dir` durable.
-absl::Status fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno_error("cannot open directory", dir.string());
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return errno_error("cannot fsync directory", dir.string());
-  return absl::OkStatus();
 }
 
 // The step of a complete checkpoint's directory name, or -1.
@@ -102,25 +89,9 @@ absl::StatusOr<std::string> begin_checkpoint(const std::string& root_s, int64_t 
 }
 
 absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error("cannot create", path);
-  const auto* p = static_cast<const char*>(data);
-  for (size_t done = 0; done < n;) {
-    const ssize_t w = ::write(fd, p + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const absl::Status s = errno_error(absl::StrCat("cannot write at offset ", done, " of"), path);
-      ::close(fd);
-      return s;
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0) {
-    const absl::Status s = errno_error("cannot fsync", path);
-    ::close(fd);
-    return s;
-  }
-  if (::close(fd) != 0) return errno_error("cannot close", path);
+  ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(path));
+  ZEROD_RETURN_IF_ERROR(f.append(data, n));
+  ZEROD_RETURN_IF_ERROR(f.finish());
   return crc32c(data, n);
 }
 
@@ -131,9 +102,9 @@ absl::Status commit_checkpoint(const std::string& root_s, int64_t step, int keep
   const fs::path tmp = root / (name + ".tmp");
   std::error_code ec;
   if (!fs::is_directory(tmp, ec)) return absl::FailedPreconditionError(absl::StrCat("no checkpoint being written at ", tmp.string()));
-  ZEROD_RETURN_IF_ERROR(fsync_dir(tmp));
+  ZEROD_RETURN_IF_ERROR(fsync_dir(tmp.string()));
   ZEROD_RETURN_IF_ERROR(publish(tmp, root / name));
-  ZEROD_RETURN_IF_ERROR(fsync_dir(root));
+  ZEROD_RETURN_IF_ERROR(fsync_dir(root.string()));
 
   const std::string line = name + "\n";
   const std::string latest_tmp = (root / (std::string(kLatest) + ".tmp")).string();
@@ -141,7 +112,7 @@ absl::Status commit_checkpoint(const std::string& root_s, int64_t step, int keep
   if (::rename(latest_tmp.c_str(), (root / kLatest).c_str()) != 0) {
     return errno_error("cannot update", (root / kLatest).string());
   }
-  ZEROD_RETURN_IF_ERROR(fsync_dir(root));
+  ZEROD_RETURN_IF_ERROR(fsync_dir(root.string()));
 
   ZEROD_ASSIGN_OR_RETURN(std::vector<int64_t> steps, list_checkpoints(root_s));
   for (size_t i = 0; i + keep < steps.size(); ++i) {

@@ -1,0 +1,40 @@
+// A file written front to back and made durable: every error names the path
+// and the offset, and finish() returns only once the bytes are on disk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/core/status.h"
+
+namespace zerod {
+
+class OutputFile {
+ public:
+  // Creates or truncates path.
+  static absl::StatusOr<OutputFile> create(const std::string& path);
+  OutputFile(OutputFile&& o) noexcept;
+  OutputFile& operator=(OutputFile&&) = delete;
+  ~OutputFile();  // closes without fsync if finish() was not reached
+
+  absl::Status append(const void* data, size_t n);
+  // fsync and close.
+  absl::Status finish();
+  uint64_t size() const { return offset_; }
+
+ private:
+  OutputFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+
+  std::string path_;
+  int fd_;
+  uint64_t offset_ = 0;
+};
+
+// "<what> <path>: <errno's text>", as an internal error.
+absl::Status errno_error(const std::string& what, const std::string& path);
+
+// Makes a rename or a new entry in `dir` durable.
+absl::Status fsync_dir(const std::string& dir);
+
+}  // namespace zerod
