@@ -1,0 +1,64 @@
+// The safetensors file format: a little-endian u64 header length N, N bytes
+// of JSON ({name: {"dtype", "shape", "data_offsets": [begin, end]}}, and an
+// optional "__metadata__" of strings), then the tensors' bytes, offsets
+// counted from the end of the header. Used to import and export Hugging
+// Face GPT-2 weights.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+
+namespace zerod {
+
+struct SafeTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte range in the data section
+
+  int64_t numel() const;
+};
+
+// A file opened and its header checked whole: known dtypes (F32, BF16, F16,
+// I8, U8), sizes that match the shapes, and data ranges that tile the data
+// section exactly (sorted, no gap, no overlap). Tensors are read on demand.
+class SafetensorsReader {
+ public:
+  static absl::StatusOr<SafetensorsReader> open(const std::string& path);
+  SafetensorsReader(SafetensorsReader&& o) noexcept;
+  SafetensorsReader& operator=(SafetensorsReader&& o) noexcept;
+  ~SafetensorsReader();
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafeTensor>& tensors() const { return tensors_; }  // by offset
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // nullptr when the file has no tensor of that name.
+  const SafeTensor* find(const std::string& name) const;
+  // The tensor's bytes into out (end - begin bytes).
+  absl::Status read(const SafeTensor& t, void* out) const;
+
+ private:
+  SafetensorsReader() = default;
+
+  std::string path_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0;
+  std::vector<SafeTensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes tensors (begin/end are assigned here, in the order given) to path,
+// streaming: fill(i, buf) puts tensor i's bytes into buf, which is reused,
+// so memory stays at one tensor. The file appears whole or not at all
+// (written beside it, fsynced, renamed).
+absl::Status write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
+                               const std::map<std::string, std::string>& metadata,
+                               const std::function<absl::Status(size_t, std::vector<char>&)>& fill);
+
+}  // namespace zerod
