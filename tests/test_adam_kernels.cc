@@ -280,9 +280,24 @@ TEST(QuantMap, QuantizesToTheNearestCode) {
   }
 }
 
-// The kernels take a fast path unless a value lies near a threshold, and
-// decide exactly there: every threshold, its fp32 neighbours and every code,
-// of both signs, against the binary search, on every instruction set.
+// The rounding edges against the decimal definition: each lies within
+// kEdgeTolerance of a step (plus fp32 rounding) from the midpoint of its two
+// codes, so the rule is round-to-nearest but for values that close to a
+// midpoint.
+TEST(QuantMap, EdgesLieAtTheMidpointsWithinTheTolerance) {
+  for (bool is_signed : {true, false}) {
+    const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    const std::vector<double> want = decimal_map(is_signed);
+    for (int32_t t = 0; t + 1 < q.num_mag; ++t) {
+      const double lo = want[q.zero + t], hi = want[q.zero + t + 1];
+      const double slack = QuantMap::kEdgeTolerance * (hi - lo) + 2.4e-7 * hi;  // 2 ulps
+      EXPECT_NEAR(q.thr[t], (lo + hi) / 2, slack) << (is_signed ? "signed " : "unsigned ") << t;
+    }
+  }
+}
+
+// Every edge, its fp32 neighbours and every code, of both signs, against
+// the binary search over the edges, on every instruction set.
 TEST(QuantMap, QuantizesEveryThresholdAndItsNeighbours) {
   for (bool is_signed : {true, false}) {
     const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();

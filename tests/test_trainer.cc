@@ -155,28 +155,40 @@ TEST(Trainer, Fp16AndBf16Train) {
 }
 
 TEST(Trainer, EightBitAdamWTrainsLikeAdamWInAQuarterOfTheStateMemory) {
-  const std::vector<std::string> job = {"train_micro_batch_size_per_gpu=8", "optimizer.params.lr=1e-2"};
   constexpr int kSteps = 600;
-  auto with = [&](const char* type) {
-    std::vector<std::string> o = job;
-    o.push_back(std::string("optimizer.type=") + type);
-    return train(make_config(o), kSteps);
-  };
-  const TrainRun fp32 = with("AdamW"), q8 = with("AdamW8bit");
+  // The trajectories of this small task are chaotic: a 1e-4 relative change
+  // of lr moves AdamW's final loss by up to 6%. So each optimizer runs at
+  // three learning rates that close and the means are compared.
+  const char* const kLrs[] = {"optimizer.params.lr=1e-2", "optimizer.params.lr=1.0001e-2",
+                              "optimizer.params.lr=0.9999e-2"};
   auto tail_mean = [](const std::vector<double>& l) {  // last 50 steps: less batch noise
     double s = 0;
     for (size_t i = l.size() - 50; i < l.size(); ++i) s += l[i];
     return s / 50;
   };
-  const double a = tail_mean(fp32.losses), b = tail_mean(q8.losses);
-  std::printf("loss %.4f -> %.4f (AdamW), %.4f (AdamW8bit); optimizer bytes %llu vs %llu (%.3f)\n",
-              fp32.losses.front(), a, b, static_cast<unsigned long long>(fp32.optimizer_peak),
+  struct Result {
+    double first_loss = 0, final_loss = 0;
+    uint64_t optimizer_peak = 0;
+  };
+  auto with = [&](const char* type) {
+    Result r;
+    for (const char* lr : kLrs) {
+      const TrainRun run =
+          train(make_config({"train_micro_batch_size_per_gpu=8", lr, std::string("optimizer.type=") + type}), kSteps);
+      r.first_loss = run.losses.front();
+      r.final_loss += tail_mean(run.losses) / std::size(kLrs);
+      r.optimizer_peak = run.optimizer_peak;
+    }
+    return r;
+  };
+  const Result fp32 = with("AdamW"), q8 = with("AdamW8bit");
+  std::printf("loss %.4f -> %.4f (AdamW), %.4f (AdamW8bit); optimizer bytes %llu vs %llu (%.3f)\n", fp32.first_loss,
+              fp32.final_loss, q8.final_loss, static_cast<unsigned long long>(fp32.optimizer_peak),
               static_cast<unsigned long long>(q8.optimizer_peak), double(q8.optimizer_peak) / fp32.optimizer_peak);
-  EXPECT_LT(a, 0.5 * fp32.losses.front());  // it trained
+  EXPECT_LT(fp32.final_loss, 0.5 * fp32.first_loss);  // it trained
   // The margin: 8-bit states may cost at most 3% of AdamW's final loss
-  // (measured at 600 steps: 0.3% above; at 300 and 1500 steps it ends 2-5%
-  // below, the spread of these trajectories).
-  EXPECT_LT(b, 1.03 * a);
+  // (measured: 0.6% below).
+  EXPECT_LT(q8.final_loss, 1.03 * fp32.final_loss);
   EXPECT_LE(double(q8.optimizer_peak), 0.27 * double(fp32.optimizer_peak));
 }
 

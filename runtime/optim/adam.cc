@@ -17,6 +17,7 @@ constexpr int64_t kTile = 16384;
 const OptimKernels& optim_kernels(CpuIsa isa) {
   switch (isa) {
 #if defined(ZEROD_X86_KERNELS)
+    case CpuIsa::kAvx512Vbmi: return avx512vbmi_optim_kernels();
     case CpuIsa::kAvx512: return avx512_optim_kernels();
     case CpuIsa::kAvx2: return avx2_optim_kernels();
 #endif

@@ -7,6 +7,7 @@ const char* cpu_isa_name(CpuIsa isa) {
     case CpuIsa::kScalar: return "scalar";
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx512Vbmi: return "avx512vbmi";
   }
   return "?";
 }
@@ -23,6 +24,7 @@ const std::vector<CpuIsa>& supported_cpu_isas() {
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
       v.push_back(CpuIsa::kAvx512);
+      if (__builtin_cpu_supports("avx512vbmi")) v.push_back(CpuIsa::kAvx512Vbmi);
     }
 #endif
     return v;

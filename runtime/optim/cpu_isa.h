@@ -8,7 +8,7 @@
 
 namespace zerod {
 
-enum class CpuIsa { kScalar, kAvx2, kAvx512 };
+enum class CpuIsa { kScalar, kAvx2, kAvx512, kAvx512Vbmi };
 
 const char* cpu_isa_name(CpuIsa isa);
 // Every set this CPU (and its OS) supports and this build carries, widest last.

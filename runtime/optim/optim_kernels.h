@@ -23,6 +23,7 @@ struct OptimKernels {
 const OptimKernels& scalar_optim_kernels();
 const OptimKernels& avx2_optim_kernels();
 const OptimKernels& avx512_optim_kernels();
+const OptimKernels& avx512vbmi_optim_kernels();
 const OptimKernels& optim_kernels(CpuIsa isa);
 
 }  // namespace zerod

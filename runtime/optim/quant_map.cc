@@ -35,12 +35,9 @@ void fill_groups(QuantMap& q) {
       const double off = scale * 0.1 + step / 2;
       q.g_step[g] = static_cast<float>(step);
       q.g_off[g] = static_cast<float>(off);
-      // (s / 2 - scale * 0.1) / step: cells of one step from the decade's start.
       q.g_cell_mul[g] = static_cast<float>(0.5 / step);
-      q.g_cell_add[g] = static_cast<float>(-scale * 0.1 / step);
     } else {
       q.g_off[g] = g == 0 ? 0.0f : 1.0f;
-      q.g_cell_add[g] = 0.5f;
     }
     q.g_base[g] = base;
     q.g_last[g] = n - 1;
@@ -62,20 +59,21 @@ int32_t group_of_index(const QuantMap& q, int32_t t) {
   return std::max<int32_t>(static_cast<int32_t>(bits >> 23) - 127 + q.g_shift, 0);
 }
 
-// The kernels' fast path (quant_map.h) takes trunc(u) unless u is within
-// kEdgeMargin of a cell edge. u only grows with s, so it is right everywhere
-// if, at each edge k inside a group, the largest s of cell k - 1 (twice the
-// threshold) has u < k + margin and the next float has u > k - margin.
-void check_cell_edges(const QuantMap& q) {
-  const auto u = [&](int g, float s) { return std::fma(s, q.g_cell_mul[g], q.g_cell_add[g]); };
-  for (int g = 0; g < QuantMap::kGroups; ++g) {
-    for (int32_t k = 1; k <= q.g_last[g]; ++k) {
-      const float s = 2 * q.thr[q.g_base[g] + k - 1];
-      const float above = std::nextafter(s, std::numeric_limits<float>::infinity());
-      require(u(g, s) < k + QuantMap::kEdgeMargin && u(g, above) > k - QuantMap::kEdgeMargin,
-              "cell position within the margin at every edge");
-    }
+// Inside group g the edge between the codes below and at code_above is
+// where the cell position (quant_map.h) reaches code_above: the largest |x|
+// that stays below. It must lie within kEdgeTolerance steps of the fp32
+// midpoint mid of the two values; bisection over the float bit patterns
+// (ordered like the values, all positive) finds it there.
+float cell_edge(const QuantMap& q, int g, int32_t code_above, float mid) {
+  const auto below = [&](float a) { return std::fma(2 * a, q.g_cell_mul[g], q.g_cell_add[g]) < code_above; };
+  const float reach = QuantMap::kEdgeTolerance * q.g_step[g];
+  uint32_t lo = std::bit_cast<uint32_t>(mid - reach), hi = std::bit_cast<uint32_t>(mid + reach);
+  require(below(std::bit_cast<float>(lo)) && !below(std::bit_cast<float>(hi)), "cell edge within the tolerance");
+  while (hi - lo > 1) {
+    const uint32_t at = lo + (hi - lo) / 2;
+    (below(std::bit_cast<float>(at)) ? lo : hi) = at;
   }
+  return std::bit_cast<float>(lo);
 }
 
 QuantMap build_map(bool is_signed) {
@@ -114,8 +112,22 @@ QuantMap build_map(bool is_signed) {
   // Negative values clamp at -code[0]: only a one-value group reaches past it (1.0).
   require(!is_signed || q.max_neg_mag == q.zero, "negative clamp at the zero code");
   for (int g = 0; g < QuantMap::kGroups; ++g) {
-    q.g_code_pos[g] = q.zero + q.g_base[g];
+    const int32_t first_code = q.zero + q.g_base[g], n = q.g_last[g] + 1;
+    q.g_code_last[g] = first_code + q.g_last[g];
     require(!is_signed || q.g_base[g] + q.g_last[g] <= q.max_neg_mag || q.g_last[g] == 0, "negative clamp");
+    // A decade's n cells span [0.1, 1] * scale, so it starts n / 9 steps
+    // above 0; a single value sits mid-cell.
+    const bool decade = g >= 1 && g <= 7;
+    q.g_cell_add[g] = static_cast<float>((decade ? -n / 9.0 : 0.5) + first_code);
+    for (int32_t k = 1; k < n; ++k) {
+      const int32_t t = q.g_base[g] + k - 1;
+      q.thr[t] = cell_edge(q, g, first_code + k, q.thr[t]);
+    }
+    // The group's smallest s must not fall below its first code.
+    if (g > 0) {
+      const float lowest = std::nextafter(2 * q.thr[q.g_base[g] - 1], 2.0f);
+      require(std::fma(lowest, q.g_cell_mul[g], q.g_cell_add[g]) >= first_code, "group starts at its first code");
+    }
   }
 
   // Group boundaries in s = 2|x|: twice the thresholds between one group's
@@ -131,14 +143,11 @@ QuantMap build_map(bool is_signed) {
         q.oct_bound[e] = boundary;
       }
     }
-    // The exact path truncates u - 0.5 without a floor: from a group's lower
-    // boundary up it must stay above -1.
-    if (q.oct_bound[e] != inf) {
-      const int g = q.oct_group[e] + 1;
-      require(std::fma(q.oct_bound[e], q.g_cell_mul[g], q.g_cell_add[g]) - 0.5f > -1.0f, "exact guess above -1");
-    }
   }
-  check_cell_edges(q);
+  for (int k = 0; k < 256; ++k) {
+    const uint32_t bits = std::bit_cast<uint32_t>(q.code[k]);
+    for (int b = 0; b < 4; ++b) q.code_planes[256 * b + k] = static_cast<uint8_t>(bits >> (8 * b));
+  }
   return q;
 }
 

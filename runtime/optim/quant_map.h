@@ -23,8 +23,11 @@ struct QuantMap {
 
   // Codes by magnitude: magnitude t stands for code[zero + t] (code[zero - t]
   // for a negative value). Rounding rule: t = how many of thr[] lie below
-  // |x|, thr[t] being the fp32 midpoint (m_t + m_{t+1}) * 0.5f of magnitudes t
-  // and t+1 (+inf after the last): the nearest code, ties to the smaller.
+  // |x|, thr[t] being the edge between magnitudes t and t+1 (+inf after the
+  // last): the nearest code. Between groups the edge is the fp32 midpoint
+  // (m_t + m_{t+1}) * 0.5f; inside a group it is where the kernels' cell
+  // position (below) crosses an integer, which build_map finds and requires
+  // within kEdgeTolerance steps of that midpoint.
   int32_t num_mag;
   int32_t max_neg_mag;  // the largest t a negative value may take
   std::array<float, 256> thr;
@@ -41,25 +44,26 @@ struct QuantMap {
   // of two, which is u with the mantissa bits cleared.
   int32_t t_shift, g_shift;
 
-  // Quantization works on s = 2|x|: s > m_t + m_{t+1} is exactly |x| > thr[t],
-  // with no halving. The group of s: its binary octave e = exponent -
-  // kOctaveBase (floored at 0; s <= 2 keeps it under 32) holds at most one
-  // group boundary, so group = oct_group[e] + (s > oct_bound[e]). Within the
-  // group, u = fma(s, g_cell_mul, g_cell_add) is |x|'s position in steps from
-  // the group's lower cell edge: value j's cell is [j, j + 1), its edges
-  // halfway to the neighbours. Unless u lies within kEdgeMargin of an edge,
-  // trunc(u) capped at g_last is the nearest value (build_map proves this
-  // for every edge). Near an edge the kernels decide exactly: from
-  // trunc(u - 0.5), the value just below |x| (0 below the first), one test
-  // against the fp32 threshold above it. Single-value groups have u = 0.5.
-  // Index j's code is r = g_code_pos[g] + j, or for a negative x
+  // Quantization works on s = 2|x|: s > m_t + m_{t+1} is exactly
+  // |x| > (m_t + m_{t+1}) * 0.5f, with no halving. The group of s: its binary
+  // octave e = exponent - kOctaveBase (floored at 0; s <= 2 keeps it under
+  // 32) holds at most one group boundary, so group = oct_group[e] +
+  // (s > oct_bound[e]). Within the group the code is
+  // min(trunc(fma(s, g_cell_mul, g_cell_add)), g_code_last): the position of
+  // |x| in steps from the lower cell edge of the group's first value (cells
+  // of one step, centred on the values), plus that value's code. Single-value
+  // groups have g_cell_mul = 0. For a negative x the code r of |x| becomes
   // max(2 * zero - r, 0) (max_neg_mag is zero).
   static constexpr int32_t kOctaveBase = 127 - 24;  // 2^-24: below every boundary
-  static constexpr float kEdgeMargin = 1.0f / 2048;
+  static constexpr float kEdgeTolerance = 1.0f / 16384;
   alignas(64) std::array<int32_t, 32> oct_group{};
   alignas(64) std::array<float, 32> oct_bound{};
   alignas(64) std::array<float, 16> g_cell_mul{}, g_cell_add{};
-  alignas(64) std::array<int32_t, 16> g_code_pos{};
+  alignas(64) std::array<int32_t, 16> g_code_last{};
+
+  // The codes as four byte planes, for byte-table lookups (VBMI): byte b of
+  // code[k] is code_planes[256 * b + k].
+  alignas(64) std::array<uint8_t, 1024> code_planes{};
 };
 
 const QuantMap& signed_dynamic_map();
