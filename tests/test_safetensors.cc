@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gtest/gtest.h"
+#include "runtime/core/crc32c.h"
 #include "tests/temp_dir.h"
 
 namespace zerod {
@@ -60,14 +61,16 @@ std::vector<char> sample_bytes(size_t i, size_t n) {
 TEST_F(SafetensorsTest, WritesTheFormatExactlyAndReadsItBack) {
   const std::string file = path("model.safetensors");
   const auto tensors = sample_tensors();
-  ASSERT_TRUE(write_safetensors(file, tensors, {{"format", "pt"}}, [&](size_t i, std::vector<char>& buf) {
-                buf = sample_bytes(i, buf.size());
-                return absl::OkStatus();
-              }).ok());
+  const auto crc = write_safetensors(file, tensors, {{"format", "pt"}}, [&](size_t i, std::vector<char>& buf) {
+    buf = sample_bytes(i, buf.size());
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(crc.ok()) << crc.status();
   EXPECT_FALSE(fs::exists(file + ".tmp"));
 
   // An independent reading of the bytes, by the format's definition.
   const std::string bytes = read_all(file);
+  EXPECT_EQ(*crc, crc32c(bytes.data(), bytes.size()));  // of the whole file
   ASSERT_GE(bytes.size(), 8u);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(bytes[i]);
@@ -156,7 +159,7 @@ TEST_F(SafetensorsTest, AFailedWriteLeavesNoFile) {
   const auto s = write_safetensors(file, sample_tensors(), {}, [](size_t i, std::vector<char>&) {
     return i == 2 ? absl::DataLossError("source gone") : absl::OkStatus();
   });
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(read_all(file), "previous");
   EXPECT_FALSE(fs::exists(file + ".tmp"));
   EXPECT_FALSE(write_safetensors(file, {{"x", DType::kF32, {1}}, {"x", DType::kF32, {1}}}, {},

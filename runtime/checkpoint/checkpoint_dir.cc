@@ -92,7 +92,7 @@ absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void*
   ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(path));
   ZEROD_RETURN_IF_ERROR(f.append(data, n));
   ZEROD_RETURN_IF_ERROR(f.finish());
-  return crc32c(data, n);
+  return f.crc();
 }
 
 absl::Status commit_checkpoint(const std::string& root_s, int64_t step, int keep) {

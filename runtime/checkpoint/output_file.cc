@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "runtime/core/crc32c.h"
+
 namespace zerod {
 absl::Status errno_error(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
@@ -37,6 +39,7 @@ absl::Status OutputFile::append(const void* data, size_t n) {
     done += static_cast<size_t>(w);
     offset_ += static_cast<uint64_t>(w);
   }
+  crc_ = crc32c(data, n, crc_);
   return absl::OkStatus();
 }
 

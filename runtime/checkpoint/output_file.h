@@ -22,6 +22,7 @@ class OutputFile {
   // fsync and close.
   absl::Status finish();
   uint64_t size() const { return offset_; }
+  uint32_t crc() const { return crc_; }  // CRC-32C of the bytes appended
 
  private:
   OutputFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
@@ -29,6 +30,7 @@ class OutputFile {
   std::string path_;
   int fd_;
   uint64_t offset_ = 0;
+  uint32_t crc_ = 0;
 };
 
 // "<what> <path>: <errno's text>", as an internal error.

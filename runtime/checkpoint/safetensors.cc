@@ -180,7 +180,7 @@ absl::Status SafetensorsReader::read(const SafeTensor& t, void* out) const {
   return absl::OkStatus();
 }
 
-absl::Status write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
+absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
                                const std::map<std::string, std::string>& metadata,
                                const std::function<absl::Status(size_t, std::vector<char>&)>& fill) {
   nlohmann::json header = nlohmann::json::object();
@@ -219,7 +219,8 @@ absl::Status write_safetensors(const std::string& path, std::vector<SafeTensor> 
     ::unlink(tmp.c_str());
     return s;
   }
-  return fsync_dir(std::filesystem::absolute(path).parent_path().string());
+  ZEROD_RETURN_IF_ERROR(fsync_dir(std::filesystem::absolute(path).parent_path().string()));
+  return f.crc();
 }
 
 }  // namespace zerod

@@ -56,8 +56,8 @@ class SafetensorsReader {
 // Writes tensors (begin/end are assigned here, in the order given) to path,
 // streaming: fill(i, buf) puts tensor i's bytes into buf, which is reused,
 // so memory stays at one tensor. The file appears whole or not at all
-// (written beside it, fsynced, renamed).
-absl::Status write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
+// (written beside it, fsynced, renamed). Returns the file's CRC-32C.
+absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
                                const std::map<std::string, std::string>& metadata,
                                const std::function<absl::Status(size_t, std::vector<char>&)>& fill);
 
