@@ -294,7 +294,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout* 
 }
 
 absl::Status ZeroEngine::build() {
-  owned_ = owned_segments(*layout_, part_, owner_);
+  owned_ = zerod::owned_segments(*layout_, part_, owner_);
   const int64_t S = part_.shard_numel(), P = part_.padded_numel(), ds = dtype_size(dtype_);
   if (stage_ < 3) {
     ZEROD_RETURN_IF_ERROR(alloc(params_, P * ds, Category::kParams));

@@ -60,6 +60,19 @@ class ZeroEngine {
   // The full fp32 master weights, in the layout's flat order (a collective).
   absl::StatusOr<std::vector<float>> gather_master_params();
 
+  // Checkpoints. This rank's share of the training state is the fp32 master
+  // weights of its owned segments, in order ("master"), then the
+  // optimizer's state arrays; under stage 0 every rank holds all of it.
+  // save_shard writes it as one safetensors file and returns the file's
+  // CRC-32C. load_shard reads a file written for the same layout, stage,
+  // world size and optimizer (every array is checked before any is read)
+  // and rebuilds the 16-bit working copy of the owned parameters; then
+  // publish_params() makes them visible on every rank (a collective).
+  absl::StatusOr<uint32_t> save_shard(const std::string& path);
+  absl::Status load_shard(const std::string& path);
+  absl::Status publish_params();
+  const std::vector<ShardSegment>& owned_segments() const { return owned_; }
+
   // Seconds spent blocked on stage 2/3 collectives (gathers in forward and
   // backward, reduce-scatters in backward and the flush after it), since
   // creation: the communication that overlap did not hide.
@@ -73,7 +86,6 @@ class ZeroEngine {
   class ShardedGrads;
   ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm);
   absl::Status build();
-  absl::Status publish_params();
   float* grad_shard() const;
   // This rank's chunk of unit u: in the working parameters (offset in
   // elements of working()), and of the fp32 master weights.

@@ -20,6 +20,20 @@ class LossScaler {
   // Called once per optimizer step with whether its gradients overflowed.
   absl::Status update(bool overflow);
 
+  // Everything update() changes, for checkpoints.
+  struct State {
+    double scale;
+    int hysteresis;
+    int64_t iter, last_overflow_iter;
+  };
+  State state() const { return {scale_, hysteresis_, iter_, last_overflow_iter_}; }
+  void set_state(const State& s) {
+    scale_ = s.scale;
+    hysteresis_ = s.hysteresis;
+    iter_ = s.iter;
+    last_overflow_iter_ = s.last_overflow_iter;
+  }
+
  private:
   LossScaleConfig cfg_;
   bool dynamic_;

@@ -63,6 +63,19 @@ class Trainer {
   // The full fp32 master weights in flat order (a collective).
   absl::StatusOr<std::vector<float>> master_params() { return zero_->gather_master_params(); }
 
+  // Saves the state after the last step as root/step-N (checkpoint_dir.h),
+  // a collective: every rank writes its share of the parameters and
+  // optimizer states (under stage 0 rank 0 alone), rank 0 the manifest last;
+  // then the directory is published and all but the newest `keep` removed.
+  // Returns the checkpoint's path.
+  absl::StatusOr<std::string> save_checkpoint(const std::string& root, int keep);
+  // Continues from a checkpoint directory saved at the same world size and
+  // ZeRO stage, with the same model, precision and optimizer (a
+  // collective): later steps are bitwise those of the saved run. Everything
+  // is checked (manifest, checksums, array shapes) before anything changes.
+  absl::Status resume(const std::string& checkpoint);
+  int64_t steps_done() const { return steps_; }
+
  private:
   Trainer(const JobConfig& cfg, Communicator* comm);
   absl::Status build();

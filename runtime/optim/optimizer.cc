@@ -60,6 +60,16 @@ AdamTensor Optimizer::fp32_view(const Piece& pc) const {
   return t;
 }
 
+std::vector<StateArray> Optimizer::state_arrays() {
+  const int64_t f = fp32_numel_, q = quantized_numel_, b = blocks_;
+  std::vector<StateArray> all = {
+      {"m", DType::kF32, states_.as<float>(), f},          {"v", DType::kF32, states_.as<float>() + f, f},
+      {"m_codes", DType::kU8, codes_.as<uint8_t>(), q},    {"v_codes", DType::kU8, codes_.as<uint8_t>() + q, q},
+      {"m_absmax", DType::kF32, absmax_.as<float>(), b},   {"v_absmax", DType::kF32, absmax_.as<float>() + b, b}};
+  std::erase_if(all, [](const StateArray& a) { return a.numel == 0; });
+  return all;
+}
+
 void Optimizer::step(float lr, int64_t step, float grad_scale) {
   const AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
   const AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);

@@ -24,6 +24,14 @@ struct ParamPiece {
   bool decay = true;         // weight decay applies
 };
 
+// A named array of optimizer state: a view into the optimizer.
+struct StateArray {
+  const char* name;
+  DType dtype;
+  void* data;
+  int64_t numel;
+};
+
 class Optimizer {
  public:
   // `param16_type` is the type of every piece's param16 (bf16 or fp16).
@@ -36,6 +44,12 @@ class Optimizer {
   const AdamHyper& hyper() const { return hyper_; }
   // Pieces that keep 8-bit states.
   int64_t quantized_numel() const { return quantized_numel_; }
+  // Every state, for checkpoints: fp32 "m" and "v" of the pieces that keep
+  // fp32 states, then the 8-bit "m_codes", "v_codes", "m_absmax" and
+  // "v_absmax"; arrays of no elements are left out. Pieces follow the order
+  // given to create(), so the arrays fit an optimizer built over the same
+  // pieces.
+  std::vector<StateArray> state_arrays();
 
  private:
   struct Piece {

@@ -1,0 +1,204 @@
+// Trainer checkpoints: the manifest, and save and resume at the same world
+// size and ZeRO stage (trainer.h). Layout of a checkpoint directory:
+//   manifest.json           written last by rank 0
+//   rank-00000.safetensors  each rank's share (ZeroEngine::save_shard); under
+//                           stage 0 rank 0's alone, which every rank holds
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/core/crc32c.h"
+#include "runtime/engine/trainer.h"
+
+namespace zerod {
+namespace {
+
+constexpr int kManifestVersion = 1;
+
+std::string shard_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.safetensors", rank);
+  return name;
+}
+
+// Every parameter tensor by its Hugging Face GPT-2 name, with its shape and
+// offset in the flat buffer.
+nlohmann::json tensor_table(const GptLayout& layout) {
+  nlohmann::json t = nlohmann::json::array();
+  for (const ParamSegment& s : layout.segments()) {
+    const ParamTensorInfo& info = layout.tensor(s.id);
+    const std::string name = info.per_layer ? absl::StrCat("h.", s.layer, ".", info.name) : info.name;
+    t.push_back({{"name", name}, {"shape", info.shape}, {"offset", s.offset}});
+  }
+  return t;
+}
+
+const char* optimizer_name(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::kAdam: return "Adam";
+    case OptimizerType::kAdamW8bit: return "AdamW8bit";
+    default: return "AdamW";
+  }
+}
+
+// The CRC-32C and size of a whole file.
+absl::StatusOr<std::pair<uint32_t, uint64_t>> file_crc(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::vector<char> buf(1 << 20);
+  uint32_t crc = 0;
+  uint64_t n = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    crc = crc32c(buf.data(), static_cast<size_t>(in.gcount()), crc);
+    n += static_cast<uint64_t>(in.gcount());
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return std::make_pair(crc, n);
+}
+
+// Whether any rank failed (a collective); `self` is this rank's failure.
+absl::StatusOr<bool> any_failed(Communicator& comm, bool self) {
+  double f = self ? 1 : 0;
+  ZEROD_RETURN_IF_ERROR(all_reduce(comm, &f, 1, CommType::kF64, ReduceOp::kMax));
+  return f > 0;
+}
+
+// What a checkpoint must share with the run that resumes it.
+nlohmann::json run_shape(const GptLayout& layout, const JobConfig& cfg, int world, int stage) {
+  const GptConfig& m = layout.config();
+  return {{"format", "zerod-checkpoint"},
+          {"version", kManifestVersion},
+          {"model",
+           {{"n_layer", m.n_layer},
+            {"n_head", m.n_head},
+            {"n_embd", m.n_embd},
+            {"vocab_size", m.vocab_size},
+            {"block_size", m.block_size}}},
+          {"precision", dtype_name(cfg.precision)},
+          {"tensors", tensor_table(layout)},
+          {"world_size", world},
+          {"zero_stage", stage},
+          {"optimizer",
+           {{"type", optimizer_name(cfg.optimizer.type)},
+            {"betas", {cfg.optimizer.beta1, cfg.optimizer.beta2}},
+            {"eps", cfg.optimizer.eps},
+            {"weight_decay", cfg.optimizer.weight_decay}}}};
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Trainer::save_checkpoint(const std::string& root, int keep) {
+  const int rank = comm_->rank(), world = comm_->world_size();
+  const std::string dir = absl::StrCat(root, "/", checkpoint_dir_name(steps_), ".tmp");
+  absl::Status s;
+  if (rank == 0) s = begin_checkpoint(root, steps_).status();
+  ZEROD_ASSIGN_OR_RETURN(bool failed, any_failed(*comm_, !s.ok()));
+  if (failed) return s.ok() ? absl::AbortedError("checkpoint directory not created on rank 0") : s;
+
+  // Each rank's file: {ok, crc, bytes}; under stage 0 only rank 0 writes.
+  std::vector<int64_t> mine = {1, 0, 0}, all(3 * world);
+  if (zero_->stage() > 0 || rank == 0) {
+    const std::string file = absl::StrCat(dir, "/", shard_file_name(rank));
+    absl::StatusOr<uint32_t> crc = zero_->save_shard(file);
+    if (crc.ok()) {
+      ZEROD_ASSIGN_OR_RETURN(auto crc_size, file_crc(file));
+      mine = {1, *crc, static_cast<int64_t>(crc_size.second)};
+    } else {
+      s = crc.status();
+      mine[0] = 0;
+    }
+  }
+  ZEROD_RETURN_IF_ERROR(comm_->all_gather(mine.data(), all.data(), 3, CommType::kI64)->wait());
+  for (int r = 0; r < world; ++r) {
+    if (all[3 * r] == 0) return s.ok() ? absl::AbortedError(absl::StrCat("checkpoint: rank ", r, " failed")) : s;
+  }
+
+  if (rank == 0) {
+    nlohmann::json m = run_shape(layout(), cfg_, world, zero_->stage());
+    const LossScaler::State ls = scaler_.state();
+    const DataLoader::State dl = loader_->state();
+    m["step"] = steps_;
+    m["updates"] = updates_;
+    m["last_lr"] = last_lr_;
+    m["loss_scaler"] = {{"scale", ls.scale}, {"hysteresis", ls.hysteresis}, {"iter", ls.iter},
+                        {"last_overflow_iter", ls.last_overflow_iter}};
+    m["data_loader"] = {{"epoch", dl.epoch}, {"position", dl.position}};
+    m["rng"] = {{"sample", sample_rng_state_}};
+    nlohmann::json files = nlohmann::json::array();
+    for (int r = 0; r < (zero_->stage() > 0 ? world : 1); ++r) {
+      files.push_back({{"rank", r},
+                       {"name", shard_file_name(r)},
+                       {"crc32c", static_cast<uint32_t>(all[3 * r + 1])},
+                       {"bytes", all[3 * r + 2]}});
+    }
+    m["files"] = files;
+    const std::string text = m.dump(2);
+    s = write_file_durably(dir + "/manifest.json", text.data(), text.size()).status();
+    if (s.ok()) s = commit_checkpoint(root, steps_, keep);
+  }
+  ZEROD_ASSIGN_OR_RETURN(failed, any_failed(*comm_, !s.ok()));
+  if (failed) return s.ok() ? absl::AbortedError("checkpoint not committed on rank 0") : s;
+  return absl::StrCat(root, "/", checkpoint_dir_name(steps_));
+}
+
+absl::Status Trainer::resume(const std::string& checkpoint) {
+  const std::string manifest_path = checkpoint + "/manifest.json";
+  absl::Status s = [&]() -> absl::Status {
+    std::ifstream in(manifest_path);
+    if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint manifest at ", manifest_path));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const nlohmann::json m = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+    const auto bad = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(manifest_path, ": ", why));
+    };
+    if (!m.is_object() || m.value("format", "") != "zerod-checkpoint") return bad("not a zerod checkpoint manifest");
+    if (m.value("version", 0) != kManifestVersion) return bad(absl::StrCat("version is not ", kManifestVersion));
+    // What this build resumes: the same run shape. Each mismatch is named.
+    const nlohmann::json want = run_shape(layout(), cfg_, comm_->world_size(), zero_->stage());
+    for (const char* key : {"model", "precision", "tensors", "world_size", "zero_stage", "optimizer"}) {
+      if (!m.contains(key) || m[key] != want[key]) {
+        return bad(absl::StrCat("'", key, "' is ", m.contains(key) ? m[key].dump() : "missing", " but this run has ",
+                                want[key].dump(), " (resuming needs the same model, precision, optimizer, world "
+                                                   "size and ZeRO stage)"));
+      }
+    }
+    try {
+      const nlohmann::json& file = m.at("files").at(zero_->stage() > 0 ? comm_->rank() : 0);
+      const std::string path = absl::StrCat(checkpoint, "/", file.at("name").get<std::string>());
+      ZEROD_ASSIGN_OR_RETURN(auto crc_size, file_crc(path));
+      if (crc_size.first != file.at("crc32c").get<uint32_t>() || crc_size.second != file.at("bytes").get<uint64_t>()) {
+        return absl::DataLossError(absl::StrCat(path, ": checksum or size does not match the manifest"));
+      }
+      const nlohmann::json& ls = m.at("loss_scaler");
+      const LossScaler::State scaler{ls.at("scale").get<double>(), ls.at("hysteresis").get<int>(),
+                                     ls.at("iter").get<int64_t>(), ls.at("last_overflow_iter").get<int64_t>()};
+      const DataLoader::State loader{m.at("data_loader").at("epoch").get<uint64_t>(),
+                                     m.at("data_loader").at("position").get<uint64_t>()};
+      const auto steps = m.at("step").get<int64_t>(), updates = m.at("updates").get<int64_t>();
+      const auto last_lr = m.at("last_lr").get<double>();
+      const auto sample = m.at("rng").at("sample").get<uint64_t>();
+      // Everything checked: now the state changes.
+      ZEROD_RETURN_IF_ERROR(zero_->load_shard(path));
+      scaler_.set_state(scaler);
+      loader_->set_state(loader);
+      steps_ = steps;
+      updates_ = updates;
+      last_lr_ = last_lr;
+      sample_rng_state_ = sample;
+    } catch (const nlohmann::json::exception& e) {
+      return bad(absl::StrCat("missing or mistyped field: ", e.what()));
+    }
+    return absl::OkStatus();
+  }();
+  ZEROD_ASSIGN_OR_RETURN(bool failed, any_failed(*comm_, !s.ok()));
+  if (failed) return s.ok() ? absl::AbortedError("resume failed on another rank") : s;
+  return zero_->publish_params();
+}
+
+}  // namespace zerod

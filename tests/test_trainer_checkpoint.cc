@@ -1,0 +1,170 @@
+// Trainer checkpoints in one process: saving mid-run and resuming gives
+// bitwise the same continuation; bad checkpoints are refused and change
+// nothing.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/engine/trainer.h"
+#include "tests/temp_dir.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+
+JobConfig make_config(const std::vector<std::string>& overrides) {
+  nlohmann::json j = {
+      {"model", {{"preset", "gpt2-tiny"}}},
+      {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
+      {"run", {{"steps", 6}, {"seed", 7}}},
+      {"train_micro_batch_size_per_gpu", 4},
+      {"gradient_accumulation_steps", 2},
+      {"gradient_clipping", 1.0},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
+      {"scheduler", {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 2}, {"total_num_steps", 6}}}}},
+  };
+  for (const auto& o : overrides) EXPECT_TRUE(apply_override(j, o).ok()) << o;
+  auto cfg = parse_job_config(j, 1);
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return *cfg;
+}
+
+std::unique_ptr<Trainer> make_trainer(const JobConfig& cfg) {
+  auto t = Trainer::create(cfg);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return std::move(*t);
+}
+
+std::vector<double> run_steps(Trainer& t, int n) {
+  std::vector<double> losses;
+  for (int i = 0; i < n; ++i) {
+    auto s = t.step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    losses.push_back(s->loss);
+  }
+  return losses;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+class TrainerCheckpointTest : public testing::TempDirTest {};
+
+// Train 3 steps, save, train 3 more; a fresh trainer resumed from the save
+// trains the same 3 steps: identical losses and parameters, bit for bit.
+TEST_F(TrainerCheckpointTest, ResumeContinuesBitwiseAtEveryStage) {
+  const std::vector<std::vector<std::string>> variants = {
+      {"zero_optimization.stage=0"},
+      {"zero_optimization.stage=1"},
+      {"zero_optimization.stage=2", "optimizer.type=AdamW8bit"},
+      {"zero_optimization.stage=3"},
+      {"zero_optimization.stage=3", "optimizer.type=AdamW8bit", "bf16.enabled=true"},
+      {"zero_optimization.stage=1", "fp16.enabled=true"},
+  };
+  for (const auto& v : variants) {
+    std::string name;
+    for (const auto& o : v) name += o + " ";
+    SCOPED_TRACE(name);
+    const JobConfig cfg = make_config(v);
+    const std::string root = path("ckpt-" + std::to_string(&v - variants.data()));
+
+    auto a = make_trainer(cfg);
+    run_steps(*a, 3);
+    auto saved = a->save_checkpoint(root, 2);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    EXPECT_EQ(*saved, root + "/step-00000003");
+    const std::vector<double> want = run_steps(*a, 3);
+    const std::vector<float> want_params = *a->master_params();
+
+    auto b = make_trainer(cfg);
+    ASSERT_TRUE(b->resume(*saved).ok());
+    EXPECT_EQ(b->steps_done(), 3);
+    const std::vector<double> got = run_steps(*b, 3);
+    EXPECT_EQ(got, want);
+    EXPECT_TRUE(same_bits(*b->master_params(), want_params));
+  }
+}
+
+// The directory as the protocol leaves it: manifest last, `latest`, keep.
+TEST_F(TrainerCheckpointTest, SavesAManifestAndKeepsTheNewest) {
+  auto t = make_trainer(make_config({"zero_optimization.stage=2"}));
+  const std::string root = path("ckpt");
+  for (int i = 0; i < 3; ++i) {
+    run_steps(*t, 1);
+    ASSERT_TRUE(t->save_checkpoint(root, 2).ok());
+  }
+  EXPECT_FALSE(fs::exists(root + "/step-00000001"));
+  EXPECT_TRUE(fs::exists(root + "/step-00000002/manifest.json"));
+  EXPECT_EQ(*latest_checkpoint(root), root + "/step-00000003");
+  std::ifstream in(root + "/step-00000003/manifest.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json m = nlohmann::json::parse(ss.str());
+  EXPECT_EQ(m["step"], 3);
+  EXPECT_EQ(m["zero_stage"], 2);
+  EXPECT_EQ(m["world_size"], 1);
+  EXPECT_EQ(m["files"].size(), 1u);
+  EXPECT_EQ(m["tensors"][0]["name"], "wte");
+  EXPECT_EQ(m["tensors"][2]["name"], "h.0.ln_1.weight");
+  EXPECT_EQ(m["files"][0]["bytes"], fs::file_size(root + "/step-00000003/rank-00000.safetensors"));
+}
+
+// Each bad checkpoint is refused with its reason, and the trainer it was
+// offered to goes on exactly as if it had not been.
+TEST_F(TrainerCheckpointTest, RefusesBadCheckpointsAndChangesNothing) {
+  const JobConfig cfg = make_config({"zero_optimization.stage=1"});
+  const std::string root = path("ckpt");
+  auto a = make_trainer(cfg);
+  run_steps(*a, 2);
+  const std::string ckpt = *a->save_checkpoint(root, 1);
+  const std::string shard = ckpt + "/rank-00000.safetensors";
+
+  const auto expect_refused = [&](const std::string& dir, absl::StatusCode code, const std::string& text) {
+    auto fresh = make_trainer(cfg);
+    const std::vector<float> before = *fresh->master_params();
+    const absl::Status s = fresh->resume(dir);
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_NE(s.message().find(text), std::string::npos) << s;
+    EXPECT_EQ(fresh->steps_done(), 0);
+    EXPECT_TRUE(same_bits(*fresh->master_params(), before));
+    // It trains as a trainer that never saw the checkpoint.
+    auto clean = make_trainer(cfg);
+    EXPECT_EQ(run_steps(*fresh, 1), run_steps(*clean, 1));
+  };
+  expect_refused(path("absent"), absl::StatusCode::kNotFound, "no checkpoint manifest");
+
+  // Another run shape: a different stage or optimizer.
+  const std::vector<std::pair<std::string, std::string>> others = {{"zero_optimization.stage=2", "'zero_stage'"},
+                                                                   {"optimizer.type=AdamW8bit", "'optimizer'"},
+                                                                   {"bf16.enabled=true", "'precision'"}};
+  for (const auto& [o, named] : others) {
+    auto other = make_trainer(make_config({"zero_optimization.stage=1", o}));
+    run_steps(*other, 1);
+    const std::string p = *other->save_checkpoint(path("other"), 3);
+    expect_refused(p, absl::StatusCode::kInvalidArgument, named);
+  }
+
+  // One flipped byte in the shard file.
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));
+    f.put('\x5a');
+  }
+  expect_refused(ckpt, absl::StatusCode::kDataLoss, "checksum");
+
+  // A manifest that is not one.
+  write("ckpt/step-00000002/manifest.json", "{\"format\": \"zerod-checkpoint\", \"version\": 99}");
+  expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "version");
+  write("ckpt/step-00000002/manifest.json", "not json");
+  expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "not a zerod checkpoint manifest");
+}
+
+}  // namespace
+}  // namespace zerod
