@@ -4,6 +4,7 @@
 //   rank-00000.safetensors  each rank's share (ZeroEngine::save_shard); under
 //                           stage 0 rank 0's alone, which every rank holds
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -104,12 +105,15 @@ absl::StatusOr<std::string> Trainer::save_checkpoint(const std::string& root, in
   std::vector<int64_t> mine = {1, 0, 0}, all(3 * world);
   if (zero_->stage() > 0 || rank == 0) {
     const std::string file = absl::StrCat(dir, "/", shard_file_name(rank));
+    // The CRC comes from the writer; the size is a stat, not a second read.
+    // A failure still joins the all-gather below, so no rank is left waiting.
     absl::StatusOr<uint32_t> crc = zero_->save_shard(file);
-    if (crc.ok()) {
-      ZEROD_ASSIGN_OR_RETURN(auto crc_size, file_crc(file));
-      mine = {1, *crc, static_cast<int64_t>(crc_size.second)};
+    std::error_code ec;
+    const uintmax_t bytes = crc.ok() ? std::filesystem::file_size(file, ec) : 0;
+    if (crc.ok() && !ec) {
+      mine = {1, *crc, static_cast<int64_t>(bytes)};
     } else {
-      s = crc.status();
+      s = crc.ok() ? absl::InternalError(absl::StrCat("cannot stat ", file, ": ", ec.message())) : crc.status();
       mine[0] = 0;
     }
   }
