@@ -9,6 +9,7 @@ packages=(
   libabsl-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  liburing-dev fio
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )
 

@@ -110,10 +110,11 @@ absl::StatusOr<Buffer> Buffer::allocate(uint64_t bytes, Category c, Tier t, Memo
   }
   // Check, allocate, then record: a failed allocation leaves no trace in the peaks.
   ZEROD_RETURN_IF_ERROR(acct.check(t, c, bytes));
-  const uint64_t rounded = (bytes + 63) / 64 * 64;
+  const uint64_t align = bytes >= kPageBytes ? kPageBytes : 64;
+  const uint64_t rounded = (bytes + align - 1) / align * align;
   absl::StatusOr<void*> p;
   if (t == Tier::kHost) {
-    void* q = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+    void* q = rounded ? std::aligned_alloc(align, rounded) : nullptr;
     if (rounded && !q) {
       p = absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
     } else {

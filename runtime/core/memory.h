@@ -62,6 +62,10 @@ class MemoryAccountant {
   std::array<uint64_t, kNumTiers> limit_{};
 };
 
+// Buffers of at least this many bytes start on a page boundary, as direct
+// file I/O needs.
+inline constexpr uint64_t kPageBytes = 4096;
+
 // An owning, move-only, 64-byte aligned allocation on one tier. GPU and pinned
 // buffers need a CUDA build; NVMe space is recorded by the offload engine
 // through reserve()/release() rather than allocated here.
