@@ -6,6 +6,8 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "offload/swap_dir.h"
+#include "runtime/core/device.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod {
@@ -23,6 +25,17 @@ absl::Status alloc(Buffer& b, int64_t bytes, Category c) {
   ZEROD_ASSIGN_OR_RETURN(b, Buffer::allocate(bytes, c));
   std::memset(b.data(), 0, bytes);
   return absl::OkStatus();
+}
+
+// Where offload buffers live: pinned host memory when a GPU will copy from
+// them, plain host memory otherwise.
+Tier buffer_tier(const OffloadConfig& c) {
+  return c.pin_memory && cuda_device_count() > 0 ? Tier::kPinned : Tier::kHost;
+}
+
+IoFaultHook& swap_fault_hook() {
+  static IoFaultHook hook;
+  return hook;
 }
 
 // Waits for `w`, adding the time blocked to *seconds.
@@ -295,6 +308,19 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout* 
 
 absl::Status ZeroEngine::build() {
   owned_ = zerod::owned_segments(*layout_, part_, owner_);
+  const OffloadConfig& off = cfg_.zero.offload_optimizer;
+  const bool swapped = off.device == OffloadDevice::kNvme;
+  // With 16-bit parameters the fp32 master weights are separate, and go
+  // with the states when those are swapped to a file.
+  const bool separate_master = dtype_ != DType::kF32;
+  std::vector<ParamPiece> shape;  // the pieces' sizes, before anything is allocated
+  for (const ShardSegment& s : owned_) shape.push_back({nullptr, nullptr, nullptr, s.numel, s.tensor_numel, s.decay});
+  if (swapped) {
+    const uint64_t need =
+        SwappedOptimizer::file_bytes(cfg_.optimizer, shape, dtype_, separate_master, cfg_.zero.sub_group_size);
+    ZEROD_RETURN_IF_ERROR(check_swap_dir(*off.nvme_path, need, "zero_optimization.offload_optimizer.nvme_path"));
+  }
+
   const int64_t S = part_.shard_numel(), P = part_.padded_numel(), ds = dtype_size(dtype_);
   if (stage_ < 3) {
     ZEROD_RETURN_IF_ERROR(alloc(params_, P * ds, Category::kParams));
@@ -302,26 +328,38 @@ absl::Status ZeroEngine::build() {
     ZEROD_RETURN_IF_ERROR(alloc(param_shard_, S * ds, Category::kParams));
   }
   // With fp32 parameters the rank's own chunks of them are the master weights.
-  if (dtype_ != DType::kF32) ZEROD_RETURN_IF_ERROR(alloc(master_, S * 4, Category::kOptimizer));
+  if (separate_master && !swapped) ZEROD_RETURN_IF_ERROR(alloc(master_, S * 4, Category::kOptimizer));
   if (stage_ <= 1) ZEROD_RETURN_IF_ERROR(alloc(grads_full_, P * 4, Category::kGrads));
   if (stage_ >= 1) ZEROD_RETURN_IF_ERROR(alloc(grad_shard_, S * 4, Category::kGrads));
 
-  for (int u = 0; u < part_.num_units(); ++u) {
-    const Partition::Range r = part_.owned(u, owner_);
-    init_gpt_range(*layout_, cfg_.run.seed, r.begin, r.end, master_unit(u));
-    if (master_.data()) {
-      convert_from_f32(dtype_, master_unit(u), working().as<char>() + working_offset(u) * ds, part_.chunk(u));
-    }
-  }
   // The optimizer writes the 16-bit working copy of what it updates.
   std::vector<ParamPiece> pieces;
-  for (const ShardSegment& s : owned_) {
-    const int64_t k = s.shard_offset - part_.shard_offset(s.unit);
-    ParamPiece p{master_unit(s.unit) + k, grad_shard() + s.shard_offset, nullptr, s.numel, s.tensor_numel, s.decay};
-    if (master_.data()) p.param16 = working().as<char>() + (working_offset(s.unit) + k) * ds;
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const ShardSegment& s = owned_[i];
+    ParamPiece p = shape[i];
+    p.grad = grad_shard() + s.shard_offset;
+    if (separate_master) p.param16 = working_at(s, 0);
+    if (!(separate_master && swapped)) p.master = master_unit(s.unit) + (s.shard_offset - part_.shard_offset(s.unit));
     pieces.push_back(p);
   }
-  ZEROD_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(cfg_.optimizer, std::move(pieces), dtype_));
+  if (swapped) {
+    SwapSettings ss{swap_file_path(*off.nvme_path, "optimizer", comm_->rank()), cfg_.zero.sub_group_size,
+                    off.buffer_count, buffer_tier(off), {cfg_.aio_block_size, cfg_.aio_queue_depth}, swap_fault_hook()};
+    SwappedOptimizer::MasterInit init;
+    if (separate_master) {
+      init = [this](int k, int64_t skip, int64_t n, float* dst) {
+        const ShardSegment& s = owned_[k];
+        init_gpt_range(*layout_, cfg_.run.seed, s.flat_offset + skip, s.flat_offset + skip + n, dst);
+        convert_from_f32(dtype_, dst, working_at(s, skip), n);
+      };
+    } else {
+      init_params();
+    }
+    ZEROD_ASSIGN_OR_RETURN(swapped_, SwappedOptimizer::create(cfg_.optimizer, std::move(pieces), dtype_, init, ss));
+  } else {
+    init_params();
+    ZEROD_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(cfg_.optimizer, std::move(pieces), dtype_));
+  }
   if (stage_ < 3) {
     ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(layout_, dtype_, params_.data(),
                                                               part_.padded_unit_offsets()));
@@ -339,6 +377,8 @@ absl::Status ZeroEngine::build() {
   return publish_params();
 }
 
+void ZeroEngine::set_swap_fault_hook(IoFaultHook hook) { swap_fault_hook() = std::move(hook); }
+
 WeightSource& ZeroEngine::weights() {
   if (sharded_weights_) return *sharded_weights_;
   return *flat_weights_;
@@ -347,6 +387,22 @@ WeightSource& ZeroEngine::weights() {
 GradSink& ZeroEngine::grads() {
   if (sharded_grads_) return *sharded_grads_;
   return *flat_grads_;
+}
+
+void ZeroEngine::init_params() {
+  const int64_t ds = dtype_size(dtype_);
+  for (int u = 0; u < part_.num_units(); ++u) {
+    const Partition::Range r = part_.owned(u, owner_);
+    init_gpt_range(*layout_, cfg_.run.seed, r.begin, r.end, master_unit(u));
+    if (master_.data()) {
+      convert_from_f32(dtype_, master_unit(u), working().as<char>() + working_offset(u) * ds, part_.chunk(u));
+    }
+  }
+}
+
+char* ZeroEngine::working_at(const ShardSegment& s, int64_t skip) {
+  const int64_t k = s.shard_offset - part_.shard_offset(s.unit) + skip;
+  return working().as<char>() + (working_offset(s.unit) + k) * dtype_size(dtype_);
 }
 
 float* ZeroEngine::grad_shard() const { return (stage_ == 0 ? grads_full_ : grad_shard_).as<float>(); }
@@ -395,7 +451,11 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
 }
 
 absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_factor) {
-  optimizer_->step(lr, step, grad_factor);
+  if (swapped_) {
+    ZEROD_RETURN_IF_ERROR(swapped_->step(lr, step, grad_factor));
+  } else {
+    optimizer_->step(lr, step, grad_factor);
+  }
   return publish_params();
 }
 
@@ -422,8 +482,16 @@ absl::Status ZeroEngine::publish_params() {
 absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
   std::vector<float> out(layout_->num_params());
   const int n = part_.world_size();
+  // Masters swapped to a file come back into a shard-shaped buffer first.
+  std::vector<float> swapped_master;
+  if (swapped_ && !master_.data() && dtype_ != DType::kF32) {
+    swapped_master.resize(part_.shard_numel());
+    std::vector<float*> dst;
+    for (const ShardSegment& s : owned_) dst.push_back(swapped_master.data() + s.shard_offset);
+    ZEROD_RETURN_IF_ERROR(swapped_->read_masters(dst));
+  }
   for (int u = 0; u < part_.num_units(); ++u) {
-    const float* src = master_unit(u);
+    const float* src = swapped_master.empty() ? master_unit(u) : swapped_master.data() + part_.shard_offset(u);
     if (n > 1) {
       ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(part_.chunk(u) * n * 4, Category::kWorkspace));
       ZEROD_RETURN_IF_ERROR(comm_->all_gather(src, b.data(), part_.chunk(u), CommType::kF32)->wait());

@@ -25,6 +25,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
 #include "runtime/model/weights.h"
+#include "offload/swapped_optimizer.h"
 #include "runtime/optim/optimizer.h"
 #include "shard/partition.h"
 
@@ -73,6 +74,9 @@ class ZeroEngine {
   absl::Status publish_params();
   const std::vector<ShardSegment>& owned_segments() const { return owned_; }
 
+  // Tests only: faults for the offload tiers' file I/O (before create()).
+  static void set_swap_fault_hook(IoFaultHook hook);
+
   // Seconds spent blocked on stage 2/3 collectives (gathers in forward and
   // backward, reduce-scatters in backward and the flush after it), since
   // creation: the communication that overlap did not hide.
@@ -86,6 +90,10 @@ class ZeroEngine {
   class ShardedGrads;
   ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm);
   absl::Status build();
+  // Master weights from the seed, and the working copy made from them.
+  void init_params();
+  // Where element `skip` of owned segment s lies in the working parameters.
+  char* working_at(const ShardSegment& s, int64_t skip);
   float* grad_shard() const;
   // This rank's chunk of unit u: in the working parameters (offset in
   // elements of working()), and of the fp32 master weights.
@@ -105,7 +113,8 @@ class ZeroEngine {
   Buffer params_;       // stages 0-2: all parameters, padded layout, dtype_
   Buffer param_shard_;  // stage 3: this rank's parameters, dtype_
   Buffer master_;       // fp32 master shard, unless the parameters are fp32 (then they are the master)
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;         // states in memory, or
+  std::unique_ptr<SwappedOptimizer> swapped_;    // states in a file (offload_optimizer nvme)
   Buffer grads_full_;   // stages 0-1: all gradients, padded layout
   Buffer grad_shard_;   // stages 1-3
   double pass_wait_s_ = 0;

@@ -176,6 +176,32 @@ TEST(ZeroEquivalence, SameStageAndWorldTwiceIsBitwise) {
   }
 }
 
+// Optimizer states streamed through a file per rank (offload_optimizer
+// nvme, a dozen sub-groups through three buffers) change nothing: the run is
+// bitwise the in-memory one at the same world size.
+TEST(ZeroOffload, NvmeOptimizerIsBitwiseTheInMemoryRun) {
+  const int n = world().world_size();
+  const std::vector<std::string> swap = {
+      "zero_optimization.offload_optimizer.device=\"nvme\"",
+      "zero_optimization.offload_optimizer.nvme_path=\"" + ::testing::TempDir() + "\"",
+      "zero_optimization.offload_optimizer.buffer_count=3", "zero_optimization.sub_group_size=10000",
+      "aio.block_size=16384"};
+  const std::vector<std::vector<std::string>> variants = {
+      {"run.steps=6", "bf16.enabled=true"}, {"run.steps=6", "optimizer.type=AdamW8bit"}};
+  for (int stage : {1, 3}) {
+    for (const auto& v : variants) {
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n << ", " << v[1]);
+      const TrainRun mem = train(config(tiny_job(stage), n, v), &world());
+      auto o = v;
+      o.insert(o.end(), swap.begin(), swap.end());
+      const TrainRun nvme = train(config(tiny_job(stage), n, o), &world());
+      ASSERT_EQ(mem.losses.size(), 6u);
+      EXPECT_EQ(nvme.losses, mem.losses);
+      EXPECT_EQ(nvme.params, mem.params);
+    }
+  }
+}
+
 TEST(ZeroMemory, PerRankBytesFollowThePartition) {
   // Shard size from the definition: every unit's ceil(numel / N) elements,
   // rounded up to 64.

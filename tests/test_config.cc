@@ -352,7 +352,26 @@ TEST(ConfigValues, ZeroSettingsOutsideTheirStagesAreRefused) {
   }
   // With stage 3 the same setting passes this check (and meets the next).
   j["zero_optimization"]["stage"] = 3;
-  EXPECT_TRUE(rejected(j, "offload is not supported by this build"));
+  EXPECT_TRUE(rejected(j, "offloading parameters is not supported by this build"));
+}
+
+TEST(ConfigValues, OffloadSettings) {
+  json j = minimal();
+  j["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  EXPECT_EQ(parse_ok(j).zero.offload_optimizer.device, OffloadDevice::kCpu);
+  j["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"}, {"nvme_path", "/scratch"}, {"buffer_count", 3}};
+  const JobConfig c = parse_ok(j);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNvme);
+  EXPECT_EQ(*c.zero.offload_optimizer.nvme_path, "/scratch");
+  EXPECT_EQ(c.zero.offload_optimizer.buffer_count, 3);
+  // nvme without a path, an unknown device, no buffers.
+  j["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"}};
+  EXPECT_TRUE(rejected(j, "zero_optimization.offload_optimizer.nvme_path"));
+  EXPECT_TRUE(rejected(j, "is needed with device \"nvme\""));
+  j["zero_optimization"]["offload_optimizer"] = {{"device", "disk"}};
+  EXPECT_TRUE(rejected(j, "zero_optimization.offload_optimizer.device"));
+  j["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}, {"buffer_count", 0}};
+  EXPECT_TRUE(rejected(j, "zero_optimization.offload_optimizer.buffer_count"));
 }
 
 TEST(ConfigValues, BadValuesNameTheirKey) {

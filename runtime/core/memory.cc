@@ -29,11 +29,19 @@ MemoryAccountant& MemoryAccountant::global() {
 
 namespace {
 
-absl::Status limit_error(Tier t, Category c, uint64_t bytes, uint64_t limit, uint64_t in_use) {
+// Names what wanted the room and what holds the tier already, by category.
+absl::Status limit_error(Tier t, Category c, uint64_t bytes, uint64_t limit,
+                         const std::array<uint64_t, kNumCategories>& held, uint64_t in_use) {
+  std::string by_category;
+  for (int i = 0; i < kNumCategories; ++i) {
+    if (held[i] == 0) continue;
+    absl::StrAppend(&by_category, by_category.empty() ? ": " : ", ", category_name(static_cast<Category>(i)), " ",
+                    held[i]);
+  }
   return absl::ResourceExhaustedError(absl::StrCat("allocating ", bytes, " bytes of ", category_name(c), " on ",
                                                    tier_name(t), " would exceed the ", tier_name(t),
                                                    " memory limit of ", limit, " bytes (", in_use,
-                                                   " already in use)"));
+                                                   " already in use", by_category, ")"));
 }
 
 }  // namespace
@@ -41,14 +49,18 @@ absl::Status limit_error(Tier t, Category c, uint64_t bytes, uint64_t limit, uin
 absl::Status MemoryAccountant::check(Tier t, Category c, uint64_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   const int ti = static_cast<int>(t);
-  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) return limit_error(t, c, bytes, limit_[ti], total_[ti]);
+  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) {
+    return limit_error(t, c, bytes, limit_[ti], current_[ti], total_[ti]);
+  }
   return absl::OkStatus();
 }
 
 absl::Status MemoryAccountant::reserve(Tier t, Category c, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const int ti = static_cast<int>(t), ci = static_cast<int>(c);
-  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) return limit_error(t, c, bytes, limit_[ti], total_[ti]);
+  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) {
+    return limit_error(t, c, bytes, limit_[ti], current_[ti], total_[ti]);
+  }
   current_[ti][ci] += bytes;
   total_[ti] += bytes;
   if (current_[ti][ci] > peak_[ti][ci]) peak_[ti][ci] = current_[ti][ci];

@@ -4,9 +4,8 @@
 
 namespace zerod {
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg,
-                                                             std::vector<ParamPiece> pieces, DType param16_type,
-                                                             CpuIsa isa) {
+std::unique_ptr<Optimizer> Optimizer::create_unbound(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
+                                                     DType param16_type, CpuIsa isa) {
   std::unique_ptr<Optimizer> o(new Optimizer());
   o->hyper_ = AdamHyper{static_cast<float>(cfg.beta1), static_cast<float>(cfg.beta2), static_cast<float>(cfg.eps),
                         static_cast<float>(cfg.weight_decay), cfg.type != OptimizerType::kAdam};
@@ -24,23 +23,43 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConf
       o->fp32_numel_ += p.numel;
     }
   }
-  ZEROD_ASSIGN_OR_RETURN(o->states_, Buffer::allocate(o->fp32_numel_ * 2 * sizeof(float), Category::kOptimizer));
-  ZEROD_ASSIGN_OR_RETURN(o->codes_, Buffer::allocate(o->quantized_numel_ * 2, Category::kOptimizer));
-  ZEROD_ASSIGN_OR_RETURN(o->absmax_, Buffer::allocate(o->blocks_ * 2 * sizeof(float), Category::kOptimizer));
-  if (o->fp32_numel_ > 0) std::memset(o->states_.data(), 0, o->states_.bytes());
-  for (const Piece& pc : o->pieces_) {
-    if (pc.quantized) adam8bit_zero_states(o->quantized_view(pc));
-  }
   return o;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg,
+                                                             std::vector<ParamPiece> pieces, DType param16_type,
+                                                             CpuIsa isa) {
+  std::unique_ptr<Optimizer> o = create_unbound(cfg, std::move(pieces), param16_type, isa);
+  ZEROD_ASSIGN_OR_RETURN(o->own_, Buffer::allocate(o->state_bytes(), Category::kOptimizer));
+  o->bind(o->own_.data());
+  o->zero_states();
+  return o;
+}
+
+uint64_t Optimizer::state_bytes() const {
+  return (fp32_numel_ + blocks_) * 2 * sizeof(float) + quantized_numel_ * 2;
+}
+
+void Optimizer::bind(void* storage) {
+  states_ = static_cast<float*>(storage);
+  absmax_ = states_ + 2 * fp32_numel_;
+  codes_ = reinterpret_cast<uint8_t*>(absmax_ + 2 * blocks_);
+}
+
+void Optimizer::zero_states() {
+  std::memset(states_, 0, fp32_numel_ * 2 * sizeof(float));
+  for (const Piece& pc : pieces_) {
+    if (pc.quantized) adam8bit_zero_states(quantized_view(pc));
+  }
 }
 
 Adam8bitTensor Optimizer::quantized_view(const Piece& pc) const {
   Adam8bitTensor t;
   t.param = pc.p.master;
-  t.m = codes_.as<uint8_t>() + pc.state;
-  t.v = codes_.as<uint8_t>() + quantized_numel_ + pc.state;
-  t.m_absmax = absmax_.as<float>() + pc.block;
-  t.v_absmax = absmax_.as<float>() + blocks_ + pc.block;
+  t.m = codes_ + pc.state;
+  t.v = codes_ + quantized_numel_ + pc.state;
+  t.m_absmax = absmax_ + pc.block;
+  t.v_absmax = absmax_ + blocks_ + pc.block;
   t.grad = pc.p.grad;
   t.param16 = pc.p.param16;
   t.param16_type = param16_type_;
@@ -51,8 +70,8 @@ Adam8bitTensor Optimizer::quantized_view(const Piece& pc) const {
 AdamTensor Optimizer::fp32_view(const Piece& pc) const {
   AdamTensor t;
   t.param = pc.p.master;
-  t.m = states_.as<float>() + pc.state;
-  t.v = states_.as<float>() + fp32_numel_ + pc.state;
+  t.m = states_ + pc.state;
+  t.v = states_ + fp32_numel_ + pc.state;
   t.grad = pc.p.grad;
   t.param16 = pc.p.param16;
   t.param16_type = param16_type_;
@@ -63,9 +82,9 @@ AdamTensor Optimizer::fp32_view(const Piece& pc) const {
 std::vector<StateArray> Optimizer::state_arrays() {
   const int64_t f = fp32_numel_, q = quantized_numel_, b = blocks_;
   std::vector<StateArray> all = {
-      {"m", DType::kF32, states_.as<float>(), f},          {"v", DType::kF32, states_.as<float>() + f, f},
-      {"m_codes", DType::kU8, codes_.as<uint8_t>(), q},    {"v_codes", DType::kU8, codes_.as<uint8_t>() + q, q},
-      {"m_absmax", DType::kF32, absmax_.as<float>(), b},   {"v_absmax", DType::kF32, absmax_.as<float>() + b, b}};
+      {"m", DType::kF32, states_, f},          {"v", DType::kF32, states_ + f, f},
+      {"m_codes", DType::kU8, codes_, q},      {"v_codes", DType::kU8, codes_ + q, q},
+      {"m_absmax", DType::kF32, absmax_, b},   {"v_absmax", DType::kF32, absmax_ + b, b}};
   std::erase_if(all, [](const StateArray& a) { return a.numel == 0; });
   return all;
 }

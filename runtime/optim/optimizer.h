@@ -34,9 +34,20 @@ struct StateArray {
 
 class Optimizer {
  public:
-  // `param16_type` is the type of every piece's param16 (bf16 or fp16).
+  // `param16_type` is the type of every piece's param16 (bf16 or fp16). The
+  // states are allocated and zeroed.
   static absl::StatusOr<std::unique_ptr<Optimizer>> create(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
                                                            DType param16_type, CpuIsa isa = best_cpu_isa());
+  // The same optimizer with its states in memory the caller provides: bind()
+  // must give it state_bytes() before any other use (the offload tiers move
+  // states between a file and a few such buffers).
+  static std::unique_ptr<Optimizer> create_unbound(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
+                                                   DType param16_type, CpuIsa isa = best_cpu_isa());
+  uint64_t state_bytes() const;
+  // `storage` holds the states from now on (its contents are taken as they are).
+  void bind(void* storage);
+  // Zero states, as a fresh optimizer starts from.
+  void zero_states();
 
   // One update: `step` is the 1-based update count.
   void step(float lr, int64_t step, float grad_scale);
@@ -68,9 +79,12 @@ class Optimizer {
   CpuIsa isa_ = CpuIsa::kScalar;
   std::vector<Piece> pieces_;
   int64_t fp32_numel_ = 0, quantized_numel_ = 0, blocks_ = 0;
-  Buffer states_;  // fp32: m of every piece, then v
-  Buffer codes_;   // 8-bit: m codes, then v codes
-  Buffer absmax_;  // 8-bit: m absmax per block, then v
+  Buffer own_;  // the states, unless the caller binds its own memory
+  // In one block of state_bytes(), floats first: fp32 m of every piece, then
+  // v; 8-bit m absmax per block, then v; m codes, then v codes.
+  float* states_ = nullptr;
+  float* absmax_ = nullptr;
+  uint8_t* codes_ = nullptr;
 };
 
 }  // namespace zerod

@@ -1,0 +1,154 @@
+// The offload engine on this machine's disk, in one run:
+//
+// 1. Sequential direct I/O through AioEngine against fio (from Debian) doing
+//    the same: one file, the same block size and queue depth, io_uring,
+//    O_DIRECT. Best of three passes each, in GB/s.
+// 2. The optimizer step with its states streamed through a file
+//    (SwappedOptimizer, bf16 parameters: fp32 master, m and v on the file)
+//    against the same step in memory, and against the I/O alone (reading and
+//    writing the file once). The pipeline hides I/O when the swapped step
+//    takes less than compute plus I/O.
+//
+//   build/bench/offload_throughput [dir=/tmp] [MiB=1024] [block_size=1048576] [queue_depth=8] [Mparams=32]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "offload/swapped_optimizer.h"
+
+namespace {
+
+using namespace zerod;
+
+double seconds(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double best_of(int n, const std::function<void()>& f) {
+  double best = 1e30;
+  for (int i = 0; i < n; ++i) best = std::min(best, seconds(f));
+  return best;
+}
+
+void check(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    std::exit(1);
+  }
+}
+
+// fio's bandwidth in bytes/s for one direct sequential pass.
+double fio_bytes_per_s(const std::string& file, const char* rw, uint64_t bytes, int64_t block, int depth) {
+  const std::string cmd = "fio --name=bench --filename=" + file + " --rw=" + rw + " --bs=" + std::to_string(block) +
+                          " --iodepth=" + std::to_string(depth) + " --size=" + std::to_string(bytes) +
+                          " --ioengine=io_uring --direct=1 --output-format=json 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return 0;
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  if (pclose(p) != 0) return 0;
+  const auto j = nlohmann::json::parse(out, nullptr, false);
+  if (j.is_discarded()) return 0;
+  return j["jobs"][0][std::string(rw) == "write" ? "write" : "read"]["bw_bytes"].get<double>();
+}
+
+void disk_vs_fio(const std::string& dir, uint64_t bytes, int64_t block, int depth) {
+  auto e = AioEngine::create({block, depth});
+  check(e.status());
+  auto f = (*e)->create_scratch(dir + "/zerod-bench.swap", bytes);
+  check(f.status());
+  auto buf = Buffer::allocate(bytes, Category::kOffload);
+  check(buf.status());
+  std::memset(buf->data(), 0x5a, bytes);
+  AioEngine& io = **e;
+  const double w = best_of(3, [&] { check(io.wait(io.write(*f, 0, buf->data(), bytes))); });
+  const double r = best_of(3, [&] { check(io.wait(io.read(*f, 0, buf->data(), bytes))); });
+
+  const std::string fio_file = dir + "/zerod-bench-fio.bin";
+  double fw = 0, fr = 0;
+  for (int i = 0; i < 3; ++i) fw = std::max(fw, fio_bytes_per_s(fio_file, "write", bytes, block, depth));
+  for (int i = 0; i < 3; ++i) fr = std::max(fr, fio_bytes_per_s(fio_file, "read", bytes, block, depth));
+  ::unlink(fio_file.c_str());
+  std::printf("sequential direct I/O, %llu MiB, block %lld, queue depth %d (%s)\n",
+              static_cast<unsigned long long>(bytes >> 20), static_cast<long long>(block), depth,
+              (*e)->direct(*f) ? "O_DIRECT" : "buffered");
+  std::printf("| op | engine GB/s | fio GB/s | ratio |\n| --- | --- | --- | --- |\n");
+  std::printf("| write | %.3f | %.3f | %.0f%% |\n", bytes / w / 1e9, fw / 1e9, fw > 0 ? 100 * bytes / w / fw : 0);
+  std::printf("| read | %.3f | %.3f | %.0f%% |\n", bytes / r / 1e9, fr / 1e9, fr > 0 ? 100 * bytes / r / fr : 0);
+}
+
+void step_vs_memory(const std::string& dir, int64_t n, int64_t block, int depth) {
+  // One piece per 4M elements, as a model's tensors would be.
+  const int64_t piece = 4 << 20;
+  std::vector<float> master(n, 0.01f), grad(n);
+  for (int64_t i = 0; i < n; ++i) grad[i] = 1e-3f * static_cast<float>((i * 7919) % 2001 - 1000) / 1000;
+  std::vector<uint16_t> p16(n);
+  std::vector<ParamPiece> pieces;
+  for (int64_t o = 0; o < n; o += piece) {
+    const int64_t k = std::min(piece, n - o);
+    pieces.push_back({master.data() + o, grad.data() + o, p16.data() + o, k, k, true});
+  }
+  OptimizerConfig cfg;
+  auto mem = Optimizer::create(cfg, pieces, DType::kBF16);
+  check(mem.status());
+  const double t_mem = best_of(3, [&] { (*mem)->step(1e-3f, 1, 1.0f); });
+  mem->reset();
+
+  std::printf("\noptimizer step, %lld M params, bf16 parameters (fp32 master, m, v: 12 bytes each on the file)\n",
+              static_cast<long long>(n >> 20));
+  std::printf("| sub_group_size | buffers | in memory s | swapped s | I/O alone s | hidden |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  for (const auto& [sub, nbuf] : {std::pair<int64_t, int>{n / 8, 4}, {n / 32, 4}, {n / 8, 1}}) {
+    SwapSettings s{dir + "/zerod-bench-opt.swap", sub, nbuf, Tier::kHost, {block, depth}, {}};
+    auto init = [&](int k, int64_t skip, int64_t len, float* dst) {
+      std::memcpy(dst, pieces[k].master + skip, len * 4);
+    };
+    auto sw = SwappedOptimizer::create(cfg, pieces, DType::kBF16, init, s);
+    check(sw.status());
+    const double t_swap = best_of(3, [&] { check((*sw)->step(1e-3f, 1, 1.0f)); });
+    // The same bytes read and written with nothing to compute.
+    const uint64_t bytes = (*sw)->file_bytes();
+    auto e = AioEngine::create({block, depth});
+    check(e.status());
+    auto f = (*e)->create_scratch(dir + "/zerod-bench-io.swap", bytes);
+    check(f.status());
+    auto buf = Buffer::allocate(bytes, Category::kOffload);
+    check(buf.status());
+    std::memset(buf->data(), 0, bytes);
+    AioEngine& io = **e;
+    const double t_io = best_of(3, [&] {
+      check(io.wait(io.write(*f, 0, buf->data(), bytes)));
+      check(io.wait(io.read(*f, 0, buf->data(), bytes)));
+    });
+    // The part of the shorter of compute and I/O that ran under the other.
+    const double hidden = std::clamp((t_mem + t_io - t_swap) / std::min(t_mem, t_io), 0.0, 1.0);
+    std::printf("| %lld | %d | %.3f | %.3f | %.3f | %.0f%% |\n", static_cast<long long>(sub), nbuf, t_mem, t_swap,
+                t_io, 100 * hidden);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : "/tmp";
+  const uint64_t mib = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1024;
+  const int64_t block = argc > 3 ? std::strtoll(argv[3], nullptr, 10) : 1048576;
+  const int depth = argc > 4 ? std::atoi(argv[4]) : 8;
+  const int64_t mparams = argc > 5 ? std::strtoll(argv[5], nullptr, 10) : 32;
+  disk_vs_fio(dir, mib << 20, block, depth);
+  step_vs_memory(dir, mparams << 20, block, depth);
+  return 0;
+}

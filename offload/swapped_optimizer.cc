@@ -1,0 +1,184 @@
+#include "offload/swapped_optimizer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace zerod {
+namespace {
+
+// The part of `p` from element `skip` on, `numel` long.
+ParamPiece cut(const ParamPiece& p, int64_t skip, int64_t numel, DType param16_type) {
+  ParamPiece q = p;
+  if (q.master) q.master += skip;
+  if (q.grad) q.grad += skip;
+  if (q.param16) q.param16 = static_cast<char*>(q.param16) + skip * dtype_size(param16_type);
+  q.numel = numel;
+  return q;
+}
+
+int64_t numel_of(const std::vector<ParamPiece>& pieces) {
+  int64_t n = 0;
+  for (const ParamPiece& p : pieces) n += p.numel;
+  return n;
+}
+
+}  // namespace
+
+std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan(const OptimizerConfig& cfg,
+                                                               const std::vector<ParamPiece>& pieces,
+                                                               DType param16_type, bool swap_master,
+                                                               int64_t sub_group_size) {
+  const int64_t cap = std::max(sub_group_size, kQuantBlock);
+  std::vector<SubGroup> groups;
+  SubGroup cur;
+  int64_t used = 0;
+  uint64_t offset = 0;
+  auto close = [&] {
+    cur.opt = Optimizer::create_unbound(cfg, cur.pieces, param16_type);
+    cur.offset = offset;
+    cur.bytes = io_align_up((swap_master ? numel_of(cur.pieces) * 4 : 0) + cur.opt->state_bytes());
+    offset += cur.bytes;
+    groups.push_back(std::move(cur));
+    cur = SubGroup{};
+    used = 0;
+  };
+  for (int k = 0; k < static_cast<int>(pieces.size()); ++k) {
+    const ParamPiece& p = pieces[k];
+    int64_t done = 0;
+    while (done < p.numel) {
+      int64_t take = p.numel - done;
+      // A piece is cut only at a multiple of the 8-bit block from its start.
+      if (take > cap - used) take = (cap - used) / kQuantBlock * kQuantBlock;
+      if (take == 0) {
+        close();
+        continue;
+      }
+      cur.pieces.push_back(cut(p, done, take, param16_type));
+      cur.source.push_back(k);
+      cur.skip.push_back(done);
+      used += take;
+      done += take;
+      if (used == cap) close();
+    }
+  }
+  if (!cur.pieces.empty()) close();
+  return groups;
+}
+
+uint64_t SwappedOptimizer::file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
+                                      DType param16_type, bool swap_master, int64_t sub_group_size) {
+  uint64_t bytes = 0;
+  for (const SubGroup& g : plan(cfg, pieces, param16_type, swap_master, sub_group_size)) bytes += g.bytes;
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const OptimizerConfig& cfg,
+                                                                            std::vector<ParamPiece> pieces,
+                                                                            DType param16_type,
+                                                                            const MasterInit& init_master,
+                                                                            const SwapSettings& s) {
+  const bool swap_master = static_cast<bool>(init_master);
+  if (s.buffer_count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer_count must be at least 1, got ", s.buffer_count));
+  }
+  std::unique_ptr<SwappedOptimizer> o(new SwappedOptimizer());
+  o->swap_master_ = swap_master;
+  o->groups_ = plan(cfg, pieces, param16_type, swap_master, s.sub_group_size);
+  uint64_t largest = 0;
+  for (const SubGroup& g : o->groups_) {
+    largest = std::max(largest, g.bytes);
+    o->file_bytes_ += g.bytes;
+  }
+  const int nbuf = std::min<int>(s.buffer_count, std::max<int>(1, o->groups_.size()));
+  for (int i = 0; i < nbuf; ++i) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(largest, Category::kOffload, s.buffer_tier));
+    o->buffers_.push_back(std::move(b));
+  }
+  ZEROD_ASSIGN_OR_RETURN(o->io_, AioEngine::create(s.aio, s.hook));
+  ZEROD_ASSIGN_OR_RETURN(o->file_, o->io_->create_scratch(s.file, o->file_bytes_));
+  ZEROD_RETURN_IF_ERROR(MemoryAccountant::global().reserve(Tier::kNvme, Category::kOptimizer, o->file_bytes_));
+  o->nvme_reserved_ = o->file_bytes_;
+
+  // Each group's masters (when swapped) and states live in its buffer.
+  for (int g = 0; g < o->num_sub_groups(); ++g) {
+    SubGroup& sg = o->groups_[g];
+    char* base = o->buffer_of(g);
+    if (swap_master) {
+      float* m = reinterpret_cast<float*>(base);
+      for (ParamPiece& p : sg.pieces) {
+        p.master = m;
+        m += p.numel;
+      }
+      base = reinterpret_cast<char*>(m);
+      sg.opt = Optimizer::create_unbound(cfg, sg.pieces, param16_type);
+    }
+    sg.opt->bind(base);
+  }
+  // The first records: the initial masters and zero states.
+  ZEROD_RETURN_IF_ERROR(o->stream(false, true, [&](int g) {
+    SubGroup& sg = o->groups_[g];
+    if (swap_master) {
+      for (size_t i = 0; i < sg.pieces.size(); ++i) {
+        init_master(sg.source[i], sg.skip[i], sg.pieces[i].numel, sg.pieces[i].master);
+      }
+    }
+    sg.opt->zero_states();
+  }));
+  return o;
+}
+
+SwappedOptimizer::~SwappedOptimizer() {
+  io_.reset();  // finishes every transfer before the buffers go
+  MemoryAccountant::global().release(Tier::kNvme, Category::kOptimizer, nvme_reserved_);
+}
+
+absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::function<void(int)>& fn) {
+  const int G = num_sub_groups(), B = static_cast<int>(buffers_.size());
+  std::vector<AioEngine::Ticket> reads(G), writes(G);
+  absl::Status status;
+  auto issue_read = [&](int g) {
+    if (read) reads[g] = io_->read(file_, groups_[g].offset, buffer_of(g), groups_[g].bytes);
+  };
+  auto wait = [&](AioEngine::Ticket& t) {
+    if (t) status.Update(io_->wait(std::exchange(t, nullptr)));
+  };
+  for (int g = 0; g < G && status.ok(); ++g) {
+    if (g >= B) wait(writes[g - B]);  // the last group in this buffer is written back
+    if (!reads[g]) issue_read(g);     // unless prefetched
+    wait(reads[g]);
+    // Prefetch the next group once the write-back that last used its buffer is done.
+    if (g + 1 < G && B > 1) {
+      if (g + 1 - B >= 0) wait(writes[g + 1 - B]);
+      issue_read(g + 1);
+    }
+    if (!status.ok()) break;
+    fn(g);
+    if (write_back) writes[g] = io_->write(file_, groups_[g].offset, buffer_of(g), groups_[g].bytes);
+  }
+  // Nothing may stay in flight into buffers that the next stream reuses.
+  for (auto& t : reads) wait(t);
+  for (auto& t : writes) wait(t);
+  return status;
+}
+
+absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale) {
+  return stream(true, true, [&](int g) { groups_[g].opt->step(lr, step, grad_scale); });
+}
+
+absl::Status SwappedOptimizer::read_masters(const std::vector<float*>& dst) {
+  auto copy_out = [&](int g) {
+    const SubGroup& sg = groups_[g];
+    for (size_t i = 0; i < sg.pieces.size(); ++i) {
+      std::memcpy(dst[sg.source[i]] + sg.skip[i], sg.pieces[i].master, sg.pieces[i].numel * sizeof(float));
+    }
+  };
+  if (!swap_master_) {
+    for (int g = 0; g < num_sub_groups(); ++g) copy_out(g);
+    return absl::OkStatus();
+  }
+  return stream(true, false, copy_out);
+}
+
+}  // namespace zerod

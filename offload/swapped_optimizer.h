@@ -1,0 +1,83 @@
+// The optimizer step with its states on a file (offload_optimizer nvme).
+// The owned pieces are cut into sub-groups of at most `sub_group_size`
+// elements; each sub-group's record (the fp32 master weights when they are
+// not the working parameters, then the optimizer states) lies at its own
+// offset of one scratch file. A step streams the records through
+// `buffer_count` host buffers: while sub-group i is updated on the CPU,
+// sub-group i+1 is being read and earlier ones written back. Host memory is
+// those buffers, whatever the model's size. The results are bitwise those of
+// the in-memory optimizer: pieces are split only at multiples of the 8-bit
+// block, and every update is elementwise.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offload/aio_engine.h"
+#include "runtime/optim/optimizer.h"
+
+namespace zerod {
+
+struct SwapSettings {
+  std::string file;        // created, and unlinked at once
+  int64_t sub_group_size;  // elements
+  int buffer_count;
+  Tier buffer_tier;        // pinned with a GPU, host otherwise
+  AioConfig aio;
+  IoFaultHook hook;        // tests only
+};
+
+class SwappedOptimizer {
+ public:
+  // Fills dst with elements [skip, skip + n) of piece k's initial masters.
+  using MasterInit = std::function<void(int k, int64_t skip, int64_t n, float* dst)>;
+  // With a MasterInit the fp32 master weights live in the file too, and the
+  // pieces' `master` pointers are not used; without, the masters stay where
+  // they are and are updated in place, and only the states are swapped.
+  static absl::StatusOr<std::unique_ptr<SwappedOptimizer>> create(const OptimizerConfig& cfg,
+                                                                  std::vector<ParamPiece> pieces, DType param16_type,
+                                                                  const MasterInit& init_master,
+                                                                  const SwapSettings& s);
+  // Bytes the file will take, for checking the disk before anything is
+  // allocated (the pieces' pointers are not used).
+  static uint64_t file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces, DType param16_type,
+                             bool swap_master, int64_t sub_group_size);
+
+  ~SwappedOptimizer();
+
+  absl::Status step(float lr, int64_t step, float grad_scale);
+  // Piece k's master weights into dst[k] (from the file when swapped).
+  absl::Status read_masters(const std::vector<float*>& dst);
+
+  int num_sub_groups() const { return static_cast<int>(groups_.size()); }
+  uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  struct SubGroup {
+    std::vector<ParamPiece> pieces;  // masters in the group's buffer when swapped
+    std::vector<int> source;         // the caller's piece each one was cut from
+    std::vector<int64_t> skip;       // and how far into it it starts
+    std::unique_ptr<Optimizer> opt;  // states bound to the group's buffer
+    uint64_t offset = 0, bytes = 0;  // record in the file (bytes padded for direct I/O)
+  };
+  static std::vector<SubGroup> plan(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
+                                    DType param16_type, bool swap_master, int64_t sub_group_size);
+  SwappedOptimizer() = default;
+  char* buffer_of(int g) { return buffers_[g % buffers_.size()].as<char>(); }
+  // Visits every group in order in its buffer: read from the file first
+  // when `read`, fn(g), then written back when `write_back`. fn(g) runs while
+  // the next group's read and earlier groups' write-backs are in flight.
+  absl::Status stream(bool read, bool write_back, const std::function<void(int)>& fn);
+
+  bool swap_master_ = false;
+  std::vector<SubGroup> groups_;
+  std::vector<Buffer> buffers_;
+  uint64_t file_bytes_ = 0;
+  uint64_t nvme_reserved_ = 0;  // recorded with the accountant
+  std::unique_ptr<AioEngine> io_;
+  int file_ = -1;
+};
+
+}  // namespace zerod

@@ -1,0 +1,254 @@
+// Optimizer offload in one process: states in host memory (cpu) or streamed
+// through a file (nvme) give bitwise the run without offload; bad nvme_path
+// settings are refused before anything is allocated; I/O faults stop the
+// run with the file and offset named, and leave no thread or descriptor.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "runtime/engine/trainer.h"
+#include "shard/zero_engine.h"
+#include "tests/temp_dir.h"
+
+namespace zerod {
+namespace {
+
+JobConfig make_config(const std::vector<std::string>& overrides) {
+  nlohmann::json j = {
+      {"model", {{"preset", "gpt2-tiny"}}},
+      {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
+      {"run", {{"steps", 5}, {"seed", 5}}},
+      {"train_micro_batch_size_per_gpu", 4},
+      {"gradient_accumulation_steps", 2},
+      {"gradient_clipping", 1.0},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
+  };
+  for (const auto& o : overrides) EXPECT_TRUE(apply_override(j, o).ok()) << o;
+  auto cfg = parse_job_config(j, 1);
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return *cfg;
+}
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<float> params;
+};
+
+TrainRun train(const JobConfig& cfg) {
+  TrainRun r;
+  auto t = Trainer::create(cfg);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return r;
+  for (int i = 0; i < cfg.run.steps; ++i) {
+    auto s = (*t)->step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return r;
+    r.losses.push_back(s->loss);
+  }
+  auto p = (*t)->master_params();
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (p.ok()) r.params = std::move(*p);
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+int count_entries(const char* dir) {
+  int n = 0;
+  DIR* d = opendir(dir);
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+class OffloadTest : public testing::TempDirTest {
+ protected:
+  std::vector<std::string> nvme(int64_t sub_group, int buffers) const {
+    return {"zero_optimization.offload_optimizer.device=\"nvme\"",
+            "zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"",
+            "zero_optimization.offload_optimizer.buffer_count=" + std::to_string(buffers),
+            "zero_optimization.sub_group_size=" + std::to_string(sub_group),
+            // Small requests and a short queue, so a sub-group takes many.
+            "aio.block_size=8192", "aio.queue_depth=3"};
+  }
+};
+
+TEST_F(OffloadTest, OptimizerOnCpuOrNvmeIsBitwiseTheInMemoryRun) {
+  const std::vector<std::vector<std::string>> variants = {
+      {"zero_optimization.stage=0"},
+      {"zero_optimization.stage=1", "bf16.enabled=true"},
+      {"zero_optimization.stage=2", "optimizer.type=AdamW8bit"},
+      {"zero_optimization.stage=3", "fp16.enabled=true"},
+      {"zero_optimization.stage=3", "optimizer.type=AdamW8bit", "bf16.enabled=true"},
+  };
+  // gpt2-tiny has about 120K parameters: sub-groups of 10000 make a dozen.
+  const std::pair<int64_t, int> pipelines[] = {{10000, 4}, {10000, 2}, {10000, 1}, {1000000000, 4}};
+  for (const auto& v : variants) {
+    std::string name;
+    for (const auto& o : v) name += o + " ";
+    SCOPED_TRACE(name);
+    const TrainRun ref = train(make_config(v));
+    ASSERT_EQ(ref.losses.size(), 5u);
+    auto cpu = v;
+    cpu.push_back("zero_optimization.offload_optimizer.device=\"cpu\"");
+    const TrainRun on_cpu = train(make_config(cpu));
+    EXPECT_EQ(on_cpu.losses, ref.losses);
+    EXPECT_TRUE(same_bits(on_cpu.params, ref.params));
+    for (const auto& [sub_group, buffers] : pipelines) {
+      SCOPED_TRACE(::testing::Message() << "sub_group_size " << sub_group << ", buffer_count " << buffers);
+      auto o = v;
+      for (const auto& s : nvme(sub_group, buffers)) o.push_back(s);
+      const TrainRun on_nvme = train(make_config(o));
+      EXPECT_EQ(on_nvme.losses, ref.losses);
+      EXPECT_TRUE(same_bits(on_nvme.params, ref.params));
+    }
+  }
+  // The swap files are unlinked when made: nothing is left in nvme_path.
+  EXPECT_EQ(count_entries(dir_.c_str()), 0);
+}
+
+TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
+  auto o = nvme(8192, 3);
+  o.push_back("bf16.enabled=true");
+  o.push_back("zero_optimization.stage=2");
+  const JobConfig cfg = make_config(o);
+  MemoryAccountant& acct = MemoryAccountant::global();
+  auto t = Trainer::create(cfg);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*t)->step().ok());
+  const int64_t n = (*t)->num_params();
+  // Master weights, m and v: 12 bytes a parameter in the file, none in memory.
+  EXPECT_GE(acct.current(Tier::kNvme, Category::kOptimizer), uint64_t(12 * n));
+  EXPECT_EQ(acct.current(Tier::kHost, Category::kOptimizer), 0u);
+  // Three buffers of at most one sub-group's record (12 bytes an element, page-padded).
+  EXPECT_LE(acct.current(Tier::kHost, Category::kOffload), 3u * (12 * 8192 + 4096));
+  EXPECT_GT(acct.current(Tier::kHost, Category::kOffload), 0u);
+  t->reset();
+  EXPECT_EQ(acct.current(Tier::kNvme, Category::kOptimizer), 0u);
+  EXPECT_EQ(acct.current(Tier::kHost, Category::kOffload), 0u);
+}
+
+// A host memory limit that the states alone exceed (86.5 MB of states, a
+// 75.5 MB limit: the parameter shard, the fp32 gradient shard and one
+// layer's gather and reduce buffers stay in memory): with the states in
+// memory the trainer cannot be built; with them on NVMe it trains, and the
+// host peak stays within the limit.
+TEST_F(OffloadTest, StatesLargerThanTheHostLimitTrainFromNvme) {
+  std::vector<std::string> model = {"model.preset=\"custom\"", "model.n_layer=4", "model.n_embd=384",
+                                    "model.n_head=4", "model.vocab_size=256", "model.block_size=32",
+                                    "data.seq_len=16", "train_micro_batch_size_per_gpu=1",
+                                    "zero_optimization.stage=3", "bf16.enabled=true", "run.steps=2",
+                                    // One layer gathered and one reduced at a time.
+                                    "zero_optimization.stage3_prefetch_bucket_size=0",
+                                    "zero_optimization.overlap_comm=false"};
+  auto swapped = model;
+  for (const auto& s : nvme(65536, 3)) swapped.push_back(s);
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const uint64_t limit = 72 << 20;
+  acct.set_limit(Tier::kHost, limit);
+  struct Unlimit {
+    ~Unlimit() { MemoryAccountant::global().set_limit(Tier::kHost, 0); }
+  } unlimit;
+  acct.reset_peaks();
+  auto in_memory = Trainer::create(make_config(model));
+  EXPECT_EQ(in_memory.status().code(), absl::StatusCode::kResourceExhausted) << in_memory.status();
+  in_memory = absl::UnknownError("");
+  acct.reset_peaks();
+  {
+    auto t = Trainer::create(make_config(swapped));
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*t)->step().ok());
+    const uint64_t states = acct.current(Tier::kNvme, Category::kOptimizer);
+    EXPECT_GT(states, limit * 11 / 10) << "states " << states << " bytes";
+    EXPECT_LE(acct.peak_total(Tier::kHost), limit);
+  }
+}
+
+TEST_F(OffloadTest, BadNvmePathsAreRefusedBeforeAnythingIsAllocated) {
+  write("a_file", "x");
+  struct Case {
+    std::string path;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const Case cases[] = {
+      {path("missing"), absl::StatusCode::kNotFound, "does not exist"},
+      {path("a_file"), absl::StatusCode::kInvalidArgument, "is not a directory"},
+      {"/sys", absl::StatusCode::kPermissionDenied, "cannot create files in '/sys'"},
+  };
+  MemoryAccountant& acct = MemoryAccountant::global();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    auto o = nvme(10000, 4);
+    o[1] = "zero_optimization.offload_optimizer.nvme_path=\"" + c.path + "\"";
+    const uint64_t host_before = acct.current_total(Tier::kHost);
+    auto t = Trainer::create(make_config(o));
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), c.code) << t.status();
+    EXPECT_NE(t.status().message().find("zero_optimization.offload_optimizer.nvme_path"), std::string::npos);
+    EXPECT_NE(t.status().message().find(c.message), std::string::npos) << t.status();
+    EXPECT_EQ(acct.current_total(Tier::kHost), host_before);
+  }
+  // A model whose states need more than the disk has (about 12 billion
+  // parameters, 8 bytes each for m and v): the bytes needed are named.
+  auto o = nvme(1000000000, 4);
+  o.push_back("model.preset=\"custom\"");
+  o.push_back("model.n_layer=16");
+  o.push_back("model.n_embd=8192");
+  o.push_back("model.n_head=64");
+  o.push_back("model.vocab_size=256");
+  o.push_back("model.block_size=64");
+  auto t = Trainer::create(make_config(o));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_NE(t.status().message().find("bytes free, but the offloaded states need"), std::string::npos) << t.status();
+}
+
+TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
+  struct Case {
+    const char* what;
+    bool on_write;
+    int err;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"disk full on write-back", true, -ENOSPC, "No space left on device"},
+      {"EIO on read", false, -EIO, "Input/output error"},
+  };
+  // The worker threads of OpenMP start with the first training step and stay.
+  train(make_config({"run.steps=1"}));
+  const int fds = count_entries("/proc/self/fd"), threads = count_entries("/proc/self/task");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    // Faults start once the trainer is made (its file written).
+    std::atomic<bool> armed{false};
+    IoFaultHook hook;
+    hook.on_complete = [&](bool write, const std::string&, uint64_t, uint32_t, int r) {
+      return armed && write == c.on_write ? c.err : r;
+    };
+    ZeroEngine::set_swap_fault_hook(hook);
+    {
+      auto t = Trainer::create(make_config(nvme(10000, 3)));
+      ZeroEngine::set_swap_fault_hook({});
+      ASSERT_TRUE(t.ok()) << t.status();
+      armed = true;
+      absl::Status failed;
+      for (int i = 0; i < 5 && failed.ok(); ++i) failed = (*t)->step().status();
+      ASSERT_FALSE(failed.ok());
+      EXPECT_NE(failed.message().find(c.message), std::string::npos) << failed;
+      EXPECT_NE(failed.message().find("zerod-optimizer-rank00000"), std::string::npos) << failed;
+      EXPECT_NE(failed.message().find("at offset"), std::string::npos) << failed;
+    }
+    EXPECT_EQ(count_entries("/proc/self/fd"), fds);
+    EXPECT_EQ(count_entries("/proc/self/task"), threads);
+  }
+}
+
+}  // namespace
+}  // namespace zerod
