@@ -21,6 +21,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/engine/trainer.h"
 #include "tests/mpi_world.h"
+#include "tests/test_support.h"
 
 namespace zerod {
 namespace {
@@ -49,10 +50,7 @@ nlohmann::json tiny_job(int stage) {
 }
 
 JobConfig config(nlohmann::json j, int world_size, const std::vector<std::string>& overrides = {}) {
-  for (const std::string& o : overrides) EXPECT_TRUE(apply_override(j, o).ok()) << o;
-  auto cfg = parse_job_config(j, world_size);
-  EXPECT_TRUE(cfg.ok()) << cfg.status();
-  return *cfg;
+  return testing::config_with(std::move(j), overrides, world_size);
 }
 
 struct TrainRun {

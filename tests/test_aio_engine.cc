@@ -1,6 +1,5 @@
 #include "offload/aio_engine.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 
 #include <atomic>
@@ -13,20 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/temp_dir.h"
+#include "tests/test_support.h"
 
 namespace zerod {
 namespace {
 
 using testing::TempDirTest;
-
-// Entries of a /proc/self directory: open descriptors, or threads.
-int count_entries(const char* dir) {
-  int n = 0;
-  DIR* d = opendir(dir);
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
 
 Buffer aligned(uint64_t bytes) { return *Buffer::allocate(bytes, Category::kOffload); }
 
@@ -198,21 +189,21 @@ TEST_F(AioEngineTest, RefusesBadSettingsPathsAndTransfers) {
 }
 
 TEST_F(AioEngineTest, LeavesNoThreadOrDescriptorBehind) {
-  const int fds = count_entries("/proc/self/fd"), threads = count_entries("/proc/self/task");
+  const int fds = testing::count_proc_entries("/proc/self/fd"), threads = testing::count_proc_entries("/proc/self/task");
   {
     IoFaultHook hook;
     hook.on_complete = [](bool, const std::string&, uint64_t o, uint32_t, int r) { return o == 8192 ? -EIO : r; };
     Buffer b = aligned(65536);  // outlives the engine, which finishes its transfers
     auto e = engine(4096, 4, hook);
-    EXPECT_EQ(count_entries("/proc/self/task"), threads + 1);
+    EXPECT_EQ(testing::count_proc_entries("/proc/self/task"), threads + 1);
     auto f = e->create_scratch(path("x"), 65536);
     ASSERT_TRUE(f.ok());
     // A failing transfer and a good one, both still in flight at destruction.
     e->write(*f, 0, b.data(), 65536);
     e->write(*f, 0, b.data(), 4096);
   }
-  EXPECT_EQ(count_entries("/proc/self/fd"), fds);
-  EXPECT_EQ(count_entries("/proc/self/task"), threads);
+  EXPECT_EQ(testing::count_proc_entries("/proc/self/fd"), fds);
+  EXPECT_EQ(testing::count_proc_entries("/proc/self/task"), threads);
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 // through a file (nvme) give bitwise the run without offload; bad nvme_path
 // settings are refused before anything is allocated; I/O faults stop the
 // run with the file and offset named, and leave no thread or descriptor.
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,24 +12,15 @@
 #include "runtime/engine/trainer.h"
 #include "shard/zero_engine.h"
 #include "tests/temp_dir.h"
+#include "tests/test_support.h"
 
 namespace zerod {
 namespace {
 
-JobConfig make_config(const std::vector<std::string>& overrides) {
-  nlohmann::json j = {
-      {"model", {{"preset", "gpt2-tiny"}}},
-      {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
-      {"run", {{"steps", 5}, {"seed", 5}}},
-      {"train_micro_batch_size_per_gpu", 4},
-      {"gradient_accumulation_steps", 2},
-      {"gradient_clipping", 1.0},
-      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
-  };
-  for (const auto& o : overrides) EXPECT_TRUE(apply_override(j, o).ok()) << o;
-  auto cfg = parse_job_config(j, 1);
-  EXPECT_TRUE(cfg.ok()) << cfg.status();
-  return *cfg;
+// The small job with accumulation over two micro-batches.
+JobConfig make_config(std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), {"run.seed=5", "gradient_accumulation_steps=2"});
+  return testing::config_with(testing::tiny_job(), overrides);
 }
 
 struct TrainRun {
@@ -57,14 +47,6 @@ TrainRun train(const JobConfig& cfg) {
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
-int count_entries(const char* dir) {
-  int n = 0;
-  DIR* d = opendir(dir);
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
 }
 
 class OffloadTest : public testing::TempDirTest {
@@ -110,7 +92,7 @@ TEST_F(OffloadTest, OptimizerOnCpuOrNvmeIsBitwiseTheInMemoryRun) {
     }
   }
   // The swap files are unlinked when made: nothing is left in nvme_path.
-  EXPECT_EQ(count_entries(dir_.c_str()), 0);
+  EXPECT_EQ(testing::count_proc_entries(dir_.c_str()), 0);
 }
 
 TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
@@ -223,7 +205,7 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
   };
   // The worker threads of OpenMP start with the first training step and stay.
   train(make_config({"run.steps=1"}));
-  const int fds = count_entries("/proc/self/fd"), threads = count_entries("/proc/self/task");
+  const int fds = testing::count_proc_entries("/proc/self/fd"), threads = testing::count_proc_entries("/proc/self/task");
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     // Faults start once the trainer is made (its file written).
@@ -245,8 +227,8 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
       EXPECT_NE(failed.message().find("zerod-optimizer-rank00000"), std::string::npos) << failed;
       EXPECT_NE(failed.message().find("at offset"), std::string::npos) << failed;
     }
-    EXPECT_EQ(count_entries("/proc/self/fd"), fds);
-    EXPECT_EQ(count_entries("/proc/self/task"), threads);
+    EXPECT_EQ(testing::count_proc_entries("/proc/self/fd"), fds);
+    EXPECT_EQ(testing::count_proc_entries("/proc/self/task"), threads);
   }
 }
 

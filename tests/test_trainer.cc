@@ -7,23 +7,13 @@
 #include <vector>
 
 #include "runtime/engine/trainer.h"
+#include "tests/test_support.h"
 
 namespace zerod {
 namespace {
 
 JobConfig make_config(const std::vector<std::string>& overrides = {}) {
-  nlohmann::json j = {
-      {"model", {{"preset", "gpt2-tiny"}}},
-      {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
-      {"run", {{"steps", 5}, {"seed", 7}}},
-      {"train_micro_batch_size_per_gpu", 4},
-      {"gradient_clipping", 1.0},
-      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
-  };
-  for (const auto& o : overrides) EXPECT_TRUE(apply_override(j, o).ok()) << o;
-  auto cfg = parse_job_config(j, 1);
-  EXPECT_TRUE(cfg.ok()) << cfg.status();
-  return *cfg;
+  return testing::config_with(testing::tiny_job(), overrides);
 }
 
 struct TrainRun {

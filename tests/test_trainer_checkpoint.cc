@@ -12,6 +12,7 @@
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/engine/trainer.h"
 #include "tests/temp_dir.h"
+#include "tests/test_support.h"
 
 namespace zerod {
 namespace {
@@ -29,10 +30,7 @@ JobConfig make_config(const std::vector<std::string>& overrides) {
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
       {"scheduler", {{"type", "WarmupDecayLR"}, {"params", {{"warmup_num_steps", 2}, {"total_num_steps", 6}}}}},
   };
-  for (const auto& o : overrides) EXPECT_TRUE(apply_override(j, o).ok()) << o;
-  auto cfg = parse_job_config(j, 1);
-  EXPECT_TRUE(cfg.ok()) << cfg.status();
-  return *cfg;
+  return testing::config_with(j, overrides);
 }
 
 std::unique_ptr<Trainer> make_trainer(const JobConfig& cfg) {

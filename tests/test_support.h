@@ -1,0 +1,48 @@
+// Helpers shared by the tests: a small job, job configs from JSON plus
+// --set style overrides, and counting a process's threads and descriptors.
+#pragma once
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/config/job_config.h"
+
+namespace zerod::testing {
+
+// gpt2-tiny on the synthetic task: 5 steps of 4 sequences of 32 tokens,
+// AdamW with clipping.
+inline nlohmann::json tiny_job() {
+  return {
+      {"model", {{"preset", "gpt2-tiny"}}},
+      {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
+      {"run", {{"steps", 5}, {"seed", 7}}},
+      {"train_micro_batch_size_per_gpu", 4},
+      {"gradient_clipping", 1.0},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
+  };
+}
+
+// `j` with each "key.path=value" applied, parsed for a world of `world_size`.
+inline JobConfig config_with(nlohmann::json j, const std::vector<std::string>& overrides, int world_size = 1) {
+  for (const std::string& o : overrides) EXPECT_TRUE(apply_override(j, o).ok()) << o;
+  auto cfg = parse_job_config(j, world_size);
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return cfg.ok() ? *cfg : JobConfig{};
+}
+
+// Entries of a /proc/self directory: "/proc/self/fd" (open descriptors) or
+// "/proc/self/task" (threads).
+inline int count_proc_entries(const char* dir) {
+  int n = 0;
+  DIR* d = opendir(dir);
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+}  // namespace zerod::testing
