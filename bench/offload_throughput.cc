@@ -112,8 +112,8 @@ void step_vs_memory(const std::string& dir, int64_t n, int64_t block, int depth,
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   for (const auto& [sub, nbuf] : {std::pair<int64_t, int>{n / 8, 4}, {n / 8, 2}, {n / 8, 1}, {n / 32, 4}}) {
     SwapSettings s{dir + "/zerod-bench-opt.swap", sub, nbuf, Tier::kHost, {block, depth}, {}};
-    auto init = [&](int k, int64_t skip, int64_t len, float* dst) {
-      std::memcpy(dst, pieces[k].master + skip, len * 4);
+    auto init = [&](int k, int64_t start, int64_t len, float* dst) {
+      std::memcpy(dst, pieces[k].master + start, len * 4);
     };
     auto sw = SwappedOptimizer::create(cfg, pieces, DType::kBF16, init, s);
     check(sw.status());

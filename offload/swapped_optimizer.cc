@@ -8,12 +8,12 @@
 namespace zerod {
 namespace {
 
-// The part of `p` from element `skip` on, `numel` long.
-ParamPiece cut(const ParamPiece& p, int64_t skip, int64_t numel, DType param16_type) {
+// The part of `p` from element `start` on, `numel` long.
+ParamPiece cut(const ParamPiece& p, int64_t start, int64_t numel, DType param16_type) {
   ParamPiece q = p;
-  if (q.master) q.master += skip;
-  if (q.grad) q.grad += skip;
-  if (q.param16) q.param16 = static_cast<char*>(q.param16) + skip * dtype_size(param16_type);
+  if (q.master) q.master += start;
+  if (q.grad) q.grad += start;
+  if (q.param16) q.param16 = static_cast<char*>(q.param16) + start * dtype_size(param16_type);
   q.numel = numel;
   return q;
 }
@@ -57,7 +57,7 @@ std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan(const OptimizerCo
       }
       cur.pieces.push_back(cut(p, done, take, param16_type));
       cur.source.push_back(k);
-      cur.skip.push_back(done);
+      cur.start.push_back(done);
       used += take;
       done += take;
       if (used == cap) close();
@@ -121,7 +121,7 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
     SubGroup& sg = o->groups_[g];
     if (swap_master) {
       for (size_t i = 0; i < sg.pieces.size(); ++i) {
-        init_master(sg.source[i], sg.skip[i], sg.pieces[i].numel, sg.pieces[i].master);
+        init_master(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master);
       }
     }
     sg.opt->zero_states();
@@ -171,7 +171,7 @@ absl::Status SwappedOptimizer::read_masters(const std::vector<float*>& dst) {
   auto copy_out = [&](int g) {
     const SubGroup& sg = groups_[g];
     for (size_t i = 0; i < sg.pieces.size(); ++i) {
-      std::memcpy(dst[sg.source[i]] + sg.skip[i], sg.pieces[i].master, sg.pieces[i].numel * sizeof(float));
+      std::memcpy(dst[sg.source[i]] + sg.start[i], sg.pieces[i].master, sg.pieces[i].numel * sizeof(float));
     }
   };
   if (!swap_master_) {

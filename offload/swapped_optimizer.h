@@ -31,8 +31,8 @@ struct SwapSettings {
 
 class SwappedOptimizer {
  public:
-  // Fills dst with elements [skip, skip + n) of piece k's initial masters.
-  using MasterInit = std::function<void(int k, int64_t skip, int64_t n, float* dst)>;
+  // Fills dst with elements [start, start + n) of piece k's initial masters.
+  using MasterInit = std::function<void(int k, int64_t start, int64_t n, float* dst)>;
   // With a MasterInit the fp32 master weights live in the file too, and the
   // pieces' `master` pointers are not used; without, the masters stay where
   // they are and are updated in place, and only the states are swapped.
@@ -58,7 +58,7 @@ class SwappedOptimizer {
   struct SubGroup {
     std::vector<ParamPiece> pieces;  // masters in the group's buffer when swapped
     std::vector<int> source;         // the caller's piece each one was cut from
-    std::vector<int64_t> skip;       // and how far into it it starts
+    std::vector<int64_t> start;      // and where in it it starts
     std::unique_ptr<Optimizer> opt;  // states bound to the group's buffer
     uint64_t offset = 0, bytes = 0;  // record in the file (bytes padded for direct I/O)
   };

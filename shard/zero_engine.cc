@@ -347,10 +347,10 @@ absl::Status ZeroEngine::build() {
                     off.buffer_count, buffer_tier(off), {cfg_.aio_block_size, cfg_.aio_queue_depth}, swap_fault_hook()};
     SwappedOptimizer::MasterInit init;
     if (separate_master) {
-      init = [this](int k, int64_t skip, int64_t n, float* dst) {
+      init = [this](int k, int64_t start, int64_t n, float* dst) {
         const ShardSegment& s = owned_[k];
-        init_gpt_range(*layout_, cfg_.run.seed, s.flat_offset + skip, s.flat_offset + skip + n, dst);
-        convert_from_f32(dtype_, dst, working_at(s, skip), n);
+        init_gpt_range(*layout_, cfg_.run.seed, s.flat_offset + start, s.flat_offset + start + n, dst);
+        convert_from_f32(dtype_, dst, working_at(s, start), n);
       };
     } else {
       init_params();
@@ -400,8 +400,8 @@ void ZeroEngine::init_params() {
   }
 }
 
-char* ZeroEngine::working_at(const ShardSegment& s, int64_t skip) {
-  const int64_t k = s.shard_offset - part_.shard_offset(s.unit) + skip;
+char* ZeroEngine::working_at(const ShardSegment& s, int64_t start) {
+  const int64_t k = s.shard_offset - part_.shard_offset(s.unit) + start;
   return working().as<char>() + (working_offset(s.unit) + k) * dtype_size(dtype_);
 }
 

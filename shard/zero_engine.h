@@ -92,8 +92,8 @@ class ZeroEngine {
   absl::Status build();
   // Master weights from the seed, and the working copy made from them.
   void init_params();
-  // Where element `skip` of owned segment s lies in the working parameters.
-  char* working_at(const ShardSegment& s, int64_t skip);
+  // Where element `start` of owned segment s lies in the working parameters.
+  char* working_at(const ShardSegment& s, int64_t start);
   float* grad_shard() const;
   // This rank's chunk of unit u: in the working parameters (offset in
   // elements of working()), and of the fp32 master weights.
