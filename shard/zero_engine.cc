@@ -484,7 +484,7 @@ absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
   const int n = part_.world_size();
   // Masters swapped to a file come back into a shard-shaped buffer first.
   std::vector<float> swapped_master;
-  if (swapped_ && !master_.data() && dtype_ != DType::kF32) {
+  if (swapped_ && dtype_ != DType::kF32) {
     swapped_master.resize(part_.shard_numel());
     std::vector<float*> dst;
     for (const ShardSegment& s : owned_) dst.push_back(swapped_master.data() + s.shard_offset);
