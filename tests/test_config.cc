@@ -355,6 +355,32 @@ TEST(ConfigValues, ZeroSettingsOutsideTheirStagesAreRefused) {
   EXPECT_TRUE(rejected(j, "offloading parameters is not supported by this build"));
 }
 
+TEST(ConfigValues, CheckpointSettings) {
+  json j = minimal();
+  j["run"]["checkpoint"] = {{"dir", "ckpt"}, {"interval", 10}, {"keep", 2}};
+  j["run"]["resume"] = "latest";
+  const JobConfig c = parse_ok(j);
+  EXPECT_EQ(*c.run.checkpoint.dir, "ckpt");
+  EXPECT_EQ(c.run.checkpoint.interval, 10);
+  EXPECT_EQ(c.run.checkpoint.keep, 2);
+  EXPECT_EQ(*c.run.resume, "latest");
+  j["run"]["checkpoint"]["keep"] = 0;
+  EXPECT_TRUE(rejected(j, "run.checkpoint.keep: must be at least 1"));
+  j["run"]["checkpoint"]["keep"] = 1;
+  j["run"]["checkpoint"]["interval"] = -5;
+  EXPECT_TRUE(rejected(j, "run.checkpoint.interval"));
+  j["run"]["checkpoint"]["interval"] = 0;
+  j["run"]["checkpoint"]["dir"] = "";
+  EXPECT_TRUE(rejected(j, "run.checkpoint.dir"));
+  j = minimal();
+  j["run"]["resume"] = "latest";
+  EXPECT_TRUE(rejected(j, "\"latest\" needs run.checkpoint.dir"));
+  j["run"]["resume"] = "";
+  EXPECT_TRUE(rejected(j, "run.resume"));
+  j["run"]["resume"] = "ckpt/step-00000010";
+  EXPECT_EQ(*parse_ok(j).run.resume, "ckpt/step-00000010");
+}
+
 TEST(ConfigValues, OffloadSettings) {
   json j = minimal();
   j["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
@@ -372,6 +398,12 @@ TEST(ConfigValues, OffloadSettings) {
   EXPECT_TRUE(rejected(j, "zero_optimization.offload_optimizer.device"));
   j["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}, {"buffer_count", 0}};
   EXPECT_TRUE(rejected(j, "zero_optimization.offload_optimizer.buffer_count"));
+  j["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"}, {"nvme_path", "/scratch"}};
+  j["aio"] = {{"block_size", 1000}};
+  EXPECT_TRUE(rejected(j, "aio.block_size: must be a positive multiple of 4096"));
+  j["aio"] = {{"block_size", 65536}};
+  j["run"]["checkpoint"] = {{"dir", "ckpt"}};
+  EXPECT_TRUE(rejected(j, "run.checkpoint.dir: checkpoints of optimizer states offloaded to NVMe"));
 }
 
 TEST(ConfigValues, BadValuesNameTheirKey) {

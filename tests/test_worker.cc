@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +31,15 @@ Result run(std::vector<std::string> args) {
   std::ostringstream out, err;
   const int code = run_worker(static_cast<int>(argv.size()), argv.data(), out, err);
   return {code, out.str(), err.str()};
+}
+
+std::vector<nlohmann::json> events(const std::string& out) {
+  std::vector<nlohmann::json> e;
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);) {
+    if (!l.empty() && l[0] == '{') e.push_back(nlohmann::json::parse(l));
+  }
+  return e;
 }
 
 nlohmann::json small_job() {
@@ -60,6 +70,81 @@ class WorkerTest : public testing::TempDirTest {
     return j;
   }
 };
+
+// The events of one kind, in order.
+std::vector<nlohmann::json> of_kind(const std::vector<nlohmann::json>& all, const std::string& kind) {
+  std::vector<nlohmann::json> e;
+  for (const nlohmann::json& j : all) {
+    if (j["event"] == kind) e.push_back(j);
+  }
+  return e;
+}
+
+// The small job for 6 steps with a checkpoint every 3 into `dir`.
+nlohmann::json checkpointed_job(const std::string& dir) {
+  nlohmann::json j = small_job();
+  j["run"]["steps"] = 6;
+  j["run"]["checkpoint"] = {{"dir", dir}, {"interval", 3}, {"keep", 3}};
+  j["run"]["log_format"] = "json";
+  return j;
+}
+
+TEST_F(WorkerTest, CheckpointsAtTheIntervalAndResumesBitwise) {
+  const nlohmann::json j = checkpointed_job(path("ck"));
+  const Result a = run({"--config", job(j)});
+  ASSERT_EQ(a.code, kExitOk) << a.err;
+  const auto all = events(a.out);
+  const auto saves = of_kind(all, "checkpoint"), steps = of_kind(all, "step");
+  ASSERT_EQ(saves.size(), 2u) << a.out;
+  ASSERT_EQ(steps.size(), 6u);
+  for (int i = 0; i < 2; ++i) {
+    const std::string dir = path(i == 0 ? "ck/step-00000003" : "ck/step-00000006");
+    EXPECT_EQ(saves[i]["step"], 3 * (i + 1));
+    EXPECT_EQ(saves[i]["path"], dir);
+    uint64_t bytes = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir)) bytes += f.file_size();
+    EXPECT_EQ(saves[i]["bytes"], bytes);
+    EXPECT_GT(bytes, 120576u * 12);  // the master weights, m and v at least
+  }
+
+  // From the step-3 checkpoint: steps 4-6 print the same losses, bit for bit.
+  nlohmann::json b = j;
+  b["run"]["checkpoint"]["dir"] = path("ck-b");
+  b["run"]["resume"] = path("ck/step-00000003");
+  const Result rb = run({"--config", write("b.json", b.dump())});
+  ASSERT_EQ(rb.code, kExitOk) << rb.err;
+  const auto resumed = of_kind(events(rb.out), "resume"), later = of_kind(events(rb.out), "step");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0]["step"], 3);
+  ASSERT_EQ(later.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(later[i]["step"], 4 + i);
+    EXPECT_EQ(later[i]["loss"], steps[3 + i]["loss"]);
+  }
+  EXPECT_EQ(of_kind(events(rb.out), "summary")[0]["steps"], 3);
+
+  // "latest" with no checkpoint yet starts from the beginning.
+  nlohmann::json c = j;
+  c["run"]["checkpoint"]["dir"] = path("ck-c");
+  c["run"]["resume"] = "latest";
+  const Result rc = run({"--config", write("c.json", c.dump())});
+  ASSERT_EQ(rc.code, kExitOk) << rc.err;
+  const auto fresh = of_kind(events(rc.out), "resume");
+  ASSERT_EQ(fresh.size(), 1u);
+  EXPECT_TRUE(fresh[0]["path"].is_null());
+  EXPECT_EQ(of_kind(events(rc.out), "step").size(), 6u);
+}
+
+TEST_F(WorkerTest, ACheckpointThatDoesNotFitIsRefusedWithExit2) {
+  const nlohmann::json j = checkpointed_job(path("ck"));
+  ASSERT_EQ(run({"--config", job(j)}).code, kExitOk);
+  nlohmann::json other = j;
+  other["run"]["resume"] = path("ck/step-00000099");
+  EXPECT_NE(refused(other).find("step-00000099"), std::string::npos);
+  other["run"]["resume"] = path("ck/step-00000003");
+  other["zero_optimization"] = {{"stage", 2}};
+  EXPECT_NE(refused(other).find("zero_stage"), std::string::npos);
+}
 
 TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {
   const Result r = run({"--config", job(small_job()), "--log-format", "json"});
@@ -210,15 +295,6 @@ MpiResult mpirun(int np, const std::string& args) {
   return {WIFEXITED(s) ? WEXITSTATUS(s) : -1, out};
 }
 
-std::vector<nlohmann::json> events(const std::string& out) {
-  std::vector<nlohmann::json> e;
-  std::istringstream lines(out);
-  for (std::string l; std::getline(lines, l);) {
-    if (!l.empty() && l[0] == '{') e.push_back(nlohmann::json::parse(l));
-  }
-  return e;
-}
-
 TEST_F(WorkerTest, RunsAsTwoRanksUnderMpirunFollowingOneProcess) {
   const std::string config = job(small_job());
   const Result single = run({"--config", config, "--log-format", "json"});
@@ -248,6 +324,30 @@ TEST_F(WorkerTest, RunsAsTwoRanksUnderMpirunFollowingOneProcess) {
       EXPECT_NEAR(ratio, 0.5, 0.02);
     }
   }
+}
+
+// Two ranks under stage 3 save every 3 steps; resumed from step 3 they
+// continue bitwise. A world of one cannot take their checkpoint as it is.
+TEST_F(WorkerTest, TwoRanksCheckpointAndResumeBitwise) {
+  nlohmann::json j = checkpointed_job(path("ck"));
+  j["zero_optimization"] = {{"stage", 3}, {"stage3_param_persistence_threshold", 0}};
+  const MpiResult a = mpirun(2, "--config " + job(j));
+  ASSERT_EQ(a.code, 0) << a.out;
+  const auto steps = of_kind(events(a.out), "step");
+  ASSERT_EQ(steps.size(), 6u) << a.out;
+  ASSERT_EQ(of_kind(events(a.out), "checkpoint").size(), 2u) << a.out;
+  EXPECT_TRUE(std::filesystem::exists(path("ck/step-00000003/rank-00001.safetensors")));
+
+  nlohmann::json b = j;
+  b["run"]["checkpoint"]["dir"] = path("ck-b");
+  b["run"]["resume"] = path("ck/step-00000003");
+  const MpiResult rb = mpirun(2, "--config " + write("b.json", b.dump()));
+  ASSERT_EQ(rb.code, 0) << rb.out;
+  const auto later = of_kind(events(rb.out), "step");
+  ASSERT_EQ(later.size(), 3u) << rb.out;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(later[i]["loss"], steps[3 + i]["loss"]) << "step " << 4 + i;
+
+  EXPECT_NE(refused(b).find("world_size"), std::string::npos);
 }
 
 TEST_F(WorkerTest, AFailureOnEveryRankEndsTheMpirunJob) {

@@ -91,10 +91,16 @@ absl::Status parse_run(JsonReader r, RunConfig& run) {
     ZEROD_RETURN_IF_ERROR(c.read("interval", &run.checkpoint.interval));
     ZEROD_RETURN_IF_ERROR(c.read("keep", &run.checkpoint.keep));
     ZEROD_RETURN_IF_ERROR(c.finish());
-    ZEROD_RETURN_IF_ERROR(check(!run.checkpoint.dir, c, "dir", "checkpoints are not supported by this build"));
+    ZEROD_RETURN_IF_ERROR(check(run.checkpoint.interval >= 0, c, "interval",
+                                "must not be negative (0 saves only at the end)"));
+    ZEROD_RETURN_IF_ERROR(check(run.checkpoint.keep >= 1, c, "keep", "must be at least 1"));
+    ZEROD_RETURN_IF_ERROR(check(!run.checkpoint.dir || !run.checkpoint.dir->empty(), c, "dir", "must not be empty"));
   }
   ZEROD_RETURN_IF_ERROR(r.read("resume", &run.resume));
-  ZEROD_RETURN_IF_ERROR(check(!run.resume, r, "resume", "checkpoints are not supported by this build"));
+  ZEROD_RETURN_IF_ERROR(check(!run.resume || !run.resume->empty(), r, "resume",
+                              "must be \"latest\" or a checkpoint directory"));
+  ZEROD_RETURN_IF_ERROR(check(run.resume != "latest" || run.checkpoint.dir, r, "resume",
+                              "\"latest\" needs run.checkpoint.dir to look in"));
   ZEROD_RETURN_IF_ERROR(r.read_bytes("host_memory_limit", &run.host_memory_limit));
   ZEROD_RETURN_IF_ERROR(r.read_bytes("gpu_memory_limit", &run.gpu_memory_limit));
   ZEROD_RETURN_IF_ERROR(r.read("collective_timeout_s", &run.collective_timeout_s));
@@ -345,10 +351,15 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
   cfg.precision = bf16 ? DType::kBF16 : fp16 ? DType::kF16 : DType::kF32;
   ZEROD_ASSIGN_OR_RETURN(JsonReader zero, r.section("zero_optimization"));
   ZEROD_RETURN_IF_ERROR(parse_zero(zero, cfg.zero));
+  if (cfg.zero.offload_optimizer.device == OffloadDevice::kNvme && (cfg.run.checkpoint.dir || cfg.run.resume)) {
+    return config_error(cfg.run.checkpoint.dir ? "run.checkpoint.dir" : "run.resume",
+                        "checkpoints of optimizer states offloaded to NVMe are not supported by this build");
+  }
   {
     ZEROD_ASSIGN_OR_RETURN(JsonReader aio, r.section("aio"));
     ZEROD_RETURN_IF_ERROR(aio.read("block_size", &cfg.aio_block_size));
-    ZEROD_RETURN_IF_ERROR(check(cfg.aio_block_size >= 1, aio, "block_size", "must be positive"));
+    ZEROD_RETURN_IF_ERROR(check(cfg.aio_block_size >= 4096 && cfg.aio_block_size % 4096 == 0, aio, "block_size",
+                                "must be a positive multiple of 4096 bytes (direct I/O)"));
     ZEROD_RETURN_IF_ERROR(aio.read("queue_depth", &cfg.aio_queue_depth));
     ZEROD_RETURN_IF_ERROR(check(cfg.aio_queue_depth >= 1, aio, "queue_depth", "must be positive"));
     ZEROD_RETURN_IF_ERROR(aio.finish());

@@ -72,9 +72,9 @@ struct ZeroConfig {
 };
 
 struct CheckpointConfig {
-  std::optional<std::string> dir;
-  int64_t interval = 0;
-  int keep = 3;
+  std::optional<std::string> dir;  // no checkpoints without one
+  int64_t interval = 0;            // steps between saves; 0: only at the end
+  int keep = 3;                    // newest complete checkpoints kept
 };
 
 struct RunConfig {
@@ -82,7 +82,7 @@ struct RunConfig {
   uint64_t seed = 1234;
   std::string device = "auto";
   CheckpointConfig checkpoint;
-  std::optional<std::string> resume;
+  std::optional<std::string> resume;  // "latest" (in checkpoint.dir, if any) or a checkpoint directory
   std::optional<uint64_t> host_memory_limit, gpu_memory_limit;
   double collective_timeout_s = 300;
   std::optional<std::string> tensorboard_dir;

@@ -1,6 +1,8 @@
 #include "runtime/engine/worker.h"
 
 #include <chrono>
+#include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/bootstrap.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/config/job_config.h"
 #include "runtime/core/device.h"
 #include "runtime/engine/trainer.h"
@@ -34,6 +37,25 @@ absl::StatusOr<std::vector<MemoryPeaks>> gather_peaks(Communicator& comm, const 
   std::vector<MemoryPeaks> all(comm.world_size());
   ZEROD_RETURN_IF_ERROR(comm.all_gather(&mine, all.data(), kWords, CommType::kI64)->wait());
   return all;
+}
+
+// The checkpoint run.resume names: the one `latest` names in
+// run.checkpoint.dir ("" when there is none yet, so a job restarted after a
+// failure and one started fresh run the same command), or the path given.
+absl::StatusOr<std::string> resume_path(const RunConfig& run) {
+  if (*run.resume != "latest") return *run.resume;
+  auto latest = latest_checkpoint(*run.checkpoint.dir);
+  if (absl::IsNotFound(latest.status())) return std::string();
+  return latest;
+}
+
+uint64_t directory_bytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.is_regular_file(ec)) bytes += e.file_size(ec);
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -101,24 +123,52 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   Trainer& t = **trainer;
   output.start(*cfg, t.num_params(), rank->world_size);
+  if (cfg->run.resume) {
+    auto path = resume_path(cfg->run);
+    absl::Status s = path.status();
+    if (s.ok() && !path->empty()) s = t.resume(*path);
+    if (!s.ok()) return fail(kExitBadInput, std::string(s.message()));
+    output.resumed(*path, t.steps_done());
+  }
 
   using Clock = std::chrono::steady_clock;
+  const std::optional<std::string>& ckpt_dir = cfg->run.checkpoint.dir;
+  int64_t saved_step = -1;
+  auto save = [&](int64_t step) -> absl::Status {
+    const auto c0 = Clock::now();
+    ZEROD_ASSIGN_OR_RETURN(std::string path, t.save_checkpoint(*ckpt_dir, cfg->run.checkpoint.keep));
+    output.checkpoint(step, path, directory_bytes(path), std::chrono::duration<double>(Clock::now() - c0).count());
+    saved_step = step;
+    return absl::OkStatus();
+  };
   const auto t0 = Clock::now();
   const double tokens_per_step = static_cast<double>(cfg->train_batch_size) * cfg->data.seq_len;
+  const int64_t first_step = t.steps_done();
   RunSummary summary;
-  for (int64_t i = 0; i < cfg->run.steps; ++i) {
+  for (int64_t i = first_step; i < cfg->run.steps; ++i) {
     auto r = t.step();
     if (!r.ok()) return fail(kExitFailure, absl::StrCat("step ", i + 1, ": ", r.status().message()));
-    if (i == 0) summary.first_loss = r->loss;
+    if (i == first_step) summary.first_loss = r->loss;
     summary.final_loss = r->loss;
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     if (r->step % cfg->steps_per_print == 0 || r->step == cfg->run.steps) {
-      output.step(*r, cfg->run.steps, tokens_per_step * r->step / elapsed, elapsed);
+      output.step(*r, cfg->run.steps, tokens_per_step * (r->step - first_step) / elapsed, elapsed);
+    }
+    const int64_t interval = cfg->run.checkpoint.interval;
+    if (ckpt_dir && interval > 0 && r->step % interval == 0) {
+      if (absl::Status s = save(r->step); !s.ok()) {
+        return fail(kExitFailure, absl::StrCat("checkpoint after step ", r->step, ": ", s.message()));
+      }
     }
   }
-  summary.steps = cfg->run.steps;
+  if (ckpt_dir && t.steps_done() > first_step && saved_step != t.steps_done()) {
+    if (absl::Status s = save(t.steps_done()); !s.ok()) {
+      return fail(kExitFailure, absl::StrCat("checkpoint after step ", t.steps_done(), ": ", s.message()));
+    }
+  }
+  summary.steps = cfg->run.steps - first_step;
   summary.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  summary.tokens_per_s = tokens_per_step * cfg->run.steps / summary.elapsed_s;
+  summary.tokens_per_s = summary.elapsed_s > 0 ? tokens_per_step * summary.steps / summary.elapsed_s : 0;
   auto accuracy = t.synthetic_accuracy();
   if (!accuracy.ok()) return fail(kExitFailure, std::string(accuracy.status().message()));
   summary.synthetic_accuracy = *accuracy;

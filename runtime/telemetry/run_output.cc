@@ -144,8 +144,12 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
     line(j);
     return;
   }
-  out_ << absl::StrFormat("done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s\n", s.steps, s.elapsed_s,
-                          s.first_loss, s.final_loss, s.tokens_per_s);
+  if (s.steps == 0) {
+    out_ << "done: no steps left to train\n";
+  } else {
+    out_ << absl::StrFormat("done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s\n", s.steps, s.elapsed_s,
+                            s.first_loss, s.final_loss, s.tokens_per_s);
+  }
   if (s.synthetic_accuracy >= 0) {
     out_ << absl::StrFormat("synthetic accuracy (held-out prompts, greedy): %.1f%%\n", 100 * s.synthetic_accuracy);
   }
@@ -185,6 +189,27 @@ void RunOutput::memory_by_rank(const std::vector<MemoryPeaks>& per_rank) {
       row(category_name(static_cast<Category>(c)), [&](const MemoryPeaks& p) { return p.peak[t][c]; });
     }
     row("total", [&](const MemoryPeaks& p) { return p.total[t]; });
+  }
+}
+
+void RunOutput::checkpoint(int64_t step, const std::string& path, uint64_t bytes, double seconds) {
+  if (format_ == LogFormat::kJson) {
+    line({{"event", "checkpoint"}, {"step", step}, {"path", path}, {"bytes", bytes}, {"seconds", seconds}});
+    return;
+  }
+  out_ << absl::StrFormat("checkpoint after step %d: %s (%s in %.2fs)\n", step, path, human_bytes(bytes), seconds)
+       << std::flush;
+}
+
+void RunOutput::resumed(const std::string& path, int64_t step) {
+  if (format_ == LogFormat::kJson) {
+    line({{"event", "resume"}, {"path", path.empty() ? nlohmann::json() : nlohmann::json(path)}, {"step", step}});
+    return;
+  }
+  if (path.empty()) {
+    out_ << "resume: no checkpoint yet; starting from step 0\n" << std::flush;
+  } else {
+    out_ << absl::StrFormat("resume: from %s after step %d\n", path, step) << std::flush;
   }
 }
 
