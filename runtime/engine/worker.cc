@@ -134,12 +134,17 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
   using Clock = std::chrono::steady_clock;
   const std::optional<std::string>& ckpt_dir = cfg->run.checkpoint.dir;
   int64_t saved_step = -1;
-  auto save = [&](int64_t step) -> absl::Status {
+  // Saves after the step just trained; the exit status when that fails.
+  auto save = [&]() -> int {
+    const int64_t step = t.steps_done();
     const auto c0 = Clock::now();
-    ZEROD_ASSIGN_OR_RETURN(std::string path, t.save_checkpoint(*ckpt_dir, cfg->run.checkpoint.keep));
-    output.checkpoint(step, path, directory_bytes(path), std::chrono::duration<double>(Clock::now() - c0).count());
+    auto path = t.save_checkpoint(*ckpt_dir, cfg->run.checkpoint.keep);
+    if (!path.ok()) {
+      return fail(kExitFailure, absl::StrCat("checkpoint after step ", step, ": ", path.status().message()));
+    }
+    output.checkpoint(step, *path, directory_bytes(*path), std::chrono::duration<double>(Clock::now() - c0).count());
     saved_step = step;
-    return absl::OkStatus();
+    return kExitOk;
   };
   const auto t0 = Clock::now();
   const double tokens_per_step = static_cast<double>(cfg->train_batch_size) * cfg->data.seq_len;
@@ -156,17 +161,13 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     const int64_t interval = cfg->run.checkpoint.interval;
     if (ckpt_dir && interval > 0 && r->step % interval == 0) {
-      if (absl::Status s = save(r->step); !s.ok()) {
-        return fail(kExitFailure, absl::StrCat("checkpoint after step ", r->step, ": ", s.message()));
-      }
+      if (int code = save(); code != kExitOk) return code;
     }
   }
   if (ckpt_dir && t.steps_done() > first_step && saved_step != t.steps_done()) {
-    if (absl::Status s = save(t.steps_done()); !s.ok()) {
-      return fail(kExitFailure, absl::StrCat("checkpoint after step ", t.steps_done(), ": ", s.message()));
-    }
+    if (int code = save(); code != kExitOk) return code;
   }
-  summary.steps = cfg->run.steps - first_step;
+  summary.steps = t.steps_done() - first_step;
   summary.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.tokens_per_s = summary.elapsed_s > 0 ? tokens_per_step * summary.steps / summary.elapsed_s : 0;
   auto accuracy = t.synthetic_accuracy();
