@@ -163,8 +163,15 @@ absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::fun
   return status;
 }
 
-absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale) {
-  return stream(true, true, [&](int g) { groups_[g].opt->step(lr, step, grad_scale); });
+absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, const MasterOut& updated) {
+  return stream(true, true, [&](int g) {
+    SubGroup& sg = groups_[g];
+    sg.opt->step(lr, step, grad_scale);
+    if (!updated) return;
+    for (size_t i = 0; i < sg.pieces.size(); ++i) {
+      updated(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master);
+    }
+  });
 }
 
 absl::Status SwappedOptimizer::read_masters(const std::vector<float*>& dst) {

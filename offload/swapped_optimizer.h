@@ -33,6 +33,8 @@ class SwappedOptimizer {
  public:
   // Fills dst with elements [start, start + n) of piece k's initial masters.
   using MasterInit = std::function<void(int k, int64_t start, int64_t n, float* dst)>;
+  // Sees elements [start, start + n) of piece k's masters just updated.
+  using MasterOut = std::function<void(int k, int64_t start, int64_t n, const float* master)>;
   // With a MasterInit the fp32 master weights live in the file too, and the
   // pieces' `master` pointers are not used; without, the masters stay where
   // they are and are updated in place, and only the states are swapped.
@@ -47,7 +49,9 @@ class SwappedOptimizer {
 
   ~SwappedOptimizer();
 
-  absl::Status step(float lr, int64_t step, float grad_scale);
+  // `updated`, if given, sees every piece's new masters in order, while
+  // they are in their buffer.
+  absl::Status step(float lr, int64_t step, float grad_scale, const MasterOut& updated = {});
   // Piece k's master weights into dst[k] (from the file when swapped).
   absl::Status read_masters(const std::vector<float*>& dst);
 

@@ -48,8 +48,7 @@ absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
     }
     char* out = buf.data();
     for (const ShardSegment& s : owned_) {
-      const float* src = master_unit(s.unit) + (s.shard_offset - part_.shard_offset(s.unit));
-      std::memcpy(out, src, s.numel * 4);
+      std::memcpy(out, master_at(s), s.numel * 4);
       out += s.numel * 4;
     }
     return absl::OkStatus();
@@ -77,15 +76,13 @@ absl::Status ZeroEngine::load_shard(const std::string& path) {
     if (a.data) ZEROD_RETURN_IF_ERROR(r.read(*r.find(a.header.name), a.data));
   }
   const float* src = master.data();
-  const int64_t ds = dtype_size(dtype_);
   for (const ShardSegment& s : owned_) {
-    const int64_t k = s.shard_offset - part_.shard_offset(s.unit);
-    std::memcpy(master_unit(s.unit) + k, src, s.numel * 4);
+    std::memcpy(master_at(s), src, s.numel * 4);
     // The working copy is what the optimizer would have written from them.
-    if (master_.data()) convert_from_f32(dtype_, src, working().as<char>() + (working_offset(s.unit) + k) * ds, s.numel);
+    if (separate_master_) write_working(s, 0, src, s.numel);
     src += s.numel;
   }
-  return absl::OkStatus();
+  return param_store_ ? param_store_->flush() : absl::OkStatus();
 }
 
 }  // namespace zerod

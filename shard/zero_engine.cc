@@ -105,6 +105,7 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     }
     finish(*s);
     current_ = s;
+    current_layer_ = l;
     return layer_weight_views(*e_->layout_, e_->dtype_, s->buf.data(), layer_staging_.as<float>());
   }
 
@@ -112,6 +113,12 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     const int u = GptLayout::layer_unit(l);
     if (!prefetch_ || find(u)) return;
     start(slot_for(u), u);
+    // An offloaded shard is read one layer further ahead, in the direction
+    // the pass is going, so that its read overlaps a layer's compute.
+    const int next = l + (l - current_layer_);
+    if (e_->param_store_ && next != l && next >= 0 && next < e_->layout_->config().n_layer) {
+      e_->param_store_->fetch(GptLayout::layer_unit(next));
+    }
   }
 
   void end_pass() override {
@@ -121,6 +128,8 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     if (!persistent_layers_) release_layers();
     if (!persistent_globals_) emb_.unit = fin_.unit = -1;
     current_ = nullptr;
+    current_layer_ = -1;
+    if (e_->param_store_) status_.Update(e_->param_store_->drop());
   }
 
   // The shards changed: nothing gathered is current any more.
@@ -135,8 +144,9 @@ class ZeroEngine::ShardedWeights : public WeightSource {
  private:
   struct Slot {
     Buffer buf;
-    int unit = -1;  // the unit held or being gathered
-    WorkPtr work;   // in flight
+    int unit = -1;         // the unit held or being gathered
+    WorkPtr work;          // in flight
+    bool fetched = false;  // gathering from the parameter store's window
   };
 
   Slot* find(int u) {
@@ -162,12 +172,21 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     finish(slot);
     const Partition& p = e_->part_;
     const int64_t ds = dtype_size(e_->dtype_);
-    const char* shard = e_->param_shard_.as<char>() + p.shard_offset(u) * ds;
+    const void* shard = e_->param_shard_.as<char>() + p.shard_offset(u) * ds;
+    if (e_->param_store_) {
+      absl::StatusOr<const void*> fetched = e_->param_store_->acquire(u);
+      slot.fetched = fetched.ok();
+      // Every rank must still take part in the gather: one that could not
+      // read its chunk sends what the slot holds, and reports the error.
+      shard = fetched.ok() ? *fetched : slot.buf.as<char>() + e_->owner_ * p.chunk(u) * ds;
+      status_.Update(fetched.status());
+    }
     slot.unit = u;
     slot.work = e_->comm_->all_gather(shard, slot.buf.data(), p.chunk(u), comm_type(e_->dtype_));
   }
   void finish(Slot& s) {
     if (s.work) status_.Update(timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_));
+    if (std::exchange(s.fetched, false)) e_->param_store_->release(s.unit);
   }
   // Gathers unit u into s unless it is there; true when it was gathered now.
   bool acquire(Slot& s, int u) {
@@ -182,6 +201,7 @@ class ZeroEngine::ShardedWeights : public WeightSource {
   std::vector<Slot> layers_;
   Slot emb_, fin_;
   Slot* current_ = nullptr;
+  int current_layer_ = -1;  // the layer last handed out in this pass
   Buffer layer_staging_, global_staging_;
   GlobalWeights globals_{};
   absl::Status status_;
@@ -294,6 +314,8 @@ ZeroEngine::ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicat
       comm_(comm),
       stage_(cfg.zero.stage),
       dtype_(cfg.precision),
+      params_offloaded_(stage_ == 3 && cfg.zero.offload_param.device != OffloadDevice::kNone),
+      separate_master_(dtype_ != DType::kF32 || params_offloaded_),
       part_(*layout, stage_ == 0 ? 1 : comm->world_size()),
       owner_(stage_ == 0 ? 0 : comm->rank()) {}
 
@@ -309,48 +331,69 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout* 
 absl::Status ZeroEngine::build() {
   owned_ = zerod::owned_segments(*layout_, part_, owner_);
   const OffloadConfig& off = cfg_.zero.offload_optimizer;
+  const OffloadConfig& off_param = cfg_.zero.offload_param;
   const bool swapped = off.device == OffloadDevice::kNvme;
-  // With 16-bit parameters the fp32 master weights are separate, and go
-  // with the states when those are swapped to a file.
-  const bool separate_master = dtype_ != DType::kF32;
+  const bool params_on_nvme = params_offloaded_ && off_param.device == OffloadDevice::kNvme;
   std::vector<ParamPiece> shape;  // the pieces' sizes, before anything is allocated
   for (const ShardSegment& s : owned_) shape.push_back({nullptr, nullptr, nullptr, s.numel, s.tensor_numel, s.decay});
-  if (swapped) {
-    const uint64_t need =
-        SwappedOptimizer::file_bytes(cfg_.optimizer, shape, dtype_, separate_master, cfg_.zero.sub_group_size);
-    ZEROD_RETURN_IF_ERROR(check_swap_dir(*off.nvme_path, need, "zero_optimization.offload_optimizer.nvme_path"));
+  std::vector<int64_t> chunks;
+  for (int u = 0; u < part_.num_units(); ++u) chunks.push_back(part_.chunk(u));
+  // The disks are checked before anything is allocated; two files in one
+  // directory need the space of both.
+  {
+    const uint64_t states = swapped ? SwappedOptimizer::file_bytes(cfg_.optimizer, shape, dtype_, separate_master_,
+                                                                   cfg_.zero.sub_group_size)
+                                    : 0;
+    const uint64_t params = params_on_nvme ? ParamStore::file_bytes(chunks, dtype_) : 0;
+    const bool one_dir = swapped && params_on_nvme && *off.nvme_path == *off_param.nvme_path;
+    if (swapped) {
+      ZEROD_RETURN_IF_ERROR(check_swap_dir(*off.nvme_path, states + (one_dir ? params : 0),
+                                           "zero_optimization.offload_optimizer.nvme_path"));
+    }
+    if (params_on_nvme && !one_dir) {
+      ZEROD_RETURN_IF_ERROR(check_swap_dir(*off_param.nvme_path, params, "zero_optimization.offload_param.nvme_path"));
+    }
   }
 
   const int64_t S = part_.shard_numel(), P = part_.padded_numel(), ds = dtype_size(dtype_);
   if (stage_ < 3) {
     ZEROD_RETURN_IF_ERROR(alloc(params_, P * ds, Category::kParams));
+  } else if (params_offloaded_) {
+    ParamStoreSettings ps{off_param.device,
+                          params_on_nvme ? swap_file_path(*off_param.nvme_path, "params", comm_->rank()) : "",
+                          off_param.buffer_count,
+                          buffer_tier(off_param),
+                          {cfg_.aio_block_size, cfg_.aio_queue_depth},
+                          swap_fault_hook()};
+    ZEROD_ASSIGN_OR_RETURN(param_store_, ParamStore::create(chunks, part_.chunk(1), dtype_, ps));
   } else {
     ZEROD_RETURN_IF_ERROR(alloc(param_shard_, S * ds, Category::kParams));
   }
-  // With fp32 parameters the rank's own chunks of them are the master weights.
-  if (separate_master && !swapped) ZEROD_RETURN_IF_ERROR(alloc(master_, S * 4, Category::kOptimizer));
+  // With fp32 parameters in memory, the rank's own chunks of them are the master weights.
+  if (separate_master_ && !swapped) ZEROD_RETURN_IF_ERROR(alloc(master_, S * 4, Category::kOptimizer));
   if (stage_ <= 1) ZEROD_RETURN_IF_ERROR(alloc(grads_full_, P * 4, Category::kGrads));
   if (stage_ >= 1) ZEROD_RETURN_IF_ERROR(alloc(grad_shard_, S * 4, Category::kGrads));
 
-  // The optimizer writes the 16-bit working copy of what it updates.
+  // The optimizer writes the 16-bit working copy of what it updates, when
+  // that is in memory; an offloaded one is written from the masters after.
   std::vector<ParamPiece> pieces;
   for (size_t i = 0; i < owned_.size(); ++i) {
     const ShardSegment& s = owned_[i];
     ParamPiece p = shape[i];
     p.grad = grad_shard() + s.shard_offset;
-    if (separate_master) p.param16 = working_at(s, 0);
-    if (!(separate_master && swapped)) p.master = master_unit(s.unit) + (s.shard_offset - part_.shard_offset(s.unit));
+    if (separate_master_ && !params_offloaded_) p.param16 = working_at(s, 0);
+    if (!(separate_master_ && swapped)) p.master = master_at(s);
     pieces.push_back(p);
   }
   if (swapped) {
     SwapSettings ss{swap_file_path(*off.nvme_path, "optimizer", comm_->rank()), cfg_.zero.sub_group_size,
                     off.buffer_count, buffer_tier(off), {cfg_.aio_block_size, cfg_.aio_queue_depth}, swap_fault_hook()};
     SwappedOptimizer::MasterInit init;
-    if (separate_master) {
+    if (separate_master_) {
       init = [this](int k, int64_t start, int64_t n, float* dst) {
         const ShardSegment& s = owned_[k];
         init_gpt_range(*layout_, cfg_.run.seed, s.flat_offset + start, s.flat_offset + start + n, dst);
-        convert_from_f32(dtype_, dst, working_at(s, start), n);
+        write_working(s, start, dst, n);
       };
     } else {
       init_params();
@@ -360,6 +403,7 @@ absl::Status ZeroEngine::build() {
     init_params();
     ZEROD_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(cfg_.optimizer, std::move(pieces), dtype_));
   }
+  if (param_store_) ZEROD_RETURN_IF_ERROR(param_store_->flush());
   if (stage_ < 3) {
     ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(layout_, dtype_, params_.data(),
                                                               part_.padded_unit_offsets()));
@@ -390,19 +434,28 @@ GradSink& ZeroEngine::grads() {
 }
 
 void ZeroEngine::init_params() {
-  const int64_t ds = dtype_size(dtype_);
-  for (int u = 0; u < part_.num_units(); ++u) {
-    const Partition::Range r = part_.owned(u, owner_);
-    init_gpt_range(*layout_, cfg_.run.seed, r.begin, r.end, master_unit(u));
-    if (master_.data()) {
-      convert_from_f32(dtype_, master_unit(u), working().as<char>() + working_offset(u) * ds, part_.chunk(u));
-    }
+  for (const ShardSegment& s : owned_) {
+    float* master = master_at(s);
+    init_gpt_range(*layout_, cfg_.run.seed, s.flat_offset, s.flat_offset + s.numel, master);
+    if (separate_master_) write_working(s, 0, master, s.numel);
   }
 }
 
 char* ZeroEngine::working_at(const ShardSegment& s, int64_t start) {
   const int64_t k = s.shard_offset - part_.shard_offset(s.unit) + start;
   return working().as<char>() + (working_offset(s.unit) + k) * dtype_size(dtype_);
+}
+
+float* ZeroEngine::master_at(const ShardSegment& s) const {
+  return master_unit(s.unit) + (s.shard_offset - part_.shard_offset(s.unit));
+}
+
+void ZeroEngine::write_working(const ShardSegment& s, int64_t start, const float* src, int64_t n) {
+  if (param_store_) {
+    param_store_->put(s.shard_offset + start, src, n);
+  } else {
+    convert_from_f32(dtype_, src, working_at(s, start), n);
+  }
 }
 
 float* ZeroEngine::grad_shard() const { return (stage_ == 0 ? grads_full_ : grad_shard_).as<float>(); }
@@ -451,11 +504,23 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
 }
 
 absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_factor) {
+  // An offloaded working copy is written back from the updated masters,
+  // sub-group by sub-group when those stream through a file.
+  SwappedOptimizer::MasterOut updated;
+  if (param_store_) {
+    updated = [this](int k, int64_t start, int64_t n, const float* master) {
+      write_working(owned_[k], start, master, n);
+    };
+  }
   if (swapped_) {
-    ZEROD_RETURN_IF_ERROR(swapped_->step(lr, step, grad_factor));
+    ZEROD_RETURN_IF_ERROR(swapped_->step(lr, step, grad_factor, updated));
   } else {
     optimizer_->step(lr, step, grad_factor);
+    if (param_store_) {
+      for (const ShardSegment& s : owned_) write_working(s, 0, master_at(s), s.numel);
+    }
   }
+  if (param_store_) ZEROD_RETURN_IF_ERROR(param_store_->flush());
   return publish_params();
 }
 
@@ -484,7 +549,7 @@ absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
   const int n = part_.world_size();
   // Masters swapped to a file come back into a shard-shaped buffer first.
   std::vector<float> swapped_master;
-  if (swapped_ && dtype_ != DType::kF32) {
+  if (swapped_ && separate_master_) {
     swapped_master.resize(part_.shard_numel());
     std::vector<float*> dst;
     for (const ShardSegment& s : owned_) dst.push_back(swapped_master.data() + s.shard_offset);

@@ -12,7 +12,10 @@
 //   stage 3: as 2, and the parameters too exist only as shards: each unit is
 //            all-gathered just before use (the next layer prefetched) and
 //            released after; units below the persistence threshold stay
-//            gathered between updates.
+//            gathered between updates. With offload_param the shard itself
+//            lives in host memory or on NVMe (offload/param_store.h): each
+//            unit's chunk is read into a small window just ahead of its
+//            gather, and the optimizer's updates are written back to it.
 //
 // Gradients are summed over ranks; the trainer scales each rank's loss by
 // 1/(accumulation * world_size), so the sum is the global-batch mean.
@@ -25,6 +28,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
 #include "runtime/model/weights.h"
+#include "offload/param_store.h"
 #include "offload/swapped_optimizer.h"
 #include "runtime/optim/optimizer.h"
 #include "shard/partition.h"
@@ -94,6 +98,12 @@ class ZeroEngine {
   void init_params();
   // Where element `start` of owned segment s lies in the working parameters.
   char* working_at(const ShardSegment& s, int64_t start);
+  // Owned segment s's master weights, when they are in memory.
+  float* master_at(const ShardSegment& s) const;
+  // Sets elements [start, start + n) of owned segment s's working copy from
+  // fp32 values, as the optimizer writes it (to the parameter store when
+  // the parameters are offloaded; then flush it after the last).
+  void write_working(const ShardSegment& s, int64_t start, const float* src, int64_t n);
   float* grad_shard() const;
   // This rank's chunk of unit u: in the working parameters (offset in
   // elements of working()), and of the fp32 master weights.
@@ -106,13 +116,19 @@ class ZeroEngine {
   Communicator* comm_;
   const int stage_;
   const DType dtype_;  // of the working parameters
+  const bool params_offloaded_;  // offload_param (stage 3)
+  // fp32 master weights apart from the working parameters: with 16-bit
+  // parameters, or offloaded ones.
+  const bool separate_master_;
   Partition part_;     // world of one under stage 0: every rank owns everything
   const int owner_;    // this rank's index in part_
   std::vector<ShardSegment> owned_;
 
   Buffer params_;       // stages 0-2: all parameters, padded layout, dtype_
-  Buffer param_shard_;  // stage 3: this rank's parameters, dtype_
-  Buffer master_;       // fp32 master shard, unless the parameters are fp32 (then they are the master)
+  Buffer param_shard_;  // stage 3: this rank's parameters, dtype_, unless offloaded to
+  std::unique_ptr<ParamStore> param_store_;
+  Buffer master_;       // fp32 master shard, unless the parameters are fp32 and in memory (then
+                        // they are the master) or the masters are swapped with the states
   std::unique_ptr<Optimizer> optimizer_;         // states in memory, or
   std::unique_ptr<SwappedOptimizer> swapped_;    // states in a file (offload_optimizer nvme)
   Buffer grads_full_;   // stages 0-1: all gradients, padded layout

@@ -1,7 +1,9 @@
-// Optimizer offload in one process: states in host memory (cpu) or streamed
-// through a file (nvme) give bitwise the run without offload; bad nvme_path
-// settings are refused before anything is allocated; I/O faults stop the
-// run with the file and offset named, and leave no thread or descriptor.
+// Offload in one process: optimizer states in host memory (cpu) or streamed
+// through a file (nvme), and stage 3's parameter shard in host memory or a
+// file, give bitwise the run without offload; bad nvme_path settings are
+// refused before anything is allocated; I/O faults stop the run with the
+// file and offset named, leave the last checkpoint as it was, and leave no
+// thread or descriptor.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -59,7 +61,19 @@ class OffloadTest : public testing::TempDirTest {
             // Small requests and a short queue, so a sub-group takes many.
             "aio.block_size=8192", "aio.queue_depth=3"};
   }
+  // offload_param on `device` (stage 3) with `buffers` window buffers.
+  std::vector<std::string> params_on(const std::string& device, int buffers) const {
+    return {"zero_optimization.stage=3", "zero_optimization.offload_param.device=\"" + device + "\"",
+            "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\"",
+            "zero_optimization.offload_param.buffer_count=" + std::to_string(buffers), "aio.block_size=8192",
+            "aio.queue_depth=3"};
+  }
 };
+
+std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 TEST_F(OffloadTest, OptimizerOnCpuOrNvmeIsBitwiseTheInMemoryRun) {
   const std::vector<std::vector<std::string>> variants = {
@@ -93,6 +107,88 @@ TEST_F(OffloadTest, OptimizerOnCpuOrNvmeIsBitwiseTheInMemoryRun) {
   }
   // The swap files are unlinked when made: nothing is left in nvme_path.
   EXPECT_EQ(testing::count_proc_entries(dir_.c_str()), 0);
+}
+
+TEST_F(OffloadTest, ParamsOnCpuOrNvmeAreBitwiseTheInMemoryRun) {
+  const std::vector<std::vector<std::string>> variants = {
+      {},  // fp32: the masters are kept apart from the parameters only because those are offloaded
+      {"bf16.enabled=true"},
+      {"fp16.enabled=true", "optimizer.type=AdamW8bit"},
+      // Embeddings larger than a layer: they go through the window's large buffer.
+      {"bf16.enabled=true", "model.preset=\"custom\"", "model.n_layer=3", "model.n_embd=32", "model.n_head=2",
+       "model.vocab_size=2048", "model.block_size=32"},
+  };
+  // gpt2-tiny's layers are below the default persistence threshold, so they
+  // are gathered once per update; with the threshold at 0, every pass, the
+  // next one prefetched (and its read started a layer earlier), or not.
+  const std::vector<std::vector<std::string>> gathers = {
+      {},
+      {"zero_optimization.stage3_param_persistence_threshold=0"},
+      {"zero_optimization.stage3_param_persistence_threshold=0", "zero_optimization.stage3_prefetch_bucket_size=0"},
+  };
+  const std::vector<std::vector<std::string>> offloads = {
+      params_on("cpu", 5),
+      params_on("nvme", 1),
+      joined(params_on("nvme", 2), {"zero_optimization.offload_optimizer.device=\"cpu\""}),
+      joined(params_on("nvme", 5), nvme(10000, 2)),
+  };
+  for (const auto& v : variants) {
+    for (const auto& g : gathers) {
+      const auto base = joined(joined({"zero_optimization.stage=3"}, v), g);
+      std::string name;
+      for (const auto& o : base) name += o + " ";
+      SCOPED_TRACE(name);
+      const TrainRun ref = train(make_config(base));
+      ASSERT_EQ(ref.losses.size(), 5u);
+      for (size_t i = 0; i < offloads.size(); ++i) {
+        SCOPED_TRACE(::testing::Message() << "offload " << i);
+        const TrainRun off = train(make_config(joined(base, offloads[i])));
+        EXPECT_EQ(off.losses, ref.losses);
+        EXPECT_TRUE(same_bits(off.params, ref.params));
+      }
+    }
+  }
+  EXPECT_EQ(testing::count_proc_entries(dir_.c_str()), 0);
+}
+
+// The shard leaves host memory for its tier; what stays is the window:
+// buffer_count buffers of a layer's chunk and one for the larger embedding
+// chunk, each a page-padded record.
+TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
+  const std::vector<std::string> model = {"bf16.enabled=true", "zero_optimization.stage=3",
+                                          "model.preset=\"custom\"", "model.n_layer=3", "model.n_embd=32",
+                                          "model.n_head=2", "model.vocab_size=2048", "model.block_size=32"};
+  const JobConfig ref_cfg = make_config(model);
+  const Partition part(GptLayout(ref_cfg.model), 1);
+  const int last = part.num_units() - 1;
+  auto record = [](int64_t numel) { return (numel * 2 + 4095) / 4096 * 4096; };
+  int64_t records = 0;
+  for (int u = 0; u < part.num_units(); ++u) records += record(part.chunk(u));
+  ASSERT_GT(part.chunk(0), part.chunk(1));
+  ASSERT_LE(part.chunk(last), part.chunk(1));
+  const int64_t window = 3 * record(part.chunk(1)) + record(part.chunk(0));
+
+  MemoryAccountant& acct = MemoryAccountant::global();
+  auto host = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
+  int64_t params_in_memory = 0;
+  {
+    auto t = Trainer::create(ref_cfg);
+    ASSERT_TRUE(t.ok()) << t.status();
+    params_in_memory = host(Category::kParams);
+    EXPECT_EQ(host(Category::kOffload), 0);
+  }
+  for (const std::string device : {"cpu", "nvme"}) {
+    SCOPED_TRACE(device);
+    auto t = Trainer::create(make_config(joined(model, params_on(device, 3))));
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->step().ok());
+    const int64_t on_nvme = acct.current(Tier::kNvme, Category::kParams);
+    EXPECT_EQ(host(Category::kParams), params_in_memory - part.shard_numel() * 2 + (device == "cpu" ? records : 0));
+    EXPECT_EQ(on_nvme, device == "nvme" ? records : 0);
+    EXPECT_EQ(host(Category::kOffload), window);
+  }
+  EXPECT_EQ(acct.current(Tier::kNvme, Category::kParams), 0u);
+  EXPECT_EQ(host(Category::kOffload), 0);
 }
 
 TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {

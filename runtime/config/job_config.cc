@@ -227,8 +227,6 @@ absl::Status parse_zero(JsonReader r, ZeroConfig& z) {
   ZEROD_RETURN_IF_ERROR(parse_offload(op, z.offload_param));
   ZEROD_RETURN_IF_ERROR(check(z.offload_param.device == OffloadDevice::kNone || z.stage == 3, op, "device",
                               absl::StrCat("offloading parameters needs stage 3, but stage is ", z.stage)));
-  ZEROD_RETURN_IF_ERROR(check(z.offload_param.device == OffloadDevice::kNone, op, "device",
-                              "offloading parameters is not supported by this build"));
   for (const auto& [reader, o] : {std::pair{&oo, &z.offload_optimizer}, std::pair{&op, &z.offload_param}}) {
     ZEROD_RETURN_IF_ERROR(check(o->device != OffloadDevice::kNvme || o->nvme_path.has_value(), *reader, "nvme_path",
                                 "is needed with device \"nvme\""));

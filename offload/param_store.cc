@@ -1,0 +1,186 @@
+#include "offload/param_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace zerod {
+namespace {
+
+uint64_t record_bytes(int64_t numel, DType dtype) { return io_align_up(numel * dtype_size(dtype)); }
+
+}  // namespace
+
+uint64_t ParamStore::file_bytes(const std::vector<int64_t>& chunks, DType dtype) {
+  uint64_t bytes = 0;
+  for (int64_t c : chunks) bytes += record_bytes(c, dtype);
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<ParamStore>> ParamStore::create(std::vector<int64_t> chunks, int64_t window_numel,
+                                                               DType dtype, const ParamStoreSettings& s) {
+  if (s.buffer_count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer_count must be at least 1, got ", s.buffer_count));
+  }
+  std::unique_ptr<ParamStore> p(new ParamStore());
+  p->chunks_ = std::move(chunks);
+  p->window_numel_ = window_numel;
+  p->dtype_ = dtype;
+  int64_t offset = 0, largest = 0;
+  uint64_t record = 0;
+  for (int64_t c : p->chunks_) {
+    p->offsets_.push_back(offset);
+    p->records_.push_back(record);
+    offset += c;
+    record += record_bytes(c, dtype);
+    if (c > window_numel) largest = std::max(largest, c);
+  }
+  for (int i = 0; i < s.buffer_count; ++i) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(record_bytes(window_numel, dtype), Category::kOffload, s.host_tier));
+    p->small_.emplace_back().buf = std::move(b);
+  }
+  if (largest > 0) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(record_bytes(largest, dtype), Category::kOffload, s.host_tier));
+    p->large_.emplace_back().buf = std::move(b);
+  }
+  if (s.device == OffloadDevice::kNvme) {
+    ZEROD_ASSIGN_OR_RETURN(p->io_, AioEngine::create(s.aio, s.hook));
+    ZEROD_ASSIGN_OR_RETURN(p->file_, p->io_->create_scratch(s.file, record));
+    ZEROD_RETURN_IF_ERROR(MemoryAccountant::global().reserve(Tier::kNvme, Category::kParams, record));
+    p->nvme_reserved_ = record;
+  } else {
+    ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(record, Category::kParams, s.host_tier));
+    std::memset(p->host_.data(), 0, record);
+  }
+  return p;
+}
+
+ParamStore::~ParamStore() {
+  io_.reset();  // finishes every transfer before the window goes
+  MemoryAccountant::global().release(Tier::kNvme, Category::kParams, nvme_reserved_);
+}
+
+int64_t ParamStore::window_bytes() const {
+  int64_t bytes = 0;
+  for (const auto* pool : {&small_, &large_}) {
+    for (const Window& w : *pool) bytes += w.buf.bytes();
+  }
+  return bytes;
+}
+
+ParamStore::Window* ParamStore::find(int u) {
+  for (Window& w : pool(u)) {
+    if (w.unit == u) return &w;
+  }
+  return nullptr;
+}
+
+// A buffer that holds nothing; a write-back still in flight from it is
+// waited for (its error kept for flush()).
+ParamStore::Window* ParamStore::free_window(int u) {
+  for (Window& w : pool(u)) {
+    if (w.unit < 0) {
+      put_status_.Update(finish_io(w));
+      return &w;
+    }
+  }
+  return nullptr;
+}
+
+void ParamStore::start_read(Window& w, int u) {
+  w.unit = u;
+  if (io_) {
+    w.io = io_->read(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
+  } else {
+    std::memcpy(w.buf.data(), host_.as<char>() + records_[u], chunks_[u] * dtype_size(dtype_));
+  }
+}
+
+absl::Status ParamStore::finish_io(Window& w) {
+  if (!w.io) return absl::OkStatus();
+  return io_->wait(std::exchange(w.io, nullptr));
+}
+
+void ParamStore::fetch(int u) {
+  if (find(u)) return;
+  if (Window* w = free_window(u)) start_read(*w, u);
+}
+
+absl::StatusOr<const void*> ParamStore::acquire(int u) {
+  Window* w = find(u);
+  if (!w) {
+    w = free_window(u);
+    if (!w) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no free offload_param buffer for unit ", u, ": all ", pool(u).size(), " are in use"));
+    }
+    start_read(*w, u);
+  }
+  if (absl::Status s = finish_io(*w); !s.ok()) {
+    w->unit = -1;
+    return s;
+  }
+  w->acquired = true;
+  return w->buf.data();
+}
+
+void ParamStore::release(int u) {
+  if (Window* w = find(u)) {
+    w->unit = -1;
+    w->acquired = false;
+  }
+}
+
+absl::Status ParamStore::drop() {
+  absl::Status first;
+  for (auto* pool : {&small_, &large_}) {
+    for (Window& w : *pool) {
+      first.Update(finish_io(w));
+      w.unit = -1;
+      w.acquired = false;
+    }
+  }
+  return first;
+}
+
+int ParamStore::unit_at(int64_t offset) const {
+  return static_cast<int>(std::upper_bound(offsets_.begin(), offsets_.end(), offset) - offsets_.begin()) - 1;
+}
+
+void ParamStore::put(int64_t offset, const float* src, int64_t n) {
+  const int u = unit_at(offset);
+  if (!filling_ || filling_->unit != u) {
+    write_current();
+    // Small units go round the pool, so a unit is filled while the writes
+    // of the ones before it are in flight.
+    std::vector<Window>& p = pool(u);
+    filling_ = &p[&p == &small_ ? next_small_++ % p.size() : 0];
+    put_status_.Update(finish_io(*filling_));
+    std::memset(filling_->buf.data(), 0, record_bytes(chunks_[u], dtype_));
+    filling_->unit = u;
+  }
+  convert_from_f32(dtype_, src, filling_->buf.as<char>() + (offset - offsets_[u]) * dtype_size(dtype_), n);
+}
+
+void ParamStore::write_current() {
+  if (!filling_) return;
+  Window& w = *std::exchange(filling_, nullptr);
+  const int u = std::exchange(w.unit, -1);
+  if (io_) {
+    w.io = io_->write(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
+  } else {
+    std::memcpy(host_.as<char>() + records_[u], w.buf.data(), chunks_[u] * dtype_size(dtype_));
+  }
+}
+
+absl::Status ParamStore::flush() {
+  write_current();
+  next_small_ = 0;
+  for (auto* pool : {&small_, &large_}) {
+    for (Window& w : *pool) put_status_.Update(finish_io(w));
+  }
+  return std::exchange(put_status_, absl::OkStatus());
+}
+
+}  // namespace zerod
