@@ -200,6 +200,40 @@ TEST(ZeroOffload, NvmeOptimizerIsBitwiseTheInMemoryRun) {
   }
 }
 
+// offload_param: each rank's stage 3 shard in host memory or in its own
+// file, gathered from the window; the same world size without offload is
+// followed bitwise.
+TEST(ZeroOffload, ParamsOffloadedAreBitwiseTheInMemoryRun) {
+  const int n = world().world_size();
+  const std::string dir = ::testing::TempDir();
+  auto params_on = [&](const std::string& device, int buffers) {
+    return std::vector<std::string>{"zero_optimization.offload_param.device=\"" + device + "\"",
+                                    "zero_optimization.offload_param.nvme_path=\"" + dir + "\"",
+                                    "zero_optimization.offload_param.buffer_count=" + std::to_string(buffers),
+                                    "aio.block_size=16384"};
+  };
+  auto optimizer_on_nvme = params_on("nvme", 2);
+  optimizer_on_nvme.insert(optimizer_on_nvme.end(),
+                           {"zero_optimization.offload_optimizer.device=\"nvme\"",
+                            "zero_optimization.offload_optimizer.nvme_path=\"" + dir + "\"",
+                            "zero_optimization.sub_group_size=10000"});
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"run.steps=6", "bf16.enabled=true"}, params_on("cpu", 5)},
+      {{"run.steps=6", "bf16.enabled=true"}, params_on("nvme", 1)},
+      {{"run.steps=6", "optimizer.type=AdamW8bit"}, optimizer_on_nvme},
+  };
+  for (const auto& [v, off] : cases) {
+    SCOPED_TRACE(::testing::Message() << "world " << n << ", " << v[1] << ", " << off[0]);
+    const TrainRun mem = train(config(tiny_job(3), n, v), &world());
+    auto o = v;
+    o.insert(o.end(), off.begin(), off.end());
+    const TrainRun offloaded = train(config(tiny_job(3), n, o), &world());
+    ASSERT_EQ(mem.losses.size(), 6u);
+    EXPECT_EQ(offloaded.losses, mem.losses);
+    EXPECT_EQ(offloaded.params, mem.params);
+  }
+}
+
 TEST(ZeroMemory, PerRankBytesFollowThePartition) {
   // Shard size from the definition: every unit's ceil(numel / N) elements,
   // rounded up to 64.
