@@ -65,6 +65,11 @@ TEST_F(TrainerCheckpointTest, ResumeContinuesBitwiseAtEveryStage) {
       {"zero_optimization.stage=3"},
       {"zero_optimization.stage=3", "optimizer.type=AdamW8bit", "bf16.enabled=true"},
       {"zero_optimization.stage=1", "fp16.enabled=true"},
+      // Offloaded: the parameter shard on NVMe is rewritten from the loaded masters.
+      {"zero_optimization.stage=3", "bf16.enabled=true", "zero_optimization.offload_param.device=\"nvme\"",
+       "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\"",
+       "zero_optimization.offload_optimizer.device=\"cpu\""},
+      {"zero_optimization.stage=3", "zero_optimization.offload_param.device=\"cpu\""},
   };
   for (const auto& v : variants) {
     std::string name;
