@@ -174,7 +174,7 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     const int64_t ds = dtype_size(e_->dtype_);
     const void* shard = e_->param_shard_.as<char>() + p.shard_offset(u) * ds;
     if (e_->param_store_) {
-      absl::StatusOr<const void*> fetched = e_->param_store_->acquire(u);
+      absl::StatusOr<void*> fetched = e_->param_store_->acquire(u);
       slot.fetched = fetched.ok();
       // Every rank must still take part in the gather: one that could not
       // read its chunk sends what the slot holds, and reports the error.
@@ -344,7 +344,7 @@ absl::Status ZeroEngine::build() {
     const uint64_t states = swapped ? SwappedOptimizer::file_bytes(cfg_.optimizer, shape, dtype_, separate_master_,
                                                                    cfg_.zero.sub_group_size)
                                     : 0;
-    const uint64_t params = params_on_nvme ? ParamStore::file_bytes(chunks, dtype_) : 0;
+    const uint64_t params = params_on_nvme ? ShardStore::file_bytes(chunks, dtype_) : 0;
     const bool one_dir = swapped && params_on_nvme && *off.nvme_path == *off_param.nvme_path;
     if (swapped) {
       ZEROD_RETURN_IF_ERROR(check_swap_dir(*off.nvme_path, states + (one_dir ? params : 0),
@@ -359,13 +359,14 @@ absl::Status ZeroEngine::build() {
   if (stage_ < 3) {
     ZEROD_RETURN_IF_ERROR(alloc(params_, P * ds, Category::kParams));
   } else if (params_offloaded_) {
-    ParamStoreSettings ps{off_param.device,
+    ShardStoreSettings ps{off_param.device,
+                          Category::kParams,
                           params_on_nvme ? swap_file_path(*off_param.nvme_path, "params", comm_->rank()) : "",
                           off_param.buffer_count,
                           buffer_tier(off_param),
                           {cfg_.aio_block_size, cfg_.aio_queue_depth},
                           swap_fault_hook()};
-    ZEROD_ASSIGN_OR_RETURN(param_store_, ParamStore::create(chunks, part_.chunk(1), dtype_, ps));
+    ZEROD_ASSIGN_OR_RETURN(param_store_, ShardStore::create(chunks, part_.chunk(1), dtype_, ps));
   } else {
     ZEROD_RETURN_IF_ERROR(alloc(param_shard_, S * ds, Category::kParams));
   }

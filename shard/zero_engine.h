@@ -13,7 +13,7 @@
 //            all-gathered just before use (the next layer prefetched) and
 //            released after; units below the persistence threshold stay
 //            gathered between updates. With offload_param the shard itself
-//            lives in host memory or on NVMe (offload/param_store.h): each
+//            lives in host memory or on NVMe (offload/shard_store.h): each
 //            unit's chunk is read into a small window just ahead of its
 //            gather, and the optimizer's updates are written back to it.
 //
@@ -28,7 +28,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
 #include "runtime/model/weights.h"
-#include "offload/param_store.h"
+#include "offload/shard_store.h"
 #include "offload/swapped_optimizer.h"
 #include "runtime/optim/optimizer.h"
 #include "shard/partition.h"
@@ -126,7 +126,7 @@ class ZeroEngine {
 
   Buffer params_;       // stages 0-2: all parameters, padded layout, dtype_
   Buffer param_shard_;  // stage 3: this rank's parameters, dtype_, unless offloaded to
-  std::unique_ptr<ParamStore> param_store_;
+  std::unique_ptr<ShardStore> param_store_;
   Buffer master_;       // fp32 master shard, unless the parameters are fp32 and in memory (then
                         // they are the master) or the masters are swapped with the states
   std::unique_ptr<Optimizer> optimizer_;         // states in memory, or

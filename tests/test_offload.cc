@@ -362,7 +362,9 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
       EXPECT_NE(failed.message().find(c.message), std::string::npos) << failed;
       EXPECT_NE(failed.message().find(c.file), std::string::npos) << failed;
       EXPECT_NE(failed.message().find("at offset"), std::string::npos) << failed;
-      if (c.fault == kShortWriteThenDiskFull) EXPECT_GE(writes, 2);
+      if (c.fault == kShortWriteThenDiskFull) {
+        EXPECT_GE(writes, 2);
+      }
     }
     EXPECT_EQ(testing::count_proc_entries("/proc/self/fd"), fds);
     EXPECT_EQ(testing::count_proc_entries("/proc/self/task"), threads);

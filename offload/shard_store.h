@@ -1,15 +1,16 @@
-// Stage 3's parameter shard away from the working memory (offload_param):
-// in host memory (pinned when a GPU will copy from it) or in a scratch file
-// on NVMe. Each unit's chunk of the shard is one page-aligned record.
+// A rank's shard of a flat buffer away from the working memory: in host
+// memory (pinned when a GPU will copy from it) or in a scratch file on NVMe,
+// one page-aligned record per unit. Stage 3's parameters live here with
+// offload_param, and the gradient shard with offload_optimizer nvme.
 //
 // Units come in through a fixed window of host buffers (Category offload):
 // `buffer_count` sized to the common chunk (a layer's), and one for chunks
 // larger than that (the embeddings), so host memory is the window whatever
 // the model's depth. A read is started ahead of use (fetch), waited for
 // when the unit is needed (acquire) and the buffer handed back after
-// (release). After an optimizer step the updated elements come back in
-// shard order (put) and are written unit by unit through the same window,
-// the write of one unit overlapping the filling of the next.
+// (release). New values come in unit by unit (put, or add to accumulate)
+// and are written through the same window, the write of one unit
+// overlapping the filling of the next.
 #pragma once
 
 #include <memory>
@@ -22,8 +23,9 @@
 
 namespace zerod {
 
-struct ParamStoreSettings {
+struct ShardStoreSettings {
   OffloadDevice device;  // kCpu or kNvme
+  Category category;     // of what the records hold
   std::string file;      // nvme: created, and unlinked at once
   int buffer_count;
   Tier host_tier;        // of the records in host memory, and of the window
@@ -31,34 +33,36 @@ struct ParamStoreSettings {
   IoFaultHook hook;      // tests only
 };
 
-class ParamStore {
+class ShardStore {
  public:
   // `chunks`: each unit's chunk of the shard, in elements of `dtype`, in
   // shard order; `window_numel`: the chunk the window's buffers are sized
   // for. The records start as zeros.
-  static absl::StatusOr<std::unique_ptr<ParamStore>> create(std::vector<int64_t> chunks, int64_t window_numel,
-                                                            DType dtype, const ParamStoreSettings& s);
+  static absl::StatusOr<std::unique_ptr<ShardStore>> create(std::vector<int64_t> chunks, int64_t window_numel,
+                                                            DType dtype, const ShardStoreSettings& s);
   // Bytes of the records, for checking the disk before anything is allocated.
   static uint64_t file_bytes(const std::vector<int64_t>& chunks, DType dtype);
   // Waits for every transfer in flight.
-  ~ParamStore();
+  ~ShardStore();
 
   // Starts reading unit u into a free buffer, when one is free and u is not
   // in one already (reading ahead is best effort).
   void fetch(int u);
   // Unit u's chunk, read: waits for its fetch, or reads it now. Valid until
-  // release(u).
-  absl::StatusOr<const void*> acquire(int u);
+  // release(u); changes to it are not stored.
+  absl::StatusOr<void*> acquire(int u);
   void release(int u);
   // Between passes: waits for reads in flight and frees every buffer.
   absl::Status drop();
 
-  // Updated elements [offset, offset + n) of the shard, converted from fp32
-  // as the optimizer writes its working copy. Calls come in increasing
-  // order of offset and a call stays within one unit; elements not put keep
-  // their values only if no element of their unit is put (a unit is
-  // rewritten whole, the rest of it zero). Errors surface at flush().
+  // New values of elements [offset, offset + n) of the shard, converted
+  // from fp32 as the optimizer writes its working copy. A call stays within
+  // one unit, and the calls for a unit come one after another: the unit is
+  // rewritten whole when the next one starts, its elements not put zero.
+  // Not while any unit is acquired. Errors surface at flush().
   void put(int64_t offset, const float* src, int64_t n);
+  // The same, adding src to the stored values (fp32 stores only).
+  void add(int64_t offset, const float* src, int64_t n);
   // Every put written; the first error since the last flush.
   absl::Status flush();
 
@@ -71,13 +75,16 @@ class ParamStore {
     bool acquired = false;
     AioEngine::Ticket io;    // the read of `unit`, or a write-back
   };
-  ParamStore() = default;
+  ShardStore() = default;
   int unit_at(int64_t offset) const;
   std::vector<Window>& pool(int u) { return chunks_[u] > window_numel_ ? large_ : small_; }
   Window* find(int u);
   Window* free_window(int u);
   void start_read(Window& w, int u);
   absl::Status finish_io(Window& w);
+  // The window put() or add() fills with unit u: its stored values are read
+  // first when `keep`, else it starts zero.
+  char* filling(int u, bool keep);
   void write_current();
 
   std::vector<int64_t> chunks_, offsets_;  // elements, and each unit's offset in the shard
@@ -89,6 +96,7 @@ class ParamStore {
   std::unique_ptr<AioEngine> io_;          // device nvme
   int file_ = -1;
   uint64_t nvme_reserved_ = 0;
+  Category category_ = Category::kParams;
   // The unit being filled by put(), and the next window of each pool to fill.
   Window* filling_ = nullptr;
   size_t next_small_ = 0;

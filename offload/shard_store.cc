@@ -1,4 +1,4 @@
-#include "offload/param_store.h"
+#include "offload/shard_store.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,21 +12,22 @@ uint64_t record_bytes(int64_t numel, DType dtype) { return io_align_up(numel * d
 
 }  // namespace
 
-uint64_t ParamStore::file_bytes(const std::vector<int64_t>& chunks, DType dtype) {
+uint64_t ShardStore::file_bytes(const std::vector<int64_t>& chunks, DType dtype) {
   uint64_t bytes = 0;
   for (int64_t c : chunks) bytes += record_bytes(c, dtype);
   return bytes;
 }
 
-absl::StatusOr<std::unique_ptr<ParamStore>> ParamStore::create(std::vector<int64_t> chunks, int64_t window_numel,
-                                                               DType dtype, const ParamStoreSettings& s) {
+absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64_t> chunks, int64_t window_numel,
+                                                               DType dtype, const ShardStoreSettings& s) {
   if (s.buffer_count < 1) {
     return absl::InvalidArgumentError(absl::StrCat("buffer_count must be at least 1, got ", s.buffer_count));
   }
-  std::unique_ptr<ParamStore> p(new ParamStore());
+  std::unique_ptr<ShardStore> p(new ShardStore());
   p->chunks_ = std::move(chunks);
   p->window_numel_ = window_numel;
   p->dtype_ = dtype;
+  p->category_ = s.category;
   int64_t offset = 0, largest = 0;
   uint64_t record = 0;
   for (int64_t c : p->chunks_) {
@@ -47,21 +48,21 @@ absl::StatusOr<std::unique_ptr<ParamStore>> ParamStore::create(std::vector<int64
   if (s.device == OffloadDevice::kNvme) {
     ZEROD_ASSIGN_OR_RETURN(p->io_, AioEngine::create(s.aio, s.hook));
     ZEROD_ASSIGN_OR_RETURN(p->file_, p->io_->create_scratch(s.file, record));
-    ZEROD_RETURN_IF_ERROR(MemoryAccountant::global().reserve(Tier::kNvme, Category::kParams, record));
+    ZEROD_RETURN_IF_ERROR(MemoryAccountant::global().reserve(Tier::kNvme, s.category, record));
     p->nvme_reserved_ = record;
   } else {
-    ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(record, Category::kParams, s.host_tier));
+    ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(record, s.category, s.host_tier));
     std::memset(p->host_.data(), 0, record);
   }
   return p;
 }
 
-ParamStore::~ParamStore() {
+ShardStore::~ShardStore() {
   io_.reset();  // finishes every transfer before the window goes
-  MemoryAccountant::global().release(Tier::kNvme, Category::kParams, nvme_reserved_);
+  MemoryAccountant::global().release(Tier::kNvme, category_, nvme_reserved_);
 }
 
-int64_t ParamStore::window_bytes() const {
+int64_t ShardStore::window_bytes() const {
   int64_t bytes = 0;
   for (const auto* pool : {&small_, &large_}) {
     for (const Window& w : *pool) bytes += w.buf.bytes();
@@ -69,7 +70,7 @@ int64_t ParamStore::window_bytes() const {
   return bytes;
 }
 
-ParamStore::Window* ParamStore::find(int u) {
+ShardStore::Window* ShardStore::find(int u) {
   for (Window& w : pool(u)) {
     if (w.unit == u) return &w;
   }
@@ -78,7 +79,7 @@ ParamStore::Window* ParamStore::find(int u) {
 
 // A buffer that holds nothing; a write-back still in flight from it is
 // waited for (its error kept for flush()).
-ParamStore::Window* ParamStore::free_window(int u) {
+ShardStore::Window* ShardStore::free_window(int u) {
   for (Window& w : pool(u)) {
     if (w.unit < 0) {
       put_status_.Update(finish_io(w));
@@ -88,7 +89,7 @@ ParamStore::Window* ParamStore::free_window(int u) {
   return nullptr;
 }
 
-void ParamStore::start_read(Window& w, int u) {
+void ShardStore::start_read(Window& w, int u) {
   w.unit = u;
   if (io_) {
     w.io = io_->read(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
@@ -97,17 +98,17 @@ void ParamStore::start_read(Window& w, int u) {
   }
 }
 
-absl::Status ParamStore::finish_io(Window& w) {
+absl::Status ShardStore::finish_io(Window& w) {
   if (!w.io) return absl::OkStatus();
   return io_->wait(std::exchange(w.io, nullptr));
 }
 
-void ParamStore::fetch(int u) {
+void ShardStore::fetch(int u) {
   if (find(u)) return;
   if (Window* w = free_window(u)) start_read(*w, u);
 }
 
-absl::StatusOr<const void*> ParamStore::acquire(int u) {
+absl::StatusOr<void*> ShardStore::acquire(int u) {
   Window* w = find(u);
   if (!w) {
     w = free_window(u);
@@ -125,14 +126,14 @@ absl::StatusOr<const void*> ParamStore::acquire(int u) {
   return w->buf.data();
 }
 
-void ParamStore::release(int u) {
+void ShardStore::release(int u) {
   if (Window* w = find(u)) {
     w->unit = -1;
     w->acquired = false;
   }
 }
 
-absl::Status ParamStore::drop() {
+absl::Status ShardStore::drop() {
   absl::Status first;
   for (auto* pool : {&small_, &large_}) {
     for (Window& w : *pool) {
@@ -144,26 +145,43 @@ absl::Status ParamStore::drop() {
   return first;
 }
 
-int ParamStore::unit_at(int64_t offset) const {
+int ShardStore::unit_at(int64_t offset) const {
   return static_cast<int>(std::upper_bound(offsets_.begin(), offsets_.end(), offset) - offsets_.begin()) - 1;
 }
 
-void ParamStore::put(int64_t offset, const float* src, int64_t n) {
-  const int u = unit_at(offset);
+char* ShardStore::filling(int u, bool keep) {
   if (!filling_ || filling_->unit != u) {
     write_current();
     // Small units go round the pool, so a unit is filled while the writes
-    // of the ones before it are in flight.
-    std::vector<Window>& p = pool(u);
-    filling_ = &p[&p == &small_ ? next_small_++ % p.size() : 0];
-    put_status_.Update(finish_io(*filling_));
-    std::memset(filling_->buf.data(), 0, record_bytes(chunks_[u], dtype_));
-    filling_->unit = u;
+    // of the ones before it are in flight; one read ahead is taken as it is.
+    Window* w = find(u);
+    if (!w) {
+      std::vector<Window>& p = pool(u);
+      w = &p[&p == &small_ ? next_small_++ % p.size() : 0];
+      put_status_.Update(finish_io(*w));
+      w->unit = u;
+      if (keep) start_read(*w, u);
+    }
+    put_status_.Update(finish_io(*w));  // its read, if any
+    if (!keep) std::memset(w->buf.data(), 0, record_bytes(chunks_[u], dtype_));
+    filling_ = w;
   }
-  convert_from_f32(dtype_, src, filling_->buf.as<char>() + (offset - offsets_[u]) * dtype_size(dtype_), n);
+  return filling_->buf.as<char>();
 }
 
-void ParamStore::write_current() {
+void ShardStore::put(int64_t offset, const float* src, int64_t n) {
+  const int u = unit_at(offset);
+  char* unit = filling(u, false);
+  convert_from_f32(dtype_, src, unit + (offset - offsets_[u]) * dtype_size(dtype_), n);
+}
+
+void ShardStore::add(int64_t offset, const float* src, int64_t n) {
+  const int u = unit_at(offset);
+  float* dst = reinterpret_cast<float*>(filling(u, true)) + (offset - offsets_[u]);
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void ShardStore::write_current() {
   if (!filling_) return;
   Window& w = *std::exchange(filling_, nullptr);
   const int u = std::exchange(w.unit, -1);
@@ -174,7 +192,7 @@ void ParamStore::write_current() {
   }
 }
 
-absl::Status ParamStore::flush() {
+absl::Status ShardStore::flush() {
   write_current();
   next_small_ = 0;
   for (auto* pool : {&small_, &large_}) {
