@@ -77,16 +77,23 @@ ShardStore::Window* ShardStore::find(int u) {
   return nullptr;
 }
 
-// A buffer that holds nothing; a write-back still in flight from it is
-// waited for (its error kept for flush()).
-ShardStore::Window* ShardStore::free_window(int u) {
+// A buffer that holds nothing, or else, when `evict`, one holding a unit
+// read ahead but not acquired (that read is given up); a transfer still in
+// flight from it is waited for (a write-back's error kept for flush()).
+ShardStore::Window* ShardStore::free_window(int u, bool evict) {
+  Window* unused = nullptr;
   for (Window& w : pool(u)) {
     if (w.unit < 0) {
       put_status_.Update(finish_io(w));
       return &w;
     }
+    if (evict && !w.acquired && &w != filling_ && !unused) unused = &w;
   }
-  return nullptr;
+  if (unused) {
+    finish_io(*unused).IgnoreError();  // a read nobody will use
+    unused->unit = -1;
+  }
+  return unused;
 }
 
 void ShardStore::start_read(Window& w, int u) {
@@ -105,16 +112,16 @@ absl::Status ShardStore::finish_io(Window& w) {
 
 void ShardStore::fetch(int u) {
   if (find(u)) return;
-  if (Window* w = free_window(u)) start_read(*w, u);
+  if (Window* w = free_window(u, false)) start_read(*w, u);
 }
 
 absl::StatusOr<void*> ShardStore::acquire(int u) {
   Window* w = find(u);
   if (!w) {
-    w = free_window(u);
+    w = free_window(u, true);
     if (!w) {
       return absl::FailedPreconditionError(
-          absl::StrCat("no free offload_param buffer for unit ", u, ": all ", pool(u).size(), " are in use"));
+          absl::StrCat("no free offload buffer for unit ", u, ": all ", pool(u).size(), " are acquired"));
     }
     start_read(*w, u);
   }
@@ -175,9 +182,9 @@ void ShardStore::put(int64_t offset, const float* src, int64_t n) {
   convert_from_f32(dtype_, src, unit + (offset - offsets_[u]) * dtype_size(dtype_), n);
 }
 
-void ShardStore::add(int64_t offset, const float* src, int64_t n) {
+void ShardStore::add(int64_t offset, const float* src, int64_t n, bool onto_zero) {
   const int u = unit_at(offset);
-  float* dst = reinterpret_cast<float*>(filling(u, true)) + (offset - offsets_[u]);
+  float* dst = reinterpret_cast<float*>(filling(u, !onto_zero)) + (offset - offsets_[u]);
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 

@@ -61,8 +61,9 @@ class ShardStore {
   // rewritten whole when the next one starts, its elements not put zero.
   // Not while any unit is acquired. Errors surface at flush().
   void put(int64_t offset, const float* src, int64_t n);
-  // The same, adding src to the stored values (fp32 stores only).
-  void add(int64_t offset, const float* src, int64_t n);
+  // The same, adding src to the stored values (fp32 stores only), or to
+  // zeros when `onto_zero` (the stored values are not read).
+  void add(int64_t offset, const float* src, int64_t n, bool onto_zero);
   // Every put written; the first error since the last flush.
   absl::Status flush();
 
@@ -79,7 +80,7 @@ class ShardStore {
   int unit_at(int64_t offset) const;
   std::vector<Window>& pool(int u) { return chunks_[u] > window_numel_ ? large_ : small_; }
   Window* find(int u);
-  Window* free_window(int u);
+  Window* free_window(int u, bool evict);
   void start_read(Window& w, int u);
   absl::Status finish_io(Window& w);
   // The window put() or add() fills with unit u: its stored values are read

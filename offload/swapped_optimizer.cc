@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -77,7 +78,7 @@ uint64_t SwappedOptimizer::file_bytes(const OptimizerConfig& cfg, const std::vec
 absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const OptimizerConfig& cfg,
                                                                             std::vector<ParamPiece> pieces,
                                                                             DType param16_type,
-                                                                            const MasterInit& init_master,
+                                                                            const Fill& init_master,
                                                                             const SwapSettings& s) {
   const bool swap_master = static_cast<bool>(init_master);
   if (s.buffer_count < 1) {
@@ -86,9 +87,10 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   std::unique_ptr<SwappedOptimizer> o(new SwappedOptimizer());
   o->swap_master_ = swap_master;
   o->groups_ = plan(cfg, pieces, param16_type, swap_master, s.sub_group_size);
+  // A buffer holds a record, and after it the group's gradients when those are streamed.
   uint64_t largest = 0;
   for (const SubGroup& g : o->groups_) {
-    largest = std::max(largest, g.bytes);
+    largest = std::max(largest, g.bytes + (s.grads_streamed ? numel_of(g.pieces) * 4 : 0));
     o->file_bytes_ += g.bytes;
   }
   const int nbuf = std::min<int>(s.buffer_count, std::max<int>(1, o->groups_.size()));
@@ -101,20 +103,18 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   ZEROD_RETURN_IF_ERROR(MemoryAccountant::global().reserve(Tier::kNvme, Category::kOptimizer, o->file_bytes_));
   o->nvme_reserved_ = o->file_bytes_;
 
-  // Each group's masters (when swapped) and states live in its buffer.
+  // Each group's masters (when swapped) and states live in its buffer, and
+  // its gradients (when streamed) after them.
   for (int g = 0; g < o->num_sub_groups(); ++g) {
     SubGroup& sg = o->groups_[g];
-    char* base = o->buffer_of(g);
-    if (swap_master) {
-      float* m = reinterpret_cast<float*>(base);
-      for (ParamPiece& p : sg.pieces) {
-        p.master = m;
-        m += p.numel;
-      }
-      base = reinterpret_cast<char*>(m);
-      sg.opt = Optimizer::create_unbound(cfg, sg.pieces, param16_type);
+    float* m = reinterpret_cast<float*>(o->buffer_of(g));
+    float* grad = reinterpret_cast<float*>(o->buffer_of(g) + sg.bytes);
+    for (ParamPiece& p : sg.pieces) {
+      if (swap_master) p.master = std::exchange(m, m + p.numel);
+      if (s.grads_streamed) p.grad = std::exchange(grad, grad + p.numel);
     }
-    sg.opt->bind(base);
+    if (swap_master || s.grads_streamed) sg.opt = Optimizer::create_unbound(cfg, sg.pieces, param16_type);
+    sg.opt->bind(m);
   }
   // The first records: the initial masters and zero states.
   ZEROD_RETURN_IF_ERROR(o->stream(false, true, [&](int g) {
@@ -163,9 +163,15 @@ absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::fun
   return status;
 }
 
-absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, const MasterOut& updated) {
+absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, const Fill& grads,
+                                    const MasterOut& updated) {
   return stream(true, true, [&](int g) {
     SubGroup& sg = groups_[g];
+    if (grads) {
+      for (size_t i = 0; i < sg.pieces.size(); ++i) {
+        grads(sg.source[i], sg.start[i], sg.pieces[i].numel, const_cast<float*>(sg.pieces[i].grad));
+      }
+    }
     sg.opt->step(lr, step, grad_scale);
     if (!updated) return;
     for (size_t i = 0; i < sg.pieces.size(); ++i) {

@@ -27,20 +27,24 @@ struct SwapSettings {
   Tier buffer_tier;        // pinned with a GPU, host otherwise
   AioConfig aio;
   IoFaultHook hook;        // tests only
+  // The gradients are not in memory: step() is given them sub-group by
+  // sub-group, into room after each record in its buffer.
+  bool grads_streamed = false;
 };
 
 class SwappedOptimizer {
  public:
-  // Fills dst with elements [start, start + n) of piece k's initial masters.
-  using MasterInit = std::function<void(int k, int64_t start, int64_t n, float* dst)>;
+  // Fills dst with elements [start, start + n) of piece k's initial masters
+  // (or of its gradients).
+  using Fill = std::function<void(int k, int64_t start, int64_t n, float* dst)>;
   // Sees elements [start, start + n) of piece k's masters just updated.
   using MasterOut = std::function<void(int k, int64_t start, int64_t n, const float* master)>;
-  // With a MasterInit the fp32 master weights live in the file too, and the
+  // With an init_master the fp32 master weights live in the file too, and the
   // pieces' `master` pointers are not used; without, the masters stay where
   // they are and are updated in place, and only the states are swapped.
   static absl::StatusOr<std::unique_ptr<SwappedOptimizer>> create(const OptimizerConfig& cfg,
                                                                   std::vector<ParamPiece> pieces, DType param16_type,
-                                                                  const MasterInit& init_master,
+                                                                  const Fill& init_master,
                                                                   const SwapSettings& s);
   // Bytes the file will take, for checking the disk before anything is
   // allocated (the pieces' pointers are not used).
@@ -49,9 +53,11 @@ class SwappedOptimizer {
 
   ~SwappedOptimizer();
 
-  // `updated`, if given, sees every piece's new masters in order, while
-  // they are in their buffer.
-  absl::Status step(float lr, int64_t step, float grad_scale, const MasterOut& updated = {});
+  // With grads_streamed, `grads` gives each sub-group's gradients before its
+  // update. `updated`, if given, sees every piece's new masters in order,
+  // while they are in their buffer.
+  absl::Status step(float lr, int64_t step, float grad_scale, const Fill& grads = {},
+                    const MasterOut& updated = {});
   // Piece k's master weights into dst[k] (from the file when swapped).
   absl::Status read_masters(const std::vector<float*>& dst);
 

@@ -265,6 +265,7 @@ class ZeroEngine::ShardedGrads : public GradSink {
   // Every reduce-scatter completed and added to the shard.
   absl::Status flush() {
     while (!in_flight_.empty()) complete(*in_flight_.front());
+    if (e_->grad_store_) status_.Update(e_->grad_store_->flush());
     return std::exchange(status_, absl::OkStatus());
   }
 
@@ -287,16 +288,23 @@ class ZeroEngine::ShardedGrads : public GradSink {
   void launch(Slot& s) {
     const int64_t chunk = e_->part_.chunk(s.unit);
     s.work = e_->comm_->reduce_scatter(s.staging.data(), s.recv.data(), chunk, CommType::kF32, ReduceOp::kSum);
+    // Gradients being accumulated in a file: the stored chunk is read while the reduction runs.
+    if (e_->grad_store_ && !e_->grads_fresh_[s.unit]) e_->grad_store_->fetch(s.unit);
     in_flight_.push_back(&s);
     if (!overlap_) complete(s);
   }
   void complete(Slot& s) {
     status_.Update(timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_));
     in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), &s));
-    const int64_t chunk = e_->part_.chunk(s.unit);
-    float* dst = e_->grad_shard_.as<float>() + e_->part_.shard_offset(s.unit);
+    const int64_t chunk = e_->part_.chunk(s.unit), offset = e_->part_.shard_offset(s.unit);
     const float* src = s.recv.as<float>();
-    for (int64_t i = 0; i < chunk; ++i) dst[i] += src[i];
+    if (e_->grad_store_) {
+      e_->grad_store_->add(offset, src, chunk, e_->grads_fresh_[s.unit]);
+      e_->grads_fresh_[s.unit] = false;
+    } else {
+      float* dst = e_->grad_shard_.as<float>() + offset;
+      for (int64_t i = 0; i < chunk; ++i) dst[i] += src[i];
+    }
     s.unit = -1;
   }
 
@@ -315,6 +323,7 @@ ZeroEngine::ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicat
       stage_(cfg.zero.stage),
       dtype_(cfg.precision),
       params_offloaded_(stage_ == 3 && cfg.zero.offload_param.device != OffloadDevice::kNone),
+      grads_offloaded_(stage_ >= 2 && cfg.zero.offload_optimizer.device == OffloadDevice::kNvme),
       separate_master_(dtype_ != DType::kF32 || params_offloaded_),
       part_(*layout, stage_ == 0 ? 1 : comm->world_size()),
       owner_(stage_ == 0 ? 0 : comm->rank()) {}
@@ -344,10 +353,11 @@ absl::Status ZeroEngine::build() {
     const uint64_t states = swapped ? SwappedOptimizer::file_bytes(cfg_.optimizer, shape, dtype_, separate_master_,
                                                                    cfg_.zero.sub_group_size)
                                     : 0;
+    const uint64_t grads = grads_offloaded_ ? ShardStore::file_bytes(chunks, DType::kF32) : 0;
     const uint64_t params = params_on_nvme ? ShardStore::file_bytes(chunks, dtype_) : 0;
     const bool one_dir = swapped && params_on_nvme && *off.nvme_path == *off_param.nvme_path;
     if (swapped) {
-      ZEROD_RETURN_IF_ERROR(check_swap_dir(*off.nvme_path, states + (one_dir ? params : 0),
+      ZEROD_RETURN_IF_ERROR(check_swap_dir(*off.nvme_path, states + grads + (one_dir ? params : 0),
                                            "zero_optimization.offload_optimizer.nvme_path"));
     }
     if (params_on_nvme && !one_dir) {
@@ -373,7 +383,19 @@ absl::Status ZeroEngine::build() {
   // With fp32 parameters in memory, the rank's own chunks of them are the master weights.
   if (separate_master_ && !swapped) ZEROD_RETURN_IF_ERROR(alloc(master_, S * 4, Category::kOptimizer));
   if (stage_ <= 1) ZEROD_RETURN_IF_ERROR(alloc(grads_full_, P * 4, Category::kGrads));
-  if (stage_ >= 1) ZEROD_RETURN_IF_ERROR(alloc(grad_shard_, S * 4, Category::kGrads));
+  if (grads_offloaded_) {
+    ShardStoreSettings gs{OffloadDevice::kNvme,
+                          Category::kGrads,
+                          swap_file_path(*off.nvme_path, "grads", comm_->rank()),
+                          off.buffer_count,
+                          buffer_tier(off),
+                          {cfg_.aio_block_size, cfg_.aio_queue_depth},
+                          swap_fault_hook()};
+    ZEROD_ASSIGN_OR_RETURN(grad_store_, ShardStore::create(chunks, part_.chunk(1), DType::kF32, gs));
+    grads_fresh_.assign(part_.num_units(), true);
+  } else if (stage_ >= 1) {
+    ZEROD_RETURN_IF_ERROR(alloc(grad_shard_, S * 4, Category::kGrads));
+  }
 
   // The optimizer writes the 16-bit working copy of what it updates, when
   // that is in memory; an offloaded one is written from the masters after.
@@ -381,15 +403,20 @@ absl::Status ZeroEngine::build() {
   for (size_t i = 0; i < owned_.size(); ++i) {
     const ShardSegment& s = owned_[i];
     ParamPiece p = shape[i];
-    p.grad = grad_shard() + s.shard_offset;
+    if (!grads_offloaded_) p.grad = grad_shard() + s.shard_offset;
     if (separate_master_ && !params_offloaded_) p.param16 = working_at(s, 0);
     if (!(separate_master_ && swapped)) p.master = master_at(s);
     pieces.push_back(p);
   }
   if (swapped) {
-    SwapSettings ss{swap_file_path(*off.nvme_path, "optimizer", comm_->rank()), cfg_.zero.sub_group_size,
-                    off.buffer_count, buffer_tier(off), {cfg_.aio_block_size, cfg_.aio_queue_depth}, swap_fault_hook()};
-    SwappedOptimizer::MasterInit init;
+    SwapSettings ss{swap_file_path(*off.nvme_path, "optimizer", comm_->rank()),
+                    cfg_.zero.sub_group_size,
+                    off.buffer_count,
+                    buffer_tier(off),
+                    {cfg_.aio_block_size, cfg_.aio_queue_depth},
+                    swap_fault_hook(),
+                    grads_offloaded_};
+    SwappedOptimizer::Fill init;
     if (separate_master_) {
       init = [this](int k, int64_t start, int64_t n, float* dst) {
         const ShardSegment& s = owned_[k];
@@ -471,6 +498,10 @@ float* ZeroEngine::master_unit(int u) const {
 }
 
 void ZeroEngine::zero_grads() {
+  if (grad_store_) {
+    grads_fresh_.assign(part_.num_units(), true);
+    return;
+  }
   Buffer& g = stage_ <= 1 ? grads_full_ : grad_shard_;
   std::memset(g.data(), 0, g.bytes());
 }
@@ -498,7 +529,19 @@ absl::Status ZeroEngine::reduce_gradients() {
 }
 
 absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
-  double sumsq = cpu::sum_squares(grad_shard(), part_.shard_numel());
+  // Unit by unit, so that gradients in a file (read a unit ahead) give the
+  // same sum as in memory.
+  double sumsq = 0;
+  for (int u = 0; u < part_.num_units(); ++u) {
+    const float* g = grad_shard() ? grad_shard() + part_.shard_offset(u) : nullptr;
+    if (grad_store_) {
+      if (u + 1 < part_.num_units()) grad_store_->fetch(u + 1);
+      ZEROD_ASSIGN_OR_RETURN(void* stored, grad_store_->acquire(u));
+      g = static_cast<const float*>(stored);
+    }
+    sumsq += cpu::sum_squares(g, part_.chunk(u));
+    if (grad_store_) grad_store_->release(u);
+  }
   // Under stage 0 every rank holds all the (reduced) gradients already.
   if (stage_ > 0) ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &sumsq, 1, CommType::kF64, ReduceOp::kSum));
   return sumsq;
@@ -513,8 +556,31 @@ absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_fact
       write_working(owned_[k], start, master, n);
     };
   }
+  // Offloaded gradients come back unit by unit as the sub-groups need
+  // them, the next unit read ahead.
+  SwappedOptimizer::Fill grads;
+  absl::Status grads_status;
+  int held = -1;
+  if (grad_store_) {
+    grads = [&](int k, int64_t start, int64_t n, float* dst) {
+      const ShardSegment& s = owned_[k];
+      if (held != s.unit) {
+        if (held >= 0) grad_store_->release(held);
+        held = s.unit;
+        if (held + 1 < part_.num_units()) grad_store_->fetch(held + 1);
+      }
+      absl::StatusOr<void*> unit = grad_store_->acquire(held);
+      grads_status.Update(unit.status());
+      if (!unit.ok()) return;
+      const float* src = static_cast<const float*>(*unit) + (s.shard_offset - part_.shard_offset(s.unit)) + start;
+      std::memcpy(dst, src, n * 4);
+    };
+  }
   if (swapped_) {
-    ZEROD_RETURN_IF_ERROR(swapped_->step(lr, step, grad_factor, updated));
+    absl::Status stepped = swapped_->step(lr, step, grad_factor, grads, updated);
+    if (grad_store_) grads_status.Update(grad_store_->drop());
+    ZEROD_RETURN_IF_ERROR(grads_status);
+    ZEROD_RETURN_IF_ERROR(stepped);
   } else {
     optimizer_->step(lr, step, grad_factor);
     if (param_store_) {

@@ -17,6 +17,10 @@
 //            unit's chunk is read into a small window just ahead of its
 //            gather, and the optimizer's updates are written back to it.
 //
+// With offload_optimizer nvme at stages 2 and 3 the gradient shard is in a
+// file too: each unit's reduced chunk is written (or added) to it during
+// backward, and the optimizer reads it back sub-group by sub-group.
+//
 // Gradients are summed over ranks; the trainer scales each rank's loss by
 // 1/(accumulation * world_size), so the sum is the global-batch mean.
 #pragma once
@@ -117,6 +121,7 @@ class ZeroEngine {
   const int stage_;
   const DType dtype_;  // of the working parameters
   const bool params_offloaded_;  // offload_param (stage 3)
+  const bool grads_offloaded_;   // offload_optimizer nvme, stages 2-3
   // fp32 master weights apart from the working parameters: with 16-bit
   // parameters, or offloaded ones.
   const bool separate_master_;
@@ -132,7 +137,9 @@ class ZeroEngine {
   std::unique_ptr<Optimizer> optimizer_;         // states in memory, or
   std::unique_ptr<SwappedOptimizer> swapped_;    // states in a file (offload_optimizer nvme)
   Buffer grads_full_;   // stages 0-1: all gradients, padded layout
-  Buffer grad_shard_;   // stages 1-3
+  Buffer grad_shard_;   // stages 1-3, unless offloaded to
+  std::unique_ptr<ShardStore> grad_store_;
+  std::vector<bool> grads_fresh_;  // per unit: nothing stored in grad_store_ since zero_grads()
   double pass_wait_s_ = 0;
 
   std::unique_ptr<FlatWeights> flat_weights_;       // stages 0-2

@@ -192,25 +192,36 @@ TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
   EXPECT_EQ(host(Category::kOffload), 0);
 }
 
+// The states, and at stages 2 and 3 the gradient shard, leave host memory
+// for their files; what stays is three sub-group buffers (a record of 12
+// bytes an element plus room for its gradients) and the gradients' window
+// (three buffers of a layer's fp32 chunk).
 TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
   auto o = nvme(8192, 3);
   o.push_back("bf16.enabled=true");
   o.push_back("zero_optimization.stage=2");
   const JobConfig cfg = make_config(o);
+  const Partition part(GptLayout(cfg.model), 1);
+  ASSERT_LE(part.chunk(0), part.chunk(1));
+  int64_t grad_records = 0;
+  for (int u = 0; u < part.num_units(); ++u) grad_records += (part.chunk(u) * 4 + 4095) / 4096 * 4096;
   MemoryAccountant& acct = MemoryAccountant::global();
+  auto host = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
+  auto nvme_bytes = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kNvme, c)); };
   auto t = Trainer::create(cfg);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE((*t)->step().ok());
   const int64_t n = (*t)->num_params();
   // Master weights, m and v: 12 bytes a parameter in the file, none in memory.
-  EXPECT_GE(acct.current(Tier::kNvme, Category::kOptimizer), uint64_t(12 * n));
-  EXPECT_EQ(acct.current(Tier::kHost, Category::kOptimizer), 0u);
-  // Three buffers of at most one sub-group's record (12 bytes an element, page-padded).
-  EXPECT_LE(acct.current(Tier::kHost, Category::kOffload), 3u * (12 * 8192 + 4096));
-  EXPECT_GT(acct.current(Tier::kHost, Category::kOffload), 0u);
+  EXPECT_GE(nvme_bytes(Category::kOptimizer), 12 * n);
+  EXPECT_EQ(host(Category::kOptimizer), 0);
+  EXPECT_EQ(nvme_bytes(Category::kGrads), grad_records);
+  EXPECT_EQ(host(Category::kGrads), 0);
+  EXPECT_EQ(host(Category::kOffload), 3 * (12 + 4) * 8192 + 3 * ((part.chunk(1) * 4 + 4095) / 4096 * 4096));
   t->reset();
-  EXPECT_EQ(acct.current(Tier::kNvme, Category::kOptimizer), 0u);
-  EXPECT_EQ(acct.current(Tier::kHost, Category::kOffload), 0u);
+  EXPECT_EQ(nvme_bytes(Category::kOptimizer), 0);
+  EXPECT_EQ(nvme_bytes(Category::kGrads), 0);
+  EXPECT_EQ(host(Category::kOffload), 0);
 }
 
 // A host memory limit that the states alone exceed (86.5 MB of states, a
