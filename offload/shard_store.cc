@@ -62,14 +62,6 @@ ShardStore::~ShardStore() {
   MemoryAccountant::global().release(Tier::kNvme, category_, nvme_reserved_);
 }
 
-int64_t ShardStore::window_bytes() const {
-  int64_t bytes = 0;
-  for (const auto* pool : {&small_, &large_}) {
-    for (const Window& w : *pool) bytes += w.buf.bytes();
-  }
-  return bytes;
-}
-
 ShardStore::Window* ShardStore::find(int u) {
   for (Window& w : pool(u)) {
     if (w.unit == u) return &w;

@@ -67,8 +67,6 @@ class ShardStore {
   // Every put written; the first error since the last flush.
   absl::Status flush();
 
-  int64_t window_bytes() const;
-
  private:
   struct Window {
     Buffer buf;
