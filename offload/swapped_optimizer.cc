@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   }
   std::unique_ptr<SwappedOptimizer> o(new SwappedOptimizer());
   o->swap_master_ = swap_master;
+  o->whole_ = Optimizer::create_unbound(cfg, pieces, param16_type);
   o->groups_ = plan(cfg, pieces, param16_type, swap_master, s.sub_group_size);
   // A buffer holds a record, and after it the group's gradients when those are streamed.
   uint64_t largest = 0;
@@ -192,6 +193,45 @@ absl::Status SwappedOptimizer::read_masters(const std::vector<float*>& dst) {
     return absl::OkStatus();
   }
   return stream(true, false, copy_out);
+}
+
+absl::Status SwappedOptimizer::write_masters(const std::vector<const float*>& src) {
+  auto copy_in = [&](int g) {
+    SubGroup& sg = groups_[g];
+    for (size_t i = 0; i < sg.pieces.size(); ++i) {
+      std::memcpy(sg.pieces[i].master, src[sg.source[i]] + sg.start[i], sg.pieces[i].numel * sizeof(float));
+    }
+  };
+  if (!swap_master_) {
+    for (int g = 0; g < num_sub_groups(); ++g) copy_in(g);
+    return absl::OkStatus();
+  }
+  return stream(true, true, copy_in);
+}
+
+absl::Status SwappedOptimizer::each_part(const std::string& name, bool write_back,
+                                         const std::function<void(void*, uint64_t, uint64_t)>& fn) {
+  uint64_t offset = 0;
+  return stream(true, write_back, [&](int g) {
+    for (const StateArray& a : groups_[g].opt->state_arrays()) {
+      if (a.name != name) continue;
+      const uint64_t bytes = a.numel * dtype_size(a.dtype);
+      fn(a.data, offset, bytes);
+      offset += bytes;
+    }
+  });
+}
+
+absl::Status SwappedOptimizer::read_state(const std::string& name, void* dst) {
+  return each_part(name, false, [&](void* data, uint64_t offset, uint64_t bytes) {
+    std::memcpy(static_cast<char*>(dst) + offset, data, bytes);
+  });
+}
+
+absl::Status SwappedOptimizer::write_state(const std::string& name, const void* src) {
+  return each_part(name, true, [&](void* data, uint64_t offset, uint64_t bytes) {
+    std::memcpy(data, static_cast<const char*>(src) + offset, bytes);
+  });
 }
 
 }  // namespace zerod

@@ -60,6 +60,16 @@ class SwappedOptimizer {
                     const MasterOut& updated = {});
   // Piece k's master weights into dst[k] (from the file when swapped).
   absl::Status read_masters(const std::vector<float*>& dst);
+  // And from src[k] (into the file when swapped).
+  absl::Status write_masters(const std::vector<const float*>& src);
+
+  // The state arrays an in-memory Optimizer over the same pieces would hold
+  // (names, types and sizes; data null). Each is the sub-groups' arrays of
+  // that name one after another, so read_state/write_state move the same
+  // bytes that Optimizer::state_arrays() shows, through the buffers.
+  std::vector<StateArray> state_layout() const { return whole_->state_arrays(); }
+  absl::Status read_state(const std::string& name, void* dst);
+  absl::Status write_state(const std::string& name, const void* src);
 
   int num_sub_groups() const { return static_cast<int>(groups_.size()); }
   uint64_t file_bytes() const { return file_bytes_; }
@@ -81,7 +91,12 @@ class SwappedOptimizer {
   // the next group's read and earlier groups' write-backs are in flight.
   absl::Status stream(bool read, bool write_back, const std::function<void(int)>& fn);
 
+  // The byte range of each group's array `name`, in order, as fn(g, data, offset, bytes).
+  absl::Status each_part(const std::string& name, bool write_back,
+                         const std::function<void(void* data, uint64_t offset, uint64_t bytes)>& fn);
+
   bool swap_master_ = false;
+  std::unique_ptr<Optimizer> whole_;  // unbound: the layout of the states over all pieces
   std::vector<SubGroup> groups_;
   std::vector<Buffer> buffers_;
   uint64_t file_bytes_ = 0;

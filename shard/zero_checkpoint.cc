@@ -30,35 +30,37 @@ int64_t owned_numel(const std::vector<ShardSegment>& owned) {
   return n;
 }
 
-absl::Status swapped_checkpoint_error() {
-  return absl::UnimplementedError("checkpoints of optimizer states offloaded to NVMe are not supported yet");
-}
-
 }  // namespace
 
+// With the states swapped to a file, the arrays are read from and written
+// to it through the sub-group buffers, one array at a time, in the layout an
+// in-memory optimizer has: a checkpoint loads with or without offload.
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
-  if (swapped_) return swapped_checkpoint_error();
-  const std::vector<ShardArray> arrays = shard_arrays(owned_numel(owned_), optimizer_->state_arrays());
+  const std::vector<ShardArray> arrays =
+      shard_arrays(owned_numel(owned_), swapped_ ? swapped_->state_layout() : optimizer_->state_arrays());
   std::vector<SafeTensor> headers;
   for (const ShardArray& a : arrays) headers.push_back(a.header);
   return write_safetensors(path, headers, {{"format", "zerod-shard"}}, [&](size_t i, std::vector<char>& buf) {
-    if (arrays[i].data) {
+    if (i > 0) {
+      if (swapped_) return swapped_->read_state(arrays[i].header.name, buf.data());
       std::memcpy(buf.data(), arrays[i].data, buf.size());
       return absl::OkStatus();
     }
+    std::vector<float*> dst;
     char* out = buf.data();
     for (const ShardSegment& s : owned_) {
-      std::memcpy(out, master_at(s), s.numel * 4);
+      dst.push_back(reinterpret_cast<float*>(out));
+      if (!swapped_) std::memcpy(out, master_at(s), s.numel * 4);
       out += s.numel * 4;
     }
-    return absl::OkStatus();
+    return swapped_ ? swapped_->read_masters(dst) : absl::OkStatus();
   });
 }
 
 absl::Status ZeroEngine::load_shard(const std::string& path) {
-  if (swapped_) return swapped_checkpoint_error();
   ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path));
-  const std::vector<ShardArray> arrays = shard_arrays(owned_numel(owned_), optimizer_->state_arrays());
+  const std::vector<ShardArray> arrays =
+      shard_arrays(owned_numel(owned_), swapped_ ? swapped_->state_layout() : optimizer_->state_arrays());
   if (r.tensors().size() != arrays.size()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", r.tensors().size(), " arrays, this rank's state has ",
                                                    arrays.size(), " (a different optimizer or partition?)"));
@@ -73,15 +75,25 @@ absl::Status ZeroEngine::load_shard(const std::string& path) {
   std::vector<float> master(owned_numel(owned_));
   ZEROD_RETURN_IF_ERROR(r.read(*r.find(kMaster), master.data()));
   for (const ShardArray& a : arrays) {
-    if (a.data) ZEROD_RETURN_IF_ERROR(r.read(*r.find(a.header.name), a.data));
+    if (a.header.name == kMaster) continue;
+    if (!swapped_) {
+      ZEROD_RETURN_IF_ERROR(r.read(*r.find(a.header.name), a.data));
+      continue;
+    }
+    std::vector<char> state(a.header.numel() * dtype_size(a.header.dtype));
+    ZEROD_RETURN_IF_ERROR(r.read(*r.find(a.header.name), state.data()));
+    ZEROD_RETURN_IF_ERROR(swapped_->write_state(a.header.name, state.data()));
   }
-  const float* src = master.data();
+  std::vector<const float*> src;
+  const float* at = master.data();
   for (const ShardSegment& s : owned_) {
-    std::memcpy(master_at(s), src, s.numel * 4);
+    src.push_back(at);
+    if (!swapped_) std::memcpy(master_at(s), at, s.numel * 4);
     // The working copy is what the optimizer would have written from them.
-    if (separate_master_) write_working(s, 0, src, s.numel);
-    src += s.numel;
+    if (separate_master_) write_working(s, 0, at, s.numel);
+    at += s.numel;
   }
+  if (swapped_) ZEROD_RETURN_IF_ERROR(swapped_->write_masters(src));
   return param_store_ ? param_store_->flush() : absl::OkStatus();
 }
 

@@ -70,6 +70,20 @@ TEST_F(TrainerCheckpointTest, ResumeContinuesBitwiseAtEveryStage) {
        "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\"",
        "zero_optimization.offload_optimizer.device=\"cpu\""},
       {"zero_optimization.stage=3", "zero_optimization.offload_param.device=\"cpu\""},
+      // Optimizer states (and at stages 2-3 gradients) in files: the arrays
+      // go through the sub-group buffers, 5 sub-groups of 30000 elements.
+      {"zero_optimization.stage=0", "zero_optimization.offload_optimizer.device=\"nvme\"",
+       "zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"",
+       "zero_optimization.sub_group_size=30000"},
+      {"zero_optimization.stage=2", "optimizer.type=AdamW8bit", "bf16.enabled=true",
+       "zero_optimization.offload_optimizer.device=\"nvme\"",
+       "zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"",
+       "zero_optimization.sub_group_size=30000"},
+      {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"nvme\"",
+       "zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"",
+       "zero_optimization.offload_param.device=\"nvme\"",
+       "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\"",
+       "zero_optimization.sub_group_size=30000"},
   };
   for (const auto& v : variants) {
     std::string name;
@@ -92,6 +106,34 @@ TEST_F(TrainerCheckpointTest, ResumeContinuesBitwiseAtEveryStage) {
     const std::vector<double> got = run_steps(*b, 3);
     EXPECT_EQ(got, want);
     EXPECT_TRUE(same_bits(*b->master_params(), want_params));
+  }
+}
+
+// Offload is not part of the checkpoint: one saved with the states in files
+// resumes in memory, and one saved in memory resumes into files, each
+// continuing bitwise as the trainer that saved it does.
+TEST_F(TrainerCheckpointTest, ResumesWithOrWithoutOffload) {
+  const std::vector<std::string> base = {"zero_optimization.stage=3", "optimizer.type=AdamW8bit", "bf16.enabled=true"};
+  auto offloaded = base;
+  for (const char* o : {"zero_optimization.offload_optimizer.device=\"nvme\"",
+                        "zero_optimization.offload_param.device=\"nvme\"",
+                        "zero_optimization.sub_group_size=30000"}) {
+    offloaded.push_back(o);
+  }
+  offloaded.push_back("zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"");
+  offloaded.push_back("zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\"");
+  const std::vector<std::string>* configs[] = {&base, &offloaded};
+  for (int from = 0; from < 2; ++from) {
+    SCOPED_TRACE(from == 0 ? "saved in memory, resumed offloaded" : "saved offloaded, resumed in memory");
+    auto a = make_trainer(make_config(*configs[from]));
+    run_steps(*a, 3);
+    auto saved = a->save_checkpoint(path("ckpt-" + std::to_string(from)), 1);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    const std::vector<double> want = run_steps(*a, 3);
+    auto b = make_trainer(make_config(*configs[1 - from]));
+    ASSERT_TRUE(b->resume(*saved).ok());
+    EXPECT_EQ(run_steps(*b, 3), want);
+    EXPECT_TRUE(same_bits(*b->master_params(), *a->master_params()));
   }
 }
 

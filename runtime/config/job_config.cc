@@ -349,10 +349,6 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
   cfg.precision = bf16 ? DType::kBF16 : fp16 ? DType::kF16 : DType::kF32;
   ZEROD_ASSIGN_OR_RETURN(JsonReader zero, r.section("zero_optimization"));
   ZEROD_RETURN_IF_ERROR(parse_zero(zero, cfg.zero));
-  if (cfg.zero.offload_optimizer.device == OffloadDevice::kNvme && (cfg.run.checkpoint.dir || cfg.run.resume)) {
-    return config_error(cfg.run.checkpoint.dir ? "run.checkpoint.dir" : "run.resume",
-                        "checkpoints of optimizer states offloaded to NVMe are not supported by this build");
-  }
   {
     ZEROD_ASSIGN_OR_RETURN(JsonReader aio, r.section("aio"));
     ZEROD_RETURN_IF_ERROR(aio.read("block_size", &cfg.aio_block_size));

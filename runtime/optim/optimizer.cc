@@ -81,10 +81,11 @@ AdamTensor Optimizer::fp32_view(const Piece& pc) const {
 
 std::vector<StateArray> Optimizer::state_arrays() {
   const int64_t f = fp32_numel_, q = quantized_numel_, b = blocks_;
+  auto at = [](auto* base, int64_t offset) -> void* { return base ? base + offset : nullptr; };
   std::vector<StateArray> all = {
-      {"m", DType::kF32, states_, f},          {"v", DType::kF32, states_ + f, f},
-      {"m_codes", DType::kU8, codes_, q},      {"v_codes", DType::kU8, codes_ + q, q},
-      {"m_absmax", DType::kF32, absmax_, b},   {"v_absmax", DType::kF32, absmax_ + b, b}};
+      {"m", DType::kF32, at(states_, 0), f},        {"v", DType::kF32, at(states_, f), f},
+      {"m_codes", DType::kU8, at(codes_, 0), q},    {"v_codes", DType::kU8, at(codes_, q), q},
+      {"m_absmax", DType::kF32, at(absmax_, 0), b}, {"v_absmax", DType::kF32, at(absmax_, b), b}};
   std::erase_if(all, [](const StateArray& a) { return a.numel == 0; });
   return all;
 }

@@ -59,7 +59,7 @@ class Optimizer {
   // fp32 states, then the 8-bit "m_codes", "v_codes", "m_absmax" and
   // "v_absmax"; arrays of no elements are left out. Pieces follow the order
   // given to create(), so the arrays fit an optimizer built over the same
-  // pieces.
+  // pieces. Before bind(), the arrays' data is null.
   std::vector<StateArray> state_arrays();
 
  private:
