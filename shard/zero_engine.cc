@@ -535,8 +535,8 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
   for (int u = 0; u < part_.num_units(); ++u) {
     const float* g = grad_shard() ? grad_shard() + part_.shard_offset(u) : nullptr;
     if (grad_store_) {
-      if (u + 1 < part_.num_units()) grad_store_->fetch(u + 1);
       ZEROD_ASSIGN_OR_RETURN(void* stored, grad_store_->acquire(u));
+      if (u + 1 < part_.num_units()) grad_store_->fetch(u + 1);
       g = static_cast<const float*>(stored);
     }
     sumsq += cpu::sum_squares(g, part_.chunk(u));
@@ -564,12 +564,11 @@ absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_fact
   if (grad_store_) {
     grads = [&](int k, int64_t start, int64_t n, float* dst) {
       const ShardSegment& s = owned_[k];
-      if (held != s.unit) {
-        if (held >= 0) grad_store_->release(held);
-        held = s.unit;
-        if (held + 1 < part_.num_units()) grad_store_->fetch(held + 1);
-      }
+      const bool next_unit = held != s.unit;
+      if (next_unit && held >= 0) grad_store_->release(held);
+      held = s.unit;
       absl::StatusOr<void*> unit = grad_store_->acquire(held);
+      if (next_unit && held + 1 < part_.num_units()) grad_store_->fetch(held + 1);
       grads_status.Update(unit.status());
       if (!unit.ok()) return;
       const float* src = static_cast<const float*>(*unit) + (s.shard_offset - part_.shard_offset(s.unit)) + start;
