@@ -1,88 +1,52 @@
 // ZeroEngine's share of a checkpoint: this rank's master weights and
-// optimizer states as one safetensors file (zero_engine.h).
+// optimizer states as one shard file (saved_shards.h), and loading them
+// back, from a file of the same partition or from any saved partition.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/checkpoint/safetensors.h"
+#include "shard/saved_shards.h"
 #include "shard/zero_engine.h"
 
 namespace zerod {
-namespace {
 
-constexpr const char* kMaster = "master";
-
-// The arrays of a shard file, in order, with the memory each comes from
-// (none for the master weights, which are gathered from the owned segments).
-struct ShardArray {
-  SafeTensor header;
-  void* data;
-};
-
-std::vector<ShardArray> shard_arrays(int64_t master_numel, const std::vector<StateArray>& states) {
-  std::vector<ShardArray> a = {{{kMaster, DType::kF32, {master_numel}}, nullptr}};
-  for (const StateArray& s : states) a.push_back({{s.name, s.dtype, {s.numel}}, s.data});
-  return a;
+std::vector<StateArray> ZeroEngine::state_arrays() const {
+  return swapped_ ? swapped_->state_layout() : optimizer_->state_arrays();
 }
-
-int64_t owned_numel(const std::vector<ShardSegment>& owned) {
-  int64_t n = 0;
-  for (const ShardSegment& s : owned) n += s.numel;
-  return n;
-}
-
-}  // namespace
 
 // With the states swapped to a file, the arrays are read from and written
 // to it through the sub-group buffers, one array at a time, in the layout an
 // in-memory optimizer has: a checkpoint loads with or without offload.
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
-  const std::vector<ShardArray> arrays =
-      shard_arrays(owned_numel(owned_), swapped_ ? swapped_->state_layout() : optimizer_->state_arrays());
-  std::vector<SafeTensor> headers;
-  for (const ShardArray& a : arrays) headers.push_back(a.header);
-  return write_safetensors(path, headers, {{"format", "zerod-shard"}}, [&](size_t i, std::vector<char>& buf) {
-    if (i > 0) {
-      if (swapped_) return swapped_->read_state(arrays[i].header.name, buf.data());
-      std::memcpy(buf.data(), arrays[i].data, buf.size());
-      return absl::OkStatus();
-    }
-    std::vector<float*> dst;
-    char* out = buf.data();
-    for (const ShardSegment& s : owned_) {
-      dst.push_back(reinterpret_cast<float*>(out));
-      if (!swapped_) std::memcpy(out, master_at(s), s.numel * 4);
-      out += s.numel * 4;
-    }
-    return swapped_ ? swapped_->read_masters(dst) : absl::OkStatus();
-  });
+  const std::vector<StateArray> states = state_arrays();
+  return write_safetensors(
+      path, shard_file_arrays(owned_numel(owned_), states), {{"format", "zerod-shard"}},
+      [&](size_t i, std::vector<char>& buf) {
+        if (i > 0) {
+          const StateArray& a = states[i - 1];
+          if (swapped_) return swapped_->read_state(a.name, buf.data());
+          std::memcpy(buf.data(), a.data, buf.size());
+          return absl::OkStatus();
+        }
+        std::vector<float*> dst;
+        char* out = buf.data();
+        for (const ShardSegment& s : owned_) {
+          dst.push_back(reinterpret_cast<float*>(out));
+          if (!swapped_) std::memcpy(out, master_at(s), s.numel * 4);
+          out += s.numel * 4;
+        }
+        return swapped_ ? swapped_->read_masters(dst) : absl::OkStatus();
+      });
 }
 
-absl::Status ZeroEngine::load_shard(const std::string& path) {
-  ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path));
-  const std::vector<ShardArray> arrays =
-      shard_arrays(owned_numel(owned_), swapped_ ? swapped_->state_layout() : optimizer_->state_arrays());
-  if (r.tensors().size() != arrays.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": holds ", r.tensors().size(), " arrays, this rank's state has ",
-                                                   arrays.size(), " (a different optimizer or partition?)"));
-  }
-  for (const ShardArray& a : arrays) {
-    const SafeTensor* t = r.find(a.header.name);
-    if (!t || t->dtype != a.header.dtype || t->numel() != a.header.numel()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": array '", a.header.name, "' is missing or not ",
-                                                     dtype_name(a.header.dtype), "[", a.header.numel(), "]"));
-    }
-  }
-  std::vector<float> master(owned_numel(owned_));
-  ZEROD_RETURN_IF_ERROR(r.read(*r.find(kMaster), master.data()));
-  for (const ShardArray& a : arrays) {
-    if (a.header.name == kMaster) continue;
+absl::Status ZeroEngine::install_state(const std::vector<float>& master, const StateFill& fill) {
+  for (const StateArray& a : state_arrays()) {
     if (!swapped_) {
-      ZEROD_RETURN_IF_ERROR(r.read(*r.find(a.header.name), a.data));
+      ZEROD_RETURN_IF_ERROR(fill(a, a.data));
       continue;
     }
-    std::vector<char> state(a.header.numel() * dtype_size(a.header.dtype));
-    ZEROD_RETURN_IF_ERROR(r.read(*r.find(a.header.name), state.data()));
-    ZEROD_RETURN_IF_ERROR(swapped_->write_state(a.header.name, state.data()));
+    std::vector<char> state(a.numel * dtype_size(a.dtype));
+    ZEROD_RETURN_IF_ERROR(fill(a, state.data()));
+    ZEROD_RETURN_IF_ERROR(swapped_->write_state(a.name, state.data()));
   }
   std::vector<const float*> src;
   const float* at = master.data();
@@ -95,6 +59,41 @@ absl::Status ZeroEngine::load_shard(const std::string& path) {
   }
   if (swapped_) ZEROD_RETURN_IF_ERROR(swapped_->write_masters(src));
   return param_store_ ? param_store_->flush() : absl::OkStatus();
+}
+
+absl::Status ZeroEngine::load_shard(const std::string& path) {
+  ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path));
+  ZEROD_RETURN_IF_ERROR(check_shard_file(r, shard_file_arrays(owned_numel(owned_), state_arrays())));
+  std::vector<float> master(owned_numel(owned_));
+  ZEROD_RETURN_IF_ERROR(r.read(*r.find(kMasterArray), master.data()));
+  return install_state(master, [&](const StateArray& a, void* dst) { return r.read(*r.find(a.name), dst); });
+}
+
+// Everything is read into memory first, so a failed read changes nothing.
+// Master weights and fp32 states are copied exactly; 8-bit states are
+// dequantized from their saved blocks and quantized again in this rank's.
+absl::Status ZeroEngine::load_resharded(SavedShards& saved) {
+  std::vector<float> master(owned_numel(owned_));
+  std::unique_ptr<Optimizer> staging = Optimizer::create_unbound(cfg_.optimizer, piece_shapes(owned_), dtype_);
+  std::vector<char> states(staging->state_bytes());
+  staging->bind(states.data());
+  float* at = master.data();
+  std::vector<float> m, v;
+  for (size_t k = 0; k < owned_.size(); ++k) {
+    const ShardSegment& s = owned_[k];
+    m.resize(s.numel);
+    v.resize(s.numel);
+    ZEROD_RETURN_IF_ERROR(saved.read(s.flat_offset, s.flat_offset + s.numel, at, m.data(), v.data()));
+    staging->set_piece_states(static_cast<int>(k), m.data(), v.data());
+    at += s.numel;
+  }
+  const std::vector<StateArray> from = staging->state_arrays();
+  return install_state(master, [&](const StateArray& a, void* dst) {
+    for (const StateArray& f : from) {
+      if (std::strcmp(f.name, a.name) == 0) std::memcpy(dst, f.data, a.numel * dtype_size(a.dtype));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace zerod

@@ -343,8 +343,7 @@ absl::Status ZeroEngine::build() {
   const OffloadConfig& off_param = cfg_.zero.offload_param;
   const bool swapped = off.device == OffloadDevice::kNvme;
   const bool params_on_nvme = params_offloaded_ && off_param.device == OffloadDevice::kNvme;
-  std::vector<ParamPiece> shape;  // the pieces' sizes, before anything is allocated
-  for (const ShardSegment& s : owned_) shape.push_back({nullptr, nullptr, nullptr, s.numel, s.tensor_numel, s.decay});
+  const std::vector<ParamPiece> shape = piece_shapes(owned_);  // before anything is allocated
   std::vector<int64_t> chunks;
   for (int u = 0; u < part_.num_units(); ++u) chunks.push_back(part_.chunk(u));
   // The disks are checked before anything is allocated; two files in one

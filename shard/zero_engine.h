@@ -25,6 +25,7 @@
 // 1/(accumulation * world_size), so the sum is the global-batch mean.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #include "offload/swapped_optimizer.h"
 #include "runtime/optim/optimizer.h"
 #include "shard/partition.h"
+#include "shard/saved_shards.h"
 
 namespace zerod {
 
@@ -70,15 +72,17 @@ class ZeroEngine {
   absl::StatusOr<std::vector<float>> gather_master_params();
 
   // Checkpoints. This rank's share of the training state is the fp32 master
-  // weights of its owned segments, in order ("master"), then the
-  // optimizer's state arrays; under stage 0 every rank holds all of it.
-  // save_shard writes it as one safetensors file and returns the file's
-  // CRC-32C. load_shard reads a file written for the same layout, stage,
-  // world size and optimizer (every array is checked before any is read)
-  // and rebuilds the 16-bit working copy of the owned parameters; then
-  // publish_params() makes them visible on every rank (a collective).
+  // weights of its owned segments and the optimizer's state arrays (a shard
+  // file, saved_shards.h); under stage 0 every rank holds all of it.
+  // save_shard writes it and returns the file's CRC-32C. load_shard reads a
+  // file written for the same partition and optimizer (every array is
+  // checked before any is read); load_resharded takes this rank's part from
+  // the files of any partition. Both rebuild the 16-bit working copy of the
+  // owned parameters; then publish_params() makes them visible on every rank
+  // (a collective).
   absl::StatusOr<uint32_t> save_shard(const std::string& path);
   absl::Status load_shard(const std::string& path);
+  absl::Status load_resharded(SavedShards& saved);
   absl::Status publish_params();
   const std::vector<ShardSegment>& owned_segments() const { return owned_; }
 
@@ -109,6 +113,12 @@ class ZeroEngine {
   // the parameters are offloaded; then flush it after the last).
   void write_working(const ShardSegment& s, int64_t start, const float* src, int64_t n);
   float* grad_shard() const;
+  // The optimizer's state arrays (data null when they are in a file).
+  std::vector<StateArray> state_arrays() const;
+  // Makes `master` (the owned segments' fp32 masters back to back) and the
+  // state arrays, each of which fill(a, dst) puts into dst, this rank's.
+  using StateFill = std::function<absl::Status(const StateArray& a, void* dst)>;
+  absl::Status install_state(const std::vector<float>& master, const StateFill& fill);
   // This rank's chunk of unit u: in the working parameters (offset in
   // elements of working()), and of the fp32 master weights.
   Buffer& working() { return stage_ == 3 ? param_shard_ : params_; }

@@ -185,9 +185,11 @@ TEST_F(TrainerCheckpointTest, RefusesBadCheckpointsAndChangesNothing) {
   };
   expect_refused(path("absent"), absl::StatusCode::kNotFound, "no checkpoint manifest");
 
-  // Another run shape: a different stage or optimizer.
-  const std::vector<std::pair<std::string, std::string>> others = {{"zero_optimization.stage=2", "'zero_stage'"},
+  // Another model, optimizer or precision (another stage or world size is
+  // resumed: test_checkpoint_reshard.cc).
+  const std::vector<std::pair<std::string, std::string>> others = {{"model.n_layer=3", "'model'"},
                                                                    {"optimizer.type=AdamW8bit", "'optimizer'"},
+                                                                   {"optimizer.params.weight_decay=0", "'optimizer'"},
                                                                    {"bf16.enabled=true", "'precision'"}};
   for (const auto& [o, named] : others) {
     auto other = make_trainer(make_config({"zero_optimization.stage=1", o}));
@@ -196,7 +198,14 @@ TEST_F(TrainerCheckpointTest, RefusesBadCheckpointsAndChangesNothing) {
     expect_refused(p, absl::StatusCode::kInvalidArgument, named);
   }
 
-  // One flipped byte in the shard file.
+  // The shard file cut short, then whole again with one flipped byte.
+  const std::string whole = [&] {
+    std::ifstream in(shard, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  fs::resize_file(shard, whole.size() - 100);
+  expect_refused(ckpt, absl::StatusCode::kDataLoss, "rank-00000.safetensors: checksum or size");
+  std::ofstream(shard, std::ios::binary) << whole;
   {
     std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));

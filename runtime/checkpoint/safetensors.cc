@@ -169,10 +169,14 @@ const SafeTensor* SafetensorsReader::find(const std::string& name) const {
   return nullptr;
 }
 
-absl::Status SafetensorsReader::read(const SafeTensor& t, void* out) const {
+absl::Status SafetensorsReader::read(const SafeTensor& t, uint64_t offset, uint64_t n, void* out) const {
+  if (offset > t.end - t.begin || n > t.end - t.begin - offset) {
+    return absl::OutOfRangeError(absl::StrCat(path_, ": bytes [", offset, ", ", offset + n, ") of tensor '", t.name,
+                                              "' are past its ", t.end - t.begin));
+  }
   auto* p = static_cast<char*>(out);
-  for (uint64_t done = 0, n = t.end - t.begin; done < n;) {
-    const ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(data_start_ + t.begin + done));
+  for (uint64_t done = 0; done < n;) {
+    const ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(data_start_ + t.begin + offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return errno_error(absl::StrCat("cannot read tensor '", t.name, "' from"), path_);
     done += static_cast<uint64_t>(r);

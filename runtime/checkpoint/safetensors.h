@@ -41,7 +41,9 @@ class SafetensorsReader {
   // nullptr when the file has no tensor of that name.
   const SafeTensor* find(const std::string& name) const;
   // The tensor's bytes into out (end - begin bytes).
-  absl::Status read(const SafeTensor& t, void* out) const;
+  absl::Status read(const SafeTensor& t, void* out) const { return read(t, 0, t.end - t.begin, out); }
+  // Bytes [offset, offset + n) of the tensor's data into out.
+  absl::Status read(const SafeTensor& t, uint64_t offset, uint64_t n, void* out) const;
 
  private:
   SafetensorsReader() = default;

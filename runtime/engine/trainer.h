@@ -69,10 +69,13 @@ class Trainer {
   // then the directory is published and all but the newest `keep` removed.
   // Returns the checkpoint's path.
   absl::StatusOr<std::string> save_checkpoint(const std::string& root, int keep);
-  // Continues from a checkpoint directory saved at the same world size and
-  // ZeRO stage, with the same model, precision and optimizer (a
-  // collective): later steps are bitwise those of the saved run. Everything
-  // is checked (manifest, checksums, array shapes) before anything changes.
+  // Continues from a checkpoint directory saved with the same model,
+  // precision and optimizer (a collective). At the saved partition (the
+  // same world size, or stage 0 on both sides) later steps are bitwise
+  // those of the saved run; at another world size each rank reads its part
+  // of the saved shards (8-bit states requantized in its own blocks).
+  // Everything is checked (manifest, checksums, array shapes) before
+  // anything changes.
   absl::Status resume(const std::string& checkpoint);
   int64_t steps_done() const { return steps_; }
 

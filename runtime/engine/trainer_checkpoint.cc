@@ -1,5 +1,5 @@
-// Trainer checkpoints: the manifest, and save and resume at the same world
-// size and ZeRO stage (trainer.h). Layout of a checkpoint directory:
+// Trainer checkpoints: the manifest, save, and resume at any world size and
+// ZeRO stage (trainer.h). Layout of a checkpoint directory:
 //   manifest.json           written last by rank 0
 //   rank-00000.safetensors  each rank's share (ZeroEngine::save_shard); under
 //                           stage 0 rank 0's alone, which every rank holds
@@ -151,7 +151,16 @@ absl::StatusOr<std::string> Trainer::save_checkpoint(const std::string& root, in
 }
 
 absl::Status Trainer::resume(const std::string& checkpoint) {
+  const int rank = comm_->rank(), world = comm_->world_size();
   const std::string manifest_path = checkpoint + "/manifest.json";
+  std::vector<std::string> files;  // the saved partition's shard files
+  LossScaler::State scaler{};
+  DataLoader::State loader;
+  int64_t steps = 0, updates = 0;
+  double last_lr = 0;
+  uint64_t sample = 0;
+  // Everything is checked first (every rank its share of the files'
+  // checksums), then the state changes on every rank or on none.
   absl::Status s = [&]() -> absl::Status {
     std::ifstream in(manifest_path);
     if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint manifest at ", manifest_path));
@@ -163,44 +172,67 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     };
     if (!m.is_object() || m.value("format", "") != "zerod-checkpoint") return bad("not a zerod checkpoint manifest");
     if (m.value("version", 0) != kManifestVersion) return bad(absl::StrCat("version is not ", kManifestVersion));
-    // What this build resumes: the same run shape. Each mismatch is named.
-    const nlohmann::json want = run_shape(layout(), cfg_, comm_->world_size(), zero_->stage());
-    for (const char* key : {"model", "precision", "tensors", "world_size", "zero_stage", "optimizer"}) {
+    // The world size and stage may differ; the rest must not. Each mismatch is named.
+    const nlohmann::json want = run_shape(layout(), cfg_, world, zero_->stage());
+    for (const char* key : {"model", "precision", "tensors", "optimizer"}) {
       if (!m.contains(key) || m[key] != want[key]) {
         return bad(absl::StrCat("'", key, "' is ", m.contains(key) ? m[key].dump() : "missing", " but this run has ",
-                                want[key].dump(), " (resuming needs the same model, precision, optimizer, world "
-                                                   "size and ZeRO stage)"));
+                                want[key].dump(), " (resuming needs the same model, precision and optimizer)"));
       }
     }
     try {
-      const nlohmann::json& file = m.at("files").at(zero_->stage() > 0 ? comm_->rank() : 0);
-      const std::string path = absl::StrCat(checkpoint, "/", file.at("name").get<std::string>());
-      ZEROD_ASSIGN_OR_RETURN(auto crc_size, file_crc(path));
-      if (crc_size.first != file.at("crc32c").get<uint32_t>() || crc_size.second != file.at("bytes").get<uint64_t>()) {
-        return absl::DataLossError(absl::StrCat(path, ": checksum or size does not match the manifest"));
+      const int saved_world = m.at("world_size").get<int>(), saved_stage = m.at("zero_stage").get<int>();
+      const nlohmann::json& list = m.at("files");
+      const size_t parts = saved_stage > 0 ? static_cast<size_t>(saved_world) : 1;
+      if (saved_world < 1 || saved_stage < 0 || saved_stage > 3 || list.size() != parts) {
+        return bad(absl::StrCat("lists ", list.size(), " shard files for world_size ", saved_world, " at zero_stage ",
+                                saved_stage));
+      }
+      for (size_t r = 0; r < parts; ++r) {
+        if (list[r].at("rank").get<size_t>() != r) return bad(absl::StrCat("files[", r, "] is not rank ", r, "'s"));
+        files.push_back(absl::StrCat(checkpoint, "/", list[r].at("name").get<std::string>()));
+      }
+      for (size_t r = rank; r < parts; r += world) {
+        ZEROD_ASSIGN_OR_RETURN(auto crc_size, file_crc(files[r]));
+        if (crc_size.first != list[r].at("crc32c").get<uint32_t>() ||
+            crc_size.second != list[r].at("bytes").get<uint64_t>()) {
+          return absl::DataLossError(absl::StrCat(files[r], ": checksum or size does not match the manifest"));
+        }
       }
       const nlohmann::json& ls = m.at("loss_scaler");
-      const LossScaler::State scaler{ls.at("scale").get<double>(), ls.at("hysteresis").get<int>(),
-                                     ls.at("iter").get<int64_t>(), ls.at("last_overflow_iter").get<int64_t>()};
-      const DataLoader::State loader{m.at("data_loader").at("epoch").get<uint64_t>(),
-                                     m.at("data_loader").at("position").get<uint64_t>()};
-      const auto steps = m.at("step").get<int64_t>(), updates = m.at("updates").get<int64_t>();
-      const auto last_lr = m.at("last_lr").get<double>();
-      const auto sample = m.at("rng").at("sample").get<uint64_t>();
-      // Everything checked: now the state changes.
-      ZEROD_RETURN_IF_ERROR(zero_->load_shard(path));
-      scaler_.set_state(scaler);
-      loader_->set_state(loader);
-      steps_ = steps;
-      updates_ = updates;
-      last_lr_ = last_lr;
-      sample_rng_state_ = sample;
+      scaler = {ls.at("scale").get<double>(), ls.at("hysteresis").get<int>(), ls.at("iter").get<int64_t>(),
+                ls.at("last_overflow_iter").get<int64_t>()};
+      loader = {m.at("data_loader").at("epoch").get<uint64_t>(), m.at("data_loader").at("position").get<uint64_t>()};
+      steps = m.at("step").get<int64_t>();
+      updates = m.at("updates").get<int64_t>();
+      last_lr = m.at("last_lr").get<double>();
+      sample = m.at("rng").at("sample").get<uint64_t>();
     } catch (const nlohmann::json::exception& e) {
       return bad(absl::StrCat("missing or mistyped field: ", e.what()));
     }
     return absl::OkStatus();
   }();
   ZEROD_ASSIGN_OR_RETURN(bool failed, any_failed(*comm_, !s.ok()));
+  if (failed) return s.ok() ? absl::AbortedError("resume failed on another rank") : s;
+
+  // The same partition (world size, or stage 0 on both sides) reads this
+  // rank's file whole; any other takes its ranges from the saved ones.
+  const size_t parts = zero_->stage() > 0 ? static_cast<size_t>(world) : 1;
+  if (files.size() == parts) {
+    s = zero_->load_shard(files[parts > 1 ? rank : 0]);
+  } else {
+    SavedShards saved(layout(), cfg_.optimizer, files);
+    s = zero_->load_resharded(saved);
+  }
+  if (s.ok()) {
+    scaler_.set_state(scaler);
+    loader_->set_state(loader);
+    steps_ = steps;
+    updates_ = updates;
+    last_lr_ = last_lr;
+    sample_rng_state_ = sample;
+  }
+  ZEROD_ASSIGN_OR_RETURN(failed, any_failed(*comm_, !s.ok()));
   if (failed) return s.ok() ? absl::AbortedError("resume failed on another rank") : s;
   return zero_->publish_params();
 }

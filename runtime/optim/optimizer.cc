@@ -90,6 +90,24 @@ std::vector<StateArray> Optimizer::state_arrays() {
   return all;
 }
 
+Optimizer::PieceStates Optimizer::piece_states(int k) const {
+  const Piece& pc = pieces_[k];
+  return {pc.quantized, pc.state, pc.block};
+}
+
+void Optimizer::set_piece_states(int k, const float* m, const float* v) {
+  const Piece& pc = pieces_[k];
+  if (pc.quantized) {
+    const Adam8bitTensor t = quantized_view(pc);
+    quantize_blockwise(signed_dynamic_map(), m, t.n, t.m, t.m_absmax, isa_);
+    quantize_blockwise(unsigned_dynamic_map(), v, t.n, t.v, t.v_absmax, isa_);
+  } else {
+    const AdamTensor t = fp32_view(pc);
+    std::memcpy(t.m, m, t.n * sizeof(float));
+    std::memcpy(t.v, v, t.n * sizeof(float));
+  }
+}
+
 void Optimizer::step(float lr, int64_t step, float grad_scale) {
   const AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
   const AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);

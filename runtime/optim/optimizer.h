@@ -62,6 +62,18 @@ class Optimizer {
   // pieces. Before bind(), the arrays' data is null.
   std::vector<StateArray> state_arrays();
 
+  // Where piece k's states lie in state_arrays(): its elements from `state`
+  // in "m" and "v" (in "m_codes" and "v_codes" when quantized), and its
+  // blocks from `block` in "m_absmax" and "v_absmax". Blocks start at the
+  // piece's first element.
+  struct PieceStates {
+    bool quantized;
+    int64_t state, block;
+  };
+  PieceStates piece_states(int k) const;
+  // Sets piece k's states from fp32 m and v (quantized as an update would).
+  void set_piece_states(int k, const float* m, const float* v);
+
  private:
   struct Piece {
     ParamPiece p;

@@ -1,0 +1,59 @@
+// Running zero-worker from a test: the real binary under mpirun, and the
+// JSON events of its output. For test_*.cc, which get ZEROD_WORKER_BIN and
+// ZEROD_MPIEXEC from the build.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace zerod::testing {
+
+// The JSON lines of a run's output, in order.
+inline std::vector<nlohmann::json> events(const std::string& out) {
+  std::vector<nlohmann::json> e;
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);) {
+    if (!l.empty() && l[0] == '{') e.push_back(nlohmann::json::parse(l));
+  }
+  return e;
+}
+
+// The events of one kind, in order.
+inline std::vector<nlohmann::json> of_kind(const std::vector<nlohmann::json>& all, const std::string& kind) {
+  std::vector<nlohmann::json> e;
+  for (const nlohmann::json& j : all) {
+    if (j["event"] == kind) e.push_back(j);
+  }
+  return e;
+}
+
+#ifdef ZEROD_WITH_MPI
+// The binary as np ranks under mpirun: exit status, and stdout with stderr.
+struct MpiResult {
+  int code;
+  std::string out;
+};
+inline MpiResult mpirun(int np, const std::string& args) {
+  const std::string cmd = absl::StrCat(ZEROD_MPIEXEC, " -np ", np, " --oversubscribe -x OMP_NUM_THREADS=1 ",
+                                       ZEROD_WORKER_BIN, " ", args, " 2>&1");
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int s = pclose(p);
+  return {WIFEXITED(s) ? WEXITSTATUS(s) : -1, out};
+}
+#endif  // ZEROD_WITH_MPI
+
+}  // namespace zerod::testing
