@@ -3,92 +3,23 @@
 //   manifest.json           written last by rank 0
 //   rank-00000.safetensors  each rank's share (ZeroEngine::save_shard); under
 //                           stage 0 rank 0's alone, which every rank holds
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
-#include "runtime/core/crc32c.h"
+#include "runtime/checkpoint/manifest.h"
 #include "runtime/engine/trainer.h"
 
 namespace zerod {
 namespace {
-
-constexpr int kManifestVersion = 1;
-
-std::string shard_file_name(int rank) {
-  char name[32];
-  std::snprintf(name, sizeof name, "rank-%05d.safetensors", rank);
-  return name;
-}
-
-// Every parameter tensor by its Hugging Face GPT-2 name, with its shape and
-// offset in the flat buffer.
-nlohmann::json tensor_table(const GptLayout& layout) {
-  nlohmann::json t = nlohmann::json::array();
-  for (const ParamSegment& s : layout.segments()) {
-    const ParamTensorInfo& info = layout.tensor(s.id);
-    const std::string name = info.per_layer ? absl::StrCat("h.", s.layer, ".", info.name) : info.name;
-    t.push_back({{"name", name}, {"shape", info.shape}, {"offset", s.offset}});
-  }
-  return t;
-}
-
-const char* optimizer_name(OptimizerType t) {
-  switch (t) {
-    case OptimizerType::kAdam: return "Adam";
-    case OptimizerType::kAdamW8bit: return "AdamW8bit";
-    default: return "AdamW";
-  }
-}
-
-// The CRC-32C and size of a whole file.
-absl::StatusOr<std::pair<uint32_t, uint64_t>> file_crc(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::vector<char> buf(1 << 20);
-  uint32_t crc = 0;
-  uint64_t n = 0;
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    crc = crc32c(buf.data(), static_cast<size_t>(in.gcount()), crc);
-    n += static_cast<uint64_t>(in.gcount());
-  }
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return std::make_pair(crc, n);
-}
 
 // Whether any rank failed (a collective); `self` is this rank's failure.
 absl::StatusOr<bool> any_failed(Communicator& comm, bool self) {
   double f = self ? 1 : 0;
   ZEROD_RETURN_IF_ERROR(all_reduce(comm, &f, 1, CommType::kF64, ReduceOp::kMax));
   return f > 0;
-}
-
-// What a checkpoint must share with the run that resumes it.
-nlohmann::json run_shape(const GptLayout& layout, const JobConfig& cfg, int world, int stage) {
-  const GptConfig& m = layout.config();
-  return {{"format", "zerod-checkpoint"},
-          {"version", kManifestVersion},
-          {"model",
-           {{"n_layer", m.n_layer},
-            {"n_head", m.n_head},
-            {"n_embd", m.n_embd},
-            {"vocab_size", m.vocab_size},
-            {"block_size", m.block_size}}},
-          {"precision", dtype_name(cfg.precision)},
-          {"tensors", tensor_table(layout)},
-          {"world_size", world},
-          {"zero_stage", stage},
-          {"optimizer",
-           {{"type", optimizer_name(cfg.optimizer.type)},
-            {"betas", {cfg.optimizer.beta1, cfg.optimizer.beta2}},
-            {"eps", cfg.optimizer.eps},
-            {"weight_decay", cfg.optimizer.weight_decay}}}};
 }
 
 }  // namespace
@@ -123,7 +54,7 @@ absl::StatusOr<std::string> Trainer::save_checkpoint(const std::string& root, in
   }
 
   if (rank == 0) {
-    nlohmann::json m = run_shape(layout(), cfg_, world, zero_->stage());
+    nlohmann::json m = manifest_shape(layout(), cfg_, world, zero_->stage());
     const LossScaler::State ls = scaler_.state();
     const DataLoader::State dl = loader_->state();
     m["step"] = steps_;
@@ -152,8 +83,7 @@ absl::StatusOr<std::string> Trainer::save_checkpoint(const std::string& root, in
 
 absl::Status Trainer::resume(const std::string& checkpoint) {
   const int rank = comm_->rank(), world = comm_->world_size();
-  const std::string manifest_path = checkpoint + "/manifest.json";
-  std::vector<std::string> files;  // the saved partition's shard files
+  std::vector<ManifestFile> files;  // the saved partition's shard files
   LossScaler::State scaler{};
   DataLoader::State loader;
   int64_t steps = 0, updates = 0;
@@ -162,43 +92,20 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
   // Everything is checked first (every rank its share of the files'
   // checksums), then the state changes on every rank or on none.
   absl::Status s = [&]() -> absl::Status {
-    std::ifstream in(manifest_path);
-    if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint manifest at ", manifest_path));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const nlohmann::json m = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-    const auto bad = [&](const std::string& why) {
-      return absl::InvalidArgumentError(absl::StrCat(manifest_path, ": ", why));
-    };
-    if (!m.is_object() || m.value("format", "") != "zerod-checkpoint") return bad("not a zerod checkpoint manifest");
-    if (m.value("version", 0) != kManifestVersion) return bad(absl::StrCat("version is not ", kManifestVersion));
+    ZEROD_ASSIGN_OR_RETURN(CheckpointManifest c, read_manifest(checkpoint));
+    const nlohmann::json& m = c.json;
     // The world size and stage may differ; the rest must not. Each mismatch is named.
-    const nlohmann::json want = run_shape(layout(), cfg_, world, zero_->stage());
+    const nlohmann::json want = manifest_shape(layout(), cfg_, world, zero_->stage());
     for (const char* key : {"model", "precision", "tensors", "optimizer"}) {
       if (!m.contains(key) || m[key] != want[key]) {
-        return bad(absl::StrCat("'", key, "' is ", m.contains(key) ? m[key].dump() : "missing", " but this run has ",
-                                want[key].dump(), " (resuming needs the same model, precision and optimizer)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(c.path, ": '", key, "' is ", m.contains(key) ? m[key].dump() : "missing",
+                         " but this run has ", want[key].dump(),
+                         " (resuming needs the same model, precision and optimizer)"));
       }
     }
+    for (size_t r = rank; r < c.files.size(); r += world) ZEROD_RETURN_IF_ERROR(verify_file(c.files[r]));
     try {
-      const int saved_world = m.at("world_size").get<int>(), saved_stage = m.at("zero_stage").get<int>();
-      const nlohmann::json& list = m.at("files");
-      const size_t parts = saved_stage > 0 ? static_cast<size_t>(saved_world) : 1;
-      if (saved_world < 1 || saved_stage < 0 || saved_stage > 3 || list.size() != parts) {
-        return bad(absl::StrCat("lists ", list.size(), " shard files for world_size ", saved_world, " at zero_stage ",
-                                saved_stage));
-      }
-      for (size_t r = 0; r < parts; ++r) {
-        if (list[r].at("rank").get<size_t>() != r) return bad(absl::StrCat("files[", r, "] is not rank ", r, "'s"));
-        files.push_back(absl::StrCat(checkpoint, "/", list[r].at("name").get<std::string>()));
-      }
-      for (size_t r = rank; r < parts; r += world) {
-        ZEROD_ASSIGN_OR_RETURN(auto crc_size, file_crc(files[r]));
-        if (crc_size.first != list[r].at("crc32c").get<uint32_t>() ||
-            crc_size.second != list[r].at("bytes").get<uint64_t>()) {
-          return absl::DataLossError(absl::StrCat(files[r], ": checksum or size does not match the manifest"));
-        }
-      }
       const nlohmann::json& ls = m.at("loss_scaler");
       scaler = {ls.at("scale").get<double>(), ls.at("hysteresis").get<int>(), ls.at("iter").get<int64_t>(),
                 ls.at("last_overflow_iter").get<int64_t>()};
@@ -208,8 +115,9 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
       last_lr = m.at("last_lr").get<double>();
       sample = m.at("rng").at("sample").get<uint64_t>();
     } catch (const nlohmann::json::exception& e) {
-      return bad(absl::StrCat("missing or mistyped field: ", e.what()));
+      return absl::InvalidArgumentError(absl::StrCat(c.path, ": missing or mistyped field: ", e.what()));
     }
+    files = std::move(c.files);
     return absl::OkStatus();
   }();
   ZEROD_ASSIGN_OR_RETURN(bool failed, any_failed(*comm_, !s.ok()));
@@ -219,9 +127,11 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
   // rank's file whole; any other takes its ranges from the saved ones.
   const size_t parts = zero_->stage() > 0 ? static_cast<size_t>(world) : 1;
   if (files.size() == parts) {
-    s = zero_->load_shard(files[parts > 1 ? rank : 0]);
+    s = zero_->load_shard(files[parts > 1 ? rank : 0].path);
   } else {
-    SavedShards saved(layout(), cfg_.optimizer, files);
+    std::vector<std::string> paths;
+    for (const ManifestFile& f : files) paths.push_back(f.path);
+    SavedShards saved(layout(), cfg_.optimizer, std::move(paths));
     s = zero_->load_resharded(saved);
   }
   if (s.ok()) {

@@ -1,0 +1,143 @@
+#include "runtime/checkpoint/manifest.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/crc32c.h"
+
+namespace zerod {
+namespace {
+
+constexpr std::pair<OptimizerType, const char*> kOptimizers[] = {
+    {OptimizerType::kAdamW, "AdamW"}, {OptimizerType::kAdam, "Adam"}, {OptimizerType::kAdamW8bit, "AdamW8bit"}};
+
+const char* optimizer_name(OptimizerType t) {
+  for (const auto& [type, name] : kOptimizers) {
+    if (type == t) return name;
+  }
+  return "?";
+}
+
+// Every parameter tensor by name, with its shape and offset in the flat buffer.
+nlohmann::json tensor_table(const GptLayout& layout) {
+  nlohmann::json t = nlohmann::json::array();
+  for (const ParamSegment& s : layout.segments()) {
+    const ParamTensorInfo& info = layout.tensor(s.id);
+    const std::string name = info.per_layer ? absl::StrCat("h.", s.layer, ".", info.name) : info.name;
+    t.push_back({{"name", name}, {"shape", info.shape}, {"offset", s.offset}});
+  }
+  return t;
+}
+
+// The CRC-32C and size of a whole file.
+absl::StatusOr<std::pair<uint32_t, uint64_t>> file_crc(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::vector<char> buf(1 << 20);
+  uint32_t crc = 0;
+  uint64_t n = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    crc = crc32c(buf.data(), static_cast<size_t>(in.gcount()), crc);
+    n += static_cast<uint64_t>(in.gcount());
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return std::make_pair(crc, n);
+}
+
+}  // namespace
+
+std::string shard_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.safetensors", rank);
+  return name;
+}
+
+nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int world_size, int zero_stage) {
+  const GptConfig& m = layout.config();
+  return {{"format", "zerod-checkpoint"},
+          {"version", kManifestVersion},
+          {"model",
+           {{"n_layer", m.n_layer},
+            {"n_head", m.n_head},
+            {"n_embd", m.n_embd},
+            {"vocab_size", m.vocab_size},
+            {"block_size", m.block_size}}},
+          {"precision", dtype_name(cfg.precision)},
+          {"tensors", tensor_table(layout)},
+          {"world_size", world_size},
+          {"zero_stage", zero_stage},
+          {"optimizer",
+           {{"type", optimizer_name(cfg.optimizer.type)},
+            {"betas", {cfg.optimizer.beta1, cfg.optimizer.beta2}},
+            {"eps", cfg.optimizer.eps},
+            {"weight_decay", cfg.optimizer.weight_decay}}}};
+}
+
+absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
+  CheckpointManifest c;
+  c.path = dir + "/manifest.json";
+  std::ifstream in(c.path);
+  if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint manifest at ", c.path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  c.json = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json& m = c.json;
+  const auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(c.path, ": ", why)); };
+  if (!m.is_object() || m.value("format", "") != "zerod-checkpoint") return bad("not a zerod checkpoint manifest");
+  if (m.value("version", 0) != kManifestVersion) {
+    return bad(absl::StrCat("format version ", m.value("version", nlohmann::json()).dump(), " is not ",
+                            kManifestVersion, ", the one this build reads"));
+  }
+  try {
+    const nlohmann::json& model = m.at("model");
+    c.model = {model.at("n_layer").get<int>(), model.at("n_head").get<int>(), model.at("n_embd").get<int>(),
+               model.at("vocab_size").get<int>(), model.at("block_size").get<int>()};
+    if (absl::Status s = validate_gpt_config(c.model); !s.ok()) return bad(absl::StrCat("model: ", s.message()));
+    const nlohmann::json& opt = m.at("optimizer");
+    const std::string type = opt.at("type").get<std::string>();
+    bool known = false;
+    for (const auto& [t, name] : kOptimizers) {
+      if (type == name) c.optimizer.type = t, known = true;
+    }
+    if (!known) return bad(absl::StrCat("optimizer type '", type, "' is not known"));
+    c.optimizer.beta1 = opt.at("betas").at(0).get<double>();
+    c.optimizer.beta2 = opt.at("betas").at(1).get<double>();
+    c.optimizer.eps = opt.at("eps").get<double>();
+    c.optimizer.weight_decay = opt.at("weight_decay").get<double>();
+    c.world_size = m.at("world_size").get<int>();
+    c.zero_stage = m.at("zero_stage").get<int>();
+    const nlohmann::json& list = m.at("files");
+    const size_t parts = c.zero_stage > 0 ? static_cast<size_t>(c.world_size) : 1;
+    if (c.world_size < 1 || c.zero_stage < 0 || c.zero_stage > 3 || list.size() != parts) {
+      return bad(absl::StrCat("lists ", list.size(), " shard files for world_size ", c.world_size, " at zero_stage ",
+                              c.zero_stage));
+    }
+    for (size_t r = 0; r < parts; ++r) {
+      if (list[r].at("rank").get<size_t>() != r) return bad(absl::StrCat("files[", r, "] is not rank ", r, "'s"));
+      const std::string name = list[r].at("name").get<std::string>();
+      if (name.empty() || name.find('/') != std::string::npos || name == "..") {
+        return bad(absl::StrCat("files[", r, "] names '", name, "', not a file in the checkpoint directory"));
+      }
+      c.files.push_back(
+          {absl::StrCat(dir, "/", name), list[r].at("crc32c").get<uint32_t>(), list[r].at("bytes").get<uint64_t>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return bad(absl::StrCat("missing or mistyped field: ", e.what()));
+  }
+  return c;
+}
+
+absl::Status verify_file(const ManifestFile& f) {
+  ZEROD_ASSIGN_OR_RETURN(auto crc_size, file_crc(f.path));
+  if (crc_size.first != f.crc32c || crc_size.second != f.bytes) {
+    return absl::DataLossError(absl::StrCat(f.path, ": checksum or size does not match the manifest (", crc_size.second,
+                                            " bytes with CRC-32C ", crc_size.first, ", the manifest says ", f.bytes,
+                                            " bytes with ", f.crc32c, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zerod

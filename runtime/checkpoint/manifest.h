@@ -1,0 +1,49 @@
+// A checkpoint's manifest.json: what a run must share with a checkpoint to
+// resume it, and reading one back with its shard files listed. Written by
+// the trainer (trainer_checkpoint.cc), read by resume and by export.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/config/job_config.h"
+#include "runtime/model/gpt_layout.h"
+
+namespace zerod {
+
+inline constexpr int kManifestVersion = 1;
+
+std::string shard_file_name(int rank);  // "rank-00003.safetensors"
+
+// The fields a resumed run must match, and those that describe the
+// partition: format, version, model, precision, tensors (name, shape and
+// flat offset of each), world_size, zero_stage, optimizer.
+nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int world_size, int zero_stage);
+
+struct ManifestFile {
+  std::string path;
+  uint32_t crc32c;
+  uint64_t bytes;
+};
+
+struct CheckpointManifest {
+  std::string path;  // of manifest.json
+  nlohmann::json json;
+  GptConfig model;
+  OptimizerConfig optimizer;  // type and hyper-parameters (not the lr)
+  int world_size = 0, zero_stage = 0;
+  std::vector<ManifestFile> files;  // one per rank of the saved partition (one under stage 0)
+};
+
+// Reads and checks <dir>/manifest.json: a zerod checkpoint of this format
+// version, with every field that describes the model, the optimizer and the
+// files present and well-typed. Errors name the file and the field.
+absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir);
+
+// DataLoss naming the file when its size or CRC-32C is not the manifest's.
+absl::Status verify_file(const ManifestFile& f);
+
+}  // namespace zerod
