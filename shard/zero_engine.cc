@@ -339,6 +339,10 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout* 
 
 absl::Status ZeroEngine::build() {
   owned_ = zerod::owned_segments(*layout_, part_, owner_);
+  // Imported weights are checked whole before anything is allocated.
+  if (cfg_.init_from) {
+    ZEROD_ASSIGN_OR_RETURN(init_from_, Gpt2Weights::open(*cfg_.init_from, *layout_));
+  }
   const OffloadConfig& off = cfg_.zero.offload_optimizer;
   const OffloadConfig& off_param = cfg_.zero.offload_param;
   const bool swapped = off.device == OffloadDevice::kNvme;
@@ -416,20 +420,23 @@ absl::Status ZeroEngine::build() {
                     swap_fault_hook(),
                     grads_offloaded_};
     SwappedOptimizer::Fill init;
+    absl::Status init_status;
     if (separate_master_) {
-      init = [this](int k, int64_t start, int64_t n, float* dst) {
+      init = [&](int k, int64_t start, int64_t n, float* dst) {
         const ShardSegment& s = owned_[k];
-        init_gpt_range(*layout_, cfg_.run.seed, s.flat_offset + start, s.flat_offset + start + n, dst);
+        if (init_status.ok()) init_status = initial_params(s.flat_offset + start, s.flat_offset + start + n, dst);
         write_working(s, start, dst, n);
       };
     } else {
-      init_params();
+      ZEROD_RETURN_IF_ERROR(init_params());
     }
     ZEROD_ASSIGN_OR_RETURN(swapped_, SwappedOptimizer::create(cfg_.optimizer, std::move(pieces), dtype_, init, ss));
+    ZEROD_RETURN_IF_ERROR(init_status);
   } else {
-    init_params();
+    ZEROD_RETURN_IF_ERROR(init_params());
     ZEROD_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(cfg_.optimizer, std::move(pieces), dtype_));
   }
+  init_from_.reset();
   if (param_store_) ZEROD_RETURN_IF_ERROR(param_store_->flush());
   if (stage_ < 3) {
     ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(layout_, dtype_, params_.data(),
@@ -460,12 +467,19 @@ GradSink& ZeroEngine::grads() {
   return *flat_grads_;
 }
 
-void ZeroEngine::init_params() {
+absl::Status ZeroEngine::initial_params(int64_t begin, int64_t end, float* out) const {
+  if (init_from_) return init_from_->read(begin, end, out);
+  init_gpt_range(*layout_, cfg_.run.seed, begin, end, out);
+  return absl::OkStatus();
+}
+
+absl::Status ZeroEngine::init_params() {
   for (const ShardSegment& s : owned_) {
     float* master = master_at(s);
-    init_gpt_range(*layout_, cfg_.run.seed, s.flat_offset, s.flat_offset + s.numel, master);
+    ZEROD_RETURN_IF_ERROR(initial_params(s.flat_offset, s.flat_offset + s.numel, master));
     if (separate_master_) write_working(s, 0, master, s.numel);
   }
+  return absl::OkStatus();
 }
 
 char* ZeroEngine::working_at(const ShardSegment& s, int64_t start) {

@@ -27,11 +27,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
+#include "runtime/model/hf_gpt2.h"
 #include "runtime/model/weights.h"
 #include "offload/shard_store.h"
 #include "offload/swapped_optimizer.h"
@@ -102,8 +104,11 @@ class ZeroEngine {
   class ShardedGrads;
   ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm);
   absl::Status build();
-  // Master weights from the seed, and the working copy made from them.
-  void init_params();
+  // The initial fp32 parameters [begin, end): from model.init_from, or
+  // drawn from the seed.
+  absl::Status initial_params(int64_t begin, int64_t end, float* out) const;
+  // Master weights from initial_params(), and the working copy made from them.
+  absl::Status init_params();
   // Where element `start` of owned segment s lies in the working parameters.
   char* working_at(const ShardSegment& s, int64_t start);
   // Owned segment s's master weights, when they are in memory.
@@ -138,6 +143,7 @@ class ZeroEngine {
   Partition part_;     // world of one under stage 0: every rank owns everything
   const int owner_;    // this rank's index in part_
   std::vector<ShardSegment> owned_;
+  std::optional<Gpt2Weights> init_from_;  // while building, with model.init_from
 
   Buffer params_;       // stages 0-2: all parameters, padded layout, dtype_
   Buffer param_shard_;  // stage 3: this rank's parameters, dtype_, unless offloaded to

@@ -20,17 +20,6 @@ const char* optimizer_name(OptimizerType t) {
   return "?";
 }
 
-// Every parameter tensor by name, with its shape and offset in the flat buffer.
-nlohmann::json tensor_table(const GptLayout& layout) {
-  nlohmann::json t = nlohmann::json::array();
-  for (const ParamSegment& s : layout.segments()) {
-    const ParamTensorInfo& info = layout.tensor(s.id);
-    const std::string name = info.per_layer ? absl::StrCat("h.", s.layer, ".", info.name) : info.name;
-    t.push_back({{"name", name}, {"shape", info.shape}, {"offset", s.offset}});
-  }
-  return t;
-}
-
 // The CRC-32C and size of a whole file.
 absl::StatusOr<std::pair<uint32_t, uint64_t>> file_crc(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -55,6 +44,16 @@ std::string shard_file_name(int rank) {
   return name;
 }
 
+nlohmann::json manifest_tensors(const GptLayout& layout) {
+  nlohmann::json t = nlohmann::json::array();
+  for (const ParamSegment& s : layout.segments()) {
+    const ParamTensorInfo& info = layout.tensor(s.id);
+    const std::string name = info.per_layer ? absl::StrCat("h.", s.layer, ".", info.name) : info.name;
+    t.push_back({{"name", name}, {"shape", info.shape}, {"offset", s.offset}});
+  }
+  return t;
+}
+
 nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int world_size, int zero_stage) {
   const GptConfig& m = layout.config();
   return {{"format", "zerod-checkpoint"},
@@ -66,7 +65,7 @@ nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int
             {"vocab_size", m.vocab_size},
             {"block_size", m.block_size}}},
           {"precision", dtype_name(cfg.precision)},
-          {"tensors", tensor_table(layout)},
+          {"tensors", manifest_tensors(layout)},
           {"world_size", world_size},
           {"zero_stage", zero_stage},
           {"optimizer",

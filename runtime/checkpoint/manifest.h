@@ -18,6 +18,10 @@ inline constexpr int kManifestVersion = 1;
 
 std::string shard_file_name(int rank);  // "rank-00003.safetensors"
 
+// Every parameter tensor of the layout by name, with its shape and offset
+// in the flat buffer (the manifest's "tensors").
+nlohmann::json manifest_tensors(const GptLayout& layout);
+
 // The fields a resumed run must match, and those that describe the
 // partition: format, version, model, precision, tensors (name, shape and
 // flat offset of each), world_size, zero_stage, optimizer.

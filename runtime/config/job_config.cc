@@ -52,8 +52,7 @@ absl::Status parse_model(JsonReader r, JobConfig& cfg) {
   if (cfg.preset == "custom" && m.n_layer == 0) {
     return config_error("model", "preset 'custom' needs n_layer, n_head, n_embd, vocab_size and block_size");
   }
-  ZEROD_RETURN_IF_ERROR(validate_gpt_config(m));
-  return check(!cfg.init_from, r, "init_from", "importing model weights is not supported by this build");
+  return validate_gpt_config(m);
 }
 
 absl::Status parse_data(JsonReader r, JobConfig& cfg) {

@@ -64,11 +64,19 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"zero-worker: trains one zerod job"};
   std::string config_path, log_format;
   std::vector<std::string> overrides;
-  app.add_option("--config", config_path, "job config (JSON)")->required();
+  app.add_option("--config", config_path, "job config (JSON); required unless a subcommand is given");
   app.add_option("--set", overrides, "override a config key: key.path=value (JSON value)");
   app.add_option("--log-format", log_format, "run output: text or json")->check(CLI::IsMember({"text", "json"}));
+  app.require_subcommand(0, 1);
+  std::string checkpoint, out_dir, dtype = "fp32";
+  CLI::App* exp = app.add_subcommand(
+      "export", "write a checkpoint's weights as Hugging Face GPT-2 model.safetensors and config.json");
+  exp->add_option("--checkpoint", checkpoint, "checkpoint directory, or a checkpoint root (its latest)")->required();
+  exp->add_option("--out", out_dir, "output directory")->required();
+  exp->add_option("--dtype", dtype, "weights' type: fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   try {
     app.parse(argc, argv);
+    if (!exp->parsed() && config_path.empty()) throw CLI::RequiredError("--config");
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return kExitOk;
@@ -76,6 +84,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
     err << "zero-worker: error: " << e.what() << "\n" << app.help();
     return kExitBadInput;
   }
+  if (exp->parsed()) return run_export(checkpoint, out_dir, dtype, out, err);
   if (!log_format.empty()) overrides.push_back("run.log_format=\"" + log_format + "\"");
 
   // Until the config is read, errors go out in the requested format or text.

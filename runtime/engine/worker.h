@@ -1,8 +1,10 @@
-// zero-worker as a library call: parses the command line, runs the job,
-// reports, and returns the exit status (0 ok, 2 bad input, 1 run failure).
+// zero-worker as a library call: parses the command line, runs the job (or
+// the export command), reports, and returns the exit status (0 ok, 2 bad
+// input, 1 run failure).
 #pragma once
 
 #include <ostream>
+#include <string>
 
 namespace zerod {
 
@@ -10,6 +12,14 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 
+// `zero-worker [--config JOB] ...` trains; `zero-worker export --checkpoint
+// DIR --out DIR [--dtype fp32|bf16|fp16]` calls run_export.
 int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err);
+
+// Writes the checkpoint's weights (a checkpoint directory, or a checkpoint
+// root for the one `latest` names) to out_dir as Hugging Face GPT-2
+// model.safetensors and config.json.
+int run_export(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,
+               std::ostream& out, std::ostream& err);
 
 }  // namespace zerod

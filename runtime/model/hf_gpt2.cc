@@ -1,0 +1,162 @@
+#include "runtime/model/hf_gpt2.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/kernels/cpu/cpu_kernels.h"
+
+namespace zerod {
+namespace {
+
+const char* torch_dtype(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+    default: return "float32";
+  }
+}
+
+// GPT2Config's fields for this model (the activation is the tanh GELU).
+static_assert(cpu::kLayerNormEps == 1e-5f, "config.json states the LayerNorm epsilon");
+nlohmann::json hf_config(const GptConfig& m, DType dtype) {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", m.vocab_size},
+          {"n_positions", m.block_size},
+          {"n_ctx", m.block_size},
+          {"n_embd", m.n_embd},
+          {"n_layer", m.n_layer},
+          {"n_head", m.n_head},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},
+          {"tie_word_embeddings", true},
+          {"bos_token_id", m.vocab_size - 1},
+          {"eos_token_id", m.vocab_size - 1},
+          {"torch_dtype", torch_dtype(dtype)}};
+}
+
+// The config.json beside `path`, if any, against the model.
+absl::Status check_hf_config(const std::string& path, const GptConfig& m) {
+  const std::string file = (std::filesystem::path(path).parent_path() / "config.json").string();
+  std::ifstream in(file);
+  if (!in) return absl::OkStatus();
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json c = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
+  const std::pair<const char*, int> want[] = {{"n_layer", m.n_layer},       {"n_head", m.n_head},
+                                              {"n_embd", m.n_embd},         {"vocab_size", m.vocab_size},
+                                              {"n_positions", m.block_size}};
+  for (const auto& [key, value] : want) {
+    if (c.contains(key) && !(c[key].is_number_integer() && c[key].get<int64_t>() == value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": '", key, "' is ", c[key].dump(), " but the job's model has ", value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string hf_tensor_name(const GptLayout& layout, const ParamSegment& s) {
+  const ParamTensorInfo& info = layout.tensor(s.id);
+  if (info.per_layer) return absl::StrCat("h.", s.layer, ".", info.name);
+  if (s.id == kWte || s.id == kWpe) return absl::StrCat(info.name, ".weight");
+  return info.name;
+}
+
+absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat("export: weights in ", dtype_name(dtype), " are not supported"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("export: cannot create ", dir, ": ", ec.message()));
+  const std::vector<ParamSegment>& segs = layout.segments();
+  std::vector<SafeTensor> tensors;
+  for (const ParamSegment& s : segs) tensors.push_back({hf_tensor_name(layout, s), dtype, layout.tensor(s.id).shape});
+  std::vector<float> f32;
+  ZEROD_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", std::move(tensors), {{"format", "pt"}},
+                                          [&](size_t i, std::vector<char>& buf) -> absl::Status {
+                                            const ParamSegment& s = segs[i];
+                                            float* out = reinterpret_cast<float*>(buf.data());
+                                            if (dtype != DType::kF32) {
+                                              f32.resize(s.numel);
+                                              out = f32.data();
+                                            }
+                                            ZEROD_RETURN_IF_ERROR(read(s.offset, s.offset + s.numel, out));
+                                            if (dtype != DType::kF32) convert_from_f32(dtype, out, buf.data(), s.numel);
+                                            return absl::OkStatus();
+                                          })
+                            .status());
+  const std::string config = hf_config(layout.config(), dtype).dump(2) + "\n";
+  const std::string tmp = dir + "/config.json.tmp";
+  ZEROD_RETURN_IF_ERROR(write_file_durably(tmp, config.data(), config.size()).status());
+  std::filesystem::rename(tmp, dir + "/config.json", ec);
+  if (ec) return absl::InternalError(absl::StrCat("export: cannot rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const GptLayout& layout) {
+  ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path));
+  ZEROD_RETURN_IF_ERROR(check_hf_config(path, layout.config()));
+  Gpt2Weights w(std::move(r), layout);
+  const auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", why)); };
+  // Names are bare (GPT2Model) or under "transformer." (GPT2LMHeadModel), not both.
+  const bool prefixed = w.reader_.find("transformer.wte.weight") != nullptr;
+  const std::string prefix = prefixed ? "transformer." : "";
+  std::vector<bool> used(w.reader_.tensors().size(), false);
+  for (const ParamSegment& s : layout.segments()) {
+    const std::string name = prefix + hf_tensor_name(layout, s);
+    const SafeTensor* t = w.reader_.find(name);
+    if (!t) return bad(absl::StrCat("has no tensor '", name, "'"));
+    const std::vector<int64_t>& shape = layout.tensor(s.id).shape;
+    if (t->shape != shape) {
+      return bad(absl::StrCat("tensor '", name, "' has shape ", nlohmann::json(t->shape).dump(), ", the model needs ",
+                              nlohmann::json(shape).dump()));
+    }
+    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+      return bad(absl::StrCat("tensor '", name, "' is ", dtype_name(t->dtype), "; weights must be F32, BF16 or F16"));
+    }
+    w.by_segment_.push_back(t);
+    used[t - w.reader_.tensors().data()] = true;
+  }
+  static const std::regex buffers(R"((transformer\.)?h\.\d+\.attn\.(masked_)?bias|lm_head\.weight)");
+  for (size_t i = 0; i < used.size(); ++i) {
+    const std::string& name = w.reader_.tensors()[i].name;
+    if (!used[i] && !std::regex_match(name, buffers)) {
+      return bad(absl::StrCat("has a tensor '", name, "' that a GPT-2 of this shape does not"));
+    }
+  }
+  return w;
+}
+
+absl::Status Gpt2Weights::read(int64_t begin, int64_t end, float* out) const {
+  const std::vector<ParamSegment>& segs = layout_->segments();
+  std::vector<char> raw;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const ParamSegment& s = segs[i];
+    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+    if (lo >= hi) continue;
+    const SafeTensor& t = *by_segment_[i];
+    const size_t ds = dtype_size(t.dtype);
+    float* dst = out + (lo - begin);
+    if (t.dtype == DType::kF32) {
+      ZEROD_RETURN_IF_ERROR(reader_.read(t, (lo - s.offset) * ds, (hi - lo) * ds, dst));
+      continue;
+    }
+    raw.resize((hi - lo) * ds);
+    ZEROD_RETURN_IF_ERROR(reader_.read(t, (lo - s.offset) * ds, raw.size(), raw.data()));
+    convert_to_f32(t.dtype, raw.data(), dst, hi - lo);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zerod
