@@ -181,12 +181,10 @@ absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, co
   });
 }
 
-absl::Status SwappedOptimizer::read_masters(const std::vector<float*>& dst) {
+absl::Status SwappedOptimizer::read_masters(const MasterOut& out) {
   auto copy_out = [&](int g) {
     const SubGroup& sg = groups_[g];
-    for (size_t i = 0; i < sg.pieces.size(); ++i) {
-      std::memcpy(dst[sg.source[i]] + sg.start[i], sg.pieces[i].master, sg.pieces[i].numel * sizeof(float));
-    }
+    for (size_t i = 0; i < sg.pieces.size(); ++i) out(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master);
   };
   if (!swap_master_) {
     for (int g = 0; g < num_sub_groups(); ++g) copy_out(g);
@@ -210,28 +208,28 @@ absl::Status SwappedOptimizer::write_masters(const std::vector<const float*>& sr
 }
 
 absl::Status SwappedOptimizer::each_part(const std::string& name, bool write_back,
-                                         const std::function<void(void*, uint64_t, uint64_t)>& fn) {
+                                         const std::function<absl::Status(void*, uint64_t, uint64_t)>& fn) {
   uint64_t offset = 0;
-  return stream(true, write_back, [&](int g) {
+  absl::Status first;
+  absl::Status s = stream(true, write_back, [&](int g) {
     for (const StateArray& a : groups_[g].opt->state_arrays()) {
       if (a.name != name) continue;
       const uint64_t bytes = a.numel * dtype_size(a.dtype);
-      fn(a.data, offset, bytes);
+      if (first.ok()) first = fn(a.data, offset, bytes);
       offset += bytes;
     }
   });
+  return s.ok() ? first : s;
 }
 
-absl::Status SwappedOptimizer::read_state(const std::string& name, void* dst) {
-  return each_part(name, false, [&](void* data, uint64_t offset, uint64_t bytes) {
-    std::memcpy(static_cast<char*>(dst) + offset, data, bytes);
-  });
+absl::Status SwappedOptimizer::read_state(const std::string& name,
+                                          const std::function<absl::Status(const void*, size_t)>& out) {
+  return each_part(name, false, [&](void* data, uint64_t, uint64_t bytes) { return out(data, bytes); });
 }
 
-absl::Status SwappedOptimizer::write_state(const std::string& name, const void* src) {
-  return each_part(name, true, [&](void* data, uint64_t offset, uint64_t bytes) {
-    std::memcpy(data, static_cast<const char*>(src) + offset, bytes);
-  });
+absl::Status SwappedOptimizer::write_state(const std::string& name,
+                                           const std::function<absl::Status(void*, uint64_t, uint64_t)>& in) {
+  return each_part(name, true, in);
 }
 
 }  // namespace zerod

@@ -58,8 +58,9 @@ class SwappedOptimizer {
   // while they are in their buffer.
   absl::Status step(float lr, int64_t step, float grad_scale, const Fill& grads = {},
                     const MasterOut& updated = {});
-  // Piece k's master weights into dst[k] (from the file when swapped).
-  absl::Status read_masters(const std::vector<float*>& dst);
+  // Every piece's master weights, in order, part by part (from the file
+  // when swapped).
+  absl::Status read_masters(const MasterOut& out);
   // And from src[k] (into the file when swapped).
   absl::Status write_masters(const std::vector<const float*>& src);
 
@@ -68,8 +69,11 @@ class SwappedOptimizer {
   // that name one after another, so read_state/write_state move the same
   // bytes that Optimizer::state_arrays() shows, through the buffers.
   std::vector<StateArray> state_layout() const { return whole_->state_arrays(); }
-  absl::Status read_state(const std::string& name, void* dst);
-  absl::Status write_state(const std::string& name, const void* src);
+  // Gives the array's bytes to `out` in order, part by part.
+  absl::Status read_state(const std::string& name, const std::function<absl::Status(const void*, size_t)>& out);
+  // Sets the array: `in(dst, offset, n)` fills dst with its bytes [offset, offset + n).
+  absl::Status write_state(const std::string& name,
+                           const std::function<absl::Status(void* dst, uint64_t offset, uint64_t n)>& in);
 
   int num_sub_groups() const { return static_cast<int>(groups_.size()); }
   uint64_t file_bytes() const { return file_bytes_; }
@@ -91,9 +95,10 @@ class SwappedOptimizer {
   // the next group's read and earlier groups' write-backs are in flight.
   absl::Status stream(bool read, bool write_back, const std::function<void(int)>& fn);
 
-  // The byte range of each group's array `name`, in order, as fn(g, data, offset, bytes).
+  // The byte range of each group's array `name`, in order, as fn(data,
+  // offset, bytes); the first error fn returns ends the calls and is returned.
   absl::Status each_part(const std::string& name, bool write_back,
-                         const std::function<void(void* data, uint64_t offset, uint64_t bytes)>& fn);
+                         const std::function<absl::Status(void* data, uint64_t offset, uint64_t bytes)>& fn);
 
   bool swap_master_ = false;
   std::unique_ptr<Optimizer> whole_;  // unbound: the layout of the states over all pieces

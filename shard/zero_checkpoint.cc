@@ -13,40 +13,40 @@ std::vector<StateArray> ZeroEngine::state_arrays() const {
   return swapped_ ? swapped_->state_layout() : optimizer_->state_arrays();
 }
 
-// With the states swapped to a file, the arrays are read from and written
-// to it through the sub-group buffers, one array at a time, in the layout an
-// in-memory optimizer has: a checkpoint loads with or without offload.
+// Arrays go to the file straight from where they live: memory, or (with
+// the states swapped to a file) the sub-group buffers, one array at a time,
+// in the layout an in-memory optimizer has, so a checkpoint loads with or
+// without offload. Nothing holds a whole array.
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
   const std::vector<StateArray> states = state_arrays();
   return write_safetensors(
       path, shard_file_arrays(owned_numel(owned_), states), {{"format", "zerod-shard"}},
-      [&](size_t i, std::vector<char>& buf) {
+      [&](size_t i, const ByteSink& out) -> absl::Status {
         if (i > 0) {
           const StateArray& a = states[i - 1];
-          if (swapped_) return swapped_->read_state(a.name, buf.data());
-          std::memcpy(buf.data(), a.data, buf.size());
+          if (swapped_) return swapped_->read_state(a.name, out);
+          return out(a.data, a.numel * dtype_size(a.dtype));
+        }
+        if (!swapped_) {
+          for (const ShardSegment& s : owned_) ZEROD_RETURN_IF_ERROR(out(master_at(s), s.numel * sizeof(float)));
           return absl::OkStatus();
         }
-        std::vector<float*> dst;
-        char* out = buf.data();
-        for (const ShardSegment& s : owned_) {
-          dst.push_back(reinterpret_cast<float*>(out));
-          if (!swapped_) std::memcpy(out, master_at(s), s.numel * 4);
-          out += s.numel * 4;
-        }
-        return swapped_ ? swapped_->read_masters(dst) : absl::OkStatus();
+        absl::Status first;
+        ZEROD_RETURN_IF_ERROR(swapped_->read_masters([&](int, int64_t, int64_t n, const float* m) {
+          if (first.ok()) first = out(m, n * sizeof(float));
+        }));
+        return first;
       });
 }
 
 absl::Status ZeroEngine::install_state(const std::vector<float>& master, const StateFill& fill) {
   for (const StateArray& a : state_arrays()) {
-    if (!swapped_) {
-      ZEROD_RETURN_IF_ERROR(fill(a, a.data));
-      continue;
+    if (swapped_) {
+      ZEROD_RETURN_IF_ERROR(swapped_->write_state(
+          a.name, [&](void* dst, uint64_t offset, uint64_t n) { return fill(a, offset, n, dst); }));
+    } else {
+      ZEROD_RETURN_IF_ERROR(fill(a, 0, a.numel * dtype_size(a.dtype), a.data));
     }
-    std::vector<char> state(a.numel * dtype_size(a.dtype));
-    ZEROD_RETURN_IF_ERROR(fill(a, state.data()));
-    ZEROD_RETURN_IF_ERROR(swapped_->write_state(a.name, state.data()));
   }
   std::vector<const float*> src;
   const float* at = master.data();
@@ -66,7 +66,9 @@ absl::Status ZeroEngine::load_shard(const std::string& path) {
   ZEROD_RETURN_IF_ERROR(check_shard_file(r, shard_file_arrays(owned_numel(owned_), state_arrays())));
   std::vector<float> master(owned_numel(owned_));
   ZEROD_RETURN_IF_ERROR(r.read(*r.find(kMasterArray), master.data()));
-  return install_state(master, [&](const StateArray& a, void* dst) { return r.read(*r.find(a.name), dst); });
+  return install_state(master, [&](const StateArray& a, uint64_t offset, uint64_t n, void* dst) {
+    return r.read(*r.find(a.name), offset, n, dst);
+  });
 }
 
 // Everything is read into memory first, so a failed read changes nothing.
@@ -88,9 +90,9 @@ absl::Status ZeroEngine::load_resharded(SavedShards& saved) {
     at += s.numel;
   }
   const std::vector<StateArray> from = staging->state_arrays();
-  return install_state(master, [&](const StateArray& a, void* dst) {
+  return install_state(master, [&](const StateArray& a, uint64_t offset, uint64_t n, void* dst) {
     for (const StateArray& f : from) {
-      if (std::strcmp(f.name, a.name) == 0) std::memcpy(dst, f.data, a.numel * dtype_size(a.dtype));
+      if (std::strcmp(f.name, a.name) == 0) std::memcpy(dst, static_cast<const char*>(f.data) + offset, n);
     }
     return absl::OkStatus();
   });

@@ -630,9 +630,9 @@ absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
   std::vector<float> swapped_master;
   if (swapped_ && separate_master_) {
     swapped_master.resize(part_.shard_numel());
-    std::vector<float*> dst;
-    for (const ShardSegment& s : owned_) dst.push_back(swapped_master.data() + s.shard_offset);
-    ZEROD_RETURN_IF_ERROR(swapped_->read_masters(dst));
+    ZEROD_RETURN_IF_ERROR(swapped_->read_masters([&](int k, int64_t start, int64_t n, const float* m) {
+      std::memcpy(swapped_master.data() + owned_[k].shard_offset + start, m, n * sizeof(float));
+    }));
   }
   for (int u = 0; u < part_.num_units(); ++u) {
     const float* src = swapped_master.empty() ? master_unit(u) : swapped_master.data() + part_.shard_offset(u);

@@ -121,8 +121,9 @@ class ZeroEngine {
   // The optimizer's state arrays (data null when they are in a file).
   std::vector<StateArray> state_arrays() const;
   // Makes `master` (the owned segments' fp32 masters back to back) and the
-  // state arrays, each of which fill(a, dst) puts into dst, this rank's.
-  using StateFill = std::function<absl::Status(const StateArray& a, void* dst)>;
+  // state arrays this rank's: fill(a, offset, n, dst) puts bytes
+  // [offset, offset + n) of array a into dst.
+  using StateFill = std::function<absl::Status(const StateArray& a, uint64_t offset, uint64_t n, void* dst)>;
   absl::Status install_state(const std::vector<float>& master, const StateFill& fill);
   // This rank's chunk of unit u: in the working parameters (offset in
   // elements of working()), and of the fp32 master weights.

@@ -208,10 +208,10 @@ TEST_F(HfGpt2Test, ImportsPrefixedNamesAndIgnoresBuffers) {
   tensors.push_back({"lm_head.weight", DType::kF32, {256, 64}});
   fs::create_directories(path("prefixed"));
   ASSERT_TRUE(write_safetensors(path("prefixed/model.safetensors"), tensors, {},
-                                [&](size_t i, std::vector<char>& buf) {
-                                  if (i < r->tensors().size()) return r->read(r->tensors()[i], buf.data());
-                                  std::fill(buf.begin(), buf.end(), 0);
-                                  return absl::OkStatus();
+                                [&](size_t i, const ByteSink& out) {
+                                  std::vector<char> buf(tensors[i].numel() * dtype_size(tensors[i].dtype));
+                                  if (i < r->tensors().size()) ZEROD_RETURN_IF_ERROR(r->read(r->tensors()[i], buf.data()));
+                                  return out(buf.data(), buf.size());
                                 })
                   .ok());
   EXPECT_TRUE(same_bits(imported(path("prefixed/model.safetensors")), master));
@@ -231,9 +231,9 @@ TEST_F(HfGpt2Test, RefusesBadWeightFiles) {
     fs::create_directories(path(name));
     const std::string file = path(name + "/model.safetensors");
     EXPECT_TRUE(write_safetensors(file, tensors, {},
-                                  [&](size_t, std::vector<char>& buf) {
-                                    std::fill(buf.begin(), buf.end(), 0);
-                                    return absl::OkStatus();
+                                  [&](size_t i, const ByteSink& out) {
+                                    const std::vector<char> zeros(tensors[i].numel() * dtype_size(tensors[i].dtype));
+                                    return out(zeros.data(), zeros.size());
                                   })
                     .ok());
     return file;

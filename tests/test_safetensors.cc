@@ -61,9 +61,11 @@ std::vector<char> sample_bytes(size_t i, size_t n) {
 TEST_F(SafetensorsTest, WritesTheFormatExactlyAndReadsItBack) {
   const std::string file = path("model.safetensors");
   const auto tensors = sample_tensors();
-  const auto crc = write_safetensors(file, tensors, {{"format", "pt"}}, [&](size_t i, std::vector<char>& buf) {
-    buf = sample_bytes(i, buf.size());
-    return absl::OkStatus();
+  // Each tensor given in two parts (the first may be empty).
+  const auto crc = write_safetensors(file, tensors, {{"format", "pt"}}, [&](size_t i, const ByteSink& out) {
+    const std::vector<char> b = sample_bytes(i, tensors[i].numel() * dtype_size(tensors[i].dtype));
+    ZEROD_RETURN_IF_ERROR(out(b.data(), b.size() / 2));
+    return out(b.data() + b.size() / 2, b.size() - b.size() / 2);
   });
   ASSERT_TRUE(crc.ok()) << crc.status();
   EXPECT_FALSE(fs::exists(file + ".tmp"));
@@ -156,14 +158,26 @@ TEST_F(SafetensorsTest, RefusesBrokenFilesNamingTheFileAndTensor) {
 TEST_F(SafetensorsTest, AFailedWriteLeavesNoFile) {
   const std::string file = path("model.safetensors");
   write("model.safetensors", "previous");
-  const auto s = write_safetensors(file, sample_tensors(), {}, [](size_t i, std::vector<char>&) {
-    return i == 2 ? absl::DataLossError("source gone") : absl::OkStatus();
-  });
+  const std::vector<SafeTensor> tensors = sample_tensors();
+  // Tensor 3's writer fails; then one gives a byte too few, one a byte too many.
+  const auto writer = [&](int short_by) {
+    return [&, short_by](size_t i, const ByteSink& out) {
+      if (i == 3 && short_by == 0) return absl::DataLossError("source gone");
+      const size_t n = tensors[i].numel() * dtype_size(tensors[i].dtype) - (i == 3 ? short_by : 0);
+      return out(std::vector<char>(n).data(), n);
+    };
+  };
+  const auto s = write_safetensors(file, tensors, {}, writer(0));
   EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+  for (int short_by : {1, -1}) {
+    const auto wrong = write_safetensors(file, tensors, {}, writer(short_by));
+    EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInternal) << short_by;
+    EXPECT_NE(wrong.status().message().find("ln_f.bias"), std::string::npos) << wrong.status();
+  }
   EXPECT_EQ(read_all(file), "previous");
   EXPECT_FALSE(fs::exists(file + ".tmp"));
   EXPECT_FALSE(write_safetensors(file, {{"x", DType::kF32, {1}}, {"x", DType::kF32, {1}}}, {},
-                                 [](size_t, std::vector<char>&) { return absl::OkStatus(); })
+                                 [](size_t, const ByteSink& out) { return out("four", 4); })
                    .ok());
   EXPECT_EQ(read_all(file), "previous");
 }

@@ -185,8 +185,8 @@ absl::Status SafetensorsReader::read(const SafeTensor& t, uint64_t offset, uint6
 }
 
 absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
-                               const std::map<std::string, std::string>& metadata,
-                               const std::function<absl::Status(size_t, std::vector<char>&)>& fill) {
+                                           const std::map<std::string, std::string>& metadata,
+                                           const std::function<absl::Status(size_t, const ByteSink&)>& write) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t at = 0;
@@ -207,15 +207,19 @@ absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<
   ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(tmp));
   absl::Status s = f.append(len, 8);
   if (s.ok()) s = f.append(text.data(), text.size());
-  std::vector<char> buf;
   for (size_t i = 0; s.ok() && i < tensors.size(); ++i) {
-    buf.resize(tensors[i].end - tensors[i].begin);
-    s = fill(i, buf);
-    if (s.ok() && buf.size() != tensors[i].end - tensors[i].begin) {
-      s = absl::InternalError(absl::StrCat("tensor '", tensors[i].name, "' came with ", buf.size(), " bytes, not ",
-                                           tensors[i].end - tensors[i].begin));
+    const uint64_t want = tensors[i].end - tensors[i].begin;
+    uint64_t got = 0;
+    s = write(i, [&](const void* data, size_t n) {
+      if (got + n > want) {
+        return absl::InternalError(absl::StrCat("tensor '", tensors[i].name, "' came with more than ", want, " bytes"));
+      }
+      got += n;
+      return f.append(data, n);
+    });
+    if (s.ok() && got != want) {
+      s = absl::InternalError(absl::StrCat("tensor '", tensors[i].name, "' came with ", got, " bytes, not ", want));
     }
-    if (s.ok()) s = f.append(buf.data(), buf.size());
   }
   if (s.ok()) s = f.finish();
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = errno_error("cannot rename to", path);

@@ -55,12 +55,16 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
+// Takes the next n bytes of a tensor being written.
+using ByteSink = std::function<absl::Status(const void* data, size_t n)>;
+
 // Writes tensors (begin/end are assigned here, in the order given) to path,
-// streaming: fill(i, buf) puts tensor i's bytes into buf, which is reused,
-// so memory stays at one tensor. The file appears whole or not at all
-// (written beside it, fsynced, renamed). Returns the file's CRC-32C.
+// streaming: write(i, out) gives tensor i's bytes to `out` in as many parts
+// as it likes, so nothing need hold a whole tensor. The file appears whole
+// or not at all (written beside it, fsynced, renamed). Returns the file's
+// CRC-32C.
 absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
-                               const std::map<std::string, std::string>& metadata,
-                               const std::function<absl::Status(size_t, std::vector<char>&)>& fill);
+                                           const std::map<std::string, std::string>& metadata,
+                                           const std::function<absl::Status(size_t, const ByteSink&)>& write);
 
 }  // namespace zerod

@@ -82,17 +82,25 @@ absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType 
   const std::vector<ParamSegment>& segs = layout.segments();
   std::vector<SafeTensor> tensors;
   for (const ParamSegment& s : segs) tensors.push_back({hf_tensor_name(layout, s), dtype, layout.tensor(s.id).shape});
+  // A tensor at a time, in parts of at most kPart elements.
+  constexpr int64_t kPart = 1 << 22;
   std::vector<float> f32;
+  std::vector<char> converted;
   ZEROD_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", std::move(tensors), {{"format", "pt"}},
-                                          [&](size_t i, std::vector<char>& buf) -> absl::Status {
+                                          [&](size_t i, const ByteSink& out) -> absl::Status {
                                             const ParamSegment& s = segs[i];
-                                            float* out = reinterpret_cast<float*>(buf.data());
-                                            if (dtype != DType::kF32) {
-                                              f32.resize(s.numel);
-                                              out = f32.data();
+                                            for (int64_t at = 0; at < s.numel; at += kPart) {
+                                              const int64_t n = std::min(kPart, s.numel - at);
+                                              f32.resize(n);
+                                              ZEROD_RETURN_IF_ERROR(read(s.offset + at, s.offset + at + n, f32.data()));
+                                              if (dtype == DType::kF32) {
+                                                ZEROD_RETURN_IF_ERROR(out(f32.data(), n * sizeof(float)));
+                                                continue;
+                                              }
+                                              converted.resize(n * dtype_size(dtype));
+                                              convert_from_f32(dtype, f32.data(), converted.data(), n);
+                                              ZEROD_RETURN_IF_ERROR(out(converted.data(), converted.size()));
                                             }
-                                            ZEROD_RETURN_IF_ERROR(read(s.offset, s.offset + s.numel, out));
-                                            if (dtype != DType::kF32) convert_from_f32(dtype, out, buf.data(), s.numel);
                                             return absl::OkStatus();
                                           })
                             .status());

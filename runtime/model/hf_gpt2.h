@@ -23,8 +23,9 @@ std::string hf_tensor_name(const GptLayout& layout, const ParamSegment& s);
 using ParamRangeReader = std::function<absl::Status(int64_t begin, int64_t end, float* out)>;
 
 // Writes <dir>/model.safetensors, its tensors in `dtype` (fp32, bf16 or
-// fp16), and <dir>/config.json; dir is created if needed. Tensor by tensor:
-// host memory is one tensor. Each file appears whole or not at all.
+// fp16), and <dir>/config.json; dir is created if needed. Tensor by tensor,
+// in parts of a few million elements: host memory stays bounded whatever
+// the model. Each file appears whole or not at all.
 absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read);
 
 // A model.safetensors to initialise `layout` from, checked whole when
