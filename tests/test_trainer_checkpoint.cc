@@ -213,9 +213,17 @@ TEST_F(TrainerCheckpointTest, RefusesBadCheckpointsAndChangesNothing) {
   }
   expect_refused(ckpt, absl::StatusCode::kDataLoss, "checksum");
 
-  // A manifest that is not one.
+  // A manifest whose file list does not fit its world size.
+  {
+    std::ifstream in(ckpt + "/manifest.json");
+    nlohmann::json m = nlohmann::json::parse(in);
+    m["world_size"] = 3;
+    write("ckpt/step-00000002/manifest.json", m.dump());
+  }
+  expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "lists 1 shard files for world_size 3 at zero_stage 1");
+  // A manifest that is not one, or of a newer format.
   write("ckpt/step-00000002/manifest.json", "{\"format\": \"zerod-checkpoint\", \"version\": 99}");
-  expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "version");
+  expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "format version 99 is not 1");
   write("ckpt/step-00000002/manifest.json", "not json");
   expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "not a zerod checkpoint manifest");
 }
