@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.h"
 #include "absl/strings/str_split.h"
 #include "comm/communicator.h"
 #include "runtime/config/job_config.h"
@@ -31,19 +32,8 @@
 namespace {
 
 using namespace zerod;
-
-double seconds(const std::function<void()>& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void check(const absl::Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
-    std::exit(1);
-  }
-}
+using bench::check;
+using bench::seconds;
 
 void drop_cache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);

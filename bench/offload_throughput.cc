@@ -28,24 +28,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.h"
 #include "offload/swapped_optimizer.h"
 
 namespace {
 
 using namespace zerod;
-
-double seconds(const std::function<void()>& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void check(const absl::Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
-    std::exit(1);
-  }
-}
+using bench::check;
+using bench::seconds;
 
 // fio's bandwidth in bytes/s for one direct sequential pass.
 double fio_bytes_per_s(const std::string& file, const char* rw, uint64_t bytes, int64_t block, int depth) {

@@ -18,25 +18,15 @@
 #include "runtime/engine/worker.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
+#include "tests/worker_run.h"
 
 namespace zerod {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Exit {
-  int code;
-  std::string out, err;
-};
-
-Exit zero_worker(std::vector<std::string> args) {
-  args.insert(args.begin(), "zero-worker");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  std::ostringstream out, err;
-  const int code = run_worker(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using Exit = testing::WorkerResult;
+Exit zero_worker(std::vector<std::string> args) { return testing::run_worker_with(std::move(args)); }
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

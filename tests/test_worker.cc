@@ -27,19 +27,8 @@ using testing::mpirun;
 using testing::MpiResult;
 #endif
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result run(std::vector<std::string> args) {
-  args.insert(args.begin(), "zero-worker");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  std::ostringstream out, err;
-  const int code = run_worker(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using Result = testing::WorkerResult;
+Result run(std::vector<std::string> args) { return testing::run_worker_with(std::move(args)); }
 
 nlohmann::json small_job() {
   return {{"model", {{"preset", "gpt2-tiny"}}},

@@ -1,6 +1,6 @@
-// Running zero-worker from a test: the real binary under mpirun, and the
-// JSON events of its output. For test_*.cc, which get ZEROD_WORKER_BIN and
-// ZEROD_MPIEXEC from the build.
+// Running zero-worker from a test: in-process through run_worker, the real
+// binary under mpirun, and the JSON events of its output. For test_*.cc,
+// which get ZEROD_WORKER_BIN and ZEROD_MPIEXEC from the build.
 #pragma once
 
 #include <sys/wait.h>
@@ -14,8 +14,23 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/worker.h"
 
 namespace zerod::testing {
+
+// zero-worker's exit status and output, called in-process with these arguments.
+struct WorkerResult {
+  int code;
+  std::string out, err;
+};
+inline WorkerResult run_worker_with(std::vector<std::string> args) {
+  args.insert(args.begin(), "zero-worker");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  std::ostringstream out, err;
+  const int code = run_worker(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
 
 // The JSON lines of a run's output, in order.
 inline std::vector<nlohmann::json> events(const std::string& out) {
