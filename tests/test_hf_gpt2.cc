@@ -4,7 +4,9 @@
 // bad files are refused naming the file and the tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <sstream>

@@ -129,6 +129,12 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
   return c;
 }
 
+std::vector<std::string> file_paths(const std::vector<ManifestFile>& files) {
+  std::vector<std::string> paths;
+  for (const ManifestFile& f : files) paths.push_back(f.path);
+  return paths;
+}
+
 absl::Status verify_file(const ManifestFile& f) {
   ZEROD_ASSIGN_OR_RETURN(auto crc_size, file_crc(f.path));
   if (crc_size.first != f.crc32c || crc_size.second != f.bytes) {

@@ -47,6 +47,9 @@ struct CheckpointManifest {
 // files present and well-typed. Errors name the file and the field.
 absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir);
 
+// The files' paths, in rank order.
+std::vector<std::string> file_paths(const std::vector<ManifestFile>& files);
+
 // DataLoss naming the file when its size or CRC-32C is not the manifest's.
 absl::Status verify_file(const ManifestFile& f);
 

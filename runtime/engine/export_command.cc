@@ -33,12 +33,8 @@ absl::StatusOr<int64_t> export_checkpoint(std::string checkpoint, const std::str
   if (m.json.at("tensors") != manifest_tensors(layout)) {
     return absl::InvalidArgumentError(absl::StrCat(m.path, ": its tensor table is not this build's layout of its model"));
   }
-  std::vector<std::string> paths;
-  for (const ManifestFile& f : m.files) {
-    ZEROD_RETURN_IF_ERROR(verify_file(f));
-    paths.push_back(f.path);
-  }
-  SavedShards saved(layout, m.optimizer, std::move(paths));
+  for (const ManifestFile& f : m.files) ZEROD_RETURN_IF_ERROR(verify_file(f));
+  SavedShards saved(layout, m.optimizer, file_paths(m.files));
   ZEROD_RETURN_IF_ERROR(export_gpt2(out_dir, layout, dtype, [&](int64_t begin, int64_t end, float* out) {
     return saved.read(begin, end, out, nullptr, nullptr);
   }));

@@ -129,9 +129,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
   if (files.size() == parts) {
     s = zero_->load_shard(files[parts > 1 ? rank : 0].path);
   } else {
-    std::vector<std::string> paths;
-    for (const ManifestFile& f : files) paths.push_back(f.path);
-    SavedShards saved(layout(), cfg_.optimizer, std::move(paths));
+    SavedShards saved(layout(), cfg_.optimizer, file_paths(files));
     s = zero_->load_resharded(saved);
   }
   if (s.ok()) {
