@@ -2,6 +2,8 @@
 // optimizer states as one shard file (saved_shards.h), and loading them
 // back, from a file of the same partition or from any saved partition.
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "shard/saved_shards.h"
@@ -13,30 +15,42 @@ std::vector<StateArray> ZeroEngine::state_arrays() const {
   return swapped_ ? swapped_->state_layout() : optimizer_->state_arrays();
 }
 
-// Arrays go to the file straight from where they live: memory, or (with
+namespace {
+const std::map<std::string, std::string> kShardMetadata = {{"format", "zerod-shard"}};
+}  // namespace
+
+// Arrays go to the sink straight from where they live: memory, or (with
 // the states swapped to a file) the sub-group buffers, one array at a time,
 // in the layout an in-memory optimizer has, so a checkpoint loads with or
 // without offload. Nothing holds a whole array.
+absl::Status ZeroEngine::write_shard_array(size_t i, const ByteSink& out) {
+  if (i > 0) {
+    const StateArray a = state_arrays()[i - 1];
+    if (swapped_) return swapped_->read_state(a.name, out);
+    return out(a.data, a.numel * dtype_size(a.dtype));
+  }
+  if (!swapped_) {
+    for (const ShardSegment& s : owned_) ZEROD_RETURN_IF_ERROR(out(master_at(s), s.numel * sizeof(float)));
+    return absl::OkStatus();
+  }
+  absl::Status first;
+  ZEROD_RETURN_IF_ERROR(swapped_->read_masters([&](int, int64_t, int64_t n, const float* m) {
+    if (first.ok()) first = out(m, n * sizeof(float));
+  }));
+  return first;
+}
+
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
-  const std::vector<StateArray> states = state_arrays();
-  return write_safetensors(
-      path, shard_file_arrays(owned_numel(owned_), states), {{"format", "zerod-shard"}},
-      [&](size_t i, const ByteSink& out) -> absl::Status {
-        if (i > 0) {
-          const StateArray& a = states[i - 1];
-          if (swapped_) return swapped_->read_state(a.name, out);
-          return out(a.data, a.numel * dtype_size(a.dtype));
-        }
-        if (!swapped_) {
-          for (const ShardSegment& s : owned_) ZEROD_RETURN_IF_ERROR(out(master_at(s), s.numel * sizeof(float)));
-          return absl::OkStatus();
-        }
-        absl::Status first;
-        ZEROD_RETURN_IF_ERROR(swapped_->read_masters([&](int, int64_t, int64_t n, const float* m) {
-          if (first.ok()) first = out(m, n * sizeof(float));
-        }));
-        return first;
-      });
+  return write_safetensors(path, shard_file_arrays(owned_numel(owned_), state_arrays()), kShardMetadata,
+                           [&](size_t i, const ByteSink& out) { return write_shard_array(i, out); });
+}
+
+absl::StatusOr<SafetensorsLayout> ZeroEngine::shard_file() const {
+  return layout_safetensors(shard_file_arrays(owned_numel(owned_), state_arrays()), kShardMetadata);
+}
+
+absl::Status ZeroEngine::serialize_shard(const SafetensorsLayout& file, const ByteSink& out) {
+  return serialize_safetensors(file, [&](size_t i, const ByteSink& o) { return write_shard_array(i, o); }, out);
 }
 
 absl::Status ZeroEngine::install_state(const std::vector<float>& master, const StateFill& fill) {

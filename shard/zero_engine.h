@@ -76,13 +76,21 @@ class ZeroEngine {
   // Checkpoints. This rank's share of the training state is the fp32 master
   // weights of its owned segments and the optimizer's state arrays (a shard
   // file, saved_shards.h); under stage 0 every rank holds all of it.
-  // save_shard writes it and returns the file's CRC-32C. load_shard reads a
+  // save_shard writes it and returns the file's CRC-32C; shard_file() lays
+  // the file out (its bytes() are its size) and serialize_shard gives those
+  // bytes front to back to a sink, such as a staging buffer that is written
+  // out in the background. load_shard reads a
   // file written for the same partition and optimizer (every array is
   // checked before any is read); load_resharded takes this rank's part from
   // the files of any partition. Both rebuild the 16-bit working copy of the
   // owned parameters; then publish_params() makes them visible on every rank
   // (a collective).
   absl::StatusOr<uint32_t> save_shard(const std::string& path);
+  absl::StatusOr<SafetensorsLayout> shard_file() const;
+  absl::Status serialize_shard(const SafetensorsLayout& file, const ByteSink& out);
+  // Whether the whole shard is in memory (no states in a swap file), so
+  // copying it is a memcpy rather than a read.
+  bool shard_in_memory() const { return swapped_ == nullptr; }
   absl::Status load_shard(const std::string& path);
   absl::Status load_resharded(SavedShards& saved);
   absl::Status publish_params();
@@ -120,6 +128,8 @@ class ZeroEngine {
   float* grad_shard() const;
   // The optimizer's state arrays (data null when they are in a file).
   std::vector<StateArray> state_arrays() const;
+  // The bytes of the shard file's array i (kMasterArray, then the states).
+  absl::Status write_shard_array(size_t i, const ByteSink& out);
   // Makes `master` (the owned segments' fp32 masters back to back) and the
   // state arrays this rank's: fill(a, offset, n, dst) puts bytes
   // [offset, offset + n) of array a into dst.

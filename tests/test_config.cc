@@ -363,7 +363,13 @@ TEST(ConfigValues, CheckpointSettings) {
   EXPECT_EQ(*c.run.checkpoint.dir, "ckpt");
   EXPECT_EQ(c.run.checkpoint.interval, 10);
   EXPECT_EQ(c.run.checkpoint.keep, 2);
+  EXPECT_TRUE(c.run.checkpoint.async);
   EXPECT_EQ(*c.run.resume, "latest");
+  j["run"]["checkpoint"]["async"] = false;
+  EXPECT_FALSE(parse_ok(j).run.checkpoint.async);
+  j["run"]["checkpoint"]["async"] = "yes";
+  EXPECT_TRUE(rejected(j, "run.checkpoint.async"));
+  j["run"]["checkpoint"].erase("async");
   j["run"]["checkpoint"]["keep"] = 0;
   EXPECT_TRUE(rejected(j, "run.checkpoint.keep: must be at least 1"));
   j["run"]["checkpoint"]["keep"] = 1;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/temp_dir.h"
+#include "tests/test_support.h"
 #include "runtime/data/dataset.h"
 
 namespace zerod {
@@ -22,11 +23,6 @@ class DataTest : public testing::TempDirTest {};
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 void put_le32(std::string& out, int32_t v) {
@@ -87,7 +83,7 @@ TEST_F(DataTest, ShardMatchesHandBuiltBytes) {
 
   // The writer produces exactly these bytes.
   ASSERT_TRUE(write_token_shard(path("written.bin"), tokens).ok());
-  EXPECT_EQ(read_file(path("written.bin")), bytes);
+  EXPECT_EQ(testing::read_file(path("written.bin")), bytes);
 }
 
 TEST_F(DataTest, EmptyShardIsValid) {

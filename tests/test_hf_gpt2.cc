@@ -30,11 +30,6 @@ namespace fs = std::filesystem;
 using Exit = testing::WorkerResult;
 Exit zero_worker(std::vector<std::string> args) { return testing::run_worker_with(std::move(args)); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // The format read from its definition: a little-endian u64 header length,
 // the JSON header, the data. Every entry's range must lie in the data, and
 // the ranges, sorted, must tile it with no gap or overlap.
@@ -110,7 +105,7 @@ TEST_F(HfGpt2Test, ExportWritesGpt2NamesShapesAndValues) {
   ASSERT_EQ(e.code, kExitOk) << e.err;
   EXPECT_NE(e.out.find("120576 parameters"), std::string::npos) << e.out;
 
-  const MinimalSafetensors f = parse_minimal(slurp(path("hf/model.safetensors")));
+  const MinimalSafetensors f = parse_minimal(testing::read_file(path("hf/model.safetensors")));
   // gpt2-tiny: 2 layers, C = 64, vocabulary 256, 64 positions.
   const int64_t C = 64;
   std::map<std::string, std::vector<int64_t>> want = {
@@ -151,7 +146,7 @@ TEST_F(HfGpt2Test, ExportWritesGpt2NamesShapesAndValues) {
   }
   EXPECT_EQ(at, master.size());
 
-  const nlohmann::json c = nlohmann::json::parse(slurp(path("hf/config.json")));
+  const nlohmann::json c = nlohmann::json::parse(testing::read_file(path("hf/config.json")));
   EXPECT_EQ(c["model_type"], "gpt2");
   EXPECT_EQ(c["n_layer"], 2);
   EXPECT_EQ(c["n_head"], 2);
@@ -181,7 +176,7 @@ TEST_F(HfGpt2Test, ExportThenImportIsBitwise) {
   convert_to_f32(DType::kBF16, b16.data(), rounded.data(), master.size());
   EXPECT_FALSE(same_bits(rounded, master));
   EXPECT_TRUE(same_bits(imported(path("hf16/model.safetensors")), rounded));
-  EXPECT_EQ(nlohmann::json::parse(slurp(path("hf16/config.json")))["torch_dtype"], "bfloat16");
+  EXPECT_EQ(nlohmann::json::parse(testing::read_file(path("hf16/config.json")))["torch_dtype"], "bfloat16");
 }
 
 // GPT2LMHeadModel's files put the model under "transformer." and may carry

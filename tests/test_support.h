@@ -1,10 +1,14 @@
 // Helpers shared by the tests: a small job, job configs from JSON plus
-// --set style overrides, and counting a process's threads and descriptors.
+// --set style overrides, counting a process's threads and descriptors, and
+// reading and comparing files.
 #pragma once
 
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -43,6 +47,21 @@ inline int count_proc_entries(const char* dir) {
   while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
   closedir(d);
   return n;
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Two directories hold files of the same names and bytes (not recursive).
+inline void expect_same_files(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  for (const auto& f : fs::directory_iterator(a)) names.push_back(f.path().filename().string());
+  EXPECT_EQ(names.size(), static_cast<size_t>(std::distance(fs::directory_iterator(b), {}))) << a << " " << b;
+  for (const std::string& n : names) EXPECT_TRUE(read_file(a + "/" + n) == read_file(b + "/" + n)) << n;
 }
 
 }  // namespace zerod::testing

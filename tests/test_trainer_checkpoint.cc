@@ -3,13 +3,16 @@
 // nothing.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/manifest.h"
 #include "runtime/engine/trainer.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
@@ -52,6 +55,33 @@ std::vector<double> run_steps(Trainer& t, int n) {
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
+
+// Holds the background writer before it writes until open() (or the end
+// of its scope, so a failed test does not leave a trainer waiting on it).
+class HeldWriter {
+ public:
+  HeldWriter() {
+    Trainer::set_background_write_hook([this, go = released_.get_future().share()] {
+      ++entered_;
+      go.wait();
+    });
+  }
+  ~HeldWriter() {
+    open();
+    Trainer::set_background_write_hook(nullptr);
+  }
+  void open() {
+    if (!opened_.exchange(true)) released_.set_value();
+  }
+  int entered() const { return entered_; }
+
+ private:
+  std::promise<void> released_;
+  std::atomic<bool> opened_{false};
+  std::atomic<int> entered_{0};
+};
+
+uint64_t host_workspace() { return MemoryAccountant::global().current(Tier::kHost, Category::kWorkspace); }
 
 class TrainerCheckpointTest : public testing::TempDirTest {};
 
@@ -161,6 +191,121 @@ TEST_F(TrainerCheckpointTest, SavesAManifestAndKeepsTheNewest) {
   EXPECT_EQ(m["files"][0]["bytes"], fs::file_size(root + "/step-00000003/rank-00000.safetensors"));
 }
 
+// A save in the background copies the state at its start and writes it
+// while training goes on: the writer is held until three more steps are
+// done, and the files are still byte for byte those a foreground save at
+// the same step writes; a resume from them continues as the saver did.
+TEST_F(TrainerCheckpointTest, BackgroundSaveKeepsTheStateAtItsStartWhileTrainingGoesOn) {
+  const std::vector<std::vector<std::string>> variants = {
+      {"zero_optimization.stage=0"},
+      {"zero_optimization.stage=2", "optimizer.type=AdamW8bit", "bf16.enabled=true"},
+      {"zero_optimization.stage=3", "fp16.enabled=true", "zero_optimization.offload_optimizer.device=\"cpu\""},
+  };
+  for (const auto& v : variants) {
+    const int i = static_cast<int>(&v - variants.data());
+    SCOPED_TRACE(i);
+    const JobConfig cfg = make_config(v);
+    const std::string root = path("bg-" + std::to_string(i)), dir = root + "/step-00000003";
+    auto a = make_trainer(cfg);
+    run_steps(*a, 3);
+    std::vector<double> later;
+    {
+      HeldWriter held;
+      const uint64_t workspace = host_workspace();
+      ASSERT_TRUE(a->start_checkpoint(root, 2, /*background=*/true).ok());
+      const uint64_t staged = host_workspace() - workspace;
+      EXPECT_TRUE(a->checkpoint_pending());
+      EXPECT_EQ(a->start_checkpoint(root, 2, true).code(), absl::StatusCode::kFailedPrecondition);
+      auto polled = a->finish_checkpoint(/*wait=*/false);
+      ASSERT_TRUE(polled.ok()) << polled.status();
+      EXPECT_FALSE(polled->has_value());
+      later = run_steps(*a, 3);
+      EXPECT_FALSE(a->finish_checkpoint(false)->has_value());
+      EXPECT_EQ(latest_checkpoint(root).status().code(), absl::StatusCode::kNotFound);
+      EXPECT_FALSE(fs::exists(dir));
+      held.open();
+      auto saved = a->finish_checkpoint(/*wait=*/true);
+      ASSERT_TRUE(saved.ok()) << saved.status();
+      ASSERT_TRUE(saved->has_value());
+      EXPECT_EQ((*saved)->step, 3);
+      EXPECT_EQ((*saved)->path, dir);
+      EXPECT_LE((*saved)->blocked_s, (*saved)->seconds);
+      EXPECT_EQ(held.entered(), 1);
+      EXPECT_FALSE(a->checkpoint_pending());
+      // The staging buffer is accounted, and it is the file's size.
+      EXPECT_EQ(staged, fs::file_size(dir + "/rank-00000.safetensors"));
+    }
+    EXPECT_EQ(*latest_checkpoint(root), dir);
+
+    auto b = make_trainer(cfg);
+    run_steps(*b, 3);
+    testing::expect_same_files(dir, *b->save_checkpoint(path("fg-" + std::to_string(i)), 1));
+
+    auto c = make_trainer(cfg);
+    ASSERT_TRUE(c->resume(dir).ok());
+    EXPECT_EQ(run_steps(*c, 3), later);
+    EXPECT_TRUE(same_bits(*c->master_params(), *a->master_params()));
+  }
+}
+
+// Where the shard cannot be staged (its states are in a swap file, or the
+// buffer would pass the host memory limit) the save is written before
+// start_checkpoint returns, and is the same as one in the foreground.
+TEST_F(TrainerCheckpointTest, SavesInTheForegroundWhenTheShardCannotBeStaged) {
+  const std::string nvme = dir_.string();
+  const std::vector<std::string> swapped = {"zero_optimization.stage=2",
+                                            "zero_optimization.offload_optimizer.device=\"nvme\"",
+                                            "zero_optimization.offload_optimizer.nvme_path=\"" + nvme + "\""};
+  MemoryAccountant& acct = MemoryAccountant::global();
+  for (int limited = 0; limited < 2; ++limited) {
+    SCOPED_TRACE(limited ? "host limit" : "states on nvme");
+    auto t = make_trainer(make_config(limited ? std::vector<std::string>{"zero_optimization.stage=1"} : swapped));
+    run_steps(*t, 2);
+    const std::string fg = *t->save_checkpoint(path("fg-" + std::to_string(limited)), 1);
+    const uint64_t bytes = fs::file_size(fg + "/rank-00000.safetensors");
+    if (limited) acct.set_limit(Tier::kHost, acct.current_total(Tier::kHost) + bytes / 2);
+    HeldWriter held;
+    const absl::Status s = t->start_checkpoint(path("bg-" + std::to_string(limited)), 1, /*background=*/true);
+    acct.set_limit(Tier::kHost, 0);
+    ASSERT_TRUE(s.ok()) << s;
+    auto saved = t->finish_checkpoint(/*wait=*/false);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    ASSERT_TRUE(saved->has_value());
+    EXPECT_EQ(held.entered(), 0);
+    testing::expect_same_files((*saved)->path, fg);
+  }
+}
+
+// A background write that fails abandons its save: the error names the
+// file, `latest` still names the checkpoint before, and the next save works.
+TEST_F(TrainerCheckpointTest, AFailedBackgroundWriteLeavesTheCheckpointBefore) {
+  auto t = make_trainer(make_config({"zero_optimization.stage=1"}));
+  const std::string root = path("ckpt");
+  EXPECT_EQ(t->finish_checkpoint(true).status().code(), absl::StatusCode::kFailedPrecondition);
+  run_steps(*t, 1);
+  ASSERT_TRUE(t->save_checkpoint(root, 3).ok());
+  run_steps(*t, 1);
+  Trainer::set_background_write_hook([&] { fs::remove_all(root + "/step-00000002.tmp"); });
+  ASSERT_TRUE(t->start_checkpoint(root, 3, /*background=*/true).ok());
+  auto failed = t->finish_checkpoint(/*wait=*/true);
+  Trainer::set_background_write_hook(nullptr);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(failed.status().message().find("step-00000002.tmp/rank-00000.safetensors"), std::string::npos)
+      << failed.status();
+  EXPECT_FALSE(t->checkpoint_pending());
+  EXPECT_EQ(*latest_checkpoint(root), root + "/step-00000001");
+  auto manifest = read_manifest(root + "/step-00000001");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  for (const ManifestFile& f : manifest->files) EXPECT_TRUE(verify_file(f).ok());
+
+  run_steps(*t, 1);
+  ASSERT_TRUE(t->start_checkpoint(root, 3, true).ok());
+  auto saved = t->finish_checkpoint(true);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(*latest_checkpoint(root), root + "/step-00000003");
+  EXPECT_EQ(*list_checkpoints(root), (std::vector<int64_t>{1, 3}));
+}
+
 // Each bad checkpoint is refused with its reason, and the trainer it was
 // offered to goes on exactly as if it had not been.
 TEST_F(TrainerCheckpointTest, RefusesBadCheckpointsAndChangesNothing) {
@@ -199,10 +344,7 @@ TEST_F(TrainerCheckpointTest, RefusesBadCheckpointsAndChangesNothing) {
   }
 
   // The shard file cut short, then whole again with one flipped byte.
-  const std::string whole = [&] {
-    std::ifstream in(shard, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }();
+  const std::string whole = testing::read_file(shard);
   fs::resize_file(shard, whole.size() - 100);
   expect_refused(ckpt, absl::StatusCode::kDataLoss, "rank-00000.safetensors: checksum or size");
   std::ofstream(shard, std::ios::binary) << whole;

@@ -15,6 +15,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/engine/worker.h"
 #include "tests/temp_dir.h"
+#include "tests/test_support.h"
 #include "tests/worker_run.h"
 
 namespace zerod {
@@ -84,6 +85,15 @@ TEST_F(WorkerTest, CheckpointsAtTheIntervalAndResumesBitwise) {
     for (const auto& f : std::filesystem::directory_iterator(dir)) bytes += f.file_size();
     EXPECT_EQ(saves[i]["bytes"], bytes);
     EXPECT_GT(bytes, 120576u * 12);  // the master weights, m and v at least
+    EXPECT_LE(saves[i]["blocked_s"], saves[i]["seconds"]);
+  }
+  // Saved in the foreground instead, the checkpoints are the same files.
+  nlohmann::json fg = j;
+  fg["run"]["checkpoint"]["dir"] = path("ck-fg");
+  fg["run"]["checkpoint"]["async"] = false;
+  ASSERT_EQ(run({"--config", write("fg.json", fg.dump())}).code, kExitOk);
+  for (const char* step : {"/step-00000003", "/step-00000006"}) {
+    testing::expect_same_files(path("ck") + step, path("ck-fg") + step);
   }
 
   // From the step-3 checkpoint: steps 4-6 print the same losses, bit for bit.

@@ -184,43 +184,57 @@ absl::Status SafetensorsReader::read(const SafeTensor& t, uint64_t offset, uint6
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
-                                           const std::map<std::string, std::string>& metadata,
-                                           const std::function<absl::Status(size_t, const ByteSink&)>& write) {
+absl::StatusOr<SafetensorsLayout> layout_safetensors(std::vector<SafeTensor> tensors,
+                                                     const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t at = 0;
   for (SafeTensor& t : tensors) {
     if (t.name == "__metadata__" || header.contains(t.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor name '", t.name, "' used twice or reserved"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor name '", t.name, "' used twice or reserved"));
     }
     t.begin = at;
     t.end = at += static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
     header[t.name] = {{"dtype", safetensors_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
   }
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  text.append((8 - text.size() % 8) % 8, ' ');
+  SafetensorsLayout f;
+  f.head.resize(8);
+  for (int i = 0; i < 8; ++i) f.head[i] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  f.head += text;
+  f.tensors = std::move(tensors);
+  return f;
+}
 
-  const std::string tmp = path + ".tmp";
-  ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(tmp));
-  absl::Status s = f.append(len, 8);
-  if (s.ok()) s = f.append(text.data(), text.size());
-  for (size_t i = 0; s.ok() && i < tensors.size(); ++i) {
-    const uint64_t want = tensors[i].end - tensors[i].begin;
+absl::Status serialize_safetensors(const SafetensorsLayout& file, const TensorWriter& write, const ByteSink& out) {
+  ZEROD_RETURN_IF_ERROR(out(file.head.data(), file.head.size()));
+  for (size_t i = 0; i < file.tensors.size(); ++i) {
+    const SafeTensor& t = file.tensors[i];
+    const uint64_t want = t.end - t.begin;
     uint64_t got = 0;
-    s = write(i, [&](const void* data, size_t n) {
+    ZEROD_RETURN_IF_ERROR(write(i, [&](const void* data, size_t n) {
       if (got + n > want) {
-        return absl::InternalError(absl::StrCat("tensor '", tensors[i].name, "' came with more than ", want, " bytes"));
+        return absl::InternalError(absl::StrCat("tensor '", t.name, "' came with more than ", want, " bytes"));
       }
       got += n;
-      return f.append(data, n);
-    });
-    if (s.ok() && got != want) {
-      s = absl::InternalError(absl::StrCat("tensor '", tensors[i].name, "' came with ", got, " bytes, not ", want));
+      return out(data, n);
+    }));
+    if (got != want) {
+      return absl::InternalError(absl::StrCat("tensor '", t.name, "' came with ", got, " bytes, not ", want));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
+                                           const std::map<std::string, std::string>& metadata,
+                                           const TensorWriter& write) {
+  absl::StatusOr<SafetensorsLayout> file = layout_safetensors(std::move(tensors), metadata);
+  if (!file.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", file.status().message()));
+  const std::string tmp = path + ".tmp";
+  ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(tmp));
+  absl::Status s = serialize_safetensors(*file, write, [&](const void* data, size_t n) { return f.append(data, n); });
   if (s.ok()) s = f.finish();
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = errno_error("cannot rename to", path);
   if (!s.ok()) {

@@ -57,14 +57,30 @@ class SafetensorsReader {
 
 // Takes the next n bytes of a tensor being written.
 using ByteSink = std::function<absl::Status(const void* data, size_t n)>;
+// Gives tensor i's bytes to `out`, in as many parts as it likes, so nothing
+// need hold a whole tensor.
+using TensorWriter = std::function<absl::Status(size_t i, const ByteSink& out)>;
 
-// Writes tensors (begin/end are assigned here, in the order given) to path,
-// streaming: write(i, out) gives tensor i's bytes to `out` in as many parts
-// as it likes, so nothing need hold a whole tensor. The file appears whole
-// or not at all (written beside it, fsynced, renamed). Returns the file's
-// CRC-32C.
+// A file's layout before any data is written: the bytes in front of the
+// data (the u64 header length and the header, padded so the data starts
+// 8-byte aligned) and the tensors with begin/end assigned in order.
+struct SafetensorsLayout {
+  std::string head;
+  std::vector<SafeTensor> tensors;
+  uint64_t bytes() const { return head.size() + (tensors.empty() ? 0 : tensors.back().end); }
+};
+absl::StatusOr<SafetensorsLayout> layout_safetensors(std::vector<SafeTensor> tensors,
+                                                     const std::map<std::string, std::string>& metadata);
+
+// The whole file, front to back, into `out`; each tensor must come with
+// exactly its size (an Internal error naming it otherwise).
+absl::Status serialize_safetensors(const SafetensorsLayout& file, const TensorWriter& write, const ByteSink& out);
+
+// Writes tensors to path, streaming (serialize_safetensors). The file
+// appears whole or not at all (written beside it, fsynced, renamed).
+// Returns the file's CRC-32C.
 absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
                                            const std::map<std::string, std::string>& metadata,
-                                           const std::function<absl::Status(size_t, const ByteSink&)>& write);
+                                           const TensorWriter& write);
 
 }  // namespace zerod

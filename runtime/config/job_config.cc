@@ -89,6 +89,7 @@ absl::Status parse_run(JsonReader r, RunConfig& run) {
     ZEROD_RETURN_IF_ERROR(c.read("dir", &run.checkpoint.dir));
     ZEROD_RETURN_IF_ERROR(c.read("interval", &run.checkpoint.interval));
     ZEROD_RETURN_IF_ERROR(c.read("keep", &run.checkpoint.keep));
+    ZEROD_RETURN_IF_ERROR(c.read("async", &run.checkpoint.async));
     ZEROD_RETURN_IF_ERROR(c.finish());
     ZEROD_RETURN_IF_ERROR(check(run.checkpoint.interval >= 0, c, "interval",
                                 "must not be negative (0 saves only at the end)"));

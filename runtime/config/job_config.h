@@ -75,6 +75,7 @@ struct CheckpointConfig {
   std::optional<std::string> dir;  // no checkpoints without one
   int64_t interval = 0;            // steps between saves; 0: only at the end
   int keep = 3;                    // newest complete checkpoints kept
+  bool async = true;               // staged in memory and written in the background, where it can be
 };
 
 struct RunConfig {

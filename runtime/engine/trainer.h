@@ -7,10 +7,16 @@
 // and v (fp32, or 8-bit with AdamW8bit) as optimizer state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
 #include "runtime/config/job_config.h"
@@ -29,6 +35,18 @@ struct StepResult {
   double grad_norm = 0; // global gradient norm before clipping (unscaled); inf on overflow
   double loss_scale = 1;
   bool skipped = false; // fp16 overflow: no update
+};
+
+// A committed checkpoint. seconds runs from the start of the save to its
+// commit; blocked_s is the part of it spent in start_checkpoint and
+// finish_checkpoint, which training waits for. In the background that is
+// making the directory, copying this rank's shard to a staging buffer, the
+// polls and the commit.
+struct SavedCheckpoint {
+  int64_t step = 0;
+  std::string path;
+  double seconds = 0;
+  double blocked_s = 0;
 };
 
 class Trainer {
@@ -67,8 +85,26 @@ class Trainer {
   // a collective: every rank writes its share of the parameters and
   // optimizer states (under stage 0 rank 0 alone), rank 0 the manifest last;
   // then the directory is published and all but the newest `keep` removed.
-  // Returns the checkpoint's path.
+  // Returns the checkpoint's path. The same as start_checkpoint in the
+  // foreground followed by finish_checkpoint(true).
   absl::StatusOr<std::string> save_checkpoint(const std::string& root, int keep);
+  // Starts such a save (a collective; one at a time). In the background,
+  // where it can be (this rank's shard is in memory and a staging buffer of
+  // its size fits the host limit), the shard is copied to the staging
+  // buffer, kept for later saves, and a thread writes it while training
+  // goes on; otherwise it is written before this returns. Either way the
+  // checkpoint is published by finish_checkpoint.
+  absl::Status start_checkpoint(const std::string& root, int keep, bool background);
+  bool checkpoint_pending() const { return pending_.has_value(); }
+  // Once every rank's file is written and fsynced, rank 0 writes the
+  // manifest and publishes the checkpoint. A collective, called by every
+  // rank at the same point: with `wait` it waits for the writes; without,
+  // it returns nullopt while any rank is still writing. An error abandons
+  // the save (its .tmp directory is left for the next save to replace).
+  absl::StatusOr<std::optional<SavedCheckpoint>> finish_checkpoint(bool wait);
+  // Tests only: runs on the background writer thread before it writes.
+  static void set_background_write_hook(std::function<void()> hook);
+
   // Continues from a checkpoint directory saved with the same model,
   // precision and optimizer (a collective). At the saved partition (the
   // same world size, or stage 0 on both sides) later steps are bitwise
@@ -82,6 +118,11 @@ class Trainer {
  private:
   Trainer(const JobConfig& cfg, Communicator* comm);
   absl::Status build();
+  // The manifest of the state after the last step, all but its file list.
+  nlohmann::json manifest_state() const;
+  // This rank's shard file copied into staging_ (allocated on first use);
+  // its size, or 0 when the buffer would pass the host memory limit.
+  absl::StatusOr<uint64_t> stage_shard();
 
   JobConfig cfg_;
   std::unique_ptr<Communicator> own_comm_;  // the world of one, when none was given
@@ -96,6 +137,25 @@ class Trainer {
   int64_t updates_ = 0;  // applied
   double last_lr_ = 0;
   uint64_t sample_rng_state_;
+
+  // A save between start_checkpoint and its commit.
+  struct PendingSave {
+    int64_t step = 0;
+    std::string root;
+    int keep = 1;
+    nlohmann::json manifest;  // rank 0's
+    std::chrono::steady_clock::time_point start;
+    double blocked_s = 0;  // in start_checkpoint and finish_checkpoint so far
+    // This rank's file: written in the background (the CRC to come), or
+    // already written, {ok, crc, bytes}.
+    std::future<absl::StatusOr<uint32_t>> write;
+    uint64_t staged_bytes = 0;
+    std::vector<int64_t> result = {1, 0, 0};
+    absl::Status status;
+  };
+  Buffer staging_;
+  // After staging_, so that a write in flight ends before the buffer is freed.
+  std::optional<PendingSave> pending_;
 };
 
 }  // namespace zerod

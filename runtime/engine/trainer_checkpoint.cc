@@ -3,7 +3,9 @@
 //   manifest.json           written last by rank 0
 //   rank-00000.safetensors  each rank's share (ZeroEngine::save_shard); under
 //                           stage 0 rank 0's alone, which every rank holds
+#include <cstring>
 #include <filesystem>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
@@ -15,55 +17,138 @@
 namespace zerod {
 namespace {
 
-// Whether any rank failed (a collective); `self` is this rank's failure.
-absl::StatusOr<bool> any_failed(Communicator& comm, bool self) {
+// Whether `self` holds on any rank (a collective).
+absl::StatusOr<bool> any_rank(Communicator& comm, bool self) {
   double f = self ? 1 : 0;
   ZEROD_RETURN_IF_ERROR(all_reduce(comm, &f, 1, CommType::kF64, ReduceOp::kMax));
   return f > 0;
 }
 
+std::function<void()>& background_write_hook() {
+  static std::function<void()> hook;
+  return hook;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 }  // namespace
 
+void Trainer::set_background_write_hook(std::function<void()> hook) { background_write_hook() = std::move(hook); }
+
+nlohmann::json Trainer::manifest_state() const {
+  nlohmann::json m = manifest_shape(layout(), cfg_, comm_->world_size(), zero_->stage());
+  const LossScaler::State ls = scaler_.state();
+  const DataLoader::State dl = loader_->state();
+  m["step"] = steps_;
+  m["updates"] = updates_;
+  m["last_lr"] = last_lr_;
+  m["loss_scaler"] = {{"scale", ls.scale}, {"hysteresis", ls.hysteresis}, {"iter", ls.iter},
+                      {"last_overflow_iter", ls.last_overflow_iter}};
+  m["data_loader"] = {{"epoch", dl.epoch}, {"position", dl.position}};
+  m["rng"] = {{"sample", sample_rng_state_}};
+  return m;
+}
+
+absl::StatusOr<uint64_t> Trainer::stage_shard() {
+  ZEROD_ASSIGN_OR_RETURN(SafetensorsLayout file, zero_->shard_file());
+  if (staging_.bytes() != file.bytes()) {
+    staging_.reset();
+    absl::StatusOr<Buffer> b = Buffer::allocate(file.bytes(), Category::kWorkspace);
+    if (absl::IsResourceExhausted(b.status())) return 0;
+    ZEROD_RETURN_IF_ERROR(b.status());
+    staging_ = std::move(*b);
+  }
+  char* at = staging_.as<char>();
+  ZEROD_RETURN_IF_ERROR(zero_->serialize_shard(file, [&](const void* data, size_t n) {
+    std::memcpy(at, data, n);
+    at += n;
+    return absl::OkStatus();
+  }));
+  return file.bytes();
+}
+
 absl::StatusOr<std::string> Trainer::save_checkpoint(const std::string& root, int keep) {
-  const int rank = comm_->rank(), world = comm_->world_size();
-  const std::string dir = absl::StrCat(root, "/", checkpoint_dir_name(steps_), ".tmp");
+  ZEROD_RETURN_IF_ERROR(start_checkpoint(root, keep, /*background=*/false));
+  ZEROD_ASSIGN_OR_RETURN(std::optional<SavedCheckpoint> saved, finish_checkpoint(/*wait=*/true));
+  return saved.value().path;
+}
+
+absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool background) {
+  if (pending_) return absl::FailedPreconditionError("a checkpoint save is still in progress");
+  const int rank = comm_->rank();
+  PendingSave p;
+  p.start = std::chrono::steady_clock::now();
+  p.step = steps_;
+  p.root = root;
+  p.keep = keep;
   absl::Status s;
   if (rank == 0) s = begin_checkpoint(root, steps_).status();
-  ZEROD_ASSIGN_OR_RETURN(bool failed, any_failed(*comm_, !s.ok()));
+  ZEROD_ASSIGN_OR_RETURN(bool failed, any_rank(*comm_, !s.ok()));
   if (failed) return s.ok() ? absl::AbortedError("checkpoint directory not created on rank 0") : s;
+  if (rank == 0) p.manifest = manifest_state();
 
-  // Each rank's file: {ok, crc, bytes}; under stage 0 only rank 0 writes.
-  std::vector<int64_t> mine = {1, 0, 0}, all(3 * world);
+  // A failure here is kept for finish_checkpoint, which every rank reaches,
+  // so no rank is left waiting in a collective.
   if (zero_->stage() > 0 || rank == 0) {
-    const std::string file = absl::StrCat(dir, "/", shard_file_name(rank));
-    // The CRC comes from the writer; the size is a stat, not a second read.
-    // A failure still joins the all-gather below, so no rank is left waiting.
-    absl::StatusOr<uint32_t> crc = zero_->save_shard(file);
-    std::error_code ec;
-    const uintmax_t bytes = crc.ok() ? std::filesystem::file_size(file, ec) : 0;
-    if (crc.ok() && !ec) {
-      mine = {1, *crc, static_cast<int64_t>(bytes)};
+    const std::string file = absl::StrCat(root, "/", checkpoint_dir_name(steps_), ".tmp/", shard_file_name(rank));
+    absl::StatusOr<uint64_t> staged = uint64_t{0};
+    if (background && zero_->shard_in_memory()) staged = stage_shard();
+    if (staged.ok() && *staged > 0) {
+      p.staged_bytes = *staged;
+      p.write = std::async(std::launch::async, [file, data = staging_.data(), n = *staged,
+                                                hook = background_write_hook()]() -> absl::StatusOr<uint32_t> {
+        if (hook) hook();
+        return write_file_durably(file, data, n);
+      });
     } else {
-      s = crc.ok() ? absl::InternalError(absl::StrCat("cannot stat ", file, ": ", ec.message())) : crc.status();
-      mine[0] = 0;
+      // The CRC comes from the writer; the size is a stat, not a second read.
+      absl::StatusOr<uint32_t> crc = staged.ok() ? zero_->save_shard(file) : staged.status();
+      std::error_code ec;
+      const uintmax_t bytes = crc.ok() ? std::filesystem::file_size(file, ec) : 0;
+      if (crc.ok() && !ec) {
+        p.result = {1, *crc, static_cast<int64_t>(bytes)};
+      } else {
+        p.status = crc.ok() ? absl::InternalError(absl::StrCat("cannot stat ", file, ": ", ec.message())) : crc.status();
+        p.result[0] = 0;
+      }
     }
   }
-  ZEROD_RETURN_IF_ERROR(comm_->all_gather(mine.data(), all.data(), 3, CommType::kI64)->wait());
+  p.blocked_s = seconds_since(p.start);
+  pending_ = std::move(p);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<SavedCheckpoint>> Trainer::finish_checkpoint(bool wait) {
+  if (!pending_) return absl::FailedPreconditionError("no checkpoint save is in progress");
+  const auto entered = std::chrono::steady_clock::now();
+  const int rank = comm_->rank(), world = comm_->world_size();
+  std::future<absl::StatusOr<uint32_t>>& write = pending_->write;
+  if (write.valid() && wait) write.wait();
+  const bool writing = write.valid() && write.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+  ZEROD_ASSIGN_OR_RETURN(bool any_writing, any_rank(*comm_, writing));
+  if (any_writing) {
+    pending_->blocked_s += seconds_since(entered);
+    return std::nullopt;
+  }
+
+  PendingSave p = std::move(*pending_);
+  pending_.reset();
+  if (p.write.valid()) {
+    absl::StatusOr<uint32_t> crc = p.write.get();
+    p.result = {crc.ok() ? 1 : 0, crc.ok() ? *crc : 0, static_cast<int64_t>(p.staged_bytes)};
+    if (!crc.ok()) p.status = crc.status();
+  }
+  // Each rank's file: {ok, crc, bytes}; under stage 0 only rank 0's.
+  std::vector<int64_t> all(3 * world);
+  ZEROD_RETURN_IF_ERROR(comm_->all_gather(p.result.data(), all.data(), 3, CommType::kI64)->wait());
+  absl::Status s = p.status;
   for (int r = 0; r < world; ++r) {
     if (all[3 * r] == 0) return s.ok() ? absl::AbortedError(absl::StrCat("checkpoint: rank ", r, " failed")) : s;
   }
 
   if (rank == 0) {
-    nlohmann::json m = manifest_shape(layout(), cfg_, world, zero_->stage());
-    const LossScaler::State ls = scaler_.state();
-    const DataLoader::State dl = loader_->state();
-    m["step"] = steps_;
-    m["updates"] = updates_;
-    m["last_lr"] = last_lr_;
-    m["loss_scaler"] = {{"scale", ls.scale}, {"hysteresis", ls.hysteresis}, {"iter", ls.iter},
-                        {"last_overflow_iter", ls.last_overflow_iter}};
-    m["data_loader"] = {{"epoch", dl.epoch}, {"position", dl.position}};
-    m["rng"] = {{"sample", sample_rng_state_}};
     nlohmann::json files = nlohmann::json::array();
     for (int r = 0; r < (zero_->stage() > 0 ? world : 1); ++r) {
       files.push_back({{"rank", r},
@@ -71,14 +156,16 @@ absl::StatusOr<std::string> Trainer::save_checkpoint(const std::string& root, in
                        {"crc32c", static_cast<uint32_t>(all[3 * r + 1])},
                        {"bytes", all[3 * r + 2]}});
     }
-    m["files"] = files;
-    const std::string text = m.dump(2);
+    p.manifest["files"] = files;
+    const std::string text = p.manifest.dump(2);
+    const std::string dir = absl::StrCat(p.root, "/", checkpoint_dir_name(p.step), ".tmp");
     s = write_file_durably(dir + "/manifest.json", text.data(), text.size()).status();
-    if (s.ok()) s = commit_checkpoint(root, steps_, keep);
+    if (s.ok()) s = commit_checkpoint(p.root, p.step, p.keep);
   }
-  ZEROD_ASSIGN_OR_RETURN(failed, any_failed(*comm_, !s.ok()));
+  ZEROD_ASSIGN_OR_RETURN(bool failed, any_rank(*comm_, !s.ok()));
   if (failed) return s.ok() ? absl::AbortedError("checkpoint not committed on rank 0") : s;
-  return absl::StrCat(root, "/", checkpoint_dir_name(steps_));
+  return SavedCheckpoint{p.step, absl::StrCat(p.root, "/", checkpoint_dir_name(p.step)), seconds_since(p.start),
+                         p.blocked_s + seconds_since(entered)};
 }
 
 absl::Status Trainer::resume(const std::string& checkpoint) {
@@ -120,7 +207,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     files = std::move(c.files);
     return absl::OkStatus();
   }();
-  ZEROD_ASSIGN_OR_RETURN(bool failed, any_failed(*comm_, !s.ok()));
+  ZEROD_ASSIGN_OR_RETURN(bool failed, any_rank(*comm_, !s.ok()));
   if (failed) return s.ok() ? absl::AbortedError("resume failed on another rank") : s;
 
   // The same partition (world size, or stage 0 on both sides) reads this
@@ -140,7 +227,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     last_lr_ = last_lr;
     sample_rng_state_ = sample;
   }
-  ZEROD_ASSIGN_OR_RETURN(failed, any_failed(*comm_, !s.ok()));
+  ZEROD_ASSIGN_OR_RETURN(failed, any_rank(*comm_, !s.ok()));
   if (failed) return s.ok() ? absl::AbortedError("resume failed on another rank") : s;
   return zero_->publish_params();
 }

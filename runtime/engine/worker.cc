@@ -142,18 +142,28 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   using Clock = std::chrono::steady_clock;
   const std::optional<std::string>& ckpt_dir = cfg->run.checkpoint.dir;
-  int64_t saved_step = -1;
-  // Saves after the step just trained; the exit status when that fails.
-  auto save = [&]() -> int {
-    const int64_t step = t.steps_done();
-    const auto c0 = Clock::now();
-    auto path = t.save_checkpoint(*ckpt_dir, cfg->run.checkpoint.keep);
-    if (!path.ok()) {
-      return fail(kExitFailure, absl::StrCat("checkpoint after step ", step, ": ", path.status().message()));
+  int64_t saved_step = -1;  // of the newest save started
+  auto save_failed = [&](const absl::Status& s) {
+    return fail(kExitFailure, absl::StrCat("checkpoint after step ", saved_step, ": ", s.message()));
+  };
+  // Reports the save in progress once it is published (with `wait`, waits
+  // for it); the exit status when it failed.
+  auto finish_save = [&](bool wait) -> int {
+    if (!t.checkpoint_pending()) return kExitOk;
+    auto saved = t.finish_checkpoint(wait);
+    if (!saved.ok()) return save_failed(saved.status());
+    if (*saved) {
+      const SavedCheckpoint& c = **saved;
+      output.checkpoint(c.step, c.path, directory_bytes(c.path), c.seconds, c.blocked_s);
     }
-    output.checkpoint(step, *path, directory_bytes(*path), std::chrono::duration<double>(Clock::now() - c0).count());
-    saved_step = step;
     return kExitOk;
+  };
+  // Saves after the step just trained, once the save before it is done.
+  auto save = [&]() -> int {
+    if (int code = finish_save(true); code != kExitOk) return code;
+    saved_step = t.steps_done();
+    absl::Status s = t.start_checkpoint(*ckpt_dir, cfg->run.checkpoint.keep, cfg->run.checkpoint.async);
+    return s.ok() ? kExitOk : save_failed(s);
   };
   const auto t0 = Clock::now();
   const double tokens_per_step = static_cast<double>(cfg->train_batch_size) * cfg->data.seq_len;
@@ -172,10 +182,14 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (ckpt_dir && interval > 0 && r->step % interval == 0) {
       if (int code = save(); code != kExitOk) return code;
     }
+    // A save in the background is published at the first step boundary
+    // after every rank's file is written.
+    if (int code = finish_save(false); code != kExitOk) return code;
   }
   if (ckpt_dir && t.steps_done() > first_step && saved_step != t.steps_done()) {
     if (int code = save(); code != kExitOk) return code;
   }
+  if (int code = finish_save(true); code != kExitOk) return code;
   summary.steps = t.steps_done() - first_step;
   summary.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.tokens_per_s = summary.elapsed_s > 0 ? tokens_per_step * summary.steps / summary.elapsed_s : 0;

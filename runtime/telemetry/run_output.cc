@@ -192,12 +192,18 @@ void RunOutput::memory_by_rank(const std::vector<MemoryPeaks>& per_rank) {
   }
 }
 
-void RunOutput::checkpoint(int64_t step, const std::string& path, uint64_t bytes, double seconds) {
+void RunOutput::checkpoint(int64_t step, const std::string& path, uint64_t bytes, double seconds, double blocked_s) {
   if (format_ == LogFormat::kJson) {
-    line({{"event", "checkpoint"}, {"step", step}, {"path", path}, {"bytes", bytes}, {"seconds", seconds}});
+    line({{"event", "checkpoint"},
+          {"step", step},
+          {"path", path},
+          {"bytes", bytes},
+          {"seconds", seconds},
+          {"blocked_s", blocked_s}});
     return;
   }
-  out_ << absl::StrFormat("checkpoint after step %d: %s (%s in %.2fs)\n", step, path, human_bytes(bytes), seconds)
+  out_ << absl::StrFormat("checkpoint after step %d: %s (%s in %.2fs, training paused %.2fs)\n", step, path,
+                          human_bytes(bytes), seconds, blocked_s)
        << std::flush;
 }
 

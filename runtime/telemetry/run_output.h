@@ -33,9 +33,10 @@ class RunOutput {
   void step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s);
   // `per_rank` holds every rank's memory peaks, rank 0 first.
   void summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank);
-  // A checkpoint saved after `step`: its directory, total bytes and the
-  // seconds training waited for it.
-  void checkpoint(int64_t step, const std::string& path, uint64_t bytes, double seconds);
+  // A checkpoint saved after `step`: its directory, total bytes, the
+  // seconds from the start of the save to its publication, and those of
+  // them that training waited (less when written in the background).
+  void checkpoint(int64_t step, const std::string& path, uint64_t bytes, double seconds, double blocked_s);
   // Training goes on from `path` after its `step` (or from the start when
   // path is empty: "latest" found no checkpoint).
   void resumed(const std::string& path, int64_t step);
