@@ -31,7 +31,8 @@ class CheckpointDirTest : public testing::TempDirTest {
     auto crc = write_file_durably(*tmp + "/rank-0.bin", content.data(), content.size());
     ASSERT_TRUE(crc.ok()) << crc.status();
     EXPECT_EQ(*crc, crc32c(content.data(), content.size()));
-    ASSERT_TRUE(commit_checkpoint(root(), step, keep).ok());
+    ASSERT_TRUE(commit_checkpoint(root(), step).ok());
+    ASSERT_TRUE(prune_checkpoints(root(), keep).ok());
   }
 
   static std::string read(const std::string& p) {
@@ -58,6 +59,10 @@ TEST_F(CheckpointDirTest, KeepsOnlyTheNewest) {
   for (int64_t s : {10, 20, 30, 40}) save(s, "x", 2);
   EXPECT_EQ(*list_checkpoints(root()), std::vector<int64_t>({30, 40}));
   EXPECT_EQ(*latest_checkpoint(root()), root() + "/step-00000040");
+  // A latest older than the rest (a run resumed from an earlier step) stays.
+  save(20, "y", 1);
+  EXPECT_EQ(*list_checkpoints(root()), std::vector<int64_t>({20, 40}));
+  EXPECT_EQ(*latest_checkpoint(root()), root() + "/step-00000020");
 }
 
 TEST_F(CheckpointDirTest, AnUnfinishedSaveLeavesTheLatestCheckpointAlone) {
@@ -95,10 +100,10 @@ TEST_F(CheckpointDirTest, RefusesARootThatIsNotADirectory) {
 
 TEST_F(CheckpointDirTest, RefusesABadKeepAndACommitWithoutASave) {
   save(10, "x", 1);
-  EXPECT_EQ(commit_checkpoint(root(), 20, 1).code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(begin_checkpoint(root(), 20).ok());
-  EXPECT_EQ(commit_checkpoint(root(), 20, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(commit_checkpoint(root(), 20).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(prune_checkpoints(root(), 0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*latest_checkpoint(root()), root() + "/step-00000010");
+  EXPECT_EQ(*list_checkpoints(root()), std::vector<int64_t>({10}));
 }
 
 TEST_F(CheckpointDirTest, ABrokenLatestIsReportedNotFollowed) {
@@ -144,7 +149,7 @@ TEST_F(CheckpointDirTest, KilledAtRandomPointsOfSavesLatestIsAlwaysWhole) {
           const std::string c = content(step, f);
           if (!write_file_durably(*tmp + "/" + f + ".bin", c.data(), c.size()).ok()) _exit(4);
         }
-        if (!commit_checkpoint(root(), step, 2).ok()) _exit(5);
+        if (!commit_checkpoint(root(), step).ok() || !prune_checkpoints(root(), 2).ok()) _exit(5);
       }
     }
     usleep(std::uniform_int_distribution<int>(0, 20000)(rng));

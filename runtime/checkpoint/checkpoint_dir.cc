@@ -95,8 +95,7 @@ absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void*
   return f.crc();
 }
 
-absl::Status commit_checkpoint(const std::string& root_s, int64_t step, int keep) {
-  if (keep < 1) return absl::InvalidArgumentError(absl::StrCat("checkpoint keep must be >= 1, got ", keep));
+absl::Status commit_checkpoint(const std::string& root_s, int64_t step) {
   const fs::path root(root_s);
   const std::string name = checkpoint_dir_name(step);
   const fs::path tmp = root / (name + ".tmp");
@@ -112,12 +111,17 @@ absl::Status commit_checkpoint(const std::string& root_s, int64_t step, int keep
   if (::rename(latest_tmp.c_str(), (root / kLatest).c_str()) != 0) {
     return errno_error("cannot update", (root / kLatest).string());
   }
-  ZEROD_RETURN_IF_ERROR(fsync_dir(root.string()));
+  return fsync_dir(root.string());
+}
 
+absl::Status prune_checkpoints(const std::string& root_s, int keep) {
+  if (keep < 1) return absl::InvalidArgumentError(absl::StrCat("checkpoint keep must be >= 1, got ", keep));
   ZEROD_ASSIGN_OR_RETURN(std::vector<int64_t> steps, list_checkpoints(root_s));
+  const absl::StatusOr<std::string> latest = latest_checkpoint(root_s);
   for (size_t i = 0; i + keep < steps.size(); ++i) {
-    if (steps[i] == step) continue;
-    const fs::path old = root / checkpoint_dir_name(steps[i]);
+    const fs::path old = fs::path(root_s) / checkpoint_dir_name(steps[i]);
+    if (latest.ok() && old.string() == *latest) continue;
+    std::error_code ec;
     fs::remove_all(old, ec);
     if (ec) return fs_error("cannot remove old checkpoint", old, ec);
   }

@@ -9,9 +9,10 @@
 // A save: begin_checkpoint() makes the .tmp directory, every rank writes its
 // files into it with write_file_durably() (each fsynced), then one rank
 // writes the manifest the same way and calls commit_checkpoint(): rename to
-// the final name, fsync the root, point `latest` at it, and delete the
-// oldest complete checkpoints beyond `keep`. A crash at any point leaves the
-// previous checkpoint intact and `latest` naming a complete one.
+// the final name, fsync the root and point `latest` at it. Then
+// prune_checkpoints() deletes the oldest complete checkpoints beyond `keep`.
+// A crash at any point leaves the previous checkpoint intact and `latest`
+// naming a complete one.
 #pragma once
 
 #include <cstddef>
@@ -34,9 +35,12 @@ absl::StatusOr<std::string> begin_checkpoint(const std::string& root, int64_t st
 // Returns the CRC-32C of the bytes.
 absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n);
 
-// Publishes <root>/step-N.tmp as <root>/step-N and makes it the latest;
-// then removes complete checkpoints older than the newest `keep` (keep >= 1).
-absl::Status commit_checkpoint(const std::string& root, int64_t step, int keep);
+// Publishes <root>/step-N.tmp as <root>/step-N and makes it the latest.
+absl::Status commit_checkpoint(const std::string& root, int64_t step);
+
+// Removes the complete checkpoints but the newest `keep` (keep >= 1) and the
+// one `latest` names.
+absl::Status prune_checkpoints(const std::string& root, int keep);
 
 // The path of the checkpoint `latest` names; NotFound when there is none.
 absl::StatusOr<std::string> latest_checkpoint(const std::string& root);

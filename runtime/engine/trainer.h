@@ -97,11 +97,16 @@ class Trainer {
   absl::Status start_checkpoint(const std::string& root, int keep, bool background);
   bool checkpoint_pending() const { return pending_.has_value(); }
   // Once every rank's file is written and fsynced, rank 0 writes the
-  // manifest and publishes the checkpoint. A collective, called by every
-  // rank at the same point: with `wait` it waits for the writes; without,
-  // it returns nullopt while any rank is still writing. An error abandons
+  // manifest, publishes the checkpoint and removes those past `keep`. A
+  // collective, called by every rank at the same point: with `wait` it
+  // waits for the writes; without, it returns nullopt while any rank is
+  // still writing, and leaves the removal to a thread. An error abandons
   // the save (its .tmp directory is left for the next save to replace).
   absl::StatusOr<std::optional<SavedCheckpoint>> finish_checkpoint(bool wait);
+  // A commit without `wait` leaves the removal of checkpoints past `keep`
+  // to a thread (rank 0's); this waits for it and returns its error. The
+  // next commit waits for it too.
+  absl::Status finish_pruning();
   // Tests only: runs on the background writer thread before it writes.
   static void set_background_write_hook(std::function<void()> hook);
 
@@ -156,6 +161,7 @@ class Trainer {
   Buffer staging_;
   // After staging_, so that a write in flight ends before the buffer is freed.
   std::optional<PendingSave> pending_;
+  std::future<absl::Status> prune_;  // removing checkpoints past `keep`
 };
 
 }  // namespace zerod

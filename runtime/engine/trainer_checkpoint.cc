@@ -3,6 +3,9 @@
 //   manifest.json           written last by rank 0
 //   rank-00000.safetensors  each rank's share (ZeroEngine::save_shard); under
 //                           stage 0 rank 0's alone, which every rank holds
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -99,6 +102,10 @@ absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool b
       p.staged_bytes = *staged;
       p.write = std::async(std::launch::async, [file, data = staging_.data(), n = *staged,
                                                 hook = background_write_hook()]() -> absl::StatusOr<uint32_t> {
+        // The writer yields to training: where training keeps every core
+        // busy (CPU training) it fills the gaps instead of stretching each
+        // step (bench/RESULTS.md); where cores are idle it runs at once.
+        setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
         if (hook) hook();
         return write_file_durably(file, data, n);
       });
@@ -159,14 +166,25 @@ absl::StatusOr<std::optional<SavedCheckpoint>> Trainer::finish_checkpoint(bool w
     p.manifest["files"] = files;
     const std::string text = p.manifest.dump(2);
     const std::string dir = absl::StrCat(p.root, "/", checkpoint_dir_name(p.step), ".tmp");
-    s = write_file_durably(dir + "/manifest.json", text.data(), text.size()).status();
-    if (s.ok()) s = commit_checkpoint(p.root, p.step, p.keep);
+    // The removal a commit left running ends before the next commit.
+    if (prune_.valid()) s = prune_.get();
+    if (s.ok()) s = write_file_durably(dir + "/manifest.json", text.data(), text.size()).status();
+    if (s.ok()) s = commit_checkpoint(p.root, p.step);
+    // Removing a checkpoint's files can take longer than the copy (unlinking
+    // gigabytes), so a save published at a step boundary leaves it to a
+    // thread.
+    if (s.ok() && wait) s = prune_checkpoints(p.root, p.keep);
+    if (s.ok() && !wait) {
+      prune_ = std::async(std::launch::async, [root = p.root, keep = p.keep] { return prune_checkpoints(root, keep); });
+    }
   }
   ZEROD_ASSIGN_OR_RETURN(bool failed, any_rank(*comm_, !s.ok()));
   if (failed) return s.ok() ? absl::AbortedError("checkpoint not committed on rank 0") : s;
   return SavedCheckpoint{p.step, absl::StrCat(p.root, "/", checkpoint_dir_name(p.step)), seconds_since(p.start),
                          p.blocked_s + seconds_since(entered)};
 }
+
+absl::Status Trainer::finish_pruning() { return prune_.valid() ? prune_.get() : absl::OkStatus(); }
 
 absl::Status Trainer::resume(const std::string& checkpoint) {
   const int rank = comm_->rank(), world = comm_->world_size();
