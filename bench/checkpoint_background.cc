@@ -21,25 +21,17 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
-#include "runtime/config/job_config.h"
 #include "runtime/engine/trainer.h"
 
 namespace {
 
 using namespace zerod;
 using bench::check;
+using bench::checked;
 using bench::seconds;
-
-template <class T>
-T checked(absl::StatusOr<T> v) {
-  check(v.status());
-  return *std::move(v);
-}
 
 // Copies `bytes` from src to dst, both of the same size, cycling through them.
 void copy_through(std::vector<char>& dst, const std::vector<char>& src, uint64_t bytes) {
@@ -60,12 +52,7 @@ int main(int argc, char** argv) {
               "| foreground save s | waited / foreground | step s | step during the write s |\n"
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const std::string& preset : presets) {
-    const nlohmann::json j = {{"model", {{"preset", preset}}},
-                              {"data", {{"kind", "synthetic"}, {"seq_len", 64}}},
-                              {"train_micro_batch_size_per_gpu", 1},
-                              {"optimizer", {{"type", "AdamW"}}}};
-    const JobConfig cfg = checked(parse_job_config(j, 1));
-    std::unique_ptr<Trainer> t = checked(Trainer::create(cfg));
+    std::unique_ptr<Trainer> t = checked(Trainer::create(bench::fp32_adamw_job(preset)));
     const std::string fg_root = dir + "/zerod-bench-fg", bg_root = dir + "/zerod-bench-bg";
     std::vector<char> src(size_t{1} << 30, 1), dst(size_t{1} << 30, 2);
     // Untimed: the first step, and a save that allocates the staging buffer.
@@ -94,13 +81,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r) {
       step = std::min(step, seconds([&] { check(t->step().status()); }));
       copy = std::min(copy, seconds([&] { copy_through(dst, src, bytes); }));
-      if (r % 2 == 0) {
-        foreground();
-        background();
-      } else {
-        background();
-        foreground();
-      }
+      bench::alternate(r, foreground, background);
     }
     std::filesystem::remove_all(fg_root);
     std::filesystem::remove_all(bg_root);

@@ -21,12 +21,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "bench/bench_util.h"
 #include "absl/strings/str_split.h"
 #include "comm/communicator.h"
-#include "runtime/config/job_config.h"
 #include "shard/zero_engine.h"
 
 namespace {
@@ -78,14 +75,9 @@ int main(int argc, char** argv) {
   std::printf("| model | params | checkpoint bytes | save GB/s | plain write GB/s | save ratio | load GB/s | plain read "
               "GB/s | load ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const std::string& preset : presets) {
-    const nlohmann::json j = {{"model", {{"preset", preset}}},
-                              {"data", {{"kind", "synthetic"}, {"seq_len", 64}}},
-                              {"train_micro_batch_size_per_gpu", 1},
-                              {"optimizer", {{"type", "AdamW"}}}};
-    absl::StatusOr<JobConfig> cfg = parse_job_config(j, 1);
-    check(cfg.status());
-    const GptLayout layout(cfg->model);
-    absl::StatusOr<std::unique_ptr<ZeroEngine>> engine = ZeroEngine::create(&layout, *cfg, comm.get());
+    const JobConfig cfg = bench::fp32_adamw_job(preset);
+    const GptLayout layout(cfg.model);
+    absl::StatusOr<std::unique_ptr<ZeroEngine>> engine = ZeroEngine::create(&layout, cfg, comm.get());
     check(engine.status());
     const std::string shard = dir + "/zerod-bench-shard.safetensors", plain = dir + "/zerod-bench-plain.bin";
     std::vector<char> buf(size_t{1} << 30, 1);  // a multiple of kChunk
@@ -110,16 +102,7 @@ int main(int argc, char** argv) {
       drop_cache(plain);
       read = std::min(read, seconds([&] { plain_read(plain, buf); }));
     };
-    // Which goes first alternates, so neither always follows the other.
-    for (int r = 0; r < rounds; ++r) {
-      if (r % 2 == 0) {
-        engine_pass();
-        plain_pass();
-      } else {
-        plain_pass();
-        engine_pass();
-      }
-    }
+    for (int r = 0; r < rounds; ++r) bench::alternate(r, engine_pass, plain_pass);
     std::filesystem::remove(shard);
     std::filesystem::remove(plain);
     const double gb = bytes / 1e9;
