@@ -1,5 +1,7 @@
-// Trainer checkpoints: the manifest, save, and resume at any world size and
-// ZeRO stage (trainer.h). Layout of a checkpoint directory:
+// Trainer checkpoints: the manifest, saves (in the foreground, or staged
+// and written by a thread, then published at a step boundary), and resume
+// at any world size and ZeRO stage (trainer.h). Layout of a checkpoint
+// directory:
 //   manifest.json           written last by rank 0
 //   rank-00000.safetensors  each rank's share (ZeroEngine::save_shard); under
 //                           stage 0 rank 0's alone, which every rank holds
