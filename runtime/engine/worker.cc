@@ -161,7 +161,6 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
   // Saves after the step just trained, once the save before it is done.
   auto save = [&]() -> int {
     if (int code = finish_save(true); code != kExitOk) return code;
-  if (absl::Status s = t.finish_pruning(); !s.ok()) return save_failed(s);
     saved_step = t.steps_done();
     absl::Status s = t.start_checkpoint(*ckpt_dir, cfg->run.checkpoint.keep, cfg->run.checkpoint.async);
     return s.ok() ? kExitOk : save_failed(s);
