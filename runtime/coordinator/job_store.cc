@@ -240,24 +240,31 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::list(const std::vector<v1::JobSta
   return jobs;
 }
 
-absl::StatusOr<int> JobStore::start_attempt(const std::string& id, int64_t now_ms) {
+absl::Status JobStore::change(const std::string& id, const Change& body) {
   ZEROD_ASSIGN_OR_RETURN(const int64_t n, job_number(id));
   std::lock_guard<std::mutex> lock(mu_);
   ZEROD_ASSIGN_OR_RETURN(Transaction t, Transaction::begin(db_));
   ZEROD_ASSIGN_OR_RETURN(v1::Job job, get_locked(id));
   if (is_terminal(job.state())) return unchangeable(job);
-  for (const v1::Attempt& a : job.attempts()) {
-    if (a.state() == v1::RUNNING) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", id, " already has attempt ", a.number(), " running"));
+  ZEROD_RETURN_IF_ERROR(body(n, job));
+  return t.commit();
+}
+
+absl::StatusOr<int> JobStore::start_attempt(const std::string& id, int64_t now_ms) {
+  int number = 0;
+  ZEROD_RETURN_IF_ERROR(change(id, [&](int64_t n, const v1::Job& job) -> absl::Status {
+    for (const v1::Attempt& a : job.attempts()) {
+      if (a.state() == v1::RUNNING) {
+        return absl::FailedPreconditionError(absl::StrCat("job ", id, " already has attempt ", a.number(), " running"));
+      }
     }
-  }
-  const int number = job.attempts_size() + 1;
-  ZEROD_ASSIGN_OR_RETURN(Stmt ins, Stmt::prepare(db_, "INSERT INTO attempts (job_id, number, state, started_ms) "
-                                                      "VALUES (?, ?, ?, ?)"));
-  ZEROD_RETURN_IF_ERROR(ins.bind(1, n).bind(2, number).bind(3, v1::RUNNING).bind(4, now_ms).run());
-  ZEROD_ASSIGN_OR_RETURN(Stmt up, Stmt::prepare(db_, "UPDATE jobs SET state = ? WHERE id = ?"));
-  ZEROD_RETURN_IF_ERROR(up.bind(1, v1::RUNNING).bind(2, n).run());
-  ZEROD_RETURN_IF_ERROR(t.commit());
+    number = job.attempts_size() + 1;
+    ZEROD_ASSIGN_OR_RETURN(Stmt ins, Stmt::prepare(db_, "INSERT INTO attempts (job_id, number, state, started_ms) "
+                                                        "VALUES (?, ?, ?, ?)"));
+    ZEROD_RETURN_IF_ERROR(ins.bind(1, n).bind(2, number).bind(3, v1::RUNNING).bind(4, now_ms).run());
+    ZEROD_ASSIGN_OR_RETURN(Stmt up, Stmt::prepare(db_, "UPDATE jobs SET state = ? WHERE id = ?"));
+    return up.bind(1, v1::RUNNING).bind(2, n).run();
+  }));
   return number;
 }
 
@@ -267,25 +274,19 @@ absl::Status JobStore::end_attempt(const std::string& id, int number, v1::JobSta
     return absl::InvalidArgumentError(
         absl::StrCat("an attempt ends SUCCEEDED, FAILED or CANCELLED, not ", v1::JobState_Name(outcome)));
   }
-  ZEROD_ASSIGN_OR_RETURN(const int64_t n, job_number(id));
-  std::lock_guard<std::mutex> lock(mu_);
-  ZEROD_ASSIGN_OR_RETURN(Transaction t, Transaction::begin(db_));
-  ZEROD_ASSIGN_OR_RETURN(v1::Job job, get_locked(id));
-  if (is_terminal(job.state())) return unchangeable(job);
-  if (number < 1 || number > job.attempts_size() || job.attempts(number - 1).state() != v1::RUNNING) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has no attempt ", number, " running"));
-  }
-  ZEROD_ASSIGN_OR_RETURN(
-      Stmt s, Stmt::prepare(db_, "UPDATE attempts SET state = ?, ended_ms = ?, failure = ? WHERE job_id = ? AND "
-                                 "number = ?"));
-  ZEROD_RETURN_IF_ERROR(
-      s.bind(1, outcome).bind(2, now_ms).bind_blob(3, failure.SerializeAsString()).bind(4, n).bind(5, number).run());
-  const bool first_failure = outcome == v1::FAILED && job.first_failure().ByteSizeLong() == 0;
-  if (first_failure) {
+  return change(id, [&](int64_t n, const v1::Job& job) -> absl::Status {
+    if (number < 1 || number > job.attempts_size() || job.attempts(number - 1).state() != v1::RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, " has no attempt ", number, " running"));
+    }
+    ZEROD_ASSIGN_OR_RETURN(
+        Stmt s, Stmt::prepare(db_, "UPDATE attempts SET state = ?, ended_ms = ?, failure = ? WHERE job_id = ? AND "
+                                   "number = ?"));
+    ZEROD_RETURN_IF_ERROR(
+        s.bind(1, outcome).bind(2, now_ms).bind_blob(3, failure.SerializeAsString()).bind(4, n).bind(5, number).run());
+    if (outcome != v1::FAILED || job.first_failure().ByteSizeLong() != 0) return absl::OkStatus();
     ZEROD_ASSIGN_OR_RETURN(Stmt f, Stmt::prepare(db_, "UPDATE jobs SET first_failure = ? WHERE id = ?"));
-    ZEROD_RETURN_IF_ERROR(f.bind_blob(1, failure.SerializeAsString()).bind(2, n).run());
-  }
-  return t.commit();
+    return f.bind_blob(1, failure.SerializeAsString()).bind(2, n).run();
+  });
 }
 
 absl::Status JobStore::finish(const std::string& id, v1::JobState state, int64_t now_ms) {
@@ -293,31 +294,23 @@ absl::Status JobStore::finish(const std::string& id, v1::JobState state, int64_t
     return absl::InvalidArgumentError(
         absl::StrCat("a job finishes SUCCEEDED, FAILED or CANCELLED, not ", v1::JobState_Name(state)));
   }
-  ZEROD_ASSIGN_OR_RETURN(const int64_t n, job_number(id));
-  std::lock_guard<std::mutex> lock(mu_);
-  ZEROD_ASSIGN_OR_RETURN(Transaction t, Transaction::begin(db_));
-  ZEROD_ASSIGN_OR_RETURN(v1::Job job, get_locked(id));
-  if (is_terminal(job.state())) return unchangeable(job);
-  if (state == v1::SUCCEEDED && job.attempts_size() == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", id, " never ran, so it cannot have succeeded"));
-  }
-  ZEROD_ASSIGN_OR_RETURN(Stmt a, Stmt::prepare(db_, "UPDATE attempts SET state = ?, ended_ms = ? WHERE job_id = ? "
-                                                    "AND state = ?"));
-  ZEROD_RETURN_IF_ERROR(a.bind(1, state).bind(2, now_ms).bind(3, n).bind(4, v1::RUNNING).run());
-  ZEROD_ASSIGN_OR_RETURN(Stmt j, Stmt::prepare(db_, "UPDATE jobs SET state = ?, finished_ms = ? WHERE id = ?"));
-  ZEROD_RETURN_IF_ERROR(j.bind(1, state).bind(2, now_ms).bind(3, n).run());
-  return t.commit();
+  return change(id, [&](int64_t n, const v1::Job& job) -> absl::Status {
+    if (state == v1::SUCCEEDED && job.attempts_size() == 0) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, " never ran, so it cannot have succeeded"));
+    }
+    ZEROD_ASSIGN_OR_RETURN(Stmt a, Stmt::prepare(db_, "UPDATE attempts SET state = ?, ended_ms = ? WHERE job_id = ? "
+                                                      "AND state = ?"));
+    ZEROD_RETURN_IF_ERROR(a.bind(1, state).bind(2, now_ms).bind(3, n).bind(4, v1::RUNNING).run());
+    ZEROD_ASSIGN_OR_RETURN(Stmt j, Stmt::prepare(db_, "UPDATE jobs SET state = ?, finished_ms = ? WHERE id = ?"));
+    return j.bind(1, state).bind(2, now_ms).bind(3, n).run();
+  });
 }
 
 absl::Status JobStore::set_progress(const std::string& id, const v1::Progress& progress) {
-  ZEROD_ASSIGN_OR_RETURN(const int64_t n, job_number(id));
-  std::lock_guard<std::mutex> lock(mu_);
-  ZEROD_ASSIGN_OR_RETURN(Transaction t, Transaction::begin(db_));
-  ZEROD_ASSIGN_OR_RETURN(v1::Job job, get_locked(id));
-  if (is_terminal(job.state())) return unchangeable(job);
-  ZEROD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, "UPDATE jobs SET progress = ? WHERE id = ?"));
-  ZEROD_RETURN_IF_ERROR(s.bind_blob(1, progress.SerializeAsString()).bind(2, n).run());
-  return t.commit();
+  return change(id, [&](int64_t n, const v1::Job&) -> absl::Status {
+    ZEROD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, "UPDATE jobs SET progress = ? WHERE id = ?"));
+    return s.bind_blob(1, progress.SerializeAsString()).bind(2, n).run();
+  });
 }
 
 }  // namespace zerod

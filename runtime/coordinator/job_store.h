@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +56,10 @@ class JobStore {
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}
   absl::StatusOr<v1::Job> get_locked(const std::string& id);
+  // Runs body(row id, job) on job `id` in one transaction, committed when it
+  // succeeds; refused once the job is terminal.
+  using Change = std::function<absl::Status(int64_t n, const v1::Job& job)>;
+  absl::Status change(const std::string& id, const Change& body);
 
   std::mutex mu_;
   sqlite3* db_;
