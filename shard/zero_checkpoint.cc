@@ -23,9 +23,9 @@ const std::map<std::string, std::string> kShardMetadata = {{"format", "zerod-sha
 // the states swapped to a file) the sub-group buffers, one array at a time,
 // in the layout an in-memory optimizer has, so a checkpoint loads with or
 // without offload. Nothing holds a whole array.
-absl::Status ZeroEngine::write_shard_array(size_t i, const ByteSink& out) {
+absl::Status ZeroEngine::write_shard_array(size_t i, const std::vector<StateArray>& states, const ByteSink& out) {
   if (i > 0) {
-    const StateArray a = state_arrays()[i - 1];
+    const StateArray& a = states[i - 1];
     if (swapped_) return swapped_->read_state(a.name, out);
     return out(a.data, a.numel * dtype_size(a.dtype));
   }
@@ -41,8 +41,9 @@ absl::Status ZeroEngine::write_shard_array(size_t i, const ByteSink& out) {
 }
 
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
-  return write_safetensors(path, shard_file_arrays(owned_numel(owned_), state_arrays()), kShardMetadata,
-                           [&](size_t i, const ByteSink& out) { return write_shard_array(i, out); });
+  const std::vector<StateArray> states = state_arrays();
+  return write_safetensors(path, shard_file_arrays(owned_numel(owned_), states), kShardMetadata,
+                           [&](size_t i, const ByteSink& out) { return write_shard_array(i, states, out); });
 }
 
 absl::StatusOr<SafetensorsLayout> ZeroEngine::shard_file() const {
@@ -50,7 +51,9 @@ absl::StatusOr<SafetensorsLayout> ZeroEngine::shard_file() const {
 }
 
 absl::Status ZeroEngine::serialize_shard(const SafetensorsLayout& file, const ByteSink& out) {
-  return serialize_safetensors(file, [&](size_t i, const ByteSink& o) { return write_shard_array(i, o); }, out);
+  const std::vector<StateArray> states = state_arrays();
+  return serialize_safetensors(
+      file, [&](size_t i, const ByteSink& o) { return write_shard_array(i, states, o); }, out);
 }
 
 absl::Status ZeroEngine::install_state(const std::vector<float>& master, const StateFill& fill) {

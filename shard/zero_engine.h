@@ -128,8 +128,9 @@ class ZeroEngine {
   float* grad_shard() const;
   // The optimizer's state arrays (data null when they are in a file).
   std::vector<StateArray> state_arrays() const;
-  // The bytes of the shard file's array i (kMasterArray, then the states).
-  absl::Status write_shard_array(size_t i, const ByteSink& out);
+  // The bytes of the shard file's array i (kMasterArray, then `states`,
+  // which are state_arrays()).
+  absl::Status write_shard_array(size_t i, const std::vector<StateArray>& states, const ByteSink& out);
   // Makes `master` (the owned segments' fp32 masters back to back) and the
   // state arrays this rank's: fill(a, offset, n, dst) puts bytes
   // [offset, offset + n) of array a into dst.
