@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/crc32c.h"
+#include "runtime/core/whole_file.h"
 
 namespace zerod {
 namespace {
@@ -78,11 +79,9 @@ nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int
 absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
   CheckpointManifest c;
   c.path = dir + "/manifest.json";
-  std::ifstream in(c.path);
-  if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint manifest at ", c.path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  c.json = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const std::optional<std::string> text = read_whole_file(c.path);
+  if (!text) return absl::NotFoundError(absl::StrCat("no checkpoint manifest at ", c.path));
+  c.json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   const nlohmann::json& m = c.json;
   const auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(c.path, ": ", why)); };
   if (!m.is_object() || m.value("format", "") != "zerod-checkpoint") return bad("not a zerod checkpoint manifest");

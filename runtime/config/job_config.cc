@@ -1,11 +1,10 @@
 #include "runtime/config/job_config.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "runtime/config/json_reader.h"
+#include "runtime/core/whole_file.h"
 
 namespace zerod {
 namespace {
@@ -364,13 +363,11 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
 
 absl::StatusOr<JobConfig> load_job_config(const std::string& path, const std::vector<std::string>& overrides,
                                           int world_size) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("config file '", path, "' cannot be opened"));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::optional<std::string> text = read_whole_file(path);
+  if (!text) return absl::NotFoundError(absl::StrCat("config file '", path, "' cannot be opened"));
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(ss.str());  // the exception carries the error's position
+    root = nlohmann::json::parse(*text);  // the exception carries the error's position
   } catch (const nlohmann::json::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is not valid JSON: ", e.what()));
   }

@@ -60,7 +60,7 @@ uint64_t directory_bytes(const std::string& dir) {
 
 }  // namespace
 
-int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
+int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunObserver* observer) {
   CLI::App app{"zero-worker: trains one zerod job"};
   std::string config_path, log_format;
   std::vector<std::string> overrides;
@@ -175,9 +175,11 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (i == first_step) summary.first_loss = r->loss;
     summary.final_loss = r->loss;
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double tokens_per_s = tokens_per_step * (r->step - first_step) / elapsed;
     if (r->step % cfg->steps_per_print == 0 || r->step == cfg->run.steps) {
-      output.step(*r, cfg->run.steps, tokens_per_step * (r->step - first_step) / elapsed, elapsed);
+      output.step(*r, cfg->run.steps, tokens_per_s, elapsed);
     }
+    if (observer) observer->stepped(*r, cfg->run.steps, tokens_per_s);
     const int64_t interval = cfg->run.checkpoint.interval;
     if (ckpt_dir && interval > 0 && r->step % interval == 0) {
       if (int code = save(); code != kExitOk) return code;

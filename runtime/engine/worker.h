@@ -6,15 +6,26 @@
 #include <ostream>
 #include <string>
 
+#include "runtime/engine/trainer.h"
+
 namespace zerod {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 
+// What a supervisor (zerod) learns of a training run as it goes; called on
+// the training thread.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  // After each optimizer step, with the run's total steps and throughput.
+  virtual void stepped(const StepResult& step, int64_t total_steps, double tokens_per_s) = 0;
+};
+
 // `zero-worker [--config JOB] ...` trains; `zero-worker export --checkpoint
 // DIR --out DIR [--dtype fp32|bf16|fp16]` calls run_export.
-int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err);
+int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunObserver* observer = nullptr);
 
 // Writes the checkpoint's weights (a checkpoint directory, or a checkpoint
 // root for the one `latest` names) to out_dir as Hugging Face GPT-2

@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/core/whole_file.h"
 
 namespace zerod {
 namespace {
@@ -45,11 +44,9 @@ nlohmann::json hf_config(const GptConfig& m, DType dtype) {
 // The config.json beside `path`, if any, against the model.
 absl::Status check_hf_config(const std::string& path, const GptConfig& m) {
   const std::string file = (std::filesystem::path(path).parent_path() / "config.json").string();
-  std::ifstream in(file);
-  if (!in) return absl::OkStatus();
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json c = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const std::optional<std::string> text = read_whole_file(file);
+  if (!text) return absl::OkStatus();
+  const nlohmann::json c = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!c.is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
   const std::pair<const char*, int> want[] = {{"n_layer", m.n_layer},       {"n_head", m.n_head},
                                               {"n_embd", m.n_embd},         {"vocab_size", m.vocab_size},

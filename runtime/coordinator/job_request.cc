@@ -1,0 +1,117 @@
+#include "runtime/coordinator/job_request.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "runtime/config/job_config.h"
+
+namespace zerod {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kMaxNameLength = 128;
+constexpr int kMaxRestarts = 100;
+
+absl::Status bad(const std::string& why) { return absl::InvalidArgumentError(why); }
+
+bool inside(const fs::path& p, const fs::path& root) {
+  auto r = root.begin(), q = p.begin();
+  for (; r != root.end() && !r->empty(); ++r, ++q) {
+    if (q == p.end() || *q != *r) return false;
+  }
+  return true;
+}
+
+// `key`'s path against the rules. A glob (data.path) is judged by the part
+// before its first wildcard.
+absl::Status confine(const std::string& key, const std::string& value, const JobRules& rules) {
+  std::string literal = value;
+  if (const size_t w = value.find_first_of("*?["); w != std::string::npos) {
+    literal = value.substr(0, w);
+    literal = literal.substr(0, literal.rfind('/') + 1);
+  }
+  const fs::path p(literal.empty() ? "." : literal);
+  for (const auto& part : p) {
+    if (part == "..") return bad(absl::StrCat(key, " '", value, "': '..' is not allowed in a job's paths"));
+  }
+  if (p.is_relative()) return absl::OkStatus();  // under the job's directory
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(p, ec);
+  if (ec) return bad(absl::StrCat(key, " '", value, "' cannot be resolved: ", ec.message()));
+  for (const std::string& root : rules.allowed_roots) {
+    if (inside(real, root)) return absl::OkStatus();
+  }
+  return bad(absl::StrCat(key, " '", value, "' is outside the roots this zerod allows (",
+                          rules.allowed_roots.empty() ? "none; start zerod with --allow-root"
+                                                      : absl::StrJoin(rules.allowed_roots, ", "),
+                          "); relative paths are kept in the job's directory"));
+}
+
+absl::Status check_host(const std::string& entry) {
+  std::vector<std::string> parts = absl::StrSplit(entry, ':');
+  int slots = 0;
+  const bool host_ok = !parts[0].empty() && parts[0].find_first_not_of(
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == std::string::npos;
+  if (!host_ok || parts.size() > 2 || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &slots) || slots < 1))) {
+    return bad(absl::StrCat("placement host '", entry, "' is not 'host' or 'host:slots'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string checkpoint_root(const nlohmann::json& config) { return config["run"]["checkpoint"]["dir"]; }
+
+absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, const JobRules& rules) {
+  if (req.name().size() > kMaxNameLength) return bad(absl::StrCat("a job name has at most ", kMaxNameLength, " characters"));
+  for (char c : req.name()) {
+    if (c < 0x20 || c == 0x7f) return bad("a job name is printable text");
+  }
+  if (req.world_size() < 1) return bad(absl::StrCat("world_size is ", req.world_size(), "; a job has at least 1 rank"));
+  if (req.world_size() > rules.slots) {
+    return bad(absl::StrCat("the job asks for ", req.world_size(), " ranks but this zerod runs at most ", rules.slots,
+                            " (--slots)"));
+  }
+  for (const std::string& h : req.placement().hosts()) ZEROD_RETURN_IF_ERROR(check_host(h));
+  const v1::RestartPolicy& r = req.restart();
+  if (r.max_restarts() < 0 || r.max_restarts() > kMaxRestarts) {
+    return bad(absl::StrCat("max_restarts is ", r.max_restarts(), "; it is 0 to ", kMaxRestarts));
+  }
+  if (!std::isfinite(r.hang_timeout_s()) || r.hang_timeout_s() < 0) {
+    return bad("hang_timeout_s is a number of seconds, 0 or more (0: zerod's default)");
+  }
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(req.config_json());  // the exception carries the error's position
+  } catch (const nlohmann::json::parse_error& e) {
+    return bad(absl::StrCat("the config is not valid JSON: ", e.what()));
+  }
+  if (!root.is_object()) return bad("the config is not a JSON object");
+  // Defaults first, so the config checked is the one that runs.
+  nlohmann::json& run = root["run"];
+  if (run.is_object()) {
+    if (!run.contains("checkpoint")) run["checkpoint"] = nlohmann::json::object();
+    nlohmann::json& ckpt = run["checkpoint"];
+    if (ckpt.is_object() && !ckpt.contains("dir")) ckpt["dir"] = "checkpoints";
+    if (!run.contains("resume") || run["resume"].is_null()) run["resume"] = "latest";
+  } else if (run.is_null()) {
+    run = {{"checkpoint", {{"dir", "checkpoints"}}}, {"resume", "latest"}};
+  }
+  auto cfg = parse_job_config(root, req.world_size());
+  if (!cfg.ok()) return bad(absl::StrCat("config: ", cfg.status().message()));
+  ZEROD_RETURN_IF_ERROR(confine("run.checkpoint.dir", *cfg->run.checkpoint.dir, rules));
+  if (cfg->run.resume != "latest") ZEROD_RETURN_IF_ERROR(confine("run.resume", *cfg->run.resume, rules));
+  if (cfg->init_from) ZEROD_RETURN_IF_ERROR(confine("model.init_from", *cfg->init_from, rules));
+  if (cfg->data.kind != DataKind::kSynthetic) ZEROD_RETURN_IF_ERROR(confine("data.path", cfg->data.path, rules));
+  for (const auto& [key, o] : {std::pair{"zero_optimization.offload_optimizer.nvme_path", &cfg->zero.offload_optimizer},
+                               std::pair{"zero_optimization.offload_param.nvme_path", &cfg->zero.offload_param}}) {
+    if (o->nvme_path) ZEROD_RETURN_IF_ERROR(confine(key, *o->nvme_path, rules));
+  }
+  return root;
+}
+
+}  // namespace zerod

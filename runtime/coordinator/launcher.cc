@@ -1,0 +1,157 @@
+#include "runtime/coordinator/launcher.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "runtime/core/whole_file.h"
+
+extern char** environ;
+
+namespace zerod {
+
+std::vector<std::string> mpirun_argv(const LaunchSpec& spec) {
+  std::vector<std::string> argv = {spec.mpirun, "-np", absl::StrCat(spec.world_size), "--wdir", spec.job_dir,
+                                   // Ranks share this machine's cores with other jobs.
+                                   "--oversubscribe", "--bind-to", "none"};
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  if (!spec.hosts.empty()) {
+    argv.insert(argv.end(), {"--host", absl::StrJoin(spec.hosts, ",")});
+  }
+  argv.insert(argv.end(), {"-x", kWorkerTagEnv});
+  for (const auto& [name, value] : spec.env) argv.insert(argv.end(), {"-x", absl::StrCat(name, "=", value)});
+  argv.insert(argv.end(), {spec.worker, "--config", spec.config});
+  for (const std::string& o : spec.overrides) argv.insert(argv.end(), {"--set", o});
+  return argv;
+}
+
+absl::StatusOr<pid_t> launch(const LaunchSpec& spec) {
+  const std::vector<std::string> args = mpirun_argv(spec);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  // zerod's environment, with the tag set.
+  const std::string tag = absl::StrCat(kWorkerTagEnv, "=", spec.tag);
+  std::vector<char*> envp;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, kWorkerTagEnv, std::strlen(kWorkerTagEnv)) != 0) envp.push_back(*e);
+  }
+  envp.push_back(const_cast<char*>(tag.c_str()));
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&files, 1, spec.launcher_log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&files, 1, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);  // zerod blocks signals in its threads; the job must not inherit that
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, argv[0], &files, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&files);
+  if (rc != 0) return absl::InternalError(absl::StrCat("cannot start ", spec.mpirun, ": ", std::strerror(rc)));
+  return pid;
+}
+
+std::vector<pid_t> tagged_processes(const std::string& tag) {
+  std::string needle = absl::StrCat(kWorkerTagEnv, "=", tag);
+  needle.push_back('\0');
+  std::vector<pid_t> found;
+  DIR* proc = opendir("/proc");
+  if (!proc) return found;
+  while (dirent* e = readdir(proc)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid == getpid()) continue;
+    std::optional<std::string> env = read_whole_file(absl::StrCat("/proc/", pid, "/environ"));
+    if (!env) continue;
+    env->insert(env->begin(), '\0');  // every entry is then "\0NAME=value\0"
+    if (env->find(std::string(1, '\0') + needle) != std::string::npos) found.push_back(pid);
+  }
+  closedir(proc);
+  return found;
+}
+
+int signal_attempt(pid_t launcher, const std::string& tag, int sig) {
+  std::set<pid_t> groups;
+  if (launcher > 0) groups.insert(launcher);  // a session leader: its group id is its pid
+  for (pid_t p : tagged_processes(tag)) {
+    const pid_t g = getpgid(p);
+    if (g > 1 && g != getpgrp()) groups.insert(g);
+  }
+  int reached = 0;
+  for (pid_t g : groups) reached += kill(-g, sig) == 0;
+  return reached;
+}
+
+std::optional<RankExit> parse_launcher_failure(const std::string& output) {
+  static const std::regex signalled(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
+  static const std::regex exited(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(\d+))");
+  static const std::regex aborted(R"(MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (\d+))");
+  std::smatch m;
+  RankExit r;
+  if (std::regex_search(output, m, signalled)) {
+    r.rank = std::stoi(m[1]);
+    r.signal = std::stoi(m[2]);
+  } else if (std::regex_search(output, m, aborted) || std::regex_search(output, m, exited)) {
+    r.rank = std::stoi(m[1]);
+    r.exit_code = std::stoi(m[2]);
+  } else {
+    return std::nullopt;
+  }
+  return r;
+}
+
+std::optional<int64_t> parse_oom_kills(const std::string& memory_events) {
+  const std::vector<std::string> lines = absl::StrSplit(memory_events, '\n');
+  for (const std::string& line : lines) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    int64_t n = 0;
+    if (f.size() == 2 && f[0] == "oom_kill" && absl::SimpleAtoi(f[1], &n)) return n;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> oom_kills() {
+  // cgroup v2: "0::/path" in /proc/self/cgroup.
+  std::optional<std::string> cg = read_whole_file("/proc/self/cgroup");
+  if (!cg || cg->rfind("0::", 0) != 0) return std::nullopt;
+  std::string path = cg->substr(3, cg->find('\n') - 3);
+  std::optional<std::string> events = read_whole_file(absl::StrCat("/sys/fs/cgroup", path, "/memory.events"));
+  if (!events) return std::nullopt;
+  return parse_oom_kills(*events);
+}
+
+std::vector<std::string> last_lines(const std::string& path, int n, int64_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  const int64_t size = in.tellg();
+  const int64_t from = std::max<int64_t>(0, size - max_bytes);
+  in.seekg(from);
+  std::string text(size - from, '\0');
+  in.read(text.data(), text.size());
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  if (from > 0 && !lines.empty()) lines.erase(lines.begin());  // cut mid-line
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  if (static_cast<int>(lines.size()) > n) lines.erase(lines.begin(), lines.end() - n);
+  return lines;
+}
+
+}  // namespace zerod

@@ -1,0 +1,68 @@
+// Starting a job's ranks through mpirun, finding every process of an attempt
+// again (also after zerod restarts), stopping them, and reading why an
+// attempt failed from what mpirun and the kernel say.
+//
+// Every process of an attempt carries ZEROD_WORKER_TAG=<tag> in its
+// environment: mpirun gets it and exports it to each rank. Open MPI puts each
+// rank in a process group of its own, so stopping an attempt signals the
+// groups of mpirun and of every tagged process; nothing of it is left.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace zerod {
+
+inline constexpr char kWorkerTagEnv[] = "ZEROD_WORKER_TAG";
+
+struct LaunchSpec {
+  std::string mpirun = "mpirun";
+  std::string worker;                       // zero-worker
+  int world_size = 1;
+  std::vector<std::string> hosts;           // "host" or "host:slots"; none: this machine
+  std::string job_dir;                      // the ranks' working directory
+  std::string config;                       // the job config the ranks read
+  std::vector<std::string> overrides;       // zero-worker --set
+  std::vector<std::pair<std::string, std::string>> env;  // exported to every rank
+  std::string tag;
+  std::string launcher_log;                 // mpirun's own output, appended
+};
+
+// The command, an argv array (never a shell string).
+std::vector<std::string> mpirun_argv(const LaunchSpec& spec);
+
+// Starts mpirun in a new session (its own process group), a child of this process.
+absl::StatusOr<pid_t> launch(const LaunchSpec& spec);
+
+// Processes whose environment carries the tag (those this user may read).
+std::vector<pid_t> tagged_processes(const std::string& tag);
+
+// Sends `sig` to the process group of `launcher` (when > 0) and of every
+// tagged process; how many groups it reached.
+int signal_attempt(pid_t launcher, const std::string& tag, int sig);
+
+// The first failed rank, as mpirun reports it in its output.
+struct RankExit {
+  int rank = -1;
+  int exit_code = 0;  // when it exited
+  int signal = 0;     // when it was killed
+};
+std::optional<RankExit> parse_launcher_failure(const std::string& output);
+
+// Processes the kernel's OOM killer has ended in this process's cgroup
+// (cgroup v2 memory.events); nullopt where the kernel does not say.
+std::optional<int64_t> oom_kills();
+// The same, from a memory.events file's text.
+std::optional<int64_t> parse_oom_kills(const std::string& memory_events);
+
+// The last `n` lines of a file (a rank's log), at most `max_bytes` read.
+std::vector<std::string> last_lines(const std::string& path, int n, int64_t max_bytes = 64 << 10);
+
+}  // namespace zerod

@@ -1,0 +1,130 @@
+// The coordinator's logic, apart from gRPC: the queue of jobs waiting for
+// slots, launching attempts, following their workers' heartbeats, deciding
+// how an attempt ended (success, exit, signal, OOM, hang, cancel), stopping
+// every process of an attempt, relaunching within max_restarts, and finding
+// running jobs again when zerod itself restarts.
+//
+// Records go to the JobStore first; what is only in memory (the latest
+// heartbeat of each rank) is rebuilt from the workers after a restart.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proto/zerod.pb.h"
+#include "runtime/coordinator/job_request.h"
+#include "runtime/coordinator/job_store.h"
+#include "runtime/core/status.h"
+
+namespace zerod {
+
+struct SupervisorOptions {
+  std::string state_dir;                // zerod.db and jobs/<id>/
+  std::string worker = "zero-worker";
+  std::string mpirun = "mpirun";
+  std::string address;                  // where workers reach this zerod
+  std::string token_file;               // workers read the token here
+  std::string tls_ca;                   // workers trust this certificate (TLS only)
+  JobRules rules;
+  double hang_timeout_s = 300;          // a job's default
+  double grace_s = 10;                  // SIGTERM, then this long, then SIGKILL
+  double heartbeat_interval_s = 1;
+  double tick_s = 0.1;                  // how often attempts are checked
+};
+
+class Supervisor {
+ public:
+  // Opens the records, finds the jobs that were running again, and starts
+  // supervising.
+  static absl::StatusOr<std::unique_ptr<Supervisor>> start(SupervisorOptions options);
+  // Stops supervising. Running jobs keep running: a zerod started again on
+  // the same state directory takes them over.
+  ~Supervisor();
+
+  absl::StatusOr<v1::Job> submit(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::Job> get(const std::string& id);
+  absl::StatusOr<std::vector<v1::Job>> list(const std::vector<v1::JobState>& states);
+  absl::StatusOr<v1::Job> cancel(const std::string& id);
+
+  // Worker calls. A call from an attempt that is no longer running is told
+  // to stop.
+  absl::StatusOr<int64_t> register_worker(const v1::RegisterWorkerRequest& request);  // heartbeat interval, ms
+  absl::StatusOr<bool> heartbeat(const v1::HeartbeatRequest& request);             // stop?
+  absl::Status report_exit(const v1::ReportExitRequest& request);
+
+  // Counts every change of any job (state, attempt, progress): a stream
+  // compares it with the last it saw before reading again.
+  uint64_t changes() const { return changes_.load(); }
+  // The job's directory: config, rank logs, checkpoints.
+  std::string job_dir(const std::string& id) const;
+  // A rank's log (rank -1: mpirun's own output).
+  std::string log_path(const std::string& id, int rank) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Rank {
+    pid_t pid = 0;
+    std::string host;
+    int64_t step = -1;
+    std::optional<int> exit_code;  // as the worker reported it
+  };
+  // The running attempt of a job.
+  struct Attempt {
+    std::string job_id;
+    int number = 0;
+    v1::SubmitJobRequest spec;
+    pid_t launcher = -1;               // mpirun, our child; -1 when taken over after a restart
+    std::string tag;
+    std::map<int, Rank> ranks;
+    Clock::time_point progressed;       // the last step any rank finished, or the launch
+    int64_t step = -1;                  // the highest step reported
+    std::optional<int64_t> oom_base;    // OOM kills before the launch
+    int64_t log_offset = 0;             // mpirun's output of this attempt starts here
+    // Set once zerod decides to stop it (hang, cancel, a failed rank).
+    bool stopping = false;
+    Clock::time_point kill_at;
+    std::optional<v1::JobState> verdict;  // CANCELLED, or FAILED with `failure`
+    v1::Failure failure;
+    Clock::time_point saved;            // progress last written to the store
+  };
+
+  Supervisor(SupervisorOptions options, std::unique_ptr<JobStore> store);
+  absl::Status recover();
+  void loop();
+  void tick();
+  // Launches the next attempt of a job; on failure to launch, ends it.
+  void launch_locked(const std::string& id, const v1::SubmitJobRequest& spec);
+  void stop_locked(Attempt& a, v1::JobState verdict, const v1::Failure& failure);
+  // The attempt's processes are gone: record how it ended; relaunch or finish.
+  void ended_locked(Attempt& a, std::optional<int> wait_status);
+  v1::Failure explain_locked(const Attempt& a, std::optional<int> wait_status) const;
+  int used_slots_locked() const;
+  void schedule_locked();
+  std::string tag(const std::string& id, int attempt) const;
+  int64_t now_ms() const;
+  void changed() { changes_.fetch_add(1); }
+  absl::Status fail_job_locked(const std::string& id, const std::string& reason);
+
+  const SupervisorOptions options_;
+  std::unique_ptr<JobStore> store_;
+  mutable std::mutex mu_;
+  std::map<std::string, Attempt> running_;           // by job id
+  std::map<std::string, v1::Progress> progress_;     // latest heartbeats, ahead of the store
+  std::atomic<uint64_t> changes_{0};
+  bool quit_ = false;
+  std::condition_variable wake_;
+  std::thread thread_;
+};
+
+}  // namespace zerod
