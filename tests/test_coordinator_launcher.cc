@@ -1,0 +1,125 @@
+// Launching and stopping an attempt's processes, and reading why it failed.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "runtime/coordinator/launcher.h"
+#include "tests/temp_dir.h"
+
+namespace zerod {
+namespace {
+
+using ::zerod::testing::TempDirTest;
+
+TEST(Launcher, ArgumentsAreAnArrayWithTheJobsSettings) {
+  LaunchSpec s;
+  s.mpirun = "/usr/bin/mpirun";
+  s.worker = "/opt/zero-worker";
+  s.world_size = 3;
+  s.job_dir = "/state/jobs/7";
+  s.config = "/state/jobs/7/job.json";
+  s.overrides = {"run.resume=\"latest\""};
+  s.env = {{"ZEROD_JOB_ID", "7"}, {"NAME", "a value; with $(shell) text"}};
+  s.hosts = {"a:2", "b"};
+  const std::vector<std::string> argv = mpirun_argv(s);
+  const auto has = [&](const std::vector<std::string>& seq) {
+    return std::search(argv.begin(), argv.end(), seq.begin(), seq.end()) != argv.end();
+  };
+  EXPECT_EQ(argv.front(), "/usr/bin/mpirun");
+  EXPECT_TRUE(has({"-np", "3"}));
+  EXPECT_TRUE(has({"--wdir", "/state/jobs/7"}));
+  EXPECT_TRUE(has({"--oversubscribe"}));
+  EXPECT_TRUE(has({"--host", "a:2,b"}));
+  EXPECT_TRUE(has({"-x", kWorkerTagEnv}));
+  EXPECT_TRUE(has({"-x", "ZEROD_JOB_ID=7"}));
+  EXPECT_TRUE(has({"-x", "NAME=a value; with $(shell) text"}));  // one argument, never parsed by a shell
+  EXPECT_TRUE(has({"/opt/zero-worker", "--config", "/state/jobs/7/job.json", "--set", "run.resume=\"latest\""}));
+  EXPECT_EQ(argv.back(), "run.resume=\"latest\"");
+}
+
+// mpirun's own words (Open MPI 4.1) for the ways a rank fails.
+TEST(Launcher, ReadsTheFailedRankFromMpirunsOutput) {
+  auto killed = parse_launcher_failure(
+      "--------------------------------------------------------------------------\n"
+      "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\n"
+      "--------------------------------------------------------------------------\n");
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(killed->rank, 1);
+  EXPECT_EQ(killed->signal, 9);
+  EXPECT_EQ(killed->exit_code, 0);
+  auto exited = parse_launcher_failure(
+      "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+      "the job to be terminated. The first process to do so was:\n\n"
+      "  Process name: [[8410,1],3]\n"
+      "  Exit code:    2\n");
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(exited->rank, 3);
+  EXPECT_EQ(exited->exit_code, 2);
+  EXPECT_EQ(exited->signal, 0);
+  auto aborted = parse_launcher_failure(
+      "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD\n"
+      "with errorcode 1.\n");
+  ASSERT_TRUE(aborted);
+  EXPECT_EQ(aborted->rank, 0);
+  EXPECT_EQ(aborted->exit_code, 1);
+  EXPECT_FALSE(parse_launcher_failure("all went well\n"));
+}
+
+TEST(Launcher, ReadsOomKillsFromMemoryEvents) {
+  EXPECT_EQ(parse_oom_kills("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 2);
+  EXPECT_FALSE(parse_oom_kills("low 0\nhigh 0\n"));
+}
+
+class LauncherFiles : public TempDirTest {};
+
+TEST_F(LauncherFiles, LastLinesOfALog) {
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += "line " + std::to_string(i) + "\n";
+  const std::string p = write("rank-0.log", text);
+  EXPECT_EQ(last_lines(p, 3), (std::vector<std::string>{"line 47", "line 48", "line 49"}));
+  // Reading only the tail: the cut first line is dropped.
+  EXPECT_EQ(last_lines(p, 100, 20), (std::vector<std::string>{"line 48", "line 49"}));
+  EXPECT_TRUE(last_lines(path("absent.log"), 5).empty());
+}
+
+// Starts `sleep` with the tag in its environment, in a process group of its own.
+pid_t start_tagged(const std::string& tag) {
+  const std::string env = std::string(kWorkerTagEnv) + "=" + tag;
+  char* argv[] = {const_cast<char*>("sleep"), const_cast<char*>("60"), nullptr};
+  char* envp[] = {const_cast<char*>(env.c_str()), nullptr};
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawnp(&pid, "sleep", nullptr, &attr, argv, envp), 0);
+  posix_spawnattr_destroy(&attr);
+  return pid;
+}
+
+TEST(Launcher, FindsAndStopsEveryTaggedProcess) {
+  const std::string tag = "test#" + std::to_string(getpid()) + "#1";
+  const pid_t a = start_tagged(tag), b = start_tagged(tag);
+  const pid_t other = start_tagged(tag + "0");  // a tag that only begins the same
+  for (int i = 0; i < 100 && tagged_processes(tag).size() < 2; ++i) usleep(10000);
+  std::vector<pid_t> found = tagged_processes(tag);
+  std::sort(found.begin(), found.end());
+  EXPECT_EQ(found, (std::vector<pid_t>{std::min(a, b), std::max(a, b)}));
+  EXPECT_EQ(signal_attempt(-1, tag, SIGTERM), 2);
+  for (pid_t p : {a, b}) {
+    int status = 0;
+    ASSERT_EQ(waitpid(p, &status, 0), p);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+  }
+  EXPECT_TRUE(tagged_processes(tag).empty());
+  EXPECT_EQ(tagged_processes(tag + "0"), std::vector<pid_t>{other});
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace zerod
