@@ -144,8 +144,8 @@ class JobWatcher final : public HubWriter<v1::Job> {
 // log read to its end.
 class LogStreamer final : public HubWriter<v1::LogChunk> {
  public:
-  LogStreamer(Supervisor* sup, const v1::StreamLogsRequest& req)
-      : sup_(sup), req_(req), path_(sup->log_path(req.job_id(), req.rank())), offset_(req.offset()) {}
+  LogStreamer(Supervisor* sup, const v1::StreamLogsRequest& req, std::string path)
+      : sup_(sup), req_(req), path_(std::move(path)), offset_(req.offset()) {}
 
  private:
   Next next(v1::LogChunk* msg, grpc::Status* status) override {
@@ -287,7 +287,7 @@ grpc::ServerWriteReactor<v1::LogChunk>* CoordinatorService::StreamLogs(grpc::Cal
       s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a log offset is 0 or more");
     }
   }
-  auto* w = new LogStreamer(sup, *req);
+  auto* w = new LogStreamer(sup, *req, s.ok() ? sup->log_path(req->job_id(), req->rank()) : "");
   hub_.add(w);
   if (s.ok()) {
     w->pump();

@@ -44,6 +44,8 @@ absl::Status redirect_output(const std::string& dir, int rank) {
   return absl::OkStatus();
 }
 
+constexpr std::chrono::seconds kExitReportWait(60);
+
 class Agent final : public RunObserver {
  public:
   Agent(std::unique_ptr<v1::WorkerControl::Stub> stub, std::string token, v1::WorkerId id)
@@ -75,20 +77,20 @@ class Agent final : public RunObserver {
     }
   }
 
-  // The last progress, then the exit status.
+  // The last progress, then the exit status. While zerod is away (a
+  // restart) the worker waits a while to deliver them, so the zerod that
+  // takes over learns how the attempt ended.
   void report_exit(int code) {
-    heartbeat();
+    heartbeat(kExitReportWait);
     v1::ReportExitRequest req;
     *req.mutable_worker() = id_;
     req.set_exit_code(code);
     v1::ReportExitResponse resp;
-    for (int tries = 0; tries < 3; ++tries) {
-      grpc::ClientContext ctx;
-      add_token(ctx, token_);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-      if (stub_->ReportExit(&ctx, req, &resp).ok()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    }
+    grpc::ClientContext ctx;
+    add_token(ctx, token_);
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + kExitReportWait);
+    (void)stub_->ReportExit(&ctx, req, &resp);
   }
 
  private:
@@ -134,8 +136,9 @@ class Agent final : public RunObserver {
     }
   }
 
-  // One beat; true when zerod says stop.
-  bool heartbeat() {
+  // One beat; true when zerod says stop. With a wait, it waits that long
+  // for zerod to be reachable.
+  bool heartbeat(std::chrono::seconds wait = std::chrono::seconds(0)) {
     v1::HeartbeatRequest req;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -148,7 +151,8 @@ class Agent final : public RunObserver {
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     add_token(ctx, token_);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.set_wait_for_ready(wait.count() > 0);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::max(wait, std::chrono::seconds(5)));
     return stub_->Heartbeat(&ctx, req, &resp).ok() && resp.stop();
   }
 

@@ -1,0 +1,445 @@
+// zerod end to end on this machine: real zerod, zeroctl and zero-worker
+// processes under mpirun, on a free port. Each test waits for a job's
+// outcome, never for a length of time; the training numerics are checked
+// against the same job run directly with mpirun.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/config/job_config.h"
+#include "runtime/coordinator/job_store.h"
+#include "runtime/coordinator/launcher.h"
+#include "tests/temp_dir.h"
+#include "tests/test_support.h"
+#include "tests/worker_run.h"
+#include "tests/zerod_process.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+using ::zerod::testing::CoordinatorClient;
+using ::zerod::testing::TempDirTest;
+using ::zerod::testing::ZerodProcess;
+
+constexpr char kToken[] = "e2e-token-7f3a9c";
+
+// Small enough to run in a second or two on two CPU ranks, big enough that
+// a step takes a few milliseconds.
+nlohmann::json small_job(int steps, int checkpoint_interval = 0) {
+  nlohmann::json j = {
+      {"model", {{"preset", "custom"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 256},
+                 {"block_size", 64}}},
+      {"data", {{"kind", "synthetic"}, {"seq_len", 64}, {"seed", 1}}},
+      {"run", {{"steps", steps}, {"seed", 3}}},
+      {"train_batch_size", 8},
+      {"steps_per_print", 5},
+      {"gradient_clipping", 1.0},
+      {"zero_optimization", {{"stage", 2}}},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}}};
+  if (checkpoint_interval > 0) j["run"]["checkpoint"] = {{"interval", checkpoint_interval}};
+  return j;
+}
+
+v1::SubmitJobRequest request(const nlohmann::json& config, int world_size = 2, int max_restarts = 0,
+                             double hang_timeout_s = 0) {
+  v1::SubmitJobRequest r;
+  r.set_name("e2e");
+  r.set_config_json(config.dump());
+  r.set_world_size(world_size);
+  r.mutable_restart()->set_max_restarts(max_restarts);
+  r.mutable_restart()->set_hang_timeout_s(hang_timeout_s);
+  return r;
+}
+
+// The pid of one rank of an attempt, found by its tag and rank variable.
+pid_t rank_pid(const std::string& tag, int rank) {
+  for (pid_t p : tagged_processes(tag)) {
+    std::optional<std::string> env = read_whole_file(absl::StrCat("/proc/", p, "/environ"));
+    if (env && env->find(absl::StrCat(std::string(1, '\0'), "OMPI_COMM_WORLD_RANK=", rank, std::string(1, '\0'))) !=
+                   std::string::npos) {
+      return p;
+    }
+  }
+  return -1;
+}
+
+class ZerodE2E : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    token_file_ = write("token", std::string(kToken) + "\n");
+    state_ = path("state");
+  }
+  void TearDown() override {
+    zerod_.reset();
+    // Nothing a test started outlives it.
+    for (pid_t p : tagged_processes(fs::weakly_canonical(state_).string() + "#")) kill(p, SIGKILL);
+    TempDirTest::TearDown();
+  }
+  // zerod with the test's token, 2 slots, and these options and environment;
+  // workers run one OpenMP thread each, as the direct reference runs do.
+  void start_zerod(std::vector<std::string> options = {}, std::vector<std::string> env = {}) {
+    options.insert(options.end(), {"--token-file", token_file_, "--slots", "2", "--heartbeat-interval", "0.1"});
+    env.push_back("OMP_NUM_THREADS=1");
+    zerod_ = std::make_unique<ZerodProcess>(state_, options, env);
+    ASSERT_TRUE(zerod_->running()) << zerod_->error();
+    client_ = std::make_unique<CoordinatorClient>(zerod_->address(), kToken);
+  }
+  std::string tag(const std::string& id, int attempt) const {
+    return absl::StrCat(fs::canonical(state_).string(), "#", id, "#", attempt);
+  }
+  std::string job_file(const std::string& id, const std::string& name) const {
+    return absl::StrCat(state_, "/jobs/", id, "/", name);
+  }
+  std::string submit(const v1::SubmitJobRequest& r) {
+    std::string id;
+    grpc::Status s = client_->submit(r, &id);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return id;
+  }
+  v1::Job finished(const std::string& id) {
+    v1::Job job;
+    grpc::Status s = client_->watch(id, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job;
+  }
+  // Polls until the job's reported progress reaches `step`.
+  v1::Job reached(const std::string& id, int64_t step) {
+    v1::Job job;
+    for (;;) {
+      EXPECT_TRUE(client_->get(id, &job).ok());
+      if (job.progress().step() >= step || is_terminal(job.state())) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  // The final loss of the same job run directly under mpirun.
+  double direct_loss(nlohmann::json config, int world_size) {
+    config["run"].erase("checkpoint");
+    const std::string file = write("direct.json", config.dump());
+    auto r = ::zerod::testing::mpirun(world_size, "--config " + file + " --log-format json");
+    EXPECT_EQ(r.code, 0) << r.out;
+    auto summary = ::zerod::testing::of_kind(::zerod::testing::events(r.out), "summary");
+    EXPECT_EQ(summary.size(), 1u) << r.out;
+    return summary.empty() ? 0 : summary[0]["final_loss"].get<double>();
+  }
+  // zeroctl with the test's token: exit status and stdout.
+  std::pair<int, std::string> zeroctl(const std::string& args) {
+    const std::string cmd = absl::StrCat("ZEROD_TOKEN=", kToken, " ", ZEROD_CTL_BIN, " --address ",
+                                         zerod_->address(), " ", args, " 2>/dev/null");
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    const int s = pclose(p);
+    return {WIFEXITED(s) ? WEXITSTATUS(s) : -1, out};
+  }
+
+  std::string token_file_, state_;
+  std::unique_ptr<ZerodProcess> zerod_;
+  std::unique_ptr<CoordinatorClient> client_;
+};
+
+TEST_F(ZerodE2E, DemoJobSucceedsWithTheLossOfADirectRun) {
+  start_zerod();
+  const nlohmann::json config = small_job(20, 10);
+  const std::string file = write("job.json", config.dump());
+  auto [code, out] = zeroctl("submit " + file + " --np 2 --name demo --wait");
+  EXPECT_EQ(code, 0) << out;
+  const std::string id = "1";
+  EXPECT_EQ(out.rfind("job 1 SUCCEEDED: step 20/20", 0), 0u) << out;
+  v1::Job job;
+  ASSERT_TRUE(client_->get(id, &job).ok());
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.spec().name(), "demo");
+  ASSERT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(job.attempts(0).state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.progress().step(), 20);
+  EXPECT_EQ(job.progress().total_steps(), 20);
+  EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));  // bitwise
+  EXPECT_EQ(job.directory(), fs::canonical(path("state/jobs/1")).string());
+  // The logs, through the API and through zeroctl, are the rank's file.
+  const std::string file_log = read_whole_file(job_file(id, "rank-0.log")).value_or("");
+  EXPECT_NE(file_log.find("checkpoint after step 20"), std::string::npos) << file_log;
+  std::string streamed;
+  ASSERT_TRUE(client_->logs(id, 0, /*follow=*/false, &streamed).ok());
+  EXPECT_EQ(streamed, file_log);
+  auto [logs_code, logs_out] = zeroctl("logs 1 --rank 0");
+  EXPECT_EQ(logs_code, 0);
+  EXPECT_EQ(logs_out, file_log);
+  auto [status_code, status_out] = zeroctl("--json status 1");
+  EXPECT_EQ(status_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(status_out)["state"], "SUCCEEDED");
+  auto [list_code, list_out] = zeroctl("list");
+  EXPECT_EQ(list_code, 0);
+  EXPECT_NE(list_out.find("SUCCEEDED"), std::string::npos) << list_out;
+}
+
+TEST_F(ZerodE2E, KilledWorkerRestartsFromTheLatestCheckpoint) {
+  // Rank 1 of the first attempt stops after step 25 so that the kill lands
+  // mid-run, after the checkpoint of step 20.
+  start_zerod({}, {"ZEROD_TEST_HANG=1:1:25"});
+  const nlohmann::json config = small_job(40, 10);
+  const std::string id = submit(request(config, 2, /*max_restarts=*/1, /*hang_timeout_s=*/3600));
+  reached(id, 25);
+  const pid_t victim = rank_pid(tag(id, 1), 1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const v1::Job job = finished(id);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  ASSERT_EQ(job.attempts_size(), 2);
+  EXPECT_EQ(job.attempts(0).state(), v1::FAILED);
+  EXPECT_EQ(job.attempts(1).state(), v1::SUCCEEDED);
+  const v1::Failure& f = job.first_failure();
+  EXPECT_EQ(f.rank(), 1);
+  EXPECT_EQ(f.signal(), SIGKILL);
+  EXPECT_FALSE(f.oom());
+  EXPECT_NE(f.reason().find("rank 1"), std::string::npos) << f.reason();
+  EXPECT_NE(f.reason().find("SIGKILL"), std::string::npos) << f.reason();
+  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());  // no survivor of the failed attempt
+  EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));  // bitwise, as if never interrupted
+  const std::string log = read_whole_file(job_file(id, "rank-0.log")).value_or("");
+  EXPECT_NE(log.find("----- zerod: attempt 2 (restart 1 of 1) -----"), std::string::npos);
+  EXPECT_NE(log.find("after step 20"), std::string::npos) << log;  // resumed from the step-20 checkpoint
+}
+
+TEST_F(ZerodE2E, HungWorkerIsDetectedAndTheJobRestarted) {
+  start_zerod({}, {"ZEROD_TEST_HANG=1:1:5"});
+  const nlohmann::json config = small_job(15);
+  const double timeout_s = 1.5;
+  const std::string id = submit(request(config, 2, /*max_restarts=*/1, timeout_s));
+  const v1::Job job = finished(id);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  ASSERT_EQ(job.attempts_size(), 2);
+  const v1::Attempt& hung = job.attempts(0);
+  EXPECT_EQ(hung.state(), v1::FAILED);
+  EXPECT_EQ(hung.failure().rank(), -1);
+  EXPECT_NE(hung.failure().reason().find("no progress for"), std::string::npos) << hung.failure().reason();
+  EXPECT_NE(hung.failure().reason().find("hang timeout 1.5 s"), std::string::npos) << hung.failure().reason();
+  // Judged only once the timeout had passed.
+  EXPECT_GE(hung.ended_unix_ms() - hung.started_unix_ms(), timeout_s * 1000);
+  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());
+  EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));
+}
+
+TEST_F(ZerodE2E, CancelStopsEveryProcessOfTheJob) {
+  // A grace far longer than any test: the cancel finishing shows SIGTERM was enough.
+  start_zerod({"--grace", "3600"}, {"ZEROD_TEST_HANG=1:1:3"});
+  const std::string id = submit(request(small_job(1000)));
+  reached(id, 3);
+  ASSERT_FALSE(tagged_processes(tag(id, 1)).empty());
+  auto [code, out] = zeroctl("cancel " + id);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(out, "job " + id + " CANCELLED\n");
+  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());
+  v1::Job job;
+  ASSERT_TRUE(client_->get(id, &job).ok());
+  EXPECT_EQ(job.state(), v1::CANCELLED);
+  ASSERT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(job.attempts(0).state(), v1::CANCELLED);
+  // A finished job is not cancelled again.
+  auto [again, again_out] = zeroctl("cancel " + id);
+  EXPECT_EQ(again, 2);
+  // A job still waiting for slots is cancelled without running.
+}
+
+TEST_F(ZerodE2E, PendingJobsWaitForSlotsAndCancelWithoutRunning) {
+  start_zerod({}, {"ZEROD_TEST_HANG=1:1:2"});
+  const std::string first = submit(request(small_job(1000)));
+  const std::string second = submit(request(small_job(5)));
+  reached(first, 2);
+  v1::Job waiting;
+  ASSERT_TRUE(client_->get(second, &waiting).ok());
+  EXPECT_EQ(waiting.state(), v1::PENDING);  // both slots are taken
+  auto [code, out] = zeroctl("cancel " + second);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(out, "job " + second + " CANCELLED\n");
+  ASSERT_TRUE(client_->get(second, &waiting).ok());
+  EXPECT_EQ(waiting.attempts_size(), 0);
+  EXPECT_EQ(zeroctl("cancel " + first).first, 0);
+}
+
+TEST_F(ZerodE2E, RestartOfZerodLosesNothing) {
+  start_zerod();
+  const std::string done = submit(request(small_job(10)));
+  const v1::Job before = finished(done);
+  ASSERT_EQ(before.state(), v1::SUCCEEDED);
+  const std::string done_log = read_whole_file(job_file(done, "rank-0.log")).value_or("");
+  ASSERT_FALSE(done_log.empty());
+
+  const nlohmann::json config = small_job(300);
+  const std::string running = submit(request(config));
+  reached(running, 5);
+  zerod_->restart();
+  ASSERT_TRUE(zerod_->running()) << zerod_->error();
+  client_ = std::make_unique<CoordinatorClient>(zerod_->address(), kToken);
+
+  v1::Job after;
+  ASSERT_TRUE(client_->get(done, &after).ok());
+  EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString());
+  std::string streamed;
+  ASSERT_TRUE(client_->logs(done, 0, false, &streamed).ok());
+  EXPECT_EQ(streamed, done_log);
+  // The running job was found again: its workers heartbeat to the new zerod
+  // and it finishes in its first attempt.
+  const v1::Job job = finished(running);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  EXPECT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(job.progress().step(), 300);
+  EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));
+  const std::string log = read_whole_file(job_file(running, "rank-0.log")).value_or("");
+  EXPECT_NE(log.find("step 300/300"), std::string::npos);
+}
+
+TEST_F(ZerodE2E, EveryCallNeedsTheToken) {
+  start_zerod();
+  for (const std::string& token : {std::string(), std::string("wrong-token"), std::string(kToken) + "x"}) {
+    CoordinatorClient c(zerod_->address(), token);
+    std::string id;
+    EXPECT_EQ(c.submit(request(small_job(5)), &id).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::Job job;
+    EXPECT_EQ(c.get("1", &job).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::ListJobsResponse list;
+    EXPECT_EQ(c.list(&list).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id("1");
+    EXPECT_EQ(c.stub().CancelJob(c.context().get(), cancel, &job).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(c.watch("1", &job).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    std::string text;
+    EXPECT_EQ(c.logs("1", 0, true, &text).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    auto workers = v1::WorkerControl::NewStub(*open_channel(zerod_->address(), ""));
+    const auto ctx = [&] {
+      auto x = std::make_unique<grpc::ClientContext>();
+      if (!token.empty()) add_token(*x, token);
+      return x;
+    };
+    v1::RegisterWorkerResponse reg;
+    EXPECT_EQ(workers->RegisterWorker(ctx().get(), {}, &reg).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::HeartbeatResponse beat;
+    EXPECT_EQ(workers->Heartbeat(ctx().get(), {}, &beat).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::ReportExitResponse exit;
+    EXPECT_EQ(workers->ReportExit(ctx().get(), {}, &exit).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(client_->list(&list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);  // nothing was submitted
+  auto [code, out] = zeroctl("--token-file /dev/null list");
+  EXPECT_EQ(code, 2);  // an empty token is bad input
+}
+
+TEST_F(ZerodE2E, WithTlsAPlaintextClientIsRefused) {
+  const std::string cert = path("cert.pem"), key = path("key.pem");
+  const std::string openssl = absl::StrCat(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ",
+      key, " -out ", cert, " 2>/dev/null");
+  ASSERT_EQ(std::system(openssl.c_str()), 0) << "openssl could not make a test certificate";
+  start_zerod({"--tls-cert", cert, "--tls-key", key});
+  CoordinatorClient plain(zerod_->address(), kToken);
+  v1::ListJobsResponse list;
+  EXPECT_EQ(plain.list(&list).error_code(), grpc::StatusCode::UNAVAILABLE);
+  CoordinatorClient tls(zerod_->address(), kToken, cert);
+  ASSERT_TRUE(tls.list(&list).ok());
+  CoordinatorClient tls_without_token(zerod_->address(), "", cert);
+  EXPECT_EQ(tls_without_token.list(&list).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // The workers reach zerod over TLS too: their progress arrives.
+  std::string id;
+  ASSERT_TRUE(tls.submit(request(small_job(5)), &id).ok());
+  v1::Job job;
+  ASSERT_TRUE(tls.watch(id, &job).ok());
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.progress().step(), 5);
+}
+
+TEST_F(ZerodE2E, BadInputIsRefusedAndNothingLaunched) {
+  fs::create_directories(path("allowed"));
+  start_zerod({"--allow-root", path("allowed")});
+  std::string id;
+  v1::SubmitJobRequest malformed = request(small_job(5));
+  malformed.set_config_json("{\"model\": ");
+  grpc::Status s = client_->submit(malformed, &id);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("the config is not valid JSON"), std::string::npos) << s.error_message();
+
+  nlohmann::json invalid = small_job(5);
+  invalid["train_batch_size"] = 7;  // not a multiple of 2 ranks
+  s = client_->submit(request(invalid), &id);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  nlohmann::json as_run = invalid;
+  as_run["run"]["checkpoint"] = {{"dir", "checkpoints"}};
+  as_run["run"]["resume"] = "latest";
+  auto direct = parse_job_config(as_run, 2);
+  ASSERT_FALSE(direct.ok());
+  EXPECT_EQ(s.error_message(), "config: " + std::string(direct.status().message()));
+
+  nlohmann::json outside = small_job(5);
+  outside["run"]["checkpoint"] = {{"dir", path("elsewhere/ckpt")}};
+  s = client_->submit(request(outside), &id);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("is outside the roots this zerod allows"), std::string::npos);
+
+  s = client_->submit(request(small_job(5), 3), &id);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // 3 ranks, 2 slots
+
+  v1::Job job;
+  for (const std::string& unknown : {"99", "x", ""}) {
+    EXPECT_EQ(client_->get(unknown, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(client_->watch(unknown, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+    std::string text;
+    EXPECT_EQ(client_->logs(unknown, 0, false, &text).error_code(), grpc::StatusCode::NOT_FOUND);
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(unknown);
+    EXPECT_EQ(client_->stub().CancelJob(client_->context().get(), cancel, &job).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(client_->list(&list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+  EXPECT_TRUE(fs::is_empty(path("state/jobs")));
+
+  // zeroctl: bad input is status 2.
+  EXPECT_EQ(zeroctl("submit " + path("absent.json")).first, 2);
+  EXPECT_EQ(zeroctl("submit " + write("bad.json", "{oops")).first, 2);
+  EXPECT_EQ(zeroctl("submit " + write("seven.json", invalid.dump()) + " --np 2").first, 2);
+  EXPECT_EQ(zeroctl("status 99").first, 2);
+  EXPECT_EQ(zeroctl("list --state DONE").first, 2);
+  EXPECT_EQ(zeroctl("frobnicate").first, 2);
+  ASSERT_TRUE(client_->list(&list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+
+  // A rank out of range for a real job.
+  ASSERT_TRUE(client_->submit(request(small_job(3)), &id).ok());
+  finished(id);
+  std::string text;
+  EXPECT_EQ(client_->logs(id, 2, false, &text).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ZerodE2E, AFailedJobNamesItsFirstFailure) {
+  start_zerod();
+  nlohmann::json config = small_job(5);
+  config["run"]["host_memory_limit"] = 4096;  // no model fits: a run failure on every rank
+  const std::string file = write("job.json", config.dump());
+  auto [code, out] = zeroctl("submit " + file + " --np 2 --wait");
+  EXPECT_EQ(code, 1) << out;
+  v1::Job job;
+  ASSERT_TRUE(client_->get("1", &job).ok());
+  EXPECT_EQ(job.state(), v1::FAILED);
+  ASSERT_EQ(job.attempts_size(), 1);
+  const v1::Failure& f = job.first_failure();
+  EXPECT_TRUE(f.rank() == 0 || f.rank() == 1) << f.rank();
+  EXPECT_EQ(f.exit_code(), 1);
+  EXPECT_EQ(f.signal(), 0);
+  EXPECT_NE(f.reason().find("exited with status 1 (run failure)"), std::string::npos) << f.reason();
+  EXPECT_NE(absl::StrJoin(f.last_log_lines(), "\n").find("memory limit of 4096 bytes"), std::string::npos)
+      << absl::StrJoin(f.last_log_lines(), "\n");
+}
+
+}  // namespace
+}  // namespace zerod

@@ -1,0 +1,165 @@
+// A zerod daemon as a child process, and a client of it: for the end-to-end
+// tests and the load benchmark. Needs ZEROD_DAEMON_BIN from the build.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "proto/zerod.grpc.pb.h"
+#include "runtime/coordinator/auth.h"
+#include "runtime/core/whole_file.h"
+
+extern char** environ;
+
+namespace zerod::testing {
+
+class ZerodProcess {
+ public:
+  // Starts zerod on `state_dir` with these extra options and environment
+  // entries ("NAME=value"); port 0 picks a free port. Waits until it serves
+  // or exits (see running() and error()).
+  ZerodProcess(std::string state_dir, std::vector<std::string> options, std::vector<std::string> env = {},
+               int port = 0)
+      : state_dir_(std::move(state_dir)), options_(std::move(options)), env_(std::move(env)) {
+    start(port);
+  }
+  ~ZerodProcess() { stop(SIGTERM); }
+
+  // Stops it with `sig` and waits for it; running jobs keep running.
+  void stop(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // Starts it again on the same state directory and port.
+  void restart() {
+    stop(SIGTERM);
+    start(port_);
+  }
+
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  bool running() const { return pid_ > 0; }
+  // Why it is not running, when it failed to start.
+  const std::string& error() const { return error_; }
+
+ private:
+  void start(int port) {
+    const std::string address_file = state_dir_ + "/zerod.address";
+    std::filesystem::create_directories(state_dir_);
+    std::filesystem::remove(address_file);
+    std::vector<std::string> args = {ZEROD_DAEMON_BIN, "--state-dir", state_dir_, "--listen",
+                                     absl::StrCat("127.0.0.1:", port)};
+    args.insert(args.end(), options_.begin(), options_.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+    for (std::string& e : env_) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    const std::string log = state_dir_ + "/zerod.log";
+    posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&files, 1, 2);
+    const int rc = posix_spawn(&pid_, ZEROD_DAEMON_BIN, &files, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&files);
+    if (rc != 0) {
+      pid_ = -1;
+      error_ = "cannot start " ZEROD_DAEMON_BIN;
+      return;
+    }
+    // It writes its address once it serves; a zerod that exits has failed.
+    for (;;) {
+      if (std::optional<std::string> a = read_whole_file(address_file); a && !a->empty()) {
+        address_ = std::string(absl::StripAsciiWhitespace(*a));
+        port_ = std::stoi(address_.substr(address_.rfind(':') + 1));
+        return;
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        error_ = "zerod exited: " + read_whole_file(log).value_or("");
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  const std::string state_dir_;
+  const std::vector<std::string> options_;
+  std::vector<std::string> env_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string address_;
+  std::string error_;
+};
+
+// Calls carrying a token (none when empty).
+class CoordinatorClient {
+ public:
+  CoordinatorClient(const std::string& address, std::string token, const std::string& ca_file = "")
+      : token_(std::move(token)), stub_(v1::Coordinator::NewStub(*open_channel(address, ca_file))) {}
+
+  std::unique_ptr<grpc::ClientContext> context() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    if (!token_.empty()) add_token(*ctx, token_);
+    return ctx;
+  }
+  v1::Coordinator::Stub& stub() { return *stub_; }
+
+  grpc::Status submit(const v1::SubmitJobRequest& req, std::string* id) {
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub_->SubmitJob(context().get(), req, &resp);
+    *id = resp.job_id();
+    return s;
+  }
+  grpc::Status get(const std::string& id, v1::Job* job) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    return stub_->GetJob(context().get(), req, job);
+  }
+  grpc::Status list(v1::ListJobsResponse* resp) { return stub_->ListJobs(context().get(), {}, resp); }
+  // Follows the job to its end; its last state.
+  grpc::Status watch(const std::string& id, v1::Job* last) {
+    auto ctx = context();
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    auto reader = stub_->WatchJob(ctx.get(), req);
+    for (v1::Job j; reader->Read(&j);) *last = j;
+    return reader->Finish();
+  }
+  // A rank's whole log (follow: until the job ends).
+  grpc::Status logs(const std::string& id, int rank, bool follow, std::string* text) {
+    auto ctx = context();
+    v1::StreamLogsRequest req;
+    req.set_job_id(id);
+    req.set_rank(rank);
+    req.set_follow(follow);
+    auto reader = stub_->StreamLogs(ctx.get(), req);
+    for (v1::LogChunk c; reader->Read(&c);) *text += c.data();
+    return reader->Finish();
+  }
+
+ private:
+  std::string token_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+}  // namespace zerod::testing
