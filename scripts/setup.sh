@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   liburing-dev fio
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
+  openssl
 )
 
 missing=()
