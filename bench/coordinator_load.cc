@@ -1,0 +1,145 @@
+// zerod under load: 200 clients, each on its own connection, calling
+// GetJob, ListJobs and StreamLogs (rank 0's whole log) in turn against a
+// running 2-rank job for a fixed time. Reports calls, errors, and p50/p99
+// latency per call kind; the reference, measured in the same run, is the
+// same calls from one client alone.
+//
+// Usage: coordinator_load [clients=200] [seconds=10]
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/zerod_process.h"
+
+namespace {
+
+using zerod::testing::CoordinatorClient;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kToken[] = "bench-token";
+constexpr const char* kKinds[] = {"GetJob", "ListJobs", "StreamLogs"};
+
+struct Samples {
+  std::vector<double> ms[3];
+  int64_t errors = 0;
+  std::string first_error;
+};
+
+// Calls in turn until `until`, or `max_calls`, whichever comes first.
+void client_loop(const std::string& address, const std::string& id, Clock::time_point until, int64_t max_calls,
+                 Samples* out) {
+  CoordinatorClient c(address, kToken);
+  for (int64_t i = 0; i < max_calls && Clock::now() < until; ++i) {
+    const int kind = static_cast<int>(i % 3);
+    const auto t0 = Clock::now();
+    grpc::Status s;
+    if (kind == 0) {
+      zerod::v1::Job job;
+      s = c.get(id, &job);
+    } else if (kind == 1) {
+      zerod::v1::ListJobsResponse list;
+      s = c.list(&list);
+    } else {
+      std::string text;
+      s = c.logs(id, 0, /*follow=*/false, &text);
+    }
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (s.ok()) {
+      out->ms[kind].push_back(ms);
+    } else if (out->errors++ == 0) {
+      out->first_error = s.error_message();
+    }
+  }
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+Samples merge(const std::vector<Samples>& all) {
+  Samples m;
+  for (const Samples& s : all) {
+    for (int k = 0; k < 3; ++k) m.ms[k].insert(m.ms[k].end(), s.ms[k].begin(), s.ms[k].end());
+    m.errors += s.errors;
+    if (m.first_error.empty()) m.first_error = s.first_error;
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int clients = argc > 1 ? std::atoi(argv[1]) : 200;
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 10;
+  const std::string state = (std::filesystem::temp_directory_path() / absl::StrCat("zerod_load_", getpid())).string();
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  std::filesystem::create_directories(state);
+  const std::string token_file = state + "/token";
+  std::ofstream(token_file) << kToken;
+  int code = 0;
+  {
+    zerod::testing::ZerodProcess zerod(state + "/state", {"--token-file", token_file, "--slots", "2"},
+                                       {"OMP_NUM_THREADS=1"});
+    if (!zerod.running()) {
+      fprintf(stderr, "%s\n", zerod.error().c_str());
+      return 1;
+    }
+    CoordinatorClient admin(zerod.address(), kToken);
+    zerod::v1::SubmitJobRequest req;
+    std::ifstream demo(ZEROD_SOURCE_DIR "/examples/demo.json");
+    req.set_config_json(std::string(std::istreambuf_iterator<char>(demo), {}));
+    req.set_world_size(2);
+    std::string id;
+    if (grpc::Status s = admin.submit(req, &id); !s.ok()) {
+      fprintf(stderr, "submit: %s\n", s.error_message().c_str());
+      return 1;
+    }
+    // Until the job is training, so its log grows and progress moves.
+    for (zerod::v1::Job job; admin.get(id, &job).ok() && job.progress().step() < 5;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::vector<Samples> alone(1);
+    client_loop(zerod.address(), id, Clock::now() + std::chrono::hours(1), 300, &alone[0]);
+    std::vector<Samples> loaded(clients);
+    std::vector<std::thread> threads;
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    const auto t0 = Clock::now();
+    for (int i = 0; i < clients; ++i) {
+      threads.emplace_back(client_loop, zerod.address(), id, until, INT64_MAX, &loaded[i]);
+    }
+    for (std::thread& t : threads) t.join();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    const Samples a = merge(alone), l = merge(loaded);
+    zerod::v1::Job job;
+    admin.get(id, &job);
+    printf("running job %s at step %lld; %d clients for %.1f s\n", id.c_str(),
+           static_cast<long long>(job.progress().step()), clients, elapsed);
+    printf("| call | calls | p50 ms | p99 ms | alone p50 ms | alone p99 ms | p99 ratio |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+    for (int k = 0; k < 3; ++k) {
+      const double a99 = percentile(a.ms[k], 0.99), l99 = percentile(l.ms[k], 0.99);
+      printf("| %s | %zu | %.2f | %.2f | %.2f | %.2f | %.1fx |\n", kKinds[k], l.ms[k].size(), percentile(l.ms[k], 0.5), l99,
+             percentile(a.ms[k], 0.5), a99, a99 > 0 ? l99 / a99 : 0);
+    }
+    printf("calls/s under load: %.0f\n", (l.ms[0].size() + l.ms[1].size() + l.ms[2].size()) / elapsed);
+    printf("errors: %lld%s%s\n", static_cast<long long>(l.errors + a.errors), l.errors + a.errors ? ", first: " : "",
+           (l.first_error.empty() ? a.first_error : l.first_error).c_str());
+    code = l.errors + a.errors > 0;
+    zerod::v1::CancelJobRequest cancel;
+    cancel.set_job_id(id);
+    admin.stub().CancelJob(admin.context().get(), cancel, &job);
+    admin.watch(id, &job);
+  }
+  std::filesystem::remove_all(state);
+  return code;
+}
