@@ -50,7 +50,7 @@ class ReshardTest : public testing::TempDirTest {
   std::vector<nlohmann::json> train(int np, const nlohmann::json& j, const std::vector<std::string>& settings) {
     std::string args = "--config " + write("job-" + std::to_string(runs_++) + ".json", j.dump());
     for (const std::string& s : settings) args += " --set " + s;
-    const testing::MpiResult r = testing::mpirun(np, args);
+    const testing::CommandResult r = testing::mpirun(np, args);
     EXPECT_EQ(r.code, 0) << r.out;
     return of_kind(events(r.out), "step");
   }

@@ -132,14 +132,9 @@ class ZerodE2E : public TempDirTest {
   }
   // zeroctl with the test's token: exit status and stdout.
   std::pair<int, std::string> zeroctl(const std::string& args) {
-    const std::string cmd = absl::StrCat("ZEROD_TOKEN=", kToken, " ", ZEROD_CTL_BIN, " --address ",
-                                         zerod_->address(), " ", args, " 2>/dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    const int s = pclose(p);
-    return {WIFEXITED(s) ? WEXITSTATUS(s) : -1, out};
+    auto r = ::zerod::testing::run_command(absl::StrCat("ZEROD_TOKEN=", kToken, " ", ZEROD_CTL_BIN, " --address ",
+                                                        zerod_->address(), " ", args, " 2>/dev/null"));
+    return {r.code, r.out};
   }
 
   std::string token_file_, state_;

@@ -25,7 +25,7 @@ using testing::events;
 using testing::of_kind;
 #ifdef ZEROD_WITH_MPI
 using testing::mpirun;
-using testing::MpiResult;
+using testing::CommandResult;
 #endif
 
 using Result = testing::WorkerResult;
@@ -274,7 +274,7 @@ TEST_F(WorkerTest, RunsAsTwoRanksUnderMpirunFollowingOneProcess) {
   const nlohmann::json& one_peak = one.back()["memory_peak"]["host"];
   for (int stage : {1, 3}) {
     SCOPED_TRACE(::testing::Message() << "stage " << stage);
-    const MpiResult r = mpirun(2, absl::StrCat("--config ", config, " --log-format json --set zero_optimization.stage=",
+    const CommandResult r = mpirun(2, absl::StrCat("--config ", config, " --log-format json --set zero_optimization.stage=",
                                                stage, " --set zero_optimization.stage3_param_persistence_threshold=0"));
     ASSERT_EQ(r.code, 0) << r.out;
     const std::vector<nlohmann::json> two = events(r.out);
@@ -302,7 +302,7 @@ TEST_F(WorkerTest, RunsAsTwoRanksUnderMpirunFollowingOneProcess) {
 TEST_F(WorkerTest, TwoRanksCheckpointAndResumeBitwise) {
   nlohmann::json j = checkpointed_job(path("ck"));
   j["zero_optimization"] = {{"stage", 3}, {"stage3_param_persistence_threshold", 0}};
-  const MpiResult a = mpirun(2, "--config " + job(j));
+  const CommandResult a = mpirun(2, "--config " + job(j));
   ASSERT_EQ(a.code, 0) << a.out;
   const auto steps = of_kind(events(a.out), "step");
   ASSERT_EQ(steps.size(), 6u) << a.out;
@@ -312,7 +312,7 @@ TEST_F(WorkerTest, TwoRanksCheckpointAndResumeBitwise) {
   nlohmann::json b = j;
   b["run"]["checkpoint"]["dir"] = path("ck-b");
   b["run"]["resume"] = path("ck/step-00000003");
-  const MpiResult rb = mpirun(2, "--config " + write("b.json", b.dump()));
+  const CommandResult rb = mpirun(2, "--config " + write("b.json", b.dump()));
   ASSERT_EQ(rb.code, 0) << rb.out;
   const auto later = of_kind(events(rb.out), "step");
   ASSERT_EQ(later.size(), 3u) << rb.out;
@@ -322,7 +322,7 @@ TEST_F(WorkerTest, TwoRanksCheckpointAndResumeBitwise) {
 TEST_F(WorkerTest, AFailureOnEveryRankEndsTheMpirunJob) {
   nlohmann::json j = small_job();
   j["run"]["host_memory_limit"] = "1MiB";
-  const MpiResult r = mpirun(2, "--config " + job(j));
+  const CommandResult r = mpirun(2, "--config " + job(j));
   EXPECT_EQ(r.code, kExitFailure) << r.out;
   EXPECT_NE(r.out.find("host memory limit of 1048576 bytes"), std::string::npos) << r.out;
 }

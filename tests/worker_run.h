@@ -51,23 +51,27 @@ inline std::vector<nlohmann::json> of_kind(const std::vector<nlohmann::json>& al
   return e;
 }
 
-#ifdef ZEROD_WITH_MPI
-// The binary as np ranks under mpirun: exit status, and stdout with stderr.
-struct MpiResult {
+// A shell command's exit status and its stdout.
+struct CommandResult {
   int code;
   std::string out;
 };
-inline MpiResult mpirun(int np, const std::string& args) {
-  const std::string cmd = absl::StrCat(ZEROD_MPIEXEC, " -np ", np, " --oversubscribe -x OMP_NUM_THREADS=1 ",
-                                       ZEROD_WORKER_BIN, " ", args, " 2>&1");
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+inline CommandResult run_command(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   const int s = pclose(p);
   return {WIFEXITED(s) ? WEXITSTATUS(s) : -1, out};
+}
+
+#ifdef ZEROD_WITH_MPI
+// The binary as np ranks under mpirun: exit status, and stdout with stderr.
+inline CommandResult mpirun(int np, const std::string& args) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  return run_command(absl::StrCat(ZEROD_MPIEXEC, " -np ", np, " --oversubscribe -x OMP_NUM_THREADS=1 ",
+                                  ZEROD_WORKER_BIN, " ", args, " 2>&1"));
 }
 #endif  // ZEROD_WITH_MPI
 

@@ -13,6 +13,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/config/command_line.h"
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/service.h"
 #include "runtime/engine/worker.h"
@@ -77,15 +78,7 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--worker", opt.worker, "the zero-worker binary")->capture_default_str();
   app.add_option("--mpirun", opt.mpirun, "the mpirun binary")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    err << "zerod: error: " << e.what() << "\n" << app.help();
-    return kExitBadInput;
-  }
+  if (auto code = parse_command_line(app, "zerod", out, err, [&] { app.parse(argc, argv); })) return *code;
   const auto bad = [&](const std::string& why) {
     err << "zerod: error: " << why << "\n";
     return kExitBadInput;

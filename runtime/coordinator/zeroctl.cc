@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/zerod.grpc.pb.h"
+#include "runtime/config/command_line.h"
 #include "runtime/config/job_config.h"
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/job_store.h"
@@ -171,15 +172,7 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
   logs->add_flag("--follow,-f", follow, "keep printing until the job ends");
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a job and wait until its processes are gone");
   cancel->add_option("job", job_id, "job id")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    err << "zeroctl: error: " << e.what() << "\n";
-    return kExitBadInput;
-  }
+  if (auto code = parse_command_line(app, "zeroctl", out, err, [&] { app.parse(argc, argv); })) return *code;
   const auto fail = [&](int code, const std::string& why) {
     err << "zeroctl: " << why << "\n";
     return code;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/bootstrap.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/config/command_line.h"
 #include "runtime/config/job_config.h"
 #include "runtime/core/device.h"
 #include "runtime/engine/trainer.h"
@@ -74,15 +75,11 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   exp->add_option("--checkpoint", checkpoint, "checkpoint directory, or a checkpoint root (its latest)")->required();
   exp->add_option("--out", out_dir, "output directory")->required();
   exp->add_option("--dtype", dtype, "weights' type: fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  try {
-    app.parse(argc, argv);
-    if (!exp->parsed() && config_path.empty()) throw CLI::RequiredError("--config");
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    err << "zero-worker: error: " << e.what() << "\n" << app.help();
-    return kExitBadInput;
+  if (auto code = parse_command_line(app, "zero-worker", out, err, [&] {
+        app.parse(argc, argv);
+        if (!exp->parsed() && config_path.empty()) throw CLI::RequiredError("--config");
+      })) {
+    return *code;
   }
   if (exp->parsed()) return run_export(checkpoint, out_dir, dtype, out, err);
   if (!log_format.empty()) overrides.push_back("run.log_format=\"" + log_format + "\"");
