@@ -28,6 +28,11 @@ std::string signal_name(int sig) {
   return abbrev ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
 }
 
+// zerod's own log (its stderr): one line per event of a job.
+void note(const std::string& id, const std::string& what) {
+  fprintf(stderr, "zerod: job %s: %s\n", id.c_str(), what.c_str());
+}
+
 absl::Status write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -92,7 +97,11 @@ absl::Status Supervisor::recover() {
     progress_[job.id()] = job.progress();
     // Its workers outlived the previous zerod: watch them again. Otherwise
     // it ended unseen, and is judged as any attempt whose processes are gone.
-    if (tagged_processes(a.tag).empty()) ended_locked(a, std::nullopt);
+    if (tagged_processes(a.tag).empty()) {
+      ended_locked(a, std::nullopt);
+    } else {
+      note(job.id(), absl::StrCat("attempt ", n, " taken over: its processes are still running"));
+    }
   }
   return absl::OkStatus();
 }
@@ -329,6 +338,8 @@ void Supervisor::ended_locked(Attempt& a, std::optional<int> wait_status) {
       failure.add_last_log_lines(line);
     }
   }
+  note(id, absl::StrCat("attempt ", number, " ", v1::JobState_Name(outcome),
+                        failure.reason().empty() ? "" : ": " + failure.reason()));
   running_.erase(id);
   if (auto it = progress_.find(id); it != progress_.end()) store_->set_progress(id, it->second).IgnoreError();
   const int64_t now = now_ms();
@@ -346,7 +357,7 @@ void Supervisor::ended_locked(Attempt& a, std::optional<int> wait_status) {
       }
     }
   }
-  if (!s.ok()) fprintf(stderr, "zerod: job %s: %s\n", id.c_str(), std::string(s.message()).c_str());
+  if (!s.ok()) note(id, std::string(s.message()));
   progress_.erase(id);
   changed();
 }
@@ -366,7 +377,7 @@ absl::Status Supervisor::fail_job_locked(const std::string& id, const std::strin
 void Supervisor::launch_locked(const std::string& id, const v1::SubmitJobRequest& spec) {
   absl::StatusOr<int> number = store_->start_attempt(id, now_ms());
   if (!number.ok()) {
-    fprintf(stderr, "zerod: job %s: %s\n", id.c_str(), std::string(number.status().message()).c_str());
+    note(id, std::string(number.status().message()));
     return;
   }
   const std::string dir = job_dir(id);
@@ -416,11 +427,12 @@ void Supervisor::launch_locked(const std::string& id, const v1::SubmitJobRequest
   absl::StatusOr<pid_t> pid = launch(l);
   if (!pid.ok()) {
     if (absl::Status s = fail_job_locked(id, std::string(pid.status().message())); !s.ok()) {
-      fprintf(stderr, "zerod: job %s: %s\n", id.c_str(), std::string(s.message()).c_str());
+      note(id, std::string(s.message()));
     }
     return;
   }
   a.launcher = *pid;
+  note(id, absl::StrCat("attempt ", *number, " launched: ", spec.world_size(), " ranks, mpirun pid ", *pid));
   running_[id] = std::move(a);
   changed();
 }
