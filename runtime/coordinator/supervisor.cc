@@ -118,6 +118,10 @@ absl::StatusOr<v1::Job> Supervisor::submit(const v1::SubmitJobRequest& request) 
     store_->finish(job.id(), v1::FAILED, now_ms()).IgnoreError();
     return written;
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reschedule_ = true;
+  }
   changed();
   wake_.notify_all();
   return get(job.id());
@@ -341,6 +345,7 @@ void Supervisor::ended_locked(Attempt& a, std::optional<int> wait_status) {
   note(id, absl::StrCat("attempt ", number, " ", v1::JobState_Name(outcome),
                         failure.reason().empty() ? "" : ": " + failure.reason()));
   running_.erase(id);
+  reschedule_ = true;
   if (auto it = progress_.find(id); it != progress_.end()) store_->set_progress(id, it->second).IgnoreError();
   const int64_t now = now_ms();
   absl::Status s;
@@ -444,8 +449,13 @@ int Supervisor::used_slots_locked() const {
 }
 
 void Supervisor::schedule_locked() {
+  if (!reschedule_) return;
+  reschedule_ = false;
   absl::StatusOr<std::vector<v1::Job>> pending = store_->list({v1::PENDING});
-  if (!pending.ok()) return;
+  if (!pending.ok()) {
+    reschedule_ = true;  // try again at the next tick
+    return;
+  }
   // First come, first served: a big job is not starved by small ones behind it.
   for (const v1::Job& job : *pending) {
     if (used_slots_locked() + job.spec().world_size() > options_.rules.slots) break;

@@ -122,6 +122,7 @@ class Supervisor {
   std::map<std::string, Attempt> running_;           // by job id
   std::map<std::string, v1::Progress> progress_;     // latest heartbeats, ahead of the store
   std::atomic<uint64_t> changes_{0};
+  bool reschedule_ = true;  // a job arrived or slots were freed: look at the queue
   bool quit_ = false;
   std::condition_variable wake_;
   std::thread thread_;
