@@ -428,7 +428,7 @@ TEST_F(ZerodE2E, AFailedJobNamesItsFirstFailure) {
   EXPECT_EQ(job.state(), v1::FAILED);
   ASSERT_EQ(job.attempts_size(), 1);
   const v1::Failure& f = job.first_failure();
-  EXPECT_TRUE(f.rank() == 0 || f.rank() == 1) << f.rank();
+  EXPECT_TRUE(f.rank() == 0 || f.rank() == 1) << f.DebugString();
   EXPECT_EQ(f.exit_code(), 1);
   EXPECT_EQ(f.signal(), 0);
   EXPECT_NE(f.reason().find("exited with status 1 (run failure)"), std::string::npos) << f.reason();

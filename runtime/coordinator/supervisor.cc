@@ -211,6 +211,7 @@ absl::Status Supervisor::report_exit(const v1::ReportExitRequest& req) {
   auto it = running_.find(req.worker().job_id());
   if (it != running_.end() && it->second.number == req.worker().attempt()) {
     it->second.ranks[req.worker().rank()].exit_code = req.exit_code();
+    if (req.exit_code() != 0 && it->second.first_failed_rank < 0) it->second.first_failed_rank = req.worker().rank();
   }
   return absl::OkStatus();
 }
@@ -286,18 +287,14 @@ v1::Failure Supervisor::explain_locked(const Attempt& a, std::optional<int> wait
     f.set_rank(r->rank);
     f.set_exit_code(r->exit_code);
     f.set_signal(r->signal);
-  } else {
-    for (const auto& [rank, r] : a.ranks) {
-      if (r.exit_code.value_or(0) != 0) {
-        f.set_rank(rank);
-        f.set_exit_code(*r.exit_code);
-        break;
-      }
-    }
-    if (f.rank() < 0 && wait_status) {
-      if (WIFSIGNALED(*wait_status)) f.set_signal(WTERMSIG(*wait_status));
-      if (WIFEXITED(*wait_status)) f.set_exit_code(WEXITSTATUS(*wait_status));
-    }
+  } else if (a.first_failed_rank >= 0) {
+    // mpirun's report can be missing (Open MPI loses it when several ranks
+    // abort at once); the workers said it before aborting.
+    f.set_rank(a.first_failed_rank);
+    f.set_exit_code(*a.ranks.at(a.first_failed_rank).exit_code);
+  } else if (wait_status) {
+    if (WIFSIGNALED(*wait_status)) f.set_signal(WTERMSIG(*wait_status));
+    if (WIFEXITED(*wait_status)) f.set_exit_code(WEXITSTATUS(*wait_status));
   }
   if (f.signal() == SIGKILL && a.oom_base) {
     const std::optional<int64_t> kills = oom_kills();

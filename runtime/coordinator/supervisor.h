@@ -90,6 +90,7 @@ class Supervisor {
     Clock::time_point progressed;       // the last step any rank finished, or the launch
     int64_t step = -1;                  // the highest step reported
     std::optional<int64_t> oom_base;    // OOM kills before the launch
+    int first_failed_rank = -1;         // the first to report a non-zero exit
     int64_t log_offset = 0;             // mpirun's output of this attempt starts here
     // Set once zerod decides to stop it (hang, cancel, a failed rank).
     bool stopping = false;

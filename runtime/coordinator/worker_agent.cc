@@ -77,10 +77,14 @@ class Agent final : public RunObserver {
     }
   }
 
-  // The last progress, then the exit status. While zerod is away (a
+  void failing(int exit_code) override { report_exit(exit_code); }
+
+  // The last progress, then the exit status, once. While zerod is away (a
   // restart) the worker waits a while to deliver them, so the zerod that
   // takes over learns how the attempt ended.
   void report_exit(int code) {
+    if (reported_) return;
+    reported_ = true;
     heartbeat(kExitReportWait);
     v1::ReportExitRequest req;
     *req.mutable_worker() = id_;
@@ -160,6 +164,7 @@ class Agent final : public RunObserver {
   const std::string token_;
   const v1::WorkerId id_;
   int64_t hang_after_step_ = -1;
+  bool reported_ = false;  // the exit status was sent
   std::mutex mu_;
   std::condition_variable wake_;
   bool quit_ = false;

@@ -113,6 +113,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   // the whole job rather than leaving its peers waiting in a collective.
   auto fail = [&](int code, const std::string& message) {
     output.error(rank->rank, message);
+    if (observer) observer->failing(code);
     if ((*comm)->world_size() > 1) (*comm)->abort(code);
     return code;
   };

@@ -21,6 +21,9 @@ class RunObserver {
   virtual ~RunObserver() = default;
   // After each optimizer step, with the run's total steps and throughput.
   virtual void stepped(const StepResult& step, int64_t total_steps, double tokens_per_s) = 0;
+  // The run fails with this exit status; called before the abort that ends
+  // every rank at once, which leaves no later moment to say so.
+  virtual void failing(int exit_code) = 0;
 };
 
 // `zero-worker [--config JOB] ...` trains; `zero-worker export --checkpoint
