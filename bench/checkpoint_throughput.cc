@@ -24,6 +24,8 @@
 #include "bench/bench_util.h"
 #include "absl/strings/str_split.h"
 #include "comm/communicator.h"
+#include "runtime/core/cpu_device.h"
+#include "runtime/kernels/cpu/cpu_table.h"
 #include "shard/zero_engine.h"
 
 namespace {
@@ -72,12 +74,14 @@ int main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
   const std::vector<std::string> presets = absl::StrSplit(argc > 3 ? argv[3] : "gpt2,gpt2-large", ',');
   std::unique_ptr<Communicator> comm = make_local_communicator();
+  CpuDevice device;
+  std::unique_ptr<Kernels> kernels = cpu_kernels();
   std::printf("| model | params | checkpoint bytes | save GB/s | plain write GB/s | save ratio | load GB/s | plain read "
               "GB/s | load ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const std::string& preset : presets) {
     const JobConfig cfg = bench::fp32_adamw_job(preset);
     const GptLayout layout(cfg.model);
-    absl::StatusOr<std::unique_ptr<ZeroEngine>> engine = ZeroEngine::create(&layout, cfg, comm.get());
+    absl::StatusOr<std::unique_ptr<ZeroEngine>> engine = ZeroEngine::create(&layout, cfg, comm.get(), device, *kernels);
     check(engine.status());
     const std::string shard = dir + "/zerod-bench-shard.safetensors", plain = dir + "/zerod-bench-plain.bin";
     std::vector<char> buf(size_t{1} << 30, 1);  // a multiple of kChunk

@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/core/device.h"
+#include "runtime/core/gpu_memory.h"
 
 namespace zerod {
 namespace {

@@ -93,7 +93,7 @@ void ShardStore::start_read(Window& w, int u) {
   if (io_) {
     w.io = io_->read(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
   } else {
-    std::memcpy(w.buf.data(), host_.as<char>() + records_[u], chunks_[u] * dtype_size(dtype_));
+    std::memcpy(w.buf.data(), host_.host<char>() + records_[u], chunks_[u] * dtype_size(dtype_));
   }
 }
 
@@ -165,7 +165,7 @@ char* ShardStore::filling(int u, bool keep) {
     if (!keep) std::memset(w->buf.data(), 0, record_bytes(chunks_[u], dtype_));
     filling_ = w;
   }
-  return filling_->buf.as<char>();
+  return filling_->buf.host<char>();
 }
 
 void ShardStore::put(int64_t offset, const float* src, int64_t n) {
@@ -187,7 +187,7 @@ void ShardStore::write_current() {
   if (io_) {
     w.io = io_->write(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
   } else {
-    std::memcpy(host_.as<char>() + records_[u], w.buf.data(), chunks_[u] * dtype_size(dtype_));
+    std::memcpy(host_.host<char>() + records_[u], w.buf.data(), chunks_[u] * dtype_size(dtype_));
   }
 }
 

@@ -89,7 +89,7 @@ class SwappedOptimizer {
   static std::vector<SubGroup> plan(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
                                     DType param16_type, bool swap_master, int64_t sub_group_size);
   SwappedOptimizer() = default;
-  char* buffer_of(int g) { return buffers_[g % buffers_.size()].as<char>(); }
+  char* buffer_of(int g) { return buffers_[g % buffers_.size()].host<char>(); }
   // Visits every group in order in its buffer: read from the file first
   // when `read`, fn(g), then written back when `write_back`. fn(g) runs while
   // the next group's read and earlier groups' write-backs are in flight.

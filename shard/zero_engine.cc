@@ -7,8 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "offload/swap_dir.h"
-#include "runtime/core/device.h"
-#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/core/gpu_memory.h"
 
 namespace zerod {
 namespace {
@@ -21,11 +20,6 @@ CommType comm_type(DType t) {
   }
 }
 
-absl::Status alloc(Buffer& b, int64_t bytes, Category c) {
-  ZEROD_ASSIGN_OR_RETURN(b, Buffer::allocate(bytes, c));
-  std::memset(b.data(), 0, bytes);
-  return absl::OkStatus();
-}
 
 // Where offload buffers live: pinned host memory when a GPU will copy from
 // them, plain host memory otherwise.
@@ -75,13 +69,13 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     prefetch_ = z.stage3_prefetch_bucket_size > 0;
     const int slots = persistent_layers_ ? L.config().n_layer : (prefetch_ ? 2 : 1);
     layers_.resize(slots);
-    for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(alloc(s.buf, p.chunk(1) * n * ds, Category::kParams));
-    ZEROD_RETURN_IF_ERROR(alloc(emb_.buf, p.chunk(0) * n * ds, Category::kParams));
-    ZEROD_RETURN_IF_ERROR(alloc(fin_.buf, p.chunk(L.final_unit()) * n * ds, Category::kParams));
+    for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n * ds));
+    ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n * ds));
+    ZEROD_RETURN_IF_ERROR(allocate_slot(fin_, p.chunk(L.final_unit()) * n * ds));
     if (e_->dtype_ != DType::kF32) {
-      ZEROD_RETURN_IF_ERROR(alloc(layer_staging_, L.unit_numel(1) * 4, Category::kWorkspace));
+      ZEROD_RETURN_IF_ERROR(e_->alloc(layer_staging_, L.unit_numel(1) * 4, Category::kWorkspace));
       ZEROD_RETURN_IF_ERROR(
-          alloc(global_staging_, (L.unit_numel(0) + L.unit_numel(L.final_unit())) * 4, Category::kWorkspace));
+          e_->alloc(global_staging_, (L.unit_numel(0) + L.unit_numel(L.final_unit())) * 4, Category::kWorkspace));
     }
     return absl::OkStatus();
   }
@@ -91,13 +85,16 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     // Both units must be acquired: `|`, not `||`.
     const bool fresh = acquire(emb_, 0) | acquire(fin_, L.final_unit());
     if (fresh || e_->dtype_ == DType::kF32) {
-      globals_ = global_weight_views(L, e_->dtype_, emb_.buf.data(), fin_.buf.data(), global_staging_.as<float>());
+      globals_ = global_weight_views(e_->converter(), L, e_->dtype_, emb_.buf.data(), fin_.buf.data(),
+                                     global_staging_.ptr<float>());
     }
     return globals_;
   }
 
   LayerWeights layer(int l) override {
     const int u = GptLayout::layer_unit(l);
+    // The model has enqueued all its work on the layer before.
+    if (current_) e_->device_.record(e_->stream_, *current_->used);
     Slot* s = find(u);
     if (!s) {
       s = &slot_for(u);
@@ -106,7 +103,7 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     finish(*s);
     current_ = s;
     current_layer_ = l;
-    return layer_weight_views(*e_->layout_, e_->dtype_, s->buf.data(), layer_staging_.as<float>());
+    return layer_weight_views(e_->converter(), *e_->layout_, e_->dtype_, s->buf.data(), layer_staging_.ptr<float>());
   }
 
   void prefetch(int l) override {
@@ -122,9 +119,10 @@ class ZeroEngine::ShardedWeights : public WeightSource {
   }
 
   void end_pass() override {
-    for (Slot& s : layers_) finish(s);
-    finish(emb_);
-    finish(fin_);
+    for (Slot* s : all_slots()) {
+      finish(*s);
+      e_->device_.record(e_->stream_, *s->used);
+    }
     if (!persistent_layers_) release_layers();
     if (!persistent_globals_) emb_.unit = fin_.unit = -1;
     current_ = nullptr;
@@ -147,7 +145,20 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     int unit = -1;         // the unit held or being gathered
     WorkPtr work;          // in flight
     bool fetched = false;  // gathering from the parameter store's window
+    // Recorded on the compute stream after the last kernel that reads the
+    // slot: a gather must not overwrite it before then.
+    std::unique_ptr<Event> used;
   };
+
+  absl::Status allocate_slot(Slot& s, int64_t bytes) {
+    ZEROD_ASSIGN_OR_RETURN(s.used, e_->device_.create_event());
+    return e_->alloc(s.buf, bytes, Category::kParams);
+  }
+  std::vector<Slot*> all_slots() {
+    std::vector<Slot*> all = {&emb_, &fin_};
+    for (Slot& s : layers_) all.push_back(&s);
+    return all;
+  }
 
   Slot* find(int u) {
     for (Slot& s : layers_) {
@@ -170,15 +181,16 @@ class ZeroEngine::ShardedWeights : public WeightSource {
 
   void start(Slot& slot, int u) {
     finish(slot);
+    status_.Update(e_->device_.synchronize(*slot.used));
     const Partition& p = e_->part_;
     const int64_t ds = dtype_size(e_->dtype_);
-    const void* shard = e_->param_shard_.as<char>() + p.shard_offset(u) * ds;
+    const void* shard = e_->param_shard_.ptr<char>() + p.shard_offset(u) * ds;
     if (e_->param_store_) {
       absl::StatusOr<void*> fetched = e_->param_store_->acquire(u);
       slot.fetched = fetched.ok();
       // Every rank must still take part in the gather: one that could not
       // read its chunk sends what the slot holds, and reports the error.
-      shard = fetched.ok() ? *fetched : slot.buf.as<char>() + e_->owner_ * p.chunk(u) * ds;
+      shard = fetched.ok() ? *fetched : slot.buf.ptr<char>() + e_->owner_ * p.chunk(u) * ds;
       status_.Update(fetched.status());
     }
     slot.unit = u;
@@ -235,7 +247,7 @@ class ZeroEngine::ShardedGrads : public GradSink {
   GlobalGrads globals() override {
     fill(emb_, 0);
     fill(fin_, e_->layout_->final_unit());
-    return global_grad_views(*e_->layout_, emb_.staging.as<float>(), fin_.staging.as<float>());
+    return global_grad_views(*e_->layout_, emb_.staging.ptr<float>(), fin_.staging.ptr<float>());
   }
 
   LayerGrads layer(int l) override {
@@ -248,7 +260,7 @@ class ZeroEngine::ShardedGrads : public GradSink {
       complete(*s);
     }
     fill(*s, GptLayout::layer_unit(l));
-    return layer_grad_views(*e_->layout_, s->staging.as<float>());
+    return layer_grad_views(*e_->layout_, s->staging.ptr<float>());
   }
 
   void layer_done(int l) override {
@@ -276,16 +288,19 @@ class ZeroEngine::ShardedGrads : public GradSink {
     WorkPtr work;
   };
 
-  static absl::Status allocate_slot(Slot& s, int64_t padded, int64_t chunk) {
-    ZEROD_RETURN_IF_ERROR(alloc(s.staging, padded * 4, Category::kComm));
-    return alloc(s.recv, chunk * 4, Category::kComm);
+  absl::Status allocate_slot(Slot& s, int64_t padded, int64_t chunk) {
+    ZEROD_RETURN_IF_ERROR(e_->alloc(s.staging, padded * 4, Category::kComm));
+    return e_->alloc(s.recv, chunk * 4, Category::kComm);
   }
   void fill(Slot& s, int u) {
     if (s.work) complete(s);
     s.unit = u;
-    std::memset(s.staging.data(), 0, s.staging.bytes());
+    e_->device_.memset(e_->stream_, s.staging.data(), 0, s.staging.bytes());
   }
   void launch(Slot& s) {
+    // The reduction reads what backward wrote to the staging, and writes the
+    // recv buffer the last add (enqueued before that) reads.
+    status_.Update(e_->device_.synchronize(e_->stream_));
     const int64_t chunk = e_->part_.chunk(s.unit);
     s.work = e_->comm_->reduce_scatter(s.staging.data(), s.recv.data(), chunk, CommType::kF32, ReduceOp::kSum);
     // Gradients being accumulated in a file: the stored chunk is read while the reduction runs.
@@ -297,13 +312,11 @@ class ZeroEngine::ShardedGrads : public GradSink {
     status_.Update(timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_));
     in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), &s));
     const int64_t chunk = e_->part_.chunk(s.unit), offset = e_->part_.shard_offset(s.unit);
-    const float* src = s.recv.as<float>();
     if (e_->grad_store_) {
-      e_->grad_store_->add(offset, src, chunk, e_->grads_fresh_[s.unit]);
+      e_->grad_store_->add(offset, s.recv.host<float>(), chunk, e_->grads_fresh_[s.unit]);
       e_->grads_fresh_[s.unit] = false;
     } else {
-      float* dst = e_->grad_shard_.as<float>() + offset;
-      for (int64_t i = 0; i < chunk; ++i) dst[i] += src[i];
+      e_->kernels_.add(e_->stream_, e_->grad_shard_.ptr<float>() + offset, s.recv.ptr<float>(), chunk);
     }
     s.unit = -1;
   }
@@ -316,10 +329,14 @@ class ZeroEngine::ShardedGrads : public GradSink {
   absl::Status status_;
 };
 
-ZeroEngine::ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm)
+ZeroEngine::ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm, Device& device,
+                       Kernels& kernels)
     : layout_(layout),
       cfg_(cfg),
       comm_(comm),
+      device_(device),
+      kernels_(kernels),
+      stream_(device.compute_stream()),
       stage_(cfg.zero.stage),
       dtype_(cfg.precision),
       params_offloaded_(stage_ == 3 && cfg.zero.offload_param.device != OffloadDevice::kNone),
@@ -328,11 +345,14 @@ ZeroEngine::ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicat
       part_(*layout, stage_ == 0 ? 1 : comm->world_size()),
       owner_(stage_ == 0 ? 0 : comm->rank()) {}
 
-ZeroEngine::~ZeroEngine() = default;
+ZeroEngine::~ZeroEngine() {
+  // Queued work may still use the buffers.
+  (void)device_.synchronize(stream_);
+}
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout* layout, const JobConfig& cfg,
-                                                               Communicator* comm) {
-  std::unique_ptr<ZeroEngine> e(new ZeroEngine(layout, cfg, comm));
+                                                               Communicator* comm, Device& device, Kernels& kernels) {
+  std::unique_ptr<ZeroEngine> e(new ZeroEngine(layout, cfg, comm, device, kernels));
   ZEROD_RETURN_IF_ERROR(e->build());
   return e;
 }
@@ -399,6 +419,10 @@ absl::Status ZeroEngine::build() {
   } else if (stage_ >= 1) {
     ZEROD_RETURN_IF_ERROR(alloc(grad_shard_, S * 4, Category::kGrads));
   }
+  ZEROD_RETURN_IF_ERROR(alloc(unit_sums_, part_.num_units() * 8, Category::kWorkspace));
+  ZEROD_ASSIGN_OR_RETURN(unit_sums_host_, device_.allocate(part_.num_units() * 8, Category::kWorkspace, Tier::kHost));
+  // The zeroed buffers are written by the host from here on.
+  ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
 
   // The optimizer writes the 16-bit working copy of what it updates, when
   // that is in memory; an offloaded one is written from the masters after.
@@ -439,7 +463,7 @@ absl::Status ZeroEngine::build() {
   init_from_.reset();
   if (param_store_) ZEROD_RETURN_IF_ERROR(param_store_->flush());
   if (stage_ < 3) {
-    ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(layout_, dtype_, params_.data(),
+    ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(layout_, dtype_, params_.data(), device_, kernels_,
                                                               part_.padded_unit_offsets()));
     flat_weights_ = std::make_unique<FlatWeights>(std::move(w));
   } else {
@@ -447,15 +471,23 @@ absl::Status ZeroEngine::build() {
     ZEROD_RETURN_IF_ERROR(sharded_weights_->allocate());
   }
   if (stage_ <= 1) {
-    flat_grads_ = std::make_unique<FlatGrads>(layout_, grads_full_.as<float>(), part_.padded_unit_offsets());
+    flat_grads_ = std::make_unique<FlatGrads>(layout_, grads_full_.ptr<float>(), part_.padded_unit_offsets());
   } else {
     sharded_grads_ = std::make_unique<ShardedGrads>(this);
     ZEROD_RETURN_IF_ERROR(sharded_grads_->allocate());
   }
+  // Gathers write the zeroed slots from the comm thread.
+  ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
   return publish_params();
 }
 
 void ZeroEngine::set_swap_fault_hook(IoFaultHook hook) { swap_fault_hook() = std::move(hook); }
+
+absl::Status ZeroEngine::alloc(Buffer& b, int64_t bytes, Category c) {
+  ZEROD_ASSIGN_OR_RETURN(b, device_.allocate(bytes, c));
+  device_.memset(stream_, b.data(), 0, bytes);
+  return absl::OkStatus();
+}
 
 WeightSource& ZeroEngine::weights() {
   if (sharded_weights_) return *sharded_weights_;
@@ -484,7 +516,7 @@ absl::Status ZeroEngine::init_params() {
 
 char* ZeroEngine::working_at(const ShardSegment& s, int64_t start) {
   const int64_t k = s.shard_offset - part_.shard_offset(s.unit) + start;
-  return working().as<char>() + (working_offset(s.unit) + k) * dtype_size(dtype_);
+  return working().host<char>() + (working_offset(s.unit) + k) * dtype_size(dtype_);
 }
 
 float* ZeroEngine::master_at(const ShardSegment& s) const {
@@ -499,15 +531,15 @@ void ZeroEngine::write_working(const ShardSegment& s, int64_t start, const float
   }
 }
 
-float* ZeroEngine::grad_shard() const { return (stage_ == 0 ? grads_full_ : grad_shard_).as<float>(); }
+float* ZeroEngine::grad_shard() const { return (stage_ == 0 ? grads_full_ : grad_shard_).ptr<float>(); }
 
 int64_t ZeroEngine::working_offset(int u) const {
   return stage_ == 3 ? part_.shard_offset(u) : part_.padded_offset(u) + owner_ * part_.chunk(u);
 }
 
 float* ZeroEngine::master_unit(int u) const {
-  if (master_.data()) return master_.as<float>() + part_.shard_offset(u);
-  return (stage_ == 3 ? param_shard_ : params_).as<float>() + working_offset(u);
+  if (master_.data()) return master_.host<float>() + part_.shard_offset(u);
+  return (stage_ == 3 ? param_shard_ : params_).host<float>() + working_offset(u);
 }
 
 void ZeroEngine::zero_grads() {
@@ -516,7 +548,7 @@ void ZeroEngine::zero_grads() {
     return;
   }
   Buffer& g = stage_ <= 1 ? grads_full_ : grad_shard_;
-  std::memset(g.data(), 0, g.bytes());
+  device_.memset(stream_, g.data(), 0, g.bytes());
 }
 
 absl::Status ZeroEngine::take_weight_status() {
@@ -525,26 +557,31 @@ absl::Status ZeroEngine::take_weight_status() {
 
 absl::Status ZeroEngine::reduce_gradients() {
   absl::Status s = take_weight_status();
+  // Stages 0 and 1 reduce what backward wrote; 2 and 3 what it wrote, and
+  // then add their chunks on the stream.
+  s.Update(device_.synchronize(stream_));
   if (stage_ == 0) {
     s.Update(all_reduce(*comm_, grads_full_.data(), part_.padded_numel(), CommType::kF32, ReduceOp::kSum));
   } else if (stage_ == 1) {
     std::vector<WorkPtr> works;
     for (int u = 0; u < part_.num_units(); ++u) {
-      works.push_back(comm_->reduce_scatter(grads_full_.as<float>() + part_.padded_offset(u),
-                                            grad_shard_.as<float>() + part_.shard_offset(u), part_.chunk(u),
+      works.push_back(comm_->reduce_scatter(grads_full_.ptr<float>() + part_.padded_offset(u),
+                                            grad_shard_.ptr<float>() + part_.shard_offset(u), part_.chunk(u),
                                             CommType::kF32, ReduceOp::kSum));
     }
     s.Update(wait_all(works));
   } else {
     s.Update(sharded_grads_->flush());
   }
+  // The optimizer reads the gradients on the host.
+  s.Update(device_.synchronize(stream_));
   return s;
 }
 
 absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
   // Unit by unit, so that gradients in a file (read a unit ahead) give the
   // same sum as in memory.
-  double sumsq = 0;
+  double* sums = unit_sums_.ptr<double>();
   for (int u = 0; u < part_.num_units(); ++u) {
     const float* g = grad_shard() ? grad_shard() + part_.shard_offset(u) : nullptr;
     if (grad_store_) {
@@ -552,9 +589,17 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
       if (u + 1 < part_.num_units()) grad_store_->fetch(u + 1);
       g = static_cast<const float*>(stored);
     }
-    sumsq += cpu::sum_squares(g, part_.chunk(u));
-    if (grad_store_) grad_store_->release(u);
+    kernels_.sum_squares(stream_, g, part_.chunk(u), sums + u);
+    if (grad_store_) {
+      // The window is read again by the next fetch.
+      ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
+      grad_store_->release(u);
+    }
   }
+  device_.copy(stream_, unit_sums_host_.data(), sums, part_.num_units() * 8);
+  ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
+  double sumsq = 0;
+  for (int u = 0; u < part_.num_units(); ++u) sumsq += unit_sums_host_.host<double>()[u];
   // Under stage 0 every rank holds all the (reduced) gradients already.
   if (stage_ > 0) ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &sumsq, 1, CommType::kF64, ReduceOp::kSum));
   return sumsq;
@@ -614,7 +659,7 @@ absl::Status ZeroEngine::publish_params() {
     const int64_t ds = dtype_size(dtype_);
     std::vector<WorkPtr> works;
     for (int u = 0; u < part_.num_units(); ++u) {
-      char* unit = params_.as<char>() + part_.padded_offset(u) * ds;
+      char* unit = params_.ptr<char>() + part_.padded_offset(u) * ds;
       works.push_back(comm_->all_gather(unit + owner_ * part_.chunk(u) * ds, unit, part_.chunk(u), comm_type(dtype_)));
     }
     ZEROD_RETURN_IF_ERROR(wait_all(works));

@@ -32,7 +32,9 @@
 
 #include "comm/communicator.h"
 #include "runtime/config/job_config.h"
+#include "runtime/core/device.h"
 #include "runtime/core/memory.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/hf_gpt2.h"
 #include "runtime/model/weights.h"
 #include "offload/shard_store.h"
@@ -46,8 +48,10 @@ namespace zerod {
 class ZeroEngine {
  public:
   // Initialises this rank's parameters from the config's seed.
+  // Its buffers live on `device`, whose table `kernels` is; both outlive
+  // the engine.
   static absl::StatusOr<std::unique_ptr<ZeroEngine>> create(const GptLayout* layout, const JobConfig& cfg,
-                                                            Communicator* comm);
+                                                            Communicator* comm, Device& device, Kernels& kernels);
   ~ZeroEngine();
 
   WeightSource& weights();
@@ -110,8 +114,11 @@ class ZeroEngine {
  private:
   class ShardedWeights;
   class ShardedGrads;
-  ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm);
+  ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm, Device& device, Kernels& kernels);
   absl::Status build();
+  // A zeroed buffer on the device (the memset enqueued on the stream).
+  absl::Status alloc(Buffer& b, int64_t bytes, Category c);
+  Converter converter() const { return {kernels_, stream_}; }
   // The initial fp32 parameters [begin, end): from model.init_from, or
   // drawn from the seed.
   absl::Status initial_params(int64_t begin, int64_t end, float* out) const;
@@ -145,6 +152,9 @@ class ZeroEngine {
   const GptLayout* layout_;
   const JobConfig cfg_;
   Communicator* comm_;
+  Device& device_;
+  Kernels& kernels_;
+  Stream& stream_;  // the device's compute stream
   const int stage_;
   const DType dtype_;  // of the working parameters
   const bool params_offloaded_;  // offload_param (stage 3)
@@ -168,6 +178,7 @@ class ZeroEngine {
   Buffer grad_shard_;   // stages 1-3, unless offloaded to
   std::unique_ptr<ShardStore> grad_store_;
   std::vector<bool> grads_fresh_;  // per unit: nothing stored in grad_store_ since zero_grads()
+  Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients
   double pass_wait_s_ = 0;
 
   std::unique_ptr<FlatWeights> flat_weights_;       // stages 0-2

@@ -100,7 +100,7 @@ std::string hex(double x) { return absl::StrFormat("%a", x); }
 // The run as the fixture records it.
 nlohmann::json train(const JobConfig& cfg) {
   nlohmann::json out = {{"losses", nlohmann::json::array()}, {"grad_norms", nlohmann::json::array()}};
-  auto t = Trainer::create(cfg, &world());
+  auto t = testing::make_trainer(cfg, &world());
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return out;
   for (int64_t i = 0; i < cfg.run.steps; ++i) {

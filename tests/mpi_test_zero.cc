@@ -60,7 +60,7 @@ struct TrainRun {
 
 TrainRun train(const JobConfig& cfg, Communicator* comm) {
   TrainRun r;
-  auto t = Trainer::create(cfg, comm);
+  auto t = testing::make_trainer(cfg, comm);
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return r;
   for (int64_t i = 0; i < cfg.run.steps; ++i) {
@@ -259,7 +259,7 @@ TEST(ZeroMemory, PerRankBytesFollowThePartition) {
   auto bytes = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
   for (int stage = 0; stage <= 3; ++stage) {
     SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n);
-    auto t = Trainer::create(config(tiny_job(stage), n), &world());
+    auto t = testing::make_trainer(config(tiny_job(stage), n), &world());
     ASSERT_TRUE(t.ok()) << t.status();
     switch (stage) {
       case 0:  // replicated; the fp32 parameters are the master weights

@@ -23,7 +23,7 @@ Buffer aligned(uint64_t bytes) { return *Buffer::allocate(bytes, Category::kOffl
 
 void fill_random(Buffer& b, uint32_t seed) {
   std::mt19937 rng(seed);
-  for (uint64_t i = 0; i < b.bytes() / 4; ++i) b.as<uint32_t>()[i] = rng();
+  for (uint64_t i = 0; i < b.bytes() / 4; ++i) b.host<uint32_t>()[i] = rng();
 }
 
 bool same(const Buffer& a, const Buffer& b) { return std::memcmp(a.data(), b.data(), a.bytes()) == 0; }
@@ -42,7 +42,7 @@ TEST_F(AioEngineTest, ReadsWhatAPlainWriteWrote) {
   Buffer expect = aligned(bytes), got = aligned(bytes);
   fill_random(expect, 1);
   const std::string p = path("plain.bin");
-  std::ofstream(p, std::ios::binary).write(expect.as<char>(), bytes);
+  std::ofstream(p, std::ios::binary).write(expect.host<char>(), bytes);
   auto e = engine(65536, 2);
   auto f = e->open_read(p);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -52,7 +52,7 @@ TEST_F(AioEngineTest, ReadsWhatAPlainWriteWrote) {
   // A read from the middle.
   Buffer part = aligned(8192);
   ASSERT_TRUE(e->wait(e->read(*f, 65536, part.data(), 8192)).ok());
-  EXPECT_EQ(std::memcmp(part.data(), expect.as<char>() + 65536, 8192), 0);
+  EXPECT_EQ(std::memcmp(part.data(), expect.host<char>() + 65536, 8192), 0);
 }
 
 TEST_F(AioEngineTest, ConcurrentTransfersRoundTripThroughAScratchFile) {
@@ -185,7 +185,7 @@ TEST_F(AioEngineTest, RefusesBadSettingsPathsAndTransfers) {
   absl::Status s = e->wait(e->write(*f, 100, b.data(), 4096));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("not aligned"), std::string::npos) << s;
-  EXPECT_EQ(e->wait(e->write(*f, 0, b.as<char>() + 64, 4096)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->wait(e->write(*f, 0, b.host<char>() + 64, 4096)).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(AioEngineTest, LeavesNoThreadOrDescriptorBehind) {

@@ -122,7 +122,7 @@ TEST_F(CheckpointKillTest, LatestAlwaysLoadsAfterARankIsKilledMidSave) {
     auto m = read_manifest(*latest);
     ASSERT_TRUE(m.ok()) << m.status();
     for (const ManifestFile& f : m->files) EXPECT_TRUE(verify_file(f).ok()) << verify_file(f);
-    auto t = Trainer::create(testing::config_with(job(root), {}));
+    auto t = testing::make_trainer(testing::config_with(job(root), {}));
     ASSERT_TRUE(t.ok()) << t.status();
     const absl::Status s = (*t)->resume(*latest);
     EXPECT_TRUE(s.ok()) << s;

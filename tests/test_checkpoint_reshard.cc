@@ -120,7 +120,7 @@ TEST_F(ReshardTest, AWorldOfOneHoldsFourRanksShardsExactly) {
   ASSERT_EQ(train(4, j, {}).size(), 10u);
 
   j["zero_optimization"]["stage"] = 0;
-  auto t = Trainer::create(testing::config_with(j, {}));
+  auto t = testing::make_trainer(testing::config_with(j, {}));
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE((*t)->resume(path("four/step-00000010")).ok());
   EXPECT_EQ((*t)->steps_done(), 10);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/core/device.h"
+#include "runtime/core/gpu_memory.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
@@ -356,7 +356,7 @@ TEST(Buffer, HostBytesAreAccountedForItsLifetime) {
     EXPECT_EQ(b->category(), Category::kParams);
     ASSERT_NE(b->data(), nullptr);
     std::memset(b->data(), 0xab, 1000);  // usable memory
-    EXPECT_EQ(b->as<uint8_t>()[999], 0xab);
+    EXPECT_EQ(b->host<uint8_t>()[999], 0xab);
     EXPECT_EQ(a.current(Tier::kHost, Category::kParams), 1000u);
   }
   EXPECT_EQ(a.current(Tier::kHost, Category::kParams), 0u);

@@ -13,6 +13,7 @@
 
 #include "runtime/model/gpt.h"
 #include "tests/fd_check.h"
+#include "tests/test_support.h"
 
 namespace zerod {
 namespace {
@@ -24,12 +25,13 @@ using testing::random_vector;
 struct Fixture {
   GptConfig cfg{2, 2, 16, 32, 8};  // n_layer, n_head, n_embd, vocab, block
   int B = 2, T = 8;
+  testing::CpuRig rig;
   std::unique_ptr<Gpt> model;
   std::vector<float> params, grads;
   std::vector<int32_t> inputs, targets;
 
   explicit Fixture(bool checkpointing = false) {
-    model = *Gpt::create(cfg, B, T, DType::kF32, checkpointing);
+    model = *Gpt::create(cfg, B, T, DType::kF32, checkpointing, rig.device, *rig.kernels);
     params.resize(model->layout().num_params());
     init_gpt_params(model->layout(), 7, params.data());
     // Larger-than-default weights give every path a gradient well above noise.
@@ -43,17 +45,17 @@ struct Fixture {
   }
 
   double loss() {
-    auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data());
+    auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data(), rig.device, *rig.kernels);
     std::vector<float> scratch(params.size(), 0.0f);
     FlatGrads sink(&model->layout(), scratch.data());
-    return model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f);
+    return *model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f);
   }
 
   void compute_grads() {
     std::fill(grads.begin(), grads.end(), 0.0f);
-    auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data());
+    auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data(), rig.device, *rig.kernels);
     FlatGrads sink(&model->layout(), grads.data());
-    model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f);
+    ASSERT_TRUE(model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f).ok());
   }
 };
 
@@ -104,9 +106,9 @@ TEST(GptGradients, GradScaleScalesGradients) {
   Fixture fx;
   fx.compute_grads();
   std::vector<float> scaled(fx.grads.size(), 0.0f);
-  auto w = *FlatWeights::create(&fx.model->layout(), DType::kF32, fx.params.data());
+  auto w = *FlatWeights::create(&fx.model->layout(), DType::kF32, fx.params.data(), fx.rig.device, *fx.rig.kernels);
   FlatGrads sink(&fx.model->layout(), scaled.data());
-  fx.model->forward_backward(w, sink, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, 4.0f);
+  ASSERT_TRUE(fx.model->forward_backward(w, sink, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, 4.0f).ok());
   // A power-of-two scale is exact in floating point.
   for (size_t i = 0; i < scaled.size(); ++i) ASSERT_EQ(scaled[i], 4.0f * fx.grads[i]) << "element " << i;
 }

@@ -77,7 +77,7 @@ class HfGpt2Test : public testing::TempDirTest {
 
   // Trains 3 steps and saves; the checkpoint's path and master weights.
   std::pair<std::string, std::vector<float>> trained(const std::vector<std::string>& overrides) {
-    auto t = Trainer::create(config(overrides));
+    auto t = testing::make_trainer(config(overrides));
     EXPECT_TRUE(t.ok()) << t.status();
     for (int i = 0; i < 3; ++i) EXPECT_TRUE((*t)->step().ok());
     auto ck = (*t)->save_checkpoint(path("ck"), 1);
@@ -88,13 +88,13 @@ class HfGpt2Test : public testing::TempDirTest {
   std::vector<float> imported(const std::string& file, const std::vector<std::string>& overrides = {}) {
     std::vector<std::string> o = overrides;
     o.push_back("model.init_from=" + file);
-    auto t = Trainer::create(config(o));
+    auto t = testing::make_trainer(config(o));
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? *(*t)->master_params() : std::vector<float>();
   }
 
   absl::Status import_error(const std::string& file) {
-    auto t = Trainer::create(config({"model.init_from=" + file}));
+    auto t = testing::make_trainer(config({"model.init_from=" + file}));
     return t.status();
   }
 };

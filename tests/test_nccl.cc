@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "comm/nccl_communicator.h"
-#include "runtime/core/device.h"
+#include "runtime/core/gpu_memory.h"
 #include "runtime/core/dtype.h"
 #endif
 

@@ -33,7 +33,7 @@ struct TrainRun {
 
 TrainRun train(const JobConfig& cfg) {
   TrainRun r;
-  auto t = Trainer::create(cfg);
+  auto t = testing::make_trainer(cfg);
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return r;
   for (int i = 0; i < cfg.run.steps; ++i) {
@@ -173,14 +173,14 @@ TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
   auto host = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
   int64_t params_in_memory = 0;
   {
-    auto t = Trainer::create(ref_cfg);
+    auto t = testing::make_trainer(ref_cfg);
     ASSERT_TRUE(t.ok()) << t.status();
     params_in_memory = host(Category::kParams);
     EXPECT_EQ(host(Category::kOffload), 0);
   }
   for (const std::string device : {"cpu", "nvme"}) {
     SCOPED_TRACE(device);
-    auto t = Trainer::create(make_config(joined(model, params_on(device, 3))));
+    auto t = testing::make_trainer(make_config(joined(model, params_on(device, 3))));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->step().ok());
     const int64_t on_nvme = acct.current(Tier::kNvme, Category::kParams);
@@ -208,7 +208,7 @@ TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
   MemoryAccountant& acct = MemoryAccountant::global();
   auto host = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
   auto nvme_bytes = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kNvme, c)); };
-  auto t = Trainer::create(cfg);
+  auto t = testing::make_trainer(cfg);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE((*t)->step().ok());
   const int64_t n = (*t)->num_params();
@@ -247,12 +247,12 @@ TEST_F(OffloadTest, StatesSeveralTimesTheHostLimitTrainFromNvme) {
     ~Unlimit() { MemoryAccountant::global().set_limit(Tier::kHost, 0); }
   } unlimit;
   acct.reset_peaks();
-  auto in_memory = Trainer::create(make_config(model));
+  auto in_memory = testing::make_trainer(make_config(model));
   EXPECT_EQ(in_memory.status().code(), absl::StatusCode::kResourceExhausted) << in_memory.status();
   in_memory = absl::UnknownError("");
   acct.reset_peaks();
   {
-    auto t = Trainer::create(make_config(offloaded));
+    auto t = testing::make_trainer(make_config(offloaded));
     ASSERT_TRUE(t.ok()) << t.status();
     for (int i = 0; i < 2; ++i) ASSERT_TRUE((*t)->step().ok());
     const uint64_t states = acct.current(Tier::kNvme, Category::kOptimizer);
@@ -281,7 +281,7 @@ TEST_F(OffloadTest, BadNvmePathsAreRefusedBeforeAnythingIsAllocated) {
       auto o = which == "offload_param" ? params_on("nvme", 2) : nvme(10000, 4);
       o.push_back("zero_optimization." + which + ".nvme_path=\"" + c.path + "\"");
       const uint64_t host_before = acct.current_total(Tier::kHost);
-      auto t = Trainer::create(make_config(o));
+      auto t = testing::make_trainer(make_config(o));
       ASSERT_FALSE(t.ok());
       EXPECT_EQ(t.status().code(), c.code) << t.status();
       EXPECT_NE(t.status().message().find("zero_optimization." + which + ".nvme_path"), std::string::npos);
@@ -298,7 +298,7 @@ TEST_F(OffloadTest, BadNvmePathsAreRefusedBeforeAnythingIsAllocated) {
   o.push_back("model.n_head=64");
   o.push_back("model.vocab_size=256");
   o.push_back("model.block_size=64");
-  auto t = Trainer::create(make_config(o));
+  auto t = testing::make_trainer(make_config(o));
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
   EXPECT_NE(t.status().message().find("bytes free, but the offloaded files need"), std::string::npos) << t.status();
@@ -309,7 +309,7 @@ TEST_F(OffloadTest, BadNvmePathsAreRefusedBeforeAnythingIsAllocated) {
     o.push_back(m);
   }
   o.push_back("bf16.enabled=true");
-  t = Trainer::create(make_config(o));
+  t = testing::make_trainer(make_config(o));
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
   EXPECT_NE(t.status().message().find("zero_optimization.offload_param.nvme_path"), std::string::npos) << t.status();
@@ -357,7 +357,7 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
     ZeroEngine::set_swap_fault_hook(hook);
     std::vector<float> saved_params;
     {
-      auto t = Trainer::create(cfg);
+      auto t = testing::make_trainer(cfg);
       ZeroEngine::set_swap_fault_hook({});
       ASSERT_TRUE(t.ok()) << t.status();
       ASSERT_TRUE((*t)->step().ok());
@@ -377,7 +377,7 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
     EXPECT_EQ(testing::count_proc_entries("/proc/self/fd"), fds);
     EXPECT_EQ(testing::count_proc_entries("/proc/self/task"), threads);
     {
-      auto t = Trainer::create(cfg);
+      auto t = testing::make_trainer(cfg);
       ASSERT_TRUE(t.ok()) << t.status();
       auto latest = latest_checkpoint(root);
       ASSERT_TRUE(latest.ok()) << latest.status();

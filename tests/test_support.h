@@ -1,11 +1,12 @@
-// Helpers shared by the tests: a small job, job configs from JSON plus
-// --set style overrides, counting a process's threads and descriptors, and
+// Helpers shared by the tests: a small job, a CPU device with its kernels,
+// job configs from JSON plus --set style overrides, counting a process's threads and descriptors, and
 // reading and comparing files.
 #pragma once
 
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -15,6 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/config/job_config.h"
+#include "runtime/core/cpu_device.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/kernels/kernels.h"
 
 namespace zerod::testing {
 
@@ -29,6 +33,36 @@ inline nlohmann::json tiny_job() {
       {"gradient_clipping", 1.0},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
   };
+}
+
+// How the in-process tests run the CPU's streams: synchronously, or with
+// ZEROD_TEST_STREAMS=threaded (ctest's `threaded` label) each on a thread
+// of its own with random delays, which must give the same bits.
+inline CpuStreamOptions test_stream_options() {
+  const char* mode = std::getenv("ZEROD_TEST_STREAMS");
+  CpuStreamOptions options;
+  options.threaded = mode != nullptr && std::string(mode) == "threaded";
+  return options;
+}
+
+// A CPU device and its kernel table, for tests that build models directly.
+struct CpuRig {
+  CpuDevice device;
+  std::unique_ptr<Kernels> kernels;
+  explicit CpuRig(CpuStreamOptions options = test_stream_options())
+      : device(MemoryAccountant::global(), options), kernels(*kernels_for(device)) {}
+};
+
+// The device the in-process tests train on.
+inline Device& test_device() {
+  // Lives as long as the process.
+  static CpuDevice* device = new CpuDevice(MemoryAccountant::global(), test_stream_options());
+  return *device;
+}
+
+// A trainer on test_device().
+inline absl::StatusOr<std::unique_ptr<Trainer>> make_trainer(const JobConfig& cfg, Communicator* comm = nullptr) {
+  return Trainer::create(cfg, comm, &test_device());
 }
 
 // `j` with each "key.path=value" applied, parsed for a world of `world_size`.

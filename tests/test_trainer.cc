@@ -26,7 +26,7 @@ TrainRun train(const JobConfig& cfg, int steps) {
   MemoryAccountant& acct = MemoryAccountant::global();
   acct.reset_peaks();
   TrainRun r;
-  auto t = Trainer::create(cfg);
+  auto t = testing::make_trainer(cfg);
   EXPECT_TRUE(t.ok()) << t.status();
   for (int i = 0; i < steps; ++i) {
     auto s = (*t)->step();
@@ -91,7 +91,7 @@ TEST(Trainer, MemoryIsAccountedByCategory) {
   for (const char* precision : {"fp32", "bf16"}) {
     SCOPED_TRACE(precision);
     const bool bf16 = std::string(precision) == "bf16";
-    auto t = Trainer::create(make_config({bf16 ? "bf16.enabled=true" : "bf16.enabled=false"}));
+    auto t = testing::make_trainer(make_config({bf16 ? "bf16.enabled=true" : "bf16.enabled=false"}));
     ASSERT_TRUE(t.ok());
     // Each unit is padded to a multiple of the partition's alignment.
     const uint64_t n = Partition((*t)->layout(), 1).padded_numel();
@@ -112,7 +112,7 @@ TEST(Trainer, Fp16OverflowSkipsStepsAndBacksOff) {
   // 2^40 overflows fp16 activation gradients: steps are skipped, leaving the
   // parameters untouched, and the scale halves after each hysteresis-exhausted
   // overflow until training proceeds.
-  auto t = *Trainer::create(make_config({"fp16.enabled=true", "fp16.initial_scale_power=40", "fp16.hysteresis=2"}));
+  auto t = *testing::make_trainer(make_config({"fp16.enabled=true", "fp16.initial_scale_power=40", "fp16.hysteresis=2"}));
   const std::vector<float> before = *t->master_params();
   auto s1 = *t->step();
   EXPECT_TRUE(s1.skipped);
@@ -190,7 +190,7 @@ TEST(Trainer, DemoLearnsTheSyntheticTask) {
   ss << in.rdbuf();
   auto cfg = parse_job_config(nlohmann::json::parse(ss.str()), 1);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
-  auto t = *Trainer::create(*cfg);
+  auto t = *testing::make_trainer(*cfg);
   double first = 0, last = 0;
   for (int64_t i = 0; i < cfg->run.steps; ++i) {
     auto s = *t->step();

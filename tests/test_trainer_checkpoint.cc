@@ -37,7 +37,7 @@ JobConfig make_config(const std::vector<std::string>& overrides) {
 }
 
 std::unique_ptr<Trainer> make_trainer(const JobConfig& cfg) {
-  auto t = Trainer::create(cfg);
+  auto t = testing::make_trainer(cfg);
   EXPECT_TRUE(t.ok()) << t.status();
   return std::move(*t);
 }

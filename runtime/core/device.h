@@ -1,19 +1,83 @@
-// The device layer below Buffer: raw GPU and pinned-host allocations. Built
-// from kernels/cuda/ with CUDA and from core/device_nocuda.cc without.
+// A Device is where the model's tensors live and its kernels run: accounted
+// allocations, streams, events, memset and copies between tiers. The model
+// and the ZeRO engine see only this and the device's kernel table
+// (runtime/kernels/kernels.h), so one engine serves the CPU and the GPU.
+//
+// The contract, as CUDA's:
+// - Work enqueued on one stream runs in the order it was enqueued.
+// - Work on different streams, and host code, are ordered only through
+//   events: record(s, e) marks the point s has reached; wait(t, e) makes
+//   later work on t start after that point; synchronize(e) blocks the host
+//   until it.
+// - The host may read or write memory that stream work uses only after a
+//   synchronize that covers that work, and must not free it before then.
+// - Pointers handed to memset, copy and the kernels are addresses in the
+//   memory's own tier (Buffer::ptr): device addresses for kGpu, host
+//   addresses for kHost and kPinned.
+// - Failures of enqueued work are reported by the next synchronize.
 #pragma once
 
-#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
 
+#include "runtime/core/memory.h"
 #include "runtime/core/status.h"
 
 namespace zerod {
 
-// Number of usable CUDA devices; 0 in a build without CUDA or with no GPU.
-int cuda_device_count();
+class Stream {
+ public:
+  virtual ~Stream() = default;
+};
 
-absl::StatusOr<void*> gpu_alloc(size_t bytes);
-void gpu_free(void* p);
-absl::StatusOr<void*> pinned_alloc(size_t bytes);
-void pinned_free(void* p);
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+
+class Device {
+ public:
+  explicit Device(MemoryAccountant& acct) : acct_(&acct) {}
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  // "cpu", "cuda:0".
+  virtual std::string name() const = 0;
+  // The tier the kernels' operands live in: kHost on the CPU, kGpu on a GPU.
+  virtual Tier memory_tier() const = 0;
+  MemoryAccountant& accountant() const { return *acct_; }
+
+  // An accounted allocation on the device's own tier, or on tier t (pinned
+  // or plain host memory for staging; refused where the device has no such
+  // memory).
+  absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c) { return allocate(bytes, c, memory_tier()); }
+  virtual absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t);
+
+  // The stream the model's kernels run on.
+  virtual Stream& compute_stream() = 0;
+  virtual absl::StatusOr<std::unique_ptr<Stream>> create_stream() = 0;
+  virtual absl::StatusOr<std::unique_ptr<Event>> create_event() = 0;
+
+  virtual void memset(Stream& s, void* dst, int byte, uint64_t bytes) = 0;
+  // Between any two tiers this device can address.
+  virtual void copy(Stream& s, void* dst, const void* src, uint64_t bytes) = 0;
+  virtual void record(Stream& s, Event& e) = 0;
+  virtual void wait(Stream& s, Event& e) = 0;
+  virtual absl::Status synchronize(Stream& s) = 0;
+  // Returns at once for an event never recorded.
+  virtual absl::Status synchronize(Event& e) = 0;
+
+ private:
+  MemoryAccountant* acct_;
+};
+
+// The device `run.device` names: "cpu"; "cuda" (refused, naming the
+// reason, where there is no GPU device); "auto", a GPU device where one
+// exists, else the CPU.
+absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name,
+                                                    MemoryAccountant& acct = MemoryAccountant::global());
 
 }  // namespace zerod

@@ -1,13 +1,14 @@
 #include "runtime/core/memory.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/core/device.h"
+#include "runtime/core/gpu_memory.h"
 
 namespace zerod {
 
@@ -179,6 +180,12 @@ void Buffer::reset() {
   data_ = nullptr;
   bytes_ = 0;
   acct_ = nullptr;
+}
+
+void Buffer::abort_not_host() const {
+  std::fprintf(stderr, "zerod: host access to a %llu-byte %s buffer in GPU memory\n",
+               static_cast<unsigned long long>(bytes_), category_name(category_));
+  std::abort();
 }
 
 absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {

@@ -81,9 +81,18 @@ class Buffer {
   ~Buffer() { reset(); }
 
   void reset();
+  // The address in the buffer's own tier: what the Device and the kernel
+  // table take (a device address for kGpu).
   void* data() const { return data_; }
   template <class T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* ptr() const { return static_cast<T*>(data_); }
+  // For host code: host and pinned buffers only; a GPU buffer's address
+  // cannot be dereferenced here, and asking for it is a bug (it aborts).
+  template <class T>
+  T* host() const {
+    if (tier_ == Tier::kGpu) abort_not_host();
+    return static_cast<T*>(data_);
+  }
   uint64_t bytes() const { return bytes_; }
   Tier tier() const { return tier_; }
   Category category() const { return category_; }
@@ -94,6 +103,8 @@ class Buffer {
   Tier tier_ = Tier::kHost;
   Category category_ = Category::kWorkspace;
   MemoryAccountant* acct_ = nullptr;
+
+  [[noreturn]] void abort_not_host() const;
 };
 
 // Parses a byte size: a non-negative integer, or a string such as "512MiB",

@@ -5,32 +5,36 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/optim/lr_schedule.h"
 
 namespace zerod {
 
-Trainer::Trainer(const JobConfig& cfg, Communicator* comm)
-    : cfg_(cfg), comm_(comm), scaler_(cfg.fp16), sample_rng_state_(cfg.run.seed) {
+Trainer::Trainer(const JobConfig& cfg, Communicator* comm, Device* device)
+    : cfg_(cfg), comm_(comm), device_(device), scaler_(cfg.fp16), sample_rng_state_(cfg.run.seed) {
   if (!comm_) {
     own_comm_ = make_local_communicator();
     comm_ = own_comm_.get();
   }
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const JobConfig& cfg, Communicator* comm) {
-  std::unique_ptr<Trainer> t(new Trainer(cfg, comm));
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const JobConfig& cfg, Communicator* comm, Device* device) {
+  std::unique_ptr<Trainer> t(new Trainer(cfg, comm, device));
   ZEROD_RETURN_IF_ERROR(t->build());
   return t;
 }
 
 absl::Status Trainer::build() {
+  if (!device_) {
+    ZEROD_ASSIGN_OR_RETURN(own_device_, open_device(cfg_.run.device));
+    device_ = own_device_.get();
+  }
+  ZEROD_ASSIGN_OR_RETURN(kernels_, kernels_for(*device_));
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
   loader_ = std::make_unique<DataLoader>(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
                                          comm_->world_size());
   ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
-                                             cfg_.activation_checkpointing));
-  ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(&model_->layout(), cfg_, comm_));
+                                             cfg_.activation_checkpointing, *device_, *kernels_));
+  ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(&model_->layout(), cfg_, comm_, *device_, *kernels_));
   const int64_t tokens = int64_t(cfg_.micro_batch) * cfg_.data.seq_len;
   ZEROD_ASSIGN_OR_RETURN(inputs_, Buffer::allocate(tokens * 4, Category::kWorkspace));
   ZEROD_ASSIGN_OR_RETURN(targets_, Buffer::allocate(tokens * 4, Category::kWorkspace));
@@ -52,9 +56,11 @@ absl::StatusOr<StepResult> Trainer::step() {
   const auto grad_scale = static_cast<float>(scale / (double(accum) * world));
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
-    loader_->next_batch(B, inputs_.as<int32_t>(), targets_.as<int32_t>());
-    loss_sum += model_->forward_backward(zero_->weights(), zero_->grads(), inputs_.as<int32_t>(),
-                                         targets_.as<int32_t>(), B, T, grad_scale);
+    loader_->next_batch(B, inputs_.host<int32_t>(), targets_.host<int32_t>());
+    ZEROD_ASSIGN_OR_RETURN(const double loss, model_->forward_backward(zero_->weights(), zero_->grads(),
+                                                                       inputs_.host<int32_t>(), targets_.host<int32_t>(),
+                                                                       B, T, grad_scale));
+    loss_sum += loss;
   }
   ZEROD_RETURN_IF_ERROR(zero_->reduce_gradients());
   ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &loss_sum, 1, CommType::kF64, ReduceOp::kSum));
@@ -94,7 +100,8 @@ absl::StatusOr<std::vector<int32_t>> Trainer::generate(const std::vector<int32_t
   NormalRng rng(sample_rng_state_++);
   for (int i = 0; i < max_new; ++i) {
     const int len = std::min<int>(static_cast<int>(seq.size()), window);
-    model_->forward_logits(zero_->weights(), seq.data() + seq.size() - len, 1, len, logits.data(), /*last_only=*/true);
+    ZEROD_RETURN_IF_ERROR(model_->forward_logits(zero_->weights(), seq.data() + seq.size() - len, 1, len,
+                                                 logits.data(), /*last_only=*/true));
     int32_t next = 0;
     if (temperature <= 0) {
       next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());

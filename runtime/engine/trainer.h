@@ -20,6 +20,7 @@
 
 #include "comm/communicator.h"
 #include "runtime/config/job_config.h"
+#include "runtime/core/device.h"
 #include "runtime/core/memory.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/loss_scaler.h"
@@ -53,8 +54,10 @@ class Trainer {
  public:
   // Loads the data and builds everything; errors here are bad input. Every
   // rank of `comm` (a world of one when null) builds its own trainer, and
-  // from then on all of them call the same methods in the same order.
-  static absl::StatusOr<std::unique_ptr<Trainer>> create(const JobConfig& cfg, Communicator* comm = nullptr);
+  // from then on all of them call the same methods in the same order. It
+  // trains on `device`, or on the one run.device names when that is null.
+  static absl::StatusOr<std::unique_ptr<Trainer>> create(const JobConfig& cfg, Communicator* comm = nullptr,
+                                                         Device* device = nullptr);
 
   // One optimizer step over gradient_accumulation_steps micro-batches of
   // this rank's part of the global batch.
@@ -121,7 +124,7 @@ class Trainer {
   int64_t steps_done() const { return steps_; }
 
  private:
-  Trainer(const JobConfig& cfg, Communicator* comm);
+  Trainer(const JobConfig& cfg, Communicator* comm, Device* device);
   absl::Status build();
   // The manifest of the state after the last step, all but its file list.
   nlohmann::json manifest_state() const;
@@ -132,6 +135,9 @@ class Trainer {
   JobConfig cfg_;
   std::unique_ptr<Communicator> own_comm_;  // the world of one, when none was given
   Communicator* comm_;
+  std::unique_ptr<Device> own_device_;  // the one run.device names, when none was given
+  Device* device_;
+  std::unique_ptr<Kernels> kernels_;
   Dataset data_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<Gpt> model_;

@@ -65,7 +65,7 @@ absl::StatusOr<uint64_t> Trainer::stage_shard() {
     ZEROD_RETURN_IF_ERROR(b.status());
     staging_ = std::move(*b);
   }
-  char* at = staging_.as<char>();
+  char* at = staging_.host<char>();
   ZEROD_RETURN_IF_ERROR(zero_->serialize_shard(file, [&](const void* data, size_t n) {
     std::memcpy(at, data, n);
     at += n;

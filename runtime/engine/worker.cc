@@ -14,21 +14,11 @@
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/config/command_line.h"
 #include "runtime/config/job_config.h"
-#include "runtime/core/device.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/telemetry/run_output.h"
 
 namespace zerod {
 namespace {
-
-// Settings that this build cannot honour yet are refused before anything runs.
-absl::Status check_supported(const JobConfig& cfg) {
-  if (cfg.run.device == "cuda") {
-    return absl::UnimplementedError(absl::StrCat("run.device 'cuda': this build trains on the CPU only (",
-                                                 cuda_device_count(), " CUDA devices visible)"));
-  }
-  return absl::OkStatus();
-}
 
 // Every rank's memory peaks, gathered to all (rank 0 prints them).
 absl::StatusOr<std::vector<MemoryPeaks>> gather_peaks(Communicator& comm, const MemoryAccountant& acct) {
@@ -99,8 +89,10 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   // Rank 0 speaks for the job; every rank reports its own errors.
   std::ostringstream quiet;
   RunOutput output(cfg->run.log_format, rank->rank == 0 ? out : quiet, err);
-  if (absl::Status s = check_supported(*cfg); !s.ok()) {
-    output.error(rank->rank, std::string(s.message()));
+  // A device this machine or build does not have is refused before anything runs.
+  auto device = open_device(cfg->run.device);
+  if (!device.ok()) {
+    output.error(rank->rank, std::string(device.status().message()));
     return kExitBadInput;
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg->run.collective_timeout_s * 1000));
@@ -122,7 +114,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   acct.set_limit(Tier::kGpu, cfg->run.gpu_memory_limit.value_or(0));
   acct.reset_peaks();
 
-  auto trainer = Trainer::create(*cfg, comm->get());
+  auto trainer = Trainer::create(*cfg, comm->get(), device->get());
   if (!trainer.ok()) {
     // Running out of memory while building is a run failure, not bad input.
     return fail(absl::IsResourceExhausted(trainer.status()) ? kExitFailure : kExitBadInput,

@@ -1,11 +1,7 @@
 #include "runtime/model/gpt.h"
 
-#include <cblas.h>
-
 #include <algorithm>
-#include <cstring>
 
-#include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod {
 namespace {
@@ -52,6 +48,9 @@ struct Gpt::Impl {
   GptConfig config;
   DType act_dtype;
   bool checkpointing;
+  Device& dev;
+  Kernels& k;
+  Stream& s;                     // the device's compute stream
   int64_t size[kNumFields];      // elements of each field at the maximum B, T
   int64_t big_numel = 0, small_numel = 0;
   int64_t act_bytes = 0;         // one element of the activation store
@@ -65,19 +64,24 @@ struct Gpt::Impl {
   // Backward and head workspace.
   Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
   int64_t logits_rows = 0;
+  // Token ids and the results the host reads, on the device.
+  Buffer inputs, targets, loss_sum, logits_out;
+  Buffer loss_host;              // host memory
+
+  Impl(Device& d, Kernels& kt) : dev(d), k(kt), s(d.compute_stream()) {}
 
   // Block l's input (l = 0: embedding output; l = n_layer: last block output)
   // in the residual store, for N tokens.
   float* residual(int l, int64_t N) const {
     return reinterpret_cast<float*>(static_cast<char*>(residuals.data()) + l * N * config.n_embd * act_bytes);
   }
-  LayerActs scratch_acts() const { return carve(size, scratch.as<float>(), scratch.as<float>() + big_numel); }
+  LayerActs scratch_acts() const { return carve(size, scratch.ptr<float>(), scratch.ptr<float>() + big_numel); }
   // Block l's saved activations as fp32 pointers: the store itself for fp32,
   // the scratch copy (filled or drained by pack_acts) for 16-bit.
   LayerActs stored_acts(int l) const {
-    float* stats = layer_stats.as<float>() + l * small_numel;
-    if (act_dtype == DType::kF32) return carve(size, layer_store.as<float>() + l * big_numel, stats);
-    return carve(size, scratch.as<float>(), stats);
+    float* stats = layer_stats.ptr<float>() + l * small_numel;
+    if (act_dtype == DType::kF32) return carve(size, layer_store.ptr<float>() + l * big_numel, stats);
+    return carve(size, scratch.ptr<float>(), stats);
   }
   void pack_acts(int l, const LayerActs& a, int B, int T, bool to_store) const {
     int64_t n[kNumFields];
@@ -85,34 +89,45 @@ struct Gpt::Impl {
     char* store = static_cast<char*>(layer_store.data()) + l * big_numel * act_bytes;
     for (int f = 0; f < kNumBig; ++f) {
       if (to_store) {
-        convert_from_f32(act_dtype, a.f[f], store, n[f]);
+        k.convert_from_f32(s, act_dtype, a.f[f], store, n[f]);
       } else {
-        convert_to_f32(act_dtype, store, a.f[f], n[f]);
+        k.convert_to_f32(s, act_dtype, store, a.f[f], n[f]);
       }
       store += size[f] * act_bytes;
     }
   }
-  const float* forward_blocks(WeightSource& ws, const int32_t* tokens, int B, int T);
+  // Host token ids to the device.
+  void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
+  const float* forward_blocks(WeightSource& ws, int B, int T);
 };
 
-Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing)
-    : layout_(config), B_(B), T_(T), act_dtype_(act_dtype), checkpointing_(checkpointing) {}
+Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, Device& device, Kernels& kernels)
+    : layout_(config),
+      B_(B),
+      T_(T),
+      act_dtype_(act_dtype),
+      checkpointing_(checkpointing),
+      device_(device),
+      kernels_(kernels) {}
 
-Gpt::~Gpt() = default;
+Gpt::~Gpt() {
+  // Queued work may still use the buffers.
+  if (impl_) (void)device_.synchronize(impl_->s);
+}
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B, int T, DType act_dtype,
-                                                 bool checkpointing) {
+                                                 bool checkpointing, Device& device, Kernels& kernels) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
   if (B < 1 || T < 1 || T > config.block_size) {
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }
-  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing));
+  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing, device, kernels));
   ZEROD_RETURN_IF_ERROR(g->allocate());
   return g;
 }
 
 absl::Status Gpt::allocate() {
-  impl_ = std::make_unique<Impl>();
+  impl_ = std::make_unique<Impl>(device_, kernels_);
   Impl& m = *impl_;
   m.config = layout_.config();
   m.act_dtype = act_dtype_;
@@ -124,8 +139,8 @@ absl::Status Gpt::allocate() {
   for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
   m.act_bytes = dtype_size(act_dtype_);
 
-  auto alloc = [](Buffer& b, int64_t bytes, Category cat) -> absl::Status {
-    ZEROD_ASSIGN_OR_RETURN(b, Buffer::allocate(bytes, cat));
+  auto alloc = [this](Buffer& b, int64_t bytes, Category cat) -> absl::Status {
+    ZEROD_ASSIGN_OR_RETURN(b, device_.allocate(bytes, cat));
     return absl::OkStatus();
   };
   const Category A = Category::kActivations, W = Category::kWorkspace;
@@ -146,11 +161,15 @@ absl::Status Gpt::allocate() {
   ZEROD_RETURN_IF_ERROR(alloc(m.dqkv, N * 3 * C * 4, W));
   ZEROD_RETURN_IF_ERROR(alloc(m.dfch, N * 4 * C * 4, W));
   ZEROD_RETURN_IF_ERROR(alloc(m.proj, N * C * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.attn_scratch, cpu::attention_scratch_floats(T_) * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.attn_scratch, kernels_.attention_scratch_floats(T_) * 4, W));
   // The head computes logits a chunk of rows at a time (about 32 MiB).
   m.logits_rows = std::clamp<int64_t>((int64_t(1) << 23) / V, 1, N);
   ZEROD_RETURN_IF_ERROR(alloc(m.logits, m.logits_rows * V * 4, W));
   ZEROD_RETURN_IF_ERROR(alloc(m.losses, N * 8, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.inputs, N * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.targets, N * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.loss_sum, 8, W));
+  ZEROD_ASSIGN_OR_RETURN(m.loss_host, device_.allocate(8, W, Tier::kHost));
   return absl::OkStatus();
 }
 
@@ -164,32 +183,32 @@ struct Dims {
 // One transformer block forward; every produced activation is rounded to the
 // activation dtype. `out` may alias `x`, or be null when recomputing for
 // backward (the block output is not needed then).
-void block_forward(const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a, float* proj, float* out,
-                   DType act) {
+void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a,
+                   float* proj, float* out, DType act) {
   const int C = d.C;
   const int64_t N = d.N;
-  auto rnd = [act](float* p, int64_t n) { round_to(act, p, n); };
-  cpu::layernorm_forward(a.f[kLn1], a.f[kLn1Mean], a.f[kLn1Rstd], x, w.ln1w, w.ln1b, N, C);
+  auto rnd = [&](float* p, int64_t n) { k.round_to(s, act, p, n); };
+  k.layernorm_forward(s, a.f[kLn1], a.f[kLn1Mean], a.f[kLn1Rstd], x, w.ln1w, w.ln1b, N, C);
   rnd(a.f[kLn1], N * C);
-  cpu::matmul_forward(a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
+  k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
   rnd(a.f[kQkv], N * 3 * C);
-  cpu::attention_forward(a.f[kAtty], a.f[kAtt], a.f[kQkv], d.B, d.T, C, d.NH);
+  k.attention_forward(s, a.f[kAtty], a.f[kAtt], a.f[kQkv], d.B, d.T, C, d.NH);
   rnd(a.f[kAtt], int64_t(d.B) * d.NH * d.T * d.T);
   rnd(a.f[kAtty], N * C);
-  cpu::matmul_forward(proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
+  k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
   rnd(proj, N * C);
-  cpu::residual_forward(a.f[kRes2], x, proj, N * C);
+  k.residual_forward(s, a.f[kRes2], x, proj, N * C);
   rnd(a.f[kRes2], N * C);
-  cpu::layernorm_forward(a.f[kLn2], a.f[kLn2Mean], a.f[kLn2Rstd], a.f[kRes2], w.ln2w, w.ln2b, N, C);
+  k.layernorm_forward(s, a.f[kLn2], a.f[kLn2Mean], a.f[kLn2Rstd], a.f[kRes2], w.ln2w, w.ln2b, N, C);
   rnd(a.f[kLn2], N * C);
-  cpu::matmul_forward(a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
+  k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
   rnd(a.f[kFch], N * 4 * C);
-  cpu::gelu_forward(a.f[kFchGelu], a.f[kFch], N * 4 * C);
+  k.gelu_forward(s, a.f[kFchGelu], a.f[kFch], N * 4 * C);
   rnd(a.f[kFchGelu], N * 4 * C);
   if (!out) return;
-  cpu::matmul_forward(proj, a.f[kFchGelu], w.fcprojw, w.fcprojb, N, 4 * C, C);
+  k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, w.fcprojb, N, 4 * C, C);
   rnd(proj, N * C);
-  cpu::residual_forward(out, a.f[kRes2], proj, N * C);
+  k.residual_forward(s, out, a.f[kRes2], proj, N * C);
   rnd(out, N * C);
 }
 
@@ -199,33 +218,34 @@ struct BackwardBuffers {
 
 // One block backward: dres holds d(block output) on entry and d(block input)
 // on return; weight gradients accumulate into g.
-void block_backward(const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a, const LayerGrads& g,
-                    float* dres, const BackwardBuffers& bb) {
+void block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a,
+                    const LayerGrads& g, float* dres, const BackwardBuffers& bb) {
   const int C = d.C;
   const int64_t N = d.N;
-  cpu::matmul_backward(bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
-  cpu::gelu_backward(bb.dfch, a.f[kFch], bb.dfch, N * 4 * C);
-  cpu::matmul_backward(bb.dbuf, g.fcw, g.fcb, bb.dfch, a.f[kLn2], w.fcw, N, C, 4 * C);
-  cpu::layernorm_backward(dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, a.f[kLn2Mean], a.f[kLn2Rstd], N, C);
-  cpu::matmul_backward(bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
-  cpu::attention_backward(bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtt], bb.attn_scratch, d.B, d.T, C, d.NH);
-  cpu::matmul_backward(bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
-  cpu::layernorm_backward(dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, a.f[kLn1Mean], a.f[kLn1Rstd], N, C);
+  k.matmul_backward(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
+  k.gelu_backward(s, bb.dfch, a.f[kFch], bb.dfch, N * 4 * C);
+  k.matmul_backward(s, bb.dbuf, g.fcw, g.fcb, bb.dfch, a.f[kLn2], w.fcw, N, C, 4 * C);
+  k.layernorm_backward(s, dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, a.f[kLn2Mean], a.f[kLn2Rstd], N, C);
+  k.matmul_backward(s, bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
+  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtt], bb.attn_scratch, d.B, d.T, C, d.NH);
+  k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
+  k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, a.f[kLn1Mean], a.f[kLn1Rstd], N, C);
 }
 
 }  // namespace
 
-const float* Gpt::Impl::forward_blocks(WeightSource& ws, const int32_t* tokens, int B, int T) {
+// The blocks and the final LayerNorm over the tokens in `inputs`.
+const float* Gpt::Impl::forward_blocks(WeightSource& ws, int B, int T) {
   Impl& m = *this;
   const GptConfig& c = config;
   const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
   const int64_t NC = d.N * d.C;
   const bool f32 = act_dtype == DType::kF32;
   const GlobalWeights g = ws.globals();
-  float* x = f32 ? residual(0, d.N) : m.x_fp32.as<float>();
-  cpu::embedding_forward(x, tokens, g.wte, g.wpe, B, T, d.C);
-  round_to(act_dtype, x, NC);
-  if (!f32) convert_from_f32(act_dtype, x, residual(0, d.N), NC);
+  float* x = f32 ? residual(0, d.N) : m.x_fp32.ptr<float>();
+  k.embedding_forward(s, x, m.inputs.ptr<int32_t>(), g.wte, g.wpe, B, T, d.C);
+  k.round_to(s, act_dtype, x, NC);
+  if (!f32) k.convert_from_f32(s, act_dtype, x, residual(0, d.N), NC);
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerActs a = checkpointing ? scratch_acts() : stored_acts(l);
     // With 16-bit residuals the block runs in place on the fp32 copy.
@@ -233,101 +253,94 @@ const float* Gpt::Impl::forward_blocks(WeightSource& ws, const int32_t* tokens, 
     const LayerWeights w = ws.layer(l);
     // After the last layer comes the last layer again, for backward.
     ws.prefetch(l + 1 < c.n_layer ? l + 1 : l);
-    block_forward(d, w, x, a, m.proj.as<float>(), out, act_dtype);
+    block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), out, act_dtype);
     if (!f32) {
-      convert_from_f32(act_dtype, out, residual(l + 1, d.N), NC);
+      k.convert_from_f32(s, act_dtype, out, residual(l + 1, d.N), NC);
       if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
     }
     x = out;
   }
-  cpu::layernorm_forward(m.lnf.as<float>(), m.lnf_mean.as<float>(), m.lnf_rstd.as<float>(), x, g.lnfw, g.lnfb, d.N,
-                         d.C);
-  round_to(act_dtype, m.lnf.as<float>(), NC);
+  k.layernorm_forward(s, m.lnf.ptr<float>(), m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>(), x, g.lnfw, g.lnfb,
+                      d.N, d.C);
+  k.round_to(s, act_dtype, m.lnf.ptr<float>(), NC);
   return x;
 }
 
-double Gpt::forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs, const int32_t* targets, int B,
-                             int T, float grad_scale) {
+absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs,
+                                             const int32_t* targets, int B, int T, float grad_scale) {
   Impl& m = *impl_;
+  Kernels& k = kernels_;
+  Stream& s = m.s;
   const GptConfig& c = layout_.config();
   const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
-  const int C = d.C, V = c.vocab_size;
+  const int C = d.C;
   const int64_t NC = d.N * C;
   const bool f32 = act_dtype_ == DType::kF32;
-  const float* xL = m.forward_blocks(ws, inputs, B, T);
+  m.upload(m.inputs, inputs, d.N);
+  m.upload(m.targets, targets, d.N);
+  const float* xL = m.forward_blocks(ws, B, T);
   const GlobalWeights g = ws.globals();
   const GlobalGrads gg = sink.globals();
 
-  // Head: logits, loss and their backward a chunk of rows at a time, so the
-  // full [N, V] logits never exist.
-  const float* lnf = m.lnf.as<float>();
-  float* dlnf = m.dbuf.as<float>();
-  float* logits = m.logits.as<float>();
-  double* losses = m.losses.as<double>();
-  float* dwte = gg.wte;
-  const float dloss = grad_scale / static_cast<float>(d.N);
-  for (int64_t r0 = 0; r0 < d.N; r0 += m.logits_rows) {
-    const int64_t rows = std::min(m.logits_rows, d.N - r0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, lnf + r0 * C, C, g.wte, C, 0.0f, logits,
-                V);
-    round_to(act_dtype_, logits, rows * V);
-    cpu::softmax_cross_entropy(logits, losses + r0, targets + r0, rows, V, dloss);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, g.wte, C, 0.0f,
-                dlnf + r0 * C, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, lnf + r0 * C, C, 1.0f, dwte,
-                C);
-  }
-  double loss = 0.0;
-  for (int64_t i = 0; i < d.N; ++i) loss += losses[i];
-  loss /= static_cast<double>(d.N);
+  ClassifierArgs head{m.lnf.ptr<float>(), g.wte, m.targets.ptr<int32_t>(), d.N, C, c.vocab_size,
+                      grad_scale / static_cast<float>(d.N), act_dtype_, m.logits.ptr<float>(), m.logits_rows,
+                      m.losses.ptr<double>(), m.dbuf.ptr<float>(), gg.wte};
+  k.classifier_forward_backward(s, head);
+  k.sum(s, m.losses.ptr<double>(), d.N, m.loss_sum.ptr<double>());
+  device_.copy(s, m.loss_host.data(), m.loss_sum.data(), sizeof(double));
 
-  float* dres = m.dres.as<float>();
-  std::memset(dres, 0, NC * sizeof(float));
-  cpu::layernorm_backward(dres, gg.lnfw, gg.lnfb, dlnf, xL,
-                          g.lnfw, m.lnf_mean.as<float>(), m.lnf_rstd.as<float>(), d.N, C);
-  round_to(act_dtype_, dres, NC);
+  float* dres = m.dres.ptr<float>();
+  device_.memset(s, dres, 0, NC * sizeof(float));
+  k.layernorm_backward(s, dres, gg.lnfw, gg.lnfb, m.dbuf.ptr<float>(), xL, g.lnfw, m.lnf_mean.ptr<float>(),
+                       m.lnf_rstd.ptr<float>(), d.N, C);
+  k.round_to(s, act_dtype_, dres, NC);
 
-  const BackwardBuffers bb{m.dbuf.as<float>(), m.dqkv.as<float>(), m.dfch.as<float>(), m.attn_scratch.as<float>()};
+  const BackwardBuffers bb{m.dbuf.ptr<float>(), m.dqkv.ptr<float>(), m.dfch.ptr<float>(),
+                           m.attn_scratch.ptr<float>()};
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const LayerWeights w = ws.layer(l);
     if (l > 0) ws.prefetch(l - 1);
     const float* x = m.residual(l, d.N);
     if (!f32) {
-      convert_to_f32(act_dtype_, m.residual(l, d.N), m.x_fp32.as<float>(), NC);
-      x = m.x_fp32.as<float>();
+      k.convert_to_f32(s, act_dtype_, m.residual(l, d.N), m.x_fp32.ptr<float>(), NC);
+      x = m.x_fp32.ptr<float>();
     }
     LayerActs a;
     if (checkpointing_) {
       a = m.scratch_acts();
-      block_forward(d, w, x, a, m.proj.as<float>(), nullptr, act_dtype_);
+      block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), nullptr, act_dtype_);
     } else {
       a = m.stored_acts(l);
       if (!f32) m.pack_acts(l, a, B, T, /*to_store=*/false);
     }
-    block_backward(d, w, x, a, sink.layer(l), dres, bb);
+    block_backward(k, s, d, w, x, a, sink.layer(l), dres, bb);
     sink.layer_done(l);
-    round_to(act_dtype_, dres, NC);
+    k.round_to(s, act_dtype_, dres, NC);
   }
-  cpu::embedding_backward(dwte, gg.wpe, dres, inputs, B, T, C);
+  k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), B, T, C);
   sink.end_backward();
   ws.end_pass();
-  return loss;
+  ZEROD_RETURN_IF_ERROR(device_.synchronize(s));
+  return *m.loss_host.host<double>() / static_cast<double>(d.N);
 }
 
-void Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits, bool last_only) {
-  impl_->forward_blocks(ws, tokens, B, T);
-  const GlobalWeights g = ws.globals();
+absl::Status Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits,
+                                 bool last_only) {
+  Impl& m = *impl_;
   const int C = layout_.config().n_embd, V = layout_.config().vocab_size;
-  const float* lnf = impl_->lnf.as<float>();
-  if (last_only) {
-    // Row T-1 of each sequence: lda = T*C steps from one sequence to the next.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, V, C, 1.0f, lnf + int64_t(T - 1) * C, T * C, g.wte, C,
-                0.0f, logits, V);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int64_t(B) * T, V, C, 1.0f, lnf, C, g.wte, C, 0.0f, logits,
-                V);
+  const int64_t rows = last_only ? B : int64_t(B) * T;
+  if (m.logits_out.bytes() < uint64_t(rows) * V * 4) {
+    ZEROD_ASSIGN_OR_RETURN(m.logits_out, device_.allocate(uint64_t(rows) * V * 4, Category::kWorkspace));
   }
+  m.upload(m.inputs, tokens, int64_t(B) * T);
+  m.forward_blocks(ws, B, T);
+  const GlobalWeights g = ws.globals();
+  // The last position: row T-1 of each sequence, T*C floats apart.
+  const float* lnf = m.lnf.ptr<float>() + (last_only ? int64_t(T - 1) * C : 0);
+  kernels_.classifier_logits(m.s, m.logits_out.ptr<float>(), lnf, last_only ? int64_t(T) * C : C, g.wte, rows, C, V);
+  device_.copy(m.s, logits, m.logits_out.data(), rows * V * 4);
   ws.end_pass();
+  return device_.synchronize(m.s);
 }
 
 }  // namespace zerod

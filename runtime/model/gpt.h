@@ -1,4 +1,6 @@
-// GPT-2 forward and backward on the CPU, one explicit pass per layer.
+// GPT-2 forward and backward on any Device, one explicit pass per layer:
+// every kernel goes through the device's table on its compute stream, and
+// the host waits for the stream only to read the loss or the logits.
 //
 // Activations for backward live in a store of the activation dtype (fp32, or
 // bf16/fp16 under mixed precision, where every activation is rounded to that
@@ -9,8 +11,10 @@
 
 #include <memory>
 
+#include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
 #include "runtime/model/weights.h"
 
@@ -18,32 +22,36 @@ namespace zerod {
 
 class Gpt {
  public:
-  // Buffers are sized for micro-batches of up to B sequences of T tokens.
+  // Buffers are sized for micro-batches of up to B sequences of T tokens,
+  // on `device`, whose table `kernels` is; both outlive the model.
   static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
-                                                     bool checkpointing);
+                                                     bool checkpointing, Device& device, Kernels& kernels);
   ~Gpt();
 
   const GptLayout& layout() const { return layout_; }
   int max_seq() const { return T_; }
 
-  // One micro-batch: forward, loss, backward. Adds grad_scale * d(mean loss)
-  // to the sink's gradients. Returns the mean loss over B*T tokens.
-  double forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets, int B,
-                          int T, float grad_scale);
+  // One micro-batch (token ids in host memory): forward, loss, backward.
+  // Adds grad_scale * d(mean loss) to the sink's gradients. Returns the mean
+  // loss over B*T tokens.
+  absl::StatusOr<double> forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs,
+                                          const int32_t* targets, int B, int T, float grad_scale);
 
-  // Forward only: logits [B*T, V], or [B, V] for the last position of each
-  // sequence when last_only.
-  void forward_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
+  // Forward only, into host memory: logits [B*T, V], or [B, V] for the last
+  // position of each sequence when last_only.
+  absl::Status forward_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
 
  private:
   struct Impl;
-  Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing);
+  Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, Device& device, Kernels& kernels);
   absl::Status allocate();
 
   GptLayout layout_;
   int B_, T_;
   DType act_dtype_;
   bool checkpointing_;
+  Device& device_;
+  Kernels& kernels_;
   std::unique_ptr<Impl> impl_;
 };
 

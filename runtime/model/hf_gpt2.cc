@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
-#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/core/whole_file.h"
 
 namespace zerod {
@@ -23,7 +23,7 @@ const char* torch_dtype(DType t) {
 }
 
 // GPT2Config's fields for this model (the activation is the tanh GELU).
-static_assert(cpu::kLayerNormEps == 1e-5f, "config.json states the LayerNorm epsilon");
+static_assert(kLayerNormEps == 1e-5f, "config.json states the LayerNorm epsilon");
 nlohmann::json hf_config(const GptConfig& m, DType dtype) {
   return {{"architectures", {"GPT2LMHeadModel"}},
           {"model_type", "gpt2"},

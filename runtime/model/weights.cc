@@ -10,25 +10,29 @@ constexpr int kLayerIds[] = {kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB,
 
 // `id`'s tensor inside its unit, as fp32: in place, or converted into
 // staging at the same offset.
-const float* weight_view(const GptLayout& layout, DType dtype, const void* unit, float* staging, int id) {
+const float* weight_view(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit, float* staging,
+                         int id) {
   const ParamTensorInfo& t = layout.tensor(id);
   if (dtype == DType::kF32) return static_cast<const float*>(unit) + t.unit_offset;
-  convert_to_f32(dtype, static_cast<const uint16_t*>(unit) + t.unit_offset, staging + t.unit_offset, t.numel);
+  cv.kernels.convert_to_f32(cv.stream, dtype, static_cast<const uint16_t*>(unit) + t.unit_offset,
+                            staging + t.unit_offset, t.numel);
   return staging + t.unit_offset;
 }
 
 }  // namespace
 
-GlobalWeights global_weight_views(const GptLayout& layout, DType dtype, const void* emb, const void* fin,
-                                  float* staging) {
+GlobalWeights global_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* emb,
+                                  const void* fin, float* staging) {
   float* fin_staging = staging ? staging + layout.unit_numel(0) : nullptr;
-  return {weight_view(layout, dtype, emb, staging, kWte), weight_view(layout, dtype, emb, staging, kWpe),
-          weight_view(layout, dtype, fin, fin_staging, kLnfW), weight_view(layout, dtype, fin, fin_staging, kLnfB)};
+  return {weight_view(cv, layout, dtype, emb, staging, kWte), weight_view(cv, layout, dtype, emb, staging, kWpe),
+          weight_view(cv, layout, dtype, fin, fin_staging, kLnfW),
+          weight_view(cv, layout, dtype, fin, fin_staging, kLnfB)};
 }
 
-LayerWeights layer_weight_views(const GptLayout& layout, DType dtype, const void* unit, float* staging) {
+LayerWeights layer_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit,
+                                float* staging) {
   const float* p[12];
-  for (int i = 0; i < 12; ++i) p[i] = weight_view(layout, dtype, unit, staging, kLayerIds[i]);
+  for (int i = 0; i < 12; ++i) p[i] = weight_view(cv, layout, dtype, unit, staging, kLayerIds[i]);
   return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
 }
 
@@ -50,16 +54,16 @@ std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout) {
 }
 
 absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType dtype, const void* params,
-                                                std::vector<int64_t> unit_offsets) {
-  FlatWeights w;
+                                                Device& device, Kernels& kernels, std::vector<int64_t> unit_offsets) {
+  FlatWeights w(Converter{kernels, device.compute_stream()});
   w.layout_ = layout;
   w.dtype_ = dtype;
   w.params_ = params;
   w.unit_offsets_ = unit_offsets.empty() ? contiguous_unit_offsets(*layout) : std::move(unit_offsets);
   if (dtype != DType::kF32) {
     const int64_t global_n = layout->unit_numel(0) + layout->unit_numel(layout->final_unit());
-    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, Buffer::allocate(global_n * 4, Category::kWorkspace));
-    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, Buffer::allocate(layout->unit_numel(1) * 4, Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, device.allocate(global_n * 4, Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, device.allocate(layout->unit_numel(1) * 4, Category::kWorkspace));
   }
   return w;
 }
@@ -71,15 +75,15 @@ const void* FlatWeights::unit(int u) const {
 GlobalWeights FlatWeights::globals() {
   // 16-bit tensors are converted once per parameter update.
   if (dtype_ == DType::kF32 || !globals_ready_) {
-    globals_ = global_weight_views(*layout_, dtype_, unit(0), unit(layout_->final_unit()),
-                                   global_staging_.as<float>());
+    globals_ = global_weight_views(convert_, *layout_, dtype_, unit(0), unit(layout_->final_unit()),
+                                   global_staging_.ptr<float>());
     globals_ready_ = true;
   }
   return globals_;
 }
 
 LayerWeights FlatWeights::layer(int l) {
-  return layer_weight_views(*layout_, dtype_, unit(GptLayout::layer_unit(l)), layer_staging_.as<float>());
+  return layer_weight_views(convert_, *layout_, dtype_, unit(GptLayout::layer_unit(l)), layer_staging_.ptr<float>());
 }
 
 FlatGrads::FlatGrads(const GptLayout* layout, float* grads, std::vector<int64_t> unit_offsets)

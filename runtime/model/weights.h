@@ -8,8 +8,10 @@
 
 #include <vector>
 
+#include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
 
 namespace zerod {
@@ -57,13 +59,21 @@ class GradSink {
   virtual void end_backward() {}
 };
 
+// Where 16-bit weights become fp32: on the stream the model computes on,
+// in order with its kernels.
+struct Converter {
+  Kernels& kernels;
+  Stream& stream;
+};
+
 // Views of units laid out as in `layout`: `emb` and `fin` point at the
 // embedding and final-LayerNorm units, `unit` at one layer's. 16-bit
 // parameters are converted into `staging` (fp32, unit-sized); fp32 ones are
 // returned in place.
-GlobalWeights global_weight_views(const GptLayout& layout, DType dtype, const void* emb, const void* fin,
-                                  float* staging);
-LayerWeights layer_weight_views(const GptLayout& layout, DType dtype, const void* unit, float* staging);
+GlobalWeights global_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* emb,
+                                  const void* fin, float* staging);
+LayerWeights layer_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit,
+                                float* staging);
 GlobalGrads global_grad_views(const GptLayout& layout, float* emb, float* fin);
 LayerGrads layer_grad_views(const GptLayout& layout, float* unit);
 
@@ -71,19 +81,22 @@ LayerGrads layer_grad_views(const GptLayout& layout, float* unit);
 // ZeRO's padded ones.
 std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout);
 
-// Weights in one flat buffer of `dtype` whose units start at `unit_offsets`;
-// 16-bit globals are converted once per parameter update (invalidate()).
+// Weights in one flat buffer of `dtype` on `device` whose units start at
+// `unit_offsets`; 16-bit globals are converted once per parameter update
+// (invalidate()).
 class FlatWeights : public WeightSource {
  public:
-  static absl::StatusOr<FlatWeights> create(const GptLayout* layout, DType dtype, const void* params,
-                                            std::vector<int64_t> unit_offsets = {});
+  static absl::StatusOr<FlatWeights> create(const GptLayout* layout, DType dtype, const void* params, Device& device,
+                                            Kernels& kernels, std::vector<int64_t> unit_offsets = {});
   GlobalWeights globals() override;
   LayerWeights layer(int l) override;
   void invalidate() { globals_ready_ = false; }
 
  private:
+  explicit FlatWeights(Converter convert) : convert_(convert) {}
   const void* unit(int u) const;
 
+  Converter convert_;
   const GptLayout* layout_ = nullptr;
   DType dtype_ = DType::kF32;
   const void* params_ = nullptr;

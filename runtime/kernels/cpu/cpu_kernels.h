@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "runtime/core/dtype.h"
+
 namespace zerod::cpu {
 
 // out[N,OC] = inp[N,C] @ w[C,OC] + bias[OC]; bias may be null. Weights are
@@ -52,6 +54,35 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 // row's loss (-log p[target]) to losses and, when dloss != 0, replaces the
 // logits with their gradient (softmax - onehot) * dloss.
 void softmax_cross_entropy(float* logits, double* losses, const int32_t* targets, int64_t rows, int V, float dloss);
+
+// The LM head, whose weights are the token embedding wte [V, C]:
+// logits[r, v] = inp[r * inp_stride + :] . wte[v, :] for `rows` rows.
+void classifier_logits(float* logits, const float* inp, int64_t inp_stride, const float* wte, int64_t rows, int C,
+                       int V);
+
+// The head's forward and backward fused, `chunk_rows` rows at a time so the
+// full [N, V] logits never exist: each chunk's logits (rounded to `act`),
+// its softmax cross-entropy (losses[r]), then dinp = dlogits @ wte
+// (overwritten) and dwte += dlogits^T @ inp, with dlogits = (softmax -
+// onehot) * dloss.
+struct ClassifierArgs {
+  const float* inp;        // [N, C]
+  const float* wte;        // [V, C]
+  const int32_t* targets;  // [N]
+  int64_t N;
+  int C, V;
+  float dloss;
+  DType act;
+  float* logits;           // [chunk_rows, V] scratch
+  int64_t chunk_rows;
+  double* losses;          // [N]
+  float* dinp;             // [N, C]
+  float* dwte;             // [V, C]
+};
+void classifier_forward_backward(const ClassifierArgs& a);
+
+// x[0] + x[1] + ... in that order.
+double sum(const double* x, int64_t n);
 
 // Sum of squares in double over fixed-size chunks added in order: the same
 // bits for any thread count.

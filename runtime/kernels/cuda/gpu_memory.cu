@@ -1,8 +1,8 @@
-// CUDA implementation of the device layer (core/device.h).
+// CUDA implementation of the raw allocations (core/gpu_memory.h).
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/core/device.h"
+#include "runtime/core/gpu_memory.h"
 
 namespace zerod {
 

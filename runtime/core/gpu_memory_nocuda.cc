@@ -1,4 +1,4 @@
-#include "runtime/core/device.h"
+#include "runtime/core/gpu_memory.h"
 
 namespace zerod {
 

@@ -1,0 +1,160 @@
+#include "runtime/core/cpu_device.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace zerod {
+namespace {
+
+// An event is a count of points recorded and of points reached; the state
+// is shared with the queued work that completes or waits on it, so an
+// event may be destroyed while such work is pending.
+struct EventState {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0, reached = 0;
+
+  void reach(uint64_t point) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      reached = std::max(reached, point);
+    }
+    cv.notify_all();
+  }
+  void wait_for(uint64_t point) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return reached >= point; });
+  }
+};
+
+class CpuEvent : public Event {
+ public:
+  std::shared_ptr<EventState> state = std::make_shared<EventState>();
+};
+
+EventState& state_of(Event& e) { return *static_cast<CpuEvent&>(e).state; }
+
+}  // namespace
+
+struct CpuStream::Queue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> work;
+  bool stopping = false;
+  std::mt19937_64 rng;
+  std::uniform_int_distribution<int> delay_us, delay_now;
+  std::thread thread;
+
+  Queue(uint64_t seed, const CpuStreamOptions& o)
+      : rng(seed), delay_us(0, std::max(0, o.max_delay_us)), delay_now(1, std::max(1, o.delay_one_in)) {
+    thread = std::thread([this] { run(); });
+  }
+  ~Queue() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+  void run() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stopping || !work.empty(); });
+        if (work.empty()) return;  // stopping, and everything queued has run
+        f = std::move(work.front());
+        work.pop_front();
+      }
+      if (delay_now(rng) == 1) std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+      f();
+    }
+  }
+};
+
+CpuStream::CpuStream(const CpuStreamOptions& options, uint64_t seed) {
+  if (options.threaded) queue_ = std::make_unique<Queue>(seed, options);
+}
+
+CpuStream::~CpuStream() = default;
+
+void CpuStream::enqueue(std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> lock(queue_->mu);
+    queue_->work.push_back(std::move(f));
+  }
+  queue_->cv.notify_one();
+}
+
+CpuDevice::CpuDevice(MemoryAccountant& acct, CpuStreamOptions options)
+    : Device(acct), options_(options), compute_(std::make_unique<CpuStream>(options_, options_.seed)) {}
+
+absl::StatusOr<Buffer> CpuDevice::allocate(uint64_t bytes, Category c, Tier t) {
+  if (t != Tier::kHost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the cpu device has host memory only, not ", tier_name(t), " (", bytes, " bytes of ",
+                     category_name(c), ")"));
+  }
+  return Device::allocate(bytes, c, t);
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> CpuDevice::create_stream() {
+  return std::make_unique<CpuStream>(options_, options_.seed + ++streams_made_);
+}
+
+absl::StatusOr<std::unique_ptr<Event>> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
+
+void CpuDevice::memset(Stream& s, void* dst, int byte, uint64_t bytes) {
+  launch(s, [=] { std::memset(dst, byte, bytes); });
+}
+
+void CpuDevice::copy(Stream& s, void* dst, const void* src, uint64_t bytes) {
+  launch(s, [=] { std::memcpy(dst, src, bytes); });
+}
+
+void CpuDevice::record(Stream& s, Event& e) {
+  std::shared_ptr<EventState> state = static_cast<CpuEvent&>(e).state;
+  uint64_t point;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    point = ++state->recorded;
+  }
+  launch(s, [state, point] { state->reach(point); });
+}
+
+void CpuDevice::wait(Stream& s, Event& e) {
+  std::shared_ptr<EventState> state = static_cast<CpuEvent&>(e).state;
+  uint64_t point;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    point = state->recorded;
+  }
+  launch(s, [state, point] { state->wait_for(point); });
+}
+
+absl::Status CpuDevice::synchronize(Stream& s) {
+  CpuEvent done;
+  record(s, done);
+  return synchronize(done);
+}
+
+absl::Status CpuDevice::synchronize(Event& e) {
+  EventState& state = state_of(e);
+  uint64_t point;
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    point = state.recorded;
+  }
+  state.wait_for(point);
+  return absl::OkStatus();
+}
+
+}  // namespace zerod

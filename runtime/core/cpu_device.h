@@ -1,0 +1,85 @@
+// The CPU as a Device: memory is host memory, and a stream is an ordered
+// queue of host functions.
+//
+// Streams are synchronous by default: work runs on the calling thread as it
+// is enqueued, so events are complete when recorded and the CPU trains as
+// fast as plain calls would. With `threaded`, each stream runs its work on a
+// thread of its own and, before one item in `delay_one_in` (drawn at
+// random), sleeps a random 0..max_delay_us, so the host runs ahead of the
+// streams by varying amounts, as it does of a GPU: a missing event wait or
+// a host read before its stream's work has finished gives a wrong result
+// here, in CI, instead of on a GPU. Both modes compute the same bits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "runtime/core/device.h"
+
+namespace zerod {
+
+struct CpuStreamOptions {
+  bool threaded = false;
+  int max_delay_us = 500;
+  int delay_one_in = 8;
+  uint64_t seed = 1;  // of the delays
+};
+
+class CpuStream : public Stream {
+ public:
+  CpuStream(const CpuStreamOptions& options, uint64_t seed);
+  ~CpuStream() override;  // runs what is queued first
+
+  bool threaded() const { return queue_ != nullptr; }
+  // Runs f in stream order: now, or on the stream's thread.
+  template <class F>
+  void launch(F&& f) {
+    if (queue_) {
+      enqueue(std::function<void()>(std::forward<F>(f)));
+    } else {
+      f();
+    }
+  }
+
+ private:
+  struct Queue;
+  void enqueue(std::function<void()> f);
+  std::unique_ptr<Queue> queue_;
+};
+
+class CpuDevice : public Device {
+ public:
+  explicit CpuDevice(MemoryAccountant& acct = MemoryAccountant::global(), CpuStreamOptions options = {});
+
+  std::string name() const override { return "cpu"; }
+  Tier memory_tier() const override { return Tier::kHost; }
+  const CpuStreamOptions& stream_options() const { return options_; }
+
+  absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t) override;
+  using Device::allocate;
+  Stream& compute_stream() override { return *compute_; }
+  absl::StatusOr<std::unique_ptr<Stream>> create_stream() override;
+  absl::StatusOr<std::unique_ptr<Event>> create_event() override;
+
+  void memset(Stream& s, void* dst, int byte, uint64_t bytes) override;
+  void copy(Stream& s, void* dst, const void* src, uint64_t bytes) override;
+  void record(Stream& s, Event& e) override;
+  void wait(Stream& s, Event& e) override;
+  absl::Status synchronize(Stream& s) override;
+  absl::Status synchronize(Event& e) override;
+
+  // Runs f on stream s, in its order (what the CPU kernel table does).
+  template <class F>
+  static void launch(Stream& s, F&& f) {
+    static_cast<CpuStream&>(s).launch(std::forward<F>(f));
+  }
+
+ private:
+  CpuStreamOptions options_;
+  uint64_t streams_made_ = 0;  // each stream's delays have a seed of their own
+  std::unique_ptr<CpuStream> compute_;
+};
+
+}  // namespace zerod

@@ -1,0 +1,35 @@
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "runtime/kernels/cpu/cpu_kernels.h"
+
+namespace zerod::cpu {
+
+void classifier_logits(float* logits, const float* inp, int64_t inp_stride, const float* wte, int64_t rows, int C,
+                       int V) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, inp, inp_stride, wte, C, 0.0f, logits, V);
+}
+
+void classifier_forward_backward(const ClassifierArgs& a) {
+  const int C = a.C, V = a.V;
+  for (int64_t r0 = 0; r0 < a.N; r0 += a.chunk_rows) {
+    const int64_t rows = std::min(a.chunk_rows, a.N - r0);
+    classifier_logits(a.logits, a.inp + r0 * C, C, a.wte, rows, C, V);
+    round_to(a.act, a.logits, rows * V);
+    softmax_cross_entropy(a.logits, a.losses + r0, a.targets + r0, rows, V, a.dloss);
+    // dinp = dlogits @ wte; dwte += dlogits^T @ inp.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, a.logits, V, a.wte, C, 0.0f,
+                a.dinp + r0 * C, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, a.logits, V, a.inp + r0 * C, C, 1.0f,
+                a.dwte, C);
+  }
+}
+
+double sum(const double* x, int64_t n) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += x[i];
+  return total;
+}
+
+}  // namespace zerod::cpu

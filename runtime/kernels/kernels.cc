@@ -1,0 +1,14 @@
+#include "runtime/kernels/kernels.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/cpu_device.h"
+#include "runtime/kernels/cpu/cpu_table.h"
+
+namespace zerod {
+
+absl::StatusOr<std::unique_ptr<Kernels>> kernels_for(Device& device) {
+  if (dynamic_cast<CpuDevice*>(&device)) return cpu_kernels();
+  return absl::UnimplementedError(absl::StrCat("no kernel table for device ", device.name()));
+}
+
+}  // namespace zerod

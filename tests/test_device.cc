@@ -1,0 +1,241 @@
+// The CPU Device: ordered streams, events between streams and the host,
+// accounted allocation, the device registry, and the kernel table, which
+// must compute what the cpu:: kernels it wraps compute, on threaded streams
+// as on synchronous ones.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "runtime/core/cpu_device.h"
+#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/model/gpt_layout.h"
+
+namespace zerod {
+namespace {
+
+constexpr CpuStreamOptions kThreaded{true, 200, 2, 42};
+
+TEST(CpuDevice, SynchronousStreamsRunWorkAsItIsEnqueued) {
+  CpuDevice dev;
+  int x = 0;
+  CpuDevice::launch(dev.compute_stream(), [&] { x = 5; });
+  EXPECT_EQ(x, 5);
+  std::vector<uint8_t> buf(64, 0);
+  dev.memset(dev.compute_stream(), buf.data(), 0xab, 64);
+  EXPECT_EQ(buf[63], 0xab);
+}
+
+TEST(CpuDevice, ThreadedStreamRunsItsWorkInOrder) {
+  CpuDevice dev(MemoryAccountant::global(), kThreaded);
+  std::vector<int> seen;
+  for (int i = 0; i < 500; ++i) CpuDevice::launch(dev.compute_stream(), [&seen, i] { seen.push_back(i); });
+  ASSERT_TRUE(dev.synchronize(dev.compute_stream()).ok());
+  std::vector<int> want(500);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(seen, want);
+}
+
+TEST(CpuDevice, EventsOrderWorkAcrossStreamsBothWays) {
+  // A producer stream writes one shared slot per round and a consumer
+  // stream copies it out: `ready` keeps the consumer from reading early and
+  // `drained` keeps the producer from overwriting what is not read yet.
+  CpuDevice dev(MemoryAccountant::global(), kThreaded);
+  auto consumer = dev.create_stream();
+  auto ready = dev.create_event(), drained = dev.create_event();
+  ASSERT_TRUE(consumer.ok() && ready.ok() && drained.ok());
+  Stream& producer = dev.compute_stream();
+  constexpr int kRounds = 200;
+  std::vector<int32_t> src(kRounds), out(kRounds, -1);
+  std::iota(src.begin(), src.end(), 1000);
+  int32_t slot = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    dev.wait(producer, **drained);
+    dev.copy(producer, &slot, &src[i], 4);
+    dev.record(producer, **ready);
+    dev.wait(**consumer, **ready);
+    dev.copy(**consumer, &out[i], &slot, 4);
+    dev.record(**consumer, **drained);
+  }
+  ASSERT_TRUE(dev.synchronize(**drained).ok());
+  EXPECT_EQ(out, src);
+}
+
+TEST(CpuDevice, SynchronizeOnAnEventWaitsForTheWorkBeforeIt) {
+  CpuDevice dev(MemoryAccountant::global(), kThreaded);
+  auto e = dev.create_event();
+  ASSERT_TRUE(e.ok());
+  // Never recorded: nothing to wait for.
+  ASSERT_TRUE(dev.synchronize(**e).ok());
+  std::vector<uint8_t> buf(1 << 16, 0);
+  for (int round = 1; round <= 20; ++round) {
+    dev.memset(dev.compute_stream(), buf.data(), round, buf.size());
+    dev.record(dev.compute_stream(), **e);
+    ASSERT_TRUE(dev.synchronize(**e).ok());
+    EXPECT_EQ(buf.front(), round);
+    EXPECT_EQ(buf.back(), round);
+  }
+}
+
+TEST(CpuDevice, AllocatesAccountedHostMemoryOnly) {
+  MemoryAccountant acct;
+  CpuDevice dev(acct);
+  EXPECT_EQ(dev.name(), "cpu");
+  EXPECT_EQ(dev.memory_tier(), Tier::kHost);
+  {
+    auto b = dev.allocate(1000, Category::kActivations);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->tier(), Tier::kHost);
+    EXPECT_EQ(acct.current(Tier::kHost, Category::kActivations), 1000u);
+  }
+  EXPECT_EQ(acct.current(Tier::kHost, Category::kActivations), 0u);
+  for (Tier t : {Tier::kGpu, Tier::kPinned, Tier::kNvme}) {
+    auto b = dev.allocate(64, Category::kParams, t);
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(b.status().message().find(tier_name(t)), std::string::npos) << b.status();
+  }
+  EXPECT_EQ(acct.peak_total(Tier::kGpu) + acct.peak_total(Tier::kPinned), 0u);
+}
+
+TEST(DeviceRegistry, OpensTheCpuAndRefusesWhatIsNotThere) {
+  for (const char* name : {"cpu", "auto"}) {
+    auto d = open_device(name);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ((*d)->name(), "cpu");
+  }
+  auto cuda = open_device("cuda");
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(cuda.status().message().find("run.device 'cuda'"), std::string::npos) << cuda.status();
+  auto bad = open_device("tpu");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'tpu'"), std::string::npos) << bad.status();
+}
+
+std::vector<float> random_floats(int64_t n, uint64_t seed) {
+  NormalRng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(rng.next());
+  return v;
+}
+
+// Every op of the table on a threaded stream gives the bits of the cpu::
+// kernel called directly (a swapped argument would not).
+TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
+  CpuDevice dev(MemoryAccountant::global(), kThreaded);
+  auto table = kernels_for(dev);
+  ASSERT_TRUE(table.ok()) << table.status();
+  Kernels& k = **table;
+  Stream& s = dev.compute_stream();
+  const int B = 2, T = 5, C = 8, NH = 2, V = 11, OC = 12;
+  const int64_t N = B * T;
+  const std::vector<float> x = random_floats(N * 3 * C, 1), w = random_floats(4 * C * OC, 2),
+                           bias = random_floats(OC, 3), dout = random_floats(N * OC, 4);
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int64_t i = 0; i < N; ++i) tokens[i] = static_cast<int32_t>((i * 7) % V), targets[i] = int32_t((i * 5) % V);
+
+  // Each case fills `got` through the table and `want` directly.
+  auto same = [&](const char* name, int64_t n, auto&& via_table, auto&& direct) {
+    std::vector<float> got(n, 0.5f), want(n, 0.5f);
+    via_table(got.data());
+    ASSERT_TRUE(dev.synchronize(s).ok());
+    direct(want.data());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0) << name;
+  };
+  same("matmul_forward", N * OC, [&](float* o) { k.matmul_forward(s, o, x.data(), w.data(), bias.data(), N, C, OC); },
+       [&](float* o) { cpu::matmul_forward(o, x.data(), w.data(), bias.data(), N, C, OC); });
+  // dinp [N, C], then dw [C, OC], then dbias [OC], in one array.
+  same("matmul_backward", N * C + C * OC + OC,
+       [&](float* o) { k.matmul_backward(s, o, o + N * C, o + N * C + C * OC, dout.data(), x.data(), w.data(), N, C, OC); },
+       [&](float* o) { cpu::matmul_backward(o, o + N * C, o + N * C + C * OC, dout.data(), x.data(), w.data(), N, C, OC); });
+  same("layernorm_forward", N * C + 2 * N,
+       [&](float* o) { k.layernorm_forward(s, o, o + N * C, o + N * C + N, x.data(), w.data(), bias.data(), N, C); },
+       [&](float* o) { cpu::layernorm_forward(o, o + N * C, o + N * C + N, x.data(), w.data(), bias.data(), N, C); });
+  same("layernorm_backward", N * C + 2 * C,
+       [&](float* o) {
+         k.layernorm_backward(s, o, o + N * C, o + N * C + C, dout.data(), x.data(), w.data(), bias.data(),
+                              bias.data() + 1, N, C);
+       },
+       [&](float* o) {
+         cpu::layernorm_backward(o, o + N * C, o + N * C + C, dout.data(), x.data(), w.data(), bias.data(),
+                                 bias.data() + 1, N, C);
+       });
+  const int64_t att = int64_t(B) * NH * T * T;
+  same("attention_forward", N * C + att, [&](float* o) { k.attention_forward(s, o, o + N * C, x.data(), B, T, C, NH); },
+       [&](float* o) { cpu::attention_forward(o, o + N * C, x.data(), B, T, C, NH); });
+  std::vector<float> probs(att), fwd(N * C), scratch(k.attention_scratch_floats(T) * 2);
+  cpu::attention_forward(fwd.data(), probs.data(), x.data(), B, T, C, NH);
+  same("attention_backward", N * 3 * C,
+       [&](float* o) { k.attention_backward(s, o, dout.data(), x.data(), probs.data(), scratch.data(), B, T, C, NH); },
+       [&](float* o) { cpu::attention_backward(o, dout.data(), x.data(), probs.data(), scratch.data(), B, T, C, NH); });
+  same("gelu_forward", N * C, [&](float* o) { k.gelu_forward(s, o, x.data(), N * C); },
+       [&](float* o) { cpu::gelu_forward(o, x.data(), N * C); });
+  same("gelu_backward", N * C, [&](float* o) { k.gelu_backward(s, o, x.data(), dout.data(), N * C); },
+       [&](float* o) { cpu::gelu_backward(o, x.data(), dout.data(), N * C); });
+  same("residual_forward", N * C, [&](float* o) { k.residual_forward(s, o, x.data(), w.data(), N * C); },
+       [&](float* o) { cpu::residual_forward(o, x.data(), w.data(), N * C); });
+  same("add", N * C,
+       [&](float* o) {
+         k.add(s, o, x.data(), N * C);
+         k.add(s, o, w.data(), N * C);
+       },
+       [&](float* o) {
+         for (int64_t i = 0; i < N * C; ++i) o[i] = (o[i] + x[i]) + w[i];
+       });
+  same("embedding_forward", N * C, [&](float* o) { k.embedding_forward(s, o, tokens.data(), x.data(), w.data(), B, T, C); },
+       [&](float* o) { cpu::embedding_forward(o, tokens.data(), x.data(), w.data(), B, T, C); });
+  same("embedding_backward", V * C + T * C,
+       [&](float* o) { k.embedding_backward(s, o, o + V * C, dout.data(), tokens.data(), B, T, C); },
+       [&](float* o) { cpu::embedding_backward(o, o + V * C, dout.data(), tokens.data(), B, T, C); });
+  same("classifier_logits", B * V,
+       [&](float* o) { k.classifier_logits(s, o, x.data() + (T - 1) * C, T * C, w.data(), B, C, V); },
+       [&](float* o) { cpu::classifier_logits(o, x.data() + (T - 1) * C, T * C, w.data(), B, C, V); });
+  // losses (as doubles: 2 floats each), dinp, dwte and the logits scratch.
+  same("classifier_forward_backward", 2 * N + N * C + V * C + 3 * V,
+       [&](float* o) {
+         k.classifier_forward_backward(s, {x.data(), w.data(), targets.data(), N, C, V, 0.25f, DType::kBF16,
+                                           o + 2 * N + N * C + V * C, 3, reinterpret_cast<double*>(o), o + 2 * N,
+                                           o + 2 * N + N * C});
+       },
+       [&](float* o) {
+         cpu::classifier_forward_backward({x.data(), w.data(), targets.data(), N, C, V, 0.25f, DType::kBF16,
+                                           o + 2 * N + N * C + V * C, 3, reinterpret_cast<double*>(o), o + 2 * N,
+                                           o + 2 * N + N * C});
+       });
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    same("round_to", N * C,
+         [&](float* o) {
+           std::memcpy(o, x.data(), N * C * 4);
+           k.round_to(s, t, o, N * C);
+         },
+         [&](float* o) {
+           std::memcpy(o, x.data(), N * C * 4);
+           round_to(t, o, N * C);
+         });
+    same("convert to and from f32", N * C,
+         [&](float* o) {
+           std::vector<uint16_t> half(N * C);
+           k.convert_from_f32(s, t, x.data(), half.data(), N * C);
+           k.convert_to_f32(s, t, half.data(), o, N * C);
+           ASSERT_TRUE(dev.synchronize(s).ok());  // before `half` goes
+         },
+         [&](float* o) {
+           std::vector<uint16_t> half(N * C);
+           convert_from_f32(t, x.data(), half.data(), N * C);
+           convert_to_f32(t, half.data(), o, N * C);
+         });
+  }
+  double sums[2] = {0, 0};
+  std::vector<double> terms(x.begin(), x.end());
+  k.sum(s, terms.data(), terms.size(), &sums[0]);
+  k.sum_squares(s, x.data(), x.size(), &sums[1]);
+  ASSERT_TRUE(dev.synchronize(s).ok());
+  double in_order = 0;
+  for (double t : terms) in_order += t;
+  EXPECT_EQ(sums[0], in_order);
+  EXPECT_EQ(sums[1], cpu::sum_squares(x.data(), x.size()));
+}
+
+}  // namespace
+}  // namespace zerod
