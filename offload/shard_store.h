@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "offload/aio_engine.h"
-#include "runtime/config/job_config.h"
+#include "offload/offload_config.h"
 #include "runtime/core/dtype.h"
 
 namespace zerod {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint_dir.h"
-#include "runtime/checkpoint/manifest.h"
+#include "runtime/engine/manifest.h"
 #include "runtime/engine/trainer.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"

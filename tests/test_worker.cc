@@ -216,6 +216,15 @@ TEST_F(WorkerTest, NegativeLearningRate) {
   EXPECT_NE(refused(j).find("optimizer.params.lr: must not be negative"), std::string::npos);
 }
 
+// No GPU device exists here (none is built yet, and CI has no GPU).
+TEST_F(WorkerTest, CudaWithoutAGpuDeviceIsRefusedNamingWhy) {
+  nlohmann::json j = small_job();
+  j["run"]["device"] = "cuda";
+  const std::string err = refused(j);
+  EXPECT_NE(err.find("run.device 'cuda'"), std::string::npos) << err;
+  EXPECT_NE(err.find("use 'cpu' or 'auto'"), std::string::npos) << err;
+}
+
 TEST_F(WorkerTest, PresetThatDoesNotExist) {
   nlohmann::json j = small_job();
   j["model"]["preset"] = "gpt5";

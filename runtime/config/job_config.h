@@ -14,32 +14,12 @@
 #include "runtime/core/status.h"
 #include "runtime/data/dataset.h"
 #include "runtime/model/gpt_config.h"
+#include "offload/offload_config.h"
+#include "runtime/optim/optim_config.h"
 
 namespace zerod {
 
-enum class OptimizerType { kAdamW, kAdam, kAdamW8bit };
-enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
-enum class WarmupType { kLog, kLinear };
-enum class OffloadDevice { kNone, kCpu, kNvme };
 enum class LogFormat { kText, kJson };
-
-struct OptimizerConfig {
-  OptimizerType type = OptimizerType::kAdamW;
-  double lr = 1e-3;
-  double beta1 = 0.9, beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-};
-
-// DeepSpeed's WarmupLR / WarmupDecayLR / WarmupCosineLR parameters.
-struct SchedulerConfig {
-  SchedulerType type = SchedulerType::kNone;
-  double warmup_min_lr = 0.0, warmup_max_lr = 1e-3;
-  int64_t warmup_num_steps = 1000;
-  int64_t total_num_steps = 0;
-  WarmupType warmup_type = WarmupType::kLog;
-  double warmup_min_ratio = 0.0, cos_min_ratio = 1e-4;  // WarmupCosineLR
-};
 
 struct LossScaleConfig {
   double loss_scale = 0;  // 0: dynamic
@@ -48,13 +28,6 @@ struct LossScaleConfig {
   int hysteresis = 2;
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1;
-};
-
-struct OffloadConfig {
-  OffloadDevice device = OffloadDevice::kNone;
-  std::optional<std::string> nvme_path;
-  bool pin_memory = true;
-  int buffer_count = 4;
 };
 
 struct ZeroConfig {

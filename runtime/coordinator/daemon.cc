@@ -16,7 +16,7 @@
 #include "runtime/config/command_line.h"
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/service.h"
-#include "runtime/engine/worker.h"
+#include "runtime/core/exit_codes.h"
 
 namespace zerod {
 namespace fs = std::filesystem;

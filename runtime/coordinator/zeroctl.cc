@@ -20,7 +20,7 @@
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/job_store.h"
 #include "runtime/core/whole_file.h"
-#include "runtime/engine/worker.h"
+#include "runtime/core/exit_codes.h"
 
 namespace zerod {
 namespace {

@@ -1,5 +1,5 @@
 // Raw GPU and pinned-host allocations, below Buffer. Built from
-// kernels/cuda/gpu_memory.cu with CUDA and from core/gpu_memory_nocuda.cc without.
+// core/gpu_memory_cuda.cu with CUDA and from core/gpu_memory_nocuda.cc without.
 #pragma once
 
 #include <cstddef>

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
-#include "runtime/checkpoint/manifest.h"
+#include "runtime/engine/manifest.h"
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_gpt2.h"
 #include "shard/saved_shards.h"

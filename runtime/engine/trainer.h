@@ -25,18 +25,10 @@
 #include "runtime/data/dataset.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/model/gpt.h"
+#include "runtime/telemetry/step_result.h"
 #include "shard/zero_engine.h"
 
 namespace zerod {
-
-struct StepResult {
-  int64_t step = 0;     // optimizer steps attempted so far (1-based)
-  double loss = 0;      // mean loss over the global batch
-  double lr = 0;        // learning rate applied (of the last applied update when skipped)
-  double grad_norm = 0; // global gradient norm before clipping (unscaled); inf on overflow
-  double loss_scale = 1;
-  bool skipped = false; // fp16 overflow: no update
-};
 
 // A committed checkpoint. seconds runs from the start of the save to its
 // commit; blocked_s is the part of it spent in start_checkpoint and

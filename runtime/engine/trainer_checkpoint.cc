@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
-#include "runtime/checkpoint/manifest.h"
+#include "runtime/engine/manifest.h"
 #include "runtime/engine/trainer.h"
 
 namespace zerod {

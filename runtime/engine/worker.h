@@ -6,13 +6,10 @@
 #include <ostream>
 #include <string>
 
+#include "runtime/core/exit_codes.h"
 #include "runtime/engine/trainer.h"
 
 namespace zerod {
-
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;
-inline constexpr int kExitBadInput = 2;
 
 // What a supervisor (zerod) learns of a training run as it goes; called on
 // the training thread.

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "runtime/config/job_config.h"
+#include "runtime/optim/optim_config.h"
 
 namespace zerod {
 

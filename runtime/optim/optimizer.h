@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/config/job_config.h"
+#include "runtime/optim/optim_config.h"
 #include "runtime/core/memory.h"
 #include "runtime/optim/adam8bit.h"
 

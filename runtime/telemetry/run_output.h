@@ -10,7 +10,7 @@
 
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
-#include "runtime/engine/trainer.h"
+#include "runtime/telemetry/step_result.h"
 
 namespace zerod {
 

@@ -1,4 +1,4 @@
-#include "runtime/checkpoint/manifest.h"
+#include "runtime/engine/manifest.h"
 
 #include <cstdio>
 #include <fstream>
