@@ -104,6 +104,7 @@ void step_vs_memory(const std::string& dir, int64_t n, int64_t block, int depth,
     SwapSettings s{dir + "/zerod-bench-opt.swap", sub, nbuf, Tier::kHost, {block, depth}, {}};
     auto init = [&](int k, int64_t start, int64_t len, float* dst) {
       std::memcpy(dst, pieces[k].master + start, len * 4);
+      return absl::OkStatus();
     };
     auto sw = SwappedOptimizer::create(cfg, pieces, DType::kBF16, init, s);
     check(sw.status());

@@ -71,12 +71,12 @@ ShardStore::Window* ShardStore::find(int u) {
 
 // A buffer that holds nothing, or else, when `evict`, one holding a unit
 // read ahead but not acquired (that read is given up); a transfer still in
-// flight from it is waited for (a write-back's error kept for flush()).
-ShardStore::Window* ShardStore::free_window(int u, bool evict) {
+// flight from it is waited for, and a write-back's failure returned.
+absl::StatusOr<ShardStore::Window*> ShardStore::free_window(int u, bool evict) {
   Window* unused = nullptr;
   for (Window& w : pool(u)) {
     if (w.unit < 0) {
-      put_status_.Update(finish_io(w));
+      ZEROD_RETURN_IF_ERROR(finish_io(w));
       return &w;
     }
     if (evict && !w.acquired && &w != filling_ && !unused) unused = &w;
@@ -102,15 +102,17 @@ absl::Status ShardStore::finish_io(Window& w) {
   return io_->wait(std::exchange(w.io, nullptr));
 }
 
-void ShardStore::fetch(int u) {
-  if (find(u)) return;
-  if (Window* w = free_window(u, false)) start_read(*w, u);
+absl::Status ShardStore::fetch(int u) {
+  if (find(u)) return absl::OkStatus();
+  ZEROD_ASSIGN_OR_RETURN(Window* w, free_window(u, false));
+  if (w) start_read(*w, u);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<void*> ShardStore::acquire(int u) {
   Window* w = find(u);
   if (!w) {
-    w = free_window(u, true);
+    ZEROD_ASSIGN_OR_RETURN(w, free_window(u, true));
     if (!w) {
       return absl::FailedPreconditionError(
           absl::StrCat("no free offload buffer for unit ", u, ": all ", pool(u).size(), " are acquired"));
@@ -148,7 +150,7 @@ int ShardStore::unit_at(int64_t offset) const {
   return static_cast<int>(std::upper_bound(offsets_.begin(), offsets_.end(), offset) - offsets_.begin()) - 1;
 }
 
-char* ShardStore::filling(int u, bool keep) {
+absl::StatusOr<char*> ShardStore::filling(int u, bool keep) {
   if (!filling_ || filling_->unit != u) {
     write_current();
     // Small units go round the pool, so a unit is filled while the writes
@@ -157,27 +159,33 @@ char* ShardStore::filling(int u, bool keep) {
     if (!w) {
       std::vector<Window>& p = pool(u);
       w = &p[&p == &small_ ? next_small_++ % p.size() : 0];
-      put_status_.Update(finish_io(*w));
+      ZEROD_RETURN_IF_ERROR(finish_io(*w));
       w->unit = u;
       if (keep) start_read(*w, u);
     }
-    put_status_.Update(finish_io(*w));  // its read, if any
+    if (absl::Status s = finish_io(*w); !s.ok()) {  // its read, if any
+      w->unit = -1;
+      return s;
+    }
     if (!keep) std::memset(w->buf.data(), 0, record_bytes(chunks_[u], dtype_));
     filling_ = w;
   }
   return filling_->buf.host<char>();
 }
 
-void ShardStore::put(int64_t offset, const float* src, int64_t n) {
+absl::Status ShardStore::put(int64_t offset, const float* src, int64_t n) {
   const int u = unit_at(offset);
-  char* unit = filling(u, false);
+  ZEROD_ASSIGN_OR_RETURN(char* unit, filling(u, false));
   convert_from_f32(dtype_, src, unit + (offset - offsets_[u]) * dtype_size(dtype_), n);
+  return absl::OkStatus();
 }
 
-void ShardStore::add(int64_t offset, const float* src, int64_t n, bool onto_zero) {
+absl::Status ShardStore::add(int64_t offset, const float* src, int64_t n, bool onto_zero) {
   const int u = unit_at(offset);
-  float* dst = reinterpret_cast<float*>(filling(u, !onto_zero)) + (offset - offsets_[u]);
+  ZEROD_ASSIGN_OR_RETURN(char* unit, filling(u, !onto_zero));
+  float* dst = reinterpret_cast<float*>(unit) + (offset - offsets_[u]);
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  return absl::OkStatus();
 }
 
 void ShardStore::write_current() {
@@ -194,10 +202,11 @@ void ShardStore::write_current() {
 absl::Status ShardStore::flush() {
   write_current();
   next_small_ = 0;
+  absl::Status first;
   for (auto* pool : {&small_, &large_}) {
-    for (Window& w : *pool) put_status_.Update(finish_io(w));
+    for (Window& w : *pool) first.Update(finish_io(w));
   }
-  return std::exchange(put_status_, absl::OkStatus());
+  return first;
 }
 
 }  // namespace zerod

@@ -46,8 +46,9 @@ class ShardStore {
   ~ShardStore();
 
   // Starts reading unit u into a free buffer, when one is free and u is not
-  // in one already (reading ahead is best effort).
-  void fetch(int u);
+  // in one already (reading ahead is best effort); fails when a write-back
+  // it had to wait for failed.
+  absl::Status fetch(int u);
   // Unit u's chunk, read: waits for its fetch, or reads it now. Valid until
   // release(u); changes to it are not stored.
   absl::StatusOr<void*> acquire(int u);
@@ -59,12 +60,13 @@ class ShardStore {
   // from fp32 as the optimizer writes its working copy. A call stays within
   // one unit, and the calls for a unit come one after another: the unit is
   // rewritten whole when the next one starts, its elements not put zero.
-  // Not while any unit is acquired. Errors surface at flush().
-  void put(int64_t offset, const float* src, int64_t n);
+  // Not while any unit is acquired. Fails when a transfer it waits for (the
+  // write-back of a unit before, or a read) failed.
+  absl::Status put(int64_t offset, const float* src, int64_t n);
   // The same, adding src to the stored values (fp32 stores only), or to
   // zeros when `onto_zero` (the stored values are not read).
-  void add(int64_t offset, const float* src, int64_t n, bool onto_zero);
-  // Every put written; the first error since the last flush.
+  absl::Status add(int64_t offset, const float* src, int64_t n, bool onto_zero);
+  // Every put written; the first failure among the writes still in flight.
   absl::Status flush();
 
  private:
@@ -78,12 +80,12 @@ class ShardStore {
   int unit_at(int64_t offset) const;
   std::vector<Window>& pool(int u) { return chunks_[u] > window_numel_ ? large_ : small_; }
   Window* find(int u);
-  Window* free_window(int u, bool evict);
+  absl::StatusOr<Window*> free_window(int u, bool evict);
   void start_read(Window& w, int u);
   absl::Status finish_io(Window& w);
   // The window put() or add() fills with unit u: its stored values are read
   // first when `keep`, else it starts zero.
-  char* filling(int u, bool keep);
+  absl::StatusOr<char*> filling(int u, bool keep);
   void write_current();
 
   std::vector<int64_t> chunks_, offsets_;  // elements, and each unit's offset in the shard
@@ -99,7 +101,6 @@ class ShardStore {
   // The unit being filled by put(), and the next window of each pool to fill.
   Window* filling_ = nullptr;
   size_t next_small_ = 0;
-  absl::Status put_status_;
 };
 
 }  // namespace zerod

@@ -122,10 +122,11 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
     SubGroup& sg = o->groups_[g];
     if (swap_master) {
       for (size_t i = 0; i < sg.pieces.size(); ++i) {
-        init_master(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master);
+        ZEROD_RETURN_IF_ERROR(init_master(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
       }
     }
     sg.opt->zero_states();
+    return absl::OkStatus();
   }));
   return o;
 }
@@ -135,7 +136,7 @@ SwappedOptimizer::~SwappedOptimizer() {
   MemoryAccountant::global().release(Tier::kNvme, Category::kOptimizer, nvme_reserved_);
 }
 
-absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::function<void(int)>& fn) {
+absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::function<absl::Status(int)>& fn) {
   const int G = num_sub_groups(), B = static_cast<int>(buffers_.size());
   std::vector<AioEngine::Ticket> reads(G), writes(G);
   absl::Status status;
@@ -155,7 +156,8 @@ absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::fun
       issue_read(g + 1);
     }
     if (!status.ok()) break;
-    fn(g);
+    status.Update(fn(g));
+    if (!status.ok()) break;
     if (write_back) writes[g] = io_->write(file_, groups_[g].offset, buffer_of(g), groups_[g].bytes);
   }
   // Nothing may stay in flight into buffers that the next stream reuses.
@@ -170,24 +172,29 @@ absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, co
     SubGroup& sg = groups_[g];
     if (grads) {
       for (size_t i = 0; i < sg.pieces.size(); ++i) {
-        grads(sg.source[i], sg.start[i], sg.pieces[i].numel, const_cast<float*>(sg.pieces[i].grad));
+        ZEROD_RETURN_IF_ERROR(
+            grads(sg.source[i], sg.start[i], sg.pieces[i].numel, const_cast<float*>(sg.pieces[i].grad)));
       }
     }
     sg.opt->step(lr, step, grad_scale);
-    if (!updated) return;
+    if (!updated) return absl::OkStatus();
     for (size_t i = 0; i < sg.pieces.size(); ++i) {
-      updated(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master);
+      ZEROD_RETURN_IF_ERROR(updated(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
     }
+    return absl::OkStatus();
   });
 }
 
 absl::Status SwappedOptimizer::read_masters(const MasterOut& out) {
   auto copy_out = [&](int g) {
     const SubGroup& sg = groups_[g];
-    for (size_t i = 0; i < sg.pieces.size(); ++i) out(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master);
+    for (size_t i = 0; i < sg.pieces.size(); ++i) {
+      ZEROD_RETURN_IF_ERROR(out(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
+    }
+    return absl::OkStatus();
   };
   if (!swap_master_) {
-    for (int g = 0; g < num_sub_groups(); ++g) copy_out(g);
+    for (int g = 0; g < num_sub_groups(); ++g) ZEROD_RETURN_IF_ERROR(copy_out(g));
     return absl::OkStatus();
   }
   return stream(true, false, copy_out);
@@ -199,9 +206,10 @@ absl::Status SwappedOptimizer::write_masters(const std::vector<const float*>& sr
     for (size_t i = 0; i < sg.pieces.size(); ++i) {
       std::memcpy(sg.pieces[i].master, src[sg.source[i]] + sg.start[i], sg.pieces[i].numel * sizeof(float));
     }
+    return absl::OkStatus();
   };
   if (!swap_master_) {
-    for (int g = 0; g < num_sub_groups(); ++g) copy_in(g);
+    for (int g = 0; g < num_sub_groups(); ++g) ZEROD_RETURN_IF_ERROR(copy_in(g));
     return absl::OkStatus();
   }
   return stream(true, true, copy_in);
@@ -210,16 +218,15 @@ absl::Status SwappedOptimizer::write_masters(const std::vector<const float*>& sr
 absl::Status SwappedOptimizer::each_part(const std::string& name, bool write_back,
                                          const std::function<absl::Status(void*, uint64_t, uint64_t)>& fn) {
   uint64_t offset = 0;
-  absl::Status first;
-  absl::Status s = stream(true, write_back, [&](int g) {
+  return stream(true, write_back, [&](int g) {
     for (const StateArray& a : groups_[g].opt->state_arrays()) {
       if (a.name != name) continue;
       const uint64_t bytes = a.numel * dtype_size(a.dtype);
-      if (first.ok()) first = fn(a.data, offset, bytes);
+      ZEROD_RETURN_IF_ERROR(fn(a.data, offset, bytes));
       offset += bytes;
     }
+    return absl::OkStatus();
   });
-  return s.ok() ? first : s;
 }
 
 absl::Status SwappedOptimizer::read_state(const std::string& name,

@@ -35,10 +35,10 @@ struct SwapSettings {
 class SwappedOptimizer {
  public:
   // Fills dst with elements [start, start + n) of piece k's initial masters
-  // (or of its gradients).
-  using Fill = std::function<void(int k, int64_t start, int64_t n, float* dst)>;
+  // (or of its gradients). A failure stops what called it, which returns it.
+  using Fill = std::function<absl::Status(int k, int64_t start, int64_t n, float* dst)>;
   // Sees elements [start, start + n) of piece k's masters just updated.
-  using MasterOut = std::function<void(int k, int64_t start, int64_t n, const float* master)>;
+  using MasterOut = std::function<absl::Status(int k, int64_t start, int64_t n, const float* master)>;
   // With an init_master the fp32 master weights live in the file too, and the
   // pieces' `master` pointers are not used; without, the masters stay where
   // they are and are updated in place, and only the states are swapped.
@@ -93,7 +93,7 @@ class SwappedOptimizer {
   // Visits every group in order in its buffer: read from the file first
   // when `read`, fn(g), then written back when `write_back`. fn(g) runs while
   // the next group's read and earlier groups' write-backs are in flight.
-  absl::Status stream(bool read, bool write_back, const std::function<void(int)>& fn);
+  absl::Status stream(bool read, bool write_back, const std::function<absl::Status(int)>& fn);
 
   // The byte range of each group's array `name`, in order, as fn(data,
   // offset, bytes); the first error fn returns ends the calls and is returned.

@@ -33,11 +33,7 @@ absl::Status ZeroEngine::write_shard_array(size_t i, const std::vector<StateArra
     for (const ShardSegment& s : owned_) ZEROD_RETURN_IF_ERROR(out(master_at(s), s.numel * sizeof(float)));
     return absl::OkStatus();
   }
-  absl::Status first;
-  ZEROD_RETURN_IF_ERROR(swapped_->read_masters([&](int, int64_t, int64_t n, const float* m) {
-    if (first.ok()) first = out(m, n * sizeof(float));
-  }));
-  return first;
+  return swapped_->read_masters([&](int, int64_t, int64_t n, const float* m) { return out(m, n * sizeof(float)); });
 }
 
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
@@ -71,7 +67,7 @@ absl::Status ZeroEngine::install_state(const std::vector<float>& master, const S
     src.push_back(at);
     if (!swapped_) std::memcpy(master_at(s), at, s.numel * 4);
     // The working copy is what the optimizer would have written from them.
-    if (separate_master_) write_working(s, 0, at, s.numel);
+    if (separate_master_) ZEROD_RETURN_IF_ERROR(write_working(s, 0, at, s.numel));
     at += s.numel;
   }
   if (swapped_) ZEROD_RETURN_IF_ERROR(swapped_->write_masters(src));

@@ -80,64 +80,67 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     return absl::OkStatus();
   }
 
-  GlobalWeights globals() override {
+  absl::StatusOr<GlobalWeights> globals() override {
     const GptLayout& L = *e_->layout_;
-    // Both units must be acquired: `|`, not `||`.
-    const bool fresh = acquire(emb_, 0) | acquire(fin_, L.final_unit());
-    if (fresh || e_->dtype_ == DType::kF32) {
+    ZEROD_ASSIGN_OR_RETURN(const bool fresh_emb, acquire(emb_, 0));
+    ZEROD_ASSIGN_OR_RETURN(const bool fresh_fin, acquire(fin_, L.final_unit()));
+    if (fresh_emb || fresh_fin || e_->dtype_ == DType::kF32) {
       globals_ = global_weight_views(e_->converter(), L, e_->dtype_, emb_.buf.data(), fin_.buf.data(),
                                      global_staging_.ptr<float>());
     }
     return globals_;
   }
 
-  LayerWeights layer(int l) override {
+  absl::StatusOr<LayerWeights> layer(int l) override {
     const int u = GptLayout::layer_unit(l);
     // The model has enqueued all its work on the layer before.
     if (current_) e_->device_.record(e_->stream_, *current_->used);
     Slot* s = find(u);
     if (!s) {
       s = &slot_for(u);
-      start(*s, u);
+      ZEROD_RETURN_IF_ERROR(start(*s, u));
     }
-    finish(*s);
+    ZEROD_RETURN_IF_ERROR(finish(*s));
     current_ = s;
     current_layer_ = l;
     return layer_weight_views(e_->converter(), *e_->layout_, e_->dtype_, s->buf.data(), layer_staging_.ptr<float>());
   }
 
-  void prefetch(int l) override {
+  absl::Status prefetch(int l) override {
     const int u = GptLayout::layer_unit(l);
-    if (!prefetch_ || find(u)) return;
-    start(slot_for(u), u);
+    if (!prefetch_ || find(u)) return absl::OkStatus();
+    ZEROD_RETURN_IF_ERROR(start(slot_for(u), u));
     // An offloaded shard is read one layer further ahead, in the direction
     // the pass is going, so that its read overlaps a layer's compute.
     const int next = l + (l - current_layer_);
     if (e_->param_store_ && next != l && next >= 0 && next < e_->layout_->config().n_layer) {
-      e_->param_store_->fetch(GptLayout::layer_unit(next));
+      return e_->param_store_->fetch(GptLayout::layer_unit(next));
     }
+    return absl::OkStatus();
   }
 
-  void end_pass() override {
+  // Every gather in flight is waited for, also after one fails.
+  absl::Status end_pass() override {
+    absl::Status first;
     for (Slot* s : all_slots()) {
-      finish(*s);
+      first.Update(finish(*s));
       e_->device_.record(e_->stream_, *s->used);
     }
     if (!persistent_layers_) release_layers();
     if (!persistent_globals_) emb_.unit = fin_.unit = -1;
     current_ = nullptr;
     current_layer_ = -1;
-    if (e_->param_store_) status_.Update(e_->param_store_->drop());
+    if (e_->param_store_) first.Update(e_->param_store_->drop());
+    return first;
   }
 
   // The shards changed: nothing gathered is current any more.
-  void invalidate() {
-    end_pass();
+  absl::Status invalidate() {
+    absl::Status s = end_pass();
     release_layers();
     emb_.unit = fin_.unit = -1;
+    return s;
   }
-
-  absl::Status take_status() { return std::exchange(status_, absl::OkStatus()); }
 
  private:
   struct Slot {
@@ -179,32 +182,38 @@ class ZeroEngine::ShardedWeights : public WeightSource {
     for (Slot& s : layers_) s.unit = -1;
   }
 
-  void start(Slot& slot, int u) {
-    finish(slot);
-    status_.Update(e_->device_.synchronize(*slot.used));
+  // Starts gathering unit u into the slot. A rank that cannot read its
+  // chunk still takes part (sending what the slot holds, so that no peer
+  // waits on it) and returns the error.
+  absl::Status start(Slot& slot, int u) {
+    ZEROD_RETURN_IF_ERROR(finish(slot));
+    ZEROD_RETURN_IF_ERROR(e_->device_.synchronize(*slot.used));
     const Partition& p = e_->part_;
     const int64_t ds = dtype_size(e_->dtype_);
     const void* shard = e_->param_shard_.ptr<char>() + p.shard_offset(u) * ds;
+    absl::Status read;
     if (e_->param_store_) {
       absl::StatusOr<void*> fetched = e_->param_store_->acquire(u);
       slot.fetched = fetched.ok();
-      // Every rank must still take part in the gather: one that could not
-      // read its chunk sends what the slot holds, and reports the error.
       shard = fetched.ok() ? *fetched : slot.buf.ptr<char>() + e_->owner_ * p.chunk(u) * ds;
-      status_.Update(fetched.status());
+      read = fetched.status();
     }
     slot.unit = u;
     slot.work = e_->comm_->all_gather(shard, slot.buf.data(), p.chunk(u), comm_type(e_->dtype_));
+    return read;
   }
-  void finish(Slot& s) {
-    if (s.work) status_.Update(timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_));
+  absl::Status finish(Slot& s) {
+    absl::Status gathered;
+    if (s.work) gathered = timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_);
     if (std::exchange(s.fetched, false)) e_->param_store_->release(s.unit);
+    if (!gathered.ok()) s.unit = -1;  // holds nothing usable
+    return gathered;
   }
   // Gathers unit u into s unless it is there; true when it was gathered now.
-  bool acquire(Slot& s, int u) {
+  absl::StatusOr<bool> acquire(Slot& s, int u) {
     if (s.unit == u) return false;
-    start(s, u);
-    finish(s);
+    ZEROD_RETURN_IF_ERROR(start(s, u));
+    ZEROD_RETURN_IF_ERROR(finish(s));
     return true;
   }
 
@@ -216,7 +225,6 @@ class ZeroEngine::ShardedWeights : public WeightSource {
   int current_layer_ = -1;  // the layer last handed out in this pass
   Buffer layer_staging_, global_staging_;
   GlobalWeights globals_{};
-  absl::Status status_;
 };
 
 // Stages 2 and 3: each unit's gradients are written to a staging buffer and
@@ -244,41 +252,44 @@ class ZeroEngine::ShardedGrads : public GradSink {
     return absl::OkStatus();
   }
 
-  GlobalGrads globals() override {
-    fill(emb_, 0);
-    fill(fin_, e_->layout_->final_unit());
+  absl::StatusOr<GlobalGrads> globals() override {
+    ZEROD_RETURN_IF_ERROR(fill(emb_, 0));
+    ZEROD_RETURN_IF_ERROR(fill(fin_, e_->layout_->final_unit()));
     return global_grad_views(*e_->layout_, emb_.staging.ptr<float>(), fin_.staging.ptr<float>());
   }
 
-  LayerGrads layer(int l) override {
+  absl::StatusOr<LayerGrads> layer(int l) override {
     Slot* s = nullptr;
     for (Slot& c : layers_) {
       if (c.unit < 0) s = &c;
     }
     if (!s) {
       s = in_flight_.front();
-      complete(*s);
+      ZEROD_RETURN_IF_ERROR(complete(*s));
     }
-    fill(*s, GptLayout::layer_unit(l));
+    ZEROD_RETURN_IF_ERROR(fill(*s, GptLayout::layer_unit(l)));
     return layer_grad_views(*e_->layout_, s->staging.ptr<float>());
   }
 
-  void layer_done(int l) override {
+  absl::Status layer_done(int l) override {
     for (Slot& s : layers_) {
-      if (s.unit == GptLayout::layer_unit(l) && !s.work) launch(s);
+      if (s.unit == GptLayout::layer_unit(l) && !s.work) return launch(s);
     }
+    return absl::OkStatus();
   }
 
-  void end_backward() override {
-    launch(emb_);
-    launch(fin_);
+  absl::Status end_backward() override {
+    ZEROD_RETURN_IF_ERROR(launch(emb_));
+    return launch(fin_);
   }
 
-  // Every reduce-scatter completed and added to the shard.
+  // Every reduce-scatter completed and added to the shard (all of them
+  // waited for, also after one fails).
   absl::Status flush() {
-    while (!in_flight_.empty()) complete(*in_flight_.front());
-    if (e_->grad_store_) status_.Update(e_->grad_store_->flush());
-    return std::exchange(status_, absl::OkStatus());
+    absl::Status first;
+    while (!in_flight_.empty()) first.Update(complete(*in_flight_.front()));
+    if (e_->grad_store_) first.Update(e_->grad_store_->flush());
+    return first;
   }
 
  private:
@@ -292,33 +303,37 @@ class ZeroEngine::ShardedGrads : public GradSink {
     ZEROD_RETURN_IF_ERROR(e_->alloc(s.staging, padded * 4, Category::kComm));
     return e_->alloc(s.recv, chunk * 4, Category::kComm);
   }
-  void fill(Slot& s, int u) {
-    if (s.work) complete(s);
+  absl::Status fill(Slot& s, int u) {
+    if (s.work) ZEROD_RETURN_IF_ERROR(complete(s));
     s.unit = u;
     e_->device_.memset(e_->stream_, s.staging.data(), 0, s.staging.bytes());
+    return absl::OkStatus();
   }
-  void launch(Slot& s) {
+  absl::Status launch(Slot& s) {
     // The reduction reads what backward wrote to the staging, and writes the
     // recv buffer the last add (enqueued before that) reads.
-    status_.Update(e_->device_.synchronize(e_->stream_));
+    ZEROD_RETURN_IF_ERROR(e_->device_.synchronize(e_->stream_));
     const int64_t chunk = e_->part_.chunk(s.unit);
     s.work = e_->comm_->reduce_scatter(s.staging.data(), s.recv.data(), chunk, CommType::kF32, ReduceOp::kSum);
-    // Gradients being accumulated in a file: the stored chunk is read while the reduction runs.
-    if (e_->grad_store_ && !e_->grads_fresh_[s.unit]) e_->grad_store_->fetch(s.unit);
     in_flight_.push_back(&s);
-    if (!overlap_) complete(s);
+    // Gradients being accumulated in a file: the stored chunk is read while the reduction runs.
+    if (e_->grad_store_ && !e_->grads_fresh_[s.unit]) ZEROD_RETURN_IF_ERROR(e_->grad_store_->fetch(s.unit));
+    return overlap_ ? absl::OkStatus() : complete(s);
   }
-  void complete(Slot& s) {
-    status_.Update(timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_));
+  // Waits for s's reduction and adds the rank's chunk to its shard; the slot
+  // is free again either way.
+  absl::Status complete(Slot& s) {
+    const int u = std::exchange(s.unit, -1);
     in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), &s));
-    const int64_t chunk = e_->part_.chunk(s.unit), offset = e_->part_.shard_offset(s.unit);
+    ZEROD_RETURN_IF_ERROR(timed_wait(*std::exchange(s.work, nullptr), &e_->pass_wait_s_));
+    const int64_t chunk = e_->part_.chunk(u), offset = e_->part_.shard_offset(u);
     if (e_->grad_store_) {
-      e_->grad_store_->add(offset, s.recv.host<float>(), chunk, e_->grads_fresh_[s.unit]);
-      e_->grads_fresh_[s.unit] = false;
+      ZEROD_RETURN_IF_ERROR(e_->grad_store_->add(offset, s.recv.host<float>(), chunk, e_->grads_fresh_[u]));
+      e_->grads_fresh_[u] = false;
     } else {
       e_->kernels_.add(e_->stream_, e_->grad_shard_.ptr<float>() + offset, s.recv.ptr<float>(), chunk);
     }
-    s.unit = -1;
+    return absl::OkStatus();
   }
 
   ZeroEngine* e_;
@@ -326,7 +341,6 @@ class ZeroEngine::ShardedGrads : public GradSink {
   std::vector<Slot> layers_;
   Slot emb_, fin_;
   std::deque<Slot*> in_flight_;  // launch order
-  absl::Status status_;
 };
 
 ZeroEngine::ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicator* comm, Device& device,
@@ -346,8 +360,12 @@ ZeroEngine::ZeroEngine(const GptLayout* layout, const JobConfig& cfg, Communicat
       owner_(stage_ == 0 ? 0 : comm->rank()) {}
 
 ZeroEngine::~ZeroEngine() {
-  // Queued work may still use the buffers.
-  (void)device_.synchronize(stream_);
+  // A pass that stopped at a failure may have left collectives in flight
+  // into the slots, and work queued on the stream: both end before the
+  // buffers go.
+  if (sharded_weights_) sharded_weights_->end_pass().IgnoreError();
+  if (sharded_grads_) sharded_grads_->flush().IgnoreError();
+  device_.synchronize(stream_).IgnoreError();
 }
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout* layout, const JobConfig& cfg,
@@ -444,18 +462,16 @@ absl::Status ZeroEngine::build() {
                     swap_fault_hook(),
                     grads_offloaded_};
     SwappedOptimizer::Fill init;
-    absl::Status init_status;
     if (separate_master_) {
       init = [&](int k, int64_t start, int64_t n, float* dst) {
         const ShardSegment& s = owned_[k];
-        if (init_status.ok()) init_status = initial_params(s.flat_offset + start, s.flat_offset + start + n, dst);
-        write_working(s, start, dst, n);
+        ZEROD_RETURN_IF_ERROR(initial_params(s.flat_offset + start, s.flat_offset + start + n, dst));
+        return write_working(s, start, dst, n);
       };
     } else {
       ZEROD_RETURN_IF_ERROR(init_params());
     }
     ZEROD_ASSIGN_OR_RETURN(swapped_, SwappedOptimizer::create(cfg_.optimizer, std::move(pieces), dtype_, init, ss));
-    ZEROD_RETURN_IF_ERROR(init_status);
   } else {
     ZEROD_RETURN_IF_ERROR(init_params());
     ZEROD_ASSIGN_OR_RETURN(optimizer_, Optimizer::create(cfg_.optimizer, std::move(pieces), dtype_));
@@ -509,7 +525,7 @@ absl::Status ZeroEngine::init_params() {
   for (const ShardSegment& s : owned_) {
     float* master = master_at(s);
     ZEROD_RETURN_IF_ERROR(initial_params(s.flat_offset, s.flat_offset + s.numel, master));
-    if (separate_master_) write_working(s, 0, master, s.numel);
+    if (separate_master_) ZEROD_RETURN_IF_ERROR(write_working(s, 0, master, s.numel));
   }
   return absl::OkStatus();
 }
@@ -523,12 +539,10 @@ float* ZeroEngine::master_at(const ShardSegment& s) const {
   return master_unit(s.unit) + (s.shard_offset - part_.shard_offset(s.unit));
 }
 
-void ZeroEngine::write_working(const ShardSegment& s, int64_t start, const float* src, int64_t n) {
-  if (param_store_) {
-    param_store_->put(s.shard_offset + start, src, n);
-  } else {
-    convert_from_f32(dtype_, src, working_at(s, start), n);
-  }
+absl::Status ZeroEngine::write_working(const ShardSegment& s, int64_t start, const float* src, int64_t n) {
+  if (param_store_) return param_store_->put(s.shard_offset + start, src, n);
+  convert_from_f32(dtype_, src, working_at(s, start), n);
+  return absl::OkStatus();
 }
 
 float* ZeroEngine::grad_shard() const { return (stage_ == 0 ? grads_full_ : grad_shard_).ptr<float>(); }
@@ -551,15 +565,10 @@ void ZeroEngine::zero_grads() {
   device_.memset(stream_, g.data(), 0, g.bytes());
 }
 
-absl::Status ZeroEngine::take_weight_status() {
-  return sharded_weights_ ? sharded_weights_->take_status() : absl::OkStatus();
-}
-
 absl::Status ZeroEngine::reduce_gradients() {
-  absl::Status s = take_weight_status();
   // Stages 0 and 1 reduce what backward wrote; 2 and 3 what it wrote, and
   // then add their chunks on the stream.
-  s.Update(device_.synchronize(stream_));
+  absl::Status s = device_.synchronize(stream_);
   if (stage_ == 0) {
     s.Update(all_reduce(*comm_, grads_full_.data(), part_.padded_numel(), CommType::kF32, ReduceOp::kSum));
   } else if (stage_ == 1) {
@@ -586,7 +595,7 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
     const float* g = grad_shard() ? grad_shard() + part_.shard_offset(u) : nullptr;
     if (grad_store_) {
       ZEROD_ASSIGN_OR_RETURN(void* stored, grad_store_->acquire(u));
-      if (u + 1 < part_.num_units()) grad_store_->fetch(u + 1);
+      if (u + 1 < part_.num_units()) ZEROD_RETURN_IF_ERROR(grad_store_->fetch(u + 1));
       g = static_cast<const float*>(stored);
     }
     kernels_.sum_squares(stream_, g, part_.chunk(u), sums + u);
@@ -611,13 +620,12 @@ absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_fact
   SwappedOptimizer::MasterOut updated;
   if (param_store_) {
     updated = [this](int k, int64_t start, int64_t n, const float* master) {
-      write_working(owned_[k], start, master, n);
+      return write_working(owned_[k], start, master, n);
     };
   }
   // Offloaded gradients come back unit by unit as the sub-groups need
   // them, the next unit read ahead.
   SwappedOptimizer::Fill grads;
-  absl::Status grads_status;
   int held = -1;
   if (grad_store_) {
     grads = [&](int k, int64_t start, int64_t n, float* dst) {
@@ -625,23 +633,21 @@ absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_fact
       const bool next_unit = held != s.unit;
       if (next_unit && held >= 0) grad_store_->release(held);
       held = s.unit;
-      absl::StatusOr<void*> unit = grad_store_->acquire(held);
-      if (next_unit && held + 1 < part_.num_units()) grad_store_->fetch(held + 1);
-      grads_status.Update(unit.status());
-      if (!unit.ok()) return;
-      const float* src = static_cast<const float*>(*unit) + (s.shard_offset - part_.shard_offset(s.unit)) + start;
+      ZEROD_ASSIGN_OR_RETURN(void* unit, grad_store_->acquire(held));
+      if (next_unit && held + 1 < part_.num_units()) ZEROD_RETURN_IF_ERROR(grad_store_->fetch(held + 1));
+      const float* src = static_cast<const float*>(unit) + (s.shard_offset - part_.shard_offset(s.unit)) + start;
       std::memcpy(dst, src, n * 4);
+      return absl::OkStatus();
     };
   }
   if (swapped_) {
     absl::Status stepped = swapped_->step(lr, step, grad_factor, grads, updated);
-    if (grad_store_) grads_status.Update(grad_store_->drop());
-    ZEROD_RETURN_IF_ERROR(grads_status);
+    if (grad_store_) stepped.Update(grad_store_->drop());
     ZEROD_RETURN_IF_ERROR(stepped);
   } else {
     optimizer_->step(lr, step, grad_factor);
     if (param_store_) {
-      for (const ShardSegment& s : owned_) write_working(s, 0, master_at(s), s.numel);
+      for (const ShardSegment& s : owned_) ZEROD_RETURN_IF_ERROR(write_working(s, 0, master_at(s), s.numel));
     }
   }
   if (param_store_) ZEROD_RETURN_IF_ERROR(param_store_->flush());
@@ -651,10 +657,7 @@ absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_fact
 // The owned chunks are up to date (the optimizer wrote them); the other
 // ranks' chunks are gathered (stages 1-2) or fetched on demand (stage 3).
 absl::Status ZeroEngine::publish_params() {
-  if (stage_ == 3) {
-    sharded_weights_->invalidate();
-    return sharded_weights_->take_status();
-  }
+  if (stage_ == 3) return sharded_weights_->invalidate();
   if (stage_ > 0) {
     const int64_t ds = dtype_size(dtype_);
     std::vector<WorkPtr> works;
@@ -677,6 +680,7 @@ absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
     swapped_master.resize(part_.shard_numel());
     ZEROD_RETURN_IF_ERROR(swapped_->read_masters([&](int k, int64_t start, int64_t n, const float* m) {
       std::memcpy(swapped_master.data() + owned_[k].shard_offset + start, m, n * sizeof(float));
+      return absl::OkStatus();
     }));
   }
   for (int u = 0; u < part_.num_units(); ++u) {

@@ -70,10 +70,6 @@ class ZeroEngine {
   // parameters are made visible to the model on every rank.
   absl::Status apply_optimizer(float lr, int64_t step, float grad_factor);
 
-  // Errors of collectives the weight source ran since the last call (it
-  // cannot return them to the model).
-  absl::Status take_weight_status();
-
   // The full fp32 master weights, in the layout's flat order (a collective).
   absl::StatusOr<std::vector<float>> gather_master_params();
 
@@ -131,7 +127,7 @@ class ZeroEngine {
   // Sets elements [start, start + n) of owned segment s's working copy from
   // fp32 values, as the optimizer writes it (to the parameter store when
   // the parameters are offloaded; then flush it after the last).
-  void write_working(const ShardSegment& s, int64_t start, const float* src, int64_t n);
+  absl::Status write_working(const ShardSegment& s, int64_t start, const float* src, int64_t n);
   float* grad_shard() const;
   // The optimizer's state arrays (data null when they are in a file).
   std::vector<StateArray> state_arrays() const;

@@ -113,5 +113,74 @@ TEST(GptGradients, GradScaleScalesGradients) {
   for (size_t i = 0; i < scaled.size(); ++i) ASSERT_EQ(scaled[i], 4.0f * fx.grads[i]) << "element " << i;
 }
 
+// A weight source (and, with RecordingSink, a gradient sink) that passes to
+// flat buffers, records every call, and fails the one named.
+struct Recording : WeightSource {
+  WeightSource& w;
+  std::string fail;  // e.g. "layer 1", "grad layer_done 1"
+  std::vector<std::string> calls;
+  Recording(WeightSource& ws, std::string f) : w(ws), fail(std::move(f)) {}
+
+  absl::Status seen(const std::string& call) {
+    calls.push_back(call);
+    return call == fail ? absl::DataLossError("injected: " + call) : absl::OkStatus();
+  }
+  absl::StatusOr<GlobalWeights> globals() override {
+    ZEROD_RETURN_IF_ERROR(seen("globals"));
+    return w.globals();
+  }
+  absl::StatusOr<LayerWeights> layer(int l) override {
+    ZEROD_RETURN_IF_ERROR(seen("layer " + std::to_string(l)));
+    return w.layer(l);
+  }
+  absl::Status prefetch(int l) override { return seen("prefetch " + std::to_string(l)); }
+  absl::Status end_pass() override { return seen("end_pass"); }
+};
+
+struct RecordingSink : GradSink {
+  Recording& r;
+  GradSink& g;
+  RecordingSink(Recording& rec, GradSink& gs) : r(rec), g(gs) {}
+  absl::StatusOr<GlobalGrads> globals() override {
+    ZEROD_RETURN_IF_ERROR(r.seen("grad globals"));
+    return g.globals();
+  }
+  absl::StatusOr<LayerGrads> layer(int l) override {
+    ZEROD_RETURN_IF_ERROR(r.seen("grad layer " + std::to_string(l)));
+    return g.layer(l);
+  }
+  absl::Status layer_done(int l) override { return r.seen("grad layer_done " + std::to_string(l)); }
+  absl::Status end_backward() override { return r.seen("grad end_backward"); }
+};
+
+// The model returns the first failure of its weight source or gradient
+// sink and asks them nothing more: no layer computes on weights that did
+// not arrive, no gradient is handed on after one was lost.
+TEST(GptGradients, StopsAtTheFirstFailureOfItsWeightsOrGradients) {
+  Fixture fx;
+  std::vector<float> grads(fx.params.size(), 0.0f);
+  auto flat = *FlatWeights::create(&fx.model->layout(), DType::kF32, fx.params.data(), fx.rig.device, *fx.rig.kernels);
+  FlatGrads flat_grads(&fx.model->layout(), grads.data());
+  // The whole conversation of a two-layer pass, in order.
+  Recording all(flat, "");
+  RecordingSink all_sink(all, flat_grads);
+  ASSERT_TRUE(fx.model->forward_backward(all, all_sink, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, 1.0f).ok());
+  const std::vector<std::string> pass = {
+      "globals", "layer 0", "prefetch 1", "layer 1", "prefetch 1", "globals", "grad globals",
+      "layer 1", "prefetch 0", "grad layer 1", "grad layer_done 1", "layer 0", "grad layer 0",
+      "grad layer_done 0", "grad end_backward", "end_pass"};
+  ASSERT_EQ(all.calls, pass);
+  for (size_t at = 0; at < pass.size(); ++at) {
+    SCOPED_TRACE(pass[at]);
+    // A call made twice fails at its first occurrence.
+    const size_t first = std::find(pass.begin(), pass.end(), pass[at]) - pass.begin();
+    Recording rec(flat, pass[at]);
+    RecordingSink sink(rec, flat_grads);
+    auto loss = fx.model->forward_backward(rec, sink, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, 1.0f);
+    EXPECT_EQ(loss.status(), absl::DataLossError("injected: " + pass[at]));
+    EXPECT_EQ(rec.calls, std::vector<std::string>(pass.begin(), pass.begin() + first + 1));
+  }
+}
+
 }  // namespace
 }  // namespace zerod

@@ -121,7 +121,6 @@ absl::StatusOr<std::vector<int32_t>> Trainer::generate(const std::vector<int32_t
     }
     seq.push_back(next);
   }
-  ZEROD_RETURN_IF_ERROR(zero_->take_weight_status());
   std::vector<int32_t> out(seq.begin() + prompt.size(), seq.end());
   if (stop >= 0) {
     auto at = std::find(out.begin(), out.end(), stop);

@@ -148,7 +148,9 @@ class Trainer {
     int keep = 1;
     nlohmann::json manifest;  // rank 0's
     std::chrono::steady_clock::time_point start;
-    double blocked_s = 0;  // in start_checkpoint and finish_checkpoint so far
+    // In start_checkpoint and finish_checkpoint so far: clock ticks, so that
+    // it never exceeds the whole save's duration by a rounding.
+    std::chrono::steady_clock::duration blocked{};
     // This rank's file: written in the background (the CRC to come), or
     // already written, {ok, crc, bytes}.
     std::future<absl::StatusOr<uint32_t>> write;

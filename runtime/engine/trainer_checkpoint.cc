@@ -34,9 +34,7 @@ std::function<void()>& background_write_hook() {
   return hook;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
@@ -124,7 +122,7 @@ absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool b
       }
     }
   }
-  p.blocked_s = seconds_since(p.start);
+  p.blocked = std::chrono::steady_clock::now() - p.start;
   pending_ = std::move(p);
   return absl::OkStatus();
 }
@@ -138,7 +136,7 @@ absl::StatusOr<std::optional<SavedCheckpoint>> Trainer::finish_checkpoint(bool w
   const bool writing = write.valid() && write.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
   ZEROD_ASSIGN_OR_RETURN(bool any_writing, any_rank(*comm_, writing));
   if (any_writing) {
-    pending_->blocked_s += seconds_since(entered);
+    pending_->blocked += std::chrono::steady_clock::now() - entered;
     return std::nullopt;
   }
 
@@ -182,8 +180,9 @@ absl::StatusOr<std::optional<SavedCheckpoint>> Trainer::finish_checkpoint(bool w
   }
   ZEROD_ASSIGN_OR_RETURN(bool failed, any_rank(*comm_, !s.ok()));
   if (failed) return s.ok() ? absl::AbortedError("checkpoint not committed on rank 0") : s;
-  return SavedCheckpoint{p.step, absl::StrCat(p.root, "/", checkpoint_dir_name(p.step)), seconds_since(p.start),
-                         p.blocked_s + seconds_since(entered)};
+  const auto now = std::chrono::steady_clock::now();
+  return SavedCheckpoint{p.step, absl::StrCat(p.root, "/", checkpoint_dir_name(p.step)), seconds(now - p.start),
+                         seconds(p.blocked + (now - entered))};
 }
 
 absl::Status Trainer::finish_pruning() { return prune_.valid() ? prune_.get() : absl::OkStatus(); }

@@ -98,7 +98,7 @@ struct Gpt::Impl {
   }
   // Host token ids to the device.
   void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
-  const float* forward_blocks(WeightSource& ws, int B, int T);
+  absl::StatusOr<const float*> forward_blocks(WeightSource& ws, int B, int T);
 };
 
 Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, Device& device, Kernels& kernels)
@@ -112,7 +112,7 @@ Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpoint
 
 Gpt::~Gpt() {
   // Queued work may still use the buffers.
-  if (impl_) (void)device_.synchronize(impl_->s);
+  if (impl_) device_.synchronize(impl_->s).IgnoreError();
 }
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B, int T, DType act_dtype,
@@ -234,14 +234,15 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w,
 
 }  // namespace
 
-// The blocks and the final LayerNorm over the tokens in `inputs`.
-const float* Gpt::Impl::forward_blocks(WeightSource& ws, int B, int T) {
+// The blocks and the final LayerNorm over the tokens in `inputs`; returns
+// the last block's output.
+absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, int T) {
   Impl& m = *this;
   const GptConfig& c = config;
   const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
   const int64_t NC = d.N * d.C;
   const bool f32 = act_dtype == DType::kF32;
-  const GlobalWeights g = ws.globals();
+  ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   float* x = f32 ? residual(0, d.N) : m.x_fp32.ptr<float>();
   k.embedding_forward(s, x, m.inputs.ptr<int32_t>(), g.wte, g.wpe, B, T, d.C);
   k.round_to(s, act_dtype, x, NC);
@@ -250,9 +251,9 @@ const float* Gpt::Impl::forward_blocks(WeightSource& ws, int B, int T) {
     const LayerActs a = checkpointing ? scratch_acts() : stored_acts(l);
     // With 16-bit residuals the block runs in place on the fp32 copy.
     float* out = f32 ? residual(l + 1, d.N) : x;
-    const LayerWeights w = ws.layer(l);
+    ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     // After the last layer comes the last layer again, for backward.
-    ws.prefetch(l + 1 < c.n_layer ? l + 1 : l);
+    ZEROD_RETURN_IF_ERROR(ws.prefetch(l + 1 < c.n_layer ? l + 1 : l));
     block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), out, act_dtype);
     if (!f32) {
       k.convert_from_f32(s, act_dtype, out, residual(l + 1, d.N), NC);
@@ -268,6 +269,16 @@ const float* Gpt::Impl::forward_blocks(WeightSource& ws, int B, int T) {
 
 absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs,
                                              const int32_t* targets, int B, int T, float grad_scale) {
+  absl::Status pass = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale);
+  // Also after a failure, nothing this call enqueued may still run once it
+  // returns: the caller's weights, gradients and tokens may go.
+  pass.Update(device_.synchronize(impl_->s));
+  ZEROD_RETURN_IF_ERROR(pass);
+  return *impl_->loss_host.host<double>() / (static_cast<double>(B) * T);
+}
+
+absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* inputs, const int32_t* targets, int B,
+                               int T, float grad_scale) {
   Impl& m = *impl_;
   Kernels& k = kernels_;
   Stream& s = m.s;
@@ -278,9 +289,9 @@ absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, c
   const bool f32 = act_dtype_ == DType::kF32;
   m.upload(m.inputs, inputs, d.N);
   m.upload(m.targets, targets, d.N);
-  const float* xL = m.forward_blocks(ws, B, T);
-  const GlobalWeights g = ws.globals();
-  const GlobalGrads gg = sink.globals();
+  ZEROD_ASSIGN_OR_RETURN(const float* xL, m.forward_blocks(ws, B, T));
+  ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
+  ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
 
   ClassifierArgs head{m.lnf.ptr<float>(), g.wte, m.targets.ptr<int32_t>(), d.N, C, c.vocab_size,
                       grad_scale / static_cast<float>(d.N), act_dtype_, m.logits.ptr<float>(), m.logits_rows,
@@ -298,8 +309,8 @@ absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, c
   const BackwardBuffers bb{m.dbuf.ptr<float>(), m.dqkv.ptr<float>(), m.dfch.ptr<float>(),
                            m.attn_scratch.ptr<float>()};
   for (int l = c.n_layer - 1; l >= 0; --l) {
-    const LayerWeights w = ws.layer(l);
-    if (l > 0) ws.prefetch(l - 1);
+    ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
+    if (l > 0) ZEROD_RETURN_IF_ERROR(ws.prefetch(l - 1));
     const float* x = m.residual(l, d.N);
     if (!f32) {
       k.convert_to_f32(s, act_dtype_, m.residual(l, d.N), m.x_fp32.ptr<float>(), NC);
@@ -313,18 +324,24 @@ absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, c
       a = m.stored_acts(l);
       if (!f32) m.pack_acts(l, a, B, T, /*to_store=*/false);
     }
-    block_backward(k, s, d, w, x, a, sink.layer(l), dres, bb);
-    sink.layer_done(l);
+    ZEROD_ASSIGN_OR_RETURN(const LayerGrads lg, sink.layer(l));
+    block_backward(k, s, d, w, x, a, lg, dres, bb);
+    ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
     k.round_to(s, act_dtype_, dres, NC);
   }
   k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), B, T, C);
-  sink.end_backward();
-  ws.end_pass();
-  ZEROD_RETURN_IF_ERROR(device_.synchronize(s));
-  return *m.loss_host.host<double>() / static_cast<double>(d.N);
+  ZEROD_RETURN_IF_ERROR(sink.end_backward());
+  return ws.end_pass();
 }
 
 absl::Status Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits,
+                                 bool last_only) {
+  absl::Status pass = enqueue_logits(ws, tokens, B, T, logits, last_only);
+  pass.Update(device_.synchronize(impl_->s));  // as in forward_backward
+  return pass;
+}
+
+absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits,
                                  bool last_only) {
   Impl& m = *impl_;
   const int C = layout_.config().n_embd, V = layout_.config().vocab_size;
@@ -333,14 +350,13 @@ absl::Status Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B,
     ZEROD_ASSIGN_OR_RETURN(m.logits_out, device_.allocate(uint64_t(rows) * V * 4, Category::kWorkspace));
   }
   m.upload(m.inputs, tokens, int64_t(B) * T);
-  m.forward_blocks(ws, B, T);
-  const GlobalWeights g = ws.globals();
+  ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, B, T).status());
+  ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   // The last position: row T-1 of each sequence, T*C floats apart.
   const float* lnf = m.lnf.ptr<float>() + (last_only ? int64_t(T - 1) * C : 0);
   kernels_.classifier_logits(m.s, m.logits_out.ptr<float>(), lnf, last_only ? int64_t(T) * C : C, g.wte, rows, C, V);
   device_.copy(m.s, logits, m.logits_out.data(), rows * V * 4);
-  ws.end_pass();
-  return device_.synchronize(m.s);
+  return ws.end_pass();
 }
 
 }  // namespace zerod

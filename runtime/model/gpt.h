@@ -33,7 +33,8 @@ class Gpt {
 
   // One micro-batch (token ids in host memory): forward, loss, backward.
   // Adds grad_scale * d(mean loss) to the sink's gradients. Returns the mean
-  // loss over B*T tokens.
+  // loss over B*T tokens, or the first failure of the weight source, the
+  // gradient sink or the device, at which it stops.
   absl::StatusOr<double> forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs,
                                           const int32_t* targets, int B, int T, float grad_scale);
 
@@ -45,6 +46,11 @@ class Gpt {
   struct Impl;
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, Device& device, Kernels& kernels);
   absl::Status allocate();
+  // The work of forward_backward and forward_logits, enqueued on the
+  // stream; they wait for it.
+  absl::Status enqueue_pass(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets, int B,
+                            int T, float grad_scale);
+  absl::Status enqueue_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
 
   GptLayout layout_;
   int B_, T_;

@@ -72,7 +72,7 @@ const void* FlatWeights::unit(int u) const {
   return static_cast<const char*>(params_) + unit_offsets_[u] * dtype_size(dtype_);
 }
 
-GlobalWeights FlatWeights::globals() {
+absl::StatusOr<GlobalWeights> FlatWeights::globals() {
   // 16-bit tensors are converted once per parameter update.
   if (dtype_ == DType::kF32 || !globals_ready_) {
     globals_ = global_weight_views(convert_, *layout_, dtype_, unit(0), unit(layout_->final_unit()),
@@ -82,7 +82,7 @@ GlobalWeights FlatWeights::globals() {
   return globals_;
 }
 
-LayerWeights FlatWeights::layer(int l) {
+absl::StatusOr<LayerWeights> FlatWeights::layer(int l) {
   return layer_weight_views(convert_, *layout_, dtype_, unit(GptLayout::layer_unit(l)), layer_staging_.ptr<float>());
 }
 
@@ -91,11 +91,11 @@ FlatGrads::FlatGrads(const GptLayout* layout, float* grads, std::vector<int64_t>
       grads_(grads),
       unit_offsets_(unit_offsets.empty() ? contiguous_unit_offsets(*layout) : std::move(unit_offsets)) {}
 
-GlobalGrads FlatGrads::globals() {
+absl::StatusOr<GlobalGrads> FlatGrads::globals() {
   return global_grad_views(*layout_, grads_ + unit_offsets_[0], grads_ + unit_offsets_[layout_->final_unit()]);
 }
 
-LayerGrads FlatGrads::layer(int l) {
+absl::StatusOr<LayerGrads> FlatGrads::layer(int l) {
   return layer_grad_views(*layout_, grads_ + unit_offsets_[GptLayout::layer_unit(l)]);
 }
 

@@ -25,17 +25,20 @@ struct LayerWeights {
   const float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
 
+// Every call returns its failure (a collective or a read that failed), and
+// the model stops at the first: a view is never handed out over data that
+// did not arrive.
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
   // Valid until end_pass().
-  virtual GlobalWeights globals() = 0;
+  virtual absl::StatusOr<GlobalWeights> globals() = 0;
   // Valid until the next layer() call.
-  virtual LayerWeights layer(int l) = 0;
+  virtual absl::StatusOr<LayerWeights> layer(int l) = 0;
   // Layer l will be asked for next: a source may start fetching it now.
-  virtual void prefetch(int /*l*/) {}
+  virtual absl::Status prefetch(int /*l*/) { return absl::OkStatus(); }
   // A forward (or forward and backward) pass is over: release what it held.
-  virtual void end_pass() {}
+  virtual absl::Status end_pass() { return absl::OkStatus(); }
 };
 
 struct GlobalGrads {
@@ -50,13 +53,14 @@ struct LayerGrads {
 // Backward adds into these: globals() is asked once at the start of backward
 // and stays valid to end_backward(); layer(l) once per layer, and
 // layer_done(l) says that layer's gradients of this pass are complete.
+// Failures are returned as with WeightSource.
 class GradSink {
  public:
   virtual ~GradSink() = default;
-  virtual GlobalGrads globals() = 0;
-  virtual LayerGrads layer(int l) = 0;
-  virtual void layer_done(int /*l*/) {}
-  virtual void end_backward() {}
+  virtual absl::StatusOr<GlobalGrads> globals() = 0;
+  virtual absl::StatusOr<LayerGrads> layer(int l) = 0;
+  virtual absl::Status layer_done(int /*l*/) { return absl::OkStatus(); }
+  virtual absl::Status end_backward() { return absl::OkStatus(); }
 };
 
 // Where 16-bit weights become fp32: on the stream the model computes on,
@@ -88,8 +92,8 @@ class FlatWeights : public WeightSource {
  public:
   static absl::StatusOr<FlatWeights> create(const GptLayout* layout, DType dtype, const void* params, Device& device,
                                             Kernels& kernels, std::vector<int64_t> unit_offsets = {});
-  GlobalWeights globals() override;
-  LayerWeights layer(int l) override;
+  absl::StatusOr<GlobalWeights> globals() override;
+  absl::StatusOr<LayerWeights> layer(int l) override;
   void invalidate() { globals_ready_ = false; }
 
  private:
@@ -111,8 +115,8 @@ class FlatWeights : public WeightSource {
 class FlatGrads : public GradSink {
  public:
   FlatGrads(const GptLayout* layout, float* grads, std::vector<int64_t> unit_offsets = {});
-  GlobalGrads globals() override;
-  LayerGrads layer(int l) override;
+  absl::StatusOr<GlobalGrads> globals() override;
+  absl::StatusOr<LayerGrads> layer(int l) override;
 
  private:
   const GptLayout* layout_;
