@@ -32,7 +32,6 @@ class CpuStream : public Stream {
   CpuStream(const CpuStreamOptions& options, uint64_t seed);
   ~CpuStream() override;  // runs what is queued first
 
-  bool threaded() const { return queue_ != nullptr; }
   // Runs f in stream order: now, or on the stream's thread.
   template <class F>
   void launch(F&& f) {
@@ -55,7 +54,6 @@ class CpuDevice : public Device {
 
   std::string name() const override { return "cpu"; }
   Tier memory_tier() const override { return Tier::kHost; }
-  const CpuStreamOptions& stream_options() const { return options_; }
 
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t) override;
   using Device::allocate;
