@@ -26,7 +26,7 @@
 #include "comm/communicator.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/kernels/cpu/cpu_table.h"
-#include "shard/zero_engine.h"
+#include "runtime/engine/trainer.h"
 
 namespace {
 
@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
   for (const std::string& preset : presets) {
     const JobConfig cfg = bench::fp32_adamw_job(preset);
     const GptLayout layout(cfg.model);
-    absl::StatusOr<std::unique_ptr<ZeroEngine>> engine = ZeroEngine::create(&layout, cfg, comm.get(), device, *kernels);
+    absl::StatusOr<ZeroSettings> settings = zero_settings(cfg, layout);
+    check(settings.status());
+    absl::StatusOr<std::unique_ptr<ZeroEngine>> engine = ZeroEngine::create(layout, *settings, *comm, device, *kernels);
     check(engine.status());
     const std::string shard = dir + "/zerod-bench-shard.safetensors", plain = dir + "/zerod-bench-plain.bin";
     std::vector<char> buf(size_t{1} << 30, 1);  // a multiple of kChunk

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/optim/adam8bit.h"
-#include "runtime/optim/cpu_isa.h"
+#include "runtime/kernels/cpu/adam8bit.h"
+#include "runtime/kernels/cpu/cpu_isa.h"
 
 namespace {
 

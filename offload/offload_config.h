@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "runtime/core/memory.h"
+
 namespace zerod {
 
 enum class OffloadDevice { kNone, kCpu, kNvme };
@@ -15,5 +17,9 @@ struct OffloadConfig {
   bool pin_memory = true;
   int buffer_count = 4;
 };
+
+// Where an offload tier's host buffers live: pinned memory when a GPU will
+// copy from them, plain host memory otherwise.
+Tier offload_buffer_tier(const OffloadConfig& c);
 
 }  // namespace zerod

@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
   p->window_numel_ = window_numel;
   p->dtype_ = dtype;
   p->category_ = s.category;
+  p->acct_ = s.accountant;
   int64_t offset = 0, largest = 0;
   uint64_t record = 0;
   for (int64_t c : p->chunks_) {
@@ -38,20 +39,20 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
     if (c > window_numel) largest = std::max(largest, c);
   }
   for (int i = 0; i < s.buffer_count; ++i) {
-    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(record_bytes(window_numel, dtype), Category::kOffload, s.host_tier));
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(record_bytes(window_numel, dtype), Category::kOffload, s.host_tier, *s.accountant));
     p->small_.emplace_back().buf = std::move(b);
   }
   if (largest > 0) {
-    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(record_bytes(largest, dtype), Category::kOffload, s.host_tier));
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(record_bytes(largest, dtype), Category::kOffload, s.host_tier, *s.accountant));
     p->large_.emplace_back().buf = std::move(b);
   }
   if (s.device == OffloadDevice::kNvme) {
     ZEROD_ASSIGN_OR_RETURN(p->io_, AioEngine::create(s.aio, s.hook));
     ZEROD_ASSIGN_OR_RETURN(p->file_, p->io_->create_scratch(s.file, record));
-    ZEROD_RETURN_IF_ERROR(MemoryAccountant::global().reserve(Tier::kNvme, s.category, record));
+    ZEROD_RETURN_IF_ERROR(s.accountant->reserve(Tier::kNvme, s.category, record));
     p->nvme_reserved_ = record;
   } else {
-    ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(record, s.category, s.host_tier));
+    ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(record, s.category, s.host_tier, *s.accountant));
     std::memset(p->host_.data(), 0, record);
   }
   return p;
@@ -59,7 +60,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
 
 ShardStore::~ShardStore() {
   io_.reset();  // finishes every transfer before the window goes
-  MemoryAccountant::global().release(Tier::kNvme, category_, nvme_reserved_);
+  if (acct_) acct_->release(Tier::kNvme, category_, nvme_reserved_);
 }
 
 ShardStore::Window* ShardStore::find(int u) {

@@ -31,6 +31,7 @@ struct ShardStoreSettings {
   Tier host_tier;        // of the records in host memory, and of the window
   AioConfig aio;
   IoFaultHook hook;      // tests only
+  MemoryAccountant* accountant = &MemoryAccountant::global();  // of the window, the records and the file
 };
 
 class ShardStore {
@@ -96,6 +97,7 @@ class ShardStore {
   Buffer host_;                            // device cpu: the records
   std::unique_ptr<AioEngine> io_;          // device nvme
   int file_ = -1;
+  MemoryAccountant* acct_ = nullptr;
   uint64_t nvme_reserved_ = 0;
   Category category_ = Category::kParams;
   // The unit being filled by put(), and the next window of each pool to fill.

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 
 namespace zerod {
+namespace {
 
 absl::Status check_swap_dir(const std::string& dir, uint64_t bytes_needed, const std::string& key) {
   struct stat st;
@@ -38,6 +39,22 @@ absl::Status check_swap_dir(const std::string& dir, uint64_t bytes_needed, const
   if (free_bytes < bytes_needed) {
     return absl::FailedPreconditionError(absl::StrCat(key, ": '", dir, "' has ", free_bytes,
                                                       " bytes free, but the offloaded files need ", bytes_needed));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status check_swap_dirs(const std::vector<SwapFile>& files) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    bool seen = false;
+    uint64_t bytes = 0;
+    for (size_t j = 0; j < files.size(); ++j) {
+      if (files[j].dir != files[i].dir) continue;
+      seen |= j < i;
+      bytes += files[j].bytes;
+    }
+    if (!seen) ZEROD_RETURN_IF_ERROR(check_swap_dir(files[i].dir, bytes, files[i].key));
   }
   return absl::OkStatus();
 }

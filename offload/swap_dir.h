@@ -5,13 +5,22 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/core/status.h"
 
 namespace zerod {
 
-// `key` names the setting in messages (e.g. "zero_optimization.offload_optimizer.nvme_path").
-absl::Status check_swap_dir(const std::string& dir, uint64_t bytes_needed, const std::string& key);
+// A file an offload tier will create: its directory, its size, and the
+// setting that names the directory in messages (e.g.
+// "zero_optimization.offload_optimizer.nvme_path").
+struct SwapFile {
+  std::string dir;
+  uint64_t bytes;
+  std::string key;
+};
+// Checks each directory once, for the room of all the files it will hold.
+absl::Status check_swap_dirs(const std::vector<SwapFile>& files);
 
 // The path of this rank's file of one offload tier in `dir`; the pid keeps
 // jobs that share a directory apart.

@@ -79,13 +79,17 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
                                                                             std::vector<ParamPiece> pieces,
                                                                             DType param16_type,
                                                                             const Fill& init_master,
-                                                                            const SwapSettings& s) {
+                                                                            const SwapSettings& s, Device& host,
+                                                                            Kernels& kernels) {
   const bool swap_master = static_cast<bool>(init_master);
   if (s.buffer_count < 1) {
     return absl::InvalidArgumentError(absl::StrCat("buffer_count must be at least 1, got ", s.buffer_count));
   }
   std::unique_ptr<SwappedOptimizer> o(new SwappedOptimizer());
   o->swap_master_ = swap_master;
+  o->acct_ = s.accountant;
+  o->host_ = &host;
+  o->kernels_ = &kernels;
   o->whole_ = Optimizer::create_unbound(cfg, pieces, param16_type);
   o->groups_ = plan(cfg, pieces, param16_type, swap_master, s.sub_group_size);
   // A buffer holds a record, and after it the group's gradients when those are streamed.
@@ -96,12 +100,12 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   }
   const int nbuf = std::min<int>(s.buffer_count, std::max<int>(1, o->groups_.size()));
   for (int i = 0; i < nbuf; ++i) {
-    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(largest, Category::kOffload, s.buffer_tier));
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(largest, Category::kOffload, s.buffer_tier, *s.accountant));
     o->buffers_.push_back(std::move(b));
   }
   ZEROD_ASSIGN_OR_RETURN(o->io_, AioEngine::create(s.aio, s.hook));
   ZEROD_ASSIGN_OR_RETURN(o->file_, o->io_->create_scratch(s.file, o->file_bytes_));
-  ZEROD_RETURN_IF_ERROR(MemoryAccountant::global().reserve(Tier::kNvme, Category::kOptimizer, o->file_bytes_));
+  ZEROD_RETURN_IF_ERROR(s.accountant->reserve(Tier::kNvme, Category::kOptimizer, o->file_bytes_));
   o->nvme_reserved_ = o->file_bytes_;
 
   // Each group's masters (when swapped) and states live in its buffer, and
@@ -133,7 +137,7 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
 
 SwappedOptimizer::~SwappedOptimizer() {
   io_.reset();  // finishes every transfer before the buffers go
-  MemoryAccountant::global().release(Tier::kNvme, Category::kOptimizer, nvme_reserved_);
+  if (acct_) acct_->release(Tier::kNvme, Category::kOptimizer, nvme_reserved_);
 }
 
 absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::function<absl::Status(int)>& fn) {
@@ -176,7 +180,10 @@ absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, co
             grads(sg.source[i], sg.start[i], sg.pieces[i].numel, const_cast<float*>(sg.pieces[i].grad)));
       }
     }
-    sg.opt->step(lr, step, grad_scale);
+    Stream& stream = host_->compute_stream();
+    sg.opt->step(*kernels_, stream, lr, step, grad_scale);
+    // The buffer is read by `updated` and written back once this returns.
+    ZEROD_RETURN_IF_ERROR(host_->synchronize(stream));
     if (!updated) return absl::OkStatus();
     for (size_t i = 0; i < sg.pieces.size(); ++i) {
       ZEROD_RETURN_IF_ERROR(updated(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));

@@ -30,6 +30,7 @@ struct SwapSettings {
   // The gradients are not in memory: step() is given them sub-group by
   // sub-group, into room after each record in its buffer.
   bool grads_streamed = false;
+  MemoryAccountant* accountant = &MemoryAccountant::global();  // of the buffers and the file
 };
 
 class SwappedOptimizer {
@@ -42,10 +43,12 @@ class SwappedOptimizer {
   // With an init_master the fp32 master weights live in the file too, and the
   // pieces' `master` pointers are not used; without, the masters stay where
   // they are and are updated in place, and only the states are swapped.
+  // The updates run on `host`'s compute stream through its table
+  // `kernels`: the buffers are host memory. Both outlive the optimizer.
   static absl::StatusOr<std::unique_ptr<SwappedOptimizer>> create(const OptimizerConfig& cfg,
                                                                   std::vector<ParamPiece> pieces, DType param16_type,
-                                                                  const Fill& init_master,
-                                                                  const SwapSettings& s);
+                                                                  const Fill& init_master, const SwapSettings& s,
+                                                                  Device& host, Kernels& kernels);
   // Bytes the file will take, for checking the disk before anything is
   // allocated (the pieces' pointers are not used).
   static uint64_t file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces, DType param16_type,
@@ -105,7 +108,10 @@ class SwappedOptimizer {
   std::vector<SubGroup> groups_;
   std::vector<Buffer> buffers_;
   uint64_t file_bytes_ = 0;
-  uint64_t nvme_reserved_ = 0;  // recorded with the accountant
+  MemoryAccountant* acct_ = nullptr;
+  uint64_t nvme_reserved_ = 0;  // recorded with acct_
+  Device* host_ = nullptr;
+  Kernels* kernels_ = nullptr;
   std::unique_ptr<AioEngine> io_;
   int file_ = -1;
 };

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/optim/adam8bit.h"
+#include "runtime/kernels/cpu/adam8bit.h"
 
 namespace zerod {
 

@@ -11,73 +11,60 @@
 
 namespace zerod {
 
-std::vector<StateArray> ZeroEngine::state_arrays() const {
-  return swapped_ ? swapped_->state_layout() : optimizer_->state_arrays();
-}
-
 namespace {
 const std::map<std::string, std::string> kShardMetadata = {{"format", "zerod-shard"}};
 }  // namespace
 
 // Arrays go to the sink straight from where they live: memory, or (with
-// the states swapped to a file) the sub-group buffers, one array at a time,
-// in the layout an in-memory optimizer has, so a checkpoint loads with or
-// without offload. Nothing holds a whole array.
+// the states streamed from a file) the sub-group buffers, one array at a
+// time, in the layout an in-memory optimizer has, so a checkpoint loads
+// with or without offload. Nothing holds a whole array.
 absl::Status ZeroEngine::write_shard_array(size_t i, const std::vector<StateArray>& states, const ByteSink& out) {
-  if (i > 0) {
-    const StateArray& a = states[i - 1];
-    if (swapped_) return swapped_->read_state(a.name, out);
-    return out(a.data, a.numel * dtype_size(a.dtype));
-  }
-  if (!swapped_) {
-    for (const ShardSegment& s : owned_) ZEROD_RETURN_IF_ERROR(out(master_at(s), s.numel * sizeof(float)));
-    return absl::OkStatus();
-  }
-  return swapped_->read_masters([&](int, int64_t, int64_t n, const float* m) { return out(m, n * sizeof(float)); });
+  if (i > 0) return optimizer_->read_state(states[i - 1], out);
+  return optimizer_->read_masters(
+      [&](int, int64_t, int64_t n, const float* m) { return out(m, n * sizeof(float)); });
 }
 
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
-  const std::vector<StateArray> states = state_arrays();
-  return write_safetensors(path, shard_file_arrays(owned_numel(owned_), states), kShardMetadata,
+  const std::vector<StateArray> states = optimizer_->state_arrays();
+  return write_safetensors(path, shard_file_arrays(owned_numel(ctx_.owned), states), kShardMetadata,
                            [&](size_t i, const ByteSink& out) { return write_shard_array(i, states, out); });
 }
 
 absl::StatusOr<SafetensorsLayout> ZeroEngine::shard_file() const {
-  return layout_safetensors(shard_file_arrays(owned_numel(owned_), state_arrays()), kShardMetadata);
+  return layout_safetensors(shard_file_arrays(owned_numel(ctx_.owned), optimizer_->state_arrays()), kShardMetadata);
 }
 
 absl::Status ZeroEngine::serialize_shard(const SafetensorsLayout& file, const ByteSink& out) {
-  const std::vector<StateArray> states = state_arrays();
+  const std::vector<StateArray> states = optimizer_->state_arrays();
   return serialize_safetensors(
       file, [&](size_t i, const ByteSink& o) { return write_shard_array(i, states, o); }, out);
 }
 
 absl::Status ZeroEngine::install_state(const std::vector<float>& master, const StateFill& fill) {
-  for (const StateArray& a : state_arrays()) {
-    if (swapped_) {
-      ZEROD_RETURN_IF_ERROR(swapped_->write_state(
-          a.name, [&](void* dst, uint64_t offset, uint64_t n) { return fill(a, offset, n, dst); }));
-    } else {
-      ZEROD_RETURN_IF_ERROR(fill(a, 0, a.numel * dtype_size(a.dtype), a.data));
-    }
+  for (const StateArray& a : optimizer_->state_arrays()) {
+    ZEROD_RETURN_IF_ERROR(
+        optimizer_->write_state(a, [&](void* dst, uint64_t offset, uint64_t n) { return fill(a, offset, n, dst); }));
   }
   std::vector<const float*> src;
   const float* at = master.data();
-  for (const ShardSegment& s : owned_) {
+  for (const ShardSegment& s : ctx_.owned) {
     src.push_back(at);
-    if (!swapped_) std::memcpy(master_at(s), at, s.numel * 4);
-    // The working copy is what the optimizer would have written from them.
-    if (separate_master_) ZEROD_RETURN_IF_ERROR(write_working(s, 0, at, s.numel));
     at += s.numel;
   }
-  if (swapped_) ZEROD_RETURN_IF_ERROR(swapped_->write_masters(src));
-  return param_store_ ? param_store_->flush() : absl::OkStatus();
+  ZEROD_RETURN_IF_ERROR(optimizer_->write_masters(src));
+  // Separate masters: the working copy is what the optimizer would have
+  // written from them.
+  for (size_t k = 0; k < src.size() && separate_masters_; ++k) {
+    ZEROD_RETURN_IF_ERROR(params_->write(ctx_.owned[k], 0, src[k], ctx_.owned[k].numel));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroEngine::load_shard(const std::string& path) {
   ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path));
-  ZEROD_RETURN_IF_ERROR(check_shard_file(r, shard_file_arrays(owned_numel(owned_), state_arrays())));
-  std::vector<float> master(owned_numel(owned_));
+  ZEROD_RETURN_IF_ERROR(check_shard_file(r, shard_file_arrays(owned_numel(ctx_.owned), optimizer_->state_arrays())));
+  std::vector<float> master(owned_numel(ctx_.owned));
   ZEROD_RETURN_IF_ERROR(r.read(*r.find(kMasterArray), master.data()));
   return install_state(master, [&](const StateArray& a, uint64_t offset, uint64_t n, void* dst) {
     return r.read(*r.find(a.name), offset, n, dst);
@@ -88,14 +75,14 @@ absl::Status ZeroEngine::load_shard(const std::string& path) {
 // Master weights and fp32 states are copied exactly; 8-bit states are
 // dequantized from their saved blocks and quantized again in this rank's.
 absl::Status ZeroEngine::load_resharded(SavedShards& saved) {
-  std::vector<float> master(owned_numel(owned_));
-  std::unique_ptr<Optimizer> staging = Optimizer::create_unbound(cfg_.optimizer, piece_shapes(owned_), dtype_);
+  std::vector<float> master(owned_numel(ctx_.owned));
+  std::unique_ptr<Optimizer> staging = Optimizer::create_unbound(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype);
   std::vector<char> states(staging->state_bytes());
   staging->bind(states.data());
   float* at = master.data();
   std::vector<float> m, v;
-  for (size_t k = 0; k < owned_.size(); ++k) {
-    const ShardSegment& s = owned_[k];
+  for (size_t k = 0; k < ctx_.owned.size(); ++k) {
+    const ShardSegment& s = ctx_.owned[k];
     m.resize(s.numel);
     v.resize(s.numel);
     ZEROD_RETURN_IF_ERROR(saved.read(s.flat_offset, s.flat_offset + s.numel, at, m.data(), v.data()));

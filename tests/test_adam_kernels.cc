@@ -13,9 +13,9 @@
 
 #include "gtest/gtest.h"
 #include "runtime/core/dtype.h"
-#include "runtime/optim/adam8bit.h"
-#include "runtime/optim/cpu_isa.h"
-#include "runtime/optim/quant_map.h"
+#include "runtime/kernels/cpu/adam8bit.h"
+#include "runtime/kernels/cpu/cpu_isa.h"
+#include "runtime/kernels/cpu/quant_map.h"
 
 namespace zerod {
 namespace {

@@ -86,6 +86,12 @@ class ZerodE2E : public TempDirTest {
   }
   // zerod with the test's token, 2 slots, and these options and environment;
   // workers run one OpenMP thread each, as the direct reference runs do.
+  // zerod launching the test worker whose rank `rank` of attempt `attempt`
+  // stops, still heartbeating, after `step` (tests/hanging_worker.cc).
+  void start_zerod_with_hang(const std::string& attempt_rank_step, std::vector<std::string> options = {}) {
+    options.insert(options.end(), {"--worker", ZEROD_HANGING_WORKER_BIN});
+    start_zerod(options, {"ZEROD_TEST_HANG=" + attempt_rank_step});
+  }
   void start_zerod(std::vector<std::string> options = {}, std::vector<std::string> env = {}) {
     options.insert(options.end(), {"--token-file", token_file_, "--slots", "2", "--heartbeat-interval", "0.1"});
     env.push_back("OMP_NUM_THREADS=1");
@@ -180,7 +186,7 @@ TEST_F(ZerodE2E, DemoJobSucceedsWithTheLossOfADirectRun) {
 TEST_F(ZerodE2E, KilledWorkerRestartsFromTheLatestCheckpoint) {
   // Rank 1 of the first attempt stops after step 25 so that the kill lands
   // mid-run, after the checkpoint of step 20.
-  start_zerod({}, {"ZEROD_TEST_HANG=1:1:25"});
+  start_zerod_with_hang("1:1:25");
   const nlohmann::json config = small_job(40, 10);
   const std::string id = submit(request(config, 2, /*max_restarts=*/1, /*hang_timeout_s=*/3600));
   reached(id, 25);
@@ -206,7 +212,7 @@ TEST_F(ZerodE2E, KilledWorkerRestartsFromTheLatestCheckpoint) {
 }
 
 TEST_F(ZerodE2E, HungWorkerIsDetectedAndTheJobRestarted) {
-  start_zerod({}, {"ZEROD_TEST_HANG=1:1:5"});
+  start_zerod_with_hang("1:1:5");
   const nlohmann::json config = small_job(15);
   const double timeout_s = 3;
   const std::string id = submit(request(config, 2, /*max_restarts=*/1, timeout_s));
@@ -226,7 +232,7 @@ TEST_F(ZerodE2E, HungWorkerIsDetectedAndTheJobRestarted) {
 
 TEST_F(ZerodE2E, CancelStopsEveryProcessOfTheJob) {
   // A grace far longer than any test: the cancel finishing shows SIGTERM was enough.
-  start_zerod({"--grace", "3600"}, {"ZEROD_TEST_HANG=1:1:3"});
+  start_zerod_with_hang("1:1:3", {"--grace", "3600"});
   const std::string id = submit(request(small_job(1000)));
   reached(id, 3);
   ASSERT_FALSE(tagged_processes(tag(id, 1)).empty());
@@ -246,7 +252,7 @@ TEST_F(ZerodE2E, CancelStopsEveryProcessOfTheJob) {
 }
 
 TEST_F(ZerodE2E, PendingJobsWaitForSlotsAndCancelWithoutRunning) {
-  start_zerod({}, {"ZEROD_TEST_HANG=1:1:2"});
+  start_zerod_with_hang("1:1:2");
   const std::string first = submit(request(small_job(1000)));
   const std::string second = submit(request(small_job(5)));
   reached(first, 2);

@@ -14,7 +14,6 @@
 #include "runtime/core/gpu_memory.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
-#include "runtime/core/tensor.h"
 
 namespace zerod {
 namespace {
@@ -492,57 +491,6 @@ TEST(ByteSize, RejectsSizesPastUint64) {
     auto r = parse_byte_size(bad);
     EXPECT_FALSE(r.ok()) << "'" << bad << "' parsed as " << (r.ok() ? *r : 0);
   }
-}
-
-// ================================================================ Tensor
-
-TEST(Tensor, NumelAndBytes) {
-  Tensor t;
-  t.shape = {2, 3, 4};
-  EXPECT_EQ(t.numel(), 24);
-  EXPECT_EQ(t.bytes(), 96u);
-  t.dtype = DType::kBF16;
-  EXPECT_EQ(t.bytes(), 48u);
-  t.dtype = DType::kF16;
-  EXPECT_EQ(t.bytes(), 48u);
-  t.dtype = DType::kU8;
-  EXPECT_EQ(t.bytes(), 24u);
-  t.shape = {};
-  EXPECT_EQ(t.numel(), 1);  // a scalar
-  t.shape = {5, 0};
-  EXPECT_EQ(t.numel(), 0);
-  EXPECT_EQ(t.bytes(), 0u);
-}
-
-TEST(Tensor, GetReadsEveryDType) {
-  float f32[] = {1.5f, -2.0f};
-  uint16_t bf16[] = {0x3fc0, 0xc000};  // 1.5, -2
-  uint16_t f16[] = {0x3e00, 0xc000};   // 1.5, -2
-  int8_t i8[] = {-128, 127};
-  uint8_t u8[] = {0, 255};
-  Tensor t;
-  t.shape = {2};
-  t.data = f32, t.dtype = DType::kF32;
-  EXPECT_EQ(t.get(0), 1.5f);
-  EXPECT_EQ(t.get(1), -2.0f);
-  t.data = bf16, t.dtype = DType::kBF16;
-  EXPECT_EQ(t.get(0), 1.5f);
-  EXPECT_EQ(t.get(1), -2.0f);
-  t.data = f16, t.dtype = DType::kF16;
-  EXPECT_EQ(t.get(0), 1.5f);
-  EXPECT_EQ(t.get(1), -2.0f);
-  t.data = i8, t.dtype = DType::kI8;
-  EXPECT_EQ(t.get(0), -128.0f);
-  EXPECT_EQ(t.get(1), 127.0f);
-  t.data = u8, t.dtype = DType::kU8;
-  EXPECT_EQ(t.get(0), 0.0f);
-  EXPECT_EQ(t.get(1), 255.0f);
-}
-
-TEST(Tensor, ShapeString) {
-  EXPECT_EQ(shape_string({2, 3, 4}), "[2, 3, 4]");
-  EXPECT_EQ(shape_string({7}), "[7]");
-  EXPECT_EQ(shape_string({}), "[]");
 }
 
 }  // namespace

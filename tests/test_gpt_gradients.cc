@@ -133,7 +133,9 @@ struct Recording : WeightSource {
     ZEROD_RETURN_IF_ERROR(seen("layer " + std::to_string(l)));
     return w.layer(l);
   }
-  absl::Status prefetch(int l) override { return seen("prefetch " + std::to_string(l)); }
+  absl::Status prefetch(int next, int then) override {
+    return seen("prefetch " + std::to_string(next) + " " + std::to_string(then));
+  }
   absl::Status end_pass() override { return seen("end_pass"); }
 };
 
@@ -166,8 +168,8 @@ TEST(GptGradients, StopsAtTheFirstFailureOfItsWeightsOrGradients) {
   RecordingSink all_sink(all, flat_grads);
   ASSERT_TRUE(fx.model->forward_backward(all, all_sink, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, 1.0f).ok());
   const std::vector<std::string> pass = {
-      "globals", "layer 0", "prefetch 1", "layer 1", "prefetch 1", "globals", "grad globals",
-      "layer 1", "prefetch 0", "grad layer 1", "grad layer_done 1", "layer 0", "grad layer 0",
+      "globals", "layer 0", "prefetch 1 1", "layer 1", "prefetch 1 0", "globals", "grad globals",
+      "layer 1", "prefetch 0 -1", "grad layer 1", "grad layer_done 1", "layer 0", "grad layer 0",
       "grad layer_done 0", "grad end_backward", "end_pass"};
   ASSERT_EQ(all.calls, pass);
   for (size_t at = 0; at < pass.size(); ++at) {

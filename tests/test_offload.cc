@@ -354,11 +354,9 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
       if (c.fault == kShortWriteThenDiskFull && writes++ == 0 && r >= 8192) return r / 8192 * 4096;
       return -ENOSPC;
     };
-    ZeroEngine::set_swap_fault_hook(hook);
     std::vector<float> saved_params;
     {
-      auto t = testing::make_trainer(cfg);
-      ZeroEngine::set_swap_fault_hook({});
+      auto t = testing::make_trainer(cfg, nullptr, {hook, {}});
       ASSERT_TRUE(t.ok()) << t.status();
       ASSERT_TRUE((*t)->step().ok());
       ASSERT_TRUE((*t)->save_checkpoint(root, 2).ok());

@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/engine/loss_scaler.h"
-#include "runtime/optim/adam.h"
+#include "runtime/kernels/cpu/adam.h"
 #include "runtime/optim/lr_schedule.h"
 
 namespace zerod {

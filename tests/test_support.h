@@ -61,8 +61,9 @@ inline Device& test_device() {
 }
 
 // A trainer on test_device().
-inline absl::StatusOr<std::unique_ptr<Trainer>> make_trainer(const JobConfig& cfg, Communicator* comm = nullptr) {
-  return Trainer::create(cfg, comm, &test_device());
+inline absl::StatusOr<std::unique_ptr<Trainer>> make_trainer(const JobConfig& cfg, Communicator* comm = nullptr,
+                                                             TrainerEnv env = {}) {
+  return Trainer::create(cfg, comm, &test_device(), std::move(env));
 }
 
 // `j` with each "key.path=value" applied, parsed for a world of `world_size`.

@@ -36,8 +36,8 @@ JobConfig make_config(const std::vector<std::string>& overrides) {
   return testing::config_with(j, overrides);
 }
 
-std::unique_ptr<Trainer> make_trainer(const JobConfig& cfg) {
-  auto t = testing::make_trainer(cfg);
+std::unique_ptr<Trainer> make_trainer(const JobConfig& cfg, TrainerEnv env = {}) {
+  auto t = testing::make_trainer(cfg, nullptr, std::move(env));
   EXPECT_TRUE(t.ok()) << t.status();
   return std::move(*t);
 }
@@ -56,29 +56,30 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-// Holds the background writer before it writes until open() (or the end
-// of its scope, so a failed test does not leave a trainer waiting on it).
+// Holds the background writer of a trainer made with env() before it
+// writes, until open() (or the end of its scope, so a failed test does not
+// leave a trainer waiting on it).
 class HeldWriter {
  public:
-  HeldWriter() {
-    Trainer::set_background_write_hook([this, go = released_.get_future().share()] {
-      ++entered_;
-      go.wait();
-    });
-  }
-  ~HeldWriter() {
-    open();
-    Trainer::set_background_write_hook(nullptr);
+  ~HeldWriter() { open(); }
+  TrainerEnv env() const {
+    return {{}, [gate = gate_, go = gate_->released.get_future().share()] {
+              ++gate->entered;
+              go.wait();
+            }};
   }
   void open() {
-    if (!opened_.exchange(true)) released_.set_value();
+    if (!gate_->opened.exchange(true)) gate_->released.set_value();
   }
-  int entered() const { return entered_; }
+  int entered() const { return gate_->entered; }
 
  private:
-  std::promise<void> released_;
-  std::atomic<bool> opened_{false};
-  std::atomic<int> entered_{0};
+  struct Gate {
+    std::promise<void> released;
+    std::atomic<bool> opened{false};
+    std::atomic<int> entered{0};
+  };
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
 };
 
 uint64_t host_workspace() { return MemoryAccountant::global().current(Tier::kHost, Category::kWorkspace); }
@@ -206,11 +207,11 @@ TEST_F(TrainerCheckpointTest, BackgroundSaveKeepsTheStateAtItsStartWhileTraining
     SCOPED_TRACE(i);
     const JobConfig cfg = make_config(v);
     const std::string root = path("bg-" + std::to_string(i)), dir = root + "/step-00000003";
-    auto a = make_trainer(cfg);
+    HeldWriter held;
+    auto a = make_trainer(cfg, held.env());
     run_steps(*a, 3);
     std::vector<double> later;
     {
-      HeldWriter held;
       const uint64_t workspace = host_workspace();
       ASSERT_TRUE(a->start_checkpoint(root, 2, /*background=*/true).ok());
       const uint64_t staged = host_workspace() - workspace;
@@ -259,12 +260,13 @@ TEST_F(TrainerCheckpointTest, SavesInTheForegroundWhenTheShardCannotBeStaged) {
   MemoryAccountant& acct = MemoryAccountant::global();
   for (int limited = 0; limited < 2; ++limited) {
     SCOPED_TRACE(limited ? "host limit" : "states on nvme");
-    auto t = make_trainer(make_config(limited ? std::vector<std::string>{"zero_optimization.stage=1"} : swapped));
+    HeldWriter held;
+    auto t = make_trainer(make_config(limited ? std::vector<std::string>{"zero_optimization.stage=1"} : swapped),
+                          held.env());
     run_steps(*t, 2);
     const std::string fg = *t->save_checkpoint(path("fg-" + std::to_string(limited)), 1);
     const uint64_t bytes = fs::file_size(fg + "/rank-00000.safetensors");
     if (limited) acct.set_limit(Tier::kHost, acct.current_total(Tier::kHost) + bytes / 2);
-    HeldWriter held;
     const absl::Status s = t->start_checkpoint(path("bg-" + std::to_string(limited)), 1, /*background=*/true);
     acct.set_limit(Tier::kHost, 0);
     ASSERT_TRUE(s.ok()) << s;
@@ -279,16 +281,19 @@ TEST_F(TrainerCheckpointTest, SavesInTheForegroundWhenTheShardCannotBeStaged) {
 // A background write that fails abandons its save: the error names the
 // file, `latest` still names the checkpoint before, and the next save works.
 TEST_F(TrainerCheckpointTest, AFailedBackgroundWriteLeavesTheCheckpointBefore) {
-  auto t = make_trainer(make_config({"zero_optimization.stage=1"}));
   const std::string root = path("ckpt");
+  std::atomic<bool> sabotage{false};
+  auto t = make_trainer(make_config({"zero_optimization.stage=1"}), {{}, [&] {
+                          if (sabotage) fs::remove_all(root + "/step-00000002.tmp");
+                        }});
   EXPECT_EQ(t->finish_checkpoint(true).status().code(), absl::StatusCode::kFailedPrecondition);
   run_steps(*t, 1);
   ASSERT_TRUE(t->save_checkpoint(root, 3).ok());
   run_steps(*t, 1);
-  Trainer::set_background_write_hook([&] { fs::remove_all(root + "/step-00000002.tmp"); });
+  sabotage = true;
   ASSERT_TRUE(t->start_checkpoint(root, 3, /*background=*/true).ok());
   auto failed = t->finish_checkpoint(/*wait=*/true);
-  Trainer::set_background_write_hook(nullptr);
+  sabotage = false;
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
   EXPECT_NE(failed.status().message().find("step-00000002.tmp/rank-00000.safetensors"), std::string::npos)
       << failed.status();

@@ -14,7 +14,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "comm/rank_env.h"
 #include "proto/zerod.grpc.pb.h"
 #include "runtime/coordinator/auth.h"
@@ -48,9 +47,8 @@ constexpr std::chrono::seconds kExitReportWait(60);
 
 class Agent final : public RunObserver {
  public:
-  Agent(std::unique_ptr<v1::WorkerControl::Stub> stub, std::string token, v1::WorkerId id)
-      : stub_(std::move(stub)), token_(std::move(token)), id_(std::move(id)) {
-    parse_hang_hook();
+  Agent(std::unique_ptr<v1::WorkerControl::Stub> stub, std::string token, v1::WorkerId id, AfterStep after_step)
+      : stub_(std::move(stub)), token_(std::move(token)), id_(std::move(id)), after_step_(std::move(after_step)) {
     thread_ = std::thread([this] { loop(); });
   }
   ~Agent() override {
@@ -70,11 +68,7 @@ class Agent final : public RunObserver {
       progress_.set_loss(step.loss);
       progress_.set_tokens_per_s(tokens_per_s);
     }
-    if (step.step == hang_after_step_) {
-      fprintf(stderr, "zerod test hook: rank %d hangs after step %lld\n", id_.rank(),
-              static_cast<long long>(step.step));
-      for (;;) pause();
-    }
+    if (after_step_) after_step_(id_.attempt(), id_.rank(), step.step);
   }
 
   void failing(int exit_code) override { report_exit(exit_code); }
@@ -98,16 +92,6 @@ class Agent final : public RunObserver {
   }
 
  private:
-  void parse_hang_hook() {
-    std::vector<std::string> f = absl::StrSplit(env_or("ZEROD_TEST_HANG"), ':');
-    int attempt = 0, rank = 0;
-    int64_t step = 0;
-    if (f.size() == 3 && absl::SimpleAtoi(f[0], &attempt) && absl::SimpleAtoi(f[1], &rank) &&
-        absl::SimpleAtoi(f[2], &step) && attempt == id_.attempt() && rank == id_.rank()) {
-      hang_after_step_ = step;
-    }
-  }
-
   // Registers, then heartbeats until the run is over; zerod being away (a
   // restart) only means trying again at the next beat.
   void loop() {
@@ -163,7 +147,7 @@ class Agent final : public RunObserver {
   std::unique_ptr<v1::WorkerControl::Stub> stub_;
   const std::string token_;
   const v1::WorkerId id_;
-  int64_t hang_after_step_ = -1;
+  const AfterStep after_step_;
   bool reported_ = false;  // the exit status was sent
   std::mutex mu_;
   std::condition_variable wake_;
@@ -174,7 +158,7 @@ class Agent final : public RunObserver {
 
 }  // namespace
 
-int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream& err) {
+int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream& err, AfterStep after_step) {
   const std::string address = env_or("ZEROD_COORDINATOR");
   if (address.empty()) return run_worker(argc, argv, out, err);
   auto rank = discover_rank();
@@ -198,7 +182,7 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
   (void)absl::SimpleAtoi(env_or("ZEROD_ATTEMPT"), &attempt);
   id.set_attempt(attempt);
   id.set_rank(rank->rank);
-  Agent agent(v1::WorkerControl::NewStub(*channel), *token, id);
+  Agent agent(v1::WorkerControl::NewStub(*channel), *token, id, std::move(after_step));
   const int code = run_worker(argc, argv, out, err, &agent);
   out.flush();
   err.flush();

@@ -4,6 +4,8 @@
 // reports its exit. A worker zerod tells to stop terminates itself.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <ostream>
 
 namespace zerod {
@@ -11,10 +13,10 @@ namespace zerod {
 // run_worker, supervised when ZEROD_COORDINATOR is set. zerod sets, for every
 // rank: ZEROD_COORDINATOR (address), ZEROD_JOB_ID, ZEROD_ATTEMPT,
 // ZEROD_TOKEN_FILE, ZEROD_LOG_DIR and, with TLS, ZEROD_TLS_CA.
-//
-// Test hook: ZEROD_TEST_HANG="attempt:rank:step" makes that rank of that
-// attempt stop, still heartbeating, after that step (a worker stuck in a
-// collective, as zerod sees it).
-int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream& err);
+// `after_step`, if given, runs on the training thread once each step's
+// progress is recorded for the next heartbeat (tests make a rank stop
+// there, as one stuck in a collective would).
+using AfterStep = std::function<void(int attempt, int rank, int64_t step)>;
+int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream& err, AfterStep after_step = {});
 
 }  // namespace zerod

@@ -9,16 +9,27 @@
 
 namespace zerod {
 
-Trainer::Trainer(const JobConfig& cfg, Communicator* comm, Device* device)
-    : cfg_(cfg), comm_(comm), device_(device), scaler_(cfg.fp16), sample_rng_state_(cfg.run.seed) {
+Trainer::Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env)
+    : cfg_(cfg), env_(std::move(env)), comm_(comm), device_(device), scaler_(cfg.fp16), sample_rng_state_(cfg.run.seed) {
   if (!comm_) {
     own_comm_ = make_local_communicator();
     comm_ = own_comm_.get();
   }
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const JobConfig& cfg, Communicator* comm, Device* device) {
-  std::unique_ptr<Trainer> t(new Trainer(cfg, comm, device));
+absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout& layout, IoFaultHook io_faults) {
+  ZEROD_ASSIGN_OR_RETURN(ParamInit init, initial_params(layout, cfg.run.seed, cfg.init_from));
+  return ZeroSettings{cfg.zero,
+                      cfg.optimizer,
+                      cfg.precision,
+                      {cfg.aio_block_size, cfg.aio_queue_depth},
+                      std::move(init),
+                      std::move(io_faults)};
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const JobConfig& cfg, Communicator* comm, Device* device,
+                                                         TrainerEnv env) {
+  std::unique_ptr<Trainer> t(new Trainer(cfg, comm, device, std::move(env)));
   ZEROD_RETURN_IF_ERROR(t->build());
   return t;
 }
@@ -34,10 +45,11 @@ absl::Status Trainer::build() {
                                          comm_->world_size());
   ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
                                              cfg_.activation_checkpointing, *device_, *kernels_));
-  ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(&model_->layout(), cfg_, comm_, *device_, *kernels_));
+  ZEROD_ASSIGN_OR_RETURN(const ZeroSettings zs, zero_settings(cfg_, model_->layout(), env_.io_faults));
+  ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(model_->layout(), zs, *comm_, *device_, *kernels_));
   const int64_t tokens = int64_t(cfg_.micro_batch) * cfg_.data.seq_len;
-  ZEROD_ASSIGN_OR_RETURN(inputs_, Buffer::allocate(tokens * 4, Category::kWorkspace));
-  ZEROD_ASSIGN_OR_RETURN(targets_, Buffer::allocate(tokens * 4, Category::kWorkspace));
+  ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(tokens * 4, Category::kWorkspace, Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(tokens * 4, Category::kWorkspace, Tier::kHost));
   return absl::OkStatus();
 }
 

@@ -42,6 +42,19 @@ struct SavedCheckpoint {
   double blocked_s = 0;
 };
 
+// The seams through which a trainer's surroundings reach into it, beyond
+// the config: tests inject faults here. The default is none.
+struct TrainerEnv {
+  // Faults for the offload tiers' file I/O.
+  IoFaultHook io_faults;
+  // Runs on the background checkpoint writer's thread before it writes.
+  std::function<void()> before_background_write;
+};
+
+// The ZeRO engine's settings for a job, its initial parameters opened
+// (model.init_from, checked whole) or drawn from run.seed.
+absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout& layout, IoFaultHook io_faults = {});
+
 class Trainer {
  public:
   // Loads the data and builds everything; errors here are bad input. Every
@@ -49,7 +62,7 @@ class Trainer {
   // from then on all of them call the same methods in the same order. It
   // trains on `device`, or on the one run.device names when that is null.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const JobConfig& cfg, Communicator* comm = nullptr,
-                                                         Device* device = nullptr);
+                                                         Device* device = nullptr, TrainerEnv env = {});
 
   // One optimizer step over gradient_accumulation_steps micro-batches of
   // this rank's part of the global batch.
@@ -102,8 +115,6 @@ class Trainer {
   // to a thread (rank 0's); this waits for it and returns its error. The
   // next commit waits for it too.
   absl::Status finish_pruning();
-  // Tests only: runs on the background writer thread before it writes.
-  static void set_background_write_hook(std::function<void()> hook);
 
   // Continues from a checkpoint directory saved with the same model,
   // precision and optimizer (a collective). At the saved partition (the
@@ -116,7 +127,7 @@ class Trainer {
   int64_t steps_done() const { return steps_; }
 
  private:
-  Trainer(const JobConfig& cfg, Communicator* comm, Device* device);
+  Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);
   absl::Status build();
   // The manifest of the state after the last step, all but its file list.
   nlohmann::json manifest_state() const;
@@ -125,6 +136,7 @@ class Trainer {
   absl::StatusOr<uint64_t> stage_shard();
 
   JobConfig cfg_;
+  TrainerEnv env_;
   std::unique_ptr<Communicator> own_comm_;  // the world of one, when none was given
   Communicator* comm_;
   std::unique_ptr<Device> own_device_;  // the one run.device names, when none was given

@@ -29,19 +29,12 @@ absl::StatusOr<bool> any_rank(Communicator& comm, bool self) {
   return f > 0;
 }
 
-std::function<void()>& background_write_hook() {
-  static std::function<void()> hook;
-  return hook;
-}
-
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
-void Trainer::set_background_write_hook(std::function<void()> hook) { background_write_hook() = std::move(hook); }
-
 nlohmann::json Trainer::manifest_state() const {
-  nlohmann::json m = manifest_shape(layout(), cfg_, comm_->world_size(), zero_->stage());
+  nlohmann::json m = manifest_shape(layout(), cfg_, comm_->world_size(), cfg_.zero.stage);
   const LossScaler::State ls = scaler_.state();
   const DataLoader::State dl = loader_->state();
   m["step"] = steps_;
@@ -58,7 +51,7 @@ absl::StatusOr<uint64_t> Trainer::stage_shard() {
   ZEROD_ASSIGN_OR_RETURN(SafetensorsLayout file, zero_->shard_file());
   if (staging_.bytes() != file.bytes()) {
     staging_.reset();
-    absl::StatusOr<Buffer> b = Buffer::allocate(file.bytes(), Category::kWorkspace);
+    absl::StatusOr<Buffer> b = device_->allocate(file.bytes(), Category::kWorkspace, Tier::kHost);
     if (absl::IsResourceExhausted(b.status())) return 0;
     ZEROD_RETURN_IF_ERROR(b.status());
     staging_ = std::move(*b);
@@ -94,14 +87,14 @@ absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool b
 
   // A failure here is kept for finish_checkpoint, which every rank reaches,
   // so no rank is left waiting in a collective.
-  if (zero_->stage() > 0 || rank == 0) {
+  if (rank < zero_->shard_count()) {
     const std::string file = absl::StrCat(root, "/", checkpoint_dir_name(steps_), ".tmp/", shard_file_name(rank));
     absl::StatusOr<uint64_t> staged = uint64_t{0};
     if (background && zero_->shard_in_memory()) staged = stage_shard();
     if (staged.ok() && *staged > 0) {
       p.staged_bytes = *staged;
       p.write = std::async(std::launch::async, [file, data = staging_.data(), n = *staged,
-                                                hook = background_write_hook()]() -> absl::StatusOr<uint32_t> {
+                                                hook = env_.before_background_write]() -> absl::StatusOr<uint32_t> {
         // The writer yields to training: where training keeps every core
         // busy (CPU training) it fills the gaps instead of stretching each
         // step (bench/RESULTS.md); where cores are idle it runs at once.
@@ -157,7 +150,7 @@ absl::StatusOr<std::optional<SavedCheckpoint>> Trainer::finish_checkpoint(bool w
 
   if (rank == 0) {
     nlohmann::json files = nlohmann::json::array();
-    for (int r = 0; r < (zero_->stage() > 0 ? world : 1); ++r) {
+    for (int r = 0; r < zero_->shard_count(); ++r) {
       files.push_back({{"rank", r},
                        {"name", shard_file_name(r)},
                        {"crc32c", static_cast<uint32_t>(all[3 * r + 1])},
@@ -201,7 +194,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     ZEROD_ASSIGN_OR_RETURN(CheckpointManifest c, read_manifest(checkpoint));
     const nlohmann::json& m = c.json;
     // The world size and stage may differ; the rest must not. Each mismatch is named.
-    const nlohmann::json want = manifest_shape(layout(), cfg_, world, zero_->stage());
+    const nlohmann::json want = manifest_shape(layout(), cfg_, world, cfg_.zero.stage);
     for (const char* key : {"model", "precision", "tensors", "optimizer"}) {
       if (!m.contains(key) || m[key] != want[key]) {
         return absl::InvalidArgumentError(
@@ -231,7 +224,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
 
   // The same partition (world size, or stage 0 on both sides) reads this
   // rank's file whole; any other takes its ranges from the saved ones.
-  const size_t parts = zero_->stage() > 0 ? static_cast<size_t>(world) : 1;
+  const size_t parts = static_cast<size_t>(zero_->shard_count());
   if (files.size() == parts) {
     s = zero_->load_shard(files[parts > 1 ? rank : 0].path);
   } else {

@@ -109,7 +109,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     if ((*comm)->world_size() > 1) (*comm)->abort(code);
     return code;
   };
-  MemoryAccountant& acct = MemoryAccountant::global();
+  MemoryAccountant& acct = (*device)->accountant();
   acct.set_limit(Tier::kHost, cfg->run.host_memory_limit.value_or(0));
   acct.set_limit(Tier::kGpu, cfg->run.gpu_memory_limit.value_or(0));
   acct.reset_peaks();

@@ -14,6 +14,7 @@
 
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
+#include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod {
@@ -66,6 +67,12 @@ class Kernels {
   virtual void sum_squares(Stream& s, const float* x, int64_t n, double* out) = 0;
   // Gradient accumulation: dst[i] += src[i].
   virtual void add(Stream& s, float* dst, const float* src, int64_t n) = 0;
+
+  // The optimizer: one Adam/AdamW update of a tensor's fp32 masters, its
+  // states (fp32, or 8-bit in blocks) and its optional 16-bit copy, with
+  // the math of cpu/adam.h and cpu/adam8bit.h.
+  virtual void adam(Stream& s, const AdamTensor& t, const AdamStep& step) = 0;
+  virtual void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) = 0;
 };
 
 // The table of `device`'s kind; it must not outlive the device.

@@ -6,6 +6,19 @@
 namespace zerod {
 namespace {
 
+// The layer a pass asks its weights for at position i: 0 .. n-1 forward,
+// then n-1 .. 0 when backward follows; -1 past the end.
+int pass_layer(int i, int n, bool backward) {
+  if (i < n) return i;
+  return backward && i < 2 * n ? 2 * n - 1 - i : -1;
+}
+
+// Tells the source which layers come at positions i and i + 1, if any do.
+absl::Status announce(WeightSource& ws, int i, int n, bool backward) {
+  const int next = pass_layer(i, n, backward);
+  return next < 0 ? absl::OkStatus() : ws.prefetch(next, pass_layer(i + 1, n, backward));
+}
+
 // Activations one block saves for its backward. The 16-bit-able ones come
 // first; the per-row LayerNorm statistics stay fp32.
 enum ActField { kLn1, kQkv, kAtt, kAtty, kRes2, kLn2, kFch, kFchGelu, kNumBig, kLn1Mean = kNumBig, kLn1Rstd,
@@ -98,7 +111,8 @@ struct Gpt::Impl {
   }
   // Host token ids to the device.
   void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
-  absl::StatusOr<const float*> forward_blocks(WeightSource& ws, int B, int T);
+  // `backward`: the pass goes on through the layers in reverse.
+  absl::StatusOr<const float*> forward_blocks(WeightSource& ws, int B, int T, bool backward);
 };
 
 Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, Device& device, Kernels& kernels)
@@ -236,7 +250,7 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w,
 
 // The blocks and the final LayerNorm over the tokens in `inputs`; returns
 // the last block's output.
-absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, int T) {
+absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, int T, bool backward) {
   Impl& m = *this;
   const GptConfig& c = config;
   const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
@@ -252,8 +266,7 @@ absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, 
     // With 16-bit residuals the block runs in place on the fp32 copy.
     float* out = f32 ? residual(l + 1, d.N) : x;
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
-    // After the last layer comes the last layer again, for backward.
-    ZEROD_RETURN_IF_ERROR(ws.prefetch(l + 1 < c.n_layer ? l + 1 : l));
+    ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
     block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), out, act_dtype);
     if (!f32) {
       k.convert_from_f32(s, act_dtype, out, residual(l + 1, d.N), NC);
@@ -289,7 +302,7 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   const bool f32 = act_dtype_ == DType::kF32;
   m.upload(m.inputs, inputs, d.N);
   m.upload(m.targets, targets, d.N);
-  ZEROD_ASSIGN_OR_RETURN(const float* xL, m.forward_blocks(ws, B, T));
+  ZEROD_ASSIGN_OR_RETURN(const float* xL, m.forward_blocks(ws, B, T, /*backward=*/true));
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
 
@@ -310,7 +323,7 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
                            m.attn_scratch.ptr<float>()};
   for (int l = c.n_layer - 1; l >= 0; --l) {
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
-    if (l > 0) ZEROD_RETURN_IF_ERROR(ws.prefetch(l - 1));
+    ZEROD_RETURN_IF_ERROR(announce(ws, 2 * c.n_layer - l, c.n_layer, /*backward=*/true));
     const float* x = m.residual(l, d.N);
     if (!f32) {
       k.convert_to_f32(s, act_dtype_, m.residual(l, d.N), m.x_fp32.ptr<float>(), NC);
@@ -350,7 +363,7 @@ absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B,
     ZEROD_ASSIGN_OR_RETURN(m.logits_out, device_.allocate(uint64_t(rows) * V * 4, Category::kWorkspace));
   }
   m.upload(m.inputs, tokens, int64_t(B) * T);
-  ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, B, T).status());
+  ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, B, T, /*backward=*/false).status());
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   // The last position: row T-1 of each sequence, T*C floats apart.
   const float* lnf = m.lnf.ptr<float>() + (last_only ? int64_t(T - 1) * C : 0);

@@ -35,8 +35,9 @@ class WeightSource {
   virtual absl::StatusOr<GlobalWeights> globals() = 0;
   // Valid until the next layer() call.
   virtual absl::StatusOr<LayerWeights> layer(int l) = 0;
-  // Layer l will be asked for next: a source may start fetching it now.
-  virtual absl::Status prefetch(int /*l*/) { return absl::OkStatus(); }
+  // Layer `next` will be asked for next, and `then` after it (-1: none, the
+  // pass ends): a source may start fetching them now.
+  virtual absl::Status prefetch(int /*next*/, int /*then*/) { return absl::OkStatus(); }
   // A forward (or forward and backward) pass is over: release what it held.
   virtual absl::Status end_pass() { return absl::OkStatus(); }
 };

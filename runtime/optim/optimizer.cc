@@ -5,12 +5,11 @@
 namespace zerod {
 
 std::unique_ptr<Optimizer> Optimizer::create_unbound(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
-                                                     DType param16_type, CpuIsa isa) {
+                                                     DType param16_type) {
   std::unique_ptr<Optimizer> o(new Optimizer());
   o->hyper_ = AdamHyper{static_cast<float>(cfg.beta1), static_cast<float>(cfg.beta2), static_cast<float>(cfg.eps),
                         static_cast<float>(cfg.weight_decay), cfg.type != OptimizerType::kAdam};
   o->param16_type_ = param16_type;
-  o->isa_ = isa;
   const bool eight_bit = cfg.type == OptimizerType::kAdamW8bit;
   for (const ParamPiece& p : pieces) {
     const bool quantized = eight_bit && p.tensor_numel >= kMin8bitNumel;
@@ -27,9 +26,8 @@ std::unique_ptr<Optimizer> Optimizer::create_unbound(const OptimizerConfig& cfg,
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg,
-                                                             std::vector<ParamPiece> pieces, DType param16_type,
-                                                             CpuIsa isa) {
-  std::unique_ptr<Optimizer> o = create_unbound(cfg, std::move(pieces), param16_type, isa);
+                                                             std::vector<ParamPiece> pieces, DType param16_type) {
+  std::unique_ptr<Optimizer> o = create_unbound(cfg, std::move(pieces), param16_type);
   ZEROD_ASSIGN_OR_RETURN(o->own_, Buffer::allocate(o->state_bytes(), Category::kOptimizer));
   o->bind(o->own_.data());
   o->zero_states();
@@ -99,8 +97,8 @@ void Optimizer::set_piece_states(int k, const float* m, const float* v) {
   const Piece& pc = pieces_[k];
   if (pc.quantized) {
     const Adam8bitTensor t = quantized_view(pc);
-    quantize_blockwise(signed_dynamic_map(), m, t.n, t.m, t.m_absmax, isa_);
-    quantize_blockwise(unsigned_dynamic_map(), v, t.n, t.v, t.v_absmax, isa_);
+    quantize_blockwise(signed_dynamic_map(), m, t.n, t.m, t.m_absmax);
+    quantize_blockwise(unsigned_dynamic_map(), v, t.n, t.v, t.v_absmax);
   } else {
     const AdamTensor t = fp32_view(pc);
     std::memcpy(t.m, m, t.n * sizeof(float));
@@ -108,15 +106,15 @@ void Optimizer::set_piece_states(int k, const float* m, const float* v) {
   }
 }
 
-void Optimizer::step(float lr, int64_t step, float grad_scale) {
+void Optimizer::step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale) {
   const AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
   const AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);
   for (const Piece& pc : pieces_) {
-    const AdamStep& s = pc.p.decay ? with_decay : without_decay;
+    const AdamStep& st = pc.p.decay ? with_decay : without_decay;
     if (pc.quantized) {
-      adam8bit_update(quantized_view(pc), s, isa_);
+      k.adam8bit(s, quantized_view(pc), st);
     } else {
-      adam_update(fp32_view(pc), s, isa_);
+      k.adam(s, fp32_view(pc), st);
     }
   }
 }

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/optim/optim_config.h"
 #include "runtime/core/memory.h"
-#include "runtime/optim/adam8bit.h"
+#include "runtime/kernels/kernels.h"
 
 namespace zerod {
 
@@ -37,20 +37,22 @@ class Optimizer {
   // `param16_type` is the type of every piece's param16 (bf16 or fp16). The
   // states are allocated and zeroed.
   static absl::StatusOr<std::unique_ptr<Optimizer>> create(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
-                                                           DType param16_type, CpuIsa isa = best_cpu_isa());
+                                                           DType param16_type);
   // The same optimizer with its states in memory the caller provides: bind()
   // must give it state_bytes() before any other use (the offload tiers move
   // states between a file and a few such buffers).
   static std::unique_ptr<Optimizer> create_unbound(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
-                                                   DType param16_type, CpuIsa isa = best_cpu_isa());
+                                                   DType param16_type);
   uint64_t state_bytes() const;
   // `storage` holds the states from now on (its contents are taken as they are).
   void bind(void* storage);
   // Zero states, as a fresh optimizer starts from.
   void zero_states();
 
-  // One update: `step` is the 1-based update count.
-  void step(float lr, int64_t step, float grad_scale);
+  // One update, `step` being the 1-based update count: each piece's op of
+  // the kernel table enqueued on s, so the masters, states and param16 are
+  // read once s has run them. The pieces' memory is the table's device's.
+  void step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale);
 
   const AdamHyper& hyper() const { return hyper_; }
   // Pieces that keep 8-bit states.
@@ -88,7 +90,6 @@ class Optimizer {
 
   AdamHyper hyper_;
   DType param16_type_ = DType::kBF16;
-  CpuIsa isa_ = CpuIsa::kScalar;
   std::vector<Piece> pieces_;
   int64_t fp32_numel_ = 0, quantized_numel_ = 0, blocks_ = 0;
   Buffer own_;  // the states, unless the caller binds its own memory

@@ -7,6 +7,8 @@ namespace {
 
 class CpuKernels : public Kernels {
  public:
+  explicit CpuKernels(CpuIsa isa) : isa_(isa) {}
+
   void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
                       int OC) override {
     CpuDevice::launch(s, [=] { cpu::matmul_forward(out, inp, w, bias, N, C, OC); });
@@ -74,10 +76,19 @@ class CpuKernels : public Kernels {
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::residual_forward(dst, dst, src, n); });
   }
+  void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
+    CpuDevice::launch(s, [=, isa = isa_] { adam_update(t, step, isa); });
+  }
+  void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override {
+    CpuDevice::launch(s, [=, isa = isa_] { adam8bit_update(t, step, isa); });
+  }
+
+ private:
+  const CpuIsa isa_;  // of the optimizer kernels
 };
 
 }  // namespace
 
-std::unique_ptr<Kernels> cpu_kernels() { return std::make_unique<CpuKernels>(); }
+std::unique_ptr<Kernels> cpu_kernels(CpuIsa isa) { return std::make_unique<CpuKernels>(isa); }
 
 }  // namespace zerod

@@ -7,7 +7,7 @@
 
 namespace zerod {
 
-// Its streams must be CpuStreams.
-std::unique_ptr<Kernels> cpu_kernels();
+// Its streams must be CpuStreams; the optimizer kernels are those of `isa`.
+std::unique_ptr<Kernels> cpu_kernels(CpuIsa isa = best_cpu_isa());
 
 }  // namespace zerod

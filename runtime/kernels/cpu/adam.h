@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "runtime/core/dtype.h"
-#include "runtime/optim/cpu_isa.h"
+#include "runtime/kernels/cpu/cpu_isa.h"
 
 namespace zerod {
 

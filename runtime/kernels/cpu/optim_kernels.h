@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "runtime/optim/adam8bit.h"
+#include "runtime/kernels/cpu/adam8bit.h"
 
 namespace zerod {
 

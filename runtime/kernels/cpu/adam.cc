@@ -1,9 +1,9 @@
-#include "runtime/optim/adam.h"
+#include "runtime/kernels/cpu/adam.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/optim/optim_kernels.h"
+#include "runtime/kernels/cpu/optim_kernels.h"
 
 namespace zerod {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/optim/quant_map.h"
+#include "runtime/kernels/cpu/quant_map.h"
 
 #include <algorithm>
 #include <bit>

@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/optim/optim_kernels.h"
+#include "runtime/kernels/cpu/optim_kernels.h"
 
 namespace zerod {
 namespace {
-#include "runtime/optim/simd_scalar.inc"
+#include "runtime/kernels/cpu/simd_scalar.inc"
 
-#include "runtime/optim/optim_kernels.inc"
+#include "runtime/kernels/cpu/optim_kernels.inc"
 }  // namespace
 
 const OptimKernels& scalar_optim_kernels() { return kernel_table<ScalarV>(); }

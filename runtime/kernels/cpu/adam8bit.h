@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "runtime/optim/adam.h"
-#include "runtime/optim/quant_map.h"
+#include "runtime/kernels/cpu/adam.h"
+#include "runtime/kernels/cpu/quant_map.h"
 
 namespace zerod {
 

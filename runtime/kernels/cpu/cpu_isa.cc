@@ -1,4 +1,4 @@
-#include "runtime/optim/cpu_isa.h"
+#include "runtime/kernels/cpu/cpu_isa.h"
 
 namespace zerod {
 

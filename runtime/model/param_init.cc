@@ -1,0 +1,22 @@
+#include "runtime/model/param_init.h"
+
+#include <memory>
+
+#include "runtime/model/hf_gpt2.h"
+
+namespace zerod {
+
+absl::StatusOr<ParamInit> initial_params(const GptLayout& layout, uint64_t seed,
+                                         const std::optional<std::string>& init_from) {
+  if (!init_from) {
+    return [&layout, seed](int64_t begin, int64_t end, float* out) {
+      init_gpt_range(layout, seed, begin, end, out);
+      return absl::OkStatus();
+    };
+  }
+  ZEROD_ASSIGN_OR_RETURN(Gpt2Weights w, Gpt2Weights::open(*init_from, layout));
+  auto file = std::make_shared<const Gpt2Weights>(std::move(w));
+  return [file](int64_t begin, int64_t end, float* out) { return file->read(begin, end, out); };
+}
+
+}  // namespace zerod

@@ -1,0 +1,149 @@
+#include "shard/gathered_weights.h"
+
+namespace zerod {
+
+GatheredWeights::~GatheredWeights() {
+  // A pass that stopped at a failure may have left gathers in flight into
+  // the slots, and kernels reading them queued on the stream.
+  end_pass().IgnoreError();
+  ctx_.device.synchronize(ctx_.stream).IgnoreError();
+}
+
+absl::Status GatheredWeights::allocate(const ZeroConfig& z) {
+  const GptLayout& L = ctx_.layout;
+  const Partition& p = ctx_.part;
+  const int n = p.world_size();
+  const int64_t ds = dtype_size(ctx_.dtype);
+  persistent_layers_ = L.unit_numel(1) < z.stage3_param_persistence_threshold;
+  persistent_globals_ = L.unit_numel(0) + L.unit_numel(L.final_unit()) < z.stage3_param_persistence_threshold;
+  prefetch_ = z.stage3_prefetch_bucket_size > 0;
+  const int slots = persistent_layers_ ? L.config().n_layer : (prefetch_ ? 2 : 1);
+  layers_.resize(slots);
+  for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n * ds));
+  ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n * ds));
+  ZEROD_RETURN_IF_ERROR(allocate_slot(fin_, p.chunk(L.final_unit()) * n * ds));
+  if (ctx_.dtype != DType::kF32) {
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(layer_staging_, L.unit_numel(1) * 4, Category::kWorkspace));
+    ZEROD_RETURN_IF_ERROR(
+        ctx_.alloc(global_staging_, (L.unit_numel(0) + L.unit_numel(L.final_unit())) * 4, Category::kWorkspace));
+  }
+  // Gathers write the zeroed slots from the comm thread.
+  return ctx_.device.synchronize(ctx_.stream);
+}
+
+absl::StatusOr<GlobalWeights> GatheredWeights::globals() {
+  const GptLayout& L = ctx_.layout;
+  ZEROD_ASSIGN_OR_RETURN(const bool fresh_emb, acquire(emb_, 0));
+  ZEROD_ASSIGN_OR_RETURN(const bool fresh_fin, acquire(fin_, L.final_unit()));
+  if (fresh_emb || fresh_fin || ctx_.dtype == DType::kF32) {
+    globals_ = global_weight_views(ctx_.converter(), L, ctx_.dtype, emb_.buf.data(), fin_.buf.data(),
+                                   global_staging_.ptr<float>());
+  }
+  return globals_;
+}
+
+absl::StatusOr<LayerWeights> GatheredWeights::layer(int l) {
+  const int u = GptLayout::layer_unit(l);
+  // The model has enqueued all its work on the layer before.
+  if (current_) ctx_.device.record(ctx_.stream, *current_->used);
+  Slot* s = find(u);
+  if (!s) {
+    s = &slot_for(u);
+    ZEROD_RETURN_IF_ERROR(start(*s, u));
+  }
+  ZEROD_RETURN_IF_ERROR(finish(*s));
+  current_ = s;
+  return layer_weight_views(ctx_.converter(), ctx_.layout, ctx_.dtype, s->buf.data(), layer_staging_.ptr<float>());
+}
+
+absl::Status GatheredWeights::prefetch(int next, int then) {
+  if (!prefetch_ || next < 0) return absl::OkStatus();
+  const int u = GptLayout::layer_unit(next);
+  if (find(u)) return absl::OkStatus();
+  ZEROD_RETURN_IF_ERROR(start(slot_for(u), u));
+  // The chunk of the layer after is read ahead, so that a read from an
+  // offload tier overlaps a layer's compute.
+  if (then >= 0 && then != next) return shards_.read_ahead(GptLayout::layer_unit(then));
+  return absl::OkStatus();
+}
+
+absl::Status GatheredWeights::end_pass() {
+  absl::Status first;
+  for (Slot* s : all_slots()) {
+    first.Update(finish(*s));
+    if (s->used) ctx_.device.record(ctx_.stream, *s->used);  // none when allocate() failed
+  }
+  if (!persistent_layers_) release_layers();
+  if (!persistent_globals_) emb_.unit = fin_.unit = -1;
+  current_ = nullptr;
+  first.Update(shards_.drop());
+  return first;
+}
+
+absl::Status GatheredWeights::invalidate() {
+  absl::Status s = end_pass();
+  release_layers();
+  emb_.unit = fin_.unit = -1;
+  return s;
+}
+
+absl::Status GatheredWeights::allocate_slot(Slot& s, int64_t bytes) {
+  ZEROD_ASSIGN_OR_RETURN(s.used, ctx_.device.create_event());
+  return ctx_.alloc(s.buf, bytes, Category::kParams);
+}
+
+std::vector<GatheredWeights::Slot*> GatheredWeights::all_slots() {
+  std::vector<Slot*> all = {&emb_, &fin_};
+  for (Slot& s : layers_) all.push_back(&s);
+  return all;
+}
+
+GatheredWeights::Slot* GatheredWeights::find(int u) {
+  for (Slot& s : layers_) {
+    if (s.unit == u) return &s;
+  }
+  return nullptr;
+}
+
+GatheredWeights::Slot& GatheredWeights::slot_for(int u) {
+  if (persistent_layers_) return layers_[u - 1];
+  for (Slot& s : layers_) {
+    if (&s != current_) return s;
+  }
+  return layers_[0];
+}
+
+void GatheredWeights::release_layers() {
+  for (Slot& s : layers_) s.unit = -1;
+}
+
+// A rank that cannot read its chunk still takes part (sending what the slot
+// holds, so that no peer waits on it) and returns the error.
+absl::Status GatheredWeights::start(Slot& slot, int u) {
+  ZEROD_RETURN_IF_ERROR(finish(slot));
+  ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*slot.used));
+  const int64_t chunk = ctx_.part.chunk(u);
+  absl::StatusOr<const void*> mine = shards_.acquire(u);
+  slot.acquired = mine.ok();
+  const void* send = mine.ok() ? *mine : slot.buf.ptr<char>() + ctx_.owner * chunk * dtype_size(ctx_.dtype);
+  slot.unit = u;
+  slot.work = ctx_.comm.all_gather(send, slot.buf.data(), chunk, comm_type(ctx_.dtype));
+  return mine.status();
+}
+
+absl::Status GatheredWeights::finish(Slot& s) {
+  absl::Status gathered;
+  if (s.work) gathered = timed_wait(*std::exchange(s.work, nullptr), &ctx_.pass_wait_s);
+  if (std::exchange(s.acquired, false)) shards_.release(s.unit);
+  if (!gathered.ok()) s.unit = -1;  // holds nothing usable
+  return gathered;
+}
+
+absl::StatusOr<bool> GatheredWeights::acquire(Slot& s, int u) {
+  if (s.unit == u) return false;
+  ZEROD_RETURN_IF_ERROR(start(s, u));
+  ZEROD_RETURN_IF_ERROR(finish(s));
+  return true;
+}
+
+}  // namespace zerod

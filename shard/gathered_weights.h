@@ -1,0 +1,80 @@
+// Stage 3's view of the parameters: units all-gathered from every rank's
+// shard just before the model uses them. Layer units go through one slot,
+// or two when prefetching (the layer in use and the next); when layers are
+// below the persistence threshold every layer has its own slot, kept between
+// passes until the next update.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "runtime/config/job_config.h"
+#include "shard/zero_context.h"
+
+namespace zerod {
+
+// Where a gather takes this rank's chunk of a unit from: its shard in
+// memory, or an offload store's window.
+class ShardSource {
+ public:
+  virtual ~ShardSource() = default;
+  // Unit u's chunk (chunk(u) elements of the working dtype), until release(u).
+  virtual absl::StatusOr<const void*> acquire(int u) = 0;
+  virtual void release(int /*u*/) {}
+  // Unit u will be acquired soon: a read may start now.
+  virtual absl::Status read_ahead(int /*u*/) { return absl::OkStatus(); }
+  // A pass is over: what was held for it goes.
+  virtual absl::Status drop() { return absl::OkStatus(); }
+};
+
+class GatheredWeights : public WeightSource {
+ public:
+  GatheredWeights(ZeroContext& ctx, ShardSource& shards) : ctx_(ctx), shards_(shards) {}
+  // Waits for gathers in flight and for the stream, before the slots go.
+  ~GatheredWeights() override;
+  absl::Status allocate(const ZeroConfig& z);
+
+  absl::StatusOr<GlobalWeights> globals() override;
+  absl::StatusOr<LayerWeights> layer(int l) override;
+  absl::Status prefetch(int next, int then) override;
+  // Every gather in flight is waited for, also after one fails.
+  absl::Status end_pass() override;
+  // The shards changed: nothing gathered is current any more.
+  absl::Status invalidate();
+
+ private:
+  struct Slot {
+    Buffer buf;
+    int unit = -1;         // the unit held or being gathered
+    WorkPtr work;          // in flight
+    bool acquired = false; // gathering from the source's chunk
+    // Recorded on the compute stream after the last kernel that reads the
+    // slot: a gather must not overwrite it before then.
+    std::unique_ptr<Event> used;
+  };
+
+  absl::Status allocate_slot(Slot& s, int64_t bytes);
+  std::vector<Slot*> all_slots();
+  Slot* find(int u);
+  // Where unit u goes: with persistent layers each has its own slot;
+  // otherwise any slot but the one in use.
+  Slot& slot_for(int u);
+  void release_layers();
+  // Starts gathering unit u into the slot.
+  absl::Status start(Slot& slot, int u);
+  absl::Status finish(Slot& s);
+  // Gathers unit u into s unless it is there; true when it was gathered now.
+  absl::StatusOr<bool> acquire(Slot& s, int u);
+
+  ZeroContext& ctx_;
+  ShardSource& shards_;
+  bool persistent_layers_ = false, persistent_globals_ = false, prefetch_ = true;
+  std::vector<Slot> layers_;
+  Slot emb_, fin_;
+  Slot* current_ = nullptr;
+  Buffer layer_staging_, global_staging_;
+  GlobalWeights globals_{};
+};
+
+}  // namespace zerod

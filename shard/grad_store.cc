@@ -1,0 +1,169 @@
+#include "shard/grad_store.h"
+
+#include <cstring>
+
+#include "shard/scatter_grads.h"
+
+namespace zerod {
+
+absl::Status GradStore::read(const ShardSegment& s, int64_t start, int64_t n, float* dst) {
+  std::memcpy(dst, owned(s) + start, n * sizeof(float));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Stages 0 and 1: backward adds into the padded full buffer.
+class FullGrads : public GradStore {
+ public:
+  FullGrads(ZeroContext& ctx, bool scatter) : ctx_(ctx), scatter_(scatter) {}
+
+  absl::Status allocate() {
+    const Partition& p = ctx_.part;
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(full_, p.padded_numel() * 4, Category::kGrads));
+    if (scatter_) ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, p.shard_numel() * 4, Category::kGrads));
+    sink_ = std::make_unique<FlatGrads>(&ctx_.layout, full_.ptr<float>(), p.padded_unit_offsets());
+    return ctx_.device.synchronize(ctx_.stream);
+  }
+
+  GradSink& sink() override { return *sink_; }
+  void zero() override { ctx_.device.memset(ctx_.stream, full_.data(), 0, full_.bytes()); }
+
+  absl::Status reduce() override {
+    const Partition& p = ctx_.part;
+    if (!scatter_) return all_reduce(ctx_.comm, full_.data(), p.padded_numel(), CommType::kF32, ReduceOp::kSum);
+    std::vector<WorkPtr> works;
+    for (int u = 0; u < p.num_units(); ++u) {
+      works.push_back(ctx_.comm.reduce_scatter(full_.ptr<float>() + p.padded_offset(u),
+                                               shard_.ptr<float>() + p.shard_offset(u), p.chunk(u), CommType::kF32,
+                                               ReduceOp::kSum));
+    }
+    return wait_all(works);
+  }
+
+  // Without scatter the partition is a world of one, so the shard layout is
+  // the padded one.
+  const float* owned(const ShardSegment& s) override { return reduced().host<float>() + s.shard_offset; }
+  absl::StatusOr<const float*> acquire(int u) override {
+    return reduced().ptr<float>() + ctx_.part.shard_offset(u);
+  }
+
+ private:
+  const Buffer& reduced() const { return scatter_ ? shard_ : full_; }
+
+  ZeroContext& ctx_;
+  const bool scatter_;
+  Buffer full_, shard_;
+  std::unique_ptr<FlatGrads> sink_;
+};
+
+// Stages 2 and 3: each unit's reduced chunk added to the shard on the stream.
+class ShardedGrads : public GradStore, public ScatterGrads::Target {
+ public:
+  explicit ShardedGrads(ZeroContext& ctx) : ctx_(ctx), sink_(ctx, *this) {}
+
+  absl::Status allocate(const ZeroConfig& z) {
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, ctx_.part.shard_numel() * 4, Category::kGrads));
+    return sink_.allocate(z);
+  }
+
+  GradSink& sink() override { return sink_; }
+  void zero() override { ctx_.device.memset(ctx_.stream, shard_.data(), 0, shard_.bytes()); }
+  absl::Status reduce() override { return sink_.flush(); }
+  const float* owned(const ShardSegment& s) override { return shard_.host<float>() + s.shard_offset; }
+  absl::StatusOr<const float*> acquire(int u) override { return shard_.ptr<float>() + ctx_.part.shard_offset(u); }
+
+  absl::Status add(int u, const Buffer& recv) override {
+    ctx_.kernels.add(ctx_.stream, shard_.ptr<float>() + ctx_.part.shard_offset(u), recv.ptr<float>(),
+                     ctx_.part.chunk(u));
+    return absl::OkStatus();
+  }
+
+ private:
+  ZeroContext& ctx_;
+  Buffer shard_;
+  ScatterGrads sink_;  // after shard_: its last adds run before the shard goes
+};
+
+// Stages 2 and 3 with offload_optimizer nvme: the shard in a file. A unit's
+// first chunk of a step is written, later ones added to what is stored
+// (read while the reduction runs).
+class FileGrads : public GradStore, public ScatterGrads::Target {
+ public:
+  explicit FileGrads(ZeroContext& ctx) : ctx_(ctx), sink_(ctx, *this) {}
+
+  absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings) {
+    const Partition& p = ctx_.part;
+    ZEROD_ASSIGN_OR_RETURN(store_, ShardStore::create(p.chunks(), p.chunk(1), DType::kF32, std::move(settings)));
+    fresh_.assign(p.num_units(), true);
+    return sink_.allocate(z);
+  }
+
+  GradSink& sink() override { return sink_; }
+  void zero() override { fresh_.assign(ctx_.part.num_units(), true); }
+  absl::Status reduce() override {
+    absl::Status s = sink_.flush();
+    s.Update(store_->flush());
+    return s;
+  }
+  bool in_memory() const override { return false; }
+  const float* owned(const ShardSegment&) override { return nullptr; }
+
+  // The next unit is read ahead.
+  absl::StatusOr<const float*> acquire(int u) override {
+    ZEROD_ASSIGN_OR_RETURN(void* stored, store_->acquire(u));
+    if (u + 1 < ctx_.part.num_units()) ZEROD_RETURN_IF_ERROR(store_->fetch(u + 1));
+    return static_cast<const float*>(stored);
+  }
+  // The window is read again by the next fetch: what reads it ends first.
+  absl::Status release(int u) override {
+    ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
+    store_->release(u);
+    return absl::OkStatus();
+  }
+  absl::Status read(const ShardSegment& s, int64_t start, int64_t n, float* dst) override {
+    if (held_ != s.unit) {
+      if (held_ >= 0) ZEROD_RETURN_IF_ERROR(release(held_));
+      held_ = s.unit;
+      ZEROD_ASSIGN_OR_RETURN(held_data_, acquire(held_));
+    }
+    std::memcpy(dst, held_data_ + (s.shard_offset - ctx_.part.shard_offset(s.unit)) + start, n * sizeof(float));
+    return absl::OkStatus();
+  }
+  absl::Status drop() override {
+    held_ = -1;
+    return store_->drop();
+  }
+
+  absl::Status started(int u) override { return fresh_[u] ? absl::OkStatus() : store_->fetch(u); }
+  absl::Status add(int u, const Buffer& recv) override {
+    ZEROD_RETURN_IF_ERROR(store_->add(ctx_.part.shard_offset(u), recv.host<float>(), ctx_.part.chunk(u), fresh_[u]));
+    fresh_[u] = false;
+    return absl::OkStatus();
+  }
+
+ private:
+  ZeroContext& ctx_;
+  std::unique_ptr<ShardStore> store_;
+  std::vector<bool> fresh_;  // per unit: nothing stored since zero()
+  int held_ = -1;            // the unit read() holds
+  const float* held_data_ = nullptr;
+  ScatterGrads sink_;  // after store_: its last adds are stored before the store goes
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter) {
+  return allocated<GradStore>(std::make_unique<FullGrads>(ctx, scatter));
+}
+
+absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z) {
+  return allocated<GradStore>(std::make_unique<ShardedGrads>(ctx), z);
+}
+
+absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z,
+                                                      ShardStoreSettings settings) {
+  return allocated<GradStore>(std::make_unique<FileGrads>(ctx), z, std::move(settings));
+}
+
+}  // namespace zerod

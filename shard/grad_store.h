@@ -1,0 +1,54 @@
+// Where this rank's gradients are summed, reduced over the ranks and kept
+// for the optimizer. One of three, chosen once from the config:
+//   full (stages 0-1): backward adds into a buffer of every gradient, which
+//     is all-reduced (stage 0) or reduce-scattered into the rank's shard
+//     (stage 1) after the last micro-batch;
+//   sharded (stages 2-3): each unit reduce-scattered as backward finishes it
+//     (scatter_grads.h), the rank's chunk added to its shard in memory;
+//   in a file (stages 2-3 with offload_optimizer nvme): the same, the chunks
+//     written (or added) to a file during backward and read back unit by
+//     unit, a unit ahead.
+// Gradients are summed over ranks; the trainer scales each rank's loss by
+// 1/(accumulation * world_size), so the sum is the global-batch mean.
+#pragma once
+
+#include <memory>
+
+#include "offload/shard_store.h"
+#include "runtime/config/job_config.h"
+#include "shard/zero_context.h"
+
+namespace zerod {
+
+class GradStore {
+ public:
+  virtual ~GradStore() = default;
+  virtual GradSink& sink() = 0;
+  // Start of an optimizer step: gradients to zero.
+  virtual void zero() = 0;
+  // After the last micro-batch, with backward's work on the stream done:
+  // the rank's chunks hold the sum over the ranks (a collective; adds may
+  // be left on the stream).
+  virtual absl::Status reduce() = 0;
+  // Whether the reduced gradients are in memory (owned()), or are read().
+  virtual bool in_memory() const { return true; }
+  // Owned segment s's reduced gradients in host memory, where the optimizer
+  // reads them; null when they are not in memory (read() then).
+  virtual const float* owned(const ShardSegment& s) = 0;
+  // Unit u's reduced chunk on the device, until release(u).
+  virtual absl::StatusOr<const float*> acquire(int u) = 0;
+  virtual absl::Status release(int /*u*/) { return absl::OkStatus(); }
+  // Elements [start, start + n) of owned segment s's reduced gradients into
+  // dst; segments come in shard order.
+  virtual absl::Status read(const ShardSegment& s, int64_t start, int64_t n, float* dst);
+  // The optimizer has read them: what was held for reading goes.
+  virtual absl::Status drop() { return absl::OkStatus(); }
+};
+
+// `scatter`: reduce-scatter into a shard (stage 1) rather than all-reduce.
+absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter);
+absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z);
+absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z,
+                                                      ShardStoreSettings settings);
+
+}  // namespace zerod

@@ -1,0 +1,125 @@
+#include "shard/optimizer_state.h"
+
+#include <cstring>
+
+namespace zerod {
+namespace {
+
+absl::Status init_masters(const std::vector<ParamPiece>& pieces, const OptimizerState::PieceFill& init) {
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    ZEROD_RETURN_IF_ERROR(init(static_cast<int>(k), 0, pieces[k].numel, pieces[k].master));
+  }
+  return absl::OkStatus();
+}
+
+class InMemoryOptimizer : public OptimizerState {
+ public:
+  explicit InMemoryOptimizer(ZeroContext& ctx) : ctx_(ctx) {}
+
+  absl::Status create(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces, bool separate_masters,
+                      const OptimizerState::PieceFill& init) {
+    if (separate_masters) {
+      ZEROD_RETURN_IF_ERROR(ctx_.alloc(masters_, ctx_.part.shard_numel() * 4, Category::kOptimizer));
+      // They are initialised on the host.
+      ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
+      for (size_t k = 0; k < pieces.size(); ++k) {
+        pieces[k].master = masters_.host<float>() + ctx_.owned[k].shard_offset;
+      }
+    }
+    ZEROD_RETURN_IF_ERROR(init_masters(pieces, init));
+    for (const ParamPiece& p : pieces) masters_of_.push_back({p.master, p.numel});
+    optimizer_ = Optimizer::create_unbound(cfg, std::move(pieces), ctx_.dtype);
+    ZEROD_ASSIGN_OR_RETURN(states_, ctx_.device.allocate(optimizer_->state_bytes(), Category::kOptimizer));
+    optimizer_->bind(states_.host<char>());
+    optimizer_->zero_states();
+    return absl::OkStatus();
+  }
+
+  absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill&, const MasterOut& updated) override {
+    optimizer_->step(ctx_.kernels, ctx_.stream, lr, step, grad_factor);
+    ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
+    return read_masters(updated);
+  }
+  absl::Status read_masters(const MasterOut& out) override {
+    for (size_t k = 0; k < masters_of_.size(); ++k) {
+      ZEROD_RETURN_IF_ERROR(out(static_cast<int>(k), 0, masters_of_[k].numel, masters_of_[k].data));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status write_masters(const std::vector<const float*>& src) override {
+    for (size_t k = 0; k < masters_of_.size(); ++k) {
+      std::memcpy(masters_of_[k].data, src[k], masters_of_[k].numel * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<StateArray> state_arrays() const override { return optimizer_->state_arrays(); }
+  absl::Status read_state(const StateArray& a, const ByteSink& out) override {
+    return out(a.data, a.numel * dtype_size(a.dtype));
+  }
+  absl::Status write_state(const StateArray& a, const ArrayFill& in) override {
+    return in(a.data, 0, a.numel * dtype_size(a.dtype));
+  }
+  bool in_memory() const override { return true; }
+
+ private:
+  struct Masters {
+    float* data;
+    int64_t numel;
+  };
+  ZeroContext& ctx_;
+  Buffer masters_;  // with separate masters
+  Buffer states_;
+  std::vector<Masters> masters_of_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+class StreamedOptimizer : public OptimizerState {
+ public:
+  explicit StreamedOptimizer(std::unique_ptr<SwappedOptimizer> o) : optimizer_(std::move(o)) {}
+
+  absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill& grads,
+                    const MasterOut& updated) override {
+    return optimizer_->step(lr, step, grad_factor, grads, updated);
+  }
+  absl::Status read_masters(const MasterOut& out) override { return optimizer_->read_masters(out); }
+  absl::Status write_masters(const std::vector<const float*>& src) override {
+    return optimizer_->write_masters(src);
+  }
+  std::vector<StateArray> state_arrays() const override { return optimizer_->state_layout(); }
+  absl::Status read_state(const StateArray& a, const ByteSink& out) override {
+    return optimizer_->read_state(a.name, out);
+  }
+  absl::Status write_state(const StateArray& a, const ArrayFill& in) override {
+    return optimizer_->write_state(a.name, in);
+  }
+  bool in_memory() const override { return false; }
+
+ private:
+  std::unique_ptr<SwappedOptimizer> optimizer_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext& ctx, const OptimizerConfig& cfg,
+                                                                    std::vector<ParamPiece> pieces,
+                                                                    bool separate_masters, const OptimizerState::PieceFill& init) {
+  auto o = std::make_unique<InMemoryOptimizer>(ctx);
+  ZEROD_RETURN_IF_ERROR(o->create(cfg, std::move(pieces), separate_masters, init));
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& ctx, const OptimizerConfig& cfg,
+                                                                   std::vector<ParamPiece> pieces,
+                                                                   bool separate_masters, const OptimizerState::PieceFill& init,
+                                                                   const SwapSettings& settings) {
+  // Masters that are the parameters are set in place; separate ones are
+  // written to the file as it is laid out.
+  if (!separate_masters) ZEROD_RETURN_IF_ERROR(init_masters(pieces, init));
+  ZEROD_ASSIGN_OR_RETURN(std::unique_ptr<SwappedOptimizer> o,
+                         SwappedOptimizer::create(cfg, std::move(pieces), ctx.dtype,
+                                                  separate_masters ? init : OptimizerState::PieceFill{}, settings,
+                                                  ctx.device, ctx.kernels));
+  return std::make_unique<StreamedOptimizer>(std::move(o));
+}
+
+}  // namespace zerod

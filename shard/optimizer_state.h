@@ -1,0 +1,59 @@
+// Where this rank's optimizer states and fp32 master weights live. One of
+// two, chosen once from the config:
+//   in memory: an Optimizer over the owned segments; the masters are a
+//     buffer of their own, or the fp32 working parameters themselves;
+//   streamed (offload_optimizer nvme): a SwappedOptimizer, whose states (and
+//     masters, when they are not the parameters) live in a file and pass
+//     through a few buffers sub-group by sub-group.
+// Pieces follow the rank's owned segments.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "offload/swapped_optimizer.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/optim/optimizer.h"
+#include "shard/zero_context.h"
+
+namespace zerod {
+
+class OptimizerState {
+ public:
+  // Elements [start, start + n) of piece k, into dst.
+  using PieceFill = SwappedOptimizer::Fill;
+  // Elements [start, start + n) of piece k's masters.
+  using MasterOut = SwappedOptimizer::MasterOut;
+  // Fills dst with bytes [offset, offset + n) of a state array.
+  using ArrayFill = std::function<absl::Status(void* dst, uint64_t offset, uint64_t n)>;
+
+  virtual ~OptimizerState() = default;
+  // One update (`step` 1-based) with the gradients times grad_factor;
+  // `grads` gives them where the pieces have none in memory; `updated` sees
+  // every piece's new masters, in order.
+  virtual absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill& grads,
+                            const MasterOut& updated) = 0;
+  // Every piece's masters, in order, part by part.
+  virtual absl::Status read_masters(const MasterOut& out) = 0;
+  virtual absl::Status write_masters(const std::vector<const float*>& src) = 0;
+  // The state arrays of an in-memory Optimizer over the same pieces (data
+  // null when they are not in memory), and their bytes front to back.
+  virtual std::vector<StateArray> state_arrays() const = 0;
+  virtual absl::Status read_state(const StateArray& a, const ByteSink& out) = 0;
+  virtual absl::Status write_state(const StateArray& a, const ArrayFill& in) = 0;
+  // Whether everything is in memory, so copying it is a memcpy, not a read.
+  virtual bool in_memory() const = 0;
+};
+
+// With `separate_masters` the masters get a buffer of their own; without,
+// the pieces' `master` pointers are the fp32 parameters. `init` gives the
+// initial masters.
+absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext& ctx, const OptimizerConfig& cfg,
+                                                                    std::vector<ParamPiece> pieces,
+                                                                    bool separate_masters, const OptimizerState::PieceFill& init);
+absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& ctx, const OptimizerConfig& cfg,
+                                                                   std::vector<ParamPiece> pieces,
+                                                                   bool separate_masters, const OptimizerState::PieceFill& init,
+                                                                   const SwapSettings& settings);
+
+}  // namespace zerod

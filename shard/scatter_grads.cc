@@ -1,0 +1,92 @@
+#include "shard/scatter_grads.h"
+
+#include <algorithm>
+
+namespace zerod {
+
+ScatterGrads::~ScatterGrads() {
+  flush().IgnoreError();
+  ctx_.device.synchronize(ctx_.stream).IgnoreError();
+}
+
+absl::Status ScatterGrads::allocate(const ZeroConfig& z) {
+  const GptLayout& L = ctx_.layout;
+  const Partition& p = ctx_.part;
+  const int n = p.world_size();
+  overlap_ = z.overlap_comm;
+  const int64_t fit = z.reduce_bucket_size / std::max<int64_t>(1, L.unit_numel(1));
+  const int slots = overlap_ ? static_cast<int>(std::clamp<int64_t>(fit, 2, std::max(2, L.config().n_layer))) : 1;
+  layers_.resize(slots);
+  for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n, p.chunk(1)));
+  ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n, p.chunk(0)));
+  return allocate_slot(fin_, p.chunk(L.final_unit()) * n, p.chunk(L.final_unit()));
+}
+
+absl::StatusOr<GlobalGrads> ScatterGrads::globals() {
+  ZEROD_RETURN_IF_ERROR(fill(emb_, 0));
+  ZEROD_RETURN_IF_ERROR(fill(fin_, ctx_.layout.final_unit()));
+  return global_grad_views(ctx_.layout, emb_.staging.ptr<float>(), fin_.staging.ptr<float>());
+}
+
+absl::StatusOr<LayerGrads> ScatterGrads::layer(int l) {
+  Slot* s = nullptr;
+  for (Slot& c : layers_) {
+    if (c.unit < 0) s = &c;
+  }
+  if (!s) {
+    s = in_flight_.front();
+    ZEROD_RETURN_IF_ERROR(complete(*s));
+  }
+  ZEROD_RETURN_IF_ERROR(fill(*s, GptLayout::layer_unit(l)));
+  return layer_grad_views(ctx_.layout, s->staging.ptr<float>());
+}
+
+absl::Status ScatterGrads::layer_done(int l) {
+  for (Slot& s : layers_) {
+    if (s.unit == GptLayout::layer_unit(l) && !s.work) return launch(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ScatterGrads::end_backward() {
+  ZEROD_RETURN_IF_ERROR(launch(emb_));
+  return launch(fin_);
+}
+
+absl::Status ScatterGrads::flush() {
+  absl::Status first;
+  while (!in_flight_.empty()) first.Update(complete(*in_flight_.front()));
+  return first;
+}
+
+absl::Status ScatterGrads::allocate_slot(Slot& s, int64_t padded, int64_t chunk) {
+  ZEROD_RETURN_IF_ERROR(ctx_.alloc(s.staging, padded * 4, Category::kComm));
+  return ctx_.alloc(s.recv, chunk * 4, Category::kComm);
+}
+
+absl::Status ScatterGrads::fill(Slot& s, int u) {
+  if (s.work) ZEROD_RETURN_IF_ERROR(complete(s));
+  s.unit = u;
+  ctx_.device.memset(ctx_.stream, s.staging.data(), 0, s.staging.bytes());
+  return absl::OkStatus();
+}
+
+absl::Status ScatterGrads::launch(Slot& s) {
+  // The reduction reads what backward wrote to the staging, and writes the
+  // recv buffer the last add (enqueued before that) reads.
+  ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
+  s.work = ctx_.comm.reduce_scatter(s.staging.data(), s.recv.data(), ctx_.part.chunk(s.unit), CommType::kF32,
+                                    ReduceOp::kSum);
+  in_flight_.push_back(&s);
+  ZEROD_RETURN_IF_ERROR(target_.started(s.unit));
+  return overlap_ ? absl::OkStatus() : complete(s);
+}
+
+absl::Status ScatterGrads::complete(Slot& s) {
+  const int u = std::exchange(s.unit, -1);
+  in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), &s));
+  ZEROD_RETURN_IF_ERROR(timed_wait(*std::exchange(s.work, nullptr), &ctx_.pass_wait_s));
+  return target_.add(u, s.recv);
+}
+
+}  // namespace zerod

@@ -1,0 +1,52 @@
+#include "shard/zero_context.h"
+
+#include <chrono>
+
+namespace zerod {
+
+ZeroContext::ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device,
+                         Kernels& kernels)
+    : layout(layout),
+      part(layout, stage == 0 ? 1 : comm.world_size()),
+      owner(stage == 0 ? 0 : comm.rank()),
+      owned(owned_segments(layout, part, owner)),
+      comm(comm),
+      device(device),
+      kernels(kernels),
+      stream(device.compute_stream()),
+      dtype(dtype) {}
+
+absl::Status ZeroContext::alloc(Buffer& b, int64_t bytes, Category c) const {
+  ZEROD_ASSIGN_OR_RETURN(b, device.allocate(bytes, c));
+  device.memset(stream, b.data(), 0, bytes);
+  return absl::OkStatus();
+}
+
+int64_t ZeroContext::padded_index(const ShardSegment& s, int64_t start) const {
+  return part.padded_offset(s.unit) + owner * part.chunk(s.unit) + (s.shard_offset - part.shard_offset(s.unit)) +
+         start;
+}
+
+CommType comm_type(DType t) {
+  switch (t) {
+    case DType::kBF16: return CommType::kBF16;
+    case DType::kF16: return CommType::kF16;
+    default: return CommType::kF32;
+  }
+}
+
+absl::Status timed_wait(Work& w, double* seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = w.wait();
+  *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+absl::Status wait_all(std::vector<WorkPtr>& works) {
+  absl::Status first;
+  for (WorkPtr& w : works) first.Update(w->wait());
+  works.clear();
+  return first;
+}
+
+}  // namespace zerod

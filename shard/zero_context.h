@@ -1,0 +1,56 @@
+// What every ZeRO store of one rank works with: the model's layout, its
+// partition over the ranks and this rank's place in it, the communicator,
+// and the device and kernel table the model computes with.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "runtime/core/device.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/model/gpt_layout.h"
+#include "runtime/model/weights.h"
+#include "shard/partition.h"
+
+namespace zerod {
+
+struct ZeroContext {
+  ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device, Kernels& kernels);
+
+  // A zeroed buffer on the device (the memset enqueued on the stream).
+  absl::Status alloc(Buffer& b, int64_t bytes, Category c) const;
+  Converter converter() const { return {kernels, stream}; }
+  // Where element `start` of owned segment s lies in the padded full buffer.
+  int64_t padded_index(const ShardSegment& s, int64_t start) const;
+
+  const GptLayout& layout;
+  const Partition part;  // a world of one under stage 0: every rank owns everything
+  const int owner;       // this rank's index in part
+  const std::vector<ShardSegment> owned;
+  Communicator& comm;
+  Device& device;
+  Kernels& kernels;
+  Stream& stream;      // the device's compute stream
+  const DType dtype;   // of the working parameters
+  // Seconds blocked on the collectives of forward and backward (stage 2/3
+  // gathers, reduce-scatters and the flush after them): the communication
+  // that overlap did not hide.
+  double pass_wait_s = 0;
+};
+
+// `store`, once its allocate(args...) has succeeded, as an Interface.
+template <class Interface, class Store, class... Args>
+absl::StatusOr<std::unique_ptr<Interface>> allocated(std::unique_ptr<Store> store, Args&&... args) {
+  ZEROD_RETURN_IF_ERROR(store->allocate(std::forward<Args>(args)...));
+  return std::unique_ptr<Interface>(std::move(store));
+}
+
+CommType comm_type(DType t);
+// Waits for `w`, adding the time blocked to *seconds.
+absl::Status timed_wait(Work& w, double* seconds);
+// Waits for every work item (also after one fails), returning the first failure.
+absl::Status wait_all(std::vector<WorkPtr>& works);
+
+}  // namespace zerod
