@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -48,6 +49,102 @@ uint64_t directory_bytes(const std::string& dir) {
   }
   return bytes;
 }
+
+// One rank's training once everything is built: the steps, saves at the
+// configured interval (published at a step boundary once written), the
+// save after the last step, and the summary. Each method returns an exit
+// status; a failure goes through `fail`, which ends every rank.
+class TrainingRun {
+ public:
+  using Fail = std::function<int(int code, const std::string& message)>;
+  TrainingRun(const JobConfig& cfg, Trainer& t, RunOutput& output, const MemoryAccountant& acct, Communicator& comm,
+              RunObserver* observer, Fail fail)
+      : cfg_(cfg), t_(t), output_(output), acct_(acct), comm_(comm), observer_(observer), fail_(std::move(fail)) {}
+
+  int run() {
+    const int64_t first_step = t_.steps_done();
+    const double tokens_per_step = static_cast<double>(cfg_.train_batch_size) * cfg_.data.seq_len;
+    const auto t0 = Clock::now();
+    RunSummary summary;
+    for (int64_t i = first_step; i < cfg_.run.steps; ++i) {
+      auto r = t_.step();
+      if (!r.ok()) return fail_(kExitFailure, absl::StrCat("step ", i + 1, ": ", r.status().message()));
+      if (i == first_step) summary.first_loss = r->loss;
+      summary.final_loss = r->loss;
+      const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double tokens_per_s = tokens_per_step * (r->step - first_step) / elapsed;
+      if (r->step % cfg_.steps_per_print == 0 || r->step == cfg_.run.steps) {
+        output_.step(*r, cfg_.run.steps, tokens_per_s, elapsed);
+      }
+      if (observer_) observer_->stepped(*r, cfg_.run.steps, tokens_per_s);
+      const int64_t interval = cfg_.run.checkpoint.interval;
+      if (cfg_.run.checkpoint.dir && interval > 0 && r->step % interval == 0) {
+        if (int code = save(); code != kExitOk) return code;
+      }
+      // A save in the background is published at the first step boundary
+      // after every rank's file is written.
+      if (int code = finish_save(false); code != kExitOk) return code;
+    }
+    if (cfg_.run.checkpoint.dir && t_.steps_done() > first_step && saved_step_ != t_.steps_done()) {
+      if (int code = save(); code != kExitOk) return code;
+    }
+    if (int code = finish_save(true); code != kExitOk) return code;
+    if (absl::Status s = t_.finish_pruning(); !s.ok()) return save_failed(s);
+    summary.steps = t_.steps_done() - first_step;
+    summary.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    summary.tokens_per_s = summary.elapsed_s > 0 ? tokens_per_step * summary.steps / summary.elapsed_s : 0;
+    return finish(summary);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  int save_failed(const absl::Status& s) {
+    return fail_(kExitFailure, absl::StrCat("checkpoint after step ", saved_step_, ": ", s.message()));
+  }
+  // Reports the save in progress once it is published (with `wait`, waits
+  // for it).
+  int finish_save(bool wait) {
+    if (!t_.checkpoint_pending()) return kExitOk;
+    auto saved = t_.finish_checkpoint(wait);
+    if (!saved.ok()) return save_failed(saved.status());
+    if (*saved) {
+      const SavedCheckpoint& c = **saved;
+      output_.checkpoint(c.step, c.path, directory_bytes(c.path), c.seconds, c.blocked_s);
+    }
+    return kExitOk;
+  }
+  // Saves after the step just trained, once the save before it is done.
+  int save() {
+    if (int code = finish_save(true); code != kExitOk) return code;
+    saved_step_ = t_.steps_done();
+    const CheckpointConfig& c = cfg_.run.checkpoint;
+    absl::Status s = t_.start_checkpoint(*c.dir, c.keep, c.async);
+    return s.ok() ? kExitOk : save_failed(s);
+  }
+  // The end-of-run evaluation and sample, and every rank's memory peaks.
+  int finish(RunSummary& summary) {
+    auto accuracy = t_.synthetic_accuracy();
+    if (!accuracy.ok()) return fail_(kExitFailure, std::string(accuracy.status().message()));
+    summary.synthetic_accuracy = *accuracy;
+    auto sample = t_.sample_text();
+    if (!sample.ok()) return fail_(kExitFailure, std::string(sample.status().message()));
+    summary.sample = *sample;
+    auto peaks = gather_peaks(comm_, acct_);
+    if (!peaks.ok()) return fail_(kExitFailure, std::string(peaks.status().message()));
+    output_.summary(summary, *peaks);
+    return kExitOk;
+  }
+
+  const JobConfig& cfg_;
+  Trainer& t_;
+  RunOutput& output_;
+  const MemoryAccountant& acct_;
+  Communicator& comm_;
+  RunObserver* observer_;
+  const Fail fail_;
+  int64_t saved_step_ = -1;  // of the newest save started
+};
 
 }  // namespace
 
@@ -130,72 +227,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     output.resumed(*path, t.steps_done());
   }
 
-  using Clock = std::chrono::steady_clock;
-  const std::optional<std::string>& ckpt_dir = cfg->run.checkpoint.dir;
-  int64_t saved_step = -1;  // of the newest save started
-  auto save_failed = [&](const absl::Status& s) {
-    return fail(kExitFailure, absl::StrCat("checkpoint after step ", saved_step, ": ", s.message()));
-  };
-  // Reports the save in progress once it is published (with `wait`, waits
-  // for it); the exit status when it failed.
-  auto finish_save = [&](bool wait) -> int {
-    if (!t.checkpoint_pending()) return kExitOk;
-    auto saved = t.finish_checkpoint(wait);
-    if (!saved.ok()) return save_failed(saved.status());
-    if (*saved) {
-      const SavedCheckpoint& c = **saved;
-      output.checkpoint(c.step, c.path, directory_bytes(c.path), c.seconds, c.blocked_s);
-    }
-    return kExitOk;
-  };
-  // Saves after the step just trained, once the save before it is done.
-  auto save = [&]() -> int {
-    if (int code = finish_save(true); code != kExitOk) return code;
-    saved_step = t.steps_done();
-    absl::Status s = t.start_checkpoint(*ckpt_dir, cfg->run.checkpoint.keep, cfg->run.checkpoint.async);
-    return s.ok() ? kExitOk : save_failed(s);
-  };
-  const auto t0 = Clock::now();
-  const double tokens_per_step = static_cast<double>(cfg->train_batch_size) * cfg->data.seq_len;
-  const int64_t first_step = t.steps_done();
-  RunSummary summary;
-  for (int64_t i = first_step; i < cfg->run.steps; ++i) {
-    auto r = t.step();
-    if (!r.ok()) return fail(kExitFailure, absl::StrCat("step ", i + 1, ": ", r.status().message()));
-    if (i == first_step) summary.first_loss = r->loss;
-    summary.final_loss = r->loss;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double tokens_per_s = tokens_per_step * (r->step - first_step) / elapsed;
-    if (r->step % cfg->steps_per_print == 0 || r->step == cfg->run.steps) {
-      output.step(*r, cfg->run.steps, tokens_per_s, elapsed);
-    }
-    if (observer) observer->stepped(*r, cfg->run.steps, tokens_per_s);
-    const int64_t interval = cfg->run.checkpoint.interval;
-    if (ckpt_dir && interval > 0 && r->step % interval == 0) {
-      if (int code = save(); code != kExitOk) return code;
-    }
-    // A save in the background is published at the first step boundary
-    // after every rank's file is written.
-    if (int code = finish_save(false); code != kExitOk) return code;
-  }
-  if (ckpt_dir && t.steps_done() > first_step && saved_step != t.steps_done()) {
-    if (int code = save(); code != kExitOk) return code;
-  }
-  if (int code = finish_save(true); code != kExitOk) return code;
-  if (absl::Status s = t.finish_pruning(); !s.ok()) return save_failed(s);
-  summary.steps = t.steps_done() - first_step;
-  summary.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  summary.tokens_per_s = summary.elapsed_s > 0 ? tokens_per_step * summary.steps / summary.elapsed_s : 0;
-  auto accuracy = t.synthetic_accuracy();
-  if (!accuracy.ok()) return fail(kExitFailure, std::string(accuracy.status().message()));
-  summary.synthetic_accuracy = *accuracy;
-  auto sample = t.sample_text();
-  if (!sample.ok()) return fail(kExitFailure, std::string(sample.status().message()));
-  summary.sample = *sample;
-  auto peaks = gather_peaks(**comm, acct);
-  if (!peaks.ok()) return fail(kExitFailure, std::string(peaks.status().message()));
-  output.summary(summary, *peaks);
-  return kExitOk;
+  return TrainingRun(*cfg, t, output, acct, **comm, observer, fail).run();
 }
 
 }  // namespace zerod
