@@ -11,6 +11,11 @@
 #include <cstring>
 #include <vector>
 
+#include <sys/statvfs.h>
+
+#include <filesystem>
+
+#include "offload/swap_dir.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/engine/trainer.h"
 #include "shard/zero_engine.h"
@@ -314,6 +319,25 @@ TEST_F(OffloadTest, BadNvmePathsAreRefusedBeforeAnythingIsAllocated) {
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
   EXPECT_NE(t.status().message().find("zero_optimization.offload_param.nvme_path"), std::string::npos) << t.status();
   EXPECT_NE(t.status().message().find("bytes free, but the offloaded files need"), std::string::npos) << t.status();
+}
+
+// Files bound for one directory need the room of all of them; files in
+// different directories are checked each against its own. Sizes are 60% of
+// what the disk has free, so each alone fits and two together do not.
+TEST_F(OffloadTest, FilesInOneDirectoryNeedTheRoomOfAll) {
+  const std::string a = path("a"), b = path("b");
+  std::filesystem::create_directories(a);
+  std::filesystem::create_directories(b);
+  struct statvfs vfs;
+  ASSERT_EQ(statvfs(a.c_str(), &vfs), 0);
+  const uint64_t each = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 10 * 6;
+  EXPECT_TRUE(check_swap_dirs({{a, each, "states"}}).ok());
+  EXPECT_TRUE(check_swap_dirs({{a, each, "states"}, {b, each, "params"}}).ok());
+  const absl::Status both = check_swap_dirs({{a, each, "states"}, {b, each, "params"}, {a, each, "grads"}});
+  EXPECT_EQ(both.code(), absl::StatusCode::kFailedPrecondition) << both;
+  // Named by the first setting that puts a file there.
+  EXPECT_EQ(both.message().rfind("states: '" + a + "' has ", 0), 0u) << both;
+  EXPECT_NE(both.message().find("the offloaded files need " + std::to_string(2 * each)), std::string::npos) << both;
 }
 
 // Faults armed after a step and a checkpoint: the next step fails naming
