@@ -5,11 +5,26 @@
 namespace zerod {
 namespace {
 
+// A working copy in memory: the optimizer writes it in place, and host
+// values are converted into it.
+class InMemoryParams : public ParamStore {
+ public:
+  explicit InMemoryParams(ZeroContext& ctx) : ctx_(ctx) {}
+  bool in_memory() const override { return true; }
+  absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) override {
+    convert_from_f32(ctx_.dtype, src, static_cast<char*>(working(s)) + start * dtype_size(ctx_.dtype), n);
+    return absl::OkStatus();
+  }
+
+ protected:
+  ZeroContext& ctx_;
+};
+
 // Stages 0-2: the padded full buffer on every rank; the rank's own chunks
 // are written by the optimizer and all-gathered into the others'.
-class ReplicatedParams : public ParamStore {
+class ReplicatedParams : public InMemoryParams {
  public:
-  explicit ReplicatedParams(ZeroContext& ctx) : ctx_(ctx) {}
+  explicit ReplicatedParams(ZeroContext& ctx) : InMemoryParams(ctx) {}
 
   absl::Status allocate() {
     ZEROD_RETURN_IF_ERROR(
@@ -22,13 +37,8 @@ class ReplicatedParams : public ParamStore {
   }
 
   WeightSource& weights() override { return *weights_; }
-  bool in_memory() const override { return true; }
   void* working(const ShardSegment& s) override {
-    return params_.host<char>() + ctx_.padded_index(s, 0) * dtype_size(ctx_.dtype);
-  }
-  absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) override {
-    convert_from_f32(ctx_.dtype, src, static_cast<char*>(working(s)) + start * dtype_size(ctx_.dtype), n);
-    return absl::OkStatus();
+    return params_.host<char>() + ctx_.padded_index(s) * dtype_size(ctx_.dtype);
   }
 
   absl::Status publish() override {
@@ -48,15 +58,14 @@ class ReplicatedParams : public ParamStore {
   }
 
  private:
-  ZeroContext& ctx_;
   Buffer params_;
   std::unique_ptr<FlatWeights> weights_;
 };
 
 // Stage 3 in memory: the rank's shard, gathered unit by unit for the model.
-class ShardedParams : public ParamStore, public ShardSource {
+class ShardedParams : public InMemoryParams, public ShardSource {
  public:
-  explicit ShardedParams(ZeroContext& ctx) : ctx_(ctx), weights_(ctx, *this) {}
+  explicit ShardedParams(ZeroContext& ctx) : InMemoryParams(ctx), weights_(ctx, *this) {}
 
   absl::Status allocate(const ZeroConfig& z) {
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, ctx_.part.shard_numel() * dtype_size(ctx_.dtype), Category::kParams));
@@ -65,13 +74,8 @@ class ShardedParams : public ParamStore, public ShardSource {
   }
 
   WeightSource& weights() override { return weights_; }
-  bool in_memory() const override { return true; }
   void* working(const ShardSegment& s) override {
     return shard_.host<char>() + s.shard_offset * dtype_size(ctx_.dtype);
-  }
-  absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) override {
-    convert_from_f32(ctx_.dtype, src, static_cast<char*>(working(s)) + start * dtype_size(ctx_.dtype), n);
-    return absl::OkStatus();
   }
   absl::Status publish() override { return weights_.invalidate(); }
 
@@ -80,7 +84,6 @@ class ShardedParams : public ParamStore, public ShardSource {
   }
 
  private:
-  ZeroContext& ctx_;
   Buffer shard_;
   GatheredWeights weights_;  // after shard_: its gathers end before the shard goes
 };

@@ -22,9 +22,8 @@ absl::Status ZeroContext::alloc(Buffer& b, int64_t bytes, Category c) const {
   return absl::OkStatus();
 }
 
-int64_t ZeroContext::padded_index(const ShardSegment& s, int64_t start) const {
-  return part.padded_offset(s.unit) + owner * part.chunk(s.unit) + (s.shard_offset - part.shard_offset(s.unit)) +
-         start;
+int64_t ZeroContext::padded_index(const ShardSegment& s) const {
+  return part.padded_offset(s.unit) + owner * part.chunk(s.unit) + (s.shard_offset - part.shard_offset(s.unit));
 }
 
 CommType comm_type(DType t) {

@@ -22,8 +22,8 @@ struct ZeroContext {
   // A zeroed buffer on the device (the memset enqueued on the stream).
   absl::Status alloc(Buffer& b, int64_t bytes, Category c) const;
   Converter converter() const { return {kernels, stream}; }
-  // Where element `start` of owned segment s lies in the padded full buffer.
-  int64_t padded_index(const ShardSegment& s, int64_t start) const;
+  // Where owned segment s starts in the padded full buffer.
+  int64_t padded_index(const ShardSegment& s) const;
 
   const GptLayout& layout;
   const Partition part;  // a world of one under stage 0: every rank owns everything
