@@ -138,6 +138,7 @@ AioEngine::Ticket AioEngine::submit(bool write, int f, uint64_t offset, void* bu
     t->status = absl::InvalidArgumentError(absl::StrCat(file.path, ": direct I/O at offset ", offset, " of ", bytes,
                                                         " bytes is not aligned to ", kIoAlign));
   }
+  if (hook_.on_submit) hook_.on_submit(write, file.path, offset, bytes);
   t->status.Update(broken_);
   if (!t->status.ok() || bytes == 0) {
     t->done = true;
@@ -180,10 +181,17 @@ void AioEngine::fill_ring(std::vector<Request*>& free_requests) {
   }
 }
 
-void AioEngine::complete(Request* r, int result, std::vector<Request*>& free_requests) {
+void AioEngine::complete(Request* r, int result, std::vector<Request*>& free_requests,
+                         std::unique_lock<std::mutex>& lock) {
   Transfer& t = *r->t;
+  if (hook_.on_complete) {
+    // Unlocked: a hook that takes its time holds up no caller.
+    const std::string path = files_[t.file].path;
+    lock.unlock();
+    result = hook_.on_complete(t.write, path, r->offset, r->len, result);
+    lock.lock();
+  }
   const File& file = files_[t.file];
-  if (hook_.on_complete) result = hook_.on_complete(t.write, file.path, r->offset, r->len, result);
   auto resubmit = [&] {
     io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
     if (t.write) {
@@ -260,7 +268,7 @@ void AioEngine::run() {
     io_uring_cqe* cqe;
     unsigned head, seen = 0;
     io_uring_for_each_cqe(ring_.get(), head, cqe) {
-      complete(static_cast<Request*>(io_uring_cqe_get_data(cqe)), cqe->res, free_requests);
+      complete(static_cast<Request*>(io_uring_cqe_get_data(cqe)), cqe->res, free_requests, lock);
       ++seen;
     }
     io_uring_cq_advance(ring_.get(), seen);

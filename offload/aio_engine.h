@@ -38,11 +38,13 @@ struct AioConfig {
 };
 
 // A test seam for fault injection. on_open returns an errno to fail the
-// open with these flags (0 lets it proceed); on_complete sees each request's
-// result from the kernel and returns the result the engine acts on (a
-// negative errno, or a byte count).
+// open with these flags (0 lets it proceed); on_submit sees each transfer
+// as the engine takes it, on the caller's thread; on_complete sees each
+// request's result from the kernel and returns the result the engine acts
+// on (a negative errno, or a byte count).
 struct IoFaultHook {
   std::function<int(const std::string& path, int flags)> on_open;
+  std::function<void(bool write, const std::string& path, uint64_t offset, uint64_t bytes)> on_submit;
   std::function<int(bool write, const std::string& path, uint64_t offset, uint32_t len, int result)> on_complete;
 };
 
@@ -89,7 +91,8 @@ class AioEngine {
   void run();
   // Ring thread: requests of queued transfers onto the ring, up to the depth.
   void fill_ring(std::vector<Request*>& free_requests);
-  void complete(Request* r, int result, std::vector<Request*>& free_requests);
+  // Called with mu_ held in `lock`.
+  void complete(Request* r, int result, std::vector<Request*>& free_requests, std::unique_lock<std::mutex>& lock);
   // The ring itself failed: every transfer fails with `s`, now and later.
   void fail_all(const absl::Status& s, std::vector<Request>& pool);
 

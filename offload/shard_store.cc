@@ -89,16 +89,26 @@ absl::StatusOr<ShardStore::Window*> ShardStore::free_window(int u, bool evict) {
   return unused;
 }
 
-void ShardStore::start_read(Window& w, int u) {
+absl::Status ShardStore::finish_writes(int u) {
+  for (Window& o : pool(u)) {
+    if (o.writing == u) ZEROD_RETURN_IF_ERROR(finish_io(o));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::start_read(Window& w, int u) {
+  ZEROD_RETURN_IF_ERROR(finish_writes(u));
   w.unit = u;
   if (io_) {
     w.io = io_->read(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
   } else {
     std::memcpy(w.buf.data(), host_.host<char>() + records_[u], chunks_[u] * dtype_size(dtype_));
   }
+  return absl::OkStatus();
 }
 
 absl::Status ShardStore::finish_io(Window& w) {
+  w.writing = -1;
   if (!w.io) return absl::OkStatus();
   return io_->wait(std::exchange(w.io, nullptr));
 }
@@ -106,8 +116,7 @@ absl::Status ShardStore::finish_io(Window& w) {
 absl::Status ShardStore::fetch(int u) {
   if (find(u)) return absl::OkStatus();
   ZEROD_ASSIGN_OR_RETURN(Window* w, free_window(u, false));
-  if (w) start_read(*w, u);
-  return absl::OkStatus();
+  return w ? start_read(*w, u) : absl::OkStatus();
 }
 
 absl::StatusOr<void*> ShardStore::acquire(int u) {
@@ -118,7 +127,7 @@ absl::StatusOr<void*> ShardStore::acquire(int u) {
       return absl::FailedPreconditionError(
           absl::StrCat("no free offload buffer for unit ", u, ": all ", pool(u).size(), " are acquired"));
     }
-    start_read(*w, u);
+    ZEROD_RETURN_IF_ERROR(start_read(*w, u));
   }
   if (absl::Status s = finish_io(*w); !s.ok()) {
     w->unit = -1;
@@ -153,7 +162,7 @@ int ShardStore::unit_at(int64_t offset) const {
 
 absl::StatusOr<char*> ShardStore::filling(int u, bool keep) {
   if (!filling_ || filling_->unit != u) {
-    write_current();
+    ZEROD_RETURN_IF_ERROR(write_current());
     // Small units go round the pool, so a unit is filled while the writes
     // of the ones before it are in flight; one read ahead is taken as it is.
     Window* w = find(u);
@@ -161,8 +170,11 @@ absl::StatusOr<char*> ShardStore::filling(int u, bool keep) {
       std::vector<Window>& p = pool(u);
       w = &p[&p == &small_ ? next_small_++ % p.size() : 0];
       ZEROD_RETURN_IF_ERROR(finish_io(*w));
-      w->unit = u;
-      if (keep) start_read(*w, u);
+      if (keep) {
+        ZEROD_RETURN_IF_ERROR(start_read(*w, u));
+      } else {
+        w->unit = u;
+      }
     }
     if (absl::Status s = finish_io(*w); !s.ok()) {  // its read, if any
       w->unit = -1;
@@ -189,21 +201,23 @@ absl::Status ShardStore::add(int64_t offset, const float* src, int64_t n, bool o
   return absl::OkStatus();
 }
 
-void ShardStore::write_current() {
-  if (!filling_) return;
+absl::Status ShardStore::write_current() {
+  if (!filling_) return absl::OkStatus();
   Window& w = *std::exchange(filling_, nullptr);
   const int u = std::exchange(w.unit, -1);
   if (io_) {
+    ZEROD_RETURN_IF_ERROR(finish_writes(u));
     w.io = io_->write(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
+    w.writing = u;
   } else {
     std::memcpy(host_.host<char>() + records_[u], w.buf.data(), chunks_[u] * dtype_size(dtype_));
   }
+  return absl::OkStatus();
 }
 
 absl::Status ShardStore::flush() {
-  write_current();
+  absl::Status first = write_current();
   next_small_ = 0;
-  absl::Status first;
   for (auto* pool : {&small_, &large_}) {
     for (Window& w : *pool) first.Update(finish_io(w));
   }

@@ -76,18 +76,23 @@ class ShardStore {
     int unit = -1;           // held, or being read
     bool acquired = false;
     AioEngine::Ticket io;    // the read of `unit`, or a write-back
+    int writing = -1;        // the unit of that write-back
   };
   ShardStore() = default;
   int unit_at(int64_t offset) const;
   std::vector<Window>& pool(int u) { return chunks_[u] > window_numel_ ? large_ : small_; }
   Window* find(int u);
   absl::StatusOr<Window*> free_window(int u, bool evict);
-  void start_read(Window& w, int u);
+  // io_uring does not order transfers in flight: a read or write of unit u
+  // waits for a write-back of u still in flight.
+  absl::Status finish_writes(int u);
+  // Reads unit u into w.
+  absl::Status start_read(Window& w, int u);
   absl::Status finish_io(Window& w);
   // The window put() or add() fills with unit u: its stored values are read
   // first when `keep`, else it starts zero.
   absl::StatusOr<char*> filling(int u, bool keep);
-  void write_current();
+  absl::Status write_current();
 
   std::vector<int64_t> chunks_, offsets_;  // elements, and each unit's offset in the shard
   std::vector<uint64_t> records_;          // each unit's record offset in the file or host memory
