@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_communicator(const RankInfo& 
 #else
   (void)timeout;
   return absl::FailedPreconditionError(absl::StrCat("launched as rank ", rank.rank, " of ", rank.world_size,
-                                                    ", but this build has no MPI (ZEROD_WITH_MPI=OFF)"));
+                                                    ", but this build has no MPI (ZEROD_WITH_MPI=OFF): several ranks under mpirun or srun need a build with MPI"));
 #endif
 }
 

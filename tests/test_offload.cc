@@ -15,6 +15,7 @@
 
 #include <filesystem>
 
+#include "offload/offload_config.h"
 #include "offload/swap_dir.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/engine/trainer.h"
@@ -176,6 +177,9 @@ TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
 
   MemoryAccountant& acct = MemoryAccountant::global();
   auto host = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
+  // The window and the records in host memory: pinned where a GPU copies from them.
+  const Tier buffers = offload_buffer_tier(make_config(joined(model, params_on("cpu", 3))).zero.offload_param);
+  auto in_buffers = [&](Category c) { return static_cast<int64_t>(acct.current(buffers, c)); };
   int64_t params_in_memory = 0;
   {
     auto t = testing::make_trainer(ref_cfg);
@@ -189,12 +193,13 @@ TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->step().ok());
     const int64_t on_nvme = acct.current(Tier::kNvme, Category::kParams);
-    EXPECT_EQ(host(Category::kParams), params_in_memory - part.shard_numel() * 2 + (device == "cpu" ? records : 0));
+    EXPECT_EQ(host(Category::kParams) + (buffers == Tier::kHost ? 0 : in_buffers(Category::kParams)),
+              params_in_memory - part.shard_numel() * 2 + (device == "cpu" ? records : 0));
     EXPECT_EQ(on_nvme, device == "nvme" ? records : 0);
-    EXPECT_EQ(host(Category::kOffload), window);
+    EXPECT_EQ(in_buffers(Category::kOffload), window);
   }
   EXPECT_EQ(acct.current(Tier::kNvme, Category::kParams), 0u);
-  EXPECT_EQ(host(Category::kOffload), 0);
+  EXPECT_EQ(in_buffers(Category::kOffload), 0);
 }
 
 // The states, and at stages 2 and 3 the gradient shard, leave host memory
@@ -213,6 +218,10 @@ TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
   MemoryAccountant& acct = MemoryAccountant::global();
   auto host = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
   auto nvme_bytes = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kNvme, c)); };
+  // Pinned where a GPU copies from them.
+  auto in_buffers = [&](Category c) {
+    return static_cast<int64_t>(acct.current(offload_buffer_tier(cfg.zero.offload_optimizer), c));
+  };
   auto t = testing::make_trainer(cfg);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE((*t)->step().ok());
@@ -222,11 +231,11 @@ TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
   EXPECT_EQ(host(Category::kOptimizer), 0);
   EXPECT_EQ(nvme_bytes(Category::kGrads), grad_records);
   EXPECT_EQ(host(Category::kGrads), 0);
-  EXPECT_EQ(host(Category::kOffload), 3 * (12 + 4) * 8192 + 3 * ((part.chunk(1) * 4 + 4095) / 4096 * 4096));
+  EXPECT_EQ(in_buffers(Category::kOffload), 3 * (12 + 4) * 8192 + 3 * ((part.chunk(1) * 4 + 4095) / 4096 * 4096));
   t->reset();
   EXPECT_EQ(nvme_bytes(Category::kOptimizer), 0);
   EXPECT_EQ(nvme_bytes(Category::kGrads), 0);
-  EXPECT_EQ(host(Category::kOffload), 0);
+  EXPECT_EQ(in_buffers(Category::kOffload), 0);
 }
 
 // A host memory limit five times smaller than the fp32 optimizer states
@@ -360,8 +369,9 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
        kShortWriteThenDiskFull, "No space left on device"},
       {"params: EIO on read", params_on("nvme", 2), "zerod-params-rank00000", kEioOnRead, "Input/output error"},
   };
-  // The worker threads of OpenMP start with the first training step and stay.
-  train(make_config({"run.steps=1"}));
+  // The worker threads of OpenMP start with the first training step and
+  // stay; so do CUDA's threads and descriptors, where a GPU pins the buffers.
+  train(make_config(joined(cases[0].offload, {"run.steps=1"})));
   const int fds = testing::count_proc_entries("/proc/self/fd"), threads = testing::count_proc_entries("/proc/self/task");
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

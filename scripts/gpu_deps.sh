@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Fetches, on a Debian 12 machine with a network, the Debian packages that
+# the GPU machines lack (they have CUDA, cmake, ninja and a compiler, but no
+# -dev packages and no network) into .gpu-deps/, which travels with the tree
+# to the GPU machine; scripts/gpu_check.sh unpacks them there into a private
+# prefix. The build there is CUDA-only: no MPI, no gRPC, no benchmarks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  libabsl-dev libabsl20220623
+  nlohmann-json3-dev libcli11-dev
+  libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5
+  liburing-dev liburing2
+  libgtest-dev libgmock-dev
+  pkgconf pkgconf-bin libpkgconf3
+)
+
+mkdir -p .gpu-deps
+cd .gpu-deps
+rm -f ./*.deb
+apt-get update -q >/dev/null
+apt-get download -q "${packages[@]}"
+# NCCL's header, for where the GPU machine's NCCL comes without one.
+mkdir -p include
+cp "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/../include/nccl.h" include/
+du -sh .
