@@ -97,7 +97,7 @@ void step_vs_memory(const std::string& dir, int64_t n, int64_t block, int depth,
   OptimizerConfig cfg;
   CpuDevice host;
   std::unique_ptr<Kernels> kernels = cpu_kernels();
-  auto mem = Optimizer::create(cfg, pieces, DType::kBF16);
+  auto mem = Optimizer::create(cfg, pieces, DType::kBF16, host);
   check(mem.status());
 
   std::printf("\noptimizer step, %lld M params, bf16 parameters (fp32 master, m, v: 12 bytes each on the file), "

@@ -129,8 +129,8 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
         ZEROD_RETURN_IF_ERROR(init_master(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
       }
     }
-    sg.opt->zero_states();
-    return absl::OkStatus();
+    sg.opt->zero_states(host, host.compute_stream());
+    return host.synchronize(host.compute_stream());  // before the write-back
   }));
   return o;
 }

@@ -7,8 +7,8 @@
 namespace zerod {
 
 absl::Status GradStore::read(const ShardSegment& s, int64_t start, int64_t n, float* dst) {
-  std::memcpy(dst, owned(s) + start, n * sizeof(float));
-  return absl::OkStatus();
+  ctx_.device.copy(ctx_.stream, dst, owned(s) + start, n * sizeof(float));
+  return ctx_.device.synchronize(ctx_.stream);
 }
 
 namespace {
@@ -16,7 +16,7 @@ namespace {
 // Stages 0 and 1: backward adds into the padded full buffer.
 class FullGrads : public GradStore {
  public:
-  FullGrads(ZeroContext& ctx, bool scatter) : ctx_(ctx), scatter_(scatter) {}
+  FullGrads(ZeroContext& ctx, bool scatter) : GradStore(ctx), scatter_(scatter) {}
 
   absl::Status allocate() {
     const Partition& p = ctx_.part;
@@ -43,7 +43,7 @@ class FullGrads : public GradStore {
 
   // Without scatter the partition is a world of one, so the shard layout is
   // the padded one.
-  const float* owned(const ShardSegment& s) override { return reduced().host<float>() + s.shard_offset; }
+  const float* owned(const ShardSegment& s) override { return reduced().ptr<float>() + s.shard_offset; }
   absl::StatusOr<const float*> acquire(int u) override {
     return reduced().ptr<float>() + ctx_.part.shard_offset(u);
   }
@@ -51,7 +51,6 @@ class FullGrads : public GradStore {
  private:
   const Buffer& reduced() const { return scatter_ ? shard_ : full_; }
 
-  ZeroContext& ctx_;
   const bool scatter_;
   Buffer full_, shard_;
   std::unique_ptr<FlatGrads> sink_;
@@ -60,7 +59,7 @@ class FullGrads : public GradStore {
 // Stages 2 and 3: each unit's reduced chunk added to the shard on the stream.
 class ShardedGrads : public GradStore, public ScatterGrads::Target {
  public:
-  explicit ShardedGrads(ZeroContext& ctx) : ctx_(ctx), sink_(ctx, *this) {}
+  explicit ShardedGrads(ZeroContext& ctx) : GradStore(ctx), sink_(ctx, *this) {}
 
   absl::Status allocate(const ZeroConfig& z) {
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, ctx_.part.shard_numel() * 4, Category::kGrads));
@@ -70,7 +69,7 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
   GradSink& sink() override { return sink_; }
   void zero() override { ctx_.device.memset(ctx_.stream, shard_.data(), 0, shard_.bytes()); }
   absl::Status reduce() override { return sink_.flush(); }
-  const float* owned(const ShardSegment& s) override { return shard_.host<float>() + s.shard_offset; }
+  const float* owned(const ShardSegment& s) override { return shard_.ptr<float>() + s.shard_offset; }
   absl::StatusOr<const float*> acquire(int u) override { return shard_.ptr<float>() + ctx_.part.shard_offset(u); }
 
   absl::Status add(int u, const Buffer& recv) override {
@@ -80,7 +79,6 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
   }
 
  private:
-  ZeroContext& ctx_;
   Buffer shard_;
   ScatterGrads sink_;  // after shard_: its last adds run before the shard goes
 };
@@ -90,7 +88,7 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
 // (read while the reduction runs).
 class FileGrads : public GradStore, public ScatterGrads::Target {
  public:
-  explicit FileGrads(ZeroContext& ctx) : ctx_(ctx), sink_(ctx, *this) {}
+  explicit FileGrads(ZeroContext& ctx) : GradStore(ctx), sink_(ctx, *this) {}
 
   absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings) {
     const Partition& p = ctx_.part;
@@ -137,13 +135,17 @@ class FileGrads : public GradStore, public ScatterGrads::Target {
 
   absl::Status started(int u) override { return fresh_[u] ? absl::OkStatus() : store_->fetch(u); }
   absl::Status add(int u, const Buffer& recv) override {
-    ZEROD_RETURN_IF_ERROR(store_->add(ctx_.part.shard_offset(u), recv.host<float>(), ctx_.part.chunk(u), fresh_[u]));
+    const int64_t offset = ctx_.part.shard_offset(u);
+    ZEROD_RETURN_IF_ERROR(ctx_.device.read_on_host(
+        ctx_.stream, recv.data(), ctx_.part.chunk(u) * sizeof(float), [&](void* p, uint64_t start, uint64_t bytes) {
+          return store_->add(offset + start / sizeof(float), static_cast<const float*>(p), bytes / sizeof(float),
+                             fresh_[u]);
+        }));
     fresh_[u] = false;
     return absl::OkStatus();
   }
 
  private:
-  ZeroContext& ctx_;
   std::unique_ptr<ShardStore> store_;
   std::vector<bool> fresh_;  // per unit: nothing stored since zero()
   int held_ = -1;            // the unit read() holds

@@ -22,6 +22,7 @@ namespace zerod {
 
 class GradStore {
  public:
+  explicit GradStore(ZeroContext& ctx) : ctx_(ctx) {}
   virtual ~GradStore() = default;
   virtual GradSink& sink() = 0;
   // Start of an optimizer step: gradients to zero.
@@ -32,17 +33,21 @@ class GradStore {
   virtual absl::Status reduce() = 0;
   // Whether the reduced gradients are in memory (owned()), or are read().
   virtual bool in_memory() const { return true; }
-  // Owned segment s's reduced gradients in host memory, where the optimizer
-  // reads them; null when they are not in memory (read() then).
+  // Owned segment s's reduced gradients on the device, where the
+  // optimizer's kernels read them; null when they are not in memory (read()
+  // then).
   virtual const float* owned(const ShardSegment& s) = 0;
   // Unit u's reduced chunk on the device, until release(u).
   virtual absl::StatusOr<const float*> acquire(int u) = 0;
   virtual absl::Status release(int /*u*/) { return absl::OkStatus(); }
   // Elements [start, start + n) of owned segment s's reduced gradients into
-  // dst; segments come in shard order.
+  // dst, in host memory; segments come in shard order.
   virtual absl::Status read(const ShardSegment& s, int64_t start, int64_t n, float* dst);
   // The optimizer has read them: what was held for reading goes.
   virtual absl::Status drop() { return absl::OkStatus(); }
+
+ protected:
+  ZeroContext& ctx_;
 };
 
 // `scatter`: reduce-scatter into a shard (stage 1) rather than all-reduce.

@@ -1,13 +1,27 @@
 #include "shard/optimizer_state.h"
 
-#include <cstring>
+#include <functional>
 
 namespace zerod {
 namespace {
 
-absl::Status init_masters(const std::vector<ParamPiece>& pieces, const OptimizerState::PieceFill& init) {
+// Host code's part of a piece's masters: elements [start, start + n) at p.
+using MasterPart = std::function<absl::Status(float* p, int64_t start, int64_t n)>;
+
+// The device's part `bytes` at offset, as elements of a piece's masters.
+Device::HostPart as_masters(const MasterPart& f) {
+  return [&f](void* p, uint64_t offset, uint64_t bytes) {
+    return f(static_cast<float*>(p), static_cast<int64_t>(offset / 4), static_cast<int64_t>(bytes / 4));
+  };
+}
+
+// Each piece's initial masters, written on the device.
+absl::Status init_masters(ZeroContext& ctx, const std::vector<ParamPiece>& pieces,
+                          const OptimizerState::PieceFill& init) {
   for (size_t k = 0; k < pieces.size(); ++k) {
-    ZEROD_RETURN_IF_ERROR(init(static_cast<int>(k), 0, pieces[k].numel, pieces[k].master));
+    const MasterPart fill = [&](float* p, int64_t start, int64_t n) { return init(static_cast<int>(k), start, n, p); };
+    ZEROD_RETURN_IF_ERROR(ctx.device.write_from_host(ctx.stream, pieces[k].master, pieces[k].numel * sizeof(float),
+                                                     as_masters(fill)));
   }
   return absl::OkStatus();
 }
@@ -20,44 +34,47 @@ class InMemoryOptimizer : public OptimizerState {
                       const OptimizerState::PieceFill& init) {
     if (separate_masters) {
       ZEROD_RETURN_IF_ERROR(ctx_.alloc(masters_, ctx_.part.shard_numel() * 4, Category::kOptimizer));
-      // They are initialised on the host.
-      ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
       for (size_t k = 0; k < pieces.size(); ++k) {
-        pieces[k].master = masters_.host<float>() + ctx_.owned[k].shard_offset;
+        pieces[k].master = masters_.ptr<float>() + ctx_.owned[k].shard_offset;
       }
     }
-    ZEROD_RETURN_IF_ERROR(init_masters(pieces, init));
+    ZEROD_RETURN_IF_ERROR(init_masters(ctx_, pieces, init));
     for (const ParamPiece& p : pieces) masters_of_.push_back({p.master, p.numel});
     optimizer_ = Optimizer::create_unbound(cfg, std::move(pieces), ctx_.dtype);
     ZEROD_ASSIGN_OR_RETURN(states_, ctx_.device.allocate(optimizer_->state_bytes(), Category::kOptimizer));
-    optimizer_->bind(states_.host<char>());
-    optimizer_->zero_states();
+    optimizer_->bind(states_.data());
+    optimizer_->zero_states(ctx_.device, ctx_.stream);
     return absl::OkStatus();
   }
 
+  // Masters in memory are updated in place: `updated` is for a working copy
+  // kept elsewhere.
   absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill&, const MasterOut& updated) override {
     optimizer_->step(ctx_.kernels, ctx_.stream, lr, step, grad_factor);
     ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
-    return read_masters(updated);
+    return updated ? read_masters(updated) : absl::OkStatus();
   }
   absl::Status read_masters(const MasterOut& out) override {
     for (size_t k = 0; k < masters_of_.size(); ++k) {
-      ZEROD_RETURN_IF_ERROR(out(static_cast<int>(k), 0, masters_of_[k].numel, masters_of_[k].data));
+      const MasterPart seen = [&](float* p, int64_t start, int64_t n) { return out(static_cast<int>(k), start, n, p); };
+      ZEROD_RETURN_IF_ERROR(ctx_.device.read_on_host(ctx_.stream, masters_of_[k].data,
+                                                     masters_of_[k].numel * sizeof(float), as_masters(seen)));
     }
     return absl::OkStatus();
   }
   absl::Status write_masters(const std::vector<const float*>& src) override {
     for (size_t k = 0; k < masters_of_.size(); ++k) {
-      std::memcpy(masters_of_[k].data, src[k], masters_of_[k].numel * sizeof(float));
+      ctx_.device.copy(ctx_.stream, masters_of_[k].data, src[k], masters_of_[k].numel * sizeof(float));
     }
-    return absl::OkStatus();
+    return ctx_.device.synchronize(ctx_.stream);
   }
   std::vector<StateArray> state_arrays() const override { return optimizer_->state_arrays(); }
   absl::Status read_state(const StateArray& a, const ByteSink& out) override {
-    return out(a.data, a.numel * dtype_size(a.dtype));
+    return ctx_.device.read_on_host(ctx_.stream, a.data, a.numel * dtype_size(a.dtype),
+                                    [&](void* p, uint64_t, uint64_t n) { return out(p, n); });
   }
   absl::Status write_state(const StateArray& a, const ArrayFill& in) override {
-    return in(a.data, 0, a.numel * dtype_size(a.dtype));
+    return ctx_.device.write_from_host(ctx_.stream, a.data, a.numel * dtype_size(a.dtype), in);
   }
   bool in_memory() const override { return true; }
 
@@ -114,7 +131,7 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& 
                                                                    const SwapSettings& settings) {
   // Masters that are the parameters are set in place; separate ones are
   // written to the file as it is laid out.
-  if (!separate_masters) ZEROD_RETURN_IF_ERROR(init_masters(pieces, init));
+  if (!separate_masters) ZEROD_RETURN_IF_ERROR(init_masters(ctx, pieces, init));
   ZEROD_ASSIGN_OR_RETURN(std::unique_ptr<SwappedOptimizer> o,
                          SwappedOptimizer::create(cfg, std::move(pieces), ctx.dtype,
                                                   separate_masters ? init : OptimizerState::PieceFill{}, settings,

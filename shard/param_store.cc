@@ -12,8 +12,12 @@ class InMemoryParams : public ParamStore {
   explicit InMemoryParams(ZeroContext& ctx) : ctx_(ctx) {}
   bool in_memory() const override { return true; }
   absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) override {
-    convert_from_f32(ctx_.dtype, src, static_cast<char*>(working(s)) + start * dtype_size(ctx_.dtype), n);
-    return absl::OkStatus();
+    const int64_t ds = dtype_size(ctx_.dtype);
+    return ctx_.device.write_from_host(ctx_.stream, static_cast<char*>(working(s)) + start * ds, n * ds,
+                                       [&](void* p, uint64_t offset, uint64_t bytes) {
+                                         convert_from_f32(ctx_.dtype, src + offset / ds, p, bytes / ds);
+                                         return absl::OkStatus();
+                                       });
   }
 
  protected:
@@ -32,13 +36,12 @@ class ReplicatedParams : public InMemoryParams {
     ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(&ctx_.layout, ctx_.dtype, params_.data(), ctx_.device,
                                                               ctx_.kernels, ctx_.part.padded_unit_offsets()));
     weights_ = std::make_unique<FlatWeights>(std::move(w));
-    // The zeroed buffer is written by the host from here on.
-    return ctx_.device.synchronize(ctx_.stream);
+    return absl::OkStatus();
   }
 
   WeightSource& weights() override { return *weights_; }
   void* working(const ShardSegment& s) override {
-    return params_.host<char>() + ctx_.padded_index(s) * dtype_size(ctx_.dtype);
+    return params_.ptr<char>() + ctx_.padded_index(s) * dtype_size(ctx_.dtype);
   }
 
   absl::Status publish() override {
@@ -69,13 +72,12 @@ class ShardedParams : public InMemoryParams, public ShardSource {
 
   absl::Status allocate(const ZeroConfig& z) {
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, ctx_.part.shard_numel() * dtype_size(ctx_.dtype), Category::kParams));
-    ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
     return weights_.allocate(z);
   }
 
   WeightSource& weights() override { return weights_; }
   void* working(const ShardSegment& s) override {
-    return shard_.host<char>() + s.shard_offset * dtype_size(ctx_.dtype);
+    return shard_.ptr<char>() + s.shard_offset * dtype_size(ctx_.dtype);
   }
   absl::Status publish() override { return weights_.invalidate(); }
 

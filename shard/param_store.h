@@ -24,7 +24,8 @@ class ParamStore {
   // Whether the working copy is in memory, where the optimizer writes it as
   // it updates the masters (working()); otherwise updated() writes it.
   virtual bool in_memory() const = 0;
-  // Owned segment s's working copy in host memory; null when not in_memory().
+  // Owned segment s's working copy on the device (where the optimizer's
+  // kernels write it); null when not in_memory().
   virtual void* working(const ShardSegment& s) = 0;
   // Sets elements [start, start + n) of owned segment s from fp32 values.
   virtual absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) = 0;

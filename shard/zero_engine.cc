@@ -154,12 +154,16 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
 
 absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_factor) {
   const std::vector<ShardSegment>& owned = ctx_.owned;
+  // A working copy in memory is written by the optimizer itself.
+  OptimizerState::MasterOut updated;
+  if (!params_->in_memory()) {
+    updated = [&](int k, int64_t start, int64_t n, const float* master) {
+      return params_->updated(owned[k], start, master, n);
+    };
+  }
   absl::Status stepped = optimizer_->step(
       lr, step, grad_factor,
-      [&](int k, int64_t start, int64_t n, float* dst) { return grads_->read(owned[k], start, n, dst); },
-      [&](int k, int64_t start, int64_t n, const float* master) {
-        return params_->updated(owned[k], start, master, n);
-      });
+      [&](int k, int64_t start, int64_t n, float* dst) { return grads_->read(owned[k], start, n, dst); }, updated);
   stepped.Update(grads_->drop());
   ZEROD_RETURN_IF_ERROR(stepped);
   return publish_params();

@@ -4,6 +4,7 @@
 // as on synchronous ones.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -16,7 +17,7 @@
 namespace zerod {
 namespace {
 
-constexpr CpuStreamOptions kThreaded{true, 200, 2, 42};
+constexpr CpuDeviceOptions kThreaded{true, 200, 2, 42};
 
 TEST(CpuDevice, SynchronousStreamsRunWorkAsItIsEnqueued) {
   CpuDevice dev;
@@ -99,6 +100,78 @@ TEST(CpuDevice, AllocatesAccountedHostMemoryOnly) {
   EXPECT_EQ(acct.peak_total(Tier::kGpu) + acct.peak_total(Tier::kPinned), 0u);
 }
 
+
+// With device_only_memory the device's own buffers refuse host access as
+// GPU memory does, while host staging it is asked for stays open.
+TEST(CpuDeviceDeathTest, DeviceOnlyMemoryRefusesHostAccess) {
+  CpuDeviceOptions options;
+  options.device_only_memory = true;
+  CpuDevice dev(MemoryAccountant::global(), options);
+  EXPECT_FALSE(dev.host_visible());
+  auto own = dev.allocate(64, Category::kParams);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_DEATH(own->host<char>(), "host access to a 64-byte params buffer in device-only memory");
+  auto staging = dev.allocate(64, Category::kWorkspace, Tier::kHost);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  staging->host<char>()[0] = 1;
+  EXPECT_TRUE(CpuDevice().host_visible());
+}
+
+// Host code reads and writes the device's memory part by part, in order,
+// each part but the last a multiple of 8 bytes; where the memory is not
+// host-visible the parts are host staging of at most 4 MiB, accounted while
+// they live; where it is, one part, the memory itself.
+TEST(CpuDevice, HostReadsAndWritesReachDeviceOnlyMemoryThroughStaging) {
+  const uint64_t bytes = (uint64_t{9} << 20) + 12;  // three parts
+  for (bool device_only : {false, true}) {
+    SCOPED_TRACE(device_only);
+    MemoryAccountant acct;
+    CpuDeviceOptions options = kThreaded;
+    options.device_only_memory = device_only;
+    CpuDevice dev(acct, options);
+    auto b = dev.allocate(bytes, Category::kParams);
+    ASSERT_TRUE(b.ok()) << b.status();
+    std::vector<uint64_t> offsets;
+    uint64_t peak_staging = 0;
+    auto fill = [&](void* p, uint64_t offset, uint64_t n) {
+      offsets.push_back(offset);
+      EXPECT_EQ(p == b->data(), !device_only);
+      peak_staging = std::max<uint64_t>(peak_staging, acct.current(Tier::kHost, Category::kWorkspace));
+      for (uint64_t i = 0; i < n; ++i) static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>((offset + i) * 7 % 251);
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE(dev.write_from_host(dev.compute_stream(), b->data(), bytes, fill).ok());
+    const std::vector<uint64_t> want_offsets =
+        device_only ? std::vector<uint64_t>{0, 4u << 20, 8u << 20} : std::vector<uint64_t>{0};
+    EXPECT_EQ(offsets, want_offsets);
+    EXPECT_EQ(peak_staging, device_only ? 4u << 20 : 0u);
+    EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 0u);
+    // Written where it belongs, as the device's own copy sees it.
+    std::vector<uint8_t> got(bytes);
+    dev.copy(dev.compute_stream(), got.data(), b->data(), bytes);
+    ASSERT_TRUE(dev.synchronize(dev.compute_stream()).ok());
+    for (uint64_t i = 0; i < bytes; ++i) ASSERT_EQ(got[i], static_cast<uint8_t>(i * 7 % 251)) << i;
+    // And read back in order, after work enqueued before on the stream.
+    dev.memset(dev.compute_stream(), b->data(), 0x5a, 16);
+    std::vector<uint8_t> seen;
+    ASSERT_TRUE(dev.read_on_host(dev.compute_stream(), b->data(), bytes, [&](void* p, uint64_t offset, uint64_t n) {
+                     EXPECT_EQ(offset, seen.size());
+                     const auto* c = static_cast<const uint8_t*>(p);
+                     seen.insert(seen.end(), c, c + n);
+                     return absl::OkStatus();
+                   }).ok());
+    std::fill_n(got.begin(), 16, 0x5a);
+    EXPECT_EQ(seen, got);
+    // A failing part stops the transfer and is returned.
+    int calls = 0;
+    const absl::Status failed = dev.read_on_host(dev.compute_stream(), b->data(), bytes, [&](void*, uint64_t, uint64_t) {
+      ++calls;
+      return absl::DataLossError("stop");
+    });
+    EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(calls, 1);
+  }
+}
 TEST(DeviceRegistry, OpensTheCpuAndRefusesWhatIsNotThere) {
   for (const char* name : {"cpu", "auto"}) {
     auto d = open_device(name);

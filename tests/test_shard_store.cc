@@ -97,7 +97,9 @@ void check_against_array(ShardStore& store, uint32_t seed) {
     const int kind = round == 0 ? 0 : static_cast<int>(rng() % 3);  // 0: onto zero, 1: add, 2: put
     for (int u : order) {
       ASSERT_TRUE(store.fetch(static_cast<int>(rng() % units)).ok());
-      if (kind == 1) ASSERT_TRUE(store.fetch(u).ok());
+      if (kind == 1) {
+        ASSERT_TRUE(store.fetch(u).ok());
+      }
       std::vector<float> src(kChunks[u]);
       for (float& x : src) x = value(rng);
       float* w = want.data() + offsets[u];
@@ -112,7 +114,9 @@ void check_against_array(ShardStore& store, uint32_t seed) {
     }
     ASSERT_TRUE(store.flush().ok());
     for (int u = 0; u < units; ++u) {
-      if (u + 1 < units) ASSERT_TRUE(store.fetch(u + 1).ok());
+      if (u + 1 < units) {
+        ASSERT_TRUE(store.fetch(u + 1).ok());
+      }
       auto got = store.acquire(u);
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_EQ(0, std::memcmp(*got, want.data() + offsets[u], kChunks[u] * sizeof(float))) << "unit " << u;

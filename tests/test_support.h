@@ -35,13 +35,15 @@ inline nlohmann::json tiny_job() {
   };
 }
 
-// How the in-process tests run the CPU's streams: synchronously, or with
-// ZEROD_TEST_STREAMS=threaded (ctest's `threaded` label) each on a thread
-// of its own with random delays, which must give the same bits.
-inline CpuStreamOptions test_stream_options() {
+// How the in-process tests run the CPU device: synchronously, or with
+// ZEROD_TEST_STREAMS=threaded (ctest's `threaded` label) as a GPU would,
+// each stream on a thread of its own with random delays and the device's
+// memory closed to host code; both must give the same bits.
+inline CpuDeviceOptions test_stream_options() {
   const char* mode = std::getenv("ZEROD_TEST_STREAMS");
-  CpuStreamOptions options;
+  CpuDeviceOptions options;
   options.threaded = mode != nullptr && std::string(mode) == "threaded";
+  options.device_only_memory = options.threaded;
   return options;
 }
 
@@ -49,7 +51,7 @@ inline CpuStreamOptions test_stream_options() {
 struct CpuRig {
   CpuDevice device;
   std::unique_ptr<Kernels> kernels;
-  explicit CpuRig(CpuStreamOptions options = test_stream_options())
+  explicit CpuRig(CpuDeviceOptions options = test_stream_options())
       : device(MemoryAccountant::global(), options), kernels(*kernels_for(device)) {}
 };
 

@@ -52,7 +52,7 @@ struct CpuStream::Queue {
   std::uniform_int_distribution<int> delay_us, delay_now;
   std::thread thread;
 
-  Queue(uint64_t seed, const CpuStreamOptions& o)
+  Queue(uint64_t seed, const CpuDeviceOptions& o)
       : rng(seed), delay_us(0, std::max(0, o.max_delay_us)), delay_now(1, std::max(1, o.delay_one_in)) {
     thread = std::thread([this] { run(); });
   }
@@ -80,7 +80,7 @@ struct CpuStream::Queue {
   }
 };
 
-CpuStream::CpuStream(const CpuStreamOptions& options, uint64_t seed) {
+CpuStream::CpuStream(const CpuDeviceOptions& options, uint64_t seed) {
   if (options.threaded) queue_ = std::make_unique<Queue>(seed, options);
 }
 
@@ -94,8 +94,14 @@ void CpuStream::enqueue(std::function<void()> f) {
   queue_->cv.notify_one();
 }
 
-CpuDevice::CpuDevice(MemoryAccountant& acct, CpuStreamOptions options)
+CpuDevice::CpuDevice(MemoryAccountant& acct, CpuDeviceOptions options)
     : Device(acct), options_(options), compute_(std::make_unique<CpuStream>(options_, options_.seed)) {}
+
+absl::StatusOr<Buffer> CpuDevice::allocate(uint64_t bytes, Category c) {
+  ZEROD_ASSIGN_OR_RETURN(Buffer b, allocate(bytes, c, memory_tier()));
+  if (options_.device_only_memory) b.set_device_only();
+  return b;
+}
 
 absl::StatusOr<Buffer> CpuDevice::allocate(uint64_t bytes, Category c, Tier t) {
   if (t != Tier::kHost) {

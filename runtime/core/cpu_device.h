@@ -9,6 +9,10 @@
 // streams by varying amounts, as it does of a GPU: a missing event wait or
 // a host read before its stream's work has finished gives a wrong result
 // here, in CI, instead of on a GPU. Both modes compute the same bits.
+//
+// With `device_only_memory`, the device's own allocations refuse host
+// access (Buffer::host aborts) as GPU memory does, so host code that reads
+// or writes what may live on a GPU is caught here too.
 #pragma once
 
 #include <cstdint>
@@ -20,16 +24,17 @@
 
 namespace zerod {
 
-struct CpuStreamOptions {
+struct CpuDeviceOptions {
   bool threaded = false;
   int max_delay_us = 500;
   int delay_one_in = 8;
   uint64_t seed = 1;  // of the delays
+  bool device_only_memory = false;
 };
 
 class CpuStream : public Stream {
  public:
-  CpuStream(const CpuStreamOptions& options, uint64_t seed);
+  CpuStream(const CpuDeviceOptions& options, uint64_t seed);
   ~CpuStream() override;  // runs what is queued first
 
   // Runs f in stream order: now, or on the stream's thread.
@@ -50,13 +55,14 @@ class CpuStream : public Stream {
 
 class CpuDevice : public Device {
  public:
-  explicit CpuDevice(MemoryAccountant& acct = MemoryAccountant::global(), CpuStreamOptions options = {});
+  explicit CpuDevice(MemoryAccountant& acct = MemoryAccountant::global(), CpuDeviceOptions options = {});
 
   std::string name() const override { return "cpu"; }
   Tier memory_tier() const override { return Tier::kHost; }
+  bool host_visible() const override { return !options_.device_only_memory; }
 
+  absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c) override;
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t) override;
-  using Device::allocate;
   Stream& compute_stream() override { return *compute_; }
   absl::StatusOr<std::unique_ptr<Stream>> create_stream() override;
   absl::StatusOr<std::unique_ptr<Event>> create_event() override;
@@ -75,7 +81,7 @@ class CpuDevice : public Device {
   }
 
  private:
-  CpuStreamOptions options_;
+  CpuDeviceOptions options_;
   uint64_t streams_made_ = 0;  // each stream's delays have a seed of their own
   std::unique_ptr<CpuStream> compute_;
 };

@@ -1,5 +1,7 @@
 #include "runtime/core/device.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/core/gpu_memory.h"
@@ -8,6 +10,41 @@ namespace zerod {
 
 absl::StatusOr<Buffer> Device::allocate(uint64_t bytes, Category c, Tier t) {
   return Buffer::allocate(bytes, c, t, *acct_);
+}
+
+namespace {
+
+// Host staging for memory that is not host-visible, a part at a time.
+constexpr uint64_t kStagingBytes = uint64_t{4} << 20;
+
+}  // namespace
+
+absl::Status Device::read_on_host(Stream& s, const void* src, uint64_t bytes, const HostPart& part) {
+  ZEROD_RETURN_IF_ERROR(synchronize(s));
+  if (bytes == 0) return absl::OkStatus();
+  if (host_visible()) return part(const_cast<void*>(src), 0, bytes);
+  ZEROD_ASSIGN_OR_RETURN(Buffer staging, allocate(std::min(bytes, kStagingBytes), Category::kWorkspace, Tier::kHost));
+  for (uint64_t offset = 0; offset < bytes; offset += staging.bytes()) {
+    const uint64_t n = std::min(staging.bytes(), bytes - offset);
+    copy(s, staging.data(), static_cast<const char*>(src) + offset, n);
+    ZEROD_RETURN_IF_ERROR(synchronize(s));
+    ZEROD_RETURN_IF_ERROR(part(staging.host<char>(), offset, n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Device::write_from_host(Stream& s, void* dst, uint64_t bytes, const HostPart& part) {
+  ZEROD_RETURN_IF_ERROR(synchronize(s));
+  if (bytes == 0) return absl::OkStatus();
+  if (host_visible()) return part(dst, 0, bytes);
+  ZEROD_ASSIGN_OR_RETURN(Buffer staging, allocate(std::min(bytes, kStagingBytes), Category::kWorkspace, Tier::kHost));
+  for (uint64_t offset = 0; offset < bytes; offset += staging.bytes()) {
+    const uint64_t n = std::min(staging.bytes(), bytes - offset);
+    ZEROD_RETURN_IF_ERROR(part(staging.host<char>(), offset, n));
+    copy(s, static_cast<char*>(dst) + offset, staging.data(), n);
+    ZEROD_RETURN_IF_ERROR(synchronize(s));  // before the staging is filled again
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, MemoryAccountant& acct) {

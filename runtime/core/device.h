@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,16 +45,23 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
+  // Host code's part of the device's own memory: p holds its bytes
+  // [offset, offset + n).
+  using HostPart = std::function<absl::Status(void* p, uint64_t offset, uint64_t n)>;
+
   // "cpu", "cuda:0".
   virtual std::string name() const = 0;
   // The tier the kernels' operands live in: kHost on the CPU, kGpu on a GPU.
   virtual Tier memory_tier() const = 0;
+  // Whether host code may dereference the device's own memory; where it may
+  // not, it reaches it through read_on_host and write_from_host.
+  virtual bool host_visible() const { return memory_tier() != Tier::kGpu; }
   MemoryAccountant& accountant() const { return *acct_; }
 
   // An accounted allocation on the device's own tier, or on tier t (pinned
   // or plain host memory for staging; refused where the device has no such
   // memory).
-  absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c) { return allocate(bytes, c, memory_tier()); }
+  virtual absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c) { return allocate(bytes, c, memory_tier()); }
   virtual absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t);
 
   // The stream the model's kernels run on.
@@ -69,6 +77,15 @@ class Device {
   virtual absl::Status synchronize(Stream& s) = 0;
   // Returns at once for an event never recorded.
   virtual absl::Status synchronize(Event& e) = 0;
+
+  // Host code reads `bytes` at src in the device's own memory once the work
+  // on s is done: `part` sees them in order, in parts whose sizes are
+  // multiples of 8 bytes (the last excepted): the memory itself where it is
+  // host-visible, else copies staged through host memory.
+  absl::Status read_on_host(Stream& s, const void* src, uint64_t bytes, const HostPart& part);
+  // Host code writes `bytes` at dst in the device's own memory once the
+  // work on s is done: `part` fills each part, as above.
+  absl::Status write_from_host(Stream& s, void* dst, uint64_t bytes, const HostPart& part);
 
  private:
   MemoryAccountant* acct_;

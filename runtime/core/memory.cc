@@ -159,6 +159,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     tier_ = o.tier_;
     category_ = o.category_;
     acct_ = o.acct_;
+    device_only_ = o.device_only_;
     o.data_ = nullptr;
     o.bytes_ = 0;
     o.acct_ = nullptr;
@@ -180,11 +181,13 @@ void Buffer::reset() {
   data_ = nullptr;
   bytes_ = 0;
   acct_ = nullptr;
+  device_only_ = false;
 }
 
 void Buffer::abort_not_host() const {
-  std::fprintf(stderr, "zerod: host access to a %llu-byte %s buffer in GPU memory\n",
-               static_cast<unsigned long long>(bytes_), category_name(category_));
+  std::fprintf(stderr, "zerod: host access to a %llu-byte %s buffer in %s memory\n",
+               static_cast<unsigned long long>(bytes_), category_name(category_),
+               device_only_ ? "device-only" : "GPU");
   std::abort();
 }
 

@@ -90,9 +90,12 @@ class Buffer {
   // cannot be dereferenced here, and asking for it is a bug (it aborts).
   template <class T>
   T* host() const {
-    if (tier_ == Tier::kGpu) abort_not_host();
+    if (tier_ == Tier::kGpu || device_only_) abort_not_host();
     return static_cast<T*>(data_);
   }
+  // From now on host() aborts for this buffer too, as for GPU memory: the
+  // CPU device's test mode that stands in for a GPU.
+  void set_device_only() { device_only_ = true; }
   uint64_t bytes() const { return bytes_; }
   Tier tier() const { return tier_; }
   Category category() const { return category_; }
@@ -103,6 +106,7 @@ class Buffer {
   Tier tier_ = Tier::kHost;
   Category category_ = Category::kWorkspace;
   MemoryAccountant* acct_ = nullptr;
+  bool device_only_ = false;
 
   [[noreturn]] void abort_not_host() const;
 };

@@ -26,11 +26,12 @@ std::unique_ptr<Optimizer> Optimizer::create_unbound(const OptimizerConfig& cfg,
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg,
-                                                             std::vector<ParamPiece> pieces, DType param16_type) {
+                                                             std::vector<ParamPiece> pieces, DType param16_type,
+                                                             Device& d) {
   std::unique_ptr<Optimizer> o = create_unbound(cfg, std::move(pieces), param16_type);
-  ZEROD_ASSIGN_OR_RETURN(o->own_, Buffer::allocate(o->state_bytes(), Category::kOptimizer));
+  ZEROD_ASSIGN_OR_RETURN(o->own_, d.allocate(o->state_bytes(), Category::kOptimizer));
   o->bind(o->own_.data());
-  o->zero_states();
+  o->zero_states(d, d.compute_stream());
   return o;
 }
 
@@ -44,11 +45,10 @@ void Optimizer::bind(void* storage) {
   codes_ = reinterpret_cast<uint8_t*>(absmax_ + 2 * blocks_);
 }
 
-void Optimizer::zero_states() {
-  std::memset(states_, 0, fp32_numel_ * 2 * sizeof(float));
-  for (const Piece& pc : pieces_) {
-    if (pc.quantized) adam8bit_zero_states(quantized_view(pc));
-  }
+void Optimizer::zero_states(Device& d, Stream& s) {
+  d.memset(s, states_, 0, (fp32_numel_ + blocks_) * 2 * sizeof(float));  // m, v and the absmax values
+  d.memset(s, codes_, signed_dynamic_map().zero, quantized_numel_);
+  d.memset(s, codes_ + quantized_numel_, unsigned_dynamic_map().zero, quantized_numel_);
 }
 
 Adam8bitTensor Optimizer::quantized_view(const Piece& pc) const {

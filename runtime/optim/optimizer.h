@@ -35,9 +35,9 @@ struct StateArray {
 class Optimizer {
  public:
   // `param16_type` is the type of every piece's param16 (bf16 or fp16). The
-  // states are allocated and zeroed.
+  // states are allocated in d's memory and zeroed on its compute stream.
   static absl::StatusOr<std::unique_ptr<Optimizer>> create(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
-                                                           DType param16_type);
+                                                           DType param16_type, Device& d);
   // The same optimizer with its states in memory the caller provides: bind()
   // must give it state_bytes() before any other use (the offload tiers move
   // states between a file and a few such buffers).
@@ -46,8 +46,9 @@ class Optimizer {
   uint64_t state_bytes() const;
   // `storage` holds the states from now on (its contents are taken as they are).
   void bind(void* storage);
-  // Zero states, as a fresh optimizer starts from.
-  void zero_states();
+  // Zero states, as a fresh optimizer starts from, set on d's stream s (the
+  // states are d's memory).
+  void zero_states(Device& d, Stream& s);
 
   // One update, `step` being the 1-based update count: each piece's op of
   // the kernel table enqueued on s, so the masters, states and param16 are
