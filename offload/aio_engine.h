@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/core/io_faults.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/status.h"
 
@@ -35,17 +36,6 @@ inline uint64_t io_align_up(uint64_t n) { return (n + kIoAlign - 1) / kIoAlign *
 struct AioConfig {
   int64_t block_size = 1048576;
   int queue_depth = 8;
-};
-
-// A test seam for fault injection. on_open returns an errno to fail the
-// open with these flags (0 lets it proceed); on_submit sees each transfer
-// as the engine takes it, on the caller's thread; on_complete sees each
-// request's result from the kernel and returns the result the engine acts
-// on (a negative errno, or a byte count).
-struct IoFaultHook {
-  std::function<int(const std::string& path, int flags)> on_open;
-  std::function<void(bool write, const std::string& path, uint64_t offset, uint64_t bytes)> on_submit;
-  std::function<int(bool write, const std::string& path, uint64_t offset, uint32_t len, int result)> on_complete;
 };
 
 class AioEngine {

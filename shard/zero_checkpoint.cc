@@ -27,8 +27,9 @@ absl::Status ZeroEngine::write_shard_array(size_t i, const std::vector<StateArra
 
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
   const std::vector<StateArray> states = optimizer_->state_arrays();
-  return write_safetensors(path, shard_file_arrays(owned_numel(ctx_.owned), states), kShardMetadata,
-                           [&](size_t i, const ByteSink& out) { return write_shard_array(i, states, out); });
+  return write_safetensors(
+      path, shard_file_arrays(owned_numel(ctx_.owned), states), kShardMetadata,
+      [&](size_t i, const ByteSink& out) { return write_shard_array(i, states, out); }, &settings_.io_faults);
 }
 
 absl::StatusOr<SafetensorsLayout> ZeroEngine::shard_file() const {

@@ -1,11 +1,13 @@
 #include "runtime/checkpoint/checkpoint_dir.h"
 
 #include <signal.h>
+#include <cerrno>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <string>
@@ -42,6 +44,49 @@ class CheckpointDirTest : public testing::TempDirTest {
     return ss.str();
   }
 };
+
+// A durable write goes on after a short write or an interrupted one, and
+// stops at a failure naming the file and the offset; a file that cannot be
+// created is named too. The faults come through the hook, as from the kernel.
+TEST_F(CheckpointDirTest, DurableWritesResumeShortWritesAndNameFailures) {
+  std::string data(3 * 4096 + 123, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 % 253);
+  std::vector<std::pair<uint64_t, uint32_t>> seen;  // offset, bytes asked
+  int call = 0;
+  IoFaultHook faults;
+  faults.on_complete = [&](bool write, const std::string&, uint64_t offset, uint32_t len, int result) {
+    EXPECT_TRUE(write);
+    seen.emplace_back(offset, len);
+    switch (call++) {
+      case 0: return result / 3;  // short
+      case 1: return -EINTR;
+      default: return result;
+    }
+  };
+  const std::string file = path("whole");
+  auto crc = write_file_durably(file, data.data(), data.size(), &faults);
+  ASSERT_TRUE(crc.ok()) << crc.status();
+  EXPECT_EQ(*crc, crc32c(data.data(), data.size()));
+  const uint64_t third = data.size() / 3;
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, uint32_t>>{
+                      {0, data.size()}, {third, data.size() - third}, {third, data.size() - third}}));
+  std::ifstream in(file, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), data);
+
+  call = 0;
+  faults.on_complete = [&](bool, const std::string&, uint64_t, uint32_t, int) {
+    return call++ == 0 ? 4096 : -ENOSPC;
+  };
+  const absl::Status full = write_file_durably(path("full"), data.data(), data.size(), &faults).status();
+  EXPECT_NE(full.message().find("cannot write at offset 4096 of " + path("full")), std::string::npos) << full;
+  EXPECT_NE(full.message().find("No space left on device"), std::string::npos) << full;
+
+  faults.on_open = [](const std::string&, int) { return EACCES; };
+  const absl::Status refused = write_file_durably(path("refused"), data.data(), data.size(), &faults).status();
+  EXPECT_NE(refused.message().find("cannot create " + path("refused") + ": Permission denied"), std::string::npos)
+      << refused;
+  EXPECT_FALSE(fs::exists(path("refused")));
+}
 
 TEST_F(CheckpointDirTest, CommitPublishesTheDirectoryAndPointsLatestAtIt) {
   save(1200, "abc", 3);

@@ -390,7 +390,7 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
     };
     std::vector<float> saved_params;
     {
-      auto t = testing::make_trainer(cfg, nullptr, {hook, {}});
+      auto t = testing::make_trainer(cfg, nullptr, {hook});
       ASSERT_TRUE(t.ok()) << t.status();
       ASSERT_TRUE((*t)->step().ok());
       ASSERT_TRUE((*t)->save_checkpoint(root, 2).ok());

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint_dir.h"
@@ -56,17 +58,24 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-// Holds the background writer of a trainer made with env() before it
-// writes, until open() (or the end of its scope, so a failed test does not
-// leave a trainer waiting on it).
+// Holds the background writer of a trainer made with env() as it opens
+// its file, until open() (or the end of its scope, so a failed test does
+// not leave a trainer waiting on it). Files opened on the thread that made
+// env() pass at once.
 class HeldWriter {
  public:
   ~HeldWriter() { open(); }
   TrainerEnv env() const {
-    return {{}, [gate = gate_, go = gate_->released.get_future().share()] {
-              ++gate->entered;
-              go.wait();
-            }};
+    IoFaultHook faults;
+    faults.on_open = [gate = gate_, go = gate_->released.get_future().share(),
+                      caller = std::this_thread::get_id()](const std::string&, int) {
+      if (std::this_thread::get_id() != caller) {
+        ++gate->entered;
+        go.wait();
+      }
+      return 0;
+    };
+    return {faults};
   }
   void open() {
     if (!gate_->opened.exchange(true)) gate_->released.set_value();
@@ -278,33 +287,61 @@ TEST_F(TrainerCheckpointTest, SavesInTheForegroundWhenTheShardCannotBeStaged) {
   }
 }
 
-// A background write that fails abandons its save: the error names the
-// file, `latest` still names the checkpoint before, and the next save works.
-TEST_F(TrainerCheckpointTest, AFailedBackgroundWriteLeavesTheCheckpointBefore) {
+// The disk fills up under the given file of step 2's checkpoint.
+IoFaultHook disk_full_under(const std::atomic<bool>& armed, const std::string& file) {
+  IoFaultHook faults;
+  faults.on_complete = [&armed, file](bool write, const std::string& path, uint64_t, uint32_t, int result) {
+    return armed && write && path.find("step-00000002.tmp/" + file) != std::string::npos ? -ENOSPC : result;
+  };
+  return faults;
+}
+
+// A write that fails, in the foreground or the background, on the rank's
+// file or the manifest, fails the save naming the file and the error, and
+// leaves the checkpoint before it the latest and whole.
+TEST_F(TrainerCheckpointTest, AFailedWriteLeavesTheCheckpointBefore) {
+  for (const char* file : {"rank-00000.safetensors", "manifest.json"}) {
+    for (bool background : {false, true}) {
+      SCOPED_TRACE(std::string(file) + (background ? ", background" : ", foreground"));
+      const std::string root = path(std::string("ckpt-") + file + (background ? "-bg" : "-fg"));
+      std::atomic<bool> armed{false};
+      auto t = make_trainer(make_config({"zero_optimization.stage=1"}), {disk_full_under(armed, file)});
+      run_steps(*t, 1);
+      ASSERT_TRUE(t->save_checkpoint(root, 3).ok());
+      run_steps(*t, 1);
+      armed = true;
+      ASSERT_TRUE(t->start_checkpoint(root, 3, background).ok());
+      auto failed = t->finish_checkpoint(/*wait=*/true);
+      armed = false;
+      EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+      EXPECT_NE(failed.status().message().find(std::string("step-00000002.tmp/") + file), std::string::npos)
+          << failed.status();
+      EXPECT_NE(failed.status().message().find("No space left on device"), std::string::npos) << failed.status();
+      EXPECT_FALSE(t->checkpoint_pending());
+      EXPECT_EQ(*latest_checkpoint(root), root + "/step-00000001");
+      auto manifest = read_manifest(root + "/step-00000001");
+      ASSERT_TRUE(manifest.ok()) << manifest.status();
+      for (const ManifestFile& f : manifest->files) EXPECT_TRUE(verify_file(f).ok());
+      // The next save goes through.
+      run_steps(*t, 1);
+      ASSERT_TRUE(t->save_checkpoint(root, 3).ok());
+      EXPECT_EQ(*latest_checkpoint(root), root + "/step-00000003");
+    }
+  }
+}
+
+// A save in the background published at a poll; the removal of the
+// checkpoints past `keep` is left to a thread.
+TEST_F(TrainerCheckpointTest, ABackgroundSaveIsPublishedAtAPollAndPrunedByAThread) {
   const std::string root = path("ckpt");
-  std::atomic<bool> sabotage{false};
-  auto t = make_trainer(make_config({"zero_optimization.stage=1"}), {{}, [&] {
-                          if (sabotage) fs::remove_all(root + "/step-00000002.tmp");
-                        }});
+  auto t = make_trainer(make_config({"zero_optimization.stage=1"}));
   EXPECT_EQ(t->finish_checkpoint(true).status().code(), absl::StatusCode::kFailedPrecondition);
   run_steps(*t, 1);
   ASSERT_TRUE(t->save_checkpoint(root, 3).ok());
   run_steps(*t, 1);
-  sabotage = true;
-  ASSERT_TRUE(t->start_checkpoint(root, 3, /*background=*/true).ok());
-  auto failed = t->finish_checkpoint(/*wait=*/true);
-  sabotage = false;
-  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
-  EXPECT_NE(failed.status().message().find("step-00000002.tmp/rank-00000.safetensors"), std::string::npos)
-      << failed.status();
-  EXPECT_FALSE(t->checkpoint_pending());
-  EXPECT_EQ(*latest_checkpoint(root), root + "/step-00000001");
-  auto manifest = read_manifest(root + "/step-00000001");
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  for (const ManifestFile& f : manifest->files) EXPECT_TRUE(verify_file(f).ok());
+  ASSERT_TRUE(t->save_checkpoint(root, 3).ok());
 
-  // Published at a poll, the save leaves the removal of the checkpoints
-  // past `keep` to a thread; finish_pruning waits for it.
+  // finish_pruning waits for the removal.
   run_steps(*t, 1);
   ASSERT_TRUE(t->start_checkpoint(root, 1, true).ok());
   std::optional<SavedCheckpoint> saved;

@@ -88,8 +88,9 @@ absl::StatusOr<std::string> begin_checkpoint(const std::string& root_s, int64_t 
   return tmp.string();
 }
 
-absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n) {
-  ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(path));
+absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n,
+                                           const IoFaultHook* faults) {
+  ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(path, faults));
   ZEROD_RETURN_IF_ERROR(f.append(data, n));
   ZEROD_RETURN_IF_ERROR(f.finish());
   return f.crc();

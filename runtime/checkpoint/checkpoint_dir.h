@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/io_faults.h"
 #include "runtime/core/status.h"
 
 namespace zerod {
@@ -32,8 +33,9 @@ std::string checkpoint_dir_name(int64_t step);  // "step-00001200"
 absl::StatusOr<std::string> begin_checkpoint(const std::string& root, int64_t step);
 
 // Writes data[0, n) to path (created or truncated), fsyncs and closes it.
-// Returns the CRC-32C of the bytes.
-absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n);
+// Returns the CRC-32C of the bytes. `faults`: tests only.
+absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n,
+                                           const IoFaultHook* faults = nullptr);
 
 // Publishes <root>/step-N.tmp as <root>/step-N and makes it the latest.
 absl::Status commit_checkpoint(const std::string& root, int64_t step);

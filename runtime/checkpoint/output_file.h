@@ -6,14 +6,16 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/core/io_faults.h"
 #include "runtime/core/status.h"
 
 namespace zerod {
 
 class OutputFile {
  public:
-  // Creates or truncates path.
-  static absl::StatusOr<OutputFile> create(const std::string& path);
+  // Creates or truncates path. `faults` (tests only; it must outlive the
+  // file) sees the open and each write.
+  static absl::StatusOr<OutputFile> create(const std::string& path, const IoFaultHook* faults = nullptr);
   OutputFile(OutputFile&& o) noexcept;
   OutputFile& operator=(OutputFile&&) = delete;
   ~OutputFile();  // closes without fsync if finish() was not reached
@@ -25,10 +27,12 @@ class OutputFile {
   uint32_t crc() const { return crc_; }  // CRC-32C of the bytes appended
 
  private:
-  OutputFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  OutputFile(std::string path, int fd, const IoFaultHook* faults)
+      : path_(std::move(path)), fd_(fd), faults_(faults) {}
 
   std::string path_;
   int fd_;
+  const IoFaultHook* faults_;
   uint64_t offset_ = 0;
   uint32_t crc_ = 0;
 };

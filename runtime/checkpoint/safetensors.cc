@@ -229,11 +229,11 @@ absl::Status serialize_safetensors(const SafetensorsLayout& file, const TensorWr
 
 absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
                                            const std::map<std::string, std::string>& metadata,
-                                           const TensorWriter& write) {
+                                           const TensorWriter& write, const IoFaultHook* faults) {
   absl::StatusOr<SafetensorsLayout> file = layout_safetensors(std::move(tensors), metadata);
   if (!file.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", file.status().message()));
   const std::string tmp = path + ".tmp";
-  ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(tmp));
+  ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(tmp, faults));
   absl::Status s = serialize_safetensors(*file, write, [&](const void* data, size_t n) { return f.append(data, n); });
   if (s.ok()) s = f.finish();
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = errno_error("cannot rename to", path);

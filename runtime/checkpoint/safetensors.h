@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/io_faults.h"
 #include "runtime/core/status.h"
 
 namespace zerod {
@@ -78,9 +79,9 @@ absl::Status serialize_safetensors(const SafetensorsLayout& file, const TensorWr
 
 // Writes tensors to path, streaming (serialize_safetensors). The file
 // appears whole or not at all (written beside it, fsynced, renamed).
-// Returns the file's CRC-32C.
+// Returns the file's CRC-32C. `faults`: tests only.
 absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<SafeTensor> tensors,
                                            const std::map<std::string, std::string>& metadata,
-                                           const TensorWriter& write);
+                                           const TensorWriter& write, const IoFaultHook* faults = nullptr);
 
 }  // namespace zerod

@@ -45,10 +45,8 @@ struct SavedCheckpoint {
 // The seams through which a trainer's surroundings reach into it, beyond
 // the config: tests inject faults here. The default is none.
 struct TrainerEnv {
-  // Faults for the offload tiers' file I/O.
+  // Faults in its file I/O: the offload tiers' files and the checkpoint's.
   IoFaultHook io_faults;
-  // Runs on the background checkpoint writer's thread before it writes.
-  std::function<void()> before_background_write;
 };
 
 // The ZeRO engine's settings for a job, its initial parameters opened

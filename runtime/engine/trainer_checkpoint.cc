@@ -94,13 +94,12 @@ absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool b
     if (staged.ok() && *staged > 0) {
       p.staged_bytes = *staged;
       p.write = std::async(std::launch::async, [file, data = staging_.data(), n = *staged,
-                                                hook = env_.before_background_write]() -> absl::StatusOr<uint32_t> {
+                                                faults = env_.io_faults]() -> absl::StatusOr<uint32_t> {
         // The writer yields to training: where training keeps every core
         // busy (CPU training) it fills the gaps instead of stretching each
         // step (bench/RESULTS.md); where cores are idle it runs at once.
         setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
-        if (hook) hook();
-        return write_file_durably(file, data, n);
+        return write_file_durably(file, data, n, &faults);
       });
     } else {
       // The CRC comes from the writer; the size is a stat, not a second read.
@@ -161,7 +160,7 @@ absl::StatusOr<std::optional<SavedCheckpoint>> Trainer::finish_checkpoint(bool w
     const std::string dir = absl::StrCat(p.root, "/", checkpoint_dir_name(p.step), ".tmp");
     // The removal a commit left running ends before the next commit.
     if (prune_.valid()) s = prune_.get();
-    if (s.ok()) s = write_file_durably(dir + "/manifest.json", text.data(), text.size()).status();
+    if (s.ok()) s = write_file_durably(dir + "/manifest.json", text.data(), text.size(), &env_.io_faults).status();
     if (s.ok()) s = commit_checkpoint(p.root, p.step);
     // Removing a checkpoint's files can take longer than the copy (unlinking
     // gigabytes), so a save published at a step boundary leaves it to a
