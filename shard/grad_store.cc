@@ -137,10 +137,10 @@ class FileGrads : public GradStore, public ScatterGrads::Target {
   absl::Status add(int u, const Buffer& recv) override {
     const int64_t offset = ctx_.part.shard_offset(u);
     ZEROD_RETURN_IF_ERROR(ctx_.device.read_on_host(
-        ctx_.stream, recv.data(), ctx_.part.chunk(u) * sizeof(float), [&](void* p, uint64_t start, uint64_t bytes) {
-          return store_->add(offset + start / sizeof(float), static_cast<const float*>(p), bytes / sizeof(float),
-                             fresh_[u]);
-        }));
+        ctx_.stream, recv.data(), ctx_.part.chunk(u) * sizeof(float),
+        host_elements<float>([&](float* p, int64_t start, int64_t n) {
+          return store_->add(offset + start, p, n, fresh_[u]);
+        })));
     fresh_[u] = false;
     return absl::OkStatus();
   }

@@ -1,27 +1,17 @@
 #include "shard/optimizer_state.h"
 
-#include <functional>
-
 namespace zerod {
 namespace {
-
-// Host code's part of a piece's masters: elements [start, start + n) at p.
-using MasterPart = std::function<absl::Status(float* p, int64_t start, int64_t n)>;
-
-// The device's part `bytes` at offset, as elements of a piece's masters.
-Device::HostPart as_masters(const MasterPart& f) {
-  return [&f](void* p, uint64_t offset, uint64_t bytes) {
-    return f(static_cast<float*>(p), static_cast<int64_t>(offset / 4), static_cast<int64_t>(bytes / 4));
-  };
-}
 
 // Each piece's initial masters, written on the device.
 absl::Status init_masters(ZeroContext& ctx, const std::vector<ParamPiece>& pieces,
                           const OptimizerState::PieceFill& init) {
   for (size_t k = 0; k < pieces.size(); ++k) {
-    const MasterPart fill = [&](float* p, int64_t start, int64_t n) { return init(static_cast<int>(k), start, n, p); };
-    ZEROD_RETURN_IF_ERROR(ctx.device.write_from_host(ctx.stream, pieces[k].master, pieces[k].numel * sizeof(float),
-                                                     as_masters(fill)));
+    ZEROD_RETURN_IF_ERROR(ctx.device.write_from_host(
+        ctx.stream, pieces[k].master, pieces[k].numel * sizeof(float),
+        host_elements<float>([&](float* p, int64_t start, int64_t n) {
+          return init(static_cast<int>(k), start, n, p);
+        })));
   }
   return absl::OkStatus();
 }
@@ -56,9 +46,11 @@ class InMemoryOptimizer : public OptimizerState {
   }
   absl::Status read_masters(const MasterOut& out) override {
     for (size_t k = 0; k < masters_of_.size(); ++k) {
-      const MasterPart seen = [&](float* p, int64_t start, int64_t n) { return out(static_cast<int>(k), start, n, p); };
-      ZEROD_RETURN_IF_ERROR(ctx_.device.read_on_host(ctx_.stream, masters_of_[k].data,
-                                                     masters_of_[k].numel * sizeof(float), as_masters(seen)));
+      ZEROD_RETURN_IF_ERROR(ctx_.device.read_on_host(
+          ctx_.stream, masters_of_[k].data, masters_of_[k].numel * sizeof(float),
+          host_elements<float>([&](float* p, int64_t start, int64_t n) {
+            return out(static_cast<int>(k), start, n, p);
+          })));
     }
     return absl::OkStatus();
   }

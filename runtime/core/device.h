@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "runtime/core/memory.h"
 #include "runtime/core/status.h"
@@ -90,6 +91,15 @@ class Device {
  private:
   MemoryAccountant* acct_;
 };
+
+// A HostPart over elements of T: part(p, start, n) sees elements
+// [start, start + n) at p.
+template <class T, class F>
+Device::HostPart host_elements(F part) {
+  return [part = std::move(part)](void* p, uint64_t offset, uint64_t bytes) {
+    return part(static_cast<T*>(p), static_cast<int64_t>(offset / sizeof(T)), static_cast<int64_t>(bytes / sizeof(T)));
+  };
+}
 
 // The device `run.device` names: "cpu"; "cuda" (refused, naming the
 // reason, where there is no GPU device); "auto", a GPU device where one
