@@ -329,7 +329,7 @@ TEST(MemoryAccountant, LimitRefusesWithoutRecording) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(s.message(),
             "allocating 401 bytes of grads on host would exceed the host memory limit of 1000 bytes "
-            "(600 already in use: params 600)");
+            "(600 bytes in use: params 600)");
   EXPECT_EQ(a.current(Tier::kHost, Category::kGrads), 0u);
   EXPECT_EQ(a.peak(Tier::kHost, Category::kGrads), 0u);
   EXPECT_EQ(a.current_total(Tier::kHost), 600u);

@@ -30,19 +30,24 @@ MemoryAccountant& MemoryAccountant::global() {
 
 namespace {
 
+std::string describe_holdings(uint64_t in_use, const std::array<uint64_t, kNumCategories>& held) {
+  std::string s = absl::StrCat(in_use, " bytes in use");
+  const char* sep = ": ";
+  for (int i = 0; i < kNumCategories; ++i) {
+    if (held[i] == 0) continue;
+    absl::StrAppend(&s, sep, category_name(static_cast<Category>(i)), " ", held[i]);
+    sep = ", ";
+  }
+  return s;
+}
+
 // Names what wanted the room and what holds the tier already, by category.
 absl::Status limit_error(Tier t, Category c, uint64_t bytes, uint64_t limit,
                          const std::array<uint64_t, kNumCategories>& held, uint64_t in_use) {
-  std::string by_category;
-  for (int i = 0; i < kNumCategories; ++i) {
-    if (held[i] == 0) continue;
-    absl::StrAppend(&by_category, by_category.empty() ? ": " : ", ", category_name(static_cast<Category>(i)), " ",
-                    held[i]);
-  }
   return absl::ResourceExhaustedError(absl::StrCat("allocating ", bytes, " bytes of ", category_name(c), " on ",
                                                    tier_name(t), " would exceed the ", tier_name(t),
-                                                   " memory limit of ", limit, " bytes (", in_use,
-                                                   " already in use", by_category, ")"));
+                                                   " memory limit of ", limit, " bytes (",
+                                                   describe_holdings(in_use, held), ")"));
 }
 
 }  // namespace
@@ -111,6 +116,11 @@ MemoryPeaks MemoryAccountant::peaks() const {
   return {peak_, peak_total_};
 }
 
+std::string MemoryAccountant::holdings(Tier t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return describe_holdings(total_[static_cast<int>(t)], current_[static_cast<int>(t)]);
+}
+
 void MemoryAccountant::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
   peak_ = current_;
@@ -151,6 +161,16 @@ absl::StatusOr<Buffer> Buffer::allocate(uint64_t bytes, Category c, Tier t, Memo
   return b;
 }
 
+Buffer Buffer::pooled(void* p, uint64_t bytes, Category c, Tier t, BufferPool& pool) {
+  Buffer b;
+  b.data_ = p;
+  b.bytes_ = bytes;
+  b.tier_ = t;
+  b.category_ = c;
+  b.pool_ = &pool;
+  return b;
+}
+
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     reset();
@@ -159,16 +179,20 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     tier_ = o.tier_;
     category_ = o.category_;
     acct_ = o.acct_;
+    pool_ = o.pool_;
     device_only_ = o.device_only_;
     o.data_ = nullptr;
     o.bytes_ = 0;
     o.acct_ = nullptr;
+    o.pool_ = nullptr;
   }
   return *this;
 }
 
 void Buffer::reset() {
-  if (data_) {
+  if (data_ && pool_) {
+    pool_->give_back(data_, category_);
+  } else if (data_) {
     if (tier_ == Tier::kHost) {
       std::free(data_);
     } else if (tier_ == Tier::kPinned) {
@@ -181,6 +205,7 @@ void Buffer::reset() {
   data_ = nullptr;
   bytes_ = 0;
   acct_ = nullptr;
+  pool_ = nullptr;
   device_only_ = false;
 }
 

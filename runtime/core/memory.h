@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-
+#include <string>
 
 #include "runtime/core/status.h"
 
@@ -50,6 +50,8 @@ class MemoryAccountant {
   uint64_t current_total(Tier t) const;
   uint64_t peak_total(Tier t) const;
   MemoryPeaks peaks() const;
+  // "N bytes in use: params A, grads B, ...", for errors about tier t.
+  std::string holdings(Tier t) const;
   // Peaks restart from the current values (used between runs in one process).
   void reset_peaks();
 
@@ -60,6 +62,14 @@ class MemoryAccountant {
   std::array<uint64_t, kNumTiers> total_{};
   std::array<uint64_t, kNumTiers> peak_total_{};
   std::array<uint64_t, kNumTiers> limit_{};
+};
+
+// Where a pooled Buffer's memory goes back on reset, instead of being freed:
+// a caching allocator, which accounts its blocks itself.
+class BufferPool {
+ public:
+  virtual ~BufferPool() = default;
+  virtual void give_back(void* p, Category c) = 0;
 };
 
 // Buffers of at least this many bytes start on a page boundary, as direct
@@ -74,6 +84,8 @@ class Buffer {
   Buffer() = default;
   static absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t = Tier::kHost,
                                          MemoryAccountant& acct = MemoryAccountant::global());
+  // `bytes` at p, a block of `pool`'s, which takes it back on reset.
+  static Buffer pooled(void* p, uint64_t bytes, Category c, Tier t, BufferPool& pool);
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept;
   Buffer(const Buffer&) = delete;
@@ -106,6 +118,7 @@ class Buffer {
   Tier tier_ = Tier::kHost;
   Category category_ = Category::kWorkspace;
   MemoryAccountant* acct_ = nullptr;
+  BufferPool* pool_ = nullptr;
   bool device_only_ = false;
 
   [[noreturn]] void abort_not_host() const;
