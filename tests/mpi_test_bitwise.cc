@@ -36,7 +36,7 @@ nlohmann::json base_job() {
   return {
       {"model", {{"preset", "gpt2-tiny"}}},
       {"data", {{"kind", "synthetic"}, {"seq_len", 32}, {"seed", 5}}},
-      {"run", {{"steps", 6}, {"seed", 17}}},
+      {"run", {{"steps", 6}, {"seed", 17}, {"device", "cpu"}}},
       // 2 sequences per micro-batch: 6 / world accumulation steps.
       {"train_batch_size", 12},
       {"train_micro_batch_size_per_gpu", 2},

@@ -34,7 +34,7 @@ nlohmann::json tiny_job(int stage) {
   return {
       {"model", {{"preset", "gpt2-tiny"}}},
       {"data", {{"kind", "synthetic"}, {"seq_len", 32}, {"seed", 3}}},
-      {"run", {{"steps", 20}, {"seed", 11}}},
+      {"run", {{"steps", 20}, {"seed", 11}, {"device", "cpu"}}},
       // 24 sequences: 2 per micro-batch, 12 / world accumulation steps.
       {"train_batch_size", 24},
       {"train_micro_batch_size_per_gpu", 2},

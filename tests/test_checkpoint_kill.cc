@@ -33,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 nlohmann::json job(const std::string& root) {
   return {{"model", {{"n_layer", 4}, {"n_head", 4}, {"n_embd", 128}, {"vocab_size", 256}, {"block_size", 32}}},
           {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
-          {"run", {{"steps", 100000}, {"seed", 5}, {"checkpoint", {{"dir", root}, {"interval", 1}, {"keep", 2}}}}},
+          {"run", {{"steps", 100000}, {"seed", 5}, {"device", "cpu"}, {"checkpoint", {{"dir", root}, {"interval", 1}, {"keep", 2}}}}},
           {"train_batch_size", 4},
           {"train_micro_batch_size_per_gpu", 2},
           {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}},

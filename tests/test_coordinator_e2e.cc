@@ -36,7 +36,7 @@ nlohmann::json small_job(int steps, int checkpoint_interval = 0) {
       {"model", {{"preset", "custom"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 256},
                  {"block_size", 64}}},
       {"data", {{"kind", "synthetic"}, {"seq_len", 64}, {"seed", 1}}},
-      {"run", {{"steps", steps}, {"seed", 3}}},
+      {"run", {{"steps", steps}, {"seed", 3}, {"device", "cpu"}}},
       {"train_batch_size", 8},
       {"steps_per_print", 5},
       {"gradient_clipping", 1.0},

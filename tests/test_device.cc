@@ -9,7 +9,9 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/core/cpu_device.h"
+#include "runtime/core/gpu_memory.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
@@ -172,15 +174,31 @@ TEST(CpuDevice, HostReadsAndWritesReachDeviceOnlyMemoryThroughStaging) {
     EXPECT_EQ(calls, 1);
   }
 }
-TEST(DeviceRegistry, OpensTheCpuAndRefusesWhatIsNotThere) {
-  for (const char* name : {"cpu", "auto"}) {
-    auto d = open_device(name);
-    ASSERT_TRUE(d.ok()) << d.status();
-    EXPECT_EQ((*d)->name(), "cpu");
+// "auto" is the GPU where there is one; "cuda" without one, or for a local
+// rank past the visible GPUs, is refused naming why.
+TEST(DeviceRegistry, OpensWhatIsThereAndRefusesWhatIsNot) {
+  auto cpu = open_device("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->name(), "cpu");
+  const int gpus = cuda_device_count();
+  auto autod = open_device("auto");
+  ASSERT_TRUE(autod.ok()) << autod.status();
+  EXPECT_EQ((*autod)->name(), gpus > 0 ? "cuda:0" : "cpu");
+  if (gpus == 0) {
+    auto cuda = open_device("cuda");
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(cuda.status().message().find("run.device 'cuda'"), std::string::npos) << cuda.status();
+  } else {
+    auto cuda = open_device("cuda", gpus - 1);
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    EXPECT_EQ((*cuda)->name(), absl::StrCat("cuda:", gpus - 1));
+    EXPECT_EQ((*cuda)->memory_tier(), Tier::kGpu);
+    auto past = open_device("cuda", gpus);
+    EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(past.status().message().find(absl::StrCat("local rank ", gpus, " has no GPU of its own")),
+              std::string::npos)
+        << past.status();
   }
-  auto cuda = open_device("cuda");
-  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(cuda.status().message().find("run.device 'cuda'"), std::string::npos) << cuda.status();
   auto bad = open_device("tpu");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("'tpu'"), std::string::npos) << bad.status();
@@ -237,7 +255,7 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
   const int64_t att = int64_t(B) * NH * T * T;
   same("attention_forward", N * C + att, [&](float* o) { k.attention_forward(s, o, o + N * C, x.data(), B, T, C, NH); },
        [&](float* o) { cpu::attention_forward(o, o + N * C, x.data(), B, T, C, NH); });
-  std::vector<float> probs(att), fwd(N * C), scratch(k.attention_scratch_floats(T) * 2);
+  std::vector<float> probs(att), fwd(N * C), scratch(k.attention_scratch_floats(B, T, NH) * 2);
   cpu::attention_forward(fwd.data(), probs.data(), x.data(), B, T, C, NH);
   same("attention_backward", N * 3 * C,
        [&](float* o) { k.attention_backward(s, o, dout.data(), x.data(), probs.data(), scratch.data(), B, T, C, NH); },

@@ -23,12 +23,14 @@
 namespace zerod::testing {
 
 // gpt2-tiny on the synthetic task: 5 steps of 4 sequences of 32 tokens,
-// AdamW with clipping.
+// AdamW with clipping. The CPU suite's jobs name run.device cpu: on a GPU
+// machine "auto" would take the GPU, which tests/test_cuda_*.cc check
+// against the CPU.
 inline nlohmann::json tiny_job() {
   return {
       {"model", {{"preset", "gpt2-tiny"}}},
       {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
-      {"run", {{"steps", 5}, {"seed", 7}}},
+      {"run", {{"steps", 5}, {"seed", 7}, {"device", "cpu"}}},
       {"train_micro_batch_size_per_gpu", 4},
       {"gradient_clipping", 1.0},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},

@@ -28,7 +28,7 @@ JobConfig make_config(const std::vector<std::string>& overrides) {
   nlohmann::json j = {
       {"model", {{"preset", "gpt2-tiny"}}},
       {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
-      {"run", {{"steps", 6}, {"seed", 7}}},
+      {"run", {{"steps", 6}, {"seed", 7}, {"device", "cpu"}}},
       {"train_micro_batch_size_per_gpu", 4},
       {"gradient_accumulation_steps", 2},
       {"gradient_clipping", 1.0},

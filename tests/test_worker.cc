@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/core/gpu_memory.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/worker.h"
 #include "tests/temp_dir.h"
@@ -34,7 +35,7 @@ Result run(std::vector<std::string> args) { return testing::run_worker_with(std:
 nlohmann::json small_job() {
   return {{"model", {{"preset", "gpt2-tiny"}}},
           {"data", {{"kind", "synthetic"}, {"seq_len", 16}}},
-          {"run", {{"steps", 4}, {"seed", 3}, {"sample", {{"tokens", 8}}}}},
+          {"run", {{"steps", 4}, {"seed", 3}, {"device", "cpu"}, {"sample", {{"tokens", 8}}}}},
           {"train_batch_size", 4},
           {"steps_per_print", 1},
           {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}};
@@ -144,6 +145,7 @@ TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {
   ASSERT_EQ(events.size(), 6u);  // start, 4 steps, summary
   EXPECT_EQ(events[0]["event"], "start");
   EXPECT_EQ(events[0]["world_size"], 1);
+  EXPECT_EQ(events[0]["device"], "cpu");
   EXPECT_EQ(events[0]["params"], 120576);
   for (int i = 1; i <= 4; ++i) {
     EXPECT_EQ(events[i]["event"], "step");
@@ -216,13 +218,27 @@ TEST_F(WorkerTest, NegativeLearningRate) {
   EXPECT_NE(refused(j).find("optimizer.params.lr: must not be negative"), std::string::npos);
 }
 
-// No GPU device exists here (none is built yet, and CI has no GPU).
-TEST_F(WorkerTest, CudaWithoutAGpuDeviceIsRefusedNamingWhy) {
+// Without a GPU, run.device 'cuda' is refused naming why; on a machine with
+// one, a rank whose local rank is past the visible GPUs is refused with the
+// numbers.
+TEST_F(WorkerTest, CudaWithoutAGpuOfItsOwnIsRefusedNamingWhy) {
   nlohmann::json j = small_job();
   j["run"]["device"] = "cuda";
+  const int gpus = cuda_device_count();
+  if (gpus == 0) {
+    const std::string err = refused(j);
+    EXPECT_NE(err.find("run.device 'cuda'"), std::string::npos) << err;
+    EXPECT_NE(err.find("use 'cpu' or 'auto'"), std::string::npos) << err;
+    return;
+  }
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("LOCAL_RANK", std::to_string(gpus).c_str(), 1);
   const std::string err = refused(j);
-  EXPECT_NE(err.find("run.device 'cuda'"), std::string::npos) << err;
-  EXPECT_NE(err.find("use 'cpu' or 'auto'"), std::string::npos) << err;
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK"}) unsetenv(name);
+  EXPECT_NE(err.find(absl::StrCat("local rank ", gpus, " has no GPU of its own: ", gpus, " CUDA device")),
+            std::string::npos)
+      << err;
 }
 
 TEST_F(WorkerTest, PresetThatDoesNotExist) {

@@ -47,22 +47,30 @@ absl::Status Device::write_from_host(Stream& s, void* dst, uint64_t bytes, const
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, MemoryAccountant& acct) {
-  // No GPU device is built yet, so "auto" is the CPU everywhere.
-  if (name == "cpu" || name == "auto") return std::make_unique<CpuDevice>(acct);
-  if (name == "cuda") {
-#ifdef ZEROD_WITH_CUDA
-    const int n = cuda_device_count();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run.device 'cuda': this build has no GPU device to train on yet (", n, " CUDA device",
-        n == 1 ? "" : "s", " visible); use 'cpu' or 'auto'"));
-#else
-    return absl::FailedPreconditionError(
-        "run.device 'cuda': zerod was built without CUDA (ZEROD_WITH_CUDA=OFF); use 'cpu' or 'auto'");
-#endif
+absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int local_rank, MemoryAccountant& acct) {
+  if (name != "cpu" && name != "cuda" && name != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run.device: unknown device '", std::string(name), "' (expected cpu, cuda or auto)"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("run.device: unknown device '", std::string(name), "' (expected cpu, cuda or auto)"));
+  const int gpus = cuda_device_count();
+  if (name == "cpu" || (name == "auto" && gpus == 0)) return std::make_unique<CpuDevice>(acct);
+#ifndef ZEROD_WITH_CUDA
+  return absl::FailedPreconditionError(
+      "run.device 'cuda': zerod was built without CUDA (ZEROD_WITH_CUDA=OFF); use 'cpu' or 'auto'");
+#else
+  if (gpus == 0) {
+    return absl::FailedPreconditionError(
+        "run.device 'cuda': no CUDA device is visible on this machine (cudaGetDeviceCount reports none); use "
+        "'cpu' or 'auto'");
+  }
+  if (local_rank < 0 || local_rank >= gpus) {
+    return absl::InvalidArgumentError(absl::StrCat("run.device '", std::string(name), "': local rank ", local_rank,
+                                                   " has no GPU of its own: ", gpus, " CUDA device",
+                                                   gpus == 1 ? " is" : "s are", " visible (local ranks 0..",
+                                                   gpus - 1, " each take one)"));
+  }
+  return open_cuda_device(local_rank, acct);
+#endif
 }
 
 }  // namespace zerod

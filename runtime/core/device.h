@@ -52,6 +52,8 @@ class Device {
 
   // "cpu", "cuda:0".
   virtual std::string name() const = 0;
+  // For people: the name and, for a GPU, its model ("cuda:0 (NVIDIA H100 80GB HBM3)").
+  virtual std::string description() const { return name(); }
   // The tier the kernels' operands live in: kHost on the CPU, kGpu on a GPU.
   virtual Tier memory_tier() const = 0;
   // Whether host code may dereference the device's own memory; where it may
@@ -101,10 +103,11 @@ Device::HostPart host_elements(F part) {
   };
 }
 
-// The device `run.device` names: "cpu"; "cuda" (refused, naming the
-// reason, where there is no GPU device); "auto", a GPU device where one
-// exists, else the CPU.
-absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name,
+// The device `run.device` names for the rank that is `local_rank` on its
+// machine: "cpu"; "cuda", that rank's GPU (GPU local_rank of those visible;
+// refused, naming the reason, where there is none); "auto", "cuda" where
+// the machine has a GPU, else "cpu".
+absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int local_rank = 0,
                                                     MemoryAccountant& acct = MemoryAccountant::global());
 
 }  // namespace zerod

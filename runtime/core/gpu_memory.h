@@ -1,9 +1,13 @@
-// Raw GPU and pinned-host allocations, below Buffer. Built from
-// core/gpu_memory_cuda.cu with CUDA and from core/gpu_memory_nocuda.cc without.
+// Raw GPU and pinned-host allocations, below Buffer, and the CUDA device's
+// constructor, for code that does not include CUDA's headers. Built from
+// core/gpu_memory_cuda.cu and core/cuda_device.cu with CUDA, from
+// core/gpu_memory_nocuda.cc without.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
+#include "runtime/core/device.h"
 #include "runtime/core/status.h"
 
 namespace zerod {
@@ -15,5 +19,8 @@ absl::StatusOr<void*> gpu_alloc(size_t bytes);
 void gpu_free(void* p);
 absl::StatusOr<void*> pinned_alloc(size_t bytes);
 void pinned_free(void* p);
+
+// GPU `ordinal` as a Device (runtime/core/cuda_device.h).
+absl::StatusOr<std::unique_ptr<Device>> open_cuda_device(int ordinal, MemoryAccountant& acct);
 
 }  // namespace zerod

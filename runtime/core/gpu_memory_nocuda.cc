@@ -14,4 +14,8 @@ absl::StatusOr<void*> pinned_alloc(size_t) {
 }
 void pinned_free(void*) {}
 
+absl::StatusOr<std::unique_ptr<Device>> open_cuda_device(int, MemoryAccountant&) {
+  return absl::FailedPreconditionError("zerod was built without CUDA (ZEROD_WITH_CUDA=OFF)");
+}
+
 }  // namespace zerod

@@ -34,6 +34,18 @@ absl::StatusOr<std::vector<MemoryPeaks>> gather_peaks(Communicator& comm, const 
 // The checkpoint run.resume names: the one `latest` names in
 // run.checkpoint.dir ("" when there is none yet, so a job restarted after a
 // failure and one started fresh run the same command), or the path given.
+// A GPU cap that cannot hold the model's weights as the kernels read them
+// (fp32) is refused before anything is allocated, with the numbers.
+absl::Status check_gpu_cap(const JobConfig& cfg, const Device& device) {
+  if (device.memory_tier() != Tier::kGpu || !cfg.run.gpu_memory_limit) return absl::OkStatus();
+  const int64_t params = GptLayout(cfg.model).num_params();
+  const uint64_t need = uint64_t(params) * sizeof(float);
+  if (*cfg.run.gpu_memory_limit >= need) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("run.gpu_memory_limit ", *cfg.run.gpu_memory_limit,
+                                                 " bytes is smaller than the model's ", params,
+                                                 " parameters as fp32 weights (", need, " bytes)"));
+}
+
 absl::StatusOr<std::string> resume_path(const RunConfig& run) {
   if (*run.resume != "latest") return *run.resume;
   auto latest = latest_checkpoint(*run.checkpoint.dir);
@@ -187,7 +199,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   std::ostringstream quiet;
   RunOutput output(cfg->run.log_format, rank->rank == 0 ? out : quiet, err);
   // A device this machine or build does not have is refused before anything runs.
-  auto device = open_device(cfg->run.device);
+  auto device = open_device(cfg->run.device, rank->local_rank);
   if (!device.ok()) {
     output.error(rank->rank, std::string(device.status().message()));
     return kExitBadInput;
@@ -210,6 +222,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   acct.set_limit(Tier::kHost, cfg->run.host_memory_limit.value_or(0));
   acct.set_limit(Tier::kGpu, cfg->run.gpu_memory_limit.value_or(0));
   acct.reset_peaks();
+  if (absl::Status s = check_gpu_cap(*cfg, **device); !s.ok()) return fail(kExitBadInput, std::string(s.message()));
 
   auto trainer = Trainer::create(*cfg, comm->get(), device->get());
   if (!trainer.ok()) {
@@ -218,7 +231,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
                 std::string(trainer.status().message()));
   }
   Trainer& t = **trainer;
-  output.start(*cfg, t.num_params(), rank->world_size);
+  output.start(*cfg, t.num_params(), rank->world_size, (*device)->description());
   if (cfg->run.resume) {
     auto path = resume_path(cfg->run);
     absl::Status s = path.status();

@@ -36,12 +36,17 @@ class Kernels {
                                  const float* b, int64_t N, int C) = 0;
   virtual void layernorm_backward(Stream& s, float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                   const float* w, const float* mean, const float* rstd, int64_t N, int C) = 0;
+  // Causal attention. `att` is what the forward keeps for the backward:
+  // the [B, NH, T, T] softmax probabilities where the table keeps them (an
+  // activation like the others), else each query row's softmax statistic,
+  // [B, NH, T] fp32, from which the backward recomputes the probabilities.
+  virtual bool attention_keeps_probabilities() const = 0;
   virtual void attention_forward(Stream& s, float* out, float* att, const float* qkv, int B, int T, int C,
                                  int NH) = 0;
   virtual void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* att,
                                   float* scratch, int B, int T, int C, int NH) = 0;
-  // Floats of attention_backward's scratch for sequences of T.
-  virtual int64_t attention_scratch_floats(int T) const = 0;
+  // Floats of attention_backward's scratch for B sequences of T, NH heads.
+  virtual int64_t attention_scratch_floats(int B, int T, int NH) const = 0;
   virtual void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) = 0;
   virtual void residual_forward(Stream& s, float* out, const float* a, const float* b, int64_t n) = 0;

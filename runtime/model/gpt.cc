@@ -20,25 +20,29 @@ absl::Status announce(WeightSource& ws, int i, int n, bool backward) {
 }
 
 // Activations one block saves for its backward. The 16-bit-able ones come
-// first; the per-row LayerNorm statistics stay fp32.
+// first; the per-row statistics (LayerNorm's, and attention's where the
+// table keeps no probabilities) stay fp32.
 enum ActField { kLn1, kQkv, kAtt, kAtty, kRes2, kLn2, kFch, kFchGelu, kNumBig, kLn1Mean = kNumBig, kLn1Rstd,
-                kLn2Mean, kLn2Rstd, kNumFields };
+                kLn2Mean, kLn2Rstd, kAttStats, kNumFields };
 
 struct LayerActs {
   float* f[kNumFields];
 };
 
-void field_sizes(const GptConfig& c, int B, int T, int64_t* size) {
+// `probs`: the kernel table's attention keeps its probabilities (else only
+// per-row statistics).
+void field_sizes(const GptConfig& c, int B, int T, bool probs, int64_t* size) {
   const int64_t N = int64_t(B) * T, C = c.n_embd;
   size[kLn1] = N * C;
   size[kQkv] = N * 3 * C;
-  size[kAtt] = int64_t(B) * c.n_head * T * T;
+  size[kAtt] = probs ? int64_t(B) * c.n_head * T * T : 0;
   size[kAtty] = N * C;
   size[kRes2] = N * C;
   size[kLn2] = N * C;
   size[kFch] = N * 4 * C;
   size[kFchGelu] = N * 4 * C;
-  for (int f = kNumBig; f < kNumFields; ++f) size[f] = N;
+  for (int f = kNumBig; f < kAttStats; ++f) size[f] = N;
+  size[kAttStats] = probs ? 0 : int64_t(B) * c.n_head * T;
 }
 
 // Field pointers laid out back to back from `big` (fp32) and `small`.
@@ -98,7 +102,7 @@ struct Gpt::Impl {
   }
   void pack_acts(int l, const LayerActs& a, int B, int T, bool to_store) const {
     int64_t n[kNumFields];
-    field_sizes(config, B, T, n);
+    field_sizes(config, B, T, k.attention_keeps_probabilities(), n);
     char* store = static_cast<char*>(layer_store.data()) + l * big_numel * act_bytes;
     for (int f = 0; f < kNumBig; ++f) {
       if (to_store) {
@@ -148,7 +152,7 @@ absl::Status Gpt::allocate() {
   m.checkpointing = checkpointing_;
   const GptConfig& c = layout_.config();
   const int64_t N = int64_t(B_) * T_, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
-  field_sizes(c, B_, T_, m.size);
+  field_sizes(c, B_, T_, kernels_.attention_keeps_probabilities(), m.size);
   for (int f = 0; f < kNumBig; ++f) m.big_numel += m.size[f];
   for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
   m.act_bytes = dtype_size(act_dtype_);
@@ -175,7 +179,7 @@ absl::Status Gpt::allocate() {
   ZEROD_RETURN_IF_ERROR(alloc(m.dqkv, N * 3 * C * 4, W));
   ZEROD_RETURN_IF_ERROR(alloc(m.dfch, N * 4 * C * 4, W));
   ZEROD_RETURN_IF_ERROR(alloc(m.proj, N * C * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.attn_scratch, kernels_.attention_scratch_floats(T_) * 4, W));
+  ZEROD_RETURN_IF_ERROR(alloc(m.attn_scratch, kernels_.attention_scratch_floats(B_, T_, c.n_head) * 4, W));
   // The head computes logits a chunk of rows at a time (about 32 MiB).
   m.logits_rows = std::clamp<int64_t>((int64_t(1) << 23) / V, 1, N);
   ZEROD_RETURN_IF_ERROR(alloc(m.logits, m.logits_rows * V * 4, W));
@@ -194,6 +198,11 @@ struct Dims {
   int64_t N;
 };
 
+// What the table's attention keeps for backward: probabilities or statistics.
+float* attention_kept(const Kernels& k, const LayerActs& a) {
+  return a.f[k.attention_keeps_probabilities() ? kAtt : kAttStats];
+}
+
 // One transformer block forward; every produced activation is rounded to the
 // activation dtype. `out` may alias `x`, or be null when recomputing for
 // backward (the block output is not needed then).
@@ -206,7 +215,7 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, 
   rnd(a.f[kLn1], N * C);
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
   rnd(a.f[kQkv], N * 3 * C);
-  k.attention_forward(s, a.f[kAtty], a.f[kAtt], a.f[kQkv], d.B, d.T, C, d.NH);
+  k.attention_forward(s, a.f[kAtty], attention_kept(k, a), a.f[kQkv], d.B, d.T, C, d.NH);
   rnd(a.f[kAtt], int64_t(d.B) * d.NH * d.T * d.T);
   rnd(a.f[kAtty], N * C);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
@@ -241,7 +250,7 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w,
   k.matmul_backward(s, bb.dbuf, g.fcw, g.fcb, bb.dfch, a.f[kLn2], w.fcw, N, C, 4 * C);
   k.layernorm_backward(s, dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, a.f[kLn2Mean], a.f[kLn2Rstd], N, C);
   k.matmul_backward(s, bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
-  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtt], bb.attn_scratch, d.B, d.T, C, d.NH);
+  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], attention_kept(k, a), bb.attn_scratch, d.B, d.T, C, d.NH);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
   k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, a.f[kLn1Mean], a.f[kLn1Rstd], N, C);
 }

@@ -62,12 +62,13 @@ nlohmann::json memory_peak_json(const MemoryPeaks& peaks) {
 
 void RunOutput::line(const nlohmann::json& event) { out_ << event.dump() << "\n" << std::flush; }
 
-void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size) {
+void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device) {
   const OptimizerConfig& o = cfg.optimizer;
   const GptConfig& m = cfg.model;
   if (format_ == LogFormat::kJson) {
     line({{"event", "start"},
           {"world_size", world_size},
+          {"device", device},
           {"zero_stage", cfg.zero.stage},
           {"params", num_params},
           {"model", {{"preset", cfg.preset}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
@@ -105,8 +106,9 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size) 
                                                     : absl::StrFormat("2^%d (dynamic)", cfg.fp16.initial_scale_power),
                             cfg.fp16.loss_scale_window, cfg.fp16.hysteresis, cfg.fp16.min_loss_scale);
   }
-  out_ << absl::StrFormat("  activation checkpointing %s | zero stage %d | seed %d\n",
-                          cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage, cfg.run.seed)
+  out_ << absl::StrFormat("  device %s (run.device %s) | activation checkpointing %s | zero stage %d | seed %d\n",
+                          device, cfg.run.device, cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage,
+                          cfg.run.seed)
        << std::flush;
 }
 

@@ -29,7 +29,8 @@ class RunOutput {
  public:
   RunOutput(LogFormat format, std::ostream& out, std::ostream& err) : format_(format), out_(out), err_(err) {}
 
-  void start(const JobConfig& cfg, int64_t num_params, int world_size);
+  // `device`: what each rank trains on (Device::description).
+  void start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device);
   void step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s);
   // `per_rank` holds every rank's memory peaks, rank 0 first.
   void summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank);

@@ -1,0 +1,264 @@
+// The CUDA kernel table: cuBLAS (fp32, no TF32) for the matrix products,
+// and one thread per element, row or column for the rest, running the
+// bodies of *_body.h, which tests/test_cuda_bodies.cc also runs on the CPU.
+// The simplest correct kernels, to be tuned once measured on a GPU: no
+// reduction uses atomics, so a run gives the same bits every time.
+#include <cublas_v2.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/cuda_device.h"
+#include "runtime/kernels/cuda/attention_body.h"
+#include "runtime/kernels/cuda/cuda_table.h"
+#include "runtime/kernels/cuda/launch.cuh"
+#include "runtime/kernels/cuda/optim_body.h"
+#include "runtime/kernels/cuda/pointwise_body.h"
+#include "runtime/kernels/cuda/rows_body.h"
+
+namespace zerod {
+namespace {
+
+using cuda::launch_each;
+
+absl::Status cublas_status(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(st), ": ", cublasGetStatusString(st)));
+}
+
+// 8-bit Adam: one block of kQuantBlock threads per quantization block; the
+// block's new absmax is a max (exact in any order), then each thread
+// requantizes its own element.
+__global__ void adam8bit_kernel(Adam8bitTensor t, AdamStep k, const QuantMap* maps) {
+  static_assert(kQuantBlock == 256);
+  __shared__ float m_max[kQuantBlock], v_max[kQuantBlock];
+  const QuantMap& qm = maps[0];
+  const QuantMap& qv = maps[1];
+  const int64_t blk = blockIdx.x, i = blk * kQuantBlock + threadIdx.x;
+  float m = 0.0f, v = 0.0f;
+  if (i < t.n) cuda::adam8bit_at(i, t, k, qm, qv, m, v);
+  m_max[threadIdx.x] = fabsf(m);
+  v_max[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kQuantBlock / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      m_max[threadIdx.x] = fmaxf(m_max[threadIdx.x], m_max[threadIdx.x + half]);
+      v_max[threadIdx.x] = fmaxf(v_max[threadIdx.x], v_max[threadIdx.x + half]);
+    }
+    __syncthreads();
+  }
+  const float m_abs = m_max[0], v_abs = v_max[0];
+  if (i < t.n) {
+    t.m[i] = cuda::quantize_code(qm, m * (2 * cuda::inverse_or_zero(m_abs)));
+    t.v[i] = cuda::quantize_code(qv, v * (2 * cuda::inverse_or_zero(v_abs)));
+  }
+  if (threadIdx.x == 0) {
+    t.m_absmax[blk] = m_abs;
+    t.v_absmax[blk] = v_abs;
+  }
+}
+
+class CudaKernels : public Kernels {
+ public:
+  explicit CudaKernels(Device& d) : dev_(d) {}
+  ~CudaKernels() override {
+    if (blas_) cublasDestroy(blas_);
+  }
+
+  absl::Status init() {
+    ZEROD_RETURN_IF_ERROR(cublas_status(cublasCreate(&blas_), "cublasCreate"));
+    ZEROD_RETURN_IF_ERROR(cublas_status(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+    // cuBLAS's own workspace, so that it is accounted and a run repeats its bits.
+    ZEROD_ASSIGN_OR_RETURN(blas_workspace_, dev_.allocate(kBlasWorkspace, Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(partials_, dev_.allocate(kMaxChunks * sizeof(double), Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(maps_, dev_.allocate(2 * sizeof(QuantMap), Category::kWorkspace));
+    const QuantMap maps[2] = {signed_dynamic_map(), unsigned_dynamic_map()};
+    Stream& s = dev_.compute_stream();
+    dev_.copy(s, maps_.data(), maps, sizeof maps);
+    return dev_.synchronize(s);
+  }
+
+  void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
+                      int OC) override {
+    float beta = 0.0f;
+    if (bias) {
+      launch_each(cs(s), N * OC, "matmul_bias", [=] __device__(int64_t i) { out[i] = bias[i % OC]; });
+      beta = 1.0f;
+    }
+    // Row-major out[N, OC] = inp[N, C] @ w[C, OC] is column-major out^T = w^T inp^T.
+    gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, w, OC, inp, C, beta, out, OC);
+  }
+  void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                       const float* w, int64_t N, int C, int OC) override {
+    if (dinp) gemm(s, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, w, OC, dout, OC, 0.0f, dinp, C);  // dout @ w^T
+    gemm(s, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, dout, OC, inp, C, 1.0f, dw, OC);            // dw += inp^T @ dout
+    if (!dbias) return;
+    launch_each(cs(s), OC, "bias_backward",
+                [=] __device__(int64_t o) { cuda::bias_backward_column(int(o), dbias, dout, N, OC); });
+  }
+  void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int64_t N, int C) override {
+    launch_each(cs(s), N, "layernorm_forward",
+                [=] __device__(int64_t n) { cuda::layernorm_forward_row(n, out, mean, rstd, inp, w, b, C); });
+  }
+  void layernorm_backward(Stream& s, float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int64_t N, int C) override {
+    launch_each(cs(s), N, "layernorm_backward", [=] __device__(int64_t n) {
+      cuda::layernorm_backward_row(n, dinp, dout, inp, w, mean, rstd, C);
+    });
+    launch_each(cs(s), C, "layernorm_backward_params", [=] __device__(int64_t i) {
+      cuda::layernorm_backward_column(int(i), dw, db, dout, inp, mean, rstd, N, C);
+    });
+  }
+  bool attention_keeps_probabilities() const override { return false; }
+  void attention_forward(Stream& s, float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
+    launch_each(cs(s), int64_t(B) * NH * T, "attention_forward",
+                [=] __device__(int64_t r) { cuda::attention_forward_row(r, out, lse, qkv, T, C, NH); });
+  }
+  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* D,
+                          int B, int T, int C, int NH) override {
+    const int64_t rows = int64_t(B) * NH * T;
+    launch_each(cs(s), rows, "attention_backward_d",
+                [=] __device__(int64_t r) { cuda::attention_backward_d_row(r, D, dout, qkv, lse, T, C, NH); });
+    launch_each(cs(s), rows, "attention_backward_dq",
+                [=] __device__(int64_t r) { cuda::attention_backward_dq_row(r, dqkv, dout, qkv, lse, D, T, C, NH); });
+    launch_each(cs(s), rows, "attention_backward_dkv",
+                [=] __device__(int64_t r) { cuda::attention_backward_dkv_row(r, dqkv, dout, qkv, lse, D, T, C, NH); });
+  }
+  int64_t attention_scratch_floats(int B, int T, int NH) const override { return int64_t(B) * NH * T; }
+  void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override {
+    launch_each(cs(s), n, "gelu_forward", [=] __device__(int64_t i) { out[i] = cuda::gelu(inp[i]); });
+  }
+  void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) override {
+    launch_each(cs(s), n, "gelu_backward", [=] __device__(int64_t i) { dinp[i] = cuda::gelu_grad(inp[i], dout[i]); });
+  }
+  void residual_forward(Stream& s, float* out, const float* a, const float* b, int64_t n) override {
+    launch_each(cs(s), n, "residual_forward", [=] __device__(int64_t i) { out[i] = a[i] + b[i]; });
+  }
+  void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                         int T, int C) override {
+    launch_each(cs(s), int64_t(B) * T * C, "embedding_forward",
+                [=] __device__(int64_t j) { cuda::embedding_forward_at(j, out, tokens, wte, wpe, T, C); });
+  }
+  void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                          int C) override {
+    const int64_t N = int64_t(B) * T;
+    launch_each(cs(s), C, "embedding_backward", [=] __device__(int64_t i) {
+      cuda::embedding_backward_column(int(i), dwte, dwpe, dout, tokens, N, T, C);
+    });
+  }
+  void classifier_logits(Stream& s, float* logits, const float* inp, int64_t inp_stride, const float* wte,
+                         int64_t rows, int C, int V) override {
+    gemm(s, CUBLAS_OP_T, CUBLAS_OP_N, V, rows, C, wte, C, inp, inp_stride, 0.0f, logits, V);
+  }
+  void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
+    const int C = a.C, V = a.V;
+    for (int64_t r0 = 0; r0 < a.N; r0 += a.chunk_rows) {
+      const int64_t rows = std::min(a.chunk_rows, a.N - r0);
+      classifier_logits(s, a.logits, a.inp + r0 * C, C, a.wte, rows, C, V);
+      round_to(s, a.act, a.logits, rows * V);
+      float* logits = a.logits;
+      double* losses = a.losses + r0;
+      const int32_t* targets = a.targets + r0;
+      const float dloss = a.dloss;
+      launch_each(cs(s), rows, "softmax_cross_entropy", [=] __device__(int64_t r) {
+        cuda::softmax_cross_entropy_row(r, logits, losses, targets, V, dloss);
+      });
+      gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, C, rows, V, a.wte, C, a.logits, V, 0.0f, a.dinp + r0 * C, C);  // dlogits @ wte
+      gemm(s, CUBLAS_OP_N, CUBLAS_OP_T, C, V, rows, a.inp + r0 * C, C, a.logits, V, 1.0f, a.dwte, C);  // += dlogits^T @ inp
+    }
+  }
+  void round_to(Stream& s, DType t, float* x, int64_t n) override {
+    if (t == DType::kF32) return;
+    launch_each(cs(s), n, "round_to", [=] __device__(int64_t i) { x[i] = cuda::round_f32(t, x[i]); });
+  }
+  void convert_from_f32(Stream& s, DType to, const float* src, void* dst, int64_t n) override {
+    launch_each(cs(s), n, "convert_from_f32",
+                [=] __device__(int64_t i) { cuda::store_f32(dst, to, i, src[i]); });
+  }
+  void convert_to_f32(Stream& s, DType from, const void* src, float* dst, int64_t n) override {
+    launch_each(cs(s), n, "convert_to_f32", [=] __device__(int64_t i) { dst[i] = cuda::load_f32(src, from, i); });
+  }
+  void sum(Stream& s, const double* x, int64_t n, double* out) override {
+    launch_each(cs(s), 1, "sum", [=] __device__(int64_t) {
+      double total = 0.0;
+      for (int64_t i = 0; i < n; ++i) total += x[i];
+      *out = total;
+    });
+  }
+  // The chunks' partial sums share one buffer: the table serves one stream
+  // at a time (the compute stream).
+  void sum_squares(Stream& s, const float* x, int64_t n, double* out) override {
+    const int64_t chunks = (n + cuda::kSquaresChunk - 1) / cuda::kSquaresChunk;
+    if (chunks > kMaxChunks) {
+      std::fprintf(stderr, "zerod: sum_squares of %lld elements exceeds the table's %lld chunks\n",
+                   static_cast<long long>(n), static_cast<long long>(kMaxChunks));
+      std::abort();
+    }
+    double* partial = partials_.ptr<double>();
+    launch_each(cs(s), chunks, "sum_squares_chunks",
+                [=] __device__(int64_t c) { partial[c] = cuda::sum_squares_chunk(c, x, n); });
+    launch_each(cs(s), 1, "sum_squares_total", [=] __device__(int64_t) {
+      double total = 0.0;
+      for (int64_t c = 0; c < chunks; ++c) total += partial[c];
+      *out = total;
+    });
+  }
+  void add(Stream& s, float* dst, const float* src, int64_t n) override {
+    launch_each(cs(s), n, "add", [=] __device__(int64_t i) { dst[i] = dst[i] + src[i]; });
+  }
+  void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
+    launch_each(cs(s), t.n, "adam", [=] __device__(int64_t i) { cuda::adam_at(i, t, step); });
+  }
+  void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override {
+    if (t.n <= 0) return;
+    adam8bit_kernel<<<static_cast<unsigned>(quant_blocks(t.n)), kQuantBlock, 0, cs(s)>>>(
+        t, step, maps_.ptr<const QuantMap>());
+    cuda::check_launch(cs(s), "adam8bit");
+  }
+
+ private:
+  static constexpr uint64_t kBlasWorkspace = uint64_t{32} << 20;
+  static constexpr int64_t kMaxChunks = int64_t{1} << 16;  // sums of squares of up to 2^32 elements
+
+  static cudaStream_t cs(Stream& s) { return cuda_stream(s); }
+
+  // Column-major C = op(A) op(B) + beta C, m x n, inner k, on stream s.
+  void gemm(Stream& s, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const float* A,
+            int64_t lda, const float* B, int64_t ldb, float beta, float* Cm, int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    cudaStream_t stream = cs(s);
+    if (stream != blas_stream_) {
+      // cublasSetStream drops a user workspace, so it is set again after.
+      check(cublasSetStream(blas_, stream), "cublasSetStream");
+      check(cublasSetWorkspace(blas_, blas_workspace_.data(), blas_workspace_.bytes()), "cublasSetWorkspace");
+      blas_stream_ = stream;
+    }
+    const float one = 1.0f;
+    check(cublasSgemm_64(blas_, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, Cm, ldc), "cublasSgemm");
+    cuda::check_launch(stream, "cublasSgemm");
+  }
+  static void check(cublasStatus_t st, const char* what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    std::fprintf(stderr, "zerod: %s failed: %s\n", what, cublasGetStatusString(st));
+    std::abort();
+  }
+
+  Device& dev_;
+  cublasHandle_t blas_ = nullptr;
+  cudaStream_t blas_stream_ = nullptr;
+  Buffer blas_workspace_, partials_, maps_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernels>> cuda_kernels(Device& device) {
+  if (!dynamic_cast<CudaDevice*>(&device)) {
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA kernel table needs a CUDA device, not ", device.name()));
+  }
+  auto k = std::make_unique<CudaKernels>(device);
+  ZEROD_RETURN_IF_ERROR(k->init());
+  return std::unique_ptr<Kernels>(std::move(k));
+}
+
+}  // namespace zerod

@@ -1,0 +1,13 @@
+// The CUDA kernel table (runtime/kernels/kernels.h) for a CudaDevice,
+// declared without CUDA's headers for kernels_for.
+#pragma once
+
+#include <memory>
+
+#include "runtime/kernels/kernels.h"
+
+namespace zerod {
+
+absl::StatusOr<std::unique_ptr<Kernels>> cuda_kernels(Device& device);
+
+}  // namespace zerod

@@ -1,0 +1,90 @@
+// What the CUDA kernels' bodies are written with: functions that nvcc
+// compiles for the device and any C++ compiler for the host, so that each
+// body also runs on the CPU, over the same grid, in a test without a GPU
+// (tests/test_cuda_bodies.cc). Element types convert exactly as
+// runtime/core/dtype.h converts them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/core/dtype.h"
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#define ZD_HD __host__ __device__ inline
+#else
+#define ZD_HD inline
+#endif
+
+namespace zerod::cuda {
+
+ZD_HD uint32_t f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+ZD_HD float bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// bf16: float_to_bf16's rounding (to nearest even; NaN stays NaN).
+ZD_HD uint16_t to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+ZD_HD float from_bf16(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+
+// IEEE binary16, round to nearest even.
+ZD_HD uint16_t to_f16(float f) {
+#ifdef __CUDA_ARCH__
+  return __half_as_ushort(__float2half_rn(f));
+#else
+  return float_to_f16(f);
+#endif
+}
+ZD_HD float from_f16(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(h));
+#else
+  return f16_to_float(h);
+#endif
+}
+
+// Element i of a float array of type t (fp32, bf16 or fp16) as fp32, and back.
+ZD_HD float load_f32(const void* p, DType t, int64_t i) {
+  if (t == DType::kBF16) return from_bf16(static_cast<const uint16_t*>(p)[i]);
+  if (t == DType::kF16) return from_f16(static_cast<const uint16_t*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+ZD_HD void store_f32(void* p, DType t, int64_t i, float x) {
+  if (t == DType::kBF16) {
+    static_cast<uint16_t*>(p)[i] = to_bf16(x);
+  } else if (t == DType::kF16) {
+    static_cast<uint16_t*>(p)[i] = to_f16(x);
+  } else {
+    static_cast<float*>(p)[i] = x;
+  }
+}
+// x rounded to what t holds.
+ZD_HD float round_f32(DType t, float x) {
+  if (t == DType::kBF16) return from_bf16(to_bf16(x));
+  if (t == DType::kF16) return from_f16(to_f16(x));
+  return x;
+}
+
+}  // namespace zerod::cuda

@@ -1,0 +1,342 @@
+// The CUDA kernels' bodies (runtime/kernels/cuda/*_body.h) run here on the
+// CPU, over the grid each kernel launches them on, against the CPU kernels:
+// their indexing and arithmetic are checked without a GPU. The GPU runs the
+// same bodies (tests/test_cuda_kernels.cc checks them there).
+//
+// Tolerances: the optimizer bodies are exact (this file and the CPU's
+// optimizer kernels are built without fused multiply-adds, and the bodies
+// follow adam.h's operations one by one). The layer bodies repeat the CPU
+// loops in the CPU's order, but -march=native may let the compiler fuse a
+// multiply-add in one and not the other, so they are held to 4 ulps of
+// fp32 relative to each tensor's largest value. Attention computes
+// differently (recomputed probabilities, no T x T matrix): held to 2e-6
+// relative to the largest value, about 16 fp32 ulps, for T = 32.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/kernels/cpu/adam.h"
+#include "runtime/kernels/cpu/adam8bit.h"
+#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/cuda/attention_body.h"
+#include "runtime/kernels/cuda/optim_body.h"
+#include "runtime/kernels/cuda/pointwise_body.h"
+#include "runtime/kernels/cuda/rows_body.h"
+
+namespace zerod {
+namespace {
+
+// The launch grid: f(i) for every thread index i in [0, n).
+template <class F>
+void for_each_index(int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
+std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+float max_abs(const std::vector<float>& v) {
+  float m = 0.0f;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// |got - want| <= rel * max|want| everywhere.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const float tol = rel * std::max(max_abs(want), 1e-30f);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol) << what << " at " << i;
+  }
+}
+
+constexpr float kUlps4 = 4 * 0x1p-23f;
+
+TEST(CudaBodies, GeluAndItsGradientAreTheCpuKernels) {
+  const int64_t n = 5000;
+  const auto x = randn(n, 1, 3.0f), dout = randn(n, 2);
+  std::vector<float> want(n), got(n), dwant(n), dgot(n);
+  cpu::gelu_forward(want.data(), x.data(), n);
+  cpu::gelu_backward(dwant.data(), x.data(), dout.data(), n);
+  for_each_index(n, [&](int64_t i) { got[i] = cuda::gelu(x[i]); });
+  for_each_index(n, [&](int64_t i) { dgot[i] = cuda::gelu_grad(x[i], dout[i]); });
+  expect_close(got, want, kUlps4, "gelu");
+  expect_close(dgot, dwant, kUlps4, "gelu_grad");
+}
+
+TEST(CudaBodies, LayerNormRowsAndColumnsAreTheCpuKernels) {
+  const int64_t N = 37;
+  const int C = 72;
+  const auto x = randn(N * C, 3, 2.0f), w = randn(C, 4), b = randn(C, 5), dout = randn(N * C, 6);
+  std::vector<float> out(N * C), mean(N), rstd(N), gout(N * C), gmean(N), grstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  for_each_index(N, [&](int64_t n) {
+    cuda::layernorm_forward_row(n, gout.data(), gmean.data(), grstd.data(), x.data(), w.data(), b.data(), C);
+  });
+  expect_close(gout, out, kUlps4, "layernorm out");
+  expect_close(gmean, mean, kUlps4, "layernorm mean");
+  expect_close(grstd, rstd, kUlps4, "layernorm rstd");
+
+  // Gradients accumulate: start from the same non-zero values.
+  auto dinp = randn(N * C, 7), dw = randn(C, 8), db = randn(C, 9);
+  auto gdinp = dinp, gdw = dw, gdb = db;
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+  for_each_index(N, [&](int64_t n) {
+    cuda::layernorm_backward_row(n, gdinp.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), C);
+  });
+  for_each_index(C, [&](int64_t i) {
+    cuda::layernorm_backward_column(int(i), gdw.data(), gdb.data(), dout.data(), x.data(), mean.data(), rstd.data(),
+                                    N, C);
+  });
+  expect_close(gdinp, dinp, kUlps4, "layernorm dinp");
+  expect_close(gdw, dw, kUlps4, "layernorm dw");
+  expect_close(gdb, db, kUlps4, "layernorm db");
+}
+
+TEST(CudaBodies, EmbeddingAndBiasGradientAreTheCpuKernelsBitForBit) {
+  const int B = 3, T = 11, C = 40, V = 9;  // V < B*T: tokens repeat
+  std::vector<int32_t> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7 + 3) % V;
+  const auto wte = randn(int64_t(V) * C, 10), wpe = randn(int64_t(T) * C, 11), dout = randn(int64_t(B) * T * C, 12);
+  const int64_t N = int64_t(B) * T;
+  std::vector<float> out(N * C), gout(N * C);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  for_each_index(N * C, [&](int64_t j) {
+    cuda::embedding_forward_at(j, gout.data(), tokens.data(), wte.data(), wpe.data(), T, C);
+  });
+  EXPECT_EQ(gout, out);
+  auto dwte = randn(int64_t(V) * C, 13), dwpe = randn(int64_t(T) * C, 14);
+  auto gdwte = dwte, gdwpe = dwpe;
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  for_each_index(C, [&](int64_t i) {
+    cuda::embedding_backward_column(int(i), gdwte.data(), gdwpe.data(), dout.data(), tokens.data(), N, T, C);
+  });
+  EXPECT_EQ(gdwte, dwte);
+  EXPECT_EQ(gdwpe, dwpe);
+
+  // The bias gradient: column sums of dout [N, OC], added.
+  const int OC = C;
+  const auto inp = randn(N * 8, 15), w = randn(8 * OC, 16);
+  std::vector<float> dw(8 * OC), dbias = randn(OC, 17);
+  auto gdbias = dbias;
+  cpu::matmul_backward(nullptr, dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, 8, OC);
+  for_each_index(OC, [&](int64_t o) { cuda::bias_backward_column(int(o), gdbias.data(), dout.data(), N, OC); });
+  EXPECT_EQ(gdbias, dbias);
+}
+
+TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) {
+  const int64_t rows = 6;
+  const int V = 300;
+  auto logits = randn(rows * V, 20, 4.0f);
+  auto glogits = logits;
+  std::vector<int32_t> targets = {0, 299, 17, 150, 3, 3};
+  std::vector<double> losses(rows), glosses(rows);
+  cpu::softmax_cross_entropy(logits.data(), losses.data(), targets.data(), rows, V, 0.25f);
+  for_each_index(rows, [&](int64_t r) {
+    cuda::softmax_cross_entropy_row(r, glogits.data(), glosses.data(), targets.data(), V, 0.25f);
+  });
+  EXPECT_EQ(glosses, losses);
+  EXPECT_EQ(glogits, logits);
+
+  // Three chunks, the last one partial.
+  const int64_t n = 2 * cuda::kSquaresChunk + 1234;
+  const auto x = randn(n, 21);
+  const int64_t chunks = (n + cuda::kSquaresChunk - 1) / cuda::kSquaresChunk;
+  ASSERT_EQ(chunks, 3);
+  std::vector<double> partial(chunks);
+  for_each_index(chunks, [&](int64_t c) { partial[c] = cuda::sum_squares_chunk(c, x.data(), n); });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  EXPECT_EQ(total, cpu::sum_squares(x.data(), n));
+}
+
+// Attention against the CPU kernel, which keeps the T x T probabilities;
+// the statistic lse against a log-sum-exp taken in double from them.
+TEST(CudaBodies, AttentionRowsWithoutATxTMatrixMatchTheCpuKernel) {
+  const int B = 2, T = 32, C = 48, NH = 3;
+  const int64_t N = int64_t(B) * T, R = int64_t(B) * NH * T;
+  const auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
+  std::vector<float> out(N * C), att(int64_t(B) * NH * T * T), gout(N * C), lse(R), D(R);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  for_each_index(R, [&](int64_t r) { cuda::attention_forward_row(r, gout.data(), lse.data(), qkv.data(), T, C, NH); });
+  expect_close(gout, out, 2e-6f, "attention out");
+  // p = exp(score - lse) sums to 1 over each row's keys, and lse is the
+  // log of the normaliser: check it through the probabilities.
+  const int hs = C / NH;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t t = r % T, h = (r / T) % NH, b = r / (int64_t(T) * NH);
+    double z = 0.0;
+    const float* q = qkv.data() + (b * T + t) * 3 * C + h * hs;
+    for (int64_t s = 0; s <= t; ++s) {
+      const float* k = qkv.data() + (b * T + s) * 3 * C + C + h * hs;
+      double dot = 0.0;
+      for (int d = 0; d < hs; ++d) dot += double(q[d]) * k[d];
+      z += std::exp(dot / std::sqrt(double(hs)));
+    }
+    ASSERT_NEAR(lse[r], std::log(z), 1e-5) << "row " << r;
+  }
+
+  std::vector<float> dqkv(N * 3 * C), scratch(cpu::attention_scratch_floats(T)), gdqkv(N * 3 * C, 7.0f);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
+  for_each_index(R, [&](int64_t r) {
+    cuda::attention_backward_d_row(r, D.data(), dout.data(), qkv.data(), lse.data(), T, C, NH);
+  });
+  for_each_index(R, [&](int64_t r) {
+    cuda::attention_backward_dq_row(r, gdqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), T, C, NH);
+  });
+  for_each_index(R, [&](int64_t r) {
+    cuda::attention_backward_dkv_row(r, gdqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), T, C, NH);
+  });
+  expect_close(gdqkv, dqkv, 2e-6f, "attention dqkv");
+}
+
+TEST(CudaBodies, CastsAreDtypeHsConversionsBitForBit) {
+  auto x = randn(4096, 40, 1000.0f);
+  x.push_back(70000.0f);  // past fp16's range
+  x.push_back(-0.0f);
+  x.push_back(1e-8f);     // fp16 subnormal
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    std::vector<float> want = x;
+    round_to(t, want.data(), want.size());
+    std::vector<uint16_t> packed(x.size()), gpacked(x.size());
+    convert_from_f32(t, x.data(), packed.data(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(cuda::round_f32(t, x[i])), std::bit_cast<uint32_t>(want[i])) << i;
+      cuda::store_f32(gpacked.data(), t, int64_t(i), x[i]);
+      ASSERT_EQ(std::bit_cast<uint32_t>(cuda::load_f32(packed.data(), t, int64_t(i))),
+                std::bit_cast<uint32_t>(want[i]))
+          << i;
+    }
+    EXPECT_EQ(gpacked, packed) << dtype_name(t);
+  }
+}
+
+std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+// Gradients of each type, with and without a 16-bit copy: the body's
+// update is adam_update's, bit for bit.
+TEST(CudaBodies, AdamIsTheCpuUpdateBitForBit) {
+  const int64_t n = 1000;
+  const AdamStep step = make_adam_step(AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f, true}, 3e-3f, 7, 0.5f, true);
+  for (DType gt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool with16 : {false, true}) {
+      const auto g32 = randn(n, 50, 0.1f);
+      std::vector<uint16_t> g16(n);
+      if (gt != DType::kF32) convert_from_f32(gt, g32.data(), g16.data(), n);
+      auto p = randn(n, 51), m = randn(n, 52, 0.01f), v = randn(n, 53, 0.001f);
+      for (float& x : v) x = std::fabs(x);
+      auto gp = p, gm = m, gv = v;
+      std::vector<uint16_t> p16(n), gp16(n);
+      AdamTensor t{p.data(), m.data(), v.data(), gt == DType::kF32 ? static_cast<const void*>(g32.data()) : g16.data(),
+                   gt, with16 ? p16.data() : nullptr, DType::kBF16, n};
+      AdamTensor gt_tensor = t;
+      gt_tensor.param = gp.data();
+      gt_tensor.m = gm.data();
+      gt_tensor.v = gv.data();
+      gt_tensor.param16 = with16 ? gp16.data() : nullptr;
+      adam_update(t, step, CpuIsa::kScalar);
+      for_each_index(n, [&](int64_t i) { cuda::adam_at(i, gt_tensor, step); });
+      EXPECT_EQ(bits(gp), bits(p)) << dtype_name(gt) << " " << with16;
+      EXPECT_EQ(bits(gm), bits(m));
+      EXPECT_EQ(bits(gv), bits(v));
+      EXPECT_EQ(gp16, p16);
+    }
+  }
+}
+
+// Every value at and one ulp either side of each of the map's edges, and
+// random ones: quantize_code picks the CPU quantizer's code.
+TEST(CudaBodies, QuantizeCodeIsTheCpuQuantizersCode) {
+  for (const QuantMap* q : {&signed_dynamic_map(), &unsigned_dynamic_map()}) {
+    std::vector<float> x = randn(20000, 60, 0.3f);
+    for (int32_t t = 0; t + 1 < q->num_mag; ++t) {
+      for (float e : {q->thr[t], std::nextafter(q->thr[t], 0.0f), std::nextafter(q->thr[t], 2.0f)}) {
+        x.push_back(e);
+        if (q->is_signed) x.push_back(-e);
+      }
+    }
+    if (!q->is_signed) {
+      for (float& e : x) e = std::fabs(e);
+    }
+    // Each value in a block beside 1.0, so that the block's absmax is 1
+    // and the value is its own scaled x (values past 1 are skipped).
+    for (float e : x) {
+      const float pair[2] = {e, 1.0f};
+      uint8_t codes[2];
+      float absmax = 0.0f;
+      quantize_blockwise(*q, pair, 2, codes, &absmax, CpuIsa::kScalar);
+      if (absmax != 1.0f) continue;
+      const uint8_t code = cuda::quantize_code(*q, e * (2 * cuda::inverse_or_zero(absmax)));
+      ASSERT_EQ(code, codes[0]) << (q->is_signed ? "signed" : "unsigned") << " map, value " << e;
+      ASSERT_EQ(cuda::dequantize_code(*q, code, 0.5f), q->code[code] * 0.5f);
+    }
+  }
+}
+
+// The 8-bit kernel's schedule on the CPU: per block, every element's
+// update, the block's max, then each element's code; against
+// adam8bit_update over several steps and a partial last block.
+TEST(CudaBodies, EightBitAdamIsTheCpuUpdateBitForBit) {
+  const int64_t n = 5 * kQuantBlock + 77, blocks = quant_blocks(n);
+  const AdamStep step = make_adam_step(AdamHyper{0.9f, 0.999f, 1e-8f, 0.01f, true}, 1e-3f, 3, 1.0f, true);
+  auto p = randn(n, 70);
+  std::vector<uint8_t> m(n), v(n);
+  std::vector<float> mabs(blocks), vabs(blocks);
+  Adam8bitTensor t{p.data(), m.data(), v.data(), mabs.data(), vabs.data(), nullptr, DType::kF32, nullptr,
+                   DType::kBF16, n};
+  adam8bit_zero_states(t);
+  auto gp = p;
+  auto gm = m, gv = v;
+  auto gmabs = mabs, gvabs = vabs;
+  Adam8bitTensor g = t;
+  g.param = gp.data();
+  g.m = gm.data();
+  g.v = gv.data();
+  g.m_absmax = gmabs.data();
+  g.v_absmax = gvabs.data();
+  const QuantMap& qm = signed_dynamic_map();
+  const QuantMap& qv = unsigned_dynamic_map();
+  for (int s = 0; s < 4; ++s) {
+    const auto grad = randn(n, 80 + s, 0.05f);
+    t.grad = g.grad = grad.data();
+    adam8bit_update(t, step, CpuIsa::kScalar);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      float mn[kQuantBlock], vn[kQuantBlock], m_abs = 0.0f, v_abs = 0.0f;
+      for (int j = 0; j < kQuantBlock; ++j) {  // the block's threads
+        const int64_t i = blk * kQuantBlock + j;
+        mn[j] = vn[j] = 0.0f;
+        if (i < n) cuda::adam8bit_at(i, g, step, qm, qv, mn[j], vn[j]);
+        m_abs = std::max(m_abs, std::fabs(mn[j]));
+        v_abs = std::max(v_abs, vn[j]);
+      }
+      for (int j = 0; j < kQuantBlock && blk * kQuantBlock + j < n; ++j) {
+        gm[blk * kQuantBlock + j] = cuda::quantize_code(qm, mn[j] * (2 * cuda::inverse_or_zero(m_abs)));
+        gv[blk * kQuantBlock + j] = cuda::quantize_code(qv, vn[j] * (2 * cuda::inverse_or_zero(v_abs)));
+      }
+      gmabs[blk] = m_abs;
+      gvabs[blk] = v_abs;
+    }
+    ASSERT_EQ(bits(gp), bits(p)) << "step " << s;
+    ASSERT_EQ(gm, m) << "step " << s;
+    ASSERT_EQ(gv, v) << "step " << s;
+    ASSERT_EQ(bits(gmabs), bits(mabs)) << "step " << s;
+    ASSERT_EQ(bits(gvabs), bits(vabs)) << "step " << s;
+  }
+}
+
+}  // namespace
+}  // namespace zerod

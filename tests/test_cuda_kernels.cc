@@ -1,0 +1,251 @@
+// The CUDA kernel table against the CPU's on random inputs, on the GPU
+// (skipped, saying so, where there is none).
+//
+// Tolerances, relative to each output's largest magnitude: matrix products
+// and everything downstream of them (cuBLAS and OpenBLAS sum in different
+// orders) 1e-5, about 80 fp32 ulps, enough for inner dimensions of a few
+// hundred; LayerNorm and GELU, which repeat the CPU loops, 1e-6; attention,
+// which recomputes probabilities instead of keeping them, 1e-5. Exact: the
+// casts, additions, the embedding (same order of the same fp32 adds), the
+// sums in double, and both optimizers (the same operations, unfused).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/kernels/cpu/adam8bit.h"
+#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "tests/cuda_rig.h"
+
+namespace zerod {
+namespace {
+
+using CudaTable = testing::CudaTest;
+
+std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float m = 1e-30f;
+  for (float x : want) m = std::max(m, std::fabs(x));
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * m) << what << " at " << i;
+}
+
+std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+TEST_F(CudaTable, MatrixProductsWithBiasAndTheirGradients) {
+  const int64_t N = 96;
+  const int C = 160, OC = 72;
+  const auto inp = randn(N * C, 1), w = randn(int64_t(C) * OC, 2, 0.1f), bias = randn(OC, 3), dout = randn(N * OC, 4);
+  std::vector<float> out(N * OC), dinp(N * C), dw = randn(int64_t(C) * OC, 5), dbias = randn(OC, 6);
+  float* g_out = up(out);
+  float* g_dinp = up(dinp);
+  float* g_dw = up(dw);
+  float* g_dbias = up(dbias);
+  const float *g_inp = up(inp), *g_w = up(w), *g_bias = up(bias), *g_dout = up(dout);
+  k_->matmul_forward(s(), g_out, g_inp, g_w, g_bias, N, C, OC);
+  k_->matmul_backward(s(), g_dinp, g_dw, g_dbias, g_dout, g_inp, g_w, N, C, OC);
+  cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  cpu::matmul_backward(dinp.data(), dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  expect_close(down(g_out, out.size()), out, 1e-5f, "out");
+  expect_close(down(g_dinp, dinp.size()), dinp, 1e-5f, "dinp");
+  expect_close(down(g_dw, dw.size()), dw, 1e-5f, "dw");
+  EXPECT_EQ(bits(down(g_dbias, dbias.size())), bits(dbias)) << "the bias gradient sums each column in row order";
+  // Without a bias the product alone.
+  k_->matmul_forward(s(), g_out, g_inp, g_w, nullptr, N, C, OC);
+  cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+  expect_close(down(g_out, out.size()), out, 1e-5f, "out without bias");
+}
+
+TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
+  const int64_t N = 50;
+  const int C = 96;
+  const auto x = randn(N * C, 10, 2.0f), w = randn(C, 11), b = randn(C, 12), dout = randn(N * C, 13);
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  float *g_out = up(out), *g_mean = up(mean), *g_rstd = up(rstd);
+  const float *g_x = up(x), *g_w = up(w), *g_b = up(b), *g_dout = up(dout);
+  k_->layernorm_forward(s(), g_out, g_mean, g_rstd, g_x, g_w, g_b, N, C);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  expect_close(down(g_out, out.size()), out, 1e-6f, "layernorm out");
+  expect_close(down(g_rstd, N), rstd, 1e-6f, "layernorm rstd");
+  auto dinp = randn(N * C, 14), dw = randn(C, 15), db = randn(C, 16);
+  float *g_dinp = up(dinp), *g_dw = up(dw), *g_db = up(db);
+  k_->layernorm_backward(s(), g_dinp, g_dw, g_db, g_dout, g_x, g_w, g_mean, g_rstd, N, C);
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+  expect_close(down(g_dinp, dinp.size()), dinp, 1e-6f, "layernorm dinp");
+  expect_close(down(g_dw, C), dw, 1e-6f, "layernorm dw");
+  expect_close(down(g_db, C), db, 1e-6f, "layernorm db");
+
+  const int64_t n = N * C;
+  std::vector<float> y(n), dy(n), r(n);
+  float *g_y = up(y), *g_dy = up(dy), *g_r = up(r);
+  k_->gelu_forward(s(), g_y, g_x, n);
+  k_->gelu_backward(s(), g_dy, g_x, g_dout, n);
+  k_->residual_forward(s(), g_r, g_x, g_dout, n);
+  cpu::gelu_forward(y.data(), x.data(), n);
+  cpu::gelu_backward(dy.data(), x.data(), dout.data(), n);
+  cpu::residual_forward(r.data(), x.data(), dout.data(), n);
+  expect_close(down(g_y, n), y, 1e-6f, "gelu");
+  expect_close(down(g_dy, n), dy, 1e-6f, "gelu_backward");
+  EXPECT_EQ(bits(down(g_r, n)), bits(r));
+  k_->add(s(), g_r, g_x, n);
+  for (int64_t i = 0; i < n; ++i) r[i] += x[i];
+  EXPECT_EQ(bits(down(g_r, n)), bits(r));
+}
+
+TEST_F(CudaTable, EmbeddingForwardAndItsDeterministicBackward) {
+  const int B = 4, T = 16, C = 64, V = 23;  // tokens repeat
+  std::vector<int32_t> tokens(B * T);
+  std::mt19937 rng(5);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % V);
+  const auto wte = randn(int64_t(V) * C, 20), wpe = randn(int64_t(T) * C, 21), dout = randn(int64_t(B) * T * C, 22);
+  std::vector<float> out(int64_t(B) * T * C);
+  auto dwte = randn(int64_t(V) * C, 23), dwpe = randn(int64_t(T) * C, 24);
+  float *g_out = up(out), *g_dwte = up(dwte), *g_dwpe = up(dwpe);
+  const int32_t* g_tokens = up(tokens);
+  k_->embedding_forward(s(), g_out, g_tokens, up(wte), up(wpe), B, T, C);
+  k_->embedding_backward(s(), g_dwte, g_dwpe, up(dout), g_tokens, B, T, C);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  EXPECT_EQ(bits(down(g_out, out.size())), bits(out));
+  EXPECT_EQ(bits(down(g_dwte, dwte.size())), bits(dwte));
+  EXPECT_EQ(bits(down(g_dwpe, dwpe.size())), bits(dwpe));
+}
+
+TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
+  ASSERT_FALSE(k_->attention_keeps_probabilities());
+  const int B = 2, T = 64, C = 128, NH = 2;
+  const int64_t N = int64_t(B) * T;
+  const auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
+  std::vector<float> out(N * C), att(int64_t(B) * NH * T * T), dqkv(N * 3 * C);
+  float* g_out = up(out);
+  float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
+  float* g_scratch = up(std::vector<float>(k_->attention_scratch_floats(B, T, NH)));
+  float* g_dqkv = up(dqkv);
+  const float *g_qkv = up(qkv), *g_dout = up(dout);
+  k_->attention_forward(s(), g_out, g_lse, g_qkv, B, T, C, NH);
+  k_->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_lse, g_scratch, B, T, C, NH);
+  std::vector<float> scratch(cpu::attention_scratch_floats(T));
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
+  expect_close(down(g_out, out.size()), out, 1e-5f, "attention out");
+  expect_close(down(g_dqkv, dqkv.size()), dqkv, 1e-5f, "attention dqkv");
+}
+
+TEST_F(CudaTable, TheHeadsLossAndGradientsInChunks) {
+  const int64_t N = 40;
+  const int C = 32, V = 500;
+  const auto inp = randn(N * C, 40), wte = randn(int64_t(V) * C, 41, 0.2f);
+  std::vector<int32_t> targets(N);
+  for (int64_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>((i * 37) % V);
+  for (DType act : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(act));
+    std::vector<double> losses(N);
+    std::vector<float> logits(int64_t(16) * V), dinp(N * C);
+    auto dwte = randn(int64_t(V) * C, 42);
+    double* g_losses = up(losses);
+    float *g_dinp = up(dinp), *g_dwte = up(dwte);
+    ClassifierArgs g{up(inp), up(wte), up(targets), N, C, V, 0.125f, act, up(logits), 16, g_losses, g_dinp, g_dwte};
+    ClassifierArgs c{inp.data(), wte.data(), targets.data(), N, C, V, 0.125f, act, logits.data(), 16, losses.data(),
+                     dinp.data(), dwte.data()};
+    k_->classifier_forward_backward(s(), g);
+    cpu::classifier_forward_backward(c);
+    const std::vector<double> got = down(g_losses, N);
+    for (int64_t i = 0; i < N; ++i) ASSERT_NEAR(got[i], losses[i], 1e-5 * std::fabs(losses[i])) << i;
+    expect_close(down(g_dinp, dinp.size()), dinp, 1e-5f, "dinp");
+    expect_close(down(g_dwte, dwte.size()), dwte, 1e-5f, "dwte");
+  }
+}
+
+TEST_F(CudaTable, CastsAndSumsAreTheCpusBitForBit) {
+  auto x = randn(10000, 50, 300.0f);
+  x.push_back(70000.0f);
+  x.push_back(1e-8f);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const float* g_x = up(x);
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint16_t> packed(n * 2);
+    void* g_packed = up(packed);
+    std::vector<float> back(n);
+    float* g_back = up(back);
+    k_->convert_from_f32(s(), t, g_x, g_packed, n);
+    k_->convert_to_f32(s(), t, g_packed, g_back, n);
+    std::vector<float> want = x;
+    round_to(t, want.data(), n);
+    EXPECT_EQ(bits(down(g_back, n)), bits(want));
+    float* g_r = up(x);
+    k_->round_to(s(), t, g_r, n);
+    EXPECT_EQ(bits(down(g_r, n)), bits(want));
+  }
+  std::vector<double> d(777);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = std::sin(double(i)) * 1e3;
+  std::vector<double> out(2);
+  double* g_out = up(out);
+  k_->sum(s(), up(d), int64_t(d.size()), g_out);
+  const auto big = randn(3 * (int64_t{1} << 16) + 5, 51);
+  k_->sum_squares(s(), up(big), int64_t(big.size()), g_out + 1);
+  const std::vector<double> got = down(g_out, 2);
+  EXPECT_EQ(got[0], cpu::sum(d.data(), int64_t(d.size())));
+  EXPECT_EQ(got[1], cpu::sum_squares(big.data(), int64_t(big.size())));
+}
+
+TEST_F(CudaTable, AdamAndEightBitAdamAreTheCpuUpdatesBitForBit) {
+  const int64_t n = 3 * kQuantBlock + 41;
+  const AdamStep step = make_adam_step(AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f, true}, 3e-3f, 5, 0.5f, true);
+  for (DType gt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(gt));
+    const auto g32 = randn(n, 60, 0.1f);
+    std::vector<uint16_t> g16(n);
+    convert_from_f32(gt == DType::kF32 ? DType::kBF16 : gt, g32.data(), g16.data(), n);
+    const void* grad = gt == DType::kF32 ? static_cast<const void*>(g32.data()) : g16.data();
+    const void* g_grad = gt == DType::kF32 ? static_cast<const void*>(up(g32)) : up(g16);
+    auto p = randn(n, 61), m = randn(n, 62, 0.01f), v = randn(n, 63, 0.01f);
+    for (float& e : v) e = e * e;
+    std::vector<uint16_t> p16(n);
+    float *g_p = up(p), *g_m = up(m), *g_v = up(v);
+    uint16_t* g_p16 = up(p16);
+    k_->adam(s(), AdamTensor{g_p, g_m, g_v, g_grad, gt, g_p16, DType::kBF16, n}, step);
+    adam_update(AdamTensor{p.data(), m.data(), v.data(), grad, gt, p16.data(), DType::kBF16, n}, step);
+    EXPECT_EQ(bits(down(g_p, n)), bits(p));
+    EXPECT_EQ(bits(down(g_m, n)), bits(m));
+    EXPECT_EQ(bits(down(g_v, n)), bits(v));
+    EXPECT_EQ(down(g_p16, n), p16);
+
+    // 8-bit states from zero over three steps.
+    const int64_t blocks = quant_blocks(n);
+    auto q = randn(n, 64);
+    std::vector<uint8_t> qm(n), qv(n);
+    std::vector<float> am(blocks), av(blocks);
+    Adam8bitTensor c{q.data(), qm.data(), qv.data(), am.data(), av.data(), grad, gt, nullptr, DType::kBF16, n};
+    adam8bit_zero_states(c);
+    Adam8bitTensor g{up(q), up(qm), up(qv), up(am), up(av), g_grad, gt, nullptr, DType::kBF16, n};
+    for (int k = 1; k <= 3; ++k) {
+      const AdamStep sk = make_adam_step(AdamHyper{}, 1e-3f, k, 1.0f, true);
+      k_->adam8bit(s(), g, sk);
+      adam8bit_update(c, sk);
+    }
+    EXPECT_EQ(bits(down(g.param, n)), bits(q));
+    EXPECT_EQ(down(g.m, n), qm);
+    EXPECT_EQ(down(g.v, n), qv);
+    EXPECT_EQ(bits(down(g.m_absmax, blocks)), bits(am));
+    EXPECT_EQ(bits(down(g.v_absmax, blocks)), bits(av));
+  }
+}
+
+}  // namespace
+}  // namespace zerod
