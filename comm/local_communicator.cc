@@ -1,7 +1,7 @@
-// The world of one: no MPI, no thread; collectives are copies.
-#include <cstring>
-
+// The world of one: no MPI, no thread; collectives are copies, between
+// host or GPU memory.
 #include "comm/communicator.h"
+#include "runtime/core/gpu_memory.h"
 
 namespace zerod {
 namespace {
@@ -14,11 +14,11 @@ class LocalCommunicator : public Communicator {
 
   WorkPtr all_reduce(void*, int64_t, CommType, ReduceOp) override { return done(); }
   WorkPtr reduce_scatter(const void* send, void* recv, int64_t count, CommType type, ReduceOp) override {
-    std::memcpy(recv, send, count * comm_type_size(type));
+    copy_any(recv, send, count * comm_type_size(type));
     return done();
   }
   WorkPtr all_gather(const void* send, void* recv, int64_t count, CommType type) override {
-    if (send != recv) std::memcpy(recv, send, count * comm_type_size(type));
+    if (send != recv) copy_any(recv, send, count * comm_type_size(type));
     return done();
   }
   WorkPtr broadcast(void*, int64_t, CommType, int) override { return done(); }

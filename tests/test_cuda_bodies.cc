@@ -22,6 +22,9 @@
 #include "runtime/kernels/cpu/adam.h"
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/model/gpt.h"
+#include "tests/test_support.h"
 #include "runtime/kernels/cuda/attention_body.h"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
@@ -335,6 +338,132 @@ TEST(CudaBodies, EightBitAdamIsTheCpuUpdateBitForBit) {
     ASSERT_EQ(gv, v) << "step " << s;
     ASSERT_EQ(bits(gmabs), bits(mabs)) << "step " << s;
     ASSERT_EQ(bits(gvabs), bits(vabs)) << "step " << s;
+  }
+}
+
+// The CPU table with the GPU's attention: only per-row statistics kept,
+// the bodies run over their grids. The model trained with it must compute
+// the CPU model's loss and gradients: this checks, without a GPU, the
+// model's side of an attention that keeps no probabilities (the saved
+// fields, the scratch, checkpointing and 16-bit activations).
+class RowAttentionTable : public Kernels {
+ public:
+  explicit RowAttentionTable(std::unique_ptr<Kernels> cpu) : k_(std::move(cpu)) {}
+  bool attention_keeps_probabilities() const override { return false; }
+  void attention_forward(Stream& s, float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
+    CpuDevice::launch(s, [=] {
+      for_each_index(int64_t(B) * NH * T, [&](int64_t r) { cuda::attention_forward_row(r, out, lse, qkv, T, C, NH); });
+    });
+  }
+  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* D,
+                          int B, int T, int C, int NH) override {
+    CpuDevice::launch(s, [=] {
+      const int64_t R = int64_t(B) * NH * T;
+      for_each_index(R, [&](int64_t r) { cuda::attention_backward_d_row(r, D, dout, qkv, lse, T, C, NH); });
+      for_each_index(R, [&](int64_t r) { cuda::attention_backward_dq_row(r, dqkv, dout, qkv, lse, D, T, C, NH); });
+      for_each_index(R, [&](int64_t r) { cuda::attention_backward_dkv_row(r, dqkv, dout, qkv, lse, D, T, C, NH); });
+    });
+  }
+  int64_t attention_scratch_floats(int B, int T, int NH) const override { return int64_t(B) * NH * T; }
+
+  void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
+                      int OC) override {
+    k_->matmul_forward(s, out, inp, w, bias, N, C, OC);
+  }
+  void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                       const float* w, int64_t N, int C, int OC) override {
+    k_->matmul_backward(s, dinp, dw, dbias, dout, inp, w, N, C, OC);
+  }
+  void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int64_t N, int C) override {
+    k_->layernorm_forward(s, out, mean, rstd, inp, w, b, N, C);
+  }
+  void layernorm_backward(Stream& s, float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int64_t N, int C) override {
+    k_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+  void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override { k_->gelu_forward(s, out, inp, n); }
+  void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) override {
+    k_->gelu_backward(s, dinp, inp, dout, n);
+  }
+  void residual_forward(Stream& s, float* out, const float* a, const float* b, int64_t n) override {
+    k_->residual_forward(s, out, a, b, n);
+  }
+  void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                         int T, int C) override {
+    k_->embedding_forward(s, out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
+                          int C) override {
+    k_->embedding_backward(s, dwte, dwpe, dout, tokens, B, T, C);
+  }
+  void classifier_logits(Stream& s, float* logits, const float* inp, int64_t stride, const float* wte, int64_t rows,
+                         int C, int V) override {
+    k_->classifier_logits(s, logits, inp, stride, wte, rows, C, V);
+  }
+  void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
+    k_->classifier_forward_backward(s, a);
+  }
+  void round_to(Stream& s, DType t, float* x, int64_t n) override { k_->round_to(s, t, x, n); }
+  void convert_from_f32(Stream& s, DType to, const float* src, void* dst, int64_t n) override {
+    k_->convert_from_f32(s, to, src, dst, n);
+  }
+  void convert_to_f32(Stream& s, DType from, const void* src, float* dst, int64_t n) override {
+    k_->convert_to_f32(s, from, src, dst, n);
+  }
+  void sum(Stream& s, const double* x, int64_t n, double* out) override { k_->sum(s, x, n, out); }
+  void sum_squares(Stream& s, const float* x, int64_t n, double* out) override { k_->sum_squares(s, x, n, out); }
+  void add(Stream& s, float* dst, const float* src, int64_t n) override { k_->add(s, dst, src, n); }
+  void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override { k_->adam(s, t, step); }
+  void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override { k_->adam8bit(s, t, step); }
+
+ private:
+  std::unique_ptr<Kernels> k_;
+};
+
+// Tolerances as for attention above: 2e-6 of the largest gradient in fp32;
+// 2e-2 with bf16 activations, where the CPU keeps attention's
+// probabilities rounded to bf16 and this table keeps none.
+TEST(CudaBodies, TheModelWithRowStatisticsAttentionHasTheCpuModelsGradients) {
+  const GptConfig cfg{2, 4, 64, 96, 32};
+  const int B = 2, T = 32;
+  testing::CpuRig rig;
+  RowAttentionTable rows(*kernels_for(rig.device));
+  std::mt19937 rng(9);
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    inputs[i] = static_cast<int32_t>(rng() % cfg.vocab_size);
+    targets[i] = static_cast<int32_t>(rng() % cfg.vocab_size);
+  }
+  for (DType act : {DType::kF32, DType::kBF16}) {
+    for (bool checkpointing : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(act) << (checkpointing ? ", checkpointing" : ""));
+      auto rm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, rows);
+      auto cm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, *rig.kernels);
+      ASSERT_TRUE(rm.ok() && cm.ok());
+      const GptLayout& layout = (*cm)->layout();
+      std::vector<float> params(layout.num_params());
+      init_gpt_params(layout, 5, params.data());
+      std::vector<std::vector<float>> grads(2, std::vector<float>(params.size(), 0.0f));
+      double loss[2];
+      for (int m = 0; m < 2; ++m) {
+        Kernels& k = m == 0 ? static_cast<Kernels&>(rows) : *rig.kernels;
+        auto w = FlatWeights::create(&layout, DType::kF32, params.data(), rig.device, k);
+        ASSERT_TRUE(w.ok());
+        FlatGrads sink(&layout, grads[m].data());
+        auto l = (m == 0 ? *rm : *cm)->forward_backward(*w, sink, inputs.data(), targets.data(), B, T, 1.0f);
+        ASSERT_TRUE(l.ok()) << l.status();
+        loss[m] = *l;
+      }
+      const double tol = act == DType::kF32 ? 2e-6 : 2e-2;
+      EXPECT_NEAR(loss[0], loss[1], tol * std::fabs(loss[1]));
+      for (const ParamSegment& t : layout.segments()) {
+        const std::vector<float> got(grads[0].begin() + t.offset, grads[0].begin() + t.offset + t.numel);
+        const std::vector<float> want(grads[1].begin() + t.offset, grads[1].begin() + t.offset + t.numel);
+        SCOPED_TRACE(::testing::Message() << layout.tensor(t.id).name << " layer " << t.layer);
+        expect_close(got, want, static_cast<float>(tol), "gradient");
+      }
+    }
   }
 }
 

@@ -20,6 +20,10 @@ void gpu_free(void* p);
 absl::StatusOr<void*> pinned_alloc(size_t bytes);
 void pinned_free(void* p);
 
+// Copies `bytes` between any two addresses of this process, host or GPU,
+// and returns once the copy is complete (a world of one's collectives).
+void copy_any(void* dst, const void* src, size_t bytes);
+
 // GPU `ordinal` as a Device (runtime/core/cuda_device.h).
 absl::StatusOr<std::unique_ptr<Device>> open_cuda_device(int ordinal, MemoryAccountant& acct);
 

@@ -1,6 +1,10 @@
 // CUDA implementation of the raw allocations (core/gpu_memory.h).
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/core/gpu_memory.h"
 
@@ -41,6 +45,34 @@ absl::StatusOr<void*> pinned_alloc(size_t bytes) {
 
 void pinned_free(void* p) {
   if (p) cudaFreeHost(p);
+}
+
+namespace {
+
+bool on_gpu(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+}  // namespace
+
+void copy_any(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (cuda_device_count() == 0 || (!on_gpu(dst) && !on_gpu(src))) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  // cudaMemcpy returns before a device-to-device copy ends: wait for it.
+  cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "zerod: copy of %zu bytes failed: %s\n", bytes, cudaGetErrorString(err));
+    std::abort();
+  }
 }
 
 }  // namespace zerod

@@ -1,5 +1,7 @@
 #include "runtime/core/gpu_memory.h"
 
+#include <cstring>
+
 namespace zerod {
 
 int cuda_device_count() { return 0; }
@@ -13,6 +15,8 @@ absl::StatusOr<void*> pinned_alloc(size_t) {
   return absl::FailedPreconditionError("pinned host memory requested, but zerod was built without CUDA");
 }
 void pinned_free(void*) {}
+
+void copy_any(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 
 absl::StatusOr<std::unique_ptr<Device>> open_cuda_device(int, MemoryAccountant&) {
   return absl::FailedPreconditionError("zerod was built without CUDA (ZEROD_WITH_CUDA=OFF)");
