@@ -2,8 +2,11 @@
 # The one command run on a GPU machine (see ../shared/GPU.md): builds zerod
 # from the tree and the Debian packages that scripts/gpu_deps.sh put in
 # .gpu-deps/ (unpacked into a private prefix, never into /), runs every test
-# of the CUDA-only build (no MPI, no gRPC) on the GPU, and writes the
-# machine, the build log and the test log to $OUT (or gpu-results/).
+# of the CUDA-only build (no MPI, no gRPC) on the GPU, the kernel tests
+# again under compute-sanitizer (memcheck, racecheck), gpt2-xl under a
+# 12 GiB cap, and the GPU benchmarks in what is left of 9 minutes; writes
+# the machine, the logs and summary.txt (the results) to $OUT (or
+# gpu-results/).
 #   Here:            scripts/gpu_deps.sh
 #   On the GPU:      scripts/gpu_check.sh      (carry .gpu-deps)
 set -uo pipefail
@@ -64,4 +67,35 @@ grep -E "\*\*\*|Failed  |Not Run" "$out/ctest.log" | head -20 | tee -a "$summary
 # What was skipped, and why (only GPU tests may skip, and here none should).
 grep -h -A1 "SKIPPED \]\|Skipped" "$out/ctest.log" | head -20 | tee -a "$summary"
 say "tests took $((SECONDS - start)) s, exit $rc"
+
+# Every CUDA kernel test under compute-sanitizer.
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$sanitizer" ]; then
+  for tool in memcheck racecheck; do
+    "$sanitizer" --tool "$tool" --error-exitcode 9 "$build/tests/test_cuda_kernels" >"$out/sanitizer-$tool.log" 2>&1
+    code=$?
+    say "compute-sanitizer $tool on test_cuda_kernels: exit $code, $(grep -h 'ERROR SUMMARY' "$out/sanitizer-$tool.log" | tail -1)"
+    [ "$code" = 0 ] || rc=1
+  done
+else
+  say "compute-sanitizer not found: the sanitizer runs did not happen"
+  rc=1
+fi
+
+# gpt2-xl bf16 with activation checkpointing under a 12 GiB cap, random
+# weights: it trains as far as the cap lets it without offload.
+timeout 120 "$build/cmd/zero-worker" --config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null \
+  --set run.steps=3 >"$out/gpt2-xl-12GiB.log" 2>&1
+say "gpt2-xl under 12 GiB: exit $?; $(grep -E 'error|step|peak' "$out/gpt2-xl-12GiB.log" | tail -4 | tr '\n' ' ')"
+
+# The benchmarks get what is left of 540 s since the start, split over
+# their four runs.
+left=$((540 - SECONDS))
+if [ "$left" -gt 120 ]; then
+  bench/gpu/train_vs_torch.sh "$build" "$out/bench" 1 $((left / 4)) >/dev/null 2>&1
+  sed 's/^/gpu_check: /' "$out/bench/train_vs_torch.txt" | tee -a "$summary"
+else
+  say "no time left for the benchmarks (${left} s)"
+fi
+say "done in $SECONDS s, exit $rc"
 exit $rc

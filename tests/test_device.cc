@@ -204,6 +204,37 @@ TEST(DeviceRegistry, OpensWhatIsThereAndRefusesWhatIsNot) {
   EXPECT_NE(bad.status().message().find("'tpu'"), std::string::npos) << bad.status();
 }
 
+// A device of GPU memory that is no CUDA device gets no table: kernels_for
+// picks the table by the device's kind and names the device it refuses.
+TEST(DeviceRegistry, ATableOnlyForADeviceOfAKnownKind) {
+  class FakeGpu : public Device {
+   public:
+    FakeGpu() : Device(MemoryAccountant::global()), stream_(CpuDeviceOptions{}, 1) {}
+    std::string name() const override { return "fake-gpu"; }
+    Tier memory_tier() const override { return Tier::kGpu; }
+    Stream& compute_stream() override { return stream_; }
+    absl::StatusOr<std::unique_ptr<Stream>> create_stream() override { return absl::UnimplementedError("fake"); }
+    absl::StatusOr<std::unique_ptr<Event>> create_event() override { return absl::UnimplementedError("fake"); }
+    void memset(Stream&, void*, int, uint64_t) override {}
+    void copy(Stream&, void*, const void*, uint64_t) override {}
+    void record(Stream&, Event&) override {}
+    void wait(Stream&, Event&) override {}
+    absl::Status synchronize(Stream&) override { return absl::OkStatus(); }
+    absl::Status synchronize(Event&) override { return absl::OkStatus(); }
+
+   private:
+    CpuStream stream_;
+  };
+  FakeGpu fake;
+  auto refused = kernels_for(fake);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("fake-gpu"), std::string::npos) << refused.status();
+  CpuDevice cpu;
+  auto table = kernels_for(cpu);
+  ASSERT_TRUE(table.ok());
+  EXPECT_TRUE((*table)->attention_keeps_probabilities());
+}
+
 std::vector<float> random_floats(int64_t n, uint64_t seed) {
   NormalRng rng(seed);
   std::vector<float> v(n);

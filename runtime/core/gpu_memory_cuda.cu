@@ -62,7 +62,8 @@ bool on_gpu(const void* p) {
 
 void copy_any(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  if (cuda_device_count() == 0 || (!on_gpu(dst) && !on_gpu(src))) {
+  static const bool gpus = cuda_device_count() > 0;
+  if (!gpus || (!on_gpu(dst) && !on_gpu(src))) {
     std::memcpy(dst, src, bytes);
     return;
   }
