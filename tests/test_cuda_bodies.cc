@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "runtime/kernels/cpu/adam.h"
@@ -24,6 +23,7 @@
 #include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt.h"
+#include "tests/float_compare.h"
 #include "tests/test_support.h"
 #include "runtime/kernels/cuda/attention_body.h"
 #include "runtime/kernels/cuda/optim_body.h"
@@ -33,33 +33,14 @@
 namespace zerod {
 namespace {
 
+using testing::bits;
+using testing::expect_close;
+using testing::randn;
+
 // The launch grid: f(i) for every thread index i in [0, n).
 template <class F>
 void for_each_index(int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) f(i);
-}
-
-std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-float max_abs(const std::vector<float>& v) {
-  float m = 0.0f;
-  for (float x : v) m = std::max(m, std::fabs(x));
-  return m;
-}
-
-// |got - want| <= rel * max|want| everywhere.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const float tol = rel * std::max(max_abs(want), 1e-30f);
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tol) << what << " at " << i;
-  }
 }
 
 constexpr float kUlps4 = 4 * 0x1p-23f;
@@ -222,12 +203,6 @@ TEST(CudaBodies, CastsAreDtypeHsConversionsBitForBit) {
     }
     EXPECT_EQ(gpacked, packed) << dtype_name(t);
   }
-}
-
-std::vector<uint32_t> bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * 4);
-  return b;
 }
 
 // Gradients of each type, with and without a 16-bit copy: the body's
@@ -429,12 +404,8 @@ TEST(CudaBodies, TheModelWithRowStatisticsAttentionHasTheCpuModelsGradients) {
   const int B = 2, T = 32;
   testing::CpuRig rig;
   RowAttentionTable rows(*kernels_for(rig.device));
-  std::mt19937 rng(9);
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) {
-    inputs[i] = static_cast<int32_t>(rng() % cfg.vocab_size);
-    targets[i] = static_cast<int32_t>(rng() % cfg.vocab_size);
-  }
+  const std::vector<int32_t> inputs = testing::random_tokens(B * T, cfg.vocab_size, 9),
+                             targets = testing::random_tokens(B * T, cfg.vocab_size, 10);
   for (DType act : {DType::kF32, DType::kBF16}) {
     for (bool checkpointing : {false, true}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(act) << (checkpointing ? ", checkpointing" : ""));

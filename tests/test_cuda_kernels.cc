@@ -19,32 +19,15 @@
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
 #include "tests/cuda_rig.h"
+#include "tests/float_compare.h"
 
 namespace zerod {
 namespace {
 
 using CudaTable = testing::CudaTest;
-
-std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  float m = 1e-30f;
-  for (float x : want) m = std::max(m, std::fabs(x));
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * m) << what << " at " << i;
-}
-
-std::vector<uint32_t> bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * 4);
-  return b;
-}
+using testing::bits;
+using testing::expect_close;
+using testing::randn;
 
 TEST_F(CudaTable, MatrixProductsWithBiasAndTheirGradients) {
   const int64_t N = 96;

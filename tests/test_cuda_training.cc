@@ -15,7 +15,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #include "runtime/model/gpt.h"
 #include "runtime/model/param_init.h"
 #include "tests/cuda_rig.h"
+#include "tests/float_compare.h"
 #include "tests/test_support.h"
 #include "tests/worker_run.h"
 
@@ -78,12 +78,8 @@ TEST_F(CudaTraining, ModelGradientsMatchTheCpu) {
   const GptConfig cfg{2, 4, 64, 96, 32};
   const int B = 2, T = 32;
   testing::CpuRig cpu(CpuDeviceOptions{});
-  std::mt19937 rng(9);
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) {
-    inputs[i] = static_cast<int32_t>(rng() % cfg.vocab_size);
-    targets[i] = static_cast<int32_t>(rng() % cfg.vocab_size);
-  }
+  const std::vector<int32_t> inputs = testing::random_tokens(B * T, cfg.vocab_size, 9),
+                             targets = testing::random_tokens(B * T, cfg.vocab_size, 10);
   for (DType act : {DType::kF32, DType::kBF16}) {
     for (bool checkpointing : {false, true}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(act) << (checkpointing ? ", checkpointing" : ""));
@@ -107,12 +103,10 @@ TEST_F(CudaTraining, ModelGradientsMatchTheCpu) {
       EXPECT_NEAR(*gl, *cl, tol * std::fabs(*cl));
       const std::vector<float> got = down(g_grads, grads.size());
       for (const ParamSegment& t : layout.segments()) {
-        float m = 0.0f;
-        for (int64_t i = 0; i < t.numel; ++i) m = std::max(m, std::fabs(grads[t.offset + i]));
-        for (int64_t i = 0; i < t.numel; ++i) {
-          ASSERT_NEAR(got[t.offset + i], grads[t.offset + i], tol * m)
-              << layout.tensor(t.id).name << " layer " << t.layer << " element " << i;
-        }
+        SCOPED_TRACE(::testing::Message() << layout.tensor(t.id).name << " layer " << t.layer);
+        testing::expect_close(std::vector<float>(got.begin() + t.offset, got.begin() + t.offset + t.numel),
+                              std::vector<float>(grads.begin() + t.offset, grads.begin() + t.offset + t.numel),
+                              static_cast<float>(tol), "gradient");
       }
     }
   }

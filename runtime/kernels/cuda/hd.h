@@ -2,9 +2,12 @@
 // compiles for the device and any C++ compiler for the host, so that each
 // body also runs on the CPU, over the same grid, in a test without a GPU
 // (tests/test_cuda_bodies.cc). Element types convert exactly as
-// runtime/core/dtype.h converts them.
+// runtime/core/dtype.h converts them. Bodies check the indices they read
+// from data (token ids, targets) with assert: in debug builds, on the
+// device as on the host.
 #pragma once
 
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

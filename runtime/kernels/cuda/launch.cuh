@@ -1,5 +1,5 @@
 // Launching the bodies: one thread per index, in blocks of 256, each
-// launch checked. A launch that fails is a bug of the table (a bad
+// launch checked (and, in debug builds, the bodies' ZD_ASSERTs). A launch that fails is a bug of the table (a bad
 // configuration), so it aborts naming the kernel; debug builds also wait
 // for each kernel, so that a fault is reported at the kernel that made it
 // rather than at the next synchronize.
@@ -37,6 +37,10 @@ void launch_each(cudaStream_t s, int64_t n, const char* what, F f) {
   if (n <= 0) return;
   constexpr int kThreads = 256;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
+  if (blocks > 0x7fffffff) {
+    std::fprintf(stderr, "zerod: CUDA kernel %s over %lld indices exceeds the grid\n", what, static_cast<long long>(n));
+    std::abort();
+  }
   for_each_index<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(n, f);
   check_launch(s, what);
 }

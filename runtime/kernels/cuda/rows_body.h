@@ -68,6 +68,7 @@ ZD_HD void embedding_forward_at(int64_t j, float* out, const int32_t* tokens, co
                                 int T, int C) {
   const int64_t row = j / C, i = j % C;
   const int t = static_cast<int>(row % T);
+  assert(tokens[row] >= 0);
   out[j] = wte[int64_t(tokens[row]) * C + i] + wpe[int64_t(t) * C + i];
 }
 
@@ -98,6 +99,7 @@ ZD_HD void softmax_cross_entropy_row(int64_t r, float* logits, double* losses, c
   double sum = 0.0;
   for (int i = 0; i < V; ++i) sum += exp(static_cast<double>(z[i] - mx));
   const int tgt = targets[r];
+  assert(tgt >= 0 && tgt < V);
   losses[r] = log(sum) - static_cast<double>(z[tgt] - mx);
   if (dloss == 0.0f) return;
   const double inv = 1.0 / sum;

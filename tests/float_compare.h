@@ -1,0 +1,47 @@
+// Random inputs and float comparisons for the tests that hold one kernel
+// table to another.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace zerod::testing {
+
+inline std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// n token ids below vocab.
+inline std::vector<int32_t> random_tokens(int64_t n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> v(n);
+  for (int32_t& t : v) t = static_cast<int32_t>(rng() % vocab);
+  return v;
+}
+
+// |got - want| <= rel * max|want| everywhere.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float m = 1e-30f;
+  for (float x : want) m = std::max(m, std::fabs(x));
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * m) << what << " at " << i;
+}
+
+// The bit patterns, so that EXPECT_EQ compares bits (NaN and -0 included).
+inline std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+}  // namespace zerod::testing
