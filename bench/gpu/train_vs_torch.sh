@@ -4,7 +4,9 @@
 # batch, alternated in the same call: gpt2 at B = 16 and gpt2-xl at B = 8,
 # T = 1024, bf16. One JSON line per run in OUT/train_vs_torch.jsonl, and
 # the table in OUT/train_vs_torch.txt (tokens/s, MFU = (6N + 6LCT) tokens/s
-# over 989 TFLOP/s, and zerod's ratio to PyTorch in the same round).
+# over 989 TFLOP/s, and zerod's ratio to PyTorch in the same round; zerod's
+# figure is the median of its steps after the first, PyTorch's the mean of
+# its timed steps after three warm-up ones).
 #   bench/gpu/train_vs_torch.sh BUILD_DIR OUT [ROUNDS] [SECONDS_PER_RUN]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,10 +19,12 @@ shapes=("gpt2 gpt2 12 768 12 16 6" "gpt2-xl gpt2-xl 48 1600 25 8 3")
 for round in $(seq 1 "$rounds"); do
   for shape in "${shapes[@]}"; do
     read -r name preset L C H B steps <<<"$shape"
-    summary=$(timeout "$limit" "$build/cmd/zero-worker" --config examples/gpu_gpt2.json --log-format json \
+    # Text data and no sample: nothing but training steps after the last one.
+    steps_json=$(timeout "$limit" "$build/cmd/zero-worker" --config examples/gpu_gpt2.json --log-format json \
       --set "model.preset=\"$preset\"" --set train_batch_size=$B --set train_micro_batch_size_per_gpu=$B \
-      --set run.steps=$steps --set steps_per_print=1 2>"$out/zerod-$name-$round.err" | grep '"summary"')
-    echo "{\"round\":$round,\"shape\":\"$name\",\"impl\":\"zerod\",\"L\":$L,\"C\":$C,\"B\":$B,\"summary\":${summary:-null}}" >>"$log"
+      --set data.kind='"text"' --set data.path='"README.md"' --set run.sample.tokens=0 \
+      --set run.steps=$steps --set steps_per_print=1 2>"$out/zerod-$name-$round.err" | grep '"step"' | paste -sd,)
+    echo "{\"round\":$round,\"shape\":\"$name\",\"impl\":\"zerod\",\"L\":$L,\"C\":$C,\"B\":$B,\"steps\":[${steps_json}]}" >>"$log"
     torch=$(timeout "$limit" python3 bench/gpu/torch_gpt2.py --layers "$L" --width "$C" --heads "$H" --batch "$B" \
       --seq 1024 --compile 2>"$out/torch-$name-$round.err" | tail -1)
     echo "{\"round\":$round,\"shape\":\"$name\",\"impl\":\"pytorch-compile\",\"L\":$L,\"C\":$C,\"B\":$B,\"result\":${torch:-null}}" >>"$log"
@@ -33,8 +37,10 @@ peak, T = 989e12, 1024
 def mfu(n, L, C, tok): return (6 * n + 6 * L * C * T) * tok / peak
 print(f"{'round':>5} {'shape':>8} {'zerod tok/s':>12} {'MFU':>6} {'torch tok/s':>12} {'MFU':>6} {'ratio':>6}")
 for z, t in zip(rows[0::2], rows[1::2]):
-    zs, tr = z["summary"] or {}, t["result"] or {}
-    ztok, ttok = zs.get("tokens_per_s"), tr.get("tokens_per_s")
+    # zerod: the median tokens/s of its steps after the first (the warm-up).
+    zt = sorted(s["tokens_per_s"] for s in z["steps"][1:])
+    tr = t["result"] or {}
+    ztok, ttok = (round(zt[len(zt) // 2]) if zt else None), tr.get("tokens_per_s")
     n = tr.get("params")
     zm = f"{mfu(n, z['L'], z['C'], ztok):.3f}" if ztok and n else "-"
     tm = f"{tr['mfu']:.3f}" if tr.get("mfu") else "-"
