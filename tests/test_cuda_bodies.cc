@@ -11,6 +11,7 @@
 // fp32 relative to each tensor's largest value. Attention computes
 // differently (recomputed probabilities, no T x T matrix): held to 2e-6
 // relative to the largest value, about 16 fp32 ulps, for T = 32.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "tests/float_compare.h"
 #include "tests/test_support.h"
 #include "runtime/kernels/cuda/attention_body.h"
+#include "runtime/kernels/cuda/gemm_args.h"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
 #include "runtime/kernels/cuda/rows_body.h"
@@ -116,6 +118,59 @@ TEST(CudaBodies, EmbeddingAndBiasGradientAreTheCpuKernelsBitForBit) {
   cpu::matmul_backward(nullptr, dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, 8, OC);
   for_each_index(OC, [&](int64_t o) { cuda::bias_backward_column(int(o), gdbias.data(), dout.data(), N, OC); });
   EXPECT_EQ(gdbias, dbias);
+}
+
+// The gemm calls the CUDA table makes, each run through OpenBLAS's
+// column-major sgemm as cuBLAS would take it, against the CPU kernels'
+// row-major products: 1e-5 of the largest value (the two layouts may sum
+// in different orders).
+void colmajor_gemm(const cuda::ColMajorGemm& g) {
+  cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n,
+              g.k, 1.0f, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+}
+
+TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
+  const int64_t N = 24;
+  const int C = 40, OC = 56, V = 70;
+  const auto inp = randn(N * C, 90), w = randn(int64_t(C) * OC, 91), dout = randn(N * OC, 92);
+  std::vector<float> out(N * OC), gout(N * OC), dinp(N * C), gdinp(N * C);
+  auto dw = randn(int64_t(C) * OC, 93), gdw = dw;
+  cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+  colmajor_gemm(cuda::matmul_forward_gemm(gout.data(), inp.data(), w.data(), N, C, OC, 0.0f));
+  expect_close(gout, out, 1e-5f, "matmul forward");
+  cpu::matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  colmajor_gemm(cuda::matmul_dinp_gemm(gdinp.data(), dout.data(), w.data(), N, C, OC));
+  colmajor_gemm(cuda::matmul_dw_gemm(gdw.data(), dout.data(), inp.data(), N, C, OC));
+  expect_close(gdinp, dinp, 1e-5f, "matmul dinp");
+  expect_close(gdw, dw, 1e-5f, "matmul dw (accumulated)");
+
+  // The head: logits of every other row (a stride of 2C), then its two
+  // backward products from a [rows, V] gradient.
+  const int64_t rows = N / 2;
+  const auto wte = randn(int64_t(V) * C, 94), dlogits = randn(rows * V, 95);
+  std::vector<float> logits(rows * V), glogits(rows * V), hdinp(rows * C), ghdinp(rows * C);
+  auto dwte = randn(int64_t(V) * C, 96), gdwte = dwte;
+  cpu::classifier_logits(logits.data(), inp.data(), 2 * C, wte.data(), rows, C, V);
+  colmajor_gemm(cuda::logits_gemm(glogits.data(), inp.data(), 2 * C, wte.data(), rows, C, V));
+  expect_close(glogits, logits, 1e-5f, "logits");
+  for (int64_t r = 0; r < rows; ++r) {  // the naive products
+    for (int c = 0; c < C; ++c) {
+      double d = 0.0;
+      for (int v = 0; v < V; ++v) d += double(dlogits[r * V + v]) * wte[int64_t(v) * C + c];
+      hdinp[r * C + c] = static_cast<float>(d);
+    }
+  }
+  for (int v = 0; v < V; ++v) {
+    for (int c = 0; c < C; ++c) {
+      double d = 0.0;
+      for (int64_t r = 0; r < rows; ++r) d += double(dlogits[r * V + v]) * inp[r * C + c];
+      dwte[int64_t(v) * C + c] += static_cast<float>(d);
+    }
+  }
+  colmajor_gemm(cuda::head_dinp_gemm(ghdinp.data(), dlogits.data(), wte.data(), rows, C, V));
+  colmajor_gemm(cuda::head_dwte_gemm(gdwte.data(), dlogits.data(), inp.data(), rows, C, V));
+  expect_close(ghdinp, hdinp, 1e-5f, "head dinp");
+  expect_close(gdwte, dwte, 1e-5f, "head dwte (accumulated)");
 }
 
 TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) {

@@ -11,6 +11,7 @@
 #include "runtime/core/cuda_device.h"
 #include "runtime/kernels/cuda/attention_body.h"
 #include "runtime/kernels/cuda/cuda_table.h"
+#include "runtime/kernels/cuda/gemm_args.h"
 #include "runtime/kernels/cuda/launch.cuh"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
@@ -85,13 +86,12 @@ class CudaKernels : public Kernels {
       launch_each(cs(s), N * OC, "matmul_bias", [=] __device__(int64_t i) { out[i] = bias[i % OC]; });
       beta = 1.0f;
     }
-    // Row-major out[N, OC] = inp[N, C] @ w[C, OC] is column-major out^T = w^T inp^T.
-    gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, w, OC, inp, C, beta, out, OC);
+    gemm(s, cuda::matmul_forward_gemm(out, inp, w, N, C, OC, beta));
   }
   void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                        const float* w, int64_t N, int C, int OC) override {
-    if (dinp) gemm(s, CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, w, OC, dout, OC, 0.0f, dinp, C);  // dout @ w^T
-    gemm(s, CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, dout, OC, inp, C, 1.0f, dw, OC);            // dw += inp^T @ dout
+    if (dinp) gemm(s, cuda::matmul_dinp_gemm(dinp, dout, w, N, C, OC));
+    gemm(s, cuda::matmul_dw_gemm(dw, dout, inp, N, C, OC));
     if (!dbias) return;
     launch_each(cs(s), OC, "bias_backward",
                 [=] __device__(int64_t o) { cuda::bias_backward_column(int(o), dbias, dout, N, OC); });
@@ -149,7 +149,7 @@ class CudaKernels : public Kernels {
   }
   void classifier_logits(Stream& s, float* logits, const float* inp, int64_t inp_stride, const float* wte,
                          int64_t rows, int C, int V) override {
-    gemm(s, CUBLAS_OP_T, CUBLAS_OP_N, V, rows, C, wte, C, inp, inp_stride, 0.0f, logits, V);
+    gemm(s, cuda::logits_gemm(logits, inp, inp_stride, wte, rows, C, V));
   }
   void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
     const int C = a.C, V = a.V;
@@ -164,8 +164,8 @@ class CudaKernels : public Kernels {
       launch_each(cs(s), rows, "softmax_cross_entropy", [=] __device__(int64_t r) {
         cuda::softmax_cross_entropy_row(r, logits, losses, targets, V, dloss);
       });
-      gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, C, rows, V, a.wte, C, a.logits, V, 0.0f, a.dinp + r0 * C, C);  // dlogits @ wte
-      gemm(s, CUBLAS_OP_N, CUBLAS_OP_T, C, V, rows, a.inp + r0 * C, C, a.logits, V, 1.0f, a.dwte, C);  // += dlogits^T @ inp
+      gemm(s, cuda::head_dinp_gemm(a.dinp + r0 * C, a.logits, a.wte, rows, C, V));
+      gemm(s, cuda::head_dwte_gemm(a.dwte, a.logits, a.inp + r0 * C, rows, C, V));
     }
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override {
@@ -223,10 +223,8 @@ class CudaKernels : public Kernels {
 
   static cudaStream_t cs(Stream& s) { return cuda_stream(s); }
 
-  // Column-major C = op(A) op(B) + beta C, m x n, inner k, on stream s.
-  void gemm(Stream& s, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const float* A,
-            int64_t lda, const float* B, int64_t ldb, float beta, float* Cm, int64_t ldc) {
-    if (m == 0 || n == 0) return;
+  void gemm(Stream& s, const cuda::ColMajorGemm& g) {
+    if (g.m == 0 || g.n == 0) return;
     cudaStream_t stream = cs(s);
     if (stream != blas_stream_) {
       // cublasSetStream drops a user workspace, so it is set again after.
@@ -235,7 +233,9 @@ class CudaKernels : public Kernels {
       blas_stream_ = stream;
     }
     const float one = 1.0f;
-    check(cublasSgemm_64(blas_, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, Cm, ldc), "cublasSgemm");
+    const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check(cublasSgemm_64(blas_, ta, tb, g.m, g.n, g.k, &one, g.A, g.lda, g.B, g.ldb, &g.beta, g.C, g.ldc),
+          "cublasSgemm");
     cuda::check_launch(stream, "cublasSgemm");
   }
   static void check(cublasStatus_t st, const char* what) {
