@@ -188,9 +188,9 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
   EXPECT_EQ(glogits, logits);
 
   // Three chunks, the last one partial.
-  const int64_t n = 2 * cuda::kSquaresChunk + 1234;
+  const int64_t n = 2 * cpu::kSquaresChunk + 1234;
   const auto x = randn(n, 21);
-  const int64_t chunks = (n + cuda::kSquaresChunk - 1) / cuda::kSquaresChunk;
+  const int64_t chunks = (n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk;
   ASSERT_EQ(chunks, 3);
   std::vector<double> partial(chunks);
   for_each_index(chunks, [&](int64_t c) { partial[c] = cuda::sum_squares_chunk(c, x.data(), n); });

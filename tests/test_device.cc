@@ -213,8 +213,13 @@ TEST(DeviceRegistry, ATableOnlyForADeviceOfAKnownKind) {
     std::string name() const override { return "fake-gpu"; }
     Tier memory_tier() const override { return Tier::kGpu; }
     Stream& compute_stream() override { return stream_; }
-    absl::StatusOr<std::unique_ptr<Stream>> create_stream() override { return absl::UnimplementedError("fake"); }
-    absl::StatusOr<std::unique_ptr<Event>> create_event() override { return absl::UnimplementedError("fake"); }
+    // Only its kind is asked for: it makes no streams or events of its own.
+    absl::StatusOr<std::unique_ptr<Stream>> create_stream() override {
+      return absl::FailedPreconditionError("fake-gpu has only its compute stream");
+    }
+    absl::StatusOr<std::unique_ptr<Event>> create_event() override {
+      return absl::FailedPreconditionError("fake-gpu has no events");
+    }
     void memset(Stream&, void*, int, uint64_t) override {}
     void copy(Stream&, void*, const void*, uint64_t) override {}
     void record(Stream&, Event&) override {}

@@ -84,8 +84,10 @@ void classifier_forward_backward(const ClassifierArgs& a);
 // x[0] + x[1] + ... in that order.
 double sum(const double* x, int64_t n);
 
-// Sum of squares in double over fixed-size chunks added in order: the same
-// bits for any thread count.
+// Sum of squares in double over chunks of kSquaresChunk elements, each
+// summed in order, the chunks then added in order: the same bits for any
+// thread count (and on the GPU).
+inline constexpr int64_t kSquaresChunk = int64_t{1} << 16;
 double sum_squares(const float* x, int64_t n);
 
 }  // namespace zerod::cpu

@@ -6,12 +6,11 @@
 namespace zerod::cpu {
 
 double sum_squares(const float* x, int64_t n) {
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
   std::vector<double> partial(chunks);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+    const int64_t lo = c * kSquaresChunk, hi = std::min(n, lo + kSquaresChunk);
     double s = 0.0;
     for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * x[i];
     partial[c] = s;

@@ -189,7 +189,7 @@ class CudaKernels : public Kernels {
   // The chunks' partial sums share one buffer: the table serves one stream
   // at a time (the compute stream).
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override {
-    const int64_t chunks = (n + cuda::kSquaresChunk - 1) / cuda::kSquaresChunk;
+    const int64_t chunks = (n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk;
     if (chunks > kMaxChunks) {
       std::fprintf(stderr, "zerod: sum_squares of %lld elements exceeds the table's %lld chunks\n",
                    static_cast<long long>(n), static_cast<long long>(kMaxChunks));

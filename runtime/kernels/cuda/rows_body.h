@@ -7,11 +7,10 @@
 // are the CPU's, with no atomics: the same bits every run.
 #pragma once
 
+#include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/cuda/hd.h"
 
 namespace zerod::cuda {
-
-inline constexpr float kLnEps = 1e-5f;  // kLayerNormEps
 
 ZD_HD void layernorm_forward_row(int64_t n, float* out, float* mean, float* rstd, const float* inp, const float* w,
                                  const float* b, int C) {
@@ -22,7 +21,7 @@ ZD_HD void layernorm_forward_row(int64_t n, float* out, float* mean, float* rstd
   float v = 0.0f;
   for (int i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
   v /= C;
-  const float s = 1.0f / sqrtf(v + kLnEps);
+  const float s = 1.0f / sqrtf(v + cpu::kLayerNormEps);
   float* o = out + n * C;
   for (int i = 0; i < C; ++i) o[i] = (x[i] - m) * s * w[i] + b[i];
   mean[n] = m;
@@ -109,12 +108,9 @@ ZD_HD void softmax_cross_entropy_row(int64_t r, float* logits, double* losses, c
   }
 }
 
-// The sum of squares runs in chunks of this many elements, each summed in
-// order, the chunks then added in order (cpu::sum_squares).
-inline constexpr int64_t kSquaresChunk = int64_t{1} << 16;
-
+// Chunk c of cpu::sum_squares's order.
 ZD_HD double sum_squares_chunk(int64_t c, const float* x, int64_t n) {
-  const int64_t lo = c * kSquaresChunk, hi = lo + kSquaresChunk < n ? lo + kSquaresChunk : n;
+  const int64_t lo = c * cpu::kSquaresChunk, hi = lo + cpu::kSquaresChunk < n ? lo + cpu::kSquaresChunk : n;
   double s = 0.0;
   for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * x[i];
   return s;
