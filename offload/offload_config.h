@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/core/memory.h"
+#include "runtime/core/device.h"
 
 namespace zerod {
 
@@ -19,7 +19,8 @@ struct OffloadConfig {
 };
 
 // Where an offload tier's host buffers live: pinned memory when a GPU will
-// copy from them, plain host memory otherwise.
-Tier offload_buffer_tier(const OffloadConfig& c);
+// copy to and from them (pin_memory, and `device` is a CUDA GPU), plain
+// host memory otherwise.
+Tier offload_buffer_tier(const OffloadConfig& c, const Device& device);
 
 }  // namespace zerod

@@ -17,6 +17,9 @@ absl::Status GatheredWeights::allocate(const ZeroConfig& z) {
   persistent_layers_ = L.unit_numel(1) < z.stage3_param_persistence_threshold;
   persistent_globals_ = L.unit_numel(0) + L.unit_numel(L.final_unit()) < z.stage3_param_persistence_threshold;
   prefetch_ = z.stage3_prefetch_bucket_size > 0;
+  if (shards_.on_host()) {
+    ZEROD_ASSIGN_OR_RETURN(upload_, ctx_.device.create_stream());
+  }
   const int slots = persistent_layers_ ? L.config().n_layer : (prefetch_ ? 2 : 1);
   layers_.resize(slots);
   for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n * ds));
@@ -118,14 +121,22 @@ void GatheredWeights::release_layers() {
 }
 
 // A rank that cannot read its chunk still takes part (sending what the slot
-// holds, so that no peer waits on it) and returns the error.
+// holds, so that no peer waits on it) and returns the error. A chunk in
+// host memory is copied into its place in the slot on the upload stream
+// (beside the kernels still running) and gathered in place from there.
 absl::Status GatheredWeights::start(Slot& slot, int u) {
   ZEROD_RETURN_IF_ERROR(finish(slot));
   ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*slot.used));
   const int64_t chunk = ctx_.part.chunk(u);
+  const int64_t bytes = chunk * dtype_size(ctx_.dtype);
+  char* own = slot.buf.ptr<char>() + ctx_.owner * bytes;
   absl::StatusOr<const void*> mine = shards_.acquire(u);
   slot.acquired = mine.ok();
-  const void* send = mine.ok() ? *mine : slot.buf.ptr<char>() + ctx_.owner * chunk * dtype_size(ctx_.dtype);
+  if (mine.ok() && upload_) {
+    ctx_.device.copy(*upload_, own, *mine, bytes);
+    if (absl::Status s = ctx_.device.synchronize(*upload_); !s.ok()) mine = s;
+  }
+  const void* send = mine.ok() && !upload_ ? *mine : own;
   slot.unit = u;
   slot.work = ctx_.comm.all_gather(send, slot.buf.data(), chunk, comm_type(ctx_.dtype));
   return mine.status();

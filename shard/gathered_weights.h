@@ -15,10 +15,13 @@
 namespace zerod {
 
 // Where a gather takes this rank's chunk of a unit from: its shard in
-// memory, or an offload store's window.
+// memory, or an offload store's window in host memory.
 class ShardSource {
  public:
   virtual ~ShardSource() = default;
+  // Whether acquire() gives host memory, which is copied to the device
+  // (into the chunk's place in the gathered unit) before the gather.
+  virtual bool on_host() const { return false; }
   // Unit u's chunk (chunk(u) elements of the working dtype), until release(u).
   virtual absl::StatusOr<const void*> acquire(int u) = 0;
   virtual void release(int /*u*/) {}
@@ -73,6 +76,7 @@ class GatheredWeights : public WeightSource {
   std::vector<Slot> layers_;
   Slot emb_, fin_;
   Slot* current_ = nullptr;
+  std::unique_ptr<Stream> upload_;  // host chunks to the device, beside the compute stream
   Buffer layer_staging_, global_staging_;
   GlobalWeights globals_{};
 };

@@ -1,5 +1,6 @@
 #include "shard/grad_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "shard/scatter_grads.h"
@@ -7,8 +8,9 @@
 namespace zerod {
 
 absl::Status GradStore::read(const ShardSegment& s, int64_t start, int64_t n, float* dst) {
-  ctx_.device.copy(ctx_.stream, dst, owned(s) + start, n * sizeof(float));
-  return ctx_.device.synchronize(ctx_.stream);
+  Device& d = on_host() ? ctx_.host : ctx_.device;
+  d.copy(d.compute_stream(), dst, owned(s) + start, n * sizeof(float));
+  return d.synchronize(d.compute_stream());
 }
 
 namespace {
@@ -18,10 +20,13 @@ class FullGrads : public GradStore {
  public:
   FullGrads(ZeroContext& ctx, bool scatter) : GradStore(ctx), scatter_(scatter) {}
 
-  absl::Status allocate() {
+  absl::Status allocate(std::optional<Tier> host_tier) {
     const Partition& p = ctx_.part;
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(full_, p.padded_numel() * 4, Category::kGrads));
     if (scatter_) ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, p.shard_numel() * 4, Category::kGrads));
+    if (host_tier) {
+      ZEROD_ASSIGN_OR_RETURN(host_, ctx_.device.allocate(p.shard_numel() * 4, Category::kGrads, *host_tier));
+    }
     sink_ = std::make_unique<FlatGrads>(&ctx_.layout, full_.ptr<float>(), p.padded_unit_offsets());
     return ctx_.device.synchronize(ctx_.stream);
   }
@@ -31,28 +36,37 @@ class FullGrads : public GradStore {
 
   absl::Status reduce() override {
     const Partition& p = ctx_.part;
-    if (!scatter_) return all_reduce(ctx_.comm, full_.data(), p.padded_numel(), CommType::kF32, ReduceOp::kSum);
-    std::vector<WorkPtr> works;
-    for (int u = 0; u < p.num_units(); ++u) {
-      works.push_back(ctx_.comm.reduce_scatter(full_.ptr<float>() + p.padded_offset(u),
-                                               shard_.ptr<float>() + p.shard_offset(u), p.chunk(u), CommType::kF32,
-                                               ReduceOp::kSum));
+    if (!scatter_) {
+      ZEROD_RETURN_IF_ERROR(all_reduce(ctx_.comm, full_.data(), p.padded_numel(), CommType::kF32, ReduceOp::kSum));
+    } else {
+      std::vector<WorkPtr> works;
+      for (int u = 0; u < p.num_units(); ++u) {
+        works.push_back(ctx_.comm.reduce_scatter(full_.ptr<float>() + p.padded_offset(u),
+                                                 shard_.ptr<float>() + p.shard_offset(u), p.chunk(u), CommType::kF32,
+                                                 ReduceOp::kSum));
+      }
+      ZEROD_RETURN_IF_ERROR(wait_all(works));
     }
-    return wait_all(works);
+    if (!host_.data()) return absl::OkStatus();
+    ctx_.device.copy(ctx_.stream, host_.data(), reduced().data(), host_.bytes());
+    return ctx_.device.synchronize(ctx_.stream);
   }
 
+  bool on_host() const override { return host_.data() != nullptr; }
   // Without scatter the partition is a world of one, so the shard layout is
   // the padded one.
-  const float* owned(const ShardSegment& s) override { return reduced().ptr<float>() + s.shard_offset; }
+  const float* owned(const ShardSegment& s) override { return optimizers().ptr<float>() + s.shard_offset; }
   absl::StatusOr<const float*> acquire(int u) override {
-    return reduced().ptr<float>() + ctx_.part.shard_offset(u);
+    return optimizers().ptr<float>() + ctx_.part.shard_offset(u);
   }
 
  private:
   const Buffer& reduced() const { return scatter_ ? shard_ : full_; }
+  // The reduced shard where the optimizer reads it.
+  const Buffer& optimizers() const { return host_.data() ? host_ : reduced(); }
 
   const bool scatter_;
-  Buffer full_, shard_;
+  Buffer full_, shard_, host_;
   std::unique_ptr<FlatGrads> sink_;
 };
 
@@ -83,6 +97,51 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
   ScatterGrads sink_;  // after shard_: its last adds run before the shard goes
 };
 
+// Stages 2 and 3 with offload_optimizer cpu: the shard in host memory. A
+// reduced chunk is copied to host memory on the copy stream (beside the
+// backward still running) and added there on the host; a unit's first
+// chunk of a step is added to zeros, as on the device.
+class HostGrads : public GradStore, public ScatterGrads::Target {
+ public:
+  explicit HostGrads(ZeroContext& ctx) : GradStore(ctx), sink_(ctx, *this) {}
+
+  absl::Status allocate(const ZeroConfig& z, Tier tier) {
+    const Partition& p = ctx_.part;
+    int64_t largest = 0;
+    for (int64_t c : p.chunks()) largest = std::max(largest, c);
+    ZEROD_ASSIGN_OR_RETURN(shard_, ctx_.device.allocate(p.shard_numel() * 4, Category::kGrads, tier));
+    ZEROD_ASSIGN_OR_RETURN(arrived_, ctx_.device.allocate(largest * 4, Category::kOffload, tier));
+    ZEROD_ASSIGN_OR_RETURN(copies_, ctx_.device.create_stream());
+    fresh_.assign(p.num_units(), true);
+    return sink_.allocate(z);
+  }
+
+  GradSink& sink() override { return sink_; }
+  void zero() override { fresh_.assign(ctx_.part.num_units(), true); }
+  absl::Status reduce() override { return sink_.flush(); }
+  bool on_host() const override { return true; }
+  const float* owned(const ShardSegment& s) override { return shard_.host<float>() + s.shard_offset; }
+  absl::StatusOr<const float*> acquire(int u) override { return shard_.host<float>() + ctx_.part.shard_offset(u); }
+
+  absl::Status add(int u, const Buffer& recv) override {
+    const int64_t n = ctx_.part.chunk(u);
+    float* dst = shard_.host<float>() + ctx_.part.shard_offset(u);
+    ctx_.device.copy(*copies_, arrived_.data(), recv.data(), n * sizeof(float));
+    ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*copies_));
+    Stream& host = ctx_.host.compute_stream();
+    if (fresh_[u]) ctx_.host.memset(host, dst, 0, n * sizeof(float));
+    fresh_[u] = false;
+    ctx_.host_kernels.add(host, dst, arrived_.host<float>(), n);
+    return absl::OkStatus();
+  }
+
+ private:
+  Buffer shard_, arrived_;  // arrived_: one reduced chunk, copied from the device
+  std::unique_ptr<Stream> copies_;
+  std::vector<bool> fresh_;  // per unit: nothing added since zero()
+  ScatterGrads sink_;        // after the buffers: its last adds run before they go
+};
+
 // Stages 2 and 3 with offload_optimizer nvme: the shard in a file. A unit's
 // first chunk of a step is written, later ones added to what is stored
 // (read while the reduction runs).
@@ -105,6 +164,7 @@ class FileGrads : public GradStore, public ScatterGrads::Target {
     return s;
   }
   bool in_memory() const override { return false; }
+  bool on_host() const override { return true; }
   const float* owned(const ShardSegment&) override { return nullptr; }
 
   // The next unit is read ahead.
@@ -155,8 +215,12 @@ class FileGrads : public GradStore, public ScatterGrads::Target {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter) {
-  return allocated<GradStore>(std::make_unique<FullGrads>(ctx, scatter));
+absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter, std::optional<Tier> host_tier) {
+  return allocated<GradStore>(std::make_unique<FullGrads>(ctx, scatter), host_tier);
+}
+
+absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z, Tier tier) {
+  return allocated<GradStore>(std::make_unique<HostGrads>(ctx), z, tier);
 }
 
 absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z) {

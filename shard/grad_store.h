@@ -1,10 +1,14 @@
 // Where this rank's gradients are summed, reduced over the ranks and kept
-// for the optimizer. One of three, chosen once from the config:
+// for the optimizer. One of four, chosen once from the config:
 //   full (stages 0-1): backward adds into a buffer of every gradient, which
 //     is all-reduced (stage 0) or reduce-scattered into the rank's shard
-//     (stage 1) after the last micro-batch;
+//     (stage 1) after the last micro-batch; with the optimizer on the host,
+//     the reduced shard is then copied there;
 //   sharded (stages 2-3): each unit reduce-scattered as backward finishes it
 //     (scatter_grads.h), the rank's chunk added to its shard in memory;
+//   on the host (stages 2-3 with offload_optimizer cpu): the same, each
+//     reduced chunk copied device-to-host on a stream of its own and added
+//     to a shard in host memory, where the optimizer reads it;
 //   in a file (stages 2-3 with offload_optimizer nvme): the same, the chunks
 //     written (or added) to a file during backward and read back unit by
 //     unit, a unit ahead.
@@ -13,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "offload/shard_store.h"
 #include "runtime/config/job_config.h"
@@ -33,11 +38,12 @@ class GradStore {
   virtual absl::Status reduce() = 0;
   // Whether the reduced gradients are in memory (owned()), or are read().
   virtual bool in_memory() const { return true; }
-  // Owned segment s's reduced gradients on the device, where the
-  // optimizer's kernels read them; null when they are not in memory (read()
-  // then).
+  // Whether owned() and acquire() give host memory rather than the device's.
+  virtual bool on_host() const { return false; }
+  // Owned segment s's reduced gradients, where the optimizer's kernels read
+  // them; null when they are not in memory (read() then).
   virtual const float* owned(const ShardSegment& s) = 0;
-  // Unit u's reduced chunk on the device, until release(u).
+  // Unit u's reduced chunk, until release(u).
   virtual absl::StatusOr<const float*> acquire(int u) = 0;
   virtual absl::Status release(int /*u*/) { return absl::OkStatus(); }
   // Elements [start, start + n) of owned segment s's reduced gradients into
@@ -50,9 +56,13 @@ class GradStore {
   ZeroContext& ctx_;
 };
 
-// `scatter`: reduce-scatter into a shard (stage 1) rather than all-reduce.
-absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter);
+// `scatter`: reduce-scatter into a shard (stage 1) rather than all-reduce;
+// `host_tier`, when given: the reduced shard is copied to host memory of it.
+absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter,
+                                                      std::optional<Tier> host_tier = std::nullopt);
 absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z);
+// The shard in host memory of `tier`.
+absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z, Tier tier);
 absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z,
                                                       ShardStoreSettings settings);
 

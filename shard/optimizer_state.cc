@@ -3,12 +3,11 @@
 namespace zerod {
 namespace {
 
-// Each piece's initial masters, written on the device.
-absl::Status init_masters(ZeroContext& ctx, const std::vector<ParamPiece>& pieces,
-                          const OptimizerState::PieceFill& init) {
+// Each piece's initial masters, written in d's memory.
+absl::Status init_masters(Device& d, const std::vector<ParamPiece>& pieces, const OptimizerState::PieceFill& init) {
   for (size_t k = 0; k < pieces.size(); ++k) {
-    ZEROD_RETURN_IF_ERROR(ctx.device.write_from_host(
-        ctx.stream, pieces[k].master, pieces[k].numel * sizeof(float),
+    ZEROD_RETURN_IF_ERROR(d.write_from_host(
+        d.compute_stream(), pieces[k].master, pieces[k].numel * sizeof(float),
         host_elements<float>([&](float* p, int64_t start, int64_t n) {
           return init(static_cast<int>(k), start, n, p);
         })));
@@ -18,36 +17,37 @@ absl::Status init_masters(ZeroContext& ctx, const std::vector<ParamPiece>& piece
 
 class InMemoryOptimizer : public OptimizerState {
  public:
-  explicit InMemoryOptimizer(ZeroContext& ctx) : ctx_(ctx) {}
+  InMemoryOptimizer(ZeroContext& ctx, OptimizerPlace place)
+      : ctx_(ctx), device_(place.device), kernels_(place.kernels), stream_(place.device.compute_stream()) {}
 
   absl::Status create(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces, bool separate_masters,
                       const OptimizerState::PieceFill& init) {
     if (separate_masters) {
-      ZEROD_RETURN_IF_ERROR(ctx_.alloc(masters_, ctx_.part.shard_numel() * 4, Category::kOptimizer));
+      ZEROD_ASSIGN_OR_RETURN(masters_, device_.allocate(ctx_.part.shard_numel() * 4, Category::kOptimizer));
       for (size_t k = 0; k < pieces.size(); ++k) {
         pieces[k].master = masters_.ptr<float>() + ctx_.owned[k].shard_offset;
       }
     }
-    ZEROD_RETURN_IF_ERROR(init_masters(ctx_, pieces, init));
+    ZEROD_RETURN_IF_ERROR(init_masters(device_, pieces, init));
     for (const ParamPiece& p : pieces) masters_of_.push_back({p.master, p.numel});
     optimizer_ = Optimizer::create_unbound(cfg, std::move(pieces), ctx_.dtype);
-    ZEROD_ASSIGN_OR_RETURN(states_, ctx_.device.allocate(optimizer_->state_bytes(), Category::kOptimizer));
+    ZEROD_ASSIGN_OR_RETURN(states_, device_.allocate(optimizer_->state_bytes(), Category::kOptimizer));
     optimizer_->bind(states_.data());
-    optimizer_->zero_states(ctx_.device, ctx_.stream);
+    optimizer_->zero_states(device_, stream_);
     return absl::OkStatus();
   }
 
   // Masters in memory are updated in place: `updated` is for a working copy
   // kept elsewhere.
   absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill&, const MasterOut& updated) override {
-    optimizer_->step(ctx_.kernels, ctx_.stream, lr, step, grad_factor);
-    ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
+    optimizer_->step(kernels_, stream_, lr, step, grad_factor);
+    ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
     return updated ? read_masters(updated) : absl::OkStatus();
   }
   absl::Status read_masters(const MasterOut& out) override {
     for (size_t k = 0; k < masters_of_.size(); ++k) {
-      ZEROD_RETURN_IF_ERROR(ctx_.device.read_on_host(
-          ctx_.stream, masters_of_[k].data, masters_of_[k].numel * sizeof(float),
+      ZEROD_RETURN_IF_ERROR(device_.read_on_host(
+          stream_, masters_of_[k].data, masters_of_[k].numel * sizeof(float),
           host_elements<float>([&](float* p, int64_t start, int64_t n) {
             return out(static_cast<int>(k), start, n, p);
           })));
@@ -56,17 +56,17 @@ class InMemoryOptimizer : public OptimizerState {
   }
   absl::Status write_masters(const std::vector<const float*>& src) override {
     for (size_t k = 0; k < masters_of_.size(); ++k) {
-      ctx_.device.copy(ctx_.stream, masters_of_[k].data, src[k], masters_of_[k].numel * sizeof(float));
+      device_.copy(stream_, masters_of_[k].data, src[k], masters_of_[k].numel * sizeof(float));
     }
-    return ctx_.device.synchronize(ctx_.stream);
+    return device_.synchronize(stream_);
   }
   std::vector<StateArray> state_arrays() const override { return optimizer_->state_arrays(); }
   absl::Status read_state(const StateArray& a, const ByteSink& out) override {
-    return ctx_.device.read_on_host(ctx_.stream, a.data, a.numel * dtype_size(a.dtype),
-                                    [&](void* p, uint64_t, uint64_t n) { return out(p, n); });
+    return device_.read_on_host(stream_, a.data, a.numel * dtype_size(a.dtype),
+                                [&](void* p, uint64_t, uint64_t n) { return out(p, n); });
   }
   absl::Status write_state(const StateArray& a, const ArrayFill& in) override {
-    return ctx_.device.write_from_host(ctx_.stream, a.data, a.numel * dtype_size(a.dtype), in);
+    return device_.write_from_host(stream_, a.data, a.numel * dtype_size(a.dtype), in);
   }
   bool in_memory() const override { return true; }
 
@@ -76,6 +76,9 @@ class InMemoryOptimizer : public OptimizerState {
     int64_t numel;
   };
   ZeroContext& ctx_;
+  Device& device_;
+  Kernels& kernels_;
+  Stream& stream_;
   Buffer masters_;  // with separate masters
   Buffer states_;
   std::vector<Masters> masters_of_;
@@ -109,10 +112,11 @@ class StreamedOptimizer : public OptimizerState {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext& ctx, const OptimizerConfig& cfg,
+absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext& ctx, OptimizerPlace place,
+                                                                    const OptimizerConfig& cfg,
                                                                     std::vector<ParamPiece> pieces,
                                                                     bool separate_masters, const OptimizerState::PieceFill& init) {
-  auto o = std::make_unique<InMemoryOptimizer>(ctx);
+  auto o = std::make_unique<InMemoryOptimizer>(ctx, place);
   ZEROD_RETURN_IF_ERROR(o->create(cfg, std::move(pieces), separate_masters, init));
   return o;
 }
@@ -121,13 +125,14 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& 
                                                                    std::vector<ParamPiece> pieces,
                                                                    bool separate_masters, const OptimizerState::PieceFill& init,
                                                                    const SwapSettings& settings) {
-  // Masters that are the parameters are set in place; separate ones are
-  // written to the file as it is laid out.
-  if (!separate_masters) ZEROD_RETURN_IF_ERROR(init_masters(ctx, pieces, init));
+  // Masters that are the parameters (memory the host reaches) are set in
+  // place; separate ones are written to the file as it is laid out. The
+  // updates run on the host.
+  if (!separate_masters) ZEROD_RETURN_IF_ERROR(init_masters(ctx.device, pieces, init));
   ZEROD_ASSIGN_OR_RETURN(std::unique_ptr<SwappedOptimizer> o,
                          SwappedOptimizer::create(cfg, std::move(pieces), ctx.dtype,
                                                   separate_masters ? init : OptimizerState::PieceFill{}, settings,
-                                                  ctx.device, ctx.kernels));
+                                                  ctx.host, ctx.host_kernels));
   return std::make_unique<StreamedOptimizer>(std::move(o));
 }
 

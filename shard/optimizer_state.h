@@ -1,10 +1,11 @@
 // Where this rank's optimizer states and fp32 master weights live. One of
 // two, chosen once from the config:
-//   in memory: an Optimizer over the owned segments; the masters are a
-//     buffer of their own, or the fp32 working parameters themselves;
-//   streamed (offload_optimizer nvme): a SwappedOptimizer, whose states (and
-//     masters, when they are not the parameters) live in a file and pass
-//     through a few buffers sub-group by sub-group.
+//   in memory: an Optimizer over the owned segments, on the device, or on
+//     the host with offload_optimizer cpu; the masters are a buffer of their
+//     own, or the fp32 working parameters themselves;
+//   streamed (offload_optimizer nvme): a SwappedOptimizer on the host, whose
+//     states (and masters, when they are not the parameters) live in a file
+//     and pass through a few buffers sub-group by sub-group.
 // Pieces follow the rank's owned segments.
 #pragma once
 
@@ -45,10 +46,17 @@ class OptimizerState {
   virtual bool in_memory() const = 0;
 };
 
+// Where an optimizer's memory is and its updates run: the device's, or the host's.
+struct OptimizerPlace {
+  Device& device;
+  Kernels& kernels;
+};
+
 // With `separate_masters` the masters get a buffer of their own; without,
 // the pieces' `master` pointers are the fp32 parameters. `init` gives the
 // initial masters.
-absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext& ctx, const OptimizerConfig& cfg,
+absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext& ctx, OptimizerPlace place,
+                                                                    const OptimizerConfig& cfg,
                                                                     std::vector<ParamPiece> pieces,
                                                                     bool separate_masters, const OptimizerState::PieceFill& init);
 absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& ctx, const OptimizerConfig& cfg,

@@ -21,26 +21,24 @@ class ParamStore {
  public:
   virtual ~ParamStore() = default;
   virtual WeightSource& weights() = 0;
-  // Whether the working copy is in memory, where the optimizer writes it as
-  // it updates the masters (working()); otherwise updated() writes it.
+  // Whether the working copy is in memory, where an optimizer on the device
+  // writes it as it updates the masters (working()); otherwise write()
+  // sets it from the new masters.
   virtual bool in_memory() const = 0;
   // Owned segment s's working copy on the device (where the optimizer's
   // kernels write it); null when not in_memory().
   virtual void* working(const ShardSegment& s) = 0;
-  // Sets elements [start, start + n) of owned segment s from fp32 values.
+  // Sets elements [start, start + n) of owned segment s from fp32 values on
+  // the host; publish() makes them visible.
   virtual absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) = 0;
-  // The optimizer has updated those elements' fp32 masters: a copy that is
-  // not in memory is written from them.
-  virtual absl::Status updated(const ShardSegment& /*s*/, int64_t /*start*/, const float* /*master*/, int64_t /*n*/) {
-    return absl::OkStatus();
-  }
   // The owned part is written: every rank sees the new parameters (a
   // collective).
   virtual absl::Status publish() = 0;
 };
 
-absl::StatusOr<std::unique_ptr<ParamStore>> replicated_params(ZeroContext& ctx);
-absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z);
+// `staging`: the tier of the host buffers that write() goes through.
+absl::StatusOr<std::unique_ptr<ParamStore>> replicated_params(ZeroContext& ctx, Tier staging);
+absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z, Tier staging);
 absl::StatusOr<std::unique_ptr<ParamStore>> offloaded_params(ZeroContext& ctx, const ZeroConfig& z,
                                                              ShardStoreSettings settings);
 

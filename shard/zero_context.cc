@@ -5,7 +5,7 @@
 namespace zerod {
 
 ZeroContext::ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device,
-                         Kernels& kernels)
+                         Kernels& kernels, Device& host, Kernels& host_kernels)
     : layout(layout),
       part(layout, stage == 0 ? 1 : comm.world_size()),
       owner(stage == 0 ? 0 : comm.rank()),
@@ -14,6 +14,8 @@ ZeroContext::ZeroContext(const GptLayout& layout, int stage, DType dtype, Commun
       device(device),
       kernels(kernels),
       stream(device.compute_stream()),
+      host(host),
+      host_kernels(host_kernels),
       dtype(dtype) {}
 
 absl::Status ZeroContext::alloc(Buffer& b, int64_t bytes, Category c) const {

@@ -1,6 +1,7 @@
 // What every ZeRO store of one rank works with: the model's layout, its
 // partition over the ranks and this rank's place in it, the communicator,
-// and the device and kernel table the model computes with.
+// the device and kernel table the model computes with, and the host's (the
+// CPU, where an offloaded optimizer updates its shard).
 #pragma once
 
 #include <memory>
@@ -17,7 +18,8 @@
 namespace zerod {
 
 struct ZeroContext {
-  ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device, Kernels& kernels);
+  ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device, Kernels& kernels,
+              Device& host, Kernels& host_kernels);
 
   // A zeroed buffer on the device (the memset enqueued on the stream).
   absl::Status alloc(Buffer& b, int64_t bytes, Category c) const;
@@ -33,6 +35,8 @@ struct ZeroContext {
   Device& device;
   Kernels& kernels;
   Stream& stream;      // the device's compute stream
+  Device& host;        // synchronous: its work is done when enqueued
+  Kernels& host_kernels;
   const DType dtype;   // of the working parameters
   // Seconds blocked on the collectives of forward and backward (stage 2/3
   // gathers, reduce-scatters and the flush after them): the communication

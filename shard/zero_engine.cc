@@ -3,12 +3,16 @@
 #include <cstring>
 
 #include "offload/swap_dir.h"
+#include "runtime/kernels/cpu/cpu_table.h"
 
 namespace zerod {
 
 ZeroEngine::ZeroEngine(const GptLayout& layout, const ZeroSettings& settings, Communicator& comm, Device& device,
                        Kernels& kernels)
-    : settings_(settings), ctx_(layout, settings.zero.stage, settings.precision, comm, device, kernels) {}
+    : settings_(settings),
+      host_(device.accountant()),
+      host_kernels_(cpu_kernels()),
+      ctx_(layout, settings.zero.stage, settings.precision, comm, device, kernels, host_, *host_kernels_) {}
 
 ZeroEngine::~ZeroEngine() { ctx_.device.synchronize(ctx_.stream).IgnoreError(); }
 
@@ -22,7 +26,8 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout& 
 absl::Status ZeroEngine::build() {
   ZEROD_RETURN_IF_ERROR(create_stores());
   const int units = ctx_.part.num_units();
-  ZEROD_RETURN_IF_ERROR(ctx_.alloc(unit_sums_, units * 8, Category::kWorkspace));
+  Device& sums_at = grads_->on_host() ? ctx_.host : ctx_.device;
+  ZEROD_ASSIGN_OR_RETURN(unit_sums_, sums_at.allocate(units * 8, Category::kWorkspace));
   ZEROD_ASSIGN_OR_RETURN(unit_sums_host_, ctx_.device.allocate(units * 8, Category::kWorkspace, Tier::kHost));
   ZEROD_RETURN_IF_ERROR(create_optimizer());
   settings_.init = nullptr;  // an imported file is closed
@@ -34,7 +39,7 @@ ShardStoreSettings ZeroEngine::store_settings(const OffloadConfig& off, Category
           c,
           file,
           off.buffer_count,
-          offload_buffer_tier(off),
+          offload_buffer_tier(off, ctx_.device),
           settings_.aio,
           settings_.io_faults,
           &ctx_.device.accountant()};
@@ -48,8 +53,11 @@ absl::Status ZeroEngine::create_stores() {
   const bool params_in_file = params_offloaded && off_param.device == OffloadDevice::kNvme;
   const bool states_in_file = off.device == OffloadDevice::kNvme;
   const bool grads_in_file = z.stage >= 2 && states_in_file;
-  separate_masters_ = ctx_.dtype != DType::kF32 || params_offloaded;
+  optimizer_on_host_ = off.device != OffloadDevice::kNone;
+  separate_masters_ =
+      ctx_.dtype != DType::kF32 || params_offloaded || (optimizer_on_host_ && !ctx_.device.host_visible());
   const int rank = ctx_.comm.rank();
+  const Tier staging = offload_buffer_tier(off, ctx_.device);
 
   // The disks are checked before anything is allocated.
   const std::vector<int64_t>& chunks = ctx_.part.chunks();
@@ -69,18 +77,21 @@ absl::Status ZeroEngine::create_stores() {
   ZEROD_RETURN_IF_ERROR(check_swap_dirs(files));
 
   if (z.stage < 3) {
-    ZEROD_ASSIGN_OR_RETURN(params_, replicated_params(ctx_));
+    ZEROD_ASSIGN_OR_RETURN(params_, replicated_params(ctx_, staging));
   } else if (params_offloaded) {
     const std::string file = params_in_file ? swap_file_path(*off_param.nvme_path, "params", rank) : "";
     ZEROD_ASSIGN_OR_RETURN(params_, offloaded_params(ctx_, z, store_settings(off_param, Category::kParams, file)));
   } else {
-    ZEROD_ASSIGN_OR_RETURN(params_, sharded_params(ctx_, z));
+    ZEROD_ASSIGN_OR_RETURN(params_, sharded_params(ctx_, z, staging));
   }
   if (z.stage <= 1) {
-    ZEROD_ASSIGN_OR_RETURN(grads_, full_grads(ctx_, /*scatter=*/z.stage == 1));
+    ZEROD_ASSIGN_OR_RETURN(grads_, full_grads(ctx_, /*scatter=*/z.stage == 1,
+                                              optimizer_on_host_ ? std::optional(staging) : std::nullopt));
   } else if (grads_in_file) {
     const std::string file = swap_file_path(*off.nvme_path, "grads", rank);
     ZEROD_ASSIGN_OR_RETURN(grads_, file_grads(ctx_, z, store_settings(off, Category::kGrads, file)));
+  } else if (optimizer_on_host_) {
+    ZEROD_ASSIGN_OR_RETURN(grads_, host_grads(ctx_, z, staging));
   } else {
     ZEROD_ASSIGN_OR_RETURN(grads_, sharded_grads(ctx_, z));
   }
@@ -89,16 +100,17 @@ absl::Status ZeroEngine::create_stores() {
 
 absl::Status ZeroEngine::create_optimizer() {
   const std::vector<ShardSegment>& owned = ctx_.owned;
-  // The optimizer writes the working copy of what it updates where that is
-  // in memory; masters that are not separate are the fp32 parameters.
+  // An optimizer on the device writes the working copy of what it updates
+  // where that is in memory; masters that are not separate are the fp32
+  // parameters.
   std::vector<ParamPiece> pieces = piece_shapes(owned);
   for (size_t k = 0; k < owned.size(); ++k) {
     pieces[k].grad = grads_->owned(owned[k]);
     void* working = params_->working(owned[k]);
-    if (separate_masters_) {
-      pieces[k].param16 = working;
-    } else {
+    if (!separate_masters_) {
       pieces[k].master = static_cast<float*>(working);
+    } else if (!optimizer_on_host_) {
+      pieces[k].param16 = working;
     }
   }
   const OptimizerState::PieceFill init = [&](int k, int64_t start, int64_t n, float* dst) {
@@ -111,7 +123,7 @@ absl::Status ZeroEngine::create_optimizer() {
     const SwapSettings ss{swap_file_path(*off.nvme_path, "optimizer", ctx_.comm.rank()),
                           settings_.zero.sub_group_size,
                           off.buffer_count,
-                          offload_buffer_tier(off),
+                          offload_buffer_tier(off, ctx_.device),
                           settings_.aio,
                           settings_.io_faults,
                           /*grads_streamed=*/!grads_->in_memory(),
@@ -119,8 +131,10 @@ absl::Status ZeroEngine::create_optimizer() {
     ZEROD_ASSIGN_OR_RETURN(optimizer_, streamed_optimizer(ctx_, settings_.optimizer, std::move(pieces),
                                                           separate_masters_, init, ss));
   } else {
-    ZEROD_ASSIGN_OR_RETURN(optimizer_,
-                           in_memory_optimizer(ctx_, settings_.optimizer, std::move(pieces), separate_masters_, init));
+    const OptimizerPlace place = optimizer_on_host_ ? OptimizerPlace{ctx_.host, ctx_.host_kernels}
+                                                    : OptimizerPlace{ctx_.device, ctx_.kernels};
+    ZEROD_ASSIGN_OR_RETURN(optimizer_, in_memory_optimizer(ctx_, place, settings_.optimizer, std::move(pieces),
+                                                           separate_masters_, init));
   }
   return absl::OkStatus();
 }
@@ -135,16 +149,20 @@ absl::Status ZeroEngine::reduce_gradients() {
 }
 
 absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
-  // Unit by unit, so that gradients in a file give the same sum as in memory.
+  // Unit by unit, so that gradients in a file give the same sum as in
+  // memory; by the kernels of where they are.
   const int units = ctx_.part.num_units();
+  const bool on_host = grads_->on_host();
+  Device& d = on_host ? ctx_.host : ctx_.device;
+  Kernels& k = on_host ? ctx_.host_kernels : ctx_.kernels;
   double* sums = unit_sums_.ptr<double>();
   for (int u = 0; u < units; ++u) {
     ZEROD_ASSIGN_OR_RETURN(const float* g, grads_->acquire(u));
-    ctx_.kernels.sum_squares(ctx_.stream, g, ctx_.part.chunk(u), sums + u);
+    k.sum_squares(d.compute_stream(), g, ctx_.part.chunk(u), sums + u);
     ZEROD_RETURN_IF_ERROR(grads_->release(u));
   }
-  ctx_.device.copy(ctx_.stream, unit_sums_host_.data(), sums, units * 8);
-  ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
+  d.copy(d.compute_stream(), unit_sums_host_.data(), sums, units * 8);
+  ZEROD_RETURN_IF_ERROR(d.synchronize(d.compute_stream()));
   double sumsq = 0;
   for (int u = 0; u < units; ++u) sumsq += unit_sums_host_.host<double>()[u];
   // Where every rank holds all the (reduced) gradients, its sum is the total.
@@ -154,11 +172,13 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
 
 absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_factor) {
   const std::vector<ShardSegment>& owned = ctx_.owned;
-  // A working copy in memory is written by the optimizer itself.
+  // A working copy that an optimizer on the device keeps in memory is
+  // written by the optimizer itself; otherwise it is set from the new
+  // masters here.
   OptimizerState::MasterOut updated;
-  if (!params_->in_memory()) {
+  if (separate_masters_ && (optimizer_on_host_ || !params_->in_memory())) {
     updated = [&](int k, int64_t start, int64_t n, const float* master) {
-      return params_->updated(owned[k], start, master, n);
+      return params_->write(owned[k], start, master, n);
     };
   }
   absl::Status stepped = optimizer_->step(

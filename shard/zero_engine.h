@@ -23,6 +23,7 @@
 #include "offload/aio_engine.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/job_config.h"
+#include "runtime/core/cpu_device.h"
 #include "runtime/model/param_init.h"
 #include "shard/grad_store.h"
 #include "shard/optimizer_state.h"
@@ -116,14 +117,21 @@ class ZeroEngine {
   absl::Status install_state(const std::vector<float>& master, const StateFill& fill);
 
   ZeroSettings settings_;  // init only while building
+  // The host, where an offloaded optimizer runs: synchronous, with the CPU
+  // kernels, in the device's accounts.
+  CpuDevice host_;
+  std::unique_ptr<Kernels> host_kernels_;
   ZeroContext ctx_;
+  // offload_optimizer cpu or nvme: the masters, states and reduced
+  // gradients are the host's, and the updates run there.
+  bool optimizer_on_host_ = false;
   // fp32 master weights apart from the working parameters: with 16-bit
-  // parameters, or ones not in memory.
+  // parameters, ones not in memory, or ones the host optimizer cannot reach.
   bool separate_masters_ = false;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradStore> grads_;
   std::unique_ptr<OptimizerState> optimizer_;
-  Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients
+  Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients, where they are and on the host
 };
 
 }  // namespace zerod

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/core/gpu_memory.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
@@ -117,6 +118,36 @@ TEST(CpuDeviceDeathTest, DeviceOnlyMemoryRefusesHostAccess) {
   ASSERT_TRUE(staging.ok()) << staging.status();
   staging->host<char>()[0] = 1;
   EXPECT_TRUE(CpuDevice().host_visible());
+}
+
+// Standing in for a GPU, the device's memory is the gpu tier, held by a
+// caching allocator under run.gpu_memory_limit and closed to host code; it
+// knows its own addresses from host memory, which it still hands out for
+// staging.
+TEST(CpuDeviceDeathTest, StandingInForAGpuItsMemoryIsTheGpuTier) {
+  CpuDeviceOptions options;
+  options.gpu_tier = true;
+  MemoryAccountant acct;
+  acct.set_limit(Tier::kGpu, 4u << 20);
+  CpuDevice dev(acct, options);
+  EXPECT_EQ(dev.memory_tier(), Tier::kGpu);
+  EXPECT_FALSE(dev.host_visible());
+  auto own = dev.allocate(3u << 20, Category::kParams);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(acct.current(Tier::kGpu, Category::kParams), CachingAllocator::block_size(3u << 20));
+  EXPECT_EQ(acct.current_total(Tier::kHost), 0u);
+  EXPECT_TRUE(dev.holds(own->data()));
+  EXPECT_TRUE(dev.holds(own->ptr<char>() + (3u << 20) - 1));
+  EXPECT_DEATH(own->host<char>(), "device-only memory");
+  auto over = dev.allocate(2u << 20, Category::kGrads);
+  EXPECT_TRUE(absl::IsResourceExhausted(over.status())) << over.status();
+  EXPECT_NE(over.status().message().find("gpu memory limit of 4194304"), std::string::npos) << over.status();
+  auto staging = dev.allocate(64, Category::kComm, Tier::kHost);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  EXPECT_FALSE(dev.holds(staging->data()));
+  staging->host<char>()[0] = 1;
+  EXPECT_EQ(acct.current(Tier::kHost, Category::kComm), 64u);
+  EXPECT_FALSE(CpuDevice().holds(staging->data()));
 }
 
 // Host code reads and writes the device's memory part by part, in order,

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -76,6 +77,36 @@ inline JobConfig config_with(nlohmann::json j, const std::vector<std::string>& o
   auto cfg = parse_job_config(j, world_size);
   EXPECT_TRUE(cfg.ok()) << cfg.status();
   return cfg.ok() ? *cfg : JobConfig{};
+}
+
+// A job trained to its end on `device` (and `comm`, a world of one when
+// null): each step's loss and the master weights after; the first failure
+// stops it and is kept.
+struct TrainedRun {
+  std::vector<double> losses;
+  std::vector<float> params;
+  absl::Status status;
+};
+
+inline TrainedRun train_to_end(const JobConfig& cfg, Communicator* comm, Device& device) {
+  TrainedRun r;
+  auto t = Trainer::create(cfg, comm, &device);
+  r.status = t.status();
+  for (int64_t i = 0; r.status.ok() && i < cfg.run.steps; ++i) {
+    auto s = (*t)->step();
+    r.status = s.status();
+    if (s.ok()) r.losses.push_back(s->loss);
+  }
+  if (!r.status.ok()) return r;
+  auto p = (*t)->master_params();
+  r.status = p.status();
+  if (p.ok()) r.params = std::move(*p);
+  return r;
+}
+
+// Two runs' weights are the same floats, bit for bit (and not empty).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
 // Entries of a /proc/self directory: "/proc/self/fd" (open descriptors) or

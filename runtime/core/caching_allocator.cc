@@ -41,7 +41,7 @@ absl::StatusOr<Buffer> CachingAllocator::allocate(uint64_t bytes, Category c) {
       return s;
     }
     p = *got;
-    sizes_[p] = size;
+    sizes_[static_cast<const char*>(p)] = size;
     held_ += size;
   }
   return Buffer::pooled(p, bytes, c, tier_, *this);
@@ -49,7 +49,7 @@ absl::StatusOr<Buffer> CachingAllocator::allocate(uint64_t bytes, Category c) {
 
 void CachingAllocator::give_back(void* p, Category c) {
   std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t size = sizes_.at(p);
+  const uint64_t size = sizes_.at(static_cast<const char*>(p));
   acct_.release(tier_, c, size);
   cache_.emplace(size, p);
   cached_ += size;
@@ -63,11 +63,20 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::empty_cache_locked() {
   for (const auto& [size, p] : cache_) {
     raw_.free(p);
-    sizes_.erase(p);
+    sizes_.erase(static_cast<const char*>(p));
     held_ -= size;
   }
   cache_.clear();
   cached_ = 0;
+}
+
+bool CachingAllocator::holds(const void* p) const {
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sizes_.upper_bound(c);
+  if (it == sizes_.begin()) return false;
+  --it;
+  return c < it->first + it->second;
 }
 
 uint64_t CachingAllocator::held_bytes() const {

@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "runtime/core/memory.h"
 
@@ -42,6 +41,8 @@ class CachingAllocator final : public BufferPool {
   // Returns every cached block to the device.
   void empty_cache();
 
+  // Whether p lies in a block taken from the device (in use or cached).
+  bool holds(const void* p) const;
   // Bytes of blocks taken from the device: in use plus cached.
   uint64_t held_bytes() const;
   uint64_t cached_bytes() const;
@@ -57,7 +58,7 @@ class CachingAllocator final : public BufferPool {
   RawMemory& raw_;
   mutable std::mutex mu_;
   std::multimap<uint64_t, void*> cache_;       // free blocks by size
-  std::unordered_map<void*, uint64_t> sizes_;  // every block held, by address
+  std::map<const char*, uint64_t> sizes_;     // every block held, by address
   uint64_t held_ = 0, cached_ = 0;
 };
 

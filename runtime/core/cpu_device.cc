@@ -1,6 +1,7 @@
 #include "runtime/core/cpu_device.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -95,15 +96,31 @@ void CpuStream::enqueue(std::function<void()> f) {
 }
 
 CpuDevice::CpuDevice(MemoryAccountant& acct, CpuDeviceOptions options)
-    : Device(acct), options_(options), compute_(std::make_unique<CpuStream>(options_, options_.seed)) {}
+    : Device(acct), options_(options), compute_(std::make_unique<CpuStream>(options_, options_.seed)) {
+  if (options_.gpu_tier) allocator_ = std::make_unique<CachingAllocator>(Tier::kGpu, acct, raw_);
+}
+
+absl::StatusOr<void*> CpuDevice::HostRaw::alloc(uint64_t bytes) {
+  void* p = std::aligned_alloc(kPageBytes, (bytes + kPageBytes - 1) / kPageBytes * kPageBytes);
+  if (!p) return absl::ResourceExhaustedError(absl::StrCat("out of host memory for ", bytes, " bytes"));
+  return p;
+}
+
+void CpuDevice::HostRaw::free(void* p) { std::free(p); }
 
 absl::StatusOr<Buffer> CpuDevice::allocate(uint64_t bytes, Category c) {
-  ZEROD_ASSIGN_OR_RETURN(Buffer b, allocate(bytes, c, memory_tier()));
+  if (allocator_) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, allocator_->allocate(bytes, c));
+    b.set_device_only();
+    return b;
+  }
+  ZEROD_ASSIGN_OR_RETURN(Buffer b, allocate(bytes, c, Tier::kHost));
   if (options_.device_only_memory) b.set_device_only();
   return b;
 }
 
 absl::StatusOr<Buffer> CpuDevice::allocate(uint64_t bytes, Category c, Tier t) {
+  if (allocator_ && t == Tier::kGpu) return allocate(bytes, c);
   if (t != Tier::kHost) {
     return absl::InvalidArgumentError(
         absl::StrCat("the cpu device has host memory only, not ", tier_name(t), " (", bytes, " bytes of ",

@@ -12,7 +12,11 @@
 //
 // With `device_only_memory`, the device's own allocations refuse host
 // access (Buffer::host aborts) as GPU memory does, so host code that reads
-// or writes what may live on a GPU is caught here too.
+// or writes what may live on a GPU is caught here too. With `gpu_tier` as
+// well, the device stands in for a GPU in the accounts: its own memory is
+// the gpu tier, held through a CachingAllocator that run.gpu_memory_limit
+// caps, so what a GPU run keeps on the GPU and what it moves to the host
+// are measured on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +24,7 @@
 #include <memory>
 #include <utility>
 
+#include "runtime/core/caching_allocator.h"
 #include "runtime/core/device.h"
 
 namespace zerod {
@@ -30,6 +35,7 @@ struct CpuDeviceOptions {
   int delay_one_in = 8;
   uint64_t seed = 1;  // of the delays
   bool device_only_memory = false;
+  bool gpu_tier = false;  // implies device_only_memory
 };
 
 class CpuStream : public Stream {
@@ -58,8 +64,9 @@ class CpuDevice : public Device {
   explicit CpuDevice(MemoryAccountant& acct = MemoryAccountant::global(), CpuDeviceOptions options = {});
 
   std::string name() const override { return "cpu"; }
-  Tier memory_tier() const override { return Tier::kHost; }
-  bool host_visible() const override { return !options_.device_only_memory; }
+  Tier memory_tier() const override { return options_.gpu_tier ? Tier::kGpu : Tier::kHost; }
+  bool host_visible() const override { return !options_.device_only_memory && !options_.gpu_tier; }
+  bool holds(const void* p) const override { return allocator_ && allocator_->holds(p); }
 
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c) override;
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t) override;
@@ -84,6 +91,14 @@ class CpuDevice : public Device {
   CpuDeviceOptions options_;
   uint64_t streams_made_ = 0;  // each stream's delays have a seed of their own
   std::unique_ptr<CpuStream> compute_;
+  // gpu_tier: the device's memory, host memory accounted as the gpu tier.
+  class HostRaw : public RawMemory {
+   public:
+    absl::StatusOr<void*> alloc(uint64_t bytes) override;
+    void free(void* p) override;
+  };
+  HostRaw raw_;
+  std::unique_ptr<CachingAllocator> allocator_;
 };
 
 }  // namespace zerod

@@ -75,6 +75,17 @@ absl::StatusOr<Buffer> CudaDevice::allocate(uint64_t bytes, Category c, Tier t) 
   return allocator_->allocate(bytes, c);
 }
 
+bool CudaDevice::holds(const void* p) const {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // not an address CUDA knows: host memory
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+
+absl::Status CudaDevice::bind_thread() { return cuda_status(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+
 absl::StatusOr<std::unique_ptr<Stream>> CudaDevice::create_stream() {
   ZEROD_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal_), "cudaSetDevice"));
   cudaStream_t s = nullptr;

@@ -39,6 +39,8 @@ class CudaDevice : public Device {
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
   Tier memory_tier() const override { return Tier::kGpu; }
   std::string description() const override { return name() + " (" + gpu_name_ + ")"; }
+  bool holds(const void* p) const override;
+  absl::Status bind_thread() override;
 
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c) override;
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t) override;

@@ -47,6 +47,12 @@ absl::Status Device::write_from_host(Stream& s, void* dst, uint64_t bytes, const
   return absl::OkStatus();
 }
 
+// A CPU device that stands in for a GPU has gpu-tier memory but no CUDA
+// device to pin memory with.
+Tier staging_tier(const Device& device) {
+  return device.memory_tier() == Tier::kGpu && cuda_device_count() > 0 ? Tier::kPinned : Tier::kHost;
+}
+
 absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int local_rank, MemoryAccountant& acct) {
   if (name != "cpu" && name != "cuda" && name != "auto") {
     return absl::InvalidArgumentError(

@@ -60,6 +60,13 @@ class Device {
   // not, it reaches it through read_on_host and write_from_host.
   virtual bool host_visible() const { return memory_tier() != Tier::kGpu; }
   MemoryAccountant& accountant() const { return *acct_; }
+  // Whether p is an address in the device's own memory that host code
+  // cannot reach (a GPU's, or a CPU device's standing in for one): what a
+  // communicator of host memory must have staged.
+  virtual bool holds(const void* /*p*/) const { return false; }
+  // Makes the device the calling thread's own (CUDA's current device is per
+  // thread), for threads besides the one that opened it.
+  virtual absl::Status bind_thread() { return absl::OkStatus(); }
 
   // An accounted allocation on the device's own tier, or on tier t (pinned
   // or plain host memory for staging; refused where the device has no such
@@ -102,6 +109,10 @@ Device::HostPart host_elements(F part) {
     return part(static_cast<T*>(p), static_cast<int64_t>(offset / sizeof(T)), static_cast<int64_t>(bytes / sizeof(T)));
   };
 }
+
+// The tier of host buffers that `device` copies to and from: pinned on a
+// CUDA GPU, plain host memory otherwise.
+Tier staging_tier(const Device& device);
 
 // The device `run.device` names for the rank that is `local_rank` on its
 // machine: "cpu"; "cuda", that rank's GPU (GPU local_rank of those visible;

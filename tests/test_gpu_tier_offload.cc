@@ -1,0 +1,177 @@
+// Offload with the CPU device standing in for a GPU (CpuDeviceOptions
+// gpu_tier): its memory is the gpu tier, reached only through copies, and
+// its streams run on threads with random delays. What a GPU run keeps on
+// the GPU and what offload moves to the host is measured here, in CI:
+//   - offload none, cpu and nvme, and stage 3's parameters on cpu or nvme,
+//     give bitwise the run of the plain CPU device;
+//   - offloaded optimizer states and gradients leave the GPU, and offloaded
+//     parameters leave it the gathered units only;
+//   - a GPU cap the model does not fit under refuses the run without
+//     offload, and the offloaded run trains under it with the same bits.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/core/caching_allocator.h"
+#include "runtime/core/cpu_device.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/model/gpt_layout.h"
+#include "shard/partition.h"
+#include "tests/temp_dir.h"
+#include "tests/test_support.h"
+
+namespace zerod {
+namespace {
+
+CpuDeviceOptions gpu_tier() {
+  CpuDeviceOptions o;
+  o.threaded = true;
+  o.gpu_tier = true;
+  return o;
+}
+
+class GpuTierOffloadTest : public testing::TempDirTest {
+ protected:
+  // Four layers in bf16, three steps of two micro-batches.
+  JobConfig config(std::vector<std::string> overrides) const {
+    overrides.insert(overrides.begin(), {"model.n_layer=4", "bf16.enabled=true", "gradient_accumulation_steps=2",
+                                         "run.steps=3", "run.seed=11"});
+    return testing::config_with(testing::tiny_job(), overrides);
+  }
+  std::vector<std::string> optimizer_on(const std::string& device) const {
+    return {"zero_optimization.offload_optimizer.device=\"" + device + "\"",
+            "zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"",
+            "zero_optimization.sub_group_size=20000"};
+  }
+  std::vector<std::string> params_on(const std::string& device) const {
+    return {"zero_optimization.offload_param.device=\"" + device + "\"",
+            "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\""};
+  }
+};
+
+std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage);
+    const std::vector<std::string> base = {"zero_optimization.stage=" + std::to_string(stage)};
+    MemoryAccountant cpu_acct;
+    CpuDevice cpu(cpu_acct);
+    const testing::TrainedRun ref = testing::train_to_end(config(base), nullptr, cpu);
+    ASSERT_TRUE(ref.status.ok()) << ref.status;
+    std::vector<std::vector<std::string>> variants = {base, joined(base, optimizer_on("cpu")),
+                                                      joined(base, optimizer_on("nvme"))};
+    if (stage == 3) {
+      variants.push_back(joined(base, params_on("cpu")));
+      variants.push_back(joined(joined(base, params_on("nvme")), optimizer_on("nvme")));
+      variants.push_back(joined(joined(base, params_on("cpu")), optimizer_on("cpu")));
+    }
+    for (const auto& v : variants) {
+      std::string name;
+      for (const auto& o : v) name += o + " ";
+      SCOPED_TRACE(name);
+      MemoryAccountant acct;
+      CpuDevice gpu(acct, gpu_tier());
+      const testing::TrainedRun r = testing::train_to_end(config(v), nullptr, gpu);
+      ASSERT_TRUE(r.status.ok()) << r.status;
+      EXPECT_EQ(r.losses, ref.losses);
+      EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+    }
+  }
+}
+
+// At stage 2 with the optimizer on the host, the GPU holds no optimizer
+// state and no gradient shard: the masters, m and v (12 bytes a parameter)
+// and the fp32 gradient shard (4) are in host memory. At stage 3 with the
+// parameters on the host too, the GPU's parameters are the gathered units
+// only: two layer slots, the embeddings and the final LayerNorm.
+TEST_F(GpuTierOffloadTest, OffloadedStatesGradientsAndParametersLeaveTheGpu) {
+  const JobConfig plain = config({"zero_optimization.stage=2"});
+  const int64_t n = GptLayout(plain.model).num_params();
+  {
+    MemoryAccountant acct;
+    CpuDevice gpu(acct, gpu_tier());
+    ASSERT_TRUE(testing::train_to_end(plain, nullptr, gpu).status.ok());
+    EXPECT_GE(acct.peak(Tier::kGpu, Category::kOptimizer), uint64_t(12 * n));
+    EXPECT_GE(acct.peak(Tier::kGpu, Category::kGrads), uint64_t(4 * n));
+  }
+  {
+    MemoryAccountant acct;
+    CpuDevice gpu(acct, gpu_tier());
+    ASSERT_TRUE(testing::train_to_end(config(joined({"zero_optimization.stage=2"}, optimizer_on("cpu"))), nullptr, gpu)
+                    .status.ok());
+    EXPECT_EQ(acct.peak(Tier::kGpu, Category::kOptimizer), 0u);
+    EXPECT_EQ(acct.peak(Tier::kGpu, Category::kGrads), 0u);
+    EXPECT_GE(acct.peak(Tier::kHost, Category::kOptimizer), uint64_t(12 * n));
+    EXPECT_GE(acct.peak(Tier::kHost, Category::kGrads), uint64_t(4 * n));
+  }
+  {
+    // Layers above the persistence threshold are gathered into two slots
+    // (the one in use and the next), not kept.
+    const JobConfig cfg =
+        config(joined(joined({"zero_optimization.stage=3", "zero_optimization.stage3_param_persistence_threshold=0"},
+                             params_on("cpu")),
+                      optimizer_on("cpu")));
+    const GptLayout layout(cfg.model);
+    const Partition part(layout, 1);
+    auto slot = [&](int u) { return CachingAllocator::block_size(part.chunk(u) * 2); };
+    MemoryAccountant acct;
+    CpuDevice gpu(acct, gpu_tier());
+    ASSERT_TRUE(testing::train_to_end(cfg, nullptr, gpu).status.ok());
+    EXPECT_EQ(acct.peak(Tier::kGpu, Category::kParams), 2 * slot(1) + slot(0) + slot(layout.final_unit()));
+    EXPECT_LT(acct.peak(Tier::kGpu, Category::kParams), uint64_t(2 * n));
+    EXPECT_EQ(acct.peak(Tier::kGpu, Category::kOptimizer), 0u);
+    EXPECT_EQ(acct.peak(Tier::kGpu, Category::kGrads), 0u);
+  }
+}
+
+// A cap below what the model needs on the GPU without offload: that run is
+// refused, naming the tier and what holds it; with the states, gradients
+// and parameters on the host it trains under the cap, with the bits of the
+// uncapped run.
+TEST_F(GpuTierOffloadTest, ARunTooLargeForTheGpuCapTrainsWithEverythingOffloaded) {
+  const JobConfig offloaded =
+      config(joined(joined({"zero_optimization.stage=3"}, params_on("cpu")), optimizer_on("cpu")));
+  uint64_t offloaded_peak = 0, plain_peak = 0;
+  testing::TrainedRun uncapped;
+  {
+    MemoryAccountant acct;
+    CpuDevice gpu(acct, gpu_tier());
+    uncapped = testing::train_to_end(offloaded, nullptr, gpu);
+    ASSERT_TRUE(uncapped.status.ok()) << uncapped.status;
+    offloaded_peak = acct.peak_total(Tier::kGpu);
+  }
+  {
+    MemoryAccountant acct;
+    CpuDevice gpu(acct, gpu_tier());
+    ASSERT_TRUE(testing::train_to_end(config({"zero_optimization.stage=3"}), nullptr, gpu).status.ok());
+    plain_peak = acct.peak_total(Tier::kGpu);
+  }
+  ASSERT_LT(offloaded_peak, plain_peak);
+  const uint64_t cap = (offloaded_peak + plain_peak) / 2;
+
+  MemoryAccountant acct;
+  acct.set_limit(Tier::kGpu, cap);
+  {
+    CpuDevice gpu(acct, gpu_tier());
+    const testing::TrainedRun refused = testing::train_to_end(config({"zero_optimization.stage=3"}), nullptr, gpu);
+    EXPECT_TRUE(absl::IsResourceExhausted(refused.status)) << refused.status;
+    EXPECT_NE(refused.status.message().find("gpu memory limit of " + std::to_string(cap)), std::string::npos)
+        << refused.status;
+  }
+  acct.reset_peaks();
+  CpuDevice gpu(acct, gpu_tier());
+  const testing::TrainedRun capped = testing::train_to_end(offloaded, nullptr, gpu);
+  ASSERT_TRUE(capped.status.ok()) << capped.status;
+  EXPECT_LE(acct.peak_total(Tier::kGpu), cap);
+  EXPECT_EQ(capped.losses, uncapped.losses);
+  EXPECT_TRUE(testing::same_bits(capped.params, uncapped.params));
+}
+
+}  // namespace
+}  // namespace zerod
