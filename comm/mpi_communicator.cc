@@ -4,13 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
-#include <mutex>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "comm/comm_thread.h"
+#include "comm/mpi_arrivals.h"
 
 namespace zerod {
 
@@ -64,21 +61,17 @@ class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(bool owns_mpi, std::chrono::milliseconds timeout) : owns_mpi_(owns_mpi) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
-    MPI_Comm_dup(MPI_COMM_WORLD, &ctrl_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &world_);
-    arrived_.assign(world_, 0);
-    thread_ = std::make_unique<CommThread>(timeout, [this](const std::string&, int64_t seq) {
-      return describe_missing(seq);
-    });
+    arrivals_ = std::make_unique<MpiArrivals>();
+    thread_ = std::make_unique<CommThread>(
+        timeout, [this](const std::string&, int64_t seq) { return arrivals_->describe_missing(seq); });
   }
 
   ~MpiCommunicator() override {
     // A comm thread still inside MPI rules out finalizing.
     if (!thread_->shutdown()) return;
-    reap_announcements(/*all=*/true);
-    drain_arrivals();
-    MPI_Comm_free(&ctrl_);
+    arrivals_.reset();
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
   }
@@ -151,85 +144,22 @@ class MpiCommunicator : public Communicator {
   void abort(int exit_code) override { MPI_Abort(MPI_COMM_WORLD, exit_code); }
 
  private:
-  static constexpr int kArrivalTag = 1;
-
-  // Before running collective `seq`, tell every peer (on a separate
-  // communicator) that this rank has reached it; a peer that times out
-  // reads these to name the ranks that have not.
+  // Before running collective `seq`, tell every peer that this rank has
+  // reached it; a peer that times out reads these to name the ranks that
+  // have not.
   WorkPtr submit(const char* name, std::function<absl::Status()> run) {
     return thread_->submit(name, [this, run = std::move(run)](int64_t seq) {
-      announce(seq);
+      arrivals_->announce(seq);
       absl::Status s = run();
-      drain_arrivals();
+      arrivals_->drain();
       return s;
     });
   }
 
-  void announce(int64_t seq) {
-    reap_announcements(/*all=*/false);
-    for (int peer = 0; peer < world_; ++peer) {
-      if (peer == rank_) continue;
-      auto& a = announcements_.emplace_back();
-      a.seq = seq;
-      MPI_Isend(&a.seq, 1, MPI_INT64_T, peer, kArrivalTag, ctrl_, &a.request);
-    }
-  }
-
-  // Frees the send buffers of announcements that have gone out.
-  void reap_announcements(bool all) {
-    while (!announcements_.empty()) {
-      int done = 0;
-      if (all) {
-        MPI_Wait(&announcements_.front().request, MPI_STATUS_IGNORE);
-        done = 1;
-      } else {
-        MPI_Test(&announcements_.front().request, &done, MPI_STATUS_IGNORE);
-      }
-      if (!done) return;
-      announcements_.pop_front();
-    }
-  }
-
-  // Receives every announcement that has arrived; safe from any thread.
-  void drain_arrivals() {
-    for (;;) {
-      int found = 0;
-      MPI_Message msg;
-      MPI_Status st;
-      MPI_Improbe(MPI_ANY_SOURCE, kArrivalTag, ctrl_, &found, &msg, &st);
-      if (!found) return;
-      int64_t seq = 0;
-      MPI_Mrecv(&seq, 1, MPI_INT64_T, &msg, MPI_STATUS_IGNORE);
-      std::lock_guard<std::mutex> lock(arrived_mu_);
-      arrived_[st.MPI_SOURCE] = std::max(arrived_[st.MPI_SOURCE], seq);
-    }
-  }
-
-  std::string describe_missing(int64_t seq) {
-    drain_arrivals();
-    std::vector<std::string> missing;
-    std::lock_guard<std::mutex> lock(arrived_mu_);
-    for (int r = 0; r < world_; ++r) {
-      if (r != rank_ && arrived_[r] < seq) {
-        missing.push_back(absl::StrCat(r, " (last reached #", arrived_[r], ")"));
-      }
-    }
-    if (missing.empty()) return absl::StrCat("on rank ", rank_, " every rank has reached it");
-    return absl::StrCat("on rank ", rank_, " waiting for rank", missing.size() > 1 ? "s " : " ",
-                        absl::StrJoin(missing, ", "), " to arrive");
-  }
-
-  struct Announcement {
-    int64_t seq = 0;
-    MPI_Request request = MPI_REQUEST_NULL;
-  };
-
   bool owns_mpi_;
-  MPI_Comm comm_ = MPI_COMM_NULL, ctrl_ = MPI_COMM_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, world_ = 1;
-  std::deque<Announcement> announcements_;  // comm thread only
-  std::mutex arrived_mu_;
-  std::vector<int64_t> arrived_;  // highest collective each rank announced
+  std::unique_ptr<MpiArrivals> arrivals_;
   std::unique_ptr<CommThread> thread_;
 };
 

@@ -15,22 +15,19 @@
 #ifdef ZEROD_WITH_MPI
 #include <mpi.h>
 
+#include "comm/mpi_arrivals.h"
 #include "comm/mpi_communicator.h"
 #endif
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/core/cuda_device.h"
 #include "runtime/core/gpu_memory.h"
 
 namespace zerod {
 namespace {
 
 static_assert(sizeof(NcclId) == sizeof(ncclUniqueId));
-
-absl::Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorString(err)));
-}
 
 absl::Status nccl_status(ncclResult_t rc, const char* what) {
   if (rc == ncclSuccess) return absl::OkStatus();
@@ -113,6 +110,7 @@ class NcclCommunicatorImpl : public NcclCommunicator {
     if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
 #ifdef ZEROD_WITH_MPI
+    arrivals_.reset();
     if (finalize_mpi_) MPI_Finalize();
 #endif
   }
@@ -121,7 +119,7 @@ class NcclCommunicatorImpl : public NcclCommunicator {
   int world_size() const override { return world_; }
   const char* backend() const override { return "nccl"; }
 
-  void set_compute_stream(void* stream) override { compute_ = static_cast<cudaStream_t>(stream); }
+  void set_compute_stream(Stream& stream) override { compute_ = cuda_stream(stream); }
 
   WorkPtr all_reduce(void* buf, int64_t count, CommType type, ReduceOp op) override {
     if (absl::Status s = check_reduction(type, op); !s.ok()) return failed(std::move(s));
@@ -171,12 +169,16 @@ class NcclCommunicatorImpl : public NcclCommunicator {
 
 #ifdef ZEROD_WITH_MPI
   void finalize_mpi_on_destruction() { finalize_mpi_ = true; }
+  // Every collective is announced to the peers over MPI, so a timeout names
+  // the ranks that have not reached it.
+  void track_arrivals() { arrivals_ = std::make_unique<MpiArrivals>(); }
 #endif
 
   // Polls `done` (sleeping 50 us, doubling up to 1 ms) until it completes,
   // NCCL reports an error, or the timeout passes; the last two break the
-  // communicator. `what` names the collective in the error.
-  absl::Status wait_for(cudaEvent_t done, const std::string& what) {
+  // communicator. `what` names the collective in the error, `seq` its
+  // number (0 for none).
+  absl::Status wait_for(cudaEvent_t done, const std::string& what, int64_t seq = 0) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     std::chrono::microseconds pause(50);
     for (;;) {
@@ -195,7 +197,7 @@ class NcclCommunicatorImpl : public NcclCommunicator {
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         return break_with(absl::DeadlineExceededError(absl::StrFormat(
-            "%s did not complete within %.3g s on rank %d", what, timeout_.count() / 1000.0, rank_)));
+            "%s did not complete within %.3g s: %s", what, timeout_.count() / 1000.0, who_is_missing(seq))));
       }
       std::this_thread::sleep_for(pause);
       pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
@@ -203,6 +205,13 @@ class NcclCommunicatorImpl : public NcclCommunicator {
   }
 
  private:
+  std::string who_is_missing(int64_t seq) {
+#ifdef ZEROD_WITH_MPI
+    if (arrivals_ && seq > 0) return arrivals_->describe_missing(seq);
+#endif
+    return absl::StrCat("on rank ", rank_);
+  }
+
   // Numbers the collective, orders it after the compute stream's queued
   // work, enqueues it and records the event its Work waits on.
   WorkPtr issue(const char* name, const std::function<ncclResult_t()>& enqueue);
@@ -247,31 +256,37 @@ class NcclCommunicatorImpl : public NcclCommunicator {
   absl::Status broken_;
 #ifdef ZEROD_WITH_MPI
   bool finalize_mpi_ = false;
+  std::unique_ptr<MpiArrivals> arrivals_;
 #endif
 };
 
 class NcclWork : public Work {
  public:
-  NcclWork(NcclCommunicatorImpl* owner, Event done, std::string what)
-      : owner_(owner), done_(std::move(done)), what_(std::move(what)) {}
-  absl::Status wait() override { return owner_->wait_for(done_.get(), what_); }
+  NcclWork(NcclCommunicatorImpl* owner, Event done, std::string what, int64_t seq)
+      : owner_(owner), done_(std::move(done)), what_(std::move(what)), seq_(seq) {}
+  absl::Status wait() override { return owner_->wait_for(done_.get(), what_, seq_); }
 
  private:
   NcclCommunicatorImpl* owner_;
   Event done_;
   std::string what_;  // "collective <name> #<seq>"
+  int64_t seq_;
 };
 
 WorkPtr NcclCommunicatorImpl::issue(const char* name, const std::function<ncclResult_t()>& enqueue) {
   if (absl::Status s = broken(); !s.ok()) return failed(std::move(s));
-  std::string what = absl::StrFormat("collective %s #%d", name, next_seq_++);
+  const int64_t seq = next_seq_++;
+  std::string what = absl::StrFormat("collective %s #%d", name, seq);
+#ifdef ZEROD_WITH_MPI
+  if (arrivals_) arrivals_->announce(seq);
+#endif
   absl::StatusOr<Event> done = enqueue_after_compute(enqueue);
   if (!done.ok()) {
     // Peers that did issue it would wait for this rank forever.
     return failed(break_with(absl::InternalError(
         absl::StrCat(what, " could not be issued on rank ", rank_, ": ", done.status().message()))));
   }
-  return std::make_unique<NcclWork>(this, *std::move(done), std::move(what));
+  return std::make_unique<NcclWork>(this, *std::move(done), std::move(what), seq);
 }
 
 absl::StatusOr<std::unique_ptr<NcclCommunicatorImpl>> join(int rank, int world_size, int local_rank, const NcclId& id,
@@ -318,7 +333,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicatorImpl>> join_over_mpi(const RankIn
                                                       " but MPI sees rank ", mpi_rank, " of ", mpi_size));
   }
   ZEROD_ASSIGN_OR_RETURN(NcclId id, broadcast_nccl_id(mpi_rank));
-  return join(rank.rank, rank.world_size, rank.local_rank, id, timeout);
+  ZEROD_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicatorImpl> comm,
+                         join(rank.rank, rank.world_size, rank.local_rank, id, timeout));
+  comm->track_arrivals();
+  return comm;
 }
 #endif
 

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "runtime/core/device.h"
 #ifdef ZEROD_WITH_MPI
 #include "comm/rank_env.h"
 #endif
@@ -25,10 +26,10 @@ struct NcclId {
 
 class NcclCommunicator : public Communicator {
  public:
-  // The cudaStream_t whose queued work every later collective waits for;
-  // nullptr (the default) is the default stream. Set it to the stream the
-  // buffers are produced on, so compute there overlaps the comm stream.
-  virtual void set_compute_stream(void* stream) = 0;
+  // The CUDA stream whose queued work every later collective waits for
+  // (until set, the legacy default stream). Set it to the stream the buffers
+  // are produced on, so compute there overlaps the comm stream.
+  virtual void set_compute_stream(Stream& stream) = 0;
 };
 
 absl::StatusOr<NcclId> make_nccl_id();

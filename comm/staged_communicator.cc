@@ -21,8 +21,8 @@ class StagedWork : public Work {
 
 class StagedCommunicator : public Communicator {
  public:
-  StagedCommunicator(Communicator& inner, Device& device)
-      : inner_(&inner), device_(device), thread_([this] { loop(); }) {}
+  StagedCommunicator(Communicator& inner, Device& device, std::unique_ptr<Communicator> owned)
+      : owned_(std::move(owned)), inner_(&inner), device_(device), thread_([this] { loop(); }) {}
 
   ~StagedCommunicator() override {
     {
@@ -153,6 +153,7 @@ class StagedCommunicator : public Communicator {
     stream_.reset();
   }
 
+  std::unique_ptr<Communicator> owned_;  // inner_, when the communicator owns it
   Communicator* inner_;
   Device& device_;
   // The thread's own: whether it reaches the device (every staged
@@ -171,7 +172,12 @@ class StagedCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_staged_communicator(Communicator& inner, Device& device) {
-  return std::make_unique<StagedCommunicator>(inner, device);
+  return std::make_unique<StagedCommunicator>(inner, device, nullptr);
+}
+
+std::unique_ptr<Communicator> make_staged_communicator(std::unique_ptr<Communicator> inner, Device& device) {
+  Communicator& c = *inner;
+  return std::make_unique<StagedCommunicator>(c, device, std::move(inner));
 }
 
 }  // namespace zerod

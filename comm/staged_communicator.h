@@ -19,5 +19,7 @@ namespace zerod {
 
 // `inner` and `device` outlive the communicator.
 std::unique_ptr<Communicator> make_staged_communicator(Communicator& inner, Device& device);
+// The same, owning `inner`.
+std::unique_ptr<Communicator> make_staged_communicator(std::unique_ptr<Communicator> inner, Device& device);
 
 }  // namespace zerod

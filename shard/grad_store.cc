@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/core/task_thread.h"
 #include "shard/scatter_grads.h"
 
 namespace zerod {
@@ -98,48 +99,79 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
 };
 
 // Stages 2 and 3 with offload_optimizer cpu: the shard in host memory. A
-// reduced chunk is copied to host memory on the copy stream (beside the
-// backward still running) and added there on the host; a unit's first
-// chunk of a step is added to zeros, as on the device.
+// reduced chunk is copied to one of two host buffers on the copy stream
+// (beside the backward still running) and added there by the host thread,
+// while the caller goes on; a unit's first chunk of a step is added to
+// zeros, as on the device.
 class HostGrads : public GradStore, public ScatterGrads::Target {
  public:
-  explicit HostGrads(ZeroContext& ctx) : GradStore(ctx), sink_(ctx, *this) {}
+  explicit HostGrads(ZeroContext& ctx)
+      : GradStore(ctx), thread_([&ctx] { return ctx.device.bind_thread(); }), sink_(ctx, *this) {}
 
   absl::Status allocate(const ZeroConfig& z, Tier tier) {
     const Partition& p = ctx_.part;
     int64_t largest = 0;
     for (int64_t c : p.chunks()) largest = std::max(largest, c);
     ZEROD_ASSIGN_OR_RETURN(shard_, ctx_.device.allocate(p.shard_numel() * 4, Category::kGrads, tier));
-    ZEROD_ASSIGN_OR_RETURN(arrived_, ctx_.device.allocate(largest * 4, Category::kOffload, tier));
+    for (Arrived& a : arrived_) {
+      ZEROD_ASSIGN_OR_RETURN(a.buf, ctx_.device.allocate(largest * 4, Category::kOffload, tier));
+    }
     ZEROD_ASSIGN_OR_RETURN(copies_, ctx_.device.create_stream());
-    fresh_.assign(p.num_units(), true);
+    adds_.assign(p.num_units(), 0);
     return sink_.allocate(z);
   }
 
   GradSink& sink() override { return sink_; }
-  void zero() override { fresh_.assign(ctx_.part.num_units(), true); }
-  absl::Status reduce() override { return sink_.flush(); }
+  void zero() override { adds_.assign(ctx_.part.num_units(), 0); }
+  absl::Status reduce() override {
+    absl::Status s = sink_.flush();
+    s.Update(thread_.drain());
+    return s;
+  }
   bool on_host() const override { return true; }
   const float* owned(const ShardSegment& s) override { return shard_.host<float>() + s.shard_offset; }
   absl::StatusOr<const float*> acquire(int u) override { return shard_.host<float>() + ctx_.part.shard_offset(u); }
+  bool adds_on_host_thread() const override { return true; }
+  void after_adds(int count, std::function<absl::Status(int u)> then) override {
+    then_count_ = count;
+    then_ = std::move(then);
+  }
 
+  // The copy is waited for here, since recv is reused once this returns;
+  // the add (and what follows it) is the host thread's.
   absl::Status add(int u, const Buffer& recv) override {
     const int64_t n = ctx_.part.chunk(u);
-    float* dst = shard_.host<float>() + ctx_.part.shard_offset(u);
-    ctx_.device.copy(*copies_, arrived_.data(), recv.data(), n * sizeof(float));
+    Arrived& a = arrived_[next_++ % 2];
+    if (a.added.valid()) ZEROD_RETURN_IF_ERROR(a.added.get());  // the host thread is done with it
+    ctx_.device.copy(*copies_, a.buf.data(), recv.data(), n * sizeof(float));
     ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*copies_));
-    Stream& host = ctx_.host.compute_stream();
-    if (fresh_[u]) ctx_.host.memset(host, dst, 0, n * sizeof(float));
-    fresh_[u] = false;
-    ctx_.host_kernels.add(host, dst, arrived_.host<float>(), n);
+    float* dst = shard_.host<float>() + ctx_.part.shard_offset(u);
+    const float* src = a.buf.host<float>();
+    const int added = ++adds_[u];
+    std::function<absl::Status(int)> then = added == then_count_ ? then_ : nullptr;
+    a.added = thread_.submit([this, u, n, dst, src, fresh = added == 1, then = std::move(then)] {
+      Stream& host = ctx_.host.compute_stream();
+      if (fresh) ctx_.host.memset(host, dst, 0, n * sizeof(float));
+      ctx_.host_kernels.add(host, dst, src, n);
+      return then ? then(u) : absl::OkStatus();
+    });
     return absl::OkStatus();
   }
 
  private:
-  Buffer shard_, arrived_;  // arrived_: one reduced chunk, copied from the device
+  struct Arrived {
+    Buffer buf;                                 // one reduced chunk, copied from the device
+    std::shared_future<absl::Status> added;  // the host thread's add from it
+  };
+  Buffer shard_;
+  Arrived arrived_[2];
+  int64_t next_ = 0;
   std::unique_ptr<Stream> copies_;
-  std::vector<bool> fresh_;  // per unit: nothing added since zero()
-  ScatterGrads sink_;        // after the buffers: its last adds run before they go
+  std::vector<int> adds_;  // per unit: chunks added since zero()
+  int then_count_ = 0;
+  std::function<absl::Status(int u)> then_;
+  TaskThread thread_;  // after the buffers: its tasks end before they go
+  ScatterGrads sink_;  // after the thread: its last adds are submitted while it runs
 };
 
 // Stages 2 and 3 with offload_optimizer nvme: the shard in a file. A unit's

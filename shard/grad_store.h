@@ -8,7 +8,8 @@
 //     (scatter_grads.h), the rank's chunk added to its shard in memory;
 //   on the host (stages 2-3 with offload_optimizer cpu): the same, each
 //     reduced chunk copied device-to-host on a stream of its own and added
-//     to a shard in host memory, where the optimizer reads it;
+//     to a shard in host memory, where the optimizer reads it, by a host
+//     thread while backward goes on;
 //   in a file (stages 2-3 with offload_optimizer nvme): the same, the chunks
 //     written (or added) to a file during backward and read back unit by
 //     unit, a unit ahead.
@@ -16,6 +17,7 @@
 // 1/(accumulation * world_size), so the sum is the global-batch mean.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -51,6 +53,12 @@ class GradStore {
   virtual absl::Status read(const ShardSegment& s, int64_t start, int64_t n, float* dst);
   // The optimizer has read them: what was held for reading goes.
   virtual absl::Status drop() { return absl::OkStatus(); }
+  // Whether each unit's reduced chunk is added on a host thread of the
+  // store's own, which can then go on with work of the caller's: `then(u)`
+  // runs there once unit u's `count`-th chunk since zero() is added (an
+  // empty function clears it). reduce() waits for it all.
+  virtual bool adds_on_host_thread() const { return false; }
+  virtual void after_adds(int /*count*/, std::function<absl::Status(int u)> /*then*/) {}
 
  protected:
   ZeroContext& ctx_;

@@ -40,16 +40,23 @@ class InMemoryOptimizer : public OptimizerState {
   // Masters in memory are updated in place: `updated` is for a working copy
   // kept elsewhere.
   absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill&, const MasterOut& updated) override {
-    optimizer_->step(kernels_, stream_, lr, step, grad_factor);
+    return step_pieces(lr, step, grad_factor, 0, static_cast<int>(masters_of_.size()), updated);
+  }
+  absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last,
+                           const MasterOut& updated) override {
+    optimizer_->step(kernels_, stream_, lr, step, grad_factor, first, last);
     ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
-    return updated ? read_masters(updated) : absl::OkStatus();
+    return updated ? read_masters(updated, first, last) : absl::OkStatus();
   }
   absl::Status read_masters(const MasterOut& out) override {
-    for (size_t k = 0; k < masters_of_.size(); ++k) {
+    return read_masters(out, 0, static_cast<int>(masters_of_.size()));
+  }
+  absl::Status read_masters(const MasterOut& out, int first, int last) {
+    for (int k = first; k < last; ++k) {
       ZEROD_RETURN_IF_ERROR(device_.read_on_host(
           stream_, masters_of_[k].data, masters_of_[k].numel * sizeof(float),
           host_elements<float>([&](float* p, int64_t start, int64_t n) {
-            return out(static_cast<int>(k), start, n, p);
+            return out(k, start, n, p);
           })));
     }
     return absl::OkStatus();
@@ -92,6 +99,9 @@ class StreamedOptimizer : public OptimizerState {
   absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill& grads,
                     const MasterOut& updated) override {
     return optimizer_->step(lr, step, grad_factor, grads, updated);
+  }
+  absl::Status step_pieces(float, int64_t, float, int, int, const MasterOut&) override {
+    return absl::UnimplementedError("the streamed optimizer updates whole sub-groups, not single pieces");
   }
   absl::Status read_masters(const MasterOut& out) override { return optimizer_->read_masters(out); }
   absl::Status write_masters(const std::vector<const float*>& src) override {

@@ -34,6 +34,11 @@ class OptimizerState {
   // every piece's new masters, in order.
   virtual absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill& grads,
                             const MasterOut& updated) = 0;
+  // Pieces [first, last) of an update, for one that runs a unit at a time as
+  // the unit's gradients are complete; in memory only (a streamed
+  // optimizer's sub-groups cross pieces).
+  virtual absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last,
+                                   const MasterOut& updated) = 0;
   // Every piece's masters, in order, part by part.
   virtual absl::Status read_masters(const MasterOut& out) = 0;
   virtual absl::Status write_masters(const std::vector<const float*>& src) = 0;

@@ -14,7 +14,11 @@ ZeroEngine::ZeroEngine(const GptLayout& layout, const ZeroSettings& settings, Co
       host_kernels_(cpu_kernels()),
       ctx_(layout, settings.zero.stage, settings.precision, comm, device, kernels, host_, *host_kernels_) {}
 
-ZeroEngine::~ZeroEngine() { ctx_.device.synchronize(ctx_.stream).IgnoreError(); }
+ZeroEngine::~ZeroEngine() {
+  ctx_.device.synchronize(ctx_.stream).IgnoreError();
+  // Adds still in flight may run the update, which needs the other stores.
+  grads_.reset();
+}
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout& layout, const ZeroSettings& settings,
                                                                Communicator& comm, Device& device, Kernels& kernels) {
@@ -104,7 +108,11 @@ absl::Status ZeroEngine::create_optimizer() {
   // where that is in memory; masters that are not separate are the fp32
   // parameters.
   std::vector<ParamPiece> pieces = piece_shapes(owned);
+  unit_pieces_.assign(ctx_.part.num_units(), {0, 0});
   for (size_t k = 0; k < owned.size(); ++k) {
+    auto& [first, last] = unit_pieces_[owned[k].unit];  // segments come in unit order
+    if (first == last) first = static_cast<int>(k);
+    last = static_cast<int>(k) + 1;
     pieces[k].grad = grads_->owned(owned[k]);
     void* working = params_->working(owned[k]);
     if (!separate_masters_) {
@@ -170,20 +178,42 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
   return sumsq;
 }
 
-absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_factor) {
-  const std::vector<ShardSegment>& owned = ctx_.owned;
+OptimizerState::MasterOut ZeroEngine::working_copy_writer() {
   // A working copy that an optimizer on the device keeps in memory is
   // written by the optimizer itself; otherwise it is set from the new
-  // masters here.
-  OptimizerState::MasterOut updated;
-  if (separate_masters_ && (optimizer_on_host_ || !params_->in_memory())) {
-    updated = [&](int k, int64_t start, int64_t n, const float* master) {
-      return params_->write(owned[k], start, master, n);
-    };
+  // masters.
+  if (!separate_masters_ || (!optimizer_on_host_ && params_->in_memory())) return {};
+  return [this](int k, int64_t start, int64_t n, const float* master) {
+    return params_->write(ctx_.owned[k], start, master, n);
+  };
+}
+
+bool ZeroEngine::updates_during_backward() const {
+  return grads_->adds_on_host_thread() && optimizer_->in_memory() && params_->in_memory();
+}
+
+void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batches) {
+  updating_during_backward_ = true;
+  grads_->after_adds(micro_batches, [this, lr, step, write = working_copy_writer()](int u) {
+    ++units_updated_in_backward_;
+    return optimizer_->step_pieces(lr, step, 1.0f, unit_pieces_[u].first, unit_pieces_[u].second, write);
+  });
+}
+
+absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_factor) {
+  const std::vector<ShardSegment>& owned = ctx_.owned;
+  absl::Status stepped;
+  if (updating_during_backward_) {
+    // Done unit by unit as the gradients were reduced (reduce_gradients
+    // waited for the last).
+    updating_during_backward_ = false;
+    grads_->after_adds(0, {});
+  } else {
+    stepped = optimizer_->step(
+        lr, step, grad_factor,
+        [&](int k, int64_t start, int64_t n, float* dst) { return grads_->read(owned[k], start, n, dst); },
+        working_copy_writer());
   }
-  absl::Status stepped = optimizer_->step(
-      lr, step, grad_factor,
-      [&](int k, int64_t start, int64_t n, float* dst) { return grads_->read(owned[k], start, n, dst); }, updated);
   stepped.Update(grads_->drop());
   ZEROD_RETURN_IF_ERROR(stepped);
   return publish_params();

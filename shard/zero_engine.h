@@ -17,7 +17,9 @@
 // calls their interfaces.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "offload/aio_engine.h"
@@ -67,6 +69,17 @@ class ZeroEngine {
   // by grad_factor (`step` is the 1-based update count); then the new
   // parameters are made visible to the model on every rank.
   absl::Status apply_optimizer(float lr, int64_t step, float grad_factor);
+  // Whether the update can run during the last micro-batch's backward: the
+  // optimizer in host memory, gradients added on the host as they arrive,
+  // parameters in memory (not a store backward reads from).
+  bool updates_during_backward() const;
+  // After zero_grads, when the step's grad_factor is known to be 1 (no
+  // clipping, no loss scale): each unit's part of the update (lr, `step`)
+  // runs on the host as soon as the unit's gradients of all `micro_batches`
+  // are reduced, while backward goes on; apply_optimizer then only
+  // publishes. The result is the ordered update's, bitwise: the update is
+  // elementwise and each unit's gradients are final when it runs.
+  void update_during_backward(float lr, int64_t step, int micro_batches);
 
   // The full fp32 master weights, in the layout's flat order (a collective).
   absl::StatusOr<std::vector<float>> gather_master_params();
@@ -97,6 +110,9 @@ class ZeroEngine {
   // Seconds spent blocked on stage 2/3 collectives in forward and backward
   // since creation: the communication that overlap did not hide.
   double pass_comm_wait_s() const { return ctx_.pass_wait_s; }
+  // Units whose update ran during backward (update_during_backward) since
+  // creation.
+  int64_t units_updated_in_backward() const { return units_updated_in_backward_; }
 
  private:
   ZeroEngine(const GptLayout& layout, const ZeroSettings& settings, Communicator& comm, Device& device,
@@ -115,6 +131,9 @@ class ZeroEngine {
   // [offset, offset + n) of array a into dst.
   using StateFill = std::function<absl::Status(const StateArray& a, uint64_t offset, uint64_t n, void* dst)>;
   absl::Status install_state(const std::vector<float>& master, const StateFill& fill);
+  // What the optimizer's new masters go through to the working copy, when
+  // the optimizer does not write it itself (empty then).
+  OptimizerState::MasterOut working_copy_writer();
 
   ZeroSettings settings_;  // init only while building
   // The host, where an offloaded optimizer runs: synchronous, with the CPU
@@ -131,6 +150,10 @@ class ZeroEngine {
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradStore> grads_;
   std::unique_ptr<OptimizerState> optimizer_;
+  // Each unit's owned pieces, [first, last) of the optimizer's.
+  std::vector<std::pair<int, int>> unit_pieces_;
+  bool updating_during_backward_ = false;
+  std::atomic<int64_t> units_updated_in_backward_{0};  // counted on the host thread
   Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients, where they are and on the host
 };
 

@@ -4,17 +4,26 @@
 // host staging (comm/staged_communicator.h), which moves exactly the bytes
 // the collectives would: every stage, with and without offload, gives
 // bitwise the run of the plain CPU device over MPI, and each rank's GPU
-// holds its share of the optimizer states and gradients.
+// holds its share of the optimizer states and gradients. The communicator
+// a worker picks (comm/bootstrap.h) stages for ranks that share a GPU,
+// routes device buffers to the device's communicator, and is NCCL where
+// every rank has a GPU of its own.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "comm/bootstrap.h"
+#include "comm/mpi_communicator.h"
+#include "comm/routed_communicator.h"
 #include "comm/staged_communicator.h"
 #include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
+#include "runtime/core/gpu_memory.h"
 #include "runtime/engine/trainer.h"
 #include "tests/mpi_world.h"
 #include "tests/test_support.h"
@@ -49,12 +58,20 @@ CpuDeviceOptions gpu_tier() {
 
 TEST(GpuTierRanks, StagedExchangeGivesTheBitsOfTheCpuRunOverMpi) {
   const int n = world().world_size();
+  // Without clipping, stages 2 and 3 update each unit on the host during
+  // backward.
   const std::vector<std::vector<std::string>> offloads = {
-      {}, {"zero_optimization.offload_optimizer.device=\"cpu\""}, {"zero_optimization.offload_param.device=\"cpu\""}};
+      {},
+      {"zero_optimization.offload_optimizer.device=\"cpu\""},
+      {"zero_optimization.offload_param.device=\"cpu\""},
+      {"zero_optimization.offload_optimizer.device=\"cpu\"", "gradient_clipping=0"}};
   for (int stage = 0; stage <= 3; ++stage) {
     for (const auto& o : offloads) {
       if (!o.empty() && o[0].find("offload_param") != std::string::npos && stage != 3) continue;
-      SCOPED_TRACE(::testing::Message() << "stage " << stage << (o.empty() ? "" : ", " + o[0]) << ", world " << n);
+      if (o.size() > 1 && stage < 2) continue;
+      std::string name;
+      for (const std::string& k : o) name += ", " + k;
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << name << ", world " << n);
       const JobConfig cfg = testing::config_with(job(stage), o, n);
       MemoryAccountant cpu_acct;
       CpuDevice cpu(cpu_acct);
@@ -91,6 +108,106 @@ TEST(GpuTierRanks, EachRanksGpuHoldsItsShareOfStatesAndGradients) {
   EXPECT_GE(acct.peak(Tier::kGpu, Category::kOptimizer), uint64_t(12 * params / n));
   EXPECT_LE(acct.peak(Tier::kGpu, Category::kGrads), uint64_t(4 * params / n) + slack);
   EXPECT_GE(acct.peak(Tier::kGpu, Category::kGrads), uint64_t(4 * params / n));
+}
+
+constexpr std::chrono::seconds kTimeout(120);
+
+// Rank r's n floats r + 1 + i/8 in the device's memory.
+absl::StatusOr<Buffer> ranks_values(Device& d, int64_t n) {
+  ZEROD_ASSIGN_OR_RETURN(Buffer b, d.allocate(n * 4, Category::kWorkspace));
+  const int r = world().rank();
+  ZEROD_RETURN_IF_ERROR(d.write_from_host(d.compute_stream(), b.data(), n * 4,
+                                          host_elements<float>([&](float* p, int64_t start, int64_t k) {
+                                            for (int64_t i = 0; i < k; ++i) p[i] = r + 1 + (start + i) / 8.0f;
+                                            return absl::OkStatus();
+                                          })));
+  return b;
+}
+
+// The sum over ranks of ranks_values, element by element, read back and
+// compared exactly (small integers and eighths add exactly in fp32).
+void expect_summed(Device& d, const Buffer& b, int64_t n) {
+  const int w = world().world_size();
+  std::vector<float> got(n);
+  ASSERT_TRUE(d.read_on_host(d.compute_stream(), b.data(), n * 4, host_elements<float>([&](float* p, int64_t start,
+                                                                                           int64_t k) {
+                 std::memcpy(got.data() + start, p, k * 4);
+                 return absl::OkStatus();
+               })).ok());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], w * (w + 1) / 2.0f + w * (i / 8.0f)) << i;
+}
+
+// Ranks that share a GPU (every local rank 0 here, and the stand-in is no
+// CUDA device) get MPI through staging from make_device_communicator: a
+// device buffer's all-reduce is staged through host memory and sums.
+TEST(DeviceCommunicator, RanksSharingAGpuExchangeThroughStaging) {
+  auto mpi = make_mpi_communicator(kTimeout);
+  ASSERT_TRUE(mpi.ok()) << mpi.status();
+  MemoryAccountant acct;
+  CpuDevice gpu(acct, gpu_tier());
+  const RankInfo rank{world().rank(), world().world_size(), 0};
+  auto comm = make_device_communicator(*std::move(mpi), rank, gpu, kTimeout);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_STREQ((*comm)->backend(), "mpi");
+  auto b = ranks_values(gpu, 1000);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(all_reduce(**comm, b->data(), 1000, CommType::kF32, ReduceOp::kSum).ok());
+  expect_summed(gpu, *b, 1000);
+  EXPECT_GE(acct.peak(Tier::kHost, Category::kComm), 4000u);
+}
+
+// A routed communicator sends a collective on device buffers to the
+// device's communicator (here MPI through staging, which allocates host
+// staging) and one on host buffers to the host's (plain MPI, no staging).
+TEST(DeviceCommunicator, RoutesDeviceBuffersToTheDevicesCommunicator) {
+  auto a = make_mpi_communicator(kTimeout);
+  auto h = make_mpi_communicator(kTimeout);
+  ASSERT_TRUE(a.ok() && h.ok());
+  MemoryAccountant acct;
+  CpuDevice gpu(acct, gpu_tier());
+  std::unique_ptr<Communicator> routed =
+      make_routed_communicator(make_staged_communicator(*std::move(a), gpu), *std::move(h), gpu);
+  const int w = world().world_size();
+  std::vector<double> host(5, world().rank() + 1.0);
+  ASSERT_TRUE(all_reduce(*routed, host.data(), 5, CommType::kF64, ReduceOp::kSum).ok());
+  for (double x : host) EXPECT_EQ(x, w * (w + 1) / 2.0);
+  EXPECT_EQ(acct.peak(Tier::kHost, Category::kComm), 0u) << "host buffers are not staged";
+  auto b = ranks_values(gpu, 64);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(all_reduce(*routed, b->data(), 64, CommType::kF32, ReduceOp::kSum).ok());
+  expect_summed(gpu, *b, 64);
+  EXPECT_GE(acct.peak(Tier::kHost, Category::kComm), 256u);
+  EXPECT_TRUE(routed->barrier()->wait().ok());
+}
+
+// Ranks with a GPU each exchange device buffers over NCCL; a rank late to
+// a collective is named by the others when the timeout passes, as over MPI.
+TEST(DeviceCommunicator, GpusOfTheirOwnUseNcclAndNameALateRank) {
+  const int w = world().world_size();
+  if (cuda_device_count() < w) {
+    GTEST_SKIP() << "needs a CUDA GPU per rank: " << cuda_device_count() << " visible for " << w << " ranks";
+  }
+  auto device = open_device("cuda", world().rank());
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto mpi = make_mpi_communicator(kTimeout);
+  ASSERT_TRUE(mpi.ok()) << mpi.status();
+  const RankInfo rank{world().rank(), w, world().rank()};
+  auto comm = make_device_communicator(*std::move(mpi), rank, **device, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  ASSERT_STREQ((*comm)->backend(), "nccl") << "this build has no NCCL";
+  auto b = ranks_values(**device, 1000);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(all_reduce(**comm, b->data(), 1000, CommType::kF32, ReduceOp::kSum).ok());
+  expect_summed(**device, *b, 1000);
+  if (world().rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const absl::Status s = all_reduce(**comm, b->data(), 1000, CommType::kF32, ReduceOp::kSum);
+  if (world().rank() != 1) {
+    ASSERT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+    EXPECT_NE(s.message().find("all_reduce #2"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("rank 1 (last reached #1)"), std::string::npos) << s;
+  }
+  comm->reset();
+  EXPECT_TRUE(world().barrier()->wait().ok());
 }
 
 }  // namespace

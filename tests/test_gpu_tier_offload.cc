@@ -85,6 +85,45 @@ TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
   }
 }
 
+// Without clipping (and not fp16) the factor of an update is 1 before the
+// gradients are known, so with the optimizer on the host each unit is
+// updated on the host thread as soon as the last micro-batch's backward has
+// reduced it, while backward goes on over the earlier layers. Behind the
+// threaded, delayed streams that gives the bits of the plain CPU device's
+// ordered update; with clipping the update waits for the norm.
+TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSameBits) {
+  for (int stage : {2, 3}) {
+    for (const char* clip : {"gradient_clipping=0", "gradient_clipping=1.0"}) {
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", " << clip);
+      const std::vector<std::string> base = {"zero_optimization.stage=" + std::to_string(stage), clip};
+      const JobConfig cfg = config(base);
+      MemoryAccountant cpu_acct;
+      CpuDevice cpu(cpu_acct);
+      const testing::TrainedRun ref = testing::train_to_end(cfg, nullptr, cpu);
+      ASSERT_TRUE(ref.status.ok()) << ref.status;
+
+      MemoryAccountant acct;
+      CpuDevice gpu(acct, gpu_tier());
+      const JobConfig offloaded = config(joined(base, optimizer_on("cpu")));
+      auto t = Trainer::create(offloaded, nullptr, &gpu);
+      ASSERT_TRUE(t.ok()) << t.status();
+      std::vector<double> losses;
+      for (int64_t i = 0; i < offloaded.run.steps; ++i) {
+        auto r = (*t)->step();
+        ASSERT_TRUE(r.ok()) << r.status();
+        losses.push_back(r->loss);
+      }
+      auto params = (*t)->master_params();
+      ASSERT_TRUE(params.ok()) << params.status();
+      EXPECT_EQ(losses, ref.losses);
+      EXPECT_TRUE(testing::same_bits(*params, ref.params));
+      const int units = GptLayout(cfg.model).num_units();
+      const bool clipped = std::string(clip) != "gradient_clipping=0";
+      EXPECT_EQ((*t)->zero().units_updated_in_backward(), clipped ? 0 : offloaded.run.steps * units);
+    }
+  }
+}
+
 // At stage 2 with the optimizer on the host, the GPU holds no optimizer
 // state and no gradient shard: the masters, m and v (12 bytes a parameter)
 // and the fp32 gradient shard (4) are in host memory. At stage 3 with the

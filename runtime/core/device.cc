@@ -49,9 +49,11 @@ absl::Status Device::write_from_host(Stream& s, void* dst, uint64_t bytes, const
 
 // A CPU device that stands in for a GPU has gpu-tier memory but no CUDA
 // device to pin memory with.
-Tier staging_tier(const Device& device) {
-  return device.memory_tier() == Tier::kGpu && cuda_device_count() > 0 ? Tier::kPinned : Tier::kHost;
+bool is_cuda_device(const Device& device) {
+  return device.memory_tier() == Tier::kGpu && !dynamic_cast<const CpuDevice*>(&device);
 }
+
+Tier staging_tier(const Device& device) { return is_cuda_device(device) ? Tier::kPinned : Tier::kHost; }
 
 absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int local_rank, MemoryAccountant& acct) {
   if (name != "cpu" && name != "cuda" && name != "auto") {
@@ -69,13 +71,13 @@ absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int l
         "run.device 'cuda': no CUDA device is visible on this machine (cudaGetDeviceCount reports none); use "
         "'cpu' or 'auto'");
   }
-  if (local_rank < 0 || local_rank >= gpus) {
+  if (local_rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("run.device '", std::string(name), "': local rank ", local_rank,
-                                                   " has no GPU of its own: ", gpus, " CUDA device",
-                                                   gpus == 1 ? " is" : "s are", " visible (local ranks 0..",
-                                                   gpus - 1, " each take one)"));
+                                                   " is not a place on this machine"));
   }
-  return open_cuda_device(local_rank, acct);
+  // More ranks than GPUs share them round-robin (their collectives then go
+  // through host staging: see make_device_communicator).
+  return open_cuda_device(local_rank % gpus, acct);
 #endif
 }
 

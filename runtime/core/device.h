@@ -110,14 +110,17 @@ Device::HostPart host_elements(F part) {
   };
 }
 
+// Whether `device` is a CUDA GPU (not a CPU device, even one standing in
+// for a GPU).
+bool is_cuda_device(const Device& device);
 // The tier of host buffers that `device` copies to and from: pinned on a
 // CUDA GPU, plain host memory otherwise.
 Tier staging_tier(const Device& device);
 
 // The device `run.device` names for the rank that is `local_rank` on its
-// machine: "cpu"; "cuda", that rank's GPU (GPU local_rank of those visible;
-// refused, naming the reason, where there is none); "auto", "cuda" where
-// the machine has a GPU, else "cpu".
+// machine: "cpu"; "cuda", that rank's GPU (GPU local_rank modulo those
+// visible, so ranks past the GPUs share them; refused, naming the reason,
+// where there is none); "auto", "cuda" where the machine has a GPU, else "cpu".
 absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int local_rank = 0,
                                                     MemoryAccountant& acct = MemoryAccountant::global());
 

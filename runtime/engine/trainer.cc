@@ -66,6 +66,13 @@ absl::StatusOr<StepResult> Trainer::step() {
   // Each rank's gradients carry 1/(accum * world) so that their sum over
   // ranks is the mean over the global batch.
   const auto grad_scale = static_cast<float>(scale / (double(accum) * world));
+  // Without clipping or a loss scale the update's factor is 1 before any
+  // gradient is known, so the host can update each unit as the last
+  // micro-batch's backward completes it.
+  if (!fp16 && cfg_.gradient_clipping <= 0 && zero_->updates_during_backward()) {
+    zero_->update_during_backward(static_cast<float>(lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_)),
+                                  updates_ + 1, accum);
+  }
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
     loader_->next_batch(B, inputs_.host<int32_t>(), targets_.host<int32_t>());

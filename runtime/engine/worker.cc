@@ -205,7 +205,9 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     return kExitBadInput;
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg->run.collective_timeout_s * 1000));
+  // Over MPI between ranks, and on GPUs NCCL or MPI through staging.
   auto comm = make_communicator(*rank, timeout);
+  if (comm.ok()) comm = make_device_communicator(*std::move(comm), *rank, **device, timeout);
   if (!comm.ok()) {
     output.error(rank->rank, std::string(comm.status().message()));
     return kExitBadInput;

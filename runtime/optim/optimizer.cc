@@ -106,10 +106,12 @@ void Optimizer::set_piece_states(int k, const float* m, const float* v) {
   }
 }
 
-void Optimizer::step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale) {
+void Optimizer::step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale, int first, int last) {
   const AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
   const AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);
-  for (const Piece& pc : pieces_) {
+  if (last < 0) last = static_cast<int>(pieces_.size());
+  for (int i = first; i < last; ++i) {
+    const Piece& pc = pieces_[i];
     const AdamStep& st = pc.p.decay ? with_decay : without_decay;
     if (pc.quantized) {
       k.adam8bit(s, quantized_view(pc), st);

@@ -53,7 +53,9 @@ class Optimizer {
   // One update, `step` being the 1-based update count: each piece's op of
   // the kernel table enqueued on s, so the masters, states and param16 are
   // read once s has run them. The pieces' memory is the table's device's.
-  void step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale);
+  // Pieces [first, last) only (last -1: to the end), for an update that
+  // runs piece by piece as gradients arrive.
+  void step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale, int first = 0, int last = -1);
 
   const AdamHyper& hyper() const { return hyper_; }
   // Pieces that keep 8-bit states.
