@@ -34,27 +34,16 @@ CpuDeviceOptions gpu_tier() {
 
 class GpuTierOffloadTest : public testing::TempDirTest {
  protected:
-  // Four layers in bf16, three steps of two micro-batches.
-  JobConfig config(std::vector<std::string> overrides) const {
-    overrides.insert(overrides.begin(), {"model.n_layer=4", "bf16.enabled=true", "gradient_accumulation_steps=2",
-                                         "run.steps=3", "run.seed=11"});
-    return testing::config_with(testing::tiny_job(), overrides);
-  }
+  JobConfig config(const std::vector<std::string>& overrides) const { return testing::offload_job(overrides); }
   std::vector<std::string> optimizer_on(const std::string& device) const {
-    return {"zero_optimization.offload_optimizer.device=\"" + device + "\"",
-            "zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"",
-            "zero_optimization.sub_group_size=20000"};
+    return testing::optimizer_on(device, dir_.string());
   }
   std::vector<std::string> params_on(const std::string& device) const {
-    return {"zero_optimization.offload_param.device=\"" + device + "\"",
-            "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\""};
+    return testing::params_on(device, dir_.string());
   }
 };
 
-std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using testing::joined;
 
 TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
   for (int stage : {1, 2, 3}) {

@@ -77,10 +77,7 @@ class OffloadTest : public testing::TempDirTest {
   }
 };
 
-std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using testing::joined;
 
 TEST_F(OffloadTest, OptimizerOnCpuOrNvmeIsBitwiseTheInMemoryRun) {
   const std::vector<std::vector<std::string>> variants = {

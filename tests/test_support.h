@@ -104,6 +104,31 @@ inline TrainedRun train_to_end(const JobConfig& cfg, Communicator* comm, Device&
   return r;
 }
 
+// a's overrides, then b's.
+inline std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The offload tests' job: four layers in bf16, three steps of two
+// micro-batches, then `overrides`.
+inline JobConfig offload_job(std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), {"model.n_layer=4", "bf16.enabled=true", "gradient_accumulation_steps=2",
+                                       "run.steps=3", "run.seed=11"});
+  return config_with(tiny_job(), overrides);
+}
+// The optimizer's states on `device` (files in `dir`), in sub-groups of
+// 20000 elements.
+inline std::vector<std::string> optimizer_on(const std::string& device, const std::string& dir) {
+  return {"zero_optimization.offload_optimizer.device=\"" + device + "\"",
+          "zero_optimization.offload_optimizer.nvme_path=\"" + dir + "\"", "zero_optimization.sub_group_size=20000"};
+}
+// Stage 3's parameters on `device` (files in `dir`).
+inline std::vector<std::string> params_on(const std::string& device, const std::string& dir) {
+  return {"zero_optimization.offload_param.device=\"" + device + "\"",
+          "zero_optimization.offload_param.nvme_path=\"" + dir + "\""};
+}
+
 // Two runs' weights are the same floats, bit for bit (and not empty).
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
