@@ -160,7 +160,7 @@ class HostGrads : public GradStore, public ScatterGrads::Target {
 
  private:
   struct Arrived {
-    Buffer buf;                                 // one reduced chunk, copied from the device
+    Buffer buf;                              // one reduced chunk, copied from the device
     std::shared_future<absl::Status> added;  // the host thread's add from it
   };
   Buffer shard_;
