@@ -1,11 +1,9 @@
 #include "comm/staged_communicator.h"
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <future>
-#include <mutex>
-#include <thread>
+
+#include "runtime/core/task_thread.h"
 
 namespace zerod {
 namespace {
@@ -22,16 +20,7 @@ class StagedWork : public Work {
 class StagedCommunicator : public Communicator {
  public:
   StagedCommunicator(Communicator& inner, Device& device, std::unique_ptr<Communicator> owned)
-      : owned_(std::move(owned)), inner_(&inner), device_(device), thread_([this] { loop(); }) {}
-
-  ~StagedCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
+      : owned_(std::move(owned)), inner_(&inner), device_(device), thread_([this] { return start(); }) {}
 
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
@@ -122,51 +111,29 @@ class StagedCommunicator : public Communicator {
     return device_.synchronize(*stream_);
   }
 
-  WorkPtr submit(std::function<absl::Status()> op) {
-    std::packaged_task<absl::Status()> task(std::move(op));
-    std::shared_future<absl::Status> done = task.get_future().share();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-    return std::make_unique<StagedWork>(std::move(done));
-  }
+  WorkPtr submit(TaskThread::Task op) { return std::make_unique<StagedWork>(thread_.submit(std::move(op))); }
 
-  void loop() {
+  // On the thread, before any collective: a thread that cannot reach the
+  // device leaves every staged collective to fail with the reason.
+  absl::Status start() {
     ready_ = device_.bind_thread();
     absl::StatusOr<std::unique_ptr<Stream>> stream = device_.create_stream();
     if (ready_.ok()) ready_ = stream.status();
     if (stream.ok()) stream_ = std::move(*stream);
-    for (;;) {
-      std::packaged_task<absl::Status()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) break;  // stopping, and everything queued has run
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-    for (Buffer& b : staging_) b.reset();
-    stream_.reset();
+    return absl::OkStatus();
   }
 
   std::unique_ptr<Communicator> owned_;  // inner_, when the communicator owns it
   Communicator* inner_;
   Device& device_;
-  // The thread's own: whether it reaches the device (every staged
-  // collective fails with the reason when it does not), its copy stream and
+  // The thread's own: whether it reaches the device, its copy stream and
   // the staging buffers, grown to the largest collective.
   absl::Status ready_;
   std::unique_ptr<Stream> stream_;
   Buffer staging_[2];
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::packaged_task<absl::Status()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;  // last: starts once everything above is built
+  // Every collective, staged or not, in issue order; last, so it stops
+  // (running what is queued) before the buffers go.
+  TaskThread thread_;
 };
 
 }  // namespace
