@@ -237,7 +237,9 @@ TEST_F(WorkerTest, CudaWithoutAGpuIsRefusedAndRanksPastTheGpusShareThem) {
   const Result r = run({"--config", job(j), "--log-format", "json"});
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK"}) unsetenv(name);
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out.substr(0, r.out.find('\n')))["device"], "cuda:0") << r.out;
+  // "cuda:0 (NVIDIA H100 80GB HBM3)": GPU 0 and its name.
+  const std::string device = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')))["device"];
+  EXPECT_EQ(device.rfind("cuda:0 (", 0), 0u) << r.out;
 }
 
 TEST_F(WorkerTest, PresetThatDoesNotExist) {

@@ -60,8 +60,10 @@ absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int l
     return absl::InvalidArgumentError(
         absl::StrCat("run.device: unknown device '", std::string(name), "' (expected cpu, cuda or auto)"));
   }
+  // A CPU run does not ask CUDA anything: that alone opens the driver.
+  if (name == "cpu") return std::make_unique<CpuDevice>(acct);
   const int gpus = cuda_device_count();
-  if (name == "cpu" || (name == "auto" && gpus == 0)) return std::make_unique<CpuDevice>(acct);
+  if (name == "auto" && gpus == 0) return std::make_unique<CpuDevice>(acct);
 #ifndef ZEROD_WITH_CUDA
   return absl::FailedPreconditionError(
       "run.device 'cuda': zerod was built without CUDA (ZEROD_WITH_CUDA=OFF); use 'cpu' or 'auto'");

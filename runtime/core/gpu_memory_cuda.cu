@@ -1,6 +1,7 @@
 // CUDA implementation of the raw allocations (core/gpu_memory.h).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +20,15 @@ int cuda_device_count() {
   return n;
 }
 
+namespace {
+// Set by the first GPU allocation: until then no pointer of this process is
+// GPU memory, and a CPU run never starts CUDA (a context costs GPU memory
+// and threads on a machine whose GPUs others use).
+std::atomic<bool> gpu_allocated{false};
+}  // namespace
+
 absl::StatusOr<void*> gpu_alloc(size_t bytes) {
+  gpu_allocated.store(true, std::memory_order_relaxed);
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
@@ -62,8 +71,7 @@ bool on_gpu(const void* p) {
 
 void copy_any(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  static const bool gpus = cuda_device_count() > 0;
-  if (!gpus || (!on_gpu(dst) && !on_gpu(src))) {
+  if (!gpu_allocated.load(std::memory_order_relaxed) || (!on_gpu(dst) && !on_gpu(src))) {
     std::memcpy(dst, src, bytes);
     return;
   }

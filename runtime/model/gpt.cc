@@ -27,6 +27,7 @@ enum ActField { kLn1, kQkv, kAtt, kAtty, kRes2, kLn2, kFch, kFchGelu, kNumBig, k
 
 struct LayerActs {
   float* f[kNumFields];
+  int64_t n[kNumFields];  // each field's elements (0 for what the table does not keep)
 };
 
 // `probs`: the kernel table's attention keeps its probabilities (else only
@@ -48,13 +49,11 @@ void field_sizes(const GptConfig& c, int B, int T, bool probs, int64_t* size) {
 // Field pointers laid out back to back from `big` (fp32) and `small`.
 LayerActs carve(const int64_t* size, float* big, float* small) {
   LayerActs a;
-  for (int f = 0; f < kNumBig; ++f) {
-    a.f[f] = big;
-    big += size[f];
-  }
-  for (int f = kNumBig; f < kNumFields; ++f) {
-    a.f[f] = small;
-    small += size[f];
+  for (int f = 0; f < kNumFields; ++f) {
+    float*& next = f < kNumBig ? big : small;
+    a.f[f] = next;
+    a.n[f] = size[f];
+    next += size[f];
   }
   return a;
 }
@@ -211,23 +210,26 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, 
   const int C = d.C;
   const int64_t N = d.N;
   auto rnd = [&](float* p, int64_t n) { k.round_to(s, act, p, n); };
+  // A field is rounded over its own size: the probabilities, where the
+  // table keeps only statistics, have none.
+  auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
   k.layernorm_forward(s, a.f[kLn1], a.f[kLn1Mean], a.f[kLn1Rstd], x, w.ln1w, w.ln1b, N, C);
-  rnd(a.f[kLn1], N * C);
+  rnd_field(kLn1);
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
-  rnd(a.f[kQkv], N * 3 * C);
+  rnd_field(kQkv);
   k.attention_forward(s, a.f[kAtty], attention_kept(k, a), a.f[kQkv], d.B, d.T, C, d.NH);
-  rnd(a.f[kAtt], int64_t(d.B) * d.NH * d.T * d.T);
-  rnd(a.f[kAtty], N * C);
+  rnd_field(kAtt);
+  rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
   rnd(proj, N * C);
   k.residual_forward(s, a.f[kRes2], x, proj, N * C);
-  rnd(a.f[kRes2], N * C);
+  rnd_field(kRes2);
   k.layernorm_forward(s, a.f[kLn2], a.f[kLn2Mean], a.f[kLn2Rstd], a.f[kRes2], w.ln2w, w.ln2b, N, C);
-  rnd(a.f[kLn2], N * C);
+  rnd_field(kLn2);
   k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
-  rnd(a.f[kFch], N * 4 * C);
+  rnd_field(kFch);
   k.gelu_forward(s, a.f[kFchGelu], a.f[kFch], N * 4 * C);
-  rnd(a.f[kFchGelu], N * 4 * C);
+  rnd_field(kFchGelu);
   if (!out) return;
   k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, w.fcprojb, N, 4 * C, C);
   rnd(proj, N * C);
