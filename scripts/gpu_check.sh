@@ -2,15 +2,17 @@
 # The one command run on a GPU machine (see ../shared/GPU.md): builds zerod
 # from the tree and the Debian packages that scripts/gpu_deps.sh put in
 # .gpu-deps/ (unpacked into a private prefix, never into /), then runs one
-# section in what is left of 9 minutes, writing the machine, the logs and
-# summary.txt (the results) to $OUT (or gpu-results/):
+# section in what is left of 9 minutes, writing summary.txt (the results)
+# and logs.tgz (every log, the machine's description among them) to $OUT
+# (or gpu-results/):
 #   all (default): every test of the CUDA-only build (no MPI, no gRPC) on the
 #     GPU, the kernel tests again under compute-sanitizer (memcheck,
-#     racecheck), gpt2-xl under a 12 GiB cap without offload, and the GPU
-#     benchmarks;
+#     racecheck), where gpt2's step time goes (wall_clock_breakdown),
+#     gpt2-xl under a 12 GiB cap without offload, and the GPU benchmarks;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
 #     gpt2-xl with its optimizer on the host under 12 and 8 GiB caps against
-#     the same job uncapped without offload (the losses must be equal), the
+#     the same job uncapped without offload (the losses must be equal; one
+#     micro-batch a step, and where the capped step's time goes), the
 #     largest example with everything offloaded (examples/gpt-4b-offload.json),
 #     several ranks sharing the GPU where the machine has an MPI, and
 #     DeepSpeed ZeRO-Offload on the same model where it is installed and the
@@ -28,6 +30,10 @@ build=/tmp/zerod-build-gpu
 mkdir -p "$out"
 summary=$out/summary.txt
 : >"$summary"
+# Every log goes into one archive, $out/logs.tgz, whatever the exit: the
+# device tool brings back at most 8 files from $out.
+logs=$(mktemp -d)
+trap 'tar czf "$out/logs.tgz" -C "$logs" .' EXIT
 say() { echo "gpu_check: $*" | tee -a "$summary"; }
 
 {
@@ -36,8 +42,8 @@ say() { echo "gpu_check: $*" | tee -a "$summary"; }
   c++ --version | head -1
   cmake --version | head -1
   nproc
-} >"$out/machine.txt" 2>&1
-say "machine: $(head -1 "$out/machine.txt")"
+} >"$logs/machine.txt" 2>&1
+say "machine: $(head -1 "$logs/machine.txt")"
 
 ls .gpu-deps/*.deb >/dev/null 2>&1 || { say "no .gpu-deps/*.deb: run scripts/gpu_deps.sh here and carry .gpu-deps"; exit 1; }
 rm -rf "$deps"
@@ -60,44 +66,48 @@ export LD_LIBRARY_PATH=$(dirname "${nccl_lib:-/x}"):$LD_LIBRARY_PATH
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=OFF -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
-  -DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib" >"$out/configure.log" 2>&1 ||
-  { say "configure failed"; tail -30 "$out/configure.log"; exit 1; }
-grep -E "NCCL communicator" "$out/configure.log" | sed 's/^-- /gpu_check: /' | tee -a "$summary"
+  -DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib" >"$logs/configure.log" 2>&1 ||
+  { say "configure failed"; tail -30 "$logs/configure.log"; exit 1; }
+grep -E "NCCL communicator" "$logs/configure.log" | sed 's/^-- /gpu_check: /' | tee -a "$summary"
 start=$SECONDS
-cmake --build "$build" --parallel "$(nproc)" >"$out/build.log" 2>&1 ||
-  { say "build failed"; grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
+cmake --build "$build" --parallel "$(nproc)" >"$logs/build.log" 2>&1 ||
+  { say "build failed"; grep -E "error|Error" "$logs/build.log" | head -30; exit 1; }
 say "built in $((SECONDS - start)) s"
 worker=$build/cmd/zero-worker
+
+# The top of a run's wall_clock_breakdown table.
+breakdown() { grep -A12 '^where the time went' "$1" | tr -s ' ' | tr '\n' ';'; }
 
 # The losses a run printed, one per line.
 losses() { grep -E '^step [0-9]+/' "$1" | awk -F'|' '{print $2}' | sed 's/ *loss *//'; }
 
 if [ "$section" = offload ]; then
   rc=0
-  OMP_NUM_THREADS=16 "$build/tests/test_cuda_offload" >"$out/test_cuda_offload.log" 2>&1
+  OMP_NUM_THREADS=16 "$build/tests/test_cuda_offload" >"$logs/test_cuda_offload.log" 2>&1
   code=$?
   [ "$code" = 0 ] || rc=1
-  say "test_cuda_offload: exit $code, $(grep -cE '^\[       OK' "$out/test_cuda_offload.log") passed; $(grep -E 'FAILED|SKIPPED' "$out/test_cuda_offload.log" | head -3 | tr '\n' ' ')"
+  say "test_cuda_offload: exit $code, $(grep -cE '^\[       OK' "$logs/test_cuda_offload.log") passed; $(grep -E 'FAILED|SKIPPED' "$logs/test_cuda_offload.log" | head -3 | tr '\n' ' ')"
   # gpt2-xl, random weights, optimizer on the host: under 12 and 8 GiB, and
   # uncapped without offload; the update is the same math on either side,
   # so the losses must be the same numbers.
-  xl=(--config examples/gpt2-xl-offload.json --set model.init_from=null --set run.steps=3)
-  timeout 150 "$worker" "${xl[@]}" >"$out/xl-offload-12GiB.log" 2>&1
-  say "gpt2-xl offload under 12 GiB: exit $?; $(grep -E '^done|^  gpu ' "$out/xl-offload-12GiB.log" | head -3 | tr '\n' ' ')"
-  timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"8GiB"' >"$out/xl-offload-8GiB.log" 2>&1
-  say "gpt2-xl offload under 8 GiB: exit $?; $(grep -E '^done|^  gpu |error' "$out/xl-offload-8GiB.log" | head -3 | tr '\n' ' ')"
+  xl=(--config examples/gpt2-xl-offload.json --set model.init_from=null --set run.steps=3 --set train_batch_size=4)
+  timeout 150 "$worker" "${xl[@]}" --set wall_clock_breakdown=true >"$logs/xl-offload-12GiB.log" 2>&1
+  say "gpt2-xl offload under 12 GiB: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-offload-12GiB.log" | head -3 | tr '\n' ' ')"
+  say "gpt2-xl offload under 12 GiB, where the time went: $(breakdown "$logs/xl-offload-12GiB.log")"
+  timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"8GiB"' >"$logs/xl-offload-8GiB.log" 2>&1
+  say "gpt2-xl offload under 8 GiB: exit $?; $(grep -E '^done|^  gpu |error' "$logs/xl-offload-8GiB.log" | head -3 | tr '\n' ' ')"
   timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit=null \
-    --set zero_optimization.offload_optimizer.device='"none"' >"$out/xl-plain.log" 2>&1
-  say "gpt2-xl without offload, uncapped: exit $?; $(grep -E '^done|^  gpu ' "$out/xl-plain.log" | head -3 | tr '\n' ' ')"
-  if [ -n "$(losses "$out/xl-plain.log")" ] && [ "$(losses "$out/xl-plain.log")" = "$(losses "$out/xl-offload-12GiB.log")" ]; then
+    --set zero_optimization.offload_optimizer.device='"none"' >"$logs/xl-plain.log" 2>&1
+  say "gpt2-xl without offload, uncapped: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-plain.log" | head -3 | tr '\n' ' ')"
+  if [ -n "$(losses "$logs/xl-plain.log")" ] && [ "$(losses "$logs/xl-plain.log")" = "$(losses "$logs/xl-offload-12GiB.log")" ]; then
     say "gpt2-xl: the 12 GiB offloaded run's losses equal the uncapped run's"
   else
-    say "gpt2-xl: losses differ: offloaded [$(losses "$out/xl-offload-12GiB.log" | tr '\n' ' ')] uncapped [$(losses "$out/xl-plain.log" | tr '\n' ' ')]"
+    say "gpt2-xl: losses differ: offloaded [$(losses "$logs/xl-offload-12GiB.log" | tr '\n' ' ')] uncapped [$(losses "$logs/xl-plain.log" | tr '\n' ' ')]"
     rc=1
   fi
   # The largest example: 4.2B parameters, states on the host, parameters on NVMe.
-  timeout 240 "$worker" --config examples/gpt-4b-offload.json --set run.steps=3 >"$out/gpt-4b.log" 2>&1
-  say "gpt-4b everything offloaded: exit $?; $(grep -E '^done|^  (gpu|pinned|host|nvme) |error' "$out/gpt-4b.log" | head -6 | tr '\n' ' ')"
+  timeout 240 "$worker" --config examples/gpt-4b-offload.json --set run.steps=3 >"$logs/gpt-4b.log" 2>&1
+  say "gpt-4b everything offloaded: exit $?; $(grep -E '^done|^  (gpu|pinned|host|nvme) |error' "$logs/gpt-4b.log" | head -6 | tr '\n' ' ')"
   # Ranks sharing the GPU need an MPI build, and this machine's image has
   # no Open MPI of Debian's.
   if command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
@@ -107,8 +117,8 @@ if [ "$section" = offload ]; then
   fi
   if [ -f .anchors/ds_offload_anchor.py ] && python3 -c 'import deepspeed' 2>/dev/null; then
     left=$((540 - SECONDS))
-    timeout "$left" python3 .anchors/ds_offload_anchor.py --suite --outdir "$out/ds" --deadline "$left" >"$out/ds.log" 2>&1
-    say "DeepSpeed ZeRO-Offload anchor: exit $?; $(tail -3 "$out/ds.log" | tr '\n' ' ')"
+    timeout "$left" python3 .anchors/ds_offload_anchor.py --suite --outdir "$logs/ds" --deadline "$left" >"$logs/ds.log" 2>&1
+    say "DeepSpeed ZeRO-Offload anchor: exit $?; $(tail -3 "$logs/ds.log" | tr '\n' ' ')"
   else
     say "DeepSpeed ZeRO-Offload anchor: not run (needs .anchors carried and deepspeed installed: ../shared/anchors/README.md)"
   fi
@@ -118,21 +128,21 @@ fi
 
 # Several tests at once, each with two OpenMP threads, on the 16 cores.
 start=$SECONDS
-OMP_NUM_THREADS=2 ctest --test-dir "$build" --parallel 8 --output-on-failure >"$out/ctest.log" 2>&1
+OMP_NUM_THREADS=2 ctest --test-dir "$build" --parallel 8 --output-on-failure >"$logs/ctest.log" 2>&1
 rc=$?
-grep -E "tests passed|tests failed" "$out/ctest.log" | sed 's/^/gpu_check: /' | tee -a "$summary"
-grep -E "\*\*\*|Failed  |Not Run" "$out/ctest.log" | head -20 | tee -a "$summary"
+grep -E "tests passed|tests failed" "$logs/ctest.log" | sed 's/^/gpu_check: /' | tee -a "$summary"
+grep -E "\*\*\*|Failed  |Not Run" "$logs/ctest.log" | head -20 | tee -a "$summary"
 # What was skipped, and why (only GPU tests may skip, and here none should).
-grep -h -A1 "SKIPPED \]\|Skipped" "$out/ctest.log" | head -20 | tee -a "$summary"
+grep -h -A1 "SKIPPED \]\|Skipped" "$logs/ctest.log" | head -20 | tee -a "$summary"
 say "tests took $((SECONDS - start)) s, exit $rc"
 
 # Every CUDA kernel test under compute-sanitizer.
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$sanitizer" ]; then
   for tool in memcheck racecheck; do
-    "$sanitizer" --tool "$tool" --error-exitcode 9 "$build/tests/test_cuda_kernels" >"$out/sanitizer-$tool.log" 2>&1
+    "$sanitizer" --tool "$tool" --error-exitcode 9 "$build/tests/test_cuda_kernels" >"$logs/sanitizer-$tool.log" 2>&1
     code=$?
-    say "compute-sanitizer $tool on test_cuda_kernels: exit $code, $(grep -h 'ERROR SUMMARY' "$out/sanitizer-$tool.log" | tail -1)"
+    say "compute-sanitizer $tool on test_cuda_kernels: exit $code, $(grep -h 'ERROR SUMMARY' "$logs/sanitizer-$tool.log" | tail -1)"
     [ "$code" = 0 ] || rc=1
   done
 else
@@ -140,18 +150,24 @@ else
   rc=1
 fi
 
+# Where gpt2's step time goes on the GPU: each kernel and copy, by name.
+timeout 120 "$worker" --config examples/gpu_gpt2.json --set run.steps=3 --set train_batch_size=4 \
+  --set train_micro_batch_size_per_gpu=4 --set wall_clock_breakdown=true >"$logs/gpt2-breakdown.log" 2>&1
+say "gpt2 B 4 x T 1024: exit $?; $(grep -E '^done' "$logs/gpt2-breakdown.log")"
+say "gpt2, where the time went: $(breakdown "$logs/gpt2-breakdown.log")"
+
 # gpt2-xl bf16 with activation checkpointing under a 12 GiB cap, random
 # weights: it trains as far as the cap lets it without offload.
 timeout 120 "$worker" --config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null \
-  --set run.steps=3 >"$out/gpt2-xl-12GiB.log" 2>&1
-say "gpt2-xl under 12 GiB: exit $?; $(grep -E 'error|step|peak' "$out/gpt2-xl-12GiB.log" | tail -4 | tr '\n' ' ')"
+  --set run.steps=3 >"$logs/gpt2-xl-12GiB.log" 2>&1
+say "gpt2-xl under 12 GiB: exit $?; $(grep -E 'error|step|peak' "$logs/gpt2-xl-12GiB.log" | tail -4 | tr '\n' ' ')"
 
 # The benchmarks get what is left of 540 s since the start, split over
 # their four runs.
 left=$((540 - SECONDS))
 if [ "$left" -gt 120 ]; then
-  bench/gpu/train_vs_torch.sh "$build" "$out/bench" 1 $((left / 4)) >/dev/null 2>&1
-  sed 's/^/gpu_check: /' "$out/bench/train_vs_torch.txt" | tee -a "$summary"
+  bench/gpu/train_vs_torch.sh "$build" "$logs/bench" 1 $((left / 4)) >/dev/null 2>&1
+  sed 's/^/gpu_check: /' "$logs/bench/train_vs_torch.txt" | tee -a "$summary"
 else
   say "no time left for the benchmarks (${left} s)"
 fi

@@ -1,5 +1,7 @@
 #include "shard/gathered_weights.h"
 
+#include "runtime/core/profiler.h"
+
 namespace zerod {
 
 GatheredWeights::~GatheredWeights() {
@@ -130,7 +132,11 @@ absl::Status GatheredWeights::start(Slot& slot, int u) {
   const int64_t chunk = ctx_.part.chunk(u);
   const int64_t bytes = chunk * dtype_size(ctx_.dtype);
   char* own = slot.buf.ptr<char>() + ctx_.owner * bytes;
-  absl::StatusOr<const void*> mine = shards_.acquire(u);
+  absl::StatusOr<const void*> mine;
+  {
+    auto span = Profiler::host_span(ctx_.device.profiler(), "parameter shard from its store (host or NVMe)");
+    mine = shards_.acquire(u);
+  }
   slot.acquired = mine.ok();
   if (mine.ok() && upload_) {
     ctx_.device.copy(*upload_, own, *mine, bytes);

@@ -1,5 +1,7 @@
 #include "shard/optimizer_state.h"
 
+#include "runtime/core/profiler.h"
+
 namespace zerod {
 namespace {
 
@@ -44,6 +46,8 @@ class InMemoryOptimizer : public OptimizerState {
   }
   absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last,
                            const MasterOut& updated) override {
+    // On the device the table's own spans time it.
+    auto span = Profiler::host_span(&device_ == &ctx_.device ? nullptr : ctx_.device.profiler(), "host optimizer");
     optimizer_->step(kernels_, stream_, lr, step, grad_factor, first, last);
     ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
     return updated ? read_masters(updated, first, last) : absl::OkStatus();
@@ -94,10 +98,12 @@ class InMemoryOptimizer : public OptimizerState {
 
 class StreamedOptimizer : public OptimizerState {
  public:
-  explicit StreamedOptimizer(std::unique_ptr<SwappedOptimizer> o) : optimizer_(std::move(o)) {}
+  StreamedOptimizer(std::unique_ptr<SwappedOptimizer> o, Profiler* profiler)
+      : optimizer_(std::move(o)), profiler_(profiler) {}
 
   absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill& grads,
                     const MasterOut& updated) override {
+    auto span = Profiler::host_span(profiler_, "host optimizer, states streamed from NVMe");
     return optimizer_->step(lr, step, grad_factor, grads, updated);
   }
   absl::Status step_pieces(float, int64_t, float, int, int, const MasterOut&) override {
@@ -118,6 +124,7 @@ class StreamedOptimizer : public OptimizerState {
 
  private:
   std::unique_ptr<SwappedOptimizer> optimizer_;
+  Profiler* profiler_;
 };
 
 }  // namespace
@@ -143,7 +150,7 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& 
                          SwappedOptimizer::create(cfg, std::move(pieces), ctx.dtype,
                                                   separate_masters ? init : OptimizerState::PieceFill{}, settings,
                                                   ctx.host, ctx.host_kernels));
-  return std::make_unique<StreamedOptimizer>(std::move(o));
+  return std::make_unique<StreamedOptimizer>(std::move(o), ctx.device.profiler());
 }
 
 }  // namespace zerod

@@ -250,8 +250,12 @@ TEST(DeviceRegistry, ATableOnlyForADeviceOfAKnownKind) {
     absl::StatusOr<std::unique_ptr<Event>> create_event() override {
       return absl::FailedPreconditionError("fake-gpu has no events");
     }
+    absl::StatusOr<std::unique_ptr<Event>> create_timing_event() override { return create_event(); }
+    absl::StatusOr<double> elapsed_ms(Event&, Event&) override {
+      return absl::FailedPreconditionError("fake-gpu has no events");
+    }
     void memset(Stream&, void*, int, uint64_t) override {}
-    void copy(Stream&, void*, const void*, uint64_t) override {}
+    void copy_bytes(Stream&, void*, const void*, uint64_t) override {}
     void record(Stream&, Event&) override {}
     void wait(Stream&, Event&) override {}
     absl::Status synchronize(Stream&) override { return absl::OkStatus(); }

@@ -330,6 +330,7 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
   ZEROD_RETURN_IF_ERROR(resolve_batch(r, cfg, world_size));
   ZEROD_RETURN_IF_ERROR(r.read("steps_per_print", &cfg.steps_per_print));
   ZEROD_RETURN_IF_ERROR(check(cfg.steps_per_print >= 1, r, "steps_per_print", "must be at least 1"));
+  ZEROD_RETURN_IF_ERROR(r.read("wall_clock_breakdown", &cfg.wall_clock_breakdown));
   ZEROD_RETURN_IF_ERROR(r.read("gradient_clipping", &cfg.gradient_clipping));
   ZEROD_RETURN_IF_ERROR(check(cfg.gradient_clipping >= 0, r, "gradient_clipping", "must not be negative"));
   ZEROD_ASSIGN_OR_RETURN(JsonReader opt, r.section("optimizer"));

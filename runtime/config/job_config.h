@@ -77,6 +77,9 @@ struct JobConfig {
   int micro_batch = 0;
   int grad_accum = 1;
   int steps_per_print = 10;
+  // DeepSpeed's key: time each kernel, copy, host optimizer and NVMe wait,
+  // and report where the steps' time went (runtime/core/profiler.h).
+  bool wall_clock_breakdown = false;
   double gradient_clipping = 0.0;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;

@@ -21,10 +21,13 @@ struct EventState {
   std::mutex mu;
   std::condition_variable cv;
   uint64_t recorded = 0, reached = 0;
+  std::chrono::steady_clock::time_point reached_at;  // when `reached` last grew
 
   void reach(uint64_t point) {
+    const auto now = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(mu);
+      if (point > reached) reached_at = now;
       reached = std::max(reached, point);
     }
     cv.notify_all();
@@ -135,11 +138,27 @@ absl::StatusOr<std::unique_ptr<Stream>> CpuDevice::create_stream() {
 
 absl::StatusOr<std::unique_ptr<Event>> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
 
+absl::StatusOr<std::unique_ptr<Event>> CpuDevice::create_timing_event() { return create_event(); }
+
+absl::StatusOr<double> CpuDevice::elapsed_ms(Event& start, Event& end) {
+  std::chrono::steady_clock::time_point at[2];
+  Event* events[2] = {&start, &end};
+  for (int i = 0; i < 2; ++i) {
+    EventState& state = state_of(*events[i]);
+    std::lock_guard<std::mutex> lock(state.mu);
+    if (state.recorded == 0 || state.reached < state.recorded) {
+      return absl::FailedPreconditionError("elapsed_ms: an event not recorded, or not yet reached");
+    }
+    at[i] = state.reached_at;
+  }
+  return std::chrono::duration<double, std::milli>(at[1] - at[0]).count();
+}
+
 void CpuDevice::memset(Stream& s, void* dst, int byte, uint64_t bytes) {
   launch(s, [=] { std::memset(dst, byte, bytes); });
 }
 
-void CpuDevice::copy(Stream& s, void* dst, const void* src, uint64_t bytes) {
+void CpuDevice::copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) {
   launch(s, [=] { std::memcpy(dst, src, bytes); });
 }
 

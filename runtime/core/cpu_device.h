@@ -73,9 +73,10 @@ class CpuDevice : public Device {
   Stream& compute_stream() override { return *compute_; }
   absl::StatusOr<std::unique_ptr<Stream>> create_stream() override;
   absl::StatusOr<std::unique_ptr<Event>> create_event() override;
+  absl::StatusOr<std::unique_ptr<Event>> create_timing_event() override;
+  absl::StatusOr<double> elapsed_ms(Event& start, Event& end) override;
 
   void memset(Stream& s, void* dst, int byte, uint64_t bytes) override;
-  void copy(Stream& s, void* dst, const void* src, uint64_t bytes) override;
   void record(Stream& s, Event& e) override;
   void wait(Stream& s, Event& e) override;
   absl::Status synchronize(Stream& s) override;
@@ -86,6 +87,9 @@ class CpuDevice : public Device {
   static void launch(Stream& s, F&& f) {
     static_cast<CpuStream&>(s).launch(std::forward<F>(f));
   }
+
+ protected:
+  void copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) override;
 
  private:
   CpuDeviceOptions options_;

@@ -101,12 +101,25 @@ absl::StatusOr<std::unique_ptr<Event>> CudaDevice::create_event() {
   return std::make_unique<CudaEvent>(e);
 }
 
+absl::StatusOr<std::unique_ptr<Event>> CudaDevice::create_timing_event() {
+  ZEROD_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  cudaEvent_t e = nullptr;
+  ZEROD_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&e), "cudaEventCreate"));
+  return std::make_unique<CudaEvent>(e);
+}
+
+absl::StatusOr<double> CudaDevice::elapsed_ms(Event& start, Event& end) {
+  float ms = 0.0f;
+  ZEROD_RETURN_IF_ERROR(cuda_status(cudaEventElapsedTime(&ms, cuda_event(start), cuda_event(end)), "cudaEventElapsedTime"));
+  return double{ms};
+}
+
 void CudaDevice::memset(Stream& s, void* dst, int byte, uint64_t bytes) {
   if (bytes == 0) return;
   check_enqueue(cudaMemsetAsync(dst, byte, bytes, cuda_stream(s)), "cudaMemsetAsync");
 }
 
-void CudaDevice::copy(Stream& s, void* dst, const void* src, uint64_t bytes) {
+void CudaDevice::copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) {
   if (bytes == 0) return;
   check_enqueue(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(s)), "cudaMemcpyAsync");
 }

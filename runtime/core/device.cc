@@ -5,11 +5,21 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/core/gpu_memory.h"
+#include "runtime/core/profiler.h"
 
 namespace zerod {
 
 absl::StatusOr<Buffer> Device::allocate(uint64_t bytes, Category c, Tier t) {
   return Buffer::allocate(bytes, c, t, *acct_);
+}
+
+void Device::copy(Stream& s, void* dst, const void* src, uint64_t bytes) {
+  if (!profiler_) return copy_bytes(s, dst, src, bytes);
+  // "device" is memory host code cannot reach (a GPU's); the rest is host memory.
+  const char* what = holds(src) ? (holds(dst) ? "copy device->device" : "copy device->host")
+                                : (holds(dst) ? "copy host->device" : "copy host->host");
+  auto span = Profiler::device_span(profiler_, s, what, bytes);
+  copy_bytes(s, dst, src, bytes);
 }
 
 namespace {

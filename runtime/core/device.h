@@ -29,6 +29,8 @@
 
 namespace zerod {
 
+class Profiler;
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -78,10 +80,17 @@ class Device {
   virtual Stream& compute_stream() = 0;
   virtual absl::StatusOr<std::unique_ptr<Stream>> create_stream() = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> create_event() = 0;
+  // An event that also keeps when it was reached, for elapsed_ms (on a GPU
+  // such events cost more to record, so plain ones keep no time).
+  virtual absl::StatusOr<std::unique_ptr<Event>> create_timing_event() = 0;
+  // Milliseconds from `start` being reached to `end` being reached, both
+  // timing events, each recorded and reached (synchronize on `end` first).
+  virtual absl::StatusOr<double> elapsed_ms(Event& start, Event& end) = 0;
 
   virtual void memset(Stream& s, void* dst, int byte, uint64_t bytes) = 0;
-  // Between any two tiers this device can address.
-  virtual void copy(Stream& s, void* dst, const void* src, uint64_t bytes) = 0;
+  // Between any two tiers this device can address; timed by direction
+  // when a profiler is set.
+  void copy(Stream& s, void* dst, const void* src, uint64_t bytes);
   virtual void record(Stream& s, Event& e) = 0;
   virtual void wait(Stream& s, Event& e) = 0;
   virtual absl::Status synchronize(Stream& s) = 0;
@@ -97,8 +106,17 @@ class Device {
   // work on s is done: `part` fills each part, as above.
   absl::Status write_from_host(Stream& s, void* dst, uint64_t bytes, const HostPart& part);
 
+  // Where the time of copies, and of the work of whoever asks, is kept
+  // (the config's wall_clock_breakdown); none by default.
+  void set_profiler(Profiler* p) { profiler_ = p; }
+  Profiler* profiler() const { return profiler_; }
+
+ protected:
+  virtual void copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) = 0;
+
  private:
   MemoryAccountant* acct_;
+  Profiler* profiler_ = nullptr;
 };
 
 // A HostPart over elements of T: part(p, start, n) sees elements

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/kernels/profiled_kernels.h"
 #include "runtime/optim/lr_schedule.h"
 
 namespace zerod {
@@ -40,6 +41,11 @@ absl::Status Trainer::build() {
     device_ = own_device_.get();
   }
   ZEROD_ASSIGN_OR_RETURN(kernels_, kernels_for(*device_));
+  if (cfg_.wall_clock_breakdown) {
+    profiler_ = std::make_unique<Profiler>(*device_);
+    device_->set_profiler(profiler_.get());
+    kernels_ = profiled_kernels(std::move(kernels_), *profiler_);
+  }
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
   loader_ = std::make_unique<DataLoader>(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
                                          comm_->world_size());
@@ -53,7 +59,22 @@ absl::Status Trainer::build() {
   return absl::OkStatus();
 }
 
+Trainer::~Trainer() {
+  // A device given to the trainer outlives it and its profiler.
+  if (profiler_) device_->set_profiler(nullptr);
+}
+
 absl::StatusOr<StepResult> Trainer::step() {
+  absl::StatusOr<StepResult> r;
+  {
+    auto span = Profiler::host_span(profiler_.get(), "step");
+    r = train_step();
+  }
+  if (r.ok() && profiler_) ZEROD_RETURN_IF_ERROR(profiler_->collect());
+  return r;
+}
+
+absl::StatusOr<StepResult> Trainer::train_step() {
   const int B = cfg_.micro_batch, T = cfg_.data.seq_len, accum = cfg_.grad_accum;
   const int world = comm_->world_size();
   const bool fp16 = cfg_.precision == DType::kF16;

@@ -22,6 +22,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/device.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/profiler.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/model/gpt.h"
@@ -123,10 +124,15 @@ class Trainer {
   // anything changes.
   absl::Status resume(const std::string& checkpoint);
   int64_t steps_done() const { return steps_; }
+  // With wall_clock_breakdown: where the steps' time went, collected at the
+  // end of each step ("step" is each step's host time); null otherwise.
+  Profiler* profiler() const { return profiler_.get(); }
+  ~Trainer();
 
  private:
   Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);
   absl::Status build();
+  absl::StatusOr<StepResult> train_step();
   // The manifest of the state after the last step, all but its file list.
   nlohmann::json manifest_state() const;
   // This rank's shard file copied into staging_ (allocated on first use);
@@ -139,6 +145,7 @@ class Trainer {
   Communicator* comm_;
   std::unique_ptr<Device> own_device_;  // the one run.device names, when none was given
   Device* device_;
+  std::unique_ptr<Profiler> profiler_;  // before kernels_, which may time into it
   std::unique_ptr<Kernels> kernels_;
   Dataset data_;
   std::unique_ptr<DataLoader> loader_;

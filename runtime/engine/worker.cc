@@ -81,6 +81,9 @@ class TrainingRun {
     for (int64_t i = first_step; i < cfg_.run.steps; ++i) {
       auto r = t_.step();
       if (!r.ok()) return fail_(kExitFailure, absl::StrCat("step ", i + 1, ": ", r.status().message()));
+      // The first step warms up (allocations, the GPU's first launches): its
+      // time is left out of the breakdown when others follow.
+      if (t_.profiler() && i == first_step && cfg_.run.steps - first_step > 1) t_.profiler()->reset();
       if (i == first_step) summary.first_loss = r->loss;
       summary.final_loss = r->loss;
       const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -103,6 +106,10 @@ class TrainingRun {
     if (int code = finish_save(true); code != kExitOk) return code;
     if (absl::Status s = t_.finish_pruning(); !s.ok()) return save_failed(s);
     summary.steps = t_.steps_done() - first_step;
+    if (const Profiler* p = t_.profiler()) {
+      const bool after_first = summary.steps > 1;
+      output_.breakdown(summary.steps - (after_first ? 1 : 0), after_first, p->device_totals(), p->host_totals());
+    }
     summary.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
     summary.tokens_per_s = summary.elapsed_s > 0 ? tokens_per_step * summary.steps / summary.elapsed_s : 0;
     return finish(summary);

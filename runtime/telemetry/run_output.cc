@@ -1,5 +1,6 @@
 #include "runtime/telemetry/run_output.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -166,6 +167,63 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
     out_ << absl::StrFormat(" %11s\n", human_bytes(rank0.total[t]));
   }
   if (per_rank.size() > 1) memory_by_rank(per_rank);
+  out_ << std::flush;
+}
+
+void RunOutput::breakdown(int64_t steps, bool after_first, const Profiler::Totals& device,
+                          const Profiler::Totals& host) {
+  if (steps <= 0) return;
+  const double n = static_cast<double>(steps);
+  const auto step_it = host.find("step");
+  const double step_ms = step_it == host.end() ? 0.0 : step_it->second.ms / n;
+  // Kernels run on the compute stream, one at a time: their sum is the time
+  // it was busy; the rest of the step it waited (on the host, copies, launches).
+  double kernels_ms = 0.0;
+  for (const auto& [name, t] : device) {
+    if (name.rfind("copy ", 0) != 0) kernels_ms += t.ms / n;
+  }
+  const double idle_ms = std::max(0.0, step_ms - kernels_ms);
+  auto per_step = [&](const Profiler::Total& t) {
+    nlohmann::json j = {{"ms", t.ms / n}, {"count", static_cast<double>(t.count) / n}};
+    if (t.bytes) j["bytes"] = static_cast<double>(t.bytes) / n;
+    return j;
+  };
+  if (format_ == LogFormat::kJson) {
+    nlohmann::json j = {{"event", "breakdown"}, {"steps", steps}, {"after_first", after_first}, {"step_ms", step_ms},
+                        {"kernels_ms", kernels_ms}, {"idle_ms", idle_ms}, {"device", nlohmann::json::object()},
+                        {"host", nlohmann::json::object()}};
+    for (const auto& [name, t] : device) j["device"][name] = per_step(t);
+    for (const auto& [name, t] : host) {
+      if (name != "step") j["host"][name] = per_step(t);
+    }
+    line(j);
+    return;
+  }
+  // Slowest first.
+  auto sorted = [](const Profiler::Totals& totals) {
+    std::vector<std::pair<std::string, Profiler::Total>> v(totals.begin(), totals.end());
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    return v;
+  };
+  auto row = [&](const std::string& name, const Profiler::Total& t) {
+    out_ << absl::StrFormat("  %-48s %10.3f %6.1f%% %8.1f", name, t.ms / n, step_ms > 0 ? 100 * t.ms / n / step_ms : 0,
+                            static_cast<double>(t.count) / n);
+    if (t.bytes) {
+      out_ << absl::StrFormat(" %11s %8.2f GB/s", human_bytes(t.bytes / steps), t.ms > 0 ? t.bytes / t.ms / 1e6 : 0);
+    }
+    out_ << "\n";
+  };
+  out_ << absl::StrFormat("where the time went (rank 0, mean of %d steps%s): %.3f ms a step\n", steps,
+                          after_first ? " after the first" : "", step_ms);
+  out_ << absl::StrFormat("  %-48s %10s %7s %8s\n", "device: kernels and copies", "ms/step", "share", "calls");
+  for (const auto& [name, t] : sorted(device)) row(name, t);
+  out_ << absl::StrFormat("  %-48s %10.3f %6.1f%%\n", "kernels, all", kernels_ms,
+                          step_ms > 0 ? 100 * kernels_ms / step_ms : 0);
+  out_ << absl::StrFormat("  %-48s %10.3f %6.1f%%\n", "compute stream waiting (step less kernels)", idle_ms,
+                          step_ms > 0 ? 100 * idle_ms / step_ms : 0);
+  for (const auto& [name, t] : sorted(host)) {
+    if (name != "step") row("host: " + name, t);
+  }
   out_ << std::flush;
 }
 

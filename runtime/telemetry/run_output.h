@@ -10,6 +10,7 @@
 
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/profiler.h"
 #include "runtime/telemetry/step_result.h"
 
 namespace zerod {
@@ -34,6 +35,10 @@ class RunOutput {
   void step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s);
   // `per_rank` holds every rank's memory peaks, rank 0 first.
   void summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank);
+  // wall_clock_breakdown: rank 0's totals over `steps` steps (those after
+  // the first, a warm-up, when `after_first`), per step; host "step" is
+  // their wall time, device names are kernels and copies.
+  void breakdown(int64_t steps, bool after_first, const Profiler::Totals& device, const Profiler::Totals& host);
   // A checkpoint saved after `step`: its directory, total bytes, the
   // seconds from the start of the save to its publication, and those of
   // them that training waited (less when written in the background).
