@@ -5,12 +5,14 @@
 //
 // Tolerances: the optimizer bodies are exact (this file and the CPU's
 // optimizer kernels are built without fused multiply-adds, and the bodies
-// follow adam.h's operations one by one). The layer bodies repeat the CPU
-// loops in the CPU's order, but -march=native may let the compiler fuse a
-// multiply-add in one and not the other, so they are held to 4 ulps of
-// fp32 relative to each tensor's largest value. Attention computes
-// differently (recomputed probabilities, no T x T matrix): held to 2e-6
-// relative to the largest value, about 16 fp32 ulps, for T = 32.
+// follow adam.h's operations one by one). GELU repeats the CPU's
+// arithmetic, but -march=native may let the compiler fuse a multiply-add
+// in one and not the other, so it is held to 4 ulps of fp32 relative to
+// the largest value. Sums the GPU splits
+// among threads (column chunks, a row's lanes) add in another order: 1e-6
+// of the largest value, about 8 ulps, for the sizes here. Attention
+// computes differently (recomputed probabilities): held to 2e-6 relative
+// to the largest value, about 16 fp32 ulps, for T = 32.
 #include <cblas.h>
 #include <gtest/gtest.h>
 
@@ -22,15 +24,16 @@
 #include "runtime/kernels/cpu/adam.h"
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/model/gpt.h"
-#include "tests/float_compare.h"
-#include "tests/test_support.h"
 #include "runtime/kernels/cuda/attention_body.h"
+#include "runtime/kernels/cuda/attention_plan.h"
 #include "runtime/kernels/cuda/gemm_args.h"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
 #include "runtime/kernels/cuda/rows_body.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/model/gpt.h"
+#include "tests/float_compare.h"
+#include "tests/test_support.h"
 
 namespace zerod {
 namespace {
@@ -43,6 +46,26 @@ using testing::randn;
 template <class F>
 void for_each_index(int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) f(i);
+}
+
+// A row on `lanes` lanes, as a warp or block runs it: each lane's partial
+// partial(lane), combined in lane order.
+template <class F, class Op>
+auto lanes_reduce(int lanes, F partial, Op op) {
+  auto v = partial(0);
+  for (int lane = 1; lane < lanes; ++lane) v = op(v, partial(lane));
+  return v;
+}
+const auto kMax = [](auto a, auto b) { return a > b ? a : b; };
+const auto kSum = [](auto a, auto b) { return a + b; };
+
+// A column sum of N rows over `cols` partials, as the GPU runs it: stage 1
+// for every chunk and column, then the totals.
+template <class Partial, class Total>
+void column_sum(int64_t N, int64_t cols, int64_t columns, Partial partial, Total total) {
+  const int64_t rows = cuda::column_chunk_rows(N, cols), chunks = (N + rows - 1) / rows;
+  for_each_index(chunks * columns, [&](int64_t j) { partial(j, rows); });
+  for_each_index(columns, [&](int64_t o) { total(o, chunks); });
 }
 
 constexpr float kUlps4 = 4 * 0x1p-23f;
@@ -60,17 +83,29 @@ TEST(CudaBodies, GeluAndItsGradientAreTheCpuKernels) {
 }
 
 TEST(CudaBodies, LayerNormRowsAndColumnsAreTheCpuKernels) {
-  const int64_t N = 37;
+  const int64_t N = 150;  // three chunks of rows for the parameters, the last one partial
   const int C = 72;
   const auto x = randn(N * C, 3, 2.0f), w = randn(C, 4), b = randn(C, 5), dout = randn(N * C, 6);
   std::vector<float> out(N * C), mean(N), rstd(N), gout(N * C), gmean(N), grstd(N);
   cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  // Each row on 32 lanes, as the GPU's warp runs it.
+  const int lanes = 32;
   for_each_index(N, [&](int64_t n) {
-    cuda::layernorm_forward_row(n, gout.data(), gmean.data(), grstd.data(), x.data(), w.data(), b.data(), C);
+    const float* xr = x.data() + n * C;
+    gmean[n] = lanes_reduce(
+                   lanes, [&](int l) { return cuda::row_sum(xr, C, l, lanes); }, kSum) /
+               C;
+    grstd[n] = cuda::layernorm_rstd(
+        lanes_reduce(
+            lanes, [&](int l) { return cuda::row_squares_about(xr, C, gmean[n], l, lanes); }, kSum),
+        C);
+    for (int l = 0; l < lanes; ++l) {
+      cuda::layernorm_write(gout.data() + n * C, xr, w.data(), b.data(), C, gmean[n], grstd[n], l, lanes);
+    }
   });
-  expect_close(gout, out, kUlps4, "layernorm out");
-  expect_close(gmean, mean, kUlps4, "layernorm mean");
-  expect_close(grstd, rstd, kUlps4, "layernorm rstd");
+  expect_close(gout, out, 1e-6f, "layernorm out");
+  expect_close(gmean, mean, 1e-6f, "layernorm mean");
+  expect_close(grstd, rstd, 1e-6f, "layernorm rstd");
 
   // Gradients accumulate: start from the same non-zero values.
   auto dinp = randn(N * C, 7), dw = randn(C, 8), db = randn(C, 9);
@@ -78,18 +113,33 @@ TEST(CudaBodies, LayerNormRowsAndColumnsAreTheCpuKernels) {
   cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(),
                           N, C);
   for_each_index(N, [&](int64_t n) {
-    cuda::layernorm_backward_row(n, gdinp.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), C);
+    const float *xr = x.data() + n * C, *dy = dout.data() + n * C;
+    const cuda::LayerNormRowSums sums = lanes_reduce(
+        lanes, [&](int l) { return cuda::layernorm_backward_sums(dy, xr, w.data(), mean[n], rstd[n], C, l, lanes); },
+        [](cuda::LayerNormRowSums a, cuda::LayerNormRowSums b) {
+          return cuda::LayerNormRowSums{a.dnorm + b.dnorm, a.dnorm_norm + b.dnorm_norm};
+        });
+    for (int l = 0; l < lanes; ++l) {
+      cuda::layernorm_backward_write(gdinp.data() + n * C, dy, xr, w.data(), mean[n], rstd[n], sums, C, l, lanes);
+    }
   });
-  for_each_index(C, [&](int64_t i) {
-    cuda::layernorm_backward_column(int(i), gdw.data(), gdb.data(), dout.data(), x.data(), mean.data(), rstd.data(),
-                                    N, C);
-  });
-  expect_close(gdinp, dinp, kUlps4, "layernorm dinp");
-  expect_close(gdw, dw, kUlps4, "layernorm dw");
-  expect_close(gdb, db, kUlps4, "layernorm db");
+  std::vector<float> partial(cuda::kColumnPartials);
+  column_sum(
+      N, 2 * C, C,
+      [&](int64_t j, int64_t rows) {
+        cuda::layernorm_params_partial_at(j, partial.data(), dout.data(), x.data(), mean.data(), rstd.data(), N, C,
+                                          rows);
+      },
+      [&](int64_t i, int64_t chunks) {
+        cuda::column_total(i, gdw.data(), partial.data(), chunks, 2 * C);
+        cuda::column_total(i, gdb.data(), partial.data() + C, chunks, 2 * C);
+      });
+  expect_close(gdinp, dinp, 1e-6f, "layernorm dinp");
+  expect_close(gdw, dw, 1e-6f, "layernorm dw");
+  expect_close(gdb, db, 1e-6f, "layernorm db");
 }
 
-TEST(CudaBodies, EmbeddingAndBiasGradientAreTheCpuKernelsBitForBit) {
+TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
   const int B = 3, T = 11, C = 40, V = 9;  // V < B*T: tokens repeat
   std::vector<int32_t> tokens(B * T);
   for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7 + 3) % V;
@@ -110,14 +160,27 @@ TEST(CudaBodies, EmbeddingAndBiasGradientAreTheCpuKernelsBitForBit) {
   EXPECT_EQ(gdwte, dwte);
   EXPECT_EQ(gdwpe, dwpe);
 
-  // The bias gradient: column sums of dout [N, OC], added.
-  const int OC = C;
-  const auto inp = randn(N * 8, 15), w = randn(8 * OC, 16);
+  // The bias gradient: column sums of dout [M, OC], added, over three
+  // chunks of rows, the last one partial.
+  const int64_t M = 150;
+  const int OC = 40;
+  const auto inp = randn(M * 8, 15), w = randn(8 * OC, 16), bdout = randn(M * OC, 18);
   std::vector<float> dw(8 * OC), dbias = randn(OC, 17);
   auto gdbias = dbias;
-  cpu::matmul_backward(nullptr, dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, 8, OC);
-  for_each_index(OC, [&](int64_t o) { cuda::bias_backward_column(int(o), gdbias.data(), dout.data(), N, OC); });
-  EXPECT_EQ(gdbias, dbias);
+  cpu::matmul_backward(nullptr, dw.data(), dbias.data(), bdout.data(), inp.data(), w.data(), M, 8, OC);
+  std::vector<float> partial(cuda::kColumnPartials);
+  column_sum(
+      M, OC, OC, [&](int64_t j, int64_t rows) { cuda::bias_partial_at(j, partial.data(), bdout.data(), M, OC, rows); },
+      [&](int64_t o, int64_t chunks) { cuda::column_total(o, gdbias.data(), partial.data(), chunks, OC); });
+  expect_close(gdbias, dbias, 1e-6f, "dbias");
+}
+
+// Chunks of 64 rows, doubled until chunks x columns partials fit.
+TEST(CudaBodies, ColumnSumsTakeMoreRowsAChunkRatherThanOverflowTheirPartials) {
+  EXPECT_EQ(cuda::column_chunk_rows(150, 40), 64);
+  EXPECT_EQ(cuda::column_chunk_rows(int64_t{1} << 20, 1024), 256);  // 4096 chunks x 1024 = 2^22
+  EXPECT_EQ(cuda::column_chunk_rows(int64_t{1} << 20, 1025), 512);
+  EXPECT_EQ(cuda::column_chunk_rows(10, int64_t{1} << 23), 64) << "one chunk: nothing fewer to take";
 }
 
 // The gemm calls the CUDA table makes, each run through OpenBLAS's
@@ -181,11 +244,20 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
   std::vector<int32_t> targets = {0, 299, 17, 150, 3, 3};
   std::vector<double> losses(rows), glosses(rows);
   cpu::softmax_cross_entropy(logits.data(), losses.data(), targets.data(), rows, V, 0.25f);
+  // One row on 32 lanes, as the GPU's block runs it.
+  const int lanes = 32;
   for_each_index(rows, [&](int64_t r) {
-    cuda::softmax_cross_entropy_row(r, glogits.data(), glosses.data(), targets.data(), V, 0.25f);
+    float* z = glogits.data() + r * V;
+    const float z_target = z[targets[r]];
+    const float mx = lanes_reduce(
+        lanes, [&](int l) { return cuda::logits_row_max(z, V, l, lanes); }, kMax);
+    const double sum = lanes_reduce(
+        lanes, [&](int l) { return cuda::logits_row_sum(z, V, mx, l, lanes); }, kSum);
+    glosses[r] = cuda::cross_entropy_loss(z_target, mx, sum);
+    for (int l = 0; l < lanes; ++l) cuda::softmax_grad_row(z, V, targets[r], mx, sum, 0.25f, l, lanes);
   });
-  EXPECT_EQ(glosses, losses);
-  EXPECT_EQ(glogits, logits);
+  for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(glosses[r], losses[r], 1e-12 * losses[r]) << r;
+  expect_close(glogits, logits, 1e-6f, "dlogits");
 
   // Three chunks, the last one partial.
   const int64_t n = 2 * cpu::kSquaresChunk + 1234;
@@ -199,44 +271,84 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
   EXPECT_EQ(total, cpu::sum_squares(x.data(), n));
 }
 
-// Attention against the CPU kernel, which keeps the T x T probabilities;
-// the statistic lse against a log-sum-exp taken in double from them.
-TEST(CudaBodies, AttentionRowsWithoutATxTMatrixMatchTheCpuKernel) {
+// attention_plan.h's executor on the CPU: each batched gemm as OpenBLAS
+// calls, each row of scores on 32 lanes in turn.
+struct CpuAttentionExec {
+  static constexpr int kLanes = 32;
+  void gemm(const cuda::ColMajorGemm& g) {
+    for (int64_t i = 0; i < g.batch; ++i) {
+      cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n,
+                  g.k, g.alpha, g.A + i * g.stride_a, g.lda, g.B + i * g.stride_b, g.ldb, g.beta, g.C + i * g.stride_c,
+                  g.ldc);
+    }
+  }
+  void softmax_rows(float* S, float* lse, int T, int64_t rows) {
+    for_each_index(rows, [&](int64_t r) {
+      float* row = S + r * T;
+      const int64_t t = r % T;
+      const float mx = lanes_reduce(
+          kLanes, [&](int l) { return cuda::softmax_row_max(row, t, l, kLanes); }, kMax);
+      const float sum = lanes_reduce(
+          kLanes, [&](int l) { return cuda::softmax_row_sum(row, t, mx, l, kLanes); }, kSum);
+      for (int l = 0; l < kLanes; ++l) cuda::softmax_row_write(row, t, T, mx, 1.0f / sum, l, kLanes);
+      lse[r] = mx + std::log(sum);
+    });
+  }
+  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows) {
+    for_each_index(rows, [&](int64_t r) {
+      const int64_t t = r % T;
+      const float D = lanes_reduce(
+          kLanes, [&](int l) { return cuda::probabilities_row(P + r * T, dP + r * T, t, T, lse[r], l, kLanes); }, kSum);
+      for (int l = 0; l < kLanes; ++l) cuda::softmax_backward_row(P + r * T, dP + r * T, t, T, D, l, kLanes);
+    });
+  }
+};
+
+// The plan against the CPU kernel, which keeps the T x T probabilities,
+// in chunks of every head and of two of three (the last chunk of one);
+// the statistic lse against a log-sum-exp taken in double from q and k.
+TEST(CudaBodies, AttentionsPlanWithoutKeptProbabilitiesMatchesTheCpuKernel) {
   const int B = 2, T = 32, C = 48, NH = 3;
   const int64_t N = int64_t(B) * T, R = int64_t(B) * NH * T;
   const auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
-  std::vector<float> out(N * C), att(int64_t(B) * NH * T * T), gout(N * C), lse(R), D(R);
+  std::vector<float> out(N * C), att(int64_t(B) * NH * T * T), dqkv(N * 3 * C),
+      scratch(cpu::attention_scratch_floats(T));
   cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  for_each_index(R, [&](int64_t r) { cuda::attention_forward_row(r, gout.data(), lse.data(), qkv.data(), T, C, NH); });
-  expect_close(gout, out, 2e-6f, "attention out");
-  // p = exp(score - lse) sums to 1 over each row's keys, and lse is the
-  // log of the normaliser: check it through the probabilities.
-  const int hs = C / NH;
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t t = r % T, h = (r / T) % NH, b = r / (int64_t(T) * NH);
-    double z = 0.0;
-    const float* q = qkv.data() + (b * T + t) * 3 * C + h * hs;
-    for (int64_t s = 0; s <= t; ++s) {
-      const float* k = qkv.data() + (b * T + s) * 3 * C + C + h * hs;
-      double dot = 0.0;
-      for (int d = 0; d < hs; ++d) dot += double(q[d]) * k[d];
-      z += std::exp(dot / std::sqrt(double(hs)));
-    }
-    ASSERT_NEAR(lse[r], std::log(z), 1e-5) << "row " << r;
-  }
-
-  std::vector<float> dqkv(N * 3 * C), scratch(cpu::attention_scratch_floats(T)), gdqkv(N * 3 * C, 7.0f);
   cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
-  for_each_index(R, [&](int64_t r) {
-    cuda::attention_backward_d_row(r, D.data(), dout.data(), qkv.data(), lse.data(), T, C, NH);
-  });
-  for_each_index(R, [&](int64_t r) {
-    cuda::attention_backward_dq_row(r, gdqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), T, C, NH);
-  });
-  for_each_index(R, [&](int64_t r) {
-    cuda::attention_backward_dkv_row(r, gdqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), T, C, NH);
-  });
-  expect_close(gdqkv, dqkv, 2e-6f, "attention dqkv");
+  ASSERT_EQ(cuda::attention_chunk_heads(T, NH), NH);
+  for (int chunk_heads : {NH, 2}) {
+    SCOPED_TRACE(::testing::Message() << chunk_heads << " heads a chunk");
+    std::vector<float> gout(N * C, 7.0f), lse(R), gdqkv(N * 3 * C, 7.0f), gscratch(2 * int64_t(chunk_heads) * T * T);
+    CpuAttentionExec x;
+    cuda::attention_forward_plan(x, gout.data(), lse.data(), gscratch.data(), qkv.data(), B, T, C, NH, chunk_heads);
+    expect_close(gout, out, 2e-6f, "attention out");
+    const int hs = C / NH;
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t t = r % T, h = (r / T) % NH, b = r / (int64_t(T) * NH);
+      double z = 0.0;
+      const float* q = qkv.data() + (b * T + t) * 3 * C + h * hs;
+      for (int64_t s = 0; s <= t; ++s) {
+        const float* k = qkv.data() + (b * T + s) * 3 * C + C + h * hs;
+        double dot = 0.0;
+        for (int d = 0; d < hs; ++d) dot += double(q[d]) * k[d];
+        z += std::exp(dot / std::sqrt(double(hs)));
+      }
+      ASSERT_NEAR(lse[r], std::log(z), 1e-5) << "row " << r;
+    }
+    cuda::attention_backward_plan(x, gdqkv.data(), dout.data(), qkv.data(), lse.data(), gscratch.data(), B, T, C, NH,
+                                  chunk_heads);
+    expect_close(gdqkv, dqkv, 2e-6f, "attention dqkv");
+  }
+}
+
+// Two chunks' matrices fit the scratch; long sequences take fewer heads a
+// chunk, never none.
+TEST(CudaBodies, AttentionsScratchBoundsTheHeadsOfAChunk) {
+  EXPECT_EQ(cuda::attention_chunk_heads(1024, 25), 25);
+  EXPECT_EQ(cuda::attention_chunk_heads(2048, 25), 8);  // 2 x 8 x 2048^2 = 2^26 floats
+  EXPECT_EQ(cuda::attention_chunk_heads(8192, 16), 1);
+  EXPECT_EQ(cuda::attention_scratch_floats(2048, 25), int64_t{1} << 26);
+  EXPECT_EQ(cuda::attention_scratch_floats(64, 4), 2 * 4 * 64 * 64);
 }
 
 TEST(CudaBodies, CastsAreDtypeHsConversionsBitForBit) {
@@ -372,29 +484,29 @@ TEST(CudaBodies, EightBitAdamIsTheCpuUpdateBitForBit) {
 }
 
 // The CPU table with the GPU's attention: only per-row statistics kept,
-// the bodies run over their grids. The model trained with it must compute
+// the plan run by the CPU executor. The model trained with it must compute
 // the CPU model's loss and gradients: this checks, without a GPU, the
 // model's side of an attention that keeps no probabilities (the saved
 // fields, the scratch, checkpointing and 16-bit activations).
-class RowAttentionTable : public Kernels {
+class PlanAttentionTable : public Kernels {
  public:
-  explicit RowAttentionTable(std::unique_ptr<Kernels> cpu) : k_(std::move(cpu)) {}
+  explicit PlanAttentionTable(std::unique_ptr<Kernels> cpu) : k_(std::move(cpu)) {}
   bool attention_keeps_probabilities() const override { return false; }
-  void attention_forward(Stream& s, float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
+  void attention_forward(Stream& s, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
+                         int NH) override {
     CpuDevice::launch(s, [=] {
-      for_each_index(int64_t(B) * NH * T, [&](int64_t r) { cuda::attention_forward_row(r, out, lse, qkv, T, C, NH); });
+      CpuAttentionExec x;
+      cuda::attention_forward_plan(x, out, lse, scratch, qkv, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
     });
   }
-  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* D,
+  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* scratch,
                           int B, int T, int C, int NH) override {
     CpuDevice::launch(s, [=] {
-      const int64_t R = int64_t(B) * NH * T;
-      for_each_index(R, [&](int64_t r) { cuda::attention_backward_d_row(r, D, dout, qkv, lse, T, C, NH); });
-      for_each_index(R, [&](int64_t r) { cuda::attention_backward_dq_row(r, dqkv, dout, qkv, lse, D, T, C, NH); });
-      for_each_index(R, [&](int64_t r) { cuda::attention_backward_dkv_row(r, dqkv, dout, qkv, lse, D, T, C, NH); });
+      CpuAttentionExec x;
+      cuda::attention_backward_plan(x, dqkv, dout, qkv, lse, scratch, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
     });
   }
-  int64_t attention_scratch_floats(int B, int T, int NH) const override { return int64_t(B) * NH * T; }
+  int64_t attention_scratch_floats(int, int T, int NH) const override { return cuda::attention_scratch_floats(T, NH); }
 
   void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
                       int OC) override {
@@ -458,7 +570,7 @@ TEST(CudaBodies, TheModelWithRowStatisticsAttentionHasTheCpuModelsGradients) {
   const GptConfig cfg{2, 4, 64, 96, 32};
   const int B = 2, T = 32;
   testing::CpuRig rig;
-  RowAttentionTable rows(*kernels_for(rig.device));
+  PlanAttentionTable rows(*kernels_for(rig.device));
   const std::vector<int32_t> inputs = testing::random_tokens(B * T, cfg.vocab_size, 9),
                              targets = testing::random_tokens(B * T, cfg.vocab_size, 10);
   for (DType act : {DType::kF32, DType::kBF16}) {

@@ -4,8 +4,10 @@
 // Tolerances, relative to each output's largest magnitude: matrix products
 // and everything downstream of them (cuBLAS and OpenBLAS sum in different
 // orders) 1e-5, about 80 fp32 ulps, enough for inner dimensions of a few
-// hundred; LayerNorm and GELU, which repeat the CPU loops, 1e-6; attention,
-// which recomputes probabilities instead of keeping them, 1e-5. Exact: the
+// hundred; GELU, and the sums the GPU splits among threads (LayerNorm's
+// rows over a warp, the bias and LayerNorm gradients' columns in chunks
+// of rows), 1e-6; attention, which recomputes probabilities instead of keeping
+// them, 1e-5. Exact: the
 // casts, additions, the embedding (same order of the same fp32 adds), the
 // sums in double, and both optimizers (the same operations, unfused).
 #include <gtest/gtest.h>
@@ -46,7 +48,7 @@ TEST_F(CudaTable, MatrixProductsWithBiasAndTheirGradients) {
   expect_close(down(g_out, out.size()), out, 1e-5f, "out");
   expect_close(down(g_dinp, dinp.size()), dinp, 1e-5f, "dinp");
   expect_close(down(g_dw, dw.size()), dw, 1e-5f, "dw");
-  EXPECT_EQ(bits(down(g_dbias, dbias.size())), bits(dbias)) << "the bias gradient sums each column in row order";
+  expect_close(down(g_dbias, dbias.size()), dbias, 1e-6f, "dbias");
   // Without a bias the product alone.
   k_->matmul_forward(s(), g_out, g_inp, g_w, nullptr, N, C, OC);
   cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
@@ -54,7 +56,7 @@ TEST_F(CudaTable, MatrixProductsWithBiasAndTheirGradients) {
 }
 
 TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
-  const int64_t N = 50;
+  const int64_t N = 150;  // three chunks of rows for the parameters' gradients
   const int C = 96;
   const auto x = randn(N * C, 10, 2.0f), w = randn(C, 11), b = randn(C, 12), dout = randn(N * C, 13);
   std::vector<float> out(N * C), mean(N), rstd(N);
@@ -111,7 +113,7 @@ TEST_F(CudaTable, EmbeddingForwardAndItsDeterministicBackward) {
 
 TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
   ASSERT_FALSE(k_->attention_keeps_probabilities());
-  const int B = 2, T = 64, C = 128, NH = 2;
+  const int B = 2, T = 72, C = 128, NH = 2;  // rows of scores not a whole number of warps
   const int64_t N = int64_t(B) * T;
   const auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
   std::vector<float> out(N * C), att(int64_t(B) * NH * T * T), dqkv(N * 3 * C);
@@ -120,7 +122,7 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
   float* g_scratch = up(std::vector<float>(k_->attention_scratch_floats(B, T, NH)));
   float* g_dqkv = up(dqkv);
   const float *g_qkv = up(qkv), *g_dout = up(dout);
-  k_->attention_forward(s(), g_out, g_lse, g_qkv, B, T, C, NH);
+  k_->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH);
   k_->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_lse, g_scratch, B, T, C, NH);
   std::vector<float> scratch(cpu::attention_scratch_floats(T));
   cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);

@@ -323,8 +323,10 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
                                  bias.data() + 1, N, C);
        });
   const int64_t att = int64_t(B) * NH * T * T;
-  same("attention_forward", N * C + att, [&](float* o) { k.attention_forward(s, o, o + N * C, x.data(), B, T, C, NH); },
-       [&](float* o) { cpu::attention_forward(o, o + N * C, x.data(), B, T, C, NH); });
+  same(
+      "attention_forward", N * C + att,
+      [&](float* o) { k.attention_forward(s, o, o + N * C, nullptr, x.data(), B, T, C, NH); },
+      [&](float* o) { cpu::attention_forward(o, o + N * C, x.data(), B, T, C, NH); });
   std::vector<float> probs(att), fwd(N * C), scratch(k.attention_scratch_floats(B, T, NH) * 2);
   cpu::attention_forward(fwd.data(), probs.data(), x.data(), B, T, C, NH);
   same("attention_backward", N * 3 * C,

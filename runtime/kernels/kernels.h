@@ -41,11 +41,12 @@ class Kernels {
   // activation like the others), else each query row's softmax statistic,
   // [B, NH, T] fp32, from which the backward recomputes the probabilities.
   virtual bool attention_keeps_probabilities() const = 0;
-  virtual void attention_forward(Stream& s, float* out, float* att, const float* qkv, int B, int T, int C,
-                                 int NH) = 0;
+  virtual void attention_forward(Stream& s, float* out, float* att, float* scratch, const float* qkv, int B, int T,
+                                 int C, int NH) = 0;
   virtual void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* att,
                                   float* scratch, int B, int T, int C, int NH) = 0;
-  // Floats of attention_backward's scratch for B sequences of T, NH heads.
+  // Floats of attention's scratch (forward and backward) for B sequences
+  // of T, NH heads.
   virtual int64_t attention_scratch_floats(int B, int T, int NH) const = 0;
   virtual void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) = 0;

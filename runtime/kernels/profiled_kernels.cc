@@ -31,9 +31,10 @@ class ProfiledKernels : public Kernels {
     inner_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
   bool attention_keeps_probabilities() const override { return inner_->attention_keeps_probabilities(); }
-  void attention_forward(Stream& s, float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
+  void attention_forward(Stream& s, float* out, float* att, float* scratch, const float* qkv, int B, int T, int C,
+                         int NH) override {
     auto span = Profiler::device_span(&profiler_, s, "attention_forward");
-    inner_->attention_forward(s, out, att, qkv, B, T, C, NH);
+    inner_->attention_forward(s, out, att, scratch, qkv, B, T, C, NH);
   }
   void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch,
                           int B, int T, int C, int NH) override {

@@ -206,7 +206,7 @@ float* attention_kept(const Kernels& k, const LayerActs& a) {
 // activation dtype. `out` may alias `x`, or be null when recomputing for
 // backward (the block output is not needed then).
 void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a,
-                   float* proj, float* out, DType act) {
+                   float* proj, float* attn_scratch, float* out, DType act) {
   const int C = d.C;
   const int64_t N = d.N;
   auto rnd = [&](float* p, int64_t n) { k.round_to(s, act, p, n); };
@@ -217,7 +217,7 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, 
   rnd_field(kLn1);
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
   rnd_field(kQkv);
-  k.attention_forward(s, a.f[kAtty], attention_kept(k, a), a.f[kQkv], d.B, d.T, C, d.NH);
+  k.attention_forward(s, a.f[kAtty], attention_kept(k, a), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH);
   rnd_field(kAtt);
   rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
@@ -278,7 +278,7 @@ absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, 
     float* out = f32 ? residual(l + 1, d.N) : x;
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
-    block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), out, act_dtype);
+    block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), out, act_dtype);
     if (!f32) {
       k.convert_from_f32(s, act_dtype, out, residual(l + 1, d.N), NC);
       if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
@@ -343,7 +343,7 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     LayerActs a;
     if (checkpointing_) {
       a = m.scratch_acts();
-      block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), nullptr, act_dtype_);
+      block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), nullptr, act_dtype_);
     } else {
       a = m.stored_acts(l);
       if (!f32) m.pack_acts(l, a, B, T, /*to_store=*/false);

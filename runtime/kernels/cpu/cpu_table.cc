@@ -26,7 +26,8 @@ class CpuKernels : public Kernels {
     CpuDevice::launch(s, [=] { cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
   }
   bool attention_keeps_probabilities() const override { return true; }
-  void attention_forward(Stream& s, float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
+  void attention_forward(Stream& s, float* out, float* att, float*, const float* qkv, int B, int T, int C,
+                         int NH) override {
     CpuDevice::launch(s, [=] { cpu::attention_forward(out, att, qkv, B, T, C, NH); });
   }
   void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* att,

@@ -1,26 +1,32 @@
 // The CUDA kernel table: cuBLAS (fp32, no TF32) for the matrix products,
-// and one thread per element, row or column for the rest, running the
-// bodies of *_body.h, which tests/test_cuda_bodies.cc also runs on the CPU.
-// The simplest correct kernels, to be tuned once measured on a GPU: no
-// reduction uses atomics, so a run gives the same bits every time.
+// attention's included (attention_plan.h), and for the rest the bodies of
+// *_body.h, which tests/test_cuda_bodies.cc also runs on the CPU: one
+// thread per element, row or column chunk, one warp per row of attention's
+// scores, one block per row of logits. No reduction uses atomics, so a run
+// gives the same bits every time.
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/cuda_device.h"
 #include "runtime/kernels/cuda/attention_body.h"
+#include "runtime/kernels/cuda/attention_plan.h"
 #include "runtime/kernels/cuda/cuda_table.h"
 #include "runtime/kernels/cuda/gemm_args.h"
 #include "runtime/kernels/cuda/launch.cuh"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
+#include "runtime/kernels/cuda/reduce.cuh"
 #include "runtime/kernels/cuda/rows_body.h"
 
 namespace zerod {
 namespace {
 
+using cuda::launch_block_rows;
 using cuda::launch_each;
+using cuda::launch_warp_rows;
 
 absl::Status cublas_status(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -59,6 +65,33 @@ __global__ void adam8bit_kernel(Adam8bitTensor t, AdamStep k, const QuantMap* ma
   }
 }
 
+// Attention's executor (attention_plan.h): the table's cuBLAS gemm, and
+// one warp per row of scores. (At namespace scope: nvcc allows no
+// extended lambda in a class's private parts.)
+struct AttentionExec {
+  std::function<void(const cuda::ColMajorGemm&)> gemm;
+  cudaStream_t s;
+
+  void softmax_rows(float* S, float* lse, int T, int64_t rows) {
+    launch_warp_rows(s, rows, "attention_softmax", [=] __device__(int64_t r, int lane) {
+      float* row = S + r * T;
+      const int64_t t = r % T;
+      const float mx = cuda::warp_reduce(cuda::softmax_row_max(row, t, lane, 32), cuda::Max());
+      const float sum = cuda::warp_reduce(cuda::softmax_row_sum(row, t, mx, lane, 32), cuda::Sum());
+      cuda::softmax_row_write(row, t, T, mx, 1.0f / sum, lane, 32);
+      if (lane == 0) lse[r] = mx + logf(sum);
+    });
+  }
+  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows) {
+    launch_warp_rows(s, rows, "attention_backward_rows", [=] __device__(int64_t r, int lane) {
+      const int64_t t = r % T;
+      const float D =
+          cuda::warp_reduce(cuda::probabilities_row(P + r * T, dP + r * T, t, T, lse[r], lane, 32), cuda::Sum());
+      cuda::softmax_backward_row(P + r * T, dP + r * T, t, T, D, lane, 32);
+    });
+  }
+};
+
 class CudaKernels : public Kernels {
  public:
   explicit CudaKernels(Device& d) : dev_(d) {}
@@ -71,7 +104,7 @@ class CudaKernels : public Kernels {
     ZEROD_RETURN_IF_ERROR(cublas_status(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
     // cuBLAS's own workspace, so that it is accounted and a run repeats its bits.
     ZEROD_ASSIGN_OR_RETURN(blas_workspace_, dev_.allocate(kBlasWorkspace, Category::kWorkspace));
-    ZEROD_ASSIGN_OR_RETURN(partials_, dev_.allocate(kMaxChunks * sizeof(double), Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(partials_, dev_.allocate(cuda::kColumnPartials * sizeof(float), Category::kWorkspace));
     ZEROD_ASSIGN_OR_RETURN(maps_, dev_.allocate(2 * sizeof(QuantMap), Category::kWorkspace));
     const QuantMap maps[2] = {signed_dynamic_map(), unsigned_dynamic_map()};
     Stream& s = dev_.compute_stream();
@@ -93,39 +126,59 @@ class CudaKernels : public Kernels {
     if (dinp) gemm(s, cuda::matmul_dinp_gemm(dinp, dout, w, N, C, OC));
     gemm(s, cuda::matmul_dw_gemm(dw, dout, inp, N, C, OC));
     if (!dbias) return;
-    launch_each(cs(s), OC, "bias_backward",
-                [=] __device__(int64_t o) { cuda::bias_backward_column(int(o), dbias, dout, N, OC); });
+    const int64_t rows = cuda::column_chunk_rows(N, OC), chunks = column_chunks(N, rows, OC, "bias_backward");
+    float* partial = partials_.ptr<float>();
+    launch_each(cs(s), chunks * OC, "bias_backward_partials",
+                [=] __device__(int64_t j) { cuda::bias_partial_at(j, partial, dout, N, OC, rows); });
+    launch_each(cs(s), OC, "bias_backward_totals",
+                [=] __device__(int64_t o) { cuda::column_total(o, dbias, partial, chunks, OC); });
   }
   void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
                          const float* b, int64_t N, int C) override {
-    launch_each(cs(s), N, "layernorm_forward",
-                [=] __device__(int64_t n) { cuda::layernorm_forward_row(n, out, mean, rstd, inp, w, b, C); });
+    launch_warp_rows(cs(s), N, "layernorm_forward", [=] __device__(int64_t n, int lane) {
+      const float* x = inp + n * C;
+      const float m = cuda::warp_reduce(cuda::row_sum(x, C, lane, 32), cuda::Sum()) / C;
+      const float r =
+          cuda::layernorm_rstd(cuda::warp_reduce(cuda::row_squares_about(x, C, m, lane, 32), cuda::Sum()), C);
+      cuda::layernorm_write(out + n * C, x, w, b, C, m, r, lane, 32);
+      if (lane == 0) {
+        mean[n] = m;
+        rstd[n] = r;
+      }
+    });
   }
   void layernorm_backward(Stream& s, float* dinp, float* dw, float* db, const float* dout, const float* inp,
                           const float* w, const float* mean, const float* rstd, int64_t N, int C) override {
-    launch_each(cs(s), N, "layernorm_backward", [=] __device__(int64_t n) {
-      cuda::layernorm_backward_row(n, dinp, dout, inp, w, mean, rstd, C);
+    launch_warp_rows(cs(s), N, "layernorm_backward", [=] __device__(int64_t n, int lane) {
+      const float *x = inp + n * C, *dy = dout + n * C;
+      cuda::LayerNormRowSums sums = cuda::layernorm_backward_sums(dy, x, w, mean[n], rstd[n], C, lane, 32);
+      sums.dnorm = cuda::warp_reduce(sums.dnorm, cuda::Sum());
+      sums.dnorm_norm = cuda::warp_reduce(sums.dnorm_norm, cuda::Sum());
+      cuda::layernorm_backward_write(dinp + n * C, dy, x, w, mean[n], rstd[n], sums, C, lane, 32);
     });
-    launch_each(cs(s), C, "layernorm_backward_params", [=] __device__(int64_t i) {
-      cuda::layernorm_backward_column(int(i), dw, db, dout, inp, mean, rstd, N, C);
+    const int64_t rows = cuda::column_chunk_rows(N, 2 * C),
+                  chunks = column_chunks(N, rows, 2 * C, "layernorm_backward");
+    float* partial = partials_.ptr<float>();
+    launch_each(cs(s), chunks * C, "layernorm_backward_partials", [=] __device__(int64_t j) {
+      cuda::layernorm_params_partial_at(j, partial, dout, inp, mean, rstd, N, C, rows);
+    });
+    launch_each(cs(s), C, "layernorm_backward_totals", [=] __device__(int64_t i) {
+      cuda::column_total(i, dw, partial, chunks, 2 * C);
+      cuda::column_total(i, db, partial + C, chunks, 2 * C);
     });
   }
   bool attention_keeps_probabilities() const override { return false; }
-  void attention_forward(Stream& s, float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
-    launch_each(cs(s), int64_t(B) * NH * T, "attention_forward",
-                [=] __device__(int64_t r) { cuda::attention_forward_row(r, out, lse, qkv, T, C, NH); });
+  void attention_forward(Stream& s, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g); }, cs(s)};
+    cuda::attention_forward_plan(x, out, lse, scratch, qkv, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
   }
-  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* D,
+  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* scratch,
                           int B, int T, int C, int NH) override {
-    const int64_t rows = int64_t(B) * NH * T;
-    launch_each(cs(s), rows, "attention_backward_d",
-                [=] __device__(int64_t r) { cuda::attention_backward_d_row(r, D, dout, qkv, lse, T, C, NH); });
-    launch_each(cs(s), rows, "attention_backward_dq",
-                [=] __device__(int64_t r) { cuda::attention_backward_dq_row(r, dqkv, dout, qkv, lse, D, T, C, NH); });
-    launch_each(cs(s), rows, "attention_backward_dkv",
-                [=] __device__(int64_t r) { cuda::attention_backward_dkv_row(r, dqkv, dout, qkv, lse, D, T, C, NH); });
+    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g); }, cs(s)};
+    cuda::attention_backward_plan(x, dqkv, dout, qkv, lse, scratch, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
   }
-  int64_t attention_scratch_floats(int B, int T, int NH) const override { return int64_t(B) * NH * T; }
+  int64_t attention_scratch_floats(int, int T, int NH) const override { return cuda::attention_scratch_floats(T, NH); }
   void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override {
     launch_each(cs(s), n, "gelu_forward", [=] __device__(int64_t i) { out[i] = cuda::gelu(inp[i]); });
   }
@@ -161,8 +214,15 @@ class CudaKernels : public Kernels {
       double* losses = a.losses + r0;
       const int32_t* targets = a.targets + r0;
       const float dloss = a.dloss;
-      launch_each(cs(s), rows, "softmax_cross_entropy", [=] __device__(int64_t r) {
-        cuda::softmax_cross_entropy_row(r, logits, losses, targets, V, dloss);
+      launch_block_rows(cs(s), rows, "softmax_cross_entropy", [=] __device__(int64_t r, int lane, int lanes) {
+        float* z = logits + r * V;
+        const int target = targets[r];
+        assert(target >= 0 && target < V);
+        const float z_target = z[target];  // read before any lane overwrites it
+        const float mx = cuda::block_reduce(cuda::logits_row_max(z, V, lane, lanes), cuda::Max());
+        const double sum = cuda::block_reduce(cuda::logits_row_sum(z, V, mx, lane, lanes), cuda::Sum());
+        if (lane == 0) losses[r] = cuda::cross_entropy_loss(z_target, mx, sum);
+        if (dloss != 0.0f) cuda::softmax_grad_row(z, V, target, mx, sum, dloss, lane, lanes);
       });
       gemm(s, cuda::head_dinp_gemm(a.dinp + r0 * C, a.logits, a.wte, rows, C, V));
       gemm(s, cuda::head_dwte_gemm(a.dwte, a.logits, a.inp + r0 * C, rows, C, V));
@@ -219,9 +279,24 @@ class CudaKernels : public Kernels {
 
  private:
   static constexpr uint64_t kBlasWorkspace = uint64_t{32} << 20;
-  static constexpr int64_t kMaxChunks = int64_t{1} << 16;  // sums of squares of up to 2^32 elements
+  // Sums of squares of up to 2^32 elements: their chunks' partials share
+  // the column sums' buffer.
+  static constexpr int64_t kMaxChunks = int64_t{1} << 16;
+  static_assert(kMaxChunks * sizeof(double) <= cuda::kColumnPartials * sizeof(float));
 
   static cudaStream_t cs(Stream& s) { return cuda_stream(s); }
+
+  // Chunks of a column sum of N rows over `cols` partials each; a table
+  // too small for them is a bug of the sizes, so it aborts.
+  static int64_t column_chunks(int64_t N, int64_t rows, int64_t cols, const char* what) {
+    const int64_t chunks = (N + rows - 1) / rows;
+    if (chunks * cols > cuda::kColumnPartials) {
+      std::fprintf(stderr, "zerod: %s of %lld columns exceeds the table's %lld partial sums\n", what,
+                   static_cast<long long>(cols), static_cast<long long>(cuda::kColumnPartials));
+      std::abort();
+    }
+    return chunks;
+  }
 
   void gemm(Stream& s, const cuda::ColMajorGemm& g) {
     if (g.m == 0 || g.n == 0) return;
@@ -232,11 +307,17 @@ class CudaKernels : public Kernels {
       check(cublasSetWorkspace(blas_, blas_workspace_.data(), blas_workspace_.bytes()), "cublasSetWorkspace");
       blas_stream_ = stream;
     }
-    const float one = 1.0f;
     const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check(cublasSgemm_64(blas_, ta, tb, g.m, g.n, g.k, &one, g.A, g.lda, g.B, g.ldb, &g.beta, g.C, g.ldc),
-          "cublasSgemm");
-    cuda::check_launch(stream, "cublasSgemm");
+    if (g.batch == 1) {
+      check(cublasSgemm_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda, g.B, g.ldb, &g.beta, g.C, g.ldc),
+            "cublasSgemm");
+      cuda::check_launch(stream, "cublasSgemm");
+      return;
+    }
+    check(cublasSgemmStridedBatched_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda, g.stride_a, g.B, g.ldb,
+                                       g.stride_b, &g.beta, g.C, g.ldc, g.stride_c, g.batch),
+          "cublasSgemmStridedBatched");
+    cuda::check_launch(stream, "cublasSgemmStridedBatched");
   }
   static void check(cublasStatus_t st, const char* what) {
     if (st == CUBLAS_STATUS_SUCCESS) return;

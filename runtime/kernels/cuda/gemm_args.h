@@ -1,6 +1,7 @@
 // The row-major matrix products of the layers as column-major gemm calls
-// (cuBLAS's convention): C = op(A) op(B) + beta C, C being m x n and the
-// inner dimension k. A row-major X[r, c] is the column-major X^T, so each
+// (cuBLAS's convention): C = alpha op(A) op(B) + beta C, C being m x n and
+// the inner dimension k; a batched call repeats it `batch` times, each
+// operand `stride_*` floats past the one before. A row-major X[r, c] is the column-major X^T, so each
 // product is taken transposed. Plain C++, so that tests/test_cuda_bodies.cc
 // runs every one through a column-major BLAS on the CPU against the CPU
 // kernels.
@@ -20,6 +21,8 @@ struct ColMajorGemm {
   float beta;
   float* C;
   int64_t ldc;
+  float alpha = 1.0f;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
 // out[N, OC] (+)= inp[N, C] @ w[C, OC]: out^T = w^T inp^T.

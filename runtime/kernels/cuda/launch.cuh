@@ -1,8 +1,9 @@
-// Launching the bodies: one thread per index, in blocks of 256, each
-// launch checked (and, in debug builds, the bodies' ZD_ASSERTs). A launch that fails is a bug of the table (a bad
-// configuration), so it aborts naming the kernel; debug builds also wait
-// for each kernel, so that a fault is reported at the kernel that made it
-// rather than at the next synchronize.
+// Launching the bodies: one thread per index, one warp per row or one
+// block per row, in blocks of 256 threads. Each launch is checked; a
+// launch that fails is a bug of the table (a bad configuration), so it
+// aborts naming the kernel. Debug builds also wait for each kernel (and
+// check the bodies' asserts), so that a fault is reported at the kernel
+// that made it rather than at the next synchronize.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,6 +43,45 @@ void launch_each(cudaStream_t s, int64_t n, const char* what, F f) {
     std::abort();
   }
   for_each_index<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(n, f);
+  check_launch(s, what);
+}
+
+// f(row, lane) for row in [0, rows), each row on one warp (lane 0-31), so
+// that f may reduce across its warp.
+template <class F>
+__global__ void for_each_warp_row(int64_t rows, F f) {
+  const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (row < rows) f(row, static_cast<int>(threadIdx.x % 32));
+}
+
+template <class F>
+void launch_warp_rows(cudaStream_t s, int64_t rows, const char* what, F f) {
+  if (rows <= 0) return;
+  constexpr int kThreads = 256, kRowsPerBlock = kThreads / 32;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (blocks > 0x7fffffff) {
+    std::fprintf(stderr, "zerod: CUDA kernel %s over %lld rows exceeds the grid\n", what, static_cast<long long>(rows));
+    std::abort();
+  }
+  for_each_warp_row<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(rows, f);
+  check_launch(s, what);
+}
+
+// f(row, lane, lanes) for row in [0, rows), each row on one block of
+// `lanes` threads, so that f may reduce across its block.
+template <class F>
+__global__ void for_each_block_row(F f) {
+  f(int64_t(blockIdx.x), static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
+template <class F>
+void launch_block_rows(cudaStream_t s, int64_t rows, const char* what, F f) {
+  if (rows <= 0) return;
+  if (rows > 0x7fffffff) {
+    std::fprintf(stderr, "zerod: CUDA kernel %s over %lld rows exceeds the grid\n", what, static_cast<long long>(rows));
+    std::abort();
+  }
+  for_each_block_row<<<static_cast<unsigned>(rows), 256, 0, s>>>(f);
   check_launch(s, what);
 }
 

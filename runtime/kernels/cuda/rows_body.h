@@ -1,10 +1,16 @@
-// Per-row and per-column bodies of the layer kernels, each the CPU
-// kernel's loop for one row or one column, in the CPU's order: LayerNorm
+// Per-row and per-column bodies of the layer kernels: LayerNorm
 // (cpu/layernorm.cc), the embedding (cpu/embedding.cc), column sums of a
 // bias gradient (cpu/matmul.cc), the softmax cross-entropy of one row of
 // logits (cpu/cross_entropy.cc) and the chunked sum of squares
-// (cpu/reduce.cc). A column body walks every row in order, so its sums
-// are the CPU's, with no atomics: the same bits every run.
+// (cpu/reduce.cc).
+//
+// Column sums (the bias and LayerNorm parameter gradients) run in two
+// stages so that every thread has work: one partial sum per chunk of
+// rows and column, then each column's partials in chunk order. A row
+// (LayerNorm's on a warp, a row of logits on a block) is shared by lanes,
+// each taking every lanes-th column, their partials combined by the
+// caller (shuffles on the GPU, a loop in tests/test_cuda_bodies.cc).
+// Every order is fixed, with no atomics: the same bits every run.
 #pragma once
 
 #include "runtime/kernels/cpu/cpu_kernels.h"
@@ -12,54 +18,62 @@
 
 namespace zerod::cuda {
 
-ZD_HD void layernorm_forward_row(int64_t n, float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                 const float* b, int C) {
-  const float* x = inp + n * C;
-  float m = 0.0f;
-  for (int i = 0; i < C; ++i) m += x[i];
-  m /= C;
+// LayerNorm of row x of C values, on lanes: the sum of x, then of
+// (x - m)^2 about the mean m, then each lane writes its columns.
+ZD_HD float row_sum(const float* x, int C, int lane, int lanes) {
+  float sum = 0.0f;
+  for (int i = lane; i < C; i += lanes) sum += x[i];
+  return sum;
+}
+ZD_HD float row_squares_about(const float* x, int C, float m, int lane, int lanes) {
   float v = 0.0f;
-  for (int i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
-  v /= C;
-  const float s = 1.0f / sqrtf(v + cpu::kLayerNormEps);
-  float* o = out + n * C;
-  for (int i = 0; i < C; ++i) o[i] = (x[i] - m) * s * w[i] + b[i];
-  mean[n] = m;
-  rstd[n] = s;
+  for (int i = lane; i < C; i += lanes) v += (x[i] - m) * (x[i] - m);
+  return v;
+}
+ZD_HD float layernorm_rstd(float squares, int C) { return 1.0f / sqrtf(squares / C + cpu::kLayerNormEps); }
+ZD_HD void layernorm_write(float* o, const float* x, const float* w, const float* b, int C, float m, float s, int lane,
+                           int lanes) {
+  for (int i = lane; i < C; i += lanes) o[i] = (x[i] - m) * s * w[i] + b[i];
 }
 
-// dinp += ... for row n.
-ZD_HD void layernorm_backward_row(int64_t n, float* dinp, const float* dout, const float* inp, const float* w,
-                                  const float* mean, const float* rstd, int C) {
-  const float* x = inp + n * C;
-  const float* dy = dout + n * C;
-  const float m = mean[n], s = rstd[n];
-  float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-  for (int i = 0; i < C; ++i) {
+// Backward of row n: the row's two sums, of dnorm = dy w and of
+// dnorm (x - m) s (mean and rstd s from the forward), then
+// dx += (dnorm - their means' terms) s on each lane's columns.
+struct LayerNormRowSums {
+  float dnorm, dnorm_norm;
+};
+ZD_HD LayerNormRowSums layernorm_backward_sums(const float* dy, const float* x, const float* w, float m, float s, int C,
+                                               int lane, int lanes) {
+  LayerNormRowSums r{0.0f, 0.0f};
+  for (int i = lane; i < C; i += lanes) {
     const float dnorm = dy[i] * w[i];
-    dnorm_mean += dnorm;
-    dnorm_norm_mean += dnorm * (x[i] - m) * s;
+    r.dnorm += dnorm;
+    r.dnorm_norm += dnorm * (x[i] - m) * s;
   }
-  dnorm_mean /= C;
-  dnorm_norm_mean /= C;
-  float* dx = dinp + n * C;
-  for (int i = 0; i < C; ++i) {
+  return r;
+}
+ZD_HD void layernorm_backward_write(float* dx, const float* dy, const float* x, const float* w, float m, float s,
+                                    LayerNormRowSums sums, int C, int lane, int lanes) {
+  const float dnorm_mean = sums.dnorm / C, dnorm_norm_mean = sums.dnorm_norm / C;
+  for (int i = lane; i < C; i += lanes) {
     const float norm = (x[i] - m) * s;
     dx[i] += (dy[i] * w[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
   }
 }
 
-// dw[i] += ..., db[i] += ... for column i, down all N rows.
-ZD_HD void layernorm_backward_column(int i, float* dw, float* db, const float* dout, const float* inp,
-                                     const float* mean, const float* rstd, int64_t N, int C) {
-  float gw = dw[i], gb = db[i];
-  for (int64_t n = 0; n < N; ++n) {
+// Stage 1 of dw and db: partial[c * 2C + i] and partial[c * 2C + C + i]
+// are column i's sums over chunk c's rows.
+ZD_HD void layernorm_params_partial_at(int64_t j, float* partial, const float* dout, const float* inp,
+                                       const float* mean, const float* rstd, int64_t N, int C, int64_t rows) {
+  const int64_t c = j / C, i = j % C, hi = (c + 1) * rows < N ? (c + 1) * rows : N;
+  float gw = 0.0f, gb = 0.0f;
+  for (int64_t n = c * rows; n < hi; ++n) {
     const float dy = dout[n * C + i];
     gw += dy * (inp[n * C + i] - mean[n]) * rstd[n];
     gb += dy;
   }
-  dw[i] = gw;
-  db[i] = gb;
+  partial[c * 2 * C + i] = gw;
+  partial[c * 2 * C + C + i] = gb;
 }
 
 // Element j of the [B*T, C] output.
@@ -81,30 +95,52 @@ ZD_HD void embedding_backward_column(int i, float* dwte, float* dwpe, const floa
   }
 }
 
-// dbias[o] += the column sum of dout [N, OC], down the rows.
-ZD_HD void bias_backward_column(int o, float* dbias, const float* dout, int64_t N, int OC) {
-  float g = dbias[o];
-  for (int64_t n = 0; n < N; ++n) g += dout[n * OC + o];
-  dbias[o] = g;
+// Rows a chunk of a column sum takes: 64, or more where chunks x cols
+// partials would not fit in kColumnPartials floats.
+constexpr int64_t kColumnPartials = int64_t{1} << 22;
+ZD_HD int64_t column_chunk_rows(int64_t N, int64_t cols) {
+  int64_t rows = 64;
+  while (rows < N && (N + rows - 1) / rows * cols > kColumnPartials) rows *= 2;
+  return rows;
 }
 
-// One row of V logits: its loss -log p[target] and, when dloss != 0, the
-// logits replaced by (softmax - onehot) * dloss.
-ZD_HD void softmax_cross_entropy_row(int64_t r, float* logits, double* losses, const int32_t* targets, int V,
-                                     float dloss) {
-  float* z = logits + r * V;
-  float mx = z[0];
-  for (int i = 1; i < V; ++i) mx = z[i] > mx ? z[i] : mx;
+// Stage 1 of dbias: partial[c * OC + o] is dout's column o summed over
+// chunk c's rows.
+ZD_HD void bias_partial_at(int64_t j, float* partial, const float* dout, int64_t N, int OC, int64_t rows) {
+  const int64_t c = j / OC, o = j % OC, hi = (c + 1) * rows < N ? (c + 1) * rows : N;
+  float g = 0.0f;
+  for (int64_t n = c * rows; n < hi; ++n) g += dout[n * OC + o];
+  partial[j] = g;
+}
+
+// Stage 2: d[o] += column o's partials (stride apart) in chunk order.
+ZD_HD void column_total(int64_t o, float* d, const float* partial, int64_t chunks, int64_t stride) {
+  float g = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) g += partial[c * stride + o];
+  d[o] += g;
+}
+
+// One row z of V logits: its largest value, the sum of exp(z - mx) in
+// double, its loss -log p[target] (from z[target] read before any lane
+// writes), and the logits replaced by (softmax - onehot) * dloss.
+ZD_HD float logits_row_max(const float* z, int V, int lane, int lanes) {
+  float mx = -INFINITY;
+  for (int i = lane; i < V; i += lanes) mx = z[i] > mx ? z[i] : mx;
+  return mx;
+}
+ZD_HD double logits_row_sum(const float* z, int V, float mx, int lane, int lanes) {
   double sum = 0.0;
-  for (int i = 0; i < V; ++i) sum += exp(static_cast<double>(z[i] - mx));
-  const int tgt = targets[r];
-  assert(tgt >= 0 && tgt < V);
-  losses[r] = log(sum) - static_cast<double>(z[tgt] - mx);
-  if (dloss == 0.0f) return;
+  for (int i = lane; i < V; i += lanes) sum += exp(static_cast<double>(z[i] - mx));
+  return sum;
+}
+ZD_HD double cross_entropy_loss(float z_target, float mx, double sum) {
+  return log(sum) - static_cast<double>(z_target - mx);
+}
+ZD_HD void softmax_grad_row(float* z, int V, int target, float mx, double sum, float dloss, int lane, int lanes) {
   const double inv = 1.0 / sum;
-  for (int i = 0; i < V; ++i) {
+  for (int i = lane; i < V; i += lanes) {
     const float p = static_cast<float>(exp(static_cast<double>(z[i] - mx)) * inv);
-    z[i] = (p - (i == tgt ? 1.0f : 0.0f)) * dloss;
+    z[i] = (p - (i == target ? 1.0f : 0.0f)) * dloss;
   }
 }
 
