@@ -14,16 +14,19 @@
 #     the same job uncapped without offload (the losses must be equal; one
 #     micro-batch a step, and where the capped step's time goes), the
 #     largest example with everything offloaded (examples/gpt-4b-offload.json),
-#     several ranks sharing the GPU where the machine has an MPI, and
-#     DeepSpeed ZeRO-Offload on the same model where it is installed and the
-#     anchors are carried (.anchors, a copy of ../shared/anchors).
+#     and DeepSpeed ZeRO-Offload on the same model where it is installed and
+#     the anchors are carried (.anchors, a copy of ../shared/anchors);
+#   ranks: with the machine's own Open MPI (mpicxx, mpirun), a CUDA + MPI
+#     build: 2 and 3 ranks sharing the GPU against the one-rank run
+#     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
+#     rank's GPU peak.
 #   Here:            scripts/gpu_deps.sh
-#   On the GPU:      scripts/gpu_check.sh [all|offload]      (carry .gpu-deps)
+#   On the GPU:      scripts/gpu_check.sh [all|offload|ranks]  (carry .gpu-deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 section=${1:-all}
-case "$section" in all | offload) ;; *) echo "gpu_check: unknown section '$section' (all or offload)"; exit 2 ;; esac
+case "$section" in all | offload | ranks) ;; *) echo "gpu_check: unknown section '$section' (all, offload or ranks)"; exit 2 ;; esac
 out=${OUT:-$root/gpu-results}
 deps=/tmp/zerod-deps
 build=/tmp/zerod-build-gpu
@@ -63,14 +66,24 @@ nccl_inc=$nccl/include
 say "NCCL: ${nccl_lib:-none}, header in $nccl_inc"
 export LD_LIBRARY_PATH=$(dirname "${nccl_lib:-/x}"):$LD_LIBRARY_PATH
 
+# The ranks section builds with the machine's Open MPI, the others without.
+with_mpi=OFF
+targets=()
+if [ "$section" = ranks ]; then
+  command -v mpicxx >/dev/null && command -v mpirun >/dev/null ||
+    { say "several ranks sharing the GPU: not run, this machine has no MPI (mpirun, mpicxx)"; exit 1; }
+  with_mpi=ON
+  build=$build-mpi
+  targets=(--target zero-worker mpi_test_gpu_tier)
+fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=OFF -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=OFF \
+  -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=$with_mpi -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
   -DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib" >"$logs/configure.log" 2>&1 ||
   { say "configure failed"; tail -30 "$logs/configure.log"; exit 1; }
 grep -E "NCCL communicator" "$logs/configure.log" | sed 's/^-- /gpu_check: /' | tee -a "$summary"
 start=$SECONDS
-cmake --build "$build" --parallel "$(nproc)" >"$logs/build.log" 2>&1 ||
+cmake --build "$build" --parallel "$(nproc)" "${targets[@]}" >"$logs/build.log" 2>&1 ||
   { say "build failed"; grep -E "error|Error" "$logs/build.log" | head -30; exit 1; }
 say "built in $((SECONDS - start)) s"
 worker=$build/cmd/zero-worker
@@ -108,13 +121,6 @@ if [ "$section" = offload ]; then
   # The largest example: 4.2B parameters, states on the host, parameters on NVMe.
   timeout 240 "$worker" --config examples/gpt-4b-offload.json --set run.steps=3 >"$logs/gpt-4b.log" 2>&1
   say "gpt-4b everything offloaded: exit $?; $(grep -E '^done|^  (gpu|pinned|host|nvme) |error' "$logs/gpt-4b.log" | head -6 | tr '\n' ' ')"
-  # Ranks sharing the GPU need an MPI build, and this machine's image has
-  # no Open MPI of Debian's.
-  if command -v mpirun >/dev/null && command -v mpicxx >/dev/null; then
-    say "an MPI is here ($(command -v mpirun)), but the build above has none: the multi-rank checks are not wired to it yet"
-  else
-    say "several ranks sharing the GPU: not run, this machine has no MPI (mpirun, mpicxx)"
-  fi
   if [ -f .anchors/ds_offload_anchor.py ] && python3 -c 'import deepspeed' 2>/dev/null; then
     left=$((540 - SECONDS))
     timeout "$left" python3 .anchors/ds_offload_anchor.py --suite --outdir "$logs/ds" --deadline "$left" >"$logs/ds.log" 2>&1
@@ -122,6 +128,29 @@ if [ "$section" = offload ]; then
   else
     say "DeepSpeed ZeRO-Offload anchor: not run (needs .anchors carried and deepspeed installed: ../shared/anchors/README.md)"
   fi
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
+if [ "$section" = ranks ]; then
+  rc=0
+  mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=4 -x LD_LIBRARY_PATH)
+  for np in 2 3; do
+    "${mpi[@]}" -np "$np" "$build/tests/mpi_test_gpu_tier" >"$logs/mpi_test_gpu_tier.np$np.log" 2>&1
+    code=$?
+    [ "$code" = 0 ] || rc=1
+    say "mpi_test_gpu_tier on $np ranks: exit $code, $(grep -cE '^\[       OK' "$logs/mpi_test_gpu_tier.np$np.log") passed over the ranks; $(grep -E 'FAILED|SKIPPED|Failure' "$logs/mpi_test_gpu_tier.np$np.log" | sort -u | head -4 | tr '\n' ' ')"
+  done
+  # gpt2 on the GPU on 1, 2 and 3 ranks: the same global batch, each rank's
+  # GPU peak in its memory table.
+  for np in 1 2 3; do
+    timeout 150 "${mpi[@]}" -np "$np" "$worker" --config examples/gpu_gpt2.json --set run.steps=3 --set steps_per_print=1 \
+      --set train_batch_size=12 --set train_micro_batch_size_per_gpu=2 --set zero_optimization.stage=2 \
+      >"$logs/gpt2-ranks$np.log" 2>&1
+    code=$?
+    [ "$code" = 0 ] || rc=1
+    say "gpt2 stage 2 on $np ranks sharing the GPU: exit $code; losses $(losses "$logs/gpt2-ranks$np.log" | tr '\n' ' '); $(grep -E '^done|^  gpu ' "$logs/gpt2-ranks$np.log" | head -2 | tr '\n' ' ')"
+  done
   say "done in $SECONDS s, exit $rc"
   exit $rc
 fi

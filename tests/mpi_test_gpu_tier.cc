@@ -7,7 +7,8 @@
 // holds its share of the optimizer states and gradients. The communicator
 // a worker picks (comm/bootstrap.h) stages for ranks that share a GPU,
 // routes device buffers to the device's communicator, and is NCCL where
-// every rank has a GPU of its own.
+// every rank has a GPU of its own. Where the machine has a GPU, ranks
+// sharing it train against the one-rank run on it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -208,6 +209,50 @@ TEST(DeviceCommunicator, GpusOfTheirOwnUseNcclAndNameALateRank) {
   }
   comm->reset();
   EXPECT_TRUE(world().barrier()->wait().ok());
+}
+
+// On a real GPU, where the machine has one: every rank opens GPU 0, so
+// ranks past the first share it and exchange through pinned staging over
+// MPI. Stages 1-3 follow the one-rank run of the same global batch on the
+// same GPU within what the CPU's ZeRO tests allow mixed precision
+// (mpi_test_zero.cc: losses to 1e-2 relative, parameters to 10 lr), and
+// each rank's GPU holds its share of the optimizer states, as on the CPU.
+TEST(GpuRanks, RanksSharingTheGpuFollowTheOneRankRun) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount reports none";
+  const int n = world().world_size();
+  constexpr double kLr = 3e-3;
+  for (int stage = 1; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n);
+    MemoryAccountant one_acct;
+    auto one = open_device("cuda", 0, one_acct);
+    ASSERT_TRUE(one.ok()) << one.status();
+    const testing::TrainedRun want =
+        testing::train_to_end(testing::config_with(job(stage), {"model.n_embd=128"}, 1), nullptr, **one);
+    ASSERT_TRUE(want.status.ok()) << want.status;
+    one->reset();  // the one-rank run's device closes before the ranks open theirs
+
+    MemoryAccountant acct;
+    auto gpu = open_device("cuda", 0, acct);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    auto mpi = make_mpi_communicator(kTimeout);
+    ASSERT_TRUE(mpi.ok()) << mpi.status();
+    auto comm = make_device_communicator(*std::move(mpi), RankInfo{world().rank(), n, world().rank()}, **gpu, kTimeout);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    if (n > 1) EXPECT_STREQ((*comm)->backend(), "mpi") << "ranks sharing a GPU stage through host memory";
+    const JobConfig cfg = testing::config_with(job(stage), {"model.n_embd=128"}, n);
+    const testing::TrainedRun got = testing::train_to_end(cfg, comm->get(), **gpu);
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    ASSERT_EQ(got.losses.size(), want.losses.size());
+    for (size_t i = 0; i < want.losses.size(); ++i) {
+      EXPECT_NEAR(got.losses[i], want.losses[i], 1e-2 * want.losses[i]) << "step " << i + 1;
+    }
+    ASSERT_EQ(got.params.size(), want.params.size());
+    for (size_t i = 0; i < want.params.size(); ++i) ASSERT_NEAR(got.params[i], want.params[i], 10 * kLr) << i;
+    const int64_t params = GptLayout(cfg.model).num_params();
+    const uint64_t slack = CachingAllocator::block_size(2u << 20) * 2;
+    EXPECT_LE(acct.peak(Tier::kGpu, Category::kOptimizer), uint64_t(12 * params / n) + slack);
+    EXPECT_GE(acct.peak(Tier::kGpu, Category::kOptimizer), uint64_t(12 * params / n));
+  }
 }
 
 }  // namespace
