@@ -15,7 +15,8 @@
 #     micro-batch a step, and where the capped step's time goes), the
 #     largest example with everything offloaded (examples/gpt-4b-offload.json),
 #     and DeepSpeed ZeRO-Offload on the same model where it is installed and
-#     the anchors are carried (.anchors, a copy of ../shared/anchors);
+#     the anchors are carried (.anchors, a copy of ../shared/anchors); the
+#     offload path's copy rates against plain cudaMemcpyAsync (bench/copy_bandwidth);
 #   ranks: with the machine's own Open MPI (mpicxx, mpirun), a CUDA + MPI
 #     build: 2 and 3 ranks sharing the GPU against the one-rank run
 #     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
@@ -68,6 +69,8 @@ export LD_LIBRARY_PATH=$(dirname "${nccl_lib:-/x}"):$LD_LIBRARY_PATH
 
 # The ranks section builds with the machine's Open MPI, the others without.
 with_mpi=OFF
+with_bench=OFF
+[ "$section" = offload ] && with_bench=ON  # copy_bandwidth
 targets=()
 if [ "$section" = ranks ]; then
   command -v mpicxx >/dev/null && command -v mpirun >/dev/null ||
@@ -77,7 +80,7 @@ if [ "$section" = ranks ]; then
   targets=(--target zero-worker mpi_test_gpu_tier)
 fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=$with_mpi -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=OFF \
+  -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=$with_mpi -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=$with_bench \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
   -DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib" >"$logs/configure.log" 2>&1 ||
   { say "configure failed"; tail -30 "$logs/configure.log"; exit 1; }
@@ -107,6 +110,11 @@ if [ "$section" = offload ]; then
   timeout 150 "$worker" "${xl[@]}" --set wall_clock_breakdown=true >"$logs/xl-offload-12GiB.log" 2>&1
   say "gpt2-xl offload under 12 GiB: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-offload-12GiB.log" | head -3 | tr '\n' ' ')"
   say "gpt2-xl offload under 12 GiB, where the time went: $(breakdown "$logs/xl-offload-12GiB.log")"
+  # The offload path's copies against plain cudaMemcpyAsync from pinned
+  # memory, at the mean size of the run's copies each way.
+  say "gpt2-xl offload's copies: $(grep -E '^  copy (host->device|device->host)' "$logs/xl-offload-12GiB.log" | tr -s ' ' | tr '\n' ';')"
+  "$build/bench/copy_bandwidth" 1 16 64 256 >"$logs/copy_bandwidth.log" 2>&1
+  say "plain cudaMemcpyAsync, pinned: exit $?; $(tail -5 "$logs/copy_bandwidth.log" | tr -s ' ' | tr '\n' ';')"
   timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"8GiB"' >"$logs/xl-offload-8GiB.log" 2>&1
   say "gpt2-xl offload under 8 GiB: exit $?; $(grep -E '^done|^  gpu |error' "$logs/xl-offload-8GiB.log" | head -3 | tr '\n' ' ')"
   timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit=null \
