@@ -11,23 +11,27 @@
 #     gpt2-xl under a 12 GiB cap without offload, and the GPU benchmarks;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
 #     gpt2-xl with its optimizer on the host under 12 and 8 GiB caps against
-#     the same job uncapped without offload (the losses must be equal; one
-#     micro-batch a step, and where the capped step's time goes), the
-#     largest example with everything offloaded (examples/gpt-4b-offload.json),
-#     and DeepSpeed ZeRO-Offload on the same model where it is installed and
-#     the anchors are carried (.anchors, a copy of ../shared/anchors); the
-#     offload path's copy rates against plain cudaMemcpyAsync (bench/copy_bandwidth);
+#     the same job uncapped without offload, 32K tokens a step (the losses
+#     must be equal; tokens/s each, and where the capped step's time goes),
+#     and the offload path's copy rates against plain cudaMemcpyAsync
+#     (bench/copy_bandwidth);
+#   largest: the largest example with everything offloaded
+#     (examples/gpt-4b-offload.json), and DeepSpeed ZeRO-Offload on gpt2-xl
+#     where it is installed and the anchors are carried (.anchors, a copy of
+#     ../shared/anchors);
 #   ranks: with the machine's own Open MPI (mpicxx, mpirun), a CUDA + MPI
 #     build: 2 and 3 ranks sharing the GPU against the one-rank run
 #     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
 #     rank's GPU peak.
 #   Here:            scripts/gpu_deps.sh
-#   On the GPU:      scripts/gpu_check.sh [all|offload|ranks]  (carry .gpu-deps)
+#   On the GPU:      scripts/gpu_check.sh [all|offload|largest|ranks]  (carry .gpu-deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 section=${1:-all}
-case "$section" in all | offload | ranks) ;; *) echo "gpu_check: unknown section '$section' (all, offload or ranks)"; exit 2 ;; esac
+case "$section" in all | offload | largest | ranks) ;;
+*) echo "gpu_check: unknown section '$section' (all, offload, largest or ranks)"; exit 2 ;;
+esac
 out=${OUT:-$root/gpu-results}
 deps=/tmp/zerod-deps
 build=/tmp/zerod-build-gpu
@@ -103,11 +107,12 @@ if [ "$section" = offload ]; then
   code=$?
   [ "$code" = 0 ] || rc=1
   say "test_cuda_offload: exit $code, $(grep -cE '^\[       OK' "$logs/test_cuda_offload.log") passed; $(grep -E 'FAILED|SKIPPED' "$logs/test_cuda_offload.log" | head -3 | tr '\n' ' ')"
-  # gpt2-xl, random weights, optimizer on the host: under 12 and 8 GiB, and
-  # uncapped without offload; the update is the same math on either side,
-  # so the losses must be the same numbers.
-  xl=(--config examples/gpt2-xl-offload.json --set model.init_from=null --set run.steps=3 --set train_batch_size=4)
-  timeout 150 "$worker" "${xl[@]}" --set wall_clock_breakdown=true >"$logs/xl-offload-12GiB.log" 2>&1
+  # gpt2-xl, random weights, optimizer on the host, the example's 32K
+  # tokens a step: under 12 and 8 GiB, and uncapped without offload; the
+  # update is the same math on either side, so the losses must be the same
+  # numbers. Two steps: the breakdown and tokens/s leave out the first.
+  xl=(--config examples/gpt2-xl-offload.json --set model.init_from=null --set run.steps=2 --set steps_per_print=1)
+  timeout 130 "$worker" "${xl[@]}" --set wall_clock_breakdown=true >"$logs/xl-offload-12GiB.log" 2>&1
   say "gpt2-xl offload under 12 GiB: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-offload-12GiB.log" | head -3 | tr '\n' ' ')"
   say "gpt2-xl offload under 12 GiB, where the time went: $(breakdown "$logs/xl-offload-12GiB.log")"
   # The offload path's copies against plain cudaMemcpyAsync from pinned
@@ -115,9 +120,9 @@ if [ "$section" = offload ]; then
   say "gpt2-xl offload's copies: $(grep -E '^  copy (host->device|device->host)' "$logs/xl-offload-12GiB.log" | tr -s ' ' | tr '\n' ';')"
   "$build/bench/copy_bandwidth" 1 16 64 256 >"$logs/copy_bandwidth.log" 2>&1
   say "plain cudaMemcpyAsync, pinned: exit $?; $(tail -5 "$logs/copy_bandwidth.log" | tr -s ' ' | tr '\n' ';')"
-  timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"8GiB"' >"$logs/xl-offload-8GiB.log" 2>&1
+  timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"8GiB"' >"$logs/xl-offload-8GiB.log" 2>&1
   say "gpt2-xl offload under 8 GiB: exit $?; $(grep -E '^done|^  gpu |error' "$logs/xl-offload-8GiB.log" | head -3 | tr '\n' ' ')"
-  timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit=null \
+  timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit=null \
     --set zero_optimization.offload_optimizer.device='"none"' >"$logs/xl-plain.log" 2>&1
   say "gpt2-xl without offload, uncapped: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-plain.log" | head -3 | tr '\n' ' ')"
   if [ -n "$(losses "$logs/xl-plain.log")" ] && [ "$(losses "$logs/xl-plain.log")" = "$(losses "$logs/xl-offload-12GiB.log")" ]; then
@@ -126,9 +131,18 @@ if [ "$section" = offload ]; then
     say "gpt2-xl: losses differ: offloaded [$(losses "$logs/xl-offload-12GiB.log" | tr '\n' ' ')] uncapped [$(losses "$logs/xl-plain.log" | tr '\n' ' ')]"
     rc=1
   fi
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
+if [ "$section" = largest ]; then
+  rc=0
   # The largest example: 4.2B parameters, states on the host, parameters on NVMe.
-  timeout 240 "$worker" --config examples/gpt-4b-offload.json --set run.steps=3 >"$logs/gpt-4b.log" 2>&1
-  say "gpt-4b everything offloaded: exit $?; $(grep -E '^done|^  (gpu|pinned|host|nvme) |error' "$logs/gpt-4b.log" | head -6 | tr '\n' ' ')"
+  timeout 300 "$worker" --config examples/gpt-4b-offload.json --set run.steps=3 --set steps_per_print=1 \
+    >"$logs/gpt-4b.log" 2>&1
+  code=$?
+  [ "$code" = 0 ] || rc=1
+  say "gpt-4b everything offloaded: exit $code; $(grep -E '^done|^  (gpu|pinned|host|nvme) |error' "$logs/gpt-4b.log" | head -6 | tr '\n' ' ')"
   if [ -f .anchors/ds_offload_anchor.py ] && python3 -c 'import deepspeed' 2>/dev/null; then
     left=$((540 - SECONDS))
     timeout "$left" python3 .anchors/ds_offload_anchor.py --suite --outdir "$logs/ds" --deadline "$left" >"$logs/ds.log" 2>&1
@@ -152,7 +166,7 @@ if [ "$section" = ranks ]; then
   # gpt2 on the GPU on 1, 2 and 3 ranks: the same global batch, each rank's
   # GPU peak in its memory table.
   for np in 1 2 3; do
-    timeout 150 "${mpi[@]}" -np "$np" "$worker" --config examples/gpu_gpt2.json --set run.steps=3 --set steps_per_print=1 \
+    timeout 120 "${mpi[@]}" -np "$np" "$worker" --config examples/gpu_gpt2.json --set run.steps=3 --set steps_per_print=1 \
       --set train_batch_size=12 --set train_micro_batch_size_per_gpu=2 --set zero_optimization.stage=2 \
       >"$logs/gpt2-ranks$np.log" 2>&1
     code=$?
