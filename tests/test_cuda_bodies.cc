@@ -184,12 +184,15 @@ TEST(CudaBodies, ColumnSumsTakeMoreRowsAChunkRatherThanOverflowTheirPartials) {
 }
 
 // The gemm calls the CUDA table makes, each run through OpenBLAS's
-// column-major sgemm as cuBLAS would take it, against the CPU kernels'
-// row-major products: 1e-5 of the largest value (the two layouts may sum
-// in different orders).
+// column-major sgemm as cuBLAS would take it (a batched call one product
+// at a time), against the CPU kernels' row-major products: 1e-5 of the
+// largest value (the two layouts may sum in different orders).
 void colmajor_gemm(const cuda::ColMajorGemm& g) {
-  cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n,
-              g.k, 1.0f, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  for (int64_t i = 0; i < g.batch; ++i) {
+    cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n,
+                g.k, g.alpha, g.A + i * g.stride_a, g.lda, g.B + i * g.stride_b, g.ldb, g.beta, g.C + i * g.stride_c,
+                g.ldc);
+  }
 }
 
 TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
@@ -275,13 +278,7 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
 // calls, each row of scores on 32 lanes in turn.
 struct CpuAttentionExec {
   static constexpr int kLanes = 32;
-  void gemm(const cuda::ColMajorGemm& g) {
-    for (int64_t i = 0; i < g.batch; ++i) {
-      cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n,
-                  g.k, g.alpha, g.A + i * g.stride_a, g.lda, g.B + i * g.stride_b, g.ldb, g.beta, g.C + i * g.stride_c,
-                  g.ldc);
-    }
-  }
+  void gemm(const cuda::ColMajorGemm& g) { colmajor_gemm(g); }
   void softmax_rows(float* S, float* lse, int T, int64_t rows) {
     for_each_index(rows, [&](int64_t r) {
       float* row = S + r * T;

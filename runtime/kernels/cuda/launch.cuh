@@ -26,6 +26,20 @@ inline void check_launch(cudaStream_t s, const char* what) {
   std::abort();
 }
 
+constexpr int kBlockThreads = 256;
+
+// Blocks of a grid for `items` at `per_block` a block; a grid CUDA cannot
+// launch is a bug of the sizes, so it aborts naming the kernel.
+inline unsigned grid_blocks(int64_t items, int64_t per_block, const char* what) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  if (blocks > 0x7fffffff) {
+    std::fprintf(stderr, "zerod: CUDA kernel %s over %lld items exceeds the grid\n", what,
+                 static_cast<long long>(items));
+    std::abort();
+  }
+  return static_cast<unsigned>(blocks);
+}
+
 template <class F>
 __global__ void for_each_index(int64_t n, F f) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -36,13 +50,7 @@ __global__ void for_each_index(int64_t n, F f) {
 template <class F>
 void launch_each(cudaStream_t s, int64_t n, const char* what, F f) {
   if (n <= 0) return;
-  constexpr int kThreads = 256;
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  if (blocks > 0x7fffffff) {
-    std::fprintf(stderr, "zerod: CUDA kernel %s over %lld indices exceeds the grid\n", what, static_cast<long long>(n));
-    std::abort();
-  }
-  for_each_index<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(n, f);
+  for_each_index<<<grid_blocks(n, kBlockThreads, what), kBlockThreads, 0, s>>>(n, f);
   check_launch(s, what);
 }
 
@@ -57,13 +65,7 @@ __global__ void for_each_warp_row(int64_t rows, F f) {
 template <class F>
 void launch_warp_rows(cudaStream_t s, int64_t rows, const char* what, F f) {
   if (rows <= 0) return;
-  constexpr int kThreads = 256, kRowsPerBlock = kThreads / 32;
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (blocks > 0x7fffffff) {
-    std::fprintf(stderr, "zerod: CUDA kernel %s over %lld rows exceeds the grid\n", what, static_cast<long long>(rows));
-    std::abort();
-  }
-  for_each_warp_row<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(rows, f);
+  for_each_warp_row<<<grid_blocks(rows, kBlockThreads / 32, what), kBlockThreads, 0, s>>>(rows, f);
   check_launch(s, what);
 }
 
@@ -77,11 +79,7 @@ __global__ void for_each_block_row(F f) {
 template <class F>
 void launch_block_rows(cudaStream_t s, int64_t rows, const char* what, F f) {
   if (rows <= 0) return;
-  if (rows > 0x7fffffff) {
-    std::fprintf(stderr, "zerod: CUDA kernel %s over %lld rows exceeds the grid\n", what, static_cast<long long>(rows));
-    std::abort();
-  }
-  for_each_block_row<<<static_cast<unsigned>(rows), 256, 0, s>>>(f);
+  for_each_block_row<<<grid_blocks(rows, 1, what), kBlockThreads, 0, s>>>(f);
   check_launch(s, what);
 }
 
