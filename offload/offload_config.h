@@ -16,6 +16,10 @@ struct OffloadConfig {
   std::optional<std::string> nvme_path;
   bool pin_memory = true;
   int buffer_count = 4;
+  // offload_optimizer only (DeepSpeed's SuperOffload switch): with clipping
+  // or a loss scale, the host still updates each unit during backward,
+  // keeping what it overwrites so that the update can be undone.
+  bool super_offload = false;
 };
 
 // Where an offload tier's host buffers live: pinned memory when a GPU will

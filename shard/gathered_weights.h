@@ -38,6 +38,7 @@ class GatheredWeights : public WeightSource {
   ~GatheredWeights() override;
   absl::Status allocate(const ZeroConfig& z);
 
+  DType dtype() const override { return ctx_.dtype; }
   absl::StatusOr<GlobalWeights> globals() override;
   absl::StatusOr<LayerWeights> layer(int l) override;
   absl::Status prefetch(int next, int then) override;

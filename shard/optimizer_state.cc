@@ -44,10 +44,14 @@ class InMemoryOptimizer : public OptimizerState {
   absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill&, const MasterOut& updated) override {
     return step_pieces(lr, step, grad_factor, 0, static_cast<int>(masters_of_.size()), updated);
   }
-  absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last,
-                           const MasterOut& updated) override {
+  absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last, const MasterOut& updated,
+                           bool undoable = false) override {
     // On the device the table's own spans time it.
     auto span = Profiler::host_span(&device_ == &ctx_.device ? nullptr : ctx_.device.profiler(), "host optimizer");
+    if (undoable) {
+      if (!kept_.data()) return absl::FailedPreconditionError("an undoable update without allow_undo()");
+      for (int k = first; k < last; ++k) copy_aside(k, /*back=*/false);
+    }
     optimizer_->step(kernels_, stream_, lr, step, grad_factor, first, last);
     ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
     return updated ? read_masters(updated, first, last) : absl::OkStatus();
@@ -71,6 +75,25 @@ class InMemoryOptimizer : public OptimizerState {
     }
     return device_.synchronize(stream_);
   }
+  absl::Status allow_undo() override {
+    ZEROD_ASSIGN_OR_RETURN(
+        kept_, device_.allocate(kept_masters_at() + ctx_.part.shard_numel() * sizeof(float), Category::kOptimizer));
+    is_kept_.assign(masters_of_.size(), false);
+    return absl::OkStatus();
+  }
+  absl::Status undo(const MasterOut& restored) override {
+    const int pieces = static_cast<int>(is_kept_.size());
+    for (int k = 0; k < pieces; ++k) {
+      if (is_kept_[k]) copy_aside(k, /*back=*/true);
+    }
+    ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
+    for (int k = 0; k < pieces; ++k) {
+      if (is_kept_[k] && restored) ZEROD_RETURN_IF_ERROR(read_masters(restored, k, k + 1));
+    }
+    commit();
+    return absl::OkStatus();
+  }
+  void commit() override { std::fill(is_kept_.begin(), is_kept_.end(), false); }
   std::vector<StateArray> state_arrays() const override { return optimizer_->state_arrays(); }
   absl::Status read_state(const StateArray& a, const ByteSink& out) override {
     return device_.read_on_host(stream_, a.data, a.numel * dtype_size(a.dtype),
@@ -86,6 +109,24 @@ class InMemoryOptimizer : public OptimizerState {
     float* data;
     int64_t numel;
   };
+  // Where the masters start in kept_: after the states, aligned for floats.
+  uint64_t kept_masters_at() const { return (optimizer_->state_bytes() + 63) / 64 * 64; }
+  // Piece k's masters and states into kept_ (where the states' bytes lie as
+  // in states_, then the masters as in the shard), or `back` from it.
+  void copy_aside(int k, bool back) {
+    char* states = states_.ptr<char>();
+    char* kept = kept_.ptr<char>();
+    auto move = [&](char* live, char* aside, uint64_t bytes) {
+      device_.copy(stream_, back ? live : aside, back ? aside : live, bytes);
+    };
+    for (const Optimizer::ByteRange& r : optimizer_->piece_state_ranges(k)) {
+      move(states + r.offset, kept + r.offset, r.bytes);
+    }
+    float* kept_masters = reinterpret_cast<float*>(kept + kept_masters_at());
+    move(reinterpret_cast<char*>(masters_of_[k].data),
+         reinterpret_cast<char*>(kept_masters + ctx_.owned[k].shard_offset), masters_of_[k].numel * sizeof(float));
+    if (!back) is_kept_[k] = true;
+  }
   ZeroContext& ctx_;
   Device& device_;
   Kernels& kernels_;
@@ -94,6 +135,8 @@ class InMemoryOptimizer : public OptimizerState {
   Buffer states_;
   std::vector<Masters> masters_of_;
   std::unique_ptr<Optimizer> optimizer_;
+  Buffer kept_;                // after allow_undo()
+  std::vector<bool> is_kept_;  // per piece: in kept_ since the last commit
 };
 
 class StreamedOptimizer : public OptimizerState {
@@ -106,9 +149,14 @@ class StreamedOptimizer : public OptimizerState {
     auto span = Profiler::host_span(profiler_, "host optimizer, states streamed from NVMe");
     return optimizer_->step(lr, step, grad_factor, grads, updated);
   }
-  absl::Status step_pieces(float, int64_t, float, int, int, const MasterOut&) override {
+  absl::Status step_pieces(float, int64_t, float, int, int, const MasterOut&, bool) override {
     return absl::UnimplementedError("the streamed optimizer updates whole sub-groups, not single pieces");
   }
+  absl::Status allow_undo() override {
+    return absl::UnimplementedError("the streamed optimizer's updates cannot be undone");
+  }
+  absl::Status undo(const MasterOut&) override { return allow_undo(); }
+  void commit() override {}
   absl::Status read_masters(const MasterOut& out) override { return optimizer_->read_masters(out); }
   absl::Status write_masters(const std::vector<const float*>& src) override {
     return optimizer_->write_masters(src);

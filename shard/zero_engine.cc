@@ -1,5 +1,6 @@
 #include "shard/zero_engine.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "offload/swap_dir.h"
@@ -35,6 +36,10 @@ absl::Status ZeroEngine::build() {
   ZEROD_ASSIGN_OR_RETURN(unit_sums_host_, ctx_.device.allocate(units * 8, Category::kWorkspace, Tier::kHost));
   ZEROD_RETURN_IF_ERROR(create_optimizer());
   settings_.init = nullptr;  // an imported file is closed
+  if (settings_.factor_after_backward && settings_.zero.offload_optimizer.super_offload) {
+    ZEROD_RETURN_IF_ERROR(optimizer_->allow_undo());
+    undoable_ = true;
+  }
   return publish_params();
 }
 
@@ -189,26 +194,42 @@ OptimizerState::MasterOut ZeroEngine::working_copy_writer() {
 }
 
 bool ZeroEngine::updates_during_backward() const {
-  return grads_->adds_on_host_thread() && optimizer_->in_memory() && params_->in_memory();
+  return grads_->adds_on_host_thread() && optimizer_->in_memory() && params_->in_memory() &&
+         (undoable_ || !settings_.factor_after_backward);
 }
 
-void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batches) {
+void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batches, float grad_factor) {
   updating_during_backward_ = true;
-  grads_->after_adds(micro_batches, [this, lr, step, write = working_copy_writer()](int u) {
+  factor_during_backward_ = grad_factor;
+  grads_->after_adds(micro_batches, [this, lr, step, grad_factor, write = working_copy_writer()](int u) {
     ++units_updated_in_backward_;
-    return optimizer_->step_pieces(lr, step, 1.0f, unit_pieces_[u].first, unit_pieces_[u].second, write);
+    return optimizer_->step_pieces(lr, step, grad_factor, unit_pieces_[u].first, unit_pieces_[u].second, write,
+                                   undoable_);
   });
+}
+
+absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, bool restore_working) {
+  if (!updating_during_backward_) return false;
+  // Done unit by unit as the gradients were reduced (reduce_gradients
+  // waited for the last).
+  updating_during_backward_ = false;
+  grads_->after_adds(0, {});
+  if (grad_factor == factor_during_backward_) {
+    optimizer_->commit();
+    return true;
+  }
+  if (!undoable_) return absl::InternalError("the update begun during backward cannot be undone");
+  ++updates_undone_;
+  ZEROD_RETURN_IF_ERROR(optimizer_->undo(restore_working ? working_copy_writer() : OptimizerState::MasterOut{}));
+  return false;
 }
 
 absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_factor) {
   const std::vector<ShardSegment>& owned = ctx_.owned;
-  absl::Status stepped;
-  if (updating_during_backward_) {
-    // Done unit by unit as the gradients were reduced (reduce_gradients
-    // waited for the last).
-    updating_during_backward_ = false;
-    grads_->after_adds(0, {});
-  } else {
+  // An undone update is done again in full, which writes the working copy.
+  absl::StatusOr<bool> done = end_update_during_backward(grad_factor, /*restore_working=*/false);
+  absl::Status stepped = done.status();
+  if (done.ok() && !*done) {
     stepped = optimizer_->step(
         lr, step, grad_factor,
         [&](int k, int64_t start, int64_t n, float* dst) { return grads_->read(owned[k], start, n, dst); },
@@ -217,6 +238,16 @@ absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_fact
   stepped.Update(grads_->drop());
   ZEROD_RETURN_IF_ERROR(stepped);
   return publish_params();
+}
+
+absl::Status ZeroEngine::skip_optimizer() {
+  // No factor is the one the update during backward used; the working copy
+  // it wrote is set back and published as it was (every rank skips).
+  const bool undo = updating_during_backward_;
+  absl::Status s = end_update_during_backward(NAN, /*restore_working=*/true).status();
+  s.Update(grads_->drop());
+  ZEROD_RETURN_IF_ERROR(s);
+  return undo ? publish_params() : absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {

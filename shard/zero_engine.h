@@ -43,6 +43,9 @@ struct ZeroSettings {
   ParamInit init;  // the initial parameters
   // Faults for the offload tiers' file I/O (tests inject them here).
   IoFaultHook io_faults;
+  // Clipping or a loss scale: an update's gradient factor is known only
+  // once every gradient is.
+  bool factor_after_backward = false;
 };
 
 class ZeroEngine {
@@ -69,17 +72,23 @@ class ZeroEngine {
   // by grad_factor (`step` is the 1-based update count); then the new
   // parameters are made visible to the model on every rank.
   absl::Status apply_optimizer(float lr, int64_t step, float grad_factor);
+  // A step with no update (an fp16 overflow, or one that fails): an update
+  // begun during backward is undone.
+  absl::Status skip_optimizer();
   // Whether the update can run during the last micro-batch's backward: the
   // optimizer in host memory, gradients added on the host as they arrive,
-  // parameters in memory (not a store backward reads from).
+  // parameters in memory (not a store backward reads from); and, where the
+  // factor is known only after backward, super_offload set.
   bool updates_during_backward() const;
-  // After zero_grads, when the step's grad_factor is known to be 1 (no
-  // clipping, no loss scale): each unit's part of the update (lr, `step`)
-  // runs on the host as soon as the unit's gradients of all `micro_batches`
-  // are reduced, while backward goes on; apply_optimizer then only
-  // publishes. The result is the ordered update's, bitwise: the update is
-  // elementwise and each unit's gradients are final when it runs.
-  void update_during_backward(float lr, int64_t step, int micro_batches);
+  // After zero_grads: each unit's part of the update (lr, `step`, gradients
+  // times grad_factor) runs on the host as soon as the unit's gradients of
+  // all `micro_batches` are reduced, while backward goes on. The result is
+  // the ordered update's, bitwise: the update is elementwise and each
+  // unit's gradients are final when it runs. apply_optimizer then only
+  // publishes when its factor is grad_factor; when clipping changed it, the
+  // units are put back as they were and updated again, and skip_optimizer
+  // puts them back.
+  void update_during_backward(float lr, int64_t step, int micro_batches, float grad_factor);
 
   // The full fp32 master weights, in the layout's flat order (a collective).
   absl::StatusOr<std::vector<float>> gather_master_params();
@@ -113,6 +122,8 @@ class ZeroEngine {
   // Units whose update ran during backward (update_during_backward) since
   // creation.
   int64_t units_updated_in_backward() const { return units_updated_in_backward_; }
+  // Steps whose update during backward was undone since creation.
+  int64_t updates_undone() const { return updates_undone_; }
 
  private:
   ZeroEngine(const GptLayout& layout, const ZeroSettings& settings, Communicator& comm, Device& device,
@@ -134,6 +145,10 @@ class ZeroEngine {
   // What the optimizer's new masters go through to the working copy, when
   // the optimizer does not write it itself (empty then).
   OptimizerState::MasterOut working_copy_writer();
+  // Ends an update begun during backward: true when it stands (its factor
+  // was grad_factor); false when none was begun, or it is undone (the
+  // working copy set back from the restored masters when restore_working).
+  absl::StatusOr<bool> end_update_during_backward(float grad_factor, bool restore_working);
 
   ZeroSettings settings_;  // init only while building
   // The host, where an offloaded optimizer runs: synchronous, with the CPU
@@ -152,8 +167,13 @@ class ZeroEngine {
   std::unique_ptr<OptimizerState> optimizer_;
   // Each unit's owned pieces, [first, last) of the optimizer's.
   std::vector<std::pair<int, int>> unit_pieces_;
+  // Updates during backward keep what they overwrite (super_offload, with
+  // a factor known only after backward).
+  bool undoable_ = false;
   bool updating_during_backward_ = false;
+  float factor_during_backward_ = 1.0f;
   std::atomic<int64_t> units_updated_in_backward_{0};  // counted on the host thread
+  int64_t updates_undone_ = 0;
   Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients, where they are and on the host
 };
 

@@ -355,6 +355,35 @@ TEST(ConfigValues, ZeroSettingsOutsideTheirStagesAreRefused) {
   EXPECT_EQ(parse_ok(j).zero.offload_param.device, OffloadDevice::kCpu);
 }
 
+// super_offload acts where the host updates units during backward: stage 2
+// or 3, the optimizer offloaded to cpu, the parameters in memory.
+TEST(ConfigValues, SuperOffloadOnlyWhereTheHostUpdatesDuringBackward) {
+  const json host_update = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}, {"super_offload", true}}}};
+  json j = minimal();
+  j["zero_optimization"] = host_update;
+  EXPECT_TRUE(parse_ok(j).zero.offload_optimizer.super_offload);
+  j["zero_optimization"]["stage"] = 3;
+  EXPECT_TRUE(parse_ok(j).zero.offload_optimizer.super_offload);
+  const std::string why = "zero_optimization.offload_optimizer.super_offload: needs stage 2 or 3";
+  for (const json& bad : {json{{"stage", 1}}, json{{"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/tmp"}}}},
+                          json{{"offload_optimizer", {{"device", "none"}}}},
+                          json{{"stage", 3}, {"offload_param", {{"device", "cpu"}}}}}) {
+    j = minimal();
+    j["zero_optimization"] = host_update;
+    j["zero_optimization"].merge_patch(bad);
+    SCOPED_TRACE(j["zero_optimization"].dump());
+    EXPECT_TRUE(rejected(j, why));
+  }
+  j = minimal();
+  j["zero_optimization"] = host_update;
+  j["zero_optimization"]["offload_optimizer"]["super_offload"] = "yes";
+  EXPECT_TRUE(rejected(j, "zero_optimization.offload_optimizer.super_offload"));
+  // It belongs to the optimizer's offload only.
+  j = minimal();
+  j["zero_optimization"] = {{"stage", 3}, {"offload_param", {{"device", "cpu"}, {"super_offload", true}}}};
+  EXPECT_TRUE(rejected(j, "zero_optimization.offload_param.super_offload"));
+}
+
 TEST(ConfigValues, CheckpointSettings) {
   json j = minimal();
   j["run"]["checkpoint"] = {{"dir", "ckpt"}, {"interval", 10}, {"keep", 2}};

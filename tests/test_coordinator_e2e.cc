@@ -390,7 +390,7 @@ TEST_F(ZerodE2E, BadInputIsRefusedAndNothingLaunched) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // 3 ranks, 2 slots
 
   v1::Job job;
-  for (const std::string& unknown : {"99", "x", ""}) {
+  for (const char* unknown : {"99", "x", ""}) {
     EXPECT_EQ(client_->get(unknown, &job).error_code(), grpc::StatusCode::NOT_FOUND);
     EXPECT_EQ(client_->watch(unknown, &job).error_code(), grpc::StatusCode::NOT_FOUND);
     std::string text;

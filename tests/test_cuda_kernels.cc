@@ -55,6 +55,43 @@ TEST_F(CudaTable, MatrixProductsWithBiasAndTheirGradients) {
   expect_close(down(g_out, out.size()), out, 1e-5f, "out without bias");
 }
 
+// Operands that are bf16 (or fp16) values, as the model's forward products
+// take them, multiply on tensor cores with the fp32 products: the same
+// tolerance as fp32 inputs. The head's logits likewise. That the 16-bit
+// path is taken shows on inputs that are not such values: rounded, their
+// products move by far more than that tolerance.
+TEST_F(CudaTable, ForwardProductsOfSixteenBitValuesOnTensorCores) {
+  const int64_t N = 96;
+  const int C = 160, OC = 72;
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    auto inp = randn(N * C, 7), w = randn(int64_t(C) * OC, 8, 0.1f);
+    const auto bias = randn(OC, 9);
+    std::vector<float> out(N * OC), logits(N * OC);
+    float *g_out = up(out), *g_logits = up(logits);
+    k_->set_forward_operands(t);
+    k_->matmul_forward(s(), g_out, up(inp), up(w), nullptr, N, C, OC);
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    const std::vector<float> unrounded = down(g_out, out.size());
+    float largest = 0, moved = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      largest = std::max(largest, std::fabs(out[i]));
+      moved = std::max(moved, std::fabs(unrounded[i] - out[i]));
+    }
+    EXPECT_GT(moved, 2e-5f * largest) << "the 16-bit path rounds inputs that are not 16-bit values";
+
+    round_to(t, inp.data(), inp.size());
+    round_to(t, w.data(), w.size());
+    const float *g_inp = up(inp), *g_w = up(w), *g_bias = up(bias);
+    k_->matmul_forward(s(), g_out, g_inp, g_w, g_bias, N, C, OC);
+    k_->classifier_logits(s(), g_logits, g_inp, C, g_w, N, C, OC);  // w as [OC, C]: another layout
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    cpu::classifier_logits(logits.data(), inp.data(), C, w.data(), N, C, OC);
+    expect_close(down(g_out, out.size()), out, 1e-5f, "out");
+    expect_close(down(g_logits, logits.size()), logits, 1e-5f, "logits");
+  }
+}
+
 TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
   const int64_t N = 150;  // three chunks of rows for the parameters' gradients
   const int C = 96;

@@ -2,8 +2,8 @@
 // shows on the CPU device standing in for a GPU, checked on CUDA.
 //   - offload none, cpu and nvme, and stage 3's parameters on cpu or nvme,
 //     give bitwise the GPU run without offload at stages 1-3, with clipping
-//     (the update after the norm) and without (each unit updated on the host
-//     during backward);
+//     (the update after the norm, or with super_offload during backward and
+//     undone) and without (each unit updated on the host during backward);
 //   - a disk-full or EIO on the NVMe path during a GPU run fails the step
 //     naming the file and the offset, and the checkpoint saved before it
 //     resumes to the state it saved.
@@ -52,14 +52,25 @@ class CudaOffloadTest : public testing::TempDirTest {
 using testing::joined;
 
 TEST_F(CudaOffloadTest, EveryOffloadGivesTheBitsOfTheGpuRunWithout) {
-  for (const char* clip : {"gradient_clipping=1.0", "gradient_clipping=0"}) {
+  // The last: fp16 from a scale that overflows at first, clipping some steps.
+  const std::vector<std::vector<std::string>> numerics = {
+      {"gradient_clipping=1.0"},
+      {"gradient_clipping=0"},
+      {"gradient_clipping=3.0", "bf16.enabled=false", "fp16.enabled=true", "fp16.initial_scale_power=24",
+       "fp16.hysteresis=1", "run.steps=6"}};
+  for (const std::vector<std::string>& numeric : numerics) {
     for (int stage : {1, 2, 3}) {
-      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", " << clip);
-      const std::vector<std::string> base = {"zero_optimization.stage=" + std::to_string(stage), clip};
+      const std::vector<std::string> base = joined({"zero_optimization.stage=" + std::to_string(stage)}, numeric);
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", " << numeric[0]
+                                        << (numeric.size() > 1 ? ", fp16" : ""));
       const testing::TrainedRun ref = testing::train_to_end(config(base), nullptr, *gpu_);
       ASSERT_TRUE(ref.status.ok()) << ref.status;
       std::vector<std::vector<std::string>> variants = {joined(base, optimizer_on("cpu")),
                                                         joined(base, optimizer_on("nvme"))};
+      if (stage >= 2) {  // updated during backward, then undone where the step clips or overflows
+        variants.push_back(
+            joined(joined(base, optimizer_on("cpu")), {"zero_optimization.offload_optimizer.super_offload=true"}));
+      }
       if (stage == 3) {
         variants.push_back(joined(base, params_on("cpu")));
         variants.push_back(joined(joined(base, params_on("cpu")), optimizer_on("cpu")));

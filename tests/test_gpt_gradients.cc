@@ -125,6 +125,7 @@ struct Recording : WeightSource {
     calls.push_back(call);
     return call == fail ? absl::DataLossError("injected: " + call) : absl::OkStatus();
   }
+  DType dtype() const override { return w.dtype(); }
   absl::StatusOr<GlobalWeights> globals() override {
     ZEROD_RETURN_IF_ERROR(seen("globals"));
     return w.globals();

@@ -10,6 +10,7 @@
 //     offload, and the offloaded run trains under it with the same bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -74,41 +75,72 @@ TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
   }
 }
 
-// Without clipping (and not fp16) the factor of an update is 1 before the
-// gradients are known, so with the optimizer on the host each unit is
-// updated on the host thread as soon as the last micro-batch's backward has
-// reduced it, while backward goes on over the earlier layers. Behind the
-// threaded, delayed streams that gives the bits of the plain CPU device's
-// ordered update; with clipping the update waits for the norm.
+// With the optimizer on the host each unit is updated on the host thread as
+// soon as the last micro-batch's backward has reduced it, while backward
+// goes on over the earlier layers, with the factor of a step that neither
+// clips nor overflows. Without clipping or fp16 that factor is the step's;
+// with them the update waits for the norm, unless super_offload is set:
+// then each unit's masters and states are kept before its update, and a
+// step that clips or overflows puts them back (and updates again, or
+// skips). Behind the threaded, delayed streams every case gives the bits of
+// the plain CPU device's ordered update.
 TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSameBits) {
-  for (int stage : {2, 3}) {
-    for (const char* clip : {"gradient_clipping=0", "gradient_clipping=1.0"}) {
-      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", " << clip);
-      const std::vector<std::string> base = {"zero_optimization.stage=" + std::to_string(stage), clip};
-      const JobConfig cfg = config(base);
-      MemoryAccountant cpu_acct;
-      CpuDevice cpu(cpu_acct);
-      const testing::TrainedRun ref = testing::train_to_end(cfg, nullptr, cpu);
-      ASSERT_TRUE(ref.status.ok()) << ref.status;
+  const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
+  // fp16 from a scale that overflows at first (and once more at step 6).
+  const std::vector<std::string> fp16 = {"bf16.enabled=false", "fp16.enabled=true", "fp16.initial_scale_power=24",
+                                         "fp16.hysteresis=1"};
+  struct Case {
+    std::vector<std::string> overrides;
+    bool during_backward;
+  };
+  const std::vector<Case> cases = {
+      {{"zero_optimization.stage=2", "gradient_clipping=0"}, true},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0"}, false},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0", super}, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0"}, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=3.0", super}, true},
+      {joined({"zero_optimization.stage=2", "gradient_clipping=0", super}, fp16), true},
+      {joined({"zero_optimization.stage=3", "gradient_clipping=3.0", super}, fp16), true},
+      {joined({"zero_optimization.stage=2", "gradient_clipping=3.0"}, fp16), false},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0", "optimizer.type=\"AdamW8bit\"", super}, true},
+  };
+  for (const Case& c : cases) {
+    std::string name;
+    for (const std::string& o : c.overrides) name += o + " ";
+    SCOPED_TRACE(name);
+    const std::vector<std::string> base = joined(c.overrides, {"run.steps=6"});
+    std::vector<std::string> plain = base;
+    std::erase(plain, super);
+    MemoryAccountant cpu_acct;
+    CpuDevice cpu(cpu_acct);
+    const testing::TrainedRun ref = testing::train_to_end(config(plain), nullptr, cpu);
+    ASSERT_TRUE(ref.status.ok()) << ref.status;
 
-      MemoryAccountant acct;
-      CpuDevice gpu(acct, gpu_tier());
-      const JobConfig offloaded = config(joined(base, optimizer_on("cpu")));
-      auto t = Trainer::create(offloaded, nullptr, &gpu);
-      ASSERT_TRUE(t.ok()) << t.status();
-      std::vector<double> losses;
-      for (int64_t i = 0; i < offloaded.run.steps; ++i) {
-        auto r = (*t)->step();
-        ASSERT_TRUE(r.ok()) << r.status();
-        losses.push_back(r->loss);
-      }
-      auto params = (*t)->master_params();
-      ASSERT_TRUE(params.ok()) << params.status();
-      EXPECT_EQ(losses, ref.losses);
-      EXPECT_TRUE(testing::same_bits(*params, ref.params));
-      const int units = GptLayout(cfg.model).num_units();
-      const bool clipped = std::string(clip) != "gradient_clipping=0";
-      EXPECT_EQ((*t)->zero().units_updated_in_backward(), clipped ? 0 : offloaded.run.steps * units);
+    MemoryAccountant acct;
+    CpuDevice gpu(acct, gpu_tier());
+    const JobConfig offloaded = config(joined(base, optimizer_on("cpu")));
+    auto t = Trainer::create(offloaded, nullptr, &gpu);
+    ASSERT_TRUE(t.ok()) << t.status();
+    std::vector<double> losses;
+    int64_t changed = 0;  // steps whose factor is not the one assumed during backward
+    for (int64_t i = 0; i < offloaded.run.steps; ++i) {
+      auto r = (*t)->step();
+      ASSERT_TRUE(r.ok()) << r.status();
+      losses.push_back(r->loss);
+      const bool clipped = offloaded.gradient_clipping > 0 && offloaded.gradient_clipping / (r->grad_norm + 1e-6) < 1;
+      changed += r->skipped || clipped;
+    }
+    auto params = (*t)->master_params();
+    ASSERT_TRUE(params.ok()) << params.status();
+    EXPECT_EQ(losses, ref.losses);
+    EXPECT_TRUE(testing::same_bits(*params, ref.params));
+    const int units = GptLayout(offloaded.model).num_units();
+    EXPECT_EQ((*t)->zero().units_updated_in_backward(), c.during_backward ? offloaded.run.steps * units : 0);
+    EXPECT_EQ((*t)->zero().updates_undone(), c.during_backward ? changed : 0);
+    if (std::ranges::count(c.overrides, super)) {
+      // Clipping at 3 and the fp16 scale make some steps stand and undo others.
+      EXPECT_GT(changed, 0);
+      EXPECT_LT(changed, offloaded.run.steps);
     }
   }
 }

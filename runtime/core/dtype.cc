@@ -77,15 +77,19 @@ float f16_to_float(uint16_t h) {
   return f;
 }
 
+// Below this many elements the loops stay on the calling thread: waking
+// the OpenMP team costs more than it saves.
+constexpr size_t kParallelMin = size_t{1} << 18;
+
 void convert_from_f32(DType to, const float* src, void* dst, size_t n) {
   auto* d = static_cast<uint16_t*>(dst);
   if (to == DType::kF32) {
     std::memcpy(dst, src, n * sizeof(float));
   } else if (to == DType::kBF16) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
   } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (size_t i = 0; i < n; ++i) d[i] = float_to_f16(src[i]);
   }
 }
@@ -95,20 +99,20 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
   if (from == DType::kF32) {
     std::memcpy(dst, src, n * sizeof(float));
   } else if (from == DType::kBF16) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
   } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (size_t i = 0; i < n; ++i) dst[i] = f16_to_float(s[i]);
   }
 }
 
 void round_to(DType t, float* x, size_t n) {
   if (t == DType::kBF16) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (size_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
   } else if (t == DType::kF16) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (size_t i = 0; i < n; ++i) x[i] = f16_to_float(float_to_f16(x[i]));
   }
 }

@@ -25,7 +25,8 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
                       cfg.precision,
                       {cfg.aio_block_size, cfg.aio_queue_depth},
                       std::move(init),
-                      std::move(io_faults)};
+                      std::move(io_faults),
+                      /*factor_after_backward=*/cfg.gradient_clipping > 0 || cfg.precision == DType::kF16};
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const JobConfig& cfg, Communicator* comm, Device* device,
@@ -87,12 +88,12 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   // Each rank's gradients carry 1/(accum * world) so that their sum over
   // ranks is the mean over the global batch.
   const auto grad_scale = static_cast<float>(scale / (double(accum) * world));
-  // Without clipping or a loss scale the update's factor is 1 before any
-  // gradient is known, so the host can update each unit as the last
-  // micro-batch's backward completes it.
-  if (!fp16 && cfg_.gradient_clipping <= 0 && zero_->updates_during_backward()) {
-    zero_->update_during_backward(static_cast<float>(lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_)),
-                                  updates_ + 1, accum);
+  // The host can update each unit as the last micro-batch's backward
+  // completes it, with the factor of a step that neither clips nor
+  // overflows (exact without clipping or a loss scale; undone otherwise).
+  if (zero_->updates_during_backward()) {
+    zero_->update_during_backward(static_cast<float>(lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_)), updates_ + 1,
+                                  accum, static_cast<float>(1.0 / scale));
   }
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
@@ -108,9 +109,13 @@ absl::StatusOr<StepResult> Trainer::train_step() {
 
   ZEROD_ASSIGN_OR_RETURN(const double sumsq, zero_->grad_sum_squares());
   if (!std::isfinite(sumsq)) {
+    // An update begun during backward is undone; where it cannot be (no
+    // super_offload), the run fails here anyway.
+    const absl::Status undone = zero_->skip_optimizer();
     if (!fp16) {
       return absl::InternalError(absl::StrCat("gradients are not finite at step ", r.step, " (loss ", r.loss, ")"));
     }
+    ZEROD_RETURN_IF_ERROR(undone);
     ZEROD_RETURN_IF_ERROR(scaler_.update(/*overflow=*/true));
     r.skipped = true;
     r.grad_norm = INFINITY;

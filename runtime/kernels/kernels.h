@@ -27,6 +27,13 @@ class Kernels {
  public:
   virtual ~Kernels() = default;
 
+  // From now on the operands of matmul_forward and classifier_logits are
+  // values of type t (the model rounds those activations to its activation
+  // type, and its weights are of it): a table may then multiply them in t,
+  // on tensor cores, with the same products. kF32, the default, promises
+  // nothing. The backward's products take fp32 gradients and stay fp32.
+  virtual void set_forward_operands(DType /*t*/) {}
+
   // GPT-2 layers.
   virtual void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N,
                               int C, int OC) = 0;

@@ -10,6 +10,7 @@ class ProfiledKernels : public Kernels {
  public:
   ProfiledKernels(std::unique_ptr<Kernels> inner, Profiler& profiler) : inner_(std::move(inner)), profiler_(profiler) {}
 
+  void set_forward_operands(DType t) override { inner_->set_forward_operands(t); }
   void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
                       int OC) override {
     auto span = Profiler::device_span(&profiler_, s, "matmul_forward");

@@ -267,6 +267,10 @@ absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, 
   const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
   const int64_t NC = d.N * d.C;
   const bool f32 = act_dtype == DType::kF32;
+  // block_forward and the final LayerNorm round every forward product's
+  // input to the activation type: with weights of that type too, the
+  // table may multiply in it (recomputing blocks in backward included).
+  k.set_forward_operands(ws.dtype() == act_dtype ? act_dtype : DType::kF32);
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   float* x = f32 ? residual(0, d.N) : m.x_fp32.ptr<float>();
   k.embedding_forward(s, x, m.inputs.ptr<int32_t>(), g.wte, g.wpe, B, T, d.C);

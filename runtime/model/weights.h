@@ -31,6 +31,8 @@ struct LayerWeights {
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
+  // The type the weights are values of (they are handed out as fp32).
+  virtual DType dtype() const = 0;
   // Valid until end_pass().
   virtual absl::StatusOr<GlobalWeights> globals() = 0;
   // Valid until the next layer() call.
@@ -93,6 +95,7 @@ class FlatWeights : public WeightSource {
  public:
   static absl::StatusOr<FlatWeights> create(const GptLayout* layout, DType dtype, const void* params, Device& device,
                                             Kernels& kernels, std::vector<int64_t> unit_offsets = {});
+  DType dtype() const override { return dtype_; }
   absl::StatusOr<GlobalWeights> globals() override;
   absl::StatusOr<LayerWeights> layer(int l) override;
   void invalidate() { globals_ready_ = false; }

@@ -93,6 +93,22 @@ Optimizer::PieceStates Optimizer::piece_states(int k) const {
   return {pc.quantized, pc.state, pc.block};
 }
 
+std::vector<Optimizer::ByteRange> Optimizer::piece_state_ranges(int k) const {
+  const Piece& pc = pieces_[k];
+  const auto base = reinterpret_cast<const char*>(states_);
+  auto range = [&](const void* p, uint64_t bytes) {
+    return ByteRange{static_cast<uint64_t>(static_cast<const char*>(p) - base), bytes};
+  };
+  const int64_t n = pc.p.numel;
+  if (!pc.quantized) {
+    const AdamTensor t = fp32_view(pc);
+    return {range(t.m, n * sizeof(float)), range(t.v, n * sizeof(float))};
+  }
+  const Adam8bitTensor t = quantized_view(pc);
+  const uint64_t absmax_bytes = quant_blocks(n) * sizeof(float);
+  return {range(t.m, n), range(t.v, n), range(t.m_absmax, absmax_bytes), range(t.v_absmax, absmax_bytes)};
+}
+
 void Optimizer::set_piece_states(int k, const float* m, const float* v) {
   const Piece& pc = pieces_[k];
   if (pc.quantized) {

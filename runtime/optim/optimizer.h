@@ -76,6 +76,12 @@ class Optimizer {
     int64_t state, block;
   };
   PieceStates piece_states(int k) const;
+  // Piece k's states as byte ranges of the memory bind() was given: its m
+  // and v (codes and absmax values when quantized), for copying it aside.
+  struct ByteRange {
+    uint64_t offset, bytes;
+  };
+  std::vector<ByteRange> piece_state_ranges(int k) const;
   // Sets piece k's states from fp32 m and v (quantized as an update would).
   void set_piece_states(int k, const float* m, const float* v);
 

@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cassert>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -112,6 +113,13 @@ class CudaKernels : public Kernels {
     return dev_.synchronize(s);
   }
 
+  // bf16 and fp16 values are exact in the fast modes' inputs, so those
+  // products are the fp32 ones, on tensor cores.
+  void set_forward_operands(DType t) override {
+    forward_compute_ = t == DType::kBF16  ? CUBLAS_COMPUTE_32F_FAST_16BF
+                       : t == DType::kF16 ? CUBLAS_COMPUTE_32F_FAST_16F
+                                          : CUBLAS_COMPUTE_32F;
+  }
   void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
                       int OC) override {
     float beta = 0.0f;
@@ -119,7 +127,7 @@ class CudaKernels : public Kernels {
       launch_each(cs(s), N * OC, "matmul_bias", [=] __device__(int64_t i) { out[i] = bias[i % OC]; });
       beta = 1.0f;
     }
-    gemm(s, cuda::matmul_forward_gemm(out, inp, w, N, C, OC, beta));
+    gemm(s, cuda::matmul_forward_gemm(out, inp, w, N, C, OC, beta), forward_compute_);
   }
   void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                        const float* w, int64_t N, int C, int OC) override {
@@ -202,7 +210,7 @@ class CudaKernels : public Kernels {
   }
   void classifier_logits(Stream& s, float* logits, const float* inp, int64_t inp_stride, const float* wte,
                          int64_t rows, int C, int V) override {
-    gemm(s, cuda::logits_gemm(logits, inp, inp_stride, wte, rows, C, V));
+    gemm(s, cuda::logits_gemm(logits, inp, inp_stride, wte, rows, C, V), forward_compute_);
   }
   void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
     const int C = a.C, V = a.V;
@@ -298,7 +306,9 @@ class CudaKernels : public Kernels {
     return chunks;
   }
 
-  void gemm(Stream& s, const cuda::ColMajorGemm& g) {
+  // fp32 in and out; `compute` other than CUBLAS_COMPUTE_32F lets cuBLAS
+  // round the inputs to a 16-bit type.
+  void gemm(Stream& s, const cuda::ColMajorGemm& g, cublasComputeType_t compute = CUBLAS_COMPUTE_32F) {
     if (g.m == 0 || g.n == 0) return;
     cudaStream_t stream = cs(s);
     if (stream != blas_stream_) {
@@ -308,6 +318,17 @@ class CudaKernels : public Kernels {
       blas_stream_ = stream;
     }
     const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (compute != CUBLAS_COMPUTE_32F) {
+      if (g.batch != 1) {  // the forward's products are not batched
+        std::fprintf(stderr, "zerod: a batched product with 16-bit operands\n");
+        std::abort();
+      }
+      check(cublasGemmEx_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, CUDA_R_32F, g.lda, g.B, CUDA_R_32F, g.ldb,
+                            &g.beta, g.C, CUDA_R_32F, g.ldc, compute, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx");
+      cuda::check_launch(stream, "cublasGemmEx");
+      return;
+    }
     if (g.batch == 1) {
       check(cublasSgemm_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda, g.B, g.ldb, &g.beta, g.C, g.ldc),
             "cublasSgemm");
@@ -328,6 +349,7 @@ class CudaKernels : public Kernels {
   Device& dev_;
   cublasHandle_t blas_ = nullptr;
   cudaStream_t blas_stream_ = nullptr;
+  cublasComputeType_t forward_compute_ = CUBLAS_COMPUTE_32F;  // set_forward_operands
   Buffer blas_workspace_, partials_, maps_;
 };
 
