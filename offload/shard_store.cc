@@ -164,11 +164,19 @@ absl::StatusOr<char*> ShardStore::filling(int u, bool keep) {
   if (!filling_ || filling_->unit != u) {
     ZEROD_RETURN_IF_ERROR(write_current());
     // Small units go round the pool, so a unit is filled while the writes
-    // of the ones before it are in flight; one read ahead is taken as it is.
+    // of the ones before it are in flight; one read ahead is taken as it is,
+    // and a window holding another's read ahead only when none is free.
     Window* w = find(u);
     if (!w) {
       std::vector<Window>& p = pool(u);
-      w = &p[&p == &small_ ? next_small_++ % p.size() : 0];
+      if (&p == &small_) {
+        size_t i = 0;
+        while (i + 1 < p.size() && p[(next_small_ + i) % p.size()].unit >= 0) ++i;
+        next_small_ += i;
+        w = &p[next_small_++ % p.size()];
+      } else {
+        w = &p[0];
+      }
       ZEROD_RETURN_IF_ERROR(finish_io(*w));
       if (keep) {
         ZEROD_RETURN_IF_ERROR(start_read(*w, u));
@@ -199,6 +207,15 @@ absl::Status ShardStore::add(int64_t offset, const float* src, int64_t n, bool o
   float* dst = reinterpret_cast<float*>(unit) + (offset - offsets_[u]);
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
   return absl::OkStatus();
+}
+
+const void* ShardStore::unwritten(int u) const {
+  return filling_ && filling_->unit == u ? filling_->buf.data() : nullptr;
+}
+
+void ShardStore::discard(int u) {
+  if (!filling_ || filling_->unit != u) return;
+  std::exchange(filling_, nullptr)->unit = -1;
 }
 
 absl::Status ShardStore::write_current() {

@@ -67,6 +67,12 @@ class ShardStore {
   // The same, adding src to the stored values (fp32 stores only), or to
   // zeros when `onto_zero` (the stored values are not read).
   absl::Status add(int64_t offset, const float* src, int64_t n, bool onto_zero);
+  // Unit u's values as put or added so far while it is the one being filled
+  // (not yet written), valid until the next put, add or flush; else null.
+  const void* unwritten(int u) const;
+  // Unit u, the one being filled, is dropped unwritten: its record keeps
+  // what it had (for values used from unwritten() and needed no more).
+  void discard(int u);
   // Every put written; the first failure among the writes still in flight.
   absl::Status flush();
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,7 +31,8 @@ int64_t numel_of(const std::vector<ParamPiece>& pieces) {
 std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan(const OptimizerConfig& cfg,
                                                                const std::vector<ParamPiece>& pieces,
                                                                DType param16_type, bool swap_master,
-                                                               int64_t sub_group_size) {
+                                                               int64_t sub_group_size,
+                                                               const std::vector<int>& group_starts) {
   const int64_t cap = std::max(sub_group_size, kQuantBlock);
   std::vector<SubGroup> groups;
   SubGroup cur;
@@ -47,6 +49,7 @@ std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan(const OptimizerCo
   };
   for (int k = 0; k < static_cast<int>(pieces.size()); ++k) {
     const ParamPiece& p = pieces[k];
+    if (!cur.pieces.empty() && std::ranges::binary_search(group_starts, k)) close();
     int64_t done = 0;
     while (done < p.numel) {
       int64_t take = p.numel - done;
@@ -69,9 +72,12 @@ std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan(const OptimizerCo
 }
 
 uint64_t SwappedOptimizer::file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
-                                      DType param16_type, bool swap_master, int64_t sub_group_size) {
+                                      DType param16_type, bool swap_master, int64_t sub_group_size,
+                                      const std::vector<int>& group_starts) {
   uint64_t bytes = 0;
-  for (const SubGroup& g : plan(cfg, pieces, param16_type, swap_master, sub_group_size)) bytes += g.bytes;
+  for (const SubGroup& g : plan(cfg, pieces, param16_type, swap_master, sub_group_size, group_starts)) {
+    bytes += g.bytes;
+  }
   return bytes;
 }
 
@@ -91,7 +97,10 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   o->host_ = &host;
   o->kernels_ = &kernels;
   o->whole_ = Optimizer::create_unbound(cfg, pieces, param16_type);
-  o->groups_ = plan(cfg, pieces, param16_type, swap_master, s.sub_group_size);
+  o->groups_ = plan(cfg, pieces, param16_type, swap_master, s.sub_group_size, s.group_starts);
+  o->group_starts_ = s.group_starts;
+  o->first_group_.assign(pieces.size() + 1, o->num_sub_groups());
+  for (int g = o->num_sub_groups() - 1; g >= 0; --g) o->first_group_[o->groups_[g].source[0]] = g;
   // A buffer holds a record, and after it the group's gradients when those are streamed.
   uint64_t largest = 0;
   for (const SubGroup& g : o->groups_) {
@@ -101,7 +110,7 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   const int nbuf = std::min<int>(s.buffer_count, std::max<int>(1, o->groups_.size()));
   for (int i = 0; i < nbuf; ++i) {
     ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(largest, Category::kOffload, s.buffer_tier, *s.accountant));
-    o->buffers_.push_back(std::move(b));
+    o->slots_.emplace_back().buf = std::move(b);
   }
   ZEROD_ASSIGN_OR_RETURN(o->io_, AioEngine::create(s.aio, s.hook));
   ZEROD_ASSIGN_OR_RETURN(o->file_, o->io_->create_scratch(s.file, o->file_bytes_));
@@ -140,56 +149,106 @@ SwappedOptimizer::~SwappedOptimizer() {
   if (acct_) acct_->release(Tier::kNvme, Category::kOptimizer, nvme_reserved_);
 }
 
+absl::Status SwappedOptimizer::finish(Slot& s) {
+  if (!s.io) return absl::OkStatus();
+  absl::Status st = io_->wait(std::exchange(s.io, nullptr));
+  if (!st.ok()) s.group = -1;
+  return st;
+}
+
+absl::Status SwappedOptimizer::claim(int g, bool read) {
+  Slot& s = slot_of(g);
+  if (s.group == g && (read || !s.io)) return absl::OkStatus();
+  // io_uring does not order transfers: what used the buffer ends first.
+  absl::Status st = finish(s);
+  s.group = g;
+  if (read) s.io = io_->read(file_, groups_[g].offset, s.buf.data(), groups_[g].bytes);
+  return st;
+}
+
+absl::Status SwappedOptimizer::ready(int g, bool read) {
+  ZEROD_RETURN_IF_ERROR(claim(g, read));
+  return finish(slot_of(g));
+}
+
+absl::Status SwappedOptimizer::read_ahead(int h, int g) {
+  return &slot_of(h) == &slot_of(g) ? absl::OkStatus() : claim(h, true);
+}
+
+void SwappedOptimizer::write_back(int g) {
+  Slot& s = slot_of(g);
+  s.io = io_->write(file_, groups_[g].offset, s.buf.data(), groups_[g].bytes);
+}
+
+absl::Status SwappedOptimizer::settle() {
+  absl::Status first;
+  for (Slot& s : slots_) {
+    first.Update(finish(s));
+    s.group = -1;
+  }
+  return first;
+}
+
 absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::function<absl::Status(int)>& fn) {
-  const int G = num_sub_groups(), B = static_cast<int>(buffers_.size());
-  std::vector<AioEngine::Ticket> reads(G), writes(G);
+  const int G = num_sub_groups();
   absl::Status status;
-  auto issue_read = [&](int g) {
-    if (read) reads[g] = io_->read(file_, groups_[g].offset, buffer_of(g), groups_[g].bytes);
-  };
-  auto wait = [&](AioEngine::Ticket& t) {
-    if (t) status.Update(io_->wait(std::exchange(t, nullptr)));
-  };
   for (int g = 0; g < G && status.ok(); ++g) {
-    if (g >= B) wait(writes[g - B]);  // the last group in this buffer is written back
-    if (!reads[g]) issue_read(g);     // unless prefetched
-    wait(reads[g]);
-    // Prefetch the next group once the write-back that last used its buffer is done.
-    if (g + 1 < G && B > 1) {
-      if (g + 1 - B >= 0) wait(writes[g + 1 - B]);
-      issue_read(g + 1);
-    }
-    if (!status.ok()) break;
-    status.Update(fn(g));
-    if (!status.ok()) break;
-    if (write_back) writes[g] = io_->write(file_, groups_[g].offset, buffer_of(g), groups_[g].bytes);
+    status.Update(ready(g, read));
+    if (read && g + 1 < G) status.Update(read_ahead(g + 1, g));
+    if (status.ok()) status.Update(fn(g));
+    if (status.ok() && write_back) this->write_back(g);
   }
   // Nothing may stay in flight into buffers that the next stream reuses.
-  for (auto& t : reads) wait(t);
-  for (auto& t : writes) wait(t);
+  status.Update(settle());
   return status;
+}
+
+absl::Status SwappedOptimizer::update(int g, float lr, int64_t step, float grad_scale, const Fill& grads,
+                                      const MasterOut& updated) {
+  SubGroup& sg = groups_[g];
+  if (grads) {
+    for (size_t i = 0; i < sg.pieces.size(); ++i) {
+      ZEROD_RETURN_IF_ERROR(
+          grads(sg.source[i], sg.start[i], sg.pieces[i].numel, const_cast<float*>(sg.pieces[i].grad)));
+    }
+  }
+  Stream& stream = host_->compute_stream();
+  sg.opt->step(*kernels_, stream, lr, step, grad_scale);
+  // The buffer is read by `updated` and written back once this returns.
+  ZEROD_RETURN_IF_ERROR(host_->synchronize(stream));
+  if (!updated) return absl::OkStatus();
+  for (size_t i = 0; i < sg.pieces.size(); ++i) {
+    ZEROD_RETURN_IF_ERROR(updated(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, const Fill& grads,
                                     const MasterOut& updated) {
-  return stream(true, true, [&](int g) {
-    SubGroup& sg = groups_[g];
-    if (grads) {
-      for (size_t i = 0; i < sg.pieces.size(); ++i) {
-        ZEROD_RETURN_IF_ERROR(
-            grads(sg.source[i], sg.start[i], sg.pieces[i].numel, const_cast<float*>(sg.pieces[i].grad)));
-      }
-    }
-    Stream& stream = host_->compute_stream();
-    sg.opt->step(*kernels_, stream, lr, step, grad_scale);
-    // The buffer is read by `updated` and written back once this returns.
-    ZEROD_RETURN_IF_ERROR(host_->synchronize(stream));
-    if (!updated) return absl::OkStatus();
-    for (size_t i = 0; i < sg.pieces.size(); ++i) {
-      ZEROD_RETURN_IF_ERROR(updated(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
-    }
-    return absl::OkStatus();
-  });
+  return stream(true, true, [&](int g) { return update(g, lr, step, grad_scale, grads, updated); });
+}
+
+absl::Status SwappedOptimizer::step_pieces(float lr, int64_t step, float grad_scale, int first, int last,
+                                           const Fill& grads, const MasterOut& updated) {
+  const int begin = first_group_[first], end = first_group_[last];
+  auto starts_group = [&](int k, int g) {
+    return g == num_sub_groups() || (groups_[g].source[0] == k && groups_[g].start[0] == 0);
+  };
+  if (first > last || !starts_group(first, begin) || !starts_group(last, end)) {
+    return absl::InvalidArgumentError(absl::StrCat("pieces [", first, ", ", last, ") are not whole sub-groups"));
+  }
+  // Backward completes the units from the last down: the one before this
+  // is read next.
+  const auto before = std::ranges::lower_bound(group_starts_, first);
+  const int ahead = before == group_starts_.begin() ? -1 : first_group_[*std::prev(before)];
+  for (int g = begin; g < end; ++g) {
+    ZEROD_RETURN_IF_ERROR(ready(g, true));
+    const int next = g + 1 < end ? g + 1 : ahead;
+    if (next >= 0) ZEROD_RETURN_IF_ERROR(read_ahead(next, g));
+    ZEROD_RETURN_IF_ERROR(update(g, lr, step, grad_scale, grads, updated));
+    write_back(g);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SwappedOptimizer::read_masters(const MasterOut& out) {

@@ -1,13 +1,14 @@
 // The optimizer step with its states on a file (offload_optimizer nvme).
 // The owned pieces are cut into sub-groups of at most `sub_group_size`
-// elements; each sub-group's record (the fp32 master weights when they are
-// not the working parameters, then the optimizer states) lies at its own
-// offset of one scratch file. A step streams the records through
-// `buffer_count` host buffers: while sub-group i is updated on the CPU,
-// sub-group i+1 is being read and earlier ones written back. Host memory is
-// those buffers, whatever the model's size. The results are bitwise those of
-// the in-memory optimizer: pieces are split only at multiples of the 8-bit
-// block, and every update is elementwise.
+// elements, a new one begun at each unit's first piece; each sub-group's
+// record (the fp32 master weights when they are not the working parameters,
+// then the optimizer states) lies at its own offset of one scratch file. A
+// step streams the records through `buffer_count` host buffers: while
+// sub-group i is updated on the CPU, sub-group i+1 is being read and earlier
+// ones written back. Host memory is those buffers, whatever the model's
+// size. The results are bitwise those of the in-memory optimizer: pieces are
+// split only at multiples of the 8-bit block, and every update is
+// elementwise, so neither the cut nor the order of the sub-groups matters.
 #pragma once
 
 #include <functional>
@@ -30,6 +31,10 @@ struct SwapSettings {
   // The gradients are not in memory: step() is given them sub-group by
   // sub-group, into room after each record in its buffer.
   bool grads_streamed = false;
+  // Pieces that begin a sub-group (each unit's first), ascending: a unit's
+  // pieces are then whole sub-groups, updated as soon as its gradients are
+  // (step_pieces).
+  std::vector<int> group_starts = {};
   MemoryAccountant* accountant = &MemoryAccountant::global();  // of the buffers and the file
 };
 
@@ -52,7 +57,7 @@ class SwappedOptimizer {
   // Bytes the file will take, for checking the disk before anything is
   // allocated (the pieces' pointers are not used).
   static uint64_t file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces, DType param16_type,
-                             bool swap_master, int64_t sub_group_size);
+                             bool swap_master, int64_t sub_group_size, const std::vector<int>& group_starts);
 
   ~SwappedOptimizer();
 
@@ -61,6 +66,15 @@ class SwappedOptimizer {
   // while they are in their buffer.
   absl::Status step(float lr, int64_t step, float grad_scale, const Fill& grads = {},
                     const MasterOut& updated = {});
+  // The update of pieces [first, last) only, which begin and end at group
+  // starts: for a unit whose gradients backward has just completed. Their
+  // records go back to the file in the background, and the first sub-group
+  // of the unit before (the next one backward completes) is read ahead;
+  // settle() waits for those transfers.
+  absl::Status step_pieces(float lr, int64_t step, float grad_scale, int first, int last, const Fill& grads,
+                           const MasterOut& updated);
+  // Every transfer in flight done; the first failure among them.
+  absl::Status settle();
   // Every piece's master weights, in order, part by part (from the file
   // when swapped).
   absl::Status read_masters(const MasterOut& out);
@@ -89,14 +103,36 @@ class SwappedOptimizer {
     std::unique_ptr<Optimizer> opt;  // states bound to the group's buffer
     uint64_t offset = 0, bytes = 0;  // record in the file (bytes padded for direct I/O)
   };
+  // A buffer: the group it holds (or is reading, or writing back), and that
+  // transfer.
+  struct Slot {
+    Buffer buf;
+    int group = -1;
+    AioEngine::Ticket io;
+  };
   static std::vector<SubGroup> plan(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
-                                    DType param16_type, bool swap_master, int64_t sub_group_size);
+                                    DType param16_type, bool swap_master, int64_t sub_group_size,
+                                    const std::vector<int>& group_starts);
   SwappedOptimizer() = default;
-  char* buffer_of(int g) { return buffers_[g % buffers_.size()].host<char>(); }
+  // Group g's buffer is fixed: its pieces and states point into it.
+  Slot& slot_of(int g) { return slots_[g % slots_.size()]; }
+  char* buffer_of(int g) { return slot_of(g).buf.host<char>(); }
+  // Waits for s's transfer; a failed one leaves s holding nothing.
+  absl::Status finish(Slot& s);
+  // Makes g's buffer g's once what is in flight there ends, and starts
+  // reading g's record into it when `read` (unless it holds g already).
+  absl::Status claim(int g, bool read);
+  // claim(), and the read waited for.
+  absl::Status ready(int g, bool read);
+  // Reads h ahead while g is in use, where their buffers differ.
+  absl::Status read_ahead(int h, int g);
+  void write_back(int g);
   // Visits every group in order in its buffer: read from the file first
   // when `read`, fn(g), then written back when `write_back`. fn(g) runs while
   // the next group's read and earlier groups' write-backs are in flight.
   absl::Status stream(bool read, bool write_back, const std::function<absl::Status(int)>& fn);
+  // Group g's update, its gradients from `grads` when given, in its buffer.
+  absl::Status update(int g, float lr, int64_t step, float grad_scale, const Fill& grads, const MasterOut& updated);
 
   // The byte range of each group's array `name`, in order, as fn(data,
   // offset, bytes); the first error fn returns ends the calls and is returned.
@@ -106,7 +142,9 @@ class SwappedOptimizer {
   bool swap_master_ = false;
   std::unique_ptr<Optimizer> whole_;  // unbound: the layout of the states over all pieces
   std::vector<SubGroup> groups_;
-  std::vector<Buffer> buffers_;
+  std::vector<int> group_starts_;
+  std::vector<int> first_group_;  // per piece (and one past the last): the first group holding part of it
+  std::vector<Slot> slots_;
   uint64_t file_bytes_ = 0;
   MemoryAccountant* acct_ = nullptr;
   uint64_t nvme_reserved_ = 0;  // recorded with acct_

@@ -98,63 +98,79 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
   ScatterGrads sink_;  // after shard_: its last adds run before the shard goes
 };
 
-// Stages 2 and 3 with offload_optimizer cpu: the shard in host memory. A
-// reduced chunk is copied to one of two host buffers on the copy stream
-// (beside the backward still running) and added there by the host thread,
-// while the caller goes on; a unit's first chunk of a step is added to
-// zeros, as on the device.
-class HostGrads : public GradStore, public ScatterGrads::Target {
+// Stages 2 and 3 with the optimizer on the host: the sink's reduced chunks
+// are copied, in parts of at most kPart elements, to one of two host
+// buffers on the copy stream (beside the backward still running) and added
+// where the store keeps them by a host thread, while the caller goes on.
+// The buffers are bounded whatever the model's size.
+class HostAdds : public ScatterGrads::Target {
  public:
-  explicit HostGrads(ZeroContext& ctx)
-      : GradStore(ctx), thread_([&ctx] { return ctx.device.bind_thread(); }), sink_(ctx, *this) {}
+  // 2 MiB: large enough for a copy to stream at the link's bandwidth,
+  // small enough that the two buffers are little beside the windows.
+  static constexpr int64_t kPart = int64_t{1} << 19;
+  // Adds elements [start, start + n) of unit u's reduced chunk, `src`,
+  // where the store keeps the unit, onto zeros when `fresh` (its first chunk
+  // of the step); returns the unit's sum so far, in host memory until the
+  // next add.
+  using Add =
+      std::function<absl::StatusOr<const float*>(int u, int64_t start, const float* src, int64_t n, bool fresh)>;
 
+  // Before a reduction into a unit that adds to an earlier chunk of it,
+  // `reread(u)` runs on the host thread (a store in a file reads it ahead).
+  using Reread = std::function<absl::Status(int u)>;
+
+  HostAdds(ZeroContext& ctx, Add add, Reread reread = {})
+      : ctx_(ctx),
+        add_(std::move(add)),
+        reread_(std::move(reread)),
+        thread_([&ctx] { return ctx.device.bind_thread(); }),
+        sink_(ctx, *this) {}
+
+  GradSink& sink() { return sink_; }
   absl::Status allocate(const ZeroConfig& z, Tier tier) {
-    const Partition& p = ctx_.part;
     int64_t largest = 0;
-    for (int64_t c : p.chunks()) largest = std::max(largest, c);
-    ZEROD_ASSIGN_OR_RETURN(shard_, ctx_.device.allocate(p.shard_numel() * 4, Category::kGrads, tier));
+    for (int64_t c : ctx_.part.chunks()) largest = std::max(largest, c);
     for (Arrived& a : arrived_) {
-      ZEROD_ASSIGN_OR_RETURN(a.buf, ctx_.device.allocate(largest * 4, Category::kOffload, tier));
+      ZEROD_ASSIGN_OR_RETURN(a.buf, ctx_.device.allocate(std::min(largest, kPart) * 4, Category::kOffload, tier));
     }
     ZEROD_ASSIGN_OR_RETURN(copies_, ctx_.device.create_stream());
-    adds_.assign(p.num_units(), 0);
+    zero();
     return sink_.allocate(z);
   }
 
-  GradSink& sink() override { return sink_; }
-  void zero() override { adds_.assign(ctx_.part.num_units(), 0); }
-  absl::Status reduce() override {
+  void zero() { added_.assign(ctx_.part.num_units(), 0); }
+  // Every reduction given to the host thread, and its work done.
+  absl::Status reduce() {
     absl::Status s = sink_.flush();
     s.Update(thread_.drain());
     return s;
   }
-  bool on_host() const override { return true; }
-  const float* owned(const ShardSegment& s) override { return shard_.host<float>() + s.shard_offset; }
-  absl::StatusOr<const float*> acquire(int u) override { return shard_.host<float>() + ctx_.part.shard_offset(u); }
-  bool adds_on_host_thread() const override { return true; }
-  void after_adds(int count, std::function<absl::Status(int u)> then) override {
+  void after_adds(int count, GradStore::AfterAdds then) {
     then_count_ = count;
     then_ = std::move(then);
   }
-
-  // The copy is waited for here, since recv is reused once this returns;
-  // the add (and what follows it) is the host thread's.
+  absl::Status started(int u) override {
+    if (reread_ && added_[u] > 0) thread_.submit([this, u] { return reread_(u); });
+    return absl::OkStatus();
+  }
+  // The copies are waited for here, since recv is reused once this returns;
+  // the adds (and what follows the last) are the host thread's.
   absl::Status add(int u, const Buffer& recv) override {
-    const int64_t n = ctx_.part.chunk(u);
-    Arrived& a = arrived_[next_++ % 2];
-    if (a.added.valid()) ZEROD_RETURN_IF_ERROR(a.added.get());  // the host thread is done with it
-    ctx_.device.copy(*copies_, a.buf.data(), recv.data(), n * sizeof(float));
-    ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*copies_));
-    float* dst = shard_.host<float>() + ctx_.part.shard_offset(u);
-    const float* src = a.buf.host<float>();
-    const int added = ++adds_[u];
-    std::function<absl::Status(int)> then = added == then_count_ ? then_ : nullptr;
-    a.added = thread_.submit([this, u, n, dst, src, fresh = added == 1, then = std::move(then)] {
-      Stream& host = ctx_.host.compute_stream();
-      if (fresh) ctx_.host.memset(host, dst, 0, n * sizeof(float));
-      ctx_.host_kernels.add(host, dst, src, n);
-      return then ? then(u) : absl::OkStatus();
-    });
+    const int64_t chunk = ctx_.part.chunk(u);
+    const int count = ++added_[u];
+    for (int64_t start = 0; start < chunk; start += kPart) {
+      const int64_t n = std::min(kPart, chunk - start);
+      Arrived& a = arrived_[next_++ % 2];
+      if (a.added.valid()) ZEROD_RETURN_IF_ERROR(a.added.get());  // the host thread is done with it
+      ctx_.device.copy(*copies_, a.buf.data(), recv.ptr<float>() + start, n * sizeof(float));
+      ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*copies_));
+      GradStore::AfterAdds then = count == then_count_ && start + n == chunk ? then_ : nullptr;
+      a.added =
+          thread_.submit([this, u, start, n, src = a.buf.host<float>(), fresh = count == 1, then = std::move(then)] {
+            ZEROD_ASSIGN_OR_RETURN(const float* sum, add_(u, start, src, n, fresh));
+            return then ? then(u, sum) : absl::OkStatus();
+          });
+    }
     return absl::OkStatus();
   }
 
@@ -163,41 +179,98 @@ class HostGrads : public GradStore, public ScatterGrads::Target {
     Buffer buf;                              // one reduced chunk, copied from the device
     std::shared_future<absl::Status> added;  // the host thread's add from it
   };
-  Buffer shard_;
+  ZeroContext& ctx_;
+  const Add add_;
+  const Reread reread_;
   Arrived arrived_[2];
   int64_t next_ = 0;
   std::unique_ptr<Stream> copies_;
-  std::vector<int> adds_;  // per unit: chunks added since zero()
+  std::vector<int> added_;  // per unit
   int then_count_ = 0;
-  std::function<absl::Status(int u)> then_;
+  GradStore::AfterAdds then_;
   TaskThread thread_;  // after the buffers: its tasks end before they go
   ScatterGrads sink_;  // after the thread: its last adds are submitted while it runs
 };
 
+// Stages 2 and 3 with offload_optimizer cpu: the shard in host memory,
+// where the optimizer reads it.
+class HostGrads : public GradStore {
+ public:
+  explicit HostGrads(ZeroContext& ctx)
+      : GradStore(ctx),
+        adds_(ctx,
+              [this](int u, int64_t start, const float* src, int64_t n, bool fresh) -> absl::StatusOr<const float*> {
+                Stream& host = ctx_.host.compute_stream();
+                float* unit = shard_.host<float>() + ctx_.part.shard_offset(u);
+                if (fresh) ctx_.host.memset(host, unit + start, 0, n * sizeof(float));
+                ctx_.host_kernels.add(host, unit + start, src, n);
+                return unit;
+              }) {}
+
+  absl::Status allocate(const ZeroConfig& z, Tier tier) {
+    ZEROD_ASSIGN_OR_RETURN(shard_, ctx_.device.allocate(ctx_.part.shard_numel() * 4, Category::kGrads, tier));
+    return adds_.allocate(z, tier);
+  }
+
+  GradSink& sink() override { return adds_.sink(); }
+  void zero() override { adds_.zero(); }
+  absl::Status reduce() override { return adds_.reduce(); }
+  bool on_host() const override { return true; }
+  const float* owned(const ShardSegment& s) override { return shard_.host<float>() + s.shard_offset; }
+  absl::StatusOr<const float*> acquire(int u) override { return shard_.host<float>() + ctx_.part.shard_offset(u); }
+  bool adds_on_host_thread() const override { return true; }
+  void after_adds(int count, AfterAdds then) override { adds_.after_adds(count, std::move(then)); }
+
+ private:
+  Buffer shard_;
+  HostAdds adds_;  // after the shard: its thread's tasks end before the shard goes
+};
+
 // Stages 2 and 3 with offload_optimizer nvme: the shard in a file. A unit's
 // first chunk of a step is written, later ones added to what is stored
-// (read while the reduction runs).
-class FileGrads : public GradStore, public ScatterGrads::Target {
+// (read while the reduction runs); both by the host thread, which owns the
+// store until reduce() has waited for it.
+class FileGrads : public GradStore {
  public:
-  explicit FileGrads(ZeroContext& ctx) : GradStore(ctx), sink_(ctx, *this) {}
+  explicit FileGrads(ZeroContext& ctx)
+      : GradStore(ctx),
+        adds_(
+            ctx,
+            [this](int u, int64_t start, const float* src, int64_t n, bool fresh) -> absl::StatusOr<const float*> {
+              ZEROD_RETURN_IF_ERROR(store_->add(ctx_.part.shard_offset(u) + start, src, n, fresh));
+              return static_cast<const float*>(store_->unwritten(u));
+            },
+            [this](int u) { return store_->fetch(u); }) {}
 
   absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings) {
     const Partition& p = ctx_.part;
+    const Tier tier = settings.host_tier;
     ZEROD_ASSIGN_OR_RETURN(store_, ShardStore::create(p.chunks(), p.chunk(1), DType::kF32, std::move(settings)));
-    fresh_.assign(p.num_units(), true);
-    return sink_.allocate(z);
+    return adds_.allocate(z, tier);
   }
 
-  GradSink& sink() override { return sink_; }
-  void zero() override { fresh_.assign(ctx_.part.num_units(), true); }
+  GradSink& sink() override { return adds_.sink(); }
+  void zero() override { adds_.zero(); }
   absl::Status reduce() override {
-    absl::Status s = sink_.flush();
+    absl::Status s = adds_.reduce();
     s.Update(store_->flush());
     return s;
   }
   bool in_memory() const override { return false; }
   bool on_host() const override { return true; }
   const float* owned(const ShardSegment&) override { return nullptr; }
+  bool adds_on_host_thread() const override { return true; }
+  // Gradients used as each unit is completed are not written.
+  void after_adds(int count, AfterAdds then) override {
+    if (then) {
+      then = [this, then = std::move(then)](int u, const float* grads) {
+        ZEROD_RETURN_IF_ERROR(then(u, grads));
+        store_->discard(u);
+        return absl::OkStatus();
+      };
+    }
+    adds_.after_adds(count, std::move(then));
+  }
 
   // The next unit is read ahead.
   absl::StatusOr<const float*> acquire(int u) override {
@@ -225,24 +298,11 @@ class FileGrads : public GradStore, public ScatterGrads::Target {
     return store_->drop();
   }
 
-  absl::Status started(int u) override { return fresh_[u] ? absl::OkStatus() : store_->fetch(u); }
-  absl::Status add(int u, const Buffer& recv) override {
-    const int64_t offset = ctx_.part.shard_offset(u);
-    ZEROD_RETURN_IF_ERROR(ctx_.device.read_on_host(
-        ctx_.stream, recv.data(), ctx_.part.chunk(u) * sizeof(float),
-        host_elements<float>([&](float* p, int64_t start, int64_t n) {
-          return store_->add(offset + start, p, n, fresh_[u]);
-        })));
-    fresh_[u] = false;
-    return absl::OkStatus();
-  }
-
  private:
   std::unique_ptr<ShardStore> store_;
-  std::vector<bool> fresh_;  // per unit: nothing stored since zero()
-  int held_ = -1;            // the unit read() holds
+  int held_ = -1;  // the unit read() holds
   const float* held_data_ = nullptr;
-  ScatterGrads sink_;  // after store_: its last adds are stored before the store goes
+  HostAdds adds_;  // after the store: its thread's tasks end before the store goes
 };
 
 }  // namespace

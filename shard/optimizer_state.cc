@@ -42,10 +42,11 @@ class InMemoryOptimizer : public OptimizerState {
   // Masters in memory are updated in place: `updated` is for a working copy
   // kept elsewhere.
   absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill&, const MasterOut& updated) override {
-    return step_pieces(lr, step, grad_factor, 0, static_cast<int>(masters_of_.size()), updated);
+    return step_pieces(lr, step, grad_factor, 0, static_cast<int>(masters_of_.size()), {}, updated);
   }
-  absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last, const MasterOut& updated,
-                           bool undoable = false) override {
+  // The gradients are in memory.
+  absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last, const PieceFill&,
+                           const MasterOut& updated, bool undoable = false) override {
     // On the device the table's own spans time it.
     auto span = Profiler::host_span(&device_ == &ctx_.device ? nullptr : ctx_.device.profiler(), "host optimizer");
     if (undoable) {
@@ -90,10 +91,12 @@ class InMemoryOptimizer : public OptimizerState {
     for (int k = 0; k < pieces; ++k) {
       if (is_kept_[k] && restored) ZEROD_RETURN_IF_ERROR(read_masters(restored, k, k + 1));
     }
-    commit();
+    return commit();
+  }
+  absl::Status commit() override {
+    std::fill(is_kept_.begin(), is_kept_.end(), false);
     return absl::OkStatus();
   }
-  void commit() override { std::fill(is_kept_.begin(), is_kept_.end(), false); }
   std::vector<StateArray> state_arrays() const override { return optimizer_->state_arrays(); }
   absl::Status read_state(const StateArray& a, const ByteSink& out) override {
     return device_.read_on_host(stream_, a.data, a.numel * dtype_size(a.dtype),
@@ -149,14 +152,17 @@ class StreamedOptimizer : public OptimizerState {
     auto span = Profiler::host_span(profiler_, "host optimizer, states streamed from NVMe");
     return optimizer_->step(lr, step, grad_factor, grads, updated);
   }
-  absl::Status step_pieces(float, int64_t, float, int, int, const MasterOut&, bool) override {
-    return absl::UnimplementedError("the streamed optimizer updates whole sub-groups, not single pieces");
+  absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last, const PieceFill& grads,
+                           const MasterOut& updated, bool undoable) override {
+    if (undoable) return allow_undo();
+    auto span = Profiler::host_span(profiler_, "host optimizer, states streamed from NVMe");
+    return optimizer_->step_pieces(lr, step, grad_factor, first, last, grads, updated);
   }
   absl::Status allow_undo() override {
     return absl::UnimplementedError("the streamed optimizer's updates cannot be undone");
   }
   absl::Status undo(const MasterOut&) override { return allow_undo(); }
-  void commit() override {}
+  absl::Status commit() override { return optimizer_->settle(); }
   absl::Status read_masters(const MasterOut& out) override { return optimizer_->read_masters(out); }
   absl::Status write_masters(const std::vector<const float*>& src) override {
     return optimizer_->write_masters(src);

@@ -34,12 +34,13 @@ class OptimizerState {
   // every piece's new masters, in order.
   virtual absl::Status step(float lr, int64_t step, float grad_factor, const PieceFill& grads,
                             const MasterOut& updated) = 0;
-  // Pieces [first, last) of an update, for one that runs a unit at a time as
-  // the unit's gradients are complete; in memory only (a streamed
-  // optimizer's sub-groups cross pieces). With `undoable` (after
-  // allow_undo()), their masters and states are first copied aside.
+  // Pieces [first, last) of an update, for one that runs a unit at a time
+  // as the unit's gradients are complete: a unit's pieces, whose gradients
+  // `grads` gives where they are not in memory. With `undoable` (after
+  // allow_undo(); in memory only), their masters and states are first
+  // copied aside.
   virtual absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last,
-                                   const MasterOut& updated, bool undoable = false) = 0;
+                                   const PieceFill& grads, const MasterOut& updated, bool undoable = false) = 0;
   // Room to copy every piece's masters and states aside (as much memory
   // again as they take), for updates that start before their factor is
   // known. In memory only.
@@ -47,8 +48,9 @@ class OptimizerState {
   // Puts back the masters and states of every piece updated undoably since
   // the last undo() or commit(); `restored` sees their masters, in order.
   virtual absl::Status undo(const MasterOut& restored) = 0;
-  // The undoable updates stand.
-  virtual void commit() = 0;
+  // The updates by pieces stand: what they wrote is where it is kept (the
+  // first failure of a write still in flight), and nothing is kept aside.
+  virtual absl::Status commit() = 0;
   // Every piece's masters, in order, part by part.
   virtual absl::Status read_masters(const MasterOut& out) = 0;
   virtual absl::Status write_masters(const std::vector<const float*>& src) = 0;

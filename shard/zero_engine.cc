@@ -7,6 +7,18 @@
 #include "runtime/kernels/cpu/cpu_table.h"
 
 namespace zerod {
+namespace {
+
+// The owned segments that begin a unit (segments come in unit order).
+std::vector<int> unit_starts(const std::vector<ShardSegment>& owned) {
+  std::vector<int> starts;
+  for (size_t k = 0; k < owned.size(); ++k) {
+    if (k == 0 || owned[k].unit != owned[k - 1].unit) starts.push_back(static_cast<int>(k));
+  }
+  return starts;
+}
+
+}  // namespace
 
 ZeroEngine::ZeroEngine(const GptLayout& layout, const ZeroSettings& settings, Communicator& comm, Device& device,
                        Kernels& kernels)
@@ -34,6 +46,7 @@ absl::Status ZeroEngine::build() {
   Device& sums_at = grads_->on_host() ? ctx_.host : ctx_.device;
   ZEROD_ASSIGN_OR_RETURN(unit_sums_, sums_at.allocate(units * 8, Category::kWorkspace));
   ZEROD_ASSIGN_OR_RETURN(unit_sums_host_, ctx_.device.allocate(units * 8, Category::kWorkspace, Tier::kHost));
+  summed_.assign(units, false);
   ZEROD_RETURN_IF_ERROR(create_optimizer());
   settings_.init = nullptr;  // an imported file is closed
   if (settings_.factor_after_backward && settings_.zero.offload_optimizer.super_offload) {
@@ -75,7 +88,7 @@ absl::Status ZeroEngine::create_stores() {
   if (states_in_file) {
     files.push_back({*off.nvme_path,
                      SwappedOptimizer::file_bytes(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype,
-                                                  separate_masters_, z.sub_group_size),
+                                                  separate_masters_, z.sub_group_size, unit_starts(ctx_.owned)),
                      states_key});
   }
   if (grads_in_file) files.push_back({*off.nvme_path, ShardStore::file_bytes(chunks, DType::kF32), states_key});
@@ -140,6 +153,7 @@ absl::Status ZeroEngine::create_optimizer() {
                           settings_.aio,
                           settings_.io_faults,
                           /*grads_streamed=*/!grads_->in_memory(),
+                          unit_starts(owned),
                           &ctx_.device.accountant()};
     ZEROD_ASSIGN_OR_RETURN(optimizer_, streamed_optimizer(ctx_, settings_.optimizer, std::move(pieces),
                                                           separate_masters_, init, ss));
@@ -170,6 +184,7 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
   Kernels& k = on_host ? ctx_.host_kernels : ctx_.kernels;
   double* sums = unit_sums_.ptr<double>();
   for (int u = 0; u < units; ++u) {
+    if (summed_[u]) continue;
     ZEROD_ASSIGN_OR_RETURN(const float* g, grads_->acquire(u));
     k.sum_squares(d.compute_stream(), g, ctx_.part.chunk(u), sums + u);
     ZEROD_RETURN_IF_ERROR(grads_->release(u));
@@ -193,19 +208,35 @@ OptimizerState::MasterOut ZeroEngine::working_copy_writer() {
   };
 }
 
+void ZeroEngine::zero_grads() {
+  grads_->zero();
+  summed_.assign(ctx_.part.num_units(), false);
+}
+
 bool ZeroEngine::updates_during_backward() const {
-  return grads_->adds_on_host_thread() && optimizer_->in_memory() && params_->in_memory() &&
-         (undoable_ || !settings_.factor_after_backward);
+  return grads_->adds_on_host_thread() && params_->in_memory() && (undoable_ || !settings_.factor_after_backward);
 }
 
 void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batches, float grad_factor) {
   updating_during_backward_ = true;
   factor_during_backward_ = grad_factor;
-  grads_->after_adds(micro_batches, [this, lr, step, grad_factor, write = working_copy_writer()](int u) {
-    ++units_updated_in_backward_;
-    return optimizer_->step_pieces(lr, step, grad_factor, unit_pieces_[u].first, unit_pieces_[u].second, write,
-                                   undoable_);
-  });
+  grads_->after_adds(micro_batches,
+                     [this, lr, step, grad_factor, write = working_copy_writer()](int u, const float* g) {
+                       ++units_updated_in_backward_;
+                       // The unit's part of the norm, while its gradients are at hand (they
+                       // may be in a file later); the same kernel on the same values.
+                       Stream& host = ctx_.host.compute_stream();
+                       ctx_.host_kernels.sum_squares(host, g, ctx_.part.chunk(u), unit_sums_.ptr<double>() + u);
+                       ZEROD_RETURN_IF_ERROR(ctx_.host.synchronize(host));
+                       summed_[u] = true;
+                       const int64_t unit_at = ctx_.part.shard_offset(u);
+                       const OptimizerState::PieceFill grads = [&](int k, int64_t start, int64_t n, float* dst) {
+                         std::memcpy(dst, g + (ctx_.owned[k].shard_offset - unit_at) + start, n * sizeof(float));
+                         return absl::OkStatus();
+                       };
+                       return optimizer_->step_pieces(lr, step, grad_factor, unit_pieces_[u].first,
+                                                      unit_pieces_[u].second, grads, write, undoable_);
+                     });
 }
 
 absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, bool restore_working) {
@@ -215,7 +246,7 @@ absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, b
   updating_during_backward_ = false;
   grads_->after_adds(0, {});
   if (grad_factor == factor_during_backward_) {
-    optimizer_->commit();
+    ZEROD_RETURN_IF_ERROR(optimizer_->commit());
     return true;
   }
   if (!undoable_) return absl::InternalError("the update begun during backward cannot be undone");

@@ -61,7 +61,7 @@ class ZeroEngine {
   GradSink& grads() { return grads_->sink(); }
 
   // Start of an optimizer step: gradients to zero.
-  void zero_grads() { grads_->zero(); }
+  void zero_grads();
   // After the last micro-batch: every rank holds the global sum of the
   // gradients it owns.
   absl::Status reduce_gradients();
@@ -76,9 +76,9 @@ class ZeroEngine {
   // begun during backward is undone.
   absl::Status skip_optimizer();
   // Whether the update can run during the last micro-batch's backward: the
-  // optimizer in host memory, gradients added on the host as they arrive,
-  // parameters in memory (not a store backward reads from); and, where the
-  // factor is known only after backward, super_offload set.
+  // optimizer on the host, gradients added there as they arrive, parameters
+  // in memory (not a store backward reads from); and, where the factor is
+  // known only after backward, super_offload set (states in memory).
   bool updates_during_backward() const;
   // After zero_grads: each unit's part of the update (lr, `step`, gradients
   // times grad_factor) runs on the host as soon as the unit's gradients of
@@ -175,6 +175,7 @@ class ZeroEngine {
   std::atomic<int64_t> units_updated_in_backward_{0};  // counted on the host thread
   int64_t updates_undone_ = 0;
   Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients, where they are and on the host
+  std::vector<char> summed_;           // per unit: its sum taken this step (during backward, on the host thread)
 };
 
 }  // namespace zerod

@@ -3,7 +3,8 @@
 //   - offload none, cpu and nvme, and stage 3's parameters on cpu or nvme,
 //     give bitwise the GPU run without offload at stages 1-3, with clipping
 //     (the update after the norm, or with super_offload during backward and
-//     undone) and without (each unit updated on the host during backward);
+//     undone) and without (each unit updated on the host during backward,
+//     its states in memory or streamed from NVMe);
 //   - a disk-full or EIO on the NVMe path during a GPU run fails the step
 //     naming the file and the offset, and the checkpoint saved before it
 //     resumes to the state it saved.

@@ -78,34 +78,48 @@ TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
 // With the optimizer on the host each unit is updated on the host thread as
 // soon as the last micro-batch's backward has reduced it, while backward
 // goes on over the earlier layers, with the factor of a step that neither
-// clips nor overflows. Without clipping or fp16 that factor is the step's;
-// with them the update waits for the norm, unless super_offload is set:
-// then each unit's masters and states are kept before its update, and a
-// step that clips or overflows puts them back (and updates again, or
-// skips). Behind the threaded, delayed streams every case gives the bits of
-// the plain CPU device's ordered update.
+// clips nor overflows. With the states on NVMe the unit's sub-groups are
+// read, updated and written back then, the next unit's read ahead. Without
+// clipping or fp16 that factor is the step's; with them the update waits
+// for the norm, unless super_offload is set (states in memory): then each
+// unit's masters and states are kept before its update, and a step that
+// clips or overflows puts them back (and updates again, or skips). Behind
+// the threaded, delayed streams every case gives the bits of the plain CPU
+// device's ordered update.
 TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSameBits) {
   const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
   // fp16 from a scale that overflows at first (and once more at step 6).
   const std::vector<std::string> fp16 = {"bf16.enabled=false", "fp16.enabled=true", "fp16.initial_scale_power=24",
                                          "fp16.hysteresis=1"};
+  const std::vector<std::string> wide = {"model.preset=\"custom\"", "model.n_layer=2",      "model.n_embd=256",
+                                         "model.n_head=4",          "model.vocab_size=256", "model.block_size=32"};
+  auto buffers = [](int n) { return "zero_optimization.offload_optimizer.buffer_count=" + std::to_string(n); };
   struct Case {
     std::vector<std::string> overrides;
+    std::string device;  // of the optimizer
     bool during_backward;
   };
   const std::vector<Case> cases = {
-      {{"zero_optimization.stage=2", "gradient_clipping=0"}, true},
-      {{"zero_optimization.stage=2", "gradient_clipping=3.0"}, false},
-      {{"zero_optimization.stage=2", "gradient_clipping=3.0", super}, true},
-      {{"zero_optimization.stage=3", "gradient_clipping=0"}, true},
-      {{"zero_optimization.stage=3", "gradient_clipping=3.0", super}, true},
-      {joined({"zero_optimization.stage=2", "gradient_clipping=0", super}, fp16), true},
-      {joined({"zero_optimization.stage=3", "gradient_clipping=3.0", super}, fp16), true},
-      {joined({"zero_optimization.stage=2", "gradient_clipping=3.0"}, fp16), false},
-      {{"zero_optimization.stage=2", "gradient_clipping=3.0", "optimizer.type=\"AdamW8bit\"", super}, true},
+      {{"zero_optimization.stage=2", "gradient_clipping=0"}, "cpu", true},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0"}, "cpu", false},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0", super}, "cpu", true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0"}, "cpu", true},
+      {{"zero_optimization.stage=3", "gradient_clipping=3.0", super}, "cpu", true},
+      {joined({"zero_optimization.stage=2", "gradient_clipping=0", super}, fp16), "cpu", true},
+      {joined({"zero_optimization.stage=3", "gradient_clipping=3.0", super}, fp16), "cpu", true},
+      {joined({"zero_optimization.stage=2", "gradient_clipping=3.0"}, fp16), "cpu", false},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0", "optimizer.type=\"AdamW8bit\"", super}, "cpu", true},
+      // Sub-groups of 20000: a layer is several, in one to four buffers.
+      {{"zero_optimization.stage=2", "gradient_clipping=0"}, "nvme", true},
+      {{"zero_optimization.stage=2", "gradient_clipping=0", buffers(1)}, "nvme", true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0", "optimizer.type=\"AdamW8bit\"", buffers(2)}, "nvme", true},
+      {{"zero_optimization.stage=3", "gradient_clipping=3.0"}, "nvme", false},
+      // Layers of 786K elements, copied to the host in two parts.
+      {joined({"zero_optimization.stage=2", "gradient_clipping=0"}, wide), "cpu", true},
+      {joined({"zero_optimization.stage=3", "gradient_clipping=0"}, wide), "nvme", true},
   };
   for (const Case& c : cases) {
-    std::string name;
+    std::string name = c.device + ": ";
     for (const std::string& o : c.overrides) name += o + " ";
     SCOPED_TRACE(name);
     const std::vector<std::string> base = joined(c.overrides, {"run.steps=6"});
@@ -118,7 +132,7 @@ TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSam
 
     MemoryAccountant acct;
     CpuDevice gpu(acct, gpu_tier());
-    const JobConfig offloaded = config(joined(base, optimizer_on("cpu")));
+    const JobConfig offloaded = config(joined(base, optimizer_on(c.device)));
     auto t = Trainer::create(offloaded, nullptr, &gpu);
     ASSERT_TRUE(t.ok()) << t.status();
     std::vector<double> losses;

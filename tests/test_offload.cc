@@ -202,8 +202,9 @@ TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
 
 // The states, and at stages 2 and 3 the gradient shard, leave host memory
 // for their files; what stays is three sub-group buffers (a record of 12
-// bytes an element plus room for its gradients) and the gradients' window
-// (three buffers of a layer's fp32 chunk).
+// bytes an element plus room for its gradients), the gradients' window
+// (three buffers of a layer's fp32 chunk) and the two buffers the host
+// thread adds reduced chunks from (of the largest unit's chunk).
 TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
   auto o = nvme(8192, 3);
   o.push_back("bf16.enabled=true");
@@ -230,11 +231,49 @@ TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
   EXPECT_EQ(host(Category::kOptimizer), 0);
   EXPECT_EQ(nvme_bytes(Category::kGrads), grad_records);
   EXPECT_EQ(host(Category::kGrads), 0);
-  EXPECT_EQ(in_buffers(Category::kOffload), 3 * (12 + 4) * 8192 + 3 * ((part.chunk(1) * 4 + 4095) / 4096 * 4096));
+  EXPECT_EQ(in_buffers(Category::kOffload), 3 * (12 + 4) * 8192 + 3 * ((part.chunk(1) * 4 + 4095) / 4096 * 4096) +
+                                                2 * std::ranges::max(part.chunks()) * 4);
   t->reset();
   EXPECT_EQ(nvme_bytes(Category::kOptimizer), 0);
   EXPECT_EQ(nvme_bytes(Category::kGrads), 0);
   EXPECT_EQ(in_buffers(Category::kOffload), 0);
+}
+
+// At stage 2 with the states on NVMe, the gradients go to a file of their
+// own: each micro-batch's reduced chunks are added to what the one before
+// wrote. Updated after backward (clipping needs the norm first), a step
+// writes every unit's record twice and reads it back for the second
+// micro-batch, the norm and the update; updated as each unit is completed
+// (no clipping), the last micro-batch's sums go straight to the update and
+// are neither written nor read back.
+TEST_F(OffloadTest, GradientsUsedDuringBackwardAreNeitherWrittenNorReadBack) {
+  const int steps = 3;
+  for (const bool during_backward : {false, true}) {
+    SCOPED_TRACE(during_backward ? "updated during backward" : "updated after backward");
+    const JobConfig cfg =
+        make_config(joined(nvme(10000, 2), {"zero_optimization.stage=2", "run.steps=" + std::to_string(steps),
+                                            during_backward ? "gradient_clipping=0" : "gradient_clipping=1.0"}));
+    const Partition part(GptLayout(cfg.model), 1);
+    int64_t records = 0;
+    for (int u = 0; u < part.num_units(); ++u) records += (part.chunk(u) * 4 + 4095) / 4096 * 4096;
+    std::atomic<int64_t> written{0}, read{0};
+    IoFaultHook hook;
+    hook.on_complete = [&](bool write, const std::string& file, uint64_t, uint32_t, int r) {
+      if (file.find("zerod-grads-rank00000") != std::string::npos && r > 0) (write ? written : read) += r;
+      return r;
+    };
+    auto t = testing::make_trainer(cfg, nullptr, {hook});
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (int i = 0; i < steps; ++i) ASSERT_TRUE((*t)->step().ok());
+    EXPECT_EQ((*t)->zero().units_updated_in_backward(), during_backward ? steps * part.num_units() : 0);
+    if (during_backward) {
+      EXPECT_EQ(written, steps * records);
+      EXPECT_EQ(read, steps * records);
+    } else {
+      EXPECT_EQ(written, 2 * steps * records);
+      EXPECT_GE(read, 3 * steps * records);
+    }
+  }
 }
 
 // A host memory limit five times smaller than the fp32 optimizer states
@@ -348,11 +387,12 @@ TEST_F(OffloadTest, FilesInOneDirectoryNeedTheRoomOfAll) {
   EXPECT_NE(both.message().find("the offloaded files need " + std::to_string(2 * each)), std::string::npos) << both;
 }
 
-// Faults armed after a step and a checkpoint: the next step fails naming
-// the file, the offset and the error; the checkpoint still loads to the
+// Faults armed after a step and a checkpoint, on one file: the next step
+// fails naming the file, the offset and the error; the checkpoint still loads to the
 // state it saved; no thread or descriptor is left once the trainer is gone.
 TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
   enum Fault { kDiskFull, kShortWriteThenDiskFull, kEioOnRead };
+  const std::vector<std::string> during_backward = {"zero_optimization.stage=2", "gradient_clipping=0"};
   struct Case {
     const char* what;
     std::vector<std::string> offload;
@@ -364,9 +404,17 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
       {"states: disk full on write-back", nvme(10000, 3), "zerod-optimizer-rank00000", kDiskFull,
        "No space left on device"},
       {"states: EIO on read", nvme(10000, 3), "zerod-optimizer-rank00000", kEioOnRead, "Input/output error"},
-      {"params: a short write, then disk full", params_on("nvme", 2), "zerod-params-rank00000",
-       kShortWriteThenDiskFull, "No space left on device"},
+      {"params: a short write, then disk full", params_on("nvme", 2), "zerod-params-rank00000", kShortWriteThenDiskFull,
+       "No space left on device"},
       {"params: EIO on read", params_on("nvme", 2), "zerod-params-rank00000", kEioOnRead, "Input/output error"},
+      // At stage 2 without clipping the host thread adds the gradients to
+      // their file and updates each unit during backward.
+      {"states, updated during backward: disk full on write-back", joined(nvme(10000, 2), during_backward),
+       "zerod-optimizer-rank00000", kDiskFull, "No space left on device"},
+      {"states, updated during backward: EIO on read", joined(nvme(10000, 2), during_backward),
+       "zerod-optimizer-rank00000", kEioOnRead, "Input/output error"},
+      {"gradients, added during backward: EIO on read", joined(nvme(10000, 2), during_backward),
+       "zerod-grads-rank00000", kEioOnRead, "Input/output error"},
   };
   // The worker threads of OpenMP start with the first training step and
   // stay; so do CUDA's threads and descriptors, where a GPU pins the buffers.
@@ -379,8 +427,8 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
     std::atomic<bool> armed{false};
     std::atomic<int> writes{0};
     IoFaultHook hook;
-    hook.on_complete = [&](bool write, const std::string&, uint64_t, uint32_t, int r) {
-      if (!armed) return r;
+    hook.on_complete = [&](bool write, const std::string& file, uint64_t, uint32_t, int r) {
+      if (!armed || file.find(c.file) == std::string::npos) return r;
       if (c.fault == kEioOnRead) return write ? r : -EIO;
       if (!write) return r;
       // Half of the first request (a whole page: the rest is resubmitted at an aligned offset).
@@ -392,6 +440,7 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
       auto t = testing::make_trainer(cfg, nullptr, {hook});
       ASSERT_TRUE(t.ok()) << t.status();
       ASSERT_TRUE((*t)->step().ok());
+      EXPECT_EQ((*t)->zero().units_updated_in_backward() > 0, std::ranges::count(c.offload, during_backward[1]) > 0);
       ASSERT_TRUE((*t)->save_checkpoint(root, 2).ok());
       saved_params = *(*t)->master_params();
       armed = true;
