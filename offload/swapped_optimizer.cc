@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -73,12 +74,12 @@ std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan(const OptimizerCo
 
 uint64_t SwappedOptimizer::file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
                                       DType param16_type, bool swap_master, int64_t sub_group_size,
-                                      const std::vector<int>& group_starts) {
+                                      const std::vector<int>& group_starts, bool undoable) {
   uint64_t bytes = 0;
   for (const SubGroup& g : plan(cfg, pieces, param16_type, swap_master, sub_group_size, group_starts)) {
     bytes += g.bytes;
   }
-  return bytes;
+  return undoable ? 2 * bytes : bytes;
 }
 
 absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const OptimizerConfig& cfg,
@@ -105,8 +106,12 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   uint64_t largest = 0;
   for (const SubGroup& g : o->groups_) {
     largest = std::max(largest, g.bytes + (s.grads_streamed ? numel_of(g.pieces) * 4 : 0));
-    o->file_bytes_ += g.bytes;
+    o->records_bytes_ += g.bytes;
   }
+  o->undoable_ = s.undoable;
+  o->file_bytes_ = s.undoable ? 2 * o->records_bytes_ : o->records_bytes_;
+  o->placed_second_.assign(o->groups_.size(), false);
+  o->spare_written_.assign(o->groups_.size(), false);
   const int nbuf = std::min<int>(s.buffer_count, std::max<int>(1, o->groups_.size()));
   for (int i = 0; i < nbuf; ++i) {
     ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(largest, Category::kOffload, s.buffer_tier, *s.accountant));
@@ -162,7 +167,7 @@ absl::Status SwappedOptimizer::claim(int g, bool read) {
   // io_uring does not order transfers: what used the buffer ends first.
   absl::Status st = finish(s);
   s.group = g;
-  if (read) s.io = io_->read(file_, groups_[g].offset, s.buf.data(), groups_[g].bytes);
+  if (read) s.io = io_->read(file_, record_offset(g, false), s.buf.data(), groups_[g].bytes);
   return st;
 }
 
@@ -175,9 +180,13 @@ absl::Status SwappedOptimizer::read_ahead(int h, int g) {
   return &slot_of(h) == &slot_of(g) ? absl::OkStatus() : claim(h, true);
 }
 
-void SwappedOptimizer::write_back(int g) {
+uint64_t SwappedOptimizer::record_offset(int g, bool spare) const {
+  return groups_[g].offset + (placed_second_[g] != spare ? records_bytes_ : 0);
+}
+
+void SwappedOptimizer::write_back(int g, bool spare) {
   Slot& s = slot_of(g);
-  s.io = io_->write(file_, groups_[g].offset, s.buf.data(), groups_[g].bytes);
+  s.io = io_->write(file_, record_offset(g, spare), s.buf.data(), groups_[g].bytes);
 }
 
 absl::Status SwappedOptimizer::settle() {
@@ -189,18 +198,25 @@ absl::Status SwappedOptimizer::settle() {
   return first;
 }
 
-absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::function<absl::Status(int)>& fn) {
-  const int G = num_sub_groups();
+absl::Status SwappedOptimizer::visit(const std::vector<int>& groups, bool read, bool write_back,
+                                     const std::function<absl::Status(int)>& fn) {
   absl::Status status;
-  for (int g = 0; g < G && status.ok(); ++g) {
+  for (size_t i = 0; i < groups.size() && status.ok(); ++i) {
+    const int g = groups[i];
     status.Update(ready(g, read));
-    if (read && g + 1 < G) status.Update(read_ahead(g + 1, g));
+    if (read && i + 1 < groups.size()) status.Update(read_ahead(groups[i + 1], g));
     if (status.ok()) status.Update(fn(g));
     if (status.ok() && write_back) this->write_back(g);
   }
-  // Nothing may stay in flight into buffers that the next stream reuses.
+  // Nothing may stay in flight into buffers that the next visit reuses.
   status.Update(settle());
   return status;
+}
+
+absl::Status SwappedOptimizer::stream(bool read, bool write_back, const std::function<absl::Status(int)>& fn) {
+  std::vector<int> all(num_sub_groups());
+  std::iota(all.begin(), all.end(), 0);
+  return visit(all, read, write_back, fn);
 }
 
 absl::Status SwappedOptimizer::update(int g, float lr, int64_t step, float grad_scale, const Fill& grads,
@@ -216,11 +232,7 @@ absl::Status SwappedOptimizer::update(int g, float lr, int64_t step, float grad_
   sg.opt->step(*kernels_, stream, lr, step, grad_scale);
   // The buffer is read by `updated` and written back once this returns.
   ZEROD_RETURN_IF_ERROR(host_->synchronize(stream));
-  if (!updated) return absl::OkStatus();
-  for (size_t i = 0; i < sg.pieces.size(); ++i) {
-    ZEROD_RETURN_IF_ERROR(updated(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
-  }
-  return absl::OkStatus();
+  return updated ? masters_out(g, updated) : absl::OkStatus();
 }
 
 absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, const Fill& grads,
@@ -229,7 +241,8 @@ absl::Status SwappedOptimizer::step(float lr, int64_t step, float grad_scale, co
 }
 
 absl::Status SwappedOptimizer::step_pieces(float lr, int64_t step, float grad_scale, int first, int last,
-                                           const Fill& grads, const MasterOut& updated) {
+                                           const Fill& grads, const MasterOut& updated, bool undoable) {
+  if (undoable) ZEROD_RETURN_IF_ERROR(allow_undo());
   const int begin = first_group_[first], end = first_group_[last];
   auto starts_group = [&](int k, int g) {
     return g == num_sub_groups() || (groups_[g].source[0] == k && groups_[g].start[0] == 0);
@@ -246,19 +259,52 @@ absl::Status SwappedOptimizer::step_pieces(float lr, int64_t step, float grad_sc
     const int next = g + 1 < end ? g + 1 : ahead;
     if (next >= 0) ZEROD_RETURN_IF_ERROR(read_ahead(next, g));
     ZEROD_RETURN_IF_ERROR(update(g, lr, step, grad_scale, grads, updated));
-    write_back(g);
+    write_back(g, undoable);
+    spare_written_[g] = undoable;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SwappedOptimizer::allow_undo() const {
+  if (!undoable_) return absl::FailedPreconditionError("the optimizer's file has no second place for its records");
+  if (!swap_master_) {
+    return absl::FailedPreconditionError("undoable updates need the masters in the file, not updated in place");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SwappedOptimizer::commit() {
+  // A record's place changes only once its write is done.
+  ZEROD_RETURN_IF_ERROR(settle());
+  for (int g = 0; g < num_sub_groups(); ++g) {
+    if (spare_written_[g]) placed_second_[g] = !placed_second_[g];
+  }
+  std::fill(spare_written_.begin(), spare_written_.end(), false);
+  return absl::OkStatus();
+}
+
+absl::Status SwappedOptimizer::undo(const MasterOut& restored) {
+  // The buffers may hold updated records: settle() forgets what they hold.
+  absl::Status status = settle();
+  std::vector<int> kept;
+  for (int g = 0; g < num_sub_groups(); ++g) {
+    if (spare_written_[g]) kept.push_back(g);
+  }
+  std::fill(spare_written_.begin(), spare_written_.end(), false);
+  if (!status.ok() || !restored) return status;
+  return visit(kept, true, false, [&](int g) { return masters_out(g, restored); });
+}
+
+absl::Status SwappedOptimizer::masters_out(int g, const MasterOut& out) {
+  const SubGroup& sg = groups_[g];
+  for (size_t i = 0; i < sg.pieces.size(); ++i) {
+    ZEROD_RETURN_IF_ERROR(out(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
   }
   return absl::OkStatus();
 }
 
 absl::Status SwappedOptimizer::read_masters(const MasterOut& out) {
-  auto copy_out = [&](int g) {
-    const SubGroup& sg = groups_[g];
-    for (size_t i = 0; i < sg.pieces.size(); ++i) {
-      ZEROD_RETURN_IF_ERROR(out(sg.source[i], sg.start[i], sg.pieces[i].numel, sg.pieces[i].master));
-    }
-    return absl::OkStatus();
-  };
+  auto copy_out = [&](int g) { return masters_out(g, out); };
   if (!swap_master_) {
     for (int g = 0; g < num_sub_groups(); ++g) ZEROD_RETURN_IF_ERROR(copy_out(g));
     return absl::OkStatus();

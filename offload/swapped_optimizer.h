@@ -35,6 +35,9 @@ struct SwapSettings {
   // pieces are then whole sub-groups, updated as soon as its gradients are
   // (step_pieces).
   std::vector<int> group_starts = {};
+  // Each record has a second place in the file (the file twice the size),
+  // so that updates by pieces can be undone (allow_undo()).
+  bool undoable = false;
   MemoryAccountant* accountant = &MemoryAccountant::global();  // of the buffers and the file
 };
 
@@ -57,7 +60,8 @@ class SwappedOptimizer {
   // Bytes the file will take, for checking the disk before anything is
   // allocated (the pieces' pointers are not used).
   static uint64_t file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces, DType param16_type,
-                             bool swap_master, int64_t sub_group_size, const std::vector<int>& group_starts);
+                             bool swap_master, int64_t sub_group_size, const std::vector<int>& group_starts,
+                             bool undoable);
 
   ~SwappedOptimizer();
 
@@ -70,9 +74,20 @@ class SwappedOptimizer {
   // starts: for a unit whose gradients backward has just completed. Their
   // records go back to the file in the background, and the first sub-group
   // of the unit before (the next one backward completes) is read ahead;
-  // settle() waits for those transfers.
+  // settle() waits for those transfers. With `undoable` the records go to
+  // their other place, and the ones they were read from stay until commit()
+  // or undo().
   absl::Status step_pieces(float lr, int64_t step, float grad_scale, int first, int last, const Fill& grads,
-                           const MasterOut& updated);
+                           const MasterOut& updated, bool undoable = false);
+  // Whether undoable updates can be made: created `undoable`, with the
+  // masters in the file (masters updated in place could not be put back).
+  absl::Status allow_undo() const;
+  // The records of undoable updates stand; the first failure of a write
+  // still in flight.
+  absl::Status commit();
+  // Their groups keep the records they were read from; `restored` sees
+  // those groups' masters, in order.
+  absl::Status undo(const MasterOut& restored);
   // Every transfer in flight done; the first failure among them.
   absl::Status settle();
   // Every piece's master weights, in order, part by part (from the file
@@ -126,11 +141,18 @@ class SwappedOptimizer {
   absl::Status ready(int g, bool read);
   // Reads h ahead while g is in use, where their buffers differ.
   absl::Status read_ahead(int h, int g);
-  void write_back(int g);
-  // Visits every group in order in its buffer: read from the file first
+  // Group g's record at its place (the other one when `spare`).
+  uint64_t record_offset(int g, bool spare) const;
+  void write_back(int g, bool spare = false);
+  // Visits `groups` in order, each in its buffer: read from the file first
   // when `read`, fn(g), then written back when `write_back`. fn(g) runs while
   // the next group's read and earlier groups' write-backs are in flight.
+  absl::Status visit(const std::vector<int>& groups, bool read, bool write_back,
+                     const std::function<absl::Status(int)>& fn);
+  // visit() of every group.
   absl::Status stream(bool read, bool write_back, const std::function<absl::Status(int)>& fn);
+  // Group g's masters, in its buffer, to `out` piece by piece.
+  absl::Status masters_out(int g, const MasterOut& out);
   // Group g's update, its gradients from `grads` when given, in its buffer.
   absl::Status update(int g, float lr, int64_t step, float grad_scale, const Fill& grads, const MasterOut& updated);
 
@@ -145,6 +167,10 @@ class SwappedOptimizer {
   std::vector<int> group_starts_;
   std::vector<int> first_group_;  // per piece (and one past the last): the first group holding part of it
   std::vector<Slot> slots_;
+  uint64_t records_bytes_ = 0;  // one place of every record
+  bool undoable_ = false;
+  std::vector<bool> placed_second_;  // per group: its record is at its second place
+  std::vector<bool> spare_written_;  // per group: updated undoably, to the other place
   uint64_t file_bytes_ = 0;
   MemoryAccountant* acct_ = nullptr;
   uint64_t nvme_reserved_ = 0;  // recorded with acct_

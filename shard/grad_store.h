@@ -57,13 +57,14 @@ class GradStore {
   // store's own, which can then go on with work of the caller's:
   // `then(u, grads)` runs there once unit u's `count`-th chunk since zero()
   // is added, `grads` being the unit's sum then, in host memory for the
-  // call (an empty function clears it). reduce() waits for it all. Where
-  // then() succeeds the caller is done with the unit's gradients for the
-  // step: a store that keeps them away from memory need not write them
-  // (acquire() and read() of the unit are then not for this step).
+  // call (an empty function clears it). reduce() waits for it all. Unless
+  // `keep`, where then() succeeds the caller is done with the unit's
+  // gradients for the step: a store that keeps them away from memory need
+  // not write them (acquire() and read() of the unit are then not for this
+  // step).
   using AfterAdds = std::function<absl::Status(int u, const float* grads)>;
   virtual bool adds_on_host_thread() const { return false; }
-  virtual void after_adds(int /*count*/, AfterAdds /*then*/) {}
+  virtual void after_adds(int /*count*/, AfterAdds /*then*/, bool /*keep*/) {}
 
  protected:
   ZeroContext& ctx_;

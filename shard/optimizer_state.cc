@@ -154,15 +154,15 @@ class StreamedOptimizer : public OptimizerState {
   }
   absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last, const PieceFill& grads,
                            const MasterOut& updated, bool undoable) override {
-    if (undoable) return allow_undo();
     auto span = Profiler::host_span(profiler_, "host optimizer, states streamed from NVMe");
-    return optimizer_->step_pieces(lr, step, grad_factor, first, last, grads, updated);
+    return optimizer_->step_pieces(lr, step, grad_factor, first, last, grads, updated, undoable);
   }
-  absl::Status allow_undo() override {
-    return absl::UnimplementedError("the streamed optimizer's updates cannot be undone");
+  absl::Status allow_undo() override { return optimizer_->allow_undo(); }
+  absl::Status undo(const MasterOut& restored) override {
+    auto span = Profiler::host_span(profiler_, "host optimizer, states streamed from NVMe");
+    return optimizer_->undo(restored);
   }
-  absl::Status undo(const MasterOut&) override { return allow_undo(); }
-  absl::Status commit() override { return optimizer_->settle(); }
+  absl::Status commit() override { return optimizer_->commit(); }
   absl::Status read_masters(const MasterOut& out) override { return optimizer_->read_masters(out); }
   absl::Status write_masters(const std::vector<const float*>& src) override {
     return optimizer_->write_masters(src);

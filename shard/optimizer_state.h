@@ -37,13 +37,15 @@ class OptimizerState {
   // Pieces [first, last) of an update, for one that runs a unit at a time
   // as the unit's gradients are complete: a unit's pieces, whose gradients
   // `grads` gives where they are not in memory. With `undoable` (after
-  // allow_undo(); in memory only), their masters and states are first
-  // copied aside.
+  // allow_undo()), what they overwrite is kept: in memory their masters and
+  // states are first copied aside; streamed, the records are written to
+  // their second place in the file.
   virtual absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last,
                                    const PieceFill& grads, const MasterOut& updated, bool undoable = false) = 0;
-  // Room to copy every piece's masters and states aside (as much memory
-  // again as they take), for updates that start before their factor is
-  // known. In memory only.
+  // For updates that start before their factor is known: in memory, room
+  // to copy every piece's masters and states aside (as much memory again as
+  // they take); streamed, a check that the file has a second place for each
+  // record and the masters are in it.
   virtual absl::Status allow_undo() = 0;
   // Puts back the masters and states of every piece updated undoably since
   // the last undo() or commit(); `restored` sees their masters, in order.

@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout& 
 }
 
 absl::Status ZeroEngine::build() {
+  undoable_ = settings_.factor_after_backward && settings_.zero.offload_optimizer.super_offload;
   ZEROD_RETURN_IF_ERROR(create_stores());
   const int units = ctx_.part.num_units();
   Device& sums_at = grads_->on_host() ? ctx_.host : ctx_.device;
@@ -49,10 +50,7 @@ absl::Status ZeroEngine::build() {
   summed_.assign(units, false);
   ZEROD_RETURN_IF_ERROR(create_optimizer());
   settings_.init = nullptr;  // an imported file is closed
-  if (settings_.factor_after_backward && settings_.zero.offload_optimizer.super_offload) {
-    ZEROD_RETURN_IF_ERROR(optimizer_->allow_undo());
-    undoable_ = true;
-  }
+  if (undoable_) ZEROD_RETURN_IF_ERROR(optimizer_->allow_undo());
   return publish_params();
 }
 
@@ -76,8 +74,10 @@ absl::Status ZeroEngine::create_stores() {
   const bool states_in_file = off.device == OffloadDevice::kNvme;
   const bool grads_in_file = z.stage >= 2 && states_in_file;
   optimizer_on_host_ = off.device != OffloadDevice::kNone;
-  separate_masters_ =
-      ctx_.dtype != DType::kF32 || params_offloaded || (optimizer_on_host_ && !ctx_.device.host_visible());
+  // Masters streamed from a file by updates that may be undone live in the
+  // file too: the record they were read from is what an undo keeps.
+  separate_masters_ = ctx_.dtype != DType::kF32 || params_offloaded ||
+                      (optimizer_on_host_ && !ctx_.device.host_visible()) || (undoable_ && states_in_file);
   const int rank = ctx_.comm.rank();
   const Tier staging = offload_buffer_tier(off, ctx_.device);
 
@@ -86,10 +86,11 @@ absl::Status ZeroEngine::create_stores() {
   std::vector<SwapFile> files;
   const std::string states_key = "zero_optimization.offload_optimizer.nvme_path";
   if (states_in_file) {
-    files.push_back({*off.nvme_path,
-                     SwappedOptimizer::file_bytes(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype,
-                                                  separate_masters_, z.sub_group_size, unit_starts(ctx_.owned)),
-                     states_key});
+    files.push_back(
+        {*off.nvme_path,
+         SwappedOptimizer::file_bytes(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype, separate_masters_,
+                                      z.sub_group_size, unit_starts(ctx_.owned), undoable_),
+         states_key});
   }
   if (grads_in_file) files.push_back({*off.nvme_path, ShardStore::file_bytes(chunks, DType::kF32), states_key});
   if (params_in_file) {
@@ -154,6 +155,7 @@ absl::Status ZeroEngine::create_optimizer() {
                           settings_.io_faults,
                           /*grads_streamed=*/!grads_->in_memory(),
                           unit_starts(owned),
+                          undoable_,
                           &ctx_.device.accountant()};
     ZEROD_ASSIGN_OR_RETURN(optimizer_, streamed_optimizer(ctx_, settings_.optimizer, std::move(pieces),
                                                           separate_masters_, init, ss));
@@ -220,23 +222,25 @@ bool ZeroEngine::updates_during_backward() const {
 void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batches, float grad_factor) {
   updating_during_backward_ = true;
   factor_during_backward_ = grad_factor;
-  grads_->after_adds(micro_batches,
-                     [this, lr, step, grad_factor, write = working_copy_writer()](int u, const float* g) {
-                       ++units_updated_in_backward_;
-                       // The unit's part of the norm, while its gradients are at hand (they
-                       // may be in a file later); the same kernel on the same values.
-                       Stream& host = ctx_.host.compute_stream();
-                       ctx_.host_kernels.sum_squares(host, g, ctx_.part.chunk(u), unit_sums_.ptr<double>() + u);
-                       ZEROD_RETURN_IF_ERROR(ctx_.host.synchronize(host));
-                       summed_[u] = true;
-                       const int64_t unit_at = ctx_.part.shard_offset(u);
-                       const OptimizerState::PieceFill grads = [&](int k, int64_t start, int64_t n, float* dst) {
-                         std::memcpy(dst, g + (ctx_.owned[k].shard_offset - unit_at) + start, n * sizeof(float));
-                         return absl::OkStatus();
-                       };
-                       return optimizer_->step_pieces(lr, step, grad_factor, unit_pieces_[u].first,
-                                                      unit_pieces_[u].second, grads, write, undoable_);
-                     });
+  grads_->after_adds(
+      micro_batches,
+      [this, lr, step, grad_factor, write = working_copy_writer()](int u, const float* g) {
+        ++units_updated_in_backward_;
+        // The unit's part of the norm, while its gradients are at hand (they
+        // may be in a file later); the same kernel on the same values.
+        Stream& host = ctx_.host.compute_stream();
+        ctx_.host_kernels.sum_squares(host, g, ctx_.part.chunk(u), unit_sums_.ptr<double>() + u);
+        ZEROD_RETURN_IF_ERROR(ctx_.host.synchronize(host));
+        summed_[u] = true;
+        const int64_t unit_at = ctx_.part.shard_offset(u);
+        const OptimizerState::PieceFill grads = [&](int k, int64_t start, int64_t n, float* dst) {
+          std::memcpy(dst, g + (ctx_.owned[k].shard_offset - unit_at) + start, n * sizeof(float));
+          return absl::OkStatus();
+        };
+        return optimizer_->step_pieces(lr, step, grad_factor, unit_pieces_[u].first, unit_pieces_[u].second, grads,
+                                       write, undoable_);
+      },
+      /*keep=*/undoable_);  // an update undone is done again from them
 }
 
 absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, bool restore_working) {
@@ -244,7 +248,7 @@ absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, b
   // Done unit by unit as the gradients were reduced (reduce_gradients
   // waited for the last).
   updating_during_backward_ = false;
-  grads_->after_adds(0, {});
+  grads_->after_adds(0, {}, false);
   if (grad_factor == factor_during_backward_) {
     ZEROD_RETURN_IF_ERROR(optimizer_->commit());
     return true;

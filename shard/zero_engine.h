@@ -78,7 +78,7 @@ class ZeroEngine {
   // Whether the update can run during the last micro-batch's backward: the
   // optimizer on the host, gradients added there as they arrive, parameters
   // in memory (not a store backward reads from); and, where the factor is
-  // known only after backward, super_offload set (states in memory).
+  // known only after backward, super_offload set.
   bool updates_during_backward() const;
   // After zero_grads: each unit's part of the update (lr, `step`, gradients
   // times grad_factor) runs on the host as soon as the unit's gradients of

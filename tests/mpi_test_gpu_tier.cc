@@ -61,7 +61,8 @@ TEST(GpuTierRanks, StagedExchangeGivesTheBitsOfTheCpuRunOverMpi) {
   const int n = world().world_size();
   // Without clipping, stages 2 and 3 update each unit on the host during
   // backward, its states in memory or streamed from a file; with clipping
-  // too under super_offload, undone where it clips. The reference runs
+  // too under super_offload (states in memory or a file), undone where it
+  // clips. The reference runs
   // without offload.
   const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
   const std::vector<std::vector<std::string>> offloads = {
@@ -71,6 +72,9 @@ TEST(GpuTierRanks, StagedExchangeGivesTheBitsOfTheCpuRunOverMpi) {
       {"zero_optimization.offload_optimizer.device=\"cpu\"", "gradient_clipping=0"},
       {"zero_optimization.offload_optimizer.device=\"cpu\"", super},
       {"zero_optimization.offload_optimizer.device=\"nvme\"", "gradient_clipping=0",
+       "zero_optimization.offload_optimizer.nvme_path=\"" + ::testing::TempDir() + "\"",
+       "zero_optimization.sub_group_size=10000"},
+      {"zero_optimization.offload_optimizer.device=\"nvme\"", super,
        "zero_optimization.offload_optimizer.nvme_path=\"" + ::testing::TempDir() + "\"",
        "zero_optimization.sub_group_size=10000"}};
   for (int stage = 0; stage <= 3; ++stage) {

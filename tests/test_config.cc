@@ -356,7 +356,7 @@ TEST(ConfigValues, ZeroSettingsOutsideTheirStagesAreRefused) {
 }
 
 // super_offload acts where the host updates units during backward: stage 2
-// or 3, the optimizer offloaded to cpu, the parameters in memory.
+// or 3, the optimizer offloaded to cpu or nvme, the parameters in memory.
 TEST(ConfigValues, SuperOffloadOnlyWhereTheHostUpdatesDuringBackward) {
   const json host_update = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}, {"super_offload", true}}}};
   json j = minimal();
@@ -364,9 +364,10 @@ TEST(ConfigValues, SuperOffloadOnlyWhereTheHostUpdatesDuringBackward) {
   EXPECT_TRUE(parse_ok(j).zero.offload_optimizer.super_offload);
   j["zero_optimization"]["stage"] = 3;
   EXPECT_TRUE(parse_ok(j).zero.offload_optimizer.super_offload);
+  j["zero_optimization"]["offload_optimizer"].merge_patch({{"device", "nvme"}, {"nvme_path", "/tmp"}});
+  EXPECT_TRUE(parse_ok(j).zero.offload_optimizer.super_offload);
   const std::string why = "zero_optimization.offload_optimizer.super_offload: needs stage 2 or 3";
-  for (const json& bad : {json{{"stage", 1}}, json{{"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/tmp"}}}},
-                          json{{"offload_optimizer", {{"device", "none"}}}},
+  for (const json& bad : {json{{"stage", 1}}, json{{"offload_optimizer", {{"device", "none"}}}},
                           json{{"stage", 3}, {"offload_param", {{"device", "cpu"}}}}}) {
     j = minimal();
     j["zero_optimization"] = host_update;

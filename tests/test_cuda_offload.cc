@@ -3,8 +3,9 @@
 //   - offload none, cpu and nvme, and stage 3's parameters on cpu or nvme,
 //     give bitwise the GPU run without offload at stages 1-3, with clipping
 //     (the update after the norm, or with super_offload during backward and
-//     undone) and without (each unit updated on the host during backward,
-//     its states in memory or streamed from NVMe);
+//     undone, the states in memory or on NVMe) and without (each unit
+//     updated on the host during backward, its states in memory or streamed
+//     from NVMe);
 //   - a disk-full or EIO on the NVMe path during a GPU run fails the step
 //     naming the file and the offset, and the checkpoint saved before it
 //     resumes to the state it saved.
@@ -69,8 +70,10 @@ TEST_F(CudaOffloadTest, EveryOffloadGivesTheBitsOfTheGpuRunWithout) {
       std::vector<std::vector<std::string>> variants = {joined(base, optimizer_on("cpu")),
                                                         joined(base, optimizer_on("nvme"))};
       if (stage >= 2) {  // updated during backward, then undone where the step clips or overflows
-        variants.push_back(
-            joined(joined(base, optimizer_on("cpu")), {"zero_optimization.offload_optimizer.super_offload=true"}));
+        for (const char* device : {"cpu", "nvme"}) {
+          variants.push_back(
+              joined(joined(base, optimizer_on(device)), {"zero_optimization.offload_optimizer.super_offload=true"}));
+        }
       }
       if (stage == 3) {
         variants.push_back(joined(base, params_on("cpu")));

@@ -81,8 +81,9 @@ TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
 // clips nor overflows. With the states on NVMe the unit's sub-groups are
 // read, updated and written back then, the next unit's read ahead. Without
 // clipping or fp16 that factor is the step's; with them the update waits
-// for the norm, unless super_offload is set (states in memory): then each
-// unit's masters and states are kept before its update, and a step that
+// for the norm, unless super_offload is set: then each unit's masters and
+// states are kept before its update (copied aside in memory, or the new
+// records written to their second place in the file), and a step that
 // clips or overflows puts them back (and updates again, or skips). Behind
 // the threaded, delayed streams every case gives the bits of the plain CPU
 // device's ordered update.
@@ -114,6 +115,12 @@ TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSam
       {{"zero_optimization.stage=2", "gradient_clipping=0", buffers(1)}, "nvme", true},
       {{"zero_optimization.stage=3", "gradient_clipping=0", "optimizer.type=\"AdamW8bit\"", buffers(2)}, "nvme", true},
       {{"zero_optimization.stage=3", "gradient_clipping=3.0"}, "nvme", false},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0", super}, "nvme", true},
+      {{"zero_optimization.stage=3", "gradient_clipping=3.0", super, buffers(1)}, "nvme", true},
+      {joined({"zero_optimization.stage=3", "gradient_clipping=3.0", super}, fp16), "nvme", true},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0", "optimizer.type=\"AdamW8bit\"", super, buffers(2)},
+       "nvme",
+       true},
       // Layers of 786K elements, copied to the host in two parts.
       {joined({"zero_optimization.stage=2", "gradient_clipping=0"}, wide), "cpu", true},
       {joined({"zero_optimization.stage=3", "gradient_clipping=0"}, wide), "nvme", true},

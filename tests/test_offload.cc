@@ -276,6 +276,64 @@ TEST_F(OffloadTest, GradientsUsedDuringBackwardAreNeitherWrittenNorReadBack) {
   }
 }
 
+// super_offload with the states on NVMe: each unit is updated during
+// backward and its new records written to their second place in the file
+// (the file twice the records), the ones read staying where they were; a
+// step that clips keeps those and updates again after the norm, an fp16
+// overflow keeps them and skips. fp32 masters, which the in-memory
+// optimizer updates in place as the parameters, are then kept in the file
+// too. Every step is bitwise the in-memory run's.
+TEST_F(OffloadTest, SuperOffloadOnNvmeKeepsTheRecordsItMayUndo) {
+  const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
+  const std::vector<std::string> fp16 = {"fp16.enabled=true", "fp16.initial_scale_power=24", "fp16.hysteresis=1"};
+  struct Variant {
+    std::vector<std::string> overrides;
+    bool fp32;  // parameters: the masters in the file only under super_offload
+  };
+  const std::vector<Variant> variants = {
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0"}, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=3.0", "bf16.enabled=true"}, false},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0", "optimizer.type=AdamW8bit"}, true},
+      {joined({"zero_optimization.stage=3", "gradient_clipping=0"}, fp16), false},
+  };
+  MemoryAccountant& acct = MemoryAccountant::global();
+  for (const auto& [v, fp32] : variants) {
+    std::string name;
+    for (const auto& o : v) name += o + " ";
+    SCOPED_TRACE(name);
+    const JobConfig in_memory = make_config(joined(v, {"run.steps=6"}));
+    const TrainRun ref = train(in_memory);
+    ASSERT_EQ(ref.losses.size(), 6u);
+    // The records with the masters in them: as with 16-bit parameters.
+    uint64_t records = 0;
+    {
+      auto with_masters = joined(v, nvme(10000, 2));
+      if (fp32) with_masters.push_back("bf16.enabled=true");
+      auto t = testing::make_trainer(make_config(with_masters));
+      ASSERT_TRUE(t.ok()) << t.status();
+      records = acct.current(Tier::kNvme, Category::kOptimizer);
+    }
+    const JobConfig cfg = make_config(joined(joined(v, {"run.steps=6", super}), nvme(10000, 2)));
+    auto t = testing::make_trainer(cfg);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(acct.current(Tier::kNvme, Category::kOptimizer), 2 * records);
+    std::vector<double> losses;
+    int64_t changed = 0;  // steps that clip or overflow
+    for (int i = 0; i < cfg.run.steps; ++i) {
+      auto r = (*t)->step();
+      ASSERT_TRUE(r.ok()) << r.status();
+      losses.push_back(r->loss);
+      changed += r->skipped || (cfg.gradient_clipping > 0 && cfg.gradient_clipping / (r->grad_norm + 1e-6) < 1);
+    }
+    EXPECT_EQ(losses, ref.losses);
+    EXPECT_TRUE(same_bits(*(*t)->master_params(), ref.params));
+    EXPECT_EQ((*t)->zero().units_updated_in_backward(), cfg.run.steps * GptLayout(cfg.model).num_units());
+    EXPECT_EQ((*t)->zero().updates_undone(), changed);
+    EXPECT_GT(changed, 0);
+    EXPECT_LT(changed, cfg.run.steps);
+  }
+}
+
 // A host memory limit five times smaller than the fp32 optimizer states
 // (28 million parameters: 342 MB of master weights, m and v, a 67 MB
 // limit). With everything in memory the trainer cannot be built; with the
@@ -393,6 +451,9 @@ TEST_F(OffloadTest, FilesInOneDirectoryNeedTheRoomOfAll) {
 TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
   enum Fault { kDiskFull, kShortWriteThenDiskFull, kEioOnRead };
   const std::vector<std::string> during_backward = {"zero_optimization.stage=2", "gradient_clipping=0"};
+  // Clipping, the updates during backward undoable.
+  const std::vector<std::string> undoably = {"zero_optimization.stage=2", "gradient_clipping=1.0",
+                                             "zero_optimization.offload_optimizer.super_offload=true"};
   struct Case {
     const char* what;
     std::vector<std::string> offload;
@@ -415,6 +476,10 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
        "zerod-optimizer-rank00000", kEioOnRead, "Input/output error"},
       {"gradients, added during backward: EIO on read", joined(nvme(10000, 2), during_backward),
        "zerod-grads-rank00000", kEioOnRead, "Input/output error"},
+      {"states, updated undoably during backward: disk full on write-back", joined(nvme(10000, 2), undoably),
+       "zerod-optimizer-rank00000", kDiskFull, "No space left on device"},
+      {"states, updated undoably during backward: EIO on read", joined(nvme(10000, 2), undoably),
+       "zerod-optimizer-rank00000", kEioOnRead, "Input/output error"},
   };
   // The worker threads of OpenMP start with the first training step and
   // stay; so do CUDA's threads and descriptors, where a GPU pins the buffers.
@@ -440,7 +505,8 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
       auto t = testing::make_trainer(cfg, nullptr, {hook});
       ASSERT_TRUE(t.ok()) << t.status();
       ASSERT_TRUE((*t)->step().ok());
-      EXPECT_EQ((*t)->zero().units_updated_in_backward() > 0, std::ranges::count(c.offload, during_backward[1]) > 0);
+      EXPECT_EQ((*t)->zero().units_updated_in_backward() > 0,
+                std::ranges::count(c.offload, during_backward[1]) + std::ranges::count(c.offload, undoably[2]) > 0);
       ASSERT_TRUE((*t)->save_checkpoint(root, 2).ok());
       saved_params = *(*t)->master_params();
       armed = true;
