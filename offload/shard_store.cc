@@ -29,23 +29,16 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
   p->dtype_ = dtype;
   p->category_ = s.category;
   p->acct_ = s.accountant;
-  int64_t offset = 0, largest = 0;
+  p->window_tier_ = s.host_tier;
+  int64_t offset = 0;
   uint64_t record = 0;
   for (int64_t c : p->chunks_) {
     p->offsets_.push_back(offset);
     p->records_.push_back(record);
     offset += c;
     record += record_bytes(c, dtype);
-    if (c > window_numel) largest = std::max(largest, c);
   }
-  for (int i = 0; i < s.buffer_count; ++i) {
-    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(record_bytes(window_numel, dtype), Category::kOffload, s.host_tier, *s.accountant));
-    p->small_.emplace_back().buf = std::move(b);
-  }
-  if (largest > 0) {
-    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(record_bytes(largest, dtype), Category::kOffload, s.host_tier, *s.accountant));
-    p->large_.emplace_back().buf = std::move(b);
-  }
+  ZEROD_RETURN_IF_ERROR(p->allocate_window(s.buffer_count));
   if (s.device == OffloadDevice::kNvme) {
     ZEROD_ASSIGN_OR_RETURN(p->io_, AioEngine::create(s.aio, s.hook));
     ZEROD_ASSIGN_OR_RETURN(p->file_, p->io_->create_scratch(s.file, record));
@@ -54,12 +47,53 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
   } else {
     ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(record, s.category, s.host_tier, *s.accountant));
     std::memset(p->host_.data(), 0, record);
+    p->host_records_ = p->host_.host<char>();
   }
   return p;
 }
 
+absl::Status ShardStore::allocate_window(int buffer_count) {
+  int64_t largest = 0;
+  for (int64_t c : chunks_) {
+    if (c > window_numel_) largest = std::max(largest, c);
+  }
+  for (int i = 0; i < buffer_count; ++i) {
+    ZEROD_ASSIGN_OR_RETURN(
+        Buffer b, Buffer::allocate(record_bytes(window_numel_, dtype_), Category::kOffload, window_tier_, *acct_));
+    small_.emplace_back().buf = std::move(b);
+  }
+  if (largest > 0) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b,
+                           Buffer::allocate(record_bytes(largest, dtype_), Category::kOffload, window_tier_, *acct_));
+    large_.emplace_back().buf = std::move(b);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::writer(int buffer_count) const {
+  std::unique_ptr<ShardStore> w(new ShardStore());
+  w->chunks_ = chunks_;
+  w->offsets_ = offsets_;
+  w->records_ = records_;
+  w->window_numel_ = window_numel_;
+  w->dtype_ = dtype_;
+  w->category_ = category_;
+  w->acct_ = acct_;
+  w->window_tier_ = window_tier_;
+  w->host_records_ = host_records_;
+  w->io_ = io_;
+  w->file_ = file_;
+  ZEROD_RETURN_IF_ERROR(w->allocate_window(buffer_count));
+  return w;
+}
+
 ShardStore::~ShardStore() {
-  io_.reset();  // finishes every transfer before the window goes
+  // Every transfer from the window ends before it goes (the engine may be
+  // a writer's too).
+  for (auto* pool : {&small_, &large_}) {
+    for (Window& w : *pool) finish_io(w).IgnoreError();
+  }
+  io_.reset();
   if (acct_) acct_->release(Tier::kNvme, category_, nvme_reserved_);
 }
 
@@ -102,7 +136,7 @@ absl::Status ShardStore::start_read(Window& w, int u) {
   if (io_) {
     w.io = io_->read(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
   } else {
-    std::memcpy(w.buf.data(), host_.host<char>() + records_[u], chunks_[u] * dtype_size(dtype_));
+    std::memcpy(w.buf.data(), host_records_ + records_[u], chunks_[u] * dtype_size(dtype_));
   }
   return absl::OkStatus();
 }
@@ -227,7 +261,7 @@ absl::Status ShardStore::write_current() {
     w.io = io_->write(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
     w.writing = u;
   } else {
-    std::memcpy(host_.host<char>() + records_[u], w.buf.data(), chunks_[u] * dtype_size(dtype_));
+    std::memcpy(host_records_ + records_[u], w.buf.data(), chunks_[u] * dtype_size(dtype_));
   }
   return absl::OkStatus();
 }

@@ -76,6 +76,12 @@ class ShardStore {
   // Every put written; the first failure among the writes still in flight.
   absl::Status flush();
 
+  // A second store over the same records with a window of its own
+  // (`buffer_count` buffers, and one for the larger chunks), so one thread
+  // can put() through it while another acquires units here: a unit it
+  // writes must not be read here until its flush(). This store outlives it.
+  absl::StatusOr<std::unique_ptr<ShardStore>> writer(int buffer_count) const;
+
  private:
   struct Window {
     Buffer buf;
@@ -85,6 +91,7 @@ class ShardStore {
     int writing = -1;        // the unit of that write-back
   };
   ShardStore() = default;
+  absl::Status allocate_window(int buffer_count);
   int unit_at(int64_t offset) const;
   std::vector<Window>& pool(int u) { return chunks_[u] > window_numel_ ? large_ : small_; }
   Window* find(int u);
@@ -105,8 +112,10 @@ class ShardStore {
   int64_t window_numel_ = 0;
   DType dtype_ = DType::kF32;
   std::vector<Window> small_, large_;
-  Buffer host_;                            // device cpu: the records
-  std::unique_ptr<AioEngine> io_;          // device nvme
+  Buffer host_;                    // device cpu: the records, where this store made them
+  char* host_records_ = nullptr;   // device cpu: the records (a writer's are its store's)
+  std::shared_ptr<AioEngine> io_;  // device nvme, shared with a writer
+  Tier window_tier_ = Tier::kHost;
   int file_ = -1;
   MemoryAccountant* acct_ = nullptr;
   uint64_t nvme_reserved_ = 0;

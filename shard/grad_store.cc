@@ -218,7 +218,6 @@ class HostGrads : public GradStore {
   bool on_host() const override { return true; }
   const float* owned(const ShardSegment& s) override { return shard_.host<float>() + s.shard_offset; }
   absl::StatusOr<const float*> acquire(int u) override { return shard_.host<float>() + ctx_.part.shard_offset(u); }
-  bool adds_on_host_thread() const override { return true; }
   void after_adds(int count, AfterAdds then, bool) override { adds_.after_adds(count, std::move(then)); }
 
  private:
@@ -259,7 +258,6 @@ class FileGrads : public GradStore {
   bool in_memory() const override { return false; }
   bool on_host() const override { return true; }
   const float* owned(const ShardSegment&) override { return nullptr; }
-  bool adds_on_host_thread() const override { return true; }
   // Gradients used as each unit is completed are not written, unless kept.
   void after_adds(int count, AfterAdds then, bool keep) override {
     if (then && !keep) {

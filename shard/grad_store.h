@@ -53,17 +53,17 @@ class GradStore {
   virtual absl::Status read(const ShardSegment& s, int64_t start, int64_t n, float* dst);
   // The optimizer has read them: what was held for reading goes.
   virtual absl::Status drop() { return absl::OkStatus(); }
-  // Whether each unit's reduced chunk is added on a host thread of the
-  // store's own, which can then go on with work of the caller's:
-  // `then(u, grads)` runs there once unit u's `count`-th chunk since zero()
-  // is added, `grads` being the unit's sum then, in host memory for the
-  // call (an empty function clears it). reduce() waits for it all. Unless
+  // Stores that add each unit's reduced chunk on a host thread of their own
+  // (on the host, in a file) go on there with work of the caller's:
+  // `then(u, grads)` runs once unit u's `count`-th chunk since zero() is
+  // added, `grads` being the unit's sum then, in host memory for the call
+  // (an empty function clears it); the others never call it. reduce()
+  // waits for it all. Unless
   // `keep`, where then() succeeds the caller is done with the unit's
   // gradients for the step: a store that keeps them away from memory need
   // not write them (acquire() and read() of the unit are then not for this
   // step).
   using AfterAdds = std::function<absl::Status(int u, const float* grads)>;
-  virtual bool adds_on_host_thread() const { return false; }
   virtual void after_adds(int /*count*/, AfterAdds /*then*/, bool /*keep*/) {}
 
  protected:

@@ -91,14 +91,20 @@ class ShardedParams : public InMemoryParams, public ShardSource {
 };
 
 // Stage 3 with offload_param: the shard in a ShardStore, whose window the
-// gathers read from, a unit ahead.
+// gathers read from, a unit ahead. Where units are written during backward
+// (on the host thread, while the gathers go on) they go through a writer
+// with a window of its own.
 class OffloadedParams : public ParamStore, public ShardSource {
  public:
   explicit OffloadedParams(ZeroContext& ctx) : ctx_(ctx), weights_(ctx, *this) {}
 
-  absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings) {
+  absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings, bool written_during_backward) {
     const Partition& p = ctx_.part;
     ZEROD_ASSIGN_OR_RETURN(store_, ShardStore::create(p.chunks(), p.chunk(1), ctx_.dtype, std::move(settings)));
+    // Two buffers: one unit's write-back overlaps the filling of the next.
+    if (written_during_backward) {
+      ZEROD_ASSIGN_OR_RETURN(writer_, store_->writer(2));
+    }
     return weights_.allocate(z);
   }
 
@@ -106,9 +112,10 @@ class OffloadedParams : public ParamStore, public ShardSource {
   bool in_memory() const override { return false; }
   void* working(const ShardSegment&) override { return nullptr; }
   absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) override {
-    return store_->put(s.shard_offset + start, src, n);
+    return (writer_ ? *writer_ : *store_).put(s.shard_offset + start, src, n);
   }
   absl::Status publish() override {
+    if (writer_) ZEROD_RETURN_IF_ERROR(writer_->flush());
     ZEROD_RETURN_IF_ERROR(store_->flush());
     return weights_.invalidate();
   }
@@ -122,6 +129,7 @@ class OffloadedParams : public ParamStore, public ShardSource {
  private:
   ZeroContext& ctx_;
   std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<ShardStore> writer_;  // after store_, which outlives it
   GatheredWeights weights_;  // after store_: its gathers end before the store goes
 };
 
@@ -136,8 +144,9 @@ absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, con
 }
 
 absl::StatusOr<std::unique_ptr<ParamStore>> offloaded_params(ZeroContext& ctx, const ZeroConfig& z,
-                                                             ShardStoreSettings settings) {
-  return allocated<ParamStore>(std::make_unique<OffloadedParams>(ctx), z, std::move(settings));
+                                                             ShardStoreSettings settings,
+                                                             bool written_during_backward) {
+  return allocated<ParamStore>(std::make_unique<OffloadedParams>(ctx), z, std::move(settings), written_during_backward);
 }
 
 }  // namespace zerod

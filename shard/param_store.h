@@ -6,7 +6,8 @@
 //     for the model (gathered_weights.h);
 //   offloaded (stage 3 with offload_param): the shard in host memory or a
 //     file (offload/shard_store.h), each unit's chunk read into a small
-//     window just ahead of its gather.
+//     window just ahead of its gather; written through a window of its own
+//     where the host writes units during backward.
 #pragma once
 
 #include <memory>
@@ -29,7 +30,9 @@ class ParamStore {
   // kernels write it); null when not in_memory().
   virtual void* working(const ShardSegment& s) = 0;
   // Sets elements [start, start + n) of owned segment s from fp32 values on
-  // the host; publish() makes them visible.
+  // the host; publish() makes them visible. A unit is written whole, one
+  // call after another, once the model is done with it for the step: on
+  // the host thread during backward, or after it.
   virtual absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) = 0;
   // The owned part is written: every rank sees the new parameters (a
   // collective).
@@ -39,7 +42,9 @@ class ParamStore {
 // `staging`: the tier of the host buffers that write() goes through.
 absl::StatusOr<std::unique_ptr<ParamStore>> replicated_params(ZeroContext& ctx, Tier staging);
 absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z, Tier staging);
+// `written_during_backward`: write() is called from another thread while
+// the gathers read.
 absl::StatusOr<std::unique_ptr<ParamStore>> offloaded_params(ZeroContext& ctx, const ZeroConfig& z,
-                                                             ShardStoreSettings settings);
+                                                             ShardStoreSettings settings, bool written_during_backward);
 
 }  // namespace zerod

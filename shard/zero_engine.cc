@@ -80,6 +80,10 @@ absl::Status ZeroEngine::create_stores() {
                       (optimizer_on_host_ && !ctx_.device.host_visible()) || (undoable_ && states_in_file);
   const int rank = ctx_.comm.rank();
   const Tier staging = offload_buffer_tier(off, ctx_.device);
+  // At stages 2 and 3 an offloaded optimizer's gradients are added on the
+  // host thread of their store (host_grads, file_grads), which can update
+  // each unit as it is complete.
+  during_backward_ = z.stage >= 2 && optimizer_on_host_ && (undoable_ || !settings_.factor_after_backward);
 
   // The disks are checked before anything is allocated.
   const std::vector<int64_t>& chunks = ctx_.part.chunks();
@@ -103,7 +107,8 @@ absl::Status ZeroEngine::create_stores() {
     ZEROD_ASSIGN_OR_RETURN(params_, replicated_params(ctx_, staging));
   } else if (params_offloaded) {
     const std::string file = params_in_file ? swap_file_path(*off_param.nvme_path, "params", rank) : "";
-    ZEROD_ASSIGN_OR_RETURN(params_, offloaded_params(ctx_, z, store_settings(off_param, Category::kParams, file)));
+    ZEROD_ASSIGN_OR_RETURN(
+        params_, offloaded_params(ctx_, z, store_settings(off_param, Category::kParams, file), during_backward_));
   } else {
     ZEROD_ASSIGN_OR_RETURN(params_, sharded_params(ctx_, z, staging));
   }
@@ -213,10 +218,6 @@ OptimizerState::MasterOut ZeroEngine::working_copy_writer() {
 void ZeroEngine::zero_grads() {
   grads_->zero();
   summed_.assign(ctx_.part.num_units(), false);
-}
-
-bool ZeroEngine::updates_during_backward() const {
-  return grads_->adds_on_host_thread() && params_->in_memory() && (undoable_ || !settings_.factor_after_backward);
 }
 
 void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batches, float grad_factor) {

@@ -75,11 +75,11 @@ class ZeroEngine {
   // A step with no update (an fp16 overflow, or one that fails): an update
   // begun during backward is undone.
   absl::Status skip_optimizer();
-  // Whether the update can run during the last micro-batch's backward: the
-  // optimizer on the host, gradients added there as they arrive, parameters
-  // in memory (not a store backward reads from); and, where the factor is
-  // known only after backward, super_offload set.
-  bool updates_during_backward() const;
+  // Whether the update runs during the last micro-batch's backward: at
+  // stage 2 or 3 with the optimizer on the host, gradients added there as
+  // they arrive; and, where the factor is known only after backward,
+  // super_offload set.
+  bool updates_during_backward() const { return during_backward_; }
   // After zero_grads: each unit's part of the update (lr, `step`, gradients
   // times grad_factor) runs on the host as soon as the unit's gradients of
   // all `micro_batches` are reduced, while backward goes on. The result is
@@ -170,6 +170,7 @@ class ZeroEngine {
   // Updates during backward keep what they overwrite (super_offload, with
   // a factor known only after backward).
   bool undoable_ = false;
+  bool during_backward_ = false;  // updates_during_backward()
   bool updating_during_backward_ = false;
   float factor_during_backward_ = 1.0f;
   std::atomic<int64_t> units_updated_in_backward_{0};  // counted on the host thread

@@ -62,13 +62,15 @@ TEST(GpuTierRanks, StagedExchangeGivesTheBitsOfTheCpuRunOverMpi) {
   // Without clipping, stages 2 and 3 update each unit on the host during
   // backward, its states in memory or streamed from a file; with clipping
   // too under super_offload (states in memory or a file), undone where it
-  // clips. The reference runs
-  // without offload.
+  // clips; with offloaded parameters the host thread writes them. The
+  // reference runs without the optimizer's offload.
   const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
   const std::vector<std::vector<std::string>> offloads = {
       {},
       {"zero_optimization.offload_optimizer.device=\"cpu\""},
       {"zero_optimization.offload_param.device=\"cpu\""},
+      {"zero_optimization.offload_param.device=\"cpu\"", "zero_optimization.offload_optimizer.device=\"cpu\"",
+       "gradient_clipping=0"},
       {"zero_optimization.offload_optimizer.device=\"cpu\"", "gradient_clipping=0"},
       {"zero_optimization.offload_optimizer.device=\"cpu\"", super},
       {"zero_optimization.offload_optimizer.device=\"nvme\"", "gradient_clipping=0",

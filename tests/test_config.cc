@@ -356,7 +356,7 @@ TEST(ConfigValues, ZeroSettingsOutsideTheirStagesAreRefused) {
 }
 
 // super_offload acts where the host updates units during backward: stage 2
-// or 3, the optimizer offloaded to cpu or nvme, the parameters in memory.
+// or 3, the optimizer offloaded to cpu or nvme (the parameters anywhere).
 TEST(ConfigValues, SuperOffloadOnlyWhereTheHostUpdatesDuringBackward) {
   const json host_update = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}, {"super_offload", true}}}};
   json j = minimal();
@@ -366,9 +366,10 @@ TEST(ConfigValues, SuperOffloadOnlyWhereTheHostUpdatesDuringBackward) {
   EXPECT_TRUE(parse_ok(j).zero.offload_optimizer.super_offload);
   j["zero_optimization"]["offload_optimizer"].merge_patch({{"device", "nvme"}, {"nvme_path", "/tmp"}});
   EXPECT_TRUE(parse_ok(j).zero.offload_optimizer.super_offload);
+  j["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
+  EXPECT_TRUE(parse_ok(j).zero.offload_optimizer.super_offload);
   const std::string why = "zero_optimization.offload_optimizer.super_offload: needs stage 2 or 3";
-  for (const json& bad : {json{{"stage", 1}}, json{{"offload_optimizer", {{"device", "none"}}}},
-                          json{{"stage", 3}, {"offload_param", {{"device", "cpu"}}}}}) {
+  for (const json& bad : {json{{"stage", 1}}, json{{"offload_optimizer", {{"device", "none"}}}}}) {
     j = minimal();
     j["zero_optimization"] = host_update;
     j["zero_optimization"].merge_patch(bad);

@@ -121,9 +121,17 @@ TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSam
       {{"zero_optimization.stage=2", "gradient_clipping=3.0", "optimizer.type=\"AdamW8bit\"", super, buffers(2)},
        "nvme",
        true},
+      // The parameters offloaded too: each unit's new values written to
+      // their store by the host thread while backward reads others.
+      {joined({"zero_optimization.stage=3", "gradient_clipping=0"}, params_on("cpu")), "cpu", true},
+      {joined({"zero_optimization.stage=3", "gradient_clipping=0"}, params_on("nvme")), "nvme", true},
+      {joined({"zero_optimization.stage=3", "gradient_clipping=3.0", super}, params_on("nvme")), "cpu", true},
+      {joined(joined({"zero_optimization.stage=3", "gradient_clipping=3.0", super}, fp16), params_on("cpu")), "nvme",
+       true},
       // Layers of 786K elements, copied to the host in two parts.
       {joined({"zero_optimization.stage=2", "gradient_clipping=0"}, wide), "cpu", true},
       {joined({"zero_optimization.stage=3", "gradient_clipping=0"}, wide), "nvme", true},
+      {joined(joined({"zero_optimization.stage=3", "gradient_clipping=0"}, wide), params_on("nvme")), "nvme", true},
   };
   for (const Case& c : cases) {
     std::string name = c.device + ": ";
@@ -132,6 +140,7 @@ TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSam
     const std::vector<std::string> base = joined(c.overrides, {"run.steps=6"});
     std::vector<std::string> plain = base;
     std::erase(plain, super);
+    std::erase_if(plain, [](const std::string& k) { return k.starts_with("zero_optimization.offload_param"); });
     MemoryAccountant cpu_acct;
     CpuDevice cpu(cpu_acct);
     const testing::TrainedRun ref = testing::train_to_end(config(plain), nullptr, cpu);

@@ -118,6 +118,9 @@ TEST_F(OffloadTest, ParamsOnCpuOrNvmeAreBitwiseTheInMemoryRun) {
       {},  // fp32: the masters are kept apart from the parameters only because those are offloaded
       {"bf16.enabled=true"},
       {"fp16.enabled=true", "optimizer.type=AdamW8bit"},
+      // Without clipping an offloaded optimizer updates each unit during
+      // backward, and the host thread writes its new parameters.
+      {"bf16.enabled=true", "gradient_clipping=0"},
       // Embeddings larger than a layer: they go through the window's large buffer.
       {"bf16.enabled=true", "model.preset=\"custom\"", "model.n_layer=3", "model.n_embd=32", "model.n_head=2",
        "model.vocab_size=2048", "model.block_size=32"},
@@ -157,7 +160,10 @@ TEST_F(OffloadTest, ParamsOnCpuOrNvmeAreBitwiseTheInMemoryRun) {
 
 // The shard leaves host memory for its tier; what stays is the window:
 // buffer_count buffers of a layer's chunk and one for the larger embedding
-// chunk, each a page-padded record.
+// chunk, each a page-padded record. Where the host writes units during
+// backward (the optimizer on the host, no clipping) its writer has two
+// buffers and a large one more, beside the two buffers the host thread
+// adds reduced chunks from.
 TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
   const std::vector<std::string> model = {"bf16.enabled=true", "zero_optimization.stage=3",
                                           "model.preset=\"custom\"", "model.n_layer=3", "model.n_embd=32",
@@ -185,16 +191,22 @@ TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
     params_in_memory = host(Category::kParams);
     EXPECT_EQ(host(Category::kOffload), 0);
   }
-  for (const std::string device : {"cpu", "nvme"}) {
-    SCOPED_TRACE(device);
-    auto t = testing::make_trainer(make_config(joined(model, params_on(device, 3))));
+  const std::vector<std::string> during_backward = {"zero_optimization.offload_optimizer.device=\"cpu\"",
+                                                    "gradient_clipping=0"};
+  const int64_t writer = 2 * record(part.chunk(1)) + record(part.chunk(0));
+  const int64_t arrivals = 2 * std::ranges::max(part.chunks()) * 4;
+  for (const auto& [device, written_in_backward] :
+       {std::pair{"cpu", false}, std::pair{"nvme", false}, std::pair{"nvme", true}}) {
+    SCOPED_TRACE(::testing::Message() << device << (written_in_backward ? ", written during backward" : ""));
+    auto t = testing::make_trainer(make_config(joined(
+        joined(model, params_on(device, 3)), written_in_backward ? during_backward : std::vector<std::string>{})));
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE((*t)->step().ok());
     const int64_t on_nvme = acct.current(Tier::kNvme, Category::kParams);
     EXPECT_EQ(host(Category::kParams) + (buffers == Tier::kHost ? 0 : in_buffers(Category::kParams)),
-              params_in_memory - part.shard_numel() * 2 + (device == "cpu" ? records : 0));
-    EXPECT_EQ(on_nvme, device == "nvme" ? records : 0);
-    EXPECT_EQ(in_buffers(Category::kOffload), window);
+              params_in_memory - part.shard_numel() * 2 + (device == std::string("cpu") ? records : 0));
+    EXPECT_EQ(on_nvme, device == std::string("nvme") ? records : 0);
+    EXPECT_EQ(in_buffers(Category::kOffload), window + (written_in_backward ? writer + arrivals : 0));
   }
   EXPECT_EQ(acct.current(Tier::kNvme, Category::kParams), 0u);
   EXPECT_EQ(in_buffers(Category::kOffload), 0);
@@ -468,6 +480,9 @@ TEST_F(OffloadTest, IoFaultsStopTheRunWithTheFileAndOffsetNamed) {
       {"params: a short write, then disk full", params_on("nvme", 2), "zerod-params-rank00000", kShortWriteThenDiskFull,
        "No space left on device"},
       {"params: EIO on read", params_on("nvme", 2), "zerod-params-rank00000", kEioOnRead, "Input/output error"},
+      {"params, written during backward: disk full",
+       joined(params_on("nvme", 2), {"zero_optimization.offload_optimizer.device=\"cpu\"", "gradient_clipping=0"}),
+       "zerod-params-rank00000", kDiskFull, "No space left on device"},
       // At stage 2 without clipping the host thread adds the gradients to
       // their file and updates each unit during backward.
       {"states, updated during backward: disk full on write-back", joined(nvme(10000, 2), during_backward),

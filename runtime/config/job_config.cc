@@ -228,12 +228,10 @@ absl::Status parse_zero(JsonReader r, ZeroConfig& z) {
   ZEROD_RETURN_IF_ERROR(check(z.offload_param.device == OffloadDevice::kNone || z.stage == 3, op, "device",
                               absl::StrCat("offloading parameters needs stage 3, but stage is ", z.stage)));
   // The update runs during backward only where the host adds each unit's
-  // gradients (into memory or a file) and the parameters stay in memory.
-  const bool host_update = z.offload_optimizer.device != OffloadDevice::kNone && z.stage >= 2 &&
-                           z.offload_param.device == OffloadDevice::kNone;
-  ZEROD_RETURN_IF_ERROR(
-      check(!z.offload_optimizer.super_offload || host_update, oo, "super_offload",
-            "needs stage 2 or 3 with offload_optimizer.device \"cpu\" or \"nvme\" and no offload_param"));
+  // gradients (into memory or a file).
+  const bool host_update = z.offload_optimizer.device != OffloadDevice::kNone && z.stage >= 2;
+  ZEROD_RETURN_IF_ERROR(check(!z.offload_optimizer.super_offload || host_update, oo, "super_offload",
+                              "needs stage 2 or 3 with offload_optimizer.device \"cpu\" or \"nvme\""));
   for (const auto& [reader, o] : {std::pair{&oo, &z.offload_optimizer}, std::pair{&op, &z.offload_param}}) {
     ZEROD_RETURN_IF_ERROR(check(o->device != OffloadDevice::kNvme || o->nvme_path.has_value(), *reader, "nvme_path",
                                 "is needed with device \"nvme\""));
