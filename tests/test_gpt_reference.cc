@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "runtime/model/gpt.h"
@@ -213,6 +214,23 @@ TEST(GptLayout, UnitsTileTheBufferAndHoldWholeTensors) {
   EXPECT_EQ(layout.unit_numel(0), (40 + 8) * 16);
   EXPECT_EQ(layout.unit_numel(layout.final_unit()), 2 * 16);
   EXPECT_EQ(layout.offset(kQkvW, 2), layout.unit_begin(3) + 2 * 16);
+}
+
+// gpt_param_count, the formula that checks a claimed shape before any
+// layout is built, counts what the layout holds; gpt2's is the published
+// 124,439,808 and gpt2-xl's 1,557,611,200. Past int64 it saturates.
+TEST(GptLayout, TheParameterCountFormulaIsTheLayoutsCount) {
+  for (const char* preset : {"gpt2-tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}) {
+    SCOPED_TRACE(preset);
+    const GptConfig c = *gpt_preset(preset);
+    EXPECT_EQ(gpt_param_count(c), GptLayout(c).num_params());
+  }
+  const GptConfig odd{3, 2, 6, 7, 5};
+  EXPECT_EQ(gpt_param_count(odd), GptLayout(odd).num_params());
+  EXPECT_EQ(gpt_param_count(*gpt_preset("gpt2")), 124439808);
+  EXPECT_EQ(gpt_param_count(*gpt_preset("gpt2-xl")), 1557611200);
+  const int big = std::numeric_limits<int>::max();
+  EXPECT_EQ(gpt_param_count({big, 1, big, big, big}), std::numeric_limits<int64_t>::max());
 }
 
 TEST(GptLayout, AnyRangeInitialisesAsTheWholeBuffer) {

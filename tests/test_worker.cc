@@ -5,14 +5,15 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "runtime/core/gpu_memory.h"
+#include "runtime/core/whole_file.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/worker.h"
 #include "tests/temp_dir.h"
@@ -134,6 +135,63 @@ TEST_F(WorkerTest, ACheckpointThatDoesNotFitIsRefusedWithExit2) {
   other["run"]["resume"] = path("ck/step-00000003");
   other["model"]["n_layer"] = 3;
   EXPECT_NE(refused(other).find("'model'"), std::string::npos);
+}
+
+// A manifest edited by hand, its fields of the wrong JSON type or its model
+// claiming more than the shard files hold, is refused by resume and by
+// export with exit 2 and the file and field named, before anything the
+// claimed shape needs is allocated (2^30 layers of gpt2-tiny would be 50
+// TB; 2^20 would be 50 GB).
+TEST_F(WorkerTest, AManifestOfTheWrongShapeIsRefusedByResumeAndExport) {
+  const nlohmann::json j = checkpointed_job(path("ck"));
+  ASSERT_EQ(run({"--config", job(j)}).code, kExitOk);
+  const std::string saved = path("ck/step-00000003");
+  const nlohmann::json manifest = nlohmann::json::parse(*read_whole_file(saved + "/manifest.json"));
+  struct Edit {
+    std::string what;
+    std::function<void(nlohmann::json&)> edit;
+    std::string message;
+  };
+  const std::vector<Edit> edits = {
+      {"format a number", [](nlohmann::json& m) { m["format"] = 5; }, "not a zerod checkpoint manifest"},
+      {"version a string", [](nlohmann::json& m) { m["version"] = "1"; }, "format version \"1\""},
+      {"no tensors", [](nlohmann::json& m) { m.erase("tensors"); }, "'tensors' is missing"},
+      {"2^30 layers", [](nlohmann::json& m) { m["model"]["n_layer"] = 1 << 30; }, "'model' claims"},
+      {"2^20 layers", [](nlohmann::json& m) { m["model"]["n_layer"] = 1 << 20; }, "'model' claims"},
+  };
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.what);
+    const std::string dir = path("edited");
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(saved, dir);
+    nlohmann::json m = manifest;
+    e.edit(m);
+    write("edited/manifest.json", m.dump());
+    nlohmann::json resume = j;
+    resume["run"]["checkpoint"]["dir"] = path("ck-resumed");
+    resume["run"]["resume"] = dir;
+    const std::string err = refused(resume);
+    EXPECT_NE(err.find(dir + "/manifest.json: " + e.message), std::string::npos) << err;
+    const Result x = run({"export", "--checkpoint", dir, "--out", path("hf")});
+    EXPECT_EQ(x.code, kExitBadInput) << x.err;
+    EXPECT_NE(x.err.find(dir + "/manifest.json: " + e.message), std::string::npos) << x.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path("hf/model.safetensors")));
+}
+
+// With --log-format json every line is JSON whatever bytes a message
+// carries: a `latest` that is not UTF-8 becomes U+FFFD in the error event.
+TEST_F(WorkerTest, JsonErrorsStayJsonForAnyMessageBytes) {
+  nlohmann::json j = checkpointed_job(path("ck"));
+  ASSERT_EQ(run({"--config", job(j)}).code, kExitOk);
+  write("ck/latest", "\xff\xfe step");
+  j["run"]["resume"] = "latest";
+  const Result r = run({"--config", job(j)});
+  EXPECT_EQ(r.code, kExitBadInput) << r.err;
+  const auto errors = of_kind(events(r.out), "error");
+  ASSERT_EQ(errors.size(), 1u) << r.out;
+  EXPECT_NE(errors[0]["message"].get<std::string>().find("\xef\xbf\xbd\xef\xbf\xbd step"), std::string::npos)
+      << errors[0];
 }
 
 TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {

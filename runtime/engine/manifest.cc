@@ -1,6 +1,7 @@
 #include "runtime/engine/manifest.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -84,11 +85,14 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
   c.json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   const nlohmann::json& m = c.json;
   const auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(c.path, ": ", why)); };
-  if (!m.is_object() || m.value("format", "") != "zerod-checkpoint") return bad("not a zerod checkpoint manifest");
-  if (m.value("version", 0) != kManifestVersion) {
-    return bad(absl::StrCat("format version ", m.value("version", nlohmann::json()).dump(), " is not ",
-                            kManifestVersion, ", the one this build reads"));
+  // Compared as JSON values, so a field of another type is a mismatch, not an exception.
+  const auto field = [&](const char* key) { return m.is_object() && m.contains(key) ? m[key] : nlohmann::json(); };
+  if (field("format") != "zerod-checkpoint") return bad("not a zerod checkpoint manifest");
+  if (field("version") != kManifestVersion) {
+    return bad(absl::StrCat("format version ", field("version").dump(), " is not ", kManifestVersion,
+                            ", the one this build reads"));
   }
+  if (!field("tensors").is_array()) return bad("'tensors' is missing or not a list");
   try {
     const nlohmann::json& model = m.at("model");
     c.model = {model.at("n_layer").get<int>(), model.at("n_head").get<int>(), model.at("n_embd").get<int>(),
@@ -121,6 +125,19 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
       }
       c.files.push_back(
           {absl::StrCat(dir, "/", name), list[r].at("crc32c").get<uint32_t>(), list[r].at("bytes").get<uint64_t>()});
+    }
+    // The shard files hold every parameter, in 2 bytes at least: a shape
+    // they cannot hold is refused before its layout is built.
+    uint64_t stored = 0;
+    for (const ManifestFile& f : c.files) {
+      std::error_code ec;
+      const uintmax_t bytes = std::filesystem::file_size(f.path, ec);
+      if (ec) return absl::NotFoundError(absl::StrCat(f.path, ": ", ec.message()));
+      stored += bytes;
+    }
+    if (const int64_t n = gpt_param_count(c.model); uint64_t(n) > stored / 2) {
+      return bad(
+          absl::StrCat("'model' claims ", n, " parameters, more than its shard files' ", stored, " bytes can hold"));
     }
   } catch (const nlohmann::json::exception& e) {
     return bad(absl::StrCat("missing or mistyped field: ", e.what()));

@@ -1,5 +1,7 @@
 #include "runtime/model/gpt_config.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace zerod {
@@ -32,6 +34,15 @@ absl::Status validate_gpt_config(const GptConfig& c) {
                                                    ") must be divisible by model.n_head (", c.n_head, ")"));
   }
   return absl::OkStatus();
+}
+
+int64_t gpt_param_count(const GptConfig& c) {
+  // wte, wpe, and per layer two LayerNorms (4C), c_attn (3C² + 3C),
+  // attn.c_proj (C² + C), c_fc (4C² + 4C), mlp.c_proj (4C² + C); ln_f (2C).
+  const __int128 C = c.n_embd;
+  const __int128 n =
+      __int128(c.vocab_size) * C + __int128(c.block_size) * C + c.n_layer * (12 * C * C + 13 * C) + 2 * C;
+  return n > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(n);
 }
 
 }  // namespace zerod

@@ -20,5 +20,9 @@ struct GptConfig {
 absl::StatusOr<GptConfig> gpt_preset(const std::string& name);
 // Positive sizes, n_embd divisible by n_head.
 absl::Status validate_gpt_config(const GptConfig& c);
+// The parameters of a GPT-2 of this shape (a valid one), counted without
+// building its layout, so that a claimed shape can be checked against the
+// bytes that hold it before anything is allocated; INT64_MAX past that.
+int64_t gpt_param_count(const GptConfig& c);
 
 }  // namespace zerod

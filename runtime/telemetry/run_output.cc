@@ -61,7 +61,11 @@ nlohmann::json memory_peak_json(const MemoryPeaks& peaks) {
   return j;
 }
 
-void RunOutput::line(const nlohmann::json& event) { out_ << event.dump() << "\n" << std::flush; }
+// Messages may carry bytes from outside (a path, a file's contents) that
+// are not UTF-8: they become U+FFFD, so every line stays JSON.
+void RunOutput::line(const nlohmann::json& event) {
+  out_ << event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
+}
 
 void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device) {
   const OptimizerConfig& o = cfg.optimizer;
