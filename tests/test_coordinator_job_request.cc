@@ -74,6 +74,9 @@ TEST_F(JobRequestTest, RefusesMalformedJson) {
   EXPECT_NE(refusal(r).find("the config is not valid JSON"), std::string::npos);
   r.set_config_json("[1, 2]");
   EXPECT_EQ(refusal(r), "the config is not a JSON object");
+  // A key given twice: the service and the worker must not read different values.
+  r.set_config_json(R"({"model": {"preset": "gpt2-tiny"}, "train_batch_size": 4, "train_batch_size": 8})");
+  EXPECT_EQ(refusal(r), "the config is not valid JSON: duplicate key 'train_batch_size' in the top level");
 }
 
 TEST_F(JobRequestTest, ConfigErrorsAreZeroWorkersOwn) {

@@ -251,6 +251,9 @@ TEST_F(HfGpt2Test, RefusesBadWeightFiles) {
   fs::copy_file(path("hf/model.safetensors"), path("other/model.safetensors"));
   write("other/config.json", R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 64})");
   expect_refused(path("other/model.safetensors"), "other/config.json: 'n_layer' is 12 but the job's model has 2");
+  write("other/config.json", R"({"model_type": "gpt2", "n_layer": 12, "n_layer": 2, "n_embd": 64})");
+  expect_refused(path("other/model.safetensors"),
+                 "other/config.json is not valid JSON: duplicate key 'n_layer' in the top level");
   // Not a safetensors file; no file.
   fs::create_directories(path("junk"));
   write("junk/model.safetensors", "not a weights file at all");

@@ -134,7 +134,17 @@ TEST_F(SafetensorsTest, RefusesBrokenFilesNamingTheFileAndTensor) {
     bytes[0] = 100;  // a header of 100 bytes in an 8+3 byte file
     expect_refused(write("longheader", bytes + "{}x"), "header length 100");
   }
-  expect_refused(handmade("notjson", "{not json", ""), "not a JSON object");
+  expect_refused(handmade("notjson", "{not json", ""), "notjson: the header is not valid JSON");
+  expect_refused(handmade("notobject", "[1]", ""), "header is not a JSON object");
+  // Keys given twice: nlohmann would keep the last of each.
+  expect_refused(handmade("twice",
+                          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":)"
+                          R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                          std::string(8, 'x')),
+                 "duplicate key 'a' in the top level");
+  expect_refused(handmade("twice_dtype", R"({"a":{"dtype":"F32","shape":[2],"dtype":"I8","data_offsets":[0,8]}})",
+                          std::string(8, 'x')),
+                 "duplicate key 'dtype' in a");
   expect_refused(handmade("f64", R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", std::string(8, 'x')),
                  "tensor 'a' has dtype F64");
   expect_refused(handmade("size", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, 'x')),

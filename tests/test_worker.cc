@@ -179,6 +179,32 @@ TEST_F(WorkerTest, AManifestOfTheWrongShapeIsRefusedByResumeAndExport) {
   EXPECT_FALSE(std::filesystem::exists(path("hf/model.safetensors")));
 }
 
+// A key given twice in any JSON the worker reads (nlohmann would keep the
+// last) is refused with exit 2, the file and the object named: the config
+// file, a --set value, a checkpoint's manifest.
+TEST_F(WorkerTest, ADuplicateKeyInAnyJsonItReadsIsRefused) {
+  const std::string text = small_job().dump();
+  ASSERT_EQ(text.front(), '{');
+  const std::string twice = write("twice.json", "{\"train_batch_size\": 8, " + text.substr(1));
+  Result r = run({"--config", twice});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(
+      r.err.find("config file '" + twice + "' is not valid JSON: duplicate key 'train_batch_size' in the top level"),
+      std::string::npos)
+      << r.err;
+  r = run({"--config", job(small_job()), "--set", "optimizer.params={\"lr\": 0.1, \"lr\": 0.2}"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_NE(r.err.find("is not valid JSON: duplicate key 'lr' in the top level"), std::string::npos) << r.err;
+
+  nlohmann::json j = checkpointed_job(path("ck"));
+  ASSERT_EQ(run({"--config", job(j)}).code, kExitOk);
+  const std::string manifest = path("ck/step-00000003/manifest.json");
+  const std::string saved = *read_whole_file(manifest);
+  write("ck/step-00000003/manifest.json", "{\"step\": 99, " + saved.substr(1));
+  j["run"]["resume"] = path("ck/step-00000003");
+  EXPECT_NE(refused(j).find(manifest + " is not valid JSON: duplicate key 'step' in the top level"), std::string::npos);
+}
+
 // With --log-format json every line is JSON whatever bytes a message
 // carries: a `latest` that is not UTF-8 becomes U+FFFD in the error event.
 TEST_F(WorkerTest, JsonErrorsStayJsonForAnyMessageBytes) {

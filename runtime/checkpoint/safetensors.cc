@@ -8,12 +8,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <utility>
-
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/output_file.h"
+#include "runtime/core/strict_json.h"
 
 namespace zerod {
 namespace {
@@ -106,7 +106,9 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::open(const std::string& pat
   }
   std::string header(n, '\0');
   if (::pread(r.fd_, header.data(), n, 8) != static_cast<ssize_t>(n)) return errno_error("cannot read the header of", path);
-  const nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = parse_strict_json(header, absl::StrCat(path, ": the header"));
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& j = *parsed;
   if (!j.is_object()) return bad(path, "header is not a JSON object");
   r.data_start_ = 8 + n;
   const uint64_t data_size = size - r.data_start_;

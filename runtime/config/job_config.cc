@@ -1,9 +1,9 @@
 #include "runtime/config/job_config.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "runtime/config/json_reader.h"
+#include "runtime/core/strict_json.h"
 #include "runtime/core/whole_file.h"
 
 namespace zerod {
@@ -299,7 +299,11 @@ absl::Status apply_override(nlohmann::json& root, const std::string& assignment)
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
   nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;  // bare words are strings: --set model.preset=gpt2
+  if (value.is_discarded()) {
+    value = text;  // bare words are strings: --set model.preset=gpt2
+  } else {
+    ZEROD_ASSIGN_OR_RETURN(value, parse_strict_json(text, absl::StrCat("--set '", assignment, "'")));
+  }
   nlohmann::json* node = &root;
   std::vector<std::string> keys = absl::StrSplit(path, '.');
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -372,12 +376,7 @@ absl::StatusOr<JobConfig> load_job_config(const std::string& path, const std::ve
                                           int world_size) {
   const std::optional<std::string> text = read_whole_file(path);
   if (!text) return absl::NotFoundError(absl::StrCat("config file '", path, "' cannot be opened"));
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(*text);  // the exception carries the error's position
-  } catch (const nlohmann::json::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is not valid JSON: ", e.what()));
-  }
+  ZEROD_ASSIGN_OR_RETURN(nlohmann::json root, parse_strict_json(*text, absl::StrCat("config file '", path, "'")));
   for (const std::string& o : overrides) ZEROD_RETURN_IF_ERROR(apply_override(root, o));
   auto cfg = parse_job_config(root, world_size);
   if (!cfg.ok()) {

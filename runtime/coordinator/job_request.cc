@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "runtime/config/job_config.h"
+#include "runtime/core/strict_json.h"
 
 namespace zerod {
 namespace fs = std::filesystem;
@@ -84,12 +85,9 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
   if (!std::isfinite(r.hang_timeout_s()) || r.hang_timeout_s() < 0) {
     return bad("hang_timeout_s is a number of seconds, 0 or more (0: zerod's default)");
   }
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(req.config_json());  // the exception carries the error's position
-  } catch (const nlohmann::json::parse_error& e) {
-    return bad(absl::StrCat("the config is not valid JSON: ", e.what()));
-  }
+  absl::StatusOr<nlohmann::json> parsed = parse_strict_json(req.config_json(), "the config");
+  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
+  nlohmann::json& root = *parsed;
   if (!root.is_object()) return bad("the config is not a JSON object");
   // Defaults first, so the config checked is the one that runs.
   nlohmann::json& run = root["run"];

@@ -1,14 +1,13 @@
 #include "runtime/coordinator/zeroctl.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <iomanip>
 #include <sstream>
-
-#include <CLI/CLI.hpp>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,8 +18,9 @@
 #include "runtime/config/job_config.h"
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/job_store.h"
-#include "runtime/core/whole_file.h"
 #include "runtime/core/exit_codes.h"
+#include "runtime/core/strict_json.h"
+#include "runtime/core/whole_file.h"
 
 namespace zerod {
 namespace {
@@ -209,7 +209,9 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
     v1::SubmitJobRequest req;
     req.set_config_json(*text);
     if (!overrides.empty()) {
-      nlohmann::json root = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+      absl::StatusOr<nlohmann::json> parsed = parse_strict_json(*text, absl::StrCat("config file '", config_path, "'"));
+      if (!parsed.ok()) return fail(kExitBadInput, std::string(parsed.status().message()));
+      nlohmann::json& root = *parsed;
       if (!root.is_object()) return fail(kExitBadInput, absl::StrCat("config file '", config_path, "' is not a JSON object"));
       for (const std::string& o : overrides) {
         if (absl::Status s = apply_override(root, o); !s.ok()) return fail(kExitBadInput, std::string(s.message()));

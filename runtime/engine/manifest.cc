@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/crc32c.h"
+#include "runtime/core/strict_json.h"
 #include "runtime/core/whole_file.h"
 
 namespace zerod {
@@ -82,7 +83,9 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
   c.path = dir + "/manifest.json";
   const std::optional<std::string> text = read_whole_file(c.path);
   if (!text) return absl::NotFoundError(absl::StrCat("no checkpoint manifest at ", c.path));
-  c.json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = parse_strict_json(*text, c.path);
+  if (!parsed.ok()) return parsed.status();
+  c.json = *std::move(parsed);
   const nlohmann::json& m = c.json;
   const auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(c.path, ": ", why)); };
   // Compared as JSON values, so a field of another type is a mismatch, not an exception.

@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
-
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
-#include "runtime/kernels/kernels.h"
+#include "runtime/core/strict_json.h"
 #include "runtime/core/whole_file.h"
+#include "runtime/kernels/kernels.h"
 
 namespace zerod {
 namespace {
@@ -46,7 +46,7 @@ absl::Status check_hf_config(const std::string& path, const GptConfig& m) {
   const std::string file = (std::filesystem::path(path).parent_path() / "config.json").string();
   const std::optional<std::string> text = read_whole_file(file);
   if (!text) return absl::OkStatus();
-  const nlohmann::json c = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  ZEROD_ASSIGN_OR_RETURN(const nlohmann::json c, parse_strict_json(*text, file));
   if (!c.is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
   const std::pair<const char*, int> want[] = {{"n_layer", m.n_layer},       {"n_head", m.n_head},
                                               {"n_embd", m.n_embd},         {"vocab_size", m.vocab_size},
