@@ -417,7 +417,7 @@ TEST_F(TrainerCheckpointTest, RefusesBadCheckpointsAndChangesNothing) {
   write("ckpt/step-00000002/manifest.json", "{\"format\": \"zerod-checkpoint\", \"version\": 99}");
   expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "format version 99 is not 1");
   write("ckpt/step-00000002/manifest.json", "not json");
-  expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "not a zerod checkpoint manifest");
+  expect_refused(ckpt, absl::StatusCode::kInvalidArgument, "manifest.json is not valid JSON");
 }
 
 }  // namespace
