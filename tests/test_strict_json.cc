@@ -36,6 +36,8 @@ TEST(StrictJson, ADuplicateKeyIsRefusedWithItsPath) {
             "job.json is not valid JSON: duplicate key 'dir' in run.checkpoint");
   EXPECT_EQ(refusal(R"({"optimizer": {"betas": [{"x": 1, "x": 1}]}})"),
             "job.json is not valid JSON: duplicate key 'x' in optimizer.betas");
+  // The empty key is a key like any other.
+  EXPECT_EQ(refusal(R"({"": 1, "": 2})"), "job.json is not valid JSON: duplicate key '' in the top level");
   // After a nested object closes, its keys are not the outer object's.
   EXPECT_EQ(refusal(R"({"a": {"b": 1}, "b": 2, "a": 3})"),
             "job.json is not valid JSON: duplicate key 'a' in the top level");

@@ -26,11 +26,11 @@ absl::StatusOr<nlohmann::json> parse_strict_json(const std::string& text, const 
   };
   std::vector<Open> open;
   auto path = [&] {
+    // The keys that lead to the innermost object, the one holding the duplicate.
     std::vector<std::string> names;
-    for (const Open& o : open) {
-      if (o.object && !o.key.empty()) names.push_back(o.key);
+    for (size_t i = 0; i + 1 < open.size(); ++i) {
+      if (open[i].object) names.push_back(open[i].key);
     }
-    names.pop_back();  // the duplicate itself
     return names.empty() ? std::string("the top level") : absl::StrJoin(names, ".");
   };
   const nlohmann::json::parser_callback_t check = [&](int, Event event, nlohmann::json& parsed) {
