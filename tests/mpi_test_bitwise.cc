@@ -5,7 +5,9 @@
 // equal tests/fixtures/bitwise_np<N>.json.
 //
 // The fixtures hold the training of the engine as it stood before the
-// device seam (commit 190f2d0); refactors of the engine must not move a bit.
+// device seam (commit 190f2d0), the gradient norms re-recorded when the sum
+// of squares took its lanes' order (cpu_kernels.h); refactors of the engine
+// must not move a bit.
 // ctest runs this with one OpenMP thread and OpenBLAS's Haswell kernels, so
 // the numbers do not depend on the machine's core count or instruction set.
 //

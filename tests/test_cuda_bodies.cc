@@ -56,6 +56,17 @@ auto lanes_reduce(int lanes, F partial, Op op) {
   for (int lane = 1; lane < lanes; ++lane) v = op(v, partial(lane));
   return v;
 }
+// A block of kSquaresLanes lanes summing as reduce.cuh's block_tree_reduce
+// does: each tree level over the lanes below its stride.
+template <class F>
+double block_tree_sum(F partial) {
+  std::vector<double> lanes(cpu::kSquaresLanes);
+  for (int l = 0; l < cpu::kSquaresLanes; ++l) lanes[l] = partial(l);
+  for (int stride = cpu::kSquaresLanes / 2; stride > 0; stride /= 2) {
+    for (int l = 0; l < stride; ++l) lanes[l] = lanes[l] + lanes[l + stride];
+  }
+  return lanes[0];
+}
 const auto kMax = [](auto a, auto b) { return a > b ? a : b; };
 const auto kSum = [](auto a, auto b) { return a + b; };
 
@@ -262,15 +273,17 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
   for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(glosses[r], losses[r], 1e-12 * losses[r]) << r;
   expect_close(glogits, logits, 1e-6f, "dlogits");
 
-  // Three chunks, the last one partial.
+  // Three chunks, the last one partial, each on a block of kSquaresLanes
+  // lanes, then the partials on one block.
   const int64_t n = 2 * cpu::kSquaresChunk + 1234;
   const auto x = randn(n, 21);
   const int64_t chunks = (n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk;
   ASSERT_EQ(chunks, 3);
   std::vector<double> partial(chunks);
-  for_each_index(chunks, [&](int64_t c) { partial[c] = cuda::sum_squares_chunk(c, x.data(), n); });
-  double total = 0.0;
-  for (double p : partial) total += p;
+  for_each_index(chunks, [&](int64_t c) {
+    partial[c] = block_tree_sum([&](int l) { return cuda::squares_lane(x.data(), n, c, l); });
+  });
+  const double total = block_tree_sum([&](int l) { return cuda::squares_partials_lane(partial.data(), chunks, l); });
   EXPECT_EQ(total, cpu::sum_squares(x.data(), n));
 }
 

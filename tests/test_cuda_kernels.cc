@@ -219,11 +219,18 @@ TEST_F(CudaTable, CastsAndSumsAreTheCpusBitForBit) {
   std::vector<double> out(2);
   double* g_out = up(out);
   k_->sum(s(), up(d), int64_t(d.size()), g_out);
-  const auto big = randn(3 * (int64_t{1} << 16) + 5, 51);
-  k_->sum_squares(s(), up(big), int64_t(big.size()), g_out + 1);
   const std::vector<double> got = down(g_out, 2);
   EXPECT_EQ(got[0], cpu::sum(d.data(), int64_t(d.size())));
-  EXPECT_EQ(got[1], cpu::sum_squares(big.data(), int64_t(big.size())));
+  // Sums of squares: no chunk, part of one, several, and over 256 chunks
+  // (the partials' lanes wrap).
+  for (int64_t m : {0, 1, 257, 65537, 3 * 65536 + 5, 257 * 65536 + 4097}) {
+    SCOPED_TRACE(m);
+    const auto big = randn(m, 51 + m);
+    std::vector<double> sum(1, -1.0);
+    double* g_sum = up(sum);
+    k_->sum_squares(s(), up(big), m, g_sum);
+    EXPECT_EQ(down(g_sum, 1)[0], cpu::sum_squares(big.data(), m));
+  }
 }
 
 TEST_F(CudaTable, AdamAndEightBitAdamAreTheCpuUpdatesBitForBit) {

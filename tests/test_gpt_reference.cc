@@ -15,6 +15,16 @@ namespace {
 
 using Mat = std::vector<double>;
 
+// ||got - ref|| / ||ref||.
+double relative_l2(const std::vector<float>& got, const Mat& ref) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err += (got[i] - ref[i]) * (got[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(err / norm);
+}
+
 struct NaiveGpt {
   const GptLayout& layout;
   const std::vector<float>& p;
@@ -124,13 +134,8 @@ TEST(GptReference, LogitsAndLossMatchNaiveImplementation) {
   auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data(), rig.device, *rig.kernels);
   std::vector<float> logits(size_t(B) * T * cfg.vocab_size);
   ASSERT_TRUE(model->forward_logits(w, tokens.data(), B, T, logits.data(), /*last_only=*/false).ok());
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err += (logits[i] - ref[i]) * (logits[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
   // fp32 arithmetic against double: relative L2 error far under 1e-5.
-  EXPECT_LT(std::sqrt(err / norm), 1e-5);
+  EXPECT_LT(relative_l2(logits, ref), 1e-5);
 
   std::vector<float> last(size_t(B) * cfg.vocab_size);
   ASSERT_TRUE(model->forward_logits(w, tokens.data(), B, T, last.data(), /*last_only=*/true).ok());
@@ -153,6 +158,32 @@ TEST(GptReference, LogitsAndLossMatchNaiveImplementation) {
   FlatGrads sink(&model->layout(), grads.data());
   const double loss = *model->forward_backward(w, sink, tokens.data(), targets.data(), B, T, 1.0f);
   EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss);
+}
+
+TEST(GptReference, APassHoldsAnyShapeOfItsTokensAndRefusesMore) {
+  // Made for 2 x 16 tokens: 8 rows of 4 fit, and match the naive model;
+  // 33 tokens, or a row longer than 16, are refused.
+  const GptConfig cfg{2, 4, 32, 50, 16};
+  testing::CpuRig rig;
+  auto model = *Gpt::create(cfg, 2, 16, DType::kF32, false, rig.device, *rig.kernels);
+  ASSERT_EQ(model->max_tokens(), 32);
+  std::vector<float> params(model->layout().num_params());
+  init_gpt_params(model->layout(), 3, params.data());
+  NormalRng rng(4);
+  const int B = 8, T = 4;
+  std::vector<int32_t> tokens(B * T);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % cfg.vocab_size);
+  const Mat ref = NaiveGpt{model->layout(), params}.logits(tokens, B, T);
+  auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data(), rig.device, *rig.kernels);
+  std::vector<float> logits(size_t(B) * T * cfg.vocab_size);
+  ASSERT_TRUE(model->forward_logits(w, tokens.data(), B, T, logits.data(), /*last_only=*/false).ok());
+  EXPECT_LT(relative_l2(logits, ref), 1e-5);
+  std::vector<int32_t> more(40);
+  for (auto [b, t] : {std::pair{11, 3}, std::pair{1, 17}, std::pair{0, 4}}) {
+    const absl::Status s = model->forward_logits(w, more.data(), b, t, logits.data(), /*last_only=*/true);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b << " x " << t;
+    EXPECT_NE(s.message().find("holds 32 tokens a pass, 16 a row"), std::string::npos) << s.message();
+  }
 }
 
 TEST(GptReference, InitialisationFollowsGpt2) {

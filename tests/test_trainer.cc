@@ -1,6 +1,7 @@
 // The training engine end to end on small synthetic jobs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -180,6 +181,34 @@ TEST(Trainer, EightBitAdamWTrainsLikeAdamWInAQuarterOfTheStateMemory) {
   // (measured: 0.6% below).
   EXPECT_LT(q8.final_loss, 1.03 * fp32.final_loss);
   EXPECT_LE(double(q8.optimizer_peak), 0.27 * double(fp32.optimizer_peak));
+}
+
+TEST(Trainer, BatchedGenerationGivesEachPromptsOwnGreedyTokens) {
+  // Prompts of three lengths, more than one pass holds at the longest: each
+  // row's greedy continuation equals that prompt continued alone.
+  const JobConfig cfg = make_config();
+  auto t = *testing::make_trainer(cfg);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(t->step().ok());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 40; ++i) prompts.push_back(std::vector<int32_t>(1 + i % 3 * 5, 10 + i));
+  const int max_new = 6;
+  ASSERT_LT(cfg.micro_batch * cfg.data.seq_len / (11 + max_new - 1), 13) << "the longest prompts take two passes";
+  auto all = t->generate(prompts, max_new, 0, /*stop=*/-1);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = t->generate({prompts[i]}, max_new, 0, -1);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ((*all)[i], (*alone)[0]) << "prompt " << i;
+    EXPECT_EQ((*all)[i].size(), size_t(max_new));
+  }
+  // Cut after the first stop token: a prefix of the uncut row ending in it.
+  const int32_t stop = (*all)[0][1];
+  auto cut = t->generate({prompts[0]}, max_new, 0, stop);
+  ASSERT_TRUE(cut.ok());
+  const auto first = std::find((*all)[0].begin(), (*all)[0].end(), stop);
+  EXPECT_EQ((*cut)[0], std::vector<int32_t>((*all)[0].begin(), first + 1));
+  EXPECT_FALSE(t->generate({{}}, 2, 0).ok()) << "an empty prompt";
 }
 
 TEST(Trainer, DemoLearnsTheSyntheticTask) {

@@ -7,10 +7,11 @@
 # over 989 TFLOP/s, and zerod's ratio to PyTorch in the same round; zerod's
 # figure is the median of its steps after the first, PyTorch's the mean of
 # its timed steps after three warm-up ones).
-#   bench/gpu/train_vs_torch.sh BUILD_DIR OUT [ROUNDS] [SECONDS_PER_RUN]
+#   bench/gpu/train_vs_torch.sh BUILD_DIR OUT [ROUNDS] [SECONDS_PER_RUN] [SHAPE]
+# (SHAPE: gpt2 or gpt2-xl alone)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-build=$1 out=$2 rounds=${3:-2} limit=${4:-150}
+build=$1 out=$2 rounds=${3:-2} limit=${4:-150} only=${5:-}
 mkdir -p "$out"
 log=$out/train_vs_torch.jsonl
 : >"$log"
@@ -19,6 +20,7 @@ shapes=("gpt2 gpt2 12 768 12 16 6" "gpt2-xl gpt2-xl 48 1600 25 8 3")
 for round in $(seq 1 "$rounds"); do
   for shape in "${shapes[@]}"; do
     read -r name preset L C H B steps <<<"$shape"
+    [ -z "$only" ] || [ "$only" = "$name" ] || continue
     # Text data and no sample: nothing but training steps after the last one.
     steps_json=$(timeout "$limit" "$build/cmd/zero-worker" --config examples/gpu_gpt2.json --log-format json \
       --set "model.preset=\"$preset\"" --set train_batch_size=$B --set train_micro_batch_size_per_gpu=$B \

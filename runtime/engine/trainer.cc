@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/profiled_kernels.h"
@@ -137,39 +138,66 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   return r;
 }
 
-absl::StatusOr<std::vector<int32_t>> Trainer::generate(const std::vector<int32_t>& prompt, int max_new,
-                                                       double temperature, int stop) {
+namespace {
+
+// The next token from one row of logits: the largest at temperature 0, else
+// drawn from softmax(logits / temperature) (the row is overwritten).
+int32_t pick_token(float* logits, int V, double temperature, NormalRng& rng) {
+  if (temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  const float mx = *std::max_element(logits, logits + V);
+  double sum = 0;
+  for (int v = 0; v < V; ++v) sum += (logits[v] = static_cast<float>(std::exp((logits[v] - mx) / temperature)));
+  double u = rng.uniform() * sum;
+  for (int v = 0; v < V; ++v) {
+    u -= logits[v];
+    if (u <= 0) return v;
+  }
+  return V - 1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<int32_t>>> Trainer::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                                    int max_new, double temperature, int stop) {
   const int V = cfg_.model.vocab_size, window = model_->max_seq();
-  std::vector<int32_t> seq = prompt;
-  std::vector<float> logits(V);
-  NormalRng rng(sample_rng_state_++);
-  for (int i = 0; i < max_new; ++i) {
-    const int len = std::min<int>(static_cast<int>(seq.size()), window);
-    ZEROD_RETURN_IF_ERROR(model_->forward_logits(zero_->weights(), seq.data() + seq.size() - len, 1, len,
-                                                 logits.data(), /*last_only=*/true));
-    int32_t next = 0;
-    if (temperature <= 0) {
-      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    } else {
-      const float mx = *std::max_element(logits.begin(), logits.end());
-      double sum = 0;
-      for (float& z : logits) sum += (z = static_cast<float>(std::exp((z - mx) / temperature)));
-      double u = rng.uniform() * sum;
-      next = V - 1;
-      for (int v = 0; v < V; ++v) {
-        u -= logits[v];
-        if (u <= 0) {
-          next = v;
-          break;
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  std::map<size_t, std::vector<size_t>> by_length;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) return absl::InvalidArgumentError("generate: an empty prompt");
+    by_length[prompts[i].size()].push_back(i);
+  }
+  // One rng a prompt, drawn in the prompts' order whatever the batching.
+  std::vector<NormalRng> rngs;
+  for (size_t i = 0; i < prompts.size(); ++i) rngs.emplace_back(sample_rng_state_++);
+  for (const auto& [length, ids] : by_length) {
+    // As many rows a pass as the model holds tokens at the longest input.
+    const int longest = static_cast<int>(std::min<int64_t>(int64_t(length) + max_new - 1, window));
+    const size_t rows = static_cast<size_t>(std::max<int64_t>(1, model_->max_tokens() / longest));
+    for (size_t first = 0; first < ids.size(); first += rows) {
+      const int B = static_cast<int>(std::min(rows, ids.size() - first));
+      std::vector<std::vector<int32_t>> seqs;
+      for (int b = 0; b < B; ++b) seqs.push_back(prompts[ids[first + b]]);
+      std::vector<int32_t> tokens;
+      std::vector<float> logits(size_t(B) * V);
+      for (int i = 0; i < max_new; ++i) {
+        const int len = std::min<int>(static_cast<int>(length) + i, window);
+        tokens.clear();
+        for (const auto& s : seqs) tokens.insert(tokens.end(), s.end() - len, s.end());
+        ZEROD_RETURN_IF_ERROR(model_->forward_logits(zero_->weights(), tokens.data(), B, len, logits.data(),
+                                                     /*last_only=*/true));
+        for (int b = 0; b < B; ++b) {
+          seqs[b].push_back(pick_token(logits.data() + size_t(b) * V, V, temperature, rngs[ids[first + b]]));
+        }
+      }
+      for (int b = 0; b < B; ++b) {
+        std::vector<int32_t>& o = out[ids[first + b]];
+        o.assign(seqs[b].begin() + static_cast<int64_t>(length), seqs[b].end());
+        if (stop >= 0) {
+          auto at = std::find(o.begin(), o.end(), stop);
+          if (at != o.end()) o.erase(at + 1, o.end());
         }
       }
     }
-    seq.push_back(next);
-  }
-  std::vector<int32_t> out(seq.begin() + prompt.size(), seq.end());
-  if (stop >= 0) {
-    auto at = std::find(out.begin(), out.end(), stop);
-    if (at != out.end()) out.erase(at + 1, out.end());
   }
   return out;
 }
@@ -192,41 +220,41 @@ std::string to_text(const std::vector<int32_t>& tokens) {
 
 absl::StatusOr<double> Trainer::synthetic_accuracy() {
   if (cfg_.data.kind != DataKind::kSynthetic || data_.heldout.empty()) return -1.0;
-  // Rank r answers prompts r, r + world, ...; every rank makes the same
-  // number of generate() calls (repeating its last prompt when it runs out).
-  const int64_t n = static_cast<int64_t>(data_.heldout.size()), world = comm_->world_size();
-  const int64_t rounds = (n + world - 1) / world;
-  double correct = 0;
-  for (int64_t k = 0; k < rounds; ++k) {
-    const int64_t i = std::min(k * world + comm_->rank(), n - 1);
-    const auto& [prompt, answer] = data_.heldout[i];
+  // Every rank answers every prompt: the passes, batched, are few, every
+  // rank makes the same ones (ZeRO-3 gathers are collective), and the
+  // figure does not depend on the world size.
+  std::vector<std::vector<int32_t>> prompts;
+  size_t longest_answer = 0;
+  for (const auto& [prompt, answer] : data_.heldout) {
     // A line starts after a newline in the training stream.
-    ZEROD_ASSIGN_OR_RETURN(std::vector<int32_t> got,
-                           generate(to_tokens("\n" + prompt), static_cast<int>(answer.size()) + 1, 0, '\n'));
-    if (k * world + comm_->rank() < n) correct += to_text(got) == answer + "\n";
+    prompts.push_back(to_tokens("\n" + prompt));
+    longest_answer = std::max(longest_answer, answer.size());
   }
-  ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &correct, 1, CommType::kF64, ReduceOp::kSum));
-  return correct / static_cast<double>(n);
+  ZEROD_ASSIGN_OR_RETURN(const auto got, generate(prompts, static_cast<int>(longest_answer) + 1, 0, '\n'));
+  // Cut after its first newline, a row is right only if that newline ends
+  // the answer: more tokens than its answer needs change nothing.
+  int64_t correct = 0;
+  for (size_t i = 0; i < got.size(); ++i) correct += to_text(got[i]) == data_.heldout[i].second + "\n";
+  return static_cast<double>(correct) / static_cast<double>(got.size());
 }
 
 absl::StatusOr<std::string> Trainer::sample_text() {
   if (cfg_.run.sample_tokens == 0) return std::string();
   if (cfg_.data.kind == DataKind::kSynthetic) {
-    std::string out;
+    std::vector<std::vector<int32_t>> prompts;
     for (size_t i = 0; i < std::min<size_t>(4, data_.heldout.size()); ++i) {
-      const std::string& prompt = data_.heldout[i].first;
-      ZEROD_ASSIGN_OR_RETURN(std::vector<int32_t> got,
-                             generate(to_tokens("\n" + prompt), 4, cfg_.run.sample_temperature, '\n'));
-      absl::StrAppend(&out, prompt, to_text(got));
+      prompts.push_back(to_tokens("\n" + data_.heldout[i].first));
     }
+    ZEROD_ASSIGN_OR_RETURN(const auto got, generate(prompts, 4, cfg_.run.sample_temperature, '\n'));
+    std::string out;
+    for (size_t i = 0; i < got.size(); ++i) absl::StrAppend(&out, data_.heldout[i].first, to_text(got[i]));
     return out;
   }
   if (cfg_.data.kind == DataKind::kText) {
     const size_t n = std::min<size_t>(16, data_.tokens.size());
     const std::vector<int32_t> prompt(data_.tokens.begin(), data_.tokens.begin() + n);
-    ZEROD_ASSIGN_OR_RETURN(std::vector<int32_t> got,
-                           generate(prompt, cfg_.run.sample_tokens, cfg_.run.sample_temperature));
-    return to_text(prompt) + to_text(got);
+    ZEROD_ASSIGN_OR_RETURN(const auto got, generate({prompt}, cfg_.run.sample_tokens, cfg_.run.sample_temperature));
+    return to_text(prompt) + to_text(got[0]);
   }
   return std::string();
 }

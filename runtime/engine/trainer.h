@@ -67,14 +67,16 @@ class Trainer {
   // this rank's part of the global batch.
   absl::StatusOr<StepResult> step();
 
-  // Continues `prompt` by exactly max_new tokens (greedy at temperature 0),
-  // cut after the first `stop` when stop >= 0. The number of model calls
-  // depends only on max_new, so ranks stay in step under ZeRO-3.
-  absl::StatusOr<std::vector<int32_t>> generate(const std::vector<int32_t>& prompt, int max_new, double temperature,
-                                                int stop = -1);
+  // Continues each prompt by exactly max_new tokens (greedy at temperature
+  // 0), each cut after its first `stop` when stop >= 0. Prompts of one
+  // length share forward passes, as many rows a pass as the model holds
+  // tokens; the number of passes depends only on the prompts' lengths and
+  // max_new, so ranks stay in step under ZeRO-3.
+  absl::StatusOr<std::vector<std::vector<int32_t>>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                             int max_new, double temperature, int stop = -1);
   // Fraction of the synthetic task's held-out prompts answered exactly by
-  // greedy decoding, the prompts shared out among the ranks; -1 when the
-  // data is not synthetic.
+  // greedy decoding (every rank answers all of them); -1 when the data is
+  // not synthetic.
   absl::StatusOr<double> synthetic_accuracy();
   // The end-of-run sample for text and synthetic data ("" for token
   // shards); every rank computes it.

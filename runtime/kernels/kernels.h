@@ -31,7 +31,9 @@ class Kernels {
   // values of type t (the model rounds those activations to its activation
   // type, and its weights are of it): a table may then multiply them in t,
   // on tensor cores, with the same products. kF32, the default, promises
-  // nothing. The backward's products take fp32 gradients and stay fp32.
+  // nothing. With t 16-bit a table may also take the other products (the
+  // backward's, attention's) at tf32 precision (inputs rounded to 10
+  // mantissa bits, fp32 sums), as mixed precision does elsewhere.
   virtual void set_forward_operands(DType /*t*/) {}
 
   // GPT-2 layers.

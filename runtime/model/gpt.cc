@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 
 namespace zerod {
 namespace {
@@ -373,6 +374,10 @@ absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B,
                                  bool last_only) {
   Impl& m = *impl_;
   const int C = layout_.config().n_embd, V = layout_.config().vocab_size;
+  if (B < 1 || T < 1 || T > T_ || int64_t(B) * T > max_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat("forward_logits of ", B, " x ", T, " tokens: the model holds ",
+                                                   max_tokens(), " tokens a pass, ", T_, " a row"));
+  }
   const int64_t rows = last_only ? B : int64_t(B) * T;
   if (m.logits_out.bytes() < uint64_t(rows) * V * 4) {
     ZEROD_ASSIGN_OR_RETURN(m.logits_out, device_.allocate(uint64_t(rows) * V * 4, Category::kWorkspace));

@@ -30,6 +30,8 @@ class Gpt {
 
   const GptLayout& layout() const { return layout_; }
   int max_seq() const { return T_; }
+  // Tokens a pass holds (B * T of a forward_logits call at most).
+  int64_t max_tokens() const { return int64_t(B_) * T_; }
 
   // One micro-batch (token ids in host memory): forward, loss, backward.
   // Adds grad_scale * d(mean loss) to the sink's gradients. Returns the mean
@@ -39,7 +41,8 @@ class Gpt {
                                           const int32_t* targets, int B, int T, float grad_scale);
 
   // Forward only, into host memory: logits [B*T, V], or [B, V] for the last
-  // position of each sequence when last_only.
+  // position of each sequence when last_only. B * T at most max_tokens(),
+  // T at most max_seq().
   absl::Status forward_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
 
  private:

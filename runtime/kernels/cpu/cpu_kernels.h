@@ -84,10 +84,15 @@ void classifier_forward_backward(const ClassifierArgs& a);
 // x[0] + x[1] + ... in that order.
 double sum(const double* x, int64_t n);
 
-// Sum of squares in double over chunks of kSquaresChunk elements, each
-// summed in order, the chunks then added in order: the same bits for any
-// thread count (and on the GPU).
+// Sum of squares in double, in an order that gives the same bits for any
+// thread count and on the GPU (a block of kSquaresLanes threads a chunk).
+// Chunk [lo, hi) = [c kSquaresChunk, min(lo + kSquaresChunk, n)) has
+// kSquaresLanes lanes: lane t sums (double)x[i] * x[i], from 0.0, over
+// i = lo + t, lo + t + kSquaresLanes, ... < hi; then, for stride =
+// kSquaresLanes / 2, ..., 1, lane[t] += lane[t + stride] for t < stride,
+// and lane[0] is the chunk's partial. The partials sum the same way.
 inline constexpr int64_t kSquaresChunk = int64_t{1} << 16;
+inline constexpr int kSquaresLanes = 256;
 double sum_squares(const float* x, int64_t n);
 
 }  // namespace zerod::cpu

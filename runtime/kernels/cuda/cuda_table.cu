@@ -2,8 +2,8 @@
 // attention's included (attention_plan.h), and for the rest the bodies of
 // *_body.h, which tests/test_cuda_bodies.cc also runs on the CPU: one
 // thread per element, row or column chunk, one warp per row of attention's
-// scores, one block per row of logits. No reduction uses atomics, so a run
-// gives the same bits every time.
+// scores, one block per row of logits or chunk of a sum of squares. No
+// reduction uses atomics, so a run gives the same bits every time.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -114,11 +114,13 @@ class CudaKernels : public Kernels {
   }
 
   // bf16 and fp16 values are exact in the fast modes' inputs, so those
-  // products are the fp32 ones, on tensor cores.
+  // products are the fp32 ones, on tensor cores. The other products of a
+  // 16-bit model take fp32 values: tf32 tensor cores, fp32 accumulation.
   void set_forward_operands(DType t) override {
     forward_compute_ = t == DType::kBF16  ? CUBLAS_COMPUTE_32F_FAST_16BF
                        : t == DType::kF16 ? CUBLAS_COMPUTE_32F_FAST_16F
                                           : CUBLAS_COMPUTE_32F;
+    other_compute_ = t == DType::kF32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
   }
   void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
                       int OC) override {
@@ -131,8 +133,8 @@ class CudaKernels : public Kernels {
   }
   void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                        const float* w, int64_t N, int C, int OC) override {
-    if (dinp) gemm(s, cuda::matmul_dinp_gemm(dinp, dout, w, N, C, OC));
-    gemm(s, cuda::matmul_dw_gemm(dw, dout, inp, N, C, OC));
+    if (dinp) gemm(s, cuda::matmul_dinp_gemm(dinp, dout, w, N, C, OC), other_compute_);
+    gemm(s, cuda::matmul_dw_gemm(dw, dout, inp, N, C, OC), other_compute_);
     if (!dbias) return;
     const int64_t rows = cuda::column_chunk_rows(N, OC), chunks = column_chunks(N, rows, OC, "bias_backward");
     float* partial = partials_.ptr<float>();
@@ -178,12 +180,12 @@ class CudaKernels : public Kernels {
   bool attention_keeps_probabilities() const override { return false; }
   void attention_forward(Stream& s, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
                          int NH) override {
-    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g); }, cs(s)};
+    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g, other_compute_); }, cs(s)};
     cuda::attention_forward_plan(x, out, lse, scratch, qkv, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
   }
   void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* scratch,
                           int B, int T, int C, int NH) override {
-    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g); }, cs(s)};
+    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g, other_compute_); }, cs(s)};
     cuda::attention_backward_plan(x, dqkv, dout, qkv, lse, scratch, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
   }
   int64_t attention_scratch_floats(int, int T, int NH) const override { return cuda::attention_scratch_floats(T, NH); }
@@ -232,8 +234,8 @@ class CudaKernels : public Kernels {
         if (lane == 0) losses[r] = cuda::cross_entropy_loss(z_target, mx, sum);
         if (dloss != 0.0f) cuda::softmax_grad_row(z, V, target, mx, sum, dloss, lane, lanes);
       });
-      gemm(s, cuda::head_dinp_gemm(a.dinp + r0 * C, a.logits, a.wte, rows, C, V));
-      gemm(s, cuda::head_dwte_gemm(a.dwte, a.logits, a.inp + r0 * C, rows, C, V));
+      gemm(s, cuda::head_dinp_gemm(a.dinp + r0 * C, a.logits, a.wte, rows, C, V), other_compute_);
+      gemm(s, cuda::head_dwte_gemm(a.dwte, a.logits, a.inp + r0 * C, rows, C, V), other_compute_);
     }
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override {
@@ -254,8 +256,9 @@ class CudaKernels : public Kernels {
       *out = total;
     });
   }
-  // The chunks' partial sums share one buffer: the table serves one stream
-  // at a time (the compute stream).
+  // One block per chunk, a thread per lane, then one block for the
+  // partials. The chunks' partial sums share one buffer: the table serves
+  // one stream at a time (the compute stream).
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override {
     const int64_t chunks = (n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk;
     if (chunks > kMaxChunks) {
@@ -264,12 +267,15 @@ class CudaKernels : public Kernels {
       std::abort();
     }
     double* partial = partials_.ptr<double>();
-    launch_each(cs(s), chunks, "sum_squares_chunks",
-                [=] __device__(int64_t c) { partial[c] = cuda::sum_squares_chunk(c, x, n); });
-    launch_each(cs(s), 1, "sum_squares_total", [=] __device__(int64_t) {
-      double total = 0.0;
-      for (int64_t c = 0; c < chunks; ++c) total += partial[c];
-      *out = total;
+    static_assert(cpu::kSquaresLanes == cuda::kBlockThreads);
+    launch_block_rows(cs(s), chunks, "sum_squares_chunks", [=] __device__(int64_t c, int lane, int) {
+      const double p = cuda::block_tree_reduce<cpu::kSquaresLanes>(cuda::squares_lane(x, n, c, lane), cuda::Sum());
+      if (lane == 0) partial[c] = p;
+    });
+    launch_block_rows(cs(s), 1, "sum_squares_total", [=] __device__(int64_t, int lane, int) {
+      const double total =
+          cuda::block_tree_reduce<cpu::kSquaresLanes>(cuda::squares_partials_lane(partial, chunks, lane), cuda::Sum());
+      if (lane == 0) *out = total;
     });
   }
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
@@ -307,7 +313,7 @@ class CudaKernels : public Kernels {
   }
 
   // fp32 in and out; `compute` other than CUBLAS_COMPUTE_32F lets cuBLAS
-  // round the inputs to a 16-bit type.
+  // round the inputs to a 16-bit type or tf32.
   void gemm(Stream& s, const cuda::ColMajorGemm& g, cublasComputeType_t compute = CUBLAS_COMPUTE_32F) {
     if (g.m == 0 || g.n == 0) return;
     cudaStream_t stream = cs(s);
@@ -319,14 +325,11 @@ class CudaKernels : public Kernels {
     }
     const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (compute != CUBLAS_COMPUTE_32F) {
-      if (g.batch != 1) {  // the forward's products are not batched
-        std::fprintf(stderr, "zerod: a batched product with 16-bit operands\n");
-        std::abort();
-      }
-      check(cublasGemmEx_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, CUDA_R_32F, g.lda, g.B, CUDA_R_32F, g.ldb,
-                            &g.beta, g.C, CUDA_R_32F, g.ldc, compute, CUBLAS_GEMM_DEFAULT),
-            "cublasGemmEx");
-      cuda::check_launch(stream, "cublasGemmEx");
+      check(cublasGemmStridedBatchedEx_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, CUDA_R_32F, g.lda, g.stride_a,
+                                          g.B, CUDA_R_32F, g.ldb, g.stride_b, &g.beta, g.C, CUDA_R_32F, g.ldc,
+                                          g.stride_c, g.batch, compute, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx");
+      cuda::check_launch(stream, "cublasGemmStridedBatchedEx");
       return;
     }
     if (g.batch == 1) {
@@ -350,6 +353,7 @@ class CudaKernels : public Kernels {
   cublasHandle_t blas_ = nullptr;
   cudaStream_t blas_stream_ = nullptr;
   cublasComputeType_t forward_compute_ = CUBLAS_COMPUTE_32F;  // set_forward_operands
+  cublasComputeType_t other_compute_ = CUBLAS_COMPUTE_32F;    // set_forward_operands
   Buffer blas_workspace_, partials_, maps_;
 };
 

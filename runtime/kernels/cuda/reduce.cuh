@@ -43,4 +43,23 @@ __device__ T block_reduce(T v, Op op) {
   return v;
 }
 
+// Across a block of kLanes threads, kLanes a power of two (all threads
+// must call it), as a pairwise tree: for stride = kLanes / 2, ..., 1, lane
+// t < stride combines lane t + stride's value into its own. Lane 0's
+// result, for every thread.
+template <int kLanes, class T, class Op>
+__device__ T block_tree_reduce(T v, Op op) {
+  static_assert(kLanes > 0 && (kLanes & (kLanes - 1)) == 0);
+  __shared__ T lanes[kLanes];
+  const unsigned t = threadIdx.x;
+  __syncthreads();  // the previous call's readers are done with lanes
+  lanes[t] = v;
+  __syncthreads();
+  for (unsigned stride = kLanes / 2; stride > 0; stride /= 2) {
+    if (t < stride) lanes[t] = op(lanes[t], lanes[t + stride]);
+    __syncthreads();
+  }
+  return lanes[0];
+}
+
 }  // namespace zerod::cuda

@@ -1,8 +1,8 @@
 // Per-row and per-column bodies of the layer kernels: LayerNorm
 // (cpu/layernorm.cc), the embedding (cpu/embedding.cc), column sums of a
 // bias gradient (cpu/matmul.cc), the softmax cross-entropy of one row of
-// logits (cpu/cross_entropy.cc) and the chunked sum of squares
-// (cpu/reduce.cc).
+// logits (cpu/cross_entropy.cc) and the lanes of the chunked sum of
+// squares (cpu/reduce.cc).
 //
 // Column sums (the bias and LayerNorm parameter gradients) run in two
 // stages so that every thread has work: one partial sum per chunk of
@@ -144,11 +144,19 @@ ZD_HD void softmax_grad_row(float* z, int V, int target, float mx, double sum, f
   }
 }
 
-// Chunk c of cpu::sum_squares's order.
-ZD_HD double sum_squares_chunk(int64_t c, const float* x, int64_t n) {
+// cpu::sum_squares's order (cpu_kernels.h) on blocks of kSquaresLanes
+// threads: lane `lane`'s sum of chunk c of x[0, n), then of the chunks'
+// partials; each block's lanes then combine as a tree, one level at a time
+// (reduce.cuh's block_tree_reduce on the GPU, a loop in tests).
+ZD_HD double squares_lane(const float* x, int64_t n, int64_t c, int lane) {
   const int64_t lo = c * cpu::kSquaresChunk, hi = lo + cpu::kSquaresChunk < n ? lo + cpu::kSquaresChunk : n;
   double s = 0.0;
-  for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = lo + lane; i < hi; i += cpu::kSquaresLanes) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+ZD_HD double squares_partials_lane(const double* partial, int64_t chunks, int lane) {
+  double s = 0.0;
+  for (int64_t c = lane; c < chunks; c += cpu::kSquaresLanes) s += partial[c];
   return s;
 }
 
