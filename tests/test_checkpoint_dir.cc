@@ -176,6 +176,60 @@ TEST_F(CheckpointDirTest, WriteErrorsNameTheFile) {
   }
 }
 
+// Where the filesystem cannot swap directories (RENAME_EXCHANGE refused
+// through the hook), saving a step that is already there is killed before
+// each rename of its commit: `latest` names a whole checkpoint every time,
+// the old one until the new one is whole under step-N.new, then the new.
+// The next save of that step, from whatever was left, ends with step-N
+// alone (no .new or .old beside it).
+TEST_F(CheckpointDirTest, WithoutRenameExchangeAKillAtAnyRenameLeavesLatestWhole) {
+  const std::string old_c(64 << 10, 'o'), new_c(64 << 10, 'n'), next_c(64 << 10, 'x');
+  int renames = 0, kill_at = -1;
+  IoFaultHook faults;
+  faults.on_rename = [&](const std::string&, const std::string&, bool exchange) {
+    if (exchange) return EINVAL;
+    if (renames++ == kill_at) raise(SIGKILL);
+    return 0;
+  };
+  const auto save_again = [&](const std::string& content) {
+    auto tmp = begin_checkpoint(root(), 7);
+    return tmp.ok() && write_file_durably(*tmp + "/rank-0.bin", content.data(), content.size()).ok() &&
+           commit_checkpoint(root(), 7, &faults).ok();
+  };
+  // The renames: step-7.tmp -> .new, step-7 -> .old, .new -> step-7, latest.tmp -> latest.
+  for (kill_at = 0; kill_at <= 4; ++kill_at) {
+    SCOPED_TRACE(::testing::Message() << "killed before rename " << kill_at);
+    fs::remove_all(root());
+    save(7, old_c, 3);
+    renames = 0;
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) _exit(save_again(new_c) ? 0 : 3);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (kill_at < 4) {
+      ASSERT_TRUE(WIFSIGNALED(status)) << status;
+    } else {
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
+    auto latest = latest_checkpoint(root());
+    ASSERT_TRUE(latest.ok()) << latest.status();
+    EXPECT_EQ(read(*latest + "/rank-0.bin"), kill_at <= 1 ? old_c : new_c) << *latest;
+
+    renames = 0;
+    const int saved_kill_at = kill_at;
+    kill_at = -1;
+    ASSERT_TRUE(save_again(next_c));
+    kill_at = saved_kill_at;
+    latest = latest_checkpoint(root());
+    ASSERT_TRUE(latest.ok()) << latest.status();
+    EXPECT_EQ(*latest, root() + "/step-00000007");
+    EXPECT_EQ(read(*latest + "/rank-0.bin"), next_c);
+    EXPECT_FALSE(fs::exists(root() + "/step-00000007.new"));
+    EXPECT_FALSE(fs::exists(root() + "/step-00000007.old"));
+  }
+}
+
 // A process saving checkpoints in a loop is killed at random points, again
 // and again: `latest` always names a checkpoint whose files are whole.
 TEST_F(CheckpointDirTest, KilledAtRandomPointsOfSavesLatestIsAlwaysWhole) {

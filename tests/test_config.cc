@@ -471,6 +471,55 @@ TEST(ConfigValues, BadValuesNameTheirKey) {
   EXPECT_TRUE(rejected(j, "run.log_format"));
 }
 
+TEST(ConfigValues, ValuesOutsideTheirMeaningfulRangeAreRefused) {
+  // Sizes that must hold at least one element; 0 stays meaningful for the
+  // prefetch (none) and the persistence threshold (nothing persists).
+  for (const char* key :
+       {"reduce_bucket_size", "allgather_bucket_size", "stage3_max_live_parameters", "sub_group_size"}) {
+    json j = minimal();
+    j["zero_optimization"][key] = 0;
+    EXPECT_TRUE(fails_with(parse_job_config(j, 1).status(), absl::StatusCode::kInvalidArgument,
+                           {std::string("zero_optimization.") + key, "must be at least 1, got 0"}));
+    j["zero_optimization"][key] = 1;
+    parse_ok(j);
+  }
+  for (const char* key : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"}) {
+    json j = minimal();
+    j["zero_optimization"][key] = 0;
+    parse_ok(j);
+    j["zero_optimization"][key] = -1;
+    EXPECT_TRUE(rejected(j, std::string("zero_optimization.") + key + ": must not be negative, got -1"));
+  }
+  // The cosine schedule's ratios are fractions of the lr.
+  for (const char* key : {"warmup_min_ratio", "cos_min_ratio"}) {
+    for (double bad : {100.0, -5.0, 1.0000001}) {
+      json j = minimal();
+      j["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 10}, {key, bad}}}};
+      EXPECT_TRUE(rejected(j, std::string("scheduler.params.") + key + ": must be in [0, 1]")) << bad;
+    }
+    for (double good : {0.0, 0.5, 1.0}) {
+      json j = minimal();
+      j["scheduler"] = {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 10}, {key, good}}}};
+      parse_ok(j);
+    }
+  }
+  // Seeds are not negative; the largest int64 is one.
+  for (const char* section : {"run", "data"}) {
+    json j = minimal();
+    j[section]["seed"] = -1;
+    EXPECT_TRUE(rejected(j, std::string(section) + ".seed: must not be negative, got -1"));
+    j[section]["seed"] = INT64_MAX;
+    const JobConfig c = parse_ok(j);
+    EXPECT_EQ(std::string(section) == "run" ? c.run.seed : c.data.seed, uint64_t(INT64_MAX));
+  }
+  // A path the synthetic task would never read is refused, not ignored.
+  json j = minimal();
+  j["data"] = {{"kind", "synthetic"}, {"path", "train.txt"}};
+  EXPECT_TRUE(rejected(j, "data.path: is not read by data.kind 'synthetic'"));
+  j["data"]["kind"] = "text";
+  EXPECT_EQ(parse_ok(j).data.path, "train.txt");
+}
+
 TEST(ConfigValues, OptimizerSettings) {
   json j = minimal();
   j["optimizer"]["type"] = "AdamW8bit";

@@ -93,6 +93,26 @@ class HfGpt2Test : public testing::TempDirTest {
     return t.ok() ? *(*t)->master_params() : std::vector<float>();
   }
 
+  // `tensors` (those of r, then more) written to dir/model.safetensors,
+  // those past r's filled with the bytes of r's tensor `head`, repeated.
+  std::string with_head(const SafetensorsReader& r, const std::vector<SafeTensor>& tensors, const std::string& dir,
+                        const SafeTensor& head) {
+    fs::create_directories(path(dir));
+    const std::string file = path(dir + "/model.safetensors");
+    EXPECT_TRUE(write_safetensors(file, tensors, {}, [&](size_t i, const ByteSink& out) -> absl::Status {
+                  std::vector<char> buf(tensors[i].numel() * dtype_size(tensors[i].dtype));
+                  if (i < r.tensors().size()) {
+                    ZEROD_RETURN_IF_ERROR(r.read(r.tensors()[i], buf.data()));
+                  } else {
+                    std::vector<char> src(head.end - head.begin);
+                    ZEROD_RETURN_IF_ERROR(r.read(head, src.data()));
+                    for (size_t b = 0; b < buf.size(); ++b) buf[b] = src[b % src.size()];
+                  }
+                  return out(buf.data(), buf.size());
+                }).ok());
+    return file;
+  }
+
   absl::Status import_error(const std::string& file) {
     auto t = testing::make_trainer(config({"model.init_from=" + file}));
     return t.status();
@@ -193,15 +213,41 @@ TEST_F(HfGpt2Test, ImportsPrefixedNamesAndIgnoresBuffers) {
   }
   tensors.push_back({"transformer.h.0.attn.bias", DType::kF32, {1, 1, 64, 64}});
   tensors.push_back({"lm_head.weight", DType::kF32, {256, 64}});
-  fs::create_directories(path("prefixed"));
-  ASSERT_TRUE(write_safetensors(path("prefixed/model.safetensors"), tensors, {},
-                                [&](size_t i, const ByteSink& out) {
-                                  std::vector<char> buf(tensors[i].numel() * dtype_size(tensors[i].dtype));
-                                  if (i < r->tensors().size()) ZEROD_RETURN_IF_ERROR(r->read(r->tensors()[i], buf.data()));
-                                  return out(buf.data(), buf.size());
-                                })
-                  .ok());
-  EXPECT_TRUE(same_bits(imported(path("prefixed/model.safetensors")), master));
+  EXPECT_TRUE(same_bits(imported(with_head(*r, tensors, "prefixed", *r->find("wte.weight"))), master));
+}
+
+// The GPT2Config values that describe zerod's own GPT-2 import the same.
+TEST_F(HfGpt2Test, AConfigThatDescribesThisGpt2ImportsTheSame) {
+  const auto [ck, master] = trained({});
+  ASSERT_EQ(zero_worker({"export", "--checkpoint", ck, "--out", path("hf")}).code, kExitOk);
+  for (const char* config :
+       {R"({"activation_function": "gelu_pytorch_tanh", "n_inner": null, "reorder_and_upcast_attn": true})",
+        R"({"model_type": "gpt2", "n_inner": 256, "layer_norm_epsilon": 1e-05, "tie_word_embeddings": true,
+            "scale_attn_weights": true, "scale_attn_by_inverse_layer_idx": false})"}) {
+    SCOPED_TRACE(config);
+    write("hf/config.json", config);
+    EXPECT_TRUE(same_bits(imported(path("hf/model.safetensors")), master));
+  }
+}
+
+// An LM head in the file must be wte's copy (zerod ties them): one of
+// another shape or other values is refused, naming the tensor.
+TEST_F(HfGpt2Test, AnUntiedHeadIsRefused) {
+  const auto [ck, master] = trained({});
+  ASSERT_EQ(zero_worker({"export", "--checkpoint", ck, "--out", path("hf")}).code, kExitOk);
+  auto r = SafetensorsReader::open(path("hf/model.safetensors"));
+  ASSERT_TRUE(r.ok());
+  std::vector<SafeTensor> tensors = r->tensors();
+  tensors.push_back({"lm_head.weight", DType::kF32, {256, 64}});
+  const std::string untied = with_head(*r, tensors, "untied", *r->find("wpe.weight"));  // wpe's values, repeated
+  EXPECT_NE(import_error(untied).message().find("untied/model.safetensors: tensor 'lm_head.weight' differs from wte"),
+            std::string::npos)
+      << import_error(untied);
+  tensors.back().shape = {64, 256};
+  const std::string transposed = with_head(*r, tensors, "transposed-head", *r->find("wte.weight"));
+  EXPECT_NE(import_error(transposed).message().find("tensor 'lm_head.weight' is fp32 of shape [64,256]"),
+            std::string::npos)
+      << import_error(transposed);
 }
 
 // Each bad file is refused before anything is allocated, naming the file
@@ -254,6 +300,20 @@ TEST_F(HfGpt2Test, RefusesBadWeightFiles) {
   write("other/config.json", R"({"model_type": "gpt2", "n_layer": 12, "n_layer": 2, "n_embd": 64})");
   expect_refused(path("other/model.safetensors"),
                  "other/config.json is not valid JSON: duplicate key 'n_layer' in the top level");
+  // What zerod's GPT-2 does otherwise, named with what it has.
+  for (const auto& [field, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"("model_type": "llama")", R"('model_type' is "llama"; zerod's GPT-2 has "gpt2")"},
+           {R"("activation_function": "gelu")",
+            R"('activation_function' is "gelu"; zerod's GPT-2 has "gelu_new" or "gelu_pytorch_tanh")"},
+           {R"("layer_norm_epsilon": 1e-6)", "'layer_norm_epsilon' is 1e-06; zerod's GPT-2 has 1e-05"},
+           {R"("tie_word_embeddings": false)", "'tie_word_embeddings' is false; zerod's GPT-2 has true"},
+           {R"("scale_attn_weights": false)", "'scale_attn_weights' is false; zerod's GPT-2 has true"},
+           {R"("scale_attn_by_inverse_layer_idx": true)",
+            "'scale_attn_by_inverse_layer_idx' is true; zerod's GPT-2 has false"},
+           {R"("n_inner": 100)", "'n_inner' is 100; zerod's GPT-2 has null or 256"}}) {
+    write("other/config.json", "{\"n_layer\": 2, " + field + "}");
+    expect_refused(path("other/model.safetensors"), "other/config.json: " + message);
+  }
   // Not a safetensors file; no file.
   fs::create_directories(path("junk"));
   write("junk/model.safetensors", "not a weights file at all");

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "runtime/core/gpu_memory.h"
 #include "runtime/core/whole_file.h"
 #include "runtime/data/dataset.h"
+#include "runtime/engine/manifest.h"
 #include "runtime/engine/worker.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
@@ -166,6 +168,7 @@ TEST_F(WorkerTest, AManifestOfTheWrongShapeIsRefusedByResumeAndExport) {
     std::filesystem::copy(saved, dir);
     nlohmann::json m = manifest;
     e.edit(m);
+    seal_manifest(m);  // crafted, not merely edited: past the checksum
     write("edited/manifest.json", m.dump());
     nlohmann::json resume = j;
     resume["run"]["checkpoint"]["dir"] = path("ck-resumed");
@@ -177,6 +180,77 @@ TEST_F(WorkerTest, AManifestOfTheWrongShapeIsRefusedByResumeAndExport) {
     EXPECT_NE(x.err.find(dir + "/manifest.json: " + e.message), std::string::npos) << x.err;
   }
   EXPECT_FALSE(std::filesystem::exists(path("hf/model.safetensors")));
+}
+
+// A checkpoint directory that could not be written is refused before the
+// first step (exit 2, the key named), not at the first save; nothing is
+// created.
+TEST_F(WorkerTest, AnUnwritableCheckpointDirIsRefusedAtStart) {
+  write("plain-file", "not a directory");
+  for (const std::string& dir : {path("plain-file"), path("plain-file/ck"), path("plain-file/a/b")}) {
+    SCOPED_TRACE(dir);
+    const nlohmann::json j = checkpointed_job(dir);
+    nlohmann::json text = j;
+    text["run"]["log_format"] = "text";
+    const Result r = run({"--config", job(text)});
+    EXPECT_EQ(r.code, kExitBadInput) << r.err;
+    EXPECT_NE(r.err.find("run.checkpoint.dir: checkpoint dir " + dir), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("plain-file is not a directory"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(*read_whole_file(path("plain-file")), "not a directory");
+  // A directory not there yet, under one that is, is fine: the run makes it.
+  const Result ok = run({"--config", job(checkpointed_job(path("new/deeper/ck")))});
+  EXPECT_EQ(ok.code, kExitOk) << ok.err;
+}
+
+// The manifest's own checksum refuses a hand edit (resume and export);
+// a sealed one whose resumed state is out of range is refused naming the
+// field, and nothing is written (the new checkpoint directory stays absent).
+TEST_F(WorkerTest, AManifestEditedByHandOrOutOfRangeIsRefused) {
+  const nlohmann::json j = checkpointed_job(path("ck"));
+  ASSERT_EQ(run({"--config", job(j)}).code, kExitOk);
+  const std::string saved = path("ck/step-00000003");
+  const nlohmann::json manifest = nlohmann::json::parse(*read_whole_file(saved + "/manifest.json"));
+  struct Edit {
+    std::string field;
+    nlohmann::json value;
+    bool seal;
+    std::string message;
+  };
+  const std::vector<Edit> edits = {
+      {"step", -3, false, "its checksum ('crc32c' "},
+      {"step", -3, true, "'step' is -3, not an integer in [0, "},
+      {"updates", 4, true, "'updates' is 4, not an integer in [0, 3]"},
+      {"last_lr", -1, true, "'last_lr' is -1, not a finite number, not negative"},
+      {"last_lr", "0.1", true, "'last_lr' is \"0.1\", not a finite number"},
+      {"data_loader.position", -1, true, "'data_loader.position' is -1, not an integer in [0, 2^64)"},
+      {"loss_scaler.scale", -1, true, "'loss_scaler.scale' is -1, not a finite positive number"},
+      {"loss_scaler.scale", 0, true, "'loss_scaler.scale' is 0, not a finite positive number"},
+      {"loss_scaler.last_overflow_iter", 99, true, "'loss_scaler.last_overflow_iter' is 99, not an integer in [-1, "},
+      {"rng.sample", 1.5, true, "'rng.sample' is 1.5, not an integer in [0, 2^64)"},
+  };
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.field + " = " + e.value.dump() + (e.seal ? ", sealed" : ""));
+    const std::string dir = path("edited");
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(saved, dir);
+    nlohmann::json m = manifest;
+    m[nlohmann::json::json_pointer(absl::StrCat("/", absl::StrReplaceAll(e.field, {{".", "/"}})))] = e.value;
+    if (e.seal) seal_manifest(m);
+    write("edited/manifest.json", m.dump(2));
+    nlohmann::json resume = j;
+    resume["run"]["checkpoint"]["dir"] = path("ck-resumed");
+    resume["run"]["resume"] = dir;
+    const std::string err = refused(resume);
+    EXPECT_NE(err.find(dir + "/manifest.json: " + e.message), std::string::npos) << err;
+    EXPECT_FALSE(std::filesystem::exists(path("ck-resumed")));
+    if (!e.seal) {
+      const Result x = run({"export", "--checkpoint", dir, "--out", path("hf")});
+      EXPECT_EQ(x.code, kExitBadInput) << x.err;
+      EXPECT_NE(x.err.find(dir + "/manifest.json: " + e.message), std::string::npos) << x.err;
+    }
+  }
 }
 
 // A key given twice in any JSON the worker reads (nlohmann would keep the

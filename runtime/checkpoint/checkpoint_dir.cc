@@ -50,21 +50,55 @@ absl::Status require_writable_dir(const fs::path& root) {
   return absl::OkStatus();
 }
 
-// Puts tmp at final's place; an existing final (the same step saved again)
-// is swapped out atomically where the filesystem allows, then removed.
-absl::Status publish(const fs::path& tmp, const fs::path& final_dir) {
-  std::error_code ec;
-  if (fs::exists(final_dir, ec)) {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
-      fs::remove_all(tmp, ec);  // now the old checkpoint
-      if (ec) return fs_error("cannot remove replaced checkpoint", tmp, ec);
-      return absl::OkStatus();
+// rename(from, to), or the atomic swap of the two, through the fault hook.
+int rename_through(const IoFaultHook* faults, const fs::path& from, const fs::path& to, bool exchange) {
+  if (faults && faults->on_rename) {
+    if (const int err = faults->on_rename(from.string(), to.string(), exchange); err != 0) {
+      errno = err;
+      return -1;
     }
-    if (errno != EINVAL && errno != ENOSYS) return errno_error("cannot replace", final_dir.string());
-    fs::remove_all(final_dir, ec);
-    if (ec) return fs_error("cannot remove replaced checkpoint", final_dir, ec);
   }
-  if (::rename(tmp.c_str(), final_dir.c_str()) != 0) return errno_error("cannot publish", final_dir.string());
+  return exchange ? ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE)
+                  : ::rename(from.c_str(), to.c_str());
+}
+
+fs::path with_suffix(const fs::path& p, const char* suffix) { return p.string() + suffix; }
+
+// Puts tmp at final's place. An existing final (the same step saved again)
+// is swapped out atomically where the filesystem allows; elsewhere the new
+// checkpoint waits whole as final.new (which latest_checkpoint() takes
+// while final is missing) until the old one is moved aside. The old one is
+// then removed.
+absl::Status publish(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, const IoFaultHook* faults) {
+  std::error_code ec;
+  const fs::path fresh = with_suffix(final_dir, ".new"), old = with_suffix(final_dir, ".old");
+  // What a cut commit of this step left: final.old is never read; final.new
+  // stands for a missing final, so it takes final's name before it goes.
+  fs::remove_all(old, ec);
+  if (ec) return fs_error("cannot remove", old, ec);
+  if (!fs::exists(final_dir, ec) && fs::is_directory(fresh, ec)) {
+    if (rename_through(faults, fresh, final_dir, false) != 0)
+      return errno_error("cannot rename to", final_dir.string());
+    ZEROD_RETURN_IF_ERROR(fsync_dir(root.string()));
+  }
+  fs::remove_all(fresh, ec);
+  if (ec) return fs_error("cannot remove", fresh, ec);
+  if (!fs::exists(final_dir, ec)) {
+    if (rename_through(faults, tmp, final_dir, false) != 0) return errno_error("cannot publish", final_dir.string());
+    return absl::OkStatus();
+  }
+  if (rename_through(faults, tmp, final_dir, true) == 0) {
+    fs::remove_all(tmp, ec);  // now the old checkpoint
+    if (ec) return fs_error("cannot remove replaced checkpoint", tmp, ec);
+    return absl::OkStatus();
+  }
+  if (errno != EINVAL && errno != ENOSYS) return errno_error("cannot replace", final_dir.string());
+  for (const auto& [from, to] : {std::pair{tmp, fresh}, std::pair{final_dir, old}, std::pair{fresh, final_dir}}) {
+    if (rename_through(faults, from, to, false) != 0) return errno_error("cannot rename to", to.string());
+    ZEROD_RETURN_IF_ERROR(fsync_dir(root.string()));
+  }
+  fs::remove_all(old, ec);
+  if (ec) return fs_error("cannot remove replaced checkpoint", old, ec);
   return absl::OkStatus();
 }
 
@@ -88,6 +122,20 @@ absl::StatusOr<std::string> begin_checkpoint(const std::string& root_s, int64_t 
   return tmp.string();
 }
 
+absl::Status check_checkpoint_root(const std::string& root_s) {
+  fs::path at = fs::absolute(fs::path(root_s));
+  std::error_code ec;
+  // Up to the first path that exists: begin_checkpoint creates the rest.
+  while (!fs::exists(fs::symlink_status(at, ec)) && at.has_parent_path() && at != at.parent_path()) {
+    at = at.parent_path();
+  }
+  if (absl::Status s = require_writable_dir(at); !s.ok()) {
+    if (at == fs::absolute(fs::path(root_s))) return s;
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint dir ", root_s, " cannot be created: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n,
                                            const IoFaultHook* faults) {
   ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(path, faults));
@@ -96,20 +144,20 @@ absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void*
   return f.crc();
 }
 
-absl::Status commit_checkpoint(const std::string& root_s, int64_t step) {
+absl::Status commit_checkpoint(const std::string& root_s, int64_t step, const IoFaultHook* faults) {
   const fs::path root(root_s);
   const std::string name = checkpoint_dir_name(step);
   const fs::path tmp = root / (name + ".tmp");
   std::error_code ec;
   if (!fs::is_directory(tmp, ec)) return absl::FailedPreconditionError(absl::StrCat("no checkpoint being written at ", tmp.string()));
   ZEROD_RETURN_IF_ERROR(fsync_dir(tmp.string()));
-  ZEROD_RETURN_IF_ERROR(publish(tmp, root / name));
+  ZEROD_RETURN_IF_ERROR(publish(root, tmp, root / name, faults));
   ZEROD_RETURN_IF_ERROR(fsync_dir(root.string()));
 
   const std::string line = name + "\n";
   const std::string latest_tmp = (root / (std::string(kLatest) + ".tmp")).string();
   ZEROD_RETURN_IF_ERROR(write_file_durably(latest_tmp, line.data(), line.size()).status());
-  if (::rename(latest_tmp.c_str(), (root / kLatest).c_str()) != 0) {
+  if (rename_through(faults, latest_tmp, root / kLatest, false) != 0) {
     return errno_error("cannot update", (root / kLatest).string());
   }
   return fsync_dir(root.string());
@@ -139,10 +187,10 @@ absl::StatusOr<std::string> latest_checkpoint(const std::string& root_s) {
     return absl::DataLossError(absl::StrCat((root / kLatest).string(), " names '", name, "', not a checkpoint"));
   }
   std::error_code ec;
-  if (!fs::is_directory(root / name, ec)) {
-    return absl::DataLossError(absl::StrCat((root / kLatest).string(), " names ", name, ", which is missing"));
-  }
-  return (root / name).string();
+  if (fs::is_directory(root / name, ec)) return (root / name).string();
+  // A commit without RENAME_EXCHANGE cut while the old one was moved aside.
+  if (const fs::path fresh = with_suffix(root / name, ".new"); fs::is_directory(fresh, ec)) return fresh.string();
+  return absl::DataLossError(absl::StrCat((root / kLatest).string(), " names ", name, ", which is missing"));
 }
 
 absl::StatusOr<std::vector<int64_t>> list_checkpoints(const std::string& root_s) {

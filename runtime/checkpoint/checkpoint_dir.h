@@ -32,19 +32,29 @@ std::string checkpoint_dir_name(int64_t step);  // "step-00001200"
 // writable directory.
 absl::StatusOr<std::string> begin_checkpoint(const std::string& root, int64_t step);
 
+// Whether begin_checkpoint could make and write root, checked before a run
+// starts without changing anything: root a writable directory, or its
+// nearest existing ancestor one where root does not exist yet.
+absl::Status check_checkpoint_root(const std::string& root);
+
 // Writes data[0, n) to path (created or truncated), fsyncs and closes it.
 // Returns the CRC-32C of the bytes. `faults`: tests only.
 absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n,
                                            const IoFaultHook* faults = nullptr);
 
 // Publishes <root>/step-N.tmp as <root>/step-N and makes it the latest.
-absl::Status commit_checkpoint(const std::string& root, int64_t step);
+// A step-N already there (the step saved again) is swapped out atomically;
+// where the filesystem cannot swap (no RENAME_EXCHANGE), the new one is
+// first renamed to step-N.new, whole, and latest_checkpoint() takes that
+// while step-N is moved aside, so `latest` never lacks a whole checkpoint.
+absl::Status commit_checkpoint(const std::string& root, int64_t step, const IoFaultHook* faults = nullptr);
 
 // Removes the complete checkpoints but the newest `keep` (keep >= 1) and the
 // one `latest` names.
 absl::Status prune_checkpoints(const std::string& root, int keep);
 
-// The path of the checkpoint `latest` names; NotFound when there is none.
+// The path of the checkpoint `latest` names (its .new where a commit was
+// cut between its renames); NotFound when there is none.
 absl::StatusOr<std::string> latest_checkpoint(const std::string& root);
 
 // Steps of the complete checkpoints under root, ascending.

@@ -1,5 +1,7 @@
 #include "runtime/config/job_config.h"
 
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "runtime/config/json_reader.h"
@@ -11,6 +13,15 @@ namespace {
 
 absl::Status check(bool ok, const JsonReader& r, const char* key, const std::string& what) {
   return ok ? absl::OkStatus() : config_error(r.key_path(key), what);
+}
+
+// A seed: any integer from 0 to 2^63 - 1.
+absl::Status read_seed(JsonReader& r, uint64_t* seed) {
+  int64_t v = static_cast<int64_t>(*seed);
+  ZEROD_RETURN_IF_ERROR(r.read("seed", &v));
+  ZEROD_RETURN_IF_ERROR(check(v >= 0, r, "seed", absl::StrCat("must not be negative, got ", v)));
+  *seed = static_cast<uint64_t>(v);
+  return absl::OkStatus();
 }
 
 // Reads a string key that must be one of `names`; stores the matching index.
@@ -62,12 +73,12 @@ absl::Status parse_data(JsonReader r, JobConfig& cfg) {
   ZEROD_RETURN_IF_ERROR(r.read("path", &d.path));
   d.seq_len = cfg.model.block_size;
   ZEROD_RETURN_IF_ERROR(r.read("seq_len", &d.seq_len));
-  int64_t seed = static_cast<int64_t>(d.seed);
-  ZEROD_RETURN_IF_ERROR(r.read("seed", &seed));
-  d.seed = static_cast<uint64_t>(seed);
+  ZEROD_RETURN_IF_ERROR(read_seed(r, &d.seed));
   ZEROD_RETURN_IF_ERROR(r.finish());
   ZEROD_RETURN_IF_ERROR(check(d.kind == DataKind::kSynthetic || !d.path.empty(), r, "path",
                               "required for data.kind 'text' and 'tokens'"));
+  ZEROD_RETURN_IF_ERROR(check(d.kind != DataKind::kSynthetic || !r.has("path"), r, "path",
+                              "is not read by data.kind 'synthetic' (the task is generated from data.seed)"));
   ZEROD_RETURN_IF_ERROR(check(d.seq_len >= 1 && d.seq_len <= cfg.model.block_size, r, "seq_len",
                               absl::StrCat("must be in [1, model.block_size = ", cfg.model.block_size, "], got ",
                                            d.seq_len)));
@@ -77,9 +88,7 @@ absl::Status parse_data(JsonReader r, JobConfig& cfg) {
 absl::Status parse_run(JsonReader r, RunConfig& run) {
   ZEROD_RETURN_IF_ERROR(r.read("steps", &run.steps));
   ZEROD_RETURN_IF_ERROR(check(run.steps >= 1, r, "steps", absl::StrCat("must be at least 1, got ", run.steps)));
-  int64_t seed = static_cast<int64_t>(run.seed);
-  ZEROD_RETURN_IF_ERROR(r.read("seed", &seed));
-  run.seed = static_cast<uint64_t>(seed);
+  ZEROD_RETURN_IF_ERROR(read_seed(r, &run.seed));
   ZEROD_RETURN_IF_ERROR(r.read("device", &run.device));
   ZEROD_RETURN_IF_ERROR(check(run.device == "cpu" || run.device == "cuda" || run.device == "auto", r, "device",
                               absl::StrCat("'", run.device, "' is not one of: cpu, cuda, auto")));
@@ -161,6 +170,11 @@ absl::Status parse_scheduler(JsonReader r, SchedulerConfig& s) {
   if (s.type == SchedulerType::kWarmupCosineLR) {
     ZEROD_RETURN_IF_ERROR(p.read("warmup_min_ratio", &s.warmup_min_ratio));
     ZEROD_RETURN_IF_ERROR(p.read("cos_min_ratio", &s.cos_min_ratio));
+    // Fractions of the optimizer's lr: where warmup starts, where the cosine ends.
+    for (const auto& [key, v] :
+         {std::pair{"warmup_min_ratio", s.warmup_min_ratio}, {"cos_min_ratio", s.cos_min_ratio}}) {
+      ZEROD_RETURN_IF_ERROR(check(v >= 0 && v <= 1, p, key, absl::StrCat("must be in [0, 1], got ", v)));
+    }
   } else {
     ZEROD_RETURN_IF_ERROR(p.read("warmup_min_lr", &s.warmup_min_lr));
     ZEROD_RETURN_IF_ERROR(p.read("warmup_max_lr", &s.warmup_max_lr));
@@ -207,16 +221,20 @@ absl::Status parse_offload(JsonReader r, OffloadConfig& o) {
 absl::Status parse_zero(JsonReader r, ZeroConfig& z) {
   ZEROD_RETURN_IF_ERROR(r.read("stage", &z.stage));
   ZEROD_RETURN_IF_ERROR(check(z.stage >= 0 && z.stage <= 3, r, "stage", absl::StrCat("must be 0, 1, 2 or 3, got ", z.stage)));
-  const std::pair<const char*, int64_t*> sizes[] = {
-      {"reduce_bucket_size", &z.reduce_bucket_size},
-      {"allgather_bucket_size", &z.allgather_bucket_size},
-      {"stage3_prefetch_bucket_size", &z.stage3_prefetch_bucket_size},
-      {"stage3_param_persistence_threshold", &z.stage3_param_persistence_threshold},
-      {"stage3_max_live_parameters", &z.stage3_max_live_parameters},
-      {"sub_group_size", &z.sub_group_size}};
-  for (const auto& [key, out] : sizes) {
+  // Element counts; 0 means something only for the prefetch (none) and the
+  // persistence threshold (nothing persists).
+  const std::tuple<const char*, int64_t*, int64_t> sizes[] = {
+      {"reduce_bucket_size", &z.reduce_bucket_size, 1},
+      {"allgather_bucket_size", &z.allgather_bucket_size, 1},
+      {"stage3_prefetch_bucket_size", &z.stage3_prefetch_bucket_size, 0},
+      {"stage3_param_persistence_threshold", &z.stage3_param_persistence_threshold, 0},
+      {"stage3_max_live_parameters", &z.stage3_max_live_parameters, 1},
+      {"sub_group_size", &z.sub_group_size, 1}};
+  for (const auto& [key, out, least] : sizes) {
     ZEROD_RETURN_IF_ERROR(r.read(key, out));
-    ZEROD_RETURN_IF_ERROR(check(*out >= 0, r, key, "must not be negative"));
+    ZEROD_RETURN_IF_ERROR(check(*out >= least, r, key,
+                                least == 0 ? absl::StrCat("must not be negative, got ", *out)
+                                           : absl::StrCat("must be at least 1, got ", *out)));
   }
   ZEROD_RETURN_IF_ERROR(r.read("overlap_comm", &z.overlap_comm));
   ZEROD_RETURN_IF_ERROR(r.read("contiguous_gradients", &z.contiguous_gradients));

@@ -1,11 +1,13 @@
 #include "runtime/engine/manifest.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "runtime/core/crc32c.h"
 #include "runtime/core/strict_json.h"
 #include "runtime/core/whole_file.h"
@@ -39,7 +41,61 @@ absl::StatusOr<std::pair<uint32_t, uint64_t>> file_crc(const std::string& path) 
   return std::make_pair(crc, n);
 }
 
+// CRC-32C of the manifest's compact dump without its checksum field.
+uint32_t manifest_crc(nlohmann::json m) {
+  if (m.is_object()) m.erase("crc32c");
+  const std::string text = m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return crc32c(text.data(), text.size(), 0);
+}
+
+// The value at `key` ("a.b" descends), null where absent.
+nlohmann::json manifest_field(const nlohmann::json& m, const std::string& key) {
+  const nlohmann::json* at = &m;
+  for (const auto& part : absl::StrSplit(key, '.')) {
+    const std::string name(part);
+    if (!at->is_object() || !at->contains(name)) return nullptr;
+    at = &(*at)[name];
+  }
+  return *at;
+}
+
+absl::Status field_error(const CheckpointManifest& c, const std::string& key, const nlohmann::json& v,
+                         const std::string& want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(c.path, ": '", key, "' is ", v.is_null() ? "missing" : v.dump(), ", not ", want));
+}
+
 }  // namespace
+
+void seal_manifest(nlohmann::json& m) { m["crc32c"] = manifest_crc(m); }
+
+absl::StatusOr<int64_t> manifest_integer(const CheckpointManifest& c, const std::string& key, int64_t lo, int64_t hi) {
+  const nlohmann::json v = manifest_field(c.json, key);
+  const std::string want = absl::StrCat("an integer in [", lo, ", ", hi, "]");
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (hi >= 0 && u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo) return static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i >= lo && i <= hi) return i;
+  }
+  return field_error(c, key, v, want);
+}
+
+absl::StatusOr<uint64_t> manifest_unsigned(const CheckpointManifest& c, const std::string& key) {
+  const nlohmann::json v = manifest_field(c.json, key);
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  return field_error(c, key, v, "an integer in [0, 2^64)");
+}
+
+absl::StatusOr<double> manifest_real(const CheckpointManifest& c, const std::string& key, bool positive) {
+  const nlohmann::json v = manifest_field(c.json, key);
+  if (v.is_number()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && (positive ? d > 0 : d >= 0)) return d;
+  }
+  return field_error(c, key, v, positive ? "a finite positive number" : "a finite number, not negative");
+}
 
 std::string shard_file_name(int rank) {
   char name[32];
@@ -94,6 +150,10 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
   if (field("version") != kManifestVersion) {
     return bad(absl::StrCat("format version ", field("version").dump(), " is not ", kManifestVersion,
                             ", the one this build reads"));
+  }
+  if (const nlohmann::json crc = field("crc32c"); !crc.is_number_unsigned() || crc.get<uint64_t>() != manifest_crc(m)) {
+    return bad(absl::StrCat("its checksum ('crc32c' ", crc.is_null() ? "missing" : crc.dump(),
+                            ") does not match its contents: edited by hand or damaged"));
   }
   if (!field("tensors").is_array()) return bad("'tensors' is missing or not a list");
   try {

@@ -14,7 +14,8 @@
 
 namespace zerod {
 
-inline constexpr int kManifestVersion = 1;
+// 2: the manifest carries its own checksum ("crc32c").
+inline constexpr int kManifestVersion = 2;
 
 std::string shard_file_name(int rank);  // "rank-00003.safetensors"
 
@@ -26,6 +27,10 @@ nlohmann::json manifest_tensors(const GptLayout& layout);
 // partition: format, version, model, precision, tensors (name, shape and
 // flat offset of each), world_size, zero_stage, optimizer.
 nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int world_size, int zero_stage);
+
+// Sets m["crc32c"] to the CRC-32C of m's compact dump without that field,
+// which read_manifest checks: a manifest edited by hand is refused.
+void seal_manifest(nlohmann::json& m);
 
 struct ManifestFile {
   std::string path;
@@ -43,9 +48,17 @@ struct CheckpointManifest {
 };
 
 // Reads and checks <dir>/manifest.json: a zerod checkpoint of this format
-// version, with every field that describes the model, the optimizer and the
-// files present and well-typed. Errors name the file and the field.
+// version whose checksum matches, with every field that describes the
+// model, the optimizer and the files present and well-typed. Errors name
+// the file and the field.
 absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir);
+
+// A field of the manifest (`key`: "a.b" is m["a"]["b"]) as a resumed run
+// reads it, or InvalidArgument naming the file, the field and the range:
+// an integer in [lo, hi]; a finite number, not negative (or positive).
+absl::StatusOr<int64_t> manifest_integer(const CheckpointManifest& c, const std::string& key, int64_t lo, int64_t hi);
+absl::StatusOr<uint64_t> manifest_unsigned(const CheckpointManifest& c, const std::string& key);
+absl::StatusOr<double> manifest_real(const CheckpointManifest& c, const std::string& key, bool positive);
 
 // The files' paths, in rank order.
 std::vector<std::string> file_paths(const std::vector<ManifestFile>& files);

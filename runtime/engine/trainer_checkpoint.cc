@@ -156,6 +156,7 @@ absl::StatusOr<std::optional<SavedCheckpoint>> Trainer::finish_checkpoint(bool w
                        {"bytes", all[3 * r + 2]}});
     }
     p.manifest["files"] = files;
+    seal_manifest(p.manifest);
     const std::string text = p.manifest.dump(2);
     const std::string dir = absl::StrCat(p.root, "/", checkpoint_dir_name(p.step), ".tmp");
     // The removal a commit left running ends before the next commit.
@@ -203,18 +204,20 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
       }
     }
     for (size_t r = rank; r < c.files.size(); r += world) ZEROD_RETURN_IF_ERROR(verify_file(c.files[r]));
-    try {
-      const nlohmann::json& ls = m.at("loss_scaler");
-      scaler = {ls.at("scale").get<double>(), ls.at("hysteresis").get<int>(), ls.at("iter").get<int64_t>(),
-                ls.at("last_overflow_iter").get<int64_t>()};
-      loader = {m.at("data_loader").at("epoch").get<uint64_t>(), m.at("data_loader").at("position").get<uint64_t>()};
-      steps = m.at("step").get<int64_t>();
-      updates = m.at("updates").get<int64_t>();
-      last_lr = m.at("last_lr").get<double>();
-      sample = m.at("rng").at("sample").get<uint64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(c.path, ": missing or mistyped field: ", e.what()));
-    }
+    // Each field of the state in its range, before any of it is set.
+    constexpr int64_t kMost = int64_t{1} << 53;
+    ZEROD_ASSIGN_OR_RETURN(steps, manifest_integer(c, "step", 0, kMost));
+    ZEROD_ASSIGN_OR_RETURN(updates, manifest_integer(c, "updates", 0, steps));
+    ZEROD_ASSIGN_OR_RETURN(last_lr, manifest_real(c, "last_lr", /*positive=*/false));
+    ZEROD_ASSIGN_OR_RETURN(scaler.scale, manifest_real(c, "loss_scaler.scale", /*positive=*/true));
+    ZEROD_ASSIGN_OR_RETURN(const int64_t hysteresis, manifest_integer(c, "loss_scaler.hysteresis", 0, INT32_MAX));
+    scaler.hysteresis = static_cast<int>(hysteresis);
+    ZEROD_ASSIGN_OR_RETURN(scaler.iter, manifest_integer(c, "loss_scaler.iter", 0, kMost));
+    ZEROD_ASSIGN_OR_RETURN(scaler.last_overflow_iter,
+                           manifest_integer(c, "loss_scaler.last_overflow_iter", -1, scaler.iter));
+    ZEROD_ASSIGN_OR_RETURN(loader.epoch, manifest_unsigned(c, "data_loader.epoch"));
+    ZEROD_ASSIGN_OR_RETURN(loader.position, manifest_unsigned(c, "data_loader.position"));
+    ZEROD_ASSIGN_OR_RETURN(sample, manifest_unsigned(c, "rng.sample"));
     files = std::move(c.files);
     return absl::OkStatus();
   }();

@@ -232,6 +232,12 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   acct.set_limit(Tier::kGpu, cfg->run.gpu_memory_limit.value_or(0));
   acct.reset_peaks();
   if (absl::Status s = check_gpu_cap(*cfg, **device); !s.ok()) return fail(kExitBadInput, std::string(s.message()));
+  // A checkpoint directory that cannot be written is found now, not at the first save.
+  if (cfg->run.checkpoint.dir) {
+    if (absl::Status s = check_checkpoint_root(*cfg->run.checkpoint.dir); !s.ok()) {
+      return fail(kExitBadInput, absl::StrCat("run.checkpoint.dir: ", s.message()));
+    }
+  }
 
   auto trainer = Trainer::create(*cfg, comm->get(), device->get());
   if (!trainer.ok()) {

@@ -48,16 +48,56 @@ absl::Status check_hf_config(const std::string& path, const GptConfig& m) {
   if (!text) return absl::OkStatus();
   ZEROD_ASSIGN_OR_RETURN(const nlohmann::json c, parse_strict_json(*text, file));
   if (!c.is_object()) return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
-  const std::pair<const char*, int> want[] = {{"n_layer", m.n_layer},       {"n_head", m.n_head},
-                                              {"n_embd", m.n_embd},         {"vocab_size", m.vocab_size},
-                                              {"n_positions", m.block_size}};
+  const std::pair<const char*, int> want[] = {{"n_layer", m.n_layer},        {"n_head", m.n_head},
+                                              {"n_embd", m.n_embd},          {"vocab_size", m.vocab_size},
+                                              {"n_positions", m.block_size}, {"n_ctx", m.block_size}};
   for (const auto& [key, value] : want) {
     if (c.contains(key) && !(c[key].is_number_integer() && c[key].get<int64_t>() == value)) {
       return absl::InvalidArgumentError(
           absl::StrCat(file, ": '", key, "' is ", c[key].dump(), " but the job's model has ", value));
     }
   }
+  // What a GPT2Config may set that zerod's GPT-2 does otherwise, each with
+  // the values zerod computes the same function for.
+  // (reorder_and_upcast_attn only upcasts attention to fp32, as zerod always does.)
+  const std::pair<const char*, std::vector<nlohmann::json>> fixed[] = {
+      {"model_type", {"gpt2"}},
+      {"activation_function", {"gelu_new", "gelu_pytorch_tanh"}},  // the tanh GELU
+      {"layer_norm_epsilon", {1e-5}},                              // kLayerNormEps, asserted above
+      {"tie_word_embeddings", {true}},
+      {"scale_attn_weights", {true}},
+      {"scale_attn_by_inverse_layer_idx", {false}},
+      {"n_inner", {nullptr, 4 * m.n_embd}}};
+  for (const auto& [key, allowed] : fixed) {
+    if (!c.contains(key) || std::find(allowed.begin(), allowed.end(), c[key]) != allowed.end()) continue;
+    std::string also;
+    for (size_t i = 1; i < allowed.size(); ++i) absl::StrAppend(&also, " or ", allowed[i].dump());
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": '", key, "' is ", c[key].dump(), "; zerod's GPT-2 has ", allowed[0].dump(), also));
+  }
   return absl::OkStatus();
+}
+
+// Whether tensors a and b of r (of one shape) hold the same values.
+absl::StatusOr<bool> same_values(const SafetensorsReader& r, const SafeTensor& a, const SafeTensor& b) {
+  constexpr int64_t kPart = 1 << 20;
+  std::vector<float> fa(kPart), fb(kPart);
+  std::vector<char> raw;
+  const auto part = [&](const SafeTensor& t, int64_t at, int64_t n, float* out) -> absl::Status {
+    const size_t ds = dtype_size(t.dtype);
+    if (t.dtype == DType::kF32) return r.read(t, at * ds, n * ds, out);
+    raw.resize(n * ds);
+    ZEROD_RETURN_IF_ERROR(r.read(t, at * ds, raw.size(), raw.data()));
+    convert_to_f32(t.dtype, raw.data(), out, n);
+    return absl::OkStatus();
+  };
+  for (int64_t at = 0; at < a.numel(); at += kPart) {
+    const int64_t n = std::min(kPart, a.numel() - at);
+    ZEROD_RETURN_IF_ERROR(part(a, at, n, fa.data()));
+    ZEROD_RETURN_IF_ERROR(part(b, at, n, fb.data()));
+    if (!std::equal(fa.begin(), fa.begin() + n, fb.begin())) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -133,7 +173,22 @@ absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const Gpt
     w.by_segment_.push_back(t);
     used[t - w.reader_.tensors().data()] = true;
   }
-  static const std::regex buffers(R"((transformer\.)?h\.\d+\.attn\.(masked_)?bias|lm_head\.weight)");
+  // An LM head, where the file has one, must be the tied one: wte.
+  if (const SafeTensor* head = w.reader_.find("lm_head.weight")) {
+    const std::vector<ParamSegment>& segs = layout.segments();
+    const auto at = std::find_if(segs.begin(), segs.end(), [](const ParamSegment& s) { return s.id == kWte; });
+    const SafeTensor& wte = *w.by_segment_[at - segs.begin()];
+    if (head->shape != wte.shape ||
+        (head->dtype != DType::kF32 && head->dtype != DType::kBF16 && head->dtype != DType::kF16)) {
+      return bad(absl::StrCat("tensor 'lm_head.weight' is ", dtype_name(head->dtype), " of shape ",
+                              nlohmann::json(head->shape).dump(), "; zerod's head is wte, ",
+                              nlohmann::json(wte.shape).dump()));
+    }
+    ZEROD_ASSIGN_OR_RETURN(const bool tied, same_values(w.reader_, *head, wte));
+    if (!tied) return bad("tensor 'lm_head.weight' differs from wte: zerod's GPT-2 ties its head to wte");
+    used[head - w.reader_.tensors().data()] = true;
+  }
+  static const std::regex buffers(R"((transformer\.)?h\.\d+\.attn\.(masked_)?bias)");
   for (size_t i = 0; i < used.size(); ++i) {
     const std::string& name = w.reader_.tensors()[i].name;
     if (!used[i] && !std::regex_match(name, buffers)) {
