@@ -412,6 +412,20 @@ TEST_F(ZerodE2E, BadInputIsRefusedAndNothingLaunched) {
   EXPECT_EQ(zeroctl("status 99").first, 2);
   EXPECT_EQ(zeroctl("list --state DONE").first, 2);
   EXPECT_EQ(zeroctl("frobnicate").first, 2);
+  // Configs that are not JSON text of at most 1 MiB in a regular file, and
+  // hosts that ssh or mpirun could take for options: status 2, named.
+  const auto refused = [&](const std::string& args, const std::string& text) {
+    auto r = ::zerod::testing::run_command(
+        absl::StrCat("ZEROD_TOKEN=", kToken, " ", ZEROD_CTL_BIN, " --address ", zerod_->address(), " ", args, " 2>&1"));
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_NE(r.out.find(text), std::string::npos) << args << ": " << r.out;
+  };
+  refused("submit " + write("random.bin", std::string("\xff\xfe\x80 garbage", 11)), "random.bin' is not valid JSON");
+  refused("submit " + write("big.json", "{\"x\": \"" + std::string(2 << 20, 'a') + "\"}"),
+          "big.json' is 2097161 bytes; a job config is at most 1 MiB");
+  refused("submit " + path("state"), "state' is not a regular file");
+  refused("submit " + write("fine.json", small_job(1).dump()) + " --host=-oProxyCommand=x",
+          "placement host '-oProxyCommand=x' is not 'host' or 'host:slots' (a host starts with a letter or digit)");
   ASSERT_TRUE(client_->list(&list).ok());
   EXPECT_EQ(list.jobs_size(), 0);
 

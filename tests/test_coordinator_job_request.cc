@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/config/job_config.h"
 #include "runtime/coordinator/job_request.h"
 #include "tests/temp_dir.h"
@@ -129,7 +130,8 @@ TEST_F(JobRequestTest, RefusesBadRequestFields) {
   EXPECT_EQ(refusal(request(tiny_job(), 5)), "the job asks for 5 ranks but this zerod runs at most 4 (--slots)");
   v1::SubmitJobRequest r = request(tiny_job());
   r.mutable_placement()->add_hosts("node1:x");
-  EXPECT_EQ(refusal(r), "placement host 'node1:x' is not 'host' or 'host:slots'");
+  EXPECT_EQ(refusal(r),
+            "placement host 'node1:x' is not 'host' or 'host:slots' (a host starts with a letter or digit)");
   r = request(tiny_job());
   r.mutable_placement()->add_hosts("node1; rm -rf /");
   EXPECT_NE(refusal(r).find("is not 'host' or 'host:slots'"), std::string::npos);
@@ -142,6 +144,18 @@ TEST_F(JobRequestTest, RefusesBadRequestFields) {
   r = request(tiny_job());
   r.set_name(std::string("a\nb"));
   EXPECT_EQ(refusal(r), "a job name is printable text");
+  // A host an ssh or mpirun would read as an option.
+  for (const char* host : {"-oProxyCommand=touch /tmp/x", "-np", ".hidden", "_x"}) {
+    r = request(tiny_job());
+    r.mutable_placement()->add_hosts(host);
+    EXPECT_EQ(refusal(r), absl::StrCat("placement host '", host,
+                                       "' is not 'host' or 'host:slots' (a host starts with a letter or digit)"));
+  }
+  // A config past the size limit, however well formed.
+  nlohmann::json big = tiny_job();
+  big["padding_is_unknown"] = std::string(kMaxConfigBytes, 'a');
+  EXPECT_EQ(refusal(request(big)).rfind("the config is ", 0), 0u) << refusal(request(big));
+  EXPECT_NE(refusal(request(big)).find("; a job config is at most 1048576 (1 MiB)"), std::string::npos);
   v1::SubmitJobRequest ok = request(tiny_job());
   ok.mutable_placement()->add_hosts("node-1.example:2");
   EXPECT_TRUE(prepare_job(ok, rules_).ok());

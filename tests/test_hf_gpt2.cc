@@ -6,14 +6,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/engine/trainer.h"
@@ -314,6 +314,19 @@ TEST_F(HfGpt2Test, RefusesBadWeightFiles) {
     write("other/config.json", "{\"n_layer\": 2, " + field + "}");
     expect_refused(path("other/model.safetensors"), "other/config.json: " + message);
   }
+  // A NaN among the weights, found as they are read, before any step.
+  fs::create_directories(path("nan"));
+  std::string bytes = testing::read_file(path("hf/model.safetensors"));
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(&bytes[8 + header + r->find("h.1.mlp.c_fc.bias")->begin + 4 * 5], &nan, 4);
+  write("nan/model.safetensors", bytes);
+  expect_refused(path("nan/model.safetensors"),
+                 "nan/model.safetensors: tensor 'h.1.mlp.c_fc.bias' holds nan at element 5: weights must be finite");
+  // The directory instead of the file in it.
+  expect_refused(path("hf"), path("hf") + " is a directory: model.init_from names the weights file itself (" +
+                                 path("hf/model.safetensors") + ")");
   // Not a safetensors file; no file.
   fs::create_directories(path("junk"));
   write("junk/model.safetensors", "not a weights file at all");

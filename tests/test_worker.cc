@@ -518,6 +518,11 @@ TEST_F(WorkerTest, HostMemoryLimitStopsTheRunCleanly) {
   const Result r = run({"--config", job(j)});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_NE(r.err.find("host memory limit of 1048576 bytes"), std::string::npos) << r.err;
+  // What set the size is named: the model and its parameters, the batch.
+  EXPECT_NE(r.err.find("; the model (model.preset 'gpt2-tiny', n_layer 2, n_embd 64, vocab_size 256) has 120576 "
+                       "parameters, at micro-batch "),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(WorkerTest, TheBinaryExitsWithTheSameCodes) {

@@ -1,5 +1,6 @@
 #include "runtime/coordinator/job_request.h"
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
@@ -52,18 +53,20 @@ absl::Status confine(const std::string& key, const std::string& value, const Job
                           "); relative paths are kept in the job's directory"));
 }
 
+}  // namespace
+
 absl::Status check_host(const std::string& entry) {
   std::vector<std::string> parts = absl::StrSplit(entry, ':');
   int slots = 0;
-  const bool host_ok = !parts[0].empty() && parts[0].find_first_not_of(
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == std::string::npos;
+  const bool host_ok = !parts[0].empty() && std::isalnum(static_cast<unsigned char>(parts[0][0])) &&
+                       parts[0].find_first_not_of(
+                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == std::string::npos;
   if (!host_ok || parts.size() > 2 || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &slots) || slots < 1))) {
-    return bad(absl::StrCat("placement host '", entry, "' is not 'host' or 'host:slots'"));
+    return bad(absl::StrCat("placement host '", entry,
+                            "' is not 'host' or 'host:slots' (a host starts with a letter or digit)"));
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 std::string checkpoint_root(const nlohmann::json& config) { return config["run"]["checkpoint"]["dir"]; }
 
@@ -84,6 +87,10 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
   }
   if (!std::isfinite(r.hang_timeout_s()) || r.hang_timeout_s() < 0) {
     return bad("hang_timeout_s is a number of seconds, 0 or more (0: zerod's default)");
+  }
+  if (req.config_json().size() > kMaxConfigBytes) {
+    return bad(absl::StrCat("the config is ", req.config_json().size(), " bytes; a job config is at most ",
+                            kMaxConfigBytes, " (1 MiB)"));
   }
   absl::StatusOr<nlohmann::json> parsed = parse_strict_json(req.config_json(), "the config");
   if (!parsed.ok()) return bad(std::string(parsed.status().message()));

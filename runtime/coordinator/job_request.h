@@ -26,6 +26,14 @@ struct JobRules {
 // a relaunched attempt continues from the newest checkpoint.
 absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& request, const JobRules& rules);
 
+// A job config's size limit, for zeroctl and the service alike.
+inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+
+// A placement entry: 'host' or 'host:slots', the host a name or address
+// that starts with a letter or digit (so that ssh or mpirun cannot take it
+// for an option), slots at least 1. InvalidArgument naming the entry.
+absl::Status check_host(const std::string& entry);
+
 // The job's checkpoint root, relative to its directory when the config says so.
 std::string checkpoint_root(const nlohmann::json& config);
 

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include "runtime/config/command_line.h"
 #include "runtime/config/job_config.h"
 #include "runtime/coordinator/auth.h"
+#include "runtime/coordinator/job_request.h"
 #include "runtime/coordinator/job_store.h"
 #include "runtime/core/exit_codes.h"
 #include "runtime/core/strict_json.h"
@@ -204,15 +206,25 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
   };
 
   if (submit->parsed()) {
+    // The config and hosts are checked here too, so that the message names the file.
+    const std::string what = absl::StrCat("config file '", config_path, "'");
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(config_path, ec)) {
+      return fail(kExitBadInput, absl::StrCat(what, std::filesystem::exists(config_path, ec) ? " is not a regular file"
+                                                                                             : " cannot be opened"));
+    }
+    if (const uintmax_t size = std::filesystem::file_size(config_path, ec); !ec && size > kMaxConfigBytes) {
+      return fail(kExitBadInput, absl::StrCat(what, " is ", size, " bytes; a job config is at most 1 MiB"));
+    }
     std::optional<std::string> text = read_whole_file(config_path);
-    if (!text) return fail(kExitBadInput, absl::StrCat("config file '", config_path, "' cannot be opened"));
+    if (!text) return fail(kExitBadInput, absl::StrCat(what, " cannot be opened"));
+    absl::StatusOr<nlohmann::json> parsed = parse_strict_json(*text, what);  // UTF-8 too
+    if (!parsed.ok()) return fail(kExitBadInput, std::string(parsed.status().message()));
+    nlohmann::json& root = *parsed;
+    if (!root.is_object()) return fail(kExitBadInput, absl::StrCat(what, " is not a JSON object"));
     v1::SubmitJobRequest req;
     req.set_config_json(*text);
     if (!overrides.empty()) {
-      absl::StatusOr<nlohmann::json> parsed = parse_strict_json(*text, absl::StrCat("config file '", config_path, "'"));
-      if (!parsed.ok()) return fail(kExitBadInput, std::string(parsed.status().message()));
-      nlohmann::json& root = *parsed;
-      if (!root.is_object()) return fail(kExitBadInput, absl::StrCat("config file '", config_path, "' is not a JSON object"));
       for (const std::string& o : overrides) {
         if (absl::Status s = apply_override(root, o); !s.ok()) return fail(kExitBadInput, std::string(s.message()));
       }
@@ -220,7 +232,10 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     req.set_name(name);
     req.set_world_size(np);
-    for (const std::string& h : hosts) req.mutable_placement()->add_hosts(h);
+    for (const std::string& h : hosts) {
+      if (absl::Status s = check_host(h); !s.ok()) return fail(kExitBadInput, std::string(s.message()));
+      req.mutable_placement()->add_hosts(h);
+    }
     req.mutable_restart()->set_max_restarts(max_restarts);
     req.mutable_restart()->set_hang_timeout_s(hang_timeout);
     v1::SubmitJobResponse resp;

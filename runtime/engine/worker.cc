@@ -241,9 +241,19 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
 
   auto trainer = Trainer::create(*cfg, comm->get(), device->get());
   if (!trainer.ok()) {
-    // Running out of memory while building is a run failure, not bad input.
-    return fail(absl::IsResourceExhausted(trainer.status()) ? kExitFailure : kExitBadInput,
-                std::string(trainer.status().message()));
+    // Running out of memory while building is a run failure, not bad input;
+    // its message names what set the size.
+    if (!absl::IsResourceExhausted(trainer.status())) {
+      return fail(kExitBadInput, std::string(trainer.status().message()));
+    }
+    const GptConfig& m = cfg->model;
+    return fail(
+        kExitFailure,
+        absl::StrCat(trainer.status().message(), "; the model (model.preset '", cfg->preset, "', n_layer ", m.n_layer,
+                     ", n_embd ", m.n_embd, ", vocab_size ", m.vocab_size, ") has ", gpt_param_count(m),
+                     " parameters, at micro-batch ", cfg->micro_batch, " x seq_len ", cfg->data.seq_len,
+                     ": a smaller model or batch, run.host_memory_limit / run.gpu_memory_limit, or "
+                     "zero_optimization offload would change that"));
   }
   Trainer& t = **trainer;
   output.start(*cfg, t.num_params(), rank->world_size, (*device)->description());

@@ -1,6 +1,7 @@
 #include "runtime/model/hf_gpt2.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -150,6 +151,13 @@ absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType 
 }
 
 absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const GptLayout& layout) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::string file = (std::filesystem::path(path) / "model.safetensors").string();
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is a directory: model.init_from names the weights file itself",
+        std::filesystem::exists(file, ec) ? absl::StrCat(" (", file, ")") : std::string(" (a .safetensors file)")));
+  }
   ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path));
   ZEROD_RETURN_IF_ERROR(check_hf_config(path, layout.config()));
   Gpt2Weights w(std::move(r), layout);
@@ -210,11 +218,18 @@ absl::Status Gpt2Weights::read(int64_t begin, int64_t end, float* out) const {
     float* dst = out + (lo - begin);
     if (t.dtype == DType::kF32) {
       ZEROD_RETURN_IF_ERROR(reader_.read(t, (lo - s.offset) * ds, (hi - lo) * ds, dst));
-      continue;
+    } else {
+      raw.resize((hi - lo) * ds);
+      ZEROD_RETURN_IF_ERROR(reader_.read(t, (lo - s.offset) * ds, raw.size(), raw.data()));
+      convert_to_f32(t.dtype, raw.data(), dst, hi - lo);
     }
-    raw.resize((hi - lo) * ds);
-    ZEROD_RETURN_IF_ERROR(reader_.read(t, (lo - s.offset) * ds, raw.size(), raw.data()));
-    convert_to_f32(t.dtype, raw.data(), dst, hi - lo);
+    // A NaN or infinity would only show as the first step's loss.
+    const float* bad = std::find_if(dst, dst + (hi - lo), [](float v) { return !std::isfinite(v); });
+    if (bad != dst + (hi - lo)) {
+      return absl::InvalidArgumentError(absl::StrCat(reader_.path(), ": tensor '", t.name, "' holds ", *bad,
+                                                     " at element ", lo - s.offset + (bad - dst),
+                                                     ": weights must be finite"));
+    }
   }
   return absl::OkStatus();
 }
