@@ -4,6 +4,11 @@
 // latency per call kind; the reference, measured in the same run, is the
 // same calls from one client alone.
 //
+// Before that, heartbeats as a worker sends them, every 10 ms: first for 5 s
+// beside the running job alone (the reference), then while 10 more 2-rank
+// jobs are submitted, launched and cancelled one after another (churn:
+// spawns, /proc scans, signals and store writes in zerod).
+//
 // Usage: coordinator_load [clients=200] [seconds=10]
 #include <algorithm>
 #include <atomic>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "proto/zerod.grpc.pb.h"
 #include "tests/zerod_process.h"
 
 namespace {
@@ -59,6 +65,30 @@ void client_loop(const std::string& address, const std::string& id, Clock::time_
   }
 }
 
+// Heartbeats for an attempt zerod does not run (so no job is touched; the
+// call takes the same path and lock as a real one) until `stop`.
+void heartbeat_loop(const std::string& address, const std::atomic<bool>& stop, std::vector<double>* ms,
+                    int64_t* errors) {
+  auto stub = zerod::v1::WorkerControl::NewStub(*zerod::open_channel(address, ""));
+  zerod::v1::HeartbeatRequest req;
+  req.mutable_worker()->set_job_id("0");
+  req.mutable_worker()->set_attempt(1);
+  req.mutable_progress()->set_step(1);
+  while (!stop) {
+    grpc::ClientContext ctx;
+    zerod::add_token(ctx, kToken);
+    zerod::v1::HeartbeatResponse resp;
+    const auto t0 = Clock::now();
+    const grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
+    if (s.ok()) {
+      ms->push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    } else {
+      ++*errors;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -88,7 +118,7 @@ int main(int argc, char** argv) {
   std::ofstream(token_file) << kToken;
   int code = 0;
   {
-    zerod::testing::ZerodProcess zerod(state + "/state", {"--token-file", token_file, "--slots", "2"},
+    zerod::testing::ZerodProcess zerod(state + "/state", {"--token-file", token_file, "--slots", "4"},
                                        {"OMP_NUM_THREADS=1"});
     if (!zerod.running()) {
       fprintf(stderr, "%s\n", zerod.error().c_str());
@@ -107,6 +137,36 @@ int main(int argc, char** argv) {
     // Until the job is training, so its log grows and progress moves.
     for (zerod::v1::Job job; admin.get(id, &job).ok() && job.progress().step() < 5;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::vector<double> beats[2];
+    int64_t beat_errors = 0;
+    for (int churn = 0; churn < 2; ++churn) {
+      std::atomic<bool> stop{false};
+      std::thread beating(heartbeat_loop, zerod.address(), std::cref(stop), &beats[churn], &beat_errors);
+      if (!churn) std::this_thread::sleep_for(std::chrono::seconds(5));
+      for (int j = 0; churn && j < 10; ++j) {
+        std::string other;
+        if (grpc::Status s = admin.submit(req, &other); !s.ok()) {
+          fprintf(stderr, "submit: %s\n", s.error_message().c_str());
+          return 1;
+        }
+        zerod::v1::Job job;
+        while (admin.get(other, &job).ok() && job.state() == zerod::v1::PENDING) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        zerod::v1::CancelJobRequest cancel;
+        cancel.set_job_id(other);
+        admin.stub().CancelJob(admin.context().get(), cancel, &job);
+        admin.watch(other, &job);
+      }
+      stop = true;
+      beating.join();
+    }
+    printf("| heartbeats | calls | p50 ms | p99 ms | max ms |\n| --- | --- | --- | --- | --- |\n");
+    for (int churn = 0; churn < 2; ++churn) {
+      printf("| %s | %zu | %.2f | %.2f | %.2f |\n", churn ? "10 jobs launched and cancelled" : "one job running",
+             beats[churn].size(), percentile(beats[churn], 0.5), percentile(beats[churn], 0.99),
+             percentile(beats[churn], 1.0));
     }
     std::vector<Samples> alone(1);
     client_loop(zerod.address(), id, Clock::now() + std::chrono::hours(1), 300, &alone[0]);
@@ -132,9 +192,9 @@ int main(int argc, char** argv) {
              percentile(a.ms[k], 0.5), a99, a99 > 0 ? l99 / a99 : 0);
     }
     printf("calls/s under load: %.0f\n", (l.ms[0].size() + l.ms[1].size() + l.ms[2].size()) / elapsed);
-    printf("errors: %lld%s%s\n", static_cast<long long>(l.errors + a.errors), l.errors + a.errors ? ", first: " : "",
-           (l.first_error.empty() ? a.first_error : l.first_error).c_str());
-    code = l.errors + a.errors > 0;
+    printf("errors: %lld%s%s\n", static_cast<long long>(l.errors + a.errors + beat_errors),
+           l.errors + a.errors ? ", first: " : "", (l.first_error.empty() ? a.first_error : l.first_error).c_str());
+    code = l.errors + a.errors + beat_errors > 0;
     zerod::v1::CancelJobRequest cancel;
     cancel.set_job_id(id);
     admin.stub().CancelJob(admin.context().get(), cancel, &job);

@@ -12,6 +12,7 @@ packages=(
   liburing-dev fio
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   openssl
+  clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
 )
 
 missing=()

@@ -4,10 +4,10 @@
 // gradient norm and the final fp32 master weights (CRC-32C of their bytes)
 // equal tests/fixtures/bitwise_np<N>.json.
 //
-// The fixtures hold the training of the engine as it stood before the
-// device seam (commit 190f2d0), the gradient norms re-recorded when the sum
-// of squares took its lanes' order (cpu_kernels.h); refactors of the engine
-// must not move a bit.
+// The fixtures hold the training of the engine, recorded again when the
+// build stopped fusing a*b+c on its own (-ffp-contract=off, CMakeLists.txt:
+// GCC fused where it vectorised, so AVX-512 and AVX2 machines differed);
+// refactors of the engine must not move a bit.
 // ctest runs this with one OpenMP thread and OpenBLAS's Haswell kernels, so
 // the numbers do not depend on the machine's core count or instruction set.
 //

@@ -651,6 +651,17 @@ TEST(ConfigOverride, PathThroughANonObjectIsAnError) {
   EXPECT_EQ(j["run"]["steps"], json(5));
 }
 
+// Found by fuzz/fuzz_job_config: a config that is not an object, given an
+// override, read the key before the first.
+TEST(ConfigOverride, AConfigThatIsNotAnObjectTakesNoOverride) {
+  for (json j : {json(5), json::array({1}), json("text")}) {
+    const json before = j;
+    const absl::Status s = apply_override(j, "run.steps=1");
+    EXPECT_TRUE(fails_with(s, absl::StatusCode::kInvalidArgument, {"the config is not a JSON object"})) << s;
+    EXPECT_EQ(j, before);
+  }
+}
+
 TEST(ConfigOverride, UnknownKeyFailsInParse) {
   json j = minimal();
   ASSERT_TRUE(apply_override(j, "run.colour=\"blue\"").ok());

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/config/job_config.h"
 #include "runtime/coordinator/job_store.h"
@@ -92,12 +93,23 @@ class ZerodE2E : public TempDirTest {
     options.insert(options.end(), {"--worker", ZEROD_HANGING_WORKER_BIN});
     start_zerod(options, {"ZEROD_TEST_HANG=" + attempt_rank_step});
   }
-  void start_zerod(std::vector<std::string> options = {}, std::vector<std::string> env = {}) {
-    options.insert(options.end(), {"--token-file", token_file_, "--slots", "2", "--heartbeat-interval", "0.1"});
-    env.push_back("OMP_NUM_THREADS=1");
-    zerod_ = std::make_unique<ZerodProcess>(state_, options, env);
+  void start_zerod(std::vector<std::string> options = {}, std::vector<std::string> env = {},
+                   const std::string& binary = ZEROD_DAEMON_BIN) {
+    launch_zerod(options, env, binary);
     ASSERT_TRUE(zerod_->running()) << zerod_->error();
     client_ = std::make_unique<CoordinatorClient>(zerod_->address(), kToken);
+  }
+  // zerod whose store's disk is full while the file `full` exists
+  // (tests/full_disk_zerod.cc).
+  void start_full_disk_zerod(const std::string& full) {
+    start_zerod({"--worker", ZEROD_WORKER_BIN}, {"ZEROD_TEST_DISK_FULL=" + full}, ZEROD_FULL_DISK_ZEROD_BIN);
+  }
+  // Starts zerod as start_zerod does, whether or not it comes up.
+  void launch_zerod(std::vector<std::string> options = {}, std::vector<std::string> env = {},
+                    const std::string& binary = ZEROD_DAEMON_BIN) {
+    options.insert(options.end(), {"--token-file", token_file_, "--slots", "2", "--heartbeat-interval", "0.1"});
+    env.push_back("OMP_NUM_THREADS=1");
+    zerod_ = std::make_unique<ZerodProcess>(state_, options, env, 0, binary);
   }
   std::string tag(const std::string& id, int attempt) const {
     return absl::StrCat(fs::canonical(state_).string(), "#", id, "#", attempt);
@@ -454,6 +466,136 @@ TEST_F(ZerodE2E, AFailedJobNamesItsFirstFailure) {
   EXPECT_NE(f.reason().find("exited with status 1 (run failure)"), std::string::npos) << f.reason();
   EXPECT_NE(absl::StrJoin(f.last_log_lines(), "\n").find("memory limit of 4096 bytes"), std::string::npos)
       << absl::StrJoin(f.last_log_lines(), "\n");
+}
+
+// The store's disk fills while a job runs and another waits: zerod shows
+// the running job's true end from memory, refuses new jobs without
+// recording anything, starts nothing, and once space returns writes the end
+// and starts the queued job by itself.
+TEST_F(ZerodE2E, AFullStoreKeepsEachEndAndTheQueueResumesByItself) {
+  const std::string full = path("disk-full");
+  start_full_disk_zerod(full);
+  const std::string first = submit(request(small_job(300)));
+  const std::string queued = submit(request(small_job(10)));  // 2 slots, 2 ranks each: it waits
+  reached(first, 5);
+  write("disk-full", "");
+  const v1::Job ended = finished(first);
+  EXPECT_EQ(ended.state(), v1::SUCCEEDED) << ended.DebugString();
+  EXPECT_NE(ended.unrecorded().find("full"), std::string::npos) << ended.DebugString();
+  ASSERT_EQ(ended.attempts_size(), 1);
+  EXPECT_EQ(ended.attempts(0).state(), v1::SUCCEEDED);
+  EXPECT_EQ(ended.progress().step(), 300);
+  EXPECT_TRUE(tagged_processes(tag(first, 1)).empty());
+  std::string refused_id;
+  const grpc::Status refused = client_->submit(request(small_job(10)), &refused_id);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("nothing was submitted"), std::string::npos) << refused.error_message();
+  v1::Job waiting;
+  do {
+    ASSERT_TRUE(client_->get(queued, &waiting).ok());
+  } while (waiting.unrecorded().empty());
+  EXPECT_EQ(waiting.state(), v1::PENDING);
+  EXPECT_NE(waiting.unrecorded().find("cannot start"), std::string::npos) << waiting.unrecorded();
+  EXPECT_TRUE(tagged_processes(tag(queued, 1)).empty());
+  auto [status_code, status_out] = zeroctl("status " + first);
+  EXPECT_EQ(status_code, 0);
+  EXPECT_NE(status_out.find("unrecorded: "), std::string::npos) << status_out;
+
+  fs::remove(full);
+  const v1::Job next = finished(queued);
+  EXPECT_EQ(next.state(), v1::SUCCEEDED) << next.DebugString();
+  EXPECT_TRUE(next.unrecorded().empty());
+  v1::Job recorded;
+  ASSERT_TRUE(client_->get(first, &recorded).ok());
+  EXPECT_TRUE(recorded.unrecorded().empty());
+  // What was kept in memory is what the store now holds: a new zerod reads it.
+  zerod_->restart();
+  ASSERT_TRUE(zerod_->running()) << zerod_->error();
+  client_ = std::make_unique<CoordinatorClient>(zerod_->address(), kToken);
+  v1::Job reread;
+  ASSERT_TRUE(client_->get(first, &reread).ok());
+  EXPECT_EQ(reread.state(), v1::SUCCEEDED);
+  ASSERT_EQ(reread.attempts_size(), 1);
+  EXPECT_EQ(reread.attempts(0).state(), v1::SUCCEEDED);
+  EXPECT_EQ(reread.progress().SerializeAsString(), ended.progress().SerializeAsString());
+  EXPECT_EQ(reread.finished_unix_ms(), ended.finished_unix_ms());
+  v1::ListJobsResponse all;
+  ASSERT_TRUE(client_->list(&all).ok());
+  EXPECT_EQ(all.jobs_size(), 2);  // the refused submit left nothing
+}
+
+// A job ends while its zerod cannot record it, and that zerod stops: a
+// zerod that cannot write the store refuses to start (exit 2); once it can,
+// the job is recorded from the exit records its ranks left, with its true
+// end, last step and loss.
+TEST_F(ZerodE2E, AJobThatEndedUnrecordedIsJudgedByWhatItsRanksLeft) {
+  const std::string full = path("disk-full");
+  start_full_disk_zerod(full);
+  const nlohmann::json config = small_job(300);
+  const std::string id = submit(request(config));
+  reached(id, 5);
+  write("disk-full", "");
+  ASSERT_EQ(finished(id).state(), v1::SUCCEEDED);
+  zerod_->stop(SIGTERM);
+
+  launch_zerod({"--worker", ZEROD_WORKER_BIN}, {"ZEROD_TEST_DISK_FULL=" + full}, ZEROD_FULL_DISK_ZEROD_BIN);
+  EXPECT_FALSE(zerod_->running());
+  EXPECT_EQ(zerod_->exit_status(), 2);
+  EXPECT_NE(zerod_->error().find("zerod cannot write it"), std::string::npos) << zerod_->error();
+
+  fs::remove(full);
+  start_full_disk_zerod(full);
+  v1::Job job;
+  ASSERT_TRUE(client_->get(id, &job).ok());
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  ASSERT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(job.attempts(0).state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.progress().step(), 300);
+  EXPECT_EQ(job.progress().total_steps(), 300);
+  EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));
+  EXPECT_TRUE(job.unrecorded().empty());
+  auto [list_code, list_out] = zeroctl("list");
+  EXPECT_EQ(list_code, 0);
+  EXPECT_NE(list_out.find("300/300"), std::string::npos) << list_out;
+  EXPECT_NE(list_out.find(absl::StrFormat("%.4f", job.progress().loss())), std::string::npos) << list_out;
+}
+
+// Job directories are never reused: a store that is missing, empty, or
+// knows fewer jobs than the state directory holds is refused at start
+// (exit 2) and left as it was; the right store starts as before.
+TEST_F(ZerodE2E, AStoreThatIsNotTheJobsIsRefusedAtStart) {
+  start_zerod();
+  const std::string id = submit(request(small_job(5)));
+  ASSERT_EQ(finished(id).state(), v1::SUCCEEDED);
+  zerod_->stop(SIGTERM);
+  const std::string db = state_ + "/zerod.db";
+  fs::rename(db, path("kept.db"));
+  { ASSERT_TRUE(JobStore::open(path("new.db")).ok()); }
+  const auto refused = [&](const std::string& why) {
+    launch_zerod();
+    EXPECT_FALSE(zerod_->running());
+    EXPECT_EQ(zerod_->exit_status(), 2);
+    EXPECT_NE(zerod_->error().find(why), std::string::npos) << zerod_->error();
+  };
+  SCOPED_TRACE("missing");
+  refused("zerod.db is missing but job directories up to 1");
+  EXPECT_FALSE(fs::exists(db));
+  SCOPED_TRACE("empty");
+  write("state/zerod.db", "");
+  refused("zerod.db is empty but");
+  EXPECT_EQ(fs::file_size(db), 0u);
+  SCOPED_TRACE("another");
+  fs::copy_file(path("new.db"), db, fs::copy_options::overwrite_existing);
+  const std::string before = read_whole_file(db).value_or("");
+  refused("zerod.db knows jobs up to 0 but");
+  EXPECT_EQ(read_whole_file(db).value_or(""), before);
+
+  fs::copy_file(path("kept.db"), db, fs::copy_options::overwrite_existing);
+  start_zerod();
+  v1::Job job;
+  ASSERT_TRUE(client_->get(id, &job).ok());
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(submit(request(small_job(5))), "2");
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // The coordinator's job store: the state machine of jobs and attempts,
 // terminal states that never change, records that survive reopening, and
 // files that are not a job store refused by name.
-#include <gtest/gtest.h>
 #include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <set>
 #include <thread>
 #include <vector>
@@ -184,6 +185,36 @@ TEST_F(JobStoreTest, RefusesWhatIsNotAJobStore) {
   sql("newer.db", "PRAGMA user_version = 2");
   refused(path("newer.db"), "job store format 2 is not 1");
   EXPECT_EQ(testing::read_file(path("junk.db")), std::string(4096, 'z'));  // untouched
+}
+
+// Ids are never reused: a store is refused beside job directories it did
+// not number, before anything is written to it.
+TEST_F(JobStoreTest, AStoreThatDidNotNumberTheJobsBesideItIsRefused) {
+  {
+    std::unique_ptr<JobStore> store = open();
+    ASSERT_TRUE(store);
+    EXPECT_EQ(*store->last_id(), 0);
+    ASSERT_TRUE(store->add(spec("a"), 1).ok());
+    ASSERT_TRUE(store->add(spec("b"), 2).ok());
+    EXPECT_EQ(*store->last_id(), 2);
+  }
+  const std::string before = testing::read_file(path("jobs.db"));
+  const auto refused = [&](const std::string& p, int64_t beside, const std::string& text) {
+    auto s = JobStore::open(p, beside);
+    ASSERT_FALSE(s.ok()) << p;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+    EXPECT_NE(s.status().message().find(text), std::string::npos) << s.status();
+  };
+  refused(path("jobs.db"), 3, "jobs.db knows jobs up to 2 but job directories up to 3 are beside it");
+  EXPECT_EQ(testing::read_file(path("jobs.db")), before);
+  refused(path("gone.db"), 1, "gone.db is missing but job directories up to 1");
+  EXPECT_FALSE(std::filesystem::exists(path("gone.db")));
+  refused(write("empty.db", ""), 1, "empty.db is empty but");
+  EXPECT_EQ(testing::read_file(path("empty.db")), "");
+  EXPECT_TRUE(JobStore::open(path("jobs.db"), 2).ok());
+  // A directory where the file should be cannot be read.
+  std::filesystem::create_directories(path("dir.db"));
+  refused(path("dir.db"), 0, "dir.db");
 }
 
 }  // namespace

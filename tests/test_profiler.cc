@@ -46,13 +46,19 @@ TEST(Profiler, ADeviceSpanTimesItsStreamsWorkNotTheHostsEnqueueing) {
   Profiler p(device);
   Stream& s = device.compute_stream();
   // The stream's work waits for the host, which lets it go 40 ms after the
-  // span closed: the span's time is the stream's, not the enqueueing's.
-  std::promise<void> go;
+  // span closed and the work began (so after the span's start, however
+  // late the stream gets to it): the span's time is the stream's, not the
+  // enqueueing's.
+  std::promise<void> go, began;
   std::shared_future<void> released = go.get_future().share();
   {
     auto span = Profiler::device_span(&p, s, "sleep", 123);
-    CpuDevice::launch(s, [released] { released.wait(); });
+    CpuDevice::launch(s, [released, &began] {
+      began.set_value();
+      released.wait();
+    });
   }
+  began.get_future().wait();
   std::this_thread::sleep_for(Ms(40));
   go.set_value();
   {

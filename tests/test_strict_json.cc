@@ -51,5 +51,15 @@ TEST(StrictJson, SyntaxErrorsKeepTheParsersPosition) {
   EXPECT_NE(refusal("{\"a\": \"\xff\"}").find("job.json is not valid JSON"), std::string::npos);
 }
 
+// Found by fuzz/fuzz_job_config: nlohmann throws out_of_range, not a
+// parse_error, for a number past a double's range, and it escaped.
+TEST(StrictJson, ANumberPastADoublesRangeIsRefused) {
+  for (const std::string text : {R"({"lr": 1e999})", R"([-66666666E66666])", "3e730"}) {
+    const std::string why = refusal(text);
+    EXPECT_EQ(why.find("job.json is not valid JSON: "), 0u) << why;
+    EXPECT_NE(why.find("number overflow"), std::string::npos) << why;
+  }
+}
+
 }  // namespace
 }  // namespace zerod

@@ -29,12 +29,15 @@ namespace zerod::testing {
 
 class ZerodProcess {
  public:
-  // Starts zerod on `state_dir` with these extra options and environment
-  // entries ("NAME=value"); port 0 picks a free port. Waits until it serves
-  // or exits (see running() and error()).
-  ZerodProcess(std::string state_dir, std::vector<std::string> options, std::vector<std::string> env = {},
-               int port = 0)
-      : state_dir_(std::move(state_dir)), options_(std::move(options)), env_(std::move(env)) {
+  // Starts zerod (`binary`) on `state_dir` with these extra options and
+  // environment entries ("NAME=value"); port 0 picks a free port. Waits
+  // until it serves or exits (see running(), error() and exit_status()).
+  ZerodProcess(std::string state_dir, std::vector<std::string> options, std::vector<std::string> env = {}, int port = 0,
+               std::string binary = ZEROD_DAEMON_BIN)
+      : state_dir_(std::move(state_dir)),
+        options_(std::move(options)),
+        env_(std::move(env)),
+        binary_(std::move(binary)) {
     start(port);
   }
   ~ZerodProcess() { stop(SIGTERM); }
@@ -55,16 +58,16 @@ class ZerodProcess {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   bool running() const { return pid_ > 0; }
-  // Why it is not running, when it failed to start.
+  // Why it is not running, when it failed to start, and its exit status then.
   const std::string& error() const { return error_; }
+  int exit_status() const { return exit_status_; }
 
  private:
   void start(int port) {
     const std::string address_file = state_dir_ + "/zerod.address";
     std::filesystem::create_directories(state_dir_);
     std::filesystem::remove(address_file);
-    std::vector<std::string> args = {ZEROD_DAEMON_BIN, "--state-dir", state_dir_, "--listen",
-                                     absl::StrCat("127.0.0.1:", port)};
+    std::vector<std::string> args = {binary_, "--state-dir", state_dir_, "--listen", absl::StrCat("127.0.0.1:", port)};
     args.insert(args.end(), options_.begin(), options_.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -78,11 +81,11 @@ class ZerodProcess {
     const std::string log = state_dir_ + "/zerod.log";
     posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&files, 1, 2);
-    const int rc = posix_spawn(&pid_, ZEROD_DAEMON_BIN, &files, nullptr, argv.data(), envp.data());
+    const int rc = posix_spawn(&pid_, binary_.c_str(), &files, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&files);
     if (rc != 0) {
       pid_ = -1;
-      error_ = "cannot start " ZEROD_DAEMON_BIN;
+      error_ = "cannot start " + binary_;
       return;
     }
     // It writes its address once it serves; a zerod that exits has failed.
@@ -95,6 +98,7 @@ class ZerodProcess {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
+        exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         error_ = "zerod exited: " + read_whole_file(log).value_or("");
         return;
       }
@@ -105,7 +109,9 @@ class ZerodProcess {
   const std::string state_dir_;
   const std::vector<std::string> options_;
   std::vector<std::string> env_;
+  const std::string binary_;
   pid_t pid_ = -1;
+  int exit_status_ = -1;
   int port_ = 0;
   std::string address_;
   std::string error_;

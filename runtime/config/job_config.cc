@@ -330,8 +330,9 @@ absl::Status apply_override(nlohmann::json& root, const std::string& assignment)
     }
     if (node->is_null()) *node = nlohmann::json::object();
     if (!node->is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--set '", assignment, "': '", keys[i - 1], "' is not an object"));
+      return absl::InvalidArgumentError(absl::StrCat("--set '", assignment, "': ",
+                                                     i == 0 ? std::string("the config is not a JSON object")
+                                                            : absl::StrCat("'", keys[i - 1], "' is not an object")));
     }
     node = &(*node)[keys[i]];
   }

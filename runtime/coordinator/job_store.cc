@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -132,7 +133,15 @@ bool is_terminal(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
 }
 
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::open(const std::string& path, int64_t jobs_beside) {
+  const auto not_theirs = [&](const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " ", what, " but job directories up to ", jobs_beside,
+                     " are beside it: it is not their store (restore theirs, or start zerod on a new --state-dir)"));
+  };
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (jobs_beside > 0 && (ec || bytes == 0)) return not_theirs(ec ? "is missing" : "is empty");
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   std::unique_ptr<JobStore> store(new JobStore(db));
@@ -152,6 +161,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::open(const std::string& path
     return s.i64(0);
   }());
   if (*app == 0 && tables == 0) {
+    if (jobs_beside > 0) return not_theirs("holds no jobs");
     ZEROD_ASSIGN_OR_RETURN(Transaction t, Transaction::begin(db));
     ZEROD_RETURN_IF_ERROR(exec(db, kSchema));
     ZEROD_RETURN_IF_ERROR(exec(db, absl::StrCat("PRAGMA application_id = ", kApplicationId)));
@@ -164,10 +174,28 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::open(const std::string& path
   if (version != kFormatVersion) {
     return refuse(absl::StrCat("job store format ", version, " is not ", kFormatVersion, ", the one this build reads"));
   }
+  ZEROD_ASSIGN_OR_RETURN(const int64_t last, store->last_id());
+  if (last < jobs_beside) return not_theirs(absl::StrCat("knows jobs up to ", last));
+  if (sqlite3_db_readonly(db, "main") == 1) {
+    return refuse("zerod cannot write it (read-only: see its permissions and its directory's)");
+  }
   // Committed means on disk: a crash of zerod or of the machine keeps it.
-  ZEROD_RETURN_IF_ERROR(exec(db, "PRAGMA journal_mode = WAL"));
-  ZEROD_RETURN_IF_ERROR(exec(db, "PRAGMA synchronous = FULL"));
+  // A store that cannot take a write is refused now, not at the first job.
+  for (const std::string& sql : {std::string("PRAGMA journal_mode = WAL"), std::string("PRAGMA synchronous = FULL"),
+                                 absl::StrCat("BEGIN IMMEDIATE; PRAGMA user_version = ", kFormatVersion, "; COMMIT")}) {
+    if (absl::Status s = exec(db, sql); !s.ok()) {
+      return refuse(absl::StrCat("zerod cannot write it (", s.message(), ")"));
+    }
+  }
   return store;
+}
+
+absl::StatusOr<int64_t> JobStore::last_id() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ZEROD_ASSIGN_OR_RETURN(Stmt s,
+                         Stmt::prepare(db_, "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'jobs'"));
+  ZEROD_RETURN_IF_ERROR(s.step().status());
+  return s.i64(0);
 }
 
 JobStore::~JobStore() { sqlite3_close(db_); }

@@ -28,14 +28,19 @@ namespace zerod {
 class JobStore {
  public:
   // Opens the database at `path`, creating it (not its directory) if absent.
-  // Refuses a file that is not a job store, or one of a newer format.
-  static absl::StatusOr<std::unique_ptr<JobStore>> open(const std::string& path);
+  // Refuses a file that is not a job store, one of a newer format, and one
+  // that cannot be written. `jobs_beside` is the highest id of the job
+  // directories next to it: ids are never reused, so a store that has not
+  // given it (missing, empty, older) is refused before anything is written.
+  static absl::StatusOr<std::unique_ptr<JobStore>> open(const std::string& path, int64_t jobs_beside = 0);
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
 
   // Records a new PENDING job; returns it with its id.
   absl::StatusOr<v1::Job> add(const v1::SubmitJobRequest& spec, int64_t now_ms);
+  // The highest id ever given (ids are never reused); 0 before the first job.
+  absl::StatusOr<int64_t> last_id();
   // NotFound for an id the store does not hold.
   absl::StatusOr<v1::Job> get(const std::string& id);
   // Jobs in any of `states` (every job when empty), oldest first.

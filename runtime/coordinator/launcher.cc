@@ -21,6 +21,14 @@ extern char** environ;
 
 namespace zerod {
 
+std::string rank_log_path(const std::string& job_dir, int rank) {
+  return absl::StrCat(job_dir, "/rank-", rank, ".log");
+}
+
+std::string exit_record_path(const std::string& job_dir, int rank) {
+  return absl::StrCat(job_dir, "/rank-", rank, ".exit");
+}
+
 std::vector<std::string> mpirun_argv(const LaunchSpec& spec) {
   std::vector<std::string> argv = {spec.mpirun, "-np", absl::StrCat(spec.world_size), "--wdir", spec.job_dir,
                                    // Ranks share this machine's cores with other jobs.

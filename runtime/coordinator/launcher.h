@@ -35,6 +35,11 @@ struct LaunchSpec {
   std::string launcher_log;                 // mpirun's own output, appended
 };
 
+// What each rank leaves in its job directory: its output, appended across
+// attempts, and its exit report (a serialized v1.ReportExitRequest).
+std::string rank_log_path(const std::string& job_dir, int rank);
+std::string exit_record_path(const std::string& job_dir, int rank);
+
 // The command, an argv array (never a shell string).
 std::vector<std::string> mpirun_argv(const LaunchSpec& spec);
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
@@ -33,6 +34,17 @@ void note(const std::string& id, const std::string& what) {
   fprintf(stderr, "zerod: job %s: %s\n", id.c_str(), what.c_str());
 }
 
+// The highest numbered job directory under `jobs` (0 when there is none).
+int64_t last_job_dir(const std::string& jobs) {
+  int64_t last = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(jobs, ec)) {
+    int64_t n = 0;
+    if (absl::SimpleAtoi(e.path().filename().string(), &n)) last = std::max(last, n);
+  }
+  return last;
+}
+
 absl::Status write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -48,7 +60,9 @@ absl::StatusOr<std::unique_ptr<Supervisor>> Supervisor::start(SupervisorOptions 
   fs::create_directories(fs::path(options.state_dir) / "jobs", ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("state directory '", options.state_dir, "': ", ec.message()));
   options.state_dir = fs::canonical(options.state_dir).string();
-  ZEROD_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::open(options.state_dir + "/zerod.db"));
+  const std::string db = options.state_dir + "/zerod.db";
+  ZEROD_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store,
+                         JobStore::open(db, last_job_dir(options.state_dir + "/jobs")));
   std::unique_ptr<Supervisor> s(new Supervisor(std::move(options), std::move(store)));
   ZEROD_RETURN_IF_ERROR(s->recover());
   s->thread_ = std::thread([p = s.get()] { p->loop(); });
@@ -70,7 +84,7 @@ Supervisor::~Supervisor() {
 std::string Supervisor::job_dir(const std::string& id) const { return absl::StrCat(options_.state_dir, "/jobs/", id); }
 
 std::string Supervisor::log_path(const std::string& id, int rank) const {
-  return rank < 0 ? absl::StrCat(job_dir(id), "/launcher.log") : absl::StrCat(job_dir(id), "/rank-", rank, ".log");
+  return rank < 0 ? absl::StrCat(job_dir(id), "/launcher.log") : rank_log_path(job_dir(id), rank);
 }
 
 std::string Supervisor::tag(const std::string& id, int attempt) const {
@@ -83,37 +97,72 @@ int64_t Supervisor::now_ms() const {
 }
 
 absl::Status Supervisor::recover() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> control(control_mu_);
   ZEROD_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->list({v1::RUNNING}));
   for (const v1::Job& job : jobs) {
     const int n = job.attempts_size();
-    Attempt& a = running_[job.id()];
+    if (n == 0 || job.attempts(n - 1).state() != v1::RUNNING) {
+      // The previous zerod stopped between an attempt's end and what follows it.
+      End e;
+      e.number = n;
+      e.attempt_state = n ? job.attempts(n - 1).state() : v1::FAILED;
+      if (e.attempt_state != v1::FAILED) {
+        e.job_state = e.attempt_state;
+      } else if (n - 1 >= job.spec().restart().max_restarts()) {
+        e.job_state = v1::FAILED;
+      }
+      e.at_ms = now_ms();
+      e.spec = job.spec();
+      settle(job.id(), std::move(e));
+      continue;
+    }
+    Attempt a;
     a.job_id = job.id();
     a.number = n;
     a.spec = job.spec();
     a.tag = tag(job.id(), n);
     a.progressed = Clock::now();
     a.saved = Clock::now();
-    progress_[job.id()] = job.progress();
-    // Its workers outlived the previous zerod: watch them again. Otherwise
-    // it ended unseen, and is judged as any attempt whose processes are gone.
-    if (tagged_processes(a.tag).empty()) {
-      ended_locked(a, std::nullopt);
-    } else {
-      note(job.id(), absl::StrCat("attempt ", n, " taken over: its processes are still running"));
+    const bool gone = tagged_processes(a.tag).empty();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_[job.id()] = std::move(a);
+      progress_[job.id()] = job.progress();
     }
+    // Its workers outlived the previous zerod: watch them again. Otherwise
+    // it ended unseen, and is judged by the exit records its ranks left.
+    if (!gone) {
+      note(job.id(), absl::StrCat("attempt ", n, " taken over: its processes are still running"));
+      continue;
+    }
+    for (int r = 0; r < job.spec().world_size(); ++r) {
+      const std::optional<std::string> bytes = read_whole_file(exit_record_path(job_dir(job.id()), r));
+      v1::ReportExitRequest exit;
+      if (bytes && exit.ParseFromString(*bytes) && exit.worker().job_id() == job.id() && exit.worker().attempt() == n &&
+          exit.worker().rank() == r) {
+        std::lock_guard<std::mutex> lock(mu_);
+        take_exit_locked(running_.at(job.id()), exit);
+      }
+    }
+    end_attempt(job.id(), std::nullopt);
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> Supervisor::submit(const v1::SubmitJobRequest& request) {
   ZEROD_ASSIGN_OR_RETURN(nlohmann::json config, prepare_job(request, options_.rules));
-  ZEROD_ASSIGN_OR_RETURN(v1::Job job, store_->add(request, now_ms()));
+  absl::StatusOr<v1::Job> added = store_->add(request, now_ms());
+  if (!added.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("zerod cannot record a new job now (", added.status().message(), "); nothing was submitted"));
+  }
+  const v1::Job& job = *added;
   const std::string dir = job_dir(job.id());
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  absl::Status written = ec ? absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()))
-                            : write_file(dir + "/job.json", config.dump(2) + "\n");
+  const bool created = fs::create_directory(dir, ec);
+  absl::Status written =
+      !created ? absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec ? ec.message() : "it exists already"))
+               : write_file(dir + "/job.json", config.dump(2) + "\n");
   if (!written.ok()) {
     store_->finish(job.id(), v1::FAILED, now_ms()).IgnoreError();
     return written;
@@ -130,36 +179,41 @@ absl::StatusOr<v1::Job> Supervisor::submit(const v1::SubmitJobRequest& request) 
 absl::StatusOr<v1::Job> Supervisor::get(const std::string& id) {
   ZEROD_ASSIGN_OR_RETURN(v1::Job job, store_->get(id));
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = progress_.find(id); it != progress_.end() && !is_terminal(job.state())) {
-    *job.mutable_progress() = it->second;
-  }
-  job.set_directory(job_dir(id));
+  overlay_locked(job);
   return job;
 }
 
 absl::StatusOr<std::vector<v1::Job>> Supervisor::list(const std::vector<v1::JobState>& states) {
   ZEROD_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->list(states));
   std::lock_guard<std::mutex> lock(mu_);
-  for (v1::Job& job : jobs) {
-    if (auto it = progress_.find(job.id()); it != progress_.end() && !is_terminal(job.state())) {
-      *job.mutable_progress() = it->second;
-    }
-    job.set_directory(job_dir(job.id()));
-  }
+  for (v1::Job& job : jobs) overlay_locked(job);
   return jobs;
 }
 
 absl::StatusOr<v1::Job> Supervisor::cancel(const std::string& id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> control(control_mu_);
     ZEROD_ASSIGN_OR_RETURN(v1::Job job, store_->get(id));
     if (is_terminal(job.state())) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", id, " is already ", v1::JobState_Name(job.state()), "; there is nothing to cancel"));
     }
-    if (auto it = running_.find(id); it != running_.end()) {
-      v1::Failure none;
-      stop_locked(it->second, v1::CANCELLED, none);
+    bool running = false;
+    std::optional<End> pending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running = running_.count(id) > 0;
+      if (auto u = unrecorded_.find(id); u != unrecorded_.end()) pending = u->second;
+    }
+    if (running) {
+      stop(id, v1::CANCELLED, v1::Failure());
+    } else if (pending) {
+      if (pending->job_state) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", id, " has already ended ", v1::JobState_Name(*pending->job_state)));
+      }
+      pending->job_state = v1::CANCELLED;
+      settle(id, std::move(*pending));
     } else {
       ZEROD_RETURN_IF_ERROR(store_->finish(id, v1::CANCELLED, now_ms()));
     }
@@ -196,11 +250,8 @@ absl::StatusOr<bool> Supervisor::heartbeat(const v1::HeartbeatRequest& req) {
     v1::Progress& p = progress_[a.job_id];
     if (p.SerializeAsString() != req.progress().SerializeAsString()) {
       p = req.progress();
+      a.unsaved = true;
       changed();
-      if (Clock::now() - a.saved > std::chrono::duration<double>(kProgressSaveS)) {
-        store_->set_progress(a.job_id, p).IgnoreError();  // only ahead of a later save
-        a.saved = Clock::now();
-      }
     }
   }
   return false;
@@ -209,11 +260,14 @@ absl::StatusOr<bool> Supervisor::heartbeat(const v1::HeartbeatRequest& req) {
 absl::Status Supervisor::report_exit(const v1::ReportExitRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = running_.find(req.worker().job_id());
-  if (it != running_.end() && it->second.number == req.worker().attempt()) {
-    it->second.ranks[req.worker().rank()].exit_code = req.exit_code();
-    if (req.exit_code() != 0 && it->second.first_failed_rank < 0) it->second.first_failed_rank = req.worker().rank();
-  }
+  if (it != running_.end() && it->second.number == req.worker().attempt()) take_exit_locked(it->second, req);
   return absl::OkStatus();
+}
+
+void Supervisor::take_exit_locked(Attempt& a, const v1::ReportExitRequest& exit) {
+  a.ranks[exit.worker().rank()].exit_code = exit.exit_code();
+  if (exit.exit_code() != 0 && a.first_failed_rank < 0) a.first_failed_rank = exit.worker().rank();
+  if (exit.worker().rank() == 0 && exit.has_progress()) progress_[a.job_id] = exit.progress();
 }
 
 void Supervisor::loop() {
@@ -228,53 +282,86 @@ void Supervisor::loop() {
 }
 
 void Supervisor::tick() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> control(control_mu_);
   const Clock::time_point now = Clock::now();
-  std::vector<std::pair<std::string, std::optional<int>>> ended;
-  for (auto& [id, a] : running_) {
-    if (a.launcher > 0) {
-      int status = 0;
-      if (waitpid(a.launcher, &status, WNOHANG) == a.launcher) {
-        ended.emplace_back(id, status);
-        continue;
+  // What each attempt looks like now, and what is decided from it.
+  struct Look {
+    std::string id;
+    pid_t launcher;
+    std::string tag;
+    bool kill;  // its grace is over
+    std::optional<v1::Failure> hang;
+    std::optional<v1::Progress> save;
+  };
+  std::vector<Look> looks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, a] : running_) {
+      Look l{id, a.launcher, a.tag, a.stopping && now >= a.kill_at, std::nullopt, std::nullopt};
+      const double timeout =
+          a.spec.restart().hang_timeout_s() > 0 ? a.spec.restart().hang_timeout_s() : options_.hang_timeout_s;
+      const double quiet = std::chrono::duration<double>(now - a.progressed).count();
+      if (!a.stopping && quiet > timeout) {
+        v1::Failure f;
+        f.set_rank(-1);
+        std::vector<std::string> steps;
+        for (const auto& [rank, r] : a.ranks) steps.push_back(absl::StrCat(rank, ":", r.step));
+        f.set_reason(absl::StrCat("no progress for ", absl::SixDigits(quiet), " s (hang timeout ", timeout,
+                                  " s); the last step of each rank (rank:step): ",
+                                  steps.empty() ? "none reported" : absl::StrJoin(steps, " ")));
+        l.hang = f;
       }
-    } else if (tagged_processes(a.tag).empty()) {
-      ended.emplace_back(id, std::nullopt);
+      if (a.unsaved && now - a.saved > std::chrono::duration<double>(kProgressSaveS)) {
+        l.save = progress_[id];
+        a.unsaved = false;
+        a.saved = now;
+      }
+      looks.push_back(std::move(l));
+    }
+  }
+  for (const Look& l : looks) {
+    // Heartbeats reach the store now and then, ahead of the attempt's end.
+    if (l.save) store_->set_progress(l.id, *l.save).IgnoreError();
+    int status = 0;
+    if (l.launcher > 0 ? waitpid(l.launcher, &status, WNOHANG) == l.launcher : tagged_processes(l.tag).empty()) {
+      end_attempt(l.id, l.launcher > 0 ? std::optional<int>(status) : std::nullopt);
       continue;
     }
-    const double timeout = a.spec.restart().hang_timeout_s() > 0 ? a.spec.restart().hang_timeout_s()
-                                                                  : options_.hang_timeout_s;
-    const double quiet = std::chrono::duration<double>(now - a.progressed).count();
-    if (!a.stopping && quiet > timeout) {
-      v1::Failure f;
-      f.set_rank(-1);
-      std::vector<std::string> steps;
-      for (const auto& [rank, r] : a.ranks) steps.push_back(absl::StrCat(rank, ":", r.step));
-      f.set_reason(absl::StrCat("no progress for ", absl::SixDigits(quiet), " s (hang timeout ", timeout,
-                                " s); the last step of each rank (rank:step): ",
-                                steps.empty() ? "none reported" : absl::StrJoin(steps, " ")));
-      stop_locked(a, v1::FAILED, f);
-    }
-    if (a.stopping && now >= a.kill_at) signal_attempt(a.launcher, a.tag, SIGKILL);
+    if (l.hang) stop(l.id, v1::FAILED, *l.hang);
+    if (l.kill) signal_attempt(l.launcher, l.tag, SIGKILL);
   }
-  for (auto& [id, status] : ended) ended_locked(running_.at(id), status);
-  schedule_locked();
+  std::vector<std::pair<std::string, End>> unrecorded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unrecorded.assign(unrecorded_.begin(), unrecorded_.end());
+  }
+  for (auto& [id, e] : unrecorded) settle(id, std::move(e));
+  schedule();
 }
 
-void Supervisor::stop_locked(Attempt& a, v1::JobState verdict, const v1::Failure& failure) {
-  // A cancel overrides a failure being handled; nothing overrides a cancel.
-  if (a.verdict == v1::CANCELLED) return;
-  if (a.stopping && verdict != v1::CANCELLED) return;
-  a.verdict = verdict;
-  a.failure = failure;
-  if (!a.stopping) {
+void Supervisor::stop(const std::string& id, v1::JobState verdict, const v1::Failure& failure) {
+  pid_t launcher = -1;
+  std::string tag;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = running_.find(id);
+    if (it == running_.end()) return;
+    Attempt& a = it->second;
+    // A cancel overrides a failure being handled; nothing overrides a cancel.
+    if (a.verdict == v1::CANCELLED) return;
+    if (a.stopping && verdict != v1::CANCELLED) return;
+    a.verdict = verdict;
+    a.failure = failure;
+    if (a.stopping) return;
     a.stopping = true;
     a.kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.grace_s));
-    signal_attempt(a.launcher, a.tag, SIGTERM);
+    launcher = a.launcher;
+    tag = a.tag;
   }
+  signal_attempt(launcher, tag, SIGTERM);
 }
 
-v1::Failure Supervisor::explain_locked(const Attempt& a, std::optional<int> wait_status) const {
+v1::Failure Supervisor::explain(const Attempt& a, std::optional<int> wait_status) const {
   v1::Failure f;
   f.set_rank(-1);
   std::string launcher_output;
@@ -316,13 +403,19 @@ v1::Failure Supervisor::explain_locked(const Attempt& a, std::optional<int> wait
   return f;
 }
 
-void Supervisor::ended_locked(Attempt& a, std::optional<int> wait_status) {
+void Supervisor::end_attempt(const std::string& id, std::optional<int> wait_status) {
+  Attempt a;
+  std::optional<v1::Progress> progress;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    a = running_.at(id);
+    if (auto it = progress_.find(id); it != progress_.end()) progress = it->second;
+  }
   // Whatever is left of the attempt goes now (mpirun is reaped, so only the
   // tagged processes are signalled).
   signal_attempt(-1, a.tag, SIGKILL);
-  const std::string id = a.job_id;
   const int number = a.number;
-  const v1::SubmitJobRequest spec = a.spec;
+  const v1::SubmitJobRequest& spec = a.spec;
   bool reported_ok = static_cast<int>(a.ranks.size()) == spec.world_size();
   for (const auto& [rank, r] : a.ranks) reported_ok = reported_ok && r.exit_code == 0;
   const bool ok = wait_status ? WIFEXITED(*wait_status) && WEXITSTATUS(*wait_status) == 0 : reported_ok;
@@ -332,7 +425,7 @@ void Supervisor::ended_locked(Attempt& a, std::optional<int> wait_status) {
     outcome = *a.verdict;
     failure = a.failure;
   } else if (!ok) {
-    failure = explain_locked(a, wait_status);
+    failure = explain(a, wait_status);
   }
   if (outcome == v1::FAILED) {
     for (const std::string& line : last_lines(log_path(id, std::max(failure.rank(), 0)), kLogLinesKept)) {
@@ -341,47 +434,85 @@ void Supervisor::ended_locked(Attempt& a, std::optional<int> wait_status) {
   }
   note(id, absl::StrCat("attempt ", number, " ", v1::JobState_Name(outcome),
                         failure.reason().empty() ? "" : ": " + failure.reason()));
-  running_.erase(id);
-  reschedule_ = true;
-  if (auto it = progress_.find(id); it != progress_.end()) store_->set_progress(id, it->second).IgnoreError();
-  const int64_t now = now_ms();
-  absl::Status s;
-  if (outcome == v1::CANCELLED || outcome == v1::SUCCEEDED) {
-    s = store_->end_attempt(id, number, outcome, failure, now);
-    if (s.ok()) s = store_->finish(id, outcome, now);
-  } else {
-    s = store_->end_attempt(id, number, v1::FAILED, failure, now);
+  End e;
+  e.number = number;
+  e.attempt_state = outcome;
+  e.failure = failure;
+  if (outcome != v1::FAILED || number - 1 >= spec.restart().max_restarts()) e.job_state = outcome;
+  e.at_ms = now_ms();
+  e.spec = spec;
+  e.progress = progress;
+  {
+    // From here clients see the end, until the store has it.
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(id);
+    progress_.erase(id);
+    unrecorded_[id] = e;
+    reschedule_ = true;
+  }
+  settle(id, std::move(e));
+}
+
+void Supervisor::settle(const std::string& id, End end) {
+  absl::Status s = write_end(id, end);
+  if (s.ok() && !end.job_state) s = launch_attempt(id, end.spec);
+  if (!s.ok() && end.error.empty()) note(id, absl::StrCat("kept in memory until the store takes it: ", s.message()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     if (s.ok()) {
-      if (number - 1 < spec.restart().max_restarts()) {
-        launch_locked(id, spec);
-      } else {
-        s = store_->finish(id, v1::FAILED, now);
-      }
+      unrecorded_.erase(id);
+    } else {
+      end.error = std::string(s.message());
+      unrecorded_[id] = std::move(end);
     }
   }
-  if (!s.ok()) note(id, std::string(s.message()));
-  progress_.erase(id);
   changed();
 }
 
-absl::Status Supervisor::fail_job_locked(const std::string& id, const std::string& reason) {
-  v1::Failure f;
-  f.set_rank(-1);
-  f.set_reason(reason);
-  ZEROD_ASSIGN_OR_RETURN(v1::Job job, store_->get(id));
-  const int n = job.attempts_size();
-  if (n > 0 && job.attempts(n - 1).state() == v1::RUNNING) {
-    ZEROD_RETURN_IF_ERROR(store_->end_attempt(id, n, v1::FAILED, f, now_ms()));
+absl::Status Supervisor::write_end(const std::string& id, const End& end) {
+  // Each part is written once: a retry goes on where the last one stopped.
+  ZEROD_ASSIGN_OR_RETURN(const v1::Job job, store_->get(id));
+  if (is_terminal(job.state())) return absl::OkStatus();
+  if (end.progress && end.progress->SerializeAsString() != job.progress().SerializeAsString()) {
+    ZEROD_RETURN_IF_ERROR(store_->set_progress(id, *end.progress));
   }
-  return store_->finish(id, v1::FAILED, now_ms());
+  if (end.number >= 1 && end.number <= job.attempts_size() && job.attempts(end.number - 1).state() == v1::RUNNING) {
+    ZEROD_RETURN_IF_ERROR(store_->end_attempt(id, end.number, end.attempt_state, end.failure, end.at_ms));
+  }
+  if (end.job_state) ZEROD_RETURN_IF_ERROR(store_->finish(id, *end.job_state, end.at_ms));
+  return absl::OkStatus();
 }
 
-void Supervisor::launch_locked(const std::string& id, const v1::SubmitJobRequest& spec) {
-  absl::StatusOr<int> number = store_->start_attempt(id, now_ms());
-  if (!number.ok()) {
-    note(id, std::string(number.status().message()));
-    return;
+void Supervisor::overlay_locked(v1::Job& job) const {
+  job.set_directory(job_dir(job.id()));
+  if (auto it = progress_.find(job.id()); it != progress_.end() && !is_terminal(job.state())) {
+    *job.mutable_progress() = it->second;
   }
+  if (job.state() == v1::PENDING && !queue_error_.empty()) {
+    job.set_unrecorded(absl::StrCat("it cannot start while the store refuses its attempt: ", queue_error_));
+  }
+  auto it = unrecorded_.find(job.id());
+  if (it == unrecorded_.end() || is_terminal(job.state())) return;
+  const End& e = it->second;
+  job.set_unrecorded(e.error);
+  if (e.progress) *job.mutable_progress() = *e.progress;
+  if (e.number >= 1 && e.number <= job.attempts_size() && job.attempts(e.number - 1).state() == v1::RUNNING) {
+    v1::Attempt* a = job.mutable_attempts(e.number - 1);
+    a->set_state(e.attempt_state);
+    a->set_ended_unix_ms(e.at_ms);
+    *a->mutable_failure() = e.failure;
+    if (e.attempt_state == v1::FAILED && job.first_failure().ByteSizeLong() == 0) {
+      *job.mutable_first_failure() = e.failure;
+    }
+  }
+  if (e.job_state) {
+    job.set_state(*e.job_state);
+    job.set_finished_unix_ms(e.at_ms);
+  }
+}
+
+absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJobRequest& spec) {
+  ZEROD_ASSIGN_OR_RETURN(const int number, store_->start_attempt(id, now_ms()));
   const std::string dir = job_dir(id);
   LaunchSpec l;
   l.mpirun = options_.mpirun;
@@ -390,9 +521,9 @@ void Supervisor::launch_locked(const std::string& id, const v1::SubmitJobRequest
   l.hosts.assign(spec.placement().hosts().begin(), spec.placement().hosts().end());
   l.job_dir = dir;
   l.config = dir + "/job.json";
-  l.tag = tag(id, *number);
+  l.tag = tag(id, number);
   l.launcher_log = log_path(id, -1);
-  if (*number > 1) {
+  if (number > 1) {
     // A relaunch continues from the newest checkpoint, whatever the first
     // attempt started from.
     const std::optional<std::string> text = read_whole_file(l.config);
@@ -402,14 +533,13 @@ void Supervisor::launch_locked(const std::string& id, const v1::SubmitJobRequest
       if (latest_checkpoint(root.string()).ok()) l.overrides.push_back("run.resume=\"latest\"");
     }
     for (int r = 0; r < spec.world_size(); ++r) {
-      std::ofstream(log_path(id, r), std::ios::app)
-          << "----- zerod: attempt " << *number << " (restart " << *number - 1 << " of "
-          << spec.restart().max_restarts() << ") -----\n";
+      std::ofstream(log_path(id, r), std::ios::app) << "----- zerod: attempt " << number << " (restart " << number - 1
+                                                    << " of " << spec.restart().max_restarts() << ") -----\n";
     }
   }
   l.env = {{"ZEROD_COORDINATOR", options_.address},
            {"ZEROD_JOB_ID", id},
-           {"ZEROD_ATTEMPT", absl::StrCat(*number)},
+           {"ZEROD_ATTEMPT", absl::StrCat(number)},
            {"ZEROD_TOKEN_FILE", options_.token_file},
            {"ZEROD_LOG_DIR", dir}};
   if (!options_.tls_ca.empty()) l.env.emplace_back("ZEROD_TLS_CA", options_.tls_ca);
@@ -419,24 +549,43 @@ void Supervisor::launch_locked(const std::string& id, const v1::SubmitJobRequest
   }
   Attempt a;
   a.job_id = id;
-  a.number = *number;
+  a.number = number;
   a.spec = spec;
   a.tag = l.tag;
   a.progressed = a.saved = Clock::now();
   a.oom_base = oom_kills();
   std::error_code ec;
   a.log_offset = fs::exists(l.launcher_log) ? static_cast<int64_t>(fs::file_size(l.launcher_log, ec)) : 0;
+  {
+    // In place before its ranks exist, so their first calls find it; the
+    // tick that would look at it waits for this launch.
+    std::lock_guard<std::mutex> lock(mu_);
+    running_[id] = std::move(a);
+  }
   absl::StatusOr<pid_t> pid = launch(l);
   if (!pid.ok()) {
-    if (absl::Status s = fail_job_locked(id, std::string(pid.status().message())); !s.ok()) {
-      note(id, std::string(s.message()));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_.erase(id);
     }
-    return;
+    note(id, absl::StrCat("attempt ", number, " cannot start: ", pid.status().message()));
+    End e;
+    e.number = number;
+    e.failure.set_rank(-1);
+    e.failure.set_reason(std::string(pid.status().message()));
+    e.job_state = v1::FAILED;
+    e.at_ms = now_ms();
+    e.spec = spec;
+    settle(id, std::move(e));
+    return absl::OkStatus();
   }
-  a.launcher = *pid;
-  note(id, absl::StrCat("attempt ", *number, " launched: ", spec.world_size(), " ranks, mpirun pid ", *pid));
-  running_[id] = std::move(a);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.at(id).launcher = *pid;
+  }
+  note(id, absl::StrCat("attempt ", number, " launched: ", spec.world_size(), " ranks, mpirun pid ", *pid));
   changed();
+  return absl::OkStatus();
 }
 
 int Supervisor::used_slots_locked() const {
@@ -445,19 +594,40 @@ int Supervisor::used_slots_locked() const {
   return used;
 }
 
-void Supervisor::schedule_locked() {
-  if (!reschedule_) return;
-  reschedule_ = false;
+void Supervisor::schedule() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reschedule_) return;
+    reschedule_ = false;
+  }
   absl::StatusOr<std::vector<v1::Job>> pending = store_->list({v1::PENDING});
   if (!pending.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
     reschedule_ = true;  // try again at the next tick
     return;
   }
   // First come, first served: a big job is not starved by small ones behind it.
   for (const v1::Job& job : *pending) {
-    if (used_slots_locked() + job.spec().world_size() > options_.rules.slots) break;
-    launch_locked(job.id(), job.spec());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (used_slots_locked() + job.spec().world_size() > options_.rules.slots) break;
+    }
+    if (absl::Status s = launch_attempt(job.id(), job.spec()); !s.ok()) {
+      bool first = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        first = queue_error_.empty();
+        queue_error_ = std::string(s.message());
+        reschedule_ = true;  // the store may take it at the next tick
+      }
+      if (first) note(job.id(), absl::StrCat("waits: ", s.message()));
+      changed();
+      return;
+    }
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!queue_error_.empty()) changed();
+  queue_error_.clear();
 }
 
 }  // namespace zerod

@@ -5,7 +5,11 @@
 // running jobs again when zerod itself restarts.
 //
 // Records go to the JobStore first; what is only in memory (the latest
-// heartbeat of each rank) is rebuilt from the workers after a restart.
+// heartbeat of each rank) is rebuilt from the workers after a restart, and
+// an attempt that ended while zerod was away is judged by the exit records
+// its ranks left. When the store cannot be written (a full disk), how an
+// attempt ended is kept in memory, shown to clients, and written once the
+// store takes it; queued jobs wait for it without a new submit.
 #pragma once
 
 #include <sys/types.h>
@@ -98,30 +102,69 @@ class Supervisor {
     std::optional<v1::JobState> verdict;  // CANCELLED, or FAILED with `failure`
     v1::Failure failure;
     Clock::time_point saved;            // progress last written to the store
+    bool unsaved = false;               // progress_ holds a heartbeat the store has not
+  };
+
+  // How an attempt ended and what follows for its job, as decided; kept in
+  // memory until the store has taken all of it.
+  struct End {
+    int number = 0;  // the attempt
+    v1::JobState attempt_state = v1::FAILED;
+    v1::Failure failure;
+    std::optional<v1::JobState> job_state;  // the job's end; none: its next attempt is launched
+    int64_t at_ms = 0;
+    v1::SubmitJobRequest spec;
+    std::optional<v1::Progress> progress;  // the last the workers reported
+    std::string error;                     // why the store has not taken it yet
   };
 
   Supervisor(SupervisorOptions options, std::unique_ptr<JobStore> store);
-  absl::Status recover();
   void loop();
+
+  // The control path: what runs and what the store says, one caller at a
+  // time under control_mu_. It does the slow work (SQLite, spawning,
+  // scanning /proc, signals, reading logs) without mu_, which it takes only
+  // for moments, so workers' calls never wait behind that work.
+  absl::Status recover();
   void tick();
-  // Launches the next attempt of a job; on failure to launch, ends it.
-  void launch_locked(const std::string& id, const v1::SubmitJobRequest& spec);
-  void stop_locked(Attempt& a, v1::JobState verdict, const v1::Failure& failure);
+  // Starts the job's next attempt, or ends the job when its processes
+  // cannot be started; an error (nothing started) when the store did not
+  // take the new attempt.
+  absl::Status launch_attempt(const std::string& id, const v1::SubmitJobRequest& spec);
+  // Decides to stop the running attempt of job `id` (SIGTERM now, SIGKILL
+  // after the grace).
+  void stop(const std::string& id, v1::JobState verdict, const v1::Failure& failure);
   // The attempt's processes are gone: record how it ended; relaunch or finish.
-  void ended_locked(Attempt& a, std::optional<int> wait_status);
-  v1::Failure explain_locked(const Attempt& a, std::optional<int> wait_status) const;
+  void end_attempt(const std::string& id, std::optional<int> wait_status);
+  v1::Failure explain(const Attempt& a, std::optional<int> wait_status) const;
+  // Writes `end` to the store and, when the job goes on, launches it again;
+  // what the store refuses stays in unrecorded_ and is tried again each tick.
+  void settle(const std::string& id, End end);
+  absl::Status write_end(const std::string& id, const End& end);
+  void schedule();
+
+  // With mu_ held.
+  // A rank's exit, reported by the rank or found in its exit record.
+  void take_exit_locked(Attempt& a, const v1::ReportExitRequest& exit);
+  // The job as clients see it: the store's record with what only this
+  // zerod knows (the latest heartbeat, an end not yet recorded).
+  void overlay_locked(v1::Job& job) const;
   int used_slots_locked() const;
-  void schedule_locked();
+
   std::string tag(const std::string& id, int attempt) const;
   int64_t now_ms() const;
   void changed() { changes_.fetch_add(1); }
-  absl::Status fail_job_locked(const std::string& id, const std::string& reason);
 
   const SupervisorOptions options_;
   std::unique_ptr<JobStore> store_;
+  std::mutex control_mu_;
+  // What workers' calls and clients' reads touch: the fields below, and
+  // those of each Attempt that calls change (ranks, step, stopping, ...).
   mutable std::mutex mu_;
   std::map<std::string, Attempt> running_;           // by job id
   std::map<std::string, v1::Progress> progress_;     // latest heartbeats, ahead of the store
+  std::map<std::string, End> unrecorded_;            // by job id
+  std::string queue_error_;                          // why the store refused to start the next job
   std::atomic<uint64_t> changes_{0};
   bool reschedule_ = true;  // a job arrived or slots were freed: look at the queue
   bool quit_ = false;

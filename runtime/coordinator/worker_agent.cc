@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "comm/rank_env.h"
 #include "proto/zerod.grpc.pb.h"
 #include "runtime/coordinator/auth.h"
+#include "runtime/coordinator/launcher.h"
 #include "runtime/core/memory.h"
 #include "runtime/engine/worker.h"
 
@@ -31,7 +33,7 @@ std::string env_or(const char* name, const std::string& fallback = "") {
 // stdout and stderr into the job's log of this rank, appended across
 // attempts, line by line so that `zeroctl logs --follow` sees each line.
 absl::Status redirect_output(const std::string& dir, int rank) {
-  const std::string path = absl::StrCat(dir, "/rank-", rank, ".log");
+  const std::string path = rank_log_path(dir, rank);
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path));
   fflush(stdout);
@@ -45,10 +47,32 @@ absl::Status redirect_output(const std::string& dir, int rank) {
 
 constexpr std::chrono::seconds kExitReportWait(60);
 
+// The exit report, left in the job's directory too (whole or not at all):
+// a zerod that was away when the rank ended reads it there.
+void leave_exit_record(const std::string& dir, const v1::ReportExitRequest& req) {
+  const std::string path = exit_record_path(dir, req.worker().rank());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    req.SerializeToOstream(&out);
+    out.close();
+    if (!out) {
+      fprintf(stderr, "zero-worker: cannot write %s\n", tmp.c_str());
+      return;
+    }
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) fprintf(stderr, "zero-worker: cannot write %s\n", path.c_str());
+}
+
 class Agent final : public RunObserver {
  public:
-  Agent(std::unique_ptr<v1::WorkerControl::Stub> stub, std::string token, v1::WorkerId id, AfterStep after_step)
-      : stub_(std::move(stub)), token_(std::move(token)), id_(std::move(id)), after_step_(std::move(after_step)) {
+  Agent(std::unique_ptr<v1::WorkerControl::Stub> stub, std::string token, v1::WorkerId id, std::string log_dir,
+        AfterStep after_step)
+      : stub_(std::move(stub)),
+        token_(std::move(token)),
+        id_(std::move(id)),
+        log_dir_(std::move(log_dir)),
+        after_step_(std::move(after_step)) {
     thread_ = std::thread([this] { loop(); });
   }
   ~Agent() override {
@@ -75,14 +99,20 @@ class Agent final : public RunObserver {
 
   // The last progress, then the exit status, once. While zerod is away (a
   // restart) the worker waits a while to deliver them, so the zerod that
-  // takes over learns how the attempt ended.
+  // takes over learns how the attempt ended; past that wait, it finds them
+  // in the exit record.
   void report_exit(int code) {
     if (reported_) return;
     reported_ = true;
-    heartbeat(kExitReportWait);
     v1::ReportExitRequest req;
     *req.mutable_worker() = id_;
     req.set_exit_code(code);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      *req.mutable_progress() = progress_;
+    }
+    leave_exit_record(log_dir_, req);
+    heartbeat(kExitReportWait);
     v1::ReportExitResponse resp;
     grpc::ClientContext ctx;
     add_token(ctx, token_);
@@ -147,6 +177,7 @@ class Agent final : public RunObserver {
   std::unique_ptr<v1::WorkerControl::Stub> stub_;
   const std::string token_;
   const v1::WorkerId id_;
+  const std::string log_dir_;
   const AfterStep after_step_;
   bool reported_ = false;  // the exit status was sent
   std::mutex mu_;
@@ -166,7 +197,8 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
     err << "zero-worker: " << rank.status().message() << "\n";
     return kExitBadInput;
   }
-  if (absl::Status s = redirect_output(env_or("ZEROD_LOG_DIR", "."), rank->rank); !s.ok()) {
+  const std::string log_dir = env_or("ZEROD_LOG_DIR", ".");
+  if (absl::Status s = redirect_output(log_dir, rank->rank); !s.ok()) {
     err << "zero-worker: " << s.message() << "\n";
     return kExitBadInput;
   }
@@ -182,7 +214,7 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
   (void)absl::SimpleAtoi(env_or("ZEROD_ATTEMPT"), &attempt);
   id.set_attempt(attempt);
   id.set_rank(rank->rank);
-  Agent agent(v1::WorkerControl::NewStub(*channel), *token, id, std::move(after_step));
+  Agent agent(v1::WorkerControl::NewStub(*channel), *token, id, log_dir, std::move(after_step));
   const int code = run_worker(argc, argv, out, err, &agent);
   out.flush();
   err.flush();

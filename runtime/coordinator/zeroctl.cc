@@ -292,9 +292,10 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     out << "job:        " << j.id() << (j.spec().name().empty() ? "" : " (" + j.spec().name() + ")") << "\n"
         << "state:      " << state_name(j.state()) << "\n"
+        << (j.unrecorded().empty() ? "" : "unrecorded: " + j.unrecorded() + "\n")
         << "ranks:      " << j.spec().world_size() << "\n"
-        << "progress:   step " << j.progress().step() << "/" << j.progress().total_steps() << ", loss "
-        << loss_text(j) << ", " << absl::StrFormat("%.0f", j.progress().tokens_per_s()) << " tokens/s\n"
+        << "progress:   step " << j.progress().step() << "/" << j.progress().total_steps() << ", loss " << loss_text(j)
+        << ", " << absl::StrFormat("%.0f", j.progress().tokens_per_s()) << " tokens/s\n"
         << "submitted:  " << when(j.submitted_unix_ms()) << "\n"
         << "finished:   " << when(j.finished_unix_ms()) << "\n"
         << "directory:  " << j.directory() << "\n";

@@ -60,7 +60,8 @@ absl::StatusOr<nlohmann::json> parse_strict_json(const std::string& text, const 
     return nlohmann::json::parse(text, check);
   } catch (const DuplicateKey& d) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON: ", d.message));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // A syntax error, or a number beyond a double's range (1e999).
     return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON: ", e.what()));
   }
 }

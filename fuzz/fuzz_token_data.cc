@@ -1,0 +1,15 @@
+// Training data files: an llm.c token shard or plain text, as load_dataset
+// reads them. The first byte picks the kind and vocabulary, the second the
+// window; the rest is the file.
+#include "fuzz/fuzz_input.h"
+#include "runtime/data/dataset.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  zerod::DataConfig cfg;
+  cfg.kind = data[0] & 1 ? zerod::DataKind::kText : zerod::DataKind::kTokens;
+  cfg.seq_len = 1 + data[1];
+  cfg.path = zerod::fuzz::write_scratch("data.bin", {reinterpret_cast<const char*>(data) + 2, size - 2});
+  zerod::load_dataset(cfg, data[0] & 2 ? 256 : 50257).IgnoreError();
+  return 0;
+}
