@@ -662,6 +662,18 @@ TEST(ConfigOverride, AConfigThatIsNotAnObjectTakesNoOverride) {
   }
 }
 
+// Found by fuzz/fuzz_job_config: a bare word that is not UTF-8 became a
+// string that no message quoting it could print (nlohmann type_error 316).
+TEST(ConfigOverride, AnAssignmentThatIsNotUtf8IsRefused) {
+  for (const std::string bad : {"optimizer.params.lr=\xff", "run.na\xfeme=1", "run.steps=\"\xc3\""}) {
+    json j = minimal();
+    const json before = j;
+    const absl::Status s = apply_override(j, bad);
+    EXPECT_TRUE(fails_with(s, absl::StatusCode::kInvalidArgument, {"not UTF-8"})) << s;
+    EXPECT_EQ(j, before);
+  }
+}
+
 TEST(ConfigOverride, UnknownKeyFailsInParse) {
   json j = minimal();
   ASSERT_TRUE(apply_override(j, "run.colour=\"blue\"").ok());

@@ -314,6 +314,13 @@ absl::Status apply_override(nlohmann::json& root, const std::string& assignment)
     return absl::InvalidArgumentError(
         absl::StrCat("--set '", assignment, "': expected key.path=value, e.g. --set run.steps=50"));
   }
+  // Keys and bare words go into the config as they are, and every message
+  // that quotes them would fail on bytes that are not UTF-8 text.
+  try {
+    (void)nlohmann::json(assignment).dump();
+  } catch (const nlohmann::json::type_error&) {
+    return absl::InvalidArgumentError("--set: an assignment that is not UTF-8 text");
+  }
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
   nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

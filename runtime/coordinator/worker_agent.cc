@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -112,12 +113,14 @@ class Agent final : public RunObserver {
       *req.mutable_progress() = progress_;
     }
     leave_exit_record(log_dir_, req);
-    heartbeat(kExitReportWait);
+    // One wait for both calls: the whole report takes at most kExitReportWait.
+    const auto until = std::chrono::system_clock::now() + kExitReportWait;
+    heartbeat(until);
     v1::ReportExitResponse resp;
     grpc::ClientContext ctx;
     add_token(ctx, token_);
     ctx.set_wait_for_ready(true);
-    ctx.set_deadline(std::chrono::system_clock::now() + kExitReportWait);
+    ctx.set_deadline(until);
     (void)stub_->ReportExit(&ctx, req, &resp);
   }
 
@@ -154,9 +157,9 @@ class Agent final : public RunObserver {
     }
   }
 
-  // One beat; true when zerod says stop. With a wait, it waits that long
+  // One beat; true when zerod says stop. With `until`, it waits till then
   // for zerod to be reachable.
-  bool heartbeat(std::chrono::seconds wait = std::chrono::seconds(0)) {
+  bool heartbeat(std::optional<std::chrono::system_clock::time_point> until = std::nullopt) {
     v1::HeartbeatRequest req;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -169,8 +172,8 @@ class Agent final : public RunObserver {
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     add_token(ctx, token_);
-    ctx.set_wait_for_ready(wait.count() > 0);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::max(wait, std::chrono::seconds(5)));
+    ctx.set_wait_for_ready(until.has_value());
+    ctx.set_deadline(until.value_or(std::chrono::system_clock::now() + std::chrono::seconds(5)));
     return stub_->Heartbeat(&ctx, req, &resp).ok() && resp.stop();
   }
 
