@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,16 +31,6 @@ struct AioEngine::Request {
   uint32_t len;
 };
 
-namespace {
-
-// EIO is the device failing the data, not an unknown error.
-absl::Status errno_error(int err, const std::string& what) {
-  if (err == EIO) return absl::DataLossError(absl::StrCat(what, ": ", std::strerror(err)));
-  return absl::ErrnoToStatus(err, what);
-}
-
-}  // namespace
-
 AioEngine::AioEngine(const AioConfig& cfg, IoFaultHook hook) : cfg_(cfg), hook_(std::move(hook)) {}
 
 absl::StatusOr<std::unique_ptr<AioEngine>> AioEngine::create(const AioConfig& cfg, IoFaultHook hook) {
@@ -57,7 +46,7 @@ absl::StatusOr<std::unique_ptr<AioEngine>> AioEngine::create(const AioConfig& cf
   e->ring_ = std::make_unique<io_uring>();
   if (int r = io_uring_queue_init(cfg.queue_depth, e->ring_.get(), 0); r < 0) {
     e->ring_.reset();
-    return errno_error(-r, "io_uring_queue_init (is io_uring allowed in this container?)");
+    return absl::ErrnoToStatus(-r, "io_uring_queue_init (is io_uring allowed in this container?)");
   }
   e->thread_ = std::thread([p = e.get()] { p->run(); });
   return e;
@@ -94,7 +83,7 @@ absl::StatusOr<int> AioEngine::open_file(const std::string& path, int flags, mod
     f.direct = false;
     f.fd = try_open(flags);
   }
-  if (f.fd < 0) return errno_error(errno, absl::StrCat("cannot open ", path));
+  if (f.fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   std::lock_guard<std::mutex> lock(mu_);
   files_.push_back(f);
   return static_cast<int>(files_.size() - 1);
@@ -106,7 +95,7 @@ absl::StatusOr<int> AioEngine::create_scratch(const std::string& path, uint64_t 
   ::unlink(path.c_str());
   if (bytes > 0) {
     if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
-      return errno_error(err, absl::StrCat("cannot allocate ", bytes, " bytes for ", path));
+      return absl::ErrnoToStatus(err, absl::StrCat("cannot allocate ", bytes, " bytes for ", path));
     }
   }
   return f;
@@ -207,8 +196,8 @@ void AioEngine::complete(Request* r, int result, std::vector<Request*>& free_req
     return;
   }
   if (result < 0) {
-    t.status.Update(errno_error(-result, absl::StrCat(op, " of ", r->len, " bytes at offset ", r->offset, " of ",
-                                                      file.path, " failed")));
+    t.status.Update(absl::ErrnoToStatus(
+        -result, absl::StrCat(op, " of ", r->len, " bytes at offset ", r->offset, " of ", file.path, " failed")));
   } else if (result == 0) {
     t.status.Update(absl::DataLossError(absl::StrCat(op, " of ", r->len, " bytes at offset ", r->offset, " of ",
                                                      file.path, t.write ? " wrote nothing" : " hit the end of the file")));
@@ -262,7 +251,7 @@ void AioEngine::run() {
     } while (r == -EINTR || r == -EAGAIN || r == -EBUSY);
     lock.lock();
     if (r < 0) {
-      fail_all(errno_error(-r, "io_uring_submit"), pool);
+      fail_all(absl::ErrnoToStatus(-r, "io_uring_submit"), pool);
       break;
     }
     io_uring_cqe* cqe;

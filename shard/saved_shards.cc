@@ -42,7 +42,9 @@ absl::Status check_shard_file(const SafetensorsReader& r, const std::vector<Safe
   return absl::OkStatus();
 }
 
-SavedShards::SavedShards(const GptLayout& layout, const OptimizerConfig& opt, std::vector<std::string> files) {
+SavedShards::SavedShards(const GptLayout& layout, const OptimizerConfig& opt, std::vector<std::string> files,
+                         const IoFaultHook* faults)
+    : faults_(faults) {
   const Partition part(layout, static_cast<int>(files.size()));
   for (int r = 0; r < part.world_size(); ++r) {
     const std::vector<ShardSegment> owned = owned_segments(layout, part, r);
@@ -64,7 +66,7 @@ SavedShards::~SavedShards() = default;
 absl::StatusOr<const SafetensorsReader*> SavedShards::open(int rank) {
   Rank& r = ranks_[rank];
   if (!r.reader) {
-    ZEROD_ASSIGN_OR_RETURN(SafetensorsReader reader, SafetensorsReader::open(r.path));
+    ZEROD_ASSIGN_OR_RETURN(SafetensorsReader reader, SafetensorsReader::open(r.path, faults_));
     ZEROD_RETURN_IF_ERROR(check_shard_file(reader, shard_file_arrays(r.owned_numel, r.layout->state_arrays())));
     r.reader = std::move(reader);
   }

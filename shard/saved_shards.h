@@ -37,8 +37,10 @@ class SavedShards {
  public:
   // files[r] is the shard file of rank r of a partition of layout among
   // files.size() ranks (one under stage 0), written with optimizer `opt`.
-  // Files are opened and checked when first read from.
-  SavedShards(const GptLayout& layout, const OptimizerConfig& opt, std::vector<std::string> files);
+  // Files are opened and checked when first read from, through `faults`
+  // (tests), which outlives this.
+  SavedShards(const GptLayout& layout, const OptimizerConfig& opt, std::vector<std::string> files,
+              const IoFaultHook* faults = nullptr);
   ~SavedShards();
 
   // Flat elements [begin, end) of the fp32 master weights, and of Adam's m
@@ -62,6 +64,7 @@ class SavedShards {
   // Elements [e0, e1) of the state `which` ("m" or "v") of a saved piece.
   absl::Status read_state(const Segment& s, const char* which, int64_t e0, int64_t e1, float* out);
 
+  const IoFaultHook* faults_;
   std::vector<Segment> segments_;  // by flat offset, covering the model
   std::vector<Rank> ranks_;
 };

@@ -63,7 +63,7 @@ absl::Status ZeroEngine::install_state(const std::vector<float>& master, const S
 }
 
 absl::Status ZeroEngine::load_shard(const std::string& path) {
-  ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path));
+  ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path, &settings_.io_faults));
   ZEROD_RETURN_IF_ERROR(check_shard_file(r, shard_file_arrays(owned_numel(ctx_.owned), optimizer_->state_arrays())));
   std::vector<float> master(owned_numel(ctx_.owned));
   ZEROD_RETURN_IF_ERROR(r.read(*r.find(kMasterArray), master.data()));

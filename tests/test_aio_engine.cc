@@ -120,7 +120,7 @@ TEST_F(AioEngineTest, ErrorsNameTheFileAndOffset) {
        [](uint64_t o, uint32_t, int r) { return o == 5 * 8192 ? 4096 : o == 5 * 8192 + 4096 ? -ENOSPC : r; },
        absl::StatusCode::kResourceExhausted, "write of 4096 bytes at offset 45056"},
       {"EIO on read", false, [](uint64_t o, uint32_t, int r) { return o == 6 * 8192 ? -EIO : r; },
-       absl::StatusCode::kDataLoss, "read of 8192 bytes at offset 49152"},
+       absl::StatusCode::kUnknown, "read of 8192 bytes at offset 49152"},
       {"end of file on read", false, [](uint64_t o, uint32_t, int r) { return o == 8192 ? 0 : r; },
        absl::StatusCode::kDataLoss, "hit the end of the file"},
   };

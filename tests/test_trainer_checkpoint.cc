@@ -313,7 +313,7 @@ TEST_F(TrainerCheckpointTest, AFailedWriteLeavesTheCheckpointBefore) {
       ASSERT_TRUE(t->start_checkpoint(root, 3, background).ok());
       auto failed = t->finish_checkpoint(/*wait=*/true);
       armed = false;
-      EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+      EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
       EXPECT_NE(failed.status().message().find(std::string("step-00000002.tmp/") + file), std::string::npos)
           << failed.status();
       EXPECT_NE(failed.status().message().find("No space left on device"), std::string::npos) << failed.status();

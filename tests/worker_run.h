@@ -18,17 +18,18 @@
 
 namespace zerod::testing {
 
-// zero-worker's exit status and output, called in-process with these arguments.
+// zero-worker's exit status and output, called in-process with these
+// arguments and the trainer's surroundings `env` (faults).
 struct WorkerResult {
   int code;
   std::string out, err;
 };
-inline WorkerResult run_worker_with(std::vector<std::string> args) {
+inline WorkerResult run_worker_with(std::vector<std::string> args, TrainerEnv env = {}) {
   args.insert(args.begin(), "zero-worker");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   std::ostringstream out, err;
-  const int code = run_worker(static_cast<int>(argv.size()), argv.data(), out, err);
+  const int code = run_worker(static_cast<int>(argv.size()), argv.data(), out, err, nullptr, std::move(env));
   return {code, out.str(), err.str()};
 }
 

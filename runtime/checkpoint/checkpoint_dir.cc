@@ -23,8 +23,9 @@ namespace {
 constexpr char kPrefix[] = "step-";
 constexpr char kLatest[] = "latest";
 
+// std::filesystem's codes are errno values here; the error keeps their kind.
 absl::Status fs_error(const std::string& what, const fs::path& path, const std::error_code& ec) {
-  return absl::InternalError(absl::StrCat(what, " ", path.string(), ": ", ec.message()));
+  return absl::ErrnoToStatus(ec.value(), absl::StrCat(what, " ", path.string()));
 }
 
 // The step of a complete checkpoint's directory name, or -1.
@@ -111,7 +112,7 @@ absl::StatusOr<std::string> begin_checkpoint(const std::string& root_s, int64_t 
   std::error_code ec;
   if (!fs::exists(root, ec)) {
     fs::create_directories(root, ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat("checkpoint dir ", root_s, " cannot be created: ", ec.message()));
+    if (ec) return fs_error("cannot create checkpoint dir", root, ec);
   }
   ZEROD_RETURN_IF_ERROR(require_writable_dir(root));
   const fs::path tmp = root / (checkpoint_dir_name(step) + ".tmp");

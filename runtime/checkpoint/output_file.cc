@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,7 +11,7 @@
 
 namespace zerod {
 absl::Status errno_error(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+  return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
 }
 
 absl::StatusOr<OutputFile> OutputFile::create(const std::string& path, const IoFaultHook* faults) {

@@ -37,7 +37,7 @@ class OutputFile {
   uint32_t crc_ = 0;
 };
 
-// "<what> <path>: <errno's text>", as an internal error.
+// "<what> <path>: <errno's text>", of errno's kind (exit_codes.h).
 absl::Status errno_error(const std::string& what, const std::string& path);
 
 // Makes a rename or a new entry in `dir` durable.

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -89,11 +88,15 @@ int64_t SafeTensor::numel() const {
   return n;
 }
 
-absl::StatusOr<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
+absl::StatusOr<SafetensorsReader> SafetensorsReader::open(const std::string& path, const IoFaultHook* faults) {
   SafetensorsReader r;
   r.path_ = path;
-  r.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (r.fd_ < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  r.faults_ = faults;
+  const int flags = O_RDONLY | O_CLOEXEC;
+  const int injected = faults && faults->on_open ? faults->on_open(path, flags) : 0;
+  if (injected != 0) errno = injected;
+  r.fd_ = injected == 0 ? ::open(path.c_str(), flags) : -1;
+  if (r.fd_ < 0) return errno_error("cannot open", path);
   struct stat st;
   if (::fstat(r.fd_, &st) != 0) return errno_error("cannot stat", path);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
@@ -144,6 +147,7 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::open(const std::string& pat
 SafetensorsReader::SafetensorsReader(SafetensorsReader&& o) noexcept
     : path_(std::move(o.path_)),
       fd_(std::exchange(o.fd_, -1)),
+      faults_(o.faults_),
       data_start_(o.data_start_),
       tensors_(std::move(o.tensors_)),
       metadata_(std::move(o.metadata_)) {}
@@ -153,6 +157,7 @@ SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& o) noexcept 
     if (fd_ >= 0) ::close(fd_);
     path_ = std::move(o.path_);
     fd_ = std::exchange(o.fd_, -1);
+    faults_ = o.faults_;
     data_start_ = o.data_start_;
     tensors_ = std::move(o.tensors_);
     metadata_ = std::move(o.metadata_);
@@ -178,9 +183,18 @@ absl::Status SafetensorsReader::read(const SafeTensor& t, uint64_t offset, uint6
   }
   auto* p = static_cast<char*>(out);
   for (uint64_t done = 0; done < n;) {
-    const ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(data_start_ + t.begin + offset + done));
+    const uint64_t at = data_start_ + t.begin + offset + done;
+    ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(at));
+    if (faults_ && faults_->on_complete) {
+      r = faults_->on_complete(false, path_, at, static_cast<uint32_t>(std::min<uint64_t>(n - done, UINT32_MAX)),
+                               r < 0 ? -errno : static_cast<int>(std::min<ssize_t>(r, INT32_MAX)));
+      if (r < 0) errno = static_cast<int>(-r);
+    }
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return errno_error(absl::StrCat("cannot read tensor '", t.name, "' from"), path_);
+    if (r < 0) return errno_error(absl::StrCat("cannot read tensor '", t.name, "' from"), path_);
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(path_, " ends at byte ", at, ", inside tensor '", t.name, "'"));
+    }
     done += static_cast<uint64_t>(r);
   }
   return absl::OkStatus();

@@ -31,7 +31,9 @@ struct SafeTensor {
 // section exactly (sorted, no gap, no overlap). Tensors are read on demand.
 class SafetensorsReader {
  public:
-  static absl::StatusOr<SafetensorsReader> open(const std::string& path);
+  // Errors opening or reading keep errno's kind; `faults` (tests) sees the
+  // open and each read's result, and outlives the reader.
+  static absl::StatusOr<SafetensorsReader> open(const std::string& path, const IoFaultHook* faults = nullptr);
   SafetensorsReader(SafetensorsReader&& o) noexcept;
   SafetensorsReader& operator=(SafetensorsReader&& o) noexcept;
   ~SafetensorsReader();
@@ -51,6 +53,7 @@ class SafetensorsReader {
 
   std::string path_;
   int fd_ = -1;
+  const IoFaultHook* faults_ = nullptr;
   uint64_t data_start_ = 0;
   std::vector<SafeTensor> tensors_;
   std::map<std::string, std::string> metadata_;

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -36,7 +37,7 @@ std::string env_or(const char* name, const std::string& fallback = "") {
 absl::Status redirect_output(const std::string& dir, int rank) {
   const std::string path = rank_log_path(dir, rank);
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path));
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   fflush(stdout);
   fflush(stderr);
   dup2(fd, STDOUT_FILENO);
@@ -198,18 +199,18 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
   auto rank = discover_rank();
   if (!rank.ok()) {
     err << "zero-worker: " << rank.status().message() << "\n";
-    return kExitBadInput;
+    return exit_code_for(rank.status());
   }
   const std::string log_dir = env_or("ZEROD_LOG_DIR", ".");
   if (absl::Status s = redirect_output(log_dir, rank->rank); !s.ok()) {
     err << "zero-worker: " << s.message() << "\n";
-    return kExitBadInput;
+    return exit_code_for(s);
   }
   auto token = load_token(env_or("ZEROD_TOKEN_FILE"));
   auto channel = token.ok() ? open_channel(address, env_or("ZEROD_TLS_CA")) : token.status();
   if (!channel.ok()) {
     err << "zero-worker: reaching zerod at " << address << ": " << channel.status().message() << "\n";
-    return kExitBadInput;
+    return exit_code_for(channel.status());
   }
   v1::WorkerId id;
   id.set_job_id(env_or("ZEROD_JOB_ID"));

@@ -36,20 +36,8 @@ std::string to_json(const google::protobuf::Message& m) {
   return s;
 }
 
-// What zerod's refusal means for a script.
-int exit_code(const grpc::Status& s) {
-  switch (s.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::NOT_FOUND:
-    case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return kExitBadInput;
-    default:
-      return kExitFailure;
-  }
-}
+// What zerod's refusal means for a script (gRPC's codes are absl's).
+int exit_code(const grpc::Status& s) { return exit_code_for(static_cast<absl::StatusCode>(s.error_code())); }
 
 std::string state_name(v1::JobState s) { return v1::JobState_Name(s); }
 

@@ -50,10 +50,7 @@ int run_export(const std::string& checkpoint, const std::string& out_dir, const 
   absl::StatusOr<int64_t> params = dtype.ok() ? export_checkpoint(checkpoint, out_dir, *dtype) : dtype.status();
   if (!params.ok()) {
     err << "zero-worker export: error: " << params.status().message() << "\n";
-    return absl::IsInvalidArgument(params.status()) || absl::IsNotFound(params.status()) ||
-                   absl::IsDataLoss(params.status())
-               ? kExitBadInput
-               : kExitFailure;
+    return exit_code_for(params.status());
   }
   const std::string file = out_dir + "/model.safetensors";
   out << "export: " << *params << " parameters (" << dtype_name << ") from " << checkpoint << " to " << file << " ("

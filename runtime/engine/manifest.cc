@@ -1,9 +1,12 @@
 #include "runtime/engine/manifest.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -25,19 +28,25 @@ const char* optimizer_name(OptimizerType t) {
   return "?";
 }
 
-// The CRC-32C and size of a whole file.
+// The CRC-32C and size of a whole file; errors keep errno's kind (a disk
+// failing under the file is not bad input).
 absl::StatusOr<std::pair<uint32_t, uint64_t>> file_crc(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   std::vector<char> buf(1 << 20);
   uint32_t crc = 0;
   uint64_t n = 0;
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    crc = crc32c(buf.data(), static_cast<size_t>(in.gcount()), crc);
-    n += static_cast<uint64_t>(in.gcount());
+  for (ssize_t r; (r = ::read(fd, buf.data(), buf.size())) != 0;) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const absl::Status s = absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+      ::close(fd);
+      return s;
+    }
+    crc = crc32c(buf.data(), static_cast<size_t>(r), crc);
+    n += static_cast<uint64_t>(r);
   }
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  ::close(fd);
   return std::make_pair(crc, n);
 }
 
@@ -195,7 +204,7 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
     for (const ManifestFile& f : c.files) {
       std::error_code ec;
       const uintmax_t bytes = std::filesystem::file_size(f.path, ec);
-      if (ec) return absl::NotFoundError(absl::StrCat(f.path, ": ", ec.message()));
+      if (ec) return absl::ErrnoToStatus(ec.value(), f.path);
       stored += bytes;
     }
     if (const int64_t n = gpt_param_count(c.model); uint64_t(n) > stored / 2) {

@@ -56,7 +56,8 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
 
 class Trainer {
  public:
-  // Loads the data and builds everything; errors here are bad input. Every
+  // Loads the data and builds everything; an error's kind tells bad input
+  // from a failure (exit_codes.h). Every
   // rank of `comm` (a world of one when null) builds its own trainer, and
   // from then on all of them call the same methods in the same order. It
   // trains on `device`, or on the one run.device names when that is null.
@@ -123,7 +124,8 @@ class Trainer {
   // those of the saved run; at another world size each rank reads its part
   // of the saved shards (8-bit states requantized in its own blocks).
   // Everything is checked (manifest, checksums, array shapes) before
-  // anything changes.
+  // anything changes. Every rank fails when one does, with an error of the
+  // same exit status when it did not fail itself.
   absl::Status resume(const std::string& checkpoint);
   int64_t steps_done() const { return steps_; }
   // With wall_clock_breakdown: where the steps' time went, collected at the

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/core/exit_codes.h"
 #include "runtime/engine/manifest.h"
 #include "runtime/engine/trainer.h"
 
@@ -27,6 +28,17 @@ absl::StatusOr<bool> any_rank(Communicator& comm, bool self) {
   double f = self ? 1 : 0;
   ZEROD_RETURN_IF_ERROR(all_reduce(comm, &f, 1, CommType::kF64, ReduceOp::kMax));
   return f > 0;
+}
+
+// A collective: whether any rank failed, agreed so that every rank exits
+// with one status. A rank that did not fail itself fails with the worst
+// kind another did (bad input over a run failure, exit_codes.h).
+absl::Status agree(Communicator& comm, const absl::Status& own, const char* what) {
+  double code = own.ok() ? kExitOk : exit_code_for(own);
+  ZEROD_RETURN_IF_ERROR(all_reduce(comm, &code, 1, CommType::kF64, ReduceOp::kMax));
+  if (code == kExitOk || !own.ok()) return own;
+  const std::string message = absl::StrCat(what, " failed on another rank");
+  return code == kExitBadInput ? absl::FailedPreconditionError(message) : absl::AbortedError(message);
 }
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -221,8 +233,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     files = std::move(c.files);
     return absl::OkStatus();
   }();
-  ZEROD_ASSIGN_OR_RETURN(bool failed, any_rank(*comm_, !s.ok()));
-  if (failed) return s.ok() ? absl::AbortedError("resume failed on another rank") : s;
+  ZEROD_RETURN_IF_ERROR(agree(*comm_, s, "resume"));
 
   // The same partition (world size, or stage 0 on both sides) reads this
   // rank's file whole; any other takes its ranges from the saved ones.
@@ -230,7 +241,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
   if (files.size() == parts) {
     s = zero_->load_shard(files[parts > 1 ? rank : 0].path);
   } else {
-    SavedShards saved(layout(), cfg_.optimizer, file_paths(files));
+    SavedShards saved(layout(), cfg_.optimizer, file_paths(files), &env_.io_faults);
     s = zero_->load_resharded(saved);
   }
   if (s.ok()) {
@@ -241,8 +252,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     last_lr_ = last_lr;
     sample_rng_state_ = sample;
   }
-  ZEROD_ASSIGN_OR_RETURN(failed, any_rank(*comm_, !s.ok()));
-  if (failed) return s.ok() ? absl::AbortedError("resume failed on another rank") : s;
+  ZEROD_RETURN_IF_ERROR(agree(*comm_, s, "resume"));
   return zero_->publish_params();
 }
 

@@ -167,7 +167,7 @@ class TrainingRun {
 
 }  // namespace
 
-int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunObserver* observer) {
+int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunObserver* observer, TrainerEnv env) {
   CLI::App app{"zero-worker: trains one zerod job"};
   std::string config_path, log_format;
   std::vector<std::string> overrides;
@@ -191,16 +191,18 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   if (!log_format.empty()) overrides.push_back("run.log_format=\"" + log_format + "\"");
 
   // Until the config is read, errors go out in the requested format or text.
+  // Until training starts, each error's kind gives the exit status
+  // (exit_codes.h); once it has, every error is the run's.
   RunOutput early(log_format == "json" ? LogFormat::kJson : LogFormat::kText, out, err);
   auto rank = discover_rank();
   if (!rank.ok()) {
     early.error(0, std::string(rank.status().message()));
-    return kExitBadInput;
+    return exit_code_for(rank.status());
   }
   auto cfg = load_job_config(config_path, overrides, rank->world_size);
   if (!cfg.ok()) {
     early.error(rank->rank, std::string(cfg.status().message()));
-    return kExitBadInput;
+    return exit_code_for(cfg.status());
   }
   // Rank 0 speaks for the job; every rank reports its own errors.
   std::ostringstream quiet;
@@ -209,7 +211,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   auto device = open_device(cfg->run.device, rank->local_rank);
   if (!device.ok()) {
     output.error(rank->rank, std::string(device.status().message()));
-    return kExitBadInput;
+    return exit_code_for(device.status());
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg->run.collective_timeout_s * 1000));
   // Over MPI between ranks, and on GPUs NCCL or MPI through staging.
@@ -217,7 +219,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   if (comm.ok()) comm = make_device_communicator(*std::move(comm), *rank, **device, timeout);
   if (!comm.ok()) {
     output.error(rank->rank, std::string(comm.status().message()));
-    return kExitBadInput;
+    return exit_code_for(comm.status());
   }
   // Past this point the ranks are in lockstep: one rank failing alone ends
   // the whole job rather than leaving its peers waiting in a collective.
@@ -231,21 +233,22 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   acct.set_limit(Tier::kHost, cfg->run.host_memory_limit.value_or(0));
   acct.set_limit(Tier::kGpu, cfg->run.gpu_memory_limit.value_or(0));
   acct.reset_peaks();
-  if (absl::Status s = check_gpu_cap(*cfg, **device); !s.ok()) return fail(kExitBadInput, std::string(s.message()));
+  const auto refuse = [&](const absl::Status& s, const char* context = "") {
+    return fail(exit_code_for(s), absl::StrCat(context, s.message()));
+  };
+  if (absl::Status s = check_gpu_cap(*cfg, **device); !s.ok()) return refuse(s);
   // A checkpoint directory that cannot be written is found now, not at the first save.
   if (cfg->run.checkpoint.dir) {
     if (absl::Status s = check_checkpoint_root(*cfg->run.checkpoint.dir); !s.ok()) {
-      return fail(kExitBadInput, absl::StrCat("run.checkpoint.dir: ", s.message()));
+      return refuse(s, "run.checkpoint.dir: ");
     }
   }
 
-  auto trainer = Trainer::create(*cfg, comm->get(), device->get());
+  auto trainer = Trainer::create(*cfg, comm->get(), device->get(), std::move(env));
   if (!trainer.ok()) {
-    // Running out of memory while building is a run failure, not bad input;
-    // its message names what set the size.
-    if (!absl::IsResourceExhausted(trainer.status())) {
-      return fail(kExitBadInput, std::string(trainer.status().message()));
-    }
+    // Running out of memory while building is a run failure, whose message
+    // names what set the size.
+    if (!absl::IsResourceExhausted(trainer.status())) return refuse(trainer.status());
     const GptConfig& m = cfg->model;
     return fail(
         kExitFailure,
@@ -261,7 +264,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     auto path = resume_path(cfg->run);
     absl::Status s = path.status();
     if (s.ok() && !path->empty()) s = t.resume(*path);
-    if (!s.ok()) return fail(kExitBadInput, std::string(s.message()));
+    if (!s.ok()) return refuse(s);
     output.resumed(*path, t.steps_done());
   }
 

@@ -24,8 +24,10 @@ class RunObserver {
 };
 
 // `zero-worker [--config JOB] ...` trains; `zero-worker export --checkpoint
-// DIR --out DIR [--dtype fp32|bf16|fp16]` calls run_export.
-int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunObserver* observer = nullptr);
+// DIR --out DIR [--dtype fp32|bf16|fp16]` calls run_export. `env` reaches
+// the trainer (tests inject faults there).
+int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunObserver* observer = nullptr,
+               TrainerEnv env = {});
 
 // Writes the checkpoint's weights (a checkpoint directory, or a checkpoint
 // root for the one `latest` names) to out_dir as Hugging Face GPT-2

@@ -116,7 +116,7 @@ absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType 
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("export: cannot create ", dir, ": ", ec.message()));
+  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("export: cannot create ", dir));
   const std::vector<ParamSegment>& segs = layout.segments();
   std::vector<SafeTensor> tensors;
   for (const ParamSegment& s : segs) tensors.push_back({hf_tensor_name(layout, s), dtype, layout.tensor(s.id).shape});
@@ -146,7 +146,7 @@ absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType 
   const std::string tmp = dir + "/config.json.tmp";
   ZEROD_RETURN_IF_ERROR(write_file_durably(tmp, config.data(), config.size()).status());
   std::filesystem::rename(tmp, dir + "/config.json", ec);
-  if (ec) return absl::InternalError(absl::StrCat("export: cannot rename ", tmp, ": ", ec.message()));
+  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("export: cannot rename ", tmp));
   return absl::OkStatus();
 }
 
