@@ -75,7 +75,7 @@ std::vector<Case> cases(const std::string& dir) {
   return {
       {"s0_fp32_adamw", {stage(0)}},
       {"s0_bf16_adamw8bit", {stage(0), bf16, w8}},
-      {"s0_fp16_adam", {stage(0), fp16, "optimizer.type=Adam"}},
+      {"s0_fp16_adam", {stage(0), fp16, "optimizer.type=Adam", "optimizer.params.adam_w_mode=false"}},
       {"s1_bf16_adamw", {stage(1), bf16}},
       {"s1_fp16_adamw8bit", {stage(1), fp16, w8}},
       {"s1_fp32_adamw_ckpt", {stage(1), ckpt}},

@@ -73,7 +73,6 @@ TEST(ConfigDefaults, MinimalConfigGetsDeepSpeedDefaults) {
 
   EXPECT_EQ(c.zero.stage, 0);
   EXPECT_EQ(c.zero.reduce_bucket_size, 500000000);
-  EXPECT_EQ(c.zero.allgather_bucket_size, 500000000);
   EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);
   EXPECT_EQ(c.zero.offload_optimizer.buffer_count, 4);
   EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);
@@ -288,8 +287,9 @@ TEST(ConfigKeys, KnownSectionsWithAllKeysParse) {
   json j = minimal();
   j["run"] = {{"steps", 5}, {"seed", 7}, {"device", "cpu"}, {"log_format", "json"},
               {"checkpoint", {{"interval", 0}, {"keep", 2}}}, {"sample", {{"tokens", 8}, {"temperature", 0.5}}}};
-  j["optimizer"] = {{"type", "Adam"},
-                    {"params", {{"lr", 0.01}, {"betas", {0.8, 0.95}}, {"eps", 1e-6}, {"weight_decay", 0.1}}}};
+  j["optimizer"] = {
+      {"type", "Adam"},
+      {"params", {{"lr", 0.01}, {"betas", {0.8, 0.95}}, {"eps", 1e-6}, {"weight_decay", 0.1}, {"adam_w_mode", false}}}};
   j["zero_optimization"] = {{"stage", 2}, {"overlap_comm", false}};
   j["gradient_clipping"] = 1.0;
   j["bf16"] = {{"enabled", true}};
@@ -474,8 +474,7 @@ TEST(ConfigValues, BadValuesNameTheirKey) {
 TEST(ConfigValues, ValuesOutsideTheirMeaningfulRangeAreRefused) {
   // Sizes that must hold at least one element; 0 stays meaningful for the
   // prefetch (none) and the persistence threshold (nothing persists).
-  for (const char* key :
-       {"reduce_bucket_size", "allgather_bucket_size", "stage3_max_live_parameters", "sub_group_size"}) {
+  for (const char* key : {"reduce_bucket_size", "sub_group_size"}) {
     json j = minimal();
     j["zero_optimization"][key] = 0;
     EXPECT_TRUE(fails_with(parse_job_config(j, 1).status(), absl::StatusCode::kInvalidArgument,

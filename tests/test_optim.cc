@@ -39,15 +39,17 @@ struct RefAdam {
       if (!h.decoupled) g += wd * p[i];
       m[i] = b1 * m[i] + (1 - b1) * g;
       v[i] = b2 * v[i] + (1 - b2) * g * g;
-      const double mhat_step = lr / (1 - std::pow(b1, static_cast<double>(t)));
-      const double denom = std::sqrt(v[i]) / std::sqrt(1 - std::pow(b2, static_cast<double>(t))) + eps;
+      const double bc1 = h.bias_correction ? 1 - std::pow(b1, static_cast<double>(t)) : 1.0;
+      const double bc2 = h.bias_correction ? 1 - std::pow(b2, static_cast<double>(t)) : 1.0;
+      const double mhat_step = lr / bc1;
+      const double denom = std::sqrt(v[i]) / std::sqrt(bc2) + eps;
       const double shrink = h.decoupled ? 1 - lr * wd : 1.0;
       p[i] = p[i] * shrink - mhat_step * m[i] / denom;
     }
   }
 };
 
-void run_adam_vs_reference(bool decoupled, bool decay) {
+void run_adam_vs_reference(bool decoupled, bool decay, bool bias_correction = true) {
   constexpr int kN = 1000, kSteps = 10;
   constexpr float kLr = 1e-2f, kGradScale = 0.125f;
   AdamHyper h;
@@ -56,6 +58,7 @@ void run_adam_vs_reference(bool decoupled, bool decay) {
   h.eps = 1e-8f;
   h.weight_decay = 0.1f;
   h.decoupled = decoupled;
+  h.bias_correction = bias_correction;
 
   std::mt19937 rng(decoupled * 2 + decay + 17);
   std::uniform_real_distribution<float> mag(0.5f, 1.5f);
@@ -96,6 +99,11 @@ TEST(Adam, AdamWMatchesReference) { run_adam_vs_reference(/*decoupled=*/true, /*
 TEST(Adam, AdamWNoDecayMatchesReference) { run_adam_vs_reference(true, false); }
 TEST(Adam, AdamL2MatchesReference) { run_adam_vs_reference(false, true); }
 TEST(Adam, AdamL2NoDecayMatchesReference) { run_adam_vs_reference(false, false); }
+// DeepSpeed's bias_correction false: m and v as they are.
+TEST(Adam, WithoutBiasCorrectionMatchesReference) {
+  run_adam_vs_reference(/*decoupled=*/true, /*decay=*/true, /*bias_correction=*/false);
+  run_adam_vs_reference(/*decoupled=*/false, /*decay=*/true, /*bias_correction=*/false);
+}
 
 // One step by hand: p = 1, g = 2 (scaled by 0.5 -> 1), b1 0.9, b2 0.999, lr 0.1,
 // wd 0.5. m = 0.1, v = 0.001, mhat = 1, vhat = 1, update = lr / (1 + eps).

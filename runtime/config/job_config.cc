@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "runtime/config/json_reader.h"
@@ -11,299 +12,380 @@
 namespace zerod {
 namespace {
 
-absl::Status check(bool ok, const JsonReader& r, const char* key, const std::string& what) {
-  return ok ? absl::OkStatus() : config_error(r.key_path(key), what);
-}
-
 // A seed: any integer from 0 to 2^63 - 1.
-absl::Status read_seed(JsonReader& r, uint64_t* seed) {
+void read_seed(JsonReader& r, uint64_t* seed) {
   int64_t v = static_cast<int64_t>(*seed);
-  ZEROD_RETURN_IF_ERROR(r.read("seed", &v));
-  ZEROD_RETURN_IF_ERROR(check(v >= 0, r, "seed", absl::StrCat("must not be negative, got ", v)));
-  *seed = static_cast<uint64_t>(v);
-  return absl::OkStatus();
+  if (r.read("seed", &v) && r.check(v >= 0, "seed", absl::StrCat("must not be negative, got ", v))) {
+    *seed = static_cast<uint64_t>(v);
+  }
 }
 
-// Reads a string key that must be one of `names`; stores the matching index.
+// Reads a string key that must be one of `names` (compared ignoring case
+// when `any_case`); stores the matching value.
 template <class Enum>
-absl::Status read_enum(JsonReader& r, const char* key, std::initializer_list<std::pair<const char*, Enum>> names,
-                       Enum* out) {
+bool read_enum(JsonReader& r, const char* key, std::initializer_list<std::pair<const char*, Enum>> names, Enum* out,
+               bool any_case = false) {
   if (!r.has(key)) {
     r.raw(key);
-    return absl::OkStatus();
+    return true;
   }
   std::string s;
-  ZEROD_RETURN_IF_ERROR(r.read(key, &s));
+  if (!r.read(key, &s)) return false;
   std::string expected;
   for (const auto& [name, value] : names) {
-    if (s == name) {
+    if (any_case ? absl::EqualsIgnoreCase(s, name) : s == name) {
       *out = value;
-      return absl::OkStatus();
+      return true;
     }
     absl::StrAppend(&expected, expected.empty() ? "" : ", ", name);
   }
-  return config_error(r.key_path(key), absl::StrCat("'", s, "' is not one of: ", expected));
+  r.problem(key, absl::StrCat("'", s, "' is not one of: ", expected));
+  return false;
 }
 
-absl::Status parse_model(JsonReader r, JobConfig& cfg) {
+void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   cfg.preset = "custom";
-  ZEROD_RETURN_IF_ERROR(r.read("preset", &cfg.preset));
+  r.read("preset", &cfg.preset);
   if (cfg.preset != "custom") {
-    ZEROD_ASSIGN_OR_RETURN(cfg.model, gpt_preset(cfg.preset));
+    absl::StatusOr<GptConfig> preset = gpt_preset(cfg.preset);
+    if (preset.ok()) {
+      cfg.model = *preset;
+    } else {
+      r.problem("preset", std::string(preset.status().message()));
+    }
   }
   GptConfig& m = cfg.model;
-  ZEROD_RETURN_IF_ERROR(r.read("n_layer", &m.n_layer));
-  ZEROD_RETURN_IF_ERROR(r.read("n_head", &m.n_head));
-  ZEROD_RETURN_IF_ERROR(r.read("n_embd", &m.n_embd));
-  ZEROD_RETURN_IF_ERROR(r.read("vocab_size", &m.vocab_size));
-  ZEROD_RETURN_IF_ERROR(r.read("block_size", &m.block_size));
-  ZEROD_RETURN_IF_ERROR(r.read("init_from", &cfg.init_from));
-  ZEROD_RETURN_IF_ERROR(r.finish());
+  r.read("n_layer", &m.n_layer);
+  r.read("n_head", &m.n_head);
+  r.read("n_embd", &m.n_embd);
+  r.read("vocab_size", &m.vocab_size);
+  r.read("block_size", &m.block_size);
+  r.read("init_from", &cfg.init_from);
+  r.finish();
   if (cfg.preset == "custom" && m.n_layer == 0) {
-    return config_error("model", "preset 'custom' needs n_layer, n_head, n_embd, vocab_size and block_size");
+    reading.add("model", "preset 'custom' needs n_layer, n_head, n_embd, vocab_size and block_size");
+  } else if (absl::Status s = validate_gpt_config(m); !s.ok()) {
+    reading.add_text("model", std::string(s.message()));
   }
-  return validate_gpt_config(m);
 }
 
-absl::Status parse_data(JsonReader r, JobConfig& cfg) {
+void parse_data(JsonReader r, JobConfig& cfg) {
   DataConfig& d = cfg.data;
-  ZEROD_RETURN_IF_ERROR(read_enum<DataKind>(
-      r, "kind", {{"synthetic", DataKind::kSynthetic}, {"text", DataKind::kText}, {"tokens", DataKind::kTokens}},
-      &d.kind));
-  ZEROD_RETURN_IF_ERROR(r.read("path", &d.path));
+  read_enum<DataKind>(r, "kind",
+                      {{"synthetic", DataKind::kSynthetic}, {"text", DataKind::kText}, {"tokens", DataKind::kTokens}},
+                      &d.kind);
+  r.read("path", &d.path);
   d.seq_len = cfg.model.block_size;
-  ZEROD_RETURN_IF_ERROR(r.read("seq_len", &d.seq_len));
-  ZEROD_RETURN_IF_ERROR(read_seed(r, &d.seed));
-  ZEROD_RETURN_IF_ERROR(r.finish());
-  ZEROD_RETURN_IF_ERROR(check(d.kind == DataKind::kSynthetic || !d.path.empty(), r, "path",
-                              "required for data.kind 'text' and 'tokens'"));
-  ZEROD_RETURN_IF_ERROR(check(d.kind != DataKind::kSynthetic || !r.has("path"), r, "path",
-                              "is not read by data.kind 'synthetic' (the task is generated from data.seed)"));
-  ZEROD_RETURN_IF_ERROR(check(d.seq_len >= 1 && d.seq_len <= cfg.model.block_size, r, "seq_len",
-                              absl::StrCat("must be in [1, model.block_size = ", cfg.model.block_size, "], got ",
-                                           d.seq_len)));
-  return absl::OkStatus();
+  r.read("seq_len", &d.seq_len);
+  read_seed(r, &d.seed);
+  r.finish();
+  r.check(d.kind == DataKind::kSynthetic || !d.path.empty(), "path", "required for data.kind 'text' and 'tokens'");
+  r.check(d.kind != DataKind::kSynthetic || !r.has("path"), "path",
+          "is not read by data.kind 'synthetic' (the task is generated from data.seed)");
+  r.check(d.seq_len >= 1 && d.seq_len <= cfg.model.block_size, "seq_len",
+          absl::StrCat("must be in [1, model.block_size = ", cfg.model.block_size, "], got ", d.seq_len));
 }
 
-absl::Status parse_run(JsonReader r, RunConfig& run) {
-  ZEROD_RETURN_IF_ERROR(r.read("steps", &run.steps));
-  ZEROD_RETURN_IF_ERROR(check(run.steps >= 1, r, "steps", absl::StrCat("must be at least 1, got ", run.steps)));
-  ZEROD_RETURN_IF_ERROR(read_seed(r, &run.seed));
-  ZEROD_RETURN_IF_ERROR(r.read("device", &run.device));
-  ZEROD_RETURN_IF_ERROR(check(run.device == "cpu" || run.device == "cuda" || run.device == "auto", r, "device",
-                              absl::StrCat("'", run.device, "' is not one of: cpu, cuda, auto")));
-  {
-    ZEROD_ASSIGN_OR_RETURN(JsonReader c, r.section("checkpoint"));
-    ZEROD_RETURN_IF_ERROR(c.read("dir", &run.checkpoint.dir));
-    ZEROD_RETURN_IF_ERROR(c.read("interval", &run.checkpoint.interval));
-    ZEROD_RETURN_IF_ERROR(c.read("keep", &run.checkpoint.keep));
-    ZEROD_RETURN_IF_ERROR(c.read("async", &run.checkpoint.async));
-    ZEROD_RETURN_IF_ERROR(c.finish());
-    ZEROD_RETURN_IF_ERROR(check(run.checkpoint.interval >= 0, c, "interval",
-                                "must not be negative (0 saves only at the end)"));
-    ZEROD_RETURN_IF_ERROR(check(run.checkpoint.keep >= 1, c, "keep", "must be at least 1"));
-    ZEROD_RETURN_IF_ERROR(check(!run.checkpoint.dir || !run.checkpoint.dir->empty(), c, "dir", "must not be empty"));
+void parse_run(JsonReader r, RunConfig& run) {
+  if (r.read("steps", &run.steps))
+    r.check(run.steps >= 1, "steps", absl::StrCat("must be at least 1, got ", run.steps));
+  read_seed(r, &run.seed);
+  if (r.read("device", &run.device)) {
+    r.check(run.device == "cpu" || run.device == "cuda" || run.device == "auto", "device",
+            absl::StrCat("'", run.device, "' is not one of: cpu, cuda, auto"));
   }
-  ZEROD_RETURN_IF_ERROR(r.read("resume", &run.resume));
-  ZEROD_RETURN_IF_ERROR(check(!run.resume || !run.resume->empty(), r, "resume",
-                              "must be \"latest\" or a checkpoint directory"));
-  ZEROD_RETURN_IF_ERROR(check(run.resume != "latest" || run.checkpoint.dir, r, "resume",
-                              "\"latest\" needs run.checkpoint.dir to look in"));
-  ZEROD_RETURN_IF_ERROR(r.read_bytes("host_memory_limit", &run.host_memory_limit));
-  ZEROD_RETURN_IF_ERROR(r.read_bytes("gpu_memory_limit", &run.gpu_memory_limit));
-  ZEROD_RETURN_IF_ERROR(r.read("collective_timeout_s", &run.collective_timeout_s));
-  ZEROD_RETURN_IF_ERROR(
-      check(run.collective_timeout_s > 0, r, "collective_timeout_s", "must be positive"));
-  ZEROD_RETURN_IF_ERROR(r.read("tensorboard_dir", &run.tensorboard_dir));
-  ZEROD_RETURN_IF_ERROR(
-      check(!run.tensorboard_dir, r, "tensorboard_dir", "TensorBoard output is not supported by this build"));
-  ZEROD_RETURN_IF_ERROR(
-      read_enum<LogFormat>(r, "log_format", {{"text", LogFormat::kText}, {"json", LogFormat::kJson}}, &run.log_format));
   {
-    ZEROD_ASSIGN_OR_RETURN(JsonReader s, r.section("sample"));
-    ZEROD_RETURN_IF_ERROR(s.read("tokens", &run.sample_tokens));
-    ZEROD_RETURN_IF_ERROR(s.read("temperature", &run.sample_temperature));
-    ZEROD_RETURN_IF_ERROR(s.finish());
-    ZEROD_RETURN_IF_ERROR(check(run.sample_tokens >= 0, s, "tokens", "must not be negative"));
-    ZEROD_RETURN_IF_ERROR(check(run.sample_temperature >= 0, s, "temperature", "must not be negative"));
+    JsonReader c = r.section("checkpoint");
+    c.read("dir", &run.checkpoint.dir);
+    c.read("interval", &run.checkpoint.interval);
+    c.read("keep", &run.checkpoint.keep);
+    c.read("async", &run.checkpoint.async);
+    c.finish();
+    c.check(run.checkpoint.interval >= 0, "interval", "must not be negative (0 saves only at the end)");
+    c.check(run.checkpoint.keep >= 1, "keep", "must be at least 1");
+    c.check(!run.checkpoint.dir || !run.checkpoint.dir->empty(), "dir", "must not be empty");
   }
-  return r.finish();
+  r.read("resume", &run.resume);
+  r.check(!run.resume || !run.resume->empty(), "resume", "must be \"latest\" or a checkpoint directory");
+  r.check(run.resume != "latest" || run.checkpoint.dir, "resume", "\"latest\" needs run.checkpoint.dir to look in");
+  r.read_bytes("host_memory_limit", &run.host_memory_limit);
+  r.read_bytes("gpu_memory_limit", &run.gpu_memory_limit);
+  r.read("collective_timeout_s", &run.collective_timeout_s);
+  r.check(run.collective_timeout_s > 0, "collective_timeout_s", "must be positive");
+  r.read("tensorboard_dir", &run.tensorboard_dir);
+  r.check(!run.tensorboard_dir, "tensorboard_dir", "TensorBoard output is not supported by this build");
+  read_enum<LogFormat>(r, "log_format", {{"text", LogFormat::kText}, {"json", LogFormat::kJson}}, &run.log_format);
+  {
+    JsonReader s = r.section("sample");
+    s.read("tokens", &run.sample_tokens);
+    s.read("temperature", &run.sample_temperature);
+    s.finish();
+    s.check(run.sample_tokens >= 0, "tokens", "must not be negative");
+    s.check(run.sample_temperature >= 0, "temperature", "must not be negative");
+  }
+  r.finish();
 }
 
-absl::Status parse_optimizer(JsonReader r, OptimizerConfig& o) {
-  ZEROD_RETURN_IF_ERROR(read_enum<OptimizerType>(
-      r, "type", {{"AdamW", OptimizerType::kAdamW}, {"Adam", OptimizerType::kAdam}, {"AdamW8bit", OptimizerType::kAdamW8bit}},
-      &o.type));
-  ZEROD_ASSIGN_OR_RETURN(JsonReader p, r.section("params"));
-  ZEROD_RETURN_IF_ERROR(p.read("lr", &o.lr));
-  ZEROD_RETURN_IF_ERROR(check(o.lr >= 0, p, "lr", absl::StrCat("must not be negative, got ", o.lr)));
+// DeepSpeed's Adam is AdamW unless adam_w_mode is false; AdamW is always.
+void parse_optimizer(JsonReader r, OptimizerConfig& o) {
+  OptimizerType type = o.type;
+  const bool known = read_enum<OptimizerType>(
+      r, "type",
+      {{"Adam", OptimizerType::kAdam}, {"AdamW", OptimizerType::kAdamW}, {"AdamW8bit", OptimizerType::kAdamW8bit}},
+      &type, /*any_case=*/true);
+  JsonReader p = r.section("params");
+  if (!known) {  // another optimizer's parameters are moot
+    p.finish_unjudged();
+    r.finish();
+    return;
+  }
+  if (p.read("lr", &o.lr)) p.check(o.lr >= 0, "lr", absl::StrCat("must not be negative, got ", o.lr));
   if (const nlohmann::json* betas = p.raw("betas")) {
     if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() || !(*betas)[1].is_number()) {
-      return config_error(p.key_path("betas"), absl::StrCat("expected [beta1, beta2], got ", betas->dump()));
+      p.problem("betas", absl::StrCat("expected [beta1, beta2], got ", betas->dump()));
+    } else {
+      o.beta1 = (*betas)[0].get<double>();
+      o.beta2 = (*betas)[1].get<double>();
+      p.check(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "betas", "each beta must be in [0, 1)");
     }
-    o.beta1 = (*betas)[0].get<double>();
-    o.beta2 = (*betas)[1].get<double>();
-    ZEROD_RETURN_IF_ERROR(check(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, p, "betas",
-                                "each beta must be in [0, 1)"));
   }
-  ZEROD_RETURN_IF_ERROR(p.read("eps", &o.eps));
-  ZEROD_RETURN_IF_ERROR(check(o.eps > 0, p, "eps", "must be positive"));
-  ZEROD_RETURN_IF_ERROR(p.read("weight_decay", &o.weight_decay));
-  ZEROD_RETURN_IF_ERROR(check(o.weight_decay >= 0, p, "weight_decay", "must not be negative"));
-  ZEROD_RETURN_IF_ERROR(p.finish());
-  return r.finish();
+  if (p.read("eps", &o.eps)) p.check(o.eps > 0, "eps", "must be positive");
+  if (p.read("weight_decay", &o.weight_decay)) p.check(o.weight_decay >= 0, "weight_decay", "must not be negative");
+  bool adam_w_mode = true;
+  p.read("adam_w_mode", &adam_w_mode);
+  p.read("bias_correction", &o.bias_correction);
+  p.finish();
+  o.type = type == OptimizerType::kAdam && adam_w_mode ? OptimizerType::kAdamW : type;
+  r.finish();
 }
 
-absl::Status parse_scheduler(JsonReader r, SchedulerConfig& s) {
-  ZEROD_RETURN_IF_ERROR(read_enum<SchedulerType>(r, "type",
-                                                 {{"WarmupLR", SchedulerType::kWarmupLR},
-                                                  {"WarmupDecayLR", SchedulerType::kWarmupDecayLR},
-                                                  {"WarmupCosineLR", SchedulerType::kWarmupCosineLR}},
-                                                 &s.type));
-  ZEROD_ASSIGN_OR_RETURN(JsonReader p, r.section("params"));
-  ZEROD_RETURN_IF_ERROR(check(s.type != SchedulerType::kNone || !r.has("params"), r, "type",
-                              "required when scheduler.params is given"));
-  ZEROD_RETURN_IF_ERROR(p.read("warmup_num_steps", &s.warmup_num_steps));
-  ZEROD_RETURN_IF_ERROR(check(s.warmup_num_steps >= 0, p, "warmup_num_steps", "must not be negative"));
-  ZEROD_RETURN_IF_ERROR(
-      read_enum<WarmupType>(p, "warmup_type", {{"log", WarmupType::kLog}, {"linear", WarmupType::kLinear}}, &s.warmup_type));
+void parse_scheduler(JsonReader r, SchedulerConfig& s) {
+  read_enum<SchedulerType>(r, "type",
+                           {{"WarmupLR", SchedulerType::kWarmupLR},
+                            {"WarmupDecayLR", SchedulerType::kWarmupDecayLR},
+                            {"WarmupCosineLR", SchedulerType::kWarmupCosineLR}},
+                           &s.type);
+  r.check(s.type != SchedulerType::kNone || !r.has("params") || r.has("type"), "type",
+          "required when scheduler.params is given");
+  JsonReader p = r.section("params");
+  if (s.type == SchedulerType::kNone && r.has("type")) {  // refused: another schedule's parameters are moot
+    p.finish_unjudged();
+    r.finish();
+    return;
+  }
+  if (p.read("warmup_num_steps", &s.warmup_num_steps)) {
+    p.check(s.warmup_num_steps >= 0, "warmup_num_steps", "must not be negative");
+  }
+  read_enum<WarmupType>(p, "warmup_type", {{"log", WarmupType::kLog}, {"linear", WarmupType::kLinear}}, &s.warmup_type);
   if (s.type == SchedulerType::kWarmupCosineLR) {
-    ZEROD_RETURN_IF_ERROR(p.read("warmup_min_ratio", &s.warmup_min_ratio));
-    ZEROD_RETURN_IF_ERROR(p.read("cos_min_ratio", &s.cos_min_ratio));
+    p.read("warmup_min_ratio", &s.warmup_min_ratio);
+    p.read("cos_min_ratio", &s.cos_min_ratio);
     // Fractions of the optimizer's lr: where warmup starts, where the cosine ends.
     for (const auto& [key, v] :
          {std::pair{"warmup_min_ratio", s.warmup_min_ratio}, {"cos_min_ratio", s.cos_min_ratio}}) {
-      ZEROD_RETURN_IF_ERROR(check(v >= 0 && v <= 1, p, key, absl::StrCat("must be in [0, 1], got ", v)));
+      p.check(v >= 0 && v <= 1, key, absl::StrCat("must be in [0, 1], got ", v));
     }
   } else {
-    ZEROD_RETURN_IF_ERROR(p.read("warmup_min_lr", &s.warmup_min_lr));
-    ZEROD_RETURN_IF_ERROR(p.read("warmup_max_lr", &s.warmup_max_lr));
-    ZEROD_RETURN_IF_ERROR(check(s.warmup_min_lr >= 0, p, "warmup_min_lr", "must not be negative"));
-    ZEROD_RETURN_IF_ERROR(check(s.warmup_max_lr >= 0, p, "warmup_max_lr", "must not be negative"));
+    p.read("warmup_min_lr", &s.warmup_min_lr);
+    p.read("warmup_max_lr", &s.warmup_max_lr);
+    p.check(s.warmup_min_lr >= 0, "warmup_min_lr", "must not be negative");
+    p.check(s.warmup_max_lr >= 0, "warmup_max_lr", "must not be negative");
   }
   if (s.type == SchedulerType::kWarmupDecayLR || s.type == SchedulerType::kWarmupCosineLR) {
-    ZEROD_RETURN_IF_ERROR(check(p.has("total_num_steps"), p, "total_num_steps", "required by this scheduler"));
-    ZEROD_RETURN_IF_ERROR(p.read("total_num_steps", &s.total_num_steps));
-    ZEROD_RETURN_IF_ERROR(check(s.total_num_steps >= 1, p, "total_num_steps", "must be at least 1"));
+    if (p.check(p.has("total_num_steps"), "total_num_steps", "required by this scheduler") &&
+        p.read("total_num_steps", &s.total_num_steps)) {
+      p.check(s.total_num_steps >= 1, "total_num_steps", "must be at least 1");
+    }
   }
-  ZEROD_RETURN_IF_ERROR(p.finish());
-  return r.finish();
+  p.finish();
+  r.finish();
 }
 
-absl::Status parse_fp16(JsonReader r, bool* enabled, LossScaleConfig& f) {
-  ZEROD_RETURN_IF_ERROR(r.read("enabled", enabled));
-  ZEROD_RETURN_IF_ERROR(r.read("loss_scale", &f.loss_scale));
-  ZEROD_RETURN_IF_ERROR(check(f.loss_scale >= 0, r, "loss_scale", "must not be negative (0 is dynamic)"));
-  ZEROD_RETURN_IF_ERROR(r.read("initial_scale_power", &f.initial_scale_power));
-  ZEROD_RETURN_IF_ERROR(check(f.initial_scale_power >= 0 && f.initial_scale_power <= 126, r,
-                              "initial_scale_power", "must be in [0, 126]"));
-  ZEROD_RETURN_IF_ERROR(r.read("loss_scale_window", &f.loss_scale_window));
-  ZEROD_RETURN_IF_ERROR(check(f.loss_scale_window >= 1, r, "loss_scale_window", "must be at least 1"));
-  ZEROD_RETURN_IF_ERROR(r.read("hysteresis", &f.hysteresis));
-  ZEROD_RETURN_IF_ERROR(check(f.hysteresis >= 1, r, "hysteresis", "must be at least 1"));
-  ZEROD_RETURN_IF_ERROR(r.read("consecutive_hysteresis", &f.consecutive_hysteresis));
-  ZEROD_RETURN_IF_ERROR(r.read("min_loss_scale", &f.min_loss_scale));
-  ZEROD_RETURN_IF_ERROR(check(f.min_loss_scale > 0, r, "min_loss_scale", "must be positive"));
-  return r.finish();
+void parse_fp16(JsonReader r, bool* enabled, LossScaleConfig& f) {
+  r.read("enabled", enabled);
+  if (r.read("loss_scale", &f.loss_scale)) {
+    r.check(f.loss_scale >= 0, "loss_scale", "must not be negative (0 is dynamic)");
+  }
+  if (r.read("initial_scale_power", &f.initial_scale_power)) {
+    r.check(f.initial_scale_power >= 0 && f.initial_scale_power <= 126, "initial_scale_power", "must be in [0, 126]");
+  }
+  if (r.read("loss_scale_window", &f.loss_scale_window)) {
+    r.check(f.loss_scale_window >= 1, "loss_scale_window", "must be at least 1");
+  }
+  if (r.read("hysteresis", &f.hysteresis)) r.check(f.hysteresis >= 1, "hysteresis", "must be at least 1");
+  r.read("consecutive_hysteresis", &f.consecutive_hysteresis);
+  if (r.read("min_loss_scale", &f.min_loss_scale)) r.check(f.min_loss_scale > 0, "min_loss_scale", "must be positive");
+  r.finish();
 }
 
-absl::Status parse_offload(JsonReader r, OffloadConfig& o) {
-  ZEROD_RETURN_IF_ERROR(read_enum<OffloadDevice>(
+void parse_offload(JsonReader& r, OffloadConfig& o) {
+  read_enum<OffloadDevice>(
       r, "device", {{"none", OffloadDevice::kNone}, {"cpu", OffloadDevice::kCpu}, {"nvme", OffloadDevice::kNvme}},
-      &o.device));
-  ZEROD_RETURN_IF_ERROR(r.read("nvme_path", &o.nvme_path));
-  ZEROD_RETURN_IF_ERROR(r.read("pin_memory", &o.pin_memory));
-  ZEROD_RETURN_IF_ERROR(r.read("buffer_count", &o.buffer_count));
-  ZEROD_RETURN_IF_ERROR(check(o.buffer_count >= 1, r, "buffer_count", "must be at least 1"));
-  return r.finish();
+      &o.device);
+  r.read("nvme_path", &o.nvme_path);
+  r.read("pin_memory", &o.pin_memory);
+  if (r.read("buffer_count", &o.buffer_count)) r.check(o.buffer_count >= 1, "buffer_count", "must be at least 1");
+  r.finish();
 }
 
-absl::Status parse_zero(JsonReader r, ZeroConfig& z) {
-  ZEROD_RETURN_IF_ERROR(r.read("stage", &z.stage));
-  ZEROD_RETURN_IF_ERROR(check(z.stage >= 0 && z.stage <= 3, r, "stage", absl::StrCat("must be 0, 1, 2 or 3, got ", z.stage)));
-  // Element counts; 0 means something only for the prefetch (none) and the
-  // persistence threshold (nothing persists).
-  const std::tuple<const char*, int64_t*, int64_t> sizes[] = {
-      {"reduce_bucket_size", &z.reduce_bucket_size, 1},
-      {"allgather_bucket_size", &z.allgather_bucket_size, 1},
-      {"stage3_prefetch_bucket_size", &z.stage3_prefetch_bucket_size, 0},
-      {"stage3_param_persistence_threshold", &z.stage3_param_persistence_threshold, 0},
-      {"stage3_max_live_parameters", &z.stage3_max_live_parameters, 1},
-      {"sub_group_size", &z.sub_group_size, 1}};
-  for (const auto& [key, out, least] : sizes) {
-    ZEROD_RETURN_IF_ERROR(r.read(key, out));
-    ZEROD_RETURN_IF_ERROR(check(*out >= least, r, key,
-                                least == 0 ? absl::StrCat("must not be negative, got ", *out)
-                                           : absl::StrCat("must be at least 1, got ", *out)));
+// DeepSpeed's older `cpu_offload: true` for `offload.device: "cpu"`; both at once is refused, as there.
+void read_cpu_offload(JsonReader& zero, const char* old_key, const char* section, OffloadConfig& o) {
+  bool old = false;
+  if (!zero.has(old_key) || !zero.read(old_key, &old) || !old) return;
+  if (zero.check(!zero.has(section), old_key,
+                 absl::StrCat("is the older spelling of ", section, ".device; give one"))) {
+    o.device = OffloadDevice::kCpu;
   }
-  ZEROD_RETURN_IF_ERROR(r.read("overlap_comm", &z.overlap_comm));
-  ZEROD_RETURN_IF_ERROR(r.read("contiguous_gradients", &z.contiguous_gradients));
-  ZEROD_ASSIGN_OR_RETURN(JsonReader oo, r.section("offload_optimizer"));
-  ZEROD_RETURN_IF_ERROR(oo.read("super_offload", &z.offload_optimizer.super_offload));
-  ZEROD_RETURN_IF_ERROR(parse_offload(oo, z.offload_optimizer));
-  ZEROD_ASSIGN_OR_RETURN(JsonReader op, r.section("offload_param"));
-  ZEROD_RETURN_IF_ERROR(parse_offload(op, z.offload_param));
-  ZEROD_RETURN_IF_ERROR(check(z.offload_param.device == OffloadDevice::kNone || z.stage == 3, op, "device",
-                              absl::StrCat("offloading parameters needs stage 3, but stage is ", z.stage)));
+}
+
+void parse_zero(JsonReader r, ZeroConfig& z) {
+  if (r.read("stage", &z.stage)) {
+    r.check(z.stage >= 0 && z.stage <= 3, "stage", absl::StrCat("must be 0, 1, 2 or 3, got ", z.stage));
+  }
+  // Element counts under either of DeepSpeed's spellings; 0 means something
+  // only for the prefetch (none) and the persistence threshold (nothing
+  // persists).
+  const std::tuple<const char*, const char*, int64_t*, int64_t> sizes[] = {
+      {"reduce_bucket_size", nullptr, &z.reduce_bucket_size, 1},
+      {"stage3_prefetch_bucket_size", "prefetch_bucket_size", &z.stage3_prefetch_bucket_size, 0},
+      {"stage3_param_persistence_threshold", "param_persistence_threshold", &z.stage3_param_persistence_threshold, 0},
+      {"sub_group_size", nullptr, &z.sub_group_size, 1}};
+  for (const auto& [key, other, out, least] : sizes) {
+    const char* given = other && r.has(other) ? other : key;
+    if (other && r.has(key) && r.has(other)) {
+      r.raw(key);
+      r.raw(other);
+      r.problem(other, absl::StrCat("is another spelling of ", r.key_path(key), "; give one"));
+      continue;
+    }
+    if (r.read(given, out)) {
+      r.check(*out >= least, given,
+              least == 0 ? absl::StrCat("must not be negative, got ", *out)
+                         : absl::StrCat("must be at least 1, got ", *out));
+    }
+  }
+  r.read("overlap_comm", &z.overlap_comm);
+  JsonReader oo = r.section("offload_optimizer");
+  oo.read("super_offload", &z.offload_optimizer.super_offload);
+  parse_offload(oo, z.offload_optimizer);
+  JsonReader op = r.section("offload_param");
+  parse_offload(op, z.offload_param);
+  read_cpu_offload(r, "cpu_offload", "offload_optimizer", z.offload_optimizer);
+  read_cpu_offload(r, "cpu_offload_param", "offload_param", z.offload_param);
+  op.check(z.offload_param.device == OffloadDevice::kNone || z.stage == 3, "device",
+           absl::StrCat("offloading parameters needs stage 3, but stage is ", z.stage));
   // The update runs during backward only where the host adds each unit's
   // gradients (into memory or a file).
   const bool host_update = z.offload_optimizer.device != OffloadDevice::kNone && z.stage >= 2;
-  ZEROD_RETURN_IF_ERROR(check(!z.offload_optimizer.super_offload || host_update, oo, "super_offload",
-                              "needs stage 2 or 3 with offload_optimizer.device \"cpu\" or \"nvme\""));
+  oo.check(!z.offload_optimizer.super_offload || host_update, "super_offload",
+           "needs stage 2 or 3 with offload_optimizer.device \"cpu\" or \"nvme\"");
   for (const auto& [reader, o] : {std::pair{&oo, &z.offload_optimizer}, std::pair{&op, &z.offload_param}}) {
-    ZEROD_RETURN_IF_ERROR(check(o->device != OffloadDevice::kNvme || o->nvme_path.has_value(), *reader, "nvme_path",
-                                "is needed with device \"nvme\""));
+    reader->check(o->device != OffloadDevice::kNvme || o->nvme_path.has_value(), "nvme_path",
+                  "is needed with device \"nvme\"");
   }
-  return r.finish();
+  r.finish();
 }
 
 // DeepSpeed's rule: train_batch_size = micro_batch * accumulation * world_size;
-// any two give the third, and all three must agree.
-absl::Status resolve_batch(JsonReader& r, JobConfig& cfg, int world_size) {
+// any two give the third, and all three must agree. "auto" takes the
+// Hugging Face Trainer's: the micro-batch and accumulation filled in, the
+// global batch derived from them.
+void resolve_batch(JsonReader& r, JobConfig& cfg, int world_size) {
   std::optional<int64_t> tbs, mb, gas;
-  ZEROD_RETURN_IF_ERROR(r.read("train_batch_size", &tbs));
-  ZEROD_RETURN_IF_ERROR(r.read("train_micro_batch_size_per_gpu", &mb));
-  ZEROD_RETURN_IF_ERROR(r.read("gradient_accumulation_steps", &gas));
+  const bool tbs_auto = r.is_auto("train_batch_size");
+  if (!tbs_auto) r.read("train_batch_size", &tbs);
+  r.read("train_micro_batch_size_per_gpu", &mb);
+  r.read("gradient_accumulation_steps", &gas);
   const std::pair<const char*, std::optional<int64_t>*> all[] = {
       {"train_batch_size", &tbs}, {"train_micro_batch_size_per_gpu", &mb}, {"gradient_accumulation_steps", &gas}};
+  bool ok = true;
   for (const auto& [key, v] : all) {
-    if (*v && **v < 1) return config_error(key, absl::StrCat("must be at least 1, got ", **v));
+    if (*v && **v < 1) ok = r.check(false, key, absl::StrCat("must be at least 1, got ", **v));
   }
+  if (!ok) return;
   const int64_t ws = world_size;
   if (tbs && mb && gas) {
     if (*tbs != *mb * *gas * ws) {
-      return config_error("train_batch_size",
-                          absl::StrCat("inconsistent batch sizes: train_batch_size ", *tbs,
-                                       " != train_micro_batch_size_per_gpu ", *mb, " * gradient_accumulation_steps ",
-                                       *gas, " * world size ", ws));
+      r.problem("train_batch_size",
+                absl::StrCat("inconsistent batch sizes: train_batch_size ", *tbs, " != train_micro_batch_size_per_gpu ",
+                             *mb, " * gradient_accumulation_steps ", *gas, " * world size ", ws));
+      return;
     }
   } else if (tbs && mb) {
     if (*tbs % (*mb * ws) != 0) {
-      return config_error("train_batch_size", absl::StrCat("inconsistent batch sizes: train_batch_size ", *tbs,
-                                                           " is not a multiple of train_micro_batch_size_per_gpu ",
-                                                           *mb, " * world size ", ws));
+      r.problem("train_batch_size",
+                absl::StrCat("inconsistent batch sizes: train_batch_size ", *tbs,
+                             " is not a multiple of train_micro_batch_size_per_gpu ", *mb, " * world size ", ws));
+      return;
     }
     gas = *tbs / (*mb * ws);
   } else if (tbs) {
     if (!gas) gas = 1;
     if (*tbs % (*gas * ws) != 0) {
-      return config_error("train_batch_size", absl::StrCat("inconsistent batch sizes: train_batch_size ", *tbs,
-                                                           " is not a multiple of gradient_accumulation_steps ",
-                                                           *gas, " * world size ", ws));
+      r.problem("train_batch_size",
+                absl::StrCat("inconsistent batch sizes: train_batch_size ", *tbs,
+                             " is not a multiple of gradient_accumulation_steps ", *gas, " * world size ", ws));
+      return;
     }
     mb = *tbs / (*gas * ws);
   } else if (mb) {
     if (!gas) gas = 1;
     tbs = *mb * *gas * ws;
+    if (tbs_auto) r.note_filled("train_batch_size", *tbs);
   } else {
-    return config_error("train_batch_size",
-                        "either train_batch_size or train_micro_batch_size_per_gpu must be given");
+    r.problem("train_batch_size", "either train_batch_size or train_micro_batch_size_per_gpu must be given");
+    return;
   }
-  if (*mb > INT32_MAX || *gas > INT32_MAX) return config_error("train_batch_size", "batch sizes are too large");
+  if (!r.check(*mb <= INT32_MAX && *gas <= INT32_MAX, "train_batch_size", "batch sizes are too large")) return;
   cfg.train_batch_size = *tbs;
   cfg.micro_batch = static_cast<int>(*mb);
   cfg.grad_accum = static_cast<int>(*gas);
-  return absl::OkStatus();
+}
+
+// A dtype key of gradients, which zerod accumulates and reduces in fp32
+// whatever the training precision: fp32 (or null) is honoured.
+void read_gradient_dtype(JsonReader& r, const char* key) {
+  std::optional<std::string> name;
+  if (!r.read(key, &name) || !name) return;
+  for (const char* fp32 : {"fp32", "float32", "float"}) {
+    if (absl::EqualsIgnoreCase(*name, fp32)) return;
+  }
+  for (const char* other : {"bf16", "bfloat16", "fp16", "float16", "half"}) {
+    if (absl::EqualsIgnoreCase(*name, other)) {
+      r.problem(key, absl::StrCat("'", *name,
+                                  "' asks for gradients in 16 bits; zerod accumulates and reduces them in "
+                                  "fp32 (\"fp32\" or null is accepted)"));
+      return;
+    }
+  }
+  r.problem(key, absl::StrCat("'", *name, "' is not one of: fp32, bf16, fp16"));
+}
+
+// What "auto" stands for, as the Hugging Face Trainer fills it in with its
+// default arguments (REFERENCES.md), from the model and the run read so far.
+std::optional<nlohmann::json> trainer_default(const std::string& path, const JobConfig& cfg) {
+  const double hidden = cfg.model.n_embd;
+  if (path == "train_micro_batch_size_per_gpu") return 8;
+  if (path == "gradient_accumulation_steps") return 1;
+  if (path == "gradient_clipping") return 1.0;
+  if (path == "optimizer.params.lr") return 5e-5;
+  if (path == "optimizer.params.betas") return nlohmann::json::array({0.9, 0.999});
+  if (path == "optimizer.params.eps") return 1e-8;
+  if (path == "optimizer.params.weight_decay") return 0.0;
+  if (path == "scheduler.params.warmup_min_lr") return 0.0;
+  if (path == "scheduler.params.warmup_max_lr") return cfg.optimizer.lr;
+  if (path == "scheduler.params.warmup_num_steps") return 0;
+  if (path == "scheduler.params.total_num_steps") return cfg.run.steps;
+  if (path == "fp16.enabled" || path == "bf16.enabled" || path == "bfloat16.enabled") return false;
+  if (path == "zero_optimization.reduce_bucket_size") return static_cast<int64_t>(hidden * hidden);
+  if (path == "zero_optimization.stage3_prefetch_bucket_size" || path == "zero_optimization.prefetch_bucket_size") {
+    return static_cast<int64_t>(0.9 * hidden * hidden);
+  }
+  if (path == "zero_optimization.stage3_param_persistence_threshold" ||
+      path == "zero_optimization.param_persistence_threshold") {
+    return static_cast<int64_t>(10 * hidden);
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -350,51 +432,69 @@ absl::Status apply_override(nlohmann::json& root, const std::string& assignment)
 absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world_size) {
   if (!root.is_object()) return absl::InvalidArgumentError("the job config must be a JSON object");
   JobConfig cfg;
-  JsonReader r(root, "");
-  ZEROD_ASSIGN_OR_RETURN(JsonReader model, r.section("model"));
-  ZEROD_RETURN_IF_ERROR(check(r.has("model"), r, "model", "required (e.g. {\"preset\": \"gpt2-tiny\"})"));
-  ZEROD_RETURN_IF_ERROR(parse_model(model, cfg));
-  ZEROD_ASSIGN_OR_RETURN(JsonReader data, r.section("data"));
-  ZEROD_RETURN_IF_ERROR(parse_data(data, cfg));
-  ZEROD_ASSIGN_OR_RETURN(JsonReader run, r.section("run"));
-  ZEROD_RETURN_IF_ERROR(parse_run(run, cfg.run));
+  ConfigReading reading([&cfg](const std::string& path) { return trainer_default(path, cfg); });
+  JsonReader r(root, "", reading);
+  r.check(r.has("model"), "model", "required (e.g. {\"preset\": \"gpt2-tiny\"})");
+  parse_model(r.section("model"), reading, cfg);
+  parse_data(r.section("data"), cfg);
+  parse_run(r.section("run"), cfg.run);
   {
-    ZEROD_ASSIGN_OR_RETURN(JsonReader ac, r.section("activation_checkpointing"));
-    ZEROD_RETURN_IF_ERROR(ac.read("enabled", &cfg.activation_checkpointing));
-    ZEROD_RETURN_IF_ERROR(ac.finish());
+    JsonReader ac = r.section("activation_checkpointing");
+    ac.read("enabled", &cfg.activation_checkpointing);
+    ac.read("cpu_checkpointing", &cfg.cpu_checkpointing);
+    ac.finish();
   }
-  ZEROD_RETURN_IF_ERROR(resolve_batch(r, cfg, world_size));
-  ZEROD_RETURN_IF_ERROR(r.read("steps_per_print", &cfg.steps_per_print));
-  ZEROD_RETURN_IF_ERROR(check(cfg.steps_per_print >= 1, r, "steps_per_print", "must be at least 1"));
-  ZEROD_RETURN_IF_ERROR(r.read("wall_clock_breakdown", &cfg.wall_clock_breakdown));
-  ZEROD_RETURN_IF_ERROR(r.read("gradient_clipping", &cfg.gradient_clipping));
-  ZEROD_RETURN_IF_ERROR(check(cfg.gradient_clipping >= 0, r, "gradient_clipping", "must not be negative"));
-  ZEROD_ASSIGN_OR_RETURN(JsonReader opt, r.section("optimizer"));
-  ZEROD_RETURN_IF_ERROR(parse_optimizer(opt, cfg.optimizer));
-  ZEROD_ASSIGN_OR_RETURN(JsonReader sched, r.section("scheduler"));
-  ZEROD_RETURN_IF_ERROR(parse_scheduler(sched, cfg.scheduler));
-  bool bf16 = false, fp16 = false;
+  resolve_batch(r, cfg, world_size);
+  if (r.read("steps_per_print", &cfg.steps_per_print)) {
+    r.check(cfg.steps_per_print >= 1, "steps_per_print", "must be at least 1");
+  }
+  r.read("wall_clock_breakdown", &cfg.wall_clock_breakdown);
   {
-    ZEROD_ASSIGN_OR_RETURN(JsonReader b, r.section("bf16"));
-    ZEROD_RETURN_IF_ERROR(b.read("enabled", &bf16));
-    ZEROD_RETURN_IF_ERROR(b.finish());
+    // DeepSpeed turns the breakdown on with its flops profiler.
+    JsonReader fp = r.section("flops_profiler");
+    bool profiler = false;
+    fp.read("enabled", &profiler);
+    fp.finish();
+    cfg.wall_clock_breakdown = cfg.wall_clock_breakdown || profiler;
   }
-  ZEROD_ASSIGN_OR_RETURN(JsonReader f, r.section("fp16"));
-  ZEROD_RETURN_IF_ERROR(parse_fp16(f, &fp16, cfg.fp16));
-  if (bf16 && fp16) return config_error("bf16", "bf16 and fp16 cannot both be enabled");
+  if (r.read("gradient_clipping", &cfg.gradient_clipping)) {
+    r.check(cfg.gradient_clipping >= 0, "gradient_clipping", "must not be negative");
+  }
+  parse_optimizer(r.section("optimizer"), cfg.optimizer);
+  parse_scheduler(r.section("scheduler"), cfg.scheduler);
+  bool bf16 = false, old_bf16 = false, fp16 = false;
+  {
+    JsonReader b = r.section("bf16");
+    b.read("enabled", &bf16);
+    b.finish();
+    JsonReader old = r.section("bfloat16");  // DeepSpeed's older name; bf16 wins where both are given
+    old.read("enabled", &old_bf16);
+    old.finish();
+    if (!r.has("bf16")) bf16 = old_bf16;
+  }
+  parse_fp16(r.section("fp16"), &fp16, cfg.fp16);
+  r.check(!(bf16 && fp16), "bf16", "bf16 and fp16 cannot both be enabled");
   cfg.precision = bf16 ? DType::kBF16 : fp16 ? DType::kF16 : DType::kF32;
-  ZEROD_ASSIGN_OR_RETURN(JsonReader zero, r.section("zero_optimization"));
-  ZEROD_RETURN_IF_ERROR(parse_zero(zero, cfg.zero));
+  read_gradient_dtype(r, "communication_data_type");
   {
-    ZEROD_ASSIGN_OR_RETURN(JsonReader aio, r.section("aio"));
-    ZEROD_RETURN_IF_ERROR(aio.read("block_size", &cfg.aio_block_size));
-    ZEROD_RETURN_IF_ERROR(check(cfg.aio_block_size >= 4096 && cfg.aio_block_size % 4096 == 0, aio, "block_size",
-                                "must be a positive multiple of 4096 bytes (direct I/O)"));
-    ZEROD_RETURN_IF_ERROR(aio.read("queue_depth", &cfg.aio_queue_depth));
-    ZEROD_RETURN_IF_ERROR(check(cfg.aio_queue_depth >= 1, aio, "queue_depth", "must be positive"));
-    ZEROD_RETURN_IF_ERROR(aio.finish());
+    JsonReader dt = r.section("data_types");
+    read_gradient_dtype(dt, "grad_accum_dtype");
+    dt.finish();
   }
-  ZEROD_RETURN_IF_ERROR(r.finish());
+  parse_zero(r.section("zero_optimization"), cfg.zero);
+  {
+    JsonReader aio = r.section("aio");
+    if (aio.read("block_size", &cfg.aio_block_size)) {
+      aio.check(cfg.aio_block_size >= 4096 && cfg.aio_block_size % 4096 == 0, "block_size",
+                "must be a positive multiple of 4096 bytes (direct I/O)");
+    }
+    if (aio.read("queue_depth", &cfg.aio_queue_depth))
+      aio.check(cfg.aio_queue_depth >= 1, "queue_depth", "must be positive");
+    aio.finish();
+  }
+  r.finish();
+  ZEROD_RETURN_IF_ERROR(reading.status());
+  cfg.auto_filled = reading.filled();
   return cfg;
 }
 

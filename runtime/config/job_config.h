@@ -1,20 +1,21 @@
 // The job config (CONFIG.md): DeepSpeed's schema plus the model, data, run and
 // activation_checkpointing sections. Parsing validates everything up front so
-// a bad config is refused before anything starts.
+// a bad config is refused before anything starts, every problem at once; each
+// DeepSpeed key is honoured, accepted or refused by deepspeed_keys.h.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "offload/offload_config.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/status.h"
 #include "runtime/data/dataset.h"
 #include "runtime/model/gpt_config.h"
-#include "offload/offload_config.h"
 #include "runtime/optim/optim_config.h"
 
 namespace zerod {
@@ -33,12 +34,9 @@ struct LossScaleConfig {
 struct ZeroConfig {
   int stage = 0;
   int64_t reduce_bucket_size = 500000000;
-  int64_t allgather_bucket_size = 500000000;
   bool overlap_comm = true;
-  bool contiguous_gradients = true;
   int64_t stage3_prefetch_bucket_size = 50000000;
   int64_t stage3_param_persistence_threshold = 100000;
-  int64_t stage3_max_live_parameters = 1000000000;
   int64_t sub_group_size = 1000000000;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param{OffloadDevice::kNone, std::nullopt, true, 5};
@@ -72,6 +70,9 @@ struct JobConfig {
   DataConfig data;
   RunConfig run;
   bool activation_checkpointing = false;
+  // DeepSpeed's activation_checkpointing.cpu_checkpointing: the layer inputs
+  // kept for recomputation live in host memory.
+  bool cpu_checkpointing = false;
 
   int64_t train_batch_size = 0;
   int micro_batch = 0;
@@ -88,6 +89,9 @@ struct JobConfig {
   ZeroConfig zero;
   int64_t aio_block_size = 1048576;
   int aio_queue_depth = 8;
+  // The values "auto" stood for, as the Hugging Face Trainer fills them in:
+  // (key path, value), shown at the start and end of the run.
+  std::vector<std::pair<std::string, nlohmann::json>> auto_filled;
 };
 
 // Applies "key.path=value" (value is JSON; text that is not JSON is taken as a

@@ -28,6 +28,17 @@ const char* optimizer_name(OptimizerType t) {
   return "?";
 }
 
+// What the update's math depends on; bias_correction only where it is off,
+// so checkpoints from before it was a setting read the same.
+nlohmann::json manifest_optimizer(const OptimizerConfig& o) {
+  nlohmann::json j = {{"type", optimizer_name(o.type)},
+                      {"betas", {o.beta1, o.beta2}},
+                      {"eps", o.eps},
+                      {"weight_decay", o.weight_decay}};
+  if (!o.bias_correction) j["bias_correction"] = false;
+  return j;
+}
+
 // The CRC-32C and size of a whole file; errors keep errno's kind (a disk
 // failing under the file is not bad input).
 absl::StatusOr<std::pair<uint32_t, uint64_t>> file_crc(const std::string& path) {
@@ -136,11 +147,7 @@ nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int
           {"tensors", manifest_tensors(layout)},
           {"world_size", world_size},
           {"zero_stage", zero_stage},
-          {"optimizer",
-           {{"type", optimizer_name(cfg.optimizer.type)},
-            {"betas", {cfg.optimizer.beta1, cfg.optimizer.beta2}},
-            {"eps", cfg.optimizer.eps},
-            {"weight_decay", cfg.optimizer.weight_decay}}}};
+          {"optimizer", manifest_optimizer(cfg.optimizer)}};
 }
 
 absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
@@ -181,6 +188,7 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
     c.optimizer.beta2 = opt.at("betas").at(1).get<double>();
     c.optimizer.eps = opt.at("eps").get<double>();
     c.optimizer.weight_decay = opt.at("weight_decay").get<double>();
+    c.optimizer.bias_correction = !opt.contains("bias_correction") || opt.at("bias_correction").get<bool>();
     c.world_size = m.at("world_size").get<int>();
     c.zero_stage = m.at("zero_stage").get<int>();
     const nlohmann::json& list = m.at("files");

@@ -42,6 +42,11 @@ absl::Status Trainer::build() {
     ZEROD_ASSIGN_OR_RETURN(own_device_, open_device(cfg_.run.device));
     device_ = own_device_.get();
   }
+  if (cfg_.cpu_checkpointing && device_->memory_tier() == Tier::kGpu) {
+    return absl::UnimplementedError(
+        "activation_checkpointing.cpu_checkpointing: checkpointed activations in host memory are not yet kept for "
+        "a GPU run");
+  }
   ZEROD_ASSIGN_OR_RETURN(kernels_, kernels_for(*device_));
   if (cfg_.wall_clock_breakdown) {
     profiler_ = std::make_unique<Profiler>(*device_);

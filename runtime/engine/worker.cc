@@ -78,6 +78,7 @@ class TrainingRun {
     const double tokens_per_step = static_cast<double>(cfg_.train_batch_size) * cfg_.data.seq_len;
     const auto t0 = Clock::now();
     RunSummary summary;
+    summary.auto_filled = cfg_.auto_filled;
     for (int64_t i = first_step; i < cfg_.run.steps; ++i) {
       auto r = t_.step();
       if (!r.ok()) return fail_(kExitFailure, absl::StrCat("step ", i + 1, ": ", r.status().message()));

@@ -6,6 +6,8 @@
 
 namespace zerod {
 
+// kAdam is Adam with weight decay as L2 on the gradient (DeepSpeed's "Adam"
+// with adam_w_mode false); DeepSpeed's "Adam" otherwise is kAdamW.
 enum class OptimizerType { kAdamW, kAdam, kAdamW8bit };
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 enum class WarmupType { kLog, kLinear };
@@ -16,6 +18,7 @@ struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  bool bias_correction = true;  // Adam's division of m and v by 1 - beta^step
 };
 
 // DeepSpeed's WarmupLR / WarmupDecayLR / WarmupCosineLR parameters.

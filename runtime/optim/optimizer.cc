@@ -7,8 +7,9 @@ namespace zerod {
 std::unique_ptr<Optimizer> Optimizer::create_unbound(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces,
                                                      DType param16_type) {
   std::unique_ptr<Optimizer> o(new Optimizer());
-  o->hyper_ = AdamHyper{static_cast<float>(cfg.beta1), static_cast<float>(cfg.beta2), static_cast<float>(cfg.eps),
-                        static_cast<float>(cfg.weight_decay), cfg.type != OptimizerType::kAdam};
+  o->hyper_ =
+      AdamHyper{static_cast<float>(cfg.beta1),        static_cast<float>(cfg.beta2),    static_cast<float>(cfg.eps),
+                static_cast<float>(cfg.weight_decay), cfg.type != OptimizerType::kAdam, cfg.bias_correction};
   o->param16_type_ = param16_type;
   const bool eight_bit = cfg.type == OptimizerType::kAdamW8bit;
   for (const ParamPiece& p : pieces) {

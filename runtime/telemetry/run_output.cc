@@ -61,6 +61,23 @@ nlohmann::json memory_peak_json(const MemoryPeaks& peaks) {
   return j;
 }
 
+namespace {
+
+// The values "auto" stood for: {"key.path": value, ...} and "key.path value, ...".
+nlohmann::json auto_json(const std::vector<std::pair<std::string, nlohmann::json>>& filled) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [path, value] : filled) j[path] = value;
+  return j;
+}
+std::string auto_text(const std::vector<std::pair<std::string, nlohmann::json>>& filled) {
+  std::string text = "  \"auto\" filled in as the Hugging Face Trainer does:";
+  for (const auto& [path, value] : filled) absl::StrAppend(&text, " ", path, " ", value.dump(), ",");
+  text.back() = '\n';
+  return text;
+}
+
+}  // namespace
+
 // Messages may carry bytes from outside (a path, a file's contents) that
 // are not UTF-8: they become U+FFFD, so every line stays JSON.
 void RunOutput::line(const nlohmann::json& event) {
@@ -76,8 +93,13 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
           {"device", device},
           {"zero_stage", cfg.zero.stage},
           {"params", num_params},
-          {"model", {{"preset", cfg.preset}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
-                     {"vocab_size", m.vocab_size}, {"block_size", m.block_size}}},
+          {"model",
+           {{"preset", cfg.preset},
+            {"n_layer", m.n_layer},
+            {"n_head", m.n_head},
+            {"n_embd", m.n_embd},
+            {"vocab_size", m.vocab_size},
+            {"block_size", m.block_size}}},
           {"data", data_kind_name(cfg.data.kind)},
           {"seq_len", cfg.data.seq_len},
           {"train_batch_size", cfg.train_batch_size},
@@ -93,7 +115,8 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
           {"gradient_clipping", cfg.gradient_clipping},
           {"activation_checkpointing", cfg.activation_checkpointing},
           {"steps", cfg.run.steps},
-          {"seed", cfg.run.seed}});
+          {"seed", cfg.run.seed},
+          {"auto", auto_json(cfg.auto_filled)}});
     return;
   }
   out_ << absl::StrFormat("zerod: model %s (n_layer %d, n_head %d, n_embd %d, vocab %d, block %d), %d parameters\n",
@@ -113,8 +136,9 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
   }
   out_ << absl::StrFormat("  device %s (run.device %s) | activation checkpointing %s | zero stage %d | seed %d\n",
                           device, cfg.run.device, cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage,
-                          cfg.run.seed)
-       << std::flush;
+                          cfg.run.seed);
+  if (!cfg.auto_filled.empty()) out_ << auto_text(cfg.auto_filled);
+  out_ << std::flush;
 }
 
 void RunOutput::step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s) {
@@ -148,6 +172,7 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
                         {"memory_peak", memory_peak_json(rank0)}, {"memory_peak_per_rank", ranks}};
     if (s.synthetic_accuracy >= 0) j["synthetic_accuracy"] = s.synthetic_accuracy;
     if (!s.sample.empty()) j["sample"] = s.sample;
+    if (!s.auto_filled.empty()) j["auto"] = auto_json(s.auto_filled);
     line(j);
     return;
   }
@@ -161,6 +186,7 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
     out_ << absl::StrFormat("synthetic accuracy (held-out prompts, greedy): %.1f%%\n", 100 * s.synthetic_accuracy);
   }
   if (!s.sample.empty()) out_ << "sample:\n" << s.sample << (s.sample.back() == '\n' ? "" : "\n");
+  if (!s.auto_filled.empty()) out_ << auto_text(s.auto_filled);
   out_ << absl::StrFormat("memory peak (rank 0)  %10s", "");
   for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", category_name(static_cast<Category>(c)));
   out_ << absl::StrFormat(" %11s\n", "total");

@@ -2,11 +2,11 @@
 // programs.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
@@ -21,6 +21,7 @@ struct RunSummary {
   double tokens_per_s = 0, elapsed_s = 0;
   double synthetic_accuracy = -1;  // absent when negative
   std::string sample;
+  std::vector<std::pair<std::string, nlohmann::json>> auto_filled;  // JobConfig's
 };
 
 // Peak bytes by tier and category: {"host": {"params": .., ...}, "pinned": ..}.

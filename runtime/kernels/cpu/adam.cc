@@ -26,8 +26,9 @@ const OptimKernels& optim_kernels(CpuIsa isa) {
 }
 
 AdamStep make_adam_step(const AdamHyper& h, float lr, int64_t step, float grad_scale, bool decay) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(step));
+  // Without bias correction m and v are used as they are.
+  const double bc1 = h.bias_correction ? 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(step)) : 1.0;
+  const double bc2 = h.bias_correction ? 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(step)) : 1.0;
   const float wd = decay ? h.weight_decay : 0.0f;
   AdamStep s;
   s.beta1 = h.beta1;

@@ -13,6 +13,7 @@ struct AdamHyper {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float weight_decay = 0.0f;
   bool decoupled = true;  // AdamW: p -= lr*wd*p; Adam: g += wd*p (L2)
+  bool bias_correction = true;
 };
 
 // The per-element constants of one step for one parameter group. Every
