@@ -2,6 +2,8 @@
 // with the control plane built, it also answers to zerod when launched by it.
 #include <iostream>
 
+#include "runtime/kernels/cpu/threads.h"
+
 #ifdef ZEROD_WITH_GRPC
 #include "runtime/coordinator/worker_agent.h"
 #else
@@ -9,6 +11,7 @@
 #endif
 
 int main(int argc, char** argv) {
+  zerod::reexec_with_short_spin_waits(argv);
 #ifdef ZEROD_WITH_GRPC
   return zerod::run_supervised_worker(argc, argv, std::cout, std::cerr);
 #else

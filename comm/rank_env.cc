@@ -26,17 +26,18 @@ absl::Status read_int(const char* name, int* out, bool* found) {
 }  // namespace
 
 absl::StatusOr<RankInfo> discover_rank() {
-  static constexpr const char* kConventions[][3] = {
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-      {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+  static constexpr const char* kConventions[][4] = {
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
   };
   for (const auto& names : kConventions) {
     RankInfo info;
-    bool has_rank = false, has_size = false, has_local = false;
+    bool has_rank = false, has_size = false, has_local = false, has_local_size = false;
     ZEROD_RETURN_IF_ERROR(read_int(names[0], &info.rank, &has_rank));
     ZEROD_RETURN_IF_ERROR(read_int(names[1], &info.world_size, &has_size));
     ZEROD_RETURN_IF_ERROR(read_int(names[2], &info.local_rank, &has_local));
+    ZEROD_RETURN_IF_ERROR(read_int(names[3], &info.local_size, &has_local_size));
     if (!has_rank && !has_size) continue;
     if (!has_rank || !has_size) {
       return absl::InvalidArgumentError(absl::StrCat("launcher environment incomplete: ", names[0], " and ",
@@ -47,6 +48,7 @@ absl::StatusOr<RankInfo> discover_rank() {
                                                      info.world_size));
     }
     if (!has_local) info.local_rank = info.rank;
+    if (!has_local_size || info.local_size < 1) info.local_size = info.world_size;
     return info;
   }
   return RankInfo{};

@@ -10,6 +10,7 @@ struct RankInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_size = 1;  // ranks on this node (the world where the launcher does not say)
 };
 
 // A world of one when no launcher variables are set; an error names a

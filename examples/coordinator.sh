@@ -14,7 +14,6 @@ if [ "$(id -u)" = 0 ]; then
 fi
 export ZEROD_TOKEN
 ZEROD_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-export OMP_NUM_THREADS=1
 
 "$bin/zerod" --state-dir "$state" --listen 127.0.0.1:0 --slots 2 &
 zerod_pid=$!

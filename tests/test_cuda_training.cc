@@ -155,6 +155,37 @@ TEST_F(CudaTraining, ARunRepeatsItsBits) {
   EXPECT_EQ(0, std::memcmp(params[0].data(), params[1].data(), params[0].size() * 4));
 }
 
+// DeepSpeed's cpu_checkpointing: the checkpointed block inputs live in
+// pinned host memory, where the kernels write and read them; the run is
+// the same bits as with them on the GPU, whose activations shrink by
+// exactly what the pinned tier holds.
+TEST_F(CudaTraining, CpuCheckpointingKeepsTheBlockInputsInPinnedMemoryWithTheSameBits) {
+  std::vector<std::vector<StepResult>> runs;
+  std::vector<std::vector<float>> params;
+  std::vector<MemoryPeaks> peaks;
+  for (bool on_host : {false, true}) {
+    std::vector<std::string> o = {"activation_checkpointing.enabled=true", "bf16.enabled=true"};
+    if (on_host) o.push_back("activation_checkpointing.cpu_checkpointing=true");
+    gpu_->accountant().reset_peaks();
+    auto t = Trainer::create(job(o), nullptr, gpu_.get());
+    ASSERT_TRUE(t.ok()) << t.status();
+    runs.push_back(train(**t, 5));
+    params.push_back(*(*t)->master_params());
+    peaks.push_back(gpu_->accountant().peaks());
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[0][i].loss, runs[1][i].loss) << "step " << i + 1;
+    EXPECT_EQ(runs[0][i].grad_norm, runs[1][i].grad_norm) << "step " << i + 1;
+  }
+  EXPECT_EQ(0, std::memcmp(params[0].data(), params[1].data(), params[0].size() * 4));
+  const int gpu = static_cast<int>(Tier::kGpu), pinned = static_cast<int>(Tier::kPinned);
+  const int acts = static_cast<int>(Category::kActivations);
+  EXPECT_EQ(peaks[0].peak[pinned][acts], 0u);
+  EXPECT_GT(peaks[1].peak[pinned][acts], 0u);
+  EXPECT_EQ(peaks[0].peak[gpu][acts] - peaks[1].peak[gpu][acts], peaks[1].peak[pinned][acts]);
+}
+
 // A checkpoint saved on one device resumes on the other and continues as
 // the saving device does, within the trajectory tolerance.
 TEST_F(CudaTraining, CheckpointsMoveBetweenTheCpuAndTheGpu) {

@@ -110,6 +110,9 @@ void parse_run(JsonReader r, RunConfig& run) {
   r.check(run.resume != "latest" || run.checkpoint.dir, "resume", "\"latest\" needs run.checkpoint.dir to look in");
   r.read_bytes("host_memory_limit", &run.host_memory_limit);
   r.read_bytes("gpu_memory_limit", &run.gpu_memory_limit);
+  if (r.read("threads", &run.threads)) {
+    r.check(run.threads >= 0, "threads", "must not be negative (0 shares the node's CPUs among its ranks)");
+  }
   r.read("collective_timeout_s", &run.collective_timeout_s);
   r.check(run.collective_timeout_s > 0, "collective_timeout_s", "must be positive");
   r.read("tensorboard_dir", &run.tensorboard_dir);

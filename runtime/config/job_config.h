@@ -57,6 +57,7 @@ struct RunConfig {
   std::optional<std::string> resume;  // "latest" (in checkpoint.dir, if any) or a checkpoint directory
   std::optional<uint64_t> host_memory_limit, gpu_memory_limit;
   double collective_timeout_s = 300;
+  int threads = 0;  // the CPU kernels'; 0: the node's usable CPUs shared among its ranks
   std::optional<std::string> tensorboard_dir;
   LogFormat log_format = LogFormat::kText;
   int sample_tokens = 64;            // extension: length of the end-of-run sample

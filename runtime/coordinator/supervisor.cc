@@ -543,10 +543,7 @@ absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJ
            {"ZEROD_TOKEN_FILE", options_.token_file},
            {"ZEROD_LOG_DIR", dir}};
   if (!options_.tls_ca.empty()) l.env.emplace_back("ZEROD_TLS_CA", options_.tls_ca);
-  if (!getenv("OMP_NUM_THREADS")) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    l.env.emplace_back("OMP_NUM_THREADS", absl::StrCat(std::max(1, cores / spec.world_size())));
-  }
+  // Each rank chooses its CPU threads as any worker does (kernels/cpu/threads.h).
   Attempt a;
   a.job_id = id;
   a.number = number;

@@ -42,11 +42,6 @@ absl::Status Trainer::build() {
     ZEROD_ASSIGN_OR_RETURN(own_device_, open_device(cfg_.run.device));
     device_ = own_device_.get();
   }
-  if (cfg_.cpu_checkpointing && device_->memory_tier() == Tier::kGpu) {
-    return absl::UnimplementedError(
-        "activation_checkpointing.cpu_checkpointing: checkpointed activations in host memory are not yet kept for "
-        "a GPU run");
-  }
   ZEROD_ASSIGN_OR_RETURN(kernels_, kernels_for(*device_));
   if (cfg_.wall_clock_breakdown) {
     profiler_ = std::make_unique<Profiler>(*device_);
@@ -56,8 +51,9 @@ absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
   loader_ = std::make_unique<DataLoader>(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
                                          comm_->world_size());
-  ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
-                                             cfg_.activation_checkpointing, *device_, *kernels_));
+  ZEROD_ASSIGN_OR_RETURN(model_,
+                         Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
+                                     cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing));
   ZEROD_ASSIGN_OR_RETURN(const ZeroSettings zs, zero_settings(cfg_, model_->layout(), env_.io_faults));
   ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(model_->layout(), zs, *comm_, *device_, *kernels_));
   const int64_t tokens = int64_t(cfg_.micro_batch) * cfg_.data.seq_len;

@@ -16,6 +16,7 @@
 #include "runtime/config/command_line.h"
 #include "runtime/config/job_config.h"
 #include "runtime/engine/trainer.h"
+#include "runtime/kernels/cpu/threads.h"
 #include "runtime/telemetry/run_output.h"
 
 namespace zerod {
@@ -205,6 +206,9 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     early.error(rank->rank, std::string(cfg.status().message()));
     return exit_code_for(cfg.status());
   }
+  // Before any kernel runs: the CPU threads this rank uses.
+  const ThreadChoice threads = choose_threads(cfg->run.threads, rank->local_size);
+  use_threads(threads.threads);
   // Rank 0 speaks for the job; every rank reports its own errors.
   std::ostringstream quiet;
   RunOutput output(cfg->run.log_format, rank->rank == 0 ? out : quiet, err);
@@ -260,7 +264,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
                      "zero_optimization offload would change that"));
   }
   Trainer& t = **trainer;
-  output.start(*cfg, t.num_params(), rank->world_size, (*device)->description());
+  output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads);
   if (cfg->run.resume) {
     auto path = resume_path(cfg->run);
     absl::Status s = path.status();

@@ -119,12 +119,14 @@ struct Gpt::Impl {
   absl::StatusOr<const float*> forward_blocks(WeightSource& ws, int B, int T, bool backward);
 };
 
-Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, Device& device, Kernels& kernels)
+Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
+         Device& device, Kernels& kernels)
     : layout_(config),
       B_(B),
       T_(T),
       act_dtype_(act_dtype),
       checkpointing_(checkpointing),
+      checkpoints_on_host_(checkpoints_on_host),
       device_(device),
       kernels_(kernels) {}
 
@@ -134,12 +136,13 @@ Gpt::~Gpt() {
 }
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B, int T, DType act_dtype,
-                                                 bool checkpointing, Device& device, Kernels& kernels) {
+                                                 bool checkpointing, Device& device, Kernels& kernels,
+                                                 bool checkpoints_on_host) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
   if (B < 1 || T < 1 || T > config.block_size) {
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }
-  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing, device, kernels));
+  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, device, kernels));
   ZEROD_RETURN_IF_ERROR(g->allocate());
   return g;
 }
@@ -162,7 +165,12 @@ absl::Status Gpt::allocate() {
     return absl::OkStatus();
   };
   const Category A = Category::kActivations, W = Category::kWorkspace;
-  ZEROD_RETURN_IF_ERROR(alloc(m.residuals, (L + 1) * N * C * m.act_bytes, A));
+  // The block inputs: with checkpointing all that forward keeps for backward.
+  if (checkpointing_ && checkpoints_on_host_ && device_.memory_tier() == Tier::kGpu) {
+    ZEROD_ASSIGN_OR_RETURN(m.residuals, device_.allocate((L + 1) * N * C * m.act_bytes, A, Tier::kPinned));
+  } else {
+    ZEROD_RETURN_IF_ERROR(alloc(m.residuals, (L + 1) * N * C * m.act_bytes, A));
+  }
   if (!checkpointing_) {
     ZEROD_RETURN_IF_ERROR(alloc(m.layer_store, L * m.big_numel * m.act_bytes, A));
     ZEROD_RETURN_IF_ERROR(alloc(m.layer_stats, L * m.small_numel * 4, A));

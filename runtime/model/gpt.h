@@ -23,9 +23,13 @@ namespace zerod {
 class Gpt {
  public:
   // Buffers are sized for micro-batches of up to B sequences of T tokens,
-  // on `device`, whose table `kernels` is; both outlive the model.
+  // on `device`, whose table `kernels` is; both outlive the model. With
+  // `checkpoints_on_host`, a GPU keeps the checkpointed block inputs in
+  // pinned host memory, which its kernels read and write in place (DeepSpeed's
+  // cpu_checkpointing); elsewhere they are in host memory already.
   static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
-                                                     bool checkpointing, Device& device, Kernels& kernels);
+                                                     bool checkpointing, Device& device, Kernels& kernels,
+                                                     bool checkpoints_on_host = false);
   ~Gpt();
 
   const GptLayout& layout() const { return layout_; }
@@ -47,7 +51,8 @@ class Gpt {
 
  private:
   struct Impl;
-  Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, Device& device, Kernels& kernels);
+  Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
+      Device& device, Kernels& kernels);
   absl::Status allocate();
   // The work of forward_backward and forward_logits, enqueued on the
   // stream; they wait for it.
@@ -59,6 +64,7 @@ class Gpt {
   int B_, T_;
   DType act_dtype_;
   bool checkpointing_;
+  bool checkpoints_on_host_;
   Device& device_;
   Kernels& kernels_;
   std::unique_ptr<Impl> impl_;

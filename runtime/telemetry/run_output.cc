@@ -84,13 +84,15 @@ void RunOutput::line(const nlohmann::json& event) {
   out_ << event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
 }
 
-void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device) {
+void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,
+                      const ThreadChoice& threads) {
   const OptimizerConfig& o = cfg.optimizer;
   const GptConfig& m = cfg.model;
   if (format_ == LogFormat::kJson) {
     line({{"event", "start"},
           {"world_size", world_size},
           {"device", device},
+          {"threads", threads.threads},
           {"zero_stage", cfg.zero.stage},
           {"params", num_params},
           {"model",
@@ -134,9 +136,10 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
                                                     : absl::StrFormat("2^%d (dynamic)", cfg.fp16.initial_scale_power),
                             cfg.fp16.loss_scale_window, cfg.fp16.hysteresis, cfg.fp16.min_loss_scale);
   }
-  out_ << absl::StrFormat("  device %s (run.device %s) | activation checkpointing %s | zero stage %d | seed %d\n",
-                          device, cfg.run.device, cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage,
-                          cfg.run.seed);
+  out_ << absl::StrFormat(
+      "  device %s (run.device %s) | %d CPU threads (%s) | activation checkpointing %s | zero stage %d | seed %d\n",
+      device, cfg.run.device, threads.threads, threads.why, cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage,
+      cfg.run.seed);
   if (!cfg.auto_filled.empty()) out_ << auto_text(cfg.auto_filled);
   out_ << std::flush;
 }

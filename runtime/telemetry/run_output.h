@@ -11,6 +11,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/profiler.h"
+#include "runtime/kernels/cpu/threads.h"
 #include "runtime/telemetry/step_result.h"
 
 namespace zerod {
@@ -31,8 +32,10 @@ class RunOutput {
  public:
   RunOutput(LogFormat format, std::ostream& out, std::ostream& err) : format_(format), out_(out), err_(err) {}
 
-  // `device`: what each rank trains on (Device::description).
-  void start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device);
+  // `device`: what each rank trains on (Device::description); `threads`:
+  // its CPU threads and why that many.
+  void start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,
+             const ThreadChoice& threads);
   void step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s);
   // `per_rank` holds every rank's memory peaks, rank 0 first.
   void summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank);
