@@ -17,9 +17,11 @@ namespace zerod {
 namespace {
 
 // Iterations an idle OpenMP thread spins before it sleeps (libgomp's
-// default is 300000, some milliseconds): a few microseconds, which covers
-// the gaps between one kernel's parallel region and the next.
-constexpr char kSpinCount[] = "10000";
+// default is 300000, some milliseconds). Sleeping this soon costs a run
+// alone on its cores about 8% and spares a shared machine most of the
+// spinning: beside one busy loop per core a run is 1.9x slower, not 18x
+// (bench/RESULTS.md, bench/cpu_sharing.sh).
+constexpr char kSpinCount[] = "1000";
 
 }  // namespace
 
