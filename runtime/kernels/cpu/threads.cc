@@ -75,8 +75,14 @@ void use_threads(int threads) {
 
 void reexec_with_short_spin_waits(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  // The binary's own path, not /proc/self/exe, so the process keeps its
+  // name (ps, and whatever finds workers by it).
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
   setenv("GOMP_SPINCOUNT", kSpinCount, 1);
-  execv("/proc/self/exe", argv);
+  execv(self, argv);
   unsetenv("GOMP_SPINCOUNT");  // exec failed: carry on as started
 }
 
