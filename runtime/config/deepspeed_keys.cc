@@ -242,16 +242,18 @@ bool same_json(const nlohmann::json& a, const nlohmann::json& b) {
   return a == b;
 }
 
-const char* use_name(KeyUse u) {
-  switch (u) {
+// The README's words for what zerod does with a key.
+std::string use_text(const DeepSpeedKey& k) {
+  switch (k.use) {
     case KeyUse::kHonoured:
       return "honoured";
     case KeyUse::kNoEffect:
       return "accepted, no effect";
     case KeyUse::kDefaultOnly:
-      return "refused unless at the default";
+      break;
   }
-  return "";
+  return std::string_view(k.default_json) == "null" ? "refused unless absent"
+                                                    : absl::StrCat("refused unless `", k.default_json, "`");
 }
 
 }  // namespace
@@ -290,12 +292,8 @@ bool is_deepspeed_default(const DeepSpeedKey& key, const nlohmann::json& value) 
 std::string deepspeed_keys_markdown() {
   std::string md = "| key | zerod | what |\n|---|---|---|\n";
   for (const DeepSpeedKey& k : kKeys) {
-    std::string use = use_name(k.use);
-    if (k.use == KeyUse::kDefaultOnly) {
-      use = std::string_view(k.default_json) == "null" ? "refused unless absent"
-                                                       : absl::StrCat("refused unless `", k.default_json, "`");
-    }
-    absl::StrAppend(&md, "| `", k.path, "` | ", use, " | ", absl::StrReplaceAll(k.what, {{"|", "\\|"}}), " |\n");
+    absl::StrAppend(&md, "| `", k.path, "` | ", use_text(k), " | ", absl::StrReplaceAll(k.what, {{"|", "\\|"}}),
+                    " |\n");
   }
   return md;
 }

@@ -58,7 +58,8 @@ ThreadChoice choose_threads(int configured, int local_ranks) {
   if (const char* env = std::getenv("OMP_NUM_THREADS"); env && *env) {
     int n = 0;
     // OpenMP reads a list ("4,2"); its first level is what the kernels use.
-    if (absl::SimpleAtoi(std::string(env).substr(0, std::string(env).find(',')), &n) && n > 0) {
+    const absl::string_view list(env);
+    if (absl::SimpleAtoi(list.substr(0, list.find(',')), &n) && n > 0) {
       return {n, "OMP_NUM_THREADS"};
     }
   }
