@@ -2,8 +2,8 @@
 
 namespace zerod {
 
-Tier offload_buffer_tier(const OffloadConfig& c, const Device& device) {
-  return c.pin_memory ? staging_tier(device) : Tier::kHost;
+Tier offload_buffer_tier(const OffloadConfig& c, const PlanDevice& device) {
+  return c.pin_memory ? device.staging_tier() : Tier::kHost;
 }
 
 }  // namespace zerod

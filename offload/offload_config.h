@@ -25,6 +25,6 @@ struct OffloadConfig {
 // Where an offload tier's host buffers live: pinned memory when a GPU will
 // copy to and from them (pin_memory, and `device` is a CUDA GPU), plain
 // host memory otherwise.
-Tier offload_buffer_tier(const OffloadConfig& c, const Device& device);
+Tier offload_buffer_tier(const OffloadConfig& c, const PlanDevice& device);
 
 }  // namespace zerod

@@ -52,22 +52,47 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
   return p;
 }
 
-absl::Status ShardStore::allocate_window(int buffer_count) {
+uint64_t ShardStore::window_bytes(int64_t window_numel, DType dtype) { return record_bytes(window_numel, dtype); }
+
+uint64_t ShardStore::large_window_bytes(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype) {
   int64_t largest = 0;
-  for (int64_t c : chunks_) {
-    if (c > window_numel_) largest = std::max(largest, c);
+  for (int64_t c : chunks) {
+    if (c > window_numel) largest = std::max(largest, c);
   }
+  return largest > 0 ? record_bytes(largest, dtype) : 0;
+}
+
+absl::Status ShardStore::allocate_window(int buffer_count) {
   for (int i = 0; i < buffer_count; ++i) {
     ZEROD_ASSIGN_OR_RETURN(
-        Buffer b, Buffer::allocate(record_bytes(window_numel_, dtype_), Category::kOffload, window_tier_, *acct_));
+        Buffer b, Buffer::allocate(window_bytes(window_numel_, dtype_), Category::kOffload, window_tier_, *acct_));
     small_.emplace_back().buf = std::move(b);
   }
-  if (largest > 0) {
-    ZEROD_ASSIGN_OR_RETURN(Buffer b,
-                           Buffer::allocate(record_bytes(largest, dtype_), Category::kOffload, window_tier_, *acct_));
+  if (const uint64_t large = large_window_bytes(chunks_, window_numel_, dtype_); large > 0) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(large, Category::kOffload, window_tier_, *acct_));
     large_.emplace_back().buf = std::move(b);
   }
   return absl::OkStatus();
+}
+
+void ShardStore::plan(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
+                      const ShardStoreSettings& s, MemoryPlan& plan) {
+  const char* what = category_name(s.category);
+  plan_writer(chunks, window_numel, dtype, s, s.buffer_count, plan);
+  if (s.device == OffloadDevice::kNvme) {
+    plan.add_nvme(absl::StrCat("offloaded ", what), s.category, file_bytes(chunks, dtype));
+  } else {
+    plan.add(absl::StrCat("offloaded ", what), s.host_tier, s.category, file_bytes(chunks, dtype));
+  }
+}
+
+void ShardStore::plan_writer(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
+                             const ShardStoreSettings& s, int buffer_count, MemoryPlan& plan) {
+  const std::string what = absl::StrCat("window of the offloaded ", category_name(s.category));
+  plan.add(what, s.host_tier, Category::kOffload, window_bytes(window_numel, dtype), Phase::kBuild, true, buffer_count);
+  if (const uint64_t large = large_window_bytes(chunks, window_numel, dtype); large > 0) {
+    plan.add(what + ", for the larger chunk", s.host_tier, Category::kOffload, large);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::writer(int buffer_count) const {

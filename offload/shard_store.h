@@ -20,6 +20,7 @@
 #include "offload/aio_engine.h"
 #include "offload/offload_config.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/memory_plan.h"
 
 namespace zerod {
 
@@ -43,6 +44,12 @@ class ShardStore {
                                                             DType dtype, const ShardStoreSettings& s);
   // Bytes of the records, for checking the disk before anything is allocated.
   static uint64_t file_bytes(const std::vector<int64_t>& chunks, DType dtype);
+  // What create() allocates (its window, and the records in host memory or
+  // the file's space), and what a writer(buffer_count)'s window adds.
+  static void plan(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype, const ShardStoreSettings& s,
+                   MemoryPlan& plan);
+  static void plan_writer(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
+                          const ShardStoreSettings& s, int buffer_count, MemoryPlan& plan);
   // Waits for every transfer in flight.
   ~ShardStore();
 
@@ -92,6 +99,10 @@ class ShardStore {
   };
   ShardStore() = default;
   absl::Status allocate_window(int buffer_count);
+  // The window's buffers: `buffer_count` of window_numel's record, and one
+  // of the largest chunk past that (0 when none is).
+  static uint64_t window_bytes(int64_t window_numel, DType dtype);
+  static uint64_t large_window_bytes(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype);
   int unit_at(int64_t offset) const;
   std::vector<Window>& pool(int u) { return chunks_[u] > window_numel_ ? large_ : small_; }
   Window* find(int u);

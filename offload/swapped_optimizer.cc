@@ -29,11 +29,11 @@ int64_t numel_of(const std::vector<ParamPiece>& pieces) {
 
 }  // namespace
 
-std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan(const OptimizerConfig& cfg,
-                                                               const std::vector<ParamPiece>& pieces,
-                                                               DType param16_type, bool swap_master,
-                                                               int64_t sub_group_size,
-                                                               const std::vector<int>& group_starts) {
+std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan_groups(const OptimizerConfig& cfg,
+                                                                      const std::vector<ParamPiece>& pieces,
+                                                                      DType param16_type, bool swap_master,
+                                                                      int64_t sub_group_size,
+                                                                      const std::vector<int>& group_starts) {
   const int64_t cap = std::max(sub_group_size, kQuantBlock);
   std::vector<SubGroup> groups;
   SubGroup cur;
@@ -76,10 +76,28 @@ uint64_t SwappedOptimizer::file_bytes(const OptimizerConfig& cfg, const std::vec
                                       DType param16_type, bool swap_master, int64_t sub_group_size,
                                       const std::vector<int>& group_starts, bool undoable) {
   uint64_t bytes = 0;
-  for (const SubGroup& g : plan(cfg, pieces, param16_type, swap_master, sub_group_size, group_starts)) {
+  for (const SubGroup& g : plan_groups(cfg, pieces, param16_type, swap_master, sub_group_size, group_starts)) {
     bytes += g.bytes;
   }
   return undoable ? 2 * bytes : bytes;
+}
+
+std::pair<int, uint64_t> SwappedOptimizer::buffers_for(const std::vector<SubGroup>& groups, const SwapSettings& s) {
+  // A buffer holds a record, and after it the group's gradients when those are streamed.
+  uint64_t largest = 0;
+  for (const SubGroup& g : groups)
+    largest = std::max(largest, g.bytes + (s.grads_streamed ? numel_of(g.pieces) * 4 : 0));
+  return {std::min<int>(s.buffer_count, std::max<int>(1, static_cast<int>(groups.size()))), largest};
+}
+
+void SwappedOptimizer::plan_memory(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
+                                   DType param16_type, bool swap_master, const SwapSettings& s, MemoryPlan& plan) {
+  const std::vector<SubGroup> groups =
+      plan_groups(cfg, pieces, param16_type, swap_master, s.sub_group_size, s.group_starts);
+  const auto [count, bytes] = buffers_for(groups, s);
+  plan.add("optimizer sub-group buffers", s.buffer_tier, Category::kOffload, bytes, Phase::kBuild, true, count);
+  plan.add_nvme("optimizer states in the file", Category::kOptimizer,
+                file_bytes(cfg, pieces, param16_type, swap_master, s.sub_group_size, s.group_starts, s.undoable));
 }
 
 absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const OptimizerConfig& cfg,
@@ -98,21 +116,16 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   o->host_ = &host;
   o->kernels_ = &kernels;
   o->whole_ = Optimizer::create_unbound(cfg, pieces, param16_type);
-  o->groups_ = plan(cfg, pieces, param16_type, swap_master, s.sub_group_size, s.group_starts);
+  o->groups_ = plan_groups(cfg, pieces, param16_type, swap_master, s.sub_group_size, s.group_starts);
   o->group_starts_ = s.group_starts;
   o->first_group_.assign(pieces.size() + 1, o->num_sub_groups());
   for (int g = o->num_sub_groups() - 1; g >= 0; --g) o->first_group_[o->groups_[g].source[0]] = g;
-  // A buffer holds a record, and after it the group's gradients when those are streamed.
-  uint64_t largest = 0;
-  for (const SubGroup& g : o->groups_) {
-    largest = std::max(largest, g.bytes + (s.grads_streamed ? numel_of(g.pieces) * 4 : 0));
-    o->records_bytes_ += g.bytes;
-  }
+  for (const SubGroup& g : o->groups_) o->records_bytes_ += g.bytes;
   o->undoable_ = s.undoable;
   o->file_bytes_ = s.undoable ? 2 * o->records_bytes_ : o->records_bytes_;
   o->placed_second_.assign(o->groups_.size(), false);
   o->spare_written_.assign(o->groups_.size(), false);
-  const int nbuf = std::min<int>(s.buffer_count, std::max<int>(1, o->groups_.size()));
+  const auto [nbuf, largest] = buffers_for(o->groups_, s);
   for (int i = 0; i < nbuf; ++i) {
     ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(largest, Category::kOffload, s.buffer_tier, *s.accountant));
     o->slots_.emplace_back().buf = std::move(b);

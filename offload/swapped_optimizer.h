@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "offload/aio_engine.h"
+#include "runtime/core/memory_plan.h"
 #include "runtime/optim/optimizer.h"
 
 namespace zerod {
@@ -62,6 +63,9 @@ class SwappedOptimizer {
   static uint64_t file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces, DType param16_type,
                              bool swap_master, int64_t sub_group_size, const std::vector<int>& group_starts,
                              bool undoable);
+  // What create() allocates: its buffers and the file's space.
+  static void plan_memory(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces, DType param16_type,
+                          bool swap_master, const SwapSettings& s, MemoryPlan& plan);
 
   ~SwappedOptimizer();
 
@@ -125,9 +129,12 @@ class SwappedOptimizer {
     int group = -1;
     AioEngine::Ticket io;
   };
-  static std::vector<SubGroup> plan(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
-                                    DType param16_type, bool swap_master, int64_t sub_group_size,
-                                    const std::vector<int>& group_starts);
+  static std::vector<SubGroup> plan_groups(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
+                                           DType param16_type, bool swap_master, int64_t sub_group_size,
+                                           const std::vector<int>& group_starts);
+  // The buffers a step streams the groups through: how many, and the bytes
+  // of each (the largest record, and its gradients when streamed).
+  static std::pair<int, uint64_t> buffers_for(const std::vector<SubGroup>& groups, const SwapSettings& s);
   SwappedOptimizer() = default;
   // Group g's buffer is fixed: its pieces and states point into it.
   Slot& slot_of(int g) { return slots_[g % slots_.size()]; }

@@ -11,6 +11,21 @@ GatheredWeights::~GatheredWeights() {
   ctx_.device.synchronize(ctx_.stream).IgnoreError();
 }
 
+int GatheredWeights::layer_slots(const GptLayout& layout, const ZeroConfig& z) {
+  if (layout.unit_numel(1) < z.stage3_param_persistence_threshold) return layout.config().n_layer;
+  return z.stage3_prefetch_bucket_size > 0 ? 2 : 1;
+}
+
+void GatheredWeights::plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan) {
+  const GptLayout& L = shape.layout;
+  const Partition& p = shape.part;
+  const int64_t ds = dtype_size(shape.dtype) * p.world_size();
+  plan.add_device("gathered layers", Category::kParams, p.chunk(1) * ds, Phase::kBuild, true, layer_slots(L, z));
+  plan.add_device("gathered embeddings", Category::kParams, p.chunk(0) * ds);
+  plan.add_device("gathered final LayerNorm", Category::kParams, p.chunk(L.final_unit()) * ds);
+  plan_fp32_staging(L, shape.dtype, plan);
+}
+
 absl::Status GatheredWeights::allocate(const ZeroConfig& z) {
   const GptLayout& L = ctx_.layout;
   const Partition& p = ctx_.part;
@@ -22,15 +37,14 @@ absl::Status GatheredWeights::allocate(const ZeroConfig& z) {
   if (shards_.on_host()) {
     ZEROD_ASSIGN_OR_RETURN(upload_, ctx_.device.create_stream());
   }
-  const int slots = persistent_layers_ ? L.config().n_layer : (prefetch_ ? 2 : 1);
-  layers_.resize(slots);
+  layers_.resize(layer_slots(L, z));
   for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n * ds));
   ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n * ds));
   ZEROD_RETURN_IF_ERROR(allocate_slot(fin_, p.chunk(L.final_unit()) * n * ds));
   if (ctx_.dtype != DType::kF32) {
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(layer_staging_, L.unit_numel(1) * 4, Category::kWorkspace));
-    ZEROD_RETURN_IF_ERROR(
-        ctx_.alloc(global_staging_, (L.unit_numel(0) + L.unit_numel(L.final_unit())) * 4, Category::kWorkspace));
+    const Fp32Staging staging = fp32_staging(L);
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(layer_staging_, staging.layer * 4, Category::kWorkspace));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(global_staging_, staging.globals * 4, Category::kWorkspace));
   }
   // Gathers write the zeroed slots from the comm thread.
   return ctx_.device.synchronize(ctx_.stream);

@@ -37,6 +37,8 @@ class GatheredWeights : public WeightSource {
   // Waits for gathers in flight and for the stream, before the slots go.
   ~GatheredWeights() override;
   absl::Status allocate(const ZeroConfig& z);
+  // What allocate() allocates on plan's device.
+  static void plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan);
 
   DType dtype() const override { return ctx_.dtype; }
   absl::StatusOr<GlobalWeights> globals() override;
@@ -58,6 +60,9 @@ class GatheredWeights : public WeightSource {
     std::unique_ptr<Event> used;
   };
 
+  // Slots for layers: one a layer when they persist, else two with
+  // prefetching, else one.
+  static int layer_slots(const GptLayout& layout, const ZeroConfig& z);
   absl::Status allocate_slot(Slot& s, int64_t bytes);
   std::vector<Slot*> all_slots();
   Slot* find(int u);

@@ -126,12 +126,17 @@ class HostAdds : public ScatterGrads::Target {
         thread_([&ctx] { return ctx.device.bind_thread(); }),
         sink_(ctx, *this) {}
 
+  // What allocate() allocates on plan's device.
+  static void plan(const ZeroShape& shape, const ZeroConfig& z, Tier tier, MemoryPlan& plan) {
+    plan.add("reduced gradients on their way to the host", tier, Category::kOffload, buffer_bytes(shape), Phase::kBuild,
+             true, kBuffers);
+    ScatterGrads::plan(shape, z, plan);
+  }
+
   GradSink& sink() { return sink_; }
   absl::Status allocate(const ZeroConfig& z, Tier tier) {
-    int64_t largest = 0;
-    for (int64_t c : ctx_.part.chunks()) largest = std::max(largest, c);
     for (Arrived& a : arrived_) {
-      ZEROD_ASSIGN_OR_RETURN(a.buf, ctx_.device.allocate(std::min(largest, kPart) * 4, Category::kOffload, tier));
+      ZEROD_ASSIGN_OR_RETURN(a.buf, ctx_.device.allocate(buffer_bytes(ctx_), Category::kOffload, tier));
     }
     ZEROD_ASSIGN_OR_RETURN(copies_, ctx_.device.create_stream());
     zero();
@@ -160,7 +165,7 @@ class HostAdds : public ScatterGrads::Target {
     const int count = ++added_[u];
     for (int64_t start = 0; start < chunk; start += kPart) {
       const int64_t n = std::min(kPart, chunk - start);
-      Arrived& a = arrived_[next_++ % 2];
+      Arrived& a = arrived_[next_++ % kBuffers];
       if (a.added.valid()) ZEROD_RETURN_IF_ERROR(a.added.get());  // the host thread is done with it
       ctx_.device.copy(*copies_, a.buf.data(), recv.ptr<float>() + start, n * sizeof(float));
       ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*copies_));
@@ -179,10 +184,17 @@ class HostAdds : public ScatterGrads::Target {
     Buffer buf;                              // one reduced chunk, copied from the device
     std::shared_future<absl::Status> added;  // the host thread's add from it
   };
+  static constexpr int kBuffers = 2;
+  // A part of the largest chunk.
+  static uint64_t buffer_bytes(const ZeroShape& shape) {
+    int64_t largest = 0;
+    for (int64_t c : shape.part.chunks()) largest = std::max(largest, c);
+    return std::min(largest, kPart) * 4;
+  }
   ZeroContext& ctx_;
   const Add add_;
   const Reread reread_;
-  Arrived arrived_[2];
+  Arrived arrived_[kBuffers];
   int64_t next_ = 0;
   std::unique_ptr<Stream> copies_;
   std::vector<int> added_;  // per unit
@@ -304,6 +316,30 @@ class FileGrads : public GradStore {
 };
 
 }  // namespace
+
+void plan_full_grads(const ZeroShape& shape, bool scatter, std::optional<Tier> host_tier, MemoryPlan& plan) {
+  const Partition& p = shape.part;
+  plan.add_device("gradients", Category::kGrads, p.padded_numel() * 4);
+  if (scatter) plan.add_device("reduced gradient shard", Category::kGrads, p.shard_numel() * 4);
+  if (host_tier) plan.add("reduced gradient shard on the host", *host_tier, Category::kGrads, p.shard_numel() * 4);
+}
+
+void plan_sharded_grads(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan) {
+  plan.add_device("gradient shard", Category::kGrads, shape.part.shard_numel() * 4);
+  ScatterGrads::plan(shape, z, plan);
+}
+
+void plan_host_grads(const ZeroShape& shape, const ZeroConfig& z, Tier tier, MemoryPlan& plan) {
+  plan.add("gradient shard on the host", tier, Category::kGrads, shape.part.shard_numel() * 4);
+  HostAdds::plan(shape, z, tier, plan);
+}
+
+void plan_file_grads(const ZeroShape& shape, const ZeroConfig& z, const ShardStoreSettings& settings,
+                     MemoryPlan& plan) {
+  const Partition& p = shape.part;
+  ShardStore::plan(p.chunks(), p.chunk(1), DType::kF32, settings, plan);
+  HostAdds::plan(shape, z, settings.host_tier, plan);
+}
 
 absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter, std::optional<Tier> host_tier) {
   return allocated<GradStore>(std::make_unique<FullGrads>(ctx, scatter), host_tier);

@@ -80,4 +80,10 @@ absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const Ze
 absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z,
                                                       ShardStoreSettings settings);
 
+// What each store above allocates, on plan's device.
+void plan_full_grads(const ZeroShape& shape, bool scatter, std::optional<Tier> host_tier, MemoryPlan& plan);
+void plan_sharded_grads(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan);
+void plan_host_grads(const ZeroShape& shape, const ZeroConfig& z, Tier tier, MemoryPlan& plan);
+void plan_file_grads(const ZeroShape& shape, const ZeroConfig& z, const ShardStoreSettings& settings, MemoryPlan& plan);
+
 }  // namespace zerod

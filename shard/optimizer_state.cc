@@ -1,6 +1,7 @@
 #include "shard/optimizer_state.h"
 
 #include "runtime/core/profiler.h"
+#include "shard/saved_shards.h"
 
 namespace zerod {
 namespace {
@@ -15,6 +16,12 @@ absl::Status init_masters(Device& d, const std::vector<ParamPiece>& pieces, cons
         })));
   }
   return absl::OkStatus();
+}
+
+// allow_undo()'s buffer: the states, then the masters from a 64-byte boundary.
+uint64_t kept_masters_at(const Optimizer& o) { return (o.state_bytes() + 63) / 64 * 64; }
+uint64_t kept_bytes(const Optimizer& o, const ZeroShape& shape) {
+  return kept_masters_at(o) + shape.part.shard_numel() * sizeof(float);
 }
 
 class InMemoryOptimizer : public OptimizerState {
@@ -77,8 +84,7 @@ class InMemoryOptimizer : public OptimizerState {
     return device_.synchronize(stream_);
   }
   absl::Status allow_undo() override {
-    ZEROD_ASSIGN_OR_RETURN(
-        kept_, device_.allocate(kept_masters_at() + ctx_.part.shard_numel() * sizeof(float), Category::kOptimizer));
+    ZEROD_ASSIGN_OR_RETURN(kept_, device_.allocate(kept_bytes(*optimizer_, ctx_), Category::kOptimizer));
     is_kept_.assign(masters_of_.size(), false);
     return absl::OkStatus();
   }
@@ -113,7 +119,6 @@ class InMemoryOptimizer : public OptimizerState {
     int64_t numel;
   };
   // Where the masters start in kept_: after the states, aligned for floats.
-  uint64_t kept_masters_at() const { return (optimizer_->state_bytes() + 63) / 64 * 64; }
   // Piece k's masters and states into kept_ (where the states' bytes lie as
   // in states_, then the masters as in the shard), or `back` from it.
   void copy_aside(int k, bool back) {
@@ -125,7 +130,7 @@ class InMemoryOptimizer : public OptimizerState {
     for (const Optimizer::ByteRange& r : optimizer_->piece_state_ranges(k)) {
       move(states + r.offset, kept + r.offset, r.bytes);
     }
-    float* kept_masters = reinterpret_cast<float*>(kept + kept_masters_at());
+    float* kept_masters = reinterpret_cast<float*>(kept + kept_masters_at(*optimizer_));
     move(reinterpret_cast<char*>(masters_of_[k].data),
          reinterpret_cast<char*>(kept_masters + ctx_.owned[k].shard_offset), masters_of_[k].numel * sizeof(float));
     if (!back) is_kept_[k] = true;
@@ -182,6 +187,20 @@ class StreamedOptimizer : public OptimizerState {
 };
 
 }  // namespace
+
+void plan_in_memory_optimizer(const ZeroShape& shape, bool on_host, const OptimizerConfig& cfg, bool separate_masters,
+                              bool undoable, MemoryPlan& plan) {
+  const Tier at = on_host ? Tier::kHost : plan.device().memory;
+  if (separate_masters) plan.add("fp32 master weights", at, Category::kOptimizer, shape.part.shard_numel() * 4);
+  const std::unique_ptr<Optimizer> o = Optimizer::create_unbound(cfg, piece_shapes(shape.owned), shape.dtype);
+  plan.add("optimizer states", at, Category::kOptimizer, o->state_bytes());
+  if (undoable) plan.add("states and masters kept for an undo", at, Category::kOptimizer, kept_bytes(*o, shape));
+}
+
+void plan_streamed_optimizer(const ZeroShape& shape, const OptimizerConfig& cfg, bool separate_masters,
+                             const SwapSettings& settings, MemoryPlan& plan) {
+  SwappedOptimizer::plan_memory(cfg, piece_shapes(shape.owned), shape.dtype, separate_masters, settings, plan);
+}
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext& ctx, OptimizerPlace place,
                                                                     const OptimizerConfig& cfg,

@@ -83,4 +83,11 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& 
                                                                    bool separate_masters, const OptimizerState::PieceFill& init,
                                                                    const SwapSettings& settings);
 
+// What each of those allocates, the first on the host or on plan's device
+// (with `undoable`, also what allow_undo() keeps aside).
+void plan_in_memory_optimizer(const ZeroShape& shape, bool on_host, const OptimizerConfig& cfg, bool separate_masters,
+                              bool undoable, MemoryPlan& plan);
+void plan_streamed_optimizer(const ZeroShape& shape, const OptimizerConfig& cfg, bool separate_masters,
+                             const SwapSettings& settings, MemoryPlan& plan);
+
 }  // namespace zerod

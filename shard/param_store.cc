@@ -6,6 +6,10 @@
 namespace zerod {
 namespace {
 
+// Units written during backward go through a writer with two buffers: one
+// unit's write-back overlaps the filling of the next.
+constexpr int kWriterBuffers = 2;
+
 // A working copy in memory: an optimizer on the device writes it in place,
 // and host values are uploaded into it.
 class InMemoryParams : public ParamStore {
@@ -101,9 +105,8 @@ class OffloadedParams : public ParamStore, public ShardSource {
   absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings, bool written_during_backward) {
     const Partition& p = ctx_.part;
     ZEROD_ASSIGN_OR_RETURN(store_, ShardStore::create(p.chunks(), p.chunk(1), ctx_.dtype, std::move(settings)));
-    // Two buffers: one unit's write-back overlaps the filling of the next.
     if (written_during_backward) {
-      ZEROD_ASSIGN_OR_RETURN(writer_, store_->writer(2));
+      ZEROD_ASSIGN_OR_RETURN(writer_, store_->writer(kWriterBuffers));
     }
     return weights_.allocate(z);
   }
@@ -133,7 +136,34 @@ class OffloadedParams : public ParamStore, public ShardSource {
   GatheredWeights weights_;  // after store_: its gathers end before the store goes
 };
 
+void plan_upload(bool written_from_host, Tier staging, MemoryPlan& plan) {
+  if (written_from_host && !plan.device().host_visible()) UploadRing::plan(staging, plan);
+}
+
 }  // namespace
+
+void plan_replicated_params(const ZeroShape& shape, bool written_from_host, Tier staging, MemoryPlan& plan) {
+  plan.add_device("parameters", Category::kParams, shape.part.padded_numel() * dtype_size(shape.dtype));
+  plan_fp32_staging(shape.layout, shape.dtype, plan);
+  plan_upload(written_from_host, staging, plan);
+}
+
+void plan_sharded_params(const ZeroShape& shape, const ZeroConfig& z, bool written_from_host, Tier staging,
+                         MemoryPlan& plan) {
+  plan.add_device("parameter shard", Category::kParams, shape.part.shard_numel() * dtype_size(shape.dtype));
+  GatheredWeights::plan(shape, z, plan);
+  plan_upload(written_from_host, staging, plan);
+}
+
+void plan_offloaded_params(const ZeroShape& shape, const ZeroConfig& z, const ShardStoreSettings& settings,
+                           bool written_during_backward, MemoryPlan& plan) {
+  const Partition& p = shape.part;
+  ShardStore::plan(p.chunks(), p.chunk(1), shape.dtype, settings, plan);
+  if (written_during_backward) {
+    ShardStore::plan_writer(p.chunks(), p.chunk(1), shape.dtype, settings, kWriterBuffers, plan);
+  }
+  GatheredWeights::plan(shape, z, plan);
+}
 
 absl::StatusOr<std::unique_ptr<ParamStore>> replicated_params(ZeroContext& ctx, Tier staging) {
   return allocated<ParamStore>(std::make_unique<ReplicatedParams>(ctx, staging));

@@ -47,4 +47,14 @@ absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, con
 absl::StatusOr<std::unique_ptr<ParamStore>> offloaded_params(ZeroContext& ctx, const ZeroConfig& z,
                                                              ShardStoreSettings settings, bool written_during_backward);
 
+// What each store above allocates, on plan's device. With `written_from_host`
+// (master weights apart from the working copy) the optimizer writes the
+// working copy from the host: through an upload ring where the host cannot
+// reach the device's memory.
+void plan_replicated_params(const ZeroShape& shape, bool written_from_host, Tier staging, MemoryPlan& plan);
+void plan_sharded_params(const ZeroShape& shape, const ZeroConfig& z, bool written_from_host, Tier staging,
+                         MemoryPlan& plan);
+void plan_offloaded_params(const ZeroShape& shape, const ZeroConfig& z, const ShardStoreSettings& settings,
+                           bool written_during_backward, MemoryPlan& plan);
+
 }  // namespace zerod

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace zerod {
 
 ScatterGrads::~ScatterGrads() {
@@ -9,14 +11,30 @@ ScatterGrads::~ScatterGrads() {
   ctx_.device.synchronize(ctx_.stream).IgnoreError();
 }
 
+int ScatterGrads::layer_slots(const GptLayout& layout, const ZeroConfig& z) {
+  if (!z.overlap_comm) return 1;
+  const int64_t fit = z.reduce_bucket_size / std::max<int64_t>(1, layout.unit_numel(1));
+  return static_cast<int>(std::clamp<int64_t>(fit, 2, std::max(2, layout.config().n_layer)));
+}
+
+void ScatterGrads::plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan) {
+  const Partition& p = shape.part;
+  auto slots = [&](const char* what, int u, int count) {
+    plan.add_device(absl::StrCat(what, ", gradients to reduce"), Category::kComm, p.chunk(u) * p.world_size() * 4,
+                    Phase::kBuild, true, count);
+    plan.add_device(absl::StrCat(what, ", reduced chunk"), Category::kComm, p.chunk(u) * 4, Phase::kBuild, true, count);
+  };
+  slots("reduce-scatter of a layer", 1, layer_slots(shape.layout, z));
+  slots("reduce-scatter of the embeddings", 0, 1);
+  slots("reduce-scatter of the final LayerNorm", shape.layout.final_unit(), 1);
+}
+
 absl::Status ScatterGrads::allocate(const ZeroConfig& z) {
   const GptLayout& L = ctx_.layout;
   const Partition& p = ctx_.part;
   const int n = p.world_size();
   overlap_ = z.overlap_comm;
-  const int64_t fit = z.reduce_bucket_size / std::max<int64_t>(1, L.unit_numel(1));
-  const int slots = overlap_ ? static_cast<int>(std::clamp<int64_t>(fit, 2, std::max(2, L.config().n_layer))) : 1;
-  layers_.resize(slots);
+  layers_.resize(layer_slots(L, z));
   for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n, p.chunk(1)));
   ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n, p.chunk(0)));
   return allocate_slot(fin_, p.chunk(L.final_unit()) * n, p.chunk(L.final_unit()));

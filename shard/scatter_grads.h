@@ -31,6 +31,8 @@ class ScatterGrads : public GradSink {
   // Waits for reductions in flight and for the stream, before the buffers go.
   ~ScatterGrads() override;
   absl::Status allocate(const ZeroConfig& z);
+  // What allocate() allocates on plan's device.
+  static void plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan);
 
   absl::StatusOr<GlobalGrads> globals() override;
   absl::StatusOr<LayerGrads> layer(int l) override;
@@ -47,6 +49,9 @@ class ScatterGrads : public GradSink {
     WorkPtr work;
   };
 
+  // Slots for layers: with overlap_comm as many as reduce_bucket_size
+  // holds (2 to n_layer), else one.
+  static int layer_slots(const GptLayout& layout, const ZeroConfig& z);
   absl::Status allocate_slot(Slot& s, int64_t padded, int64_t chunk);
   absl::Status fill(Slot& s, int u);
   absl::Status launch(Slot& s);

@@ -11,6 +11,10 @@ constexpr uint64_t kPartBytes = uint64_t{4} << 20;
 
 }  // namespace
 
+void UploadRing::plan(Tier tier, MemoryPlan& plan) {
+  plan.add("upload ring", tier, Category::kWorkspace, kPartBytes, Phase::kBuild, true, kParts);
+}
+
 absl::Status UploadRing::allocate() {
   ZEROD_ASSIGN_OR_RETURN(stream_, device_.create_stream());
   ZEROD_ASSIGN_OR_RETURN(start_, device_.create_event());

@@ -11,13 +11,17 @@
 
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/memory_plan.h"
 
 namespace zerod {
 
 class UploadRing {
  public:
-  // Its buffers (of `tier`) are allocated on first use.
+  // Its buffers (of `tier`) are allocated on first use, on a device the host
+  // cannot reach (elsewhere the values are written in place).
   UploadRing(Device& device, Tier tier) : device_(device), tier_(tier) {}
+  // Those buffers.
+  static void plan(Tier tier, MemoryPlan& plan);
   ~UploadRing() { flush().IgnoreError(); }
 
   // n values at src, converted to `dtype`, into device memory at dst.

@@ -36,6 +36,14 @@ absl::StatusOr<SafetensorsLayout> ZeroEngine::shard_file() const {
   return layout_safetensors(shard_file_arrays(owned_numel(ctx_.owned), optimizer_->state_arrays()), kShardMetadata);
 }
 
+absl::StatusOr<uint64_t> ZeroEngine::shard_file_bytes(const ZeroShape& shape, const OptimizerConfig& optimizer) {
+  const std::unique_ptr<Optimizer> o = Optimizer::create_unbound(optimizer, piece_shapes(shape.owned), shape.dtype);
+  ZEROD_ASSIGN_OR_RETURN(
+      const SafetensorsLayout file,
+      layout_safetensors(shard_file_arrays(owned_numel(shape.owned), o->state_arrays()), kShardMetadata));
+  return file.bytes();
+}
+
 absl::Status ZeroEngine::serialize_shard(const SafetensorsLayout& file, const ByteSink& out) {
   const std::vector<StateArray> states = optimizer_->state_arrays();
   return serialize_safetensors(
@@ -56,7 +64,7 @@ absl::Status ZeroEngine::install_state(const std::vector<float>& master, const S
   ZEROD_RETURN_IF_ERROR(optimizer_->write_masters(src));
   // Separate masters: the working copy is what the optimizer would have
   // written from them.
-  for (size_t k = 0; k < src.size() && separate_masters_; ++k) {
+  for (size_t k = 0; k < src.size() && stores_.separate_masters; ++k) {
     ZEROD_RETURN_IF_ERROR(params_->write(ctx_.owned[k], 0, src[k], ctx_.owned[k].numel));
   }
   return absl::OkStatus();

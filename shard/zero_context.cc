@@ -4,19 +4,22 @@
 
 namespace zerod {
 
+ZeroShape::ZeroShape(const GptLayout& layout, int stage, int world_size, int rank, DType dtype)
+    : layout(layout),
+      part(layout, stage == 0 ? 1 : world_size),
+      owner(stage == 0 ? 0 : rank),
+      owned(owned_segments(layout, part, owner)),
+      dtype(dtype) {}
+
 ZeroContext::ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device,
                          Kernels& kernels, Device& host, Kernels& host_kernels)
-    : layout(layout),
-      part(layout, stage == 0 ? 1 : comm.world_size()),
-      owner(stage == 0 ? 0 : comm.rank()),
-      owned(owned_segments(layout, part, owner)),
+    : ZeroShape(layout, stage, comm.world_size(), comm.rank(), dtype),
       comm(comm),
       device(device),
       kernels(kernels),
       stream(device.compute_stream()),
       host(host),
-      host_kernels(host_kernels),
-      dtype(dtype) {}
+      host_kernels(host_kernels) {}
 
 absl::Status ZeroContext::alloc(Buffer& b, int64_t bytes, Category c) const {
   ZEROD_ASSIGN_OR_RETURN(b, device.allocate(bytes, c));

@@ -10,6 +10,7 @@
 
 #include "comm/communicator.h"
 #include "runtime/core/device.h"
+#include "runtime/core/memory_plan.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
 #include "runtime/model/weights.h"
@@ -17,7 +18,19 @@
 
 namespace zerod {
 
-struct ZeroContext {
+// What a rank's stores are sized by, without a device or a communicator:
+// what their plan functions take, for a rank that need not exist yet.
+struct ZeroShape {
+  ZeroShape(const GptLayout& layout, int stage, int world_size, int rank, DType dtype);
+
+  const GptLayout& layout;
+  const Partition part;  // a world of one under stage 0: every rank owns everything
+  const int owner;       // this rank's index in part
+  const std::vector<ShardSegment> owned;
+  const DType dtype;  // of the working parameters
+};
+
+struct ZeroContext : ZeroShape {
   ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device, Kernels& kernels,
               Device& host, Kernels& host_kernels);
 
@@ -27,17 +40,12 @@ struct ZeroContext {
   // Where owned segment s starts in the padded full buffer.
   int64_t padded_index(const ShardSegment& s) const;
 
-  const GptLayout& layout;
-  const Partition part;  // a world of one under stage 0: every rank owns everything
-  const int owner;       // this rank's index in part
-  const std::vector<ShardSegment> owned;
   Communicator& comm;
   Device& device;
   Kernels& kernels;
   Stream& stream;      // the device's compute stream
   Device& host;        // synchronous: its work is done when enqueued
   Kernels& host_kernels;
-  const DType dtype;   // of the working parameters
   // Seconds blocked on the collectives of forward and backward (stage 2/3
   // gathers, reduce-scatters and the flush after them): the communication
   // that overlap did not hide.

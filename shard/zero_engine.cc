@@ -41,7 +41,6 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout& 
 }
 
 absl::Status ZeroEngine::build() {
-  undoable_ = settings_.factor_after_backward && settings_.zero.offload_optimizer.super_offload;
   ZEROD_RETURN_IF_ERROR(create_stores());
   const int units = ctx_.part.num_units();
   Device& sums_at = grads_->on_host() ? ctx_.host : ctx_.device;
@@ -50,51 +49,111 @@ absl::Status ZeroEngine::build() {
   summed_.assign(units, false);
   ZEROD_RETURN_IF_ERROR(create_optimizer());
   settings_.init = nullptr;  // an imported file is closed
-  if (undoable_) ZEROD_RETURN_IF_ERROR(optimizer_->allow_undo());
+  if (stores_.undoable) ZEROD_RETURN_IF_ERROR(optimizer_->allow_undo());
   return publish_params();
 }
 
-ShardStoreSettings ZeroEngine::store_settings(const OffloadConfig& off, Category c, const std::string& file) const {
-  return {off.device,
-          c,
-          file,
-          off.buffer_count,
-          offload_buffer_tier(off, ctx_.device),
-          settings_.aio,
-          settings_.io_faults,
-          &ctx_.device.accountant()};
+StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device) {
+  const ZeroConfig& z = settings.zero;
+  const OffloadConfig& off = z.offload_optimizer;
+  StoreChoice c;
+  c.undoable = settings.factor_after_backward && off.super_offload;
+  c.params_offloaded = z.stage == 3 && z.offload_param.device != OffloadDevice::kNone;
+  c.params_in_file = c.params_offloaded && z.offload_param.device == OffloadDevice::kNvme;
+  c.states_in_file = off.device == OffloadDevice::kNvme;
+  c.grads_in_file = z.stage >= 2 && c.states_in_file;
+  c.optimizer_on_host = off.device != OffloadDevice::kNone;
+  // Masters streamed from a file by updates that may be undone live in the
+  // file too: the record they were read from is what an undo keeps.
+  c.separate_masters = settings.precision != DType::kF32 || c.params_offloaded ||
+                       (c.optimizer_on_host && !device.host_visible()) || (c.undoable && c.states_in_file);
+  // At stages 2 and 3 an offloaded optimizer's gradients are added on the
+  // host thread of their store (host_grads, file_grads), which can update
+  // each unit as it is complete.
+  c.during_backward = z.stage >= 2 && c.optimizer_on_host && (c.undoable || !settings.factor_after_backward);
+  c.staging = offload_buffer_tier(off, device);
+  return c;
+}
+
+ShardStoreSettings ZeroEngine::store_settings(const ZeroSettings& settings, const OffloadConfig& off, Category c,
+                                              const std::string& file, const PlanDevice& device,
+                                              MemoryAccountant* accountant) {
+  return {off.device,         c,         file, off.buffer_count, offload_buffer_tier(off, device), settings.aio,
+          settings.io_faults, accountant};
+}
+
+SwapSettings ZeroEngine::swap_settings(const ZeroSettings& settings, const StoreChoice& c, const ZeroShape& shape,
+                                       bool grads_streamed, const std::string& file, MemoryAccountant* accountant) {
+  return {file,
+          settings.zero.sub_group_size,
+          settings.zero.offload_optimizer.buffer_count,
+          c.staging,
+          settings.aio,
+          settings.io_faults,
+          grads_streamed,
+          unit_starts(shape.owned),
+          c.undoable,
+          accountant};
+}
+
+void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int world_size, int rank,
+                      MemoryPlan& plan) {
+  const ZeroConfig& z = settings.zero;
+  const ZeroShape shape(layout, z.stage, world_size, rank, settings.precision);
+  const StoreChoice c = choose_stores(settings, plan.device());
+  if (z.stage < 3) {
+    plan_replicated_params(shape, c.separate_masters, c.staging, plan);
+  } else if (c.params_offloaded) {
+    plan_offloaded_params(shape, z,
+                          store_settings(settings, z.offload_param, Category::kParams, "", plan.device(), nullptr),
+                          c.during_backward, plan);
+  } else {
+    plan_sharded_params(shape, z, c.separate_masters, c.staging, plan);
+  }
+  if (z.stage <= 1) {
+    plan_full_grads(shape, z.stage == 1, c.optimizer_on_host ? std::optional(c.staging) : std::nullopt, plan);
+  } else if (c.grads_in_file) {
+    plan_file_grads(shape, z,
+                    store_settings(settings, z.offload_optimizer, Category::kGrads, "", plan.device(), nullptr), plan);
+  } else if (c.optimizer_on_host) {
+    plan_host_grads(shape, z, c.staging, plan);
+  } else {
+    plan_sharded_grads(shape, z, plan);
+  }
+  // Each unit's sum of squared gradients, where the gradients are and on the host.
+  const uint64_t sums = shape.part.num_units() * 8;
+  plan.add("gradient sums by unit", c.optimizer_on_host ? Tier::kHost : plan.device().memory, Category::kWorkspace,
+           sums);
+  plan.add("gradient sums by unit, on the host", Tier::kHost, Category::kWorkspace, sums);
+  if (c.states_in_file) {
+    plan_streamed_optimizer(shape, settings.optimizer, c.separate_masters,
+                            swap_settings(settings, c, shape, /*grads_streamed=*/c.grads_in_file, "", nullptr), plan);
+  } else {
+    plan_in_memory_optimizer(shape, c.optimizer_on_host, settings.optimizer, c.separate_masters, c.undoable, plan);
+  }
 }
 
 absl::Status ZeroEngine::create_stores() {
   const ZeroConfig& z = settings_.zero;
   const OffloadConfig& off = z.offload_optimizer;
   const OffloadConfig& off_param = z.offload_param;
-  const bool params_offloaded = z.stage == 3 && off_param.device != OffloadDevice::kNone;
-  const bool params_in_file = params_offloaded && off_param.device == OffloadDevice::kNvme;
-  const bool states_in_file = off.device == OffloadDevice::kNvme;
-  const bool grads_in_file = z.stage >= 2 && states_in_file;
-  optimizer_on_host_ = off.device != OffloadDevice::kNone;
-  // Masters streamed from a file by updates that may be undone live in the
-  // file too: the record they were read from is what an undo keeps.
-  separate_masters_ = ctx_.dtype != DType::kF32 || params_offloaded ||
-                      (optimizer_on_host_ && !ctx_.device.host_visible()) || (undoable_ && states_in_file);
+  const PlanDevice device = plan_device(ctx_.device);
+  stores_ = choose_stores(settings_, device);
+  const StoreChoice& c = stores_;
+  const bool params_in_file = c.params_in_file, states_in_file = c.states_in_file, grads_in_file = c.grads_in_file;
   const int rank = ctx_.comm.rank();
-  const Tier staging = offload_buffer_tier(off, ctx_.device);
-  // At stages 2 and 3 an offloaded optimizer's gradients are added on the
-  // host thread of their store (host_grads, file_grads), which can update
-  // each unit as it is complete.
-  during_backward_ = z.stage >= 2 && optimizer_on_host_ && (undoable_ || !settings_.factor_after_backward);
+  const Tier staging = c.staging;
 
   // The disks are checked before anything is allocated.
   const std::vector<int64_t>& chunks = ctx_.part.chunks();
   std::vector<SwapFile> files;
   const std::string states_key = "zero_optimization.offload_optimizer.nvme_path";
   if (states_in_file) {
-    files.push_back(
-        {*off.nvme_path,
-         SwappedOptimizer::file_bytes(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype, separate_masters_,
-                                      z.sub_group_size, unit_starts(ctx_.owned), undoable_),
-         states_key});
+    files.push_back({*off.nvme_path,
+                     SwappedOptimizer::file_bytes(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype,
+                                                  stores_.separate_masters, z.sub_group_size, unit_starts(ctx_.owned),
+                                                  stores_.undoable),
+                     states_key});
   }
   if (grads_in_file) files.push_back({*off.nvme_path, ShardStore::file_bytes(chunks, DType::kF32), states_key});
   if (params_in_file) {
@@ -105,20 +164,24 @@ absl::Status ZeroEngine::create_stores() {
 
   if (z.stage < 3) {
     ZEROD_ASSIGN_OR_RETURN(params_, replicated_params(ctx_, staging));
-  } else if (params_offloaded) {
+  } else if (c.params_offloaded) {
     const std::string file = params_in_file ? swap_file_path(*off_param.nvme_path, "params", rank) : "";
-    ZEROD_ASSIGN_OR_RETURN(
-        params_, offloaded_params(ctx_, z, store_settings(off_param, Category::kParams, file), during_backward_));
+    ZEROD_ASSIGN_OR_RETURN(params_, offloaded_params(ctx_, z,
+                                                     store_settings(settings_, off_param, Category::kParams, file,
+                                                                    device, &ctx_.device.accountant()),
+                                                     stores_.during_backward));
   } else {
     ZEROD_ASSIGN_OR_RETURN(params_, sharded_params(ctx_, z, staging));
   }
   if (z.stage <= 1) {
     ZEROD_ASSIGN_OR_RETURN(grads_, full_grads(ctx_, /*scatter=*/z.stage == 1,
-                                              optimizer_on_host_ ? std::optional(staging) : std::nullopt));
+                                              stores_.optimizer_on_host ? std::optional(staging) : std::nullopt));
   } else if (grads_in_file) {
     const std::string file = swap_file_path(*off.nvme_path, "grads", rank);
-    ZEROD_ASSIGN_OR_RETURN(grads_, file_grads(ctx_, z, store_settings(off, Category::kGrads, file)));
-  } else if (optimizer_on_host_) {
+    ZEROD_ASSIGN_OR_RETURN(
+        grads_,
+        file_grads(ctx_, z, store_settings(settings_, off, Category::kGrads, file, device, &ctx_.device.accountant())));
+  } else if (stores_.optimizer_on_host) {
     ZEROD_ASSIGN_OR_RETURN(grads_, host_grads(ctx_, z, staging));
   } else {
     ZEROD_ASSIGN_OR_RETURN(grads_, sharded_grads(ctx_, z));
@@ -139,36 +202,29 @@ absl::Status ZeroEngine::create_optimizer() {
     last = static_cast<int>(k) + 1;
     pieces[k].grad = grads_->owned(owned[k]);
     void* working = params_->working(owned[k]);
-    if (!separate_masters_) {
+    if (!stores_.separate_masters) {
       pieces[k].master = static_cast<float*>(working);
-    } else if (!optimizer_on_host_) {
+    } else if (!stores_.optimizer_on_host) {
       pieces[k].param16 = working;
     }
   }
   const OptimizerState::PieceFill init = [&](int k, int64_t start, int64_t n, float* dst) {
     const ShardSegment& s = owned[k];
     ZEROD_RETURN_IF_ERROR(settings_.init(s.flat_offset + start, s.flat_offset + start + n, dst));
-    return separate_masters_ ? params_->write(s, start, dst, n) : absl::OkStatus();
+    return stores_.separate_masters ? params_->write(s, start, dst, n) : absl::OkStatus();
   };
   const OffloadConfig& off = settings_.zero.offload_optimizer;
   if (off.device == OffloadDevice::kNvme) {
-    const SwapSettings ss{swap_file_path(*off.nvme_path, "optimizer", ctx_.comm.rank()),
-                          settings_.zero.sub_group_size,
-                          off.buffer_count,
-                          offload_buffer_tier(off, ctx_.device),
-                          settings_.aio,
-                          settings_.io_faults,
-                          /*grads_streamed=*/!grads_->in_memory(),
-                          unit_starts(owned),
-                          undoable_,
-                          &ctx_.device.accountant()};
+    const SwapSettings ss =
+        swap_settings(settings_, stores_, ctx_, /*grads_streamed=*/!grads_->in_memory(),
+                      swap_file_path(*off.nvme_path, "optimizer", ctx_.comm.rank()), &ctx_.device.accountant());
     ZEROD_ASSIGN_OR_RETURN(optimizer_, streamed_optimizer(ctx_, settings_.optimizer, std::move(pieces),
-                                                          separate_masters_, init, ss));
+                                                          stores_.separate_masters, init, ss));
   } else {
-    const OptimizerPlace place = optimizer_on_host_ ? OptimizerPlace{ctx_.host, ctx_.host_kernels}
-                                                    : OptimizerPlace{ctx_.device, ctx_.kernels};
+    const OptimizerPlace place = stores_.optimizer_on_host ? OptimizerPlace{ctx_.host, ctx_.host_kernels}
+                                                           : OptimizerPlace{ctx_.device, ctx_.kernels};
     ZEROD_ASSIGN_OR_RETURN(optimizer_, in_memory_optimizer(ctx_, place, settings_.optimizer, std::move(pieces),
-                                                           separate_masters_, init));
+                                                           stores_.separate_masters, init));
   }
   return absl::OkStatus();
 }
@@ -209,7 +265,7 @@ OptimizerState::MasterOut ZeroEngine::working_copy_writer() {
   // A working copy that an optimizer on the device keeps in memory is
   // written by the optimizer itself; otherwise it is set from the new
   // masters.
-  if (!separate_masters_ || (!optimizer_on_host_ && params_->in_memory())) return {};
+  if (!stores_.separate_masters || (!stores_.optimizer_on_host && params_->in_memory())) return {};
   return [this](int k, int64_t start, int64_t n, const float* master) {
     return params_->write(ctx_.owned[k], start, master, n);
   };
@@ -239,9 +295,9 @@ void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batche
           return absl::OkStatus();
         };
         return optimizer_->step_pieces(lr, step, grad_factor, unit_pieces_[u].first, unit_pieces_[u].second, grads,
-                                       write, undoable_);
+                                       write, stores_.undoable);
       },
-      /*keep=*/undoable_);  // an update undone is done again from them
+      /*keep=*/stores_.undoable);  // an update undone is done again from them
 }
 
 absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, bool restore_working) {
@@ -254,7 +310,7 @@ absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, b
     ZEROD_RETURN_IF_ERROR(optimizer_->commit());
     return true;
   }
-  if (!undoable_) return absl::InternalError("the update begun during backward cannot be undone");
+  if (!stores_.undoable) return absl::InternalError("the update begun during backward cannot be undone");
   ++updates_undone_;
   ZEROD_RETURN_IF_ERROR(optimizer_->undo(restore_working ? working_copy_writer() : OptimizerState::MasterOut{}));
   return false;

@@ -48,6 +48,23 @@ struct ZeroSettings {
   bool factor_after_backward = false;
 };
 
+// Which stores a rank keeps and how they work, from its settings and its
+// device: chosen once, the same way for create() and plan().
+struct StoreChoice {
+  bool params_offloaded = false, params_in_file = false;
+  bool states_in_file = false, grads_in_file = false;
+  bool optimizer_on_host = false;
+  // fp32 master weights apart from the working parameters: with 16-bit
+  // parameters, ones not in memory, or ones the host optimizer cannot reach.
+  bool separate_masters = false;
+  // Updates during backward keep what they overwrite (super_offload, with a
+  // factor known only after backward).
+  bool undoable = false;
+  bool during_backward = false;  // ZeroEngine::updates_during_backward()
+  Tier staging = Tier::kHost;    // offload_optimizer's host buffers
+};
+StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device);
+
 class ZeroEngine {
  public:
   // This rank's stores, initialised by settings.init. Its buffers live on
@@ -56,6 +73,9 @@ class ZeroEngine {
   static absl::StatusOr<std::unique_ptr<ZeroEngine>> create(const GptLayout& layout, const ZeroSettings& settings,
                                                             Communicator& comm, Device& device, Kernels& kernels);
   ~ZeroEngine();
+  // What create() allocates for rank `rank` of `world_size`, on plan's device
+  // (settings.init is not used).
+  static void plan(const GptLayout& layout, const ZeroSettings& settings, int world_size, int rank, MemoryPlan& plan);
 
   WeightSource& weights() { return params_->weights(); }
   GradSink& grads() { return grads_->sink(); }
@@ -79,7 +99,7 @@ class ZeroEngine {
   // stage 2 or 3 with the optimizer on the host, gradients added there as
   // they arrive; and, where the factor is known only after backward,
   // super_offload set.
-  bool updates_during_backward() const { return during_backward_; }
+  bool updates_during_backward() const { return stores_.during_backward; }
   // After zero_grads: each unit's part of the update (lr, `step`, gradients
   // times grad_factor) runs on the host as soon as the unit's gradients of
   // all `micro_batches` are reduced, while backward goes on. The result is
@@ -108,6 +128,8 @@ class ZeroEngine {
   int shard_count() const { return ctx_.part.world_size(); }
   absl::StatusOr<uint32_t> save_shard(const std::string& path);
   absl::StatusOr<SafetensorsLayout> shard_file() const;
+  // The size of shard_file() for a rank of that shape and optimizer.
+  static absl::StatusOr<uint64_t> shard_file_bytes(const ZeroShape& shape, const OptimizerConfig& optimizer);
   absl::Status serialize_shard(const SafetensorsLayout& file, const ByteSink& out);
   // Whether the whole shard is in memory (no states in a swap file), so
   // copying it is a memcpy rather than a read.
@@ -134,7 +156,11 @@ class ZeroEngine {
   // Its pieces are the owned segments; `init` sets the masters and the
   // working copy from settings_.init.
   absl::Status create_optimizer();
-  ShardStoreSettings store_settings(const OffloadConfig& off, Category c, const std::string& file) const;
+  static ShardStoreSettings store_settings(const ZeroSettings& settings, const OffloadConfig& off, Category c,
+                                           const std::string& file, const PlanDevice& device,
+                                           MemoryAccountant* accountant);
+  static SwapSettings swap_settings(const ZeroSettings& settings, const StoreChoice& c, const ZeroShape& shape,
+                                    bool grads_streamed, const std::string& file, MemoryAccountant* accountant);
   // The bytes of the shard file's array i (kMasterArray, then `states`).
   absl::Status write_shard_array(size_t i, const std::vector<StateArray>& states, const ByteSink& out);
   // Makes `master` (the owned segments' fp32 masters back to back) and the
@@ -156,21 +182,12 @@ class ZeroEngine {
   CpuDevice host_;
   std::unique_ptr<Kernels> host_kernels_;
   ZeroContext ctx_;
-  // offload_optimizer cpu or nvme: the masters, states and reduced
-  // gradients are the host's, and the updates run there.
-  bool optimizer_on_host_ = false;
-  // fp32 master weights apart from the working parameters: with 16-bit
-  // parameters, ones not in memory, or ones the host optimizer cannot reach.
-  bool separate_masters_ = false;
+  StoreChoice stores_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradStore> grads_;
   std::unique_ptr<OptimizerState> optimizer_;
   // Each unit's owned pieces, [first, last) of the optimizer's.
   std::vector<std::pair<int, int>> unit_pieces_;
-  // Updates during backward keep what they overwrite (super_offload, with
-  // a factor known only after backward).
-  bool undoable_ = false;
-  bool during_backward_ = false;  // updates_during_backward()
   bool updating_during_backward_ = false;
   float factor_during_backward_ = 1.0f;
   std::atomic<int64_t> units_updated_in_backward_{0};  // counted on the host thread

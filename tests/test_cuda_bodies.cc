@@ -501,7 +501,7 @@ TEST(CudaBodies, EightBitAdamIsTheCpuUpdateBitForBit) {
 class PlanAttentionTable : public Kernels {
  public:
   explicit PlanAttentionTable(std::unique_ptr<Kernels> cpu) : k_(std::move(cpu)) {}
-  bool attention_keeps_probabilities() const override { return false; }
+  KernelMemory memory() const override { return {KernelBackend::kCuda}; }
   void attention_forward(Stream& s, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
                          int NH) override {
     CpuDevice::launch(s, [=] {
@@ -516,8 +516,6 @@ class PlanAttentionTable : public Kernels {
       cuda::attention_backward_plan(x, dqkv, dout, qkv, lse, scratch, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
     });
   }
-  int64_t attention_scratch_floats(int, int T, int NH) const override { return cuda::attention_scratch_floats(T, NH); }
-
   void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
                       int OC) override {
     k_->matmul_forward(s, out, inp, w, bias, N, C, OC);

@@ -390,6 +390,13 @@ TEST(DeepSpeedKeys, AutoIsFilledInAsTheTrainerDoes) {
   EXPECT_NE(message.find("run.steps: \"auto\" is a value the Hugging Face Trainer fills in"), std::string::npos)
       << message;
   EXPECT_NE(message.find("--set run.steps="), std::string::npos) << message;
+  // run.device's own "auto" (the GPU when there is one) is not the Trainer's.
+  json device = base();
+  device["run"] = {{"device", "auto"}};
+  const absl::StatusOr<JobConfig> d = parse(device);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->run.device, "auto");
+  EXPECT_TRUE(d->auto_filled.empty());
 }
 
 // The README's key table is this table (ZEROD_README_RECORD=1 writes it).

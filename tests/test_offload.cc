@@ -181,8 +181,8 @@ TEST_F(OffloadTest, ParamsOffloadedLeaveTheWindowInHostMemory) {
   MemoryAccountant& acct = MemoryAccountant::global();
   auto host = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kHost, c)); };
   // The window and the records in host memory: pinned where a GPU copies from them.
-  const Tier buffers =
-      offload_buffer_tier(make_config(joined(model, params_on("cpu", 3))).zero.offload_param, testing::test_device());
+  const Tier buffers = offload_buffer_tier(make_config(joined(model, params_on("cpu", 3))).zero.offload_param,
+                                           plan_device(testing::test_device()));
   auto in_buffers = [&](Category c) { return static_cast<int64_t>(acct.current(buffers, c)); };
   int64_t params_in_memory = 0;
   {
@@ -231,7 +231,7 @@ TEST_F(OffloadTest, StatesOnNvmeLeaveHostMemoryToTheBuffers) {
   auto nvme_bytes = [&](Category c) { return static_cast<int64_t>(acct.current(Tier::kNvme, c)); };
   // Pinned where a GPU copies from them.
   auto in_buffers = [&](Category c) {
-    const Tier t = offload_buffer_tier(cfg.zero.offload_optimizer, testing::test_device());
+    const Tier t = offload_buffer_tier(cfg.zero.offload_optimizer, plan_device(testing::test_device()));
     return static_cast<int64_t>(acct.current(t, c));
   };
   auto t = testing::make_trainer(cfg);

@@ -76,9 +76,12 @@ const nlohmann::json* JsonReader::find(const char* key, bool* at_default) {
   read_.insert(key);
   auto it = obj_->find(key);
   if (it == obj_->end() || it->is_null()) return nullptr;
-  if (*it == "auto") {
+  // "auto" is the Hugging Face Trainer's to fill in, except where zerod
+  // gives the word a meaning of its own.
+  const std::string path = key_path(key);
+  if (*it == "auto" && path != "run.device") {
     bool def = false;
-    const nlohmann::json* v = reading_->fill(key_path(key), &def);
+    const nlohmann::json* v = reading_->fill(path, &def);
     if (at_default) *at_default = def;
     return v;
   }

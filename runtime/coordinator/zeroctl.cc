@@ -137,6 +137,9 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_option("--tls-ca", tls_ca, "PEM certificate to trust: talk TLS");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.require_subcommand(1);
+  app.footer(
+      "zeroctl estimate --config JOB [--ranks N] [--gpu-memory SIZE] ...: a job's memory before it runs, with no "
+      "zerod (zeroctl estimate --help)");
 
   std::string config_path, name, job_id;
   std::vector<std::string> overrides, hosts, states;

@@ -63,7 +63,11 @@ bool is_cuda_device(const Device& device) {
   return device.memory_tier() == Tier::kGpu && !dynamic_cast<const CpuDevice*>(&device);
 }
 
-Tier staging_tier(const Device& device) { return is_cuda_device(device) ? Tier::kPinned : Tier::kHost; }
+PlanDevice plan_device(const Device& device) {
+  return {device.memory_tier(), is_cuda_device(device), device.memory_tier() == Tier::kGpu};
+}
+
+Tier staging_tier(const Device& device) { return plan_device(device).staging_tier(); }
 
 absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int local_rank, MemoryAccountant& acct) {
   if (name != "cpu" && name != "cuda" && name != "auto") {

@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "runtime/core/memory.h"
+#include "runtime/core/memory_plan.h"
 #include "runtime/core/status.h"
 
 namespace zerod {
@@ -131,6 +132,8 @@ Device::HostPart host_elements(F part) {
 // Whether `device` is a CUDA GPU (not a CPU device, even one standing in
 // for a GPU).
 bool is_cuda_device(const Device& device);
+// What of `device` decides a memory plan's sizes and tiers.
+PlanDevice plan_device(const Device& device);
 // The tier of host buffers that `device` copies to and from: pinned on a
 // CUDA GPU, plain host memory otherwise.
 Tier staging_tier(const Device& device);

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtime/core/gpu_memory.h"
 
 namespace zerod {
@@ -237,6 +238,18 @@ absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
         "'", std::string(text), "' is not a byte size (expected e.g. 4096, \"512MiB\", \"12GiB\")"));
   }
   return static_cast<uint64_t>(std::llround(v * mult));
+}
+
+std::string byte_size_text(uint64_t bytes) {
+  if (bytes == 0) return "-";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%d B", bytes) : absl::StrFormat("%.1f %s", v, units[u]);
 }
 
 }  // namespace zerod

@@ -19,6 +19,17 @@ Trainer::Trainer(const JobConfig& cfg, Communicator* comm, Device* device, Train
   }
 }
 
+namespace {
+
+// Clipping or a loss scale: an update's gradient factor is known only once
+// every gradient is.
+bool factor_after_backward(const JobConfig& cfg) { return cfg.gradient_clipping > 0 || cfg.precision == DType::kF16; }
+
+// Each of the host's token id buffers (inputs, targets).
+uint64_t token_bytes(const JobConfig& cfg) { return uint64_t(cfg.micro_batch) * cfg.data.seq_len * 4; }
+
+}  // namespace
+
 absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout& layout, IoFaultHook io_faults) {
   ZEROD_ASSIGN_OR_RETURN(ParamInit init, initial_params(layout, cfg.run.seed, cfg.init_from));
   return ZeroSettings{cfg.zero,
@@ -27,7 +38,31 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
                       {cfg.aio_block_size, cfg.aio_queue_depth},
                       std::move(init),
                       std::move(io_faults),
-                      /*factor_after_backward=*/cfg.gradient_clipping > 0 || cfg.precision == DType::kF16};
+                      factor_after_backward(cfg)};
+}
+
+absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
+                           MemoryPlan& plan) {
+  kernels.plan_table(plan);
+  Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
+            cfg.cpu_checkpointing, kernels, plan);
+  const GptLayout layout(cfg.model);
+  const ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg)};
+  ZeroEngine::plan(layout, zs, world_size, rank, plan);
+  plan.add("token ids", Tier::kHost, Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
+  // A save in the background copies the rank's shard (rank 0's alone under
+  // stage 0) to a buffer kept for the later saves, when the states are in
+  // memory and the buffer fits.
+  const CheckpointConfig& c = cfg.run.checkpoint;
+  const ZeroShape shape(layout, cfg.zero.stage, world_size, rank, cfg.precision);
+  if (c.dir && c.async && cfg.zero.offload_optimizer.device != OffloadDevice::kNvme && rank < shape.part.world_size()) {
+    ZEROD_ASSIGN_OR_RETURN(const uint64_t bytes, ZeroEngine::shard_file_bytes(shape, cfg.optimizer));
+    const uint64_t limit = cfg.run.host_memory_limit.value_or(0);
+    if (limit == 0 || plan.held(Phase::kTraining).total[static_cast<int>(Tier::kHost)] + bytes <= limit) {
+      plan.add("checkpoint staging", Tier::kHost, Category::kWorkspace, bytes, Phase::kCheckpoint);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const JobConfig& cfg, Communicator* comm, Device* device,
@@ -56,9 +91,8 @@ absl::Status Trainer::build() {
                                      cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing));
   ZEROD_ASSIGN_OR_RETURN(const ZeroSettings zs, zero_settings(cfg_, model_->layout(), env_.io_faults));
   ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(model_->layout(), zs, *comm_, *device_, *kernels_));
-  const int64_t tokens = int64_t(cfg_.micro_batch) * cfg_.data.seq_len;
-  ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(tokens * 4, Category::kWorkspace, Tier::kHost));
-  ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(tokens * 4, Category::kWorkspace, Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
   return absl::OkStatus();
 }
 

@@ -133,6 +133,13 @@ class Trainer {
   Profiler* profiler() const { return profiler_.get(); }
   ~Trainer();
 
+  // What create() and a run of the trainer allocate on rank `rank` of
+  // `world_size`, on plan's device whose kernel table needs `kernels`: the
+  // table's buffers, the model, the ZeRO engine, the token buffers and a
+  // checkpoint's staging.
+  static absl::Status plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
+                           MemoryPlan& plan);
+
  private:
   Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);
   absl::Status build();

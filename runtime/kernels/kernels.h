@@ -16,6 +16,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/kernel_memory.h"
 
 namespace zerod {
 
@@ -49,14 +50,16 @@ class Kernels {
   // the [B, NH, T, T] softmax probabilities where the table keeps them (an
   // activation like the others), else each query row's softmax statistic,
   // [B, NH, T] fp32, from which the backward recomputes the probabilities.
-  virtual bool attention_keeps_probabilities() const = 0;
+  bool attention_keeps_probabilities() const { return memory().attention_keeps_probabilities(); }
   virtual void attention_forward(Stream& s, float* out, float* att, float* scratch, const float* qkv, int B, int T,
                                  int C, int NH) = 0;
   virtual void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* att,
                                   float* scratch, int B, int T, int C, int NH) = 0;
   // Floats of attention's scratch (forward and backward) for B sequences
   // of T, NH heads.
-  virtual int64_t attention_scratch_floats(int B, int T, int NH) const = 0;
+  int64_t attention_scratch_floats(int B, int T, int NH) const { return memory().attention_scratch_floats(B, T, NH); }
+  // What the table's work needs of memory (kernel_memory.h).
+  virtual KernelMemory memory() const = 0;
   virtual void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) = 0;
   virtual void residual_forward(Stream& s, float* out, const float* a, const float* b, int64_t n) = 0;

@@ -31,7 +31,7 @@ class ProfiledKernels : public Kernels {
     auto span = Profiler::device_span(&profiler_, s, "layernorm_backward");
     inner_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  bool attention_keeps_probabilities() const override { return inner_->attention_keeps_probabilities(); }
+  KernelMemory memory() const override { return inner_->memory(); }
   void attention_forward(Stream& s, float* out, float* att, float* scratch, const float* qkv, int B, int T, int C,
                          int NH) override {
     auto span = Profiler::device_span(&profiler_, s, "attention_forward");
@@ -41,9 +41,6 @@ class ProfiledKernels : public Kernels {
                           int B, int T, int C, int NH) override {
     auto span = Profiler::device_span(&profiler_, s, "attention_backward");
     inner_->attention_backward(s, dqkv, dout, qkv, att, scratch, B, T, C, NH);
-  }
-  int64_t attention_scratch_floats(int B, int T, int NH) const override {
-    return inner_->attention_scratch_floats(B, T, NH);
   }
   void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override {
     auto span = Profiler::device_span(&profiler_, s, "gelu_forward");

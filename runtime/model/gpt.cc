@@ -1,6 +1,7 @@
 #include "runtime/model/gpt.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -82,7 +83,7 @@ struct Gpt::Impl {
   Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
   int64_t logits_rows = 0;
   // Token ids and the results the host reads, on the device.
-  Buffer inputs, targets, loss_sum, logits_out;
+  Buffer inputs, targets, loss_sum;
   Buffer loss_host;              // host memory
 
   Impl(Device& d, Kernels& kt) : dev(d), k(kt), s(d.compute_stream()) {}
@@ -147,6 +148,73 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
   return g;
 }
 
+// One of the model's buffers: where Impl keeps it, what it holds, and where
+// it lives when not in the device's own memory.
+struct Gpt::BufferSpec {
+  Buffer Impl::*member;
+  const char* what;
+  uint64_t bytes;
+  Category category;
+  std::optional<Tier> tier;
+};
+
+std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
+                                               bool checkpoints_on_host, bool on_gpu, const KernelMemory& k) {
+  const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
+  int64_t size[kNumFields];
+  field_sizes(c, B, T, k.attention_keeps_probabilities(), size);
+  int64_t big = 0, small = 0;
+  for (int f = 0; f < kNumBig; ++f) big += size[f];
+  for (int f = kNumBig; f < kNumFields; ++f) small += size[f];
+  const int64_t act = dtype_size(act_dtype);
+  const Category A = Category::kActivations, W = Category::kWorkspace;
+  std::vector<BufferSpec> specs;
+  auto add = [&](Buffer Impl::*member, const char* what, int64_t bytes, Category cat,
+                 std::optional<Tier> tier = std::nullopt) {
+    specs.push_back({member, what, static_cast<uint64_t>(bytes), cat, tier});
+  };
+  // The block inputs: with checkpointing all that forward keeps for
+  // backward; on a GPU, in pinned host memory when asked.
+  const bool pinned = checkpointing && checkpoints_on_host && on_gpu;
+  add(&Impl::residuals, "block inputs", (L + 1) * N * C * act, A, pinned ? std::optional(Tier::kPinned) : std::nullopt);
+  if (!checkpointing) {
+    add(&Impl::layer_store, "saved layer activations", L * big * act, A);
+    add(&Impl::layer_stats, "saved layer statistics", L * small * 4, A);
+  }
+  if (checkpointing || act_dtype != DType::kF32)
+    add(&Impl::scratch, "one block's fp32 activations", (big + small) * 4, A);
+  if (act_dtype != DType::kF32) add(&Impl::x_fp32, "fp32 block input", N * C * 4, A);
+  add(&Impl::lnf, "final LayerNorm output", N * C * 4, A);
+  add(&Impl::lnf_mean, "final LayerNorm mean", N * 4, A);
+  add(&Impl::lnf_rstd, "final LayerNorm rstd", N * 4, A);
+  add(&Impl::dres, "residual gradient", N * C * 4, W);
+  add(&Impl::dbuf, "block gradient", N * C * 4, W);
+  add(&Impl::dqkv, "qkv gradient", N * 3 * C * 4, W);
+  add(&Impl::dfch, "MLP gradient", N * 4 * C * 4, W);
+  add(&Impl::proj, "projection scratch", N * C * 4, W);
+  add(&Impl::attn_scratch, "attention scratch", k.attention_scratch_floats(B, T, c.n_head) * 4, W);
+  add(&Impl::logits, "logits, a chunk of rows", logits_rows(c, B, T) * V * 4, W);
+  add(&Impl::losses, "token losses", N * 8, W);
+  add(&Impl::inputs, "input tokens", N * 4, W);
+  add(&Impl::targets, "target tokens", N * 4, W);
+  add(&Impl::loss_sum, "loss sum", 8, W);
+  add(&Impl::loss_host, "loss, for the host", 8, W, Tier::kHost);
+  return specs;
+}
+
+int64_t Gpt::logits_rows(const GptConfig& c, int B, int T) {
+  // About 32 MiB of logits at a time.
+  return std::clamp<int64_t>((int64_t(1) << 23) / c.vocab_size, 1, int64_t(B) * T);
+}
+
+void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
+               const KernelMemory& kernels, MemoryPlan& plan) {
+  for (const BufferSpec& b : buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host,
+                                          plan.device().memory == Tier::kGpu, kernels)) {
+    plan.add(absl::StrCat("model: ", b.what), b.tier.value_or(plan.device().memory), b.category, b.bytes);
+  }
+}
+
 absl::Status Gpt::allocate() {
   impl_ = std::make_unique<Impl>(device_, kernels_);
   Impl& m = *impl_;
@@ -154,48 +222,16 @@ absl::Status Gpt::allocate() {
   m.act_dtype = act_dtype_;
   m.checkpointing = checkpointing_;
   const GptConfig& c = layout_.config();
-  const int64_t N = int64_t(B_) * T_, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   field_sizes(c, B_, T_, kernels_.attention_keeps_probabilities(), m.size);
   for (int f = 0; f < kNumBig; ++f) m.big_numel += m.size[f];
   for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
   m.act_bytes = dtype_size(act_dtype_);
-
-  auto alloc = [this](Buffer& b, int64_t bytes, Category cat) -> absl::Status {
-    ZEROD_ASSIGN_OR_RETURN(b, device_.allocate(bytes, cat));
-    return absl::OkStatus();
-  };
-  const Category A = Category::kActivations, W = Category::kWorkspace;
-  // The block inputs: with checkpointing all that forward keeps for backward.
-  if (checkpointing_ && checkpoints_on_host_ && device_.memory_tier() == Tier::kGpu) {
-    ZEROD_ASSIGN_OR_RETURN(m.residuals, device_.allocate((L + 1) * N * C * m.act_bytes, A, Tier::kPinned));
-  } else {
-    ZEROD_RETURN_IF_ERROR(alloc(m.residuals, (L + 1) * N * C * m.act_bytes, A));
+  m.logits_rows = logits_rows(c, B_, T_);
+  for (const BufferSpec& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_,
+                                          device_.memory_tier() == Tier::kGpu, kernels_.memory())) {
+    ZEROD_ASSIGN_OR_RETURN(
+        m.*b.member, b.tier ? device_.allocate(b.bytes, b.category, *b.tier) : device_.allocate(b.bytes, b.category));
   }
-  if (!checkpointing_) {
-    ZEROD_RETURN_IF_ERROR(alloc(m.layer_store, L * m.big_numel * m.act_bytes, A));
-    ZEROD_RETURN_IF_ERROR(alloc(m.layer_stats, L * m.small_numel * 4, A));
-  }
-  if (checkpointing_ || act_dtype_ != DType::kF32) {
-    ZEROD_RETURN_IF_ERROR(alloc(m.scratch, (m.big_numel + m.small_numel) * 4, A));
-  }
-  if (act_dtype_ != DType::kF32) ZEROD_RETURN_IF_ERROR(alloc(m.x_fp32, N * C * 4, A));
-  ZEROD_RETURN_IF_ERROR(alloc(m.lnf, N * C * 4, A));
-  ZEROD_RETURN_IF_ERROR(alloc(m.lnf_mean, N * 4, A));
-  ZEROD_RETURN_IF_ERROR(alloc(m.lnf_rstd, N * 4, A));
-  ZEROD_RETURN_IF_ERROR(alloc(m.dres, N * C * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.dbuf, N * C * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.dqkv, N * 3 * C * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.dfch, N * 4 * C * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.proj, N * C * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.attn_scratch, kernels_.attention_scratch_floats(B_, T_, c.n_head) * 4, W));
-  // The head computes logits a chunk of rows at a time (about 32 MiB).
-  m.logits_rows = std::clamp<int64_t>((int64_t(1) << 23) / V, 1, N);
-  ZEROD_RETURN_IF_ERROR(alloc(m.logits, m.logits_rows * V * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.losses, N * 8, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.inputs, N * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.targets, N * 4, W));
-  ZEROD_RETURN_IF_ERROR(alloc(m.loss_sum, 8, W));
-  ZEROD_ASSIGN_OR_RETURN(m.loss_host, device_.allocate(8, W, Tier::kHost));
   return absl::OkStatus();
 }
 
@@ -387,16 +423,19 @@ absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B,
                                                    max_tokens(), " tokens a pass, ", T_, " a row"));
   }
   const int64_t rows = last_only ? B : int64_t(B) * T;
-  if (m.logits_out.bytes() < uint64_t(rows) * V * 4) {
-    ZEROD_ASSIGN_OR_RETURN(m.logits_out, device_.allocate(uint64_t(rows) * V * 4, Category::kWorkspace));
-  }
   m.upload(m.inputs, tokens, int64_t(B) * T);
   ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, B, T, /*backward=*/false).status());
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
-  // The last position: row T-1 of each sequence, T*C floats apart.
+  // The last position: row T-1 of each sequence, T*C floats apart. The
+  // logits go out through the head's chunk buffer, so that a pass needs no
+  // memory training does not.
+  const int64_t stride = last_only ? int64_t(T) * C : C;
   const float* lnf = m.lnf.ptr<float>() + (last_only ? int64_t(T - 1) * C : 0);
-  kernels_.classifier_logits(m.s, m.logits_out.ptr<float>(), lnf, last_only ? int64_t(T) * C : C, g.wte, rows, C, V);
-  device_.copy(m.s, logits, m.logits_out.data(), rows * V * 4);
+  for (int64_t r = 0; r < rows; r += m.logits_rows) {
+    const int64_t n = std::min(m.logits_rows, rows - r);
+    kernels_.classifier_logits(m.s, m.logits.ptr<float>(), lnf + r * stride, stride, g.wte, n, C, V);
+    device_.copy(m.s, logits + r * V, m.logits.data(), n * V * 4);
+  }
   return ws.end_pass();
 }
 

@@ -10,10 +10,12 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/memory_plan.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
 #include "runtime/model/weights.h"
@@ -31,6 +33,9 @@ class Gpt {
                                                      bool checkpointing, Device& device, Kernels& kernels,
                                                      bool checkpoints_on_host = false);
   ~Gpt();
+  // The buffers create() allocates for these arguments, on plan's device.
+  static void plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
+                   const KernelMemory& kernels, MemoryPlan& plan);
 
   const GptLayout& layout() const { return layout_; }
   int max_seq() const { return T_; }
@@ -51,6 +56,12 @@ class Gpt {
 
  private:
   struct Impl;
+  struct BufferSpec;
+  // What allocate() allocates and plan() states, from the same arguments.
+  static std::vector<BufferSpec> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
+                                              bool checkpoints_on_host, bool on_gpu, const KernelMemory& k);
+  // Rows of logits the head computes at a time.
+  static int64_t logits_rows(const GptConfig& c, int B, int T);
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
       Device& device, Kernels& kernels);
   absl::Status allocate();

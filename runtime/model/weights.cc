@@ -53,6 +53,17 @@ std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout) {
   return offsets;
 }
 
+Fp32Staging fp32_staging(const GptLayout& layout) {
+  return {layout.unit_numel(0) + layout.unit_numel(layout.final_unit()), layout.unit_numel(1)};
+}
+
+void plan_fp32_staging(const GptLayout& layout, DType dtype, MemoryPlan& plan) {
+  if (dtype == DType::kF32) return;
+  const Fp32Staging n = fp32_staging(layout);
+  plan.add_device("fp32 copy of the global weights", Category::kWorkspace, n.globals * 4);
+  plan.add_device("fp32 copy of a layer's weights", Category::kWorkspace, n.layer * 4);
+}
+
 absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType dtype, const void* params,
                                                 Device& device, Kernels& kernels, std::vector<int64_t> unit_offsets) {
   FlatWeights w(Converter{kernels, device.compute_stream()});
@@ -61,9 +72,9 @@ absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType d
   w.params_ = params;
   w.unit_offsets_ = unit_offsets.empty() ? contiguous_unit_offsets(*layout) : std::move(unit_offsets);
   if (dtype != DType::kF32) {
-    const int64_t global_n = layout->unit_numel(0) + layout->unit_numel(layout->final_unit());
-    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, device.allocate(global_n * 4, Category::kWorkspace));
-    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, device.allocate(layout->unit_numel(1) * 4, Category::kWorkspace));
+    const Fp32Staging n = fp32_staging(*layout);
+    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, device.allocate(n.globals * 4, Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, device.allocate(n.layer * 4, Category::kWorkspace));
   }
   return w;
 }

@@ -11,6 +11,7 @@
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/memory_plan.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
 
@@ -91,6 +92,15 @@ std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout);
 // Weights in one flat buffer of `dtype` on `device` whose units start at
 // `unit_offsets`; 16-bit globals are converted once per parameter update
 // (invalidate()).
+// A source of 16-bit weights hands them out as fp32 copies: of the global
+// tensors (embeddings, final LayerNorm) and of one layer. Their elements,
+// and those two workspace buffers on plan's device (none for fp32).
+struct Fp32Staging {
+  int64_t globals, layer;
+};
+Fp32Staging fp32_staging(const GptLayout& layout);
+void plan_fp32_staging(const GptLayout& layout, DType dtype, MemoryPlan& plan);
+
 class FlatWeights : public WeightSource {
  public:
   static absl::StatusOr<FlatWeights> create(const GptLayout* layout, DType dtype, const void* params, Device& device,

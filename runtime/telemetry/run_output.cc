@@ -37,18 +37,6 @@ const char* data_kind_name(DataKind k) {
   return "?";
 }
 
-std::string human_bytes(uint64_t b) {
-  if (b == 0) return "-";
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrFormat("%d B", b) : absl::StrFormat("%.1f %s", v, units[u]);
-}
-
 }  // namespace
 
 nlohmann::json memory_peak_json(const MemoryPeaks& peaks) {
@@ -196,8 +184,8 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
   for (int t = 0; t < kNumTiers; ++t) {
     if (rank0.total[t] == 0) continue;
     out_ << absl::StrFormat("  %-30s", tier_name(static_cast<Tier>(t)));
-    for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", human_bytes(rank0.peak[t][c]));
-    out_ << absl::StrFormat(" %11s\n", human_bytes(rank0.total[t]));
+    for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", byte_size_text(rank0.peak[t][c]));
+    out_ << absl::StrFormat(" %11s\n", byte_size_text(rank0.total[t]));
   }
   if (per_rank.size() > 1) memory_by_rank(per_rank);
   out_ << std::flush;
@@ -242,7 +230,7 @@ void RunOutput::breakdown(int64_t steps, bool after_first, const Profiler::Total
     out_ << absl::StrFormat("  %-48s %10.3f %6.1f%% %8.1f", name, t.ms / n, step_ms > 0 ? 100 * t.ms / n / step_ms : 0,
                             static_cast<double>(t.count) / n);
     if (t.bytes) {
-      out_ << absl::StrFormat(" %11s %8.2f GB/s", human_bytes(t.bytes / steps), t.ms > 0 ? t.bytes / t.ms / 1e6 : 0);
+      out_ << absl::StrFormat(" %11s %8.2f GB/s", byte_size_text(t.bytes / steps), t.ms > 0 ? t.bytes / t.ms / 1e6 : 0);
     }
     out_ << "\n";
   };
@@ -274,9 +262,9 @@ void RunOutput::memory_by_rank(const std::vector<MemoryPeaks>& per_rank) {
       out_ << absl::StrFormat("  %-29s", name);
       for (const MemoryPeaks& p : per_rank) {
         sum += value(p);
-        out_ << absl::StrFormat(" %10s", human_bytes(value(p)));
+        out_ << absl::StrFormat(" %10s", byte_size_text(value(p)));
       }
-      out_ << absl::StrFormat(" %10s\n", human_bytes(sum));
+      out_ << absl::StrFormat(" %10s\n", byte_size_text(sum));
     };
     for (int c = 0; c < kNumCategories; ++c) {
       row(category_name(static_cast<Category>(c)), [&](const MemoryPeaks& p) { return p.peak[t][c]; });
@@ -296,7 +284,7 @@ void RunOutput::checkpoint(int64_t step, const std::string& path, uint64_t bytes
     return;
   }
   out_ << absl::StrFormat("checkpoint after step %d: %s (%s in %.2fs, training paused %.2fs)\n", step, path,
-                          human_bytes(bytes), seconds, blocked_s)
+                          byte_size_text(bytes), seconds, blocked_s)
        << std::flush;
 }
 

@@ -41,7 +41,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   }
 }
 
-int64_t attention_scratch_floats(int T) { return int64_t(omp_get_max_threads()) * T * T; }
+int64_t attention_scratch_floats(int T, int threads) { return int64_t(threads) * T * T; }
+int64_t attention_scratch_floats(int T) { return attention_scratch_floats(T, omp_get_max_threads()); }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, int B,
                         int T, int C, int NH) {

@@ -32,11 +32,12 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 // att is [B,NH,T,T] softmax probabilities (zero above the diagonal), out is
 // [B,T,C] with heads side by side.
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-// dqkv overwritten. `scratch` holds threads * T * T floats (see
-// attention_scratch_floats).
+// dqkv overwritten. `scratch` holds attention_scratch_floats(T) floats: a
+// T * T matrix per OpenMP thread.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, int B,
                         int T, int C, int NH);
-int64_t attention_scratch_floats(int T);
+int64_t attention_scratch_floats(int T, int threads);
+int64_t attention_scratch_floats(int T);  // at omp_get_max_threads()
 
 // GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
 void gelu_forward(float* out, const float* inp, int64_t n);

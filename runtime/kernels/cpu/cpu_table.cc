@@ -1,6 +1,9 @@
 // The CPU's kernel table: each op runs cpu:: on the stream, in its order.
-#include "runtime/core/cpu_device.h"
 #include "runtime/kernels/cpu/cpu_table.h"
+
+#include <omp.h>
+
+#include "runtime/core/cpu_device.h"
 
 namespace zerod {
 namespace {
@@ -25,7 +28,7 @@ class CpuKernels : public Kernels {
                           const float* w, const float* mean, const float* rstd, int64_t N, int C) override {
     CpuDevice::launch(s, [=] { cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
   }
-  bool attention_keeps_probabilities() const override { return true; }
+  KernelMemory memory() const override { return {KernelBackend::kCpu, omp_get_max_threads()}; }
   void attention_forward(Stream& s, float* out, float* att, float*, const float* qkv, int B, int T, int C,
                          int NH) override {
     CpuDevice::launch(s, [=] { cpu::attention_forward(out, att, qkv, B, T, C, NH); });
@@ -34,7 +37,6 @@ class CpuKernels : public Kernels {
                           float* scratch, int B, int T, int C, int NH) override {
     CpuDevice::launch(s, [=] { cpu::attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH); });
   }
-  int64_t attention_scratch_floats(int, int T, int) const override { return cpu::attention_scratch_floats(T); }
   void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::gelu_forward(out, inp, n); });
   }

@@ -104,7 +104,7 @@ class CudaKernels : public Kernels {
     ZEROD_RETURN_IF_ERROR(cublas_status(cublasCreate(&blas_), "cublasCreate"));
     ZEROD_RETURN_IF_ERROR(cublas_status(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
     // cuBLAS's own workspace, so that it is accounted and a run repeats its bits.
-    ZEROD_ASSIGN_OR_RETURN(blas_workspace_, dev_.allocate(kBlasWorkspace, Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(blas_workspace_, dev_.allocate(KernelMemory::kCudaBlasWorkspace, Category::kWorkspace));
     ZEROD_ASSIGN_OR_RETURN(partials_, dev_.allocate(cuda::kColumnPartials * sizeof(float), Category::kWorkspace));
     ZEROD_ASSIGN_OR_RETURN(maps_, dev_.allocate(2 * sizeof(QuantMap), Category::kWorkspace));
     const QuantMap maps[2] = {signed_dynamic_map(), unsigned_dynamic_map()};
@@ -177,7 +177,7 @@ class CudaKernels : public Kernels {
       cuda::column_total(i, db, partial + C, chunks, 2 * C);
     });
   }
-  bool attention_keeps_probabilities() const override { return false; }
+  KernelMemory memory() const override { return {KernelBackend::kCuda}; }
   void attention_forward(Stream& s, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
                          int NH) override {
     AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g, other_compute_); }, cs(s)};
@@ -188,7 +188,6 @@ class CudaKernels : public Kernels {
     AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g, other_compute_); }, cs(s)};
     cuda::attention_backward_plan(x, dqkv, dout, qkv, lse, scratch, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
   }
-  int64_t attention_scratch_floats(int, int T, int NH) const override { return cuda::attention_scratch_floats(T, NH); }
   void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override {
     launch_each(cs(s), n, "gelu_forward", [=] __device__(int64_t i) { out[i] = cuda::gelu(inp[i]); });
   }
@@ -292,7 +291,6 @@ class CudaKernels : public Kernels {
   }
 
  private:
-  static constexpr uint64_t kBlasWorkspace = uint64_t{32} << 20;
   // Sums of squares of up to 2^32 elements: their chunks' partials share
   // the column sums' buffer.
   static constexpr int64_t kMaxChunks = int64_t{1} << 16;

@@ -1,0 +1,75 @@
+// What a rank will allocate, known before anything is: each buffer's tier,
+// category and bytes, and when in the run it is held. The engine's parts
+// state their buffers here with the same size functions they allocate
+// with, so the plan's peaks are the accountant's (memory.h) of a real run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/memory.h"
+
+namespace zerod {
+
+// The parts of a run, in the order they come. A buffer is held from the
+// phase that allocates it until that phase ends, or to the end of the run
+// when it is kept (a buffer made at the first checkpoint and reused by the
+// later ones).
+enum class Phase : uint8_t { kBuild, kResume, kCheckpoint, kTraining, kEvaluation };
+inline constexpr int kNumPhases = 5;
+const char* phase_name(Phase p);
+
+struct PlannedBuffer {
+  std::string what;
+  Tier tier;
+  Category category;
+  int64_t count;   // buffers of one size
+  uint64_t bytes;  // all of them, as the accountant records them (GPU blocks rounded up)
+  Phase from;
+  bool kept;  // held to the end of the run, not only during `from`
+};
+
+// The device a plan is made for: what decides where buffers go and how a
+// GPU's allocator rounds them.
+struct PlanDevice {
+  Tier memory = Tier::kHost;  // of its own buffers: kHost for a CPU, kGpu for a GPU
+  // Host buffers the GPU copies to and from are pinned (a CUDA GPU's;
+  // a CPU device that stands in for a GPU has none).
+  bool pins = false;
+  // GPU blocks come from the caching allocator, which rounds them up.
+  bool caches_blocks = false;
+
+  bool host_visible() const { return memory != Tier::kGpu; }
+  Tier staging_tier() const { return pins ? Tier::kPinned : Tier::kHost; }
+};
+
+class MemoryPlan {
+ public:
+  explicit MemoryPlan(PlanDevice device = {}) : device_(device) {}
+  const PlanDevice& device() const { return device_; }
+
+  // `count` buffers of `bytes` each, held during `from` (to the end with `kept`).
+  void add(std::string what, Tier t, Category c, uint64_t bytes, Phase from = Phase::kBuild, bool kept = true,
+           int64_t count = 1);
+  // On the device's own memory.
+  void add_device(std::string what, Category c, uint64_t bytes, Phase from = Phase::kBuild, bool kept = true,
+                  int64_t count = 1) {
+    add(std::move(what), device_.memory, c, bytes, from, kept, count);
+  }
+  // Space in a file on an NVMe path (recorded, not allocated).
+  void add_nvme(std::string what, Category c, uint64_t bytes) { add(std::move(what), Tier::kNvme, c, bytes); }
+
+  const std::vector<PlannedBuffer>& buffers() const { return buffers_; }
+  // The peak of each (tier, category) and of each tier's sum over the run:
+  // the largest over phases of what is held then.
+  MemoryPeaks peaks() const;
+  // What is held during phase p.
+  MemoryPeaks held(Phase p) const;
+
+ private:
+  PlanDevice device_;
+  std::vector<PlannedBuffer> buffers_;
+};
+
+}  // namespace zerod

@@ -1,0 +1,228 @@
+#include "runtime/engine/estimate.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/config/command_line.h"
+#include "runtime/core/exit_codes.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/kernels/cpu/threads.h"
+#include "runtime/telemetry/run_output.h"
+
+namespace zerod {
+
+absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& machines) {
+  Estimate e;
+  KernelMemory kernels;
+  PlanDevice device;
+  if (machines.gpu) {
+    kernels.backend = KernelBackend::kCuda;
+    device = {Tier::kGpu, /*pins=*/true, /*caches_blocks=*/true};
+  } else {
+    e.cpu_threads = choose_threads(cfg.run.threads, machines.ranks_per_node()).threads;
+    kernels.cpu_threads = e.cpu_threads;
+  }
+  const int per_node = machines.ranks_per_node();
+  for (int node = 0; node < machines.nodes; ++node) {
+    MemoryPeaks sum;
+    for (int rank = node * per_node; rank < (node + 1) * per_node; ++rank) {
+      MemoryPlan plan(device);
+      ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, machines.ranks, rank, kernels, plan));
+      const MemoryPeaks p = plan.peaks();
+      if (rank == 0) e.rank0_buffers = plan.buffers();
+      for (int t = 0; t < kNumTiers; ++t) {
+        for (int c = 0; c < kNumCategories; ++c) {
+          e.per_rank.peak[t][c] = std::max(e.per_rank.peak[t][c], p.peak[t][c]);
+          sum.peak[t][c] += p.peak[t][c];
+        }
+        e.per_rank.total[t] = std::max(e.per_rank.total[t], p.total[t]);
+        sum.total[t] += p.total[t];
+      }
+    }
+    for (int t = 0; t < kNumTiers; ++t) {
+      for (int c = 0; c < kNumCategories; ++c) e.per_node.peak[t][c] = std::max(e.per_node.peak[t][c], sum.peak[t][c]);
+      e.per_node.total[t] = std::max(e.per_node.total[t], sum.total[t]);
+    }
+  }
+  return e;
+}
+
+namespace {
+
+// A capacity the estimate is checked against.
+struct Check {
+  std::string what;  // "GPU memory per GPU"
+  uint64_t capacity, needed;
+  bool fits() const { return needed <= capacity; }
+};
+
+std::vector<Check> checks(const Machines& m, const Estimate& e) {
+  auto total = [](const MemoryPeaks& p, Tier t) { return p.total[static_cast<int>(t)]; };
+  std::vector<Check> out;
+  if (m.gpu_memory) out.push_back({"GPU memory per GPU", *m.gpu_memory, total(e.per_rank, Tier::kGpu)});
+  // Pinned memory is the host's too.
+  if (m.host_memory) {
+    out.push_back(
+        {"host memory per node", *m.host_memory, total(e.per_node, Tier::kHost) + total(e.per_node, Tier::kPinned)});
+  }
+  if (m.nvme) out.push_back({"NVMe space per node", *m.nvme, total(e.per_node, Tier::kNvme)});
+  return out;
+}
+
+nlohmann::json peaks_json(const MemoryPeaks& p) {
+  nlohmann::json j = memory_peak_json(p);
+  for (int t = 0; t < kNumTiers; ++t) j[tier_name(static_cast<Tier>(t))]["total"] = p.total[t];
+  return j;
+}
+
+void table(std::ostream& out, const std::string& title, const MemoryPeaks& p) {
+  out << absl::StrFormat("%-34s", title);
+  for (int c = 0; c < kNumCategories; ++c) out << absl::StrFormat(" %11s", category_name(static_cast<Category>(c)));
+  out << absl::StrFormat(" %11s\n", "total");
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (p.total[t] == 0) continue;
+    out << absl::StrFormat("  %-32s", tier_name(static_cast<Tier>(t)));
+    for (int c = 0; c < kNumCategories; ++c) out << absl::StrFormat(" %11s", byte_size_text(p.peak[t][c]));
+    out << absl::StrFormat(" %11s\n", byte_size_text(p.total[t]));
+  }
+}
+
+absl::StatusOr<uint64_t> capacity(const std::string& flag, const std::string& text) {
+  auto bytes = parse_byte_size(text);
+  if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", bytes.status().message()));
+  if (*bytes == 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be more than 0 bytes"));
+  return *bytes;
+}
+
+}  // namespace
+
+int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"zeroctl estimate: a job's memory per rank and per node, in each tier and category, before it runs"};
+  std::string config_path, device, gpu_memory, host_memory, nvme;
+  std::vector<std::string> overrides;
+  int ranks = 0, nodes = 1, gpus_per_node = 0;
+  bool json = false, buffers = false;
+  app.add_option("--config", config_path, "job config (JSON)")->required();
+  app.add_option("--set", overrides, "override a config key: key.path=value (JSON value)");
+  app.add_option("--ranks", ranks, "ranks in all (default: nodes x gpus-per-node, else 1)");
+  app.add_option("--nodes", nodes, "machines the ranks are spread over evenly (default 1)");
+  app.add_option("--gpus-per-node", gpus_per_node, "GPUs of each node, one rank each");
+  app.add_option("--gpu-memory", gpu_memory, "memory of each GPU, e.g. 80GiB");
+  app.add_option("--host-memory", host_memory, "host memory of each node, e.g. 512GiB");
+  app.add_option("--nvme", nvme, "free space on each node's nvme_path, e.g. 2TB");
+  app.add_option("--device", device, "cpu or cuda (default: run.device; auto is cuda when GPUs are described)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--json", json, "one JSON object instead of tables");
+  app.add_flag("--buffers", buffers, "also list rank 0's buffers, largest first");
+  if (auto code = parse_command_line(app, "zeroctl estimate", out, err, [&] { app.parse(argc, argv); })) return *code;
+
+  auto refuse = [&](const absl::Status& s) {
+    err << "zeroctl estimate: error: " << s.message() << "\n";
+    return exit_code_for(s);
+  };
+  Machines m;
+  m.nodes = nodes;
+  if (nodes < 1) return refuse(absl::InvalidArgumentError(absl::StrCat("--nodes must be at least 1, got ", nodes)));
+  if (app.count("--gpus-per-node") && gpus_per_node < 1) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat("--gpus-per-node must be at least 1, got ", gpus_per_node)));
+  }
+  if (app.count("--ranks")) {
+    if (ranks < 1) return refuse(absl::InvalidArgumentError(absl::StrCat("--ranks must be at least 1, got ", ranks)));
+    if (gpus_per_node > 0 && ranks != nodes * gpus_per_node) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("--ranks ", ranks, " is not --nodes ", nodes, " x --gpus-per-node ", gpus_per_node)));
+    }
+    m.ranks = ranks;
+  } else {
+    m.ranks = gpus_per_node > 0 ? nodes * gpus_per_node : nodes;
+  }
+  if (m.ranks % nodes != 0) {
+    return refuse(
+        absl::InvalidArgumentError(absl::StrCat("--ranks ", m.ranks, " cannot be spread evenly over --nodes ", nodes)));
+  }
+  for (auto [flag, text, into] :
+       {std::tuple{"--gpu-memory", &gpu_memory, &m.gpu_memory},
+        std::tuple{"--host-memory", &host_memory, &m.host_memory}, std::tuple{"--nvme", &nvme, &m.nvme}}) {
+    if (!app.count(flag)) continue;
+    auto bytes = capacity(flag, *text);
+    if (!bytes.ok()) return refuse(bytes.status());
+    *into = *bytes;
+  }
+  auto cfg = load_job_config(config_path, overrides, m.ranks);
+  if (!cfg.ok()) return refuse(cfg.status());
+  const bool gpus_described = app.count("--gpu-memory") || app.count("--gpus-per-node");
+  if (device.empty()) device = cfg->run.device == "auto" ? (gpus_described ? "cuda" : "cpu") : cfg->run.device;
+  m.gpu = device == "cuda";
+  if (!m.gpu && gpus_described) {
+    return refuse(absl::InvalidArgumentError(
+        "--gpu-memory and --gpus-per-node describe GPUs, but the job trains on the CPU (run.device or --device cpu)"));
+  }
+  auto e = estimate_memory(*cfg, m);
+  if (!e.ok()) return refuse(e.status());
+
+  const std::vector<Check> all = checks(m, *e);
+  const bool fits = std::ranges::all_of(all, &Check::fits);
+  const int64_t params = gpt_param_count(cfg->model);
+  if (json) {
+    nlohmann::json j = {{"event", "estimate"},
+                        {"world_size", m.ranks},
+                        {"nodes", m.nodes},
+                        {"ranks_per_node", m.ranks_per_node()},
+                        {"device", device},
+                        {"params", params},
+                        {"zero_stage", cfg->zero.stage},
+                        {"per_rank", peaks_json(e->per_rank)},
+                        {"per_node", peaks_json(e->per_node)},
+                        {"fits", fits}};
+    if (!m.gpu) j["cpu_threads"] = e->cpu_threads;
+    nlohmann::json caps = nlohmann::json::array();
+    for (const Check& c : all) {
+      caps.push_back({{"what", c.what}, {"capacity", c.capacity}, {"needed", c.needed}, {"fits", c.fits()}});
+    }
+    j["capacity"] = caps;
+    if (buffers) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const PlannedBuffer& b : e->rank0_buffers) {
+        list.push_back({{"what", b.what},
+                        {"tier", tier_name(b.tier)},
+                        {"category", category_name(b.category)},
+                        {"count", b.count},
+                        {"bytes", b.bytes},
+                        {"from", phase_name(b.from)},
+                        {"kept", b.kept}});
+      }
+      j["rank0_buffers"] = list;
+    }
+    out << j.dump() << "\n";
+    return kExitOk;
+  }
+  out << absl::StrFormat("memory estimate: %s model, %d parameters; ZeRO stage %d; %d rank%s on %d node%s, %s\n",
+                         cfg->preset, params, cfg->zero.stage, m.ranks, m.ranks == 1 ? "" : "s", m.nodes,
+                         m.nodes == 1 ? "" : "s",
+                         m.gpu ? std::string("one GPU a rank")
+                               : absl::StrCat("CPU (", e->cpu_threads, e->cpu_threads == 1 ? " thread" : " threads",
+                                              " a rank, as zero-worker would choose on this machine)"));
+  table(out, "per rank (the largest over ranks)", e->per_rank);
+  if (m.ranks_per_node() > 1) table(out, "per node (the sum of its ranks)", e->per_node);
+  if (buffers) {
+    std::vector<PlannedBuffer> list = e->rank0_buffers;
+    std::ranges::stable_sort(list, std::greater<>(), &PlannedBuffer::bytes);
+    out << "rank 0's buffers, largest first\n";
+    for (const PlannedBuffer& b : list) {
+      out << absl::StrFormat("  %11s  %-6s %-11s %s%s%s\n", byte_size_text(b.bytes), tier_name(b.tier),
+                             category_name(b.category), b.what, b.count > 1 ? absl::StrCat(" (", b.count, ")") : "",
+                             b.from == Phase::kBuild ? "" : absl::StrCat(", from the ", phase_name(b.from), " on"));
+    }
+  }
+  for (const Check& c : all) {
+    out << absl::StrFormat("%s %s: needs %s, %s\n", c.what, byte_size_text(c.capacity), byte_size_text(c.needed),
+                           c.fits() ? absl::StrCat("fits (", byte_size_text(c.capacity - c.needed), " to spare)")
+                                    : absl::StrCat("does not fit (", byte_size_text(c.needed - c.capacity), " short)"));
+  }
+  return kExitOk;
+}
+
+}  // namespace zerod
