@@ -205,9 +205,8 @@ TEST_F(CudaTraining, CheckpointsMoveBetweenTheCpuAndTheGpu) {
   }
 }
 
-// The cap: below the model's weights, refused as bad input with the
-// numbers; below the working set, the run fails before its first step
-// naming the bytes; above it, the memory table's GPU peak stays under it.
+// The cap: below what the memory plan needs, refused as bad input before
+// anything is allocated, with the numbers; above it, the run fits.
 TEST_F(CudaTraining, TheGpuMemoryCapIsEnforcedAndReported) {
   nlohmann::json j = testing::tiny_job();
   j["run"]["device"] = "cuda";
@@ -219,11 +218,12 @@ TEST_F(CudaTraining, TheGpuMemoryCapIsEnforcedAndReported) {
   };
   const testing::WorkerResult tiny = run("64KiB");
   EXPECT_EQ(tiny.code, kExitBadInput) << tiny.err;
-  EXPECT_NE(tiny.err.find("run.gpu_memory_limit 65536 bytes is smaller than the model's"), std::string::npos)
+  EXPECT_NE(tiny.err.find("run.gpu_memory_limit is 65536 bytes (64.0 KiB), but rank 0 would hold"), std::string::npos)
       << tiny.err;
   const testing::WorkerResult small = run("1MiB");
-  EXPECT_NE(small.code, kExitOk);
-  EXPECT_NE(small.err.find("would exceed the gpu memory limit of 1048576 bytes"), std::string::npos) << small.err;
+  EXPECT_EQ(small.code, kExitBadInput);
+  EXPECT_NE(small.err.find("run.gpu_memory_limit is 1048576 bytes (1.0 MiB), but rank 0 would hold"), std::string::npos)
+      << small.err;
   EXPECT_EQ(small.out.find("step 1"), std::string::npos) << small.out;
   const testing::WorkerResult fits = run("1GiB");
   ASSERT_EQ(fits.code, kExitOk) << fits.err;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -503,26 +504,47 @@ TEST_F(WorkerTest, TwoRanksCheckpointAndResumeBitwise) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(later[i]["loss"], steps[3 + i]["loss"]) << "step " << 4 + i;
 }
 
+// An update of 1e30 makes the next step's gradients overflow on every rank.
 TEST_F(WorkerTest, AFailureOnEveryRankEndsTheMpirunJob) {
   nlohmann::json j = small_job();
-  j["run"]["host_memory_limit"] = "1MiB";
+  j["optimizer"]["params"]["lr"] = 1e30;
   const CommandResult r = mpirun(2, "--config " + job(j));
   EXPECT_EQ(r.code, kExitFailure) << r.out;
-  EXPECT_NE(r.out.find("host memory limit of 1048576 bytes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gradients are not finite at step 2"), std::string::npos) << r.out;
 }
 #endif  // ZEROD_WITH_MPI
 
-TEST_F(WorkerTest, HostMemoryLimitStopsTheRunCleanly) {
+// A job past run.host_memory_limit is refused before anything is
+// allocated, with the plan's figures: the tier, the bytes, the shortfall,
+// what takes them, and what set the size.
+TEST_F(WorkerTest, AJobPastTheHostMemoryLimitIsRefusedBeforeItStarts) {
   nlohmann::json j = small_job();
   j["run"]["host_memory_limit"] = "1MiB";
-  const Result r = run({"--config", job(j)});
-  EXPECT_EQ(r.code, kExitFailure);
-  EXPECT_NE(r.err.find("host memory limit of 1048576 bytes"), std::string::npos) << r.err;
-  // What set the size is named: the model and its parameters, the batch.
+  const Result r = run({"--config", job(j), "--log-format", "json"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_TRUE(testing::of_kind(testing::events(r.out), "start").empty()) << r.out;
+  MemoryPlan plan;
+  ASSERT_TRUE(Trainer::plan(testing::config_with(j, {}), 1, 0, cpu_kernel_memory(), plan).ok());
+  const MemoryPeaks p = plan.peaks();
+  const int host = static_cast<int>(Tier::kHost);
+  const uint64_t need = p.total[host];
+  ASSERT_GT(need, uint64_t{1} << 20);
+  // The categories follow, largest first.
+  const auto largest = std::ranges::max_element(p.peak[host]) - p.peak[host].begin();
+  EXPECT_NE(r.err.find(absl::StrCat(
+                "run.host_memory_limit is 1048576 bytes (1.0 MiB), but rank 0 would hold ", need, " bytes (",
+                byte_size_text(need), ") of host memory, ", byte_size_text(need - (uint64_t{1} << 20)), " more: ",
+                category_name(static_cast<Category>(largest)), " ", byte_size_text(p.peak[host][largest]), ", ")),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("; the model (model.preset 'gpt2-tiny', n_layer 2, n_embd 64, vocab_size 256) has 120576 "
                        "parameters, at micro-batch "),
             std::string::npos)
       << r.err;
+  // At exactly what the plan needs, it trains.
+  j["run"]["host_memory_limit"] = need;
+  const Result fits = run({"--config", job(j)});
+  EXPECT_EQ(fits.code, kExitOk) << fits.err;
 }
 
 TEST_F(WorkerTest, TheBinaryExitsWithTheSameCodes) {

@@ -1,14 +1,15 @@
 #include "runtime/engine/worker.h"
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "comm/bootstrap.h"
@@ -35,16 +36,46 @@ absl::StatusOr<std::vector<MemoryPeaks>> gather_peaks(Communicator& comm, const 
 // The checkpoint run.resume names: the one `latest` names in
 // run.checkpoint.dir ("" when there is none yet, so a job restarted after a
 // failure and one started fresh run the same command), or the path given.
-// A GPU cap that cannot hold the model's weights as the kernels read them
-// (fp32) is refused before anything is allocated, with the numbers.
-absl::Status check_gpu_cap(const JobConfig& cfg, const Device& device) {
-  if (device.memory_tier() != Tier::kGpu || !cfg.run.gpu_memory_limit) return absl::OkStatus();
-  const int64_t params = GptLayout(cfg.model).num_params();
-  const uint64_t need = uint64_t(params) * sizeof(float);
-  if (*cfg.run.gpu_memory_limit >= need) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("run.gpu_memory_limit ", *cfg.run.gpu_memory_limit,
-                                                 " bytes is smaller than the model's ", params,
-                                                 " parameters as fp32 weights (", need, " bytes)"));
+// What a job's memory comes from, for a message that says it does not fit.
+std::string what_sets_the_size(const JobConfig& cfg) {
+  const GptConfig& m = cfg.model;
+  return absl::StrCat("the model (model.preset '", cfg.preset, "', n_layer ", m.n_layer, ", n_embd ", m.n_embd,
+                      ", vocab_size ", m.vocab_size, ") has ", gpt_param_count(m), " parameters, at micro-batch ",
+                      cfg.micro_batch, " x seq_len ", cfg.data.seq_len,
+                      ": a smaller model or batch, run.host_memory_limit / run.gpu_memory_limit, or "
+                      "zero_optimization offload would change that");
+}
+
+// Before anything is allocated, the rank's memory plan against the memory
+// limits: a job that cannot fit is refused as bad input (its config asks
+// for more than it allows), naming the tier, the bytes, the shortfall and
+// the categories that take them.
+absl::Status check_memory_plan(const JobConfig& cfg, const RankInfo& rank, const Device& device) {
+  MemoryPlan plan(plan_device(device));
+  ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, rank.world_size, rank.rank, kernel_memory_for(device), plan));
+  const MemoryPeaks p = plan.peaks();
+  const std::tuple<Tier, std::optional<uint64_t>, const char*> limits[] = {
+      {Tier::kHost, cfg.run.host_memory_limit, "run.host_memory_limit"},
+      {Tier::kGpu, cfg.run.gpu_memory_limit, "run.gpu_memory_limit"}};
+  for (const auto& [tier, limit, key] : limits) {
+    const int t = static_cast<int>(tier);
+    if (!limit || *limit == 0 || p.total[t] <= *limit) continue;
+    std::vector<std::pair<uint64_t, Category>> by_size;
+    for (int c = 0; c < kNumCategories; ++c) {
+      if (p.peak[t][c] > 0) by_size.push_back({p.peak[t][c], static_cast<Category>(c)});
+    }
+    std::ranges::sort(by_size, std::greater<>());
+    std::string parts;
+    for (const auto& [bytes, c] : by_size) {
+      absl::StrAppend(&parts, parts.empty() ? "" : ", ", category_name(c), " ", byte_size_text(bytes));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(key, " is ", *limit, " bytes (", byte_size_text(*limit), "), but rank ", rank.rank, " would hold ",
+                     p.total[t], " bytes (", byte_size_text(p.total[t]), ") of ", tier_name(tier), " memory, ",
+                     byte_size_text(p.total[t] - *limit), " more: ", parts, "; ", what_sets_the_size(cfg),
+                     " (zeroctl estimate --buffers shows each buffer)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> resume_path(const RunConfig& run) {
@@ -241,7 +272,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   const auto refuse = [&](const absl::Status& s, const char* context = "") {
     return fail(exit_code_for(s), absl::StrCat(context, s.message()));
   };
-  if (absl::Status s = check_gpu_cap(*cfg, **device); !s.ok()) return refuse(s);
+  if (absl::Status s = check_memory_plan(*cfg, *rank, **device); !s.ok()) return refuse(s);
   // A checkpoint directory that cannot be written is found now, not at the first save.
   if (cfg->run.checkpoint.dir) {
     if (absl::Status s = check_checkpoint_root(*cfg->run.checkpoint.dir); !s.ok()) {
@@ -254,14 +285,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     // Running out of memory while building is a run failure, whose message
     // names what set the size.
     if (!absl::IsResourceExhausted(trainer.status())) return refuse(trainer.status());
-    const GptConfig& m = cfg->model;
-    return fail(
-        kExitFailure,
-        absl::StrCat(trainer.status().message(), "; the model (model.preset '", cfg->preset, "', n_layer ", m.n_layer,
-                     ", n_embd ", m.n_embd, ", vocab_size ", m.vocab_size, ") has ", gpt_param_count(m),
-                     " parameters, at micro-batch ", cfg->micro_batch, " x seq_len ", cfg->data.seq_len,
-                     ": a smaller model or batch, run.host_memory_limit / run.gpu_memory_limit, or "
-                     "zero_optimization offload would change that"));
+    return fail(kExitFailure, absl::StrCat(trainer.status().message(), "; ", what_sets_the_size(*cfg)));
   }
   Trainer& t = **trainer;
   output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads);

@@ -28,4 +28,7 @@ struct KernelMemory {
   static constexpr uint64_t kCudaBlasWorkspace = uint64_t{32} << 20;
 };
 
+// The CPU table's, at this process's OpenMP threads.
+KernelMemory cpu_kernel_memory();
+
 }  // namespace zerod

@@ -17,4 +17,9 @@ absl::StatusOr<std::unique_ptr<Kernels>> kernels_for(Device& device) {
   return absl::UnimplementedError(absl::StrCat("no kernel table for device ", device.name()));
 }
 
+KernelMemory kernel_memory_for(const Device& device) {
+  if (dynamic_cast<const CpuDevice*>(&device)) return cpu_kernel_memory();
+  return {KernelBackend::kCuda};
+}
+
 }  // namespace zerod

@@ -95,5 +95,7 @@ class Kernels {
 
 // The table of `device`'s kind; it must not outlive the device.
 absl::StatusOr<std::unique_ptr<Kernels>> kernels_for(Device& device);
+// What that table's work needs of memory, without making it.
+KernelMemory kernel_memory_for(const Device& device);
 
 }  // namespace zerod

@@ -1,8 +1,6 @@
 // The CPU's kernel table: each op runs cpu:: on the stream, in its order.
 #include "runtime/kernels/cpu/cpu_table.h"
 
-#include <omp.h>
-
 #include "runtime/core/cpu_device.h"
 
 namespace zerod {
@@ -28,7 +26,7 @@ class CpuKernels : public Kernels {
                           const float* w, const float* mean, const float* rstd, int64_t N, int C) override {
     CpuDevice::launch(s, [=] { cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
   }
-  KernelMemory memory() const override { return {KernelBackend::kCpu, omp_get_max_threads()}; }
+  KernelMemory memory() const override { return cpu_kernel_memory(); }
   void attention_forward(Stream& s, float* out, float* att, float*, const float* qkv, int B, int T, int C,
                          int NH) override {
     CpuDevice::launch(s, [=] { cpu::attention_forward(out, att, qkv, B, T, C, NH); });
