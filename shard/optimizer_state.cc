@@ -1,5 +1,7 @@
 #include "shard/optimizer_state.h"
 
+#include <algorithm>
+
 #include "runtime/core/profiler.h"
 #include "shard/saved_shards.h"
 
@@ -189,12 +191,24 @@ class StreamedOptimizer : public OptimizerState {
 }  // namespace
 
 void plan_in_memory_optimizer(const ZeroShape& shape, bool on_host, const OptimizerConfig& cfg, bool separate_masters,
-                              bool undoable, MemoryPlan& plan) {
+                              bool undoable, bool saves_checkpoints, MemoryPlan& plan) {
   const Tier at = on_host ? Tier::kHost : plan.device().memory;
   if (separate_masters) plan.add("fp32 master weights", at, Category::kOptimizer, shape.part.shard_numel() * 4);
   const std::unique_ptr<Optimizer> o = Optimizer::create_unbound(cfg, piece_shapes(shape.owned), shape.dtype);
   plan.add("optimizer states", at, Category::kOptimizer, o->state_bytes());
   if (undoable) plan.add("states and masters kept for an undo", at, Category::kOptimizer, kept_bytes(*o, shape));
+  // Memory the host cannot reach is read and written through host staging:
+  // each piece's initial masters, and a checkpoint's masters and states.
+  if (on_host || plan.device().host_visible()) return;
+  uint64_t piece = 0, array = 0;
+  for (const ShardSegment& s : shape.owned) piece = std::max<uint64_t>(piece, s.numel * 4);
+  for (const StateArray& a : o->state_arrays()) array = std::max<uint64_t>(array, a.numel * dtype_size(a.dtype));
+  const char* what = "host staging of transfers to the device";
+  plan.add(what, Tier::kHost, Category::kWorkspace, Device::host_staging_bytes(piece), Phase::kBuild, false);
+  if (saves_checkpoints) {
+    plan.add(what, Tier::kHost, Category::kWorkspace, Device::host_staging_bytes(std::max(piece, array)),
+             Phase::kCheckpoint, false);
+  }
 }
 
 void plan_streamed_optimizer(const ZeroShape& shape, const OptimizerConfig& cfg, bool separate_masters,

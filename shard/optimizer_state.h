@@ -84,9 +84,10 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& 
                                                                    const SwapSettings& settings);
 
 // What each of those allocates, the first on the host or on plan's device
-// (with `undoable`, also what allow_undo() keeps aside).
+// (with `undoable`, also what allow_undo() keeps aside; with
+// `saves_checkpoints`, what a save of its state takes).
 void plan_in_memory_optimizer(const ZeroShape& shape, bool on_host, const OptimizerConfig& cfg, bool separate_masters,
-                              bool undoable, MemoryPlan& plan);
+                              bool undoable, bool saves_checkpoints, MemoryPlan& plan);
 void plan_streamed_optimizer(const ZeroShape& shape, const OptimizerConfig& cfg, bool separate_masters,
                              const SwapSettings& settings, MemoryPlan& plan);
 

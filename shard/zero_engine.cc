@@ -97,7 +97,7 @@ SwapSettings ZeroEngine::swap_settings(const ZeroSettings& settings, const Store
 }
 
 void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int world_size, int rank,
-                      MemoryPlan& plan) {
+                      bool saves_checkpoints, MemoryPlan& plan) {
   const ZeroConfig& z = settings.zero;
   const ZeroShape shape(layout, z.stage, world_size, rank, settings.precision);
   const StoreChoice c = choose_stores(settings, plan.device());
@@ -129,7 +129,8 @@ void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int
     plan_streamed_optimizer(shape, settings.optimizer, c.separate_masters,
                             swap_settings(settings, c, shape, /*grads_streamed=*/c.grads_in_file, "", nullptr), plan);
   } else {
-    plan_in_memory_optimizer(shape, c.optimizer_on_host, settings.optimizer, c.separate_masters, c.undoable, plan);
+    plan_in_memory_optimizer(shape, c.optimizer_on_host, settings.optimizer, c.separate_masters, c.undoable,
+                             saves_checkpoints, plan);
   }
 }
 

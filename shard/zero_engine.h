@@ -74,8 +74,10 @@ class ZeroEngine {
                                                             Communicator& comm, Device& device, Kernels& kernels);
   ~ZeroEngine();
   // What create() allocates for rank `rank` of `world_size`, on plan's device
-  // (settings.init is not used).
-  static void plan(const GptLayout& layout, const ZeroSettings& settings, int world_size, int rank, MemoryPlan& plan);
+  // (settings.init is not used), and with `saves_checkpoints` what saving
+  // the rank's shard takes.
+  static void plan(const GptLayout& layout, const ZeroSettings& settings, int world_size, int rank,
+                   bool saves_checkpoints, MemoryPlan& plan);
 
   WeightSource& weights() { return params_->weights(); }
   GradSink& grads() { return grads_->sink(); }

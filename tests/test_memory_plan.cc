@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/core/caching_allocator.h"
+#include "runtime/core/cpu_device.h"
 #include "runtime/engine/estimate.h"
 #include "runtime/engine/trainer.h"
 #include "tests/temp_dir.h"
@@ -102,6 +103,54 @@ TEST(MemoryPlanTest, ModelStatesOfGpt2XlAreTheZeroPapersWithFp32Gradients) {
       const double extra_grads = stage == 0 ? 2 * psi : stage == 1 ? 2 * psi + 4 * psi / n : 2 * psi / n;
       EXPECT_NEAR(params + grads + optimizer, paper[stage] + extra_grads + gathered, 20.0 * 64 * n * layout.num_units())
           << "paper " << paper[stage] / psi << " psi";
+    }
+  }
+}
+
+// The GPU tier's plan, on the CPU device standing in for a GPU (its memory
+// the gpu tier, through the caching allocator, reached only by copies):
+// every tier and category of a run equals the plan's, byte for byte.
+class GpuTierPlanTest : public testing::TempDirTest {};
+
+TEST_F(GpuTierPlanTest, EqualsTheAccountantsPeaksOfAStandInGpuRun) {
+  const std::string nvme = "zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"";
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"bf16.enabled=true", "activation_checkpointing.enabled=true", "activation_checkpointing.cpu_checkpointing=true"},
+      {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"", "bf16.enabled=true"},
+      {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"nvme\"", nvme,
+       "zero_optimization.offload_param.device=\"cpu\"", "optimizer.type=\"AdamW8bit\""},
+      {"zero_optimization.stage=3", "bf16.enabled=true", "run.checkpoint.async=false"}};
+  for (const std::vector<std::string>& overrides : cases) {
+    SCOPED_TRACE(::testing::Message() << ::testing::PrintToString(overrides));
+    nlohmann::json j = testing::tiny_job();
+    j["run"]["steps"] = 2;
+    j["run"]["checkpoint"] = {{"dir", path("ckpt")}};
+    const JobConfig cfg = testing::config_with(j, overrides);
+    MemoryAccountant acct;
+    CpuDeviceOptions options;
+    options.gpu_tier = true;
+    CpuDevice device(acct, options);
+    MemoryPlan plan(plan_device(device));
+    ASSERT_TRUE(Trainer::plan(cfg, 1, 0, kernel_memory_for(device), plan).ok());
+    {
+      auto t = Trainer::create(cfg, nullptr, &device);
+      ASSERT_TRUE(t.ok()) << t.status();
+      for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE((*t)->step().ok());
+        if (i == 0) ASSERT_TRUE((*t)->start_checkpoint(path("ckpt"), 1, cfg.run.checkpoint.async).ok());
+      }
+      ASSERT_TRUE((*t)->finish_checkpoint(true).ok());
+      ASSERT_TRUE((*t)->synthetic_accuracy().ok());
+    }
+    const MemoryPeaks want = plan.peaks(), got = acct.peaks();
+    EXPECT_GT(got.total[kGpu], 0u);
+    for (int t = 0; t < kNumTiers; ++t) {
+      EXPECT_EQ(want.total[t], got.total[t]) << tier_name(static_cast<Tier>(t));
+      for (int c = 0; c < kNumCategories; ++c) {
+        EXPECT_EQ(want.peak[t][c], got.peak[t][c])
+            << tier_name(static_cast<Tier>(t)) << " " << category_name(static_cast<Category>(c));
+      }
     }
   }
 }

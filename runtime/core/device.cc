@@ -29,11 +29,13 @@ constexpr uint64_t kStagingBytes = uint64_t{4} << 20;
 
 }  // namespace
 
+uint64_t Device::host_staging_bytes(uint64_t bytes) { return std::min(bytes, kStagingBytes); }
+
 absl::Status Device::read_on_host(Stream& s, const void* src, uint64_t bytes, const HostPart& part) {
   ZEROD_RETURN_IF_ERROR(synchronize(s));
   if (bytes == 0) return absl::OkStatus();
   if (host_visible()) return part(const_cast<void*>(src), 0, bytes);
-  ZEROD_ASSIGN_OR_RETURN(Buffer staging, allocate(std::min(bytes, kStagingBytes), Category::kWorkspace, Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(Buffer staging, allocate(host_staging_bytes(bytes), Category::kWorkspace, Tier::kHost));
   for (uint64_t offset = 0; offset < bytes; offset += staging.bytes()) {
     const uint64_t n = std::min(staging.bytes(), bytes - offset);
     copy(s, staging.data(), static_cast<const char*>(src) + offset, n);
@@ -47,7 +49,7 @@ absl::Status Device::write_from_host(Stream& s, void* dst, uint64_t bytes, const
   ZEROD_RETURN_IF_ERROR(synchronize(s));
   if (bytes == 0) return absl::OkStatus();
   if (host_visible()) return part(dst, 0, bytes);
-  ZEROD_ASSIGN_OR_RETURN(Buffer staging, allocate(std::min(bytes, kStagingBytes), Category::kWorkspace, Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(Buffer staging, allocate(host_staging_bytes(bytes), Category::kWorkspace, Tier::kHost));
   for (uint64_t offset = 0; offset < bytes; offset += staging.bytes()) {
     const uint64_t n = std::min(staging.bytes(), bytes - offset);
     ZEROD_RETURN_IF_ERROR(part(staging.host<char>(), offset, n));

@@ -106,6 +106,9 @@ class Device {
   // Host code writes `bytes` at dst in the device's own memory once the
   // work on s is done: `part` fills each part, as above.
   absl::Status write_from_host(Stream& s, void* dst, uint64_t bytes, const HostPart& part);
+  // The host workspace those two take for `bytes` where the memory is not
+  // host-visible (none elsewhere), freed when they return.
+  static uint64_t host_staging_bytes(uint64_t bytes);
 
   // Where the time of copies, and of the work of whoever asks, is kept
   // (the config's wall_clock_breakdown); none by default.

@@ -43,19 +43,21 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
                            MemoryPlan& plan) {
+  // In build()'s order.
   kernels.plan_table(plan);
+  plan.add("token ids", Tier::kHost, Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
             cfg.cpu_checkpointing, kernels, plan);
   const GptLayout layout(cfg.model);
-  const ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg)};
-  ZeroEngine::plan(layout, zs, world_size, rank, plan);
-  plan.add("token ids", Tier::kHost, Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
-  // A save in the background copies the rank's shard (rank 0's alone under
-  // stage 0) to a buffer kept for the later saves, when the states are in
-  // memory and the buffer fits.
-  const CheckpointConfig& c = cfg.run.checkpoint;
   const ZeroShape shape(layout, cfg.zero.stage, world_size, rank, cfg.precision);
-  if (c.dir && c.async && cfg.zero.offload_optimizer.device != OffloadDevice::kNvme && rank < shape.part.world_size()) {
+  // A rank saves its shard (rank 0 alone under stage 0) when the job saves.
+  const CheckpointConfig& c = cfg.run.checkpoint;
+  const bool saves = c.dir && rank < shape.part.world_size();
+  const ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg)};
+  ZeroEngine::plan(layout, zs, world_size, rank, saves, plan);
+  // A save in the background copies the shard to a buffer kept for the
+  // later saves, when the states are in memory and the buffer fits.
+  if (saves && c.async && cfg.zero.offload_optimizer.device != OffloadDevice::kNvme) {
     ZEROD_ASSIGN_OR_RETURN(const uint64_t bytes, ZeroEngine::shard_file_bytes(shape, cfg.optimizer));
     const uint64_t limit = cfg.run.host_memory_limit.value_or(0);
     if (limit == 0 || plan.held(Phase::kTraining).total[static_cast<int>(Tier::kHost)] + bytes <= limit) {
@@ -83,6 +85,10 @@ absl::Status Trainer::build() {
     device_->set_profiler(profiler_.get());
     kernels_ = profiled_kernels(std::move(kernels_), *profiler_);
   }
+  // The host's token ids first: what copies to the device goes through host
+  // staging once they are there (plan() follows this order).
+  ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
   loader_ = std::make_unique<DataLoader>(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
                                          comm_->world_size());
@@ -91,8 +97,6 @@ absl::Status Trainer::build() {
                                      cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing));
   ZEROD_ASSIGN_OR_RETURN(const ZeroSettings zs, zero_settings(cfg_, model_->layout(), env_.io_faults));
   ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(model_->layout(), zs, *comm_, *device_, *kernels_));
-  ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
-  ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
   return absl::OkStatus();
 }
 

@@ -159,7 +159,8 @@ struct Gpt::BufferSpec {
 };
 
 std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
-                                               bool checkpoints_on_host, bool on_gpu, const KernelMemory& k) {
+                                               bool checkpoints_on_host, const PlanDevice& device,
+                                               const KernelMemory& k) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   int64_t size[kNumFields];
   field_sizes(c, B, T, k.attention_keeps_probabilities(), size);
@@ -174,9 +175,10 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
     specs.push_back({member, what, static_cast<uint64_t>(bytes), cat, tier});
   };
   // The block inputs: with checkpointing all that forward keeps for
-  // backward; on a GPU, in pinned host memory when asked.
-  const bool pinned = checkpointing && checkpoints_on_host && on_gpu;
-  add(&Impl::residuals, "block inputs", (L + 1) * N * C * act, A, pinned ? std::optional(Tier::kPinned) : std::nullopt);
+  // backward; on a GPU, in host memory (pinned) when asked.
+  const bool on_host = checkpointing && checkpoints_on_host && !device.host_visible();
+  add(&Impl::residuals, "block inputs", (L + 1) * N * C * act, A,
+      on_host ? std::optional(device.staging_tier()) : std::nullopt);
   if (!checkpointing) {
     add(&Impl::layer_store, "saved layer activations", L * big * act, A);
     add(&Impl::layer_stats, "saved layer statistics", L * small * 4, A);
@@ -209,8 +211,8 @@ int64_t Gpt::logits_rows(const GptConfig& c, int B, int T) {
 
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
                const KernelMemory& kernels, MemoryPlan& plan) {
-  for (const BufferSpec& b : buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host,
-                                          plan.device().memory == Tier::kGpu, kernels)) {
+  for (const BufferSpec& b :
+       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, plan.device(), kernels)) {
     plan.add(absl::StrCat("model: ", b.what), b.tier.value_or(plan.device().memory), b.category, b.bytes);
   }
 }
@@ -228,7 +230,7 @@ absl::Status Gpt::allocate() {
   m.act_bytes = dtype_size(act_dtype_);
   m.logits_rows = logits_rows(c, B_, T_);
   for (const BufferSpec& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_,
-                                          device_.memory_tier() == Tier::kGpu, kernels_.memory())) {
+                                          plan_device(device_), kernels_.memory())) {
     ZEROD_ASSIGN_OR_RETURN(
         m.*b.member, b.tier ? device_.allocate(b.bytes, b.category, *b.tier) : device_.allocate(b.bytes, b.category));
   }

@@ -26,9 +26,9 @@ class Gpt {
  public:
   // Buffers are sized for micro-batches of up to B sequences of T tokens,
   // on `device`, whose table `kernels` is; both outlive the model. With
-  // `checkpoints_on_host`, a GPU keeps the checkpointed block inputs in
-  // pinned host memory, which its kernels read and write in place (DeepSpeed's
-  // cpu_checkpointing); elsewhere they are in host memory already.
+  // `checkpoints_on_host`, a GPU keeps the checkpointed block inputs in host
+  // memory (pinned on a CUDA GPU), which its kernels read and write in place
+  // (DeepSpeed's cpu_checkpointing); elsewhere they are there already.
   static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
                                                      bool checkpointing, Device& device, Kernels& kernels,
                                                      bool checkpoints_on_host = false);
@@ -59,7 +59,8 @@ class Gpt {
   struct BufferSpec;
   // What allocate() allocates and plan() states, from the same arguments.
   static std::vector<BufferSpec> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
-                                              bool checkpoints_on_host, bool on_gpu, const KernelMemory& k);
+                                              bool checkpoints_on_host, const PlanDevice& device,
+                                              const KernelMemory& k);
   // Rows of logits the head computes at a time.
   static int64_t logits_rows(const GptConfig& c, int B, int T);
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
