@@ -236,6 +236,12 @@ TEST_F(EstimateTest, EqualsTheMemoryTableOfTheRun) {
   const auto summary = testing::of_kind(testing::events(w.out), "summary");
   ASSERT_EQ(summary.size(), 1u);
   const nlohmann::json& ran = summary[0]["memory_peak"];
+  // The summary shows the plan beside the peaks, and the resident peak
+  // holds at least what the accountant counted.
+  EXPECT_EQ(summary[0]["memory_planned"], ran);
+  uint64_t host = 0;
+  for (const auto& [category, bytes] : ran["host"].items()) host += bytes.get<uint64_t>();
+  EXPECT_GT(summary[0]["resident_peak"].get<uint64_t>(), host);
   for (const auto& [tier, categories] : ran.items()) {
     for (const auto& [category, bytes] : categories.items()) {
       EXPECT_EQ(got["per_rank"][tier][category], bytes) << tier << " " << category;

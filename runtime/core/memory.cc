@@ -1,8 +1,10 @@
 #include "runtime/core/memory.h"
 
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -238,6 +240,15 @@ absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
         "'", std::string(text), "' is not a byte size (expected e.g. 4096, \"512MiB\", \"12GiB\")"));
   }
   return static_cast<uint64_t>(std::llround(v * mult));
+}
+
+uint64_t resident_peak_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    uint64_t kib = 0;
+    if (std::sscanf(line.c_str(), "VmHWM: %" SCNu64 " kB", &kib) == 1) return kib * 1024;
+  }
+  return 0;
 }
 
 std::string byte_size_text(uint64_t bytes) {

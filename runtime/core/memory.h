@@ -127,6 +127,9 @@ class Buffer {
 // Parses a byte size: a non-negative integer, or a string such as "512MiB",
 // "12GiB", "1.5GB", "4096".
 absl::StatusOr<uint64_t> parse_byte_size(std::string_view text);
+// The process's peak resident memory (VmHWM in /proc/self/status); 0 where
+// it cannot be read.
+uint64_t resident_peak_bytes();
 // Bytes for people: "-" for none, "512 B", "1.5 GiB".
 std::string byte_size_text(uint64_t bytes);
 

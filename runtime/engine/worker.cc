@@ -46,14 +46,18 @@ std::string what_sets_the_size(const JobConfig& cfg) {
                       "zero_optimization offload would change that");
 }
 
-// Before anything is allocated, the rank's memory plan against the memory
-// limits: a job that cannot fit is refused as bad input (its config asks
-// for more than it allows), naming the tier, the bytes, the shortfall and
-// the categories that take them.
-absl::Status check_memory_plan(const JobConfig& cfg, const RankInfo& rank, const Device& device) {
+// The rank's memory plan: its peaks, as the accountant will measure them.
+absl::StatusOr<MemoryPeaks> planned_peaks(const JobConfig& cfg, const RankInfo& rank, const Device& device) {
   MemoryPlan plan(plan_device(device));
   ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, rank.world_size, rank.rank, kernel_memory_for(device), plan));
-  const MemoryPeaks p = plan.peaks();
+  return plan.peaks();
+}
+
+// Before anything is allocated, the plan against the memory limits: a job
+// that cannot fit is refused as bad input (its config asks for more than it
+// allows), naming the tier, the bytes, the shortfall and the categories that
+// take them.
+absl::Status check_memory_plan(const JobConfig& cfg, int rank, const MemoryPeaks& p) {
   const std::tuple<Tier, std::optional<uint64_t>, const char*> limits[] = {
       {Tier::kHost, cfg.run.host_memory_limit, "run.host_memory_limit"},
       {Tier::kGpu, cfg.run.gpu_memory_limit, "run.gpu_memory_limit"}};
@@ -70,7 +74,7 @@ absl::Status check_memory_plan(const JobConfig& cfg, const RankInfo& rank, const
       absl::StrAppend(&parts, parts.empty() ? "" : ", ", category_name(c), " ", byte_size_text(bytes));
     }
     return absl::FailedPreconditionError(
-        absl::StrCat(key, " is ", *limit, " bytes (", byte_size_text(*limit), "), but rank ", rank.rank, " would hold ",
+        absl::StrCat(key, " is ", *limit, " bytes (", byte_size_text(*limit), "), but rank ", rank, " would hold ",
                      p.total[t], " bytes (", byte_size_text(p.total[t]), ") of ", tier_name(tier), " memory, ",
                      byte_size_text(p.total[t] - *limit), " more: ", parts, "; ", what_sets_the_size(cfg),
                      " (zeroctl estimate --buffers shows each buffer)"));
@@ -101,9 +105,17 @@ uint64_t directory_bytes(const std::string& dir) {
 class TrainingRun {
  public:
   using Fail = std::function<int(int code, const std::string& message)>;
-  TrainingRun(const JobConfig& cfg, Trainer& t, RunOutput& output, const MemoryAccountant& acct, Communicator& comm,
-              RunObserver* observer, Fail fail)
-      : cfg_(cfg), t_(t), output_(output), acct_(acct), comm_(comm), observer_(observer), fail_(std::move(fail)) {}
+  // `planned`: the rank's memory plan, for the summary beside the peaks.
+  TrainingRun(const JobConfig& cfg, Trainer& t, RunOutput& output, const MemoryAccountant& acct,
+              const MemoryPeaks& planned, Communicator& comm, RunObserver* observer, Fail fail)
+      : cfg_(cfg),
+        t_(t),
+        output_(output),
+        acct_(acct),
+        planned_(planned),
+        comm_(comm),
+        observer_(observer),
+        fail_(std::move(fail)) {}
 
   int run() {
     const int64_t first_step = t_.steps_done();
@@ -182,6 +194,8 @@ class TrainingRun {
     auto sample = t_.sample_text();
     if (!sample.ok()) return fail_(kExitFailure, std::string(sample.status().message()));
     summary.sample = *sample;
+    summary.planned = planned_;
+    summary.resident_peak = resident_peak_bytes();
     auto peaks = gather_peaks(comm_, acct_);
     if (!peaks.ok()) return fail_(kExitFailure, std::string(peaks.status().message()));
     output_.summary(summary, *peaks);
@@ -192,6 +206,7 @@ class TrainingRun {
   Trainer& t_;
   RunOutput& output_;
   const MemoryAccountant& acct_;
+  const MemoryPeaks planned_;
   Communicator& comm_;
   RunObserver* observer_;
   const Fail fail_;
@@ -272,7 +287,9 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   const auto refuse = [&](const absl::Status& s, const char* context = "") {
     return fail(exit_code_for(s), absl::StrCat(context, s.message()));
   };
-  if (absl::Status s = check_memory_plan(*cfg, *rank, **device); !s.ok()) return refuse(s);
+  const absl::StatusOr<MemoryPeaks> planned = planned_peaks(*cfg, *rank, **device);
+  if (!planned.ok()) return refuse(planned.status());
+  if (absl::Status s = check_memory_plan(*cfg, rank->rank, *planned); !s.ok()) return refuse(s);
   // A checkpoint directory that cannot be written is found now, not at the first save.
   if (cfg->run.checkpoint.dir) {
     if (absl::Status s = check_checkpoint_root(*cfg->run.checkpoint.dir); !s.ok()) {
@@ -297,7 +314,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     output.resumed(*path, t.steps_done());
   }
 
-  return TrainingRun(*cfg, t, output, acct, **comm, observer, fail).run();
+  return TrainingRun(*cfg, t, output, acct, *planned, **comm, observer, fail).run();
 }
 
 }  // namespace zerod

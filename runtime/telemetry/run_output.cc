@@ -157,10 +157,16 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
   if (format_ == LogFormat::kJson) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const MemoryPeaks& p : per_rank) ranks.push_back(memory_peak_json(p));
-    nlohmann::json j = {{"event", "summary"},      {"steps", s.steps},
-                        {"first_loss", s.first_loss}, {"final_loss", s.final_loss},
-                        {"tokens_per_s", s.tokens_per_s}, {"elapsed_s", s.elapsed_s},
-                        {"memory_peak", memory_peak_json(rank0)}, {"memory_peak_per_rank", ranks}};
+    nlohmann::json j = {{"event", "summary"},
+                        {"steps", s.steps},
+                        {"first_loss", s.first_loss},
+                        {"final_loss", s.final_loss},
+                        {"tokens_per_s", s.tokens_per_s},
+                        {"elapsed_s", s.elapsed_s},
+                        {"memory_peak", memory_peak_json(rank0)},
+                        {"memory_peak_per_rank", ranks},
+                        {"memory_planned", memory_peak_json(s.planned)},
+                        {"resident_peak", s.resident_peak}};
     if (s.synthetic_accuracy >= 0) j["synthetic_accuracy"] = s.synthetic_accuracy;
     if (!s.sample.empty()) j["sample"] = s.sample;
     if (!s.auto_filled.empty()) j["auto"] = auto_json(s.auto_filled);
@@ -181,11 +187,25 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
   out_ << absl::StrFormat("memory peak (rank 0)  %10s", "");
   for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", category_name(static_cast<Category>(c)));
   out_ << absl::StrFormat(" %11s\n", "total");
+  const auto row = [&](const std::string& name, const MemoryPeaks& p, int t) {
+    out_ << absl::StrFormat("  %-30s", name);
+    for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", byte_size_text(p.peak[t][c]));
+    out_ << absl::StrFormat(" %11s\n", byte_size_text(p.total[t]));
+  };
+  // The plan's row where it differs from what was measured.
+  bool as_planned = true;
   for (int t = 0; t < kNumTiers; ++t) {
-    if (rank0.total[t] == 0) continue;
-    out_ << absl::StrFormat("  %-30s", tier_name(static_cast<Tier>(t)));
-    for (int c = 0; c < kNumCategories; ++c) out_ << absl::StrFormat(" %11s", byte_size_text(rank0.peak[t][c]));
-    out_ << absl::StrFormat(" %11s\n", byte_size_text(rank0.total[t]));
+    const bool same = rank0.peak[t] == s.planned.peak[t] && rank0.total[t] == s.planned.total[t];
+    as_planned = as_planned && same;
+    if (rank0.total[t] > 0) row(tier_name(static_cast<Tier>(t)), rank0, t);
+    if (!same) row(absl::StrCat(tier_name(static_cast<Tier>(t)), ", planned"), s.planned, t);
+  }
+  if (as_planned) out_ << "  (the memory plan foresaw every tier and category to the byte)\n";
+  if (s.resident_peak > 0) {
+    const uint64_t accounted =
+        rank0.total[static_cast<int>(Tier::kHost)] + rank0.total[static_cast<int>(Tier::kPinned)];
+    out_ << absl::StrFormat("resident peak (VmHWM) %s, of which the accountant's host and pinned peak %s\n",
+                            byte_size_text(s.resident_peak), byte_size_text(accounted));
   }
   if (per_rank.size() > 1) memory_by_rank(per_rank);
   out_ << std::flush;

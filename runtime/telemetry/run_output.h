@@ -23,6 +23,8 @@ struct RunSummary {
   double synthetic_accuracy = -1;  // absent when negative
   std::string sample;
   std::vector<std::pair<std::string, nlohmann::json>> auto_filled;  // JobConfig's
+  MemoryPeaks planned;                                              // rank 0's memory plan
+  uint64_t resident_peak = 0;                                       // rank 0's peak resident memory (0: unknown)
 };
 
 // Peak bytes by tier and category: {"host": {"params": .., ...}, "pinned": ..}.
