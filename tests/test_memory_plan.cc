@@ -256,6 +256,27 @@ TEST_F(EstimateTest, EqualsTheMemoryTableOfTheRun) {
   EXPECT_NE(small.out.find("does not fit"), std::string::npos) << small.out;
 }
 
+// The techniques table: each row is the job with that technique added to
+// the ones above; the first is the plain job's own estimate.
+TEST_F(EstimateTest, TechniquesAddOneAfterAnother) {
+  const std::string cfg = job();
+  const Result plain = estimate({"--config", cfg, "--json", "--ranks", "4"});
+  const Result t = estimate({"--config", cfg, "--json", "--ranks", "4", "--techniques"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  const nlohmann::json rows = nlohmann::json::parse(t.out)["techniques"];
+  ASSERT_EQ(rows.size(), 9u);
+  EXPECT_EQ(rows[0]["technique"], "plain fp32, AdamW");
+  EXPECT_EQ(rows[0]["per_rank"], nlohmann::json::parse(plain.out)["per_rank"]);
+  auto host = [&](int row, const char* category) { return rows[row]["per_rank"]["host"][category].get<uint64_t>(); };
+  EXPECT_LT(host(2, "optimizer"), host(1, "optimizer"));      // 8-bit m and v
+  EXPECT_LT(host(3, "activations"), host(2, "activations"));  // checkpointing
+  EXPECT_LT(3 * host(6, "optimizer"), host(3, "optimizer"));  // ZeRO 3 at 4 ranks: about a quarter
+  EXPECT_EQ(host(8, "optimizer"), 0u);                        // states in the file
+  EXPECT_GT(rows[8]["per_rank"]["nvme"]["total"].get<uint64_t>(), 0u);
+  const Result text = estimate({"--config", cfg, "--techniques"});
+  EXPECT_NE(text.out.find("+ optimizer and parameters on NVMe"), std::string::npos) << text.out;
+}
+
 // Ranks of a node add up; GPU jobs are planned for GPUs on any machine.
 TEST_F(EstimateTest, NodesSumTheirRanksAndGpusAreDescribedWithoutOne) {
   nlohmann::json j = testing::tiny_job();

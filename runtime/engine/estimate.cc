@@ -50,6 +50,43 @@ absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& m
   return e;
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, Estimate>>> estimate_techniques(const JobConfig& cfg,
+                                                                                  const Machines& machines) {
+  JobConfig c = cfg;
+  c.precision = DType::kF32;
+  c.optimizer.type = OptimizerType::kAdamW;
+  c.activation_checkpointing = c.cpu_checkpointing = false;
+  c.zero.stage = 0;
+  c.zero.offload_optimizer.device = c.zero.offload_param.device = OffloadDevice::kNone;
+  // A plan reads no path: any stands for the NVMe the machines have.
+  const std::string nvme = "nvme_path";
+  const std::pair<std::string, std::function<void(JobConfig&)>> steps[] = {
+      {"plain fp32, AdamW", [](JobConfig&) {}},
+      {"+ bf16 mixed precision", [](JobConfig& j) { j.precision = DType::kBF16; }},
+      {"+ 8-bit Adam states", [](JobConfig& j) { j.optimizer.type = OptimizerType::kAdamW8bit; }},
+      {"+ activation checkpointing", [](JobConfig& j) { j.activation_checkpointing = true; }},
+      {"+ ZeRO stage 1", [](JobConfig& j) { j.zero.stage = 1; }},
+      {"+ ZeRO stage 2", [](JobConfig& j) { j.zero.stage = 2; }},
+      {"+ ZeRO stage 3", [](JobConfig& j) { j.zero.stage = 3; }},
+      {"+ optimizer on the host (cpu offload)",
+       [](JobConfig& j) { j.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
+      {"+ optimizer and parameters on NVMe",
+       [&nvme](JobConfig& j) {
+         for (OffloadConfig* o : {&j.zero.offload_optimizer, &j.zero.offload_param}) {
+           o->device = OffloadDevice::kNvme;
+           o->nvme_path = nvme;
+         }
+       }},
+  };
+  std::vector<std::pair<std::string, Estimate>> rows;
+  for (const auto& [name, apply] : steps) {
+    apply(c);
+    ZEROD_ASSIGN_OR_RETURN(Estimate e, estimate_memory(c, machines));
+    rows.emplace_back(name, std::move(e));
+  }
+  return rows;
+}
+
 namespace {
 
 // A capacity the estimate is checked against.
@@ -104,7 +141,7 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::string config_path, device, gpu_memory, host_memory, nvme;
   std::vector<std::string> overrides;
   int ranks = 0, nodes = 1, gpus_per_node = 0;
-  bool json = false, buffers = false;
+  bool json = false, buffers = false, techniques = false;
   app.add_option("--config", config_path, "job config (JSON)")->required();
   app.add_option("--set", overrides, "override a config key: key.path=value (JSON value)");
   app.add_option("--ranks", ranks, "ranks in all (default: nodes x gpus-per-node, else 1)");
@@ -117,6 +154,8 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--json", json, "one JSON object instead of tables");
   app.add_flag("--buffers", buffers, "also list rank 0's buffers, largest first");
+  app.add_flag("--techniques", techniques,
+               "also the memory techniques one after another (fp32, bf16, 8-bit, checkpointing, ZeRO 1-3, offload)");
   if (auto code = parse_command_line(app, "zeroctl estimate", out, err, [&] { app.parse(argc, argv); })) return *code;
 
   auto refuse = [&](const absl::Status& s) {
@@ -162,6 +201,12 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   auto e = estimate_memory(*cfg, m);
   if (!e.ok()) return refuse(e.status());
+  std::vector<std::pair<std::string, Estimate>> rows;
+  if (techniques) {
+    auto t = estimate_techniques(*cfg, m);
+    if (!t.ok()) return refuse(t.status());
+    rows = *std::move(t);
+  }
 
   const std::vector<Check> all = checks(m, *e);
   const bool fits = std::ranges::all_of(all, &Check::fits);
@@ -196,6 +241,11 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
       }
       j["rank0_buffers"] = list;
     }
+    if (techniques) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& [name, r] : rows) list.push_back({{"technique", name}, {"per_rank", peaks_json(r.per_rank)}});
+      j["techniques"] = list;
+    }
     out << j.dump() << "\n";
     return kExitOk;
   }
@@ -215,6 +265,17 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
       out << absl::StrFormat("  %11s  %-6s %-11s %s%s%s\n", byte_size_text(b.bytes), tier_name(b.tier),
                              category_name(b.category), b.what, b.count > 1 ? absl::StrCat(" (", b.count, ")") : "",
                              b.from == Phase::kBuild ? "" : absl::StrCat(", from the ", phase_name(b.from), " on"));
+    }
+  }
+  if (techniques) {
+    out << absl::StrFormat("techniques, each adding to those above (per rank, %d rank%s)\n%-42s", m.ranks,
+                           m.ranks == 1 ? "" : "s", "");
+    for (int t = 0; t < kNumTiers; ++t) out << absl::StrFormat(" %11s", tier_name(static_cast<Tier>(t)));
+    out << "\n";
+    for (const auto& [name, r] : rows) {
+      out << absl::StrFormat("  %-40s", name);
+      for (int t = 0; t < kNumTiers; ++t) out << absl::StrFormat(" %11s", byte_size_text(r.per_rank.total[t]));
+      out << "\n";
     }
   }
   for (const Check& c : all) {

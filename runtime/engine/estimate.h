@@ -38,6 +38,14 @@ struct Estimate {
 // The plans of every rank of `cfg` on `machines`.
 absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& machines);
 
+// The memory techniques one after another, each row adding one to the
+// rows before it (plain fp32 AdamW; bf16; 8-bit states; activation
+// checkpointing; ZeRO stages 1, 2 and 3 over the machines' ranks; the
+// optimizer on the host; optimizer and parameters on NVMe), the rest of
+// `cfg` as it is: each row's name and estimate.
+absl::StatusOr<std::vector<std::pair<std::string, Estimate>>> estimate_techniques(const JobConfig& cfg,
+                                                                                  const Machines& machines);
+
 // The command: argv as after "zeroctl" (argv[0] "estimate"). Exit status 0
 // with the estimate (whether or not it fits), 2 for bad input.
 int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err);
