@@ -38,7 +38,8 @@ absl::Status check_swap_dir(const std::string& dir, uint64_t bytes_needed, const
   const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   if (free_bytes < bytes_needed) {
     return absl::FailedPreconditionError(absl::StrCat(key, ": '", dir, "' has ", free_bytes,
-                                                      " bytes free, but the offloaded files need ", bytes_needed));
+                                                      " bytes free, but the offloaded files need ", bytes_needed, ", ",
+                                                      bytes_needed - free_bytes, " more"));
   }
   return absl::OkStatus();
 }

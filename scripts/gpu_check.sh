@@ -21,18 +21,22 @@
 #     (examples/gpt-4b-offload.json), and DeepSpeed ZeRO-Offload on gpt2-xl
 #     where it is installed and the anchors are carried (.anchors, a copy of
 #     ../shared/anchors);
+#   plan: the single-GPU examples (gpt2, gpt2-xl fine-tune uncapped with
+#     random weights, gpt2-xl with offload) two steps each, their planned
+#     peaks (zeroctl estimate's, run summary's memory_planned) against the
+#     accountant's in every tier and category (goal: within 5%);
 #   ranks: with the machine's own Open MPI (mpicxx, mpirun), a CUDA + MPI
 #     build: 2 and 3 ranks sharing the GPU against the one-rank run
 #     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
 #     rank's GPU peak.
 #   Here:            scripts/gpu_deps.sh
-#   On the GPU:      scripts/gpu_check.sh [all|offload|largest|ranks|bench]  (carry .gpu-deps)
+#   On the GPU:      scripts/gpu_check.sh [all|offload|largest|ranks|bench|plan]  (carry .gpu-deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 section=${1:-all}
-case "$section" in all | offload | largest | ranks | bench) ;;
-*) echo "gpu_check: unknown section '$section' (all, offload, largest, ranks or bench)"; exit 2 ;;
+case "$section" in all | offload | largest | ranks | bench | plan) ;;
+*) echo "gpu_check: unknown section '$section' (all, offload, largest, ranks, bench or plan)"; exit 2 ;;
 esac
 out=${OUT:-$root/gpu-results}
 deps=/tmp/zerod-deps
@@ -140,6 +144,38 @@ if [ "$section" = offload ]; then
   exit $rc
 fi
 
+if [ "$section" = plan ]; then
+  rc=0
+  # Each run's summary: memory_planned against memory_peak, every tier and
+  # category; exit 1 past 5% anywhere, and the worst error said.
+  compare='
+import json, sys
+summary = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "\"summary\"" in l][-1]
+worst, where = 0.0, "none"
+for tier, cats in summary["memory_peak"].items():
+    for cat, measured in cats.items():
+        planned = summary["memory_planned"][tier][cat]
+        err = abs(planned - measured) / max(measured, 1)
+        if err > worst: worst, where = err, f"{tier} {cat}: planned {planned}, measured {measured}"
+gpu = summary["memory_peak"]["gpu"]
+print(f"gpu peak {gpu}; worst error {100 * worst:.3f}% ({where})")
+sys.exit(1 if worst > 0.05 else 0)'
+  runs=("gpu_gpt2:--config examples/gpu_gpt2.json"
+    "gpu_gpt2_xl_finetune:--config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.gpu_memory_limit=null"
+    "gpt2-xl-offload:--config examples/gpt2-xl-offload.json --set model.init_from=null")
+  for run in "${runs[@]}"; do
+    name=${run%%:*}
+    # shellcheck disable=SC2086
+    timeout 150 "$worker" ${run#*:} --set run.steps=2 --log-format json >"$logs/plan-$name.log" 2>&1
+    code=$?
+    result=$(python3 -c "$compare" "$logs/plan-$name.log" 2>&1)
+    [ $? = 0 ] && [ "$code" = 0 ] || rc=1
+    say "plan against the accountant, $name: exit $code; $result"
+  done
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
 if [ "$section" = largest ]; then
   rc=0
   # The largest example: 4.2B parameters, states on the host, parameters on NVMe.
@@ -230,7 +266,7 @@ say "gpt2, where the time went: $(breakdown "$logs/gpt2-breakdown.log")"
 timeout 120 "$worker" --config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null \
   --set run.steps=3 >"$logs/gpt2-xl-12GiB.log" 2>&1
 code=$?
-if [ "$code" = 1 ] && grep -q "would exceed the gpu memory limit" "$logs/gpt2-xl-12GiB.log" &&
+if [ "$code" = 2 ] && grep -q "run.gpu_memory_limit is .* zeroctl estimate --fit finds" "$logs/gpt2-xl-12GiB.log" &&
   ! grep -qE '^step ' "$logs/gpt2-xl-12GiB.log"; then
   say "gpt2-xl without offload under 12 GiB: refused before the first step: $(grep error "$logs/gpt2-xl-12GiB.log")"
 else

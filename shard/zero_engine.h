@@ -138,6 +138,10 @@ class ZeroEngine {
   bool shard_in_memory() const { return optimizer_->in_memory(); }
   absl::Status load_shard(const std::string& path);
   absl::Status load_resharded(SavedShards& saved);
+  // The host buffers a rank of `shape` reads a checkpoint into: load_shard's,
+  // or with `resharded` load_resharded's.
+  static void plan_resume(const ZeroShape& shape, const OptimizerConfig& optimizer, bool resharded,
+                          MemoryPlan& plan);
   absl::Status publish_params() { return params_->publish(); }
 
   // Seconds spent blocked on stage 2/3 collectives in forward and backward
@@ -169,7 +173,7 @@ class ZeroEngine {
   // state arrays this rank's: fill(a, offset, n, dst) puts bytes
   // [offset, offset + n) of array a into dst.
   using StateFill = std::function<absl::Status(const StateArray& a, uint64_t offset, uint64_t n, void* dst)>;
-  absl::Status install_state(const std::vector<float>& master, const StateFill& fill);
+  absl::Status install_state(const float* master, const StateFill& fill);
   // What the optimizer's new masters go through to the working copy, when
   // the optimizer does not write it itself (empty then).
   OptimizerState::MasterOut working_copy_writer();

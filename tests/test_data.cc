@@ -49,6 +49,13 @@ std::string good_shard(const std::vector<uint16_t>& tokens) {
   return shard_bytes(20240520, 1, static_cast<int32_t>(tokens.size()), tokens);
 }
 
+// Every id of a stream, read through it.
+std::vector<uint16_t> ids_of(const TokenStream& s) {
+  std::vector<uint16_t> ids(s.size());
+  s.read(0, s.size(), ids.data());
+  return ids;
+}
+
 void expect_contains(const absl::Status& s, const std::string& fragment) {
   EXPECT_NE(std::string(s.message()).find(fragment), std::string::npos)
       << "'" << fragment << "' not in: " << s;
@@ -159,7 +166,7 @@ TEST_F(DataTest, GlobReturnsSortedFilesAndLoadConcatenatesInOrder) {
   DataConfig cfg{DataKind::kTokens, path("*.bin"), 2, 1};
   auto ds = load_dataset(cfg, 100);
   ASSERT_TRUE(ds.ok()) << ds.status();
-  EXPECT_EQ(ds->tokens, (std::vector<uint16_t>{10, 11, 12, 20, 30, 31}));
+  EXPECT_EQ(ids_of(ds->tokens), (std::vector<uint16_t>{10, 11, 12, 20, 30, 31}));
   EXPECT_TRUE(ds->heldout.empty());
 }
 
@@ -193,10 +200,9 @@ TEST_F(DataTest, TextBytesBecomeTokens) {
   DataConfig cfg{DataKind::kText, path("t.txt"), 4, 1};
   auto ds = load_dataset(cfg, 256);
   ASSERT_TRUE(ds.ok()) << ds.status();
-  ASSERT_EQ(ds->tokens.size(), bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    EXPECT_EQ(ds->tokens[i], static_cast<unsigned char>(bytes[i])) << "byte " << i;
-  }
+  const std::vector<uint16_t> ids = ids_of(ds->tokens);
+  ASSERT_EQ(ids.size(), bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(ids[i], static_cast<unsigned char>(bytes[i])) << "byte " << i;
 }
 
 TEST_F(DataTest, EmptyTextFile) {
@@ -242,6 +248,60 @@ TEST_F(DataTest, SeqLenZero) {
   DataConfig cfg{DataKind::kSynthetic, "", 0, 1};
   expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument,
                {"seq_len", "got 0"});
+}
+
+// Shards are mapped and read in place: a loader over a glob reads the same
+// windows as over the ids held in one vector, across shard boundaries.
+TEST_F(DataTest, WindowsAcrossMappedShardsAreTheConcatenatedStreams) {
+  std::vector<uint16_t> all;
+  for (int f = 0; f < 3; ++f) {
+    std::vector<uint16_t> ids;
+    for (int i = 0; i < 37 + 11 * f; ++i) ids.push_back(static_cast<uint16_t>(1000 * f + i));
+    write_file(path("s" + std::to_string(f) + ".bin"), good_shard(ids));
+    all.insert(all.end(), ids.begin(), ids.end());
+  }
+  write_file(path("t.txt"), "bytes of text");
+  auto ds = load_dataset({DataKind::kTokens, path("s*.bin"), 7, 1}, 3000);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const TokenStream held(all);
+  DataLoader mapped(&ds->tokens, 7, 5), reference(&held, 7, 5);
+  for (int step = 0; step < 40; ++step) {
+    std::vector<int32_t> in(3 * 7), tg(3 * 7), ref_in(3 * 7), ref_tg(3 * 7);
+    mapped.next_batch(3, in.data(), tg.data());
+    reference.next_batch(3, ref_in.data(), ref_tg.data());
+    ASSERT_EQ(in, ref_in) << "step " << step;
+    ASSERT_EQ(tg, ref_tg) << "step " << step;
+  }
+}
+
+int64_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// A glob of 64 MiB of shards adds a few MiB to a rank's resident memory
+// (the vocabulary check's buffer), not their size; a token past the
+// vocabulary deep in the last one is still found, at its index in its file.
+TEST_F(DataTest, ShardsAreMappedNotCopiedIntoTheRank) {
+  constexpr int kShards = 4, kIds = 8 << 20;
+  std::vector<uint16_t> ids(kIds);
+  for (int i = 0; i < kIds; ++i) ids[i] = static_cast<uint16_t>(i % 50000);
+  for (int f = 0; f < kShards; ++f) ASSERT_TRUE(write_token_shard(path("big" + std::to_string(f) + ".bin"), ids).ok());
+  const int64_t before = resident_bytes();
+  auto ds = load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1}, 50257);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const int64_t grown = resident_bytes() - before;
+  EXPECT_EQ(ds->tokens.size(), int64_t{kShards} * kIds);
+  EXPECT_LT(grown, 16 << 20) << "resident memory grew by " << grown << " bytes loading " << 2 * kShards * kIds;
+
+  ids[kIds - 5] = 60000;
+  ASSERT_TRUE(write_token_shard(path("big3.bin"), ids).ok());
+  expect_error(load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1}, 50257).status(),
+               absl::StatusCode::kInvalidArgument,
+               {path("big3.bin"), "token 60000", "at index " + std::to_string(kIds - 5)});
 }
 
 // ---- synthetic task ----
@@ -368,7 +428,7 @@ TEST(Synthetic, LoadDatasetUsesConfigSeed) {
   auto ds = load_dataset(cfg, 256);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const SyntheticTask task = make_synthetic_task(9, 16);
-  EXPECT_EQ(ds->tokens, task.train_tokens);
+  EXPECT_EQ(ids_of(ds->tokens), task.train_tokens);
   EXPECT_EQ(ds->heldout, task.heldout);
 }
 
@@ -428,14 +488,16 @@ bool is_permutation_of_all(std::vector<int64_t> order, int64_t n) {
 
 TEST(DataLoader, NumWindowsIgnoresTail) {
   const auto tokens = counting_tokens(4 * 12 + 1 + 3);  // 3 tokens short of a 13th window
-  DataLoader loader(&tokens, 4, 1);
+  const TokenStream stream(tokens);
+  DataLoader loader(&stream, 4, 1);
   EXPECT_EQ(loader.num_windows(), 12);
 }
 
 TEST(DataLoader, TargetsAreInputsShiftedByOne) {
   const int T = 5, B = 3;
   const auto tokens = counting_tokens(T * 20 + 1);
-  DataLoader loader(&tokens, T, 1);
+  const TokenStream stream(tokens);
+  DataLoader loader(&stream, T, 1);
   for (int step = 0; step < 15; ++step) {
     const Batch batch = next(loader, B, T);
     windows_of(batch, tokens, B, T, loader.num_windows());
@@ -448,7 +510,8 @@ TEST(DataLoader, TargetsAreInputsShiftedByOne) {
 TEST(DataLoader, EachWindowOncePerEpoch) {
   const int T = 4, B = 3;
   const auto tokens = counting_tokens(T * 12 + 2);  // 12 windows, 4 batches per epoch
-  DataLoader loader(&tokens, T, 42);
+  const TokenStream stream(tokens);
+  DataLoader loader(&stream, T, 42);
   std::map<int64_t, int> visits;
   for (int step = 0; step < 4; ++step) {
     for (int64_t w : windows_of(next(loader, B, T), tokens, B, T, 12)) ++visits[w];
@@ -462,7 +525,8 @@ TEST(DataLoader, EachWindowOncePerEpoch) {
 TEST(DataLoader, PartialBatchStartsNextEpoch) {
   const int T = 4, B = 5;
   const auto tokens = counting_tokens(T * 12 + 1);  // 12 windows: two batches of 5 fit
-  DataLoader loader(&tokens, T, 42);
+  const TokenStream stream(tokens);
+  DataLoader loader(&stream, T, 42);
   std::set<int64_t> seen;
   for (int step = 0; step < 2; ++step) {
     for (int64_t w : windows_of(next(loader, B, T), tokens, B, T, 12)) seen.insert(w);
@@ -477,7 +541,8 @@ TEST(DataLoader, PartialBatchStartsNextEpoch) {
 TEST(DataLoader, OrderDependsOnSeed) {
   const int T = 2;
   const auto tokens = counting_tokens(T * 50 + 1);
-  DataLoader a(&tokens, T, 1), b(&tokens, T, 1), c(&tokens, T, 2);
+  const TokenStream stream(tokens);
+  DataLoader a(&stream, T, 1), b(&stream, T, 1), c(&stream, T, 2);
   const auto order_a = epoch_order(a, tokens, T);
   EXPECT_TRUE(is_permutation_of_all(order_a, 50));
   EXPECT_EQ(order_a, epoch_order(b, tokens, T));
@@ -489,7 +554,8 @@ TEST(DataLoader, OrderDependsOnSeed) {
 TEST(DataLoader, TwoRanksMakeTheSingleRankBatch) {
   const int T = 3, B = 2;
   const auto tokens = counting_tokens(T * 25 + 1);  // 25 windows: 6 global batches then rollover
-  DataLoader single(&tokens, T, 5), rank0(&tokens, T, 5, 0, 2), rank1(&tokens, T, 5, 1, 2);
+  const TokenStream stream(tokens);
+  DataLoader single(&stream, T, 5), rank0(&stream, T, 5, 0, 2), rank1(&stream, T, 5, 1, 2);
   for (int step = 0; step < 20; ++step) {
     const Batch whole = next(single, 2 * B, T), r0 = next(rank0, B, T), r1 = next(rank1, B, T);
     Batch joined = r0;
@@ -505,7 +571,8 @@ TEST(DataLoader, TwoRanksMakeTheSingleRankBatch) {
 TEST(DataLoader, RestoredStateReplaysBatches) {
   const int T = 4, B = 3;
   const auto tokens = counting_tokens(T * 17 + 1);
-  DataLoader original(&tokens, T, 99);
+  const TokenStream stream(tokens);
+  DataLoader original(&stream, T, 99);
   // 17 windows hold 5 batches of 3, so 8 batches end mid-way through epoch 1;
   // restoring there needs epoch 1's permutation, not the constructor's.
   for (int step = 0; step < 8; ++step) next(original, B, T);
@@ -513,7 +580,7 @@ TEST(DataLoader, RestoredStateReplaysBatches) {
   EXPECT_EQ(saved.epoch, 1u);
   EXPECT_EQ(saved.position, 9u);
 
-  DataLoader restored(&tokens, T, 99);
+  DataLoader restored(&stream, T, 99);
   restored.set_state(saved);
   for (int step = 0; step < 12; ++step) {  // crosses two epoch boundaries
     EXPECT_EQ(next(restored, B, T), next(original, B, T)) << "step " << step;
@@ -526,7 +593,8 @@ TEST(DataLoader, RestoredStateReplaysBatches) {
 TEST(DataLoader, NewEpochReshufflesAndCoversAll) {
   const int T = 2;
   const auto tokens = counting_tokens(T * 40 + 1);
-  DataLoader loader(&tokens, T, 3);
+  const TokenStream stream(tokens);
+  DataLoader loader(&stream, T, 3);
   const auto epoch0 = epoch_order(loader, tokens, T);
   EXPECT_EQ(loader.state().epoch, 0u);
   const auto epoch1 = epoch_order(loader, tokens, T);
@@ -539,7 +607,8 @@ TEST(DataLoader, NewEpochReshufflesAndCoversAll) {
 TEST(DataLoader, TinyDataWrapsWithinABatch) {
   const int T = 2, B = 5;
   const auto tokens = counting_tokens(T * 3 + 1);  // 3 windows, fewer than one batch
-  DataLoader loader(&tokens, T, 8);
+  const TokenStream stream(tokens);
+  DataLoader loader(&stream, T, 8);
   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
     const auto ws = windows_of(next(loader, B, T), tokens, B, T, 3);
     EXPECT_EQ(loader.state().epoch, epoch);  // each batch is its own epoch

@@ -3,15 +3,22 @@
 // figures against a real zero-worker run's memory table.
 // (mpi_test_memory_plan.cc checks every buffer against the accountant.)
 #include <gtest/gtest.h>
+#include <sys/statvfs.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
+#include "runtime/core/whole_file.h"
 #include "runtime/engine/estimate.h"
+#include "runtime/engine/fit.h"
+#include "runtime/engine/memory_check.h"
 #include "runtime/engine/trainer.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
@@ -300,6 +307,276 @@ TEST_F(EstimateTest, NodesSumTheirRanksAndGpusAreDescribedWithoutOne) {
   EXPECT_GE(r["per_rank"]["gpu"]["workspace"].get<uint64_t>(), KernelMemory::kCudaBlasWorkspace);
   ASSERT_EQ(r["capacity"].size(), 2u);
   EXPECT_EQ(r["capacity"][0]["needed"], rank_gpu);
+}
+
+// The cost model's seconds, against its formulas written out by hand for
+// three jobs: the CPU one-rank job, a GPU ZeRO-3 job with everything on the
+// host, and NVMe states shared by two ranks of a node.
+TEST(FitTest, StepCostIsTheStatedModel) {
+  const FitRates rates{1e9, 2e9, 3e9, 4e9, 5e9};  // flops, host, PCIe, network, NVMe
+  JobConfig cfg = testing::config_with(testing::tiny_job(), {});
+  const double psi = static_cast<double>(gpt_param_count(cfg.model));
+  const double L = cfg.model.n_layer, C = cfg.model.n_embd, T = cfg.data.seq_len, B = cfg.micro_batch;
+  Machines one;
+  StepCost c = step_cost(cfg, one, rates);
+  EXPECT_DOUBLE_EQ(c.compute, (6 * psi + 12 * L * T * C) * B * T / 1e9);
+  EXPECT_DOUBLE_EQ(c.optimizer, psi * (4 + 8 + 16) / 2e9);  // fp32: no 16-bit copy to write
+  EXPECT_EQ(c.pcie + c.network + c.nvme, 0);
+
+  cfg = testing::config_with(testing::tiny_job(),
+                             {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"cpu\"",
+                              "zero_optimization.offload_param.device=\"cpu\"", "bf16.enabled=true",
+                              "activation_checkpointing.enabled=true", "gradient_accumulation_steps=2"},
+                             4);
+  Machines gpus;
+  gpus.ranks = 4;
+  gpus.gpu = true;
+  c = step_cost(cfg, gpus, rates);
+  EXPECT_DOUBLE_EQ(c.compute, (6 * psi + 12 * L * T * C) * 4 / 3 * B * 2 * T / 1e9);
+  EXPECT_DOUBLE_EQ(c.optimizer, psi / 4 * (4 + 8 + 16 + 2) / 2e9);
+  // Gradients down each micro-step, parameters up after the update and for
+  // each gather (forward and backward of both micro-steps).
+  EXPECT_DOUBLE_EQ(c.pcie, (psi / 4 * (4 * 2 + 2) + 2 * 2 * psi / 4 * 2) / 3e9);
+  EXPECT_DOUBLE_EQ(c.network, 0.75 * (4 + 2 * 2) * 2 * psi / 4e9);
+  EXPECT_EQ(c.nvme, 0);
+
+  cfg = testing::config_with(testing::tiny_job(),
+                             {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"nvme\"",
+                              "zero_optimization.offload_optimizer.nvme_path=\"/tmp\""},
+                             2);
+  Machines node;
+  node.ranks = 2;
+  c = step_cost(cfg, node, rates);
+  EXPECT_DOUBLE_EQ(c.nvme, 2 * (2 * psi / 2 * (4 + 8)) / 5e9);  // two ranks read and write their states
+  EXPECT_DOUBLE_EQ(c.network, 0.5 * (4 + 4) * psi / 4e9);
+  EXPECT_DOUBLE_EQ(c.total(), c.compute + c.optimizer + c.pcie + c.network + c.nvme);
+}
+
+// gpt2-xl's fine-tune example on a 12 GiB GPU and 64 GiB of host memory:
+// as it is it does not fit; --fit lists configurations that do, fastest
+// first, and the best, written out, is a config zero-worker reads and
+// whose plan passes zero-worker's start-up check under a 12 GiB cap.
+TEST_F(EstimateTest, FitFindsGpt2XlConfigurationsForA12GiBGpu) {
+  const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/gpu_gpt2_xl_finetune.json";
+  const Result as_is = estimate({"--config", example, "--json", "--gpu-memory", "12GiB", "--host-memory", "64GiB"});
+  ASSERT_EQ(as_is.code, 0) << as_is.err;
+  EXPECT_EQ(nlohmann::json::parse(as_is.out)["fits"], false);
+
+  const std::string best = path("best.json");
+  const Result r = estimate({"--config", example, "--json", "--fit", "--gpu-memory", "12GiB", "--host-memory", "64GiB",
+                             "--top", "50", "--out", best});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json fit = nlohmann::json::parse(r.out);
+  ASSERT_GT(fit["fitting"].get<int>(), 0);
+  const nlohmann::json& list = fit["configurations"];
+  ASSERT_EQ(list.size(), std::min(50, fit["fitting"].get<int>()));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& c = list[i];
+    EXPECT_LE(c["per_rank"]["gpu"]["total"].get<uint64_t>(), uint64_t{12} << 30);
+    EXPECT_LE(c["per_rank"]["host"]["total"].get<uint64_t>() + c["per_rank"]["pinned"]["total"].get<uint64_t>(),
+              uint64_t{64} << 30);
+    if (i > 0) {
+      EXPECT_LE(list[i - 1]["seconds_per_step"].get<double>(), c["seconds_per_step"].get<double>());
+    }
+    // The global batch of 8 sequences of 1024 tokens is kept.
+    EXPECT_DOUBLE_EQ(c["tokens_per_s"].get<double>() * c["seconds_per_step"].get<double>(), 8 * 1024);
+  }
+  EXPECT_NE(list[0]["changes"].dump().find("offload"), std::string::npos) << list[0]["changes"];
+
+  // zero-worker's reader and start-up check, on the file written.
+  auto cfg = load_job_config(best, {}, 1);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(nlohmann::json::parse(*read_whole_file(best)), fit["best_config"]);
+  MemoryPlan plan({Tier::kGpu, /*pins=*/true, /*caches_blocks=*/true});
+  KernelMemory kernels;
+  kernels.backend = KernelBackend::kCuda;
+  ASSERT_TRUE(Trainer::plan(*cfg, 1, 0, kernels, plan).ok());
+  EXPECT_EQ(plan.peaks().total[kGpu], list[0]["per_rank"]["gpu"]["total"].get<uint64_t>());
+  cfg->run.gpu_memory_limit = uint64_t{12} << 30;
+  EXPECT_TRUE(check_memory_plan(*cfg, 0, 1, plan.peaks()).ok());
+
+  const Result text = estimate({"--config", example, "--fit", "--gpu-memory", "12GiB", "--host-memory", "64GiB"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("configurations fit 1 rank on 1 node"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("the best, a config zero-worker accepts:\n" + fit["best_config"].dump(2)), std::string::npos)
+      << text.out;
+}
+
+// A machine too small for any configuration: said, with the closest one
+// and by how much it is short; exit 1 and no config written.
+TEST_F(EstimateTest, FitSaysByHowMuchWhenNothingFits) {
+  const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/gpu_gpt2_xl_finetune.json";
+  const std::vector<std::string> machine = {"--config", example, "--fit", "--gpu-memory", "1GiB", "--host-memory",
+                                            "8GiB", "--out", path("best.json")};
+  const Result text = estimate(machine);
+  EXPECT_EQ(text.code, 1) << text.err;
+  EXPECT_NE(text.out.find("no configuration fits; the closest ("), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("short"), std::string::npos) << text.out;
+  EXPECT_FALSE(std::filesystem::exists(path("best.json")));
+  std::vector<std::string> as_json = machine;
+  as_json.push_back("--json");
+  const Result j = estimate(as_json);
+  EXPECT_EQ(j.code, 1);
+  const nlohmann::json r = nlohmann::json::parse(j.out);
+  EXPECT_EQ(r["fitting"], 0);
+  EXPECT_TRUE(r["best_config"].is_null());
+  // The shortfall is what the closest needs past each capacity.
+  const nlohmann::json& c = r["closest"]["per_rank"];
+  const auto past = [](uint64_t needed, uint64_t capacity) { return needed > capacity ? needed - capacity : 0; };
+  EXPECT_EQ(r["closest"]["shortfall"].get<uint64_t>(),
+            past(c["gpu"]["total"].get<uint64_t>(), uint64_t{1} << 30) +
+                past(c["host"]["total"].get<uint64_t>() + c["pinned"]["total"].get<uint64_t>(), uint64_t{8} << 30));
+  EXPECT_GT(r["closest"]["shortfall"].get<uint64_t>(), 0u);
+}
+
+TEST_F(EstimateTest, FitRefusesBadInput) {
+  const std::string cfg = job();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--fit"}, "--fit needs the machines' memory"},
+      {{"--fit", "--host-memory", "1GiB", "--allow", "fp8"}, "--allow"},
+      {{"--fit", "--host-memory", "1GiB", "--top", "0"}, "--top"},
+      {{"--fit", "--host-memory", "1GiB", "--pcie-bandwidth", "fast"}, "--pcie-bandwidth: 'fast' is not a byte size"},
+      {{"--fit", "--host-memory", "1GiB", "--flops", "-3"}, "--flops"},
+      {{"--fit", "--host-memory", "1GiB", "--out", "/no/such/dir/best.json"}, "/no/such/dir/best.json"},
+  };
+  for (const auto& [args, message] : bad) {
+    std::vector<std::string> a = {"--config", cfg};
+    a.insert(a.end(), args.begin(), args.end());
+    const Result r = estimate(a);
+    EXPECT_EQ(r.code, 2) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+}
+
+// --allow lets the search change numerics; without it every configuration
+// keeps the job's precision and optimizer.
+TEST_F(EstimateTest, FitChangesNumericsOnlyWhenAllowed) {
+  const std::string cfg = job();
+  for (bool allowed : {false, true}) {
+    std::vector<std::string> a = {"--config", cfg, "--json", "--fit", "--host-memory", "64GiB", "--top", "1000"};
+    if (allowed) a.insert(a.end(), {"--allow", "bf16,8bit"});
+    const Result r = estimate(a);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string all = nlohmann::json::parse(r.out)["configurations"].dump();
+    EXPECT_EQ(all.find("bf16.enabled=true") != std::string::npos, allowed);
+    EXPECT_EQ(all.find("AdamW8bit") != std::string::npos, allowed);
+  }
+}
+
+// zero-worker refusing a job past run.host_memory_limit says what --fit
+// would change; run with those changes, the job trains under the same limit.
+TEST_F(EstimateTest, AWorkerRefusalNamesWhatFitWouldChangeAndThatTrains) {
+  nlohmann::json j = testing::tiny_job();
+  j["run"]["steps"] = 2;
+  const Result e = estimate({"--config", job(j), "--json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const uint64_t host = nlohmann::json::parse(e.out)["per_rank"]["host"]["total"];
+  j["run"]["host_memory_limit"] = host - 1;
+  const std::string cfg = job(j);
+  const testing::WorkerResult refused = testing::run_worker_with({"--config", cfg});
+  EXPECT_EQ(refused.code, 2);
+  const std::string marker = "that fit; the fastest by its cost model: ";
+  const size_t at = refused.err.find(marker);
+  ASSERT_NE(at, std::string::npos) << refused.err;
+  std::vector<std::string> args = {"--config", cfg};
+  std::istringstream advice(refused.err.substr(at + marker.size()));
+  for (std::string word; advice >> word;) args.push_back(word);
+  ASSERT_GT(args.size(), 2u);
+  const testing::WorkerResult ran = testing::run_worker_with(args);
+  EXPECT_EQ(ran.code, 0) << ran.err;
+}
+
+// A resume reads the saved shard into host buffers the plan states: the
+// run's memory table equals its plan, resuming its own partition's files
+// and (under MPI) another's, whose read buffers are the larger.
+TEST_F(EstimateTest, AResumeReadsIntoBuffersThePlanStates) {
+  nlohmann::json j = testing::tiny_job();
+  j["run"]["steps"] = 2;
+  j["run"]["checkpoint"] = {{"dir", path("ckpt")}, {"interval", 2}};
+  j["run"]["resume"] = "latest";
+  j["train_batch_size"] = 8;
+  j["zero_optimization"] = {{"stage", 2}};
+  const std::string cfg = job(j);
+  auto resumed_summary = [&](const std::string& expected_resume) {
+    const testing::WorkerResult w =
+        testing::run_worker_with({"--config", cfg, "--set", "run.steps=3", "--log-format", "json"});
+    EXPECT_EQ(w.code, 0) << w.err;
+    const auto all = testing::events(w.out);
+    const auto resume = testing::of_kind(all, "resume");
+    EXPECT_EQ(resume.size(), 1u);
+    if (!resume.empty()) {
+      EXPECT_NE(resume[0]["path"].dump().find(expected_resume), std::string::npos) << resume[0];
+    }
+    const auto summary = testing::of_kind(all, "summary");
+    return summary.empty() ? nlohmann::json() : summary[0];
+  };
+  const testing::WorkerResult saved = testing::run_worker_with({"--config", cfg});
+  ASSERT_EQ(saved.code, 0) << saved.err;
+  const nlohmann::json same = resumed_summary("step-00000002");
+  EXPECT_EQ(same["memory_planned"], same["memory_peak"]);
+#ifdef ZEROD_WITH_MPI
+  std::filesystem::remove_all(path("ckpt"));
+  const testing::CommandResult two = testing::mpirun(2, "--config " + cfg);
+  ASSERT_EQ(two.code, 0) << two.out;
+  const nlohmann::json other = resumed_summary("step-00000002");
+  EXPECT_EQ(other["memory_planned"], other["memory_peak"]);
+  // Reading another partition's files takes the optimizer states too.
+  EXPECT_GT(other["memory_peak"]["host"]["workspace"].get<uint64_t>(),
+            same["memory_peak"]["host"]["workspace"].get<uint64_t>());
+#endif
+}
+
+// The process's peak resident memory (VmHWM) beyond the accountant's host
+// and pinned peaks is a fixed overhead (the libraries, OpenBLAS's buffers,
+// the synthetic task): the same within 16 MiB for gpt2-tiny and a model
+// whose accounted memory is over 400 MiB more. Separate processes, so each
+// VmHWM is its run's alone.
+TEST_F(EstimateTest, ResidentMemoryPastTheAccountantDoesNotGrowWithTheModel) {
+  auto unaccounted = [&](const nlohmann::json& model, uint64_t* accounted) {
+    nlohmann::json j = testing::tiny_job();
+    j["model"] = model;
+    j["run"]["steps"] = 2;
+    const testing::CommandResult r =
+        testing::run_command(absl::StrCat(ZEROD_WORKER_BIN, " --config ", job(j), " --log-format json 2>&1"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    const auto summary = testing::of_kind(testing::events(r.out), "summary");
+    if (summary.empty()) return int64_t{0};
+    *accounted = 0;
+    for (const char* tier : {"host", "pinned"}) {
+      for (const auto& [category, bytes] : summary[0]["memory_peak"][tier].items()) *accounted += bytes.get<uint64_t>();
+    }
+    return static_cast<int64_t>(summary[0]["resident_peak"].get<uint64_t>()) - static_cast<int64_t>(*accounted);
+  };
+  uint64_t small = 0, large = 0;
+  const int64_t tiny = unaccounted({{"preset", "gpt2-tiny"}}, &small);
+  const int64_t bigger = unaccounted(
+      {{"preset", "custom"}, {"n_layer", 8}, {"n_head", 8}, {"n_embd", 512}, {"vocab_size", 256}, {"block_size", 64}},
+      &large);
+  EXPECT_GT(large, small + (uint64_t{400} << 20));
+  EXPECT_GT(tiny, 0);
+  EXPECT_LT(std::abs(bigger - tiny), int64_t{16} << 20) << "unaccounted: " << tiny << " and " << bigger << " bytes";
+}
+
+// The start-up check counts the NVMe files of every rank on the node
+// against their directory's free space.
+TEST_F(EstimateTest, StartUpCheckCountsTheNvmeFilesOfEveryRankOnTheNode) {
+  const std::string dir = path("");
+  JobConfig cfg = testing::config_with(
+      testing::tiny_job(), {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"nvme\"",
+                            "zero_optimization.offload_optimizer.nvme_path=" + nlohmann::json(dir).dump()});
+  struct statvfs vfs;
+  ASSERT_EQ(statvfs(dir.c_str(), &vfs), 0);
+  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  MemoryPeaks p;
+  p.peak[static_cast<int>(Tier::kNvme)][static_cast<int>(Category::kOptimizer)] = free_bytes / 10 * 3;
+  p.total[static_cast<int>(Tier::kNvme)] = free_bytes / 10 * 3;
+  EXPECT_TRUE(check_memory_plan(cfg, 0, 3, p).ok());
+  const absl::Status four = check_memory_plan(cfg, 0, 4, p);
+  EXPECT_EQ(four.code(), absl::StatusCode::kFailedPrecondition) << four;
+  for (const std::string& part : {std::string("zero_optimization.offload_optimizer.nvme_path: '") + dir,
+                                  std::string("4 ranks on this node, each optimizer"), std::string(" more")}) {
+    EXPECT_NE(four.message().find(part), std::string::npos) << four;
+  }
 }
 
 }  // namespace

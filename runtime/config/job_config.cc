@@ -501,12 +501,17 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
   return cfg;
 }
 
-absl::StatusOr<JobConfig> load_job_config(const std::string& path, const std::vector<std::string>& overrides,
-                                          int world_size) {
+absl::StatusOr<nlohmann::json> load_job_json(const std::string& path, const std::vector<std::string>& overrides) {
   const std::optional<std::string> text = read_whole_file(path);
   if (!text) return absl::NotFoundError(absl::StrCat("config file '", path, "' cannot be opened"));
   ZEROD_ASSIGN_OR_RETURN(nlohmann::json root, parse_strict_json(*text, absl::StrCat("config file '", path, "'")));
   for (const std::string& o : overrides) ZEROD_RETURN_IF_ERROR(apply_override(root, o));
+  return root;
+}
+
+absl::StatusOr<JobConfig> load_job_config(const std::string& path, const std::vector<std::string>& overrides,
+                                          int world_size) {
+  ZEROD_ASSIGN_OR_RETURN(const nlohmann::json root, load_job_json(path, overrides));
   auto cfg = parse_job_config(root, world_size);
   if (!cfg.ok()) {
     return absl::Status(cfg.status().code(), absl::StrCat("config file '", path, "': ", cfg.status().message()));

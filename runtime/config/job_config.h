@@ -102,6 +102,9 @@ absl::Status apply_override(nlohmann::json& root, const std::string& assignment)
 // Parses and validates a config; `world_size` resolves DeepSpeed's batch rule.
 absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world_size);
 
+// Reads the file and applies the overrides in order, without judging the keys.
+absl::StatusOr<nlohmann::json> load_job_json(const std::string& path, const std::vector<std::string>& overrides);
+
 // Reads the file, applies the overrides in order, parses. Errors name the file.
 absl::StatusOr<JobConfig> load_job_config(const std::string& path,
                                           const std::vector<std::string>& overrides, int world_size);

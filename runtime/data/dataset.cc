@@ -64,51 +64,64 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
   return data;
 }
 
-// Rejects the first token >= vocab_size; `source` names where it came from.
-absl::Status check_vocab(const std::vector<uint16_t>& tokens, size_t begin, int vocab_size,
-                         const std::string& source) {
-  for (size_t i = begin; i < tokens.size(); ++i) {
-    if (tokens[i] >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": token ", tokens[i], " (at index ",
-                                                     i - begin, ") is >= vocab_size ", vocab_size));
-    }
+// Rejects the first id of `ids` from `begin` on that is >= vocab_size;
+// `source` names where it came from.
+absl::Status check_vocab(const TokenStream& ids, int64_t begin, int vocab_size, const std::string& source) {
+  const int64_t at = ids.find_at_least(begin, vocab_size);
+  if (at < 0) return absl::OkStatus();
+  uint16_t id;
+  ids.read(at, 1, &id);
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": token ", id, " (at index ", at - begin, ") is >= vocab_size ", vocab_size));
+}
+
+// The id count an llm.c shard's header claims, checked against the file's
+// `size`; `head` holds the file's first min(size, kHeaderBytes) bytes.
+absl::StatusOr<int32_t> shard_count(const std::string& path, const unsigned char* head, int64_t size) {
+  const std::string where = file_prefix(path);
+  if (size < kHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": only ", size, " bytes, shorter than the ", kHeaderBytes,
+                                                   "-byte llm.c shard header"));
   }
-  return absl::OkStatus();
+  const int32_t magic = load_le32(head), version = load_le32(head + 4), count = load_le32(head + 8);
+  if (magic != kTokenShardMagic) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": bad magic ", magic, " (expected ", kTokenShardMagic, ", an llm.c token shard)"));
+  }
+  if (version != kTokenShardVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": unsupported version ", version, " (expected ", kTokenShardVersion, ")"));
+  }
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": negative token count ", count, " in the header"));
+  }
+  const int64_t expected = kHeaderBytes + 2 * int64_t{count};
+  if (size != expected) {
+    const char* problem = size < expected ? "truncated" : "has trailing bytes";
+    return absl::InvalidArgumentError(absl::StrCat(where, " ", problem, ": header says ", count, " tokens, so ",
+                                                   expected, " bytes expected, but the file has ", size));
+  }
+  return count;
+}
+
+// The first min(size, kHeaderBytes) bytes of a file and its size.
+absl::StatusOr<std::pair<std::string, int64_t>> read_head(const std::string& path) {
+  FilePtr f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) return absl::ErrnoToStatus(errno, absl::StrCat(file_prefix(path), " cannot be opened"));
+  std::string head(kHeaderBytes, '\0');
+  head.resize(std::fread(head.data(), 1, head.size(), f.get()));
+  if (std::ferror(f.get()) || std::fseek(f.get(), 0, SEEK_END) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(file_prefix(path), " cannot be read"));
+  }
+  return std::pair{std::move(head), static_cast<int64_t>(std::ftell(f.get()))};
 }
 
 }  // namespace
 
 absl::StatusOr<std::vector<uint16_t>> read_token_shard(const std::string& path) {
   ZEROD_ASSIGN_OR_RETURN(const std::string data, read_file(path));
-  const std::string where = file_prefix(path);
-  const auto size = static_cast<int64_t>(data.size());
-  if (size < kHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": only ", size,
-                                                   " bytes, shorter than the ", kHeaderBytes,
-                                                   "-byte llm.c shard header"));
-  }
   const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());
-  const int32_t magic = load_le32(bytes), version = load_le32(bytes + 4),
-                count = load_le32(bytes + 8);
-  if (magic != kTokenShardMagic) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": bad magic ", magic, " (expected ",
-                                                   kTokenShardMagic, ", an llm.c token shard)"));
-  }
-  if (version != kTokenShardVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": unsupported version ", version,
-                                                   " (expected ", kTokenShardVersion, ")"));
-  }
-  if (count < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": negative token count ", count, " in the header"));
-  }
-  const int64_t expected = kHeaderBytes + 2 * int64_t{count};
-  if (size != expected) {
-    const char* problem = size < expected ? "truncated" : "has trailing bytes";
-    return absl::InvalidArgumentError(absl::StrCat(where, " ", problem, ": header says ", count,
-                                                   " tokens, so ", expected,
-                                                   " bytes expected, but the file has ", size));
-  }
+  ZEROD_ASSIGN_OR_RETURN(const int32_t count, shard_count(path, bytes, static_cast<int64_t>(data.size())));
   std::vector<uint16_t> tokens(count);
   const unsigned char* p = bytes + kHeaderBytes;
   for (int32_t i = 0; i < count; ++i) tokens[i] = static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8);
@@ -231,7 +244,7 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
   std::string source;  // names the data in the too-small error
   if (cfg.kind == DataKind::kSynthetic) {
     SyntheticTask task = make_synthetic_task(cfg.seed, cfg.seq_len);
-    ds.tokens = std::move(task.train_tokens);
+    ds.tokens = TokenStream(std::move(task.train_tokens));
     ds.heldout = std::move(task.heldout);
     source = "synthetic data";
     ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, 0, vocab_size, source));
@@ -239,44 +252,42 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
     source = absl::StrCat("data.path '", cfg.path, "'");
     if (cfg.kind == DataKind::kText && vocab_size < 256) {
       return absl::InvalidArgumentError(absl::StrCat(
-          source, ": text data is byte tokens 0..255, so it needs vocab_size >= 256, got ",
-          vocab_size));
+          source, ": text data is byte tokens 0..255, so it needs vocab_size >= 256, got ", vocab_size));
     }
     ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
     for (const std::string& path : paths) {
-      const size_t begin = ds.tokens.size();
+      const int64_t begin = ds.tokens.size();
+      ZEROD_ASSIGN_OR_RETURN(const auto head, read_head(path));
+      const auto& [bytes, size] = head;
       if (cfg.kind == DataKind::kText) {
-        ZEROD_ASSIGN_OR_RETURN(const std::string bytes, read_file(path));
-        if (bytes.empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), " is empty"));
-        }
-        ds.tokens.insert(ds.tokens.end(), reinterpret_cast<const unsigned char*>(bytes.data()),
-                         reinterpret_cast<const unsigned char*>(bytes.data()) + bytes.size());
+        if (size == 0) return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), " is empty"));
+        ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, 0, size, 1));  // bytes are below any byte vocabulary
       } else {
-        ZEROD_ASSIGN_OR_RETURN(const std::vector<uint16_t> shard, read_token_shard(path));
-        ds.tokens.insert(ds.tokens.end(), shard.begin(), shard.end());
+        ZEROD_ASSIGN_OR_RETURN(
+            const int32_t count,
+            shard_count(path, reinterpret_cast<const unsigned char*>(bytes.data()), size));
+        ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, kHeaderBytes, count, 2));
+        ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, file_prefix(path)));
       }
-      ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, file_prefix(path)));
     }
   }
   const int64_t window = int64_t{cfg.seq_len} + 1;
-  if (static_cast<int64_t>(ds.tokens.size()) < window) {
+  if (ds.tokens.size() < window) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, " has ", ds.tokens.size(),
-                     " tokens, fewer than one window of seq_len+1 = ", window));
+        absl::StrCat(source, " has ", ds.tokens.size(), " tokens, fewer than one window of seq_len+1 = ", window));
   }
   return ds;
 }
 
 // Expects at least one window (seq_len + 1 tokens), which load_dataset checks.
-DataLoader::DataLoader(const std::vector<uint16_t>* tokens, int seq_len, uint64_t seed, int rank,
-                       int world_size)
+DataLoader::DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size)
     : tokens_(tokens),
       seq_len_(seq_len),
       seed_(seed),
       rank_(rank),
       world_size_(world_size),
-      num_windows_(tokens->empty() ? 0 : static_cast<int64_t>(tokens->size() - 1) / seq_len) {
+      num_windows_(tokens->size() == 0 ? 0 : (tokens->size() - 1) / seq_len),
+      window_(seq_len + 1) {
   shuffle_epoch();
 }
 
@@ -301,10 +312,10 @@ void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
   const uint64_t first = state_.position + static_cast<uint64_t>(rank_) * B;
   for (int b = 0; b < B; ++b) {
     const int64_t w = order_[(first + b) % n];
-    const uint16_t* src = tokens_->data() + w * seq_len_;
+    tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
     for (int t = 0; t < seq_len_; ++t) {
-      inputs[b * seq_len_ + t] = src[t];
-      targets[b * seq_len_ + t] = src[t + 1];
+      inputs[b * seq_len_ + t] = window_[t];
+      targets[b * seq_len_ + t] = window_[t + 1];
     }
   }
   state_.position += global;

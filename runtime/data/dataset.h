@@ -1,6 +1,7 @@
 // Training data: llm.c token shards, plain text as byte tokens, and the
-// built-in synthetic arithmetic task. Everything becomes one in-memory stream
-// of uint16 token ids that the DataLoader cuts into windows.
+// built-in synthetic arithmetic task. Everything becomes one stream of
+// uint16 token ids (files mapped, not copied: token_stream.h) that the
+// DataLoader cuts into windows.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "runtime/core/status.h"
+#include "runtime/data/token_stream.h"
 
 namespace zerod {
 
@@ -50,7 +52,7 @@ SyntheticTask make_synthetic_task(uint64_t seed, int seq_len, int max_operand = 
 // Errors name the file and what was wrong (missing, truncated, bad header,
 // token out of range, too few tokens for one window of seq_len + 1).
 struct Dataset {
-  std::vector<uint16_t> tokens;
+  TokenStream tokens;
   std::vector<std::pair<std::string, std::string>> heldout;  // synthetic only
 };
 absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
@@ -61,8 +63,7 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
 // batch of w*B windows, so the union over ranks is the single-process batch.
 class DataLoader {
  public:
-  DataLoader(const std::vector<uint16_t>* tokens, int seq_len, uint64_t seed, int rank = 0,
-             int world_size = 1);
+  DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank = 0, int world_size = 1);
 
   // Fills inputs/targets (B*seq_len each) with this rank's next micro-batch.
   void next_batch(int B, int32_t* inputs, int32_t* targets);
@@ -78,13 +79,14 @@ class DataLoader {
  private:
   void shuffle_epoch();
 
-  const std::vector<uint16_t>* tokens_;
+  const TokenStream* tokens_;
   int seq_len_;
   uint64_t seed_;
   int rank_, world_size_;
   int64_t num_windows_;
   std::vector<int64_t> order_;
   State state_;
+  std::vector<uint16_t> window_;  // one window's ids as read
 };
 
 }  // namespace zerod

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/config/command_line.h"
 #include "runtime/core/exit_codes.h"
+#include "runtime/engine/fit.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/telemetry/run_output.h"
@@ -30,7 +31,10 @@ absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& m
     MemoryPeaks sum;
     for (int rank = node * per_node; rank < (node + 1) * per_node; ++rank) {
       MemoryPlan plan(device);
-      ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, machines.ranks, rank, kernels, plan));
+      // A job that resumes is counted as reading another partition's files (the larger case).
+      ZEROD_RETURN_IF_ERROR(Trainer::plan(
+          cfg, machines.ranks, rank, kernels, plan,
+          cfg.run.resume ? Trainer::ResumeFrom::kOtherPartition : Trainer::ResumeFrom::kNothing));
       const MemoryPeaks p = plan.peaks();
       if (rank == 0) e.rank0_buffers = plan.buffers();
       for (int t = 0; t < kNumTiers; ++t) {
@@ -87,18 +91,9 @@ absl::StatusOr<std::vector<std::pair<std::string, Estimate>>> estimate_technique
   return rows;
 }
 
-namespace {
-
-// A capacity the estimate is checked against.
-struct Check {
-  std::string what;  // "GPU memory per GPU"
-  uint64_t capacity, needed;
-  bool fits() const { return needed <= capacity; }
-};
-
-std::vector<Check> checks(const Machines& m, const Estimate& e) {
+std::vector<CapacityCheck> capacity_checks(const Machines& m, const Estimate& e) {
   auto total = [](const MemoryPeaks& p, Tier t) { return p.total[static_cast<int>(t)]; };
-  std::vector<Check> out;
+  std::vector<CapacityCheck> out;
   if (m.gpu_memory) out.push_back({"GPU memory per GPU", *m.gpu_memory, total(e.per_rank, Tier::kGpu)});
   // Pinned memory is the host's too.
   if (m.host_memory) {
@@ -108,6 +103,8 @@ std::vector<Check> checks(const Machines& m, const Estimate& e) {
   if (m.nvme) out.push_back({"NVMe space per node", *m.nvme, total(e.per_node, Tier::kNvme)});
   return out;
 }
+
+namespace {
 
 nlohmann::json peaks_json(const MemoryPeaks& p) {
   nlohmann::json j = memory_peak_json(p);
@@ -156,6 +153,25 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_flag("--buffers", buffers, "also list rank 0's buffers, largest first");
   app.add_flag("--techniques", techniques,
                "also the memory techniques one after another (fp32, bf16, 8-bit, checkpointing, ZeRO 1-3, offload)");
+  bool fit = false;
+  int top = 10;
+  std::vector<std::string> allow;
+  std::string out_path, nvme_path;
+  std::string pcie, network, nvme_rate, host_rate;
+  FitRates rates;
+  app.add_flag("--fit", fit, "the configurations that fit the described machines, fastest first, and the best one");
+  app.add_option("--top", top, "--fit: how many to list (10)")->check(CLI::PositiveNumber);
+  app.add_option("--allow", allow, "--fit may also change numerics: bf16 (fp32 jobs), 8bit (AdamW jobs)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"bf16", "8bit"}));
+  app.add_option("--out", out_path, "--fit: write the best config to this file");
+  app.add_option("--nvme-path", nvme_path, "--fit: where NVMe offload keeps its files when the config names none");
+  app.add_option("--flops", rates.flops, "--fit: model FLOP/s a rank achieves (default: measured, see README)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--pcie-bandwidth", pcie, "--fit: bytes/s between a GPU and host memory, e.g. 25GB");
+  app.add_option("--network-bandwidth", network, "--fit: bytes/s a rank moves in collectives, e.g. 12.5GB");
+  app.add_option("--nvme-bandwidth", nvme_rate, "--fit: bytes/s of a node's NVMe, e.g. 3GB");
+  app.add_option("--host-bandwidth", host_rate, "--fit: bytes/s a host optimizer streams through memory, e.g. 20GB");
   if (auto code = parse_command_line(app, "zeroctl estimate", out, err, [&] { app.parse(argc, argv); })) return *code;
 
   auto refuse = [&](const absl::Status& s) {
@@ -190,6 +206,15 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (!bytes.ok()) return refuse(bytes.status());
     *into = *bytes;
   }
+  for (auto [flag, text, into] :
+       {std::tuple{"--pcie-bandwidth", &pcie, &rates.pcie}, std::tuple{"--network-bandwidth", &network, &rates.network},
+        std::tuple{"--nvme-bandwidth", &nvme_rate, &rates.nvme},
+        std::tuple{"--host-bandwidth", &host_rate, &rates.host_bandwidth}}) {
+    if (!app.count(flag)) continue;
+    auto bytes = capacity(flag, *text);
+    if (!bytes.ok()) return refuse(bytes.status());
+    *into = static_cast<double>(*bytes);
+  }
   auto cfg = load_job_config(config_path, overrides, m.ranks);
   if (!cfg.ok()) return refuse(cfg.status());
   const bool gpus_described = app.count("--gpu-memory") || app.count("--gpus-per-node");
@@ -198,6 +223,17 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   if (!m.gpu && gpus_described) {
     return refuse(absl::InvalidArgumentError(
         "--gpu-memory and --gpus-per-node describe GPUs, but the job trains on the CPU (run.device or --device cpu)"));
+  }
+  if (fit) {
+    if (!m.gpu_memory && !m.host_memory && !m.nvme) {
+      return refuse(absl::InvalidArgumentError(
+          "--fit needs the machines' memory to fit into: --gpu-memory, --host-memory or --nvme"));
+    }
+    FitOptions options{std::ranges::count(allow, "bf16") > 0, std::ranges::count(allow, "8bit") > 0,
+                       nvme_path.empty() ? std::nullopt : std::optional(nvme_path)};
+    auto root = load_job_json(config_path, overrides);
+    if (!root.ok()) return refuse(root.status());
+    return report_fit(*root, m, rates, options, top, json, out_path, out, err);
   }
   auto e = estimate_memory(*cfg, m);
   if (!e.ok()) return refuse(e.status());
@@ -208,8 +244,8 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
     rows = *std::move(t);
   }
 
-  const std::vector<Check> all = checks(m, *e);
-  const bool fits = std::ranges::all_of(all, &Check::fits);
+  const std::vector<CapacityCheck> all = capacity_checks(m, *e);
+  const bool fits = std::ranges::all_of(all, &CapacityCheck::fits);
   const int64_t params = gpt_param_count(cfg->model);
   if (json) {
     nlohmann::json j = {{"event", "estimate"},
@@ -224,7 +260,7 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
                         {"fits", fits}};
     if (!m.gpu) j["cpu_threads"] = e->cpu_threads;
     nlohmann::json caps = nlohmann::json::array();
-    for (const Check& c : all) {
+    for (const CapacityCheck& c : all) {
       caps.push_back({{"what", c.what}, {"capacity", c.capacity}, {"needed", c.needed}, {"fits", c.fits()}});
     }
     j["capacity"] = caps;
@@ -278,7 +314,7 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
       out << "\n";
     }
   }
-  for (const Check& c : all) {
+  for (const CapacityCheck& c : all) {
     out << absl::StrFormat("%s %s: needs %s, %s\n", c.what, byte_size_text(c.capacity), byte_size_text(c.needed),
                            c.fits() ? absl::StrCat("fits (", byte_size_text(c.capacity - c.needed), " to spare)")
                                     : absl::StrCat("does not fit (", byte_size_text(c.needed - c.capacity), " short)"));

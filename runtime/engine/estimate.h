@@ -38,6 +38,16 @@ struct Estimate {
 // The plans of every rank of `cfg` on `machines`.
 absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& machines);
 
+// A capacity of the machines against what an estimate needs of it.
+struct CapacityCheck {
+  std::string what;  // "GPU memory per GPU"
+  uint64_t capacity, needed;
+  bool fits() const { return needed <= capacity; }
+};
+// Each capacity `m` describes (GPU memory per GPU; host memory per node,
+// pinned included; NVMe space per node) against `e`.
+std::vector<CapacityCheck> capacity_checks(const Machines& m, const Estimate& e);
+
 // The memory techniques one after another, each row adding one to the
 // rows before it (plain fp32 AdamW; bf16; 8-bit states; activation
 // checkpointing; ZeRO stages 1, 2 and 3 over the machines' ranks; the

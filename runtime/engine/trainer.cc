@@ -42,7 +42,7 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
 }
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
-                           MemoryPlan& plan) {
+                           MemoryPlan& plan, ResumeFrom resume) {
   // In build()'s order.
   kernels.plan_table(plan);
   plan.add("token ids", Tier::kHost, Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
@@ -55,6 +55,9 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   const bool saves = c.dir && rank < shape.part.world_size();
   const ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg)};
   ZeroEngine::plan(layout, zs, world_size, rank, saves, plan);
+  if (resume != ResumeFrom::kNothing) {
+    ZeroEngine::plan_resume(shape, cfg.optimizer, resume == ResumeFrom::kOtherPartition, plan);
+  }
   // A save in the background copies the shard to a buffer kept for the
   // later saves, when the states are in memory and the buffer fits.
   if (saves && c.async && cfg.zero.offload_optimizer.device != OffloadDevice::kNvme) {
@@ -290,8 +293,9 @@ absl::StatusOr<std::string> Trainer::sample_text() {
     return out;
   }
   if (cfg_.data.kind == DataKind::kText) {
-    const size_t n = std::min<size_t>(16, data_.tokens.size());
-    const std::vector<int32_t> prompt(data_.tokens.begin(), data_.tokens.begin() + n);
+    std::vector<uint16_t> ids(std::min<int64_t>(16, data_.tokens.size()));
+    data_.tokens.read(0, static_cast<int64_t>(ids.size()), ids.data());
+    const std::vector<int32_t> prompt(ids.begin(), ids.end());
     ZEROD_ASSIGN_OR_RETURN(const auto got, generate({prompt}, cfg_.run.sample_tokens, cfg_.run.sample_temperature));
     return to_text(prompt) + to_text(got[0]);
   }

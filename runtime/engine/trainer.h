@@ -133,12 +133,20 @@ class Trainer {
   Profiler* profiler() const { return profiler_.get(); }
   ~Trainer();
 
+  // Where a run's resume() reads from: nothing, a checkpoint of the run's
+  // own partition (a shard file a rank), or of another.
+  enum class ResumeFrom { kNothing, kSamePartition, kOtherPartition };
+  // For `checkpoint` ("": none), by its manifest's shard files against the
+  // shard count of `cfg` at `world_size`; a manifest that cannot be read is
+  // left to resume() to refuse, and counts as nothing here.
+  static ResumeFrom resume_from(const JobConfig& cfg, int world_size, const std::string& checkpoint);
+
   // What create() and a run of the trainer allocate on rank `rank` of
   // `world_size`, on plan's device whose kernel table needs `kernels`: the
-  // table's buffers, the model, the ZeRO engine, the token buffers and a
-  // checkpoint's staging.
+  // table's buffers, the model, the ZeRO engine, the token buffers, a
+  // resume's read buffers and a checkpoint's staging.
   static absl::Status plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
-                           MemoryPlan& plan);
+                           MemoryPlan& plan, ResumeFrom resume = ResumeFrom::kNothing);
 
  private:
   Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);

@@ -192,6 +192,16 @@ absl::StatusOr<std::optional<SavedCheckpoint>> Trainer::finish_checkpoint(bool w
 
 absl::Status Trainer::finish_pruning() { return prune_.valid() ? prune_.get() : absl::OkStatus(); }
 
+Trainer::ResumeFrom Trainer::resume_from(const JobConfig& cfg, int world_size, const std::string& checkpoint) {
+  if (checkpoint.empty()) return ResumeFrom::kNothing;
+  const absl::StatusOr<CheckpointManifest> c = read_manifest(checkpoint);
+  if (!c.ok()) return ResumeFrom::kNothing;
+  const GptLayout layout(cfg.model);
+  const ZeroShape shape(layout, cfg.zero.stage, world_size, 0, cfg.precision);
+  return static_cast<int>(c->files.size()) == shape.part.world_size() ? ResumeFrom::kSamePartition
+                                                                       : ResumeFrom::kOtherPartition;
+}
+
 absl::Status Trainer::resume(const std::string& checkpoint) {
   const int rank = comm_->rank(), world = comm_->world_size();
   std::vector<ManifestFile> files;  // the saved partition's shard files

@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/config/command_line.h"
 #include "runtime/config/job_config.h"
+#include "runtime/engine/memory_check.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/telemetry/run_output.h"
@@ -33,55 +34,19 @@ absl::StatusOr<std::vector<MemoryPeaks>> gather_peaks(Communicator& comm, const 
   return all;
 }
 
-// The checkpoint run.resume names: the one `latest` names in
-// run.checkpoint.dir ("" when there is none yet, so a job restarted after a
-// failure and one started fresh run the same command), or the path given.
-// What a job's memory comes from, for a message that says it does not fit.
-std::string what_sets_the_size(const JobConfig& cfg) {
-  const GptConfig& m = cfg.model;
-  return absl::StrCat("the model (model.preset '", cfg.preset, "', n_layer ", m.n_layer, ", n_embd ", m.n_embd,
-                      ", vocab_size ", m.vocab_size, ") has ", gpt_param_count(m), " parameters, at micro-batch ",
-                      cfg.micro_batch, " x seq_len ", cfg.data.seq_len,
-                      ": a smaller model or batch, run.host_memory_limit / run.gpu_memory_limit, or "
-                      "zero_optimization offload would change that");
-}
-
-// The rank's memory plan: its peaks, as the accountant will measure them.
-absl::StatusOr<MemoryPeaks> planned_peaks(const JobConfig& cfg, const RankInfo& rank, const Device& device) {
+// The rank's memory plan: its peaks, as the accountant will measure them
+// in a run that resumes from `checkpoint` ("": starts afresh).
+absl::StatusOr<MemoryPeaks> planned_peaks(const JobConfig& cfg, const RankInfo& rank, const Device& device,
+                                          const std::string& checkpoint) {
   MemoryPlan plan(plan_device(device));
-  ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, rank.world_size, rank.rank, kernel_memory_for(device), plan));
+  ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, rank.world_size, rank.rank, kernel_memory_for(device), plan,
+                                      Trainer::resume_from(cfg, rank.world_size, checkpoint)));
   return plan.peaks();
 }
 
-// Before anything is allocated, the plan against the memory limits: a job
-// that cannot fit is refused as bad input (its config asks for more than it
-// allows), naming the tier, the bytes, the shortfall and the categories that
-// take them.
-absl::Status check_memory_plan(const JobConfig& cfg, int rank, const MemoryPeaks& p) {
-  const std::tuple<Tier, std::optional<uint64_t>, const char*> limits[] = {
-      {Tier::kHost, cfg.run.host_memory_limit, "run.host_memory_limit"},
-      {Tier::kGpu, cfg.run.gpu_memory_limit, "run.gpu_memory_limit"}};
-  for (const auto& [tier, limit, key] : limits) {
-    const int t = static_cast<int>(tier);
-    if (!limit || *limit == 0 || p.total[t] <= *limit) continue;
-    std::vector<std::pair<uint64_t, Category>> by_size;
-    for (int c = 0; c < kNumCategories; ++c) {
-      if (p.peak[t][c] > 0) by_size.push_back({p.peak[t][c], static_cast<Category>(c)});
-    }
-    std::ranges::sort(by_size, std::greater<>());
-    std::string parts;
-    for (const auto& [bytes, c] : by_size) {
-      absl::StrAppend(&parts, parts.empty() ? "" : ", ", category_name(c), " ", byte_size_text(bytes));
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat(key, " is ", *limit, " bytes (", byte_size_text(*limit), "), but rank ", rank, " would hold ",
-                     p.total[t], " bytes (", byte_size_text(p.total[t]), ") of ", tier_name(tier), " memory, ",
-                     byte_size_text(p.total[t] - *limit), " more: ", parts, "; ", what_sets_the_size(cfg),
-                     " (zeroctl estimate --buffers shows each buffer)"));
-  }
-  return absl::OkStatus();
-}
-
+// The checkpoint run.resume names: the one `latest` names in
+// run.checkpoint.dir ("" when there is none yet, so a job restarted after a
+// failure and one started fresh run the same command), or the path given.
 absl::StatusOr<std::string> resume_path(const RunConfig& run) {
   if (*run.resume != "latest") return *run.resume;
   auto latest = latest_checkpoint(*run.checkpoint.dir);
@@ -287,9 +252,21 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   const auto refuse = [&](const absl::Status& s, const char* context = "") {
     return fail(exit_code_for(s), absl::StrCat(context, s.message()));
   };
-  const absl::StatusOr<MemoryPeaks> planned = planned_peaks(*cfg, *rank, **device);
+  // The checkpoint a resume reads, "" when there is none yet.
+  std::string resume_from;
+  if (cfg->run.resume) {
+    auto path = resume_path(cfg->run);
+    if (!path.ok()) return refuse(path.status());
+    resume_from = *std::move(path);
+  }
+  const absl::StatusOr<MemoryPeaks> planned = planned_peaks(*cfg, *rank, **device, resume_from);
   if (!planned.ok()) return refuse(planned.status());
-  if (absl::Status s = check_memory_plan(*cfg, rank->rank, *planned); !s.ok()) return refuse(s);
+  if (absl::Status s = check_memory_plan(*cfg, rank->rank, rank->local_size, *planned); !s.ok()) {
+    const auto root = load_job_json(config_path, overrides);
+    const std::string advice =
+        root.ok() ? fit_advice(*root, *cfg, rank->world_size, plan_device(**device).memory == Tier::kGpu) : "";
+    return refuse(advice.empty() ? s : absl::Status(s.code(), absl::StrCat(s.message(), "; ", advice)));
+  }
   // A checkpoint directory that cannot be written is found now, not at the first save.
   if (cfg->run.checkpoint.dir) {
     if (absl::Status s = check_checkpoint_root(*cfg->run.checkpoint.dir); !s.ok()) {
@@ -307,11 +284,10 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   Trainer& t = **trainer;
   output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads);
   if (cfg->run.resume) {
-    auto path = resume_path(cfg->run);
-    absl::Status s = path.status();
-    if (s.ok() && !path->empty()) s = t.resume(*path);
-    if (!s.ok()) return refuse(s);
-    output.resumed(*path, t.steps_done());
+    if (!resume_from.empty()) {
+      if (absl::Status s = t.resume(resume_from); !s.ok()) return refuse(s);
+    }
+    output.resumed(resume_from, t.steps_done());
   }
 
   return TrainingRun(*cfg, t, output, acct, *planned, **comm, observer, fail).run();

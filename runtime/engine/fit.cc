@@ -1,0 +1,312 @@
+#include "runtime/engine/fit.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/checkpoint/output_file.h"
+#include "runtime/core/exit_codes.h"
+#include "runtime/telemetry/run_output.h"
+
+namespace zerod {
+
+FitRates fit_rates(FitRates r, DType precision, const Machines& machines, int cpu_threads) {
+  // bench/RESULTS.md: zerod's gpt2 step (B 16 x T 1024, bf16) on an H100,
+  // 68,196 tokens/s of 6N + 12LTC FLOPs each; its fp32 step on the CPU,
+  // 144.8 GFLOP/s on two threads.
+  constexpr double kGpu16BitFlops = 5.4e13, kH100Fp32OverBf16 = 67.0 / 989.0, kCpuFlopsPerThread = 7.24e10;
+  if (r.flops <= 0) {
+    r.flops = !machines.gpu                 ? kCpuFlopsPerThread * std::max(1, cpu_threads)
+              : precision == DType::kF32 ? kGpu16BitFlops * kH100Fp32OverBf16
+                                         : kGpu16BitFlops;
+  }
+  if (r.pcie <= 0) r.pcie = 2.13e10;  // gradient shards to pinned memory (gpt2-xl offload, H100)
+  if (r.host_bandwidth <= 0) r.host_bandwidth = 1e10;
+  if (r.network <= 0) r.network = 1e10;
+  if (r.nvme <= 0) r.nvme = 2e9;
+  return r;
+}
+
+StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRates& rates) {
+  const GptConfig& m = cfg.model;
+  const double psi = static_cast<double>(gpt_param_count(m));
+  const double n = machines.ranks, T = cfg.data.seq_len, accum = cfg.grad_accum;
+  const int stage = cfg.zero.stage;
+  // Bytes of a parameter as the kernels read it, of a gradient as it is
+  // reduced (always fp32), and of a parameter's Adam states.
+  const double param_bytes = dtype_size(cfg.precision), grad_bytes = 4;
+  const double state_bytes = cfg.optimizer.type == OptimizerType::kAdamW8bit ? 2 : 8;
+  const double optimizer_share = stage == 0 ? psi : psi / n;  // the parameters a rank updates
+  const double shard = psi / n;
+  StepCost c;
+
+  // Forward 2 FLOPs a parameter a token and backward 4, plus attention's
+  // products (the bench's count); checkpointing runs each forward again.
+  const double per_token = (6 * psi + 12.0 * m.n_layer * T * m.n_embd) * (cfg.activation_checkpointing ? 4.0 / 3 : 1);
+  c.compute = per_token * cfg.micro_batch * accum * T / rates.flops;
+
+  const OffloadDevice opt = cfg.zero.offload_optimizer.device, param = cfg.zero.offload_param.device;
+  const bool host_optimizer = !machines.gpu || opt != OffloadDevice::kNone;
+  if (host_optimizer) {
+    // One pass: gradient read, master and states read and written, the
+    // 16-bit copy written.
+    const double touched = grad_bytes + 8 + 2 * state_bytes + (cfg.precision == DType::kF32 ? 0 : param_bytes);
+    c.optimizer = optimizer_share * touched / rates.host_bandwidth;
+  }
+
+  if (machines.gpu) {
+    double bytes = 0;
+    // Gradients go down as they are reduced (each micro-step from stage 2
+    // on), the updated parameters come back up.
+    if (opt != OffloadDevice::kNone) bytes += optimizer_share * (grad_bytes * (stage >= 2 ? accum : 1) + param_bytes);
+    // Offloaded parameter shards come up for every gather: forward and backward.
+    if (param != OffloadDevice::kNone) bytes += 2 * accum * shard * param_bytes;
+    c.pcie = bytes / rates.pcie;
+  }
+
+  if (n > 1) {
+    // A ring moves (N-1)/N of a buffer in and out of each rank; an all-reduce twice that.
+    const double ring = (n - 1) / n;
+    double bytes = 0;
+    if (stage == 0) bytes = 2 * ring * grad_bytes * psi;
+    if (stage == 1) bytes = ring * (grad_bytes + param_bytes) * psi;
+    if (stage == 2) bytes = ring * (grad_bytes * accum + param_bytes) * psi;
+    if (stage == 3) bytes = ring * (grad_bytes + 2 * param_bytes) * accum * psi;
+    c.network = bytes / rates.network;
+  }
+
+  double nvme_bytes = 0;  // a rank's
+  if (opt == OffloadDevice::kNvme) nvme_bytes += 2 * optimizer_share * (4 + state_bytes);
+  if (param == OffloadDevice::kNvme) nvme_bytes += (2 * accum + 1) * shard * param_bytes;
+  c.nvme = nvme_bytes * machines.ranks_per_node() / rates.nvme;
+  return c;
+}
+
+namespace {
+
+// One point of the search.
+struct Choice {
+  int stage;
+  OffloadDevice optimizer, params;
+  bool checkpointing;
+  int micro_batch;
+  bool bf16, eight_bit;
+};
+
+const char* device_text(OffloadDevice d) {
+  return d == OffloadDevice::kNone ? "\"none\"" : d == OffloadDevice::kCpu ? "\"cpu\"" : "\"nvme\"";
+}
+
+// The --set assignments that take `base` to `c`.
+std::vector<std::string> changes_for(const JobConfig& base, const Choice& c, int world_size,
+                                     const std::optional<std::string>& nvme_path) {
+  std::vector<std::string> out;
+  if (c.stage != base.zero.stage) out.push_back(absl::StrCat("zero_optimization.stage=", c.stage));
+  for (const auto& [key, device, was] :
+       {std::tuple{"offload_optimizer", c.optimizer, &base.zero.offload_optimizer},
+        std::tuple{"offload_param", c.params, &base.zero.offload_param}}) {
+    if (device == was->device) continue;
+    out.push_back(absl::StrCat("zero_optimization.", key, ".device=", device_text(device)));
+    if (device == OffloadDevice::kNvme && !was->nvme_path) {
+      out.push_back(absl::StrCat("zero_optimization.", key, ".nvme_path=", nlohmann::json(*nvme_path).dump()));
+    }
+  }
+  if (c.checkpointing != base.activation_checkpointing) {
+    out.push_back(absl::StrCat("activation_checkpointing.enabled=", c.checkpointing ? "true" : "false"));
+  }
+  if (c.micro_batch != base.micro_batch) {
+    out.push_back(absl::StrCat("train_micro_batch_size_per_gpu=", c.micro_batch));
+    out.push_back(absl::StrCat("gradient_accumulation_steps=", base.train_batch_size / world_size / c.micro_batch));
+    out.push_back(absl::StrCat("train_batch_size=", base.train_batch_size));
+  }
+  if (c.bf16 && base.precision != DType::kBF16) out.push_back("bf16.enabled=true");
+  if (c.eight_bit && base.optimizer.type != OptimizerType::kAdamW8bit) out.push_back("optimizer.type=\"AdamW8bit\"");
+  return out;
+}
+
+// Each value once, in order.
+template <typename T>
+std::vector<T> distinct(std::initializer_list<T> values) {
+  std::vector<T> out;
+  for (const T& v : values) {
+    if (std::ranges::find(out, v) == out.end()) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme, const FitOptions& options) {
+  // On a CPU the host is the device's own memory: "cpu" offload moves nothing.
+  std::vector<OffloadDevice> places = {OffloadDevice::kNone};
+  if (m.gpu) places.push_back(OffloadDevice::kCpu);
+  if (nvme) places.push_back(OffloadDevice::kNvme);
+  std::vector<int> micro_batches;
+  const int64_t per_rank = base.train_batch_size / m.ranks;
+  for (int64_t d = 1; d <= per_rank; ++d) {
+    if (per_rank % d == 0) micro_batches.push_back(static_cast<int>(d));
+  }
+  const bool is_bf16 = base.precision == DType::kBF16, is_8bit = base.optimizer.type == OptimizerType::kAdamW8bit;
+  const auto bf16s = distinct({is_bf16, is_bf16 || (options.allow_bf16 && base.precision == DType::kF32)});
+  const auto eight_bits =
+      distinct({is_8bit, is_8bit || (options.allow_8bit && base.optimizer.type == OptimizerType::kAdamW)});
+  std::vector<Choice> out;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (OffloadDevice opt : places) {
+      for (OffloadDevice param : places) {
+        if (param != OffloadDevice::kNone && stage != 3) continue;
+        for (bool ckpt : {false, true}) {
+          for (int micro : micro_batches) {
+            for (bool bf16 : bf16s) {
+              for (bool eight_bit : eight_bits) out.push_back({stage, opt, param, ckpt, micro, bf16, eight_bit});
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, const Machines& machines,
+                                                  const FitRates& given, const FitOptions& options) {
+  ZEROD_ASSIGN_OR_RETURN(const JobConfig base, parse_job_config(root, machines.ranks));
+  std::optional<std::string> nvme_path = base.zero.offload_optimizer.nvme_path;
+  if (!nvme_path) nvme_path = base.zero.offload_param.nvme_path;
+  if (!nvme_path) nvme_path = options.nvme_path;
+  std::vector<FitCandidate> out;
+  for (const Choice& choice : choices(base, machines, nvme_path.has_value(), options)) {
+    FitCandidate c;
+    c.changes = changes_for(base, choice, machines.ranks, nvme_path);
+    c.config = root;
+    for (const std::string& change : c.changes) ZEROD_RETURN_IF_ERROR(apply_override(c.config, change));
+    absl::StatusOr<JobConfig> cfg = parse_job_config(c.config, machines.ranks);
+    if (!cfg.ok()) continue;  // a combination the reader refuses (e.g. super_offload below stage 2)
+    c.cfg = *std::move(cfg);
+    ZEROD_ASSIGN_OR_RETURN(c.estimate, estimate_memory(c.cfg, machines));
+    c.cost = step_cost(c.cfg, machines, fit_rates(given, c.cfg.precision, machines, c.estimate.cpu_threads));
+    for (const CapacityCheck& check : capacity_checks(machines, c.estimate)) {
+      if (!check.fits()) c.shortfall += check.needed - check.capacity;
+    }
+    out.push_back(std::move(c));
+  }
+  // Fitting first, fastest first, the fewest changes among equals; then the least short.
+  std::ranges::stable_sort(out, [](const FitCandidate& a, const FitCandidate& b) {
+    return std::tuple(a.shortfall, a.cost.total(), a.changes.size()) <
+           std::tuple(b.shortfall, b.cost.total(), b.changes.size());
+  });
+  return out;
+}
+
+namespace {
+
+std::string per_second(double v, const char* unit) {
+  return v >= 1e12 ? absl::StrFormat("%.3g T%s/s", v / 1e12, unit) : absl::StrFormat("%.3g G%s/s", v / 1e9, unit);
+}
+
+double tokens_per_second(const FitCandidate& c) {
+  return static_cast<double>(c.cfg.train_batch_size) * c.cfg.data.seq_len / c.cost.total();
+}
+
+nlohmann::json candidate_json(const FitCandidate& c) {
+  nlohmann::json per_rank = memory_peak_json(c.estimate.per_rank);
+  for (int t = 0; t < kNumTiers; ++t) per_rank[tier_name(static_cast<Tier>(t))]["total"] = c.estimate.per_rank.total[t];
+  return {{"changes", c.changes},
+          {"fits", c.fits()},
+          {"shortfall", c.shortfall},
+          {"seconds_per_step", c.cost.total()},
+          {"tokens_per_s", tokens_per_second(c)},
+          {"cost",
+           {{"compute", c.cost.compute},
+            {"optimizer", c.cost.optimizer},
+            {"pcie", c.cost.pcie},
+            {"network", c.cost.network},
+            {"nvme", c.cost.nvme}}},
+          {"per_rank", per_rank}};
+}
+
+absl::Status write_config(const std::string& path, const nlohmann::json& config) {
+  const std::string text = config.dump(2) + "\n";
+  ZEROD_ASSIGN_OR_RETURN(OutputFile f, OutputFile::create(path));
+  ZEROD_RETURN_IF_ERROR(f.append(text.data(), text.size()));
+  return f.finish();
+}
+
+}  // namespace
+
+int report_fit(const nlohmann::json& root, const Machines& machines, const FitRates& rates, const FitOptions& options,
+               int top, bool json, const std::string& out_path, std::ostream& out, std::ostream& err) {
+  auto refuse = [&](const absl::Status& s) {
+    err << "zeroctl estimate: error: " << s.message() << "\n";
+    return exit_code_for(s);
+  };
+  absl::StatusOr<std::vector<FitCandidate>> all = fit_job(root, machines, rates, options);
+  if (!all.ok()) return refuse(all.status());
+  const auto fitting = std::ranges::count_if(*all, &FitCandidate::fits);
+  const FitCandidate* best = fitting > 0 ? &all->front() : nullptr;
+  if (best && !out_path.empty()) {
+    if (absl::Status s = write_config(out_path, best->config); !s.ok()) return refuse(s);
+  }
+  const FitRates used = fit_rates(rates, all->empty() ? DType::kF32 : all->front().cfg.precision, machines,
+                                  all->empty() ? 0 : all->front().estimate.cpu_threads);
+  if (json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (int i = 0; i < std::min<int64_t>(top, fitting); ++i) list.push_back(candidate_json((*all)[i]));
+    nlohmann::json j = {{"event", "fit"},
+                        {"world_size", machines.ranks},
+                        {"nodes", machines.nodes},
+                        {"candidates", all->size()},
+                        {"fitting", fitting},
+                        {"rates",
+                         {{"flops", used.flops},
+                          {"host_bandwidth", used.host_bandwidth},
+                          {"pcie", used.pcie},
+                          {"network", used.network},
+                          {"nvme", used.nvme}}},
+                        {"configurations", list},
+                        {"best_config", best ? best->config : nlohmann::json()}};
+    if (!best && !all->empty()) j["closest"] = candidate_json(all->front());
+    out << j.dump() << "\n";
+    return best ? kExitOk : kExitFailure;
+  }
+  out << absl::StrFormat("fit: %d of %d configurations fit %d rank%s on %d node%s, fastest first by the cost model\n",
+                         fitting, all->size(), machines.ranks, machines.ranks == 1 ? "" : "s", machines.nodes,
+                         machines.nodes == 1 ? "" : "s");
+  out << absl::StrFormat(
+      "cost model, per rank: %s of model FLOPs, host optimizer %s, PCIe %s, network %s, NVMe %s a node; nothing "
+      "overlapped\n",
+      per_second(used.flops, "FLOP"), per_second(used.host_bandwidth, "B"), per_second(used.pcie, "B"),
+      per_second(used.network, "B"), per_second(used.nvme, "B"));
+  if (!best) {
+    if (all->empty()) {
+      out << "no configuration of this job can be tried\n";
+      return kExitFailure;
+    }
+    const FitCandidate& c = all->front();
+    out << "no configuration fits; the closest ("
+        << (c.changes.empty() ? std::string("the job as it is") : absl::StrJoin(c.changes, " ")) << ") needs:\n";
+    for (const CapacityCheck& check : capacity_checks(machines, c.estimate)) {
+      out << absl::StrFormat("  %s %s: needs %s%s\n", check.what, byte_size_text(check.capacity),
+                             byte_size_text(check.needed),
+                             check.fits() ? "" : absl::StrCat(", ", byte_size_text(check.needed - check.capacity), " short"));
+    }
+    return kExitFailure;
+  }
+  out << absl::StrFormat("%4s %9s %10s", "#", "s/step", "tokens/s");
+  for (int t = 0; t < kNumTiers; ++t) out << absl::StrFormat(" %10s", tier_name(static_cast<Tier>(t)));
+  out << "  changes (--set); memory per rank\n";
+  for (int i = 0; i < std::min<int64_t>(top, fitting); ++i) {
+    const FitCandidate& c = (*all)[i];
+    out << absl::StrFormat("%4d %9.4g %10.0f", i + 1, c.cost.total(), tokens_per_second(c));
+    for (int t = 0; t < kNumTiers; ++t) out << absl::StrFormat(" %10s", byte_size_text(c.estimate.per_rank.total[t]));
+    out << "  " << (c.changes.empty() ? std::string("(the job as it is)") : absl::StrJoin(c.changes, " ")) << "\n";
+  }
+  out << (out_path.empty() ? std::string("the best, a config zero-worker accepts:\n")
+                           : absl::StrCat("the best, a config zero-worker accepts, written to ", out_path, ":\n"))
+      << best->config.dump(2) << "\n";
+  return kExitOk;
+}
+
+}  // namespace zerod

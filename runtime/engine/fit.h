@@ -1,0 +1,86 @@
+// `zeroctl estimate --fit`: the configurations of a job that fit the
+// described machines, fastest first. Each is the job's config with some of
+// its memory choices changed (ZeRO stage, offload targets, activation
+// checkpointing, micro-batch and accumulation at the same global batch, and
+// where allowed bf16 and 8-bit Adam states); its memory is the trainer's
+// plan (estimate_memory) and its time a stated cost model (StepCost).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/config/job_config.h"
+#include "runtime/engine/estimate.h"
+
+namespace zerod {
+
+// The cost model's rates, each per rank unless it says otherwise. Unset
+// ones take the defaults fit_rates() documents.
+struct FitRates {
+  double flops = 0;           // achieved model FLOP/s of a rank's kernels
+  double host_bandwidth = 0;  // bytes/s a host optimizer streams through memory
+  double pcie = 0;            // bytes/s between a GPU and pinned host memory
+  double network = 0;         // bytes/s a rank sends or receives in collectives
+  double nvme = 0;            // bytes/s of a node's NVMe, read or write, shared by its ranks
+};
+
+// `given` with every unset rate filled in for a job of `precision` on
+// `machines` (`cpu_threads` a CPU rank's threads): the figures measured in
+// bench/RESULTS.md (zerod's gpt2 bf16 step on an H100: 54 TFLOP/s, fp32 at
+// the H100's fp32-to-bf16 peak ratio 67/989; its CPU step 72 GFLOP/s a
+// thread; gradients to the host at 21.3 GB/s) and stated assumptions for
+// what has not been measured (10 GB/s host optimizer and network, 2 GB/s
+// NVMe).
+FitRates fit_rates(FitRates given, DType precision, const Machines& machines, int cpu_threads);
+
+// Seconds of one optimizer step on a rank, by what it waits for; nothing
+// is taken to overlap, so the total is an upper bound where zerod overlaps
+// transfers with compute.
+struct StepCost {
+  double compute = 0;    // forward, backward and any recompute
+  double optimizer = 0;  // an optimizer that runs on the host, over its states
+  double pcie = 0;       // gradients down, parameters up (offload)
+  double network = 0;    // reduce-scatters, all-reduces and all-gathers between ranks
+  double nvme = 0;       // states and parameters read and written on NVMe
+  double total() const { return compute + optimizer + pcie + network + nvme; }
+};
+StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRates& rates);
+
+// What the search may change beyond memory placement and batch shape.
+struct FitOptions {
+  bool allow_bf16 = false;  // fp32 jobs may train in bf16
+  bool allow_8bit = false;  // AdamW jobs may keep 8-bit states
+  // Where NVMe candidates keep their files when the config names no path;
+  // without either, NVMe is not tried.
+  std::optional<std::string> nvme_path;
+};
+
+struct FitCandidate {
+  std::vector<std::string> changes;  // --set assignments from the job to this one
+  nlohmann::json config;             // the job's config with them applied
+  JobConfig cfg;
+  Estimate estimate;
+  StepCost cost;
+  uint64_t shortfall = 0;  // bytes past the machines' capacities, summed over them (0: fits)
+  bool fits() const { return shortfall == 0; }
+};
+
+// Every candidate of `root` (a job config, its overrides applied) on
+// `machines`, fitting ones first, fastest first; then those that do not fit,
+// least short first. Candidates the config reader refuses are left out.
+absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, const Machines& machines,
+                                                  const FitRates& rates, const FitOptions& options);
+
+// The command's --fit report: the `top` fastest that fit (text or one JSON
+// object) and the best one's config, also written to `out_path` when given.
+// Exit status 0 when one fits, 1 when none does (the closest is named with
+// its shortfall), 2 for bad input.
+int report_fit(const nlohmann::json& root, const Machines& machines, const FitRates& rates, const FitOptions& options,
+               int top, bool json, const std::string& out_path, std::ostream& out, std::ostream& err);
+
+}  // namespace zerod
