@@ -3,12 +3,14 @@
 // d/d(out) = R. Directions are random; tolerance: relative 1e-3 of the
 // directional derivative (fp32 forward, eps 1e-3, values of order 1).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/cpu/gemm.h"
 #include "tests/fd_check.h"
 
 namespace zerod {
@@ -210,6 +212,56 @@ TEST(Reductions, SumSquaresIsTheLanesOrder) {
     for (float v : x) exact += static_cast<long double>(v) * v;
     EXPECT_NEAR(got, static_cast<double>(exact), 1e-12 * static_cast<double>(exact));
   }
+}
+
+// The tiled product against a loop in double, within fp32's rounding over K
+// terms; and the same bits at 1, 2 and 3 threads, called alone or from
+// inside a parallel region, for every transposition and shapes with tiles
+// cut at their edges.
+TEST(Gemm, MatchesADoubleLoopWithTheSameBitsAtAnyThreadCount) {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const int threads_before = omp_get_max_threads();
+  for (const Shape s : {Shape{1, 1, 1}, Shape{65, 130, 7}, Shape{1024, 200, 96}, Shape{1100, 1030, 33}}) {
+    for (int trans = 0; trans < 4; ++trans) {
+      const bool ta = trans & 1, tb = trans & 2;
+      SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K << " ta " << ta << " tb " << tb);
+      const int64_t lda = (ta ? s.M : s.K) + 3, ldb = (tb ? s.K : s.N) + 5, ldc = s.N + 2;
+      const auto a = random_vector((ta ? s.K : s.M) * lda, 7), b = random_vector((tb ? s.N : s.K) * ldb, 8);
+      const auto c0 = random_vector(s.M * ldc, 9);
+      auto at = [&](int64_t i, int64_t k) { return ta ? a[k * lda + i] : a[i * lda + k]; };
+      auto bt = [&](int64_t k, int64_t j) { return tb ? b[j * ldb + k] : b[k * ldb + j]; };
+      auto product = [&](int threads, bool nested) {
+        std::vector<float> c = c0;
+        omp_set_num_threads(threads);
+        if (nested) {
+#pragma omp parallel num_threads(2)
+          if (omp_get_thread_num() == 0) {
+            cpu::sgemm(ta, tb, s.M, s.N, s.K, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), ldc);
+          }
+        } else {
+          cpu::sgemm(ta, tb, s.M, s.N, s.K, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), ldc);
+        }
+        return c;
+      };
+      const std::vector<float> one = product(1, false);
+      for (int64_t i = 0; i < s.M; i += std::max<int64_t>(1, s.M / 17)) {
+        for (int64_t j = 0; j < s.N; j += std::max<int64_t>(1, s.N / 13)) {
+          double want = 2.0 * c0[i * ldc + j], scale = std::fabs(want);
+          for (int64_t k = 0; k < s.K; ++k) {
+            want += 0.5 * at(i, k) * bt(k, j);
+            scale += std::fabs(0.5 * at(i, k) * bt(k, j));
+          }
+          ASSERT_NEAR(one[i * ldc + j], want, 1e-6 * (s.K + 2) * scale) << i << ", " << j;
+        }
+      }
+      EXPECT_EQ(product(2, false), one);
+      EXPECT_EQ(product(3, false), one);
+      EXPECT_EQ(product(2, true), one);
+    }
+  }
+  omp_set_num_threads(threads_before);
 }
 
 }  // namespace

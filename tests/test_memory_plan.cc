@@ -179,7 +179,7 @@ class EstimateTest : public testing::TempDirTest {
   std::string job(nlohmann::json j = testing::tiny_job()) { return write("job.json", j.dump()); }
 };
 
-TEST_F(EstimateTest, RefusesImpossibleMachinesNamingTheFlag) {
+TEST_F(EstimateTest, RefusesImpossibleMachinesAndFitSettingsNamingTheFlag) {
   const std::string cfg = job();
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"--ranks", "0"}, "--ranks must be at least 1, got 0"},
@@ -192,6 +192,13 @@ TEST_F(EstimateTest, RefusesImpossibleMachinesNamingTheFlag) {
       {{"--host-memory", "-1GiB"}, "--host-memory: '-1GiB' is not a byte size"},
       {{"--nvme", "0"}, "--nvme must be more than 0 bytes"},
       {{"--gpu-memory", "12GiB", "--device", "cpu"}, "describe GPUs, but the job trains on the CPU"},
+      // --fit's own.
+      {{"--fit"}, "--fit needs the machines' memory"},
+      {{"--fit", "--host-memory", "1GiB", "--allow", "fp8"}, "--allow"},
+      {{"--fit", "--host-memory", "1GiB", "--top", "0"}, "--top"},
+      {{"--fit", "--host-memory", "1GiB", "--pcie-bandwidth", "fast"}, "--pcie-bandwidth: 'fast' is not a byte size"},
+      {{"--fit", "--host-memory", "1GiB", "--flops", "-3"}, "--flops"},
+      {{"--fit", "--host-memory", "1GiB", "--out", "/no/such/dir/best.json"}, "/no/such/dir/best.json"},
   };
   for (const auto& [args, message] : bad) {
     std::vector<std::string> a = {"--config", cfg};
@@ -427,25 +434,6 @@ TEST_F(EstimateTest, FitSaysByHowMuchWhenNothingFits) {
             past(c["gpu"]["total"].get<uint64_t>(), uint64_t{1} << 30) +
                 past(c["host"]["total"].get<uint64_t>() + c["pinned"]["total"].get<uint64_t>(), uint64_t{8} << 30));
   EXPECT_GT(r["closest"]["shortfall"].get<uint64_t>(), 0u);
-}
-
-TEST_F(EstimateTest, FitRefusesBadInput) {
-  const std::string cfg = job();
-  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
-      {{"--fit"}, "--fit needs the machines' memory"},
-      {{"--fit", "--host-memory", "1GiB", "--allow", "fp8"}, "--allow"},
-      {{"--fit", "--host-memory", "1GiB", "--top", "0"}, "--top"},
-      {{"--fit", "--host-memory", "1GiB", "--pcie-bandwidth", "fast"}, "--pcie-bandwidth: 'fast' is not a byte size"},
-      {{"--fit", "--host-memory", "1GiB", "--flops", "-3"}, "--flops"},
-      {{"--fit", "--host-memory", "1GiB", "--out", "/no/such/dir/best.json"}, "/no/such/dir/best.json"},
-  };
-  for (const auto& [args, message] : bad) {
-    std::vector<std::string> a = {"--config", cfg};
-    a.insert(a.end(), args.begin(), args.end());
-    const Result r = estimate(a);
-    EXPECT_EQ(r.code, 2) << message;
-    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
-  }
 }
 
 // --allow lets the search change numerics; without it every configuration

@@ -91,6 +91,12 @@ absl::StatusOr<std::vector<std::pair<std::string, Estimate>>> estimate_technique
   return rows;
 }
 
+nlohmann::json peaks_json(const MemoryPeaks& p) {
+  nlohmann::json j = memory_peak_json(p);
+  for (int t = 0; t < kNumTiers; ++t) j[tier_name(static_cast<Tier>(t))]["total"] = p.total[t];
+  return j;
+}
+
 std::vector<CapacityCheck> capacity_checks(const Machines& m, const Estimate& e) {
   auto total = [](const MemoryPeaks& p, Tier t) { return p.total[static_cast<int>(t)]; };
   std::vector<CapacityCheck> out;
@@ -105,12 +111,6 @@ std::vector<CapacityCheck> capacity_checks(const Machines& m, const Estimate& e)
 }
 
 namespace {
-
-nlohmann::json peaks_json(const MemoryPeaks& p) {
-  nlohmann::json j = memory_peak_json(p);
-  for (int t = 0; t < kNumTiers; ++t) j[tier_name(static_cast<Tier>(t))]["total"] = p.total[t];
-  return j;
-}
 
 void table(std::ostream& out, const std::string& title, const MemoryPeaks& p) {
   out << absl::StrFormat("%-34s", title);

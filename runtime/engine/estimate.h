@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -37,6 +38,10 @@ struct Estimate {
 
 // The plans of every rank of `cfg` on `machines`.
 absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& machines);
+
+// Peaks by tier and category as the run summary's memory_peak, each tier
+// with its "total".
+nlohmann::json peaks_json(const MemoryPeaks& p);
 
 // A capacity of the machines against what an estimate needs of it.
 struct CapacityCheck {

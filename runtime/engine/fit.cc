@@ -8,7 +8,6 @@
 #include "absl/strings/str_join.h"
 #include "runtime/checkpoint/output_file.h"
 #include "runtime/core/exit_codes.h"
-#include "runtime/telemetry/run_output.h"
 
 namespace zerod {
 
@@ -211,8 +210,6 @@ double tokens_per_second(const FitCandidate& c) {
 }
 
 nlohmann::json candidate_json(const FitCandidate& c) {
-  nlohmann::json per_rank = memory_peak_json(c.estimate.per_rank);
-  for (int t = 0; t < kNumTiers; ++t) per_rank[tier_name(static_cast<Tier>(t))]["total"] = c.estimate.per_rank.total[t];
   return {{"changes", c.changes},
           {"fits", c.fits()},
           {"shortfall", c.shortfall},
@@ -224,7 +221,7 @@ nlohmann::json candidate_json(const FitCandidate& c) {
             {"pcie", c.cost.pcie},
             {"network", c.cost.network},
             {"nvme", c.cost.nvme}}},
-          {"per_rank", per_rank}};
+          {"per_rank", peaks_json(c.estimate.per_rank)}};
 }
 
 absl::Status write_config(const std::string& path, const nlohmann::json& config) {

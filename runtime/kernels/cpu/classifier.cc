@@ -1,14 +1,13 @@
-#include <cblas.h>
-
 #include <algorithm>
 
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/cpu/gemm.h"
 
 namespace zerod::cpu {
 
 void classifier_logits(float* logits, const float* inp, int64_t inp_stride, const float* wte, int64_t rows, int C,
                        int V) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, inp, inp_stride, wte, C, 0.0f, logits, V);
+  sgemm(false, true, rows, V, C, 1.0f, inp, inp_stride, wte, C, 0.0f, logits, V);
 }
 
 void classifier_forward_backward(const ClassifierArgs& a) {
@@ -19,10 +18,8 @@ void classifier_forward_backward(const ClassifierArgs& a) {
     round_to(a.act, a.logits, rows * V);
     softmax_cross_entropy(a.logits, a.losses + r0, a.targets + r0, rows, V, a.dloss);
     // dinp = dlogits @ wte; dwte += dlogits^T @ inp.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, a.logits, V, a.wte, C, 0.0f,
-                a.dinp + r0 * C, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, a.logits, V, a.inp + r0 * C, C, 1.0f,
-                a.dwte, C);
+    sgemm(false, false, rows, C, V, 1.0f, a.logits, V, a.wte, C, 0.0f, a.dinp + r0 * C, C);
+    sgemm(true, false, V, C, rows, 1.0f, a.logits, V, a.inp + r0 * C, C, 1.0f, a.dwte, C);
   }
 }
 

@@ -1,9 +1,9 @@
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/cpu/gemm.h"
 
 namespace zerod::cpu {
 
@@ -14,13 +14,13 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
     for (int64_t n = 0; n < N; ++n) std::copy(bias, bias + OC, out + n * OC);
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, beta, out, OC);
+  sgemm(false, false, N, OC, C, 1.0f, inp, C, w, OC, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                      int64_t N, int C, int OC) {
-  if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+  if (dinp) sgemm(false, true, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, C);
+  sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
   if (!dbias) return;
   // Each thread owns a range of columns and sums them down the rows in order.
 #pragma omp parallel
