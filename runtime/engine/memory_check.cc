@@ -16,11 +16,11 @@ namespace zerod {
 namespace {
 
 // "optimizer 1.2 GiB, params 300 MiB": tier t's categories, largest first.
-std::string categories_text(const MemoryPeaks& p, Tier tier, std::function<bool(Category)> which) {
+std::string categories_text(const MemoryPeaks& p, Tier tier) {
   const int t = static_cast<int>(tier);
   std::vector<std::pair<uint64_t, Category>> by_size;
   for (int c = 0; c < kNumCategories; ++c) {
-    if (p.peak[t][c] > 0 && which(static_cast<Category>(c))) by_size.push_back({p.peak[t][c], static_cast<Category>(c)});
+    if (p.peak[t][c] > 0) by_size.push_back({p.peak[t][c], static_cast<Category>(c)});
   }
   std::ranges::sort(by_size, std::greater<>());
   std::string parts;
@@ -49,7 +49,7 @@ absl::Status check_nvme_plan(const ZeroConfig& z, int local_ranks, const MemoryP
   if (!absl::IsFailedPrecondition(s)) return s;
   return absl::FailedPreconditionError(absl::StrCat(
       s.message(), " (", local_ranks, local_ranks == 1 ? " rank" : " ranks", " on this node, each ",
-      categories_text(p, Tier::kNvme, [](Category) { return true; }), ")"));
+      categories_text(p, Tier::kNvme), ")"));
 }
 
 }  // namespace
@@ -74,7 +74,7 @@ absl::Status check_memory_plan(const JobConfig& cfg, int rank, int local_ranks, 
         absl::StrCat(key, " is ", *limit, " bytes (", byte_size_text(*limit), "), but rank ", rank, " would hold ",
                      p.total[t], " bytes (", byte_size_text(p.total[t]), ") of ", tier_name(tier), " memory, ",
                      byte_size_text(p.total[t] - *limit), " more: ",
-                     categories_text(p, tier, [](Category) { return true; }), "; ", what_sets_the_size(cfg),
+                     categories_text(p, tier), "; ", what_sets_the_size(cfg),
                      " (zeroctl estimate --buffers shows each buffer)"));
   }
   return check_nvme_plan(cfg.zero, local_ranks, p);
