@@ -77,17 +77,22 @@ absl::Status SavedShards::read_state(const Segment& s, const char* which, int64_
   ZEROD_ASSIGN_OR_RETURN(const SafetensorsReader* r, open(s.rank));
   const Optimizer::PieceStates ps = ranks_[s.rank].layout->piece_states(s.piece);
   if (!ps.quantized) return r->read(*r->find(which), (ps.state + e0) * 4, (e1 - e0) * 4, out);
-  // Whole blocks: the codes and absmax of every block the range touches.
-  const int64_t b0 = e0 / kQuantBlock, b1 = quant_blocks(e1);
-  const int64_t first = b0 * kQuantBlock, n = std::min(b1 * kQuantBlock, s.numel) - first;
-  std::vector<uint8_t> codes(n);
-  std::vector<float> absmax(b1 - b0), x(n);
+  // The blocks the range touches, a few at a time through scratch of fixed
+  // size: a resume reads whole segments, and nothing here may grow with them.
+  constexpr int64_t kBlocks = 16;
+  uint8_t codes[kBlocks * kQuantBlock];
+  float absmax[kBlocks], x[kBlocks * kQuantBlock];
   const std::string name = which;
-  ZEROD_RETURN_IF_ERROR(r->read(*r->find(name + "_codes"), ps.state + first, n, codes.data()));
-  ZEROD_RETURN_IF_ERROR(r->read(*r->find(name + "_absmax"), (ps.block + b0) * 4, (b1 - b0) * 4, absmax.data()));
-  dequantize_blockwise(name == "m" ? signed_dynamic_map() : unsigned_dynamic_map(), codes.data(), absmax.data(), n,
-                       x.data());
-  std::memcpy(out, x.data() + (e0 - first), (e1 - e0) * sizeof(float));
+  const QuantMap& map = name == "m" ? signed_dynamic_map() : unsigned_dynamic_map();
+  for (int64_t b = e0 / kQuantBlock, end = quant_blocks(e1); b < end; b += kBlocks) {
+    const int64_t nb = std::min(kBlocks, end - b);
+    const int64_t first = b * kQuantBlock, n = std::min((b + nb) * kQuantBlock, s.numel) - first;
+    ZEROD_RETURN_IF_ERROR(r->read(*r->find(name + "_codes"), ps.state + first, n, codes));
+    ZEROD_RETURN_IF_ERROR(r->read(*r->find(name + "_absmax"), (ps.block + b) * 4, nb * 4, absmax));
+    dequantize_blockwise(map, codes, absmax, n, x);
+    const int64_t lo = std::max(first, e0), hi = std::min(first + n, e1);
+    std::memcpy(out + (lo - e0), x + (lo - first), (hi - lo) * sizeof(float));
+  }
   return absl::OkStatus();
 }
 

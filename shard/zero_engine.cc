@@ -346,15 +346,17 @@ absl::Status ZeroEngine::skip_optimizer() {
 absl::StatusOr<std::vector<float>> ZeroEngine::gather_master_params() {
   const Partition& p = ctx_.part;
   // The masters, wherever they are, into a shard-shaped buffer first.
-  std::vector<float> shard(p.shard_numel());
+  ZEROD_ASSIGN_OR_RETURN(Buffer shard_buffer,
+                         ctx_.device.allocate(p.shard_numel() * 4, Category::kWorkspace, Tier::kHost));
+  float* shard = shard_buffer.host<float>();
   ZEROD_RETURN_IF_ERROR(optimizer_->read_masters([&](int k, int64_t start, int64_t n, const float* m) {
-    std::memcpy(shard.data() + ctx_.owned[k].shard_offset + start, m, n * sizeof(float));
+    std::memcpy(shard + ctx_.owned[k].shard_offset + start, m, n * sizeof(float));
     return absl::OkStatus();
   }));
   std::vector<float> out(ctx_.layout.num_params());
   const int n = p.world_size();
   for (int u = 0; u < p.num_units(); ++u) {
-    const float* src = shard.data() + p.shard_offset(u);
+    const float* src = shard + p.shard_offset(u);
     if (n > 1) {
       ZEROD_ASSIGN_OR_RETURN(Buffer b, ctx_.device.allocate(p.chunk(u) * n * 4, Category::kWorkspace, Tier::kHost));
       ZEROD_RETURN_IF_ERROR(ctx_.comm.all_gather(src, b.data(), p.chunk(u), CommType::kF32)->wait());

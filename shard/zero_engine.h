@@ -112,7 +112,8 @@ class ZeroEngine {
   // puts them back.
   void update_during_backward(float lr, int64_t step, int micro_batches, float grad_factor);
 
-  // The full fp32 master weights, in the layout's flat order (a collective).
+  // The full fp32 master weights, in the layout's flat order (a collective):
+  // the caller's copy, for tests; the gathering goes through the accountant.
   absl::StatusOr<std::vector<float>> gather_master_params();
 
   // Checkpoints. This rank's share of the training state is the fp32 master

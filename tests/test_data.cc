@@ -264,7 +264,7 @@ TEST_F(DataTest, WindowsAcrossMappedShardsAreTheConcatenatedStreams) {
   auto ds = load_dataset({DataKind::kTokens, path("s*.bin"), 7, 1}, 3000);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const TokenStream held(all);
-  DataLoader mapped(&ds->tokens, 7, 5), reference(&held, 7, 5);
+  DataLoader mapped = *DataLoader::create(&ds->tokens, 7, 5), reference = *DataLoader::create(&held, 7, 5);
   for (int step = 0; step < 40; ++step) {
     std::vector<int32_t> in(3 * 7), tg(3 * 7), ref_in(3 * 7), ref_tg(3 * 7);
     mapped.next_batch(3, in.data(), tg.data());
@@ -283,7 +283,7 @@ int64_t resident_bytes() {
 }
 
 // A glob of 64 MiB of shards adds a few MiB to a rank's resident memory
-// (the vocabulary check's buffer), not their size; a token past the
+// (pages the vocabulary check has not yet let go), not their size; a token past the
 // vocabulary deep in the last one is still found, at its index in its file.
 TEST_F(DataTest, ShardsAreMappedNotCopiedIntoTheRank) {
   constexpr int kShards = 4, kIds = 8 << 20;
@@ -347,6 +347,19 @@ std::pair<int, int> parse_prompt(const std::string& prompt) {
   const size_t plus = prompt.find('+');
   EXPECT_EQ(prompt.back(), '=');
   return {std::stoi(prompt.substr(0, plus)), std::stoi(prompt.substr(plus + 1))};
+}
+
+// The planner sizes the synthetic stream without making it.
+TEST(Synthetic, TokensAreCountedWithoutMakingTheStream) {
+  for (int seq_len : {1, 3, 10, 11, 64, 1000}) {
+    for (int max_operand : {-1, 0, 1, 9, 99, 999}) {
+      for (int lines : {0, 1, 7, 1000}) {
+        EXPECT_EQ(synthetic_task_tokens(seq_len, max_operand, lines),
+                  static_cast<int64_t>(make_synthetic_task(5, seq_len, max_operand, lines).train_tokens.size()))
+            << seq_len << " " << max_operand << " " << lines;
+      }
+    }
+  }
 }
 
 TEST(Synthetic, TrainingLinesAreCorrectSums) {
@@ -432,6 +445,27 @@ TEST(Synthetic, LoadDatasetUsesConfigSeed) {
   EXPECT_EQ(ds->heldout, task.heldout);
 }
 
+// dataset_tokens sizes data from the files' sizes and headers, as
+// load_dataset then reads it; a file it cannot size gives load_dataset's error.
+TEST_F(DataTest, DatasetTokensIsWhatLoadDatasetReads) {
+  write_file(path("s0.bin"), good_shard(std::vector<uint16_t>(37, 4)));
+  write_file(path("s1.bin"), good_shard(std::vector<uint16_t>(48, 5)));
+  write_file(path("t.txt"), "bytes of text, enough for a window or two");
+  for (const DataConfig& cfg :
+       {DataConfig{DataKind::kTokens, path("s*.bin"), 8, 1}, DataConfig{DataKind::kText, path("t.txt"), 8, 1},
+        DataConfig{DataKind::kSynthetic, "", 1, 1}, DataConfig{DataKind::kSynthetic, "", 64, 2},
+        DataConfig{DataKind::kSynthetic, "", 1024, 3}}) {
+    auto ds = load_dataset(cfg, 50257);
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    EXPECT_EQ(dataset_tokens(cfg).value_or(-1), ds->tokens.size()) << cfg.path << " " << cfg.seq_len;
+  }
+  write_file(path("s2.bin"), good_shard(std::vector<uint16_t>(9, 1)).substr(0, 1030));  // truncated
+  for (const std::string& p : {path("s*.bin"), path("none*.bin"), path("absent.bin")}) {
+    const DataConfig cfg{DataKind::kTokens, p, 8, 1};
+    EXPECT_EQ(dataset_tokens(cfg).status(), load_dataset(cfg, 50257).status()) << p;
+  }
+}
+
 // ---- DataLoader ----
 
 // Token i has value i, so a window's first input names its start.
@@ -489,15 +523,43 @@ bool is_permutation_of_all(std::vector<int64_t> order, int64_t n) {
 TEST(DataLoader, NumWindowsIgnoresTail) {
   const auto tokens = counting_tokens(4 * 12 + 1 + 3);  // 3 tokens short of a 13th window
   const TokenStream stream(tokens);
-  DataLoader loader(&stream, 4, 1);
+  DataLoader loader = *DataLoader::create(&stream, 4, 1);
   EXPECT_EQ(loader.num_windows(), 12);
+}
+
+// The window order is the accountant's, 8 bytes a window, as planned; past
+// the host limit the loader is refused and nothing stays recorded.
+TEST(DataLoader, WindowOrderIsAccountedAsPlanned) {
+  const TokenStream stream(std::vector<uint16_t>(1001, 7));
+  MemoryAccountant acct;
+  {
+    auto loader = DataLoader::create(&stream, 4, 1, 0, 1, acct);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    EXPECT_EQ(loader->num_windows(), 250);
+    EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 250u * 8);
+    EXPECT_EQ(DataLoader::order_bytes(1001, 4), 250u * 8);
+  }
+  EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 0u);
+  acct.set_limit(Tier::kHost, 250 * 8 - 1);
+  EXPECT_EQ(DataLoader::create(&stream, 4, 1, 0, 1, acct).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 0u);
+
+  const DataConfig cfg{DataKind::kSynthetic, "", 64, 1};
+  MemoryPlan plan;
+  DataLoader::plan(cfg, plan);
+  ASSERT_EQ(plan.buffers().size(), 1u);
+  const Dataset ds = *load_dataset(cfg, 256);
+  EXPECT_EQ(plan.buffers()[0].bytes, uint64_t((ds.tokens.size() - 1) / 64) * 8);
+  MemoryPlan missing;
+  DataLoader::plan({DataKind::kText, "/nonexistent/data.txt", 64, 1}, missing);
+  EXPECT_TRUE(missing.buffers().empty()) << "data that cannot be sized here is left out";
 }
 
 TEST(DataLoader, TargetsAreInputsShiftedByOne) {
   const int T = 5, B = 3;
   const auto tokens = counting_tokens(T * 20 + 1);
   const TokenStream stream(tokens);
-  DataLoader loader(&stream, T, 1);
+  DataLoader loader = *DataLoader::create(&stream, T, 1);
   for (int step = 0; step < 15; ++step) {
     const Batch batch = next(loader, B, T);
     windows_of(batch, tokens, B, T, loader.num_windows());
@@ -511,7 +573,7 @@ TEST(DataLoader, EachWindowOncePerEpoch) {
   const int T = 4, B = 3;
   const auto tokens = counting_tokens(T * 12 + 2);  // 12 windows, 4 batches per epoch
   const TokenStream stream(tokens);
-  DataLoader loader(&stream, T, 42);
+  DataLoader loader = *DataLoader::create(&stream, T, 42);
   std::map<int64_t, int> visits;
   for (int step = 0; step < 4; ++step) {
     for (int64_t w : windows_of(next(loader, B, T), tokens, B, T, 12)) ++visits[w];
@@ -526,7 +588,7 @@ TEST(DataLoader, PartialBatchStartsNextEpoch) {
   const int T = 4, B = 5;
   const auto tokens = counting_tokens(T * 12 + 1);  // 12 windows: two batches of 5 fit
   const TokenStream stream(tokens);
-  DataLoader loader(&stream, T, 42);
+  DataLoader loader = *DataLoader::create(&stream, T, 42);
   std::set<int64_t> seen;
   for (int step = 0; step < 2; ++step) {
     for (int64_t w : windows_of(next(loader, B, T), tokens, B, T, 12)) seen.insert(w);
@@ -542,7 +604,8 @@ TEST(DataLoader, OrderDependsOnSeed) {
   const int T = 2;
   const auto tokens = counting_tokens(T * 50 + 1);
   const TokenStream stream(tokens);
-  DataLoader a(&stream, T, 1), b(&stream, T, 1), c(&stream, T, 2);
+  DataLoader a = *DataLoader::create(&stream, T, 1), b = *DataLoader::create(&stream, T, 1),
+             c = *DataLoader::create(&stream, T, 2);
   const auto order_a = epoch_order(a, tokens, T);
   EXPECT_TRUE(is_permutation_of_all(order_a, 50));
   EXPECT_EQ(order_a, epoch_order(b, tokens, T));
@@ -555,7 +618,8 @@ TEST(DataLoader, TwoRanksMakeTheSingleRankBatch) {
   const int T = 3, B = 2;
   const auto tokens = counting_tokens(T * 25 + 1);  // 25 windows: 6 global batches then rollover
   const TokenStream stream(tokens);
-  DataLoader single(&stream, T, 5), rank0(&stream, T, 5, 0, 2), rank1(&stream, T, 5, 1, 2);
+  DataLoader single = *DataLoader::create(&stream, T, 5), rank0 = *DataLoader::create(&stream, T, 5, 0, 2),
+             rank1 = *DataLoader::create(&stream, T, 5, 1, 2);
   for (int step = 0; step < 20; ++step) {
     const Batch whole = next(single, 2 * B, T), r0 = next(rank0, B, T), r1 = next(rank1, B, T);
     Batch joined = r0;
@@ -572,7 +636,7 @@ TEST(DataLoader, RestoredStateReplaysBatches) {
   const int T = 4, B = 3;
   const auto tokens = counting_tokens(T * 17 + 1);
   const TokenStream stream(tokens);
-  DataLoader original(&stream, T, 99);
+  DataLoader original = *DataLoader::create(&stream, T, 99);
   // 17 windows hold 5 batches of 3, so 8 batches end mid-way through epoch 1;
   // restoring there needs epoch 1's permutation, not the constructor's.
   for (int step = 0; step < 8; ++step) next(original, B, T);
@@ -580,7 +644,7 @@ TEST(DataLoader, RestoredStateReplaysBatches) {
   EXPECT_EQ(saved.epoch, 1u);
   EXPECT_EQ(saved.position, 9u);
 
-  DataLoader restored(&stream, T, 99);
+  DataLoader restored = *DataLoader::create(&stream, T, 99);
   restored.set_state(saved);
   for (int step = 0; step < 12; ++step) {  // crosses two epoch boundaries
     EXPECT_EQ(next(restored, B, T), next(original, B, T)) << "step " << step;
@@ -594,7 +658,7 @@ TEST(DataLoader, NewEpochReshufflesAndCoversAll) {
   const int T = 2;
   const auto tokens = counting_tokens(T * 40 + 1);
   const TokenStream stream(tokens);
-  DataLoader loader(&stream, T, 3);
+  DataLoader loader = *DataLoader::create(&stream, T, 3);
   const auto epoch0 = epoch_order(loader, tokens, T);
   EXPECT_EQ(loader.state().epoch, 0u);
   const auto epoch1 = epoch_order(loader, tokens, T);
@@ -608,7 +672,7 @@ TEST(DataLoader, TinyDataWrapsWithinABatch) {
   const int T = 2, B = 5;
   const auto tokens = counting_tokens(T * 3 + 1);  // 3 windows, fewer than one batch
   const TokenStream stream(tokens);
-  DataLoader loader(&stream, T, 8);
+  DataLoader loader = *DataLoader::create(&stream, T, 8);
   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
     const auto ws = windows_of(next(loader, B, T), tokens, B, T, 3);
     EXPECT_EQ(loader.state().epoch, epoch);  // each batch is its own epoch

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -163,6 +164,36 @@ TEST_F(SafetensorsTest, RefusesBrokenFilesNamingTheFileAndTensor) {
                           std::string(8, 'x')),
                  "larger than the file");
   EXPECT_EQ(SafetensorsReader::open(path("absent")).status().code(), absl::StatusCode::kNotFound);
+}
+
+// read_f32 converts 16-bit ranges in parts: a range at any offset, across
+// parts, holds the values a whole-tensor conversion gives; a tensor that is
+// not a float type is refused by name.
+TEST_F(SafetensorsTest, ReadF32ConvertsAnyRangeOfASixteenBitTensor) {
+  constexpr int64_t kN = 40000;  // over two of read_f32's parts
+  const std::string file = path("half.safetensors");
+  const std::vector<SafeTensor> tensors = {{"b", DType::kBF16, {kN}}, {"h", DType::kF16, {kN}}, {"i", DType::kI8, {4}}};
+  std::vector<uint16_t> bits(kN);
+  for (int64_t i = 0; i < kN; ++i) bits[i] = static_cast<uint16_t>(0x3c00 + (i * 7919) % 0x3ff);  // finite in both
+  ASSERT_TRUE(write_safetensors(file, tensors, {}, [&](size_t i, const ByteSink& out) {
+                return i < 2 ? out(bits.data(), kN * 2) : out("abcd", 4);
+              }).ok());
+  auto r = SafetensorsReader::open(file);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const SafeTensor& tensor = *r->find(t == DType::kBF16 ? "b" : "h");
+    std::vector<float> whole(kN);
+    convert_to_f32(t, bits.data(), whole.data(), kN);
+    for (auto [first, n] : {std::pair<int64_t, int64_t>{0, kN}, {123, 39000}, {16383, 2}, {kN - 1, 1}, {5, 0}}) {
+      std::vector<float> got(n, NAN);
+      ASSERT_TRUE(r->read_f32(tensor, first, n, got.data()).ok());
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), whole.begin() + first)) << dtype_name(t) << " at " << first;
+    }
+  }
+  float out[4];
+  const absl::Status bad = r->read_f32(*r->find("i"), 0, 4, out);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("tensor 'i'"), std::string::npos) << bad;
 }
 
 TEST_F(SafetensorsTest, AFailedWriteLeavesNoFile) {

@@ -200,6 +200,23 @@ absl::Status SafetensorsReader::read(const SafeTensor& t, uint64_t offset, uint6
   return absl::OkStatus();
 }
 
+absl::Status SafetensorsReader::read_f32(const SafeTensor& t, int64_t first, int64_t n, float* out) const {
+  if (t.dtype == DType::kF32) return read(t, first * 4, n * 4, out);
+  if (t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": tensor '", t.name, "' is ", dtype_name(t.dtype), ", not a float type"));
+  }
+  // Through scratch of fixed size: a range can be a whole tensor.
+  constexpr int64_t kPart = 16384;
+  uint16_t raw[kPart];
+  for (int64_t at = 0; at < n; at += kPart) {
+    const int64_t m = std::min(kPart, n - at);
+    ZEROD_RETURN_IF_ERROR(read(t, (first + at) * 2, m * 2, raw));
+    convert_to_f32(t.dtype, raw, out + at, m);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SafetensorsLayout> layout_safetensors(std::vector<SafeTensor> tensors,
                                                      const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();

@@ -47,6 +47,8 @@ class SafetensorsReader {
   absl::Status read(const SafeTensor& t, void* out) const { return read(t, 0, t.end - t.begin, out); }
   // Bytes [offset, offset + n) of the tensor's data into out.
   absl::Status read(const SafeTensor& t, uint64_t offset, uint64_t n, void* out) const;
+  // Elements [first, first + n) of an F32, BF16 or F16 tensor as fp32 into out.
+  absl::Status read_f32(const SafeTensor& t, int64_t first, int64_t n, float* out) const;
 
  private:
   SafetensorsReader() = default;

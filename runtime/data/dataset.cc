@@ -35,8 +35,8 @@ uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
 
 // Fisher–Yates with uniform_below, for the same portability reason.
 template <typename T>
-void shuffle(std::vector<T>& v, std::mt19937_64& rng) {
-  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[uniform_below(rng, i)]);
+void shuffle(T* v, size_t n, std::mt19937_64& rng) {
+  for (size_t i = n; i > 1; --i) std::swap(v[i - 1], v[uniform_below(rng, i)]);
 }
 
 int32_t load_le32(const unsigned char* p) {
@@ -115,6 +115,46 @@ absl::StatusOr<std::pair<std::string, int64_t>> read_head(const std::string& pat
   }
   return std::pair{std::move(head), static_cast<int64_t>(std::ftell(f.get()))};
 }
+
+// Where a data file's ids start, how many it holds and their width in bytes.
+struct FileTokens {
+  int64_t offset, count;
+  int width;
+};
+
+absl::StatusOr<FileTokens> file_tokens(DataKind kind, const std::string& path) {
+  ZEROD_ASSIGN_OR_RETURN(const auto head, read_head(path));
+  const auto& [bytes, size] = head;
+  if (kind == DataKind::kText) {
+    if (size == 0) return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), " is empty"));
+    return FileTokens{0, size, 1};
+  }
+  ZEROD_ASSIGN_OR_RETURN(const int32_t count,
+                         shard_count(path, reinterpret_cast<const unsigned char*>(bytes.data()), size));
+  return FileTokens{kHeaderBytes, count, 2};
+}
+
+// The synthetic stream's layout: segments of `segment` tokens, each starting
+// with "\n" and holding whole lines of `line_len` tokens (a line longer than
+// a segment gets one of its own). Calls at_line(position) for each of
+// `lines` lines in order and returns the stream's length.
+template <typename F>
+size_t pack_lines(size_t line_len, size_t segment, int lines, F&& at_line) {
+  size_t start = 0, size = 1;
+  for (int i = 0; i < lines; ++i) {
+    if (size > start + 1 && size + line_len > start + segment) {
+      start = std::max(size, start + segment);
+      size = start + 1;
+    }
+    at_line(size);
+    size += line_len;
+  }
+  return std::max(size, start + segment);
+}
+
+// The synthetic task's operand and result widths.
+int operand_width(int max_operand) { return static_cast<int>(std::to_string(std::max(0, max_operand)).size()); }
+int sum_width(int max_operand) { return static_cast<int>(std::to_string(2 * std::max(0, max_operand)).size()); }
 
 }  // namespace
 
@@ -200,11 +240,10 @@ SyntheticTask make_synthetic_task(uint64_t seed, int seq_len, int max_operand, i
 
   // The first tenth of a seeded permutation is held out; the rest is training.
   std::mt19937_64 rng(seed);
-  shuffle(pairs, rng);
+  shuffle(pairs.data(), pairs.size(), rng);
   const size_t num_heldout = std::min(pairs.size(), std::max<size_t>(1, pairs.size() / 10));
 
-  const int wa = static_cast<int>(std::to_string(std::max(0, max_operand)).size());
-  const int wc = static_cast<int>(std::to_string(2 * std::max(0, max_operand)).size());
+  const int wa = operand_width(max_operand), wc = sum_width(max_operand);
   auto prompt = [&](int a, int b) { return absl::StrFormat("%0*d+%0*d=", wa, a, wa, b); };
   auto answer = [&](int a, int b) { return absl::StrFormat("%0*d", wc, a + b); };
 
@@ -218,21 +257,32 @@ SyntheticTask make_synthetic_task(uint64_t seed, int seq_len, int max_operand, i
   if (num_train == 0) return task;  // max_operand < 1: nothing is left to train on
   const size_t line_len = 2 * wa + wc + 3;
   const size_t segment = static_cast<size_t>(std::max(1, seq_len));
+  // Padding and each segment's first token are "\n"; the lines go between.
   std::vector<uint16_t>& out = task.train_tokens;
-  size_t segment_start = 0;
-  out.push_back('\n');
-  for (int line = 0; line < train_lines; ++line) {
-    // Start a new segment when this line would cross the segment's end.
-    if (out.size() > segment_start + 1 && out.size() + line_len > segment_start + segment) {
-      while (out.size() < segment_start + segment) out.push_back('\n');
-      segment_start = out.size();
-      out.push_back('\n');
-    }
+  out.assign(pack_lines(line_len, segment, train_lines, [](size_t) {}), '\n');
+  pack_lines(line_len, segment, train_lines, [&](size_t at) {
     const auto [a, b] = pairs[num_heldout + uniform_below(rng, num_train)];
-    for (char c : prompt(a, b) + answer(a, b) + "\n") out.push_back(static_cast<unsigned char>(c));
-  }
-  while (out.size() < segment_start + segment) out.push_back('\n');
+    for (char c : prompt(a, b) + answer(a, b) + "\n") out[at++] = static_cast<unsigned char>(c);
+  });
   return task;
+}
+
+int64_t synthetic_task_tokens(int seq_len, int max_operand, int train_lines) {
+  if (max_operand < 1) return 0;
+  const size_t line_len = 2 * operand_width(max_operand) + sum_width(max_operand) + 3;
+  return static_cast<int64_t>(
+      pack_lines(line_len, static_cast<size_t>(std::max(1, seq_len)), train_lines, [](size_t) {}));
+}
+
+absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg) {
+  if (cfg.kind == DataKind::kSynthetic) return synthetic_task_tokens(cfg.seq_len);
+  ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
+  int64_t n = 0;
+  for (const std::string& path : paths) {
+    ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
+    n += f.count;
+  }
+  return n;
 }
 
 absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
@@ -257,18 +307,10 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
     ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
     for (const std::string& path : paths) {
       const int64_t begin = ds.tokens.size();
-      ZEROD_ASSIGN_OR_RETURN(const auto head, read_head(path));
-      const auto& [bytes, size] = head;
-      if (cfg.kind == DataKind::kText) {
-        if (size == 0) return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), " is empty"));
-        ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, 0, size, 1));  // bytes are below any byte vocabulary
-      } else {
-        ZEROD_ASSIGN_OR_RETURN(
-            const int32_t count,
-            shard_count(path, reinterpret_cast<const unsigned char*>(bytes.data()), size));
-        ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, kHeaderBytes, count, 2));
-        ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, file_prefix(path)));
-      }
+      ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
+      ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, f.offset, f.count, f.width));
+      // Text's ids are bytes, below any vocabulary it may have (checked above).
+      if (cfg.kind == DataKind::kTokens) ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, file_prefix(path)));
     }
   }
   const int64_t window = int64_t{cfg.seq_len} + 1;
@@ -279,23 +321,42 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
   return ds;
 }
 
+uint64_t DataLoader::order_bytes(int64_t tokens, int seq_len) {
+  return static_cast<uint64_t>(num_windows(tokens, seq_len)) * sizeof(int64_t);
+}
+
+void DataLoader::plan(const DataConfig& cfg, MemoryPlan& plan) {
+  // A rank whose data cannot be sized here stops at loading it, before it
+  // allocates anything else; `zeroctl estimate` says it did not count it.
+  const absl::StatusOr<int64_t> tokens = dataset_tokens(cfg);
+  if (tokens.ok()) plan.add("data order", Tier::kHost, Category::kWorkspace, order_bytes(*tokens, cfg.seq_len));
+}
+
+absl::StatusOr<DataLoader> DataLoader::create(const TokenStream* tokens, int seq_len, uint64_t seed, int rank,
+                                              int world_size, MemoryAccountant& acct) {
+  ZEROD_ASSIGN_OR_RETURN(Buffer order,
+                         Buffer::allocate(order_bytes(tokens->size(), seq_len), Category::kWorkspace, Tier::kHost, acct));
+  return DataLoader(tokens, seq_len, seed, rank, world_size, std::move(order));
+}
+
 // Expects at least one window (seq_len + 1 tokens), which load_dataset checks.
-DataLoader::DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size)
+DataLoader::DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order)
     : tokens_(tokens),
       seq_len_(seq_len),
       seed_(seed),
       rank_(rank),
       world_size_(world_size),
-      num_windows_(tokens->size() == 0 ? 0 : (tokens->size() - 1) / seq_len),
+      num_windows_(num_windows(tokens->size(), seq_len)),
+      order_(std::move(order)),
       window_(seq_len + 1) {
   shuffle_epoch();
 }
 
 void DataLoader::shuffle_epoch() {
-  order_.resize(num_windows_);
-  std::iota(order_.begin(), order_.end(), int64_t{0});
+  int64_t* order = order_.host<int64_t>();
+  std::iota(order, order + num_windows_, int64_t{0});
   std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + state_.epoch);
-  shuffle(order_, rng);
+  shuffle(order, static_cast<size_t>(num_windows_), rng);
 }
 
 void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
@@ -311,7 +372,7 @@ void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
   }
   const uint64_t first = state_.position + static_cast<uint64_t>(rank_) * B;
   for (int b = 0; b < B; ++b) {
-    const int64_t w = order_[(first + b) % n];
+    const int64_t w = order_.host<int64_t>()[(first + b) % n];
     tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
     for (int t = 0; t < seq_len_; ++t) {
       inputs[b * seq_len_ + t] = window_[t];

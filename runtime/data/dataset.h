@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/memory.h"
+#include "runtime/core/memory_plan.h"
 #include "runtime/core/status.h"
 #include "runtime/data/token_stream.h"
 
@@ -47,6 +49,8 @@ struct SyntheticTask {
 };
 SyntheticTask make_synthetic_task(uint64_t seed, int seq_len, int max_operand = 99, int train_lines = 100000,
                                   int heldout_prompts = 200);
+// The length of make_synthetic_task's training stream, without making it.
+int64_t synthetic_task_tokens(int seq_len, int max_operand = 99, int train_lines = 100000);
 
 // Loads the whole token stream for `cfg`; tokens must be < vocab_size.
 // Errors name the file and what was wrong (missing, truncated, bad header,
@@ -56,6 +60,9 @@ struct Dataset {
   std::vector<std::pair<std::string, std::string>> heldout;  // synthetic only
 };
 absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
+// The ids load_dataset would read, from the files' sizes and headers alone;
+// errors as load_dataset's for a missing or malformed file.
+absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg);
 
 // Cuts the stream into non-overlapping windows of seq_len + 1 tokens (input
 // and shifted target) and walks them in an order shuffled by seed and epoch.
@@ -63,7 +70,12 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
 // batch of w*B windows, so the union over ranks is the single-process batch.
 class DataLoader {
  public:
-  DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank = 0, int world_size = 1);
+  // The window order is `acct`'s (fails past its host limit).
+  static absl::StatusOr<DataLoader> create(const TokenStream* tokens, int seq_len, uint64_t seed, int rank = 0,
+                                           int world_size = 1, MemoryAccountant& acct = MemoryAccountant::global());
+  // What create() allocates for `cfg`'s data, when it can be read here.
+  static void plan(const DataConfig& cfg, MemoryPlan& plan);
+  static uint64_t order_bytes(int64_t tokens, int seq_len);
 
   // Fills inputs/targets (B*seq_len each) with this rank's next micro-batch.
   void next_batch(int B, int32_t* inputs, int32_t* targets);
@@ -77,6 +89,8 @@ class DataLoader {
   int64_t num_windows() const { return num_windows_; }
 
  private:
+  DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order);
+  static int64_t num_windows(int64_t tokens, int seq_len) { return tokens == 0 ? 0 : (tokens - 1) / seq_len; }
   void shuffle_epoch();
 
   const TokenStream* tokens_;
@@ -84,7 +98,7 @@ class DataLoader {
   uint64_t seed_;
   int rank_, world_size_;
   int64_t num_windows_;
-  std::vector<int64_t> order_;
+  Buffer order_;  // num_windows_ int64 window indices
   State state_;
   std::vector<uint16_t> window_;  // one window's ids as read
 };

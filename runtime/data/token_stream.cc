@@ -82,12 +82,12 @@ void TokenStream::read(int64_t pos, int64_t n, uint16_t* out) const {
 }
 
 int64_t TokenStream::find_at_least(int64_t from, int limit) const {
-  constexpr int64_t kChunk = int64_t{1} << 20;  // ids a pass reads before it lets their pages go
-  std::vector<uint16_t> ids(static_cast<size_t>(std::min(kChunk, size_)));
+  constexpr int64_t kChunk = 16384;  // ids a pass reads before it lets their pages go
+  uint16_t ids[kChunk];
   const long page = ::sysconf(_SC_PAGESIZE);
   for (int64_t pos = from; pos < size_; pos += kChunk) {
     const int64_t n = std::min(kChunk, size_ - pos);
-    read(pos, n, ids.data());
+    read(pos, n, ids);
     for (int64_t i = 0; i < n; ++i) {
       if (ids[i] >= limit) return pos + i;
     }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/config/command_line.h"
 #include "runtime/core/exit_codes.h"
+#include "runtime/data/dataset.h"
 #include "runtime/engine/fit.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/cpu/threads.h"
@@ -237,6 +238,8 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   auto e = estimate_memory(*cfg, m);
   if (!e.ok()) return refuse(e.status());
+  // Files not on this machine leave their windows' order out of the plan.
+  const absl::Status data = dataset_tokens(cfg->data).status();
   std::vector<std::pair<std::string, Estimate>> rows;
   if (techniques) {
     auto t = estimate_techniques(*cfg, m);
@@ -259,6 +262,7 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
                         {"per_node", peaks_json(e->per_node)},
                         {"fits", fits}};
     if (!m.gpu) j["cpu_threads"] = e->cpu_threads;
+    if (!data.ok()) j["data_not_counted"] = std::string(data.message());
     nlohmann::json caps = nlohmann::json::array();
     for (const CapacityCheck& c : all) {
       caps.push_back({{"what", c.what}, {"capacity", c.capacity}, {"needed", c.needed}, {"fits", c.fits()}});
@@ -291,6 +295,9 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
                          m.gpu ? std::string("one GPU a rank")
                                : absl::StrCat("CPU (", e->cpu_threads, e->cpu_threads == 1 ? " thread" : " threads",
                                               " a rank, as zero-worker would choose on this machine)"));
+  if (!data.ok()) {
+    out << "data not counted: " << data.message() << " (its window order takes 8 bytes a window on every rank)\n";
+  }
   table(out, "per rank (the largest over ranks)", e->per_rank);
   if (m.ranks_per_node() > 1) table(out, "per node (the sum of its ranks)", e->per_node);
   if (buffers) {

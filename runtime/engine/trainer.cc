@@ -46,6 +46,7 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   // In build()'s order.
   kernels.plan_table(plan);
   plan.add("token ids", Tier::kHost, Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
+  DataLoader::plan(cfg.data, plan);
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
             cfg.cpu_checkpointing, kernels, plan);
   const GptLayout layout(cfg.model);
@@ -93,8 +94,9 @@ absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
   ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
-  loader_ = std::make_unique<DataLoader>(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
-                                         comm_->world_size());
+  ZEROD_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed,
+                                                               comm_->rank(), comm_->world_size(), device_->accountant()));
+  loader_ = std::make_unique<DataLoader>(std::move(loader));
   ZEROD_ASSIGN_OR_RETURN(model_,
                          Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
                                      cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing));

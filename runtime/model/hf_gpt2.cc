@@ -81,22 +81,13 @@ absl::Status check_hf_config(const std::string& path, const GptConfig& m) {
 
 // Whether tensors a and b of r (of one shape) hold the same values.
 absl::StatusOr<bool> same_values(const SafetensorsReader& r, const SafeTensor& a, const SafeTensor& b) {
-  constexpr int64_t kPart = 1 << 20;
-  std::vector<float> fa(kPart), fb(kPart);
-  std::vector<char> raw;
-  const auto part = [&](const SafeTensor& t, int64_t at, int64_t n, float* out) -> absl::Status {
-    const size_t ds = dtype_size(t.dtype);
-    if (t.dtype == DType::kF32) return r.read(t, at * ds, n * ds, out);
-    raw.resize(n * ds);
-    ZEROD_RETURN_IF_ERROR(r.read(t, at * ds, raw.size(), raw.data()));
-    convert_to_f32(t.dtype, raw.data(), out, n);
-    return absl::OkStatus();
-  };
+  constexpr int64_t kPart = 4096;
+  float fa[kPart], fb[kPart];
   for (int64_t at = 0; at < a.numel(); at += kPart) {
     const int64_t n = std::min(kPart, a.numel() - at);
-    ZEROD_RETURN_IF_ERROR(part(a, at, n, fa.data()));
-    ZEROD_RETURN_IF_ERROR(part(b, at, n, fb.data()));
-    if (!std::equal(fa.begin(), fa.begin() + n, fb.begin())) return false;
+    ZEROD_RETURN_IF_ERROR(r.read_f32(a, at, n, fa));
+    ZEROD_RETURN_IF_ERROR(r.read_f32(b, at, n, fb));
+    if (!std::equal(fa, fa + n, fb)) return false;
   }
   return true;
 }
@@ -208,21 +199,13 @@ absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const Gpt
 
 absl::Status Gpt2Weights::read(int64_t begin, int64_t end, float* out) const {
   const std::vector<ParamSegment>& segs = layout_->segments();
-  std::vector<char> raw;
   for (size_t i = 0; i < segs.size(); ++i) {
     const ParamSegment& s = segs[i];
     const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
     if (lo >= hi) continue;
     const SafeTensor& t = *by_segment_[i];
-    const size_t ds = dtype_size(t.dtype);
     float* dst = out + (lo - begin);
-    if (t.dtype == DType::kF32) {
-      ZEROD_RETURN_IF_ERROR(reader_.read(t, (lo - s.offset) * ds, (hi - lo) * ds, dst));
-    } else {
-      raw.resize((hi - lo) * ds);
-      ZEROD_RETURN_IF_ERROR(reader_.read(t, (lo - s.offset) * ds, raw.size(), raw.data()));
-      convert_to_f32(t.dtype, raw.data(), dst, hi - lo);
-    }
+    ZEROD_RETURN_IF_ERROR(reader_.read_f32(t, lo - s.offset, hi - lo, dst));
     // A NaN or infinity would only show as the first step's loss.
     const float* bad = std::find_if(dst, dst + (hi - lo), [](float v) { return !std::isfinite(v); });
     if (bad != dst + (hi - lo)) {
