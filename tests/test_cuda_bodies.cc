@@ -27,6 +27,7 @@
 #include "runtime/kernels/cuda/attention_body.h"
 #include "runtime/kernels/cuda/attention_plan.h"
 #include "runtime/kernels/cuda/gemm_args.h"
+#include "runtime/kernels/cuda/nf4_body.h"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
 #include "runtime/kernels/cuda/rows_body.h"
@@ -442,6 +443,26 @@ TEST(CudaBodies, QuantizeCodeIsTheCpuQuantizersCode) {
   }
 }
 
+// NF4 dequantization weight by weight, over odd sizes and several groups of
+// absmax values: nf4_dequantize's bits.
+TEST(CudaBodies, Nf4DequantizationIsTheCpusBitForBit) {
+  for (int64_t n : {int64_t{1}, int64_t{63}, 3 * kNf4Block * kQuantBlock + 101}) {
+    const Nf4Sizes z = nf4_sizes(n);
+    const auto x = randn(n, 90, 0.05f);
+    std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
+    std::vector<float> group_absmax(z.groups);
+    float offset = 0;
+    const Nf4Tensor t{codes.data(), absmax_codes.data(), group_absmax.data(), &offset, n};
+    nf4_quantize(x.data(), t);
+    std::vector<float> want(n), got(n);
+    nf4_dequantize(t, want.data());
+    cuda::Nf4Values v;
+    std::copy(nf4_values().begin(), nf4_values().end(), v.v);
+    for (int64_t i = 0; i < n; ++i) got[i] = cuda::nf4_at(i, t, v, signed_dynamic_map());
+    EXPECT_EQ(bits(got), bits(want)) << n;
+  }
+}
+
 // The 8-bit kernel's schedule on the CPU: per block, every element's
 // update, the block's max, then each element's code; against
 // adam8bit_update over several steps and a partial last block.
@@ -566,6 +587,7 @@ class PlanAttentionTable : public Kernels {
   void add(Stream& s, float* dst, const float* src, int64_t n) override { k_->add(s, dst, src, n); }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override { k_->adam(s, t, step); }
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override { k_->adam8bit(s, t, step); }
+  void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override { k_->nf4_dequantize(s, t, out); }
 
  private:
   std::unique_ptr<Kernels> k_;

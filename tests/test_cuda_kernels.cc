@@ -276,5 +276,21 @@ TEST_F(CudaTable, AdamAndEightBitAdamAreTheCpuUpdatesBitForBit) {
   }
 }
 
+// NF4 dequantization: the CPU's weights, bit for bit.
+TEST_F(CudaTable, Nf4DequantizationIsTheCpusBitForBit) {
+  const int64_t n = 3 * kNf4Block * kQuantBlock + 101;
+  const Nf4Sizes z = nf4_sizes(n);
+  const auto x = randn(n, 91, 0.05f);
+  std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
+  std::vector<float> group_absmax(z.groups), offset(1), want(n), out(n);
+  const Nf4Tensor c{codes.data(), absmax_codes.data(), group_absmax.data(), offset.data(), n};
+  nf4_quantize(x.data(), c);
+  nf4_dequantize(c, want.data());
+  const Nf4Tensor g{up(codes), up(absmax_codes), up(group_absmax), up(offset), n};
+  float* g_out = up(out);
+  k_->nf4_dequantize(s(), g, g_out);
+  EXPECT_EQ(bits(down(g_out, n)), bits(want));
+}
+
 }  // namespace
 }  // namespace zerod

@@ -16,6 +16,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/cpu/nf4.h"
 #include "runtime/kernels/kernel_memory.h"
 
 namespace zerod {
@@ -91,6 +92,9 @@ class Kernels {
   // the math of cpu/adam.h and cpu/adam8bit.h.
   virtual void adam(Stream& s, const AdamTensor& t, const AdamStep& step) = 0;
   virtual void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) = 0;
+
+  // Frozen 4-bit weights: out[i] = weight i of t (cpu/nf4.h), in fp32.
+  virtual void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) = 0;
 };
 
 // The table of `device`'s kind; it must not outlive the device.

@@ -105,6 +105,10 @@ class ProfiledKernels : public Kernels {
     auto span = Profiler::device_span(&profiler_, s, "adam8bit");
     inner_->adam8bit(s, t, step);
   }
+  void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
+    auto span = Profiler::device_span(&profiler_, s, "nf4_dequantize");
+    inner_->nf4_dequantize(s, t, out);
+  }
 
  private:
   std::unique_ptr<Kernels> inner_;

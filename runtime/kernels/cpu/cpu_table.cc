@@ -84,6 +84,9 @@ class CpuKernels : public Kernels {
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override {
     CpuDevice::launch(s, [=, isa = isa_] { adam8bit_update(t, step, isa); });
   }
+  void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
+    CpuDevice::launch(s, [=] { zerod::nf4_dequantize(t, out); });
+  }
 
  private:
   const CpuIsa isa_;  // of the optimizer kernels

@@ -17,6 +17,7 @@
 #include "runtime/kernels/cuda/cuda_table.h"
 #include "runtime/kernels/cuda/gemm_args.h"
 #include "runtime/kernels/cuda/launch.cuh"
+#include "runtime/kernels/cuda/nf4_body.h"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
 #include "runtime/kernels/cuda/reduce.cuh"
@@ -288,6 +289,12 @@ class CudaKernels : public Kernels {
     adam8bit_kernel<<<static_cast<unsigned>(quant_blocks(t.n)), kQuantBlock, 0, cs(s)>>>(
         t, step, maps_.ptr<const QuantMap>());
     cuda::check_launch(cs(s), "adam8bit");
+  }
+  void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
+    cuda::Nf4Values v;
+    std::copy(nf4_values().begin(), nf4_values().end(), v.v);
+    const QuantMap* dyn = maps_.ptr<const QuantMap>();  // [0]: the signed map
+    launch_each(cs(s), t.n, "nf4_dequantize", [=] __device__(int64_t i) { out[i] = cuda::nf4_at(i, t, v, *dyn); });
   }
 
  private:

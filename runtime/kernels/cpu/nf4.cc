@@ -1,0 +1,126 @@
+#include "runtime/kernels/cpu/nf4.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace zerod {
+namespace {
+
+// The quantile of N(0, 1) at p, to double precision: bisection on the
+// complementary error function, which <cmath> has (its inverse it has not).
+double normal_quantile(double p) {
+  double lo = -40, hi = 40;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = (lo + hi) / 2;
+    (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+// n evenly spaced fp32 probabilities from a to b, the first half counted up
+// from a and the rest down from b.
+std::array<float, 9> spaced(float a, float b, int n) {
+  const float step = (b - a) / static_cast<float>(n - 1);
+  std::array<float, 9> p{};
+  for (int i = 0; i < n; ++i) p[i] = i < n / 2 ? a + static_cast<float>(i) * step : b - static_cast<float>(n - 1 - i) * step;
+  return p;
+}
+
+// QLoRA's construction: 8 positive quantiles at probabilities from delta to
+// 1/2 (1/2 itself left out), 7 negative ones likewise, and 0, scaled by the
+// largest; delta = (1 - 1/(2*15) + 1 - 1/(2*16)) / 2 puts the extreme values
+// midway between what 15 and 16 evenly spaced quantiles would give.
+// Probabilities and the scaling in fp32, the quantiles in double: built so,
+// the values are the published table's bit for bit (tests/test_nf4.cc).
+std::array<float, 16> build_values() {
+  const float delta = 0.9677083f;
+  std::array<float, 16> v{};
+  int k = 0;
+  const std::array<float, 9> pos = spaced(delta, 0.5f, 9), neg = spaced(delta, 0.5f, 8);
+  for (int i = 0; i < 8; ++i) v[k++] = static_cast<float>(normal_quantile(pos[i]));
+  for (int i = 0; i < 7; ++i) v[k++] = -static_cast<float>(normal_quantile(neg[i]));
+  v[k] = 0.0f;
+  std::sort(v.begin(), v.end());
+  const float top = v[15];
+  for (float& x : v) x /= top;
+  return v;
+}
+
+// Edges between neighbouring values: a normalized weight takes the code of
+// how many edges lie below it.
+std::array<float, 15> build_edges() {
+  const std::array<float, 16>& v = nf4_values();
+  std::array<float, 15> e{};
+  for (int k = 0; k < 15; ++k) e[k] = (v[k] + v[k + 1]) * 0.5f;
+  return e;
+}
+
+uint8_t nearest_code(float y) {
+  static const std::array<float, 15> edges = build_edges();
+  return static_cast<uint8_t>(std::lower_bound(edges.begin(), edges.end(), y) - edges.begin());
+}
+
+float block_absmax(const float* x, int64_t n, int64_t block) {
+  const int64_t first = block * kNf4Block, last = std::min(n, first + kNf4Block);
+  float a = 0;
+  for (int64_t i = first; i < last; ++i) a = std::max(a, std::fabs(x[i]));
+  return a;
+}
+
+}  // namespace
+
+const std::array<float, 16>& nf4_values() {
+  static const std::array<float, 16> v = build_values();
+  return v;
+}
+
+Nf4Sizes nf4_sizes(int64_t n) {
+  const int64_t blocks = (n + kNf4Block - 1) / kNf4Block;
+  return {(n + 1) / 2, blocks, quant_blocks(blocks)};
+}
+
+void nf4_quantize(const float* x, const Nf4Tensor& t) {
+  const Nf4Sizes z = nf4_sizes(t.n);
+  double sum = 0;
+  for (int64_t b = 0; b < z.blocks; ++b) sum += block_absmax(x, t.n, b);
+  *t.offset = z.blocks ? static_cast<float>(sum / static_cast<double>(z.blocks)) : 0.0f;
+  // A group of blocks at a time: their absmax values recomputed into scratch
+  // of fixed size, coded with the exact ones and double-quantized.
+#pragma omp parallel for schedule(static)
+  for (int64_t g = 0; g < z.groups; ++g) {
+    float centred[kQuantBlock];
+    const int64_t b0 = g * kQuantBlock, nb = std::min(kQuantBlock, z.blocks - b0);
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t b = b0 + j;
+      const float a = block_absmax(x, t.n, b);
+      centred[j] = a - *t.offset;
+      const int64_t first = b * kNf4Block, last = std::min(t.n, first + kNf4Block);
+      for (int64_t i = first; i < last; i += 2) {
+        const uint8_t hi = a > 0 ? nearest_code(x[i] / a) : kNf4Zero;
+        const uint8_t lo = i + 1 < last ? (a > 0 ? nearest_code(x[i + 1] / a) : kNf4Zero) : 0;
+        t.codes[i / 2] = static_cast<uint8_t>(hi << 4 | lo);
+      }
+    }
+    quantize_blockwise(signed_dynamic_map(), centred, nb, t.absmax_codes + b0, t.group_absmax + g);
+  }
+}
+
+float nf4_block_absmax(const Nf4Tensor& t, int64_t block) {
+  return signed_dynamic_map().code[t.absmax_codes[block]] * t.group_absmax[block / kQuantBlock] + *t.offset;
+}
+
+void nf4_dequantize(const Nf4Tensor& t, float* x) {
+  const std::array<float, 16>& v = nf4_values();
+  const int64_t blocks = nf4_sizes(t.n).blocks;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float a = nf4_block_absmax(t, b);
+    const int64_t first = b * kNf4Block, last = std::min(t.n, first + kNf4Block);
+    for (int64_t i = first; i < last; ++i) {
+      const uint8_t byte = t.codes[i / 2];
+      x[i] = v[i % 2 ? byte & 15 : byte >> 4] * a;
+    }
+  }
+}
+
+}  // namespace zerod

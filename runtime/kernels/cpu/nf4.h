@@ -1,0 +1,51 @@
+// NF4, the 4-bit NormalFloat of QLoRA (Dettmers et al. 2023): frozen
+// weights as 4-bit codes of 16 values that are quantiles of N(0, 1) scaled
+// to [-1, 1] (8 positive, 7 negative and an exact 0), in blocks of
+// kNf4Block weights that share an absmax. The absmax values are quantized in
+// turn (double quantization): less their mean, as 8-bit codes of the signed
+// dynamic map in groups of kQuantBlock blocks, each group with an fp32
+// absmax of its own. A weight then costs 4 + 8/64 + 32/(64 * 256) = 4.127
+// bits. Codes are found with the exact absmax; dequantization uses the
+// double-quantized one, so its error is part of the round trip's.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "runtime/kernels/cpu/adam8bit.h"
+
+namespace zerod {
+
+inline constexpr int64_t kNf4Block = 64;
+
+// The 16 values, ascending, built from the normal quantiles (nf4.cc).
+const std::array<float, 16>& nf4_values();
+// The code of the value 0.
+inline constexpr uint8_t kNf4Zero = 7;
+
+// Where an NF4 tensor of n weights keeps its parts, and their sizes.
+struct Nf4Sizes {
+  int64_t code_bytes;  // (n + 1) / 2: two codes a byte
+  int64_t blocks;      // of kNf4Block weights: one absmax code each
+  int64_t groups;      // of kQuantBlock blocks: one fp32 absmax each
+  uint64_t bytes() const { return code_bytes + blocks + 4 * groups + 4; }  // + the offset
+};
+Nf4Sizes nf4_sizes(int64_t n);
+
+struct Nf4Tensor {
+  uint8_t* codes;         // weight 2j in the high nibble of byte j, 2j + 1 in the low
+  uint8_t* absmax_codes;  // a block's absmax less *offset, a code of signed_dynamic_map()
+  float* group_absmax;    // of each group's absmax codes
+  float* offset;          // one: the mean of the blocks' absmax values
+  int64_t n = 0;
+};
+
+// x[i] / its block's absmax to the nearest of nf4_values() (a tie to the
+// lower), then the absmax values double-quantized.
+void nf4_quantize(const float* x, const Nf4Tensor& t);
+// A block's absmax as dequantization uses it.
+float nf4_block_absmax(const Nf4Tensor& t, int64_t block);
+// x[i] = nf4_values()[code i] * its block's absmax, for the n weights.
+void nf4_dequantize(const Nf4Tensor& t, float* x);
+
+}  // namespace zerod

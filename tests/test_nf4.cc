@@ -1,0 +1,170 @@
+// NF4 quantization (runtime/kernels/cpu/nf4.h) against references built
+// here: the published table of values (bitsandbytes' NF4 code book), the
+// nearest value found by a plain loop over it, and the absmax values
+// dequantized from the dynamic map's own table.
+#include "runtime/kernels/cpu/nf4.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace zerod {
+namespace {
+
+// The 16 NF4 values as bitsandbytes publishes them (fp32).
+constexpr float kPublished[16] = {-1.0f,
+                                  -0.6961928009986877f,
+                                  -0.5250730514526367f,
+                                  -0.39491748809814453f,
+                                  -0.28444138169288635f,
+                                  -0.18477343022823334f,
+                                  -0.09105003625154495f,
+                                  0.0f,
+                                  0.07958029955625534f,
+                                  0.16093020141124725f,
+                                  0.24611230194568634f,
+                                  0.33791524171829224f,
+                                  0.44070982933044434f,
+                                  0.5626170039176941f,
+                                  0.7229568362236023f,
+                                  1.0f};
+
+// Storage for an NF4 tensor of n weights.
+struct Nf4Storage {
+  std::vector<uint8_t> codes, absmax_codes;
+  std::vector<float> group_absmax;
+  float offset = NAN;
+  Nf4Tensor t;
+  explicit Nf4Storage(int64_t n) {
+    const Nf4Sizes z = nf4_sizes(n);
+    codes.assign(z.code_bytes, 0xAA);
+    absmax_codes.assign(z.blocks, 0xAA);
+    group_absmax.assign(z.groups, NAN);
+    t = {codes.data(), absmax_codes.data(), group_absmax.data(), &offset, n};
+  }
+  int code(int64_t i) const { return i % 2 ? codes[i / 2] & 15 : codes[i / 2] >> 4; }
+};
+
+// Normal weights at a few scales, blocks of zeros, and n not a multiple
+// of the block or of 2.
+std::vector<float> weights(int64_t n) {
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = normal(rng) * 0.02f * static_cast<float>(1 + (i / kNf4Block) % 5);
+  for (int64_t i = 3 * kNf4Block; i < 4 * kNf4Block; ++i) x[i] = 0.0f;
+  x[5 * kNf4Block + 9] = 0.5f;   // the block's absmax: code 15
+  x[5 * kNf4Block + 10] = -0.5f;  // code 0
+  return x;
+}
+
+TEST(Nf4, ValuesAreThePublishedTableBitForBit) {
+  const std::array<float, 16>& v = nf4_values();
+  for (int k = 0; k < 16; ++k) EXPECT_EQ(v[k], kPublished[k]) << "value " << k;
+  EXPECT_EQ(v[kNf4Zero], 0.0f);
+}
+
+// Each weight's code is the published value nearest to it over its block's
+// absmax (found by a loop over all 16), in the high nibble for even
+// weights; a block of zeros codes 0.
+TEST(Nf4, CodesAreTheNearestValueOfEachWeightOverItsBlocksAbsmax) {
+  const int64_t n = 300 * kNf4Block + 37;
+  const std::vector<float> x = weights(n);
+  Nf4Storage s(n);
+  nf4_quantize(x.data(), s.t);
+  for (int64_t b = 0; b * kNf4Block < n; ++b) {
+    float a = 0;
+    for (int64_t i = b * kNf4Block; i < std::min(n, (b + 1) * kNf4Block); ++i) a = std::max(a, std::fabs(x[i]));
+    for (int64_t i = b * kNf4Block; i < std::min(n, (b + 1) * kNf4Block); ++i) {
+      int best = 7;
+      if (a > 0) {
+        for (int k = 0; k < 16; ++k) {
+          if (std::fabs(x[i] / a - kPublished[k]) < std::fabs(x[i] / a - kPublished[best])) best = k;
+        }
+      }
+      ASSERT_EQ(s.code(i), best) << "weight " << i << " = " << x[i] << ", block absmax " << a;
+    }
+  }
+  EXPECT_EQ(s.code(5 * kNf4Block + 9), 15);
+  EXPECT_EQ(s.code(5 * kNf4Block + 10), 0);
+  EXPECT_EQ(s.codes.back() & 15, 0) << "the pad nibble after an odd last weight";
+}
+
+// Dequantized weights are value * the double-quantized absmax, which is
+// the dynamic map's value of its code * its group's absmax + the offset.
+// Every weight lies within half the widest gap between NF4 values of its
+// block's absmax, plus that absmax's own error, and that error is within
+// half the dynamic map's widest step (0.9/64, at the top decade) of its
+// group's absmax: large beside a small block's absmax where one block of
+// the group is far larger (weights() has one). The worst cases over
+// N(0, 0.02) weights are printed.
+struct RoundTrip {
+  double worst_weight = 0, worst_absmax = 0;  // relative to the block's exact absmax
+};
+
+RoundTrip round_trip(const std::vector<float>& x) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  Nf4Storage s(n);
+  nf4_quantize(x.data(), s.t);
+  std::vector<float> y(n, NAN);
+  nf4_dequantize(s.t, y.data());
+
+  const std::array<float, 256> dyn = dynamic_map_values(/*is_signed=*/true);
+  const int64_t blocks = nf4_sizes(n).blocks;
+  std::vector<float> exact(blocks, 0.0f);
+  for (int64_t i = 0; i < n; ++i) exact[i / kNf4Block] = std::max(exact[i / kNf4Block], std::fabs(x[i]));
+  double mean = 0;
+  for (float a : exact) mean += a;
+  EXPECT_FLOAT_EQ(s.offset, static_cast<float>(mean / blocks));
+
+  float half_gap = 0;
+  for (int k = 0; k < 15; ++k) half_gap = std::max(half_gap, (kPublished[k + 1] - kPublished[k]) / 2);
+  RoundTrip r;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float a = dyn[s.absmax_codes[b]] * s.group_absmax[b / kQuantBlock] + s.offset;
+    EXPECT_EQ(a, nf4_block_absmax(s.t, b));
+    const double err = std::fabs(double(a) - exact[b]);
+    EXPECT_LE(err, 0.9 / 64 / 2 * s.group_absmax[b / kQuantBlock] * (1 + 1e-5)) << "block " << b;
+    if (exact[b] > 0) r.worst_absmax = std::max(r.worst_absmax, err / exact[b]);
+    for (int64_t i = b * kNf4Block; i < std::min(n, (b + 1) * kNf4Block); ++i) {
+      EXPECT_EQ(y[i], kPublished[s.code(i)] * a) << "weight " << i;
+      const double e = std::fabs(double(y[i]) - x[i]);
+      EXPECT_LE(e, half_gap * exact[b] + err + 1e-7 * exact[b]) << "weight " << i;
+      if (exact[b] > 0) r.worst_weight = std::max(r.worst_weight, e / exact[b]);
+    }
+  }
+  return r;
+}
+
+TEST(Nf4, RoundTripIsWithinHalfAGapPlusTheDoubleQuantizationError) {
+  round_trip(weights(700 * kNf4Block + 5));  // three groups of absmax values
+  const int64_t n = 1 << 22;
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> x(n);
+  for (float& w : x) w = normal(rng);
+  const RoundTrip r = round_trip(x);
+  std::printf("NF4 round trip of %lld N(0, 0.02) weights: worst error %.4f of the block's absmax (half the widest "
+              "gap: 0.1519); double-quantized absmax within %.3f%% of the exact one\n",
+              static_cast<long long>(n), r.worst_weight, 100 * r.worst_absmax);
+  EXPECT_LT(r.worst_absmax, 0.01);
+}
+
+// 4 + 8/64 + 32/(64 * 256) bits a weight, and the tensor's one offset.
+TEST(Nf4, BytesPerWeight) {
+  const int64_t n = 1280 * 3840;  // gpt2-large's c_attn
+  const Nf4Sizes z = nf4_sizes(n);
+  EXPECT_EQ(z.code_bytes, n / 2);
+  EXPECT_EQ(z.blocks, n / 64);
+  EXPECT_EQ(z.groups, (n / 64 + 255) / 256);
+  EXPECT_EQ(z.bytes(), uint64_t(n / 2 + n / 64 + 4 * 300 + 4));
+  EXPECT_NEAR(8.0 * z.bytes() / n, 4.127, 0.001);
+  EXPECT_EQ(nf4_sizes(1).bytes(), 1u + 1 + 4 + 4);
+  EXPECT_EQ(nf4_sizes(0).bytes(), 4u);
+}
+
+}  // namespace
+}  // namespace zerod
