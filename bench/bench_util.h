@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +33,40 @@ inline void alternate(int r, const std::function<void()>& a, const std::function
     b();
     a();
   }
+}
+
+// Best wall time of f over enough calls to fill ~min_total seconds (at least 3).
+inline double best_seconds(const std::function<void()>& f, double min_total = 1.0) {
+  f();  // warm-up: page faults, caches
+  double best = 1e30, total = 0;
+  for (int i = 0; total < min_total || i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, s);
+    total += s;
+  }
+  return best;
+}
+
+// Host buffer, first touched by the threads that will use it.
+inline std::vector<float> filled(int64_t n, float value) {
+  std::vector<float> v(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) v[i] = value + 1e-7f * static_cast<float>(i % 1000);
+  return v;
+}
+
+// A STREAM-style triad a = b + 3c over n floats an array, in GB/s as
+// STREAM counts it (12 bytes an element): the memory bandwidth a kernel's
+// own is compared with.
+inline double triad_gbs(int64_t n) {
+  std::vector<float> a = filled(n, 0), b = filled(n, 1), c = filled(n, 2);
+  const double s = best_seconds([&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 3.0f * c[i];
+  });
+  return 3.0 * 4.0 * n / s / 1e9;
 }
 
 // Exits with the message when s is an error.

@@ -24,34 +24,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_isa.h"
 
 namespace {
 
 using zerod::CpuIsa;
-
-// Best wall time of f over enough calls to fill ~min_total seconds (at least 3).
-double best_seconds(const std::function<void()>& f, double min_total = 1.0) {
-  f();  // warm-up: page faults, caches
-  double best = 1e30, total = 0;
-  for (int i = 0; total < min_total || i < 3; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, s);
-    total += s;
-  }
-  return best;
-}
-
-// Host buffer, first touched by the threads that will use it.
-std::vector<float> filled(int64_t n, float value) {
-  std::vector<float> v(n);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) v[i] = value + 1e-7f * static_cast<float>(i % 1000);
-  return v;
-}
+using zerod::bench::best_seconds;
+using zerod::bench::filled;
+using zerod::bench::triad_gbs;
 
 // Gradients of both signs over three decades, so the 8-bit states spread
 // over their maps' codes as in training (a constant gradient would put every
@@ -65,15 +47,6 @@ std::vector<float> random_gradients(int64_t n) {
     v[i] = (h & 1 ? 1e-3f : -1e-3f) * std::pow(10.0f, -3.0f * u);
   }
   return v;
-}
-
-double triad_gbs(int64_t n) {
-  std::vector<float> a = filled(n, 0), b = filled(n, 1), c = filled(n, 2);
-  const double s = best_seconds([&] {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 3.0f * c[i];
-  });
-  return 3.0 * 4.0 * n / s / 1e9;
 }
 
 struct Row {

@@ -114,12 +114,20 @@ void nf4_dequantize(const Nf4Tensor& t, float* x) {
   const int64_t blocks = nf4_sizes(t.n).blocks;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
+    // The block's 16 products once; each weight is then a lookup (the same
+    // bits as multiplying it).
     const float a = nf4_block_absmax(t, b);
+    float scaled[16];
+    for (int k = 0; k < 16; ++k) scaled[k] = v[k] * a;
     const int64_t first = b * kNf4Block, last = std::min(t.n, first + kNf4Block);
-    for (int64_t i = first; i < last; ++i) {
-      const uint8_t byte = t.codes[i / 2];
-      x[i] = v[i % 2 ? byte & 15 : byte >> 4] * a;
+    const uint8_t* codes = t.codes + first / 2;
+    float* out = x + first;
+    int64_t i = 0;
+    for (; first + i + 1 < last; i += 2) {
+      out[i] = scaled[codes[i / 2] >> 4];
+      out[i + 1] = scaled[codes[i / 2] & 15];
     }
+    if (first + i < last) out[i] = scaled[codes[i / 2] >> 4];
   }
 }
 
