@@ -233,6 +233,16 @@ TEST_F(CudaTable, CastsAndSumsAreTheCpusBitForBit) {
   }
 }
 
+TEST_F(CudaTable, ScalingIsTheCpusBitForBit) {
+  const auto x = randn(100003, 52, 30.0f);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> scaled = x;
+  float* g_scaled = up(x);
+  k_->scale(s(), g_scaled, 0.37f, n);
+  cpu::scale(scaled.data(), 0.37f, n);
+  EXPECT_EQ(bits(down(g_scaled, n)), bits(scaled));
+}
+
 TEST_F(CudaTable, AdamAndEightBitAdamAreTheCpuUpdatesBitForBit) {
   const int64_t n = 3 * kQuantBlock + 41;
   const AdamStep step = make_adam_step(AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f, true}, 3e-3f, 5, 0.5f, true);

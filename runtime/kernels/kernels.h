@@ -86,6 +86,8 @@ class Kernels {
   virtual void sum_squares(Stream& s, const float* x, int64_t n, double* out) = 0;
   // Gradient accumulation: dst[i] += src[i].
   virtual void add(Stream& s, float* dst, const float* src, int64_t n) = 0;
+  // x[i] *= a.
+  virtual void scale(Stream& s, float* x, float a, int64_t n) = 0;
 
   // The optimizer: one Adam/AdamW update of a tensor's fp32 masters, its
   // states (fp32, or 8-bit in blocks) and its optional 16-bit copy, with

@@ -97,6 +97,10 @@ class ProfiledKernels : public Kernels {
     auto span = Profiler::device_span(&profiler_, s, "add");
     inner_->add(s, dst, src, n);
   }
+  void scale(Stream& s, float* x, float a, int64_t n) override {
+    auto span = Profiler::device_span(&profiler_, s, "scale");
+    inner_->scale(s, x, a, n);
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     auto span = Profiler::device_span(&profiler_, s, "adam");
     inner_->adam(s, t, step);

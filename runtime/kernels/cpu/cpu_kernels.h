@@ -45,6 +45,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 
 // out = a + b.
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
+// x[i] *= a.
+void scale(float* x, float a, int64_t n);
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);

@@ -78,6 +78,9 @@ class CpuKernels : public Kernels {
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::residual_forward(dst, dst, src, n); });
   }
+  void scale(Stream& s, float* x, float a, int64_t n) override {
+    CpuDevice::launch(s, [=] { cpu::scale(x, a, n); });
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     CpuDevice::launch(s, [=, isa = isa_] { adam_update(t, step, isa); });
   }

@@ -281,6 +281,9 @@ class CudaKernels : public Kernels {
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
     launch_each(cs(s), n, "add", [=] __device__(int64_t i) { dst[i] = dst[i] + src[i]; });
   }
+  void scale(Stream& s, float* x, float a, int64_t n) override {
+    launch_each(cs(s), n, "scale", [=] __device__(int64_t i) { x[i] = x[i] * a; });
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     launch_each(cs(s), t.n, "adam", [=] __device__(int64_t i) { cuda::adam_at(i, t, step); });
   }

@@ -1,0 +1,123 @@
+// LoRA's product (runtime/model/lora.h) on the CPU table against a naive
+// reference that merges the adapter into the weight explicitly,
+// W + s·A·B, in double; its gradients against central finite differences.
+#include "runtime/model/lora.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tests/fd_check.h"
+#include "tests/float_compare.h"
+#include "tests/test_support.h"
+
+namespace zerod {
+namespace {
+
+using testing::random_vector;
+
+constexpr int64_t kN = 7;
+constexpr int kIn = 12, kOut = 9, kR = 3;
+constexpr float kScale = 8.0f / kR;  // alpha 8
+
+struct Product {
+  testing::CpuRig rig;
+  std::vector<float> x = random_vector(kN * kIn, 1), w = random_vector(kIn * kOut, 2, 0.3),
+                     bias = random_vector(kOut, 3), a = random_vector(kIn * kR, 4, 0.5),
+                     b = random_vector(kR * kOut, 5, 0.5);
+  std::vector<float> u = std::vector<float>(kN * kR), t = std::vector<float>(kN * kOut);
+  Stream& s() { return rig.device.compute_stream(); }
+  LoraWeights lora() const { return {a.data(), b.data(), kR, kScale}; }
+
+  // y = x·W + b + s·(x·A)·B through the table.
+  std::vector<float> forward() {
+    std::vector<float> y(kN * kOut);
+    rig.kernels->matmul_forward(s(), y.data(), x.data(), w.data(), bias.data(), kN, kIn, kOut);
+    lora_forward(*rig.kernels, s(), {kN, kIn, kOut}, lora(), x.data(), y.data(), u.data(), t.data());
+    EXPECT_TRUE(rig.device.synchronize(s()).ok());
+    return y;
+  }
+};
+
+// x·(W + s·A·B) + b, every sum in double.
+std::vector<double> merged_forward(const Product& p) {
+  std::vector<double> merged(kIn * kOut);
+  for (int i = 0; i < kIn; ++i) {
+    for (int o = 0; o < kOut; ++o) {
+      double ab = 0;
+      for (int j = 0; j < kR; ++j) ab += double(p.a[i * kR + j]) * p.b[j * kOut + o];
+      merged[i * kOut + o] = p.w[i * kOut + o] + double(kScale) * ab;
+    }
+  }
+  std::vector<double> y(kN * kOut);
+  for (int64_t n = 0; n < kN; ++n) {
+    for (int o = 0; o < kOut; ++o) {
+      double acc = p.bias[o];
+      for (int i = 0; i < kIn; ++i) acc += double(p.x[n * kIn + i]) * merged[i * kOut + o];
+      y[n * kOut + o] = acc;
+    }
+  }
+  return y;
+}
+
+TEST(Lora, ForwardIsTheProductWithTheAdapterMergedIntoTheWeight) {
+  Product p;
+  const std::vector<float> y = p.forward();
+  const std::vector<double> want = merged_forward(p);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+}
+
+// PEFT's start: B = 0, so the first pass is the base model's, bit for bit.
+TEST(Lora, WithBZeroTheProductIsTheBasesBitForBit) {
+  Product p;
+  std::fill(p.b.begin(), p.b.end(), 0.0f);
+  const std::vector<float> y = p.forward();
+  std::vector<float> base(kN * kOut);
+  cpu::matmul_forward(base.data(), p.x.data(), p.w.data(), p.bias.data(), kN, kIn, kOut);
+  EXPECT_EQ(testing::bits(y), testing::bits(base));
+}
+
+// The loss sum(y * R): A's and B's gradients along random directions
+// against central differences of the table's own forward, and x's adapter
+// gradient against s·R·Bᵀ·Aᵀ in double. Gradients add to what is there.
+TEST(Lora, GradientsOfAAndBMatchFiniteDifferences) {
+  Product p;
+  const std::vector<float> r = random_vector(kN * kOut, 6);
+  const auto loss = [&] {
+    const std::vector<float> y = p.forward();
+    double l = 0;
+    for (size_t i = 0; i < y.size(); ++i) l += double(y[i]) * r[i];
+    return l;
+  };
+  p.forward();  // fills u
+  std::vector<float> ga(kIn * kR, 0.5f), gb(kR * kOut, -0.25f), dx(kN * kIn, 1.0f), du(kN * kR), dt(kN * kIn);
+  lora_backward(*p.rig.kernels, p.s(), {kN, kIn, kOut}, p.lora(), {ga.data(), gb.data()}, p.x.data(), p.u.data(),
+                r.data(), dx.data(), du.data(), dt.data());
+  ASSERT_TRUE(p.rig.device.synchronize(p.s()).ok());
+  for (float& g : ga) g -= 0.5f;
+  for (float& g : gb) g += 0.25f;
+  for (float& g : dx) g -= 1.0f;
+
+  for (int trial = 0; trial < 3; ++trial) {
+    const std::vector<float> da = random_vector(ga.size(), 10 + trial), db = random_vector(gb.size(), 20 + trial);
+    const double fd_a = testing::directional_fd(loss, p.a.data(), da, 1e-2);
+    const double fd_b = testing::directional_fd(loss, p.b.data(), db, 1e-2);
+    EXPECT_NEAR(testing::dot(ga.data(), da), fd_a, 2e-3 * (1 + std::fabs(fd_a))) << "A, direction " << trial;
+    EXPECT_NEAR(testing::dot(gb.data(), db), fd_b, 2e-3 * (1 + std::fabs(fd_b))) << "B, direction " << trial;
+  }
+  for (int64_t n = 0; n < kN; ++n) {
+    for (int i = 0; i < kIn; ++i) {
+      double want = 0;
+      for (int j = 0; j < kR; ++j) {
+        double rb = 0;
+        for (int o = 0; o < kOut; ++o) rb += double(r[n * kOut + o]) * p.b[j * kOut + o];
+        want += kScale * rb * p.a[i * kR + j];
+      }
+      EXPECT_NEAR(dx[n * kIn + i], want, 1e-5 * (1 + std::fabs(want))) << n << ", " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zerod
