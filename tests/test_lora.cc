@@ -3,6 +3,10 @@
 // W + s·A·B, in double; its gradients against central finite differences.
 #include "runtime/model/lora.h"
 
+#include "runtime/model/gpt_layout.h"
+#include "runtime/model/lora_config.h"
+#include "runtime/model/weights.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,6 +121,89 @@ TEST(Lora, GradientsOfAAndBMatchFiniteDifferences) {
       EXPECT_NEAR(dx[n * kIn + i], want, 1e-5 * (1 + std::fabs(want))) << n << ", " << i;
     }
   }
+}
+
+// An adapter layout holds A [in, r] and B [r, out] of each target in its
+// layer's unit and nothing else; the model's layout holds no adapter.
+TEST(LoraLayout, AdaptersOfEachTargetSitInTheirLayersUnit) {
+  const GptConfig c{3, 2, 16, 32, 8};
+  LoraConfig lora;
+  lora.r = 4;
+  lora.alpha = 16;
+  lora.targets = {true, false, false, true};  // c_attn, mlp.c_proj
+  const GptLayout a = GptLayout::adapters(c, lora);
+  const int64_t C = 16, r = 4, per_layer = C * r + r * 3 * C + 4 * C * r + r * C;
+  EXPECT_EQ(a.num_params(), 3 * per_layer);
+  EXPECT_EQ(a.unit_numel(0), 0);
+  EXPECT_EQ(a.unit_numel(a.final_unit()), 0);
+  ASSERT_EQ(a.segments().size(), 12u);
+  const int ids[] = {kQkvLoraA, kQkvLoraB, kFcProjLoraA, kFcProjLoraB};
+  const std::vector<int64_t> shapes[] = {{C, r}, {r, 3 * C}, {4 * C, r}, {r, C}};
+  int64_t at = 0;
+  for (int l = 0; l < 3; ++l) {
+    EXPECT_EQ(a.unit_begin(GptLayout::layer_unit(l)), l * per_layer);
+    for (int k = 0; k < 4; ++k) {
+      const ParamSegment& s = a.segments()[4 * l + k];
+      EXPECT_EQ(s.id, ids[k]);
+      EXPECT_EQ(s.layer, l);
+      EXPECT_EQ(s.offset, at);
+      EXPECT_EQ(a.tensor(s.id).shape, shapes[k]);
+      EXPECT_TRUE(s.decay);
+      at += s.numel;
+    }
+  }
+  for (int id = 0; id < kQkvLoraA; ++id) EXPECT_EQ(a.tensor(id).numel, 0) << a.tensor(id).name;
+
+  const GptLayout model(c);
+  EXPECT_EQ(model.num_params(), gpt_param_count(c));
+  EXPECT_EQ(model.segments().size(), 2u + 12 * 3 + 2);
+  EXPECT_EQ(model.lora(), nullptr);
+  for (int id = kQkvLoraA; id < kNumParamTensors; ++id) EXPECT_EQ(model.tensor(id).numel, 0);
+
+  // Views: the adapters where they are, null for the rest.
+  testing::CpuRig rig;
+  std::vector<float> buf(a.num_params());
+  auto w = FlatWeights::create(&a, DType::kF32, buf.data(), rig.device, *rig.kernels);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const LayerWeights lw = *w->layer(1);
+  EXPECT_EQ(lw.lora[kLoraCAttn].a, buf.data() + per_layer);
+  EXPECT_EQ(lw.lora[kLoraCAttn].b, buf.data() + per_layer + C * r);
+  EXPECT_EQ(lw.lora[kLoraCAttn].r, 4);
+  EXPECT_EQ(lw.lora[kLoraCAttn].scale, 4.0f);
+  EXPECT_EQ(lw.lora[kLoraMlpCProj].a, buf.data() + per_layer + C * r + r * 3 * C);
+  EXPECT_EQ(lw.lora[kLoraAttnCProj].a, nullptr);
+  EXPECT_EQ(lw.lora[kLoraCFc].a, nullptr);
+  EXPECT_EQ(lw.qkvw, nullptr);
+  EXPECT_EQ(lw.ln1w, nullptr);
+  FlatGrads g(&a, buf.data());
+  const LayerGrads lg = *g.layer(2);
+  EXPECT_EQ(lg.lora[kLoraMlpCProj].b, buf.data() + 2 * per_layer + C * r + r * 3 * C + 4 * C * r);
+  EXPECT_EQ(lg.lora[kLoraCFc].a, nullptr);
+  EXPECT_EQ(lg.qkvw, nullptr);
+  EXPECT_EQ(g.globals()->wte, nullptr);
+  lora.use_rslora = true;
+  EXPECT_EQ(lora.scale(), 8.0f);  // 16 / sqrt(4)
+}
+
+TEST(LoraLayout, BadSettingsAreRefusedNamingTheKey) {
+  const auto refused = [](LoraConfig c, const std::string& words) {
+    const absl::Status s = validate_lora_config(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << words;
+    EXPECT_NE(s.message().find(words), std::string::npos) << s;
+  };
+  LoraConfig c;
+  EXPECT_TRUE(validate_lora_config(c).ok());
+  c.r = 0;
+  refused(c, "model.lora.r must be at least 1, got 0");
+  c = {};
+  c.alpha = -1;
+  refused(c, "model.lora.alpha must be positive");
+  c = {};
+  c.dropout = 1;
+  refused(c, "model.lora.dropout must be in [0, 1)");
+  c = {};
+  c.targets = {};
+  refused(c, "model.lora.target_modules names no module");
 }
 
 }  // namespace

@@ -5,8 +5,12 @@
 
 namespace zerod {
 
-GptLayout::GptLayout(const GptConfig& c) : config_(c) {
-  const int64_t C = c.n_embd, V = c.vocab_size, T = c.block_size;
+GptLayout::GptLayout(const GptConfig& c) : GptLayout(c, std::nullopt) {}
+
+GptLayout GptLayout::adapters(const GptConfig& c, const LoraConfig& lora) { return GptLayout(c, lora); }
+
+GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : config_(c), lora_(std::move(lora)) {
+  const int64_t C = c.n_embd, V = c.vocab_size, T = c.block_size, r = lora_ ? lora_->r : 0;
   struct Spec {
     const char* name;
     std::vector<int64_t> shape;
@@ -21,13 +25,23 @@ GptLayout::GptLayout(const GptConfig& c) : config_(c) {
       {"mlp.c_fc.weight", {C, 4 * C}, true, true},    {"mlp.c_fc.bias", {4 * C}, true, false},
       {"mlp.c_proj.weight", {4 * C, C}, true, true},  {"mlp.c_proj.bias", {C}, true, false},
       {"ln_f.weight", {C}, false, false},    {"ln_f.bias", {C}, false, false},
+      {"attn.c_attn.lora_A", {C, r}, true, true},     {"attn.c_attn.lora_B", {r, 3 * C}, true, true},
+      {"attn.c_proj.lora_A", {C, r}, true, true},     {"attn.c_proj.lora_B", {r, C}, true, true},
+      {"mlp.c_fc.lora_A", {C, r}, true, true},        {"mlp.c_fc.lora_B", {r, 4 * C}, true, true},
+      {"mlp.c_proj.lora_A", {4 * C, r}, true, true},  {"mlp.c_proj.lora_B", {r, C}, true, true},
+  };
+  // The model's layout holds the model's tensors; an adapter layout its
+  // targets' A and B.
+  const auto held = [&](int id) {
+    if (id < kQkvLoraA) return !lora_;
+    return lora_ && lora_->targets[(id - kQkvLoraA) / 2];
   };
   // Tensors are listed unit by unit, so offsets within a unit run on until
   // the unit changes.
   int64_t unit_numel[3] = {0, 0, 0};  // embeddings, one layer, final LayerNorm
   for (int i = 0; i < kNumParamTensors; ++i) {
     const Spec& s = specs[i];
-    int64_t numel = 1;
+    int64_t numel = held(i) ? 1 : 0;
     for (int64_t d : s.shape) numel *= d;
     const int kind = s.per_layer ? 1 : (i == kLnfW || i == kLnfB ? 2 : 0);
     tensors_[i] = {s.name, s.shape, numel, unit_numel[kind], s.per_layer, s.decay};
@@ -43,7 +57,7 @@ GptLayout::GptLayout(const GptConfig& c) : config_(c) {
     const bool layer_unit = u > 0 && u < final_unit();
     for (int id = 0; id < kNumParamTensors; ++id) {
       const int layer = layer_unit ? u - 1 : 0;
-      if (tensors_[id].per_layer != layer_unit || unit_of(id, layer) != u) continue;
+      if (tensors_[id].numel == 0 || tensors_[id].per_layer != layer_unit || unit_of(id, layer) != u) continue;
       segments_.push_back({id, layer, offset(id, layer), tensors_[id].numel, tensors_[id].decay});
     }
   }

@@ -7,22 +7,30 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "runtime/model/gpt_config.h"
+#include "runtime/model/lora_config.h"
 
 namespace zerod {
 
 enum ParamId : int {
   kWte, kWpe, kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB,
-  kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kLnfW, kLnfB, kNumParamTensors
+  kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kLnfW, kLnfB,
+  // LoRA adapters, A and B of each target product (lora_ids()): the only
+  // tensors of an adapter layout, absent from the model's.
+  kQkvLoraA, kQkvLoraB, kAttProjLoraA, kAttProjLoraB, kFcLoraA, kFcLoraB, kFcProjLoraA, kFcProjLoraB,
+  kNumParamTensors
 };
+// A target's A; its B is the id after.
+inline constexpr int lora_a_id(int target) { return kQkvLoraA + 2 * target; }
 
 struct ParamTensorInfo {
   const char* name;
   std::vector<int64_t> shape;  // of one layer's tensor (HF orientation: weights [in, out])
-  int64_t numel;               // of one layer's tensor
+  int64_t numel;               // of one layer's tensor; 0 for one the layout does not hold
   int64_t unit_offset;         // elements from the start of its unit
   bool per_layer;
   bool decay;                  // weight decay applies (not to biases and LayerNorm gains)
@@ -37,8 +45,16 @@ struct ParamSegment {
 
 class GptLayout {
  public:
+  // The model's parameters.
   explicit GptLayout(const GptConfig& c);
+  // The LoRA adapters of a model of shape c: per layer, A [in, r] and B
+  // [r, out] of each target product, in the layer's unit; the embedding and
+  // final units are empty.
+  static GptLayout adapters(const GptConfig& c, const LoraConfig& lora);
+
   const GptConfig& config() const { return config_; }
+  // The adapters' settings, for an adapter layout; null otherwise.
+  const LoraConfig* lora() const { return lora_ ? &*lora_ : nullptr; }
   const ParamTensorInfo& tensor(int id) const { return tensors_[id]; }
   int64_t num_params() const { return num_params_; }
 
@@ -56,7 +72,10 @@ class GptLayout {
   const std::vector<ParamSegment>& segments() const { return segments_; }
 
  private:
+  GptLayout(const GptConfig& c, std::optional<LoraConfig> lora);
+
   GptConfig config_;
+  std::optional<LoraConfig> lora_;
   std::array<ParamTensorInfo, kNumParamTensors> tensors_;
   std::vector<int64_t> unit_begin_;  // num_units + 1 entries
   std::vector<ParamSegment> segments_;

@@ -13,6 +13,7 @@ constexpr int kLayerIds[] = {kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB,
 const float* weight_view(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit, float* staging,
                          int id) {
   const ParamTensorInfo& t = layout.tensor(id);
+  if (t.numel == 0) return nullptr;
   if (dtype == DType::kF32) return static_cast<const float*>(unit) + t.unit_offset;
   cv.kernels.convert_to_f32(cv.stream, dtype, static_cast<const uint16_t*>(unit) + t.unit_offset,
                             staging + t.unit_offset, t.numel);
@@ -33,18 +34,31 @@ LayerWeights layer_weight_views(const Converter& cv, const GptLayout& layout, DT
                                 float* staging) {
   const float* p[12];
   for (int i = 0; i < 12; ++i) p[i] = weight_view(cv, layout, dtype, unit, staging, kLayerIds[i]);
-  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+  LayerWeights w{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+  if (const LoraConfig* lora = layout.lora()) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if (!lora->targets[t]) continue;
+      w.lora[t] = {weight_view(cv, layout, dtype, unit, staging, lora_a_id(t)),
+                   weight_view(cv, layout, dtype, unit, staging, lora_a_id(t) + 1), lora->r, lora->scale()};
+    }
+  }
+  return w;
 }
 
 GlobalGrads global_grad_views(const GptLayout& layout, float* emb, float* fin) {
-  return {emb + layout.tensor(kWte).unit_offset, emb + layout.tensor(kWpe).unit_offset,
-          fin + layout.tensor(kLnfW).unit_offset, fin + layout.tensor(kLnfB).unit_offset};
+  const auto at = [&](float* unit, int id) {
+    return layout.tensor(id).numel ? unit + layout.tensor(id).unit_offset : nullptr;
+  };
+  return {at(emb, kWte), at(emb, kWpe), at(fin, kLnfW), at(fin, kLnfB)};
 }
 
 LayerGrads layer_grad_views(const GptLayout& layout, float* unit) {
+  const auto at = [&](int id) { return layout.tensor(id).numel ? unit + layout.tensor(id).unit_offset : nullptr; };
   float* p[12];
-  for (int i = 0; i < 12; ++i) p[i] = unit + layout.tensor(kLayerIds[i]).unit_offset;
-  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+  for (int i = 0; i < 12; ++i) p[i] = at(kLayerIds[i]);
+  LayerGrads g{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+  for (int t = 0; t < kNumLoraTargets; ++t) g.lora[t] = {at(lora_a_id(t)), at(lora_a_id(t) + 1)};
+  return g;
 }
 
 std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout) {

@@ -14,6 +14,7 @@
 #include "runtime/core/memory_plan.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
+#include "runtime/model/lora.h"
 
 namespace zerod {
 
@@ -21,9 +22,12 @@ struct GlobalWeights {
   const float *wte, *wpe, *lnfw, *lnfb;
 };
 
+// A tensor the source's layout does not hold is null: an adapter layout's
+// model weights, the model's adapters.
 struct LayerWeights {
   const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
   const float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  LoraWeights lora[kNumLoraTargets] = {};  // by LoraTarget
 };
 
 // Every call returns its failure (a collective or a read that failed), and
@@ -52,6 +56,7 @@ struct GlobalGrads {
 struct LayerGrads {
   float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
   float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  LoraGrads lora[kNumLoraTargets] = {};
 };
 
 // Backward adds into these: globals() is asked once at the start of backward
