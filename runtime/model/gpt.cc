@@ -24,8 +24,9 @@ absl::Status announce(WeightSource& ws, int i, int n, bool backward) {
 // Activations one block saves for its backward. The 16-bit-able ones come
 // first; the per-row statistics (LayerNorm's, and attention's where the
 // table keeps no probabilities) stay fp32.
-enum ActField { kLn1, kQkv, kAtt, kAtty, kRes2, kLn2, kFch, kFchGelu, kNumBig, kLn1Mean = kNumBig, kLn1Rstd,
-                kLn2Mean, kLn2Rstd, kAttStats, kNumFields };
+// kLoraU + t holds LoRA target t's s·(x·A) (lora.h), where it has one.
+enum ActField { kLn1, kQkv, kAtt, kAtty, kRes2, kLn2, kFch, kFchGelu, kLoraU, kNumBig = kLoraU + kNumLoraTargets,
+                kLn1Mean = kNumBig, kLn1Rstd, kLn2Mean, kLn2Rstd, kAttStats, kNumFields };
 
 struct LayerActs {
   float* f[kNumFields];
@@ -33,8 +34,8 @@ struct LayerActs {
 };
 
 // `probs`: the kernel table's attention keeps its probabilities (else only
-// per-row statistics).
-void field_sizes(const GptConfig& c, int B, int T, bool probs, int64_t* size) {
+// per-row statistics); `lora`: the adapters, if any.
+void field_sizes(const GptConfig& c, int B, int T, bool probs, const LoraConfig* lora, int64_t* size) {
   const int64_t N = int64_t(B) * T, C = c.n_embd;
   size[kLn1] = N * C;
   size[kQkv] = N * 3 * C;
@@ -44,6 +45,7 @@ void field_sizes(const GptConfig& c, int B, int T, bool probs, int64_t* size) {
   size[kLn2] = N * C;
   size[kFch] = N * 4 * C;
   size[kFchGelu] = N * 4 * C;
+  for (int t = 0; t < kNumLoraTargets; ++t) size[kLoraU + t] = lora && lora->targets[t] ? N * lora->r : 0;
   for (int f = kNumBig; f < kAttStats; ++f) size[f] = N;
   size[kAttStats] = probs ? 0 : int64_t(B) * c.n_head * T;
 }
@@ -64,6 +66,7 @@ LayerActs carve(const int64_t* size, float* big, float* small) {
 
 struct Gpt::Impl {
   GptConfig config;
+  const LoraConfig* lora = nullptr;  // the model's
   DType act_dtype;
   bool checkpointing;
   Device& dev;
@@ -81,6 +84,7 @@ struct Gpt::Impl {
   Buffer lnf, lnf_mean, lnf_rstd;
   // Backward and head workspace.
   Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
+  Buffer lora_scratch;           // a LoRA product's [N, 4C] (forward, backward) and [N, r] (backward)
   int64_t logits_rows = 0;
   // Token ids and the results the host reads, on the device.
   Buffer inputs, targets, loss_sum;
@@ -103,7 +107,7 @@ struct Gpt::Impl {
   }
   void pack_acts(int l, const LayerActs& a, int B, int T, bool to_store) const {
     int64_t n[kNumFields];
-    field_sizes(config, B, T, k.attention_keeps_probabilities(), n);
+    field_sizes(config, B, T, k.attention_keeps_probabilities(), lora, n);
     char* store = static_cast<char*>(layer_store.data()) + l * big_numel * act_bytes;
     for (int f = 0; f < kNumBig; ++f) {
       if (to_store) {
@@ -121,13 +125,14 @@ struct Gpt::Impl {
 };
 
 Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-         Device& device, Kernels& kernels)
+         const LoraConfig* lora, Device& device, Kernels& kernels)
     : layout_(config),
       B_(B),
       T_(T),
       act_dtype_(act_dtype),
       checkpointing_(checkpointing),
       checkpoints_on_host_(checkpoints_on_host),
+      lora_(lora ? std::optional(*lora) : std::nullopt),
       device_(device),
       kernels_(kernels) {}
 
@@ -138,12 +143,13 @@ Gpt::~Gpt() {
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B, int T, DType act_dtype,
                                                  bool checkpointing, Device& device, Kernels& kernels,
-                                                 bool checkpoints_on_host) {
+                                                 bool checkpoints_on_host, const LoraConfig* lora) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
+  if (lora) ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora));
   if (B < 1 || T < 1 || T > config.block_size) {
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }
-  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, device, kernels));
+  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, device, kernels));
   ZEROD_RETURN_IF_ERROR(g->allocate());
   return g;
 }
@@ -159,11 +165,11 @@ struct Gpt::BufferSpec {
 };
 
 std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
-                                               bool checkpoints_on_host, const PlanDevice& device,
-                                               const KernelMemory& k) {
+                                               bool checkpoints_on_host, const LoraConfig* lora,
+                                               const PlanDevice& device, const KernelMemory& k) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   int64_t size[kNumFields];
-  field_sizes(c, B, T, k.attention_keeps_probabilities(), size);
+  field_sizes(c, B, T, k.attention_keeps_probabilities(), lora, size);
   int64_t big = 0, small = 0;
   for (int f = 0; f < kNumBig; ++f) big += size[f];
   for (int f = kNumBig; f < kNumFields; ++f) small += size[f];
@@ -197,6 +203,7 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
   add(&Impl::attn_scratch, "attention scratch", k.attention_scratch_floats(B, T, c.n_head) * 4, W);
   add(&Impl::logits, "logits, a chunk of rows", logits_rows(c, B, T) * V * 4, W);
   add(&Impl::losses, "token losses", N * 8, W);
+  if (lora) add(&Impl::lora_scratch, "LoRA products", N * (4 * C + lora->r) * 4, W);
   add(&Impl::inputs, "input tokens", N * 4, W);
   add(&Impl::targets, "target tokens", N * 4, W);
   add(&Impl::loss_sum, "loss sum", 8, W);
@@ -210,9 +217,9 @@ int64_t Gpt::logits_rows(const GptConfig& c, int B, int T) {
 }
 
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-               const KernelMemory& kernels, MemoryPlan& plan) {
+               const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora) {
   for (const BufferSpec& b :
-       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, plan.device(), kernels)) {
+       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, plan.device(), kernels)) {
     plan.add(absl::StrCat("model: ", b.what), b.tier.value_or(plan.device().memory), b.category, b.bytes);
   }
 }
@@ -221,15 +228,16 @@ absl::Status Gpt::allocate() {
   impl_ = std::make_unique<Impl>(device_, kernels_);
   Impl& m = *impl_;
   m.config = layout_.config();
+  m.lora = lora_ ? &*lora_ : nullptr;
   m.act_dtype = act_dtype_;
   m.checkpointing = checkpointing_;
   const GptConfig& c = layout_.config();
-  field_sizes(c, B_, T_, kernels_.attention_keeps_probabilities(), m.size);
+  field_sizes(c, B_, T_, kernels_.attention_keeps_probabilities(), m.lora, m.size);
   for (int f = 0; f < kNumBig; ++f) m.big_numel += m.size[f];
   for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
   m.act_bytes = dtype_size(act_dtype_);
   m.logits_rows = logits_rows(c, B_, T_);
-  for (const BufferSpec& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_,
+  for (const BufferSpec& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_, m.lora,
                                           plan_device(device_), kernels_.memory())) {
     ZEROD_ASSIGN_OR_RETURN(
         m.*b.member, b.tier ? device_.allocate(b.bytes, b.category, *b.tier) : device_.allocate(b.bytes, b.category));
@@ -251,34 +259,47 @@ float* attention_kept(const Kernels& k, const LayerActs& a) {
 
 // One transformer block forward; every produced activation is rounded to the
 // activation dtype. `out` may alias `x`, or be null when recomputing for
-// backward (the block output is not needed then).
+// backward (the block output is not needed then). Each product with an
+// adapter adds it before the rounding (`lora_scratch`: lora_forward's t).
 void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a,
-                   float* proj, float* attn_scratch, float* out, DType act) {
+                   float* proj, float* attn_scratch, float* lora_scratch, float* out, DType act) {
   const int C = d.C;
   const int64_t N = d.N;
   auto rnd = [&](float* p, int64_t n) { k.round_to(s, act, p, n); };
   // A field is rounded over its own size: the probabilities, where the
   // table keeps only statistics, have none.
   auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
+  auto adapt = [&](int t, const float* in, float* y, int n_in, int n_out) {
+    if (w.lora[t].a) lora_forward(k, s, {N, n_in, n_out}, w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, act);
+  };
   k.layernorm_forward(s, a.f[kLn1], a.f[kLn1Mean], a.f[kLn1Rstd], x, w.ln1w, w.ln1b, N, C);
   rnd_field(kLn1);
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
+  adapt(kLoraCAttn, a.f[kLn1], a.f[kQkv], C, 3 * C);
   rnd_field(kQkv);
   k.attention_forward(s, a.f[kAtty], attention_kept(k, a), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH);
   rnd_field(kAtt);
   rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
+  adapt(kLoraAttnCProj, a.f[kAtty], proj, C, C);
   rnd(proj, N * C);
   k.residual_forward(s, a.f[kRes2], x, proj, N * C);
   rnd_field(kRes2);
   k.layernorm_forward(s, a.f[kLn2], a.f[kLn2Mean], a.f[kLn2Rstd], a.f[kRes2], w.ln2w, w.ln2b, N, C);
   rnd_field(kLn2);
   k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
+  adapt(kLoraCFc, a.f[kLn2], a.f[kFch], C, 4 * C);
   rnd_field(kFch);
   k.gelu_forward(s, a.f[kFchGelu], a.f[kFch], N * 4 * C);
   rnd_field(kFchGelu);
-  if (!out) return;
+  if (!out) {
+    // Recomputing: the last product's adapter input is all backward needs.
+    const LoraWeights& last = w.lora[kLoraMlpCProj];
+    if (last.a) lora_input(k, s, {N, 4 * C, C}, last, a.f[kFchGelu], a.f[kLoraU + kLoraMlpCProj], act);
+    return;
+  }
   k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, w.fcprojb, N, 4 * C, C);
+  adapt(kLoraMlpCProj, a.f[kFchGelu], proj, 4 * C, C);
   rnd(proj, N * C);
   k.residual_forward(s, out, a.f[kRes2], proj, N * C);
   rnd(out, N * C);
@@ -286,21 +307,33 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, 
 
 struct BackwardBuffers {
   float *dbuf, *dqkv, *dfch, *attn_scratch;
+  float* lora;  // lora_backward's dt [N, 4C], then its du [N, r]
 };
 
 // One block backward: dres holds d(block output) on entry and d(block input)
-// on return; weight gradients accumulate into g.
+// on return; weight gradients accumulate into g (a frozen weight's is null).
+// An adapter adds its share of its product's input gradient after the
+// frozen weight's.
 void block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a,
                     const LayerGrads& g, float* dres, const BackwardBuffers& bb) {
   const int C = d.C;
   const int64_t N = d.N;
+  auto adapt = [&](int t, const float* in, const float* dy, float* dx, int n_in, int n_out) {
+    if (!w.lora[t].a) return;
+    lora_backward(k, s, {N, n_in, n_out}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx, bb.lora + N * 4 * C,
+                  bb.lora);
+  };
   k.matmul_backward(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
+  adapt(kLoraMlpCProj, a.f[kFchGelu], dres, bb.dfch, 4 * C, C);
   k.gelu_backward(s, bb.dfch, a.f[kFch], bb.dfch, N * 4 * C);
   k.matmul_backward(s, bb.dbuf, g.fcw, g.fcb, bb.dfch, a.f[kLn2], w.fcw, N, C, 4 * C);
+  adapt(kLoraCFc, a.f[kLn2], bb.dfch, bb.dbuf, C, 4 * C);
   k.layernorm_backward(s, dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, a.f[kLn2Mean], a.f[kLn2Rstd], N, C);
   k.matmul_backward(s, bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
+  adapt(kLoraAttnCProj, a.f[kAtty], dres, bb.dbuf, C, C);
   k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], attention_kept(k, a), bb.attn_scratch, d.B, d.T, C, d.NH);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
+  adapt(kLoraCAttn, a.f[kLn1], bb.dqkv, bb.dbuf, C, 3 * C);
   k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, a.f[kLn1Mean], a.f[kLn1Rstd], N, C);
 }
 
@@ -329,7 +362,8 @@ absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, 
     float* out = f32 ? residual(l + 1, d.N) : x;
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
-    block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), out, act_dtype);
+    block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), m.lora_scratch.ptr<float>(), out,
+                  act_dtype);
     if (!f32) {
       k.convert_from_f32(s, act_dtype, out, residual(l + 1, d.N), NC);
       if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
@@ -381,8 +415,8 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
                        m.lnf_rstd.ptr<float>(), d.N, C);
   k.round_to(s, act_dtype_, dres, NC);
 
-  const BackwardBuffers bb{m.dbuf.ptr<float>(), m.dqkv.ptr<float>(), m.dfch.ptr<float>(),
-                           m.attn_scratch.ptr<float>()};
+  const BackwardBuffers bb{m.dbuf.ptr<float>(), m.dqkv.ptr<float>(), m.dfch.ptr<float>(), m.attn_scratch.ptr<float>(),
+                           m.lora_scratch.ptr<float>()};
   for (int l = c.n_layer - 1; l >= 0; --l) {
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, 2 * c.n_layer - l, c.n_layer, /*backward=*/true));
@@ -394,7 +428,8 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     LayerActs a;
     if (checkpointing_) {
       a = m.scratch_acts();
-      block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), nullptr, act_dtype_);
+      block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), m.lora_scratch.ptr<float>(),
+                    nullptr, act_dtype_);
     } else {
       a = m.stored_acts(l);
       if (!f32) m.pack_acts(l, a, B, T, /*to_store=*/false);
@@ -404,7 +439,7 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
     k.round_to(s, act_dtype_, dres, NC);
   }
-  k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), B, T, C);
+  if (gg.wte) k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), B, T, C);
   ZEROD_RETURN_IF_ERROR(sink.end_backward());
   return ws.end_pass();
 }

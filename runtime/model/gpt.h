@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "runtime/core/device.h"
@@ -29,13 +30,16 @@ class Gpt {
   // `checkpoints_on_host`, a GPU keeps the checkpointed block inputs in host
   // memory (pinned on a CUDA GPU), which its kernels read and write in place
   // (DeepSpeed's cpu_checkpointing); elsewhere they are there already.
+  // With `lora`, the weights a pass is given carry adapters of those
+  // settings (weights.h's LayerWeights::lora), whose activations it keeps.
   static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
                                                      bool checkpointing, Device& device, Kernels& kernels,
-                                                     bool checkpoints_on_host = false);
+                                                     bool checkpoints_on_host = false,
+                                                     const LoraConfig* lora = nullptr);
   ~Gpt();
   // The buffers create() allocates for these arguments, on plan's device.
   static void plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-                   const KernelMemory& kernels, MemoryPlan& plan);
+                   const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora = nullptr);
 
   const GptLayout& layout() const { return layout_; }
   int max_seq() const { return T_; }
@@ -59,12 +63,12 @@ class Gpt {
   struct BufferSpec;
   // What allocate() allocates and plan() states, from the same arguments.
   static std::vector<BufferSpec> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
-                                              bool checkpoints_on_host, const PlanDevice& device,
-                                              const KernelMemory& k);
+                                              bool checkpoints_on_host, const LoraConfig* lora,
+                                              const PlanDevice& device, const KernelMemory& k);
   // Rows of logits the head computes at a time.
   static int64_t logits_rows(const GptConfig& c, int B, int T);
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-      Device& device, Kernels& kernels);
+      const LoraConfig* lora, Device& device, Kernels& kernels);
   absl::Status allocate();
   // The work of forward_backward and forward_logits, enqueued on the
   // stream; they wait for it.
@@ -77,6 +81,7 @@ class Gpt {
   DType act_dtype_;
   bool checkpointing_;
   bool checkpoints_on_host_;
+  std::optional<LoraConfig> lora_;
   Device& device_;
   Kernels& kernels_;
   std::unique_ptr<Impl> impl_;

@@ -29,10 +29,13 @@ struct LoraShape {
   int in, out;
 };
 
-// y[N, out] += s·(x·A)·B. u [N, r] keeps s·(x·A) for backward; t
-// [N, out] is scratch.
+// u [N, r] = s·(x·A), rounded to `act` (the model's activation type): what
+// backward needs of the forward.
+void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* u,
+                DType act = DType::kF32);
+// y[N, out] += u·B after lora_input; t [N, out] is scratch.
 void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* y, float* u,
-                  float* t);
+                  float* t, DType act = DType::kF32);
 
 // With dy = d(loss)/dy: B's gradient += uᵀ·dy, A's += xᵀ·du where
 // du = s·dy·Bᵀ, and dx += du·Aᵀ. du [N, r] and dt [N, in] are scratch.

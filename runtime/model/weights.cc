@@ -1,5 +1,7 @@
 #include "runtime/model/weights.h"
 
+#include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace zerod {
@@ -109,6 +111,24 @@ absl::StatusOr<GlobalWeights> FlatWeights::globals() {
 
 absl::StatusOr<LayerWeights> FlatWeights::layer(int l) {
   return layer_weight_views(convert_, *layout_, dtype_, unit(GptLayout::layer_unit(l)), layer_staging_.ptr<float>());
+}
+
+absl::StatusOr<LayerWeights> AdaptedWeights::layer(int l) {
+  ZEROD_ASSIGN_OR_RETURN(LayerWeights w, model_.layer(l));
+  ZEROD_ASSIGN_OR_RETURN(const LayerWeights a, adapters_.layer(l));
+  std::copy(std::begin(a.lora), std::end(a.lora), std::begin(w.lora));
+  return w;
+}
+
+absl::Status AdaptedWeights::prefetch(int next, int then) {
+  ZEROD_RETURN_IF_ERROR(model_.prefetch(next, then));
+  return adapters_.prefetch(next, then);
+}
+
+absl::Status AdaptedWeights::end_pass() {
+  absl::Status s = model_.end_pass();
+  s.Update(adapters_.end_pass());
+  return s;
 }
 
 FlatGrads::FlatGrads(const GptLayout* layout, float* grads, std::vector<int64_t> unit_offsets)

@@ -129,6 +129,22 @@ class FlatWeights : public WeightSource {
   bool globals_ready_ = false;
 };
 
+// A frozen model's weights with the adapters of `adapters` (a source over
+// an adapter layout) beside each layer's: what a LoRA pass computes with.
+class AdaptedWeights : public WeightSource {
+ public:
+  AdaptedWeights(WeightSource& model, WeightSource& adapters) : model_(model), adapters_(adapters) {}
+  DType dtype() const override { return model_.dtype(); }
+  absl::StatusOr<GlobalWeights> globals() override { return model_.globals(); }
+  absl::StatusOr<LayerWeights> layer(int l) override;
+  absl::Status prefetch(int next, int then) override;
+  absl::Status end_pass() override;
+
+ private:
+  WeightSource& model_;
+  WeightSource& adapters_;
+};
+
 // Gradients added straight into one fp32 flat buffer whose units start at
 // `unit_offsets` (the layout's own when empty).
 class FlatGrads : public GradSink {

@@ -19,7 +19,7 @@ void classifier_forward_backward(const ClassifierArgs& a) {
     softmax_cross_entropy(a.logits, a.losses + r0, a.targets + r0, rows, V, a.dloss);
     // dinp = dlogits @ wte; dwte += dlogits^T @ inp.
     sgemm(false, false, rows, C, V, 1.0f, a.logits, V, a.wte, C, 0.0f, a.dinp + r0 * C, C);
-    sgemm(true, false, V, C, rows, 1.0f, a.logits, V, a.inp + r0 * C, C, 1.0f, a.dwte, C);
+    if (a.dwte) sgemm(true, false, V, C, rows, 1.0f, a.logits, V, a.inp + r0 * C, C, 1.0f, a.dwte, C);
   }
 }
 

@@ -15,8 +15,8 @@ namespace zerod::cpu {
 // out[N,OC] = inp[N,C] @ w[C,OC] + bias[OC]; bias may be null. Weights are
 // stored [in, out], as Hugging Face's GPT-2 Conv1D does.
 void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int C, int OC);
-// dinp = dout @ w^T (overwritten; skipped when null), dw += inp^T @ dout,
-// dbias += column sums of dout (skipped when null).
+// dinp = dout @ w^T (overwritten), dw += inp^T @ dout, dbias += column sums
+// of dout; each skipped when null (dw: a frozen weight).
 void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                      int64_t N, int C, int OC);
 
@@ -24,7 +24,7 @@ inline constexpr float kLayerNormEps = 1e-5f;
 // out = (x - mean) / sqrt(var + eps) * w + b per row of C; saves mean and rstd.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        int64_t N, int C);
-// dinp += ..., dw += ..., db += ...
+// dinp += ..., dw += ..., db += ... (dw and db both null for a frozen LayerNorm).
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                         const float* mean, const float* rstd, int64_t N, int C);
 
@@ -80,7 +80,7 @@ struct ClassifierArgs {
   int64_t chunk_rows;
   double* losses;          // [N]
   float* dinp;             // [N, C]
-  float* dwte;             // [V, C]
+  float* dwte;             // [V, C]; null: wte is frozen
 };
 void classifier_forward_backward(const ClassifierArgs& a);
 

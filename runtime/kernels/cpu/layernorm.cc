@@ -46,6 +46,7 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
       dx[i] += (dy[i] * w[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   }
+  if (!dw) return;
   // Weight and bias gradients: each thread sums its columns down the rows.
 #pragma omp parallel
   {

@@ -20,7 +20,7 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
 void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                      int64_t N, int C, int OC) {
   if (dinp) sgemm(false, true, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, C);
-  sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+  if (dw) sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
   if (!dbias) return;
   // Each thread owns a range of columns and sums them down the rows in order.
 #pragma omp parallel

@@ -135,7 +135,7 @@ class CudaKernels : public Kernels {
   void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                        const float* w, int64_t N, int C, int OC) override {
     if (dinp) gemm(s, cuda::matmul_dinp_gemm(dinp, dout, w, N, C, OC), other_compute_);
-    gemm(s, cuda::matmul_dw_gemm(dw, dout, inp, N, C, OC), other_compute_);
+    if (dw) gemm(s, cuda::matmul_dw_gemm(dw, dout, inp, N, C, OC), other_compute_);
     if (!dbias) return;
     const int64_t rows = cuda::column_chunk_rows(N, OC), chunks = column_chunks(N, rows, OC, "bias_backward");
     float* partial = partials_.ptr<float>();
@@ -167,6 +167,7 @@ class CudaKernels : public Kernels {
       sums.dnorm_norm = cuda::warp_reduce(sums.dnorm_norm, cuda::Sum());
       cuda::layernorm_backward_write(dinp + n * C, dy, x, w, mean[n], rstd[n], sums, C, lane, 32);
     });
+    if (!dw) return;
     const int64_t rows = cuda::column_chunk_rows(N, 2 * C),
                   chunks = column_chunks(N, rows, 2 * C, "layernorm_backward");
     float* partial = partials_.ptr<float>();
@@ -235,7 +236,7 @@ class CudaKernels : public Kernels {
         if (dloss != 0.0f) cuda::softmax_grad_row(z, V, target, mx, sum, dloss, lane, lanes);
       });
       gemm(s, cuda::head_dinp_gemm(a.dinp + r0 * C, a.logits, a.wte, rows, C, V), other_compute_);
-      gemm(s, cuda::head_dwte_gemm(a.dwte, a.logits, a.inp + r0 * C, rows, C, V), other_compute_);
+      if (a.dwte) gemm(s, cuda::head_dwte_gemm(a.dwte, a.logits, a.inp + r0 * C, rows, C, V), other_compute_);
     }
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override {
