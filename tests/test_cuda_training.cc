@@ -112,6 +112,55 @@ TEST_F(CudaTraining, ModelGradientsMatchTheCpu) {
   }
 }
 
+// LoRA on all four products over a frozen model: the loss and the
+// adapters' gradients as on the CPU, within the same tolerances.
+TEST_F(CudaTraining, LoraGradientsMatchTheCpu) {
+  const GptConfig cfg{2, 4, 64, 96, 32};
+  LoraConfig lora;
+  lora.r = 4;
+  lora.targets = {true, true, true, true};
+  const int B = 2, T = 32;
+  testing::CpuRig cpu(CpuDeviceOptions{});
+  const std::vector<int32_t> inputs = testing::random_tokens(B * T, cfg.vocab_size, 11),
+                             targets = testing::random_tokens(B * T, cfg.vocab_size, 12);
+  const GptLayout adapters = GptLayout::adapters(cfg, lora);
+  for (DType act : {DType::kF32, DType::kBF16}) {
+    for (bool checkpointing : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(act) << (checkpointing ? ", checkpointing" : ""));
+      auto gm = Gpt::create(cfg, B, T, act, checkpointing, *gpu_, *k_, false, &lora);
+      auto cm = Gpt::create(cfg, B, T, act, checkpointing, cpu.device, *cpu.kernels, false, &lora);
+      ASSERT_TRUE(gm.ok() && cm.ok());
+      const GptLayout& layout = (*cm)->layout();
+      std::vector<float> params(layout.num_params()), grads(adapters.num_params(), 0.0f);
+      init_gpt_params(layout, 5, params.data());
+      const std::vector<float> ad = testing::randn(adapters.num_params(), 13, 0.05f);
+      float* g_params = up(params);
+      float* g_ad = up(ad);
+      float* g_grads = up(grads);
+      auto gw = FlatWeights::create(&layout, DType::kF32, g_params, *gpu_, *k_);
+      auto cw = FlatWeights::create(&layout, DType::kF32, params.data(), cpu.device, *cpu.kernels);
+      auto ga = FlatWeights::create(&adapters, DType::kF32, g_ad, *gpu_, *k_);
+      auto ca = FlatWeights::create(&adapters, DType::kF32, ad.data(), cpu.device, *cpu.kernels);
+      ASSERT_TRUE(gw.ok() && cw.ok() && ga.ok() && ca.ok());
+      AdaptedWeights gsrc(*gw, *ga), csrc(*cw, *ca);
+      FlatGrads gsink(&adapters, g_grads), csink(&adapters, grads.data());
+      auto gl = (*gm)->forward_backward(gsrc, gsink, inputs.data(), targets.data(), B, T, 1.0f);
+      auto cl = (*cm)->forward_backward(csrc, csink, inputs.data(), targets.data(), B, T, 1.0f);
+      ASSERT_TRUE(gl.ok()) << gl.status();
+      ASSERT_TRUE(cl.ok()) << cl.status();
+      const double tol = act == DType::kF32 ? 1e-4 : 2e-2;
+      EXPECT_NEAR(*gl, *cl, tol * std::fabs(*cl));
+      const std::vector<float> got = down(g_grads, grads.size());
+      for (const ParamSegment& t : adapters.segments()) {
+        SCOPED_TRACE(::testing::Message() << adapters.tensor(t.id).name << " layer " << t.layer);
+        testing::expect_close(std::vector<float>(got.begin() + t.offset, got.begin() + t.offset + t.numel),
+                              std::vector<float>(grads.begin() + t.offset, grads.begin() + t.offset + t.numel),
+                              static_cast<float>(tol), "gradient");
+      }
+    }
+  }
+}
+
 TEST_F(CudaTraining, TwentyStepsFollowTheCpuAtEveryStageAndSetting) {
   const std::vector<std::vector<std::string>> variants = {
       {"zero_optimization.stage=0"},

@@ -6,10 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
+
+#include "runtime/model/gpt.h"
+#include "runtime/model/nf4_weights.h"
+#include "tests/test_support.h"
 
 namespace zerod {
 namespace {
@@ -164,6 +170,61 @@ TEST(Nf4, BytesPerWeight) {
   EXPECT_NEAR(8.0 * z.bytes() / n, 4.127, 0.001);
   EXPECT_EQ(nf4_sizes(1).bytes(), 1u + 1 + 4 + 4);
   EXPECT_EQ(nf4_sizes(0).bytes(), 4u);
+}
+
+// QLoRA's frozen model: a pass over Nf4Weights is a pass over the model
+// whose four matrices a layer are their NF4 round trips (quantized and
+// dequantized here with the CPU's functions) and whose other tensors are as
+// given, bit for bit; the accountant holds what the plan says, the matrices
+// at 4.127 bits a weight.
+TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
+  const GptConfig cfg{2, 2, 64, 96, 16};
+  const int B = 2, T = 16;
+  testing::CpuRig rig;
+  const GptLayout layout(cfg);
+  std::vector<float> params(layout.num_params());
+  init_gpt_params(layout, 3, params.data());
+  std::vector<float> rounded = params;
+  int64_t matrix_params = 0;
+  for (const ParamSegment& s : layout.segments()) {
+    if (std::ranges::count(Nf4Weights::kMatrices, s.id) == 0) continue;
+    Nf4Storage q(s.numel);
+    nf4_quantize(params.data() + s.offset, q.t);
+    nf4_dequantize(q.t, rounded.data() + s.offset);
+    matrix_params += s.numel;
+  }
+  ASSERT_NE(rounded, params);
+
+  MemoryAccountant& acct = MemoryAccountant::global();
+  const uint64_t params_before = acct.current(Tier::kHost, Category::kParams);
+  const ParamInit init = [&](int64_t begin, int64_t end, float* out) {
+    std::copy(params.begin() + begin, params.begin() + end, out);
+    return absl::OkStatus();
+  };
+  auto nf4 = Nf4Weights::create(&layout, init, rig.device, *rig.kernels);
+  ASSERT_TRUE(nf4.ok()) << nf4.status();
+  MemoryPlan plan;
+  Nf4Weights::plan(layout, plan);
+  EXPECT_EQ(acct.current(Tier::kHost, Category::kParams) - params_before,
+            plan.peaks().peak[static_cast<int>(Tier::kHost)][static_cast<int>(Category::kParams)]);
+  uint64_t nf4_bytes = 0;
+  for (const PlannedBuffer& b : plan.buffers()) {
+    if (b.what == "frozen weights: matrices in NF4") nf4_bytes = b.bytes;
+  }
+  EXPECT_NEAR(8.0 * nf4_bytes / matrix_params, 4.127, 0.01);
+
+  auto model = Gpt::create(cfg, B, T, DType::kF32, false, rig.device, *rig.kernels);
+  ASSERT_TRUE(model.ok());
+  std::vector<int32_t> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 37) % cfg.vocab_size;
+  const auto loss = [&](WeightSource& w) {
+    std::vector<float> grads(layout.num_params(), 0.0f);
+    FlatGrads sink(&layout, grads.data());
+    return *(*model)->forward_backward(w, sink, tokens.data(), tokens.data() + 1, B, T - 1, 1.0f);
+  };
+  auto flat = FlatWeights::create(&layout, DType::kF32, rounded.data(), rig.device, *rig.kernels);
+  ASSERT_TRUE(flat.ok());
+  EXPECT_EQ(loss(*nf4), loss(*flat));
 }
 
 }  // namespace
