@@ -45,6 +45,31 @@ class CudaTraining : public testing::CudaTest {
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
+  // One forward and backward of the same tokens on the GPU and the CPU:
+  // the losses, and each tensor's gradients (laid out as `sinks`, at
+  // g_grads on the GPU and in grads on the CPU), within tol.
+  struct Pass {
+    Gpt &gpu, &cpu;
+    WeightSource &gpu_weights, &cpu_weights;
+  };
+  void expect_same_pass(const Pass& p, const GptLayout& sinks, float* g_grads, std::vector<float>& grads,
+                        const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets, int B, int T,
+                        double tol) {
+    FlatGrads gsink(&sinks, g_grads), csink(&sinks, grads.data());
+    auto gl = p.gpu.forward_backward(p.gpu_weights, gsink, inputs.data(), targets.data(), B, T, 1.0f);
+    auto cl = p.cpu.forward_backward(p.cpu_weights, csink, inputs.data(), targets.data(), B, T, 1.0f);
+    ASSERT_TRUE(gl.ok()) << gl.status();
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    EXPECT_NEAR(*gl, *cl, tol * std::fabs(*cl));
+    const std::vector<float> got = down(g_grads, grads.size());
+    for (const ParamSegment& t : sinks.segments()) {
+      SCOPED_TRACE(::testing::Message() << sinks.tensor(t.id).name << " layer " << t.layer);
+      testing::expect_close(std::vector<float>(got.begin() + t.offset, got.begin() + t.offset + t.numel),
+                            std::vector<float>(grads.begin() + t.offset, grads.begin() + t.offset + t.numel),
+                            static_cast<float>(tol), "gradient");
+    }
+  }
+
   std::filesystem::path dir_;
 };
 
@@ -94,20 +119,8 @@ TEST_F(CudaTraining, ModelGradientsMatchTheCpu) {
       auto gw = FlatWeights::create(&layout, DType::kF32, g_params, *gpu_, *k_);
       auto cw = FlatWeights::create(&layout, DType::kF32, params.data(), cpu.device, *cpu.kernels);
       ASSERT_TRUE(gw.ok() && cw.ok());
-      FlatGrads gsink(&layout, g_grads), csink(&layout, grads.data());
-      auto gl = (*gm)->forward_backward(*gw, gsink, inputs.data(), targets.data(), B, T, 1.0f);
-      auto cl = (*cm)->forward_backward(*cw, csink, inputs.data(), targets.data(), B, T, 1.0f);
-      ASSERT_TRUE(gl.ok()) << gl.status();
-      ASSERT_TRUE(cl.ok()) << cl.status();
-      const double tol = act == DType::kF32 ? 1e-4 : 2e-2;
-      EXPECT_NEAR(*gl, *cl, tol * std::fabs(*cl));
-      const std::vector<float> got = down(g_grads, grads.size());
-      for (const ParamSegment& t : layout.segments()) {
-        SCOPED_TRACE(::testing::Message() << layout.tensor(t.id).name << " layer " << t.layer);
-        testing::expect_close(std::vector<float>(got.begin() + t.offset, got.begin() + t.offset + t.numel),
-                              std::vector<float>(grads.begin() + t.offset, grads.begin() + t.offset + t.numel),
-                              static_cast<float>(tol), "gradient");
-      }
+      expect_same_pass({**gm, **cm, *gw, *cw}, layout, g_grads, grads, inputs, targets, B, T,
+                       act == DType::kF32 ? 1e-4 : 2e-2);
     }
   }
 }
@@ -143,20 +156,8 @@ TEST_F(CudaTraining, LoraGradientsMatchTheCpu) {
       auto ca = FlatWeights::create(&adapters, DType::kF32, ad.data(), cpu.device, *cpu.kernels);
       ASSERT_TRUE(gw.ok() && cw.ok() && ga.ok() && ca.ok());
       AdaptedWeights gsrc(*gw, *ga), csrc(*cw, *ca);
-      FlatGrads gsink(&adapters, g_grads), csink(&adapters, grads.data());
-      auto gl = (*gm)->forward_backward(gsrc, gsink, inputs.data(), targets.data(), B, T, 1.0f);
-      auto cl = (*cm)->forward_backward(csrc, csink, inputs.data(), targets.data(), B, T, 1.0f);
-      ASSERT_TRUE(gl.ok()) << gl.status();
-      ASSERT_TRUE(cl.ok()) << cl.status();
-      const double tol = act == DType::kF32 ? 1e-4 : 2e-2;
-      EXPECT_NEAR(*gl, *cl, tol * std::fabs(*cl));
-      const std::vector<float> got = down(g_grads, grads.size());
-      for (const ParamSegment& t : adapters.segments()) {
-        SCOPED_TRACE(::testing::Message() << adapters.tensor(t.id).name << " layer " << t.layer);
-        testing::expect_close(std::vector<float>(got.begin() + t.offset, got.begin() + t.offset + t.numel),
-                              std::vector<float>(grads.begin() + t.offset, grads.begin() + t.offset + t.numel),
-                              static_cast<float>(tol), "gradient");
-      }
+      expect_same_pass({**gm, **cm, gsrc, csrc}, adapters, g_grads, grads, inputs, targets, B, T,
+                       act == DType::kF32 ? 1e-4 : 2e-2);
     }
   }
 }
