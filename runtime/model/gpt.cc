@@ -295,7 +295,7 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, 
   if (!out) {
     // Recomputing: the last product's adapter input is all backward needs.
     const LoraWeights& last = w.lora[kLoraMlpCProj];
-    if (last.a) lora_input(k, s, {N, 4 * C, C}, last, a.f[kFchGelu], a.f[kLoraU + kLoraMlpCProj], act);
+    if (last.a) lora_input(k, s, {N, 4 * C, C}, last, a.f[kFchGelu], a.f[kLoraU + int{kLoraMlpCProj}], act);
     return;
   }
   k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, w.fcprojb, N, 4 * C, C);
