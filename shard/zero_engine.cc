@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::create(const GptLayout& 
 
 absl::Status ZeroEngine::build() {
   ZEROD_RETURN_IF_ERROR(create_stores());
+  // The stores zero their device buffers on the compute stream
+  // (ZeroContext::alloc); the initial values written next must land after.
+  ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
   const int units = ctx_.part.num_units();
   Device& sums_at = grads_->on_host() ? ctx_.host : ctx_.device;
   ZEROD_ASSIGN_OR_RETURN(unit_sums_, sums_at.allocate(units * 8, Category::kWorkspace));
