@@ -64,6 +64,7 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   w.layout_ = layout;
   const GptLayout& L = *layout;
   const Sizes z = sizes(L);
+  w.small_ids_ = small_ids(L);
   w.small_numel_ = z.small;
   const int layers = L.config().n_layer;
   const int64_t emb = L.unit_numel(0), fin = L.unit_numel(L.final_unit());
@@ -83,12 +84,11 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   w.globals_ = global_weight_views(w.convert_, L, DType::kF32, w.globals_buf_.data(),
                                    w.globals_buf_.ptr<float>() + emb, nullptr);
 
-  const std::vector<int> small = small_ids(L);
   for (int l = 0; l < layers; ++l) {
     const int64_t begin = L.unit_begin(GptLayout::layer_unit(l));
     ZEROD_RETURN_IF_ERROR(init(begin, begin + unit, host));
     float* small_out = packed.host<float>();
-    for (int id : small) {
+    for (int id : w.small_ids_) {
       const ParamTensorInfo& t = L.tensor(id);
       small_out = std::copy_n(host + t.unit_offset, t.numel, small_out);
     }
@@ -113,7 +113,7 @@ absl::StatusOr<LayerWeights> Nf4Weights::layer(int l) {
   const GptLayout& L = *layout_;
   float* unit = staging_.ptr<float>();
   const float* small = small_.ptr<float>() + l * small_numel_;
-  for (int id : small_ids(L)) {
+  for (int id : small_ids_) {
     const ParamTensorInfo& t = L.tensor(id);
     device_->copy(convert_.stream, unit + t.unit_offset, small, t.numel * 4);
     small += t.numel;

@@ -41,7 +41,8 @@ class Nf4Weights : public WeightSource {
   Converter convert_;
   Device* device_ = nullptr;
   const GptLayout* layout_ = nullptr;
-  int64_t small_numel_ = 0;  // a layer's fp32 tensors
+  std::vector<int> small_ids_;  // a layer's fp32 tensors, in layout order
+  int64_t small_numel_ = 0;     // their elements
   Buffer globals_buf_, small_, nf4_, staging_;  // staging: one layer's unit, fp32
   GlobalWeights globals_{};
   std::vector<std::array<Nf4Tensor, 4>> matrices_;  // per layer, device addresses
