@@ -38,6 +38,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     zerod::manifest_real(*c, "loss_scaler.scale", true).IgnoreError();
   }
   std::ostringstream out, err;
-  zerod::run_export(dir, zerod::fuzz::scratch_dir() + "/export", "fp32", out, err);
+  zerod::run_export({dir, zerod::fuzz::scratch_dir() + "/export"}, out, err);
   return 0;
 }

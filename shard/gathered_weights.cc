@@ -20,9 +20,9 @@ void GatheredWeights::plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPl
   const GptLayout& L = shape.layout;
   const Partition& p = shape.part;
   const int64_t ds = dtype_size(shape.dtype) * p.world_size();
-  plan.add_device("gathered layers", Category::kParams, p.chunk(1) * ds, Phase::kBuild, true, layer_slots(L, z));
-  plan.add_device("gathered embeddings", Category::kParams, p.chunk(0) * ds);
-  plan.add_device("gathered final LayerNorm", Category::kParams, p.chunk(L.final_unit()) * ds);
+  plan.add_device("gathered layers", shape.params, p.chunk(1) * ds, Phase::kBuild, true, layer_slots(L, z));
+  plan.add_device("gathered embeddings", shape.params, p.chunk(0) * ds);
+  plan.add_device("gathered final LayerNorm", shape.params, p.chunk(L.final_unit()) * ds);
   plan_fp32_staging(L, shape.dtype, plan);
 }
 
@@ -108,7 +108,7 @@ absl::Status GatheredWeights::invalidate() {
 
 absl::Status GatheredWeights::allocate_slot(Slot& s, int64_t bytes) {
   ZEROD_ASSIGN_OR_RETURN(s.used, ctx_.device.create_event());
-  return ctx_.alloc(s.buf, bytes, Category::kParams);
+  return ctx_.alloc(s.buf, bytes, ctx_.params);
 }
 
 std::vector<GatheredWeights::Slot*> GatheredWeights::all_slots() {

@@ -34,7 +34,7 @@ class ReplicatedParams : public InMemoryParams {
 
   absl::Status allocate() {
     ZEROD_RETURN_IF_ERROR(
-        ctx_.alloc(memory_, ctx_.part.padded_numel() * dtype_size(ctx_.dtype), Category::kParams));
+        ctx_.alloc(memory_, ctx_.part.padded_numel() * dtype_size(ctx_.dtype), ctx_.params));
     ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(&ctx_.layout, ctx_.dtype, memory_.data(), ctx_.device,
                                                               ctx_.kernels, ctx_.part.padded_unit_offsets()));
     weights_ = std::make_unique<FlatWeights>(std::move(w));
@@ -73,7 +73,7 @@ class ShardedParams : public InMemoryParams, public ShardSource {
   ShardedParams(ZeroContext& ctx, Tier staging) : InMemoryParams(ctx, staging), weights_(ctx, *this) {}
 
   absl::Status allocate(const ZeroConfig& z) {
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(memory_, ctx_.part.shard_numel() * dtype_size(ctx_.dtype), Category::kParams));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(memory_, ctx_.part.shard_numel() * dtype_size(ctx_.dtype), ctx_.params));
     return weights_.allocate(z);
   }
 
@@ -143,14 +143,14 @@ void plan_upload(bool written_from_host, Tier staging, MemoryPlan& plan) {
 }  // namespace
 
 void plan_replicated_params(const ZeroShape& shape, bool written_from_host, Tier staging, MemoryPlan& plan) {
-  plan.add_device("parameters", Category::kParams, shape.part.padded_numel() * dtype_size(shape.dtype));
+  plan.add_device("parameters", shape.params, shape.part.padded_numel() * dtype_size(shape.dtype));
   plan_fp32_staging(shape.layout, shape.dtype, plan);
   plan_upload(written_from_host, staging, plan);
 }
 
 void plan_sharded_params(const ZeroShape& shape, const ZeroConfig& z, bool written_from_host, Tier staging,
                          MemoryPlan& plan) {
-  plan.add_device("parameter shard", Category::kParams, shape.part.shard_numel() * dtype_size(shape.dtype));
+  plan.add_device("parameter shard", shape.params, shape.part.shard_numel() * dtype_size(shape.dtype));
   GatheredWeights::plan(shape, z, plan);
   plan_upload(written_from_host, staging, plan);
 }

@@ -4,16 +4,17 @@
 
 namespace zerod {
 
-ZeroShape::ZeroShape(const GptLayout& layout, int stage, int world_size, int rank, DType dtype)
+ZeroShape::ZeroShape(const GptLayout& layout, int stage, int world_size, int rank, DType dtype, Category params)
     : layout(layout),
       part(layout, stage == 0 ? 1 : world_size),
       owner(stage == 0 ? 0 : rank),
       owned(owned_segments(layout, part, owner)),
-      dtype(dtype) {}
+      dtype(dtype),
+      params(params) {}
 
 ZeroContext::ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device,
-                         Kernels& kernels, Device& host, Kernels& host_kernels)
-    : ZeroShape(layout, stage, comm.world_size(), comm.rank(), dtype),
+                         Kernels& kernels, Device& host, Kernels& host_kernels, Category params)
+    : ZeroShape(layout, stage, comm.world_size(), comm.rank(), dtype, params),
       comm(comm),
       device(device),
       kernels(kernels),

@@ -21,18 +21,20 @@ namespace zerod {
 // What a rank's stores are sized by, without a device or a communicator:
 // what their plan functions take, for a rank that need not exist yet.
 struct ZeroShape {
-  ZeroShape(const GptLayout& layout, int stage, int world_size, int rank, DType dtype);
+  ZeroShape(const GptLayout& layout, int stage, int world_size, int rank, DType dtype,
+            Category params = Category::kParams);
 
   const GptLayout& layout;
   const Partition part;  // a world of one under stage 0: every rank owns everything
   const int owner;       // this rank's index in part
   const std::vector<ShardSegment> owned;
   const DType dtype;  // of the working parameters
+  const Category params;  // what the working parameters count as (kFrozen for weights not trained)
 };
 
 struct ZeroContext : ZeroShape {
   ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device, Kernels& kernels,
-              Device& host, Kernels& host_kernels);
+              Device& host, Kernels& host_kernels, Category params = Category::kParams);
 
   // A zeroed buffer on the device (the memset enqueued on the stream).
   absl::Status alloc(Buffer& b, int64_t bytes, Category c) const;

@@ -164,6 +164,24 @@ TEST(ZeroEquivalence, EightBitStatesUnderEveryStage) {
   }
 }
 
+// LoRA: the adapters are what the stages shard (their embedding and final
+// units empty), the base is frozen (replicated, gathered at stage 3, or
+// NF4), and the runs follow the single-process run as full training does.
+TEST(ZeroEquivalence, LoraEveryStageFollowsTheSingleProcessRun) {
+  const int n = world().world_size();
+  for (const char* base : {"none", "nf4"}) {
+    const std::vector<std::string> lora = {
+        std::string(R"(model.lora={"r": 4, "alpha": 8, "target_modules": ["c_attn", "c_fc"], "base_quant": ")") + base +
+        "\"}"};
+    const TrainRun ref = reference(lora);
+    ASSERT_EQ(ref.params.size(), 2u * 4 * (64 + 192 + 64 + 256));
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n << ", base " << base);
+      expect_follows(train(config(tiny_job(stage), n, lora), &world()), ref, 1e-5, 2 * kLr);
+    }
+  }
+}
+
 TEST(ZeroEquivalence, SameStageAndWorldTwiceIsBitwise) {
   const int n = world().world_size();
   for (int stage = 0; stage <= 3; ++stage) {
@@ -222,6 +240,9 @@ TEST(ZeroOffload, ParamsOffloadedAreBitwiseTheInMemoryRun) {
       {{"run.steps=6", "bf16.enabled=true"}, params_on("cpu", 5)},
       {{"run.steps=6", "bf16.enabled=true"}, params_on("nvme", 1)},
       {{"run.steps=6", "optimizer.type=AdamW8bit"}, optimizer_on_nvme},
+      // LoRA's adapters and its frozen base, both offloaded.
+      {{"run.steps=6", "bf16.enabled=true", R"(model.lora={"r": 4, "target_modules": ["c_attn", "mlp.c_proj"]})"},
+       optimizer_on_nvme},
   };
   for (const auto& [v, off] : cases) {
     SCOPED_TRACE(::testing::Message() << "world " << n << ", " << v[1] << ", " << off[0]);

@@ -114,6 +114,51 @@ TEST(MemoryPlanTest, ModelStatesOfGpt2XlAreTheZeroPapersWithFp32Gradients) {
   }
 }
 
+// QLoRA's case: gpt2-large with adapters of rank 8 on c_attn beside a base
+// in NF4. The trained state is the adapters' (under 1% of full fine-tuning's
+// gradients and optimizer states); the base's four matrices a layer take
+// half a byte a weight, one absmax code a block of 64 and an fp32 absmax a
+// group of 256 blocks (0.5 + 1/64 + 1/4096 bytes); the embeddings, biases
+// and LayerNorms stay fp32, as bitsandbytes quantizes linear layers only.
+TEST(MemoryPlanTest, QloraOfGpt2LargeIsAFractionOfFullFineTuning) {
+  const nlohmann::json job = {{"model", {{"preset", "gpt2-large"}}},
+                              {"data", {{"kind", "synthetic"}, {"seq_len", 64}}},
+                              {"run", {{"device", "cuda"}}},
+                              {"train_micro_batch_size_per_gpu", 1},
+                              {"bf16", {{"enabled", true}}},
+                              {"optimizer", {{"type", "AdamW"}}}};
+  const JobConfig full = testing::config_with(job, {});
+  const JobConfig qlora = testing::config_with(job, {R"(model.lora={"r": 8, "base_quant": "nf4"})"});
+  const auto states = [](const JobConfig& cfg) {
+    MemoryPlan plan({Tier::kGpu, true, false});
+    EXPECT_TRUE(Trainer::plan(cfg, 1, 0, {KernelBackend::kCuda}, plan).ok());
+    return plan.peaks();
+  };
+  const MemoryPeaks f = states(full), q = states(qlora);
+  const auto trained = [](const MemoryPeaks& p) {
+    return at(p, Tier::kGpu, Category::kGrads) + at(p, Tier::kGpu, Category::kOptimizer);
+  };
+  const GptLayout model(full.model), adapters = GptLayout::adapters(full.model, qlora.lora->adapters);
+  EXPECT_EQ(adapters.num_params(), 36 * 8 * (1280 + 3 * 1280));
+  // fp32 gradients, masters, m and v of the (padded) adapters.
+  EXPECT_EQ(trained(q), 16 * uint64_t(Partition(adapters, 1).padded_numel()));
+  EXPECT_LT(trained(q), trained(f) / 100) << trained(q) << " of " << trained(f);
+  EXPECT_EQ(at(q, Tier::kGpu, Category::kParams), 2 * uint64_t(Partition(adapters, 1).padded_numel()));
+  EXPECT_EQ(at(f, Tier::kGpu, Category::kFrozen), 0u);
+
+  int64_t matrix_weights = 0, fp32_weights = 0;
+  for (const ParamSegment& s : model.segments()) {
+    (std::ranges::count(kLoraProductWeights, s.id) ? matrix_weights : fp32_weights) += s.numel;
+  }
+  const double frozen = static_cast<double>(at(q, Tier::kGpu, Category::kFrozen));
+  const double nf4 = frozen - 4.0 * fp32_weights;
+  EXPECT_NEAR(nf4 / matrix_weights, 0.5 + 1.0 / 64 + 1.0 / 4096, 1e-4);
+  // 0.81 bytes a parameter overall: 0.52 for the 92% in matrices, 4 for the
+  // embeddings; against bf16's 2.
+  EXPECT_NEAR(frozen / model.num_params(), 0.81, 0.01);
+  EXPECT_EQ(at(f, Tier::kGpu, Category::kParams), 2 * uint64_t(Partition(model, 1).padded_numel()));
+}
+
 // The GPU tier's plan, on the CPU device standing in for a GPU (its memory
 // the gpu tier, through the caching allocator, reached only by copies):
 // every tier and category of a run equals the plan's, byte for byte.
@@ -127,7 +172,13 @@ TEST_F(GpuTierPlanTest, EqualsTheAccountantsPeaksOfAStandInGpuRun) {
       {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"", "bf16.enabled=true"},
       {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"nvme\"", nvme,
        "zero_optimization.offload_param.device=\"cpu\"", "optimizer.type=\"AdamW8bit\""},
-      {"zero_optimization.stage=3", "bf16.enabled=true", "run.checkpoint.async=false"}};
+      {"zero_optimization.stage=3", "bf16.enabled=true", "run.checkpoint.async=false"},
+      // LoRA: the frozen base replicated in bf16, sharded and offloaded at
+      // stage 3, and in NF4.
+      {R"(model.lora={"r": 4, "target_modules": ["c_attn", "mlp.c_proj"]})", "bf16.enabled=true",
+       "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\""},
+      {R"(model.lora={"r": 4})", "zero_optimization.stage=3", "zero_optimization.offload_param.device=\"cpu\""},
+      {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=1"}};
   for (const std::vector<std::string>& overrides : cases) {
     SCOPED_TRACE(::testing::Message() << ::testing::PrintToString(overrides));
     nlohmann::json j = testing::tiny_job();

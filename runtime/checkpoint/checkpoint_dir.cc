@@ -145,6 +145,15 @@ absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void*
   return f.crc();
 }
 
+absl::Status replace_file_durably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  ZEROD_RETURN_IF_ERROR(write_file_durably(tmp, text.data(), text.size()).status());
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot rename ", tmp, " to ", path));
+  return absl::OkStatus();
+}
+
 absl::Status commit_checkpoint(const std::string& root_s, int64_t step, const IoFaultHook* faults) {
   const fs::path root(root_s);
   const std::string name = checkpoint_dir_name(step);

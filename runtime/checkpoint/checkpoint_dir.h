@@ -42,6 +42,10 @@ absl::Status check_checkpoint_root(const std::string& root);
 absl::StatusOr<uint32_t> write_file_durably(const std::string& path, const void* data, size_t n,
                                            const IoFaultHook* faults = nullptr);
 
+// Writes `text` to path.tmp, fsynced, and renames it to path: the file
+// appears whole or not at all.
+absl::Status replace_file_durably(const std::string& path, const std::string& text);
+
 // Publishes <root>/step-N.tmp as <root>/step-N and makes it the latest.
 // A step-N already there (the step saved again) is swapped out atomically;
 // where the filesystem cannot swap (no RENAME_EXCHANGE), the new one is

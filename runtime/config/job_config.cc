@@ -1,5 +1,6 @@
 #include "runtime/config/job_config.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -43,6 +44,61 @@ bool read_enum(JsonReader& r, const char* key, std::initializer_list<std::pair<c
   return false;
 }
 
+// PEFT's target_modules: a list of GPT-2's product names, one name, or
+// "all-linear".
+void read_lora_targets(JsonReader& r, LoraConfig& c) {
+  const nlohmann::json* t = r.raw("target_modules");
+  if (!t) return;
+  std::vector<std::string> names;
+  if (t->is_string()) {
+    names.push_back(t->get<std::string>());
+  } else if (t->is_array() && std::ranges::all_of(*t, [](const nlohmann::json& v) { return v.is_string(); })) {
+    for (const auto& v : *t) names.push_back(v.get<std::string>());
+  } else {
+    r.problem("target_modules", absl::StrCat("expected a list of module names, got ", t->dump()));
+    return;
+  }
+  c.targets.fill(false);
+  for (const std::string& name : names) {
+    if (name == "all-linear") {
+      c.targets.fill(true);
+      continue;
+    }
+    int found = -1;
+    for (int k = 0; k < kNumLoraTargets; ++k) {
+      if (name == lora_target_name(k)) found = k;
+    }
+    if (found < 0) {
+      r.problem("target_modules", absl::StrCat("'", name,
+                                               "' is not one of GPT-2's products: c_attn, attn.c_proj, c_fc, "
+                                               "mlp.c_proj, all-linear"));
+      return;
+    }
+    c.targets[found] = true;
+  }
+}
+
+void parse_lora(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
+  LoraJobConfig l;
+  LoraConfig& a = l.adapters;
+  r.read("r", &a.r);
+  r.read("alpha", &a.alpha);
+  r.read("dropout", &a.dropout);
+  r.read("use_rslora", &a.use_rslora);
+  read_lora_targets(r, a);
+  std::string bias = "none";
+  if (r.read("bias", &bias)) r.check(bias == "none", "bias", absl::StrCat("only 'none' is supported, got '", bias, "'"));
+  std::string quant = "none";
+  if (r.read("base_quant", &quant)) {
+    r.check(quant == "none" || quant == "nf4", "base_quant", absl::StrCat("'", quant, "' is not one of: none, nf4"));
+  }
+  l.nf4_base = quant == "nf4";
+  r.read("init_from", &l.init_from);
+  r.finish();
+  if (absl::Status s = validate_lora_config(a); !s.ok()) reading.add_text("model.lora", std::string(s.message()));
+  cfg.lora = std::move(l);
+}
+
 void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   cfg.preset = "custom";
   r.read("preset", &cfg.preset);
@@ -61,6 +117,7 @@ void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   r.read("vocab_size", &m.vocab_size);
   r.read("block_size", &m.block_size);
   r.read("init_from", &cfg.init_from);
+  if (r.has("lora")) parse_lora(r.section("lora"), reading, cfg);
   r.finish();
   if (cfg.preset == "custom" && m.n_layer == 0) {
     reading.add("model", "preset 'custom' needs n_layer, n_head, n_embd, vocab_size and block_size");

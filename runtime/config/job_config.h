@@ -16,6 +16,7 @@
 #include "runtime/core/status.h"
 #include "runtime/data/dataset.h"
 #include "runtime/model/gpt_config.h"
+#include "runtime/model/lora_config.h"
 #include "runtime/optim/optim_config.h"
 
 namespace zerod {
@@ -64,10 +65,19 @@ struct RunConfig {
   double sample_temperature = 0.0;   // extension: 0 is greedy
 };
 
+// model.lora: train adapters beside frozen base weights (the model's,
+// from model.init_from or the seed), which may be held in NF4.
+struct LoraJobConfig {
+  LoraConfig adapters;
+  bool nf4_base = false;                // base_quant: "nf4"
+  std::optional<std::string> init_from;  // a PEFT adapter directory
+};
+
 struct JobConfig {
   std::string preset;  // "custom" when no preset
   GptConfig model;
   std::optional<std::string> init_from;
+  std::optional<LoraJobConfig> lora;
   DataConfig data;
   RunConfig run;
   bool activation_checkpointing = false;

@@ -22,7 +22,7 @@ const char* tier_name(Tier t) {
 
 const char* category_name(Category c) {
   static constexpr const char* kNames[] = {"params", "grads",   "optimizer", "activations",
-                                                "comm",   "offload", "workspace"};
+                                                "comm",   "offload", "workspace", "frozen"};
   return kNames[static_cast<int>(c)];
 }
 

@@ -15,10 +15,11 @@ namespace zerod {
 
 enum class Tier : uint8_t { kGpu, kPinned, kHost, kNvme };
 enum class Category : uint8_t {
-  kParams, kGrads, kOptimizer, kActivations, kComm, kOffload, kWorkspace
+  kParams, kGrads, kOptimizer, kActivations, kComm, kOffload, kWorkspace,
+  kFrozen  // weights that are not trained (LoRA's base)
 };
 inline constexpr int kNumTiers = 4;
-inline constexpr int kNumCategories = 7;
+inline constexpr int kNumCategories = 8;
 
 // Names used in the run output ("gpu", "params", ...).
 const char* tier_name(Tier t);

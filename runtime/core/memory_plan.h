@@ -16,8 +16,10 @@ namespace zerod {
 // phase that allocates it until that phase ends, or to the end of the run
 // when it is kept (a buffer made at the first checkpoint and reused by the
 // later ones).
-enum class Phase : uint8_t { kBuild, kResume, kCheckpoint, kTraining, kEvaluation };
-inline constexpr int kNumPhases = 5;
+// kFrozenWeights: LoRA's frozen weights, built after the rest, whose
+// buffers of initial values never coexist with the build's own.
+enum class Phase : uint8_t { kBuild, kFrozenWeights, kResume, kCheckpoint, kTraining, kEvaluation };
+inline constexpr int kNumPhases = 6;
 const char* phase_name(Phase p);
 
 struct PlannedBuffer {
@@ -59,6 +61,10 @@ class MemoryPlan {
   }
   // Space in a file on an NVMe path (recorded, not allocated).
   void add_nvme(std::string what, Category c, uint64_t bytes) { add(std::move(what), Tier::kNvme, c, bytes); }
+
+  // Every buffer of `part` (a plan for the same device), those of its build
+  // phase as of phase `from` instead.
+  void add_all(const MemoryPlan& part, Phase from);
 
   const std::vector<PlannedBuffer>& buffers() const { return buffers_; }
   // The peak of each (tier, category) and of each tier's sum over the run:

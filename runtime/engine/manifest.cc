@@ -133,9 +133,30 @@ nlohmann::json manifest_tensors(const GptLayout& layout) {
   return t;
 }
 
+nlohmann::json manifest_lora(const JobConfig& cfg) {
+  const LoraConfig& c = cfg.lora->adapters;
+  std::vector<std::string> targets;
+  for (int k = 0; k < kNumLoraTargets; ++k) {
+    if (c.targets[k]) targets.push_back(lora_target_name(k));
+  }
+  // The base the adapters were trained beside: a file, or the seed's draw.
+  nlohmann::json base = {{"quant", cfg.lora->nf4_base ? "nf4" : "none"}};
+  if (cfg.init_from) {
+    base["init_from"] = std::filesystem::absolute(*cfg.init_from).lexically_normal().string();
+  } else {
+    base["seed"] = cfg.run.seed;
+  }
+  return {{"r", c.r},
+          {"alpha", c.alpha},
+          {"use_rslora", c.use_rslora},
+          {"dropout", c.dropout},
+          {"target_modules", targets},
+          {"base", base}};
+}
+
 nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int world_size, int zero_stage) {
   const GptConfig& m = layout.config();
-  return {{"format", "zerod-checkpoint"},
+  nlohmann::json shape = {{"format", "zerod-checkpoint"},
           {"version", kManifestVersion},
           {"model",
            {{"n_layer", m.n_layer},
@@ -148,6 +169,8 @@ nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int
           {"world_size", world_size},
           {"zero_stage", zero_stage},
           {"optimizer", manifest_optimizer(cfg.optimizer)}};
+  if (cfg.lora) shape["lora"] = manifest_lora(cfg);
+  return shape;
 }
 
 absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
@@ -177,6 +200,24 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
     c.model = {model.at("n_layer").get<int>(), model.at("n_head").get<int>(), model.at("n_embd").get<int>(),
                model.at("vocab_size").get<int>(), model.at("block_size").get<int>()};
     if (absl::Status s = validate_gpt_config(c.model); !s.ok()) return bad(absl::StrCat("model: ", s.message()));
+    if (m.contains("lora")) {
+      const nlohmann::json& l = m.at("lora");
+      LoraConfig lora;
+      lora.r = l.at("r").get<int>();
+      lora.alpha = l.at("alpha").get<double>();
+      lora.use_rslora = l.at("use_rslora").get<bool>();
+      lora.dropout = l.at("dropout").get<double>();
+      lora.targets.fill(false);
+      for (const nlohmann::json& t : l.at("target_modules")) {
+        const std::string name = t.get<std::string>();
+        int k = 0;
+        while (k < kNumLoraTargets && name != lora_target_name(k)) ++k;
+        if (k == kNumLoraTargets) return bad(absl::StrCat("lora: target module '", name, "' is not known"));
+        lora.targets[k] = true;
+      }
+      if (absl::Status s = validate_lora_config(lora); !s.ok()) return bad(absl::StrCat("lora: ", s.message()));
+      c.lora = lora;
+    }
     const nlohmann::json& opt = m.at("optimizer");
     const std::string type = opt.at("type").get<std::string>();
     bool known = false;
@@ -215,7 +256,8 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
       if (ec) return absl::ErrnoToStatus(ec.value(), f.path);
       stored += bytes;
     }
-    if (const int64_t n = gpt_param_count(c.model); uint64_t(n) > stored / 2) {
+    const int64_t n = c.lora ? lora_param_count(c.model, *c.lora) : gpt_param_count(c.model);
+    if (uint64_t(n) > stored / 2) {
       return bad(
           absl::StrCat("'model' claims ", n, " parameters, more than its shard files' ", stored, " bytes can hold"));
     }
@@ -223,6 +265,10 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
     return bad(absl::StrCat("missing or mistyped field: ", e.what()));
   }
   return c;
+}
+
+GptLayout manifest_layout(const CheckpointManifest& c) {
+  return c.lora ? GptLayout::adapters(c.model, *c.lora) : GptLayout(c.model);
 }
 
 std::vector<std::string> file_paths(const std::vector<ManifestFile>& files) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,11 @@ nlohmann::json manifest_tensors(const GptLayout& layout);
 
 // The fields a resumed run must match, and those that describe the
 // partition: format, version, model, precision, tensors (name, shape and
-// flat offset of each), world_size, zero_stage, optimizer.
+// flat offset of each), world_size, zero_stage, optimizer; with model.lora,
+// "lora": the adapters' settings (r, alpha, use_rslora, dropout,
+// target_modules) and their base ({quant, init_from: absolute path} or
+// {quant, seed}).
+nlohmann::json manifest_lora(const JobConfig& cfg);
 nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int world_size, int zero_stage);
 
 // Sets m["crc32c"] to the CRC-32C of m's compact dump without that field,
@@ -42,6 +47,7 @@ struct CheckpointManifest {
   std::string path;  // of manifest.json
   nlohmann::json json;
   GptConfig model;
+  std::optional<LoraConfig> lora;  // a LoRA run's adapters: its tensors are theirs
   OptimizerConfig optimizer;  // type and hyper-parameters (not the lr)
   int world_size = 0, zero_stage = 0;
   std::vector<ManifestFile> files;  // one per rank of the saved partition (one under stage 0)
@@ -59,6 +65,10 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir);
 absl::StatusOr<int64_t> manifest_integer(const CheckpointManifest& c, const std::string& key, int64_t lo, int64_t hi);
 absl::StatusOr<uint64_t> manifest_unsigned(const CheckpointManifest& c, const std::string& key);
 absl::StatusOr<double> manifest_real(const CheckpointManifest& c, const std::string& key, bool positive);
+
+// The layout of the parameters the checkpoint holds: the model's, or a
+// LoRA run's adapters'.
+GptLayout manifest_layout(const CheckpointManifest& c);
 
 // The files' paths, in rank order.
 std::vector<std::string> file_paths(const std::vector<ManifestFile>& files);

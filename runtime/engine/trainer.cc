@@ -31,7 +31,8 @@ uint64_t token_bytes(const JobConfig& cfg) { return uint64_t(cfg.micro_batch) * 
 }  // namespace
 
 absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout& layout, IoFaultHook io_faults) {
-  ZEROD_ASSIGN_OR_RETURN(ParamInit init, initial_params(layout, cfg.run.seed, cfg.init_from));
+  const std::optional<std::string>& from = layout.lora() ? cfg.lora->init_from : cfg.init_from;
+  ZEROD_ASSIGN_OR_RETURN(ParamInit init, initial_params(layout, cfg.run.seed, from));
   return ZeroSettings{cfg.zero,
                       cfg.optimizer,
                       cfg.precision,
@@ -47,14 +48,17 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   kernels.plan_table(plan);
   plan.add("token ids", Tier::kHost, Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
   DataLoader::plan(cfg.data, plan);
+  const LoraConfig* lora = cfg.lora ? &cfg.lora->adapters : nullptr;
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
-            cfg.cpu_checkpointing, kernels, plan);
-  const GptLayout layout(cfg.model);
+            cfg.cpu_checkpointing, kernels, plan, lora);
+  const GptLayout model(cfg.model);
+  const ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg)};
+  if (lora) FrozenWeights::plan(model, zs, cfg.lora->nf4_base, world_size, rank, plan);
+  const GptLayout layout = lora ? GptLayout::adapters(cfg.model, *lora) : model;
   const ZeroShape shape(layout, cfg.zero.stage, world_size, rank, cfg.precision);
   // A rank saves its shard (rank 0 alone under stage 0) when the job saves.
   const CheckpointConfig& c = cfg.run.checkpoint;
   const bool saves = c.dir && rank < shape.part.world_size();
-  const ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg)};
   ZeroEngine::plan(layout, zs, world_size, rank, saves, plan);
   if (resume != ResumeFrom::kNothing) {
     ZeroEngine::plan_resume(shape, cfg.optimizer, resume == ResumeFrom::kOtherPartition, plan);
@@ -97,11 +101,22 @@ absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed,
                                                                comm_->rank(), comm_->world_size(), device_->accountant()));
   loader_ = std::make_unique<DataLoader>(std::move(loader));
-  ZEROD_ASSIGN_OR_RETURN(model_,
-                         Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
-                                     cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing));
-  ZEROD_ASSIGN_OR_RETURN(const ZeroSettings zs, zero_settings(cfg_, model_->layout(), env_.io_faults));
-  ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(model_->layout(), zs, *comm_, *device_, *kernels_));
+  const LoraConfig* lora = cfg_.lora ? &cfg_.lora->adapters : nullptr;
+  ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
+                                             cfg_.activation_checkpointing, *device_, *kernels_,
+                                             cfg_.cpu_checkpointing, lora));
+  if (lora) adapters_ = std::make_unique<GptLayout>(GptLayout::adapters(cfg_.model, *lora));
+  ZEROD_ASSIGN_OR_RETURN(const ZeroSettings zs, zero_settings(cfg_, layout(), env_.io_faults));
+  ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(layout(), zs, *comm_, *device_, *kernels_));
+  if (lora) {
+    // Last: its host buffers of initial values are the build's only ones
+    // freed before the run, so the plan's build phase (which holds them
+    // with everything kept) is what the run's peak is.
+    ZEROD_ASSIGN_OR_RETURN(const ZeroSettings base, zero_settings(cfg_, model_->layout(), env_.io_faults));
+    ZEROD_ASSIGN_OR_RETURN(base_, FrozenWeights::create(model_->layout(), base, cfg_.lora->nf4_base, *comm_,
+                                                        *device_, *kernels_));
+    adapted_ = std::make_unique<AdaptedWeights>(base_->weights(), zero_->weights());
+  }
   return absl::OkStatus();
 }
 
@@ -143,7 +158,7 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
     loader_->next_batch(B, inputs_.host<int32_t>(), targets_.host<int32_t>());
-    ZEROD_ASSIGN_OR_RETURN(const double loss, model_->forward_backward(zero_->weights(), zero_->grads(),
+    ZEROD_ASSIGN_OR_RETURN(const double loss, model_->forward_backward(weights(), zero_->grads(),
                                                                        inputs_.host<int32_t>(), targets_.host<int32_t>(),
                                                                        B, T, grad_scale));
     loss_sum += loss;
@@ -227,7 +242,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> Trainer::generate(const std::v
         const int len = std::min<int>(static_cast<int>(length) + i, window);
         tokens.clear();
         for (const auto& s : seqs) tokens.insert(tokens.end(), s.end() - len, s.end());
-        ZEROD_RETURN_IF_ERROR(model_->forward_logits(zero_->weights(), tokens.data(), B, len, logits.data(),
+        ZEROD_RETURN_IF_ERROR(model_->forward_logits(weights(), tokens.data(), B, len, logits.data(),
                                                      /*last_only=*/true));
         for (int b = 0; b < B; ++b) {
           seqs[b].push_back(pick_token(logits.data() + size_t(b) * V, V, temperature, rngs[ids[first + b]]));

@@ -27,6 +27,7 @@
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/model/gpt.h"
 #include "runtime/telemetry/step_result.h"
+#include "shard/frozen_weights.h"
 #include "shard/zero_engine.h"
 
 namespace zerod {
@@ -50,8 +51,9 @@ struct TrainerEnv {
   IoFaultHook io_faults;
 };
 
-// The ZeRO engine's settings for a job, its initial parameters opened
-// (model.init_from, checked whole) or drawn from run.seed.
+// The ZeRO engine's settings for a job whose parameters are laid out as
+// `layout`, their initial values opened (model.init_from, or for an adapter
+// layout model.lora.init_from; checked whole) or drawn from run.seed.
 absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout& layout, IoFaultHook io_faults = {});
 
 class Trainer {
@@ -84,11 +86,16 @@ class Trainer {
   absl::StatusOr<std::string> sample_text();
 
   const JobConfig& config() const { return cfg_; }
-  const GptLayout& layout() const { return model_->layout(); }
+  // The trained parameters' layout: the model's, or with model.lora the
+  // adapters' (the model's weights are then frozen, base_weights()).
+  const GptLayout& layout() const { return adapters_ ? *adapters_ : model_->layout(); }
+  const GptLayout& model_layout() const { return model_->layout(); }
+  // LoRA's frozen model weights; null without model.lora.
+  FrozenWeights* base_weights() const { return base_.get(); }
   int64_t num_params() const { return layout().num_params(); }
   Communicator& comm() const { return *comm_; }
   const ZeroEngine& zero() const { return *zero_; }
-  // The full fp32 master weights in flat order (a collective).
+  // The full fp32 master weights of layout() in flat order (a collective).
   absl::StatusOr<std::vector<float>> master_params() { return zero_->gather_master_params(); }
 
   // Saves the state after the last step as root/step-N (checkpoint_dir.h),
@@ -143,8 +150,8 @@ class Trainer {
 
   // What create() and a run of the trainer allocate on rank `rank` of
   // `world_size`, on plan's device whose kernel table needs `kernels`: the
-  // table's buffers, the model, the ZeRO engine, the token buffers, a
-  // resume's read buffers and a checkpoint's staging.
+  // table's buffers, the model, LoRA's frozen weights, the ZeRO engine, the
+  // token buffers, a resume's read buffers and a checkpoint's staging.
   static absl::Status plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
                            MemoryPlan& plan, ResumeFrom resume = ResumeFrom::kNothing);
 
@@ -152,6 +159,9 @@ class Trainer {
   Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);
   absl::Status build();
   absl::StatusOr<StepResult> train_step();
+  // What the model computes with: the engine's parameters, or with LoRA
+  // the frozen weights with the engine's adapters beside them.
+  WeightSource& weights() { return adapted_ ? static_cast<WeightSource&>(*adapted_) : zero_->weights(); }
   // The manifest of the state after the last step, all but its file list.
   nlohmann::json manifest_state() const;
   // This rank's shard file copied into staging_ (allocated on first use);
@@ -169,7 +179,10 @@ class Trainer {
   Dataset data_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<Gpt> model_;
+  std::unique_ptr<GptLayout> adapters_;   // with model.lora: what zero_ trains
   std::unique_ptr<ZeroEngine> zero_;
+  std::unique_ptr<FrozenWeights> base_;      // with model.lora
+  std::unique_ptr<AdaptedWeights> adapted_;  // base_ and zero_'s adapters
   Buffer inputs_, targets_;
   LossScaler scaler_;
   int64_t steps_ = 0;    // attempted

@@ -217,12 +217,13 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     const nlohmann::json& m = c.json;
     // The world size and stage may differ; the rest must not. Each mismatch is named.
     const nlohmann::json want = manifest_shape(layout(), cfg_, world, cfg_.zero.stage);
-    for (const char* key : {"model", "precision", "tensors", "optimizer"}) {
-      if (!m.contains(key) || m[key] != want[key]) {
+    for (const char* key : {"model", "lora", "precision", "tensors", "optimizer"}) {
+      const nlohmann::json have = m.value(key, nlohmann::json()), need = want.value(key, nlohmann::json());
+      if (have != need) {
         return absl::InvalidArgumentError(
-            absl::StrCat(c.path, ": '", key, "' is ", m.contains(key) ? m[key].dump() : "missing",
-                         " but this run has ", want[key].dump(),
-                         " (resuming needs the same model, precision and optimizer)"));
+            absl::StrCat(c.path, ": '", key, "' is ", m.contains(key) ? have.dump() : "missing", " but this run has ",
+                         want.contains(key) ? need.dump() : "none",
+                         " (resuming needs the same model, adapters, precision and optimizer)"));
       }
     }
     for (size_t r = rank; r < c.files.size(); r += world) ZEROD_RETURN_IF_ERROR(verify_file(c.files[r]));

@@ -188,19 +188,24 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   app.add_option("--set", overrides, "override a config key: key.path=value (JSON value)");
   app.add_option("--log-format", log_format, "run output: text or json")->check(CLI::IsMember({"text", "json"}));
   app.require_subcommand(0, 1);
-  std::string checkpoint, out_dir, dtype = "fp32";
+  ExportOptions ex;
   CLI::App* exp = app.add_subcommand(
       "export", "write a checkpoint's weights as Hugging Face GPT-2 model.safetensors and config.json");
-  exp->add_option("--checkpoint", checkpoint, "checkpoint directory, or a checkpoint root (its latest)")->required();
-  exp->add_option("--out", out_dir, "output directory")->required();
-  exp->add_option("--dtype", dtype, "weights' type: fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  exp->add_option("--checkpoint", ex.checkpoint, "checkpoint directory, or a checkpoint root (its latest)")->required();
+  exp->add_option("--out", ex.out_dir, "output directory")->required();
+  exp->add_option("--dtype", ex.dtype, "weights' type: fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  CLI::Option* adapter =
+      exp->add_flag("--adapter", ex.adapter, "a LoRA run's adapters as PEFT's adapter_model.safetensors");
+  exp->add_flag("--merge", ex.merge, "a LoRA run's model with its adapters folded in")->excludes(adapter);
+  exp->add_option("--base", ex.base, "--merge: the base weights file, instead of the one the checkpoint names");
   if (auto code = parse_command_line(app, "zero-worker", out, err, [&] {
         app.parse(argc, argv);
         if (!exp->parsed() && config_path.empty()) throw CLI::RequiredError("--config");
       })) {
     return *code;
   }
-  if (exp->parsed()) return run_export(checkpoint, out_dir, dtype, out, err);
+  if (exp->parsed()) return run_export(ex, out, err);
   if (!log_format.empty()) overrides.push_back("run.log_format=\"" + log_format + "\"");
 
   // Until the config is read, errors go out in the requested format or text.

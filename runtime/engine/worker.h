@@ -3,6 +3,7 @@
 // input, 1 run failure).
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -24,15 +25,25 @@ class RunObserver {
 };
 
 // `zero-worker [--config JOB] ...` trains; `zero-worker export --checkpoint
-// DIR --out DIR [--dtype fp32|bf16|fp16]` calls run_export. `env` reaches
-// the trainer (tests inject faults there).
+// DIR --out DIR [--dtype fp32|bf16|fp16] [--adapter | --merge [--base FILE]]`
+// calls run_export. `env` reaches the trainer (tests inject faults there).
 int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunObserver* observer = nullptr,
                TrainerEnv env = {});
 
-// Writes the checkpoint's weights (a checkpoint directory, or a checkpoint
-// root for the one `latest` names) to out_dir as Hugging Face GPT-2
-// model.safetensors and config.json.
-int run_export(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,
-               std::ostream& out, std::ostream& err);
+struct ExportOptions {
+  std::string checkpoint;  // a checkpoint directory, or a root (the checkpoint its `latest` names)
+  std::string out_dir;
+  std::string dtype = "fp32";
+  bool adapter = false;  // a LoRA run's adapters, as PEFT's adapter files
+  bool merge = false;    // a LoRA run's model with its adapters folded in
+  // The merge's base weights file, instead of the one the manifest names
+  // (or the seed it was drawn from).
+  std::optional<std::string> base;
+};
+
+// Writes the checkpoint's weights to out_dir as Hugging Face GPT-2
+// model.safetensors and config.json; with `adapter`, a LoRA run's adapters
+// as adapter_model.safetensors and adapter_config.json.
+int run_export(const ExportOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace zerod

@@ -111,13 +111,23 @@ void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64
     if (lo >= hi) continue;
     float* p = out + (lo - begin);
     const int64_t n = hi - lo;
+    const uint64_t stream = splitmix64(seed ^ splitmix64(uint64_t(s.id) << 32 | uint32_t(s.layer)));
     if (s.id == kLn1W || s.id == kLn2W || s.id == kLnfW) {
       std::fill(p, p + n, 1.0f);
+    } else if (s.id >= kQkvLoraA && (s.id - kQkvLoraA) % 2 == 1) {
+      std::fill(p, p + n, 0.0f);  // B: the adapter starts as no change
+    } else if (s.id >= kQkvLoraA) {
+      // A as PEFT draws it: Kaiming-uniform with a = sqrt(5) over fan_in =
+      // in, which is U(-1/sqrt(in), 1/sqrt(in)).
+      const double bound = 1.0 / std::sqrt(double(layout.tensor(s.id).shape[0]));
+      NormalRng rng(stream);
+      rng.skip_uniform(lo - s.offset);
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>((2 * rng.uniform() - 1) * bound);
     } else if (!s.decay) {
       std::fill(p, p + n, 0.0f);
     } else {
       const double std = (s.id == kAttProjW || s.id == kFcProjW) ? residual_std : 0.02;
-      NormalRng rng(splitmix64(seed ^ splitmix64(uint64_t(s.id) << 32 | uint32_t(s.layer))));
+      NormalRng rng(stream);
       rng.skip(lo - s.offset);
       for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(rng.next() * std);
     }

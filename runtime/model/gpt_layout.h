@@ -26,6 +26,8 @@ enum ParamId : int {
 };
 // A target's A; its B is the id after.
 inline constexpr int lora_a_id(int target) { return kQkvLoraA + 2 * target; }
+// Each target's product weight, by LoraTarget.
+inline constexpr std::array<int, kNumLoraTargets> kLoraProductWeights = {kQkvW, kAttProjW, kFcW, kFcProjW};
 
 struct ParamTensorInfo {
   const char* name;
@@ -83,7 +85,8 @@ class GptLayout {
 };
 
 // GPT-2 initialisation: weights N(0, 0.02), residual projections
-// N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm gains 1. Each segment draws
+// N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm gains 1; an adapter
+// layout's A as PEFT draws it (U(-1/sqrt(in), 1/sqrt(in))) and B zero. Each segment draws
 // from its own seeded stream, so any range of the flat buffer can be filled
 // on its own (a rank initialises just its shard): out[i] = parameter begin+i.
 void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out);
@@ -102,6 +105,8 @@ class NormalRng {
   uint64_t next_u64() { return gen_(); }
   // Uniform in [0, 1).
   double uniform() { return static_cast<double>(gen_() >> 11) * 0x1.0p-53; }
+  // Skips n uniform draws.
+  void skip_uniform(uint64_t n) { gen_.discard(n); }
 
  private:
   std::mt19937_64 gen_;

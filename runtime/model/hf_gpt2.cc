@@ -133,12 +133,7 @@ absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType 
                                             return absl::OkStatus();
                                           })
                             .status());
-  const std::string config = hf_config(layout.config(), dtype).dump(2) + "\n";
-  const std::string tmp = dir + "/config.json.tmp";
-  ZEROD_RETURN_IF_ERROR(write_file_durably(tmp, config.data(), config.size()).status());
-  std::filesystem::rename(tmp, dir + "/config.json", ec);
-  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("export: cannot rename ", tmp));
-  return absl::OkStatus();
+  return replace_file_durably(dir + "/config.json", hf_config(layout.config(), dtype).dump(2) + "\n");
 }
 
 absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const GptLayout& layout) {

@@ -4,8 +4,10 @@
 
 #include <array>
 #include <cmath>
+#include <string>
 
 #include "runtime/core/status.h"
+#include "runtime/model/gpt_config.h"
 
 namespace zerod {
 
@@ -23,6 +25,13 @@ struct LoraConfig {
 
   float scale() const { return static_cast<float>(use_rslora ? alpha / std::sqrt(double(r)) : alpha / r); }
 };
+
+// The adapted products' names, ", "-separated ("c_attn, mlp.c_proj").
+std::string lora_targets_text(const LoraConfig& c);
+
+// The adapters' parameters for a model of shape c: r * (in + out) a target
+// product a layer.
+int64_t lora_param_count(const GptConfig& c, const LoraConfig& lora);
 
 // r at least 1, alpha positive and finite, dropout in [0, 1), a target.
 absl::Status validate_lora_config(const LoraConfig& c);

@@ -45,10 +45,10 @@ void Nf4Weights::plan(const GptLayout& layout, MemoryPlan& plan) {
   const Sizes z = sizes(layout);
   const int L = layout.config().n_layer;
   const int64_t unit = layout.unit_numel(GptLayout::layer_unit(0));
-  plan.add_device("frozen weights: embeddings and final LayerNorm", Category::kParams,
+  plan.add_device("frozen weights: embeddings and final LayerNorm", Category::kFrozen,
                   (layout.unit_numel(0) + layout.unit_numel(layout.final_unit())) * 4);
-  plan.add_device("frozen weights: biases and LayerNorms", Category::kParams, L * z.small * 4);
-  plan.add_device("frozen weights: matrices in NF4", Category::kParams, L * z.nf4);
+  plan.add_device("frozen weights: biases and LayerNorms", Category::kFrozen, L * z.small * 4);
+  plan.add_device("frozen weights: matrices in NF4", Category::kFrozen, L * z.nf4);
   plan.add_device("fp32 copy of a layer's weights", Category::kWorkspace, unit * 4);
   plan.add("frozen weights, a layer as read", Tier::kHost, Category::kWorkspace, read_numel(layout) * 4, Phase::kBuild,
            false);
@@ -69,9 +69,9 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   const int layers = L.config().n_layer;
   const int64_t emb = L.unit_numel(0), fin = L.unit_numel(L.final_unit());
   const int64_t unit = L.unit_numel(GptLayout::layer_unit(0));
-  ZEROD_ASSIGN_OR_RETURN(w.globals_buf_, device.allocate((emb + fin) * 4, Category::kParams));
-  ZEROD_ASSIGN_OR_RETURN(w.small_, device.allocate(layers * z.small * 4, Category::kParams));
-  ZEROD_ASSIGN_OR_RETURN(w.nf4_, device.allocate(layers * z.nf4, Category::kParams));
+  ZEROD_ASSIGN_OR_RETURN(w.globals_buf_, device.allocate((emb + fin) * 4, Category::kFrozen));
+  ZEROD_ASSIGN_OR_RETURN(w.small_, device.allocate(layers * z.small * 4, Category::kFrozen));
+  ZEROD_ASSIGN_OR_RETURN(w.nf4_, device.allocate(layers * z.nf4, Category::kFrozen));
   ZEROD_ASSIGN_OR_RETURN(w.staging_, device.allocate(unit * 4, Category::kWorkspace));
   ZEROD_ASSIGN_OR_RETURN(Buffer read, device.allocate(read_numel(L) * 4, Category::kWorkspace, Tier::kHost));
   ZEROD_ASSIGN_OR_RETURN(Buffer packed, device.allocate(z.small * 4 + z.nf4, Category::kWorkspace, Tier::kHost));

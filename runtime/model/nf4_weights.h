@@ -22,7 +22,7 @@ class Nf4Weights : public WeightSource {
   // What create() allocates, on plan's device.
   static void plan(const GptLayout& layout, MemoryPlan& plan);
   // The ids of the matrices held in NF4.
-  static constexpr std::array<int, 4> kMatrices = {kQkvW, kAttProjW, kFcW, kFcProjW};
+  static constexpr std::array<int, 4> kMatrices = kLoraProductWeights;
 
   DType dtype() const override { return DType::kF32; }
   absl::StatusOr<GlobalWeights> globals() override { return globals_; }

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "runtime/model/hf_gpt2.h"
+#include "runtime/model/peft_adapter.h"
 
 namespace zerod {
 
@@ -13,6 +14,11 @@ absl::StatusOr<ParamInit> initial_params(const GptLayout& layout, uint64_t seed,
       init_gpt_range(layout, seed, begin, end, out);
       return absl::OkStatus();
     };
+  }
+  if (layout.lora()) {
+    ZEROD_ASSIGN_OR_RETURN(PeftAdapter a, PeftAdapter::open(*init_from, layout));
+    auto file = std::make_shared<const PeftAdapter>(std::move(a));
+    return [file](int64_t begin, int64_t end, float* out) { return file->read(begin, end, out); };
   }
   ZEROD_ASSIGN_OR_RETURN(Gpt2Weights w, Gpt2Weights::open(*init_from, layout));
   auto file = std::make_shared<const Gpt2Weights>(std::move(w));

@@ -1,5 +1,6 @@
 // Where a run's initial parameters come from: a Hugging Face GPT-2 file
-// (model.init_from) or the seed.
+// (model.init_from), for an adapter layout a PEFT adapter directory
+// (model.lora.init_from), or the seed.
 #pragma once
 
 #include <functional>

@@ -77,7 +77,7 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
   const OptimizerConfig& o = cfg.optimizer;
   const GptConfig& m = cfg.model;
   if (format_ == LogFormat::kJson) {
-    line({{"event", "start"},
+    nlohmann::json start = {{"event", "start"},
           {"world_size", world_size},
           {"device", device},
           {"threads", threads.threads},
@@ -106,7 +106,17 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
           {"activation_checkpointing", cfg.activation_checkpointing},
           {"steps", cfg.run.steps},
           {"seed", cfg.run.seed},
-          {"auto", auto_json(cfg.auto_filled)}});
+          {"auto", auto_json(cfg.auto_filled)}};
+    if (cfg.lora) {
+      const LoraConfig& l = cfg.lora->adapters;
+      start["lora"] = {{"r", l.r},
+            {"alpha", l.alpha},
+            {"scale", l.scale()},
+            {"target_modules", lora_targets_text(l)},
+            {"base_quant", cfg.lora->nf4_base ? "nf4" : "none"},
+            {"frozen_params", gpt_param_count(m)}};
+    }
+    line(start);
     return;
   }
   out_ << absl::StrFormat("zerod: model %s (n_layer %d, n_head %d, n_embd %d, vocab %d, block %d), %d parameters\n",
@@ -118,6 +128,12 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
                           "clipping %g\n",
                           dtype_name(cfg.precision), optimizer_name(o.type), o.lr, o.beta1, o.beta2, o.eps,
                           o.weight_decay, scheduler_name(cfg.scheduler.type), cfg.gradient_clipping);
+  if (cfg.lora) {
+    const LoraConfig& l = cfg.lora->adapters;
+    out_ << absl::StrFormat("  LoRA r %d alpha %g (scale %g) on %s | %d frozen base parameters%s\n", l.r, l.alpha,
+                            l.scale(), lora_targets_text(l), gpt_param_count(m),
+                            cfg.lora->nf4_base ? " in NF4" : "");
+  }
   if (cfg.precision == DType::kF16) {
     out_ << absl::StrFormat("  fp16 loss scale %s | window %d | hysteresis %d | min %g\n",
                             cfg.fp16.loss_scale > 0 ? absl::StrFormat("%g (static)", cfg.fp16.loss_scale)

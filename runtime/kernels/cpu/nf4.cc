@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace zerod {
 namespace {
@@ -129,6 +130,15 @@ void nf4_dequantize(const Nf4Tensor& t, float* x) {
     }
     if (first + i < last) out[i] = scaled[codes[i / 2] >> 4];
   }
+}
+
+void nf4_round_trip(const float* x, int64_t n, float* out) {
+  const Nf4Sizes z = nf4_sizes(n);
+  std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
+  std::vector<float> group_absmax(z.groups + 1);  // and the offset
+  const Nf4Tensor t{codes.data(), absmax_codes.data(), group_absmax.data(), group_absmax.data() + z.groups, n};
+  nf4_quantize(x, t);
+  nf4_dequantize(t, out);
 }
 
 }  // namespace zerod
