@@ -7,8 +7,10 @@
 # (or gpu-results/):
 #   all (default): every test of the CUDA-only build (no MPI, no gRPC) on the
 #     GPU, the kernel tests again under compute-sanitizer (memcheck,
-#     racecheck), where gpt2's step time goes (wall_clock_breakdown), and
-#     gpt2-xl under a 12 GiB cap without offload (refused before step 1);
+#     racecheck), where gpt2's step time goes (wall_clock_breakdown),
+#     zerod's LoRA adapter read by PEFT (scripts/peft_check.py), gpt2-xl
+#     QLoRA under a 12 GiB cap (trains) and gpt2-xl under that cap without
+#     offload (refused before step 1);
 #   bench [SHAPE]: zerod against PyTorch on gpt2 and gpt2-xl
 #     (bench/gpu/train_vs_torch.sh), or on SHAPE alone;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
@@ -22,7 +24,7 @@
 #     where it is installed and the anchors are carried (.anchors, a copy of
 #     ../shared/anchors);
 #   plan: the single-GPU examples (gpt2, gpt2-xl fine-tune uncapped with
-#     random weights, gpt2-xl with offload) two steps each, their planned
+#     random weights, gpt2-xl with offload, gpt2-xl QLoRA) two steps each, their planned
 #     peaks (zeroctl estimate's, run summary's memory_planned) against the
 #     accountant's in every tier and category (goal: within 5%);
 #   ranks: with the machine's own Open MPI (mpicxx, mpirun), a CUDA + MPI
@@ -162,7 +164,8 @@ print(f"gpu peak {gpu}; worst error {100 * worst:.3f}% ({where})")
 sys.exit(1 if worst > 0.05 else 0)'
   runs=("gpu_gpt2:--config examples/gpu_gpt2.json"
     "gpu_gpt2_xl_finetune:--config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.gpu_memory_limit=null"
-    "gpt2-xl-offload:--config examples/gpt2-xl-offload.json --set model.init_from=null")
+    "gpt2-xl-offload:--config examples/gpt2-xl-offload.json --set model.init_from=null"
+    "gpu_gpt2_xl_qlora:--config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.gpu_memory_limit=null --set model.lora={\"r\":8,\"base_quant\":\"nf4\"}")
   for run in "${runs[@]}"; do
     name=${run%%:*}
     # shellcheck disable=SC2086
@@ -259,6 +262,34 @@ timeout 120 "$worker" --config examples/gpu_gpt2.json --set run.steps=3 --set tr
   --set train_micro_batch_size_per_gpu=4 --set wall_clock_breakdown=true >"$logs/gpt2-breakdown.log" 2>&1
 say "gpt2 B 4 x T 1024: exit $?; $(grep -E '^done' "$logs/gpt2-breakdown.log")"
 say "gpt2, where the time went: $(breakdown "$logs/gpt2-breakdown.log")"
+
+# zerod's adapter files through PEFT itself: the demo model, pre-trained and
+# then given adapters on every product, exported three ways (the base, the
+# adapter, the merge); PeftModel.from_pretrained of the base and adapter
+# must give the merged model's logits (scripts/peft_check.py).
+peft=$(mktemp -d)
+{
+  "$worker" --config examples/demo.json --set run.steps=100 --set run.checkpoint.dir="$peft/base" &&
+    "$worker" export --checkpoint "$peft/base" --out "$peft/base-hf" &&
+    "$worker" --config examples/demo.json --set run.steps=100 --set run.checkpoint.dir="$peft/lora" \
+      --set model.init_from="$peft/base-hf/model.safetensors" \
+      --set 'model.lora={"r":4,"alpha":8,"target_modules":"all-linear"}' &&
+    "$worker" export --checkpoint "$peft/lora" --out "$peft/adapter" --adapter &&
+    "$worker" export --checkpoint "$peft/lora" --out "$peft/merged" --merge &&
+    timeout 300 python3 scripts/peft_check.py "$peft/base-hf" "$peft/adapter" "$peft/merged"
+} >"$logs/peft.log" 2>&1
+code=$?
+say "PEFT reads zerod's adapter: exit $code; $(tail -1 "$logs/peft.log")"
+[ "$code" = 0 ] || rc=1
+
+# QLoRA of gpt2-xl (r 8 on c_attn, NF4 base) under the same 12 GiB cap
+# that refuses its full fine-tune below: it must train, and its GPU peak is
+# reported beside the plan's.
+timeout 150 "$worker" --config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.steps=3 \
+  --set 'model.lora={"r":8,"base_quant":"nf4"}' --set steps_per_print=1 >"$logs/gpt2-xl-qlora.log" 2>&1
+code=$?
+say "gpt2-xl QLoRA under 12 GiB: exit $code; $(grep -E '^done' "$logs/gpt2-xl-qlora.log"); $(grep -A2 '^memory peak' "$logs/gpt2-xl-qlora.log" | tr -s ' ' | tr '\n' ';')"
+[ "$code" = 0 ] || rc=1
 
 # gpt2-xl bf16 with activation checkpointing under a 12 GiB cap, random
 # weights, no offload: its fp32 gradients and Adam states cannot fit, so it

@@ -586,6 +586,9 @@ class PlanAttentionTable : public Kernels {
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override { k_->sum_squares(s, x, n, out); }
   void add(Stream& s, float* dst, const float* src, int64_t n) override { k_->add(s, dst, src, n); }
   void scale(Stream& s, float* x, float a, int64_t n) override { k_->scale(s, x, a, n); }
+  void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) override {
+    k_->dropout(s, y, x, n, p, seed);
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override { k_->adam(s, t, step); }
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override { k_->adam8bit(s, t, step); }
   void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override { k_->nf4_dequantize(s, t, out); }

@@ -243,6 +243,19 @@ TEST_F(CudaTable, ScalingIsTheCpusBitForBit) {
   EXPECT_EQ(bits(down(g_scaled, n)), bits(scaled));
 }
 
+TEST_F(CudaTable, DropoutIsTheCpusBitForBit) {
+  const auto x = randn(100003, 53, 3.0f);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dropped(n);
+  float* g_x = up(x);
+  float* g_y = up(dropped);
+  k_->dropout(s(), g_y, g_x, n, 0.1f, 12345);
+  k_->dropout(s(), g_x, g_x, n, 0.1f, 12345);  // in place
+  cpu::dropout(dropped.data(), x.data(), n, 0.1f, 12345);
+  EXPECT_EQ(bits(down(g_y, n)), bits(dropped));
+  EXPECT_EQ(bits(down(g_x, n)), bits(dropped));
+}
+
 TEST_F(CudaTable, AdamAndEightBitAdamAreTheCpuUpdatesBitForBit) {
   const int64_t n = 3 * kQuantBlock + 41;
   const AdamStep step = make_adam_step(AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f, true}, 3e-3f, 5, 0.5f, true);

@@ -12,6 +12,7 @@
 #include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/cpu/gemm.h"
 #include "tests/fd_check.h"
+#include "tests/float_compare.h"
 
 namespace zerod {
 namespace {
@@ -202,6 +203,35 @@ double ordered_sum_squares(const std::vector<float>& x) {
 // Bit for bit the order above, and within 1e-12 relative of the sum in long
 // double (the order rounds at most about 280 times along any term's path,
 // 3e-14). The largest size has over 256 chunks: the partials' lanes wrap.
+// Dropout keeps each element with probability 1 - p, scaled by 1/(1 - p),
+// by a mask that is the seed's alone: the same for any length and in place,
+// another for another seed.
+TEST(Pointwise, DropoutKeepsTheStatedFractionByTheSeedsMask) {
+  const int64_t n = 1 << 20;
+  const float p = 0.25f;
+  const std::vector<float> x = testing::random_vector(n, 8);
+  std::vector<float> y(n), z(n), prefix(1000), in_place = x;
+  cpu::dropout(y.data(), x.data(), n, p, 7);
+  cpu::dropout(z.data(), x.data(), n, p, 8);
+  cpu::dropout(prefix.data(), x.data(), 1000, p, 7);
+  cpu::dropout(in_place.data(), in_place.data(), n, p, 7);
+  int64_t kept = 0, differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(y[i] == 0.0f || y[i] == x[i] / (1.0f - p)) << i;
+    kept += y[i] != 0.0f;
+    differ += (y[i] != 0.0f) != (z[i] != 0.0f);
+  }
+  // Within 5 standard deviations of the binomial's mean.
+  const double sd = std::sqrt(n * p * (1 - p));
+  EXPECT_NEAR(double(kept), n * (1 - p), 5 * sd);
+  EXPECT_NEAR(double(differ), n * 2 * p * (1 - p), 5 * std::sqrt(n * 0.375 * 0.625));
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), y.begin()));
+  EXPECT_EQ(testing::bits(in_place), testing::bits(y));
+  std::vector<float> none(n);
+  cpu::dropout(none.data(), x.data(), n, 0.0f, 7);
+  EXPECT_EQ(testing::bits(none), testing::bits(x));
+}
+
 TEST(Reductions, SumSquaresIsTheLanesOrder) {
   for (int64_t n : {0, 1, 255, 256, 257, 65535, 65536, 65537, 3000017, 257 * 65536 + 4097}) {
     SCOPED_TRACE(n);

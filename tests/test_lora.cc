@@ -144,7 +144,9 @@ struct LoraModel {
   std::vector<float> params, adapters;
   std::vector<int32_t> inputs, targets;
 
-  explicit LoraModel(bool checkpointing = false) {
+  explicit LoraModel(bool checkpointing = false, double dropout = 0) {
+    lora.dropout = dropout;
+    adapter_layout = GptLayout::adapters(cfg, lora);
     model = *Gpt::create(cfg, B, T, DType::kF32, checkpointing, rig.device, *rig.kernels, false, &lora);
     params.resize(model->layout().num_params());
     init_gpt_params(model->layout(), 7, params.data());
@@ -165,7 +167,7 @@ struct LoraModel {
     std::vector<float> scratch(adapters.size(), 0.0f);
     if (grads) grads->assign(adapters.size(), 0.0f);
     FlatGrads sink(&adapter_layout, grads ? grads->data() : scratch.data());
-    return *model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f);
+    return *model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f, /*dropout_seed=*/5);
   }
 
   // The same tokens through a GPT-2 without adapters whose weights are
@@ -234,32 +236,101 @@ TEST(LoraModelTest, TheLossIsTheMergedModelsLoss) {
 // tensor of each layer, against central differences extrapolated from two
 // steps: within 1e-3 of the larger of the derivative and 0.05 (the worst
 // seen is 2.5e-4).
+// With dropout (p 0.3) the masks are the seed's, the same in every pass of
+// the check, so the loss is a smooth function of the adapters again.
 TEST(LoraModelTest, AdapterGradientsMatchFiniteDifferences) {
-  LoraModel m;
-  std::vector<float> grads;
-  m.loss(&grads);
-  for (const ParamSegment& s : m.adapter_layout.segments()) {
-    SCOPED_TRACE(::testing::Message() << m.adapter_layout.tensor(s.id).name << ", layer " << s.layer);
-    const std::vector<float> g(grads.begin() + s.offset, grads.begin() + s.offset + s.numel);
-    for (const std::vector<float>& dir : {random_vector(s.numel, 100 + s.offset), g}) {
-      // Richardson's extrapolation of two steps: their eps² errors cancel
-      // (a product's adapters curve the loss more than its weights do).
-      const auto loss = [&] { return m.loss(); };
-      const double fd1 = testing::directional_fd(loss, m.adapters.data() + s.offset, dir, 1e-2);
-      const double fd2 = testing::directional_fd(loss, m.adapters.data() + s.offset, dir, 5e-3);
-      const double fd = (4 * fd2 - fd1) / 3;
-      const double analytic = testing::dot(g.data(), dir);
-      EXPECT_NEAR(analytic, fd, 1e-3 * std::max(std::fabs(fd), 0.05));
+  for (const double dropout : {0.0, 0.3}) {
+    LoraModel m(/*checkpointing=*/false, dropout);
+    std::vector<float> grads;
+    m.loss(&grads);
+    for (const ParamSegment& s : m.adapter_layout.segments()) {
+      SCOPED_TRACE(::testing::Message() << m.adapter_layout.tensor(s.id).name << ", layer " << s.layer
+                                        << ", dropout " << dropout);
+      const std::vector<float> g(grads.begin() + s.offset, grads.begin() + s.offset + s.numel);
+      for (const std::vector<float>& dir : {random_vector(s.numel, 100 + s.offset), g}) {
+        // Richardson's extrapolation of two steps: their eps² errors cancel
+        // (a product's adapters curve the loss more than its weights do).
+        // Dropout's 1/(1 - p) scales the adapters' terms up, and the
+        // eps⁴ error left with them: smaller steps there.
+        const auto loss = [&] { return m.loss(); };
+        const double eps = dropout > 0 ? 2e-3 : 1e-2;
+        const double fd1 = testing::directional_fd(loss, m.adapters.data() + s.offset, dir, eps);
+        const double fd2 = testing::directional_fd(loss, m.adapters.data() + s.offset, dir, eps / 2);
+        const double fd = (4 * fd2 - fd1) / 3;
+        const double analytic = testing::dot(g.data(), dir);
+        EXPECT_NEAR(analytic, fd, 1e-3 * std::max(std::fabs(fd), 0.05));
+      }
     }
   }
 }
 
-// Recomputing the blocks in backward gives the same loss and gradients.
+// Recomputing the blocks in backward gives the same loss and gradients (the
+// same dropout masks too).
 TEST(LoraModelTest, CheckpointingGivesTheSameBits) {
-  LoraModel plain, checkpointed(/*checkpointing=*/true);
-  std::vector<float> g1, g2;
-  EXPECT_EQ(plain.loss(&g1), checkpointed.loss(&g2));
-  EXPECT_EQ(testing::bits(g1), testing::bits(g2));
+  for (const double dropout : {0.0, 0.3}) {
+    LoraModel plain(false, dropout), checkpointed(/*checkpointing=*/true, dropout);
+    std::vector<float> g1, g2;
+    EXPECT_EQ(plain.loss(&g1), checkpointed.loss(&g2));
+    EXPECT_EQ(testing::bits(g1), testing::bits(g2));
+  }
+}
+
+// Dropout on an adapter's input is the explicit product with x' = x·mask /
+// (1 - p), the mask read off the table's own dropout of ones.
+TEST(Lora, DropoutIsTheProductOfTheMaskedInput) {
+  Product p;
+  const LoraDropout drop{0.4f, 99};
+  std::vector<float> mask(kN * kIn, 1.0f);
+  p.rig.kernels->dropout(p.s(), mask.data(), mask.data(), kN * kIn, drop.p, drop.seed);
+  std::vector<float> y(kN * kOut, 0.0f), t(kN * std::max(kIn, kOut));
+  lora_forward(*p.rig.kernels, p.s(), {kN, kIn, kOut}, p.lora(), p.x.data(), y.data(), p.u.data(), t.data(),
+               DType::kF32, drop);
+  ASSERT_TRUE(p.rig.device.synchronize(p.s()).ok());
+  int64_t kept = 0;
+  for (float v : mask) {
+    ASSERT_TRUE(v == 0.0f || v == 1.0f / (1.0f - drop.p)) << v;
+    kept += v != 0;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, kN * kIn);
+  for (int64_t n = 0; n < kN; ++n) {
+    for (int o = 0; o < kOut; ++o) {
+      double want = 0;
+      for (int j = 0; j < kR; ++j) {
+        double xa = 0;
+        for (int i = 0; i < kIn; ++i) xa += double(p.x[n * kIn + i]) * mask[n * kIn + i] * p.a[i * kR + j];
+        want += double(kScale) * xa * p.b[j * kOut + o];
+      }
+      EXPECT_NEAR(y[n * kOut + o], want, 1e-5 * (1 + std::fabs(want)));
+    }
+  }
+  // Backward of sum(y·R): A's gradient is x'ᵀ·(s·R·Bᵀ), x's the mask times
+  // (s·R·Bᵀ)·Aᵀ, all in double.
+  const std::vector<float> r = random_vector(kN * kOut, 6);
+  std::vector<float> ga(kIn * kR, 0.0f), gb(kR * kOut, 0.0f), dx(kN * kIn, 0.0f), du(kN * kR), dt(kN * kIn);
+  lora_backward(*p.rig.kernels, p.s(), {kN, kIn, kOut}, p.lora(), {ga.data(), gb.data()}, p.x.data(), p.u.data(),
+                r.data(), dx.data(), du.data(), dt.data(), drop);
+  ASSERT_TRUE(p.rig.device.synchronize(p.s()).ok());
+  std::vector<double> sdu(kN * kR, 0.0);  // s·R·Bᵀ
+  for (int64_t n = 0; n < kN; ++n) {
+    for (int j = 0; j < kR; ++j) {
+      for (int o = 0; o < kOut; ++o) sdu[n * kR + j] += double(kScale) * r[n * kOut + o] * p.b[j * kOut + o];
+    }
+  }
+  for (int i = 0; i < kIn; ++i) {
+    for (int j = 0; j < kR; ++j) {
+      double want = 0;
+      for (int64_t n = 0; n < kN; ++n) want += double(p.x[n * kIn + i]) * mask[n * kIn + i] * sdu[n * kR + j];
+      EXPECT_NEAR(ga[i * kR + j], want, 1e-5 * (1 + std::fabs(want))) << "A " << i << ", " << j;
+    }
+  }
+  for (int64_t n = 0; n < kN; ++n) {
+    for (int i = 0; i < kIn; ++i) {
+      double want = 0;
+      for (int j = 0; j < kR; ++j) want += sdu[n * kR + j] * p.a[i * kR + j];
+      EXPECT_NEAR(dx[n * kIn + i], mask[n * kIn + i] * want, 1e-5 * (1 + std::fabs(want))) << "x " << n << ", " << i;
+    }
+  }
 }
 
 // An adapter layout holds A [in, r] and B [r, out] of each target in its

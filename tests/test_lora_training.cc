@@ -183,15 +183,21 @@ TEST_F(LoraTrainingTest, StartsAtTheBaseModelAndNeverChangesIt) {
 }
 
 // The trained parameters are the adapters: a checkpoint holds them and their
-// states, not the base, and a resume continues bitwise; offloading them
-// (and the base with offload_param) changes nothing.
+// states, not the base, and a resume continues bitwise, dropout masks
+// included; offloading them (and the base with offload_param) changes
+// nothing.
 TEST_F(LoraTrainingTest, CheckpointsHoldTheAdaptersAndOffloadIsBitwise) {
   const std::vector<std::string> bf16 = {"bf16.enabled=true", "zero_optimization.stage=2"};
-  const JobConfig cfg = lora_job(bf16);
+  const JobConfig cfg = lora_job(joined(bf16, {"model.lora.dropout=0.1"}));
   auto straight = testing::make_trainer(cfg);
   ASSERT_TRUE(straight.ok()) << straight.status();
   const std::vector<double> want = train(**straight, 6);
   const std::vector<float> want_params = *(*straight)->master_params();
+  const testing::TrainedRun undropped = testing::train_to_end(lora_job(joined(bf16, {"run.steps=6"})), nullptr,
+                                                              testing::test_device());
+  ASSERT_EQ(undropped.losses.size(), 6u);
+  EXPECT_EQ(undropped.losses[0], want[0]) << "B is zero: no adapter output to drop yet";
+  EXPECT_NE(undropped.losses[5], want[5]) << "dropout changes the adapters' training";
   {
     auto first = testing::make_trainer(cfg);
     ASSERT_TRUE(first.ok());

@@ -250,6 +250,8 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const std::vector<CapacityCheck> all = capacity_checks(m, *e);
   const bool fits = std::ranges::all_of(all, &CapacityCheck::fits);
   const int64_t params = gpt_param_count(cfg->model);
+  // With LoRA the adapters alone are trained; the model's weights are frozen.
+  const int64_t trained = cfg->lora ? lora_param_count(cfg->model, cfg->lora->adapters) : params;
   if (json) {
     nlohmann::json j = {{"event", "estimate"},
                         {"world_size", m.ranks},
@@ -258,6 +260,7 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
                         {"device", device},
                         {"params", params},
                         {"zero_stage", cfg->zero.stage},
+                        {"trained_params", trained},
                         {"per_rank", peaks_json(e->per_rank)},
                         {"per_node", peaks_json(e->per_node)},
                         {"fits", fits}};
@@ -289,8 +292,13 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
     out << j.dump() << "\n";
     return kExitOk;
   }
-  out << absl::StrFormat("memory estimate: %s model, %d parameters; ZeRO stage %d; %d rank%s on %d node%s, %s\n",
-                         cfg->preset, params, cfg->zero.stage, m.ranks, m.ranks == 1 ? "" : "s", m.nodes,
+  const std::string lora =
+      cfg->lora ? absl::StrFormat(" (frozen%s), LoRA adapters of %d parameters (r %d on %s)",
+                                  cfg->lora->nf4_base ? ", in NF4" : "", trained, cfg->lora->adapters.r,
+                                  lora_targets_text(cfg->lora->adapters))
+                : "";
+  out << absl::StrFormat("memory estimate: %s model, %d parameters%s; ZeRO stage %d; %d rank%s on %d node%s, %s\n",
+                         cfg->preset, params, lora, cfg->zero.stage, m.ranks, m.ranks == 1 ? "" : "s", m.nodes,
                          m.nodes == 1 ? "" : "s",
                          m.gpu ? std::string("one GPU a rank")
                                : absl::StrCat("CPU (", e->cpu_threads, e->cpu_threads == 1 ? " thread" : " threads",

@@ -158,9 +158,10 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
     loader_->next_batch(B, inputs_.host<int32_t>(), targets_.host<int32_t>());
-    ZEROD_ASSIGN_OR_RETURN(const double loss, model_->forward_backward(weights(), zero_->grads(),
-                                                                       inputs_.host<int32_t>(), targets_.host<int32_t>(),
-                                                                       B, T, grad_scale));
+    ZEROD_ASSIGN_OR_RETURN(
+        const double loss,
+        model_->forward_backward(weights(), zero_->grads(), inputs_.host<int32_t>(), targets_.host<int32_t>(), B, T,
+                                 grad_scale, lora_pass_seed(cfg_.run.seed, r.step, micro, comm_->rank())));
     loss_sum += loss;
   }
   ZEROD_RETURN_IF_ERROR(zero_->reduce_gradients());

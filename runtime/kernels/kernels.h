@@ -88,6 +88,10 @@ class Kernels {
   virtual void add(Stream& s, float* dst, const float* src, int64_t n) = 0;
   // x[i] *= a.
   virtual void scale(Stream& s, float* x, float a, int64_t n) = 0;
+  // Dropout: y[i] = x[i] / (1 - p) where element i is kept, else 0; kept
+  // when the draw for (seed, i) (cuda/pointwise_body.h) is at least p, so
+  // the same seed gives the same mask wherever it runs. y may be x.
+  virtual void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) = 0;
 
   // The optimizer: one Adam/AdamW update of a tensor's fp32 masters, its
   // states (fp32, or 8-bit in blocks) and its optional 16-bit copy, with

@@ -101,6 +101,10 @@ class ProfiledKernels : public Kernels {
     auto span = Profiler::device_span(&profiler_, s, "scale");
     inner_->scale(s, x, a, n);
   }
+  void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) override {
+    auto span = Profiler::device_span(&profiler_, s, "dropout");
+    inner_->dropout(s, y, x, n, p, seed);
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     auto span = Profiler::device_span(&profiler_, s, "adam");
     inner_->adam(s, t, step);

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/kernels/cuda/hd.h"
 
 namespace zerod {
 namespace {
@@ -60,6 +61,19 @@ LayerActs carve(const int64_t* size, float* big, float* small) {
     next += size[f];
   }
   return a;
+}
+
+struct Dims {
+  int B, T, C, NH;
+  int64_t N;
+  // A training pass's adapter dropout: p (0: none) and the pass's seed.
+  float lora_p = 0;
+  uint64_t lora_seed = 0;
+};
+
+// Layer l's adapter of target t: its dropout this pass.
+LoraDropout lora_dropout(const Dims& d, int l, int t) {
+  return {d.lora_p, cuda::splitmix64(d.lora_seed ^ (uint64_t(l) << 8 | uint64_t(t)))};
 }
 
 }  // namespace
@@ -121,7 +135,13 @@ struct Gpt::Impl {
   // Host token ids to the device.
   void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
   // `backward`: the pass goes on through the layers in reverse.
-  absl::StatusOr<const float*> forward_blocks(WeightSource& ws, int B, int T, bool backward);
+  absl::StatusOr<const float*> forward_blocks(WeightSource& ws, const Dims& d, bool backward);
+  // A pass over B x T tokens; a training pass's adapters drop out with
+  // this seed.
+  Dims dims(int B, int T, bool training, uint64_t dropout_seed) const {
+    const float p = training && lora ? static_cast<float>(lora->dropout) : 0.0f;
+    return {B, T, config.n_embd, config.n_head, int64_t(B) * T, p, dropout_seed};
+  }
 };
 
 Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
@@ -247,11 +267,6 @@ absl::Status Gpt::allocate() {
 
 namespace {
 
-struct Dims {
-  int B, T, C, NH;
-  int64_t N;
-};
-
 // What the table's attention keeps for backward: probabilities or statistics.
 float* attention_kept(const Kernels& k, const LayerActs& a) {
   return a.f[k.attention_keeps_probabilities() ? kAtt : kAttStats];
@@ -261,8 +276,8 @@ float* attention_kept(const Kernels& k, const LayerActs& a) {
 // activation dtype. `out` may alias `x`, or be null when recomputing for
 // backward (the block output is not needed then). Each product with an
 // adapter adds it before the rounding (`lora_scratch`: lora_forward's t).
-void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a,
-                   float* proj, float* attn_scratch, float* lora_scratch, float* out, DType act) {
+void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const float* x,
+                   const LayerActs& a, float* proj, float* attn_scratch, float* lora_scratch, float* out, DType act) {
   const int C = d.C;
   const int64_t N = d.N;
   auto rnd = [&](float* p, int64_t n) { k.round_to(s, act, p, n); };
@@ -270,7 +285,9 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, 
   // table keeps only statistics, have none.
   auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
   auto adapt = [&](int t, const float* in, float* y, int n_in, int n_out) {
-    if (w.lora[t].a) lora_forward(k, s, {N, n_in, n_out}, w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, act);
+    if (w.lora[t].a) {
+      lora_forward(k, s, {N, n_in, n_out}, w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, act, lora_dropout(d, l, t));
+    }
   };
   k.layernorm_forward(s, a.f[kLn1], a.f[kLn1Mean], a.f[kLn1Rstd], x, w.ln1w, w.ln1b, N, C);
   rnd_field(kLn1);
@@ -295,7 +312,10 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, 
   if (!out) {
     // Recomputing: the last product's adapter input is all backward needs.
     const LoraWeights& last = w.lora[kLoraMlpCProj];
-    if (last.a) lora_input(k, s, {N, 4 * C, C}, last, a.f[kFchGelu], a.f[kLoraU + int{kLoraMlpCProj}], act);
+    if (last.a) {
+      lora_input(k, s, {N, 4 * C, C}, last, a.f[kFchGelu], a.f[kLoraU + int{kLoraMlpCProj}], act,
+                 lora_dropout(d, l, kLoraMlpCProj), lora_scratch);
+    }
     return;
   }
   k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, w.fcprojb, N, 4 * C, C);
@@ -314,14 +334,14 @@ struct BackwardBuffers {
 // on return; weight gradients accumulate into g (a frozen weight's is null).
 // An adapter adds its share of its product's input gradient after the
 // frozen weight's.
-void block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const float* x, const LayerActs& a,
-                    const LayerGrads& g, float* dres, const BackwardBuffers& bb) {
+void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const float* x,
+                    const LayerActs& a, const LayerGrads& g, float* dres, const BackwardBuffers& bb) {
   const int C = d.C;
   const int64_t N = d.N;
   auto adapt = [&](int t, const float* in, const float* dy, float* dx, int n_in, int n_out) {
     if (!w.lora[t].a) return;
     lora_backward(k, s, {N, n_in, n_out}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx, bb.lora + N * 4 * C,
-                  bb.lora);
+                  bb.lora, lora_dropout(d, l, t));
   };
   k.matmul_backward(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
   adapt(kLoraMlpCProj, a.f[kFchGelu], dres, bb.dfch, 4 * C, C);
@@ -341,10 +361,10 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w,
 
 // The blocks and the final LayerNorm over the tokens in `inputs`; returns
 // the last block's output.
-absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, int T, bool backward) {
+absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, const Dims& d, bool backward) {
   Impl& m = *this;
   const GptConfig& c = config;
-  const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
+  const int B = d.B, T = d.T;
   const int64_t NC = d.N * d.C;
   const bool f32 = act_dtype == DType::kF32;
   // block_forward and the final LayerNorm round every forward product's
@@ -362,8 +382,8 @@ absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, 
     float* out = f32 ? residual(l + 1, d.N) : x;
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
-    block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), m.lora_scratch.ptr<float>(), out,
-                  act_dtype);
+    block_forward(k, s, d, l, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), m.lora_scratch.ptr<float>(),
+                  out, act_dtype);
     if (!f32) {
       k.convert_from_f32(s, act_dtype, out, residual(l + 1, d.N), NC);
       if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
@@ -377,8 +397,9 @@ absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, int B, 
 }
 
 absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs,
-                                             const int32_t* targets, int B, int T, float grad_scale) {
-  absl::Status pass = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale);
+                                             const int32_t* targets, int B, int T, float grad_scale,
+                                             uint64_t dropout_seed) {
+  absl::Status pass = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed);
   // Also after a failure, nothing this call enqueued may still run once it
   // returns: the caller's weights, gradients and tokens may go.
   pass.Update(device_.synchronize(impl_->s));
@@ -387,18 +408,18 @@ absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, c
 }
 
 absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* inputs, const int32_t* targets, int B,
-                               int T, float grad_scale) {
+                               int T, float grad_scale, uint64_t dropout_seed) {
   Impl& m = *impl_;
   Kernels& k = kernels_;
   Stream& s = m.s;
   const GptConfig& c = layout_.config();
-  const Dims d{B, T, c.n_embd, c.n_head, int64_t(B) * T};
+  const Dims d = m.dims(B, T, /*training=*/true, dropout_seed);
   const int C = d.C;
   const int64_t NC = d.N * C;
   const bool f32 = act_dtype_ == DType::kF32;
   m.upload(m.inputs, inputs, d.N);
   m.upload(m.targets, targets, d.N);
-  ZEROD_ASSIGN_OR_RETURN(const float* xL, m.forward_blocks(ws, B, T, /*backward=*/true));
+  ZEROD_ASSIGN_OR_RETURN(const float* xL, m.forward_blocks(ws, d, /*backward=*/true));
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
 
@@ -428,14 +449,14 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     LayerActs a;
     if (checkpointing_) {
       a = m.scratch_acts();
-      block_forward(k, s, d, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), m.lora_scratch.ptr<float>(),
-                    nullptr, act_dtype_);
+      block_forward(k, s, d, l, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(),
+                    m.lora_scratch.ptr<float>(), nullptr, act_dtype_);
     } else {
       a = m.stored_acts(l);
       if (!f32) m.pack_acts(l, a, B, T, /*to_store=*/false);
     }
     ZEROD_ASSIGN_OR_RETURN(const LayerGrads lg, sink.layer(l));
-    block_backward(k, s, d, w, x, a, lg, dres, bb);
+    block_backward(k, s, d, l, w, x, a, lg, dres, bb);
     ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
     k.round_to(s, act_dtype_, dres, NC);
   }
@@ -461,7 +482,7 @@ absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B,
   }
   const int64_t rows = last_only ? B : int64_t(B) * T;
   m.upload(m.inputs, tokens, int64_t(B) * T);
-  ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, B, T, /*backward=*/false).status());
+  ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, m.dims(B, T, /*training=*/false, 0), /*backward=*/false).status());
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   // The last position: row T-1 of each sequence, T*C floats apart. The
   // logits go out through the head's chunk buffer, so that a pass needs no

@@ -49,9 +49,12 @@ class Gpt {
   // One micro-batch (token ids in host memory): forward, loss, backward.
   // Adds grad_scale * d(mean loss) to the sink's gradients. Returns the mean
   // loss over B*T tokens, or the first failure of the weight source, the
-  // gradient sink or the device, at which it stops.
+  // gradient sink or the device, at which it stops. With LoRA dropout, the
+  // adapters' masks are drawn from `dropout_seed` (the same seed, the same
+  // masks); a pass of forward_logits drops nothing.
   absl::StatusOr<double> forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs,
-                                          const int32_t* targets, int B, int T, float grad_scale);
+                                          const int32_t* targets, int B, int T, float grad_scale,
+                                          uint64_t dropout_seed = 0);
 
   // Forward only, into host memory: logits [B*T, V], or [B, V] for the last
   // position of each sequence when last_only. B * T at most max_tokens(),
@@ -73,7 +76,7 @@ class Gpt {
   // The work of forward_backward and forward_logits, enqueued on the
   // stream; they wait for it.
   absl::Status enqueue_pass(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets, int B,
-                            int T, float grad_scale);
+                            int T, float grad_scale, uint64_t dropout_seed);
   absl::Status enqueue_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
 
   GptLayout layout_;

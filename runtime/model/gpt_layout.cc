@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/kernels/cuda/hd.h"
+
 namespace zerod {
 
 GptLayout::GptLayout(const GptConfig& c) : GptLayout(c, std::nullopt) {}
@@ -93,16 +95,7 @@ void NormalRng::skip(uint64_t n) {
   if (n % 2) next();
 }
 
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
+using cuda::splitmix64;
 
 void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out) {
   const double residual_std = 0.02 / std::sqrt(2.0 * layout.config().n_layer);

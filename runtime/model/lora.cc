@@ -1,25 +1,45 @@
 #include "runtime/model/lora.h"
 
+#include "runtime/kernels/cuda/hd.h"
+
 namespace zerod {
 
-void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* u, DType act) {
+uint64_t lora_pass_seed(uint64_t run_seed, int64_t step, int micro, int rank) {
+  using cuda::splitmix64;
+  return splitmix64(splitmix64(splitmix64(run_seed) ^ uint64_t(step)) ^ (uint64_t(rank) << 32 | uint32_t(micro)));
+}
+
+void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* u, DType act,
+                const LoraDropout& drop, float* xd) {
+  if (drop.p > 0) {
+    k.dropout(s, xd, x, d.N * d.in, drop.p, drop.seed);
+    x = xd;
+  }
   k.matmul_forward(s, u, x, w.a, nullptr, d.N, d.in, w.r);
   k.scale(s, u, w.scale, d.N * w.r);
   k.round_to(s, act, u, d.N * w.r);
 }
 
 void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* y, float* u,
-                  float* t, DType act) {
-  lora_input(k, s, d, w, x, u, act);
+                  float* t, DType act, const LoraDropout& drop) {
+  lora_input(k, s, d, w, x, u, act, drop, t);  // x' in t, read before t is written below
   k.matmul_forward(s, t, u, w.b, nullptr, d.N, w.r, d.out);
   k.add(s, y, t, d.N * d.out);
 }
 
 void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const LoraGrads& g, const float* x,
-                   const float* u, const float* dy, float* dx, float* du, float* dt) {
+                   const float* u, const float* dy, float* dx, float* du, float* dt, const LoraDropout& drop) {
   k.matmul_backward(s, du, g.b, nullptr, dy, u, w.b, d.N, w.r, d.out);
   k.scale(s, du, w.scale, d.N * w.r);
-  k.matmul_backward(s, dt, g.a, nullptr, du, x, w.a, d.N, d.in, w.r);
+  if (drop.p > 0) {
+    // A's gradient from x' (made again in dt), then dt = du·Aᵀ through the mask.
+    k.dropout(s, dt, x, d.N * d.in, drop.p, drop.seed);
+    k.matmul_backward(s, nullptr, g.a, nullptr, du, dt, w.a, d.N, d.in, w.r);
+    k.matmul_backward(s, dt, nullptr, nullptr, du, x, w.a, d.N, d.in, w.r);
+    k.dropout(s, dt, dt, d.N * d.in, drop.p, drop.seed);
+  } else {
+    k.matmul_backward(s, dt, g.a, nullptr, du, x, w.a, d.N, d.in, w.r);
+  }
   k.add(s, dx, dt, d.N * d.in);
 }
 

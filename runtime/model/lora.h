@@ -29,17 +29,31 @@ struct LoraShape {
   int in, out;
 };
 
-// u [N, r] = s·(x·A), rounded to `act` (the model's activation type): what
-// backward needs of the forward.
-void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* u,
-                DType act = DType::kF32);
-// y[N, out] += u·B after lora_input; t [N, out] is scratch.
-void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* y, float* u,
-                  float* t, DType act = DType::kF32);
+// PEFT's lora_dropout on the adapter's input: x' = Kernels::dropout(x) with
+// probability p and this product's seed for the pass, x itself when p is
+// 0. Backward finds the forward's mask from the same seed.
+struct LoraDropout {
+  float p = 0;
+  uint64_t seed = 0;
+};
 
-// With dy = d(loss)/dy: B's gradient += uᵀ·dy, A's += xᵀ·du where
-// du = s·dy·Bᵀ, and dx += du·Aᵀ. du [N, r] and dt [N, in] are scratch.
+// The dropout seed of a training pass: micro-batch `micro` of optimizer
+// step `step` (1-based) on rank `rank` of a run seeded `run_seed`. A resumed
+// run draws the masks the uninterrupted one would.
+uint64_t lora_pass_seed(uint64_t run_seed, int64_t step, int micro, int rank);
+
+// u [N, r] = s·(x'·A), rounded to `act` (the model's activation type):
+// what backward needs of the forward. xd [N, in] is scratch for x'.
+void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* u,
+                DType act = DType::kF32, const LoraDropout& drop = {}, float* xd = nullptr);
+// y[N, out] += u·B after lora_input; t [N, max(in, out)] is scratch.
+void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* y, float* u,
+                  float* t, DType act = DType::kF32, const LoraDropout& drop = {});
+
+// With dy = d(loss)/dy: B's gradient += uᵀ·dy, A's += x'ᵀ·du where
+// du = s·dy·Bᵀ, and dx += dropout(du·Aᵀ) (the forward's mask and scale).
+// du [N, r] and dt [N, in] are scratch.
 void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const LoraGrads& g, const float* x,
-                   const float* u, const float* dy, float* dx, float* du, float* dt);
+                   const float* u, const float* dy, float* dx, float* du, float* dt, const LoraDropout& drop = {});
 
 }  // namespace zerod

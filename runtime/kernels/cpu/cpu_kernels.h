@@ -47,6 +47,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 // x[i] *= a.
 void scale(float* x, float a, int64_t n);
+// Kernels::dropout's mask and scale; y may be x.
+void dropout(float* y, const float* x, int64_t n, float p, uint64_t seed);
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);

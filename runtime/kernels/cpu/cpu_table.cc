@@ -81,6 +81,9 @@ class CpuKernels : public Kernels {
   void scale(Stream& s, float* x, float a, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::scale(x, a, n); });
   }
+  void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) override {
+    CpuDevice::launch(s, [=] { cpu::dropout(y, x, n, p, seed); });
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     CpuDevice::launch(s, [=, isa = isa_] { adam_update(t, step, isa); });
   }

@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/cuda/pointwise_body.h"
 
 namespace zerod::cpu {
 namespace {
@@ -35,6 +36,12 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
 void scale(float* x, float a, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= a;
+}
+
+void dropout(float* y, const float* x, int64_t n, float p, uint64_t seed) {
+  // One definition of the mask for every table: the CUDA body's.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = cuda::dropout_at(x[i], p, seed, i);
 }
 
 }  // namespace zerod::cpu

@@ -285,6 +285,9 @@ class CudaKernels : public Kernels {
   void scale(Stream& s, float* x, float a, int64_t n) override {
     launch_each(cs(s), n, "scale", [=] __device__(int64_t i) { x[i] = x[i] * a; });
   }
+  void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) override {
+    launch_each(cs(s), n, "dropout", [=] __device__(int64_t i) { y[i] = cuda::dropout_at(x[i], p, seed, i); });
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     launch_each(cs(s), t.n, "adam", [=] __device__(int64_t i) { cuda::adam_at(i, t, step); });
   }

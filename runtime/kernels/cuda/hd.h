@@ -23,6 +23,14 @@
 
 namespace zerod::cuda {
 
+// SplitMix64: a well-mixed 64-bit word from x (seeds, counter hashes).
+ZD_HD uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 ZD_HD uint32_t f32_bits(float f) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(f);

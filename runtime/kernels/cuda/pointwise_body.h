@@ -18,4 +18,15 @@ ZD_HD float gelu_grad(float x, float dout) {
   return grad * dout;
 }
 
+// Dropout's draw for element i under `seed`: uniform in [0, 1) at 24 bits,
+// from a counter hash, so each element's mask is known alone, and a
+// backward pass finds its forward's from the seed.
+ZD_HD float dropout_draw(uint64_t seed, int64_t i) {
+  return static_cast<float>(splitmix64(seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(i)) >> 40) * 0x1.0p-24f;
+}
+
+ZD_HD float dropout_at(float x, float p, uint64_t seed, int64_t i) {
+  return dropout_draw(seed, i) >= p ? x / (1.0f - p) : 0.0f;
+}
+
 }  // namespace zerod::cuda
