@@ -59,8 +59,8 @@ void FrozenWeights::plan_build(const GptLayout& layout, const ZeroSettings& sett
   } else {
     plan_sharded_params(shape, z, /*written_from_host=*/true, staging, plan);
   }
-  plan.add("frozen weights, initial values", Tier::kHost, Category::kWorkspace, fill_numel(shape) * 4, Phase::kBuild,
-           /*kept=*/false);
+  plan.add("frozen weights, initial values", Tier::kHost, Category::kWorkspace,
+           std::max<int64_t>(fill_numel(shape), 1) * 4, Phase::kBuild, /*kept=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLayout& layout,

@@ -408,6 +408,21 @@ TEST(FitTest, StepCostIsTheStatedModel) {
   EXPECT_DOUBLE_EQ(c.nvme, 2 * (2 * psi / 2 * (4 + 8)) / 5e9);  // two ranks read and write their states
   EXPECT_DOUBLE_EQ(c.network, 0.5 * (4 + 4) * psi / 4e9);
   EXPECT_DOUBLE_EQ(c.total(), c.compute + c.optimizer + c.pcie + c.network + c.nvme);
+
+  // LoRA: the adapters (r 4 on c_attn: 4 x (C + 3C) a layer) are trained,
+  // the frozen model needs no weight gradients and is gathered at stage 3;
+  // in NF4 it is not.
+  const std::string lora = R"(model.lora={"r": 4})";
+  cfg = testing::config_with(testing::tiny_job(), {lora, "zero_optimization.stage=3", "bf16.enabled=true"}, 2);
+  const double adapters = L * 4 * 4 * C;
+  c = step_cost(cfg, node, rates);
+  EXPECT_DOUBLE_EQ(c.compute, (6 * adapters + 4 * psi + 12 * L * T * C) * B * T / 1e9);
+  EXPECT_DOUBLE_EQ(c.optimizer, adapters / 2 * (4 + 8 + 16 + 2) / 2e9);
+  EXPECT_DOUBLE_EQ(c.network, 0.5 * ((4 + 2 * 2) * adapters + 2 * 2 * psi) / 4e9);
+  cfg = testing::config_with(testing::tiny_job(), {lora, "model.lora.base_quant=\"nf4\"", "zero_optimization.stage=3",
+                                                   "bf16.enabled=true"},
+                             2);
+  EXPECT_DOUBLE_EQ(step_cost(cfg, node, rates).network, 0.5 * (4 + 2 * 2) * adapters / 4e9);
 }
 
 // gpt2-xl's fine-tune example on a 12 GiB GPU and 64 GiB of host memory:

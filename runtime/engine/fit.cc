@@ -30,7 +30,13 @@ FitRates fit_rates(FitRates r, DType precision, const Machines& machines, int cp
 
 StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRates& rates) {
   const GptConfig& m = cfg.model;
-  const double psi = static_cast<double>(gpt_param_count(m));
+  // The trained parameters: the model's, or with LoRA the adapters' (the
+  // model's weights are then frozen: `frozen` of them, gathered at stage 3
+  // unless in NF4, which every rank holds whole).
+  const double model = static_cast<double>(gpt_param_count(m));
+  const double psi = cfg.lora ? static_cast<double>(lora_param_count(m, cfg.lora->adapters)) : model;
+  const double frozen = cfg.lora ? model : 0;
+  const double gathered_frozen = cfg.lora && !cfg.lora->nf4_base && cfg.zero.stage == 3 ? frozen : 0;
   const double n = machines.ranks, T = cfg.data.seq_len, accum = cfg.grad_accum;
   const int stage = cfg.zero.stage;
   // Bytes of a parameter as the kernels read it, of a gradient as it is
@@ -41,9 +47,11 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
   const double shard = psi / n;
   StepCost c;
 
-  // Forward 2 FLOPs a parameter a token and backward 4, plus attention's
-  // products (the bench's count); checkpointing runs each forward again.
-  const double per_token = (6 * psi + 12.0 * m.n_layer * T * m.n_embd) * (cfg.activation_checkpointing ? 4.0 / 3 : 1);
+  // Forward 2 FLOPs a parameter a token and backward 4 (2 for a frozen
+  // weight, which needs no gradient of its own), plus attention's products
+  // (the bench's count); checkpointing runs each forward again.
+  const double per_token = (6 * psi + 4 * frozen + 12.0 * m.n_layer * T * m.n_embd) *
+                           (cfg.activation_checkpointing ? 4.0 / 3 : 1);
   c.compute = per_token * cfg.micro_batch * accum * T / rates.flops;
 
   const OffloadDevice opt = cfg.zero.offload_optimizer.device, param = cfg.zero.offload_param.device;
@@ -61,7 +69,7 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
     // on), the updated parameters come back up.
     if (opt != OffloadDevice::kNone) bytes += optimizer_share * (grad_bytes * (stage >= 2 ? accum : 1) + param_bytes);
     // Offloaded parameter shards come up for every gather: forward and backward.
-    if (param != OffloadDevice::kNone) bytes += 2 * accum * shard * param_bytes;
+    if (param != OffloadDevice::kNone) bytes += 2 * accum * (shard + gathered_frozen / n) * param_bytes;
     c.pcie = bytes / rates.pcie;
   }
 
@@ -72,13 +80,13 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
     if (stage == 0) bytes = 2 * ring * grad_bytes * psi;
     if (stage == 1) bytes = ring * (grad_bytes + param_bytes) * psi;
     if (stage == 2) bytes = ring * (grad_bytes * accum + param_bytes) * psi;
-    if (stage == 3) bytes = ring * (grad_bytes + 2 * param_bytes) * accum * psi;
+    if (stage == 3) bytes = ring * ((grad_bytes + 2 * param_bytes) * psi + 2 * param_bytes * gathered_frozen) * accum;
     c.network = bytes / rates.network;
   }
 
   double nvme_bytes = 0;  // a rank's
   if (opt == OffloadDevice::kNvme) nvme_bytes += 2 * optimizer_share * (4 + state_bytes);
-  if (param == OffloadDevice::kNvme) nvme_bytes += (2 * accum + 1) * shard * param_bytes;
+  if (param == OffloadDevice::kNvme) nvme_bytes += ((2 * accum + 1) * shard + 2 * accum * gathered_frozen / n) * param_bytes;
   c.nvme = nvme_bytes * machines.ranks_per_node() / rates.nvme;
   return c;
 }
