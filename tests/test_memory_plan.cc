@@ -321,6 +321,31 @@ TEST_F(EstimateTest, EqualsTheMemoryTableOfTheRun) {
   EXPECT_NE(small.out.find("does not fit"), std::string::npos) << small.out;
 }
 
+// A LoRA job's estimate names the adapters and the frozen base, and counts
+// the base apart: under half its fp32 bytes in NF4 (the tiny model's
+// matrices are most of it), the trained state the adapters' alone.
+TEST_F(EstimateTest, ALoraJobShowsItsFrozenBaseApart) {
+  nlohmann::json j = testing::tiny_job();
+  j["model"]["lora"] = {{"r", 4}, {"base_quant", "nf4"}};
+  const Result e = estimate({"--config", job(j), "--json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const nlohmann::json got = nlohmann::json::parse(e.out);
+  const GptConfig m = testing::config_with(j, {}).model;
+  EXPECT_EQ(got["params"], gpt_param_count(m));
+  EXPECT_EQ(got["trained_params"], m.n_layer * 4 * 4 * m.n_embd);
+  const nlohmann::json& host = got["per_rank"]["host"];
+  EXPECT_GT(host["frozen"].get<uint64_t>(), 0u);
+  EXPECT_LT(host["frozen"].get<uint64_t>(), 4u * gpt_param_count(m) / 2);
+  EXPECT_LT(host["optimizer"].get<uint64_t>(), 16u * m.n_layer * 4 * 4 * m.n_embd);
+  const Result text = estimate({"--config", job(j)});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find(absl::StrCat(gpt_param_count(m), " parameters (frozen, in NF4), LoRA adapters of ",
+                                       m.n_layer * 4 * 4 * m.n_embd, " parameters (r 4 on c_attn)")),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("frozen"), std::string::npos);
+}
+
 // The techniques table: each row is the job with that technique added to
 // the ones above; the first is the plain job's own estimate.
 TEST_F(EstimateTest, TechniquesAddOneAfterAnother) {
