@@ -101,13 +101,18 @@ std::string hf_tensor_name(const GptLayout& layout, const ParamSegment& s) {
   return info.name;
 }
 
-absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read) {
+absl::Status begin_export(const std::string& dir, DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     return absl::InvalidArgumentError(absl::StrCat("export: weights in ", dtype_name(dtype), " are not supported"));
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("export: cannot create ", dir));
+  return absl::OkStatus();
+}
+
+absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read) {
+  ZEROD_RETURN_IF_ERROR(begin_export(dir, dtype));
   const std::vector<ParamSegment>& segs = layout.segments();
   std::vector<SafeTensor> tensors;
   for (const ParamSegment& s : segs) tensors.push_back({hf_tensor_name(layout, s), dtype, layout.tensor(s.id).shape});

@@ -22,6 +22,10 @@ std::string hf_tensor_name(const GptLayout& layout, const ParamSegment& s);
 // Fills out with the fp32 flat parameters [begin, end).
 using ParamRangeReader = std::function<absl::Status(int64_t begin, int64_t end, float* out)>;
 
+// The checks an export starts with: weights in fp32, bf16 or fp16, and
+// `dir` made where it does not exist yet.
+absl::Status begin_export(const std::string& dir, DType dtype);
+
 // Writes <dir>/model.safetensors, its tensors in `dtype` (fp32, bf16 or
 // fp16), and <dir>/config.json; dir is created if needed. Tensor by tensor,
 // in parts of a few million elements: host memory stays bounded whatever

@@ -28,10 +28,7 @@ absl::StatusOr<const std::vector<float>*> MergedWeights::merged(const ParamSegme
   cached_.reset();
   cache_.resize(s.numel);
   ZEROD_RETURN_IF_ERROR(base_(s.offset, s.offset + s.numel, cache_.data()));
-  if (nf4_base_) {
-    const std::vector<float> w = cache_;
-    nf4_round_trip(w.data(), s.numel, cache_.data());
-  }
+  if (nf4_base_) nf4_round_trip(cache_.data(), s.numel, cache_.data());
   if (target >= 0) {
     const int a_id = lora_a_id(target), b_id = a_id + 1;
     const int64_t in = adapters_.tensor(a_id).shape[0], r = adapters_.tensor(a_id).shape[1];

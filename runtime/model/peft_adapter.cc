@@ -79,12 +79,7 @@ std::string peft_tensor_name(const GptLayout& adapters, const ParamSegment& s) {
 
 absl::Status export_peft_adapter(const std::string& dir, const GptLayout& adapters, DType dtype,
                                  const std::string& base_model, const ParamRangeReader& read) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
-    return absl::InvalidArgumentError(absl::StrCat("export: weights in ", dtype_name(dtype), " are not supported"));
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("export: cannot create ", dir));
+  ZEROD_RETURN_IF_ERROR(begin_export(dir, dtype));
   const std::vector<ParamSegment>& segs = adapters.segments();
   std::vector<SafeTensor> tensors;
   for (const ParamSegment& s : segs) tensors.push_back({peft_tensor_name(adapters, s), dtype, file_shape(adapters, s.id)});

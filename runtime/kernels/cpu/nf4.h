@@ -47,7 +47,8 @@ void nf4_quantize(const float* x, const Nf4Tensor& t);
 float nf4_block_absmax(const Nf4Tensor& t, int64_t block);
 // x[i] = nf4_values()[code i] * its block's absmax, for the n weights.
 void nf4_dequantize(const Nf4Tensor& t, float* x);
-// What n weights become held in NF4: quantized and dequantized, into out.
+// What n weights become held in NF4: quantized and dequantized, into out
+// (which may be x).
 void nf4_round_trip(const float* x, int64_t n, float* out);
 
 }  // namespace zerod
