@@ -38,6 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     zerod::manifest_real(*c, "loss_scaler.scale", true).IgnoreError();
   }
   std::ostringstream out, err;
-  zerod::run_export({dir, zerod::fuzz::scratch_dir() + "/export"}, out, err);
+  zerod::ExportOptions options;
+  options.checkpoint = dir;
+  options.out_dir = zerod::fuzz::scratch_dir() + "/export";
+  zerod::run_export(options, out, err);
   return 0;
 }

@@ -1,9 +1,10 @@
 // LoRA's frozen base: the model's weights with no gradients, masters or
-// optimizer states. In the working precision they are held as ZeRO holds
-// trained parameters at the same stage (every rank all of them below stage
-// 3; at stage 3 a shard each, gathered unit by unit, and with offload_param
-// that shard in host memory or a file); in NF4 (model.lora.base_quant) every
-// rank holds all of them, a quarter of bf16's bytes.
+// optimizer states, held as ZeRO holds trained parameters at the same stage:
+// every rank all of them below stage 3; at stage 3 a shard each, gathered
+// unit by unit, and with offload_param that shard in host memory or a file.
+// In NF4 (model.lora.base_quant) the layers are held packed (Nf4Packing), so
+// at stage 3 a rank holds its chunk of each packed layer and the gathers
+// move NF4's bytes.
 #pragma once
 
 #include <memory>
@@ -31,7 +32,7 @@ class FrozenWeights {
   WeightSource& weights() { return nf4_ ? static_cast<WeightSource&>(*nf4_) : params_->weights(); }
 
  private:
-  FrozenWeights(const GptLayout& layout, const ZeroSettings& settings, Communicator& comm, Device& device,
+  FrozenWeights(const GptLayout& layout, const ZeroSettings& settings, bool nf4, Communicator& comm, Device& device,
                 Kernels& kernels);
   // plan() as the parts state it, in their build phase.
   static void plan_build(const GptLayout& layout, const ZeroSettings& settings, bool nf4, int world_size, int rank,
@@ -41,9 +42,11 @@ class FrozenWeights {
 
   CpuDevice host_;
   std::unique_ptr<Kernels> host_kernels_;
+  std::optional<Nf4Packing> packing_;  // NF4 at stage 3: the units are packed layers
   ZeroContext ctx_;
+  Buffer unpacked_;  // NF4 at stage 3: a gathered layer's fp32 unit
   std::unique_ptr<ParamStore> params_;
-  std::optional<Nf4Weights> nf4_;
+  std::optional<Nf4Weights> nf4_;  // NF4 below stage 3
 };
 
 }  // namespace zerod

@@ -72,6 +72,7 @@ absl::StatusOr<LayerWeights> GatheredWeights::layer(int l) {
   }
   ZEROD_RETURN_IF_ERROR(finish(*s));
   current_ = s;
+  if (unpack_) return unpack_(s->buf.data());
   return layer_weight_views(ctx_.converter(), ctx_.layout, ctx_.dtype, s->buf.data(), layer_staging_.ptr<float>());
 }
 

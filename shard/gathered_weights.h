@@ -6,6 +6,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,9 +32,16 @@ class ShardSource {
   virtual absl::Status drop() { return absl::OkStatus(); }
 };
 
+// What a gathered layer unit is to the model, where units are held in a
+// form of their own (NF4's packed layers) rather than as the layout's
+// tensors: called with the unit once gathered, its views valid until the
+// next call.
+using LayerUnpack = std::function<LayerWeights(void* unit)>;
+
 class GatheredWeights : public WeightSource {
  public:
-  GatheredWeights(ZeroContext& ctx, ShardSource& shards) : ctx_(ctx), shards_(shards) {}
+  GatheredWeights(ZeroContext& ctx, ShardSource& shards, LayerUnpack unpack = {})
+      : ctx_(ctx), shards_(shards), unpack_(std::move(unpack)) {}
   // Waits for gathers in flight and for the stream, before the slots go.
   ~GatheredWeights() override;
   absl::Status allocate(const ZeroConfig& z);
@@ -78,6 +86,7 @@ class GatheredWeights : public WeightSource {
 
   ZeroContext& ctx_;
   ShardSource& shards_;
+  const LayerUnpack unpack_;
   bool persistent_layers_ = false, persistent_globals_ = false, prefetch_ = true;
   std::vector<Slot> layers_;
   Slot emb_, fin_;

@@ -1,6 +1,5 @@
 #include "shard/param_store.h"
 
-#include "shard/gathered_weights.h"
 #include "shard/upload_ring.h"
 
 namespace zerod {
@@ -70,7 +69,8 @@ class ReplicatedParams : public InMemoryParams {
 // Stage 3 in memory: the rank's shard, gathered unit by unit for the model.
 class ShardedParams : public InMemoryParams, public ShardSource {
  public:
-  ShardedParams(ZeroContext& ctx, Tier staging) : InMemoryParams(ctx, staging), weights_(ctx, *this) {}
+  ShardedParams(ZeroContext& ctx, Tier staging, LayerUnpack unpack)
+      : InMemoryParams(ctx, staging), weights_(ctx, *this, std::move(unpack)) {}
 
   absl::Status allocate(const ZeroConfig& z) {
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(memory_, ctx_.part.shard_numel() * dtype_size(ctx_.dtype), ctx_.params));
@@ -100,7 +100,7 @@ class ShardedParams : public InMemoryParams, public ShardSource {
 // with a window of its own.
 class OffloadedParams : public ParamStore, public ShardSource {
  public:
-  explicit OffloadedParams(ZeroContext& ctx) : ctx_(ctx), weights_(ctx, *this) {}
+  OffloadedParams(ZeroContext& ctx, LayerUnpack unpack) : ctx_(ctx), weights_(ctx, *this, std::move(unpack)) {}
 
   absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings, bool written_during_backward) {
     const Partition& p = ctx_.part;
@@ -169,14 +169,16 @@ absl::StatusOr<std::unique_ptr<ParamStore>> replicated_params(ZeroContext& ctx, 
   return allocated<ParamStore>(std::make_unique<ReplicatedParams>(ctx, staging));
 }
 
-absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z, Tier staging) {
-  return allocated<ParamStore>(std::make_unique<ShardedParams>(ctx, staging), z);
+absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z, Tier staging,
+                                                           LayerUnpack unpack) {
+  return allocated<ParamStore>(std::make_unique<ShardedParams>(ctx, staging, std::move(unpack)), z);
 }
 
 absl::StatusOr<std::unique_ptr<ParamStore>> offloaded_params(ZeroContext& ctx, const ZeroConfig& z,
                                                              ShardStoreSettings settings,
-                                                             bool written_during_backward) {
-  return allocated<ParamStore>(std::make_unique<OffloadedParams>(ctx), z, std::move(settings), written_during_backward);
+                                                             bool written_during_backward, LayerUnpack unpack) {
+  return allocated<ParamStore>(std::make_unique<OffloadedParams>(ctx, std::move(unpack)), z, std::move(settings),
+                               written_during_backward);
 }
 
 }  // namespace zerod

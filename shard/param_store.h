@@ -14,6 +14,7 @@
 
 #include "offload/shard_store.h"
 #include "runtime/config/job_config.h"
+#include "shard/gathered_weights.h"
 #include "shard/zero_context.h"
 
 namespace zerod {
@@ -41,11 +42,15 @@ class ParamStore {
 
 // `staging`: the tier of the host buffers that write() goes through.
 absl::StatusOr<std::unique_ptr<ParamStore>> replicated_params(ZeroContext& ctx, Tier staging);
-absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z, Tier staging);
+// `unpack`: what a gathered layer unit is to the model, where units are not
+// the layout's tensors.
+absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z, Tier staging,
+                                                           LayerUnpack unpack = {});
 // `written_during_backward`: write() is called from another thread while
 // the gathers read.
 absl::StatusOr<std::unique_ptr<ParamStore>> offloaded_params(ZeroContext& ctx, const ZeroConfig& z,
-                                                             ShardStoreSettings settings, bool written_during_backward);
+                                                             ShardStoreSettings settings, bool written_during_backward,
+                                                             LayerUnpack unpack = {});
 
 // What each store above allocates, on plan's device. With `written_from_host`
 // (master weights apart from the working copy) the optimizer writes the

@@ -12,9 +12,41 @@ ZeroShape::ZeroShape(const GptLayout& layout, int stage, int world_size, int ran
       dtype(dtype),
       params(params) {}
 
+namespace {
+
+std::vector<ShardSegment> unit_segments(const Partition& part, int rank) {
+  std::vector<ShardSegment> owned;
+  for (int u = 0; u < part.num_units(); ++u) {
+    const Partition::Range r = part.owned(u, rank);
+    if (r.end > r.begin) owned.push_back({r.begin, part.shard_offset(u), r.end - r.begin, false, u, part.unit_numel(u)});
+  }
+  return owned;
+}
+
+}  // namespace
+
+ZeroShape::ZeroShape(const GptLayout& layout, std::vector<int64_t> unit_begin, int world_size, int rank, DType dtype,
+                     Category params)
+    : layout(layout),
+      part(std::move(unit_begin), world_size),
+      owner(rank),
+      owned(unit_segments(part, rank)),
+      dtype(dtype),
+      params(params) {}
+
 ZeroContext::ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device,
                          Kernels& kernels, Device& host, Kernels& host_kernels, Category params)
     : ZeroShape(layout, stage, comm.world_size(), comm.rank(), dtype, params),
+      comm(comm),
+      device(device),
+      kernels(kernels),
+      stream(device.compute_stream()),
+      host(host),
+      host_kernels(host_kernels) {}
+
+ZeroContext::ZeroContext(const GptLayout& layout, std::vector<int64_t> unit_begin, DType dtype, Communicator& comm,
+                         Device& device, Kernels& kernels, Device& host, Kernels& host_kernels, Category params)
+    : ZeroShape(layout, std::move(unit_begin), comm.world_size(), comm.rank(), dtype, params),
       comm(comm),
       device(device),
       kernels(kernels),

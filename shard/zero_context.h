@@ -23,6 +23,12 @@ namespace zerod {
 struct ZeroShape {
   ZeroShape(const GptLayout& layout, int stage, int world_size, int rank, DType dtype,
             Category params = Category::kParams);
+  // Stage 3 over units held in a form of their own (NF4's packed layers):
+  // `unit_begin` as Partition takes it, in elements of `dtype`; a rank owns
+  // a segment of each unit, its chunk's real elements. `layout` is still
+  // the model's.
+  ZeroShape(const GptLayout& layout, std::vector<int64_t> unit_begin, int world_size, int rank, DType dtype,
+            Category params);
 
   const GptLayout& layout;
   const Partition part;  // a world of one under stage 0: every rank owns everything
@@ -35,6 +41,9 @@ struct ZeroShape {
 struct ZeroContext : ZeroShape {
   ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device, Kernels& kernels,
               Device& host, Kernels& host_kernels, Category params = Category::kParams);
+  // Over units of a form of their own, as ZeroShape's.
+  ZeroContext(const GptLayout& layout, std::vector<int64_t> unit_begin, DType dtype, Communicator& comm,
+              Device& device, Kernels& kernels, Device& host, Kernels& host_kernels, Category params);
 
   // A zeroed buffer on the device (the memset enqueued on the stream).
   absl::Status alloc(Buffer& b, int64_t bytes, Category c) const;

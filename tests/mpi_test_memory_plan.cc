@@ -61,6 +61,10 @@ std::vector<Case> cases(const std::string& dir) {
   all.push_back({"stage3_params_cpu", testing::joined(stage3, {"zero_optimization.offload_param.device=\"cpu\""})});
   all.push_back({"stage3_params_nvme_bf16",
                  testing::joined(stage3, {"zero_optimization.offload_param.device=\"nvme\"", "bf16.enabled=true"})});
+  // LoRA over an NF4 base: packed layers sharded, gathered from a file.
+  all.push_back({"stage3_lora_nf4_params_nvme",
+                 testing::joined(stage3, {R"(model.lora={"r": 4, "base_quant": "nf4"})",
+                                          "zero_optimization.offload_param.device=\"nvme\""})});
   // Persistent layers, no prefetch, one reduce-scatter slot.
   all.push_back({"stage3_persistent_no_overlap",
                  {"zero_optimization.stage=3", "zero_optimization.stage3_param_persistence_threshold=1000000000",

@@ -165,8 +165,9 @@ TEST(ZeroEquivalence, EightBitStatesUnderEveryStage) {
 }
 
 // LoRA: the adapters are what the stages shard (their embedding and final
-// units empty), the base is frozen (replicated, gathered at stage 3, or
-// NF4), and the runs follow the single-process run as full training does.
+// units empty), the base is frozen (replicated, or sharded and gathered at
+// stage 3: in NF4 as packed layers), and the runs follow the single-process
+// run as full training does.
 TEST(ZeroEquivalence, LoraEveryStageFollowsTheSingleProcessRun) {
   const int n = world().world_size();
   for (const char* base : {"none", "nf4"}) {
@@ -240,12 +241,14 @@ TEST(ZeroOffload, ParamsOffloadedAreBitwiseTheInMemoryRun) {
       {{"run.steps=6", "bf16.enabled=true"}, params_on("cpu", 5)},
       {{"run.steps=6", "bf16.enabled=true"}, params_on("nvme", 1)},
       {{"run.steps=6", "optimizer.type=AdamW8bit"}, optimizer_on_nvme},
-      // LoRA's adapters and its frozen base, both offloaded.
+      // LoRA's adapters and its frozen base, both offloaded; the base's
+      // packed NF4 layers in host memory.
       {{"run.steps=6", "bf16.enabled=true", R"(model.lora={"r": 4, "target_modules": ["c_attn", "mlp.c_proj"]})"},
        optimizer_on_nvme},
+      {{"run.steps=6", "bf16.enabled=true", R"(model.lora={"r": 4, "base_quant": "nf4"})"}, params_on("cpu", 2)},
   };
   for (const auto& [v, off] : cases) {
-    SCOPED_TRACE(::testing::Message() << "world " << n << ", " << v[1] << ", " << off[0]);
+    SCOPED_TRACE(::testing::Message() << "world " << n << ", " << v.back() << ", " << off[0]);
     const TrainRun mem = train(config(tiny_job(3), n, v), &world());
     auto o = v;
     o.insert(o.end(), off.begin(), off.end());

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/statvfs.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include "runtime/engine/fit.h"
 #include "runtime/engine/memory_check.h"
 #include "runtime/engine/trainer.h"
+#include "runtime/model/nf4_weights.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
 #include "tests/worker_run.h"
@@ -157,6 +159,23 @@ TEST(MemoryPlanTest, QloraOfGpt2LargeIsAFractionOfFullFineTuning) {
   // embeddings; against bf16's 2.
   EXPECT_NEAR(frozen / model.num_params(), 0.81, 0.01);
   EXPECT_EQ(at(f, Tier::kGpu, Category::kParams), 2 * uint64_t(Partition(model, 1).padded_numel()));
+  EXPECT_EQ(frozen, static_cast<double>(Nf4Packing(model).model_bytes()));
+
+  // ZeRO-3 over 8 GPUs shards the packed layers too: a rank holds an eighth
+  // of the base, and gathers the embeddings, the final LayerNorm and two
+  // layers (the one in use and the next) as their packed bytes; each unit's
+  // chunk rounds up to 64 words.
+  const JobConfig stage3 = testing::config_with(job, {R"(model.lora={"r": 8, "base_quant": "nf4"})",
+                                                      "zero_optimization.stage=3"});
+  const Nf4Packing packing(model);
+  const double globals = 4.0 * (model.unit_numel(0) + model.unit_numel(model.final_unit()));
+  for (int rank : {0, 7}) {
+    MemoryPlan plan({Tier::kGpu, true, false});
+    ASSERT_TRUE(Trainer::plan(stage3, 8, rank, {KernelBackend::kCuda}, plan).ok());
+    const double held = static_cast<double>(at(plan.peaks(), Tier::kGpu, Category::kFrozen));
+    EXPECT_NEAR(held, frozen / 8 + globals + 2.0 * packing.layer_bytes(), 9 * 64 * 4.0 * model.num_units())
+        << "rank " << rank;
+  }
 }
 
 // The GPU tier's plan, on the CPU device standing in for a GPU (its memory
@@ -174,11 +193,16 @@ TEST_F(GpuTierPlanTest, EqualsTheAccountantsPeaksOfAStandInGpuRun) {
        "zero_optimization.offload_param.device=\"cpu\"", "optimizer.type=\"AdamW8bit\""},
       {"zero_optimization.stage=3", "bf16.enabled=true", "run.checkpoint.async=false"},
       // LoRA: the frozen base replicated in bf16, sharded and offloaded at
-      // stage 3, and in NF4.
+      // stage 3, and in NF4: replicated, then packed layers sharded at
+      // stage 3, in memory and in a file.
       {R"(model.lora={"r": 4, "target_modules": ["c_attn", "mlp.c_proj"]})", "bf16.enabled=true",
        "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\""},
       {R"(model.lora={"r": 4})", "zero_optimization.stage=3", "zero_optimization.offload_param.device=\"cpu\""},
-      {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=1"}};
+      {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=1"},
+      {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=3", "bf16.enabled=true"},
+      {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=3",
+       "zero_optimization.offload_param.device=\"nvme\"",
+       "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\""}};
   for (const std::vector<std::string>& overrides : cases) {
     SCOPED_TRACE(::testing::Message() << ::testing::PrintToString(overrides));
     nlohmann::json j = testing::tiny_job();
@@ -435,8 +459,8 @@ TEST(FitTest, StepCostIsTheStatedModel) {
   EXPECT_DOUBLE_EQ(c.total(), c.compute + c.optimizer + c.pcie + c.network + c.nvme);
 
   // LoRA: the adapters (r 4 on c_attn: 4 x (C + 3C) a layer) are trained,
-  // the frozen model needs no weight gradients and is gathered at stage 3;
-  // in NF4 it is not.
+  // the frozen model needs no weight gradients and is gathered at stage 3,
+  // in NF4 as its packed bytes.
   const std::string lora = R"(model.lora={"r": 4})";
   cfg = testing::config_with(testing::tiny_job(), {lora, "zero_optimization.stage=3", "bf16.enabled=true"}, 2);
   const double adapters = L * 4 * 4 * C;
@@ -447,7 +471,18 @@ TEST(FitTest, StepCostIsTheStatedModel) {
   cfg = testing::config_with(testing::tiny_job(), {lora, "model.lora.base_quant=\"nf4\"", "zero_optimization.stage=3",
                                                    "bf16.enabled=true"},
                              2);
-  EXPECT_DOUBLE_EQ(step_cost(cfg, node, rates).network, 0.5 * (4 + 2 * 2) * adapters / 4e9);
+  // A layer: 13C fp32 biases and LayerNorm values, then C x 3C, C x C,
+  // C x 4C and 4C x C weights in NF4 (codes, a code a block, an fp32 absmax
+  // a group and the offset), each part rounded up to 16 bytes; the
+  // embeddings (vocabulary and positions) and final LayerNorm in fp32.
+  const auto up16 = [](double b) { return std::ceil(b / 16) * 16; };
+  const auto nf4 = [&](double n) {
+    return up16(n / 2 + n / 64 + 4 * std::ceil(n / 64 / 256) + 4);
+  };
+  const double V = cfg.model.vocab_size, P = cfg.model.block_size;
+  const double nf4_model = 4 * (V * C + P * C + 2 * C) +
+                           L * (up16(4 * 13 * C) + nf4(3 * C * C) + nf4(C * C) + 2 * nf4(4 * C * C));
+  EXPECT_DOUBLE_EQ(step_cost(cfg, node, rates).network, 0.5 * ((4 + 2 * 2) * adapters + 2 * nf4_model) / 4e9);
 }
 
 // gpt2-xl's fine-tune example on a 12 GiB GPU and 64 GiB of host memory:

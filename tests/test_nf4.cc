@@ -175,8 +175,8 @@ TEST(Nf4, BytesPerWeight) {
 // QLoRA's frozen model: a pass over Nf4Weights is a pass over the model
 // whose four matrices a layer are their NF4 round trips (quantized and
 // dequantized here with the CPU's functions) and whose other tensors are as
-// given, bit for bit; the accountant holds what the plan says, the matrices
-// at 4.127 bits a weight.
+// given, bit for bit; the accountant holds what the plan says, a layer's
+// matrices at 4.127 bits a weight beside its fp32 biases and LayerNorms.
 TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
   const GptConfig cfg{2, 2, 64, 96, 16};
   const int B = 2, T = 16;
@@ -187,7 +187,7 @@ TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
   std::vector<float> rounded = params;
   int64_t matrix_params = 0;
   for (const ParamSegment& s : layout.segments()) {
-    if (std::ranges::count(Nf4Weights::kMatrices, s.id) == 0) continue;
+    if (std::ranges::count(Nf4Packing::kMatrices, s.id) == 0) continue;
     Nf4Storage q(s.numel);
     nf4_quantize(params.data() + s.offset, q.t);
     nf4_dequantize(q.t, rounded.data() + s.offset);
@@ -196,7 +196,7 @@ TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
   ASSERT_NE(rounded, params);
 
   MemoryAccountant& acct = MemoryAccountant::global();
-  const uint64_t params_before = acct.current(Tier::kHost, Category::kParams);
+  const uint64_t frozen_before = acct.current(Tier::kHost, Category::kFrozen);
   const ParamInit init = [&](int64_t begin, int64_t end, float* out) {
     std::copy(params.begin() + begin, params.begin() + end, out);
     return absl::OkStatus();
@@ -205,13 +205,18 @@ TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
   ASSERT_TRUE(nf4.ok()) << nf4.status();
   MemoryPlan plan;
   Nf4Weights::plan(layout, plan);
-  EXPECT_EQ(acct.current(Tier::kHost, Category::kParams) - params_before,
-            plan.peaks().peak[static_cast<int>(Tier::kHost)][static_cast<int>(Category::kParams)]);
-  uint64_t nf4_bytes = 0;
+  const uint64_t planned = plan.peaks().peak[static_cast<int>(Tier::kHost)][static_cast<int>(Category::kFrozen)];
+  EXPECT_GT(planned, 0u);
+  EXPECT_EQ(acct.current(Tier::kHost, Category::kFrozen) - frozen_before, planned);
+  uint64_t layer_bytes = 0;
   for (const PlannedBuffer& b : plan.buffers()) {
-    if (b.what == "frozen weights: matrices in NF4") nf4_bytes = b.bytes;
+    if (b.what == "frozen weights: layers, matrices in NF4") layer_bytes = b.bytes;
   }
-  EXPECT_NEAR(8.0 * nf4_bytes / matrix_params, 4.127, 0.01);
+  int64_t fp32_layer_params = 0;
+  for (const ParamSegment& s : layout.segments()) {
+    if (layout.tensor(s.id).per_layer && std::ranges::count(Nf4Packing::kMatrices, s.id) == 0) fp32_layer_params += s.numel;
+  }
+  EXPECT_NEAR(8.0 * (layer_bytes - 4 * fp32_layer_params) / matrix_params, 4.127, 0.01);
 
   auto model = Gpt::create(cfg, B, T, DType::kF32, false, rig.device, *rig.kernels);
   ASSERT_TRUE(model.ok());

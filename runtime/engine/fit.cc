@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/checkpoint/output_file.h"
 #include "runtime/core/exit_codes.h"
+#include "runtime/model/nf4_weights.h"
 
 namespace zerod {
 
@@ -31,17 +32,21 @@ FitRates fit_rates(FitRates r, DType precision, const Machines& machines, int cp
 StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRates& rates) {
   const GptConfig& m = cfg.model;
   // The trained parameters: the model's, or with LoRA the adapters' (the
-  // model's weights are then frozen: `frozen` of them, gathered at stage 3
-  // unless in NF4, which every rank holds whole).
+  // model's weights are then frozen: `frozen` of them, whose bytes are
+  // gathered at stage 3: NF4's packed layers, or the working precision's).
   const double model = static_cast<double>(gpt_param_count(m));
   const double psi = cfg.lora ? static_cast<double>(lora_param_count(m, cfg.lora->adapters)) : model;
   const double frozen = cfg.lora ? model : 0;
-  const double gathered_frozen = cfg.lora && !cfg.lora->nf4_base && cfg.zero.stage == 3 ? frozen : 0;
   const double n = machines.ranks, T = cfg.data.seq_len, accum = cfg.grad_accum;
   const int stage = cfg.zero.stage;
   // Bytes of a parameter as the kernels read it, of a gradient as it is
   // reduced (always fp32), and of a parameter's Adam states.
   const double param_bytes = dtype_size(cfg.precision), grad_bytes = 4;
+  double gathered_frozen = 0;  // bytes
+  if (cfg.lora && stage == 3) {
+    gathered_frozen = cfg.lora->nf4_base ? static_cast<double>(Nf4Packing(GptLayout(m)).model_bytes())
+                                         : frozen * param_bytes;
+  }
   const double state_bytes = cfg.optimizer.type == OptimizerType::kAdamW8bit ? 2 : 8;
   const double optimizer_share = stage == 0 ? psi : psi / n;  // the parameters a rank updates
   const double shard = psi / n;
@@ -69,7 +74,7 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
     // on), the updated parameters come back up.
     if (opt != OffloadDevice::kNone) bytes += optimizer_share * (grad_bytes * (stage >= 2 ? accum : 1) + param_bytes);
     // Offloaded parameter shards come up for every gather: forward and backward.
-    if (param != OffloadDevice::kNone) bytes += 2 * accum * (shard + gathered_frozen / n) * param_bytes;
+    if (param != OffloadDevice::kNone) bytes += 2 * accum * (shard * param_bytes + gathered_frozen / n);
     c.pcie = bytes / rates.pcie;
   }
 
@@ -80,13 +85,13 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
     if (stage == 0) bytes = 2 * ring * grad_bytes * psi;
     if (stage == 1) bytes = ring * (grad_bytes + param_bytes) * psi;
     if (stage == 2) bytes = ring * (grad_bytes * accum + param_bytes) * psi;
-    if (stage == 3) bytes = ring * ((grad_bytes + 2 * param_bytes) * psi + 2 * param_bytes * gathered_frozen) * accum;
+    if (stage == 3) bytes = ring * ((grad_bytes + 2 * param_bytes) * psi + 2 * gathered_frozen) * accum;
     c.network = bytes / rates.network;
   }
 
   double nvme_bytes = 0;  // a rank's
   if (opt == OffloadDevice::kNvme) nvme_bytes += 2 * optimizer_share * (4 + state_bytes);
-  if (param == OffloadDevice::kNvme) nvme_bytes += ((2 * accum + 1) * shard + 2 * accum * gathered_frozen / n) * param_bytes;
+  if (param == OffloadDevice::kNvme) nvme_bytes += (2 * accum + 1) * shard * param_bytes + 2 * accum * gathered_frozen / n;
   c.nvme = nvme_bytes * machines.ranks_per_node() / rates.nvme;
   return c;
 }

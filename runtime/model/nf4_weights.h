@@ -13,39 +13,62 @@
 
 namespace zerod {
 
+// How a layer is held: its fp32 tensors (biases and LayerNorms) in layout
+// order, then each matrix's NF4 parts (group absmax values, the offset,
+// codes, absmax codes), every part starting 16-byte aligned. A layer packs
+// to the same bytes whatever the world size, so ZeRO-3 shards packed layers
+// and gathers them as units.
+class Nf4Packing {
+ public:
+  // The ids of the matrices held in NF4.
+  static constexpr std::array<int, 4> kMatrices = kLoraProductWeights;
+
+  explicit Nf4Packing(const GptLayout& layout);
+  // A packed layer's bytes: a multiple of 16.
+  uint64_t layer_bytes() const { return layer_bytes_; }
+  // The model's bytes held so: its layers packed, the embeddings and final
+  // LayerNorm in fp32.
+  uint64_t model_bytes() const;
+  // Packs a layer's unit (its fp32 values in layout order) into `packed`,
+  // on the host.
+  void pack(const float* unit, uint8_t* packed) const;
+  // The layer packed at `packed` (device memory) as fp32 views: the tensors
+  // copied and the matrices dequantized into `unit` (a layer's fp32 unit on
+  // the device), on cv's stream.
+  LayerWeights unpack(Device& device, const Converter& cv, uint8_t* packed, float* unit) const;
+  // The device buffer unpack() writes: a layer's fp32 unit.
+  static void plan_unpacked(const GptLayout& layout, MemoryPlan& plan);
+
+ private:
+  const GptLayout& layout_;
+  std::vector<int> small_ids_;  // a layer's fp32 tensors, in layout order
+  uint64_t small_bytes_ = 0;    // theirs, rounded up to 16
+  uint64_t layer_bytes_ = 0;
+};
+
+// Every rank holds every layer (ZeRO stages 0-2; stage 3 shards packed
+// layers, shard/frozen_weights.h).
 class Nf4Weights : public WeightSource {
  public:
-  // Quantizes the weights `init` gives, one matrix at a time through host
+  // Quantizes the weights `init` gives, a layer at a time through host
   // buffers of its size.
   static absl::StatusOr<Nf4Weights> create(const GptLayout* layout, const ParamInit& init, Device& device,
                                            Kernels& kernels);
   // What create() allocates, on plan's device.
   static void plan(const GptLayout& layout, MemoryPlan& plan);
-  // The ids of the matrices held in NF4.
-  static constexpr std::array<int, 4> kMatrices = kLoraProductWeights;
 
   DType dtype() const override { return DType::kF32; }
   absl::StatusOr<GlobalWeights> globals() override { return globals_; }
   absl::StatusOr<LayerWeights> layer(int l) override;
 
  private:
-  // Elements of a layer's fp32 tensors (all but the matrices), and the
-  // bytes of its matrices in NF4.
-  struct Sizes {
-    int64_t small;
-    uint64_t nf4;
-  };
-  static Sizes sizes(const GptLayout& layout);
-  explicit Nf4Weights(Converter convert) : convert_(convert) {}
+  Nf4Weights(const GptLayout& layout, Converter convert) : packing_(layout), convert_(convert) {}
 
+  Nf4Packing packing_;
   Converter convert_;
   Device* device_ = nullptr;
-  const GptLayout* layout_ = nullptr;
-  std::vector<int> small_ids_;  // a layer's fp32 tensors, in layout order
-  int64_t small_numel_ = 0;     // their elements
-  Buffer globals_buf_, small_, nf4_, staging_;  // staging: one layer's unit, fp32
+  Buffer globals_buf_, layers_, unpacked_;  // unpacked: one layer's unit, fp32
   GlobalWeights globals_{};
-  std::vector<std::array<Nf4Tensor, 4>> matrices_;  // per layer, device addresses
 };
 
 }  // namespace zerod
