@@ -1,0 +1,73 @@
+// Hosts on this machine for multi-host tests: network namespaces joined by
+// a bridge (scripts/netns_hosts.sh), ranks started in them by mpirun through
+// scripts/netns_rsh.sh, so collectives cross a network as between machines.
+// Needs root. For test_*.cc, which get ZEROD_SOURCE_DIR, ZEROD_MPIEXEC and
+// ZEROD_WORKER_BIN from the build.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/worker_run.h"
+
+namespace zerod::testing {
+
+class NetnsHosts {
+ public:
+  // Brings up n hosts, named and addressed after this process (so runs of
+  // the tests side by side do not meet); ok() says whether they came up.
+  explicit NetnsHosts(int n)
+      : n_(n), prefix_(absl::StrCat("zt", getpid() % 100000)), net_(absl::StrCat("10.231.", getpid() % 200 + 20)) {
+    down();
+    up_ = run_command(script("netns_hosts.sh", {"up", prefix_, std::to_string(n), net_}) + " 2>&1");
+  }
+  ~NetnsHosts() { down(); }
+  NetnsHosts(const NetnsHosts&) = delete;
+  NetnsHosts& operator=(const NetnsHosts&) = delete;
+
+  bool ok() const { return up_.code == 0; }
+  const std::string& error() const { return up_.out; }
+  // Host i, from 1.
+  std::string host(int i) const { return absl::StrCat(prefix_, i); }
+
+  // zero-worker's `args` as `np` ranks placed on `hosts` ("host:slots"),
+  // started through the agent; stdout with stderr.
+  CommandResult mpirun(const std::vector<std::string>& hosts, int np, const std::string& args) const {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    const std::string net = net_ + ".0/24";
+    return run_command(absl::StrCat(ZEROD_MPIEXEC, " --host ", absl::StrJoin(hosts, ","), " -np ", np,
+                                    " --mca plm_rsh_agent ", ZEROD_SOURCE_DIR, "/scripts/netns_rsh.sh",
+                                    " --mca oob_tcp_if_include ", net, " --mca btl_tcp_if_include ", net,
+                                    " -x OMP_NUM_THREADS=1 ", ZEROD_WORKER_BIN, " ", args, " 2>&1"));
+  }
+
+  // Bytes host i has sent and received over its link.
+  uint64_t link_bytes(int i) const {
+    return counter(host(i), "rx_bytes") + counter(host(i), "tx_bytes");
+  }
+
+ private:
+  static std::string script(const std::string& name, const std::vector<std::string>& args) {
+    return absl::StrCat("bash ", ZEROD_SOURCE_DIR, "/scripts/", name, " ", absl::StrJoin(args, " "));
+  }
+  static uint64_t counter(const std::string& link, const std::string& name) {
+    std::ifstream f("/sys/class/net/" + link + "/statistics/" + name);
+    uint64_t v = 0;
+    f >> v;
+    return v;
+  }
+  void down() const { run_command(script("netns_hosts.sh", {"down", prefix_, std::to_string(n_)}) + " 2>&1"); }
+
+  const int n_;
+  const std::string prefix_, net_;
+  CommandResult up_;
+};
+
+}  // namespace zerod::testing
