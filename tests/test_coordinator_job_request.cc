@@ -151,6 +151,14 @@ TEST_F(JobRequestTest, RefusesBadRequestFields) {
     EXPECT_EQ(refusal(r), absl::StrCat("placement host '", host,
                                        "' is not 'host' or 'host:slots' (a host starts with a letter or digit)"));
   }
+  // More ranks than the hosts' slots, a host without slots counting one.
+  r = request(tiny_job(), 4);
+  r.mutable_placement()->add_hosts("node1:2");
+  r.mutable_placement()->add_hosts("node2");
+  EXPECT_EQ(refusal(r), "the job asks for 4 ranks but its hosts give 3 slots (node1:2, node2; a host without "
+                        "':slots' runs one)");
+  r.mutable_placement()->add_hosts("node3");
+  EXPECT_TRUE(prepare_job(r, rules_).ok());
   // A config past the size limit, however well formed.
   nlohmann::json big = tiny_job();
   big["padding_is_unknown"] = std::string(kMaxConfigBytes, 'a');

@@ -55,9 +55,9 @@ absl::Status confine(const std::string& key, const std::string& value, const Job
 
 }  // namespace
 
-absl::Status check_host(const std::string& entry) {
+absl::StatusOr<int> check_host(const std::string& entry) {
   std::vector<std::string> parts = absl::StrSplit(entry, ':');
-  int slots = 0;
+  int slots = 1;
   const bool host_ok = !parts[0].empty() && std::isalnum(static_cast<unsigned char>(parts[0][0])) &&
                        parts[0].find_first_not_of(
                            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == std::string::npos;
@@ -65,7 +65,7 @@ absl::Status check_host(const std::string& entry) {
     return bad(absl::StrCat("placement host '", entry,
                             "' is not 'host' or 'host:slots' (a host starts with a letter or digit)"));
   }
-  return absl::OkStatus();
+  return slots;
 }
 
 std::string checkpoint_root(const nlohmann::json& config) { return config["run"]["checkpoint"]["dir"]; }
@@ -80,7 +80,16 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
     return bad(absl::StrCat("the job asks for ", req.world_size(), " ranks but this zerod runs at most ", rules.slots,
                             " (--slots)"));
   }
-  for (const std::string& h : req.placement().hosts()) ZEROD_RETURN_IF_ERROR(check_host(h));
+  int64_t host_slots = 0;
+  for (const std::string& h : req.placement().hosts()) {
+    ZEROD_ASSIGN_OR_RETURN(const int slots, check_host(h));
+    host_slots += slots;
+  }
+  if (req.placement().hosts_size() > 0 && req.world_size() > host_slots) {
+    return bad(absl::StrCat("the job asks for ", req.world_size(), " ranks but its hosts give ", host_slots,
+                            " slots (", absl::StrJoin(req.placement().hosts(), ", "),
+                            "; a host without ':slots' runs one)"));
+  }
   const v1::RestartPolicy& r = req.restart();
   if (r.max_restarts() < 0 || r.max_restarts() > kMaxRestarts) {
     return bad(absl::StrCat("max_restarts is ", r.max_restarts(), "; it is 0 to ", kMaxRestarts));

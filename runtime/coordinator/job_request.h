@@ -31,8 +31,9 @@ inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 
 // A placement entry: 'host' or 'host:slots', the host a name or address
 // that starts with a letter or digit (so that ssh or mpirun cannot take it
-// for an option), slots at least 1. InvalidArgument naming the entry.
-absl::Status check_host(const std::string& entry);
+// for an option), slots at least 1. Its slots (1 when not given, as mpirun
+// counts them), or InvalidArgument naming the entry.
+absl::StatusOr<int> check_host(const std::string& entry);
 
 // The job's checkpoint root, relative to its directory when the config says so.
 std::string checkpoint_root(const nlohmann::json& config);

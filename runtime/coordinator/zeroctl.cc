@@ -224,7 +224,9 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
     req.set_name(name);
     req.set_world_size(np);
     for (const std::string& h : hosts) {
-      if (absl::Status s = check_host(h); !s.ok()) return fail(kExitBadInput, std::string(s.message()));
+      if (absl::StatusOr<int> s = check_host(h); !s.ok()) {
+        return fail(kExitBadInput, std::string(s.status().message()));
+      }
       req.mutable_placement()->add_hosts(h);
     }
     req.mutable_restart()->set_max_restarts(max_restarts);
