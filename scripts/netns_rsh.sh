@@ -15,4 +15,9 @@ if ! ip netns list | grep -q "^$host\( \|$\)"; then
   echo "netns_rsh: no host '$host' (no such network namespace)" >&2
   exit 255
 fi
+# As ssh would find it: a host whose link is cut cannot be reached.
+if [ "$(ip netns exec "$host" cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; then
+  echo "netns_rsh: host '$host' is unreachable (its link is down)" >&2
+  exit 255
+fi
 exec ip netns exec "$host" unshare --uts /bin/sh -c "hostname '$host' && $*"

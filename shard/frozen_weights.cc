@@ -26,14 +26,6 @@ ZeroShape frozen_shape(const GptLayout& layout, const ZeroSettings& s, bool nf4,
                              : ZeroShape(layout, s.zero.stage, world_size, rank, s.precision, Category::kFrozen);
 }
 
-ZeroContext frozen_context(const GptLayout& layout, const ZeroSettings& s, bool nf4, Communicator& comm,
-                           Device& device, Kernels& kernels, Device& host, Kernels& host_kernels) {
-  return packed(nf4, s.zero) ? ZeroContext(layout, packed_units(layout), DType::kF32, comm, device, kernels, host,
-                                           host_kernels, Category::kFrozen)
-                             : ZeroContext(layout, s.zero.stage, s.precision, comm, device, kernels, host,
-                                           host_kernels, Category::kFrozen);
-}
-
 // The host buffer the initial values pass through: a layer's unit at most,
 // a whole one where layers are packed from it.
 int64_t fill_numel(const ZeroShape& shape, bool packs) {
@@ -60,7 +52,8 @@ FrozenWeights::FrozenWeights(const GptLayout& layout, const ZeroSettings& settin
     : host_(device.accountant()),
       host_kernels_(cpu_kernels()),
       packing_(packed(nf4, settings.zero) ? std::optional<Nf4Packing>(layout) : std::nullopt),
-      ctx_(frozen_context(layout, settings, nf4, comm, device, kernels, host_, *host_kernels_)) {}
+      ctx_(frozen_shape(layout, settings, nf4, comm.world_size(), comm.rank()), comm, device, kernels, host_,
+           *host_kernels_) {}
 
 FrozenWeights::~FrozenWeights() { ctx_.device.synchronize(ctx_.stream).IgnoreError(); }
 

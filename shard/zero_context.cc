@@ -18,7 +18,9 @@ std::vector<ShardSegment> unit_segments(const Partition& part, int rank) {
   std::vector<ShardSegment> owned;
   for (int u = 0; u < part.num_units(); ++u) {
     const Partition::Range r = part.owned(u, rank);
-    if (r.end > r.begin) owned.push_back({r.begin, part.shard_offset(u), r.end - r.begin, false, u, part.unit_numel(u)});
+    if (r.end > r.begin) {
+      owned.push_back({r.begin, part.shard_offset(u), r.end - r.begin, /*decay=*/false, u, part.unit_numel(u)});
+    }
   }
   return owned;
 }
@@ -36,17 +38,12 @@ ZeroShape::ZeroShape(const GptLayout& layout, std::vector<int64_t> unit_begin, i
 
 ZeroContext::ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device,
                          Kernels& kernels, Device& host, Kernels& host_kernels, Category params)
-    : ZeroShape(layout, stage, comm.world_size(), comm.rank(), dtype, params),
-      comm(comm),
-      device(device),
-      kernels(kernels),
-      stream(device.compute_stream()),
-      host(host),
-      host_kernels(host_kernels) {}
+    : ZeroContext(ZeroShape(layout, stage, comm.world_size(), comm.rank(), dtype, params), comm, device, kernels, host,
+                  host_kernels) {}
 
-ZeroContext::ZeroContext(const GptLayout& layout, std::vector<int64_t> unit_begin, DType dtype, Communicator& comm,
-                         Device& device, Kernels& kernels, Device& host, Kernels& host_kernels, Category params)
-    : ZeroShape(layout, std::move(unit_begin), comm.world_size(), comm.rank(), dtype, params),
+ZeroContext::ZeroContext(ZeroShape shape, Communicator& comm, Device& device, Kernels& kernels, Device& host,
+                         Kernels& host_kernels)
+    : ZeroShape(std::move(shape)),
       comm(comm),
       device(device),
       kernels(kernels),

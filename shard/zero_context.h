@@ -41,9 +41,8 @@ struct ZeroShape {
 struct ZeroContext : ZeroShape {
   ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device, Kernels& kernels,
               Device& host, Kernels& host_kernels, Category params = Category::kParams);
-  // Over units of a form of their own, as ZeroShape's.
-  ZeroContext(const GptLayout& layout, std::vector<int64_t> unit_begin, DType dtype, Communicator& comm,
-              Device& device, Kernels& kernels, Device& host, Kernels& host_kernels, Category params);
+  ZeroContext(ZeroShape shape, Communicator& comm, Device& device, Kernels& kernels, Device& host,
+              Kernels& host_kernels);
 
   // A zeroed buffer on the device (the memset enqueued on the stream).
   absl::Status alloc(Buffer& b, int64_t bytes, Category c) const;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -35,17 +36,39 @@ class NetnsHosts {
   const std::string& error() const { return up_.out; }
   // Host i, from 1.
   std::string host(int i) const { return absl::StrCat(prefix_, i); }
+  // This machine's address on the hosts' network.
+  std::string gateway() const { return net_ + ".1"; }
+  // What mpirun is told to reach the hosts: the agent, and their network
+  // for its own traffic and for the ranks'.
+  std::vector<std::pair<std::string, std::string>> mca() const {
+    const std::string net = net_ + ".0/24";
+    return {{"plm_rsh_agent", std::string(ZEROD_SOURCE_DIR) + "/scripts/netns_rsh.sh"},
+            {"oob_tcp_if_include", net},
+            {"btl_tcp_if_include", net}};
+  }
 
   // zero-worker's `args` as `np` ranks placed on `hosts` ("host:slots"),
   // started through the agent; stdout with stderr.
   CommandResult mpirun(const std::vector<std::string>& hosts, int np, const std::string& args) const {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    const std::string net = net_ + ".0/24";
-    return run_command(absl::StrCat(ZEROD_MPIEXEC, " --host ", absl::StrJoin(hosts, ","), " -np ", np,
-                                    " --mca plm_rsh_agent ", ZEROD_SOURCE_DIR, "/scripts/netns_rsh.sh",
-                                    " --mca oob_tcp_if_include ", net, " --mca btl_tcp_if_include ", net,
-                                    " -x OMP_NUM_THREADS=1 ", ZEROD_WORKER_BIN, " ", args, " 2>&1"));
+    std::string cmd = absl::StrCat(ZEROD_MPIEXEC, " --host ", absl::StrJoin(hosts, ","), " -np ", np);
+    for (const auto& [name, value] : mca()) absl::StrAppend(&cmd, " --mca ", name, " ", value);
+    return run_command(absl::StrCat(cmd, " -x OMP_NUM_THREADS=1 ", ZEROD_WORKER_BIN, " ", args, " 2>&1"));
+  }
+  // The host whose network namespace process `pid` is in ("" for none).
+  static std::string host_of(pid_t pid) {
+    std::string out = run_command(absl::StrCat("ip netns identify ", pid, " 2>/dev/null")).out;
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    return out;
+  }
+  // Takes host i's link down: it is still there, but nothing reaches it.
+  void cut(int i) const {
+    run_command(script("netns_hosts.sh", {"cut", prefix_, std::to_string(i)}) + " 2>&1");
+  }
+  // The processes running on host i.
+  std::string processes(int i) const {
+    return run_command("ip netns pids " + host(i) + " 2>&1").out;
   }
 
   // Bytes host i has sent and received over its link.

@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::zerod::testing::CoordinatorClient;
+using ::zerod::testing::rank_pid;
 using ::zerod::testing::TempDirTest;
 using ::zerod::testing::ZerodProcess;
 
@@ -56,18 +57,6 @@ v1::SubmitJobRequest request(const nlohmann::json& config, int world_size = 2, i
   r.mutable_restart()->set_max_restarts(max_restarts);
   r.mutable_restart()->set_hang_timeout_s(hang_timeout_s);
   return r;
-}
-
-// The pid of one rank of an attempt, found by its tag and rank variable.
-pid_t rank_pid(const std::string& tag, int rank) {
-  for (pid_t p : tagged_processes(tag)) {
-    std::optional<std::string> env = read_whole_file(absl::StrCat("/proc/", p, "/environ"));
-    if (env && env->find(absl::StrCat(std::string(1, '\0'), "OMPI_COMM_WORLD_RANK=", rank, std::string(1, '\0'))) !=
-                   std::string::npos) {
-      return p;
-    }
-  }
-  return -1;
 }
 
 class ZerodE2E : public TempDirTest {

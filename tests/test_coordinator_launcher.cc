@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "runtime/coordinator/launcher.h"
@@ -25,6 +26,8 @@ TEST(Launcher, ArgumentsAreAnArrayWithTheJobsSettings) {
   s.overrides = {"run.resume=\"latest\""};
   s.env = {{"ZEROD_JOB_ID", "7"}, {"NAME", "a value; with $(shell) text"}};
   s.hosts = {"a:2", "b"};
+  s.mca = {{"plm_rsh_agent", "/opt/agent --with args"}, {"btl_tcp_if_include", "10.0.0.0/24"}};
+  s.exports = {"OMP_NUM_THREADS"};
   const std::vector<std::string> argv = mpirun_argv(s);
   const auto has = [&](const std::vector<std::string>& seq) {
     return std::search(argv.begin(), argv.end(), seq.begin(), seq.end()) != argv.end();
@@ -34,6 +37,9 @@ TEST(Launcher, ArgumentsAreAnArrayWithTheJobsSettings) {
   EXPECT_TRUE(has({"--wdir", "/state/jobs/7"}));
   EXPECT_TRUE(has({"--oversubscribe"}));
   EXPECT_TRUE(has({"--host", "a:2,b"}));
+  EXPECT_TRUE(has({"--mca", "plm_rsh_agent", "/opt/agent --with args"}));
+  EXPECT_TRUE(has({"--mca", "btl_tcp_if_include", "10.0.0.0/24"}));
+  EXPECT_TRUE(has({"-x", "OMP_NUM_THREADS"}));
   EXPECT_TRUE(has({"-x", kWorkerTagEnv}));
   EXPECT_TRUE(has({"-x", "ZEROD_JOB_ID=7"}));
   EXPECT_TRUE(has({"-x", "NAME=a value; with $(shell) text"}));  // one argument, never parsed by a shell
@@ -75,6 +81,33 @@ TEST(Launcher, ReadsOomKillsFromMemoryEvents) {
 }
 
 class LauncherFiles : public TempDirTest {};
+
+// Placement hosts asked through the agent mpirun would use: one that
+// answers, this machine (not asked), one the agent cannot reach (its words
+// in the refusal), one that never answers (given up at the timeout).
+TEST_F(LauncherFiles, HostsAreAskedThroughTheAgentBeforeLaunch) {
+  const std::string agent = write("agent.sh",
+                                  "#!/bin/sh\n"
+                                  "[ \"$2\" = true ] || exit 3\n"
+                                  "case $1 in\n"
+                                  "  up*) exit 0 ;;\n"
+                                  "  slow) sleep 60 ;;\n"
+                                  "  *) echo \"agent: connecting\" >&2; echo \"agent: no route to $1\" >&2; exit 255 ;;\n"
+                                  "esac\n");
+  std::filesystem::permissions(agent, std::filesystem::perms::owner_all);
+  const std::vector<std::pair<std::string, std::string>> mca = {{"btl_tcp_if_include", "lo"},
+                                                                {"plm_rsh_agent", agent}};
+  EXPECT_TRUE(check_hosts_reachable({"up1:2", "localhost", "up2"}, mca, 30).ok());
+  EXPECT_TRUE(check_hosts_reachable({}, mca, 30).ok());
+  const absl::Status down = check_hosts_reachable({"up1", "node7:4"}, mca, 30);
+  EXPECT_EQ(down.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(down.message(), "placement host 'node7' cannot be reached through '" + agent + "': agent: no route to node7");
+  const absl::Status slow = check_hosts_reachable({"up1", "slow"}, mca, 0.3);
+  EXPECT_EQ(slow.message(), "placement host 'slow' did not answer '" + agent + "' within 0.3 s");
+  const absl::Status missing = check_hosts_reachable({"node7"}, {{"plm_rsh_agent", path("no-such-agent")}}, 30);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("no-such-agent"), std::string::npos) << missing.message();
+}
 
 TEST_F(LauncherFiles, LastLinesOfALog) {
   std::string text;

@@ -116,9 +116,9 @@ TEST_F(KubernetesDeploy, TheMpiJobLaunchesItsConfigMapsJob) {
   }
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  const testing::CommandResult r = testing::run_command(absl::StrCat(
-      absl::StrJoin(cmd, " "), " --set run.steps=2 --set steps_per_print=1 --set run.log_format='\"json\"' --set run.checkpoint.dir='\"", path("ck"),
-      "\"' 2>&1"));
+  const testing::CommandResult r = testing::run_command(
+      absl::StrCat(absl::StrJoin(cmd, " "), " --set run.steps=2 --set steps_per_print=1",
+                   " --set run.log_format='\"json\"' --set run.checkpoint.dir='\"", path("ck"), "\"' 2>&1"));
   ASSERT_EQ(r.code, 0) << r.out;
   const std::vector<nlohmann::json> starts = testing::of_kind(testing::events(r.out), "start");
   ASSERT_EQ(starts.size(), 1u) << r.out;

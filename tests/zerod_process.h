@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/zerod.grpc.pb.h"
 #include "runtime/coordinator/auth.h"
+#include "runtime/coordinator/launcher.h"
 #include "runtime/core/whole_file.h"
 
 extern char** environ;
@@ -30,14 +31,16 @@ namespace zerod::testing {
 class ZerodProcess {
  public:
   // Starts zerod (`binary`) on `state_dir` with these extra options and
-  // environment entries ("NAME=value"); port 0 picks a free port. Waits
-  // until it serves or exits (see running(), error() and exit_status()).
+  // environment entries ("NAME=value"), listening on `host`; port 0 picks
+  // a free port. Waits until it serves or exits (see running(), error()
+  // and exit_status()).
   ZerodProcess(std::string state_dir, std::vector<std::string> options, std::vector<std::string> env = {}, int port = 0,
-               std::string binary = ZEROD_DAEMON_BIN)
+               std::string binary = ZEROD_DAEMON_BIN, std::string host = "127.0.0.1")
       : state_dir_(std::move(state_dir)),
         options_(std::move(options)),
         env_(std::move(env)),
-        binary_(std::move(binary)) {
+        binary_(std::move(binary)),
+        host_(std::move(host)) {
     start(port);
   }
   ~ZerodProcess() { stop(SIGTERM); }
@@ -67,7 +70,7 @@ class ZerodProcess {
     const std::string address_file = state_dir_ + "/zerod.address";
     std::filesystem::create_directories(state_dir_);
     std::filesystem::remove(address_file);
-    std::vector<std::string> args = {binary_, "--state-dir", state_dir_, "--listen", absl::StrCat("127.0.0.1:", port)};
+    std::vector<std::string> args = {binary_, "--state-dir", state_dir_, "--listen", absl::StrCat(host_, ":", port)};
     args.insert(args.end(), options_.begin(), options_.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -110,12 +113,25 @@ class ZerodProcess {
   const std::vector<std::string> options_;
   std::vector<std::string> env_;
   const std::string binary_;
+  const std::string host_;
   pid_t pid_ = -1;
   int exit_status_ = -1;
   int port_ = 0;
   std::string address_;
   std::string error_;
 };
+
+// The pid of one rank of an attempt, found by its tag and rank variable.
+inline pid_t rank_pid(const std::string& tag, int rank) {
+  for (pid_t p : tagged_processes(tag)) {
+    std::optional<std::string> env = read_whole_file(absl::StrCat("/proc/", p, "/environ"));
+    if (env && env->find(absl::StrCat(std::string(1, '\0'), "OMPI_COMM_WORLD_RANK=", rank, std::string(1, '\0'))) !=
+                   std::string::npos) {
+      return p;
+    }
+  }
+  return -1;
+}
 
 // Calls carrying a token (none when empty).
 class CoordinatorClient {

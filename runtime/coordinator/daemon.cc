@@ -78,6 +78,11 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--worker", opt.worker, "the zero-worker binary")->capture_default_str();
   app.add_option("--mpirun", opt.mpirun, "the mpirun binary")->capture_default_str();
+  app.add_option("--mca", opt.mca,
+                 "NAME VALUE: an Open MPI setting for every launch (repeatable), e.g. --mca plm_rsh_agent "
+                 "/path/agent --mca btl_tcp_if_include 10.0.0.0/24");
+  app.add_option("--export", opt.exports,
+                 "NAME: a variable of zerod's environment every rank gets, on other hosts too (repeatable)");
   if (auto code = parse_command_line(app, "zerod", out, err, [&] { app.parse(argc, argv); })) return *code;
   const auto bad = [&](const std::string& why) {
     err << "zerod: error: " << why << "\n";

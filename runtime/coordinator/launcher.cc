@@ -4,13 +4,17 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <regex>
 #include <set>
+#include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -29,16 +33,138 @@ std::string exit_record_path(const std::string& job_dir, int rank) {
   return absl::StrCat(job_dir, "/rank-", rank, ".exit");
 }
 
+namespace {
+
+// Children start with default signal handling and nothing blocked (zerod
+// blocks signals in its threads; its children must not inherit that).
+void init_spawn_attr(posix_spawnattr_t& attr, short flags) {
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, flags | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+}
+
+bool is_this_machine(const std::string& host) {
+  if (host == "localhost" || host == "127.0.0.1" || host == "::1") return true;
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  const std::string self = name;
+  return host == self || host == self.substr(0, self.find('.'));
+}
+
+// An agent asking one host to run `true`.
+struct Probe {
+  std::string host;
+  pid_t pid = -1;
+  int out = -1;  // its stdout and stderr, read as they come
+  std::string said;
+  std::optional<int> status;
+};
+
+void read_available(Probe& p) {
+  char buf[4096];
+  for (ssize_t n; (n = read(p.out, buf, sizeof buf)) > 0;) p.said.append(buf, n);
+}
+
+}  // namespace
+
+absl::Status check_hosts_reachable(const std::vector<std::string>& hosts,
+                                   const std::vector<std::pair<std::string, std::string>>& mca, double timeout_s) {
+  std::vector<std::string> agent = {"ssh", "-o", "BatchMode=yes", "-o",
+                                    absl::StrCat("ConnectTimeout=", std::max(1, static_cast<int>(timeout_s)))};
+  for (const auto& [name, value] : mca) {
+    if (name == "plm_rsh_agent") agent = absl::StrSplit(value, ' ', absl::SkipWhitespace());
+  }
+  std::vector<Probe> probes;
+  absl::Status started;
+  for (const std::string& entry : hosts) {
+    const std::string host = entry.substr(0, entry.find(':'));
+    if (is_this_machine(host) || agent.empty()) continue;
+    Probe& p = probes.emplace_back();
+    p.host = host;
+    std::vector<std::string> args = agent;
+    args.insert(args.end(), {host, "true"});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+      started = absl::InternalError(absl::StrCat("cannot make a pipe: ", std::strerror(errno)));
+      probes.pop_back();
+      break;
+    }
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&files, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&files, fds[1], 2);
+    posix_spawnattr_t attr;
+    init_spawn_attr(attr, POSIX_SPAWN_SETSID);
+    const int rc = posix_spawnp(&p.pid, argv[0], &files, &attr, argv.data(), environ);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&files);
+    close(fds[1]);
+    p.out = fds[0];
+    if (rc != 0) {
+      p.pid = -1;
+      started = absl::InvalidArgumentError(
+          absl::StrCat("cannot start the agent '", agent[0], "' to reach the placement hosts: ", std::strerror(rc)));
+      break;
+    }
+  }
+  // Every probe runs at once; those still running at the deadline are killed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (bool waiting = true; waiting;) {
+    waiting = false;
+    for (Probe& p : probes) {
+      if (p.pid < 0 || p.status) continue;
+      read_available(p);
+      int status = 0;
+      if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+        p.status = status;
+      } else if (std::chrono::steady_clock::now() >= deadline) {
+        kill(-p.pid, SIGKILL);
+        waitpid(p.pid, nullptr, 0);
+        p.pid = -1;
+      } else {
+        waiting = true;
+      }
+    }
+    if (waiting) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  absl::Status first = started;
+  for (Probe& p : probes) {
+    read_available(p);
+    close(p.out);
+    if (!first.ok()) continue;
+    std::string said(absl::StripAsciiWhitespace(p.said));
+    if (const size_t nl = said.rfind('\n'); nl != std::string::npos) said = said.substr(nl + 1);
+    if (!p.status) {
+      first = absl::InvalidArgumentError(absl::StrCat("placement host '", p.host, "' did not answer '", agent[0],
+                                                      "' within ", timeout_s, " s"));
+    } else if (!WIFEXITED(*p.status) || WEXITSTATUS(*p.status) != 0) {
+      first = absl::InvalidArgumentError(absl::StrCat("placement host '", p.host, "' cannot be reached through '",
+                                                      agent[0], "'", said.empty() ? "" : ": ", said));
+    }
+  }
+  return first;
+}
+
 std::vector<std::string> mpirun_argv(const LaunchSpec& spec) {
   std::vector<std::string> argv = {spec.mpirun, "-np", absl::StrCat(spec.world_size), "--wdir", spec.job_dir,
                                    // Ranks share this machine's cores with other jobs.
                                    "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  for (const auto& [name, value] : spec.mca) argv.insert(argv.end(), {"--mca", name, value});
   if (!spec.hosts.empty()) {
     argv.insert(argv.end(), {"--host", absl::StrJoin(spec.hosts, ",")});
   }
   argv.insert(argv.end(), {"-x", kWorkerTagEnv});
   for (const auto& [name, value] : spec.env) argv.insert(argv.end(), {"-x", absl::StrCat(name, "=", value)});
+  for (const std::string& name : spec.exports) argv.insert(argv.end(), {"-x", name});
   argv.insert(argv.end(), {spec.worker, "--config", spec.config});
   for (const std::string& o : spec.overrides) argv.insert(argv.end(), {"--set", o});
   return argv;
@@ -64,13 +190,7 @@ absl::StatusOr<pid_t> launch(const LaunchSpec& spec) {
   posix_spawn_file_actions_addopen(&files, 1, spec.launcher_log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&files, 1, 2);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);  // zerod blocks signals in its threads; the job must not inherit that
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  init_spawn_attr(attr, POSIX_SPAWN_SETSID);
   pid_t pid = -1;
   const int rc = posix_spawnp(&pid, argv[0], &files, &attr, argv.data(), envp.data());
   posix_spawnattr_destroy(&attr);

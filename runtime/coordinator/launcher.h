@@ -27,10 +27,16 @@ struct LaunchSpec {
   std::string worker;                       // zero-worker
   int world_size = 1;
   std::vector<std::string> hosts;           // "host" or "host:slots"; none: this machine
+  // mpirun --mca settings: how it reaches other hosts (plm_rsh_agent), the
+  // networks it uses (oob_tcp_if_include, btl_tcp_if_include), ...
+  std::vector<std::pair<std::string, std::string>> mca;
   std::string job_dir;                      // the ranks' working directory
   std::string config;                       // the job config the ranks read
   std::vector<std::string> overrides;       // zero-worker --set
   std::vector<std::pair<std::string, std::string>> env;  // exported to every rank
+  // Variables of mpirun's own environment exported to every rank (ranks on
+  // other hosts get no others).
+  std::vector<std::string> exports;
   std::string tag;
   std::string launcher_log;                 // mpirun's own output, appended
 };
@@ -45,6 +51,14 @@ std::vector<std::string> mpirun_argv(const LaunchSpec& spec);
 
 // Starts mpirun in a new session (its own process group), a child of this process.
 absl::StatusOr<pid_t> launch(const LaunchSpec& spec);
+
+// Asks each placement host ("host" or "host:slots") to run `true` through
+// the agent mpirun would reach it with (`mca`'s plm_rsh_agent, else ssh
+// without a password prompt), all at once, each within timeout_s. Hosts
+// that name this machine are not asked. InvalidArgument naming the first
+// host that did not answer, with the agent's last words.
+absl::Status check_hosts_reachable(const std::vector<std::string>& hosts,
+                                   const std::vector<std::pair<std::string, std::string>>& mca, double timeout_s);
 
 // Processes whose environment carries the tag (those this user may read).
 std::vector<pid_t> tagged_processes(const std::string& tag);

@@ -151,6 +151,10 @@ absl::Status Supervisor::recover() {
 
 absl::StatusOr<v1::Job> Supervisor::submit(const v1::SubmitJobRequest& request) {
   ZEROD_ASSIGN_OR_RETURN(nlohmann::json config, prepare_job(request, options_.rules));
+  const std::vector<std::string> hosts(request.placement().hosts().begin(), request.placement().hosts().end());
+  if (absl::Status s = check_hosts_reachable(hosts, options_.mca, options_.reach_timeout_s); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(s.message(), "; nothing was submitted"));
+  }
   absl::StatusOr<v1::Job> added = store_->add(request, now_ms());
   if (!added.ok()) {
     return absl::UnavailableError(
@@ -516,6 +520,8 @@ absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJ
   const std::string dir = job_dir(id);
   LaunchSpec l;
   l.mpirun = options_.mpirun;
+  l.mca = options_.mca;
+  l.exports = options_.exports;
   l.worker = options_.worker;
   l.world_size = spec.world_size();
   l.hosts.assign(spec.placement().hosts().begin(), spec.placement().hosts().end());

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "proto/zerod.pb.h"
@@ -37,6 +38,8 @@ struct SupervisorOptions {
   std::string state_dir;                // zerod.db and jobs/<id>/
   std::string worker = "zero-worker";
   std::string mpirun = "mpirun";
+  std::vector<std::pair<std::string, std::string>> mca;  // mpirun --mca settings of every launch
+  std::vector<std::string> exports;  // variables of zerod's environment every rank gets, on any host
   std::string address;                  // where workers reach this zerod
   std::string token_file;               // workers read the token here
   std::string tls_ca;                   // workers trust this certificate (TLS only)
@@ -45,6 +48,7 @@ struct SupervisorOptions {
   double grace_s = 10;                  // SIGTERM, then this long, then SIGKILL
   double heartbeat_interval_s = 1;
   double tick_s = 0.1;                  // how often attempts are checked
+  double reach_timeout_s = 10;          // for each placement host to answer before a job is taken
 };
 
 class Supervisor {

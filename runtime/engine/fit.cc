@@ -91,7 +91,9 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
 
   double nvme_bytes = 0;  // a rank's
   if (opt == OffloadDevice::kNvme) nvme_bytes += 2 * optimizer_share * (4 + state_bytes);
-  if (param == OffloadDevice::kNvme) nvme_bytes += (2 * accum + 1) * shard * param_bytes + 2 * accum * gathered_frozen / n;
+  if (param == OffloadDevice::kNvme) {
+    nvme_bytes += (2 * accum + 1) * shard * param_bytes + 2 * accum * gathered_frozen / n;
+  }
   c.nvme = nvme_bytes * machines.ranks_per_node() / rates.nvme;
   return c;
 }
