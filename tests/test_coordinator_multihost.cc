@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/coordinator/job_store.h"
 #include "runtime/coordinator/launcher.h"
+#include "runtime/core/whole_file.h"
 #include "tests/netns_hosts.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
@@ -44,9 +45,9 @@ class ZerodMultiHost : public testing::TempDirTest {
   // zerod on the hosts' network, launching `worker` with the hosts' mpirun
   // settings and this environment, which it exports to the ranks on the
   // other hosts (mpirun gives them no other).
-  void start_zerod(const std::string& worker, std::vector<std::string> env) {
-    std::vector<std::string> options = {"--token-file", write("token", kToken), "--slots", "8",
-                                        "--heartbeat-interval", "0.1", "--worker", worker};
+  void start_zerod(const std::string& worker, std::vector<std::string> env, std::vector<std::string> options = {}) {
+    options.insert(options.end(), {"--token-file", write("token", kToken), "--slots", "8", "--heartbeat-interval",
+                                   "0.1", "--worker", worker});
     for (const auto& [name, value] : hosts_.mca()) options.insert(options.end(), {"--mca", name, value});
     env.push_back("OMP_NUM_THREADS=1");
     for (const std::string& e : env) options.insert(options.end(), {"--export", e.substr(0, e.find('='))});
@@ -79,7 +80,7 @@ class ZerodMultiHost : public testing::TempDirTest {
     return summary.empty() ? 0 : summary[0]["final_loss"].get<double>();
   }
 
-  testing::NetnsHosts hosts_{2};
+  testing::NetnsHosts hosts_{3};
   std::unique_ptr<testing::ZerodProcess> zerod_;
   std::unique_ptr<testing::CoordinatorClient> client_;
 };
@@ -133,6 +134,43 @@ TEST_F(ZerodMultiHost, ARankKilledOnTheSecondHostRestartsTheJobFromItsCheckpoint
     }
     EXPECT_EQ(hosts_.processes(i), "") << hosts_.host(i);
   }
+  EXPECT_EQ(job.progress().loss(), direct_loss(config));  // bitwise, as if never interrupted
+}
+
+// The second host's link is cut mid-run: its ranks go silent while the
+// others' heartbeats go on, so after --host-timeout the attempt fails naming
+// that host, and the job resumes from its checkpoint on the first and third
+// hosts (whose slots still hold its 4 ranks) to the uninterrupted run's
+// loss; nothing of the failed attempt is left on any host.
+TEST_F(ZerodMultiHost, AHostThatDisappearsFailsItsAttemptAndTheJobGoesOnWithoutIt) {
+  start_zerod(ZEROD_WORKER_BIN, {}, {"--host-timeout", "3", "--grace", "2"});
+  const nlohmann::json config = job(40, 10);
+  v1::SubmitJobRequest r = request(config, /*max_restarts=*/1);
+  r.mutable_placement()->add_hosts(hosts_.host(3) + ":2");
+  std::string id;
+  ASSERT_TRUE(client_->submit(r, &id).ok());
+  v1::Job job;
+  do {
+    ASSERT_TRUE(client_->get(id, &job).ok());
+    ASSERT_FALSE(is_terminal(job.state())) << job.DebugString();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (job.progress().step() < 12);
+  hosts_.cut(2);
+
+  ASSERT_TRUE(client_->watch(id, &job).ok());
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  ASSERT_EQ(job.attempts_size(), 2);
+  const v1::Failure& f = job.first_failure();
+  EXPECT_EQ(f.host(), hosts_.host(2));
+  EXPECT_EQ(f.reason().rfind("host " + hosts_.host(2) + " stopped answering: no heartbeat from its ranks (2, 3)", 0),
+            0u)
+      << f.reason();
+  const std::string log = read_whole_file(path("state/zerod.log")).value_or("");
+  EXPECT_NE(log.find(absl::StrCat("attempt 2 launched: 4 ranks on ", hosts_.host(1), ":2,", hosts_.host(3), ":2")),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());
+  for (int i = 1; i <= 3; ++i) EXPECT_EQ(hosts_.processes(i), "") << hosts_.host(i);
   EXPECT_EQ(job.progress().loss(), direct_loss(config));  // bitwise, as if never interrupted
 }
 

@@ -72,6 +72,9 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--hang-timeout", opt.hang_timeout_s, "seconds without progress before an attempt is failed")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--host-timeout", opt.host_timeout_s,
+                 "seconds a host's ranks may all be silent, while others are heard, before it counts as lost")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--grace", opt.grace_s, "seconds between SIGTERM and SIGKILL when stopping a job")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--heartbeat-interval", opt.heartbeat_interval_s, "seconds between a worker's heartbeats")

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -234,6 +235,7 @@ absl::StatusOr<int64_t> Supervisor::register_worker(const v1::RegisterWorkerRequ
     Rank& r = it->second.ranks[req.worker().rank()];
     r.pid = req.pid();
     r.host = req.host();
+    r.heard = Clock::now();
   }
   return static_cast<int64_t>(options_.heartbeat_interval_s * 1000);
 }
@@ -245,7 +247,9 @@ absl::StatusOr<bool> Supervisor::heartbeat(const v1::HeartbeatRequest& req) {
   Attempt& a = it->second;
   if (a.stopping) return true;
   const int64_t step = req.progress().step();
-  a.ranks[req.worker().rank()].step = step;
+  Rank& r = a.ranks[req.worker().rank()];
+  r.step = step;
+  r.heard = Clock::now();
   if (step > a.step) {
     a.step = step;
     a.progressed = Clock::now();
@@ -314,6 +318,9 @@ void Supervisor::tick() {
                                   " s); the last step of each rank (rank:step): ",
                                   steps.empty() ? "none reported" : absl::StrJoin(steps, " ")));
         l.hang = f;
+      } else if (!a.stopping) {
+        l.hang = lost_host_locked(a, now);
+        if (l.hang) a.lost_host = l.hang->host();
       }
       if (a.unsaved && now - a.saved > std::chrono::duration<double>(kProgressSaveS)) {
         l.save = progress_[id];
@@ -363,6 +370,29 @@ void Supervisor::stop(const std::string& id, v1::JobState verdict, const v1::Fai
     tag = a.tag;
   }
   signal_attempt(launcher, tag, SIGTERM);
+}
+
+std::optional<v1::Failure> Supervisor::lost_host_locked(const Attempt& a, Clock::time_point now) const {
+  std::map<std::string, std::vector<int>> silent;  // by host: its ranks, while none of them is heard
+  std::set<std::string> heard;
+  for (const auto& [rank, r] : a.ranks) {
+    if (r.host.empty()) continue;
+    if (std::chrono::duration<double>(now - r.heard).count() <= options_.host_timeout_s) {
+      heard.insert(r.host);
+      silent.erase(r.host);
+    } else if (!heard.count(r.host)) {
+      silent[r.host].push_back(rank);
+    }
+  }
+  if (silent.empty() || heard.empty()) return std::nullopt;
+  const auto& [host, ranks] = *silent.begin();
+  v1::Failure f;
+  f.set_rank(-1);
+  f.set_host(host);
+  f.set_reason(absl::StrCat("host ", host, " stopped answering: no heartbeat from its ranks (",
+                            absl::StrJoin(ranks, ", "), ") for over ", options_.host_timeout_s,
+                            " s while the other hosts' came"));
+  return f;
 }
 
 v1::Failure Supervisor::explain(const Attempt& a, std::optional<int> wait_status) const {
@@ -445,6 +475,24 @@ void Supervisor::end_attempt(const std::string& id, std::optional<int> wait_stat
   if (outcome != v1::FAILED || number - 1 >= spec.restart().max_restarts()) e.job_state = outcome;
   e.at_ms = now_ms();
   e.spec = spec;
+  if (!a.lost_host.empty() && !e.job_state) {
+    // The next attempt goes without the lost host, when the others have the slots.
+    auto* hosts = e.spec.mutable_placement()->mutable_hosts();
+    int slots = 0;
+    for (int i = hosts->size() - 1; i >= 0; --i) {
+      const std::string& entry = hosts->Get(i);
+      if (entry.substr(0, entry.find(':')) == a.lost_host) {
+        hosts->DeleteSubrange(i, 1);
+      } else {
+        slots += check_host(entry).value_or(0);
+      }
+    }
+    if (slots < spec.world_size()) {
+      e.job_state = v1::FAILED;
+      e.failure.set_reason(absl::StrCat(e.failure.reason(), "; the hosts left give ", slots, " slots for ",
+                                        spec.world_size(), " ranks"));
+    }
+  }
   e.progress = progress;
   {
     // From here clients see the end, until the store has it.
@@ -586,7 +634,8 @@ absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJ
     std::lock_guard<std::mutex> lock(mu_);
     running_.at(id).launcher = *pid;
   }
-  note(id, absl::StrCat("attempt ", number, " launched: ", spec.world_size(), " ranks, mpirun pid ", *pid));
+  note(id, absl::StrCat("attempt ", number, " launched: ", spec.world_size(), " ranks",
+                        l.hosts.empty() ? "" : " on " + absl::StrJoin(l.hosts, ","), ", mpirun pid ", *pid));
   changed();
   return absl::OkStatus();
 }

@@ -45,6 +45,10 @@ struct SupervisorOptions {
   std::string tls_ca;                   // workers trust this certificate (TLS only)
   JobRules rules;
   double hang_timeout_s = 300;          // a job's default
+  // A host whose ranks have all been silent this long, while another
+  // host's are heard, is lost: its attempt fails naming it, and the job
+  // goes on without it.
+  double host_timeout_s = 30;
   double grace_s = 10;                  // SIGTERM, then this long, then SIGKILL
   double heartbeat_interval_s = 1;
   double tick_s = 0.1;                  // how often attempts are checked
@@ -84,6 +88,7 @@ class Supervisor {
   struct Rank {
     pid_t pid = 0;
     std::string host;
+    Clock::time_point heard;  // its last registration or heartbeat
     int64_t step = -1;
     std::optional<int> exit_code;  // as the worker reported it
   };
@@ -105,6 +110,7 @@ class Supervisor {
     Clock::time_point kill_at;
     std::optional<v1::JobState> verdict;  // CANCELLED, or FAILED with `failure`
     v1::Failure failure;
+    std::string lost_host;              // the host whose silence failed it
     Clock::time_point saved;            // progress last written to the store
     bool unsaved = false;               // progress_ holds a heartbeat the store has not
   };
@@ -141,6 +147,9 @@ class Supervisor {
   // The attempt's processes are gone: record how it ended; relaunch or finish.
   void end_attempt(const std::string& id, std::optional<int> wait_status);
   v1::Failure explain(const Attempt& a, std::optional<int> wait_status) const;
+  // With mu_ held: the host of `a` that has gone silent (see host_timeout_s),
+  // as a failure; none while every host is heard or none has registered.
+  std::optional<v1::Failure> lost_host_locked(const Attempt& a, Clock::time_point now) const;
   // Writes `end` to the store and, when the job goes on, launches it again;
   // what the store refuses stays in unrecorded_ and is tried again each tick.
   void settle(const std::string& id, End end);
