@@ -290,6 +290,16 @@ timeout 150 "$worker" --config examples/gpu_gpt2_xl_finetune.json --set model.in
 code=$?
 say "gpt2-xl QLoRA under 12 GiB: exit $code; $(grep -E '^done' "$logs/gpt2-xl-qlora.log"); $(grep -A2 '^memory peak' "$logs/gpt2-xl-qlora.log" | tr -s ' ' | tr '\n' ';')"
 [ "$code" = 0 ] || rc=1
+# The same at stage 3, the NF4 base's packed layers gathered and unpacked a
+# layer at a time: its first loss is the base model's, as above, to the bit.
+timeout 150 "$worker" --config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.steps=3 \
+  --set 'model.lora={"r":8,"base_quant":"nf4"}' --set zero_optimization.stage=3 --set steps_per_print=1 \
+  >"$logs/gpt2-xl-qlora-stage3.log" 2>&1
+code=$?
+first0=$(grep -oE '^done: .*loss [0-9.]+ ->' "$logs/gpt2-xl-qlora.log" | grep -oE 'loss [0-9.]+')
+first3=$(grep -oE '^done: .*loss [0-9.]+ ->' "$logs/gpt2-xl-qlora-stage3.log" | grep -oE 'loss [0-9.]+')
+say "gpt2-xl QLoRA at stage 3: exit $code; first $first3 (stage 0: $first0); $(grep -A2 '^memory peak' "$logs/gpt2-xl-qlora-stage3.log" | tr -s ' ' | tr '\n' ';')"
+{ [ "$code" = 0 ] && [ -n "$first0" ] && [ "$first0" = "$first3" ]; } || rc=1
 
 # gpt2-xl bf16 with activation checkpointing under a 12 GiB cap, random
 # weights, no offload: its fp32 gradients and Adam states cannot fit, so it
