@@ -129,8 +129,7 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
     ZEROD_ASSIGN_OR_RETURN(f->params_, sharded_params(f->ctx_, z, staging, std::move(unpack)));
   }
   if (f->packing_) {
-    ZEROD_ASSIGN_OR_RETURN(f->unpacked_, device.allocate(layout.unit_numel(GptLayout::layer_unit(0)) * 4,
-                                                         Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(f->unpacked_, Nf4Packing::allocate_unpacked(layout, device));
   }
   ZEROD_RETURN_IF_ERROR(f->fill(settings.init));
   return f;

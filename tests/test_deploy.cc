@@ -25,13 +25,6 @@ using testing::mount_path;
 using testing::source_path;
 using testing::volume;
 
-// Each step's loss in a run's JSON events.
-std::vector<double> losses(const std::string& out) {
-  std::vector<double> l;
-  for (const nlohmann::json& e : testing::of_kind(testing::events(out), "step")) l.push_back(e["loss"]);
-  return l;
-}
-
 nlohmann::json demo_job(int steps) {
   nlohmann::json j = nlohmann::json::parse(*read_whole_file(source_path("examples/demo.json")));
   j["run"]["steps"] = steps;
@@ -71,9 +64,9 @@ TEST_F(SlurmDeploy, TheBatchScriptTrainsAsMpirunDoes) {
 
   const testing::CommandResult mpirun = testing::mpirun(2, "--config " + job);
   ASSERT_EQ(mpirun.code, 0) << mpirun.out;
-  const std::vector<double> want = losses(mpirun.out);
+  const std::vector<double> want = testing::step_losses(mpirun.out);
   ASSERT_EQ(want.size(), 12u);
-  EXPECT_EQ(losses(output), want);
+  EXPECT_EQ(testing::step_losses(output), want);
 }
 
 // deploy/kubernetes/mpijob.yaml: mpirun's -np is the worker pods' slots,
@@ -123,7 +116,7 @@ TEST_F(KubernetesDeploy, TheMpiJobLaunchesItsConfigMapsJob) {
   const std::vector<nlohmann::json> starts = testing::of_kind(testing::events(r.out), "start");
   ASSERT_EQ(starts.size(), 1u) << r.out;
   EXPECT_EQ(starts[0]["world_size"], ranks) << starts[0].dump();
-  EXPECT_EQ(losses(r.out).size(), 2u);
+  EXPECT_EQ(testing::step_losses(r.out).size(), 2u);
 }
 
 #endif  // ZEROD_WITH_MPI

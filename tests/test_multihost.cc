@@ -32,9 +32,7 @@ class MultiHost : public testing::TempDirTest {
   // Each step's loss, from the JSON events of a run that succeeded.
   static std::vector<double> losses(const testing::CommandResult& r) {
     EXPECT_EQ(r.code, 0) << r.out;
-    std::vector<double> l;
-    for (const nlohmann::json& e : testing::of_kind(testing::events(r.out), "step")) l.push_back(e["loss"]);
-    return l;
+    return testing::step_losses(r.out);
   }
 
   testing::NetnsHosts hosts_{2};

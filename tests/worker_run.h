@@ -52,6 +52,13 @@ inline std::vector<nlohmann::json> of_kind(const std::vector<nlohmann::json>& al
   return e;
 }
 
+// Each step's loss in a run's JSON events, in order.
+inline std::vector<double> step_losses(const std::string& out) {
+  std::vector<double> l;
+  for (const nlohmann::json& e : of_kind(events(out), "step")) l.push_back(e["loss"]);
+  return l;
+}
+
 // A shell command's exit status and its stdout.
 struct CommandResult {
   int code;

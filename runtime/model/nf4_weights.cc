@@ -17,6 +17,8 @@ Nf4Tensor carve(uint8_t* at, int64_t n) {
   return {at + 4 * z.groups + 4, at + 4 * z.groups + 4 + z.code_bytes, group_absmax, group_absmax + z.groups, n};
 }
 
+int64_t unpacked_bytes(const GptLayout& layout) { return layout.unit_numel(GptLayout::layer_unit(0)) * 4; }
+
 bool is_matrix(int id) { return std::ranges::count(Nf4Packing::kMatrices, id) > 0; }
 
 // The host buffer the weights are read into: a layer's unit, or the
@@ -77,9 +79,12 @@ LayerWeights Nf4Packing::unpack(Device& device, const Converter& cv, uint8_t* pa
   return layer_weight_views(cv, layout_, DType::kF32, unit, nullptr);
 }
 
+absl::StatusOr<Buffer> Nf4Packing::allocate_unpacked(const GptLayout& layout, Device& device) {
+  return device.allocate(unpacked_bytes(layout), Category::kWorkspace);
+}
+
 void Nf4Packing::plan_unpacked(const GptLayout& layout, MemoryPlan& plan) {
-  plan.add_device("fp32 copy of a layer's weights", Category::kWorkspace,
-                  layout.unit_numel(GptLayout::layer_unit(0)) * 4);
+  plan.add_device("fp32 copy of a layer's weights", Category::kWorkspace, unpacked_bytes(layout));
 }
 
 void Nf4Weights::plan(const GptLayout& layout, MemoryPlan& plan) {
@@ -103,8 +108,7 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   const int64_t emb = L.unit_numel(0), fin = L.unit_numel(L.final_unit());
   ZEROD_ASSIGN_OR_RETURN(w.globals_buf_, device.allocate((emb + fin) * 4, Category::kFrozen));
   ZEROD_ASSIGN_OR_RETURN(w.layers_, device.allocate(L.config().n_layer * packed_bytes, Category::kFrozen));
-  ZEROD_ASSIGN_OR_RETURN(w.unpacked_,
-                         device.allocate(L.unit_numel(GptLayout::layer_unit(0)) * 4, Category::kWorkspace));
+  ZEROD_ASSIGN_OR_RETURN(w.unpacked_, Nf4Packing::allocate_unpacked(L, device));
   ZEROD_ASSIGN_OR_RETURN(Buffer read, device.allocate(read_numel(L) * 4, Category::kWorkspace, Tier::kHost));
   ZEROD_ASSIGN_OR_RETURN(Buffer packed, device.allocate(packed_bytes, Category::kWorkspace, Tier::kHost));
   float* host = read.host<float>();

@@ -36,7 +36,9 @@ class Nf4Packing {
   // copied and the matrices dequantized into `unit` (a layer's fp32 unit on
   // the device), on cv's stream.
   LayerWeights unpack(Device& device, const Converter& cv, uint8_t* packed, float* unit) const;
-  // The device buffer unpack() writes: a layer's fp32 unit.
+  // The device buffer unpack() writes, a layer's fp32 unit: allocated, and
+  // as planned.
+  static absl::StatusOr<Buffer> allocate_unpacked(const GptLayout& layout, Device& device);
   static void plan_unpacked(const GptLayout& layout, MemoryPlan& plan);
 
  private:
