@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Several "hosts" on this machine, for multi-host tests and trials: each a
-# network namespace with one interface, joined to a bridge in this namespace
-# by a veth pair, so ranks on different hosts talk over TCP as on a cluster.
-# mpirun starts ranks in them through scripts/netns_rsh.sh (plm_rsh_agent).
-# Needs root (ip netns).
+# Several "hosts" on this machine, for multi-host tests and trials. Each is
+# a network namespace with one interface, joined to a bridge in this
+# namespace by a veth pair, so ranks on different hosts talk over TCP as on
+# a cluster; and a PID, mount and UTS namespace of its own (its own /proc
+# and hostname), whose first process is an sshd on the host's address. A
+# process on one host sees no process of another; mpirun reaches the hosts
+# over ssh through scripts/netns_rsh.sh (plm_rsh_agent). Where the kernel
+# has a memory cgroup hierarchy, each host is a memory cgroup of its own.
+# Needs root, iproute2 and openssh-server.
 #
 #   netns_hosts.sh up PREFIX N NET   hosts PREFIX1..PREFIXN at NET.11.., the bridge PREFIXbr at NET.1
 #   netns_hosts.sh down PREFIX N     removes them, ending what still runs in them
 #   netns_hosts.sh cut PREFIX I      takes host I's link down (the host disappears)
+#   netns_hosts.sh mend PREFIX I     brings host I's link up again
+#   netns_hosts.sh limit PREFIX I B  host I's processes may use B bytes of memory together
 #
 # PREFIX: at most 8 characters (interface names are 15 at most); NET: the
 # first three numbers of a /24 no other interface here uses, e.g. 10.231.7.
-# A host's namespace and its link on the bridge are both named PREFIXi.
+# A host's namespace and its link on the bridge are both named PREFIXi; what
+# describes it is in /run/zerod-netns/host/PREFIXi: ssh_config (how to reach
+# it), pid (its sshd, as this namespace numbers it: `nsenter --target` runs
+# a command on the host), cgroup (its memory cgroup, when there is one).
 set -euo pipefail
 
 usage() {
-  sed -n '8,10p' "$0" >&2
+  sed -n '12,16p' "$0" >&2
   exit 2
 }
 
@@ -23,12 +32,81 @@ usage() {
 cmd=$1 prefix=$2 n=$3
 [[ $prefix =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "netns_hosts: bad prefix '$prefix'" >&2; exit 2; }
 [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || { echo "netns_hosts: bad count '$n'" >&2; exit 2; }
+run=/run/zerod-netns
+key=$run/set/$prefix/id
+
+# The memory cgroup hierarchy: v1's memory controller, else v2's root when
+# it hands memory to its children; none without either.
+cgroup_root() {
+  if [ -f /sys/fs/cgroup/memory/cgroup.procs ]; then
+    echo /sys/fs/cgroup/memory/zerod-netns
+  elif grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+    echo /sys/fs/cgroup/zerod-netns
+  fi
+}
+
+start_host() {  # i net
+  local i=$1 net=$2 host=$prefix$1
+  local dir=$run/host/$host addr=$net.$((10 + $1))
+  mkdir -p "$dir"
+  ssh-keygen -q -t ed25519 -N '' -f "$dir/host_key"
+  cat > "$dir/sshd_config" <<EOF
+ListenAddress $addr
+HostKey $dir/host_key
+AuthorizedKeysFile $key.pub
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile none
+EOF
+  cat > "$dir/ssh_config" <<EOF
+Host $host
+  HostName $addr
+  User root
+  IdentityFile $key
+  IdentitiesOnly yes
+  BatchMode yes
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  LogLevel ERROR
+  ConnectTimeout 5
+EOF
+  local cg="" root
+  root=$(cgroup_root)
+  if [ -n "$root" ]; then
+    cg=$root/$host
+    mkdir -p "$cg"
+    echo "$cg" > "$dir/cgroup"
+  fi
+  # The sshd is the host's first process; it joins the host's cgroup first,
+  # so that everything started on the host is counted there.
+  setsid nsenter --net="/run/netns/$host" unshare --pid --fork --mount-proc --uts \
+    sh -c "hostname '$host' && { [ -z '$cg' ] || echo 0 > '$cg/cgroup.procs'; } && exec /usr/sbin/sshd -D -e -f '$dir/sshd_config'" \
+    < /dev/null > "$dir/sshd.log" 2>&1 &
+  local unshare=$! pid=""
+  for _ in $(seq 100); do
+    pid=$(pgrep -P "$unshare" || true)
+    if [ -n "$pid" ] && ssh -F "$dir/ssh_config" "$host" true 2>/dev/null; then
+      echo "$pid" > "$dir/pid"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "netns_hosts: the sshd of $host did not start: $(cat "$dir/sshd.log")" >&2
+  return 1
+}
 
 case $cmd in
   up)
     [ $# -eq 4 ] || usage
     net=$4
     [[ $net =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "netns_hosts: bad network '$net'" >&2; exit 2; }
+    [ -x /usr/sbin/sshd ] || { echo "netns_hosts: no /usr/sbin/sshd (install openssh-server)" >&2; exit 2; }
+    mkdir -p /run/sshd "$run/set/$prefix"
+    rm -f "$key" "$key.pub"
+    ssh-keygen -q -t ed25519 -N '' -f "$key"
     ip link add "${prefix}br" type bridge
     ip addr add "$net.1/24" dev "${prefix}br"
     ip link set "${prefix}br" up
@@ -41,6 +119,7 @@ case $cmd in
       ip -n "$host" link set eth0 up
       ip -n "$host" link set lo up
     done
+    for i in $(seq 1 "$n"); do start_host "$i" "$net"; done
     ;;
   down)
     for i in $(seq 1 "$n"); do
@@ -51,11 +130,29 @@ case $cmd in
         ip netns del "$host"
       fi
       ip link del "$host" 2>/dev/null || true
+      if [ -f "$run/host/$host/cgroup" ]; then
+        cg=$(cat "$run/host/$host/cgroup")
+        # Killed processes leave their cgroup a moment after.
+        for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
+      fi
+      rm -rf "${run:?}/host/$host"
     done
     ip link del "${prefix}br" 2>/dev/null || true
+    rm -rf "${run:?}/set/$prefix"
     ;;
-  cut)
-    ip link set "$prefix$n" down
+  cut | mend)
+    ip link set "$prefix$n" "$([ "$cmd" = cut ] && echo down || echo up)"
+    ;;
+  limit)
+    [ $# -eq 4 ] || usage
+    dir=$run/host/$prefix$n
+    [ -f "$dir/cgroup" ] || { echo "netns_hosts: $prefix$n has no memory cgroup (the kernel offers none here)" >&2; exit 1; }
+    cg=$(cat "$dir/cgroup")
+    if [ -f "$cg/memory.limit_in_bytes" ]; then
+      echo "$4" > "$cg/memory.limit_in_bytes"
+    else
+      echo "$4" > "$cg/memory.max"
+    fi
     ;;
   *)
     usage

@@ -1,9 +1,8 @@
 #!/bin/sh
 # mpirun's remote agent (--mca plm_rsh_agent) for the hosts of
 # scripts/netns_hosts.sh: called as `netns_rsh.sh [options] HOST COMMAND...`
-# like ssh, it runs COMMAND with sh in HOST's network namespace and in a UTS
-# namespace of its own whose hostname is HOST, so each rank sees the host it
-# was placed on. Options (ssh's) are ignored.
+# like ssh, it runs COMMAND on HOST over ssh, with the key and address the
+# host was brought up with. Options (ssh's) are ignored.
 while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
 if [ $# -lt 2 ]; then
   echo "netns_rsh: usage: netns_rsh.sh [options] HOST COMMAND..." >&2
@@ -11,13 +10,9 @@ if [ $# -lt 2 ]; then
 fi
 host=$1
 shift
-if ! ip netns list | grep -q "^$host\( \|$\)"; then
-  echo "netns_rsh: no host '$host' (no such network namespace)" >&2
+config=/run/zerod-netns/host/$host/ssh_config
+if [ ! -f "$config" ]; then
+  echo "netns_rsh: no host '$host' (netns_hosts.sh brought up no such host)" >&2
   exit 255
 fi
-# As ssh would find it: a host whose link is cut cannot be reached.
-if [ "$(ip netns exec "$host" cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; then
-  echo "netns_rsh: host '$host' is unreachable (its link is down)" >&2
-  exit 255
-fi
-exec ip netns exec "$host" unshare --uts /bin/sh -c "hostname '$host' && $*"
+exec ssh -F "$config" "$host" "$@"

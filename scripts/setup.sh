@@ -12,8 +12,8 @@ packages=(
   liburing-dev fio
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   openssl
-  # The deploy tests: network namespaces, manifests read, the unit verified, a local Slurm.
-  iproute2 python3 python3-yaml systemd slurmctld slurmd slurm-client munge
+  # The deploy tests: hosts of namespaces reached over ssh, manifests read, the unit verified, a local Slurm.
+  iproute2 openssh-client openssh-server python3 python3-yaml systemd slurmctld slurmd slurm-client munge
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
 )
 

@@ -78,6 +78,8 @@ TEST(Launcher, ReadsTheFailedRankFromMpirunsOutput) {
 TEST(Launcher, ReadsOomKillsFromMemoryEvents) {
   EXPECT_EQ(parse_oom_kills("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 2);
   EXPECT_FALSE(parse_oom_kills("low 0\nhigh 0\n"));
+  // cgroup v1's memory.oom_control.
+  EXPECT_EQ(parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), 3);
 }
 
 class LauncherFiles : public TempDirTest {};

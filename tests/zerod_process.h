@@ -23,6 +23,7 @@
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/launcher.h"
 #include "runtime/core/whole_file.h"
+#include "tests/process_tree.h"
 
 extern char** environ;
 
@@ -32,15 +33,18 @@ class ZerodProcess {
  public:
   // Starts zerod (`binary`) on `state_dir` with these extra options and
   // environment entries ("NAME=value"), listening on `host`; port 0 picks
-  // a free port. Waits until it serves or exits (see running(), error()
-  // and exit_status()).
+  // a free port. `enter`, when given, is a command that runs zerod as its
+  // child and ends as zerod does (nsenter onto another host). Waits until
+  // it serves or exits (see running(), error() and exit_status()).
   ZerodProcess(std::string state_dir, std::vector<std::string> options, std::vector<std::string> env = {}, int port = 0,
-               std::string binary = ZEROD_DAEMON_BIN, std::string host = "127.0.0.1")
+               std::string binary = ZEROD_DAEMON_BIN, std::string host = "127.0.0.1",
+               std::vector<std::string> enter = {})
       : state_dir_(std::move(state_dir)),
         options_(std::move(options)),
         env_(std::move(env)),
         binary_(std::move(binary)),
-        host_(std::move(host)) {
+        host_(std::move(host)),
+        enter_(std::move(enter)) {
     start(port);
   }
   ~ZerodProcess() { stop(SIGTERM); }
@@ -48,7 +52,7 @@ class ZerodProcess {
   // Stops it with `sig` and waits for it; running jobs keep running.
   void stop(int sig) {
     if (pid_ <= 0) return;
-    kill(pid_, sig);
+    kill(zerod_pid_, sig);
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
@@ -58,6 +62,8 @@ class ZerodProcess {
     start(port_);
   }
 
+  // Its processes: zerod, and what it runs under.
+  std::vector<pid_t> pids() const { return {pid_, zerod_pid_}; }
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   bool running() const { return pid_ > 0; }
@@ -70,7 +76,8 @@ class ZerodProcess {
     const std::string address_file = state_dir_ + "/zerod.address";
     std::filesystem::create_directories(state_dir_);
     std::filesystem::remove(address_file);
-    std::vector<std::string> args = {binary_, "--state-dir", state_dir_, "--listen", absl::StrCat(host_, ":", port)};
+    std::vector<std::string> args = enter_;
+    args.insert(args.end(), {binary_, "--state-dir", state_dir_, "--listen", absl::StrCat(host_, ":", port)});
     args.insert(args.end(), options_.begin(), options_.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -84,7 +91,7 @@ class ZerodProcess {
     const std::string log = state_dir_ + "/zerod.log";
     posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&files, 1, 2);
-    const int rc = posix_spawn(&pid_, binary_.c_str(), &files, nullptr, argv.data(), envp.data());
+    const int rc = posix_spawnp(&pid_, argv[0], &files, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&files);
     if (rc != 0) {
       pid_ = -1;
@@ -96,6 +103,7 @@ class ZerodProcess {
       if (std::optional<std::string> a = read_whole_file(address_file); a && !a->empty()) {
         address_ = std::string(absl::StripAsciiWhitespace(*a));
         port_ = std::stoi(address_.substr(address_.rfind(':') + 1));
+        zerod_pid_ = enter_.empty() ? pid_ : child_pid(pid_);
         return;
       }
       int status = 0;
@@ -114,19 +122,25 @@ class ZerodProcess {
   std::vector<std::string> env_;
   const std::string binary_;
   const std::string host_;
-  pid_t pid_ = -1;
+  const std::vector<std::string> enter_;
+  pid_t pid_ = -1;        // what was started: zerod, or `enter`
+  pid_t zerod_pid_ = -1;  // zerod
   int exit_status_ = -1;
   int port_ = 0;
   std::string address_;
   std::string error_;
 };
 
-// The pid of one rank of an attempt, found by its tag and rank variable.
+// The pid of one rank's training process (not its agent) of an attempt,
+// found by its tag, rank variable and its agent's mark.
 inline pid_t rank_pid(const std::string& tag, int rank) {
+  const std::string nul(1, '\0');
   for (pid_t p : tagged_processes(tag)) {
     std::optional<std::string> env = read_whole_file(absl::StrCat("/proc/", p, "/environ"));
-    if (env && env->find(absl::StrCat(std::string(1, '\0'), "OMPI_COMM_WORLD_RANK=", rank, std::string(1, '\0'))) !=
-                   std::string::npos) {
+    if (!env) continue;
+    env->insert(env->begin(), '\0');
+    if (env->find(absl::StrCat(nul, "OMPI_COMM_WORLD_RANK=", rank, nul)) != std::string::npos &&
+        env->find(nul + "ZEROD_RANK_AGENT=") != std::string::npos) {
       return p;
     }
   }
@@ -158,6 +172,11 @@ class CoordinatorClient {
     return stub_->GetJob(context().get(), req, job);
   }
   grpc::Status list(v1::ListJobsResponse* resp) { return stub_->ListJobs(context().get(), {}, resp); }
+  grpc::Status cancel(const std::string& id, v1::Job* job) {
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    return stub_->CancelJob(context().get(), req, job);
+  }
   // Follows the job to its end; its last state.
   grpc::Status watch(const std::string& id, v1::Job* last) {
     auto ctx = context();

@@ -73,7 +73,8 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_option("--hang-timeout", opt.hang_timeout_s, "seconds without progress before an attempt is failed")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--host-timeout", opt.host_timeout_s,
-                 "seconds a host's ranks may all be silent, while others are heard, before it counts as lost")
+                 "seconds a host's ranks may all be silent, while others are heard, before it counts as lost; "
+                 "a rank that hears nothing from zerod for twice this long stops itself")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--grace", opt.grace_s, "seconds between SIGTERM and SIGKILL when stopping a job")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -258,13 +259,24 @@ std::optional<int64_t> parse_oom_kills(const std::string& memory_events) {
 }
 
 std::optional<int64_t> oom_kills() {
-  // cgroup v2: "0::/path" in /proc/self/cgroup.
-  std::optional<std::string> cg = read_whole_file("/proc/self/cgroup");
-  if (!cg || cg->rfind("0::", 0) != 0) return std::nullopt;
-  std::string path = cg->substr(3, cg->find('\n') - 3);
-  std::optional<std::string> events = read_whole_file(absl::StrCat("/sys/fs/cgroup", path, "/memory.events"));
-  if (!events) return std::nullopt;
-  return parse_oom_kills(*events);
+  // "id:controllers:path" lines: cgroup v1's memory hierarchy where there
+  // is one (memory.oom_control), else v2's unified one (memory.events).
+  const std::optional<std::string> cg = read_whole_file("/proc/self/cgroup");
+  if (!cg) return std::nullopt;
+  std::string events;
+  for (absl::string_view line : absl::StrSplit(*cg, '\n', absl::SkipEmpty())) {
+    const std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() != 3) continue;
+    const std::vector<std::string> controllers = absl::StrSplit(f[1], ',');
+    if (std::find(controllers.begin(), controllers.end(), "memory") != controllers.end()) {
+      events = absl::StrCat("/sys/fs/cgroup/memory", f[2], "/memory.oom_control");
+      break;
+    }
+    if (f[0] == "0" && f[1].empty()) events = absl::StrCat("/sys/fs/cgroup", f[2], "/memory.events");
+  }
+  const std::optional<std::string> text = events.empty() ? std::nullopt : read_whole_file(events);
+  if (!text) return std::nullopt;
+  return parse_oom_kills(*text);
 }
 
 std::vector<std::string> last_lines(const std::string& path, int n, int64_t max_bytes) {

@@ -4,8 +4,10 @@
 //
 // Every process of an attempt carries ZEROD_WORKER_TAG=<tag> in its
 // environment: mpirun gets it and exports it to each rank. Open MPI puts each
-// rank in a process group of its own, so stopping an attempt signals the
-// groups of mpirun and of every tagged process; nothing of it is left.
+// rank (its agent and training, worker_agent.h) in a process group of its
+// own, so stopping an attempt signals the groups of mpirun and of every
+// tagged process that zerod can see: those of its own host. Ranks on other
+// hosts are stopped by mpirun and by their agents, whatever zerod sees.
 #pragma once
 
 #include <sys/types.h>
@@ -75,10 +77,11 @@ struct RankExit {
 };
 std::optional<RankExit> parse_launcher_failure(const std::string& output);
 
-// Processes the kernel's OOM killer has ended in this process's cgroup
-// (cgroup v2 memory.events); nullopt where the kernel does not say.
+// Processes the kernel's OOM killer has ended in this process's memory
+// cgroup (v1 memory.oom_control, else v2 memory.events); nullopt where the
+// kernel does not say.
 std::optional<int64_t> oom_kills();
-// The same, from a memory.events file's text.
+// The same, from either file's text.
 std::optional<int64_t> parse_oom_kills(const std::string& memory_events);
 
 // The last `n` lines of a file (a rank's log), at most `max_bytes` read.

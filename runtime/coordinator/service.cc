@@ -301,8 +301,7 @@ grpc::ServerUnaryReactor* WorkerControlService::RegisterWorker(grpc::CallbackSer
                                                                const v1::RegisterWorkerRequest* req,
                                                                v1::RegisterWorkerResponse* resp) {
   return unary(ctx, backend_, [&](Supervisor& sup) -> absl::Status {
-    ZEROD_ASSIGN_OR_RETURN(int64_t interval, sup.register_worker(*req));
-    resp->set_heartbeat_interval_ms(interval);
+    ZEROD_ASSIGN_OR_RETURN(*resp, sup.register_worker(*req));
     return absl::OkStatus();
   });
 }

@@ -228,16 +228,22 @@ absl::StatusOr<v1::Job> Supervisor::cancel(const std::string& id) {
   return get(id);
 }
 
-absl::StatusOr<int64_t> Supervisor::register_worker(const v1::RegisterWorkerRequest& req) {
+absl::StatusOr<v1::RegisterWorkerResponse> Supervisor::register_worker(const v1::RegisterWorkerRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = running_.find(req.worker().job_id());
   if (it != running_.end() && it->second.number == req.worker().attempt()) {
     Rank& r = it->second.ranks[req.worker().rank()];
     r.pid = req.pid();
+    r.pgid = req.pgid();
     r.host = req.host();
     r.heard = Clock::now();
+    note(req.worker().job_id(), absl::StrCat("attempt ", req.worker().attempt(), " rank ", req.worker().rank(), " on ",
+                                             r.host, ": pid ", r.pid, ", process group ", r.pgid));
   }
-  return static_cast<int64_t>(options_.heartbeat_interval_s * 1000);
+  v1::RegisterWorkerResponse resp;
+  resp.set_heartbeat_interval_ms(static_cast<int64_t>(options_.heartbeat_interval_s * 1000));
+  resp.set_lease_ms(static_cast<int64_t>(std::min(2 * options_.host_timeout_s * 1000, 1e15)));
+  return resp;
 }
 
 absl::StatusOr<bool> Supervisor::heartbeat(const v1::HeartbeatRequest& req) {
@@ -273,7 +279,10 @@ absl::Status Supervisor::report_exit(const v1::ReportExitRequest& req) {
 }
 
 void Supervisor::take_exit_locked(Attempt& a, const v1::ReportExitRequest& exit) {
-  a.ranks[exit.worker().rank()].exit_code = exit.exit_code();
+  Rank& r = a.ranks[exit.worker().rank()];
+  r.exit_code = exit.exit_code();
+  r.signal = exit.signal();
+  r.oom = exit.oom();
   if (exit.exit_code() != 0 && a.first_failed_rank < 0) a.first_failed_rank = exit.worker().rank();
   if (exit.worker().rank() == 0 && exit.has_progress()) progress_[a.job_id] = exit.progress();
 }
@@ -410,18 +419,23 @@ v1::Failure Supervisor::explain(const Attempt& a, std::optional<int> wait_status
     f.set_signal(r->signal);
   } else if (a.first_failed_rank >= 0) {
     // mpirun's report can be missing (Open MPI loses it when several ranks
-    // abort at once); the workers said it before aborting.
+    // abort at once); the workers, or their agents, said it.
+    const Rank& r = a.ranks.at(a.first_failed_rank);
     f.set_rank(a.first_failed_rank);
-    f.set_exit_code(*a.ranks.at(a.first_failed_rank).exit_code);
+    if (r.signal != 0) {
+      f.set_signal(r.signal);
+    } else {
+      f.set_exit_code(*r.exit_code);
+    }
   } else if (wait_status) {
     if (WIFSIGNALED(*wait_status)) f.set_signal(WTERMSIG(*wait_status));
     if (WIFEXITED(*wait_status)) f.set_exit_code(WEXITSTATUS(*wait_status));
   }
-  if (f.signal() == SIGKILL && a.oom_base) {
-    const std::optional<int64_t> kills = oom_kills();
-    f.set_oom(kills && *kills > *a.oom_base);
+  if (auto it = a.ranks.find(f.rank()); it != a.ranks.end()) {
+    f.set_host(it->second.host);
+    // Read from the rank's own host's cgroup by its agent.
+    f.set_oom(f.signal() == SIGKILL && it->second.oom);
   }
-  if (auto it = a.ranks.find(f.rank()); it != a.ranks.end()) f.set_host(it->second.host);
   const std::string who = f.rank() >= 0 ? absl::StrCat("rank ", f.rank(), f.host().empty() ? "" : " on ", f.host())
                                         : std::string("mpirun");
   if (f.oom()) {
@@ -604,7 +618,6 @@ absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJ
   a.spec = spec;
   a.tag = l.tag;
   a.progressed = a.saved = Clock::now();
-  a.oom_base = oom_kills();
   std::error_code ec;
   a.log_offset = fs::exists(l.launcher_log) ? static_cast<int64_t>(fs::file_size(l.launcher_log, ec)) : 0;
   {

@@ -47,7 +47,9 @@ struct SupervisorOptions {
   double hang_timeout_s = 300;          // a job's default
   // A host whose ranks have all been silent this long, while another
   // host's are heard, is lost: its attempt fails naming it, and the job
-  // goes on without it.
+  // goes on without it. A rank that hears nothing from zerod for twice
+  // this long stops itself (its lease), so nothing of a lost attempt
+  // outlives it on a host cut off.
   double host_timeout_s = 30;
   double grace_s = 10;                  // SIGTERM, then this long, then SIGKILL
   double heartbeat_interval_s = 1;
@@ -71,7 +73,7 @@ class Supervisor {
 
   // Worker calls. A call from an attempt that is no longer running is told
   // to stop.
-  absl::StatusOr<int64_t> register_worker(const v1::RegisterWorkerRequest& request);  // heartbeat interval, ms
+  absl::StatusOr<v1::RegisterWorkerResponse> register_worker(const v1::RegisterWorkerRequest& request);
   absl::StatusOr<bool> heartbeat(const v1::HeartbeatRequest& request);             // stop?
   absl::Status report_exit(const v1::ReportExitRequest& request);
 
@@ -86,11 +88,14 @@ class Supervisor {
  private:
   using Clock = std::chrono::steady_clock;
   struct Rank {
-    pid_t pid = 0;
+    pid_t pid = 0;   // on its host
+    pid_t pgid = 0;
     std::string host;
     Clock::time_point heard;  // its last registration or heartbeat
     int64_t step = -1;
-    std::optional<int> exit_code;  // as the worker reported it
+    std::optional<int> exit_code;  // as the worker or its agent reported it
+    int signal = 0;                // what killed it, as its agent saw
+    bool oom = false;              // the OOM killer, by its host's cgroup
   };
   // The running attempt of a job.
   struct Attempt {
@@ -102,7 +107,6 @@ class Supervisor {
     std::map<int, Rank> ranks;
     Clock::time_point progressed;       // the last step any rank finished, or the launch
     int64_t step = -1;                  // the highest step reported
-    std::optional<int64_t> oom_base;    // OOM kills before the launch
     int first_failed_rank = -1;         // the first to report a non-zero exit
     int64_t log_offset = 0;             // mpirun's output of this attempt starts here
     // Set once zerod decides to stop it (hang, cancel, a failed rank).

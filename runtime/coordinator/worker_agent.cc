@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,11 +12,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,10 +28,20 @@
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/launcher.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/status.h"
 #include "runtime/engine/worker.h"
+
+extern char** environ;
 
 namespace zerod {
 namespace {
+
+// Set in a rank's training process: the pid of its agent, the process
+// mpirun started for the rank.
+constexpr char kAgentEnv[] = "ZEROD_RANK_AGENT";
+// How long an agent waits for zerod to take the report of a killed rank
+// (its exit record holds it too).
+constexpr std::chrono::seconds kAgentReportWait(5);
 
 std::string env_or(const char* name, const std::string& fallback = "") {
   const char* v = std::getenv(name);
@@ -64,6 +80,32 @@ void leave_exit_record(const std::string& dir, const v1::ReportExitRequest& req)
     }
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) fprintf(stderr, "zero-worker: cannot write %s\n", path.c_str());
+}
+
+void deliver_exit(v1::WorkerControl::Stub& stub, const std::string& token, const v1::ReportExitRequest& req,
+                  std::chrono::system_clock::time_point until) {
+  v1::ReportExitResponse resp;
+  grpc::ClientContext ctx;
+  add_token(ctx, token);
+  ctx.set_wait_for_ready(true);
+  ctx.set_deadline(until);
+  (void)stub.ReportExit(&ctx, req, &resp);
+}
+
+struct Connection {
+  std::unique_ptr<v1::WorkerControl::Stub> stub;
+  std::string token;
+};
+
+// zerod at ZEROD_COORDINATOR, with the token of ZEROD_TOKEN_FILE.
+absl::StatusOr<Connection> connect_to_zerod(const std::string& address) {
+  ZEROD_ASSIGN_OR_RETURN(std::string token, load_token(env_or("ZEROD_TOKEN_FILE")));
+  auto channel = open_channel(address, env_or("ZEROD_TLS_CA"));
+  if (!channel.ok()) {
+    return absl::Status(channel.status().code(),
+                        absl::StrCat("reaching zerod at ", address, ": ", channel.status().message()));
+  }
+  return Connection{v1::WorkerControl::NewStub(*channel), std::move(token)};
 }
 
 class Agent final : public RunObserver {
@@ -117,40 +159,47 @@ class Agent final : public RunObserver {
     // One wait for both calls: the whole report takes at most kExitReportWait.
     const auto until = std::chrono::system_clock::now() + kExitReportWait;
     heartbeat(until);
-    v1::ReportExitResponse resp;
-    grpc::ClientContext ctx;
-    add_token(ctx, token_);
-    ctx.set_wait_for_ready(true);
-    ctx.set_deadline(until);
-    (void)stub_->ReportExit(&ctx, req, &resp);
+    deliver_exit(*stub_, token_, req, until);
   }
 
  private:
   // Registers, then heartbeats until the run is over; zerod being away (a
-  // restart) only means trying again at the next beat.
+  // restart) only means trying again at the next beat, up to the lease it
+  // gave: past that, zerod has given this rank's host up, and the rank stops.
   void loop() {
+    using Clock = std::chrono::steady_clock;
     auto interval = std::chrono::milliseconds(1000);
-    bool registered = false;
+    std::optional<std::chrono::milliseconds> lease;  // known once registered
+    Clock::time_point answered = Clock::now();
     std::unique_lock<std::mutex> lock(mu_);
     while (!quit_) {
       lock.unlock();
-      if (!registered) {
+      if (!lease) {
         v1::RegisterWorkerRequest req;
         *req.mutable_worker() = id_;
         char host[256] = {};
         gethostname(host, sizeof(host) - 1);
         req.set_host(host);
         req.set_pid(getpid());
+        req.set_pgid(getpgrp());
         v1::RegisterWorkerResponse resp;
         grpc::ClientContext ctx;
         add_token(ctx, token_);
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
         if (stub_->RegisterWorker(&ctx, req, &resp).ok()) {
-          registered = true;
+          lease = std::chrono::milliseconds(resp.lease_ms());
+          answered = Clock::now();
           interval = std::chrono::milliseconds(std::max<int64_t>(10, resp.heartbeat_interval_ms()));
         }
-      } else if (heartbeat()) {
-        fprintf(stderr, "zerod: the attempt is over; rank %d stops\n", id_.rank());
+      } else if (std::optional<bool> stop = heartbeat()) {
+        answered = Clock::now();
+        if (*stop) {
+          fprintf(stderr, "zerod: the attempt is over; rank %d stops\n", id_.rank());
+          kill(getpid(), SIGTERM);
+        }
+      } else if (lease->count() > 0 && Clock::now() - answered > *lease) {
+        fprintf(stderr, "zerod: no answer from zerod for %.3g s (its lease); rank %d stops\n",
+                std::chrono::duration<double>(*lease).count(), id_.rank());
         kill(getpid(), SIGTERM);
       }
       lock.lock();
@@ -158,9 +207,9 @@ class Agent final : public RunObserver {
     }
   }
 
-  // One beat; true when zerod says stop. With `until`, it waits till then
-  // for zerod to be reachable.
-  bool heartbeat(std::optional<std::chrono::system_clock::time_point> until = std::nullopt) {
+  // One beat: whether zerod says stop; none when it did not answer. With
+  // `until`, it waits till then for zerod to be reachable.
+  std::optional<bool> heartbeat(std::optional<std::chrono::system_clock::time_point> until = std::nullopt) {
     v1::HeartbeatRequest req;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -175,7 +224,8 @@ class Agent final : public RunObserver {
     add_token(ctx, token_);
     ctx.set_wait_for_ready(until.has_value());
     ctx.set_deadline(until.value_or(std::chrono::system_clock::now() + std::chrono::seconds(5)));
-    return stub_->Heartbeat(&ctx, req, &resp).ok() && resp.stop();
+    if (!stub_->Heartbeat(&ctx, req, &resp).ok()) return std::nullopt;
+    return resp.stop();
   }
 
   std::unique_ptr<v1::WorkerControl::Stub> stub_;
@@ -191,6 +241,84 @@ class Agent final : public RunObserver {
   std::thread thread_;
 };
 
+pid_t g_training = 0;  // the agent's child, for forward()
+
+void forward(int sig) {
+  if (g_training > 0) kill(g_training, sig);
+}
+
+// What mpirun and its daemons send a rank, passed on to its training.
+constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+
+// The rank's agent: the process mpirun started for the rank. It runs the
+// training as a child (this program again, with kAgentEnv set) and outlives
+// it, so that when the kernel kills the training, its own host says how:
+// the signal, and whether the OOM killer counted a kill in the cgroup they
+// share. It reports that to zerod, then ends by the same signal, for mpirun
+// to see the rank die as it did.
+int run_rank_agent(char** argv, const v1::WorkerId& id, const std::string& address, const std::string& log_dir,
+                   std::ostream& err) {
+  const std::optional<int64_t> oom_base = oom_kills();
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    err << "zero-worker: cannot find its own program (/proc/self/exe): " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  self[n] = '\0';
+  const std::string marker = absl::StrCat(kAgentEnv, "=", getpid());
+  std::vector<char*> envp;
+  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  envp.push_back(const_cast<char*>(marker.c_str()));
+  envp.push_back(nullptr);
+
+  // Held until the child's pid is known, so that none is lost; the child
+  // starts with none held and the default actions.
+  sigset_t forwarded, held;
+  sigemptyset(&forwarded);
+  for (int sig : kForwarded) sigaddset(&forwarded, sig);
+  sigprocmask(SIG_BLOCK, &forwarded, &held);
+  struct sigaction sa = {};
+  sa.sa_handler = forward;
+  for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setsigmask(&attr, &held);
+  posix_spawnattr_setsigdefault(&attr, &forwarded);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t child = -1;
+  const int rc = posix_spawn(&child, self, nullptr, &attr, argv, envp.data());
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    err << "zero-worker: cannot start rank " << id.rank() << "'s training: " << std::strerror(rc) << "\n";
+    return 1;
+  }
+  g_training = child;
+  sigprocmask(SIG_SETMASK, &held, nullptr);
+
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);  // the training reported it
+  const int sig = WTERMSIG(status);
+  const std::optional<int64_t> kills = oom_kills();
+  const bool oom = sig == SIGKILL && oom_base && kills && *kills > *oom_base;
+  fprintf(stderr, "zero-worker: rank %d was killed by %s\n", id.rank(),
+          oom ? "the kernel's OOM killer" : strsignal(sig));
+  v1::ReportExitRequest req;
+  *req.mutable_worker() = id;
+  req.set_exit_code(128 + sig);
+  req.set_signal(sig);
+  req.set_oom(oom);
+  leave_exit_record(log_dir, req);
+  if (absl::StatusOr<Connection> zerod = connect_to_zerod(address); zerod.ok()) {
+    deliver_exit(*zerod->stub, zerod->token, req, std::chrono::system_clock::now() + kAgentReportWait);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+  return 128 + sig;
+}
+
 }  // namespace
 
 int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream& err, AfterStep after_step) {
@@ -202,27 +330,34 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
     return exit_code_for(rank.status());
   }
   const std::string log_dir = env_or("ZEROD_LOG_DIR", ".");
-  if (absl::Status s = redirect_output(log_dir, rank->rank); !s.ok()) {
-    err << "zero-worker: " << s.message() << "\n";
-    return exit_code_for(s);
-  }
-  auto token = load_token(env_or("ZEROD_TOKEN_FILE"));
-  auto channel = token.ok() ? open_channel(address, env_or("ZEROD_TLS_CA")) : token.status();
-  if (!channel.ok()) {
-    err << "zero-worker: reaching zerod at " << address << ": " << channel.status().message() << "\n";
-    return exit_code_for(channel.status());
-  }
   v1::WorkerId id;
   id.set_job_id(env_or("ZEROD_JOB_ID"));
   int attempt = 0;
   (void)absl::SimpleAtoi(env_or("ZEROD_ATTEMPT"), &attempt);
   id.set_attempt(attempt);
   id.set_rank(rank->rank);
-  Agent agent(v1::WorkerControl::NewStub(*channel), *token, id, log_dir, std::move(after_step));
-  const int code = run_worker(argc, argv, out, err, &agent);
+  const std::string agent = env_or(kAgentEnv);
+  if (agent.empty()) {
+    if (absl::Status s = redirect_output(log_dir, rank->rank); !s.ok()) {
+      err << "zero-worker: " << s.message() << "\n";
+      return exit_code_for(s);
+    }
+    return run_rank_agent(argv, id, address, log_dir, err);
+  }
+  // The training, whose output goes where its agent's does. It ends with
+  // its agent (which it cannot outlive unseen).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (absl::StrCat(getppid()) != agent) return 1;  // the agent ended before prctl
+  absl::StatusOr<Connection> zerod = connect_to_zerod(address);
+  if (!zerod.ok()) {
+    err << "zero-worker: " << zerod.status().message() << "\n";
+    return exit_code_for(zerod.status());
+  }
+  Agent observer(std::move(zerod->stub), zerod->token, id, log_dir, std::move(after_step));
+  const int code = run_worker(argc, argv, out, err, &observer);
   out.flush();
   err.flush();
-  agent.report_exit(code);
+  observer.report_exit(code);
   return code;
 }
 

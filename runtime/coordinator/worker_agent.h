@@ -1,7 +1,13 @@
 // The worker's side of zerod: when zero-worker runs under zerod (the
-// environment names a coordinator), its output goes to the job's rank log,
-// it registers, heartbeats its progress from a thread of its own, and
-// reports its exit. A worker zerod tells to stop terminates itself.
+// environment names a coordinator), the process mpirun starts for a rank
+// becomes the rank's agent on its host: its output goes to the job's rank
+// log, and it runs the training as a child of its own, passing on the
+// signals it gets. The training registers (host, pid, process group),
+// heartbeats its progress from a thread of its own, and reports its exit;
+// one that zerod tells to stop, or that hears nothing from zerod for the
+// lease zerod gave it, terminates itself. A training the kernel kills is
+// reported by its agent: the signal, and an OOM kill read from the cgroup
+// of their host.
 #pragma once
 
 #include <cstdint>
