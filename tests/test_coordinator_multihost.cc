@@ -161,6 +161,16 @@ TEST_F(ZerodMultiHost, ARankKilledOnTheSecondHostRestartsTheJobFromItsCheckpoint
   // zerod learnt each rank's process, as its host numbers it.
   const std::string log = read_whole_file(path("state/zerod.log")).value_or("");
   EXPECT_NE(log.find(absl::StrCat("attempt 1 rank 3 on ", hosts_.host(2), ": pid ")), std::string::npos) << log;
+  // The agent on the second host saw its training killed; the other ranks,
+  // stopped by mpirun, did not fail.
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string rank_log =
+        read_whole_file(path(absl::StrCat("state/jobs/", id, "/rank-", rank, ".log"))).value_or("");
+    EXPECT_EQ(rank_log.find("zero-worker: rank 3 was killed by SIGKILL") != std::string::npos, rank == 3) << rank_log;
+    if (rank != 3) {
+      EXPECT_EQ(rank_log.find("was killed by"), std::string::npos) << rank_log;
+    }
+  }
   // Nothing of either attempt is left, on any host (mpirun's daemons there
   // end as it does, a moment after).
   EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());

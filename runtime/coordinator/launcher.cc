@@ -230,6 +230,11 @@ int signal_attempt(pid_t launcher, const std::string& tag, int sig) {
   return reached;
 }
 
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
+}
+
 std::optional<RankExit> parse_launcher_failure(const std::string& output) {
   static const std::regex signalled(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
   static const std::regex exited(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(\d+))");

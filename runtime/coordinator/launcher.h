@@ -69,6 +69,9 @@ std::vector<pid_t> tagged_processes(const std::string& tag);
 // tagged process; how many groups it reached.
 int signal_attempt(pid_t launcher, const std::string& tag, int sig);
 
+// "SIGKILL", or "signal N" for one without a name.
+std::string signal_name(int sig);
+
 // The first failed rank, as mpirun reports it in its output.
 struct RankExit {
   int rank = -1;

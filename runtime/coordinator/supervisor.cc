@@ -25,11 +25,6 @@ namespace {
 constexpr int kLogLinesKept = 20;
 constexpr double kProgressSaveS = 2.0;  // heartbeats reach the store at most this often
 
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
-}
-
 // zerod's own log (its stderr): one line per event of a job.
 void note(const std::string& id, const std::string& what) {
   fprintf(stderr, "zerod: job %s: %s\n", id.c_str(), what.c_str());

@@ -108,9 +108,13 @@ absl::StatusOr<Connection> connect_to_zerod(const std::string& address) {
   return Connection{v1::WorkerControl::NewStub(*channel), std::move(token)};
 }
 
-class Agent final : public RunObserver {
+// The training stops itself through its agent, as mpirun would stop it:
+// the agent passes SIGTERM on, and knows it was no failure.
+void stop_rank() { kill(getppid(), SIGTERM); }
+
+class Reporter final : public RunObserver {
  public:
-  Agent(std::unique_ptr<v1::WorkerControl::Stub> stub, std::string token, v1::WorkerId id, std::string log_dir,
+  Reporter(std::unique_ptr<v1::WorkerControl::Stub> stub, std::string token, v1::WorkerId id, std::string log_dir,
         AfterStep after_step)
       : stub_(std::move(stub)),
         token_(std::move(token)),
@@ -119,7 +123,7 @@ class Agent final : public RunObserver {
         after_step_(std::move(after_step)) {
     thread_ = std::thread([this] { loop(); });
   }
-  ~Agent() override {
+  ~Reporter() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       quit_ = true;
@@ -195,12 +199,12 @@ class Agent final : public RunObserver {
         answered = Clock::now();
         if (*stop) {
           fprintf(stderr, "zerod: the attempt is over; rank %d stops\n", id_.rank());
-          kill(getpid(), SIGTERM);
+          stop_rank();
         }
       } else if (lease->count() > 0 && Clock::now() - answered > *lease) {
         fprintf(stderr, "zerod: no answer from zerod for %.3g s (its lease); rank %d stops\n",
                 std::chrono::duration<double>(*lease).count(), id_.rank());
-        kill(getpid(), SIGTERM);
+        stop_rank();
       }
       lock.lock();
       wake_.wait_for(lock, interval, [this] { return quit_; });
@@ -241,9 +245,11 @@ class Agent final : public RunObserver {
   std::thread thread_;
 };
 
-pid_t g_training = 0;  // the agent's child, for forward()
+volatile sig_atomic_t g_training = 0;   // the agent's child, for forward()
+volatile sig_atomic_t g_forwarded = 0;  // the last signal passed on to it
 
 void forward(int sig) {
+  g_forwarded = sig;
   if (g_training > 0) kill(g_training, sig);
 }
 
@@ -301,18 +307,22 @@ int run_rank_agent(char** argv, const v1::WorkerId& id, const std::string& addre
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);  // the training reported it
   const int sig = WTERMSIG(status);
-  const std::optional<int64_t> kills = oom_kills();
-  const bool oom = sig == SIGKILL && oom_base && kills && *kills > *oom_base;
-  fprintf(stderr, "zero-worker: rank %d was killed by %s\n", id.rank(),
-          oom ? "the kernel's OOM killer" : strsignal(sig));
-  v1::ReportExitRequest req;
-  *req.mutable_worker() = id;
-  req.set_exit_code(128 + sig);
-  req.set_signal(sig);
-  req.set_oom(oom);
-  leave_exit_record(log_dir, req);
-  if (absl::StatusOr<Connection> zerod = connect_to_zerod(address); zerod.ok()) {
-    deliver_exit(*zerod->stub, zerod->token, req, std::chrono::system_clock::now() + kAgentReportWait);
+  // One ended by what mpirun sent the rank (stopping the job after another
+  // rank's failure, or zerod's stop) did not fail: nothing to report.
+  if (sig != g_forwarded) {
+    const std::optional<int64_t> kills = oom_kills();
+    const bool oom = sig == SIGKILL && oom_base && kills && *kills > *oom_base;
+    fprintf(stderr, "zero-worker: rank %d was killed by %s\n", id.rank(),
+            oom ? "the kernel's OOM killer" : signal_name(sig).c_str());
+    v1::ReportExitRequest req;
+    *req.mutable_worker() = id;
+    req.set_exit_code(128 + sig);
+    req.set_signal(sig);
+    req.set_oom(oom);
+    leave_exit_record(log_dir, req);
+    if (absl::StatusOr<Connection> zerod = connect_to_zerod(address); zerod.ok()) {
+      deliver_exit(*zerod->stub, zerod->token, req, std::chrono::system_clock::now() + kAgentReportWait);
+    }
   }
   signal(sig, SIG_DFL);
   raise(sig);
@@ -353,11 +363,11 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
     err << "zero-worker: " << zerod.status().message() << "\n";
     return exit_code_for(zerod.status());
   }
-  Agent observer(std::move(zerod->stub), zerod->token, id, log_dir, std::move(after_step));
-  const int code = run_worker(argc, argv, out, err, &observer);
+  Reporter reporter(std::move(zerod->stub), zerod->token, id, log_dir, std::move(after_step));
+  const int code = run_worker(argc, argv, out, err, &reporter);
   out.flush();
   err.flush();
-  observer.report_exit(code);
+  reporter.report_exit(code);
   return code;
 }
 
