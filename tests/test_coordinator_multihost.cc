@@ -110,6 +110,37 @@ class ZerodMultiHost : public testing::TempDirTest {
     return id;
   }
 
+  // Job `id` succeeded in its second attempt, its first failed by rank 3
+  // on the second host being killed (by the OOM killer, or SIGKILL): zerod
+  // names it, rank 3's agent said so, and the other ranks, stopped by
+  // mpirun, did not fail. Nothing of either attempt is left on any host
+  // (mpirun's daemons there end as it does, a moment after), and the loss
+  // is the uninterrupted run's, bit for bit.
+  void expect_resumed_after_rank_3_was_killed(const std::string& id, const nlohmann::json& config, bool oom) {
+    v1::Job job;
+    ASSERT_TRUE(client_->watch(id, &job).ok());
+    EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+    ASSERT_EQ(job.attempts_size(), 2);
+    const std::string how = oom ? "the kernel's OOM killer" : "SIGKILL";
+    const v1::Failure& f = job.first_failure();
+    EXPECT_EQ(f.rank(), 3);
+    EXPECT_EQ(f.signal(), SIGKILL);
+    EXPECT_EQ(f.oom(), oom);
+    EXPECT_EQ(f.host(), hosts_.host(2));
+    EXPECT_EQ(f.reason(), absl::StrCat("rank 3 on ", hosts_.host(2), " was killed by ", how));
+    for (int rank = 0; rank < 4; ++rank) {
+      const std::string log =
+          read_whole_file(path(absl::StrCat("state/jobs/", id, "/rank-", rank, ".log"))).value_or("");
+      EXPECT_EQ(log.find("zero-worker: rank 3 was killed by " + how) != std::string::npos, rank == 3) << log;
+      if (rank != 3) {
+        EXPECT_EQ(log.find("was killed by"), std::string::npos) << log;
+      }
+    }
+    EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());
+    for (int i = 1; i <= 3; ++i) EXPECT_EQ(left_on(i), "") << hosts_.host(i);
+    EXPECT_EQ(job.progress().loss(), direct_loss(config));
+  }
+
   testing::NetnsHosts hosts_{3};
   std::unique_ptr<testing::ZerodProcess> zerod_;
   std::unique_ptr<testing::CoordinatorClient> client_;
@@ -146,36 +177,10 @@ TEST_F(ZerodMultiHost, ARankKilledOnTheSecondHostRestartsTheJobFromItsCheckpoint
   EXPECT_EQ(seen.out, absl::StrCat(on_first, "\n"));
   EXPECT_GT(static_cast<int>(tagged_processes(tag(id, 1)).size()), on_first);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-
-  v1::Job job;
-  ASSERT_TRUE(client_->watch(id, &job).ok());
-  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
-  ASSERT_EQ(job.attempts_size(), 2);
-  const v1::Failure& f = job.first_failure();
-  EXPECT_EQ(f.rank(), 3);
-  EXPECT_EQ(f.signal(), SIGKILL);
-  EXPECT_FALSE(f.oom());
-  EXPECT_EQ(f.host(), hosts_.host(2));
-  EXPECT_NE(f.reason().find("rank 3 on " + hosts_.host(2) + " was killed by SIGKILL"), std::string::npos)
-      << f.reason();
+  expect_resumed_after_rank_3_was_killed(id, config, /*oom=*/false);
   // zerod learnt each rank's process, as its host numbers it.
   const std::string log = read_whole_file(path("state/zerod.log")).value_or("");
   EXPECT_NE(log.find(absl::StrCat("attempt 1 rank 3 on ", hosts_.host(2), ": pid ")), std::string::npos) << log;
-  // The agent on the second host saw its training killed; the other ranks,
-  // stopped by mpirun, did not fail.
-  for (int rank = 0; rank < 4; ++rank) {
-    const std::string rank_log =
-        read_whole_file(path(absl::StrCat("state/jobs/", id, "/rank-", rank, ".log"))).value_or("");
-    EXPECT_EQ(rank_log.find("zero-worker: rank 3 was killed by SIGKILL") != std::string::npos, rank == 3) << rank_log;
-    if (rank != 3) {
-      EXPECT_EQ(rank_log.find("was killed by"), std::string::npos) << rank_log;
-    }
-  }
-  // Nothing of either attempt is left, on any host (mpirun's daemons there
-  // end as it does, a moment after).
-  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());
-  for (int i = 1; i <= 3; ++i) EXPECT_EQ(left_on(i), "") << hosts_.host(i);
-  EXPECT_EQ(job.progress().loss(), direct_loss(config));  // bitwise, as if never interrupted
 }
 
 // The second host's memory cgroup holds less than rank 3 takes after step
@@ -188,22 +193,7 @@ TEST_F(ZerodMultiHost, AnOomKillOnTheSecondHostIsReadFromItsCgroupAndTheJobResum
   start_zerod(ZEROD_HANGING_WORKER_BIN, {absl::StrCat("ZEROD_TEST_HANG=1:3:12:", 3 * kLimit)});
   const nlohmann::json config = job(24, 10);
   const std::string id = submit_and_reach(request(config, /*max_restarts=*/1), 12);
-  v1::Job job;
-  ASSERT_TRUE(client_->watch(id, &job).ok());
-  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
-  ASSERT_EQ(job.attempts_size(), 2);
-  const v1::Failure& f = job.first_failure();
-  EXPECT_EQ(f.rank(), 3);
-  EXPECT_EQ(f.signal(), SIGKILL);
-  EXPECT_TRUE(f.oom());
-  EXPECT_EQ(f.host(), hosts_.host(2));
-  EXPECT_EQ(f.reason(), "rank 3 on " + hosts_.host(2) + " was killed by the kernel's OOM killer");
-  const std::string rank_log = read_whole_file(path("state/jobs/" + id + "/rank-3.log")).value_or("");
-  EXPECT_NE(rank_log.find("zero-worker: rank 3 was killed by the kernel's OOM killer"), std::string::npos)
-      << rank_log;
-  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());
-  for (int i = 1; i <= 3; ++i) EXPECT_EQ(left_on(i), "") << hosts_.host(i);
-  EXPECT_EQ(job.progress().loss(), direct_loss(config));
+  expect_resumed_after_rank_3_was_killed(id, config, /*oom=*/true);
 }
 
 // The second host's link is cut mid-run: its ranks go silent while the

@@ -305,6 +305,7 @@ int run_rank_agent(char** argv, const v1::WorkerId& id, const std::string& addre
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  g_training = 0;  // its pid may be another's now
   if (WIFEXITED(status)) return WEXITSTATUS(status);  // the training reported it
   const int sig = WTERMSIG(status);
   // One ended by what mpirun sent the rank (stopping the job after another
