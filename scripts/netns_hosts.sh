@@ -6,7 +6,8 @@
 # and hostname), whose first process is an sshd on the host's address. A
 # process on one host sees no process of another; mpirun reaches the hosts
 # over ssh through scripts/netns_rsh.sh (plm_rsh_agent). Where the kernel
-# has a memory cgroup hierarchy, each host is a memory cgroup of its own.
+# has a memory cgroup hierarchy to write, each host is a memory cgroup of
+# its own.
 # Needs root, iproute2 and openssh-server.
 #
 #   netns_hosts.sh up PREFIX N NET   hosts PREFIX1..PREFIXN at NET.11.., the bridge PREFIXbr at NET.1
@@ -21,7 +22,7 @@
 # describes it is in /run/zerod-netns/host/PREFIXi: ssh_config (how to reach
 # it), pid (its sshd, as this namespace numbers it: `nsenter --target` runs
 # a command on the host), cgroup (its memory cgroup, when there is one).
-set -euo pipefail
+set -Eeuo pipefail
 
 usage() {
   sed -n '12,16p' "$0" >&2
@@ -35,20 +36,26 @@ cmd=$1 prefix=$2 n=$3
 run=/run/zerod-netns
 key=$run/set/$prefix/id
 
-# The memory cgroup hierarchy: v1's memory controller, else v2's root when
-# it hands memory to its children; none without either.
+# The cgroup the hosts' memory cgroups go in, made: under v1's memory
+# controller, else under v2's root when it hands memory to its children;
+# none without either, or where cgroups cannot be written (a container).
 cgroup_root() {
+  local root
   if [ -f /sys/fs/cgroup/memory/cgroup.procs ]; then
-    echo /sys/fs/cgroup/memory/zerod-netns
+    root=/sys/fs/cgroup/memory/zerod-netns
+    mkdir -p "$root" 2>/dev/null && echo "$root"
   elif grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
-    echo /sys/fs/cgroup/zerod-netns
+    root=/sys/fs/cgroup/zerod-netns
+    mkdir -p "$root" 2>/dev/null && echo +memory > "$root/cgroup.subtree_control" 2>/dev/null && echo "$root"
   fi
+  return 0
 }
 
 start_host() {  # i net
   local i=$1 net=$2 host=$prefix$1
   local dir=$run/host/$host addr=$net.$((10 + $1))
   mkdir -p "$dir"
+  rm -f "$dir/host_key" "$dir/host_key.pub"
   ssh-keygen -q -t ed25519 -N '' -f "$dir/host_key"
   cat > "$dir/sshd_config" <<EOF
 ListenAddress $addr
@@ -75,15 +82,16 @@ Host $host
 EOF
   local cg="" root
   root=$(cgroup_root)
-  if [ -n "$root" ]; then
+  if [ -n "$root" ] && mkdir -p "$root/$host" 2>/dev/null; then
     cg=$root/$host
-    mkdir -p "$cg"
     echo "$cg" > "$dir/cgroup"
   fi
   # The sshd is the host's first process; it joins the host's cgroup first,
-  # so that everything started on the host is counted there.
+  # so that all it starts is counted there (not what nsenter brings in).
+  # setsid runs nsenter in its place (a background job leads no process
+  # group), so $! is unshare's pid, and the sshd is its child.
   setsid nsenter --net="/run/netns/$host" unshare --pid --fork --mount-proc --uts \
-    sh -c "hostname '$host' && { [ -z '$cg' ] || echo 0 > '$cg/cgroup.procs'; } && exec /usr/sbin/sshd -D -e -f '$dir/sshd_config'" \
+    sh -c "hostname '$host' && { [ -z '$cg' ] || echo 0 > '$cg/cgroup.procs' || true; } && exec /usr/sbin/sshd -D -e -f '$dir/sshd_config'" \
     < /dev/null > "$dir/sshd.log" 2>&1 &
   local unshare=$! pid=""
   for _ in $(seq 100); do
@@ -104,6 +112,8 @@ case $cmd in
     net=$4
     [[ $net =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "netns_hosts: bad network '$net'" >&2; exit 2; }
     [ -x /usr/sbin/sshd ] || { echo "netns_hosts: no /usr/sbin/sshd (install openssh-server)" >&2; exit 2; }
+    # What came up goes again when a step fails.
+    trap 'status=$?; bash "$0" down "$prefix" "$n" 2>/dev/null; exit $status' ERR
     mkdir -p /run/sshd "$run/set/$prefix"
     rm -f "$key" "$key.pub"
     ssh-keygen -q -t ed25519 -N '' -f "$key"
@@ -148,10 +158,13 @@ case $cmd in
     dir=$run/host/$prefix$n
     [ -f "$dir/cgroup" ] || { echo "netns_hosts: $prefix$n has no memory cgroup (the kernel offers none here)" >&2; exit 1; }
     cg=$(cat "$dir/cgroup")
+    # Memory, and no swap beyond it (where the kernel accounts swap).
     if [ -f "$cg/memory.limit_in_bytes" ]; then
       echo "$4" > "$cg/memory.limit_in_bytes"
+      [ ! -f "$cg/memory.memsw.limit_in_bytes" ] || echo "$4" > "$cg/memory.memsw.limit_in_bytes"
     else
       echo "$4" > "$cg/memory.max"
+      [ ! -f "$cg/memory.swap.max" ] || echo 0 > "$cg/memory.swap.max"
     fi
     ;;
   *)

@@ -210,8 +210,8 @@ TEST_F(ZerodE2E, KilledWorkerRestartsFromTheLatestCheckpoint) {
   const std::string log = read_whole_file(job_file(id, "rank-0.log")).value_or("");
   EXPECT_NE(log.find("----- zerod: attempt 2 (restart 1 of 1) -----"), std::string::npos);
   EXPECT_NE(log.find("after step 20"), std::string::npos) << log;  // resumed from the step-20 checkpoint
-  // Rank 1's agent saw its training killed, said so and left the record;
-  // rank 0, stopped by mpirun, did not fail and says nothing of the kind.
+  // Rank 1's agent saw its training killed and said so; rank 0, stopped by
+  // mpirun, did not fail and says nothing of the kind.
   const std::string killed = read_whole_file(job_file(id, "rank-1.log")).value_or("");
   EXPECT_NE(killed.find("zero-worker: rank 1 was killed by SIGKILL"), std::string::npos) << killed;
   EXPECT_EQ(log.find("was killed by"), std::string::npos) << log;

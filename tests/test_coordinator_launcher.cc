@@ -82,6 +82,21 @@ TEST(Launcher, ReadsOomKillsFromMemoryEvents) {
   EXPECT_EQ(parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), 3);
 }
 
+TEST(Launcher, FindsTheMemoryCgroupsFilesOfV1AndV2) {
+  // A hybrid machine: v1's memory hierarchy counts, v2's is the fallback.
+  EXPECT_EQ(oom_kill_files("12:pids:/a\n4:memory:/process_api/x\n1:cpu,cpuacct:/b\n0::/c\n"),
+            (std::vector<std::string>{"/sys/fs/cgroup/memory/process_api/x/memory.oom_control",
+                                      "/sys/fs/cgroup/memory/memory.oom_control",
+                                      "/sys/fs/cgroup/c/memory.events", "/sys/fs/cgroup/memory.events"}));
+  EXPECT_EQ(oom_kill_files("0::/user.slice/job.scope\n"),
+            (std::vector<std::string>{"/sys/fs/cgroup/user.slice/job.scope/memory.events",
+                                      "/sys/fs/cgroup/memory.events"}));
+  // At the root, its own file once.
+  EXPECT_EQ(oom_kill_files("0::/\n"), (std::vector<std::string>{"/sys/fs/cgroup/memory.events"}));
+  EXPECT_TRUE(oom_kill_files("").empty());
+  EXPECT_TRUE(oom_kill_files("garbage\n").empty());
+}
+
 class LauncherFiles : public TempDirTest {};
 
 // Placement hosts asked through the agent mpirun would use: one that

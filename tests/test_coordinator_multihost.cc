@@ -40,7 +40,7 @@ class ZerodMultiHost : public testing::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    ASSERT_TRUE(hosts_.ok()) << "the hosts did not come up (network namespaces need root): " << hosts_.error();
+    ASSERT_TRUE(hosts_.ok()) << "the hosts did not come up (they need root and openssh-server): " << hosts_.error();
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   }
@@ -242,8 +242,9 @@ TEST_F(ZerodMultiHost, AHostThatDisappearsFailsItsAttemptAndTheJobGoesOnWithoutI
 }
 
 // zerod restarts while a job runs on three hosts: the new zerod finds the
-// attempt by mpirun on its own host and takes it over; a cancel then stops
-// every process of it on every host, through mpirun and the ranks' agents.
+// attempt by mpirun on its own host and takes it over, and asks every rank
+// where it runs (the old zerod knew); a cancel then stops every process of
+// it on every host, through mpirun and the ranks' agents.
 TEST_F(ZerodMultiHost, ARestartedZerodTakesOverAJobOnThreeHostsAndACancelStopsItEverywhere) {
   start_zerod(ZEROD_WORKER_BIN, {});
   v1::SubmitJobRequest r = request(job(100000, 0), /*max_restarts=*/0);
@@ -253,24 +254,33 @@ TEST_F(ZerodMultiHost, ARestartedZerodTakesOverAJobOnThreeHostsAndACancelStopsIt
   zerod_->restart();
   ASSERT_TRUE(zerod_->running()) << zerod_->error();
   client_ = std::make_unique<testing::CoordinatorClient>(zerod_->address(), kToken);
-  v1::Job job;
-  ASSERT_TRUE(client_->get(id, &job).ok());
-  const int64_t before = job.progress().step();
-  do {  // the ranks heartbeat to the new zerod
-    ASSERT_TRUE(client_->get(id, &job).ok());
-    ASSERT_EQ(job.state(), v1::RUNNING) << job.DebugString();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (job.progress().step() <= before);
+  // Each rank tells the new zerod where it runs, as it told the first.
+  const auto told = [&](int rank) {
+    const std::string log = read_whole_file(path("state/zerod.log")).value_or("");
+    const std::string placed = absl::StrCat("attempt 1 rank ", rank, " on ", hosts_.host(rank / 2 + 1), ": pid ");
+    int n = 0;
+    for (size_t at = log.find(placed); at != std::string::npos; at = log.find(placed, at + 1)) ++n;
+    return n;
+  };
+  for (int rank = 0; rank < 6; ++rank) {
+    for (int tries = 0; tries < 600 && told(rank) < 2; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(told(rank), 2) << "rank " << rank;
+  }
   const std::string log = read_whole_file(path("state/zerod.log")).value_or("");
   EXPECT_NE(log.find("attempt 1 taken over: its processes are still running"), std::string::npos) << log;
+  v1::Job job;
+  ASSERT_TRUE(client_->get(id, &job).ok());
+  EXPECT_EQ(job.state(), v1::RUNNING) << job.DebugString();
 
   ASSERT_TRUE(client_->cancel(id, &job).ok());
   ASSERT_TRUE(client_->watch(id, &job).ok());
   EXPECT_EQ(job.state(), v1::CANCELLED);
   ASSERT_EQ(job.attempts_size(), 1);
   EXPECT_EQ(job.attempts(0).state(), v1::CANCELLED);
-  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());
   for (int i = 1; i <= 3; ++i) EXPECT_EQ(left_on(i), "") << hosts_.host(i);
+  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());
 }
 
 // Hosts that cannot take the job are refused before anything is recorded
@@ -306,7 +316,7 @@ TEST_F(ZerodMultiHost, HostsThatCannotTakeTheJobAreRefusedBeforeLaunch) {
   v1::ListJobsResponse jobs;
   ASSERT_TRUE(client_->list(&jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 0);
-  for (int i = 1; i <= 3; ++i) EXPECT_EQ(hosts_.processes(i, zerod_->pids()), "") << hosts_.host(i);
+  for (int i = 1; i <= 3; ++i) EXPECT_EQ(left_on(i), "") << hosts_.host(i);
 }
 
 }  // namespace

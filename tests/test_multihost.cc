@@ -1,8 +1,8 @@
-// Several hosts on one machine (tests/netns_hosts.h: network namespaces,
-// ranks started in them by mpirun's remote agent): ZeRO's stages at 4 ranks
-// over 2 hosts follow the same world on one host, their collectives crossing
-// the hosts' links, and a checkpoint saved on 2 hosts resumes on 1. Needs
-// root, as CI has.
+// Several hosts on one machine (tests/netns_hosts.h: namespaces reached
+// over ssh, ranks started on them by mpirun's remote agent): ZeRO's stages
+// at 4 ranks over 2 hosts follow the same world on one host, their
+// collectives crossing the hosts' links, and a checkpoint saved on 2 hosts
+// resumes on 1. Needs root, as CI has, and openssh-server.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +24,7 @@ class MultiHost : public testing::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    ASSERT_TRUE(hosts_.ok()) << "the hosts did not come up (network namespaces need root): " << hosts_.error();
+    ASSERT_TRUE(hosts_.ok()) << "the hosts did not come up (they need root and openssh-server): " << hosts_.error();
   }
 
   std::string job(const std::string& name, const nlohmann::json& j) const { return write(name + ".json", j.dump()); }

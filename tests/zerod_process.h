@@ -104,6 +104,7 @@ class ZerodProcess {
         address_ = std::string(absl::StripAsciiWhitespace(*a));
         port_ = std::stoi(address_.substr(address_.rfind(':') + 1));
         zerod_pid_ = enter_.empty() ? pid_ : child_pid(pid_);
+        if (zerod_pid_ <= 0) zerod_pid_ = pid_;  // never kill(-1, ...)
         return;
       }
       int status = 0;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +18,7 @@
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/service.h"
 #include "runtime/core/exit_codes.h"
+#include "runtime/core/own_program.h"
 
 namespace zerod {
 namespace fs = std::filesystem;
@@ -35,9 +37,8 @@ absl::Status write_private(const std::string& path, const std::string& text) {
 
 // The zero-worker installed beside this zerod.
 std::string default_worker() {
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? "zero-worker" : (self.parent_path() / "zero-worker").string();
+  const std::optional<std::string> self = own_program();
+  return self ? (fs::path(*self).parent_path() / "zero-worker").string() : "zero-worker";
 }
 
 // Where workers call back: the listening address, with a wildcard host

@@ -263,25 +263,34 @@ std::optional<int64_t> parse_oom_kills(const std::string& memory_events) {
   return std::nullopt;
 }
 
-std::optional<int64_t> oom_kills() {
-  // "id:controllers:path" lines: cgroup v1's memory hierarchy where there
-  // is one (memory.oom_control), else v2's unified one (memory.events).
-  const std::optional<std::string> cg = read_whole_file("/proc/self/cgroup");
-  if (!cg) return std::nullopt;
-  std::string events;
-  for (absl::string_view line : absl::StrSplit(*cg, '\n', absl::SkipEmpty())) {
+std::vector<std::string> oom_kill_files(const std::string& proc_self_cgroup) {
+  std::vector<std::string> v1, v2;
+  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
     const std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
     if (f.size() != 3) continue;
     const std::vector<std::string> controllers = absl::StrSplit(f[1], ',');
+    const std::string dir = f[2] == "/" ? "" : f[2];
+    // Without a cgroup namespace (a container on v1), the path is the
+    // machine's, while the mount's root is the container's own cgroup.
     if (std::find(controllers.begin(), controllers.end(), "memory") != controllers.end()) {
-      events = absl::StrCat("/sys/fs/cgroup/memory", f[2], "/memory.oom_control");
-      break;
+      v1 = {absl::StrCat("/sys/fs/cgroup/memory", dir, "/memory.oom_control"),
+            "/sys/fs/cgroup/memory/memory.oom_control"};
+    } else if (f[0] == "0" && f[1].empty()) {
+      v2 = {absl::StrCat("/sys/fs/cgroup", dir, "/memory.events"), "/sys/fs/cgroup/memory.events"};
     }
-    if (f[0] == "0" && f[1].empty()) events = absl::StrCat("/sys/fs/cgroup", f[2], "/memory.events");
   }
-  const std::optional<std::string> text = events.empty() ? std::nullopt : read_whole_file(events);
-  if (!text) return std::nullopt;
-  return parse_oom_kills(*text);
+  v1.insert(v1.end(), v2.begin(), v2.end());
+  v1.erase(std::unique(v1.begin(), v1.end()), v1.end());
+  return v1;
+}
+
+std::optional<int64_t> oom_kills() {
+  const std::optional<std::string> cg = read_whole_file("/proc/self/cgroup");
+  if (!cg) return std::nullopt;
+  for (const std::string& file : oom_kill_files(*cg)) {
+    if (std::optional<std::string> text = read_whole_file(file)) return parse_oom_kills(*text);
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> last_lines(const std::string& path, int n, int64_t max_bytes) {

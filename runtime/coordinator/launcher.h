@@ -84,6 +84,10 @@ std::optional<RankExit> parse_launcher_failure(const std::string& output);
 // cgroup (v1 memory.oom_control, else v2 memory.events); nullopt where the
 // kernel does not say.
 std::optional<int64_t> oom_kills();
+// Where it looks, first found first, given /proc/self/cgroup's text: the
+// cgroup's own file, then that of the mount's root (which is the
+// process's cgroup in a container without a cgroup namespace).
+std::vector<std::string> oom_kill_files(const std::string& proc_self_cgroup);
 // The same, from either file's text.
 std::optional<int64_t> parse_oom_kills(const std::string& memory_events);
 

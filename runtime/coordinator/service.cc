@@ -310,8 +310,7 @@ grpc::ServerUnaryReactor* WorkerControlService::Heartbeat(grpc::CallbackServerCo
                                                           const v1::HeartbeatRequest* req,
                                                           v1::HeartbeatResponse* resp) {
   return unary(ctx, backend_, [&](Supervisor& sup) -> absl::Status {
-    ZEROD_ASSIGN_OR_RETURN(bool stop, sup.heartbeat(*req));
-    resp->set_stop(stop);
+    ZEROD_ASSIGN_OR_RETURN(*resp, sup.heartbeat(*req));
     return absl::OkStatus();
   });
 }

@@ -237,20 +237,24 @@ absl::StatusOr<v1::RegisterWorkerResponse> Supervisor::register_worker(const v1:
   }
   v1::RegisterWorkerResponse resp;
   resp.set_heartbeat_interval_ms(static_cast<int64_t>(options_.heartbeat_interval_s * 1000));
-  resp.set_lease_ms(static_cast<int64_t>(std::min(2 * options_.host_timeout_s * 1000, 1e15)));
   return resp;
 }
 
-absl::StatusOr<bool> Supervisor::heartbeat(const v1::HeartbeatRequest& req) {
+absl::StatusOr<v1::HeartbeatResponse> Supervisor::heartbeat(const v1::HeartbeatRequest& req) {
   std::lock_guard<std::mutex> lock(mu_);
+  v1::HeartbeatResponse resp;
   auto it = running_.find(req.worker().job_id());
-  if (it == running_.end() || it->second.number != req.worker().attempt()) return true;
+  if (it == running_.end() || it->second.number != req.worker().attempt() || it->second.stopping) {
+    resp.set_stop(true);
+    return resp;
+  }
   Attempt& a = it->second;
-  if (a.stopping) return true;
   const int64_t step = req.progress().step();
   Rank& r = a.ranks[req.worker().rank()];
   r.step = step;
   r.heard = Clock::now();
+  // Taken over after a restart: where the rank runs was the old zerod's.
+  resp.set_register_again(r.host.empty());
   if (step > a.step) {
     a.step = step;
     a.progressed = Clock::now();
@@ -263,7 +267,7 @@ absl::StatusOr<bool> Supervisor::heartbeat(const v1::HeartbeatRequest& req) {
       changed();
     }
   }
-  return false;
+  return resp;
 }
 
 absl::Status Supervisor::report_exit(const v1::ReportExitRequest& req) {
@@ -279,6 +283,7 @@ void Supervisor::take_exit_locked(Attempt& a, const v1::ReportExitRequest& exit)
   r.signal = exit.signal();
   r.oom = exit.oom();
   if (exit.exit_code() != 0 && a.first_failed_rank < 0) a.first_failed_rank = exit.worker().rank();
+  if (exit.signal() != 0 && a.first_killed_rank < 0) a.first_killed_rank = exit.worker().rank();
   if (exit.worker().rank() == 0 && exit.has_progress()) progress_[a.job_id] = exit.progress();
 }
 
@@ -408,20 +413,20 @@ v1::Failure Supervisor::explain(const Attempt& a, std::optional<int> wait_status
     in.seekg(a.log_offset);
     launcher_output.assign(std::istreambuf_iterator<char>(in), {});
   }
-  if (auto r = parse_launcher_failure(launcher_output)) {
+  if (a.first_killed_rank >= 0) {
+    // A kill a rank's agent saw is the cause: its peers may fail after
+    // losing it, and mpirun may name one of them first.
+    f.set_rank(a.first_killed_rank);
+    f.set_signal(a.ranks.at(a.first_killed_rank).signal);
+  } else if (auto r = parse_launcher_failure(launcher_output)) {
     f.set_rank(r->rank);
     f.set_exit_code(r->exit_code);
     f.set_signal(r->signal);
   } else if (a.first_failed_rank >= 0) {
     // mpirun's report can be missing (Open MPI loses it when several ranks
-    // abort at once); the workers, or their agents, said it.
-    const Rank& r = a.ranks.at(a.first_failed_rank);
+    // abort at once); the workers said it before aborting.
     f.set_rank(a.first_failed_rank);
-    if (r.signal != 0) {
-      f.set_signal(r.signal);
-    } else {
-      f.set_exit_code(*r.exit_code);
-    }
+    f.set_exit_code(*a.ranks.at(a.first_failed_rank).exit_code);
   } else if (wait_status) {
     if (WIFSIGNALED(*wait_status)) f.set_signal(WTERMSIG(*wait_status));
     if (WIFEXITED(*wait_status)) f.set_exit_code(WEXITSTATUS(*wait_status));
@@ -430,6 +435,10 @@ v1::Failure Supervisor::explain(const Attempt& a, std::optional<int> wait_status
     f.set_host(it->second.host);
     // Read from the rank's own host's cgroup by its agent.
     f.set_oom(f.signal() == SIGKILL && it->second.oom);
+  } else if (f.rank() < 0 && f.signal() == SIGKILL && a.oom_base) {
+    // mpirun, in zerod's cgroup.
+    const std::optional<int64_t> kills = oom_kills();
+    f.set_oom(kills && *kills > *a.oom_base);
   }
   const std::string who = f.rank() >= 0 ? absl::StrCat("rank ", f.rank(), f.host().empty() ? "" : " on ", f.host())
                                         : std::string("mpirun");
@@ -604,11 +613,13 @@ absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJ
            {"ZEROD_JOB_ID", id},
            {"ZEROD_ATTEMPT", absl::StrCat(number)},
            {"ZEROD_TOKEN_FILE", options_.token_file},
-           {"ZEROD_LOG_DIR", dir}};
+           {"ZEROD_LOG_DIR", dir},
+           {"ZEROD_LEASE_S", absl::StrCat(2 * options_.host_timeout_s)}};
   if (!options_.tls_ca.empty()) l.env.emplace_back("ZEROD_TLS_CA", options_.tls_ca);
   // Each rank chooses its CPU threads as any worker does (kernels/cpu/threads.h).
   Attempt a;
   a.job_id = id;
+  a.oom_base = oom_kills();
   a.number = number;
   a.spec = spec;
   a.tag = l.tag;

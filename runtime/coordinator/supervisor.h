@@ -48,8 +48,8 @@ struct SupervisorOptions {
   // A host whose ranks have all been silent this long, while another
   // host's are heard, is lost: its attempt fails naming it, and the job
   // goes on without it. A rank that hears nothing from zerod for twice
-  // this long stops itself (its lease), so nothing of a lost attempt
-  // outlives it on a host cut off.
+  // this long stops itself (its lease, ZEROD_LEASE_S), so nothing of a lost
+  // attempt outlives it on a host cut off.
   double host_timeout_s = 30;
   double grace_s = 10;                  // SIGTERM, then this long, then SIGKILL
   double heartbeat_interval_s = 1;
@@ -74,7 +74,7 @@ class Supervisor {
   // Worker calls. A call from an attempt that is no longer running is told
   // to stop.
   absl::StatusOr<v1::RegisterWorkerResponse> register_worker(const v1::RegisterWorkerRequest& request);
-  absl::StatusOr<bool> heartbeat(const v1::HeartbeatRequest& request);             // stop?
+  absl::StatusOr<v1::HeartbeatResponse> heartbeat(const v1::HeartbeatRequest& request);
   absl::Status report_exit(const v1::ReportExitRequest& request);
 
   // Counts every change of any job (state, attempt, progress): a stream
@@ -107,7 +107,9 @@ class Supervisor {
     std::map<int, Rank> ranks;
     Clock::time_point progressed;       // the last step any rank finished, or the launch
     int64_t step = -1;                  // the highest step reported
+    std::optional<int64_t> oom_base;    // OOM kills in zerod's cgroup (mpirun's) before the launch
     int first_failed_rank = -1;         // the first to report a non-zero exit
+    int first_killed_rank = -1;         // the first whose agent reported it killed
     int64_t log_offset = 0;             // mpirun's output of this attempt starts here
     // Set once zerod decides to stop it (hang, cancel, a failed rank).
     bool stopping = false;

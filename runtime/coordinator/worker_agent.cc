@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "comm/rank_env.h"
@@ -28,6 +30,7 @@
 #include "runtime/coordinator/auth.h"
 #include "runtime/coordinator/launcher.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/own_program.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/worker.h"
 
@@ -108,18 +111,19 @@ absl::StatusOr<Connection> connect_to_zerod(const std::string& address) {
   return Connection{v1::WorkerControl::NewStub(*channel), std::move(token)};
 }
 
-// The training stops itself through its agent, as mpirun would stop it:
-// the agent passes SIGTERM on, and knows it was no failure.
-void stop_rank() { kill(getppid(), SIGTERM); }
-
 class Reporter final : public RunObserver {
  public:
+  // `stopper`: the process that SIGTERM goes to when the rank must stop:
+  // its agent, which passes it on and knows it was no failure (or itself
+  // when it has none).
   Reporter(std::unique_ptr<v1::WorkerControl::Stub> stub, std::string token, v1::WorkerId id, std::string log_dir,
-        AfterStep after_step)
+           pid_t stopper, std::optional<std::chrono::milliseconds> lease, AfterStep after_step)
       : stub_(std::move(stub)),
         token_(std::move(token)),
         id_(std::move(id)),
         log_dir_(std::move(log_dir)),
+        stopper_(stopper),
+        lease_(lease),
         after_step_(std::move(after_step)) {
     thread_ = std::thread([this] { loop(); });
   }
@@ -168,52 +172,62 @@ class Reporter final : public RunObserver {
 
  private:
   // Registers, then heartbeats until the run is over; zerod being away (a
-  // restart) only means trying again at the next beat, up to the lease it
-  // gave: past that, zerod has given this rank's host up, and the rank stops.
+  // restart) only means trying again at the next beat, within the lease:
+  // past it, zerod has given this rank's host up, and the rank stops.
   void loop() {
     using Clock = std::chrono::steady_clock;
     auto interval = std::chrono::milliseconds(1000);
-    std::optional<std::chrono::milliseconds> lease;  // known once registered
+    bool registered = false;
     Clock::time_point answered = Clock::now();
     std::unique_lock<std::mutex> lock(mu_);
     while (!quit_) {
       lock.unlock();
-      if (!lease) {
-        v1::RegisterWorkerRequest req;
-        *req.mutable_worker() = id_;
-        char host[256] = {};
-        gethostname(host, sizeof(host) - 1);
-        req.set_host(host);
-        req.set_pid(getpid());
-        req.set_pgid(getpgrp());
-        v1::RegisterWorkerResponse resp;
-        grpc::ClientContext ctx;
-        add_token(ctx, token_);
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-        if (stub_->RegisterWorker(&ctx, req, &resp).ok()) {
-          lease = std::chrono::milliseconds(resp.lease_ms());
+      if (!registered) {
+        if (std::optional<int64_t> ms = register_rank()) {
+          registered = true;
           answered = Clock::now();
-          interval = std::chrono::milliseconds(std::max<int64_t>(10, resp.heartbeat_interval_ms()));
+          interval = std::chrono::milliseconds(std::max<int64_t>(10, *ms));
         }
-      } else if (std::optional<bool> stop = heartbeat()) {
+      } else if (std::optional<v1::HeartbeatResponse> beat = heartbeat()) {
         answered = Clock::now();
-        if (*stop) {
+        registered = !beat->register_again();
+        if (beat->stop()) {
           fprintf(stderr, "zerod: the attempt is over; rank %d stops\n", id_.rank());
-          stop_rank();
+          kill(stopper_, SIGTERM);
         }
-      } else if (lease->count() > 0 && Clock::now() - answered > *lease) {
+      }
+      if (lease_ && Clock::now() - answered > *lease_) {
         fprintf(stderr, "zerod: no answer from zerod for %.3g s (its lease); rank %d stops\n",
-                std::chrono::duration<double>(*lease).count(), id_.rank());
-        stop_rank();
+                std::chrono::duration<double>(*lease_).count(), id_.rank());
+        kill(stopper_, SIGTERM);
       }
       lock.lock();
       wake_.wait_for(lock, interval, [this] { return quit_; });
     }
   }
 
-  // One beat: whether zerod says stop; none when it did not answer. With
-  // `until`, it waits till then for zerod to be reachable.
-  std::optional<bool> heartbeat(std::optional<std::chrono::system_clock::time_point> until = std::nullopt) {
+  // Tells zerod where this rank runs; the heartbeat interval (ms) it asks
+  // for, none when it did not answer.
+  std::optional<int64_t> register_rank() {
+    v1::RegisterWorkerRequest req;
+    *req.mutable_worker() = id_;
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    req.set_host(host);
+    req.set_pid(getpid());
+    req.set_pgid(getpgrp());
+    v1::RegisterWorkerResponse resp;
+    grpc::ClientContext ctx;
+    add_token(ctx, token_);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!stub_->RegisterWorker(&ctx, req, &resp).ok()) return std::nullopt;
+    return resp.heartbeat_interval_ms();
+  }
+
+  // One beat: zerod's answer, none when it did not answer. With `until`, it
+  // waits till then for zerod to be reachable.
+  std::optional<v1::HeartbeatResponse> heartbeat(
+      std::optional<std::chrono::system_clock::time_point> until = std::nullopt) {
     v1::HeartbeatRequest req;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -229,13 +243,15 @@ class Reporter final : public RunObserver {
     ctx.set_wait_for_ready(until.has_value());
     ctx.set_deadline(until.value_or(std::chrono::system_clock::now() + std::chrono::seconds(5)));
     if (!stub_->Heartbeat(&ctx, req, &resp).ok()) return std::nullopt;
-    return resp.stop();
+    return resp;
   }
 
   std::unique_ptr<v1::WorkerControl::Stub> stub_;
   const std::string token_;
   const v1::WorkerId id_;
   const std::string log_dir_;
+  const pid_t stopper_;
+  const std::optional<std::chrono::milliseconds> lease_;
   const AfterStep after_step_;
   bool reported_ = false;  // the exit status was sent
   std::mutex mu_;
@@ -248,36 +264,60 @@ class Reporter final : public RunObserver {
 volatile sig_atomic_t g_training = 0;   // the agent's child, for forward()
 volatile sig_atomic_t g_forwarded = 0;  // the last signal passed on to it
 
+// mpirun's daemons and zerod signal a rank's whole process group, so the
+// training may get a signal twice: from them and from here.
 void forward(int sig) {
+  const int saved = errno;
   g_forwarded = sig;
   if (g_training > 0) kill(g_training, sig);
+  errno = saved;
 }
 
 // What mpirun and its daemons send a rank, passed on to its training.
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
-// The rank's agent: the process mpirun started for the rank. It runs the
-// training as a child (this program again, with kAgentEnv set) and outlives
-// it, so that when the kernel kills the training, its own host says how:
-// the signal, and whether the OOM killer counted a kill in the cgroup they
-// share. It reports that to zerod, then ends by the same signal, for mpirun
-// to see the rank die as it did.
-int run_rank_agent(char** argv, const v1::WorkerId& id, const std::string& address, const std::string& log_dir,
-                   std::ostream& err) {
-  const std::optional<int64_t> oom_base = oom_kills();
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
-    err << "zero-worker: cannot find its own program (/proc/self/exe): " << std::strerror(errno) << "\n";
-    return 1;
+// The lease zerod gives the ranks it launches (ZEROD_LEASE_S); none when
+// it gives none.
+std::optional<std::chrono::milliseconds> lease_from_env() {
+  double s = 0;
+  if (!absl::SimpleAtod(env_or("ZEROD_LEASE_S"), &s) || !(s > 0) || s > 1e9) return std::nullopt;
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+// The training, here or in the agent's child: registers, heartbeats,
+// trains, reports.
+int run_training(int argc, char** argv, std::ostream& out, std::ostream& err, const v1::WorkerId& id,
+                 const std::string& address, const std::string& log_dir, pid_t stopper, AfterStep after_step) {
+  absl::StatusOr<Connection> zerod = connect_to_zerod(address);
+  if (!zerod.ok()) {
+    err << "zero-worker: " << zerod.status().message() << "\n";
+    return exit_code_for(zerod.status());
   }
-  self[n] = '\0';
+  Reporter reporter(std::move(zerod->stub), zerod->token, id, log_dir, stopper, lease_from_env(),
+                    std::move(after_step));
+  const int code = run_worker(argc, argv, out, err, &reporter);
+  out.flush();
+  err.flush();
+  reporter.report_exit(code);
+  return code;
+}
+
+// Starts the training as a child running this program again (marked with
+// kAgentEnv), with the forwarded signals at their defaults; -1 with the
+// reason in `why` when it cannot.
+pid_t spawn_training(char** argv, std::string& why) {
+  const std::optional<std::string> self = own_program();
+  if (!self) {
+    why = "its own program cannot be found (/proc/self/exe)";
+    return -1;
+  }
   const std::string marker = absl::StrCat(kAgentEnv, "=", getpid());
   std::vector<char*> envp;
-  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  for (char** e = environ; *e; ++e) {
+    if (!absl::StartsWith(*e, absl::StrCat(kAgentEnv, "="))) envp.push_back(*e);
+  }
   envp.push_back(const_cast<char*>(marker.c_str()));
   envp.push_back(nullptr);
-
   // Held until the child's pid is known, so that none is lost; the child
   // starts with none held and the default actions.
   sigset_t forwarded, held;
@@ -287,25 +327,50 @@ int run_rank_agent(char** argv, const v1::WorkerId& id, const std::string& addre
   struct sigaction sa = {};
   sa.sa_handler = forward;
   for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
+  signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would leave nothing to wait for
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setsigmask(&attr, &held);
   posix_spawnattr_setsigdefault(&attr, &forwarded);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t child = -1;
-  const int rc = posix_spawn(&child, self, nullptr, &attr, argv, envp.data());
+  const int rc = posix_spawn(&child, self->c_str(), nullptr, &attr, argv, envp.data());
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
-    err << "zero-worker: cannot start rank " << id.rank() << "'s training: " << std::strerror(rc) << "\n";
-    return 1;
+    why = absl::StrCat("cannot start ", *self, ": ", std::strerror(rc));
+    child = -1;
+    for (int sig : kForwarded) signal(sig, SIG_DFL);  // the training runs here
   }
   g_training = child;
   sigprocmask(SIG_SETMASK, &held, nullptr);
+  return child;
+}
 
+// The rank's agent: the process mpirun started for the rank. It runs the
+// training as a child and outlives it, so that when the kernel kills the
+// training, its own host says how: the signal, and whether the OOM killer
+// counted a kill in the cgroup they share. It reports that to zerod and in
+// the exit record, then ends by the same signal, for mpirun to see the
+// rank die as it did. Where it cannot start a child, the training runs in
+// it, without an agent.
+int run_rank_agent(int argc, char** argv, std::ostream& out, std::ostream& err, const v1::WorkerId& id,
+                   const std::string& address, const std::string& log_dir, AfterStep after_step) {
+  const std::optional<int64_t> oom_base = oom_kills();
+  std::string why;
+  const pid_t child = spawn_training(argv, why);
+  if (child < 0) {
+    err << "zero-worker: rank " << id.rank() << " trains without an agent: " << why << "\n";
+    return run_training(argc, argv, out, err, id, address, log_dir, getpid(), std::move(after_step));
+  }
   int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  pid_t waited;
+  while ((waited = waitpid(child, &status, 0)) < 0 && errno == EINTR) {
   }
   g_training = 0;  // its pid may be another's now
+  if (waited < 0) {
+    err << "zero-worker: rank " << id.rank() << "'s agent lost its training: " << std::strerror(errno) << "\n";
+    return 1;
+  }
   if (WIFEXITED(status)) return WEXITSTATUS(status);  // the training reported it
   const int sig = WTERMSIG(status);
   // One ended by what mpirun sent the rank (stopping the job after another
@@ -325,6 +390,9 @@ int run_rank_agent(char** argv, const v1::WorkerId& id, const std::string& addre
       deliver_exit(*zerod->stub, zerod->token, req, std::chrono::system_clock::now() + kAgentReportWait);
     }
   }
+  // The training's core, if it left one, is the one to keep.
+  const rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
   signal(sig, SIG_DFL);
   raise(sig);
   return 128 + sig;
@@ -353,23 +421,14 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
       err << "zero-worker: " << s.message() << "\n";
       return exit_code_for(s);
     }
-    return run_rank_agent(argv, id, address, log_dir, err);
+    return run_rank_agent(argc, argv, out, err, id, address, log_dir, std::move(after_step));
   }
-  // The training, whose output goes where its agent's does. It ends with
-  // its agent (which it cannot outlive unseen).
+  // The agent's child: its output goes where the agent's does, a line at a
+  // time, and it ends with its agent (which it cannot outlive unseen).
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (absl::StrCat(getppid()) != agent) return 1;  // the agent ended before prctl
-  absl::StatusOr<Connection> zerod = connect_to_zerod(address);
-  if (!zerod.ok()) {
-    err << "zero-worker: " << zerod.status().message() << "\n";
-    return exit_code_for(zerod.status());
-  }
-  Reporter reporter(std::move(zerod->stub), zerod->token, id, log_dir, std::move(after_step));
-  const int code = run_worker(argc, argv, out, err, &reporter);
-  out.flush();
-  err.flush();
-  reporter.report_exit(code);
-  return code;
+  return run_training(argc, argv, out, err, id, address, log_dir, getppid(), std::move(after_step));
 }
 
 }  // namespace zerod

@@ -2,12 +2,12 @@
 // environment names a coordinator), the process mpirun starts for a rank
 // becomes the rank's agent on its host: its output goes to the job's rank
 // log, and it runs the training as a child of its own, passing on the
-// signals it gets. The training registers (host, pid, process group),
-// heartbeats its progress from a thread of its own, and reports its exit;
-// one that zerod tells to stop, or that hears nothing from zerod for the
-// lease zerod gave it, terminates itself. A training the kernel kills is
-// reported by its agent: the signal, and an OOM kill read from the cgroup
-// of their host.
+// signals it gets. The training registers (host, pid, process group; again
+// when a restarted zerod asks), heartbeats its progress from a thread of
+// its own, and reports its exit; one that zerod tells to stop, or that
+// hears nothing from zerod for its lease (ZEROD_LEASE_S), has its agent
+// stop it. A training the kernel kills is reported by its agent: the
+// signal, and an OOM kill read from the cgroup of their host.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ namespace zerod {
 
 // run_worker, supervised when ZEROD_COORDINATOR is set. zerod sets, for every
 // rank: ZEROD_COORDINATOR (address), ZEROD_JOB_ID, ZEROD_ATTEMPT,
-// ZEROD_TOKEN_FILE, ZEROD_LOG_DIR and, with TLS, ZEROD_TLS_CA.
+// ZEROD_TOKEN_FILE, ZEROD_LOG_DIR, ZEROD_LEASE_S and, with TLS, ZEROD_TLS_CA.
 // `after_step`, if given, runs on the training thread once each step's
 // progress is recorded for the next heartbeat (tests make a rank stop
 // there, as one stuck in a collective would).

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/core/own_program.h"
 
 namespace zerod {
 namespace {
@@ -78,12 +80,10 @@ void reexec_with_short_spin_waits(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
   // The binary's own path, not /proc/self/exe, so the process keeps its
   // name (ps, and whatever finds workers by it).
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return;
-  self[n] = '\0';
+  const std::optional<std::string> self = own_program();
+  if (!self) return;
   setenv("GOMP_SPINCOUNT", kSpinCount, 1);
-  execv(self, argv);
+  execv(self->c_str(), argv);
   unsetenv("GOMP_SPINCOUNT");  // exec failed: carry on as started
 }
 

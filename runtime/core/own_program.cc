@@ -1,0 +1,17 @@
+#include "runtime/core/own_program.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/match.h"
+
+namespace zerod {
+
+std::optional<std::string> own_program() {
+  std::error_code ec;
+  const std::string path = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec || path.empty() || absl::EndsWith(path, " (deleted)")) return std::nullopt;
+  return path;
+}
+
+}  // namespace zerod
