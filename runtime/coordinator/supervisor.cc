@@ -619,11 +619,11 @@ absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJ
   // Each rank chooses its CPU threads as any worker does (kernels/cpu/threads.h).
   Attempt a;
   a.job_id = id;
-  a.oom_base = oom_kills();
   a.number = number;
   a.spec = spec;
   a.tag = l.tag;
   a.progressed = a.saved = Clock::now();
+  a.oom_base = oom_kills();
   std::error_code ec;
   a.log_offset = fs::exists(l.launcher_log) ? static_cast<int64_t>(fs::file_size(l.launcher_log, ec)) : 0;
   {
