@@ -96,7 +96,9 @@ class ZerodE2E : public TempDirTest {
   // Starts zerod as start_zerod does, whether or not it comes up.
   void launch_zerod(std::vector<std::string> options = {}, std::vector<std::string> env = {},
                     const std::string& binary = ZEROD_DAEMON_BIN) {
-    options.insert(options.end(), {"--token-file", token_file_, "--slots", "2", "--heartbeat-interval", "0.1"});
+    // The agent beside the test's zerod, whichever zerod it is.
+    options.insert(options.end(), {"--token-file", token_file_, "--slots", "2", "--heartbeat-interval", "0.1",
+                                   "--agent", ZEROD_AGENT_BIN});
     env.push_back("OMP_NUM_THREADS=1");
     zerod_ = std::make_unique<ZerodProcess>(state_, options, env, 0, binary);
   }
@@ -213,7 +215,7 @@ TEST_F(ZerodE2E, KilledWorkerRestartsFromTheLatestCheckpoint) {
   // Rank 1's agent saw its training killed and said so; rank 0, stopped by
   // mpirun, did not fail and says nothing of the kind.
   const std::string killed = read_whole_file(job_file(id, "rank-1.log")).value_or("");
-  EXPECT_NE(killed.find("zero-worker: rank 1 was killed by SIGKILL"), std::string::npos) << killed;
+  EXPECT_NE(killed.find("zero-agent: rank 1 was killed by SIGKILL"), std::string::npos) << killed;
   EXPECT_EQ(log.find("was killed by"), std::string::npos) << log;
 }
 

@@ -20,6 +20,7 @@ TEST(Launcher, ArgumentsAreAnArrayWithTheJobsSettings) {
   LaunchSpec s;
   s.mpirun = "/usr/bin/mpirun";
   s.worker = "/opt/zero-worker";
+  s.agent = "/opt/zero-agent";
   s.world_size = 3;
   s.job_dir = "/state/jobs/7";
   s.config = "/state/jobs/7/job.json";
@@ -43,7 +44,8 @@ TEST(Launcher, ArgumentsAreAnArrayWithTheJobsSettings) {
   EXPECT_TRUE(has({"-x", kWorkerTagEnv}));
   EXPECT_TRUE(has({"-x", "ZEROD_JOB_ID=7"}));
   EXPECT_TRUE(has({"-x", "NAME=a value; with $(shell) text"}));  // one argument, never parsed by a shell
-  EXPECT_TRUE(has({"/opt/zero-worker", "--config", "/state/jobs/7/job.json", "--set", "run.resume=\"latest\""}));
+  EXPECT_TRUE(has({"/opt/zero-agent", "/opt/zero-worker", "--config", "/state/jobs/7/job.json", "--set",
+                   "run.resume=\"latest\""}));
   EXPECT_EQ(argv.back(), "run.resume=\"latest\"");
 }
 

@@ -131,7 +131,7 @@ class ZerodMultiHost : public testing::TempDirTest {
     for (int rank = 0; rank < 4; ++rank) {
       const std::string log =
           read_whole_file(path(absl::StrCat("state/jobs/", id, "/rank-", rank, ".log"))).value_or("");
-      EXPECT_EQ(log.find("zero-worker: rank 3 was killed by " + how) != std::string::npos, rank == 3) << log;
+      EXPECT_EQ(log.find("zero-agent: rank 3 was killed by " + how) != std::string::npos, rank == 3) << log;
       if (rank != 3) {
         EXPECT_EQ(log.find("was killed by"), std::string::npos) << log;
       }

@@ -35,10 +35,10 @@ absl::Status write_private(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-// The zero-worker installed beside this zerod.
-std::string default_worker() {
+// A program installed beside this zerod (zero-worker, zero-agent).
+std::string beside_zerod(const std::string& name) {
   const std::optional<std::string> self = own_program();
-  return self ? (fs::path(*self).parent_path() / "zero-worker").string() : "zero-worker";
+  return self ? (fs::path(*self).parent_path() / name).string() : name;
 }
 
 // Where workers call back: the listening address, with a wildcard host
@@ -61,7 +61,8 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::vector<std::string> roots;
   SupervisorOptions opt;
   opt.rules.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  opt.worker = default_worker();
+  opt.worker = beside_zerod("zero-worker");
+  opt.agent = beside_zerod("zero-agent");
   app.add_option("--state-dir", state_dir, "job records (zerod.db), job directories and logs")->required();
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free one")->capture_default_str();
   app.add_option("--advertise", advertise, "address workers call back on (default: the listening one)");
@@ -82,6 +83,7 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_option("--heartbeat-interval", opt.heartbeat_interval_s, "seconds between a worker's heartbeats")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--worker", opt.worker, "the zero-worker binary")->capture_default_str();
+  app.add_option("--agent", opt.agent, "the zero-agent binary mpirun starts for each rank")->capture_default_str();
   app.add_option("--mpirun", opt.mpirun, "the mpirun binary")->capture_default_str();
   app.add_option("--mca", opt.mca,
                  "NAME VALUE: an Open MPI setting for every launch (repeatable), e.g. --mca plm_rsh_agent "

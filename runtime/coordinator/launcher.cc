@@ -166,6 +166,7 @@ std::vector<std::string> mpirun_argv(const LaunchSpec& spec) {
   argv.insert(argv.end(), {"-x", kWorkerTagEnv});
   for (const auto& [name, value] : spec.env) argv.insert(argv.end(), {"-x", absl::StrCat(name, "=", value)});
   for (const std::string& name : spec.exports) argv.insert(argv.end(), {"-x", name});
+  if (!spec.agent.empty()) argv.push_back(spec.agent);
   argv.insert(argv.end(), {spec.worker, "--config", spec.config});
   for (const std::string& o : spec.overrides) argv.insert(argv.end(), {"--set", o});
   return argv;

@@ -27,6 +27,7 @@ inline constexpr char kWorkerTagEnv[] = "ZEROD_WORKER_TAG";
 struct LaunchSpec {
   std::string mpirun = "mpirun";
   std::string worker;                       // zero-worker
+  std::string agent;                        // zero-agent, which runs it (none: mpirun runs it)
   int world_size = 1;
   std::vector<std::string> hosts;           // "host" or "host:slots"; none: this machine
   // mpirun --mca settings: how it reaches other hosts (plm_rsh_agent), the

@@ -589,6 +589,7 @@ absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJ
   l.mca = options_.mca;
   l.exports = options_.exports;
   l.worker = options_.worker;
+  l.agent = options_.agent;
   l.world_size = spec.world_size();
   l.hosts.assign(spec.placement().hosts().begin(), spec.placement().hosts().end());
   l.job_dir = dir;

@@ -37,6 +37,7 @@ namespace zerod {
 struct SupervisorOptions {
   std::string state_dir;                // zerod.db and jobs/<id>/
   std::string worker = "zero-worker";
+  std::string agent = "zero-agent";      // started by mpirun for each rank, running its worker
   std::string mpirun = "mpirun";
   std::vector<std::pair<std::string, std::string>> mca;  // mpirun --mca settings of every launch
   std::vector<std::string> exports;  // variables of zerod's environment every rank gets, on any host

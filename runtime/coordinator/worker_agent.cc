@@ -1,115 +1,31 @@
 #include "runtime/coordinator/worker_agent.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "comm/rank_env.h"
 #include "proto/zerod.grpc.pb.h"
 #include "runtime/coordinator/auth.h"
-#include "runtime/coordinator/launcher.h"
+#include "runtime/coordinator/worker_link.h"
 #include "runtime/core/memory.h"
-#include "runtime/core/own_program.h"
-#include "runtime/core/status.h"
 #include "runtime/engine/worker.h"
-
-extern char** environ;
 
 namespace zerod {
 namespace {
 
-// Set in a rank's training process: the pid of its agent, the process
-// mpirun started for the rank.
-constexpr char kAgentEnv[] = "ZEROD_RANK_AGENT";
-// How long an agent waits for zerod to take the report of a killed rank
-// (its exit record holds it too).
-constexpr std::chrono::seconds kAgentReportWait(5);
-
-std::string env_or(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
-}
-
-// stdout and stderr into the job's log of this rank, appended across
-// attempts, line by line so that `zeroctl logs --follow` sees each line.
-absl::Status redirect_output(const std::string& dir, int rank) {
-  const std::string path = rank_log_path(dir, rank);
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
-  fflush(stdout);
-  fflush(stderr);
-  dup2(fd, STDOUT_FILENO);
-  dup2(fd, STDERR_FILENO);
-  close(fd);
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  return absl::OkStatus();
-}
-
 constexpr std::chrono::seconds kExitReportWait(60);
-
-// The exit report, left in the job's directory too (whole or not at all):
-// a zerod that was away when the rank ended reads it there.
-void leave_exit_record(const std::string& dir, const v1::ReportExitRequest& req) {
-  const std::string path = exit_record_path(dir, req.worker().rank());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    req.SerializeToOstream(&out);
-    out.close();
-    if (!out) {
-      fprintf(stderr, "zero-worker: cannot write %s\n", tmp.c_str());
-      return;
-    }
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) fprintf(stderr, "zero-worker: cannot write %s\n", path.c_str());
-}
-
-void deliver_exit(v1::WorkerControl::Stub& stub, const std::string& token, const v1::ReportExitRequest& req,
-                  std::chrono::system_clock::time_point until) {
-  v1::ReportExitResponse resp;
-  grpc::ClientContext ctx;
-  add_token(ctx, token);
-  ctx.set_wait_for_ready(true);
-  ctx.set_deadline(until);
-  (void)stub.ReportExit(&ctx, req, &resp);
-}
-
-struct Connection {
-  std::unique_ptr<v1::WorkerControl::Stub> stub;
-  std::string token;
-};
-
-// zerod at ZEROD_COORDINATOR, with the token of ZEROD_TOKEN_FILE.
-absl::StatusOr<Connection> connect_to_zerod(const std::string& address) {
-  ZEROD_ASSIGN_OR_RETURN(std::string token, load_token(env_or("ZEROD_TOKEN_FILE")));
-  auto channel = open_channel(address, env_or("ZEROD_TLS_CA"));
-  if (!channel.ok()) {
-    return absl::Status(channel.status().code(),
-                        absl::StrCat("reaching zerod at ", address, ": ", channel.status().message()));
-  }
-  return Connection{v1::WorkerControl::NewStub(*channel), std::move(token)};
-}
 
 class Reporter final : public RunObserver {
  public:
@@ -261,21 +177,6 @@ class Reporter final : public RunObserver {
   std::thread thread_;
 };
 
-volatile sig_atomic_t g_training = 0;   // the agent's child, for forward()
-volatile sig_atomic_t g_forwarded = 0;  // the last signal passed on to it
-
-// mpirun's daemons and zerod signal a rank's whole process group, so the
-// training may get a signal twice: from them and from here.
-void forward(int sig) {
-  const int saved = errno;
-  g_forwarded = sig;
-  if (g_training > 0) kill(g_training, sig);
-  errno = saved;
-}
-
-// What mpirun and its daemons send a rank, passed on to its training.
-constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
-
 // The lease zerod gives the ranks it launches (ZEROD_LEASE_S); none when
 // it gives none.
 std::optional<std::chrono::milliseconds> lease_from_env() {
@@ -288,7 +189,7 @@ std::optional<std::chrono::milliseconds> lease_from_env() {
 // trains, reports.
 int run_training(int argc, char** argv, std::ostream& out, std::ostream& err, const v1::WorkerId& id,
                  const std::string& address, const std::string& log_dir, pid_t stopper, AfterStep after_step) {
-  absl::StatusOr<Connection> zerod = connect_to_zerod(address);
+  absl::StatusOr<ZerodConnection> zerod = connect_to_zerod(address);
   if (!zerod.ok()) {
     err << "zero-worker: " << zerod.status().message() << "\n";
     return exit_code_for(zerod.status());
@@ -302,102 +203,6 @@ int run_training(int argc, char** argv, std::ostream& out, std::ostream& err, co
   return code;
 }
 
-// Starts the training as a child running this program again (marked with
-// kAgentEnv), with the forwarded signals at their defaults; -1 with the
-// reason in `why` when it cannot.
-pid_t spawn_training(char** argv, std::string& why) {
-  const std::optional<std::string> self = own_program();
-  if (!self) {
-    why = "its own program cannot be found (/proc/self/exe)";
-    return -1;
-  }
-  const std::string marker = absl::StrCat(kAgentEnv, "=", getpid());
-  std::vector<char*> envp;
-  for (char** e = environ; *e; ++e) {
-    if (!absl::StartsWith(*e, absl::StrCat(kAgentEnv, "="))) envp.push_back(*e);
-  }
-  envp.push_back(const_cast<char*>(marker.c_str()));
-  envp.push_back(nullptr);
-  // Held until the child's pid is known, so that none is lost; the child
-  // starts with none held and the default actions.
-  sigset_t forwarded, held;
-  sigemptyset(&forwarded);
-  for (int sig : kForwarded) sigaddset(&forwarded, sig);
-  sigprocmask(SIG_BLOCK, &forwarded, &held);
-  struct sigaction sa = {};
-  sa.sa_handler = forward;
-  for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
-  signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would leave nothing to wait for
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setsigmask(&attr, &held);
-  posix_spawnattr_setsigdefault(&attr, &forwarded);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t child = -1;
-  const int rc = posix_spawn(&child, self->c_str(), nullptr, &attr, argv, envp.data());
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    why = absl::StrCat("cannot start ", *self, ": ", std::strerror(rc));
-    child = -1;
-    for (int sig : kForwarded) signal(sig, SIG_DFL);  // the training runs here
-  }
-  g_training = child;
-  sigprocmask(SIG_SETMASK, &held, nullptr);
-  return child;
-}
-
-// The rank's agent: the process mpirun started for the rank. It runs the
-// training as a child and outlives it, so that when the kernel kills the
-// training, its own host says how: the signal, and whether the OOM killer
-// counted a kill in the cgroup they share. It reports that to zerod and in
-// the exit record, then ends by the same signal, for mpirun to see the
-// rank die as it did. Where it cannot start a child, the training runs in
-// it, without an agent.
-int run_rank_agent(int argc, char** argv, std::ostream& out, std::ostream& err, const v1::WorkerId& id,
-                   const std::string& address, const std::string& log_dir, AfterStep after_step) {
-  const std::optional<int64_t> oom_base = oom_kills();
-  std::string why;
-  const pid_t child = spawn_training(argv, why);
-  if (child < 0) {
-    err << "zero-worker: rank " << id.rank() << " trains without an agent: " << why << "\n";
-    return run_training(argc, argv, out, err, id, address, log_dir, getpid(), std::move(after_step));
-  }
-  int status = 0;
-  pid_t waited;
-  while ((waited = waitpid(child, &status, 0)) < 0 && errno == EINTR) {
-  }
-  g_training = 0;  // its pid may be another's now
-  if (waited < 0) {
-    err << "zero-worker: rank " << id.rank() << "'s agent lost its training: " << std::strerror(errno) << "\n";
-    return 1;
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);  // the training reported it
-  const int sig = WTERMSIG(status);
-  // One ended by what mpirun sent the rank (stopping the job after another
-  // rank's failure, or zerod's stop) did not fail: nothing to report.
-  if (sig != g_forwarded) {
-    const std::optional<int64_t> kills = oom_kills();
-    const bool oom = sig == SIGKILL && oom_base && kills && *kills > *oom_base;
-    fprintf(stderr, "zero-worker: rank %d was killed by %s\n", id.rank(),
-            oom ? "the kernel's OOM killer" : signal_name(sig).c_str());
-    v1::ReportExitRequest req;
-    *req.mutable_worker() = id;
-    req.set_exit_code(128 + sig);
-    req.set_signal(sig);
-    req.set_oom(oom);
-    leave_exit_record(log_dir, req);
-    if (absl::StatusOr<Connection> zerod = connect_to_zerod(address); zerod.ok()) {
-      deliver_exit(*zerod->stub, zerod->token, req, std::chrono::system_clock::now() + kAgentReportWait);
-    }
-  }
-  // The training's core, if it left one, is the one to keep.
-  const rlimit no_core = {0, 0};
-  setrlimit(RLIMIT_CORE, &no_core);
-  signal(sig, SIG_DFL);
-  raise(sig);
-  return 128 + sig;
-}
-
 }  // namespace
 
 int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream& err, AfterStep after_step) {
@@ -409,26 +214,23 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
     return exit_code_for(rank.status());
   }
   const std::string log_dir = env_or("ZEROD_LOG_DIR", ".");
-  v1::WorkerId id;
-  id.set_job_id(env_or("ZEROD_JOB_ID"));
-  int attempt = 0;
-  (void)absl::SimpleAtoi(env_or("ZEROD_ATTEMPT"), &attempt);
-  id.set_attempt(attempt);
-  id.set_rank(rank->rank);
   const std::string agent = env_or(kAgentEnv);
   if (agent.empty()) {
+    // Started without zero-agent: it keeps its own log and stops itself.
     if (absl::Status s = redirect_output(log_dir, rank->rank); !s.ok()) {
       err << "zero-worker: " << s.message() << "\n";
       return exit_code_for(s);
     }
-    return run_rank_agent(argc, argv, out, err, id, address, log_dir, std::move(after_step));
+    return run_training(argc, argv, out, err, worker_id(rank->rank), address, log_dir, getpid(),
+                        std::move(after_step));
   }
-  // The agent's child: its output goes where the agent's does, a line at a
-  // time, and it ends with its agent (which it cannot outlive unseen).
+  // Its output goes where its agent's does, a line at a time, and it ends
+  // with its agent (which it cannot outlive unseen).
   setvbuf(stdout, nullptr, _IOLBF, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (absl::StrCat(getppid()) != agent) return 1;  // the agent ended before prctl
-  return run_training(argc, argv, out, err, id, address, log_dir, getppid(), std::move(after_step));
+  return run_training(argc, argv, out, err, worker_id(rank->rank), address, log_dir, getppid(),
+                      std::move(after_step));
 }
 
 }  // namespace zerod

@@ -1,13 +1,11 @@
 // The worker's side of zerod: when zero-worker runs under zerod (the
-// environment names a coordinator), the process mpirun starts for a rank
-// becomes the rank's agent on its host: its output goes to the job's rank
-// log, and it runs the training as a child of its own, passing on the
-// signals it gets. The training registers (host, pid, process group; again
-// when a restarted zerod asks), heartbeats its progress from a thread of
-// its own, and reports its exit; one that zerod tells to stop, or that
-// hears nothing from zerod for its lease (ZEROD_LEASE_S), has its agent
-// stop it. A training the kernel kills is reported by its agent: the
-// signal, and an OOM kill read from the cgroup of their host.
+// environment names a coordinator), it is a rank's training, started by the
+// rank's agent (zero-agent, rank_agent.h) where its output goes to the
+// job's rank log. It registers (host, pid, process group; again when a
+// restarted zerod asks), heartbeats its progress from a thread of its own,
+// and reports its exit; one that zerod tells to stop, or that hears
+// nothing from zerod for its lease (ZEROD_LEASE_S), has its agent stop it.
+// Started without an agent, it keeps the log and stops itself.
 #pragma once
 
 #include <cstdint>
