@@ -14,7 +14,7 @@ packages=(
   openssl
   # The deploy tests: hosts of namespaces reached over ssh, manifests read, the unit verified, a local Slurm.
   # (where an init system runs, openssh-server starts this machine's sshd too; the tests start their own.)
-  iproute2 openssh-client openssh-server python3 python3-yaml systemd slurmctld slurmd slurm-client munge
+  iproute2 procps openssh-client openssh-server python3 python3-yaml systemd slurmctld slurmd slurm-client munge
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
 )
 
