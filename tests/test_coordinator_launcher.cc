@@ -8,8 +8,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "proto/zerod.pb.h"
 #include "runtime/coordinator/launcher.h"
+#include "runtime/core/whole_file.h"
 #include "tests/temp_dir.h"
+#include "tests/worker_run.h"
 
 namespace zerod {
 namespace {
@@ -171,6 +176,66 @@ TEST(Launcher, FindsAndStopsEveryTaggedProcess) {
   EXPECT_EQ(tagged_processes(tag + "0"), std::vector<pid_t>{other});
   kill(other, SIGKILL);
   waitpid(other, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace zerod
+
+namespace zerod {
+namespace {
+
+// zero-agent (runtime/coordinator/rank_agent.h) by itself: what it
+// refuses, what it passes through, and a training killed under it.
+class RankAgent : public testing::TempDirTest {
+ protected:
+  // The agent as rank 0 of job 7 with `args`, zerod nowhere (no token:
+  // nothing is sent), its log in this directory; its output and how it
+  // ended ("status=N", -N when killed by signal N).
+  testing::CommandResult agent(const std::string& args, const std::string& env = "") {
+    const std::string status = "import subprocess, sys; print('status=%d' % subprocess.run(sys.argv[1:]).returncode)";
+    return testing::run_command(absl::StrCat("cd ", path(""), " && env -u OMPI_COMM_WORLD_RANK ", env,
+                                             " ZEROD_JOB_ID=7 ZEROD_ATTEMPT=1 ZEROD_LOG_DIR=", path(""),
+                                             " python3 -c \"", status, "\" ", ZEROD_AGENT_BIN, " ", args, " 2>&1"));
+  }
+  std::string log() { return read_whole_file(path("rank-0.log")).value_or(""); }
+};
+
+TEST_F(RankAgent, RunsOnlyUnderZerodAndWithAProgram) {
+  for (const std::string& env : {std::string("-u ZEROD_COORDINATOR"), std::string("ZEROD_COORDINATOR=127.0.0.1:1")}) {
+    const testing::CommandResult r = agent(env[0] == '-' ? "/bin/true" : "", env);
+    EXPECT_NE(r.out.find("zero-agent: runs a rank's training under zerod"), std::string::npos) << r.out;
+    EXPECT_TRUE(absl::EndsWith(r.out, "status=2\n")) << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path("rank-0.log")));  // nothing was started or written
+}
+
+TEST_F(RankAgent, NamesAProgramItCannotStart) {
+  const testing::CommandResult r = agent("/nonexistent/zero-worker --config x", "ZEROD_COORDINATOR=127.0.0.1:1");
+  EXPECT_TRUE(absl::EndsWith(r.out, "status=127\n")) << r.out;
+  EXPECT_EQ(log(), "zero-agent: rank 0: cannot start /nonexistent/zero-worker: No such file or directory\n");
+  EXPECT_FALSE(std::filesystem::exists(path("rank-0.exit")));
+}
+
+TEST_F(RankAgent, PassesAnExitOnAndReportsAKillAsItsOwnDeath) {
+  // The training sees its agent's mark; its status comes back as it was.
+  const testing::CommandResult exited =
+      agent("sh -c 'test \"$ZEROD_RANK_AGENT\" -gt 1 && echo trained && exit 3'", "ZEROD_COORDINATOR=127.0.0.1:1");
+  EXPECT_TRUE(absl::EndsWith(exited.out, "status=3\n")) << exited.out;
+  EXPECT_EQ(log(), "trained\n");
+  EXPECT_FALSE(std::filesystem::exists(path("rank-0.exit")));  // the training's to leave
+  // Killed by what the agent did not send: it says so, leaves the record,
+  // and dies of the same signal.
+  const testing::CommandResult killed = agent("sh -c 'kill -9 $$'", "ZEROD_COORDINATOR=127.0.0.1:1");
+  EXPECT_TRUE(absl::EndsWith(killed.out, "status=-9\n")) << killed.out;
+  EXPECT_EQ(log(), "trained\nzero-agent: rank 0 was killed by SIGKILL\n");
+  v1::ReportExitRequest record;
+  ASSERT_TRUE(record.ParseFromString(read_whole_file(path("rank-0.exit")).value_or("")));
+  EXPECT_EQ(record.worker().job_id(), "7");
+  EXPECT_EQ(record.worker().attempt(), 1);
+  EXPECT_EQ(record.worker().rank(), 0);
+  EXPECT_EQ(record.signal(), SIGKILL);
+  EXPECT_EQ(record.exit_code(), 128 + SIGKILL);
+  EXPECT_FALSE(record.oom());  // no OOM kill was counted
 }
 
 }  // namespace
