@@ -228,12 +228,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> Supervisor::register_worker(const v1:
   auto it = running_.find(req.worker().job_id());
   if (it != running_.end() && it->second.number == req.worker().attempt()) {
     Rank& r = it->second.ranks[req.worker().rank()];
-    r.pid = req.pid();
-    r.pgid = req.pgid();
     r.host = req.host();
     r.heard = Clock::now();
+    // Its pid and group mean something on its host only: for people there.
     note(req.worker().job_id(), absl::StrCat("attempt ", req.worker().attempt(), " rank ", req.worker().rank(), " on ",
-                                             r.host, ": pid ", r.pid, ", process group ", r.pgid));
+                                             r.host, ": pid ", req.pid(), ", process group ", req.pgid()));
   }
   v1::RegisterWorkerResponse resp;
   resp.set_heartbeat_interval_ms(static_cast<int64_t>(options_.heartbeat_interval_s * 1000));

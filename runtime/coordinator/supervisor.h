@@ -89,8 +89,6 @@ class Supervisor {
  private:
   using Clock = std::chrono::steady_clock;
   struct Rank {
-    pid_t pid = 0;   // on its host
-    pid_t pgid = 0;
     std::string host;
     Clock::time_point heard;  // its last registration or heartbeat
     int64_t step = -1;

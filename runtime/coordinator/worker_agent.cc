@@ -214,6 +214,7 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
     return exit_code_for(rank.status());
   }
   const std::string log_dir = env_or("ZEROD_LOG_DIR", ".");
+  const v1::WorkerId id = worker_id(rank->rank);
   const std::string agent = env_or(kAgentEnv);
   if (agent.empty()) {
     // Started without zero-agent: it keeps its own log and stops itself.
@@ -221,16 +222,14 @@ int run_supervised_worker(int argc, char** argv, std::ostream& out, std::ostream
       err << "zero-worker: " << s.message() << "\n";
       return exit_code_for(s);
     }
-    return run_training(argc, argv, out, err, worker_id(rank->rank), address, log_dir, getpid(),
-                        std::move(after_step));
+    return run_training(argc, argv, out, err, id, address, log_dir, getpid(), std::move(after_step));
   }
   // Its output goes where its agent's does, a line at a time, and it ends
   // with its agent (which it cannot outlive unseen).
   setvbuf(stdout, nullptr, _IOLBF, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (absl::StrCat(getppid()) != agent) return 1;  // the agent ended before prctl
-  return run_training(argc, argv, out, err, worker_id(rank->rank), address, log_dir, getppid(),
-                      std::move(after_step));
+  return run_training(argc, argv, out, err, id, address, log_dir, getppid(), std::move(after_step));
 }
 
 }  // namespace zerod

@@ -51,11 +51,11 @@ void leave_exit_record(const std::string& dir, const v1::ReportExitRequest& req)
     req.SerializeToOstream(&out);
     out.close();
     if (!out) {
-      fprintf(stderr, "zero-worker: cannot write %s\n", tmp.c_str());
+      fprintf(stderr, "cannot write the exit record %s\n", tmp.c_str());
       return;
     }
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) fprintf(stderr, "zero-worker: cannot write %s\n", path.c_str());
+  if (rename(tmp.c_str(), path.c_str()) != 0) fprintf(stderr, "cannot write the exit record %s\n", path.c_str());
 }
 
 void deliver_exit(v1::WorkerControl::Stub& stub, const std::string& token, const v1::ReportExitRequest& req,
