@@ -2,15 +2,21 @@
 # The one command run on a GPU machine (see ../shared/GPU.md): builds zerod
 # from the tree and the Debian packages that scripts/gpu_deps.sh put in
 # .gpu-deps/ (unpacked into a private prefix, never into /), then runs one
-# section in what is left of 9 minutes, writing summary.txt (the results)
-# and logs.tgz (every log, the machine's description among them) to $OUT
-# (or gpu-results/):
+# section in what is left of 9 minutes, writing summary-SECTION.txt (the
+# results) and logs-SECTION.tgz (every log, the machine's description among
+# them) to $OUT (or gpu-results/), so that several sections run in one call
+# come back together:
 #   all (default): every test of the CUDA-only build (no MPI, no gRPC) on the
 #     GPU, the kernel tests again under compute-sanitizer (memcheck,
 #     racecheck), where gpt2's step time goes (wall_clock_breakdown),
 #     zerod's LoRA adapter read by PEFT (scripts/peft_check.py), gpt2-xl
 #     QLoRA under a 12 GiB cap (trains) and gpt2-xl under that cap without
 #     offload (refused before step 1);
+#   kernels: the quick check after a change to the kernel table: only the
+#     CUDA tests' programs and zero-worker built, the CUDA tests run,
+#     test_cuda_kernels under compute-sanitizer memcheck, and where the step
+#     of gpt2 at B 16 and gpt2-xl at B 8 goes (wall_clock_breakdown, tokens/s
+#     and launches a step);
 #   bench [SHAPE]: zerod against PyTorch on gpt2 and gpt2-xl
 #     (bench/gpu/train_vs_torch.sh), or on SHAPE alone;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
@@ -32,24 +38,24 @@
 #     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
 #     rank's GPU peak.
 #   Here:            scripts/gpu_deps.sh
-#   On the GPU:      scripts/gpu_check.sh [all|offload|largest|ranks|bench|plan]  (carry .gpu-deps)
+#   On the GPU:      scripts/gpu_check.sh [all|kernels|offload|largest|ranks|bench|plan]  (carry .gpu-deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 section=${1:-all}
-case "$section" in all | offload | largest | ranks | bench | plan) ;;
-*) echo "gpu_check: unknown section '$section' (all, offload, largest, ranks, bench or plan)"; exit 2 ;;
+case "$section" in all | kernels | offload | largest | ranks | bench | plan) ;;
+*) echo "gpu_check: unknown section '$section' (all, kernels, offload, largest, ranks, bench or plan)"; exit 2 ;;
 esac
 out=${OUT:-$root/gpu-results}
 deps=/tmp/zerod-deps
 build=/tmp/zerod-build-gpu
 mkdir -p "$out"
-summary=$out/summary.txt
+summary=$out/summary-$section.txt
 : >"$summary"
-# Every log goes into one archive, $out/logs.tgz, whatever the exit: the
+# Every log goes into one archive, $out/logs-$section.tgz, whatever the exit: the
 # device tool brings back at most 8 files from $out.
 logs=$(mktemp -d)
-trap 'tar czf "$out/logs.tgz" -C "$logs" .' EXIT
+trap 'tar czf "$out/logs-$section.tgz" -C "$logs" .' EXIT
 say() { echo "gpu_check: $*" | tee -a "$summary"; }
 
 {
@@ -91,6 +97,8 @@ if [ "$section" = ranks ]; then
   build=$build-mpi
   targets=(--target zero-worker mpi_test_gpu_tier)
 fi
+cuda_tests=(test_cuda_kernels test_cuda_training test_cuda_offload test_device test_nccl)
+[ "$section" = kernels ] && targets=(--target zero-worker "${cuda_tests[@]}")
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=$with_mpi -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=$with_bench \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
@@ -108,6 +116,71 @@ breakdown() { grep -A12 '^where the time went' "$1" | tr -s ' ' | tr '\n' ';'; }
 
 # The losses a run printed, one per line.
 losses() { grep -E '^step [0-9]+/' "$1" | awk -F'|' '{print $2}' | sed 's/ *loss *//'; }
+
+if [ "$section" = kernels ]; then
+  rc=0
+  for t in "${cuda_tests[@]}"; do
+    [ -x "$build/tests/$t" ] || continue  # test_nccl: only where NCCL was found
+    OMP_NUM_THREADS=16 timeout 200 "$build/tests/$t" >"$logs/$t.log" 2>&1
+    code=$?
+    [ "$code" = 0 ] || rc=1
+    say "$t: exit $code, $(grep -cE '^\[       OK' "$logs/$t.log") passed; $(grep -E '^\[  FAILED|SKIPPED \]' "$logs/$t.log" | sort -u | head -8 | tr '\n' ' ')"
+    grep -B3 -A12 'Failure$' "$logs/$t.log" | head -60 >>"$summary"
+  done
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -n "$sanitizer" ]; then
+    timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_kernels" >"$logs/memcheck.log" 2>&1
+    code=$?
+    [ "$code" = 0 ] || rc=1
+    say "compute-sanitizer memcheck on test_cuda_kernels: exit $code, $(grep -h 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)"
+  fi
+  # gpt2 at B 16 and gpt2-xl at B 8, T 1024, bf16: tokens/s, and where a
+  # step goes (the table's ops, launches a step).
+  for shape in "gpt2 16 4" "gpt2-xl 8 3"; do
+    read -r preset B steps <<<"$shape"
+    timeout 150 "$worker" --config examples/gpu_gpt2.json --set "model.preset=\"$preset\"" --set train_batch_size=$B \
+      --set train_micro_batch_size_per_gpu=$B --set data.kind='"text"' --set data.path='"README.md"' \
+      --set run.sample.tokens=0 --set run.steps=$steps --set steps_per_print=1 --set wall_clock_breakdown=true \
+      >"$logs/$preset-breakdown.log" 2>&1
+    code=$?
+    [ "$code" = 0 ] || rc=1
+    say "$preset B $B: exit $code; $(grep -E '^step ' "$logs/$preset-breakdown.log" | tail -2 | tr -s ' ' | tr '\n' ';')"
+    say "$preset, where the time went: $(grep -A24 '^where the time went' "$logs/$preset-breakdown.log" | tr -s ' ' | tr '\n' ';')"
+    grep -E 'error|abort|failed' "$logs/$preset-breakdown.log" | head -3 >>"$summary"
+  done
+  # Every kernel of one step of gpt2 with one layer at B 16 (the head and
+  # the embedding as in gpt2, a layer's kernels once), timed by Nsight
+  # Compute: the roofline table's times, by kernel; with GPT-2's vocabulary
+  # and with it padded to a multiple of 64 (50304), for the head's products.
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for vocab in 50257 50304; do
+    [ -n "$ncu" ] || break
+    timeout 100 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$logs/ncu-$vocab.csv" \
+      "$worker" --config examples/gpu_gpt2.json --set model.n_layer=1 --set model.vocab_size=$vocab \
+      --set data.kind='"text"' --set data.path='"README.md"' --set run.sample.tokens=0 --set run.steps=1 \
+      >"$logs/ncu-run-$vocab.log" 2>&1
+    say "Nsight Compute, one step of gpt2 with one layer, B 16, vocabulary $vocab: exit $?"
+    python3 - "$logs/ncu-$vocab.csv" <<'PY' | tee -a "$summary"
+import csv, re, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+tot = {}
+for r in rows:
+    name = r["Kernel Name"]
+    m = re.search(r"CudaKernels::(\w+)|AttentionExec::(\w+)|(\w+_kernel)", name)
+    key = next(g for g in m.groups() if g) if m else name[:60]
+    if "{lambda" in name:
+        key += " #" + re.search(r"\{lambda[^}]*#(\d+)\}", name).group(1)
+    t = float(r["Metric Value"].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}[r["Metric Unit"]]
+    n, s_ = tot.get(key, (0, 0.0))
+    tot[key] = (n + 1, s_ + t)
+for key, (n, t) in sorted(tot.items(), key=lambda kv: -kv[1][1])[:30]:
+    print(f"gpu_check: kernel {key:60s} {n:5d} launches {t:10.1f} us")
+print(f"gpu_check: kernels: {len(rows)} launches, {sum(t for _, t in tot.values()):.1f} us")
+PY
+  done
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
 
 if [ "$section" = offload ]; then
   rc=0
@@ -200,10 +273,12 @@ fi
 
 if [ "$section" = bench ]; then
   # One round of zerod against PyTorch (bench/gpu/train_vs_torch.sh), each
-  # of its four runs given a quarter of what is left of 540 s; $2 names the
-  # shapes (gpt2, gpt2-xl) when not both.
-  left=$((540 - SECONDS))
-  bench/gpu/train_vs_torch.sh "$build" "$logs/bench" 1 $((left / 4)) ${2:-} >/dev/null 2>&1
+  # of its runs (four, or two for the one shape $2 names: gpt2, gpt2-xl)
+  # given its share of what is left of GPU_CHECK_SECONDS (540 s).
+  left=$((${GPU_CHECK_SECONDS:-540} - SECONDS))
+  runs=4
+  [ -n "${2:-}" ] && runs=2
+  bench/gpu/train_vs_torch.sh "$build" "$logs/bench" 1 $((left / runs)) ${2:-} >/dev/null 2>&1
   rc=$?
   sed 's/^/gpu_check: /' "$logs/bench/train_vs_torch.txt" | tee -a "$summary"
   say "done in $SECONDS s, exit $rc"

@@ -22,8 +22,11 @@ std::vector<int64_t> packed_units(const GptLayout& layout) {
 bool packed(bool nf4, const ZeroConfig& z) { return nf4 && z.stage == 3; }
 
 ZeroShape frozen_shape(const GptLayout& layout, const ZeroSettings& s, bool nf4, int world_size, int rank) {
-  return packed(nf4, s.zero) ? ZeroShape(layout, packed_units(layout), world_size, rank, DType::kF32, Category::kFrozen)
-                             : ZeroShape(layout, s.zero.stage, world_size, rank, s.precision, Category::kFrozen);
+  ZeroShape shape = packed(nf4, s.zero)
+                        ? ZeroShape(layout, packed_units(layout), world_size, rank, DType::kF32, Category::kFrozen)
+                        : ZeroShape(layout, s.zero.stage, world_size, rank, s.precision, Category::kFrozen);
+  shape.operands = s.operands;
+  return shape;
 }
 
 // The host buffer the initial values pass through: a layer's unit at most,
@@ -68,7 +71,7 @@ void FrozenWeights::plan_build(const GptLayout& layout, const ZeroSettings& sett
                                int rank, MemoryPlan& plan) {
   const ZeroConfig& z = settings.zero;
   if (nf4 && z.stage < 3) {
-    Nf4Weights::plan(layout, plan);
+    Nf4Weights::plan(layout, settings.operands, plan);
     return;
   }
   const ZeroShape shape = frozen_shape(layout, settings, nf4, world_size, rank);
@@ -81,7 +84,7 @@ void FrozenWeights::plan_build(const GptLayout& layout, const ZeroSettings& sett
   } else {
     plan_sharded_params(shape, z, /*written_from_host=*/true, staging, plan);
   }
-  if (nf4) Nf4Packing::plan_unpacked(layout, plan);
+  if (nf4) Nf4Packing::plan_unpacked(layout, settings.operands, plan);
   plan.add("frozen weights, initial values", Tier::kHost, Category::kWorkspace,
            std::max<int64_t>(fill_numel(shape, nf4), 1) * 4, Phase::kBuild, /*kept=*/false);
   if (nf4) {
@@ -106,7 +109,7 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
     FrozenWeights* w = f.get();
     unpack = [w](void* unit) {
       return w->packing_->unpack(w->ctx_.device, w->ctx_.converter(), static_cast<uint8_t*>(unit),
-                                 w->unpacked_.ptr<float>());
+                                 w->unpacked_.data());
     };
   }
   const PlanDevice where = plan_device(device);
@@ -129,7 +132,7 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
     ZEROD_ASSIGN_OR_RETURN(f->params_, sharded_params(f->ctx_, z, staging, std::move(unpack)));
   }
   if (f->packing_) {
-    ZEROD_ASSIGN_OR_RETURN(f->unpacked_, Nf4Packing::allocate_unpacked(layout, device));
+    ZEROD_ASSIGN_OR_RETURN(f->unpacked_, Nf4Packing::allocate_unpacked(layout, kernels.operand_type(), device));
   }
   ZEROD_RETURN_IF_ERROR(f->fill(settings.init));
   return f;

@@ -23,7 +23,7 @@ void GatheredWeights::plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPl
   plan.add_device("gathered layers", shape.params, p.chunk(1) * ds, Phase::kBuild, true, layer_slots(L, z));
   plan.add_device("gathered embeddings", shape.params, p.chunk(0) * ds);
   plan.add_device("gathered final LayerNorm", shape.params, p.chunk(L.final_unit()) * ds);
-  plan_fp32_staging(L, shape.dtype, plan);
+  plan_weight_staging(L, shape.dtype, shape.operands, plan);
 }
 
 absl::Status GatheredWeights::allocate(const ZeroConfig& z) {
@@ -41,10 +41,11 @@ absl::Status GatheredWeights::allocate(const ZeroConfig& z) {
   for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n * ds));
   ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n * ds));
   ZEROD_RETURN_IF_ERROR(allocate_slot(fin_, p.chunk(L.final_unit()) * n * ds));
-  if (ctx_.dtype != DType::kF32) {
-    const Fp32Staging staging = fp32_staging(L);
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(layer_staging_, staging.layer * 4, Category::kWorkspace));
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(global_staging_, staging.globals * 4, Category::kWorkspace));
+  if (needs_staging(ctx_.dtype, ctx_.operands)) {
+    const WeightStaging staging = weight_staging(L);
+    const int64_t op = dtype_size(ctx_.operands);
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(layer_staging_, staging.layer * op, Category::kWorkspace));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(global_staging_, staging.globals * op, Category::kWorkspace));
   }
   // Gathers write the zeroed slots from the comm thread.
   return ctx_.device.synchronize(ctx_.stream);
@@ -54,9 +55,9 @@ absl::StatusOr<GlobalWeights> GatheredWeights::globals() {
   const GptLayout& L = ctx_.layout;
   ZEROD_ASSIGN_OR_RETURN(const bool fresh_emb, acquire(emb_, 0));
   ZEROD_ASSIGN_OR_RETURN(const bool fresh_fin, acquire(fin_, L.final_unit()));
-  if (fresh_emb || fresh_fin || ctx_.dtype == DType::kF32) {
+  if (fresh_emb || fresh_fin || !needs_staging(ctx_.dtype, ctx_.operands)) {
     globals_ = global_weight_views(ctx_.converter(), L, ctx_.dtype, emb_.buf.data(), fin_.buf.data(),
-                                   global_staging_.ptr<float>());
+                                   global_staging_.data());
   }
   return globals_;
 }
@@ -73,7 +74,7 @@ absl::StatusOr<LayerWeights> GatheredWeights::layer(int l) {
   ZEROD_RETURN_IF_ERROR(finish(*s));
   current_ = s;
   if (unpack_) return unpack_(s->buf.data());
-  return layer_weight_views(ctx_.converter(), ctx_.layout, ctx_.dtype, s->buf.data(), layer_staging_.ptr<float>());
+  return layer_weight_views(ctx_.converter(), ctx_.layout, ctx_.dtype, s->buf.data(), layer_staging_.data());
 }
 
 absl::Status GatheredWeights::prefetch(int next, int then) {

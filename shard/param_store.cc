@@ -144,7 +144,7 @@ void plan_upload(bool written_from_host, Tier staging, MemoryPlan& plan) {
 
 void plan_replicated_params(const ZeroShape& shape, bool written_from_host, Tier staging, MemoryPlan& plan) {
   plan.add_device("parameters", shape.params, shape.part.padded_numel() * dtype_size(shape.dtype));
-  plan_fp32_staging(shape.layout, shape.dtype, plan);
+  plan_weight_staging(shape.layout, shape.dtype, shape.operands, plan);
   plan_upload(written_from_host, staging, plan);
 }
 

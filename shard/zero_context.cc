@@ -49,7 +49,9 @@ ZeroContext::ZeroContext(ZeroShape shape, Communicator& comm, Device& device, Ke
       kernels(kernels),
       stream(device.compute_stream()),
       host(host),
-      host_kernels(host_kernels) {}
+      host_kernels(host_kernels) {
+  operands = kernels.operand_type();
+}
 
 absl::Status ZeroContext::alloc(Buffer& b, int64_t bytes, Category c) const {
   ZEROD_ASSIGN_OR_RETURN(b, device.allocate(bytes, c));

@@ -36,6 +36,10 @@ struct ZeroShape {
   const std::vector<ShardSegment> owned;
   const DType dtype;  // of the working parameters
   const Category params;  // what the working parameters count as (kFrozen for weights not trained)
+  // The kernel table's operand type (kernels.h): weights of another type
+  // reach the model converted (weights.h's staging). A context's is its
+  // table's; a plan's, its settings'.
+  DType operands = DType::kF32;
 };
 
 struct ZeroContext : ZeroShape {

@@ -102,7 +102,8 @@ SwapSettings ZeroEngine::swap_settings(const ZeroSettings& settings, const Store
 void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int world_size, int rank,
                       bool saves_checkpoints, MemoryPlan& plan) {
   const ZeroConfig& z = settings.zero;
-  const ZeroShape shape(layout, z.stage, world_size, rank, settings.precision);
+  ZeroShape shape(layout, z.stage, world_size, rank, settings.precision);
+  shape.operands = settings.operands;
   const StoreChoice c = choose_stores(settings, plan.device());
   if (z.stage < 3) {
     plan_replicated_params(shape, c.separate_masters, c.staging, plan);

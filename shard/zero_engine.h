@@ -46,6 +46,7 @@ struct ZeroSettings {
   // Clipping or a loss scale: an update's gradient factor is known only
   // once every gradient is.
   bool factor_after_backward = false;
+  DType operands = DType::kF32;  // the kernel table's (kernels.h)
 };
 
 // Which stores a rank keeps and how they work, from its settings and its

@@ -82,6 +82,16 @@ void column_sum(int64_t N, int64_t cols, int64_t columns, Partial partial, Total
 
 constexpr float kUlps4 = 4 * 0x1p-23f;
 
+// Bytes starting 16-byte aligned, as device allocations do.
+class Bytes16Buffer {
+ public:
+  explicit Bytes16Buffer(int64_t bytes) : v_((bytes + 15) / 16) {}
+  char* data() { return reinterpret_cast<char*>(v_.data()); }
+
+ private:
+  std::vector<cuda::Bytes16> v_;
+};
+
 TEST(CudaBodies, GeluAndItsGradientAreTheCpuKernels) {
   const int64_t n = 5000;
   const auto x = randn(n, 1, 3.0f), dout = randn(n, 2);
@@ -92,6 +102,49 @@ TEST(CudaBodies, GeluAndItsGradientAreTheCpuKernels) {
   for_each_index(n, [&](int64_t i) { dgot[i] = cuda::gelu_grad(x[i], dout[i]); });
   expect_close(got, want, kUlps4, "gelu");
   expect_close(dgot, dwant, kUlps4, "gelu_grad");
+}
+
+// The maps 16 bytes a thread, and the tail one element a thread: the
+// one-element path's bits, for fp32 and bf16 operands; with a pointer off
+// 16 bytes, every thread takes one element.
+template <DType kT>
+void expect_maps_are_elementwise(bool aligned) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(kT) << (aligned ? "" : ", unaligned"));
+  const int64_t n = 1003;  // not a whole number of vectors
+  const int64_t ob = dtype_size(kT);
+  auto x = randn(n, 7, 3.0f), y = randn(n, 8);
+  // Each array one element in where unaligned.
+  const int64_t skip = aligned ? 0 : 1;
+  std::vector<Bytes16Buffer> bufs;
+  auto operands = [&](const std::vector<float>& v) {
+    bufs.emplace_back((n + skip) * ob);
+    char* p = bufs.back().data() + skip * ob;
+    for (int64_t i = 0; i < n; ++i) cuda::store_f32(p, kT, i, v[i]);
+    return static_cast<void*>(p);
+  };
+  void *a = operands(x), *b = operands(y), *out = operands(std::vector<float>(n));
+  const int64_t vectors = cuda::vectors_for<kT>(n, out, a, b);
+  EXPECT_EQ(vectors, aligned ? n / cuda::Lanes16<kT>::kWidth : 0);
+  for_each_index(cuda::map_threads<kT>(n, vectors),
+                 [&](int64_t t) { cuda::map_at<kT>(t, vectors, out, a, b, cuda::GeluGradOf{}); });
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = cuda::gelu_grad(cuda::load_f32(a, kT, i), cuda::load_f32(b, kT, i));
+    ASSERT_EQ(bits({cuda::load_f32(out, kT, i)}), bits({cuda::round_f32(kT, want)})) << i;
+  }
+  for_each_index(cuda::map_threads<kT>(n, vectors),
+                 [&](int64_t t) { cuda::map_at<kT>(t, vectors, out, a, nullptr, cuda::GeluOf{}); });
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(bits({cuda::load_f32(out, kT, i)}), bits({cuda::round_f32(kT, cuda::gelu(cuda::load_f32(a, kT, i)))}))
+        << i;
+  }
+}
+
+TEST(CudaBodies, MapsSixteenBytesAThreadAreElementwise) {
+  for (bool aligned : {true, false}) {
+    expect_maps_are_elementwise<DType::kF32>(aligned);
+    expect_maps_are_elementwise<DType::kBF16>(aligned);
+    expect_maps_are_elementwise<DType::kF16>(aligned);
+  }
 }
 
 TEST(CudaBodies, LayerNormRowsAndColumnsAreTheCpuKernels) {
@@ -163,14 +216,34 @@ TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
     cuda::embedding_forward_at(j, gout.data(), tokens.data(), wte.data(), wpe.data(), T, C);
   });
   EXPECT_EQ(gout, out);
-  auto dwte = randn(int64_t(V) * C, 13), dwpe = randn(int64_t(T) * C, 14);
-  auto gdwte = dwte, gdwpe = dwpe;
-  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  for_each_index(C, [&](int64_t i) {
-    cuda::embedding_backward_column(int(i), gdwte.data(), gdwpe.data(), dout.data(), tokens.data(), N, T, C);
-  });
-  EXPECT_EQ(gdwte, dwte);
-  EXPECT_EQ(gdwpe, dwpe);
+  // The backward a token's run at a time (a block per sorted position),
+  // then dwpe by element: the CPU's additions in its order, for fp32 and
+  // bf16 gradients alike (the CPU's taking the bf16 values). C = 40 over
+  // 8 lanes: each lane's four columns, the last group partial.
+  std::vector<int32_t> order(N);
+  token_order(tokens.data(), N, order.data());
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint16_t> dout16(N * C);
+    auto dy = dout;
+    if (t == DType::kBF16) {
+      convert_from_f32(t, dout.data(), dout16.data(), dy.size());
+      convert_to_f32(t, dout16.data(), dy.data(), dy.size());
+    }
+    const cuda::ConstOperands g_dy{t == DType::kF32 ? static_cast<const void*>(dout.data()) : dout16.data(), t};
+    auto dwte = randn(int64_t(V) * C, 13), dwpe = randn(int64_t(T) * C, 14);
+    auto gdwte = dwte, gdwpe = dwpe;
+    cpu::embedding_backward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C);
+    for_each_index(N, [&](int64_t i) {
+      for (int lane = 0; lane < 8; ++lane) {
+        cuda::embedding_backward_run(i, lane, 8, gdwte.data(), g_dy, tokens.data(), order.data(), N, C);
+      }
+    });
+    for_each_index(int64_t(T) * C,
+                   [&](int64_t j) { cuda::embedding_backward_position_at(j, gdwpe.data(), g_dy, B, T, C); });
+    EXPECT_EQ(bits(gdwte), bits(dwte));
+    EXPECT_EQ(bits(gdwpe), bits(dwpe));
+  }
 
   // The bias gradient: column sums of dout [M, OC], added, over three
   // chunks of rows, the last one partial.
@@ -187,6 +260,92 @@ TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
   expect_close(gdbias, dbias, 1e-6f, "dbias");
 }
 
+// LayerNorm 16 bytes a lane against the CPU on the same (rounded) values:
+// statistics and fp32 sums to 1e-6 of the largest, bf16 outputs to one
+// rounding (2^-8 of the largest); the parameters' and the bias's partial
+// sums W columns a thread are the one-column bodies' bits.
+template <DType kT>
+void expect_vector_layernorm_is_the_cpus() {
+  SCOPED_TRACE(dtype_name(kT));
+  const int64_t N = 150;
+  const int C = 72, lanes = 32;  // 9 vectors of bf16 a row: some lanes idle
+  const float out_tol = kT == DType::kF32 ? 1e-6f : 0x1p-8f;
+  auto x = randn(N * C, 3, 2.0f), w = randn(C, 4), b = randn(C, 5), dout = randn(N * C, 6), dinp = randn(N * C, 7);
+  std::vector<Bytes16Buffer> bufs;
+  auto operands = [&](std::vector<float>& v) {  // v rounded to kT in place
+    round_to(kT, v.data(), v.size());
+    bufs.emplace_back(static_cast<int64_t>(v.size()) * dtype_size(kT));
+    for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(bufs.back().data(), kT, i, v[i]);
+    return static_cast<void*>(bufs.back().data());
+  };
+  auto values = [&](const void* p, size_t n) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = cuda::load_f32(p, kT, i);
+    return v;
+  };
+  void *gx = operands(x), *gw = operands(w), *gb = operands(b), *gdy = operands(dout), *gdx = operands(dinp);
+  std::vector<float> out(N * C, 0.0f), mean(N), rstd(N), gmean(N), grstd(N);
+  void* gout = operands(out);
+  ASSERT_TRUE(cuda::rows_in_vectors<kT>(C, {gx, gw, gb, gout}));
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  const int64_t ob = dtype_size(kT);
+  for_each_index(N, [&](int64_t n) {
+    const char* xr = static_cast<const char*>(gx) + n * C * ob;
+    gmean[n] = lanes_reduce(lanes, [&](int l) { return cuda::vec_row_sum<kT>(xr, C, l, lanes); }, kSum) / C;
+    grstd[n] = cuda::layernorm_rstd(
+        lanes_reduce(lanes, [&](int l) { return cuda::vec_row_squares_about<kT>(xr, C, gmean[n], l, lanes); }, kSum),
+        C);
+    for (int l = 0; l < lanes; ++l) {
+      cuda::vec_layernorm_write<kT>(static_cast<char*>(gout) + n * C * ob, xr, gw, gb, C, gmean[n], grstd[n], l, lanes);
+    }
+  });
+  expect_close(values(gout, N * C), out, out_tol, "layernorm out");
+  expect_close(gmean, mean, 1e-6f, "layernorm mean");
+  expect_close(grstd, rstd, 1e-6f, "layernorm rstd");
+
+  std::vector<float> dw(C), db(C);
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+  for_each_index(N, [&](int64_t n) {
+    const char* xr = static_cast<const char*>(gx) + n * C * ob;
+    const char* dy = static_cast<const char*>(gdy) + n * C * ob;
+    cuda::LayerNormRowSums sums{0.0f, 0.0f};
+    for (int l = 0; l < lanes; ++l) {
+      const cuda::LayerNormRowSums p = cuda::vec_layernorm_backward_sums<kT>(dy, xr, gw, mean[n], rstd[n], C, l, lanes);
+      sums.dnorm += p.dnorm;
+      sums.dnorm_norm += p.dnorm_norm;
+    }
+    for (int l = 0; l < lanes; ++l) {
+      cuda::vec_layernorm_backward_write<kT>(static_cast<char*>(gdx) + n * C * ob, dy, xr, gw, mean[n], rstd[n], sums,
+                                             C, l, lanes);
+    }
+  });
+  expect_close(values(gdx, N * C), dinp, out_tol, "layernorm dinp");
+
+  const int64_t rows = cuda::column_chunk_rows(N, 2 * C), chunks = (N + rows - 1) / rows;
+  const int W = cuda::RowVectors<kT>::W;
+  const cuda::ConstOperands dyv{gdy, kT}, xv{gx, kT};
+  std::vector<float> one(chunks * 2 * C), vec(chunks * 2 * C);
+  for_each_index(chunks * C, [&](int64_t j) {
+    cuda::layernorm_params_partial_at(j, one.data(), dyv, xv, mean.data(), rstd.data(), N, C, rows);
+  });
+  for_each_index(chunks * (C / W), [&](int64_t j) {
+    cuda::vec_layernorm_params_partial_at<kT>(j, vec.data(), gdy, gx, mean.data(), rstd.data(), N, C, rows);
+  });
+  EXPECT_EQ(bits(vec), bits(one));
+  std::vector<float> bias_one(chunks * C), bias_vec(chunks * C);
+  for_each_index(chunks * C, [&](int64_t j) { cuda::bias_partial_at(j, bias_one.data(), dyv, N, C, rows); });
+  for_each_index(chunks * (C / W),
+                 [&](int64_t j) { cuda::vec_bias_partial_at<kT>(j, bias_vec.data(), gdy, N, C, rows); });
+  EXPECT_EQ(bits(bias_vec), bits(bias_one));
+}
+
+TEST(CudaBodies, LayerNormSixteenBytesALaneIsTheCpus) {
+  expect_vector_layernorm_is_the_cpus<DType::kF32>();
+  expect_vector_layernorm_is_the_cpus<DType::kBF16>();
+  EXPECT_FALSE(cuda::rows_in_vectors<DType::kBF16>(76, {nullptr})) << "76 is not whole vectors of 8";
+}
+
 // Chunks of 64 rows, doubled until chunks x columns partials fit.
 TEST(CudaBodies, ColumnSumsTakeMoreRowsAChunkRatherThanOverflowTheirPartials) {
   EXPECT_EQ(cuda::column_chunk_rows(150, 40), 64);
@@ -199,37 +358,55 @@ TEST(CudaBodies, ColumnSumsTakeMoreRowsAChunkRatherThanOverflowTheirPartials) {
 // column-major sgemm as cuBLAS would take it (a batched call one product
 // at a time), against the CPU kernels' row-major products: 1e-5 of the
 // largest value (the two layouts may sum in different orders).
+// The bias, as cuBLASLt's epilogue adds it: bias[i] on row i of C.
 void colmajor_gemm(const cuda::ColMajorGemm& g) {
+  const auto* A = static_cast<const float*>(g.A);
+  const auto* B = static_cast<const float*>(g.B);
+  auto* C = static_cast<float*>(g.C);
   for (int64_t i = 0; i < g.batch; ++i) {
     cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n,
-                g.k, g.alpha, g.A + i * g.stride_a, g.lda, g.B + i * g.stride_b, g.ldb, g.beta, g.C + i * g.stride_c,
-                g.ldc);
+                g.k, g.alpha, A + i * g.stride_a, g.lda, B + i * g.stride_b, g.ldb, g.beta, C + i * g.stride_c, g.ldc);
+  }
+  if (!g.bias) return;
+  const auto* bias = static_cast<const float*>(g.bias);
+  for (int64_t j = 0; j < g.n; ++j) {
+    for (int64_t i = 0; i < g.m; ++i) C[j * g.ldc + i] += bias[i];
   }
 }
 
 TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
   const int64_t N = 24;
   const int C = 40, OC = 56, V = 70;
-  const auto inp = randn(N * C, 90), w = randn(int64_t(C) * OC, 91), dout = randn(N * OC, 92);
+  const auto inp = randn(N * C, 90), w = randn(int64_t(C) * OC, 91), dout = randn(N * OC, 92), bias = randn(OC, 97);
   std::vector<float> out(N * OC), gout(N * OC), dinp(N * C), gdinp(N * C);
   auto dw = randn(int64_t(C) * OC, 93), gdw = dw;
   cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
-  colmajor_gemm(cuda::matmul_forward_gemm(gout.data(), inp.data(), w.data(), N, C, OC, 0.0f));
+  colmajor_gemm(cuda::matmul_forward_gemm(gout.data(), inp.data(), w.data(), nullptr, N, C, OC));
   expect_close(gout, out, 1e-5f, "matmul forward");
+  cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  colmajor_gemm(cuda::matmul_forward_gemm(gout.data(), inp.data(), w.data(), bias.data(), N, C, OC));
+  expect_close(gout, out, 1e-5f, "matmul forward, the bias as the epilogue");
   cpu::matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
   colmajor_gemm(cuda::matmul_dinp_gemm(gdinp.data(), dout.data(), w.data(), N, C, OC));
   colmajor_gemm(cuda::matmul_dw_gemm(gdw.data(), dout.data(), inp.data(), N, C, OC));
   expect_close(gdinp, dinp, 1e-5f, "matmul dinp");
   expect_close(gdw, dw, 1e-5f, "matmul dw (accumulated)");
 
-  // The head: logits of every other row (a stride of 2C), then its two
-  // backward products from a [rows, V] gradient.
-  const int64_t rows = N / 2;
+  // The head: logits of every other row (a stride of 2C), rows of the
+  // GPU's padded stride apart, then its two backward products from a
+  // [rows, V] gradient of that stride.
+  const int64_t rows = N / 2, ld = KernelMemory{KernelBackend::kCuda}.logits_stride(V);
+  ASSERT_EQ(ld, 72);
   const auto wte = randn(int64_t(V) * C, 94), dlogits = randn(rows * V, 95);
-  std::vector<float> logits(rows * V), glogits(rows * V), hdinp(rows * C), ghdinp(rows * C);
+  std::vector<float> logits(rows * V), glogits(rows * ld), hdinp(rows * C), ghdinp(rows * C), gdlogits(rows * ld);
   auto dwte = randn(int64_t(V) * C, 96), gdwte = dwte;
   cpu::classifier_logits(logits.data(), inp.data(), 2 * C, wte.data(), rows, C, V);
-  colmajor_gemm(cuda::logits_gemm(glogits.data(), inp.data(), 2 * C, wte.data(), rows, C, V));
+  colmajor_gemm(cuda::logits_gemm(glogits.data(), ld, inp.data(), 2 * C, wte.data(), rows, C, V));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(glogits.begin() + r * ld, V, glogits.begin() + r * V);
+    std::copy_n(dlogits.begin() + r * V, V, gdlogits.begin() + r * ld);
+  }
+  glogits.resize(rows * V);
   expect_close(glogits, logits, 1e-5f, "logits");
   for (int64_t r = 0; r < rows; ++r) {  // the naive products
     for (int c = 0; c < C; ++c) {
@@ -245,34 +422,47 @@ TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
       dwte[int64_t(v) * C + c] += static_cast<float>(d);
     }
   }
-  colmajor_gemm(cuda::head_dinp_gemm(ghdinp.data(), dlogits.data(), wte.data(), rows, C, V));
-  colmajor_gemm(cuda::head_dwte_gemm(gdwte.data(), dlogits.data(), inp.data(), rows, C, V));
+  colmajor_gemm(cuda::head_dinp_gemm(ghdinp.data(), gdlogits.data(), ld, wte.data(), rows, C, V));
+  colmajor_gemm(cuda::head_dwte_gemm(gdwte.data(), gdlogits.data(), ld, inp.data(), rows, C, V));
   expect_close(ghdinp, hdinp, 1e-5f, "head dinp");
   expect_close(gdwte, dwte, 1e-5f, "head dwte (accumulated)");
 }
 
+// The head's rows in fp32 registers against the CPU's softmax in double:
+// the loss to 1e-6 of itself (a sum of 300 exponentials in fp32), the
+// gradient to 1e-6 of the largest; with bf16 logits (the CPU's taking the
+// bf16 values) the gradient, written back in bf16, to 2^-8 of the largest.
 TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) {
   const int64_t rows = 6;
   const int V = 300;
-  auto logits = randn(rows * V, 20, 4.0f);
-  auto glogits = logits;
-  std::vector<int32_t> targets = {0, 299, 17, 150, 3, 3};
-  std::vector<double> losses(rows), glosses(rows);
-  cpu::softmax_cross_entropy(logits.data(), losses.data(), targets.data(), rows, V, 0.25f);
-  // One row on 32 lanes, as the GPU's block runs it.
-  const int lanes = 32;
-  for_each_index(rows, [&](int64_t r) {
-    float* z = glogits.data() + r * V;
-    const float z_target = z[targets[r]];
-    const float mx = lanes_reduce(
-        lanes, [&](int l) { return cuda::logits_row_max(z, V, l, lanes); }, kMax);
-    const double sum = lanes_reduce(
-        lanes, [&](int l) { return cuda::logits_row_sum(z, V, mx, l, lanes); }, kSum);
-    glosses[r] = cuda::cross_entropy_loss(z_target, mx, sum);
-    for (int l = 0; l < lanes; ++l) cuda::softmax_grad_row(z, V, targets[r], mx, sum, 0.25f, l, lanes);
-  });
-  for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(glosses[r], losses[r], 1e-12 * losses[r]) << r;
-  expect_close(glogits, logits, 1e-6f, "dlogits");
+  const std::vector<int32_t> targets = {0, 299, 17, 150, 3, 3};
+  // One row on 256 lanes, as the GPU's block runs it: more lanes than some
+  // rows' columns would be, so that lanes without columns join in too.
+  const int lanes = 256;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    auto logits = randn(rows * V, 20, 4.0f);
+    round_to(t, logits.data(), logits.size());
+    std::vector<uint16_t> logits16(rows * V);
+    if (t != DType::kF32) convert_from_f32(t, logits.data(), logits16.data(), logits.size());
+    auto glogits = logits;
+    const cuda::Operands g{t == DType::kF32 ? static_cast<void*>(glogits.data()) : logits16.data(), t};
+    std::vector<double> losses(rows), glosses(rows);
+    cpu::softmax_cross_entropy(logits.data(), losses.data(), targets.data(), rows, V, 0.25f);
+    for_each_index(rows, [&](int64_t r) {
+      const cuda::Operands z = g + r * V;
+      const float z_target = z[targets[r]];
+      std::vector<cuda::SoftmaxPart> parts(lanes);
+      for (int l = 0; l < lanes; ++l) parts[l] = cuda::logits_row_part(z, V, l, lanes);
+      const float M = lanes_reduce(lanes, [&](int l) { return parts[l].max; }, kMax);
+      const float S = lanes_reduce(lanes, [&](int l) { return cuda::softmax_part_sum(parts[l], M); }, kSum);
+      glosses[r] = cuda::softmax_loss(z_target, M, S);
+      for (int l = 0; l < lanes; ++l) cuda::softmax_grad_write(z, V, targets[r], M, S, 0.25f, l, lanes);
+    });
+    if (t != DType::kF32) convert_to_f32(t, logits16.data(), glogits.data(), glogits.size());
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(glosses[r], losses[r], 1e-6 * losses[r]) << r;
+    expect_close(glogits, logits, t == DType::kF32 ? 1e-6f : 0x1p-8f, "dlogits");
+  }
 
   // Three chunks, the last one partial, each on a block of kSquaresLanes
   // lanes, then the partials on one block.
@@ -523,52 +713,56 @@ class PlanAttentionTable : public Kernels {
  public:
   explicit PlanAttentionTable(std::unique_ptr<Kernels> cpu) : k_(std::move(cpu)) {}
   KernelMemory memory() const override { return {KernelBackend::kCuda}; }
-  void attention_forward(Stream& s, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
+  DType operand_type() const override { return DType::kF32; }
+  void attention_forward(Stream& s, void* out, void* lse, float* scratch, const void* qkv, int B, int T, int C,
                          int NH) override {
     CpuDevice::launch(s, [=] {
       CpuAttentionExec x;
-      cuda::attention_forward_plan(x, out, lse, scratch, qkv, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
+      cuda::attention_forward_plan(x, static_cast<float*>(out), static_cast<float*>(lse), scratch,
+                                   static_cast<const float*>(qkv), B, T, C, NH, cuda::attention_chunk_heads(T, NH));
     });
   }
-  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* scratch,
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* lse, float* scratch,
                           int B, int T, int C, int NH) override {
     CpuDevice::launch(s, [=] {
       CpuAttentionExec x;
-      cuda::attention_backward_plan(x, dqkv, dout, qkv, lse, scratch, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
+      cuda::attention_backward_plan(x, static_cast<float*>(dqkv), static_cast<const float*>(dout),
+                                    static_cast<const float*>(qkv), static_cast<const float*>(lse), scratch, B, T, C,
+                                    NH, cuda::attention_chunk_heads(T, NH));
     });
   }
-  void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
+  void matmul_forward(Stream& s, void* out, const void* inp, const void* w, const void* bias, int64_t N, int C,
                       int OC) override {
     k_->matmul_forward(s, out, inp, w, bias, N, C, OC);
   }
-  void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                       const float* w, int64_t N, int C, int OC) override {
+  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
+                       const void* w, int64_t N, int C, int OC) override {
     k_->matmul_backward(s, dinp, dw, dbias, dout, inp, w, N, C, OC);
   }
-  void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
-                         const float* b, int64_t N, int C) override {
+  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
+                         const void* b, int64_t N, int C) override {
     k_->layernorm_forward(s, out, mean, rstd, inp, w, b, N, C);
   }
-  void layernorm_backward(Stream& s, float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                          const float* w, const float* mean, const float* rstd, int64_t N, int C) override {
+  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
+                          const void* w, const float* mean, const float* rstd, int64_t N, int C) override {
     k_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override { k_->gelu_forward(s, out, inp, n); }
-  void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) override {
+  void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override { k_->gelu_forward(s, out, inp, n); }
+  void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) override {
     k_->gelu_backward(s, dinp, inp, dout, n);
   }
-  void residual_forward(Stream& s, float* out, const float* a, const float* b, int64_t n) override {
+  void residual_forward(Stream& s, void* out, const void* a, const void* b, int64_t n) override {
     k_->residual_forward(s, out, a, b, n);
   }
-  void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                         int T, int C) override {
+  void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
+                         int C) override {
     k_->embedding_forward(s, out, tokens, wte, wpe, B, T, C);
   }
-  void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
-                          int C) override {
-    k_->embedding_backward(s, dwte, dwpe, dout, tokens, B, T, C);
+  void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                          const int32_t* order, int B, int T, int C) override {
+    k_->embedding_backward(s, dwte, dwpe, dout, tokens, order, B, T, C);
   }
-  void classifier_logits(Stream& s, float* logits, const float* inp, int64_t stride, const float* wte, int64_t rows,
+  void classifier_logits(Stream& s, float* logits, const void* inp, int64_t stride, const void* wte, int64_t rows,
                          int C, int V) override {
     k_->classifier_logits(s, logits, inp, stride, wte, rows, C, V);
   }
@@ -585,8 +779,8 @@ class PlanAttentionTable : public Kernels {
   void sum(Stream& s, const double* x, int64_t n, double* out) override { k_->sum(s, x, n, out); }
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override { k_->sum_squares(s, x, n, out); }
   void add(Stream& s, float* dst, const float* src, int64_t n) override { k_->add(s, dst, src, n); }
-  void scale(Stream& s, float* x, float a, int64_t n) override { k_->scale(s, x, a, n); }
-  void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) override {
+  void scale(Stream& s, void* x, float a, int64_t n) override { k_->scale(s, x, a, n); }
+  void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) override {
     k_->dropout(s, y, x, n, p, seed);
   }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override { k_->adam(s, t, step); }

@@ -1,15 +1,24 @@
 // The CUDA kernel table against the CPU's on random inputs, on the GPU
-// (skipped, saying so, where there is none).
+// (skipped, saying so, where there is none), for fp32 and bf16 operands.
+// Inputs are rounded to the operand type first, so that both tables take
+// the same values.
 //
-// Tolerances, relative to each output's largest magnitude: matrix products
-// and everything downstream of them (cuBLAS and OpenBLAS sum in different
-// orders) 1e-5, about 80 fp32 ulps, enough for inner dimensions of a few
-// hundred; GELU, and the sums the GPU splits among threads (LayerNorm's
-// rows over a warp, the bias and LayerNorm gradients' columns in chunks
-// of rows), 1e-6; attention, which recomputes probabilities instead of keeping
-// them, 1e-5. Exact: the
-// casts, additions, the embedding (same order of the same fp32 adds), the
-// sums in double, and both optimizers (the same operations, unfused).
+// Tolerances, relative to each output's largest magnitude. fp32 operands:
+// matrix products and everything downstream of them (cuBLASLt and OpenBLAS
+// sum in different orders) 1e-5, about 80 fp32 ulps, enough for inner
+// dimensions of a few hundred; GELU, and the sums the GPU splits among
+// threads (LayerNorm's rows over a warp, the bias and LayerNorm gradients'
+// columns in chunks of rows), 1e-6; attention 1e-5. bf16 operands: each
+// output is rounded once to bf16 (half an ulp, 2^-9 of itself) after fp32
+// arithmetic on the same values, so 2^-8 of the largest; fp32 outputs (the
+// weight gradients, statistics) keep the fp32 tolerances, as their sums
+// take the same bf16 values in fp32; attention, whose products run at
+// tf32 for a 16-bit job, 1e-2; the head's gradients, which the GPU
+// computes from bf16 logit gradients where the CPU keeps them fp32, 1e-2.
+// Exact: the casts, additions, scaling and dropout (the same fp32
+// operation, then one rounding), the embedding (same order of the same fp32
+// adds), the sums in double, and both optimizers (the same operations,
+// unfused).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,165 +40,188 @@ using testing::bits;
 using testing::expect_close;
 using testing::randn;
 
+constexpr DType kOperandTypes[] = {DType::kF32, DType::kBF16};
+constexpr float kBf16Output = 0x1p-8f;
+
+// An operand output's tolerance: `f32` for fp32 operands, one bf16
+// rounding for bf16.
+float tol(DType t, float f32) { return t == DType::kF32 ? f32 : kBf16Output; }
+
+// The fp32 values rounded to t: what an exact fp32 operation gives in t.
+std::vector<float> rounded(DType t, std::vector<float> v) {
+  round_to(t, v.data(), v.size());
+  return v;
+}
+
+TEST_F(CudaTable, TablesTakeOperandsOfTheirPrecisionOnly) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) EXPECT_EQ(table(t)->operand_type(), t);
+  auto refused = kernels_for(*gpu_, DType::kI8);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("int8"), std::string::npos) << refused.status();
+}
+
 TEST_F(CudaTable, MatrixProductsWithBiasAndTheirGradients) {
   const int64_t N = 96;
   const int C = 160, OC = 72;
-  const auto inp = randn(N * C, 1), w = randn(int64_t(C) * OC, 2, 0.1f), bias = randn(OC, 3), dout = randn(N * OC, 4);
-  std::vector<float> out(N * OC), dinp(N * C), dw = randn(int64_t(C) * OC, 5), dbias = randn(OC, 6);
-  float* g_out = up(out);
-  float* g_dinp = up(dinp);
-  float* g_dw = up(dw);
-  float* g_dbias = up(dbias);
-  const float *g_inp = up(inp), *g_w = up(w), *g_bias = up(bias), *g_dout = up(dout);
-  k_->matmul_forward(s(), g_out, g_inp, g_w, g_bias, N, C, OC);
-  k_->matmul_backward(s(), g_dinp, g_dw, g_dbias, g_dout, g_inp, g_w, N, C, OC);
-  cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
-  cpu::matmul_backward(dinp.data(), dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, C, OC);
-  expect_close(down(g_out, out.size()), out, 1e-5f, "out");
-  expect_close(down(g_dinp, dinp.size()), dinp, 1e-5f, "dinp");
-  expect_close(down(g_dw, dw.size()), dw, 1e-5f, "dw");
-  expect_close(down(g_dbias, dbias.size()), dbias, 1e-6f, "dbias");
-  // Without a bias the product alone.
-  k_->matmul_forward(s(), g_out, g_inp, g_w, nullptr, N, C, OC);
-  cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
-  expect_close(down(g_out, out.size()), out, 1e-5f, "out without bias");
-}
-
-// Operands that are bf16 (or fp16) values, as the model's forward products
-// take them, multiply on tensor cores with the fp32 products: the same
-// tolerance as fp32 inputs. The head's logits likewise. That the 16-bit
-// path is taken shows on inputs that are not such values: rounded, their
-// products move by far more than that tolerance.
-TEST_F(CudaTable, ForwardProductsOfSixteenBitValuesOnTensorCores) {
-  const int64_t N = 96;
-  const int C = 160, OC = 72;
-  for (DType t : {DType::kBF16, DType::kF16}) {
+  for (DType t : kOperandTypes) {
     SCOPED_TRACE(dtype_name(t));
-    auto inp = randn(N * C, 7), w = randn(int64_t(C) * OC, 8, 0.1f);
-    const auto bias = randn(OC, 9);
-    std::vector<float> out(N * OC), logits(N * OC);
-    float *g_out = up(out), *g_logits = up(logits);
-    k_->set_forward_operands(t);
-    k_->matmul_forward(s(), g_out, up(inp), up(w), nullptr, N, C, OC);
-    cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
-    const std::vector<float> unrounded = down(g_out, out.size());
-    float largest = 0, moved = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      largest = std::max(largest, std::fabs(out[i]));
-      moved = std::max(moved, std::fabs(unrounded[i] - out[i]));
-    }
-    EXPECT_GT(moved, 2e-5f * largest) << "the 16-bit path rounds inputs that are not 16-bit values";
-
-    round_to(t, inp.data(), inp.size());
-    round_to(t, w.data(), w.size());
-    const float *g_inp = up(inp), *g_w = up(w), *g_bias = up(bias);
-    k_->matmul_forward(s(), g_out, g_inp, g_w, g_bias, N, C, OC);
-    k_->classifier_logits(s(), g_logits, g_inp, C, g_w, N, C, OC);  // w as [OC, C]: another layout
+    auto k = table(t);
+    auto inp = randn(N * C, 1), w = randn(int64_t(C) * OC, 2, 0.1f), bias = randn(OC, 3), dout = randn(N * OC, 4);
+    std::vector<float> out(N * OC), dinp(N * C), dw = randn(int64_t(C) * OC, 5), dbias = randn(OC, 6);
+    void* g_out = up_as(t, out);
+    void* g_dinp = up_as(t, dinp);
+    float* g_dw = up(dw);
+    float* g_dbias = up(dbias);
+    const void *g_inp = up_as(t, inp), *g_w = up_as(t, w), *g_bias = up_as(t, bias), *g_dout = up_as(t, dout);
+    k->matmul_forward(s(), g_out, g_inp, g_w, g_bias, N, C, OC);
+    k->matmul_backward(s(), g_dinp, g_dw, g_dbias, g_dout, g_inp, g_w, N, C, OC);
     cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
-    cpu::classifier_logits(logits.data(), inp.data(), C, w.data(), N, C, OC);
-    expect_close(down(g_out, out.size()), out, 1e-5f, "out");
-    expect_close(down(g_logits, logits.size()), logits, 1e-5f, "logits");
+    cpu::matmul_backward(dinp.data(), dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    expect_close(down_as(t, g_out, out.size()), out, tol(t, 1e-5f), "out");
+    expect_close(down_as(t, g_dinp, dinp.size()), dinp, tol(t, 1e-5f), "dinp");
+    expect_close(down(g_dw, dw.size()), dw, 1e-5f, "dw");
+    expect_close(down(g_dbias, dbias.size()), dbias, 1e-6f, "dbias");
+    // Without a bias the product alone.
+    k->matmul_forward(s(), g_out, g_inp, g_w, nullptr, N, C, OC);
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    expect_close(down_as(t, g_out, out.size()), out, tol(t, 1e-5f), "out without bias");
   }
 }
 
 TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
   const int64_t N = 150;  // three chunks of rows for the parameters' gradients
   const int C = 96;
-  const auto x = randn(N * C, 10, 2.0f), w = randn(C, 11), b = randn(C, 12), dout = randn(N * C, 13);
-  std::vector<float> out(N * C), mean(N), rstd(N);
-  float *g_out = up(out), *g_mean = up(mean), *g_rstd = up(rstd);
-  const float *g_x = up(x), *g_w = up(w), *g_b = up(b), *g_dout = up(dout);
-  k_->layernorm_forward(s(), g_out, g_mean, g_rstd, g_x, g_w, g_b, N, C);
-  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-  expect_close(down(g_out, out.size()), out, 1e-6f, "layernorm out");
-  expect_close(down(g_rstd, N), rstd, 1e-6f, "layernorm rstd");
-  auto dinp = randn(N * C, 14), dw = randn(C, 15), db = randn(C, 16);
-  float *g_dinp = up(dinp), *g_dw = up(dw), *g_db = up(db);
-  k_->layernorm_backward(s(), g_dinp, g_dw, g_db, g_dout, g_x, g_w, g_mean, g_rstd, N, C);
-  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(),
-                          N, C);
-  expect_close(down(g_dinp, dinp.size()), dinp, 1e-6f, "layernorm dinp");
-  expect_close(down(g_dw, C), dw, 1e-6f, "layernorm dw");
-  expect_close(down(g_db, C), db, 1e-6f, "layernorm db");
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto x = randn(N * C, 10, 2.0f), w = randn(C, 11), b = randn(C, 12), dout = randn(N * C, 13);
+    std::vector<float> out(N * C), mean(N), rstd(N);
+    void* g_out = up_as(t, out);
+    float *g_mean = up(mean), *g_rstd = up(rstd);
+    const void *g_x = up_as(t, x), *g_w = up_as(t, w), *g_b = up_as(t, b), *g_dout = up_as(t, dout);
+    k->layernorm_forward(s(), g_out, g_mean, g_rstd, g_x, g_w, g_b, N, C);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    expect_close(down_as(t, g_out, out.size()), out, tol(t, 1e-6f), "layernorm out");
+    expect_close(down(g_rstd, N), rstd, 1e-6f, "layernorm rstd");
+    auto dinp = randn(N * C, 14), dw = randn(C, 15), db = randn(C, 16);
+    void* g_dinp = up_as(t, dinp);
+    float *g_dw = up(dw), *g_db = up(db);
+    k->layernorm_backward(s(), g_dinp, g_dw, g_db, g_dout, g_x, g_w, g_mean, g_rstd, N, C);
+    cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                            rstd.data(), N, C);
+    expect_close(down_as(t, g_dinp, dinp.size()), dinp, tol(t, 1e-6f), "layernorm dinp");
+    expect_close(down(g_dw, C), dw, 1e-6f, "layernorm dw");
+    expect_close(down(g_db, C), db, 1e-6f, "layernorm db");
 
-  const int64_t n = N * C;
-  std::vector<float> y(n), dy(n), r(n);
-  float *g_y = up(y), *g_dy = up(dy), *g_r = up(r);
-  k_->gelu_forward(s(), g_y, g_x, n);
-  k_->gelu_backward(s(), g_dy, g_x, g_dout, n);
-  k_->residual_forward(s(), g_r, g_x, g_dout, n);
-  cpu::gelu_forward(y.data(), x.data(), n);
-  cpu::gelu_backward(dy.data(), x.data(), dout.data(), n);
-  cpu::residual_forward(r.data(), x.data(), dout.data(), n);
-  expect_close(down(g_y, n), y, 1e-6f, "gelu");
-  expect_close(down(g_dy, n), dy, 1e-6f, "gelu_backward");
-  EXPECT_EQ(bits(down(g_r, n)), bits(r));
-  k_->add(s(), g_r, g_x, n);
-  for (int64_t i = 0; i < n; ++i) r[i] += x[i];
+    const int64_t n = N * C;
+    std::vector<float> y(n), dy(n), r(n);
+    void *g_y = up_as(t, y), *g_dy = up_as(t, dy), *g_r = up_as(t, r);
+    k->gelu_forward(s(), g_y, g_x, n);
+    k->gelu_backward(s(), g_dy, g_x, g_dout, n);
+    k->residual_forward(s(), g_r, g_x, g_dout, n);
+    cpu::gelu_forward(y.data(), x.data(), n);
+    cpu::gelu_backward(dy.data(), x.data(), dout.data(), n);
+    cpu::residual_forward(r.data(), x.data(), dout.data(), n);
+    expect_close(down_as(t, g_y, n), y, tol(t, 1e-6f), "gelu");
+    expect_close(down_as(t, g_dy, n), dy, tol(t, 1e-6f), "gelu_backward");
+    EXPECT_EQ(bits(down_as(t, g_r, n)), bits(rounded(t, r)));
+  }
+  // Gradient accumulation, in fp32.
+  const int64_t n = 10007;
+  const auto x = randn(n, 17), y = randn(n, 18);
+  std::vector<float> r = x;
+  float* g_r = up(r);
+  k_->add(s(), g_r, up(y), n);
+  for (int64_t i = 0; i < n; ++i) r[i] += y[i];
   EXPECT_EQ(bits(down(g_r, n)), bits(r));
 }
 
 TEST_F(CudaTable, EmbeddingForwardAndItsDeterministicBackward) {
   const int B = 4, T = 16, C = 64, V = 23;  // tokens repeat
-  std::vector<int32_t> tokens(B * T);
+  std::vector<int32_t> tokens(B * T), order(B * T);
   std::mt19937 rng(5);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % V);
-  const auto wte = randn(int64_t(V) * C, 20), wpe = randn(int64_t(T) * C, 21), dout = randn(int64_t(B) * T * C, 22);
-  std::vector<float> out(int64_t(B) * T * C);
-  auto dwte = randn(int64_t(V) * C, 23), dwpe = randn(int64_t(T) * C, 24);
-  float *g_out = up(out), *g_dwte = up(dwte), *g_dwpe = up(dwpe);
-  const int32_t* g_tokens = up(tokens);
-  k_->embedding_forward(s(), g_out, g_tokens, up(wte), up(wpe), B, T, C);
-  k_->embedding_backward(s(), g_dwte, g_dwpe, up(dout), g_tokens, B, T, C);
-  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  EXPECT_EQ(bits(down(g_out, out.size())), bits(out));
-  EXPECT_EQ(bits(down(g_dwte, dwte.size())), bits(dwte));
-  EXPECT_EQ(bits(down(g_dwpe, dwpe.size())), bits(dwpe));
+  token_order(tokens.data(), B * T, order.data());
+  const int32_t *g_tokens = up(tokens), *g_order = up(order);
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto wte = randn(int64_t(V) * C, 20), wpe = randn(int64_t(T) * C, 21), dout = randn(int64_t(B) * T * C, 22);
+    std::vector<float> out(int64_t(B) * T * C);
+    auto dwte = randn(int64_t(V) * C, 23), dwpe = randn(int64_t(T) * C, 24);
+    void* g_out = up_as(t, out);
+    float *g_dwte = up(dwte), *g_dwpe = up(dwpe);
+    k->embedding_forward(s(), g_out, g_tokens, up_as(t, wte), up_as(t, wpe), B, T, C);
+    k->embedding_backward(s(), g_dwte, g_dwpe, up_as(t, dout), g_tokens, g_order, B, T, C);
+    cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    EXPECT_EQ(bits(down_as(t, g_out, out.size())), bits(rounded(t, out)));
+    EXPECT_EQ(bits(down(g_dwte, dwte.size())), bits(dwte));
+    EXPECT_EQ(bits(down(g_dwpe, dwpe.size())), bits(dwpe));
+  }
 }
 
 TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
   ASSERT_FALSE(k_->attention_keeps_probabilities());
   const int B = 2, T = 72, C = 128, NH = 2;  // rows of scores not a whole number of warps
   const int64_t N = int64_t(B) * T;
-  const auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
-  std::vector<float> out(N * C), att(int64_t(B) * NH * T * T), dqkv(N * 3 * C);
-  float* g_out = up(out);
-  float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
-  float* g_scratch = up(std::vector<float>(k_->attention_scratch_floats(B, T, NH)));
-  float* g_dqkv = up(dqkv);
-  const float *g_qkv = up(qkv), *g_dout = up(dout);
-  k_->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH);
-  k_->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_lse, g_scratch, B, T, C, NH);
-  std::vector<float> scratch(cpu::attention_scratch_floats(T));
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
-  expect_close(down(g_out, out.size()), out, 1e-5f, "attention out");
-  expect_close(down(g_dqkv, dqkv.size()), dqkv, 1e-5f, "attention dqkv");
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
+    std::vector<float> out(N * C), att(int64_t(B) * NH * T * T), dqkv(N * 3 * C);
+    void* g_out = up_as(t, out);
+    float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
+    float* g_scratch = up(std::vector<float>(k->attention_scratch_floats(B, T, C, NH)));
+    void* g_dqkv = up_as(t, dqkv);
+    const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
+    k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH);
+    k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_lse, g_scratch, B, T, C, NH);
+    std::vector<float> scratch(cpu::attention_scratch_floats(T));
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
+    const float rel = t == DType::kF32 ? 1e-5f : 1e-2f;
+    expect_close(down_as(t, g_out, out.size()), out, rel, "attention out");
+    expect_close(down_as(t, g_dqkv, dqkv.size()), dqkv, rel, "attention dqkv");
+  }
 }
 
 TEST_F(CudaTable, TheHeadsLossAndGradientsInChunks) {
   const int64_t N = 40;
   const int C = 32, V = 500;
-  const auto inp = randn(N * C, 40), wte = randn(int64_t(V) * C, 41, 0.2f);
   std::vector<int32_t> targets(N);
   for (int64_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>((i * 37) % V);
-  for (DType act : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(dtype_name(act));
+  const int32_t* g_targets = up(targets);
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto inp = randn(N * C, 40), wte = randn(int64_t(V) * C, 41, 0.2f);
+    const int64_t chunk = 16, ld = k->memory().logits_stride(V);
     std::vector<double> losses(N);
-    std::vector<float> logits(int64_t(16) * V), dinp(N * C);
+    std::vector<float> logits(chunk * ld), dinp(N * C);
     auto dwte = randn(int64_t(V) * C, 42);
     double* g_losses = up(losses);
-    float *g_dinp = up(dinp), *g_dwte = up(dwte);
-    ClassifierArgs g{up(inp), up(wte), up(targets), N, C, V, 0.125f, act, up(logits), 16, g_losses, g_dinp, g_dwte};
-    ClassifierArgs c{inp.data(), wte.data(), targets.data(), N, C, V, 0.125f, act, logits.data(), 16, losses.data(),
+    void* g_dinp = up_as(t, dinp);
+    float* g_dwte = up(dwte);
+    const void *g_inp = up_as(t, inp), *g_wte = up_as(t, wte);
+    ClassifierArgs g{g_inp, g_wte, g_targets, N, C, V, 0.125f, t, up_as(t, logits), chunk, g_losses, g_dinp, g_dwte};
+    ClassifierArgs c{inp.data(), wte.data(), targets.data(), N, C, V, 0.125f, t, logits.data(), chunk, losses.data(),
                      dinp.data(), dwte.data()};
-    k_->classifier_forward_backward(s(), g);
+    k->classifier_forward_backward(s(), g);
     cpu::classifier_forward_backward(c);
     const std::vector<double> got = down(g_losses, N);
-    for (int64_t i = 0; i < N; ++i) ASSERT_NEAR(got[i], losses[i], 1e-5 * std::fabs(losses[i])) << i;
-    expect_close(down(g_dinp, dinp.size()), dinp, 1e-5f, "dinp");
-    expect_close(down(g_dwte, dwte.size()), dwte, 1e-5f, "dwte");
+    const double loss_rel = t == DType::kF32 ? 1e-5 : 2e-3;
+    for (int64_t i = 0; i < N; ++i) ASSERT_NEAR(got[i], losses[i], loss_rel * std::fabs(losses[i])) << i;
+    const float grad_rel = t == DType::kF32 ? 1e-5f : 1e-2f;
+    expect_close(down_as(t, g_dinp, dinp.size()), dinp, grad_rel, "dinp");
+    expect_close(down(g_dwte, dwte.size()), dwte, grad_rel, "dwte");
+
+    // The logits a caller reads: fp32, rows V apart, from the operands.
+    std::vector<float> want(N * V);
+    float* g_logits = up(want);
+    k->classifier_logits(s(), g_logits, g_inp, C, g_wte, N, C, V);
+    cpu::classifier_logits(want.data(), inp.data(), C, wte.data(), N, C, V);
+    expect_close(down(g_logits, want.size()), want, 1e-5f, "logits");
   }
 }
 
@@ -233,27 +265,27 @@ TEST_F(CudaTable, CastsAndSumsAreTheCpusBitForBit) {
   }
 }
 
-TEST_F(CudaTable, ScalingIsTheCpusBitForBit) {
-  const auto x = randn(100003, 52, 30.0f);
-  const int64_t n = static_cast<int64_t>(x.size());
-  std::vector<float> scaled = x;
-  float* g_scaled = up(x);
-  k_->scale(s(), g_scaled, 0.37f, n);
-  cpu::scale(scaled.data(), 0.37f, n);
-  EXPECT_EQ(bits(down(g_scaled, n)), bits(scaled));
-}
+TEST_F(CudaTable, ScalingAndDropoutAreTheCpusBitForBit) {
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto x = randn(100003, 52, 30.0f);
+    const int64_t n = static_cast<int64_t>(x.size());
+    void* g_scaled = up_as(t, x);
+    std::vector<float> scaled = x;
+    k->scale(s(), g_scaled, 0.37f, n);
+    cpu::scale(scaled.data(), 0.37f, n);
+    EXPECT_EQ(bits(down_as(t, g_scaled, n)), bits(rounded(t, scaled)));
 
-TEST_F(CudaTable, DropoutIsTheCpusBitForBit) {
-  const auto x = randn(100003, 53, 3.0f);
-  const int64_t n = static_cast<int64_t>(x.size());
-  std::vector<float> dropped(n);
-  float* g_x = up(x);
-  float* g_y = up(dropped);
-  k_->dropout(s(), g_y, g_x, n, 0.1f, 12345);
-  k_->dropout(s(), g_x, g_x, n, 0.1f, 12345);  // in place
-  cpu::dropout(dropped.data(), x.data(), n, 0.1f, 12345);
-  EXPECT_EQ(bits(down(g_y, n)), bits(dropped));
-  EXPECT_EQ(bits(down(g_x, n)), bits(dropped));
+    std::vector<float> dropped(n);
+    void* g_x = up_as(t, x);
+    void* g_y = up_as(t, dropped);
+    k->dropout(s(), g_y, g_x, n, 0.1f, 12345);
+    k->dropout(s(), g_x, g_x, n, 0.1f, 12345);  // in place
+    cpu::dropout(dropped.data(), x.data(), n, 0.1f, 12345);
+    EXPECT_EQ(bits(down_as(t, g_y, n)), bits(rounded(t, dropped)));
+    EXPECT_EQ(bits(down_as(t, g_x, n)), bits(rounded(t, dropped)));
+  }
 }
 
 TEST_F(CudaTable, AdamAndEightBitAdamAreTheCpuUpdatesBitForBit) {

@@ -327,7 +327,7 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
       "attention_forward", N * C + att,
       [&](float* o) { k.attention_forward(s, o, o + N * C, nullptr, x.data(), B, T, C, NH); },
       [&](float* o) { cpu::attention_forward(o, o + N * C, x.data(), B, T, C, NH); });
-  std::vector<float> probs(att), fwd(N * C), scratch(k.attention_scratch_floats(B, T, NH) * 2);
+  std::vector<float> probs(att), fwd(N * C), scratch(k.attention_scratch_floats(B, T, C, NH) * 2);
   cpu::attention_forward(fwd.data(), probs.data(), x.data(), B, T, C, NH);
   same("attention_backward", N * 3 * C,
        [&](float* o) { k.attention_backward(s, o, dout.data(), x.data(), probs.data(), scratch.data(), B, T, C, NH); },
@@ -348,8 +348,10 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
        });
   same("embedding_forward", N * C, [&](float* o) { k.embedding_forward(s, o, tokens.data(), x.data(), w.data(), B, T, C); },
        [&](float* o) { cpu::embedding_forward(o, tokens.data(), x.data(), w.data(), B, T, C); });
+  std::vector<int32_t> order(tokens.size());
+  token_order(tokens.data(), N, order.data());
   same("embedding_backward", V * C + T * C,
-       [&](float* o) { k.embedding_backward(s, o, o + V * C, dout.data(), tokens.data(), B, T, C); },
+       [&](float* o) { k.embedding_backward(s, o, o + V * C, dout.data(), tokens.data(), order.data(), B, T, C); },
        [&](float* o) { cpu::embedding_backward(o, o + V * C, dout.data(), tokens.data(), B, T, C); });
   same("classifier_logits", B * V,
        [&](float* o) { k.classifier_logits(s, o, x.data() + (T - 1) * C, T * C, w.data(), B, C, V); },

@@ -36,7 +36,7 @@ JobConfig lora_job(const std::vector<std::string>& overrides = {}) {
 std::vector<float> source_values(WeightSource& w, const GptLayout& layout, Device& device) {
   std::vector<float> out(layout.num_params());
   Stream& s = device.compute_stream();
-  const auto take = [&](int id, int layer, const float* p) {
+  const auto take = [&](int id, int layer, const void* p) {
     device.copy(s, out.data() + layout.offset(id, layer), p, layout.tensor(id).numel * 4);
   };
   const GlobalWeights g = *w.globals();
@@ -47,7 +47,7 @@ std::vector<float> source_values(WeightSource& w, const GptLayout& layout, Devic
   for (int l = 0; l < layout.config().n_layer; ++l) {
     const LayerWeights lw = *w.layer(l);
     // LayerWeights lists a layer's tensors in ParamId order, kLn1W to kFcProjB.
-    const float* const tensors[] = {lw.ln1w, lw.ln1b, lw.qkvw, lw.qkvb, lw.attprojw, lw.attprojb,
+    const void* const tensors[] = {lw.ln1w, lw.ln1b, lw.qkvw, lw.qkvb, lw.attprojw, lw.attprojb,
                                     lw.ln2w, lw.ln2b, lw.fcw,  lw.fcb,  lw.fcprojw,  lw.fcprojb};
     for (int id = kLn1W; id <= kFcProjB; ++id) take(id, l, tensors[id - kLn1W]);
     EXPECT_TRUE(device.synchronize(s).ok());  // before the next layer() reuses its staging

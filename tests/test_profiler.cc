@@ -146,8 +146,29 @@ TEST(Profiler, EachKernelIsCountedAsOftenAsTheModelCallsItAndTheLossesAreUnchang
     EXPECT_EQ(dev.at("embedding_forward").count, steps * a);
     EXPECT_EQ(dev.at("embedding_backward").count, steps * a);
     EXPECT_EQ((*t)->profiler()->host_totals().at("step").count, steps);
-    for (const auto& [name, total] : dev) EXPECT_GE(total.ms, 0.0) << name;
+    for (const auto& [name, total] : dev) {
+      EXPECT_GE(total.ms, 0.0) << name;
+      EXPECT_EQ(total.launches, 0) << name;
+    }
   }
+}
+
+// A kernel table's launches add up under the op's name until a reset (the
+// CUDA table counts its own; the CPU's makes none, so the run above has
+// none).
+TEST(Profiler, LaunchesAddUpByNameUntilReset) {
+  MemoryAccountant acct;
+  CpuDevice device(acct);
+  Profiler p(device);
+  p.add_launches("matmul_forward", 3);
+  p.add_launches("matmul_forward", 2);
+  p.add_launches("sum", 1);
+  const Profiler::Totals dev = p.device_totals();
+  EXPECT_EQ(dev.at("matmul_forward").launches, 5);
+  EXPECT_EQ(dev.at("sum").launches, 1);
+  EXPECT_EQ(dev.at("sum").count, 0) << "launches are not calls";
+  p.reset();
+  EXPECT_TRUE(p.device_totals().empty());
 }
 
 class ProfilerOffloadTest : public testing::TempDirTest {};

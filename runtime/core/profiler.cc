@@ -80,6 +80,11 @@ Profiler::Totals Profiler::host_totals() const {
   return host_totals_;
 }
 
+void Profiler::add_launches(const std::string& what, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  device_totals_[what].launches += n;
+}
+
 void Profiler::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   device_totals_.clear();

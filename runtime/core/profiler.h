@@ -29,6 +29,7 @@ class Profiler {
     double ms = 0.0;
     int64_t count = 0;
     uint64_t bytes = 0;
+    int64_t launches = 0;  // device launches of a named work, where counted (add_launches)
   };
   using Totals = std::map<std::string, Total>;
 
@@ -88,6 +89,8 @@ class Profiler {
   // Collected device and host totals, by name.
   Totals device_totals() const;
   Totals host_totals() const;
+  // Adds n device launches to `what`'s device total.
+  void add_launches(const std::string& what, int64_t n);
   // Forgets the totals (say, after a warm-up step).
   void reset();
 

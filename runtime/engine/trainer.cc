@@ -52,7 +52,8 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
             cfg.cpu_checkpointing, kernels, plan, lora);
   const GptLayout model(cfg.model);
-  const ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg)};
+  const ZeroSettings zs{cfg.zero,  cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg),
+                        kernels.operand_type(cfg.precision)};
   if (lora) FrozenWeights::plan(model, zs, cfg.lora->nf4_base, world_size, rank, plan);
   const GptLayout layout = lora ? GptLayout::adapters(cfg.model, *lora) : model;
   const ZeroShape shape(layout, cfg.zero.stage, world_size, rank, cfg.precision);
@@ -87,7 +88,7 @@ absl::Status Trainer::build() {
     ZEROD_ASSIGN_OR_RETURN(own_device_, open_device(cfg_.run.device));
     device_ = own_device_.get();
   }
-  ZEROD_ASSIGN_OR_RETURN(kernels_, kernels_for(*device_));
+  ZEROD_ASSIGN_OR_RETURN(kernels_, kernels_for(*device_, cfg_.precision));
   if (cfg_.wall_clock_breakdown) {
     profiler_ = std::make_unique<Profiler>(*device_);
     device_->set_profiler(profiler_.get());
@@ -106,13 +107,15 @@ absl::Status Trainer::build() {
                                              cfg_.activation_checkpointing, *device_, *kernels_,
                                              cfg_.cpu_checkpointing, lora));
   if (lora) adapters_ = std::make_unique<GptLayout>(GptLayout::adapters(cfg_.model, *lora));
-  ZEROD_ASSIGN_OR_RETURN(const ZeroSettings zs, zero_settings(cfg_, layout(), env_.io_faults));
+  ZEROD_ASSIGN_OR_RETURN(ZeroSettings zs, zero_settings(cfg_, layout(), env_.io_faults));
+  zs.operands = kernels_->operand_type();
   ZEROD_ASSIGN_OR_RETURN(zero_, ZeroEngine::create(layout(), zs, *comm_, *device_, *kernels_));
   if (lora) {
     // Last: its host buffers of initial values are the build's only ones
     // freed before the run, so the plan's build phase (which holds them
     // with everything kept) is what the run's peak is.
-    ZEROD_ASSIGN_OR_RETURN(const ZeroSettings base, zero_settings(cfg_, model_->layout(), env_.io_faults));
+    ZEROD_ASSIGN_OR_RETURN(ZeroSettings base, zero_settings(cfg_, model_->layout(), env_.io_faults));
+    base.operands = kernels_->operand_type();
     ZEROD_ASSIGN_OR_RETURN(base_, FrozenWeights::create(model_->layout(), base, cfg_.lora->nf4_base, *comm_,
                                                         *device_, *kernels_));
     adapted_ = std::make_unique<AdaptedWeights>(base_->weights(), zero_->weights());

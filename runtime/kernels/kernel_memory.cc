@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 #include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/cpu/quant_map.h"
 #include "runtime/kernels/cuda/attention_plan.h"
@@ -9,9 +11,21 @@
 
 namespace zerod {
 
-int64_t KernelMemory::attention_scratch_floats(int, int T, int NH) const {
-  return backend == KernelBackend::kCpu ? cpu::attention_scratch_floats(T, cpu_threads)
-                                        : cuda::attention_scratch_floats(T, NH);
+int64_t KernelMemory::attention_scratch_floats(int B, int T, int C, int NH, DType operands) const {
+  if (backend == KernelBackend::kCpu) return cpu::attention_scratch_floats(T, cpu_threads);
+  // 16-bit operands are widened for attention's fp32 products: qkv and
+  // its gradient, and the output or its gradient (cuda/cuda_table.cu).
+  const int64_t widened = operands == DType::kF32 ? 0 : 7 * int64_t(B) * T * C;
+  return cuda::attention_scratch_floats(T, NH) + widened;
+}
+
+int64_t KernelMemory::logits_rows(int V, int64_t N) const {
+  const int64_t chunk = backend == KernelBackend::kCpu ? int64_t{1} << 23 : int64_t{1} << 26;
+  return std::clamp<int64_t>(chunk / logits_stride(V), 1, N);
+}
+
+int64_t KernelMemory::logits_stride(int V) const {
+  return backend == KernelBackend::kCpu ? V : (int64_t(V) + 7) / 8 * 8;
 }
 
 KernelMemory cpu_kernel_memory() { return {KernelBackend::kCpu, omp_get_max_threads()}; }

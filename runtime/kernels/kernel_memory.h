@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "runtime/core/dtype.h"
 #include "runtime/core/memory_plan.h"
 
 namespace zerod {
@@ -15,11 +16,24 @@ struct KernelMemory {
   KernelBackend backend = KernelBackend::kCpu;
   int cpu_threads = 1;  // the CPU's attention backward keeps a scratch per thread
 
+  // The type of the table's operands (kernels.h) for a job computing in
+  // `precision`: the CPU's fp32, the CUDA table's the precision itself.
+  DType operand_type(DType precision) const {
+    return backend == KernelBackend::kCpu ? DType::kF32 : precision;
+  }
   // Whether attention keeps its [B, NH, T, T] probabilities for the
   // backward (the CPU's), or a statistic per row (the CUDA table's).
   bool attention_keeps_probabilities() const { return backend == KernelBackend::kCpu; }
-  // Floats of attention's scratch for B sequences of T, NH heads.
-  int64_t attention_scratch_floats(int B, int T, int NH) const;
+  // Floats of attention's scratch for B sequences of T, width C in NH
+  // heads, with operands of type `operands`.
+  int64_t attention_scratch_floats(int B, int T, int C, int NH, DType operands) const;
+  // The LM head computes logits a chunk of rows at a time: rows of a chunk
+  // for N rows of V logits, and elements from one row to the next (the
+  // CUDA table's rows start 16 bytes aligned). The CPU's chunk is about 32
+  // MiB, fixing the order in which it sums wte's gradient; the GPU's a
+  // 2^26-element chunk, large enough for products near their peak.
+  int64_t logits_rows(int V, int64_t N) const;
+  int64_t logits_stride(int V) const;
   // The buffers a table makes for itself, on plan's device (the CUDA
   // table's cuBLAS workspace, column partials and 8-bit maps).
   void plan_table(MemoryPlan& plan) const;

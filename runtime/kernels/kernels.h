@@ -25,52 +25,63 @@ using cpu::ClassifierArgs;
 // Every table's LayerNorm adds this to the variance.
 inline constexpr float kLayerNormEps = cpu::kLayerNormEps;
 
+// Operands. Activations, their gradients and the working weights are
+// values of the table's operand type (operand_type(); `void*` below): the
+// job's precision on the GPU, so that every op reads and writes 16-bit
+// values and products run on tensor cores; fp32 on the CPU, whose kernels
+// compute in fp32 on values the model rounds to the precision at fixed
+// points. fp32 (`float*`) everywhere: weight gradients (accumulated),
+// per-row statistics, scratch, the optimizer's masters and states.
 class Kernels {
  public:
   virtual ~Kernels() = default;
 
-  // From now on the operands of matmul_forward and classifier_logits are
-  // values of type t (the model rounds those activations to its activation
-  // type, and its weights are of it): a table may then multiply them in t,
-  // on tensor cores, with the same products. kF32, the default, promises
-  // nothing. With t 16-bit a table may also take the other products (the
-  // backward's, attention's) at tf32 precision (inputs rounded to 10
-  // mantissa bits, fp32 sums), as mixed precision does elsewhere.
-  virtual void set_forward_operands(DType /*t*/) {}
+  virtual DType operand_type() const = 0;
+  // Device launches the table has made so far (kernels, and a library's
+  // product as one), where it counts them; else 0.
+  virtual int64_t launches() const { return 0; }
 
   // GPT-2 layers.
-  virtual void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N,
-                              int C, int OC) = 0;
-  virtual void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                               const float* w, int64_t N, int C, int OC) = 0;
-  virtual void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                 const float* b, int64_t N, int C) = 0;
-  virtual void layernorm_backward(Stream& s, float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                  const float* w, const float* mean, const float* rstd, int64_t N, int C) = 0;
+  virtual void matmul_forward(Stream& s, void* out, const void* inp, const void* w, const void* bias, int64_t N, int C,
+                              int OC) = 0;
+  virtual void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
+                               const void* w, int64_t N, int C, int OC) = 0;
+  virtual void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
+                                 const void* b, int64_t N, int C) = 0;
+  virtual void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
+                                  const void* w, const float* mean, const float* rstd, int64_t N, int C) = 0;
   // Causal attention. `att` is what the forward keeps for the backward:
   // the [B, NH, T, T] softmax probabilities where the table keeps them (an
-  // activation like the others), else each query row's softmax statistic,
-  // [B, NH, T] fp32, from which the backward recomputes the probabilities.
+  // operand like the activations), else each query row's softmax
+  // statistic, [B, NH, T] fp32, from which the backward recomputes the
+  // probabilities.
   bool attention_keeps_probabilities() const { return memory().attention_keeps_probabilities(); }
-  virtual void attention_forward(Stream& s, float* out, float* att, float* scratch, const float* qkv, int B, int T,
+  virtual void attention_forward(Stream& s, void* out, void* att, float* scratch, const void* qkv, int B, int T,
                                  int C, int NH) = 0;
-  virtual void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* att,
+  virtual void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* att,
                                   float* scratch, int B, int T, int C, int NH) = 0;
   // Floats of attention's scratch (forward and backward) for B sequences
-  // of T, NH heads.
-  int64_t attention_scratch_floats(int B, int T, int NH) const { return memory().attention_scratch_floats(B, T, NH); }
+  // of T, width C in NH heads.
+  int64_t attention_scratch_floats(int B, int T, int C, int NH) const {
+    return memory().attention_scratch_floats(B, T, C, NH, operand_type());
+  }
   // What the table's work needs of memory (kernel_memory.h).
   virtual KernelMemory memory() const = 0;
-  virtual void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) = 0;
-  virtual void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) = 0;
-  virtual void residual_forward(Stream& s, float* out, const float* a, const float* b, int64_t n) = 0;
-  virtual void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                 int B, int T, int C) = 0;
-  virtual void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                  int B, int T, int C) = 0;
+  virtual void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) = 0;
+  virtual void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) = 0;
+  // out = a + b; out may be a or b.
+  virtual void residual_forward(Stream& s, void* out, const void* a, const void* b, int64_t n) = 0;
+  virtual void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                                 int T, int C) = 0;
+  // `order`: the B*T positions sorted by token, ties by position
+  // (token_order), on the device: a table may walk each token's positions
+  // with it, in order, rather than every position for every column.
+  virtual void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                                  const int32_t* order, int B, int T, int C) = 0;
 
-  // The LM head with fused softmax and cross-entropy.
-  virtual void classifier_logits(Stream& s, float* logits, const float* inp, int64_t inp_stride, const float* wte,
+  // The LM head with fused softmax and cross-entropy. classifier_logits
+  // gives fp32 logits (what a caller reads), rows V apart.
+  virtual void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte,
                                  int64_t rows, int C, int V) = 0;
   virtual void classifier_forward_backward(Stream& s, const ClassifierArgs& a) = 0;
 
@@ -86,12 +97,13 @@ class Kernels {
   virtual void sum_squares(Stream& s, const float* x, int64_t n, double* out) = 0;
   // Gradient accumulation: dst[i] += src[i].
   virtual void add(Stream& s, float* dst, const float* src, int64_t n) = 0;
-  // x[i] *= a.
-  virtual void scale(Stream& s, float* x, float a, int64_t n) = 0;
-  // Dropout: y[i] = x[i] / (1 - p) where element i is kept, else 0; kept
-  // when the draw for (seed, i) (cuda/pointwise_body.h) is at least p, so
-  // the same seed gives the same mask wherever it runs. y may be x.
-  virtual void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) = 0;
+  // Operands: x[i] *= a.
+  virtual void scale(Stream& s, void* x, float a, int64_t n) = 0;
+  // Dropout of operands: y[i] = x[i] / (1 - p) where element i is kept,
+  // else 0; kept when the draw for (seed, i) (cuda/pointwise_body.h) is at
+  // least p, so the same seed gives the same mask wherever it runs. y may
+  // be x.
+  virtual void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) = 0;
 
   // The optimizer: one Adam/AdamW update of a tensor's fp32 masters, its
   // states (fp32, or 8-bit in blocks) and its optional 16-bit copy, with
@@ -103,8 +115,20 @@ class Kernels {
   virtual void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) = 0;
 };
 
-// The table of `device`'s kind; it must not outlive the device.
-absl::StatusOr<std::unique_ptr<Kernels>> kernels_for(Device& device);
+// fp32 operands x rounded in place to what t holds (how the CPU's table
+// computes in a 16-bit type); with t kF32 (operands of the job's type
+// already) nothing, not even an empty op.
+inline void round_operands(Kernels& k, Stream& s, DType t, void* x, int64_t n) {
+  if (t != DType::kF32) k.round_to(s, t, static_cast<float*>(x), n);
+}
+
+// The positions 0 .. n-1 of `tokens` sorted by token id, ties in position
+// order: embedding_backward's `order`.
+void token_order(const int32_t* tokens, int64_t n, int32_t* order);
+
+// The table of `device`'s kind for a job computing in `precision`; it
+// must not outlive the device.
+absl::StatusOr<std::unique_ptr<Kernels>> kernels_for(Device& device, DType precision = DType::kF32);
 // What that table's work needs of memory, without making it.
 KernelMemory kernel_memory_for(const Device& device);
 

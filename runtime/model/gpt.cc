@@ -22,15 +22,15 @@ absl::Status announce(WeightSource& ws, int i, int n, bool backward) {
   return next < 0 ? absl::OkStatus() : ws.prefetch(next, pass_layer(i + 1, n, backward));
 }
 
-// Activations one block saves for its backward. The 16-bit-able ones come
-// first; the per-row statistics (LayerNorm's, and attention's where the
-// table keeps no probabilities) stay fp32.
+// Activations one block saves for its backward. The operands come first;
+// the per-row statistics (LayerNorm's, and attention's where the table
+// keeps no probabilities) stay fp32.
 // kLoraU + t holds LoRA target t's s·(x·A) (lora.h), where it has one.
 enum ActField { kLn1, kQkv, kAtt, kAtty, kRes2, kLn2, kFch, kFchGelu, kLoraU, kNumBig = kLoraU + kNumLoraTargets,
                 kLn1Mean = kNumBig, kLn1Rstd, kLn2Mean, kLn2Rstd, kAttStats, kNumFields };
 
 struct LayerActs {
-  float* f[kNumFields];
+  void* f[kNumFields];
   int64_t n[kNumFields];  // each field's elements (0 for what the table does not keep)
 };
 
@@ -51,17 +51,25 @@ void field_sizes(const GptConfig& c, int B, int T, bool probs, const LoraConfig*
   size[kAttStats] = probs ? 0 : int64_t(B) * c.n_head * T;
 }
 
-// Field pointers laid out back to back from `big` (fp32) and `small`.
-LayerActs carve(const int64_t* size, float* big, float* small) {
+// Field pointers laid out back to back from `big` (elements of
+// `big_bytes`) and `small` (fp32).
+LayerActs carve(const int64_t* size, void* big, int64_t big_bytes, float* small) {
   LayerActs a;
+  char* next = static_cast<char*>(big);
   for (int f = 0; f < kNumFields; ++f) {
-    float*& next = f < kNumBig ? big : small;
+    if (f == kNumBig) next = reinterpret_cast<char*>(small);
     a.f[f] = next;
     a.n[f] = size[f];
-    next += size[f];
+    next += size[f] * (f < kNumBig ? big_bytes : 4);
   }
   return a;
 }
+
+float* fp32(const LayerActs& a, ActField f) { return static_cast<float*>(a.f[f]); }
+
+// p advanced by n elements of `bytes` each.
+void* at(void* p, int64_t n, int64_t bytes) { return static_cast<char*>(p) + n * bytes; }
+const void* at(const void* p, int64_t n, int64_t bytes) { return static_cast<const char*>(p) + n * bytes; }
 
 struct Dims {
   int B, T, C, NH;
@@ -82,6 +90,14 @@ struct Gpt::Impl {
   GptConfig config;
   const LoraConfig* lora = nullptr;  // the model's
   DType act_dtype;
+  // The table's operand type, and whether it is act_dtype: then saved
+  // activations and block inputs are operands in place (the GPU's, and an
+  // fp32 job's). Else (a CPU job in 16 bits) each block computes on fp32
+  // copies that round_to keeps at act_dtype's values, packed to and from
+  // the 16-bit store.
+  DType op;
+  int64_t op_bytes;
+  bool in_place;
   bool checkpointing;
   Device& dev;
   Kernels& k;
@@ -93,49 +109,58 @@ struct Gpt::Impl {
   Buffer residuals;              // n_layer + 1 block inputs/outputs, act dtype
   Buffer layer_store;            // per-layer saved activations, act dtype (no checkpointing)
   Buffer layer_stats;            // per-layer LayerNorm statistics, fp32 (no checkpointing)
-  Buffer scratch;                // one block's activations in fp32 (16-bit store or checkpointing)
-  Buffer x_fp32;                 // fp32 block input when residuals are 16-bit
+  Buffer scratch;                // one block's activations as operands (checkpointing, or not in_place)
+  Buffer x_fp32;                 // fp32 block input (not in_place)
   Buffer lnf, lnf_mean, lnf_rstd;
   // Backward and head workspace.
   Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
   Buffer lora_scratch;           // a LoRA product's [N, 4C] (forward, backward) and [N, r] (backward)
   int64_t logits_rows = 0;
-  // Token ids and the results the host reads, on the device.
-  Buffer inputs, targets, loss_sum;
-  Buffer loss_host;              // host memory
+  // Token ids, their order for the embedding's backward, and the results
+  // the host reads, on the device.
+  Buffer inputs, targets, order, loss_sum;
+  Buffer order_host, loss_host;  // host memory
 
   Impl(Device& d, Kernels& kt) : dev(d), k(kt), s(d.compute_stream()) {}
 
   // Block l's input (l = 0: embedding output; l = n_layer: last block output)
   // in the residual store, for N tokens.
-  float* residual(int l, int64_t N) const {
-    return reinterpret_cast<float*>(static_cast<char*>(residuals.data()) + l * N * config.n_embd * act_bytes);
+  void* residual(int l, int64_t N) const { return at(residuals.data(), l * N * config.n_embd, act_bytes); }
+  LayerActs scratch_acts() const {
+    return carve(size, scratch.data(), op_bytes, static_cast<float*>(at(scratch.data(), big_numel, op_bytes)));
   }
-  LayerActs scratch_acts() const { return carve(size, scratch.ptr<float>(), scratch.ptr<float>() + big_numel); }
-  // Block l's saved activations as fp32 pointers: the store itself for fp32,
-  // the scratch copy (filled or drained by pack_acts) for 16-bit.
+  // Block l's saved activations as operands: the store itself in place,
+  // else the scratch copy (filled or drained by pack_acts).
   LayerActs stored_acts(int l) const {
     float* stats = layer_stats.ptr<float>() + l * small_numel;
-    if (act_dtype == DType::kF32) return carve(size, layer_store.ptr<float>() + l * big_numel, stats);
-    return carve(size, scratch.ptr<float>(), stats);
+    if (in_place) return carve(size, at(layer_store.data(), l * big_numel, act_bytes), act_bytes, stats);
+    return carve(size, scratch.data(), op_bytes, stats);
   }
+  // What the model rounds fp32 operands to: act_dtype's values where the
+  // operands are not of that type already (kF32 rounds nothing).
+  DType rounding() const { return op == DType::kF32 ? act_dtype : DType::kF32; }
   void pack_acts(int l, const LayerActs& a, int B, int T, bool to_store) const {
     int64_t n[kNumFields];
     field_sizes(config, B, T, k.attention_keeps_probabilities(), lora, n);
     char* store = static_cast<char*>(layer_store.data()) + l * big_numel * act_bytes;
     for (int f = 0; f < kNumBig; ++f) {
       if (to_store) {
-        k.convert_from_f32(s, act_dtype, a.f[f], store, n[f]);
+        k.convert_from_f32(s, act_dtype, fp32(a, ActField(f)), store, n[f]);
       } else {
-        k.convert_to_f32(s, act_dtype, store, a.f[f], n[f]);
+        k.convert_to_f32(s, act_dtype, store, fp32(a, ActField(f)), n[f]);
       }
       store += size[f] * act_bytes;
     }
   }
   // Host token ids to the device.
   void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
+  // The inputs' order for embedding_backward, from their host copy.
+  void upload_order(const int32_t* tokens, int64_t n) {
+    token_order(tokens, n, order_host.host<int32_t>());
+    upload(order, order_host.host<int32_t>(), n);
+  }
   // `backward`: the pass goes on through the layers in reverse.
-  absl::StatusOr<const float*> forward_blocks(WeightSource& ws, const Dims& d, bool backward);
+  absl::StatusOr<const void*> forward_blocks(WeightSource& ws, const Dims& d, bool backward);
   // A pass over B x T tokens; a training pass's adapters drop out with
   // this seed.
   Dims dims(int B, int T, bool training, uint64_t dropout_seed) const {
@@ -186,7 +211,7 @@ struct Gpt::BufferSpec {
 
 std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
                                                bool checkpoints_on_host, const LoraConfig* lora,
-                                               const PlanDevice& device, const KernelMemory& k) {
+                                               const PlanDevice& device, const KernelMemory& k, DType op_type) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   int64_t size[kNumFields];
   field_sizes(c, B, T, k.attention_keeps_probabilities(), lora, size);
@@ -194,6 +219,8 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
   for (int f = 0; f < kNumBig; ++f) big += size[f];
   for (int f = kNumBig; f < kNumFields; ++f) small += size[f];
   const int64_t act = dtype_size(act_dtype);
+  const int64_t op = dtype_size(op_type);
+  const bool in_place = op_type == act_dtype;
   const Category A = Category::kActivations, W = Category::kWorkspace;
   std::vector<BufferSpec> specs;
   auto add = [&](Buffer Impl::*member, const char* what, int64_t bytes, Category cat,
@@ -209,37 +236,36 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
     add(&Impl::layer_store, "saved layer activations", L * big * act, A);
     add(&Impl::layer_stats, "saved layer statistics", L * small * 4, A);
   }
-  if (checkpointing || act_dtype != DType::kF32)
-    add(&Impl::scratch, "one block's fp32 activations", (big + small) * 4, A);
-  if (act_dtype != DType::kF32) add(&Impl::x_fp32, "fp32 block input", N * C * 4, A);
-  add(&Impl::lnf, "final LayerNorm output", N * C * 4, A);
+  if (checkpointing || !in_place) add(&Impl::scratch, "one block's activations", big * op + small * 4, A);
+  if (!in_place) add(&Impl::x_fp32, "fp32 block input", N * C * 4, A);
+  add(&Impl::lnf, "final LayerNorm output", N * C * op, A);
   add(&Impl::lnf_mean, "final LayerNorm mean", N * 4, A);
   add(&Impl::lnf_rstd, "final LayerNorm rstd", N * 4, A);
-  add(&Impl::dres, "residual gradient", N * C * 4, W);
-  add(&Impl::dbuf, "block gradient", N * C * 4, W);
-  add(&Impl::dqkv, "qkv gradient", N * 3 * C * 4, W);
-  add(&Impl::dfch, "MLP gradient", N * 4 * C * 4, W);
-  add(&Impl::proj, "projection scratch", N * C * 4, W);
-  add(&Impl::attn_scratch, "attention scratch", k.attention_scratch_floats(B, T, c.n_head) * 4, W);
-  add(&Impl::logits, "logits, a chunk of rows", logits_rows(c, B, T) * V * 4, W);
+  add(&Impl::dres, "residual gradient", N * C * op, W);
+  add(&Impl::dbuf, "block gradient", N * C * op, W);
+  add(&Impl::dqkv, "qkv gradient", N * 3 * C * op, W);
+  add(&Impl::dfch, "MLP gradient", N * 4 * C * op, W);
+  add(&Impl::proj, "projection scratch", N * C * op, W);
+  add(&Impl::attn_scratch, "attention scratch", k.attention_scratch_floats(B, T, C, c.n_head, op_type) * 4, W);
+  // A chunk of the head's rows, as operands; or as many fp32 rows as fit,
+  // at least one, for forward_logits.
+  add(&Impl::logits, "logits, a chunk of rows", std::max(k.logits_rows(V, N) * k.logits_stride(V) * op, V * 4), W);
   add(&Impl::losses, "token losses", N * 8, W);
-  if (lora) add(&Impl::lora_scratch, "LoRA products", N * (4 * C + lora->r) * 4, W);
+  if (lora) add(&Impl::lora_scratch, "LoRA products", N * (4 * C + lora->r) * op, W);
   add(&Impl::inputs, "input tokens", N * 4, W);
   add(&Impl::targets, "target tokens", N * 4, W);
+  add(&Impl::order, "input tokens' order", N * 4, W);
   add(&Impl::loss_sum, "loss sum", 8, W);
+  add(&Impl::order_host, "input tokens' order, from the host", N * 4, W, Tier::kHost);
   add(&Impl::loss_host, "loss, for the host", 8, W, Tier::kHost);
   return specs;
-}
-
-int64_t Gpt::logits_rows(const GptConfig& c, int B, int T) {
-  // About 32 MiB of logits at a time.
-  return std::clamp<int64_t>((int64_t(1) << 23) / c.vocab_size, 1, int64_t(B) * T);
 }
 
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
                const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora) {
   for (const BufferSpec& b :
-       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, plan.device(), kernels)) {
+       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, plan.device(), kernels,
+                    kernels.operand_type(act_dtype))) {
     plan.add(absl::StrCat("model: ", b.what), b.tier.value_or(plan.device().memory), b.category, b.bytes);
   }
 }
@@ -250,15 +276,18 @@ absl::Status Gpt::allocate() {
   m.config = layout_.config();
   m.lora = lora_ ? &*lora_ : nullptr;
   m.act_dtype = act_dtype_;
+  m.op = kernels_.operand_type();
+  m.op_bytes = dtype_size(m.op);
+  m.in_place = m.op == act_dtype_;
   m.checkpointing = checkpointing_;
   const GptConfig& c = layout_.config();
   field_sizes(c, B_, T_, kernels_.attention_keeps_probabilities(), m.lora, m.size);
   for (int f = 0; f < kNumBig; ++f) m.big_numel += m.size[f];
   for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
   m.act_bytes = dtype_size(act_dtype_);
-  m.logits_rows = logits_rows(c, B_, T_);
+  m.logits_rows = kernels_.memory().logits_rows(c.vocab_size, int64_t(B_) * T_);
   for (const BufferSpec& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_, m.lora,
-                                          plan_device(device_), kernels_.memory())) {
+                                          plan_device(device_), kernels_.memory(), m.op)) {
     ZEROD_ASSIGN_OR_RETURN(
         m.*b.member, b.tier ? device_.allocate(b.bytes, b.category, *b.tier) : device_.allocate(b.bytes, b.category));
   }
@@ -268,28 +297,30 @@ absl::Status Gpt::allocate() {
 namespace {
 
 // What the table's attention keeps for backward: probabilities or statistics.
-float* attention_kept(const Kernels& k, const LayerActs& a) {
+void* attention_kept(const Kernels& k, const LayerActs& a) {
   return a.f[k.attention_keeps_probabilities() ? kAtt : kAttStats];
 }
 
-// One transformer block forward; every produced activation is rounded to the
-// activation dtype. `out` may alias `x`, or be null when recomputing for
-// backward (the block output is not needed then). Each product with an
-// adapter adds it before the rounding (`lora_scratch`: lora_forward's t).
-void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const float* x,
-                   const LayerActs& a, float* proj, float* attn_scratch, float* lora_scratch, float* out, DType act) {
+// One transformer block forward; every produced activation is an operand
+// rounded to `rnd_to` (kF32: none need it). `out` may alias `x`, or be
+// null when recomputing for backward (the block output is not needed
+// then). Each product with an adapter adds it before the rounding
+// (`lora_scratch`: lora_forward's t).
+void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const void* x,
+                   const LayerActs& a, void* proj, float* attn_scratch, void* lora_scratch, void* out, DType rnd_to) {
   const int C = d.C;
   const int64_t N = d.N;
-  auto rnd = [&](float* p, int64_t n) { k.round_to(s, act, p, n); };
+  auto rnd = [&](void* p, int64_t n) { round_operands(k, s, rnd_to, p, n); };
   // A field is rounded over its own size: the probabilities, where the
   // table keeps only statistics, have none.
   auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
-  auto adapt = [&](int t, const float* in, float* y, int n_in, int n_out) {
+  auto adapt = [&](int t, const void* in, void* y, int n_in, int n_out) {
     if (w.lora[t].a) {
-      lora_forward(k, s, {N, n_in, n_out}, w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, act, lora_dropout(d, l, t));
+      lora_forward(k, s, {N, n_in, n_out}, w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, rnd_to,
+                   lora_dropout(d, l, t));
     }
   };
-  k.layernorm_forward(s, a.f[kLn1], a.f[kLn1Mean], a.f[kLn1Rstd], x, w.ln1w, w.ln1b, N, C);
+  k.layernorm_forward(s, a.f[kLn1], fp32(a, kLn1Mean), fp32(a, kLn1Rstd), x, w.ln1w, w.ln1b, N, C);
   rnd_field(kLn1);
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
   adapt(kLoraCAttn, a.f[kLn1], a.f[kQkv], C, 3 * C);
@@ -302,7 +333,7 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeigh
   rnd(proj, N * C);
   k.residual_forward(s, a.f[kRes2], x, proj, N * C);
   rnd_field(kRes2);
-  k.layernorm_forward(s, a.f[kLn2], a.f[kLn2Mean], a.f[kLn2Rstd], a.f[kRes2], w.ln2w, w.ln2b, N, C);
+  k.layernorm_forward(s, a.f[kLn2], fp32(a, kLn2Mean), fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, w.ln2b, N, C);
   rnd_field(kLn2);
   k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
   adapt(kLoraCFc, a.f[kLn2], a.f[kFch], C, 4 * C);
@@ -313,7 +344,7 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeigh
     // Recomputing: the last product's adapter input is all backward needs.
     const LoraWeights& last = w.lora[kLoraMlpCProj];
     if (last.a) {
-      lora_input(k, s, {N, 4 * C, C}, last, a.f[kFchGelu], a.f[kLoraU + int{kLoraMlpCProj}], act,
+      lora_input(k, s, {N, 4 * C, C}, last, a.f[kFchGelu], a.f[kLoraU + int{kLoraMlpCProj}], rnd_to,
                  lora_dropout(d, l, kLoraMlpCProj), lora_scratch);
     }
     return;
@@ -325,74 +356,73 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeigh
   rnd(out, N * C);
 }
 
+// Operands, but attn_scratch.
 struct BackwardBuffers {
-  float *dbuf, *dqkv, *dfch, *attn_scratch;
-  float* lora;  // lora_backward's dt [N, 4C], then its du [N, r]
+  void *dbuf, *dqkv, *dfch;
+  float* attn_scratch;
+  void* lora;  // lora_backward's dt [N, 4C], then its du [N, r]
+  int64_t op_bytes;
 };
 
 // One block backward: dres holds d(block output) on entry and d(block input)
 // on return; weight gradients accumulate into g (a frozen weight's is null).
 // An adapter adds its share of its product's input gradient after the
 // frozen weight's.
-void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const float* x,
-                    const LayerActs& a, const LayerGrads& g, float* dres, const BackwardBuffers& bb) {
+void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const void* x,
+                    const LayerActs& a, const LayerGrads& g, void* dres, const BackwardBuffers& bb) {
   const int C = d.C;
   const int64_t N = d.N;
-  auto adapt = [&](int t, const float* in, const float* dy, float* dx, int n_in, int n_out) {
+  auto adapt = [&](int t, const void* in, const void* dy, void* dx, int n_in, int n_out) {
     if (!w.lora[t].a) return;
-    lora_backward(k, s, {N, n_in, n_out}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx, bb.lora + N * 4 * C,
-                  bb.lora, lora_dropout(d, l, t));
+    lora_backward(k, s, {N, n_in, n_out}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx,
+                  at(bb.lora, N * 4 * C, bb.op_bytes), bb.lora, lora_dropout(d, l, t));
   };
   k.matmul_backward(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
   adapt(kLoraMlpCProj, a.f[kFchGelu], dres, bb.dfch, 4 * C, C);
   k.gelu_backward(s, bb.dfch, a.f[kFch], bb.dfch, N * 4 * C);
   k.matmul_backward(s, bb.dbuf, g.fcw, g.fcb, bb.dfch, a.f[kLn2], w.fcw, N, C, 4 * C);
   adapt(kLoraCFc, a.f[kLn2], bb.dfch, bb.dbuf, C, 4 * C);
-  k.layernorm_backward(s, dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, a.f[kLn2Mean], a.f[kLn2Rstd], N, C);
+  k.layernorm_backward(s, dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, fp32(a, kLn2Mean), fp32(a, kLn2Rstd), N,
+                       C);
   k.matmul_backward(s, bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
   adapt(kLoraAttnCProj, a.f[kAtty], dres, bb.dbuf, C, C);
   k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], attention_kept(k, a), bb.attn_scratch, d.B, d.T, C, d.NH);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
   adapt(kLoraCAttn, a.f[kLn1], bb.dqkv, bb.dbuf, C, 3 * C);
-  k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, a.f[kLn1Mean], a.f[kLn1Rstd], N, C);
+  k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, fp32(a, kLn1Mean), fp32(a, kLn1Rstd), N, C);
 }
 
 }  // namespace
 
 // The blocks and the final LayerNorm over the tokens in `inputs`; returns
 // the last block's output.
-absl::StatusOr<const float*> Gpt::Impl::forward_blocks(WeightSource& ws, const Dims& d, bool backward) {
+absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Dims& d, bool backward) {
   Impl& m = *this;
   const GptConfig& c = config;
   const int B = d.B, T = d.T;
   const int64_t NC = d.N * d.C;
-  const bool f32 = act_dtype == DType::kF32;
-  // block_forward and the final LayerNorm round every forward product's
-  // input to the activation type: with weights of that type too, the
-  // table may multiply in it (recomputing blocks in backward included).
-  k.set_forward_operands(ws.dtype() == act_dtype ? act_dtype : DType::kF32);
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
-  float* x = f32 ? residual(0, d.N) : m.x_fp32.ptr<float>();
+  // Not in place, each block runs on the fp32 copy of its input, in place.
+  void* x = in_place ? residual(0, d.N) : m.x_fp32.data();
   k.embedding_forward(s, x, m.inputs.ptr<int32_t>(), g.wte, g.wpe, B, T, d.C);
-  k.round_to(s, act_dtype, x, NC);
-  if (!f32) k.convert_from_f32(s, act_dtype, x, residual(0, d.N), NC);
+  round_operands(k, s, rounding(), x, NC);
+  if (!in_place) k.convert_from_f32(s, act_dtype, static_cast<float*>(x), residual(0, d.N), NC);
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerActs a = checkpointing ? scratch_acts() : stored_acts(l);
-    // With 16-bit residuals the block runs in place on the fp32 copy.
-    float* out = f32 ? residual(l + 1, d.N) : x;
+    void* out = in_place ? residual(l + 1, d.N) : x;
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
-    block_forward(k, s, d, l, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(), m.lora_scratch.ptr<float>(),
-                  out, act_dtype);
-    if (!f32) {
-      k.convert_from_f32(s, act_dtype, out, residual(l + 1, d.N), NC);
+    block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), out,
+                  rounding());
+    if (!in_place) {
+      k.convert_from_f32(s, act_dtype, static_cast<float*>(out), residual(l + 1, d.N), NC);
       if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
     }
     x = out;
   }
-  k.layernorm_forward(s, m.lnf.ptr<float>(), m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>(), x, g.lnfw, g.lnfb,
-                      d.N, d.C);
-  k.round_to(s, act_dtype, m.lnf.ptr<float>(), NC);
+  k.layernorm_forward(s, m.lnf.data(), m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>(), x, g.lnfw, g.lnfb, d.N,
+                      d.C);
+  round_operands(k, s, rounding(), m.lnf.data(), NC);
   return x;
 }
 
@@ -416,51 +446,51 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   const Dims d = m.dims(B, T, /*training=*/true, dropout_seed);
   const int C = d.C;
   const int64_t NC = d.N * C;
-  const bool f32 = act_dtype_ == DType::kF32;
   m.upload(m.inputs, inputs, d.N);
   m.upload(m.targets, targets, d.N);
-  ZEROD_ASSIGN_OR_RETURN(const float* xL, m.forward_blocks(ws, d, /*backward=*/true));
+  m.upload_order(inputs, d.N);
+  ZEROD_ASSIGN_OR_RETURN(const void* xL, m.forward_blocks(ws, d, /*backward=*/true));
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
 
-  ClassifierArgs head{m.lnf.ptr<float>(), g.wte, m.targets.ptr<int32_t>(), d.N, C, c.vocab_size,
-                      grad_scale / static_cast<float>(d.N), act_dtype_, m.logits.ptr<float>(), m.logits_rows,
-                      m.losses.ptr<double>(), m.dbuf.ptr<float>(), gg.wte};
+  ClassifierArgs head{m.lnf.data(), g.wte, m.targets.ptr<int32_t>(), d.N, C, c.vocab_size,
+                      grad_scale / static_cast<float>(d.N), act_dtype_, m.logits.data(), m.logits_rows,
+                      m.losses.ptr<double>(), m.dbuf.data(), gg.wte};
   k.classifier_forward_backward(s, head);
   k.sum(s, m.losses.ptr<double>(), d.N, m.loss_sum.ptr<double>());
   device_.copy(s, m.loss_host.data(), m.loss_sum.data(), sizeof(double));
 
-  float* dres = m.dres.ptr<float>();
-  device_.memset(s, dres, 0, NC * sizeof(float));
-  k.layernorm_backward(s, dres, gg.lnfw, gg.lnfb, m.dbuf.ptr<float>(), xL, g.lnfw, m.lnf_mean.ptr<float>(),
+  void* dres = m.dres.data();
+  device_.memset(s, dres, 0, NC * m.op_bytes);
+  k.layernorm_backward(s, dres, gg.lnfw, gg.lnfb, m.dbuf.data(), xL, g.lnfw, m.lnf_mean.ptr<float>(),
                        m.lnf_rstd.ptr<float>(), d.N, C);
-  k.round_to(s, act_dtype_, dres, NC);
+  round_operands(k, s, m.rounding(), dres, NC);
 
-  const BackwardBuffers bb{m.dbuf.ptr<float>(), m.dqkv.ptr<float>(), m.dfch.ptr<float>(), m.attn_scratch.ptr<float>(),
-                           m.lora_scratch.ptr<float>()};
+  const BackwardBuffers bb{m.dbuf.data(), m.dqkv.data(), m.dfch.data(), m.attn_scratch.ptr<float>(),
+                           m.lora_scratch.data(), m.op_bytes};
   for (int l = c.n_layer - 1; l >= 0; --l) {
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, 2 * c.n_layer - l, c.n_layer, /*backward=*/true));
-    const float* x = m.residual(l, d.N);
-    if (!f32) {
+    const void* x = m.residual(l, d.N);
+    if (!m.in_place) {
       k.convert_to_f32(s, act_dtype_, m.residual(l, d.N), m.x_fp32.ptr<float>(), NC);
-      x = m.x_fp32.ptr<float>();
+      x = m.x_fp32.data();
     }
     LayerActs a;
     if (checkpointing_) {
       a = m.scratch_acts();
-      block_forward(k, s, d, l, w, x, a, m.proj.ptr<float>(), m.attn_scratch.ptr<float>(),
-                    m.lora_scratch.ptr<float>(), nullptr, act_dtype_);
+      block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), nullptr,
+                    m.rounding());
     } else {
       a = m.stored_acts(l);
-      if (!f32) m.pack_acts(l, a, B, T, /*to_store=*/false);
+      if (!m.in_place) m.pack_acts(l, a, B, T, /*to_store=*/false);
     }
     ZEROD_ASSIGN_OR_RETURN(const LayerGrads lg, sink.layer(l));
     block_backward(k, s, d, l, w, x, a, lg, dres, bb);
     ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
-    k.round_to(s, act_dtype_, dres, NC);
+    round_operands(k, s, m.rounding(), dres, NC);
   }
-  if (gg.wte) k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), B, T, C);
+  if (gg.wte) k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), m.order.ptr<int32_t>(), B, T, C);
   ZEROD_RETURN_IF_ERROR(sink.end_backward());
   return ws.end_pass();
 }
@@ -484,14 +514,15 @@ absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B,
   m.upload(m.inputs, tokens, int64_t(B) * T);
   ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, m.dims(B, T, /*training=*/false, 0), /*backward=*/false).status());
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
-  // The last position: row T-1 of each sequence, T*C floats apart. The
+  // The last position: row T-1 of each sequence, T*C operands apart. The
   // logits go out through the head's chunk buffer, so that a pass needs no
   // memory training does not.
   const int64_t stride = last_only ? int64_t(T) * C : C;
-  const float* lnf = m.lnf.ptr<float>() + (last_only ? int64_t(T - 1) * C : 0);
-  for (int64_t r = 0; r < rows; r += m.logits_rows) {
-    const int64_t n = std::min(m.logits_rows, rows - r);
-    kernels_.classifier_logits(m.s, m.logits.ptr<float>(), lnf + r * stride, stride, g.wte, n, C, V);
+  const void* lnf = at(m.lnf.data(), last_only ? int64_t(T - 1) * C : 0, m.op_bytes);
+  const int64_t chunk = std::max<int64_t>(1, m.logits.bytes() / (int64_t(V) * 4));
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t n = std::min(chunk, rows - r);
+    kernels_.classifier_logits(m.s, m.logits.ptr<float>(), at(lnf, r * stride, m.op_bytes), stride, g.wte, n, C, V);
     device_.copy(m.s, logits + r * V, m.logits.data(), n * V * 4);
   }
   return ws.end_pass();

@@ -5,8 +5,10 @@
 // Activations for backward live in a store of the activation dtype (fp32, or
 // bf16/fp16 under mixed precision, where every activation is rounded to that
 // type as it is produced). With activation checkpointing the store keeps only
-// each block's input and backward recomputes the block. Kernels always
-// compute in fp32.
+// each block's input and backward recomputes the block. The kernels take
+// the table's operands (kernels.h): the GPU's are of the activation dtype,
+// so its ops read the store in place; the CPU's are fp32, onto which a
+// 16-bit store is unpacked.
 #pragma once
 
 #include <memory>
@@ -64,12 +66,12 @@ class Gpt {
  private:
   struct Impl;
   struct BufferSpec;
-  // What allocate() allocates and plan() states, from the same arguments.
+  // What allocate() allocates and plan() states, from the same arguments,
+  // for a table of operands `op_type` (a plan's: the table kernels_for
+  // makes for act_dtype).
   static std::vector<BufferSpec> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
                                               bool checkpoints_on_host, const LoraConfig* lora,
-                                              const PlanDevice& device, const KernelMemory& k);
-  // Rows of logits the head computes at a time.
-  static int64_t logits_rows(const GptConfig& c, int B, int T);
+                                              const PlanDevice& device, const KernelMemory& k, DType op_type);
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
       const LoraConfig* lora, Device& device, Kernels& kernels);
   absl::Status allocate();

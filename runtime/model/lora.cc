@@ -9,26 +9,26 @@ uint64_t lora_pass_seed(uint64_t run_seed, int64_t step, int micro, int rank) {
   return splitmix64(splitmix64(splitmix64(run_seed) ^ uint64_t(step)) ^ (uint64_t(rank) << 32 | uint32_t(micro)));
 }
 
-void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* u, DType act,
-                const LoraDropout& drop, float* xd) {
+void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const void* x, void* u, DType act,
+                const LoraDropout& drop, void* xd) {
   if (drop.p > 0) {
     k.dropout(s, xd, x, d.N * d.in, drop.p, drop.seed);
     x = xd;
   }
   k.matmul_forward(s, u, x, w.a, nullptr, d.N, d.in, w.r);
   k.scale(s, u, w.scale, d.N * w.r);
-  k.round_to(s, act, u, d.N * w.r);
+  round_operands(k, s, act, u, d.N * w.r);
 }
 
-void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* y, float* u,
-                  float* t, DType act, const LoraDropout& drop) {
+void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const void* x, void* y, void* u,
+                  void* t, DType act, const LoraDropout& drop) {
   lora_input(k, s, d, w, x, u, act, drop, t);  // x' in t, read before t is written below
   k.matmul_forward(s, t, u, w.b, nullptr, d.N, w.r, d.out);
-  k.add(s, y, t, d.N * d.out);
+  k.residual_forward(s, y, y, t, d.N * d.out);
 }
 
-void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const LoraGrads& g, const float* x,
-                   const float* u, const float* dy, float* dx, float* du, float* dt, const LoraDropout& drop) {
+void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const LoraGrads& g, const void* x,
+                   const void* u, const void* dy, void* dx, void* du, void* dt, const LoraDropout& drop) {
   k.matmul_backward(s, du, g.b, nullptr, dy, u, w.b, d.N, w.r, d.out);
   k.scale(s, du, w.scale, d.N * w.r);
   if (drop.p > 0) {
@@ -40,7 +40,7 @@ void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights&
   } else {
     k.matmul_backward(s, dt, g.a, nullptr, du, x, w.a, d.N, d.in, w.r);
   }
-  k.add(s, dx, dt, d.N * d.in);
+  k.residual_forward(s, dx, dx, dt, d.N * d.in);
 }
 
 }  // namespace zerod

@@ -13,8 +13,9 @@
 
 namespace zerod {
 
+// The adapters' weights are operands of the kernel table (kernels.h).
 struct LoraWeights {
-  const float *a, *b;
+  const void *a, *b;
   int r;
   float scale;  // s
 };
@@ -42,18 +43,20 @@ struct LoraDropout {
 // run draws the masks the uninterrupted one would.
 uint64_t lora_pass_seed(uint64_t run_seed, int64_t step, int micro, int rank);
 
-// u [N, r] = s·(x'·A), rounded to `act` (the model's activation type):
-// what backward needs of the forward. xd [N, in] is scratch for x'.
-void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* u,
-                DType act = DType::kF32, const LoraDropout& drop = {}, float* xd = nullptr);
+// Activations and scratch below are operands of the table. u [N, r] =
+// s·(x'·A), fp32 operands rounded to `act` (the model's activation type;
+// kF32 where the operands are of it already): what backward needs of the
+// forward. xd [N, in] is scratch for x'.
+void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const void* x, void* u,
+                DType act = DType::kF32, const LoraDropout& drop = {}, void* xd = nullptr);
 // y[N, out] += u·B after lora_input; t [N, max(in, out)] is scratch.
-void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const float* x, float* y, float* u,
-                  float* t, DType act = DType::kF32, const LoraDropout& drop = {});
+void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const void* x, void* y, void* u,
+                  void* t, DType act = DType::kF32, const LoraDropout& drop = {});
 
 // With dy = d(loss)/dy: B's gradient += uᵀ·dy, A's += x'ᵀ·du where
 // du = s·dy·Bᵀ, and dx += dropout(du·Aᵀ) (the forward's mask and scale).
 // du [N, r] and dt [N, in] are scratch.
-void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const LoraGrads& g, const float* x,
-                   const float* u, const float* dy, float* dx, float* du, float* dt, const LoraDropout& drop = {});
+void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const LoraGrads& g, const void* x,
+                   const void* u, const void* dy, void* dx, void* du, void* dt, const LoraDropout& drop = {});
 
 }  // namespace zerod

@@ -17,7 +17,11 @@ Nf4Tensor carve(uint8_t* at, int64_t n) {
   return {at + 4 * z.groups + 4, at + 4 * z.groups + 4 + z.code_bytes, group_absmax, group_absmax + z.groups, n};
 }
 
-int64_t unpacked_bytes(const GptLayout& layout) { return layout.unit_numel(GptLayout::layer_unit(0)) * 4; }
+// A layer's fp32 unit, and its operands after it where those are not fp32.
+int64_t unpacked_bytes(const GptLayout& layout, DType operands) {
+  const int64_t n = layout.unit_numel(GptLayout::layer_unit(0));
+  return n * 4 + (needs_staging(DType::kF32, operands) ? n * dtype_size(operands) : 0);
+}
 
 bool is_matrix(int id) { return std::ranges::count(Nf4Packing::kMatrices, id) > 0; }
 
@@ -63,7 +67,8 @@ void Nf4Packing::pack(const float* unit, uint8_t* packed) const {
   }
 }
 
-LayerWeights Nf4Packing::unpack(Device& device, const Converter& cv, uint8_t* packed, float* unit) const {
+LayerWeights Nf4Packing::unpack(Device& device, const Converter& cv, uint8_t* packed, void* unpacked) const {
+  float* unit = static_cast<float*>(unpacked);
   const float* small = reinterpret_cast<const float*>(packed);
   for (int id : small_ids_) {
     const ParamTensorInfo& t = layout_.tensor(id);
@@ -76,23 +81,27 @@ LayerWeights Nf4Packing::unpack(Device& device, const Converter& cv, uint8_t* pa
     cv.kernels.nf4_dequantize(cv.stream, carve(at, t.numel), unit + t.unit_offset);
     at += matrix_bytes(t.numel);
   }
-  return layer_weight_views(cv, layout_, DType::kF32, unit, nullptr);
+  return layer_weight_views(cv, layout_, DType::kF32, unit, unit + layout_.unit_numel(GptLayout::layer_unit(0)));
 }
 
-absl::StatusOr<Buffer> Nf4Packing::allocate_unpacked(const GptLayout& layout, Device& device) {
-  return device.allocate(unpacked_bytes(layout), Category::kWorkspace);
+absl::StatusOr<Buffer> Nf4Packing::allocate_unpacked(const GptLayout& layout, DType operands, Device& device) {
+  return device.allocate(unpacked_bytes(layout, operands), Category::kWorkspace);
 }
 
-void Nf4Packing::plan_unpacked(const GptLayout& layout, MemoryPlan& plan) {
-  plan.add_device("fp32 copy of a layer's weights", Category::kWorkspace, unpacked_bytes(layout));
+void Nf4Packing::plan_unpacked(const GptLayout& layout, DType operands, MemoryPlan& plan) {
+  plan.add_device("a layer's weights, unpacked", Category::kWorkspace, unpacked_bytes(layout, operands));
 }
 
-void Nf4Weights::plan(const GptLayout& layout, MemoryPlan& plan) {
+void Nf4Weights::plan(const GptLayout& layout, DType operands, MemoryPlan& plan) {
   const uint64_t packed = Nf4Packing(layout).layer_bytes();
   plan.add_device("frozen weights: embeddings and final LayerNorm", Category::kFrozen,
                   (layout.unit_numel(0) + layout.unit_numel(layout.final_unit())) * 4);
   plan.add_device("frozen weights: layers, matrices in NF4", Category::kFrozen, layout.config().n_layer * packed);
-  Nf4Packing::plan_unpacked(layout, plan);
+  Nf4Packing::plan_unpacked(layout, operands, plan);
+  if (needs_staging(DType::kF32, operands)) {
+    plan.add_device("frozen weights: embeddings and final LayerNorm as operands", Category::kWorkspace,
+                    weight_staging(layout).globals * dtype_size(operands));
+  }
   plan.add("frozen weights, a layer as read", Tier::kHost, Category::kWorkspace, read_numel(layout) * 4, Phase::kBuild,
            false);
   plan.add("frozen weights, a layer packed", Tier::kHost, Category::kWorkspace, packed, Phase::kBuild, false);
@@ -108,7 +117,12 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   const int64_t emb = L.unit_numel(0), fin = L.unit_numel(L.final_unit());
   ZEROD_ASSIGN_OR_RETURN(w.globals_buf_, device.allocate((emb + fin) * 4, Category::kFrozen));
   ZEROD_ASSIGN_OR_RETURN(w.layers_, device.allocate(L.config().n_layer * packed_bytes, Category::kFrozen));
-  ZEROD_ASSIGN_OR_RETURN(w.unpacked_, Nf4Packing::allocate_unpacked(L, device));
+  const DType op = kernels.operand_type();
+  ZEROD_ASSIGN_OR_RETURN(w.unpacked_, Nf4Packing::allocate_unpacked(L, op, device));
+  if (needs_staging(DType::kF32, op)) {
+    ZEROD_ASSIGN_OR_RETURN(w.global_staging_,
+                           device.allocate(weight_staging(L).globals * dtype_size(op), Category::kWorkspace));
+  }
   ZEROD_ASSIGN_OR_RETURN(Buffer read, device.allocate(read_numel(L) * 4, Category::kWorkspace, Tier::kHost));
   ZEROD_ASSIGN_OR_RETURN(Buffer packed, device.allocate(packed_bytes, Category::kWorkspace, Tier::kHost));
   float* host = read.host<float>();
@@ -118,7 +132,7 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   device.copy(s, w.globals_buf_.data(), host, (emb + fin) * 4);
   ZEROD_RETURN_IF_ERROR(device.synchronize(s));
   w.globals_ = global_weight_views(w.convert_, L, DType::kF32, w.globals_buf_.data(),
-                                   w.globals_buf_.ptr<float>() + emb, nullptr);
+                                   w.globals_buf_.ptr<float>() + emb, w.global_staging_.data());
 
   for (int l = 0; l < L.config().n_layer; ++l) {
     const int u = GptLayout::layer_unit(l);
@@ -132,7 +146,7 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
 
 absl::StatusOr<LayerWeights> Nf4Weights::layer(int l) {
   return packing_.unpack(*device_, convert_, layers_.ptr<uint8_t>() + l * packing_.layer_bytes(),
-                         unpacked_.ptr<float>());
+                         unpacked_.data());
 }
 
 }  // namespace zerod

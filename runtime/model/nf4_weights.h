@@ -1,8 +1,9 @@
 // A frozen model's weights for QLoRA: each layer's four matrices (c_attn,
 // attn.c_proj, c_fc, mlp.c_proj) held in NF4 (kernels/cpu/nf4.h) on the
 // device and dequantized a layer at a time into fp32 staging for the
-// products; biases, LayerNorms and the embeddings stay fp32, as
-// bitsandbytes quantizes linear layers only.
+// products (then converted to the table's operands where those are 16-bit);
+// biases, LayerNorms and the embeddings stay fp32, as bitsandbytes
+// quantizes linear layers only.
 #pragma once
 
 #include <array>
@@ -32,14 +33,15 @@ class Nf4Packing {
   // Packs a layer's unit (its fp32 values in layout order) into `packed`,
   // on the host.
   void pack(const float* unit, uint8_t* packed) const;
-  // The layer packed at `packed` (device memory) as fp32 views: the tensors
-  // copied and the matrices dequantized into `unit` (a layer's fp32 unit on
-  // the device), on cv's stream.
-  LayerWeights unpack(Device& device, const Converter& cv, uint8_t* packed, float* unit) const;
-  // The device buffer unpack() writes, a layer's fp32 unit: allocated, and
-  // as planned.
-  static absl::StatusOr<Buffer> allocate_unpacked(const GptLayout& layout, Device& device);
-  static void plan_unpacked(const GptLayout& layout, MemoryPlan& plan);
+  // The layer packed at `packed` (device memory) as operand views: the
+  // tensors copied and the matrices dequantized into a layer's fp32 unit at
+  // the start of `unpacked` (allocate_unpacked's, on the device), on cv's
+  // stream; converted after it for 16-bit operands.
+  LayerWeights unpack(Device& device, const Converter& cv, uint8_t* packed, void* unpacked) const;
+  // The device buffer unpack() writes, for operands of type `operands`:
+  // allocated, and as planned.
+  static absl::StatusOr<Buffer> allocate_unpacked(const GptLayout& layout, DType operands, Device& device);
+  static void plan_unpacked(const GptLayout& layout, DType operands, MemoryPlan& plan);
 
  private:
   const GptLayout& layout_;
@@ -56,8 +58,9 @@ class Nf4Weights : public WeightSource {
   // buffers of its size.
   static absl::StatusOr<Nf4Weights> create(const GptLayout* layout, const ParamInit& init, Device& device,
                                            Kernels& kernels);
-  // What create() allocates, on plan's device.
-  static void plan(const GptLayout& layout, MemoryPlan& plan);
+  // What create() allocates for a table of operands `operands`, on plan's
+  // device.
+  static void plan(const GptLayout& layout, DType operands, MemoryPlan& plan);
 
   DType dtype() const override { return DType::kF32; }
   absl::StatusOr<GlobalWeights> globals() override { return globals_; }
@@ -69,7 +72,8 @@ class Nf4Weights : public WeightSource {
   Nf4Packing packing_;
   Converter convert_;
   Device* device_ = nullptr;
-  Buffer globals_buf_, layers_, unpacked_;  // unpacked: one layer's unit, fp32
+  Buffer globals_buf_, layers_, unpacked_;  // unpacked: allocate_unpacked's
+  Buffer global_staging_;                    // the globals as 16-bit operands
   GlobalWeights globals_{};
 };
 

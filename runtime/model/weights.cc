@@ -4,37 +4,48 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace zerod {
 namespace {
 
 constexpr int kLayerIds[] = {kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB,
                              kLn2W, kLn2B, kFcW,  kFcB,  kFcProjW,  kFcProjB};
 
-// `id`'s tensor inside its unit, as fp32: in place, or converted into
-// staging at the same offset.
-const float* weight_view(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit, float* staging,
-                         int id) {
+// `id`'s tensor inside its unit, as an operand: in place, or converted
+// into staging at the same offset. Of two float types that differ, one is
+// fp32: the weights' where a GPU table takes 16-bit operands (NF4's
+// dequantized ones), the operands' on the CPU.
+const void* weight_view(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit, void* staging,
+                        int id) {
   const ParamTensorInfo& t = layout.tensor(id);
   if (t.numel == 0) return nullptr;
-  if (dtype == DType::kF32) return static_cast<const float*>(unit) + t.unit_offset;
-  cv.kernels.convert_to_f32(cv.stream, dtype, static_cast<const uint16_t*>(unit) + t.unit_offset,
-                            staging + t.unit_offset, t.numel);
-  return staging + t.unit_offset;
+  const DType op = cv.kernels.operand_type();
+  const void* src = static_cast<const char*>(unit) + t.unit_offset * dtype_size(dtype);
+  if (!needs_staging(dtype, op)) return src;
+  void* dst = static_cast<char*>(staging) + t.unit_offset * dtype_size(op);
+  if (op == DType::kF32) {
+    cv.kernels.convert_to_f32(cv.stream, dtype, src, static_cast<float*>(dst), t.numel);
+  } else {
+    cv.kernels.convert_from_f32(cv.stream, op, static_cast<const float*>(src), dst, t.numel);
+  }
+  return dst;
 }
 
 }  // namespace
 
 GlobalWeights global_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* emb,
-                                  const void* fin, float* staging) {
-  float* fin_staging = staging ? staging + layout.unit_numel(0) : nullptr;
+                                  const void* fin, void* staging) {
+  void* fin_staging =
+      staging ? static_cast<char*>(staging) + layout.unit_numel(0) * dtype_size(cv.kernels.operand_type()) : nullptr;
   return {weight_view(cv, layout, dtype, emb, staging, kWte), weight_view(cv, layout, dtype, emb, staging, kWpe),
           weight_view(cv, layout, dtype, fin, fin_staging, kLnfW),
           weight_view(cv, layout, dtype, fin, fin_staging, kLnfB)};
 }
 
 LayerWeights layer_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit,
-                                float* staging) {
-  const float* p[12];
+                                void* staging) {
+  const void* p[12];
   for (int i = 0; i < 12; ++i) p[i] = weight_view(cv, layout, dtype, unit, staging, kLayerIds[i]);
   LayerWeights w{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
   if (const LoraConfig* lora = layout.lora()) {
@@ -69,15 +80,18 @@ std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout) {
   return offsets;
 }
 
-Fp32Staging fp32_staging(const GptLayout& layout) {
+WeightStaging weight_staging(const GptLayout& layout) {
   return {layout.unit_numel(0) + layout.unit_numel(layout.final_unit()), layout.unit_numel(1)};
 }
 
-void plan_fp32_staging(const GptLayout& layout, DType dtype, MemoryPlan& plan) {
-  if (dtype == DType::kF32) return;
-  const Fp32Staging n = fp32_staging(layout);
-  plan.add_device("fp32 copy of the global weights", Category::kWorkspace, n.globals * 4);
-  plan.add_device("fp32 copy of a layer's weights", Category::kWorkspace, n.layer * 4);
+void plan_weight_staging(const GptLayout& layout, DType dtype, DType operands, MemoryPlan& plan) {
+  if (!needs_staging(dtype, operands)) return;
+  const WeightStaging n = weight_staging(layout);
+  const int64_t op = dtype_size(operands);
+  plan.add_device(absl::StrCat(dtype_name(operands), " copy of the global weights"), Category::kWorkspace,
+                  n.globals * op);
+  plan.add_device(absl::StrCat(dtype_name(operands), " copy of a layer's weights"), Category::kWorkspace,
+                  n.layer * op);
 }
 
 absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType dtype, const void* params,
@@ -87,10 +101,11 @@ absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType d
   w.dtype_ = dtype;
   w.params_ = params;
   w.unit_offsets_ = unit_offsets.empty() ? contiguous_unit_offsets(*layout) : std::move(unit_offsets);
-  if (dtype != DType::kF32) {
-    const Fp32Staging n = fp32_staging(*layout);
-    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, device.allocate(n.globals * 4, Category::kWorkspace));
-    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, device.allocate(n.layer * 4, Category::kWorkspace));
+  const DType op = kernels.operand_type();
+  if (needs_staging(dtype, op)) {
+    const WeightStaging n = weight_staging(*layout);
+    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, device.allocate(n.globals * dtype_size(op), Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, device.allocate(n.layer * dtype_size(op), Category::kWorkspace));
   }
   return w;
 }
@@ -100,17 +115,17 @@ const void* FlatWeights::unit(int u) const {
 }
 
 absl::StatusOr<GlobalWeights> FlatWeights::globals() {
-  // 16-bit tensors are converted once per parameter update.
-  if (dtype_ == DType::kF32 || !globals_ready_) {
+  // Converted tensors are converted once per parameter update.
+  if (!needs_staging(dtype_, convert_.kernels.operand_type()) || !globals_ready_) {
     globals_ = global_weight_views(convert_, *layout_, dtype_, unit(0), unit(layout_->final_unit()),
-                                   global_staging_.ptr<float>());
+                                   global_staging_.data());
     globals_ready_ = true;
   }
   return globals_;
 }
 
 absl::StatusOr<LayerWeights> FlatWeights::layer(int l) {
-  return layer_weight_views(convert_, *layout_, dtype_, unit(GptLayout::layer_unit(l)), layer_staging_.ptr<float>());
+  return layer_weight_views(convert_, *layout_, dtype_, unit(GptLayout::layer_unit(l)), layer_staging_.data());
 }
 
 absl::StatusOr<LayerWeights> AdaptedWeights::layer(int l) {

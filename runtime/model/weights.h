@@ -1,7 +1,8 @@
 // Where the model's forward and backward read their weights from and put
 // their gradients. The model asks for the global tensors and for one layer at
-// a time, weights always as fp32; a source decides how (views into fp32
-// parameters, conversion of 16-bit ones, gathering ZeRO-3 shards), and a sink
+// a time, weights always as operands of its kernel table (kernels.h); a
+// source decides how (views into parameters of that type, conversion of
+// others, gathering ZeRO-3 shards), and a sink
 // decides where gradients go (a flat buffer, or staging that is
 // reduce-scattered as each layer's backward finishes).
 #pragma once
@@ -18,15 +19,16 @@
 
 namespace zerod {
 
+// Operands of the kernel table.
 struct GlobalWeights {
-  const float *wte, *wpe, *lnfw, *lnfb;
+  const void *wte, *wpe, *lnfw, *lnfb;
 };
 
 // A tensor the source's layout does not hold is null: an adapter layout's
 // model weights, the model's adapters.
 struct LayerWeights {
-  const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-  const float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  const void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+  const void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   LoraWeights lora[kNumLoraTargets] = {};  // by LoraTarget
 };
 
@@ -36,7 +38,7 @@ struct LayerWeights {
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  // The type the weights are values of (they are handed out as fp32).
+  // The type the weights are values of (they are handed out as operands).
   virtual DType dtype() const = 0;
   // Valid until end_pass().
   virtual absl::StatusOr<GlobalWeights> globals() = 0;
@@ -72,21 +74,22 @@ class GradSink {
   virtual absl::Status end_backward() { return absl::OkStatus(); }
 };
 
-// Where 16-bit weights become fp32: on the stream the model computes on,
-// in order with its kernels.
+// Where weights of another type become the table's operands: on the
+// stream the model computes on, in order with its kernels.
 struct Converter {
   Kernels& kernels;
   Stream& stream;
 };
 
-// Views of units laid out as in `layout`: `emb` and `fin` point at the
-// embedding and final-LayerNorm units, `unit` at one layer's. 16-bit
-// parameters are converted into `staging` (fp32, unit-sized); fp32 ones are
-// returned in place.
+// Views of units of `dtype` laid out as in `layout`: `emb` and `fin`
+// point at the embedding and final-LayerNorm units, `unit` at one
+// layer's. Parameters of the table's operand type are returned in place;
+// others (16-bit ones for the CPU's fp32, fp32 ones for a 16-bit GPU table)
+// are converted into `staging` (operands, unit-sized).
 GlobalWeights global_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* emb,
-                                  const void* fin, float* staging);
+                                  const void* fin, void* staging);
 LayerWeights layer_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit,
-                                float* staging);
+                                void* staging);
 GlobalGrads global_grad_views(const GptLayout& layout, float* emb, float* fin);
 LayerGrads layer_grad_views(const GptLayout& layout, float* unit);
 
@@ -94,18 +97,21 @@ LayerGrads layer_grad_views(const GptLayout& layout, float* unit);
 // ZeRO's padded ones.
 std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout);
 
-// Weights in one flat buffer of `dtype` on `device` whose units start at
-// `unit_offsets`; 16-bit globals are converted once per parameter update
-// (invalidate()).
-// A source of 16-bit weights hands them out as fp32 copies: of the global
-// tensors (embeddings, final LayerNorm) and of one layer. Their elements,
-// and those two workspace buffers on plan's device (none for fp32).
-struct Fp32Staging {
+// A source of weights of another type than the operands hands them out as
+// converted copies: of the global tensors (embeddings, final LayerNorm) and
+// of one layer. Their elements; whether a source of `dtype` needs them for
+// operands of type `operands`; and those two workspace buffers on plan's
+// device, where it does.
+struct WeightStaging {
   int64_t globals, layer;
 };
-Fp32Staging fp32_staging(const GptLayout& layout);
-void plan_fp32_staging(const GptLayout& layout, DType dtype, MemoryPlan& plan);
+WeightStaging weight_staging(const GptLayout& layout);
+inline bool needs_staging(DType dtype, DType operands) { return dtype != operands; }
+void plan_weight_staging(const GptLayout& layout, DType dtype, DType operands, MemoryPlan& plan);
 
+// Weights in one flat buffer of `dtype` on `device` whose units start at
+// `unit_offsets`; converted globals are converted once per parameter
+// update (invalidate()).
 class FlatWeights : public WeightSource {
  public:
   static absl::StatusOr<FlatWeights> create(const GptLayout* layout, DType dtype, const void* params, Device& device,

@@ -235,19 +235,22 @@ void RunOutput::breakdown(int64_t steps, bool after_first, const Profiler::Total
   const double step_ms = step_it == host.end() ? 0.0 : step_it->second.ms / n;
   // Kernels run on the compute stream, one at a time: their sum is the time
   // it was busy; the rest of the step it waited (on the host, copies, launches).
-  double kernels_ms = 0.0;
+  double kernels_ms = 0.0, launches = 0.0;
   for (const auto& [name, t] : device) {
     if (name.rfind("copy ", 0) != 0) kernels_ms += t.ms / n;
+    launches += static_cast<double>(t.launches) / n;
   }
   const double idle_ms = std::max(0.0, step_ms - kernels_ms);
   auto per_step = [&](const Profiler::Total& t) {
     nlohmann::json j = {{"ms", t.ms / n}, {"count", static_cast<double>(t.count) / n}};
     if (t.bytes) j["bytes"] = static_cast<double>(t.bytes) / n;
+    if (t.launches) j["launches"] = static_cast<double>(t.launches) / n;
     return j;
   };
   if (format_ == LogFormat::kJson) {
     nlohmann::json j = {{"event", "breakdown"}, {"steps", steps}, {"after_first", after_first}, {"step_ms", step_ms},
-                        {"kernels_ms", kernels_ms}, {"idle_ms", idle_ms}, {"device", nlohmann::json::object()},
+                        {"kernels_ms", kernels_ms}, {"idle_ms", idle_ms}, {"launches", launches},
+                        {"device", nlohmann::json::object()},
                         {"host", nlohmann::json::object()}};
     for (const auto& [name, t] : device) j["device"][name] = per_step(t);
     for (const auto& [name, t] : host) {
@@ -268,14 +271,17 @@ void RunOutput::breakdown(int64_t steps, bool after_first, const Profiler::Total
     if (t.bytes) {
       out_ << absl::StrFormat(" %11s %8.2f GB/s", byte_size_text(t.bytes / steps), t.ms > 0 ? t.bytes / t.ms / 1e6 : 0);
     }
+    if (t.launches) out_ << absl::StrFormat(" %8.1f launches", static_cast<double>(t.launches) / n);
     out_ << "\n";
   };
   out_ << absl::StrFormat("where the time went (rank 0, mean of %d steps%s): %.3f ms a step\n", steps,
                           after_first ? " after the first" : "", step_ms);
   out_ << absl::StrFormat("  %-48s %10s %7s %8s\n", "device: kernels and copies", "ms/step", "share", "calls");
   for (const auto& [name, t] : sorted(device)) row(name, t);
-  out_ << absl::StrFormat("  %-48s %10.3f %6.1f%%\n", "kernels, all", kernels_ms,
+  out_ << absl::StrFormat("  %-48s %10.3f %6.1f%%", "kernels, all", kernels_ms,
                           step_ms > 0 ? 100 * kernels_ms / step_ms : 0);
+  if (launches > 0) out_ << absl::StrFormat(" %8.1f launches", launches);
+  out_ << "\n";
   out_ << absl::StrFormat("  %-48s %10.3f %6.1f%%\n", "compute stream waiting (step less kernels)", idle_ms,
                           step_ms > 0 ? 100 * idle_ms / step_ms : 0);
   for (const auto& [name, t] : sorted(host)) {

@@ -12,14 +12,18 @@ void classifier_logits(float* logits, const float* inp, int64_t inp_stride, cons
 
 void classifier_forward_backward(const ClassifierArgs& a) {
   const int C = a.C, V = a.V;
+  const float* inp = static_cast<const float*>(a.inp);
+  const float* wte = static_cast<const float*>(a.wte);
+  float* logits = static_cast<float*>(a.logits);
+  float* dinp = static_cast<float*>(a.dinp);
   for (int64_t r0 = 0; r0 < a.N; r0 += a.chunk_rows) {
     const int64_t rows = std::min(a.chunk_rows, a.N - r0);
-    classifier_logits(a.logits, a.inp + r0 * C, C, a.wte, rows, C, V);
-    round_to(a.act, a.logits, rows * V);
-    softmax_cross_entropy(a.logits, a.losses + r0, a.targets + r0, rows, V, a.dloss);
+    classifier_logits(logits, inp + r0 * C, C, wte, rows, C, V);
+    round_to(a.act, logits, rows * V);
+    softmax_cross_entropy(logits, a.losses + r0, a.targets + r0, rows, V, a.dloss);
     // dinp = dlogits @ wte; dwte += dlogits^T @ inp.
-    sgemm(false, false, rows, C, V, 1.0f, a.logits, V, a.wte, C, 0.0f, a.dinp + r0 * C, C);
-    if (a.dwte) sgemm(true, false, V, C, rows, 1.0f, a.logits, V, a.inp + r0 * C, C, 1.0f, a.dwte, C);
+    sgemm(false, false, rows, C, V, 1.0f, logits, V, wte, C, 0.0f, dinp + r0 * C, C);
+    if (a.dwte) sgemm(true, false, V, C, rows, 1.0f, logits, V, inp + r0 * C, C, 1.0f, a.dwte, C);
   }
 }
 

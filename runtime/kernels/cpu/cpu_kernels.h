@@ -70,18 +70,20 @@ void classifier_logits(float* logits, const float* inp, int64_t inp_stride, cons
 // its softmax cross-entropy (losses[r]), then dinp = dlogits @ wte
 // (overwritten) and dwte += dlogits^T @ inp, with dlogits = (softmax -
 // onehot) * dloss.
+// The operands (`void*`) are of the kernel table's operand type (fp32 for
+// these, the CPU's); logits rows are KernelMemory::logits_stride(V) apart.
 struct ClassifierArgs {
-  const float* inp;        // [N, C]
-  const float* wte;        // [V, C]
+  const void* inp;         // [N, C]
+  const void* wte;         // [V, C]
   const int32_t* targets;  // [N]
   int64_t N;
   int C, V;
   float dloss;
   DType act;
-  float* logits;           // [chunk_rows, V] scratch
+  void* logits;            // [chunk_rows, V] scratch
   int64_t chunk_rows;
   double* losses;          // [N]
-  float* dinp;             // [N, C]
+  void* dinp;              // [N, C]
   float* dwte;             // [V, C]; null: wte is frozen
 };
 void classifier_forward_backward(const ClassifierArgs& a);

@@ -1,4 +1,5 @@
 // The CPU's kernel table: each op runs cpu:: on the stream, in its order.
+// Its operands are fp32 (kernels.h), so each `void*` is a float array.
 #include "runtime/kernels/cpu/cpu_table.h"
 
 #include "runtime/core/cpu_device.h"
@@ -6,55 +7,62 @@
 namespace zerod {
 namespace {
 
+float* f32(void* p) { return static_cast<float*>(p); }
+const float* f32(const void* p) { return static_cast<const float*>(p); }
+
 class CpuKernels : public Kernels {
  public:
   explicit CpuKernels(CpuIsa isa) : isa_(isa) {}
 
-  void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
+  DType operand_type() const override { return DType::kF32; }
+  void matmul_forward(Stream& s, void* out, const void* inp, const void* w, const void* bias, int64_t N, int C,
                       int OC) override {
-    CpuDevice::launch(s, [=] { cpu::matmul_forward(out, inp, w, bias, N, C, OC); });
+    CpuDevice::launch(s, [=] { cpu::matmul_forward(f32(out), f32(inp), f32(w), f32(bias), N, C, OC); });
   }
-  void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                       const float* w, int64_t N, int C, int OC) override {
-    CpuDevice::launch(s, [=] { cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC); });
+  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
+                       const void* w, int64_t N, int C, int OC) override {
+    CpuDevice::launch(s, [=] { cpu::matmul_backward(f32(dinp), dw, dbias, f32(dout), f32(inp), f32(w), N, C, OC); });
   }
-  void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
-                         const float* b, int64_t N, int C) override {
-    CpuDevice::launch(s, [=] { cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C); });
+  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
+                         const void* b, int64_t N, int C) override {
+    CpuDevice::launch(s, [=] { cpu::layernorm_forward(f32(out), mean, rstd, f32(inp), f32(w), f32(b), N, C); });
   }
-  void layernorm_backward(Stream& s, float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                          const float* w, const float* mean, const float* rstd, int64_t N, int C) override {
-    CpuDevice::launch(s, [=] { cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
+  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
+                          const void* w, const float* mean, const float* rstd, int64_t N, int C) override {
+    CpuDevice::launch(
+        s, [=] { cpu::layernorm_backward(f32(dinp), dw, db, f32(dout), f32(inp), f32(w), mean, rstd, N, C); });
   }
   KernelMemory memory() const override { return cpu_kernel_memory(); }
-  void attention_forward(Stream& s, float* out, float* att, float*, const float* qkv, int B, int T, int C,
+  void attention_forward(Stream& s, void* out, void* att, float*, const void* qkv, int B, int T, int C,
                          int NH) override {
-    CpuDevice::launch(s, [=] { cpu::attention_forward(out, att, qkv, B, T, C, NH); });
+    CpuDevice::launch(s, [=] { cpu::attention_forward(f32(out), f32(att), f32(qkv), B, T, C, NH); });
   }
-  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* att,
-                          float* scratch, int B, int T, int C, int NH) override {
-    CpuDevice::launch(s, [=] { cpu::attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH); });
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* att, float* scratch,
+                          int B, int T, int C, int NH) override {
+    CpuDevice::launch(
+        s, [=] { cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), f32(att), scratch, B, T, C, NH); });
   }
-  void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override {
-    CpuDevice::launch(s, [=] { cpu::gelu_forward(out, inp, n); });
+  void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
+    CpuDevice::launch(s, [=] { cpu::gelu_forward(f32(out), f32(inp), n); });
   }
-  void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) override {
-    CpuDevice::launch(s, [=] { cpu::gelu_backward(dinp, inp, dout, n); });
+  void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) override {
+    CpuDevice::launch(s, [=] { cpu::gelu_backward(f32(dinp), f32(inp), f32(dout), n); });
   }
-  void residual_forward(Stream& s, float* out, const float* a, const float* b, int64_t n) override {
-    CpuDevice::launch(s, [=] { cpu::residual_forward(out, a, b, n); });
+  void residual_forward(Stream& s, void* out, const void* a, const void* b, int64_t n) override {
+    CpuDevice::launch(s, [=] { cpu::residual_forward(f32(out), f32(a), f32(b), n); });
   }
-  void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                         int T, int C) override {
-    CpuDevice::launch(s, [=] { cpu::embedding_forward(out, tokens, wte, wpe, B, T, C); });
+  void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
+                         int C) override {
+    CpuDevice::launch(s, [=] { cpu::embedding_forward(f32(out), tokens, f32(wte), f32(wpe), B, T, C); });
   }
-  void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
-                          int C) override {
-    CpuDevice::launch(s, [=] { cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
+  // Walks the positions in order, column by column: `order` is not needed.
+  void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                          const int32_t*, int B, int T, int C) override {
+    CpuDevice::launch(s, [=] { cpu::embedding_backward(dwte, dwpe, f32(dout), tokens, B, T, C); });
   }
-  void classifier_logits(Stream& s, float* logits, const float* inp, int64_t inp_stride, const float* wte,
+  void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte,
                          int64_t rows, int C, int V) override {
-    CpuDevice::launch(s, [=] { cpu::classifier_logits(logits, inp, inp_stride, wte, rows, C, V); });
+    CpuDevice::launch(s, [=] { cpu::classifier_logits(logits, f32(inp), inp_stride, f32(wte), rows, C, V); });
   }
   void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
     CpuDevice::launch(s, [a] { cpu::classifier_forward_backward(a); });
@@ -78,11 +86,11 @@ class CpuKernels : public Kernels {
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::residual_forward(dst, dst, src, n); });
   }
-  void scale(Stream& s, float* x, float a, int64_t n) override {
-    CpuDevice::launch(s, [=] { cpu::scale(x, a, n); });
+  void scale(Stream& s, void* x, float a, int64_t n) override {
+    CpuDevice::launch(s, [=] { cpu::scale(f32(x), a, n); });
   }
-  void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) override {
-    CpuDevice::launch(s, [=] { cpu::dropout(y, x, n, p, seed); });
+  void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) override {
+    CpuDevice::launch(s, [=] { cpu::dropout(f32(y), f32(x), n, p, seed); });
   }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     CpuDevice::launch(s, [=, isa = isa_] { adam_update(t, step, isa); });

@@ -1,9 +1,13 @@
-// The CUDA kernel table: cuBLAS (fp32, no TF32) for the matrix products,
-// attention's included (attention_plan.h), and for the rest the bodies of
+// The CUDA kernel table. Its operands (kernels.h) are of the job's
+// precision: the layers' products run through cuBLASLt on them (lt_gemm.h;
+// bf16 and fp16 on tensor cores, fp32 sums), the bias added by its
+// epilogue; attention, until it is fused, widens its operands to fp32 for
+// cuBLAS's fp32 products (attention_plan.h). The rest are the bodies of
 // *_body.h, which tests/test_cuda_bodies.cc also runs on the CPU: one
 // thread per element, row or column chunk, one warp per row of attention's
-// scores, one block per row of logits or chunk of a sum of squares. No
-// reduction uses atomics, so a run gives the same bits every time.
+// scores or of LayerNorm, one block per row of logits or chunk of a sum of
+// squares. No reduction uses atomics, so a run gives the same bits every
+// time.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include "runtime/kernels/cuda/cuda_table.h"
 #include "runtime/kernels/cuda/gemm_args.h"
 #include "runtime/kernels/cuda/launch.cuh"
+#include "runtime/kernels/cuda/lt_gemm.h"
 #include "runtime/kernels/cuda/nf4_body.h"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
@@ -26,7 +31,9 @@
 namespace zerod {
 namespace {
 
+using cuda::ConstOperands;
 using cuda::launch_block_rows;
+using cuda::Operands;
 using cuda::launch_each;
 using cuda::launch_warp_rows;
 
@@ -94,9 +101,65 @@ struct AttentionExec {
   }
 };
 
+template <DType kT, class F>
+void map_as(cudaStream_t s, const char* what, void* out, const void* a, const void* b, int64_t n, F f) {
+  const int64_t vectors = cuda::vectors_for<kT>(n, out, a, b);
+  launch_each(s, cuda::map_threads<kT>(n, vectors), what,
+              [=] __device__(int64_t t) { cuda::map_at<kT>(t, vectors, out, a, b, f); });
+}
+
+constexpr int64_t operand_bytes_of(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// LayerNorm's rows 16 bytes a lane (rows_body.h's vec_ bodies), a warp a
+// row, and its parameters' gradients W columns a thread.
+template <DType kT>
+void layernorm_forward_as(cudaStream_t s, void* out, float* mean, float* rstd, const void* inp, const void* w,
+                          const void* b, int64_t N, int C) {
+  constexpr int64_t ob = operand_bytes_of(kT);
+  launch_warp_rows(s, N, "layernorm_forward", [=] __device__(int64_t n, int lane) {
+    const void* x = static_cast<const char*>(inp) + n * C * ob;
+    const float m = cuda::warp_reduce(cuda::vec_row_sum<kT>(x, C, lane, 32), cuda::Sum()) / C;
+    const float r =
+        cuda::layernorm_rstd(cuda::warp_reduce(cuda::vec_row_squares_about<kT>(x, C, m, lane, 32), cuda::Sum()), C);
+    cuda::vec_layernorm_write<kT>(static_cast<char*>(out) + n * C * ob, x, w, b, C, m, r, lane, 32);
+    if (lane == 0) {
+      mean[n] = m;
+      rstd[n] = r;
+    }
+  });
+}
+template <DType kT>
+void layernorm_backward_rows_as(cudaStream_t s, void* dinp, const void* dout, const void* inp, const void* w,
+                                const float* mean, const float* rstd, int64_t N, int C) {
+  constexpr int64_t ob = operand_bytes_of(kT);
+  launch_warp_rows(s, N, "layernorm_backward", [=] __device__(int64_t n, int lane) {
+    const void* x = static_cast<const char*>(inp) + n * C * ob;
+    const void* dy = static_cast<const char*>(dout) + n * C * ob;
+    cuda::LayerNormRowSums sums = cuda::vec_layernorm_backward_sums<kT>(dy, x, w, mean[n], rstd[n], C, lane, 32);
+    sums.dnorm = cuda::warp_reduce(sums.dnorm, cuda::Sum());
+    sums.dnorm_norm = cuda::warp_reduce(sums.dnorm_norm, cuda::Sum());
+    cuda::vec_layernorm_backward_write<kT>(static_cast<char*>(dinp) + n * C * ob, dy, x, w, mean[n], rstd[n], sums, C,
+                                           lane, 32);
+  });
+}
+template <DType kT>
+void layernorm_params_partials_as(cudaStream_t s, float* partial, const void* dout, const void* inp,
+                                  const float* mean, const float* rstd, int64_t N, int C, int64_t rows,
+                                  int64_t chunks) {
+  launch_each(s, chunks * (C / cuda::RowVectors<kT>::W), "layernorm_backward_partials", [=] __device__(int64_t j) {
+    cuda::vec_layernorm_params_partial_at<kT>(j, partial, dout, inp, mean, rstd, N, C, rows);
+  });
+}
+template <DType kT>
+void bias_partials_as(cudaStream_t s, float* partial, const void* dout, int64_t N, int OC, int64_t rows,
+                      int64_t chunks) {
+  launch_each(s, chunks * (OC / cuda::RowVectors<kT>::W), "bias_backward_partials",
+              [=] __device__(int64_t j) { cuda::vec_bias_partial_at<kT>(j, partial, dout, N, OC, rows); });
+}
+
 class CudaKernels : public Kernels {
  public:
-  explicit CudaKernels(Device& d) : dev_(d) {}
+  CudaKernels(Device& d, DType precision) : dev_(d), op_(precision) {}
   ~CudaKernels() override {
     if (blas_) cublasDestroy(blas_);
   }
@@ -104,8 +167,10 @@ class CudaKernels : public Kernels {
   absl::Status init() {
     ZEROD_RETURN_IF_ERROR(cublas_status(cublasCreate(&blas_), "cublasCreate"));
     ZEROD_RETURN_IF_ERROR(cublas_status(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
-    // cuBLAS's own workspace, so that it is accounted and a run repeats its bits.
+    // One workspace for cuBLAS and cuBLASLt, whose products run one at a
+    // time on the compute stream; accounted, and a run repeats its bits.
     ZEROD_ASSIGN_OR_RETURN(blas_workspace_, dev_.allocate(KernelMemory::kCudaBlasWorkspace, Category::kWorkspace));
+    ZEROD_RETURN_IF_ERROR(lt_.init(blas_workspace_.data(), blas_workspace_.bytes()));
     ZEROD_ASSIGN_OR_RETURN(partials_, dev_.allocate(cuda::kColumnPartials * sizeof(float), Category::kWorkspace));
     ZEROD_ASSIGN_OR_RETURN(maps_, dev_.allocate(2 * sizeof(QuantMap), Category::kWorkspace));
     const QuantMap maps[2] = {signed_dynamic_map(), unsigned_dynamic_map()};
@@ -114,129 +179,184 @@ class CudaKernels : public Kernels {
     return dev_.synchronize(s);
   }
 
-  // bf16 and fp16 values are exact in the fast modes' inputs, so those
-  // products are the fp32 ones, on tensor cores. The other products of a
-  // 16-bit model take fp32 values: tf32 tensor cores, fp32 accumulation.
-  void set_forward_operands(DType t) override {
-    forward_compute_ = t == DType::kBF16  ? CUBLAS_COMPUTE_32F_FAST_16BF
-                       : t == DType::kF16 ? CUBLAS_COMPUTE_32F_FAST_16F
-                                          : CUBLAS_COMPUTE_32F;
-    other_compute_ = t == DType::kF32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-  }
-  void matmul_forward(Stream& s, float* out, const float* inp, const float* w, const float* bias, int64_t N, int C,
+  DType operand_type() const override { return op_; }
+  int64_t launches() const override { return cuda::launch_count().load(std::memory_order_relaxed); }
+  void matmul_forward(Stream& s, void* out, const void* inp, const void* w, const void* bias, int64_t N, int C,
                       int OC) override {
-    float beta = 0.0f;
-    if (bias) {
-      launch_each(cs(s), N * OC, "matmul_bias", [=] __device__(int64_t i) { out[i] = bias[i % OC]; });
-      beta = 1.0f;
-    }
-    gemm(s, cuda::matmul_forward_gemm(out, inp, w, N, C, OC, beta), forward_compute_);
+    lt_.run(cs(s), cuda::matmul_forward_gemm(out, inp, w, bias, N, C, OC), op_, op_);
   }
-  void matmul_backward(Stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                       const float* w, int64_t N, int C, int OC) override {
-    if (dinp) gemm(s, cuda::matmul_dinp_gemm(dinp, dout, w, N, C, OC), other_compute_);
-    if (dw) gemm(s, cuda::matmul_dw_gemm(dw, dout, inp, N, C, OC), other_compute_);
+  // The bias gradient is a column sum of ours, not cuBLASLt's BGRADB
+  // epilogue: that writes the gradient in the product's output type, where
+  // ours adds it to the fp32 one in a fixed order.
+  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
+                       const void* w, int64_t N, int C, int OC) override {
+    if (dinp) lt_.run(cs(s), cuda::matmul_dinp_gemm(dinp, dout, w, N, C, OC), op_, op_);
+    if (dw) lt_.run(cs(s), cuda::matmul_dw_gemm(dw, dout, inp, N, C, OC), op_, DType::kF32);
     if (!dbias) return;
     const int64_t rows = cuda::column_chunk_rows(N, OC), chunks = column_chunks(N, rows, OC, "bias_backward");
     float* partial = partials_.ptr<float>();
-    launch_each(cs(s), chunks * OC, "bias_backward_partials",
-                [=] __device__(int64_t j) { cuda::bias_partial_at(j, partial, dout, N, OC, rows); });
+    const ConstOperands dy = in(dout);
+    const bool vec = in_vectors(OC, {dout});
+    if (vec && op_ == DType::kBF16) {
+      bias_partials_as<DType::kBF16>(cs(s), partial, dout, N, OC, rows, chunks);
+    } else if (vec && op_ == DType::kF16) {
+      bias_partials_as<DType::kF16>(cs(s), partial, dout, N, OC, rows, chunks);
+    } else if (vec) {
+      bias_partials_as<DType::kF32>(cs(s), partial, dout, N, OC, rows, chunks);
+    } else {
+      launch_each(cs(s), chunks * OC, "bias_backward_partials",
+                  [=] __device__(int64_t j) { cuda::bias_partial_at(j, partial, dy, N, OC, rows); });
+    }
     launch_each(cs(s), OC, "bias_backward_totals",
                 [=] __device__(int64_t o) { cuda::column_total(o, dbias, partial, chunks, OC); });
   }
-  void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
-                         const float* b, int64_t N, int C) override {
+  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
+                         const void* b, int64_t N, int C) override {
+    if (in_vectors(C, {out, inp, w, b})) {
+      if (op_ == DType::kBF16) return layernorm_forward_as<DType::kBF16>(cs(s), out, mean, rstd, inp, w, b, N, C);
+      if (op_ == DType::kF16) return layernorm_forward_as<DType::kF16>(cs(s), out, mean, rstd, inp, w, b, N, C);
+      return layernorm_forward_as<DType::kF32>(cs(s), out, mean, rstd, inp, w, b, N, C);
+    }
+    const Operands o = ops(out);
+    const ConstOperands x0 = in(inp), wt = in(w), bt = in(b);
     launch_warp_rows(cs(s), N, "layernorm_forward", [=] __device__(int64_t n, int lane) {
-      const float* x = inp + n * C;
+      const ConstOperands x = x0 + n * C;
       const float m = cuda::warp_reduce(cuda::row_sum(x, C, lane, 32), cuda::Sum()) / C;
       const float r =
           cuda::layernorm_rstd(cuda::warp_reduce(cuda::row_squares_about(x, C, m, lane, 32), cuda::Sum()), C);
-      cuda::layernorm_write(out + n * C, x, w, b, C, m, r, lane, 32);
+      cuda::layernorm_write(o + n * C, x, wt, bt, C, m, r, lane, 32);
       if (lane == 0) {
         mean[n] = m;
         rstd[n] = r;
       }
     });
   }
-  void layernorm_backward(Stream& s, float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                          const float* w, const float* mean, const float* rstd, int64_t N, int C) override {
-    launch_warp_rows(cs(s), N, "layernorm_backward", [=] __device__(int64_t n, int lane) {
-      const float *x = inp + n * C, *dy = dout + n * C;
-      cuda::LayerNormRowSums sums = cuda::layernorm_backward_sums(dy, x, w, mean[n], rstd[n], C, lane, 32);
-      sums.dnorm = cuda::warp_reduce(sums.dnorm, cuda::Sum());
-      sums.dnorm_norm = cuda::warp_reduce(sums.dnorm_norm, cuda::Sum());
-      cuda::layernorm_backward_write(dinp + n * C, dy, x, w, mean[n], rstd[n], sums, C, lane, 32);
-    });
+  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
+                          const void* w, const float* mean, const float* rstd, int64_t N, int C) override {
+    const Operands dx0 = ops(dinp);
+    const ConstOperands dy0 = in(dout), x0 = in(inp), wt = in(w);
+    const bool vec = in_vectors(C, {dinp, dout, inp, w});
+    if (vec && op_ == DType::kBF16) {
+      layernorm_backward_rows_as<DType::kBF16>(cs(s), dinp, dout, inp, w, mean, rstd, N, C);
+    } else if (vec && op_ == DType::kF16) {
+      layernorm_backward_rows_as<DType::kF16>(cs(s), dinp, dout, inp, w, mean, rstd, N, C);
+    } else if (vec) {
+      layernorm_backward_rows_as<DType::kF32>(cs(s), dinp, dout, inp, w, mean, rstd, N, C);
+    } else {
+      launch_warp_rows(cs(s), N, "layernorm_backward", [=] __device__(int64_t n, int lane) {
+        const ConstOperands x = x0 + n * C, dy = dy0 + n * C;
+        cuda::LayerNormRowSums sums = cuda::layernorm_backward_sums(dy, x, wt, mean[n], rstd[n], C, lane, 32);
+        sums.dnorm = cuda::warp_reduce(sums.dnorm, cuda::Sum());
+        sums.dnorm_norm = cuda::warp_reduce(sums.dnorm_norm, cuda::Sum());
+        cuda::layernorm_backward_write(dx0 + n * C, dy, x, wt, mean[n], rstd[n], sums, C, lane, 32);
+      });
+    }
     if (!dw) return;
     const int64_t rows = cuda::column_chunk_rows(N, 2 * C),
                   chunks = column_chunks(N, rows, 2 * C, "layernorm_backward");
     float* partial = partials_.ptr<float>();
-    launch_each(cs(s), chunks * C, "layernorm_backward_partials", [=] __device__(int64_t j) {
-      cuda::layernorm_params_partial_at(j, partial, dout, inp, mean, rstd, N, C, rows);
-    });
+    if (vec && op_ == DType::kBF16) {
+      layernorm_params_partials_as<DType::kBF16>(cs(s), partial, dout, inp, mean, rstd, N, C, rows, chunks);
+    } else if (vec && op_ == DType::kF16) {
+      layernorm_params_partials_as<DType::kF16>(cs(s), partial, dout, inp, mean, rstd, N, C, rows, chunks);
+    } else if (vec) {
+      layernorm_params_partials_as<DType::kF32>(cs(s), partial, dout, inp, mean, rstd, N, C, rows, chunks);
+    } else {
+      launch_each(cs(s), chunks * C, "layernorm_backward_partials", [=] __device__(int64_t j) {
+        cuda::layernorm_params_partial_at(j, partial, dy0, x0, mean, rstd, N, C, rows);
+      });
+    }
     launch_each(cs(s), C, "layernorm_backward_totals", [=] __device__(int64_t i) {
       cuda::column_total(i, dw, partial, chunks, 2 * C);
       cuda::column_total(i, db, partial + C, chunks, 2 * C);
     });
   }
   KernelMemory memory() const override { return {KernelBackend::kCuda}; }
-  void attention_forward(Stream& s, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
+  // 16-bit operands are widened into the scratch after the plan's own
+  // (kernel_memory.cc sizes it): qkv, then the output (or its gradient),
+  // then qkv's gradient, each [B, T, width] fp32.
+  void attention_forward(Stream& s, void* out, void* lse, float* scratch, const void* qkv, int B, int T, int C,
                          int NH) override {
-    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g, other_compute_); }, cs(s)};
-    cuda::attention_forward_plan(x, out, lse, scratch, qkv, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
+    const AttentionIo io = attention_io(scratch, B, T, C, NH);
+    const float* q = widened(s, qkv, io.qkv, io.N * 3 * C);
+    float* y = op_ == DType::kF32 ? static_cast<float*>(out) : io.y;
+    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g); }, cs(s)};
+    cuda::attention_forward_plan(x, y, static_cast<float*>(lse), scratch, q, B, T, C, NH,
+                                 cuda::attention_chunk_heads(T, NH));
+    narrowed(s, y, out, io.N * C);
   }
-  void attention_backward(Stream& s, float* dqkv, const float* dout, const float* qkv, const float* lse, float* scratch,
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* lse, float* scratch,
                           int B, int T, int C, int NH) override {
-    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g, other_compute_); }, cs(s)};
-    cuda::attention_backward_plan(x, dqkv, dout, qkv, lse, scratch, B, T, C, NH, cuda::attention_chunk_heads(T, NH));
+    const AttentionIo io = attention_io(scratch, B, T, C, NH);
+    const float* q = widened(s, qkv, io.qkv, io.N * 3 * C);
+    const float* dy = widened(s, dout, io.y, io.N * C);
+    float* dq = op_ == DType::kF32 ? static_cast<float*>(dqkv) : io.dqkv;
+    AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g); }, cs(s)};
+    cuda::attention_backward_plan(x, dq, dy, q, static_cast<const float*>(lse), scratch, B, T, C, NH,
+                                  cuda::attention_chunk_heads(T, NH));
+    narrowed(s, dq, dqkv, io.N * 3 * C);
   }
-  void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override {
-    launch_each(cs(s), n, "gelu_forward", [=] __device__(int64_t i) { out[i] = cuda::gelu(inp[i]); });
+  void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
+    map(s, "gelu_forward", out, inp, nullptr, n, cuda::GeluOf{});
   }
-  void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout, int64_t n) override {
-    launch_each(cs(s), n, "gelu_backward", [=] __device__(int64_t i) { dinp[i] = cuda::gelu_grad(inp[i], dout[i]); });
+  void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) override {
+    map(s, "gelu_backward", dinp, inp, dout, n, cuda::GeluGradOf{});
   }
-  void residual_forward(Stream& s, float* out, const float* a, const float* b, int64_t n) override {
-    launch_each(cs(s), n, "residual_forward", [=] __device__(int64_t i) { out[i] = a[i] + b[i]; });
+  void residual_forward(Stream& s, void* out, const void* a, const void* b, int64_t n) override {
+    map(s, "residual_forward", out, a, b, n, cuda::SumOf{});
   }
-  void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                         int T, int C) override {
+  void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
+                         int C) override {
+    const Operands o = ops(out);
+    const ConstOperands te = in(wte), pe = in(wpe);
     launch_each(cs(s), int64_t(B) * T * C, "embedding_forward",
-                [=] __device__(int64_t j) { cuda::embedding_forward_at(j, out, tokens, wte, wpe, T, C); });
+                [=] __device__(int64_t j) { cuda::embedding_forward_at(j, o, tokens, te, pe, T, C); });
   }
-  void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
-                          int C) override {
+  // A block per token's run of positions (rows_body.h), then a thread per
+  // element of dwpe: the CPU's order of additions, without a thread that
+  // walks every position.
+  void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                          const int32_t* order, int B, int T, int C) override {
     const int64_t N = int64_t(B) * T;
-    launch_each(cs(s), C, "embedding_backward", [=] __device__(int64_t i) {
-      cuda::embedding_backward_column(int(i), dwte, dwpe, dout, tokens, N, T, C);
+    const ConstOperands dy = in(dout);
+    launch_block_rows(cs(s), N, "embedding_backward_tokens", [=] __device__(int64_t i, int lane, int lanes) {
+      cuda::embedding_backward_run(i, lane, lanes, dwte, dy, tokens, order, N, C);
     });
+    launch_each(cs(s), int64_t(T) * C, "embedding_backward_positions",
+                [=] __device__(int64_t j) { cuda::embedding_backward_position_at(j, dwpe, dy, B, T, C); });
   }
-  void classifier_logits(Stream& s, float* logits, const float* inp, int64_t inp_stride, const float* wte,
+  void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte,
                          int64_t rows, int C, int V) override {
-    gemm(s, cuda::logits_gemm(logits, inp, inp_stride, wte, rows, C, V), forward_compute_);
+    lt_.run(cs(s), cuda::logits_gemm(logits, V, inp, inp_stride, wte, rows, C, V), op_, DType::kF32);
   }
+  // Each chunk: its logits as operands, rows 16-byte aligned; one block
+  // per row reads them once for the loss and its softmax statistics in
+  // fp32 and writes the gradient in their place; then the two products.
   void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
     const int C = a.C, V = a.V;
+    const int64_t ld = memory().logits_stride(V), ob = dtype_size(op_);
     for (int64_t r0 = 0; r0 < a.N; r0 += a.chunk_rows) {
       const int64_t rows = std::min(a.chunk_rows, a.N - r0);
-      classifier_logits(s, a.logits, a.inp + r0 * C, C, a.wte, rows, C, V);
-      round_to(s, a.act, a.logits, rows * V);
-      float* logits = a.logits;
+      const void* inp = static_cast<const char*>(a.inp) + r0 * C * ob;
+      lt_.run(cs(s), cuda::logits_gemm(a.logits, ld, inp, C, a.wte, rows, C, V), op_, op_);
+      const Operands logits = ops(a.logits);
       double* losses = a.losses + r0;
       const int32_t* targets = a.targets + r0;
       const float dloss = a.dloss;
       launch_block_rows(cs(s), rows, "softmax_cross_entropy", [=] __device__(int64_t r, int lane, int lanes) {
-        float* z = logits + r * V;
+        const Operands z = logits + r * ld;
         const int target = targets[r];
         assert(target >= 0 && target < V);
         const float z_target = z[target];  // read before any lane overwrites it
-        const float mx = cuda::block_reduce(cuda::logits_row_max(z, V, lane, lanes), cuda::Max());
-        const double sum = cuda::block_reduce(cuda::logits_row_sum(z, V, mx, lane, lanes), cuda::Sum());
-        if (lane == 0) losses[r] = cuda::cross_entropy_loss(z_target, mx, sum);
-        if (dloss != 0.0f) cuda::softmax_grad_row(z, V, target, mx, sum, dloss, lane, lanes);
+        const cuda::SoftmaxPart part = cuda::logits_row_part(z, V, lane, lanes);
+        const float M = cuda::block_reduce(part.max, cuda::Max());
+        const float S = cuda::block_reduce(cuda::softmax_part_sum(part, M), cuda::Sum());
+        if (lane == 0) losses[r] = cuda::softmax_loss(z_target, M, S);
+        if (dloss != 0.0f) cuda::softmax_grad_write(z, V, target, M, S, dloss, lane, lanes);
       });
-      gemm(s, cuda::head_dinp_gemm(a.dinp + r0 * C, a.logits, a.wte, rows, C, V), other_compute_);
-      if (a.dwte) gemm(s, cuda::head_dwte_gemm(a.dwte, a.logits, a.inp + r0 * C, rows, C, V), other_compute_);
+      void* dinp = static_cast<char*>(a.dinp) + r0 * C * ob;
+      lt_.run(cs(s), cuda::head_dinp_gemm(dinp, a.logits, ld, a.wte, rows, C, V), op_, op_);
+      if (a.dwte) lt_.run(cs(s), cuda::head_dwte_gemm(a.dwte, a.logits, ld, inp, rows, C, V), op_, DType::kF32);
     }
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override {
@@ -250,11 +370,22 @@ class CudaKernels : public Kernels {
   void convert_to_f32(Stream& s, DType from, const void* src, float* dst, int64_t n) override {
     launch_each(cs(s), n, "convert_to_f32", [=] __device__(int64_t i) { dst[i] = cuda::load_f32(src, from, i); });
   }
+  // In index order, as the CPU's: a block loads each tile of x into shared
+  // memory, which one thread adds up.
   void sum(Stream& s, const double* x, int64_t n, double* out) override {
-    launch_each(cs(s), 1, "sum", [=] __device__(int64_t) {
+    launch_block_rows(cs(s), 1, "sum", [=] __device__(int64_t, int lane, int lanes) {
+      __shared__ double tile[cuda::kBlockThreads];
       double total = 0.0;
-      for (int64_t i = 0; i < n; ++i) total += x[i];
-      *out = total;
+      for (int64_t i0 = 0; i0 < n; i0 += lanes) {
+        __syncthreads();  // thread 0 is done with the last tile
+        if (i0 + lane < n) tile[lane] = x[i0 + lane];
+        __syncthreads();
+        if (lane == 0) {
+          const int64_t m = n - i0 < lanes ? n - i0 : lanes;
+          for (int64_t k = 0; k < m; ++k) total += tile[k];
+        }
+      }
+      if (lane == 0) *out = total;
     });
   }
   // One block per chunk, a thread per lane, then one block for the
@@ -282,11 +413,14 @@ class CudaKernels : public Kernels {
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
     launch_each(cs(s), n, "add", [=] __device__(int64_t i) { dst[i] = dst[i] + src[i]; });
   }
-  void scale(Stream& s, float* x, float a, int64_t n) override {
-    launch_each(cs(s), n, "scale", [=] __device__(int64_t i) { x[i] = x[i] * a; });
+  void scale(Stream& s, void* x, float a, int64_t n) override {
+    const Operands v = ops(x);
+    launch_each(cs(s), n, "scale", [=] __device__(int64_t i) { v[i] = v[i] * a; });
   }
-  void dropout(Stream& s, float* y, const float* x, int64_t n, float p, uint64_t seed) override {
-    launch_each(cs(s), n, "dropout", [=] __device__(int64_t i) { y[i] = cuda::dropout_at(x[i], p, seed, i); });
+  void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) override {
+    const Operands o = ops(y);
+    const ConstOperands v = in(x);
+    launch_each(cs(s), n, "dropout", [=] __device__(int64_t i) { o[i] = cuda::dropout_at(v[i], p, seed, i); });
   }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     launch_each(cs(s), t.n, "adam", [=] __device__(int64_t i) { cuda::adam_at(i, t, step); });
@@ -311,6 +445,44 @@ class CudaKernels : public Kernels {
   static_assert(kMaxChunks * sizeof(double) <= cuda::kColumnPartials * sizeof(float));
 
   static cudaStream_t cs(Stream& s) { return cuda_stream(s); }
+  // out = f(a, b) over n operands (pointwise_body.h's map_at), 16 bytes a
+  // thread where the pointers allow.
+  template <class F>
+  void map(Stream& s, const char* what, void* out, const void* a, const void* b, int64_t n, F f) {
+    if (op_ == DType::kBF16) return map_as<DType::kBF16>(cs(s), what, out, a, b, n, f);
+    if (op_ == DType::kF16) return map_as<DType::kF16>(cs(s), what, out, a, b, n, f);
+    map_as<DType::kF32>(cs(s), what, out, a, b, n, f);
+  }
+  Operands ops(void* p) const { return {p, op_}; }
+  // Rows of C operands at these pointers go 16 bytes a lane.
+  bool in_vectors(int64_t C, std::initializer_list<const void*> ps) const {
+    if (op_ == DType::kBF16) return cuda::rows_in_vectors<DType::kBF16>(C, ps);
+    if (op_ == DType::kF16) return cuda::rows_in_vectors<DType::kF16>(C, ps);
+    return cuda::rows_in_vectors<DType::kF32>(C, ps);
+  }
+  ConstOperands in(const void* p) const { return {p, op_}; }
+
+  // Where attention's widened operands go in its scratch.
+  struct AttentionIo {
+    int64_t N;
+    float *qkv, *y, *dqkv;
+  };
+  static AttentionIo attention_io(float* scratch, int B, int T, int C, int NH) {
+    const int64_t N = int64_t(B) * T;
+    float* io = scratch + cuda::attention_scratch_floats(T, NH);
+    return {N, io, io + N * 3 * C, io + N * 4 * C};
+  }
+  // src as fp32: itself for fp32 operands, else widened into `to`.
+  const float* widened(Stream& s, const void* src, float* to, int64_t n) {
+    if (op_ == DType::kF32) return static_cast<const float*>(src);
+    convert_to_f32(s, op_, src, to, n);
+    return to;
+  }
+  // The fp32 result `from` into the operands at `to` (nothing for fp32,
+  // computed in place).
+  void narrowed(Stream& s, const float* from, void* to, int64_t n) {
+    if (op_ != DType::kF32) convert_from_f32(s, op_, from, to, n);
+  }
 
   // Chunks of a column sum of N rows over `cols` partials each; a table
   // too small for them is a bug of the sizes, so it aborts.
@@ -324,9 +496,10 @@ class CudaKernels : public Kernels {
     return chunks;
   }
 
-  // fp32 in and out; `compute` other than CUBLAS_COMPUTE_32F lets cuBLAS
-  // round the inputs to a 16-bit type or tf32.
-  void gemm(Stream& s, const cuda::ColMajorGemm& g, cublasComputeType_t compute = CUBLAS_COMPUTE_32F) {
+  // Attention's fp32 products through cuBLAS, fp32 in and out: at tf32
+  // (inputs rounded to 10 mantissa bits, fp32 sums) for a 16-bit job, as
+  // mixed precision does elsewhere; plain fp32 for an fp32 one.
+  void gemm(Stream& s, const cuda::ColMajorGemm& g) {
     if (g.m == 0 || g.n == 0) return;
     cudaStream_t stream = cs(s);
     if (stream != blas_stream_) {
@@ -336,22 +509,25 @@ class CudaKernels : public Kernels {
       blas_stream_ = stream;
     }
     const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (compute != CUBLAS_COMPUTE_32F) {
-      check(cublasGemmStridedBatchedEx_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, CUDA_R_32F, g.lda, g.stride_a,
-                                          g.B, CUDA_R_32F, g.ldb, g.stride_b, &g.beta, g.C, CUDA_R_32F, g.ldc,
-                                          g.stride_c, g.batch, compute, CUBLAS_GEMM_DEFAULT),
+    const auto* A = static_cast<const float*>(g.A);
+    const auto* B = static_cast<const float*>(g.B);
+    auto* C = static_cast<float*>(g.C);
+    if (op_ != DType::kF32) {
+      check(cublasGemmStridedBatchedEx_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, A, CUDA_R_32F, g.lda, g.stride_a, B,
+                                          CUDA_R_32F, g.ldb, g.stride_b, &g.beta, C, CUDA_R_32F, g.ldc, g.stride_c,
+                                          g.batch, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
             "cublasGemmStridedBatchedEx");
       cuda::check_launch(stream, "cublasGemmStridedBatchedEx");
       return;
     }
     if (g.batch == 1) {
-      check(cublasSgemm_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda, g.B, g.ldb, &g.beta, g.C, g.ldc),
+      check(cublasSgemm_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, A, g.lda, B, g.ldb, &g.beta, C, g.ldc),
             "cublasSgemm");
       cuda::check_launch(stream, "cublasSgemm");
       return;
     }
-    check(cublasSgemmStridedBatched_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda, g.stride_a, g.B, g.ldb,
-                                       g.stride_b, &g.beta, g.C, g.ldc, g.stride_c, g.batch),
+    check(cublasSgemmStridedBatched_64(blas_, ta, tb, g.m, g.n, g.k, &g.alpha, A, g.lda, g.stride_a, B, g.ldb,
+                                       g.stride_b, &g.beta, C, g.ldc, g.stride_c, g.batch),
           "cublasSgemmStridedBatched");
     cuda::check_launch(stream, "cublasSgemmStridedBatched");
   }
@@ -362,20 +538,24 @@ class CudaKernels : public Kernels {
   }
 
   Device& dev_;
+  const DType op_;
   cublasHandle_t blas_ = nullptr;
   cudaStream_t blas_stream_ = nullptr;
-  cublasComputeType_t forward_compute_ = CUBLAS_COMPUTE_32F;  // set_forward_operands
-  cublasComputeType_t other_compute_ = CUBLAS_COMPUTE_32F;    // set_forward_operands
+  cuda::LtGemm lt_;
   Buffer blas_workspace_, partials_, maps_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Kernels>> cuda_kernels(Device& device) {
+absl::StatusOr<std::unique_ptr<Kernels>> cuda_kernels(Device& device, DType precision) {
   if (!dynamic_cast<CudaDevice*>(&device)) {
     return absl::InvalidArgumentError(absl::StrCat("the CUDA kernel table needs a CUDA device, not ", device.name()));
   }
-  auto k = std::make_unique<CudaKernels>(device);
+  if (precision != DType::kF32 && precision != DType::kBF16 && precision != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA kernel table computes in fp32, bf16 or fp16, not ",
+                                                   dtype_name(precision)));
+  }
+  auto k = std::make_unique<CudaKernels>(device, precision);
   ZEROD_RETURN_IF_ERROR(k->init());
   return std::unique_ptr<Kernels>(std::move(k));
 }

@@ -8,6 +8,7 @@
 
 namespace zerod {
 
-absl::StatusOr<std::unique_ptr<Kernels>> cuda_kernels(Device& device);
+// Its operands are of type `precision` (fp32, bf16 or fp16).
+absl::StatusOr<std::unique_ptr<Kernels>> cuda_kernels(Device& device, DType precision);
 
 }  // namespace zerod

@@ -91,6 +91,61 @@ ZD_HD void store_f32(void* p, DType t, int64_t i, float x) {
     static_cast<float*>(p)[i] = x;
   }
 }
+// An array of operands of type t (fp32, bf16 or fp16), indexed as fp32
+// values: what a body reads and writes where the operand type is known at
+// run time. The same body templates take a plain float* for fp32.
+ZD_HD int64_t operand_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+struct OperandRef {
+  void* p;
+  DType t;
+  int64_t i;
+  ZD_HD operator float() const { return load_f32(p, t, i); }
+  ZD_HD OperandRef& operator=(float x) {
+    store_f32(p, t, i, x);
+    return *this;
+  }
+  ZD_HD OperandRef& operator+=(float x) { return *this = static_cast<float>(*this) + x; }
+};
+struct Operands {
+  void* p;
+  DType t;
+  ZD_HD OperandRef operator[](int64_t i) const { return {p, t, i}; }
+  ZD_HD Operands operator+(int64_t n) const { return {static_cast<char*>(p) + n * operand_bytes(t), t}; }
+};
+struct ConstOperands {
+  const void* p;
+  DType t;
+  ZD_HD float operator[](int64_t i) const { return load_f32(p, t, i); }
+  ZD_HD ConstOperands operator+(int64_t n) const {
+    return {static_cast<const char*>(p) + n * operand_bytes(t), t};
+  }
+};
+
+// 16 bytes of operands of type kT (4 fp32, 8 bf16 or fp16), read and
+// written as fp32 values element by element as load_f32/store_f32 convert
+// them: what a thread moves in one load or store.
+struct alignas(16) Bytes16 {
+  uint32_t w[4];
+};
+template <DType kT>
+struct Lanes16 {
+  static constexpr int kWidth = kT == DType::kF32 ? 4 : 8;  // elements in 16 bytes
+  ZD_HD static float get(const Bytes16& v, int k) {
+    if constexpr (kT == DType::kF32) return bits_f32(v.w[k]);
+    const uint16_t h = static_cast<uint16_t>(v.w[k / 2] >> (16 * (k % 2)));
+    return kT == DType::kBF16 ? from_bf16(h) : from_f16(h);
+  }
+  ZD_HD static void set(Bytes16& v, int k, float x) {
+    if constexpr (kT == DType::kF32) {
+      v.w[k] = f32_bits(x);
+    } else {
+      const uint32_t h = kT == DType::kBF16 ? to_bf16(x) : to_f16(x);
+      const int shift = 16 * (k % 2);
+      v.w[k / 2] = (v.w[k / 2] & ~(0xffffu << shift)) | h << shift;
+    }
+  }
+};
+
 // x rounded to what t holds.
 ZD_HD float round_f32(DType t, float x) {
   if (t == DType::kBF16) return from_bf16(to_bf16(x));

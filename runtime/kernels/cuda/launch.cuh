@@ -8,13 +8,22 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
 namespace zerod::cuda {
 
+// Launches the CUDA tables have made in this process (kernels, and
+// library products as one each): Kernels::launches().
+inline std::atomic<int64_t>& launch_count() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 inline void check_launch(cudaStream_t s, const char* what) {
+  launch_count().fetch_add(1, std::memory_order_relaxed);
   cudaError_t err = cudaGetLastError();
 #ifndef NDEBUG
   if (err == cudaSuccess) err = cudaStreamSynchronize(s);

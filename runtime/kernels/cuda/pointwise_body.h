@@ -29,4 +29,50 @@ ZD_HD float dropout_at(float x, float p, uint64_t seed, int64_t i) {
   return dropout_draw(seed, i) >= p ? x / (1.0f - p) : 0.0f;
 }
 
+// The maps of the layers: f(a, b) of a map_at.
+struct GeluOf {
+  ZD_HD float operator()(float x, float) const { return gelu(x); }
+};
+struct GeluGradOf {
+  ZD_HD float operator()(float x, float dout) const { return gelu_grad(x, dout); }
+};
+struct SumOf {
+  ZD_HD float operator()(float x, float y) const { return x + y; }
+};
+
+// Elementwise maps over operands of type kT, 16 bytes a thread: out[i] =
+// f(a[i]) or f(a[i], b[i]) in fp32, each element converted as
+// load_f32/store_f32 convert it, so the results are the one-element path's
+// bits. Thread t < vectors takes elements [t W, t W + W) by 16-byte loads
+// and stores (every pointer 16-byte aligned, vectors_for says); the threads
+// after it take the rest one element each.
+// Whole vectors of n elements where every pointer allows them, else none.
+template <DType kT>
+inline int64_t vectors_for(int64_t n, const void* a, const void* b, const void* c) {
+  const auto aligned = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return aligned(a) && aligned(b) && aligned(c) ? n / Lanes16<kT>::kWidth : 0;
+}
+// Threads for n elements of which `vectors` go 16 bytes at a time.
+template <DType kT>
+ZD_HD int64_t map_threads(int64_t n, int64_t vectors) {
+  return vectors + (n - vectors * Lanes16<kT>::kWidth);
+}
+
+// Thread t of a map: out = f(a, b) element by element; b may be null,
+// when f ignores its second argument (given 0).
+template <DType kT, class F>
+ZD_HD void map_at(int64_t t, int64_t vectors, void* out, const void* a, const void* b, F f) {
+  using L = Lanes16<kT>;
+  if (t < vectors) {
+    const Bytes16 va = static_cast<const Bytes16*>(a)[t];
+    Bytes16 vb{}, vo{};
+    if (b) vb = static_cast<const Bytes16*>(b)[t];
+    for (int k = 0; k < L::kWidth; ++k) L::set(vo, k, f(L::get(va, k), b ? L::get(vb, k) : 0.0f));
+    static_cast<Bytes16*>(out)[t] = vo;
+    return;
+  }
+  const int64_t i = vectors * L::kWidth + (t - vectors);
+  store_f32(out, kT, i, f(load_f32(a, kT, i), b ? load_f32(b, kT, i) : 0.0f));
+}
+
 }  // namespace zerod::cuda

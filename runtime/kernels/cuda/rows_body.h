@@ -11,7 +11,12 @@
 // each taking every lanes-th column, their partials combined by the
 // caller (shuffles on the GPU, a loop in tests/test_cuda_bodies.cc).
 // Every order is fixed, with no atomics: the same bits every run.
+//
+// Operands (X, W, O: hd.h's Operands or ConstOperands, or float pointers)
+// are read and written as fp32 values; statistics and partial sums are fp32.
 #pragma once
+
+#include <initializer_list>
 
 #include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/cuda/hd.h"
@@ -20,19 +25,24 @@ namespace zerod::cuda {
 
 // LayerNorm of row x of C values, on lanes: the sum of x, then of
 // (x - m)^2 about the mean m, then each lane writes its columns.
-ZD_HD float row_sum(const float* x, int C, int lane, int lanes) {
+template <class X>
+ZD_HD float row_sum(X x, int C, int lane, int lanes) {
   float sum = 0.0f;
   for (int i = lane; i < C; i += lanes) sum += x[i];
   return sum;
 }
-ZD_HD float row_squares_about(const float* x, int C, float m, int lane, int lanes) {
+template <class X>
+ZD_HD float row_squares_about(X x, int C, float m, int lane, int lanes) {
   float v = 0.0f;
-  for (int i = lane; i < C; i += lanes) v += (x[i] - m) * (x[i] - m);
+  for (int i = lane; i < C; i += lanes) {
+    const float d = x[i] - m;
+    v += d * d;
+  }
   return v;
 }
 ZD_HD float layernorm_rstd(float squares, int C) { return 1.0f / sqrtf(squares / C + cpu::kLayerNormEps); }
-ZD_HD void layernorm_write(float* o, const float* x, const float* w, const float* b, int C, float m, float s, int lane,
-                           int lanes) {
+template <class O, class X, class W>
+ZD_HD void layernorm_write(O o, X x, W w, W b, int C, float m, float s, int lane, int lanes) {
   for (int i = lane; i < C; i += lanes) o[i] = (x[i] - m) * s * w[i] + b[i];
 }
 
@@ -42,8 +52,8 @@ ZD_HD void layernorm_write(float* o, const float* x, const float* w, const float
 struct LayerNormRowSums {
   float dnorm, dnorm_norm;
 };
-ZD_HD LayerNormRowSums layernorm_backward_sums(const float* dy, const float* x, const float* w, float m, float s, int C,
-                                               int lane, int lanes) {
+template <class D, class X, class W>
+ZD_HD LayerNormRowSums layernorm_backward_sums(D dy, X x, W w, float m, float s, int C, int lane, int lanes) {
   LayerNormRowSums r{0.0f, 0.0f};
   for (int i = lane; i < C; i += lanes) {
     const float dnorm = dy[i] * w[i];
@@ -52,8 +62,9 @@ ZD_HD LayerNormRowSums layernorm_backward_sums(const float* dy, const float* x, 
   }
   return r;
 }
-ZD_HD void layernorm_backward_write(float* dx, const float* dy, const float* x, const float* w, float m, float s,
-                                    LayerNormRowSums sums, int C, int lane, int lanes) {
+template <class O, class D, class X, class W>
+ZD_HD void layernorm_backward_write(O dx, D dy, X x, W w, float m, float s, LayerNormRowSums sums, int C, int lane,
+                                    int lanes) {
   const float dnorm_mean = sums.dnorm / C, dnorm_norm_mean = sums.dnorm_norm / C;
   for (int i = lane; i < C; i += lanes) {
     const float norm = (x[i] - m) * s;
@@ -63,8 +74,9 @@ ZD_HD void layernorm_backward_write(float* dx, const float* dy, const float* x, 
 
 // Stage 1 of dw and db: partial[c * 2C + i] and partial[c * 2C + C + i]
 // are column i's sums over chunk c's rows.
-ZD_HD void layernorm_params_partial_at(int64_t j, float* partial, const float* dout, const float* inp,
-                                       const float* mean, const float* rstd, int64_t N, int C, int64_t rows) {
+template <class D, class X>
+ZD_HD void layernorm_params_partial_at(int64_t j, float* partial, D dout, X inp, const float* mean, const float* rstd,
+                                       int64_t N, int C, int64_t rows) {
   const int64_t c = j / C, i = j % C, hi = (c + 1) * rows < N ? (c + 1) * rows : N;
   float gw = 0.0f, gb = 0.0f;
   for (int64_t n = c * rows; n < hi; ++n) {
@@ -76,23 +88,203 @@ ZD_HD void layernorm_params_partial_at(int64_t j, float* partial, const float* d
   partial[c * 2 * C + C + i] = gb;
 }
 
+// LayerNorm 16 bytes a lane, for operands of type kT whose rows and
+// parameters are whole vectors (rows_in_vectors): lane l takes the row's
+// vectors l, l + lanes, ... A lane's sums run over its vectors in order,
+// each vector's elements in order.
+template <DType kT>
+struct RowVectors {
+  using L = Lanes16<kT>;
+  static constexpr int W = L::kWidth;
+  ZD_HD static void load(const void* p, int64_t v, float (&out)[W]) {
+    const Bytes16 b = static_cast<const Bytes16*>(p)[v];
+    for (int k = 0; k < W; ++k) out[k] = L::get(b, k);
+  }
+  ZD_HD static void store(void* p, int64_t v, const float (&in)[W]) {
+    Bytes16 b{};
+    for (int k = 0; k < W; ++k) L::set(b, k, in[k]);
+    static_cast<Bytes16*>(p)[v] = b;
+  }
+};
+// Whether rows of C operands at these pointers (row n at n C) are whole
+// 16-byte vectors.
+template <DType kT>
+inline bool rows_in_vectors(int64_t C, std::initializer_list<const void*> ps) {
+  if (C % RowVectors<kT>::W != 0) return false;
+  for (const void* p : ps) {
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+template <DType kT>
+ZD_HD float vec_row_sum(const void* x, int C, int lane, int lanes) {
+  using V = RowVectors<kT>;
+  float sum = 0.0f, v[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(x, i, v);
+    for (int k = 0; k < V::W; ++k) sum += v[k];
+  }
+  return sum;
+}
+template <DType kT>
+ZD_HD float vec_row_squares_about(const void* x, int C, float m, int lane, int lanes) {
+  using V = RowVectors<kT>;
+  float sum = 0.0f, v[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(x, i, v);
+    for (int k = 0; k < V::W; ++k) {
+      const float d = v[k] - m;
+      sum += d * d;
+    }
+  }
+  return sum;
+}
+template <DType kT>
+ZD_HD void vec_layernorm_write(void* o, const void* x, const void* w, const void* b, int C, float m, float s, int lane,
+                               int lanes) {
+  using V = RowVectors<kT>;
+  float xv[V::W], wv[V::W], bv[V::W], ov[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(x, i, xv);
+    V::load(w, i, wv);
+    V::load(b, i, bv);
+    for (int k = 0; k < V::W; ++k) ov[k] = (xv[k] - m) * s * wv[k] + bv[k];
+    V::store(o, i, ov);
+  }
+}
+template <DType kT>
+ZD_HD LayerNormRowSums vec_layernorm_backward_sums(const void* dy, const void* x, const void* w, float m, float s,
+                                                   int C, int lane, int lanes) {
+  using V = RowVectors<kT>;
+  LayerNormRowSums r{0.0f, 0.0f};
+  float dv[V::W], xv[V::W], wv[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(dy, i, dv);
+    V::load(x, i, xv);
+    V::load(w, i, wv);
+    for (int k = 0; k < V::W; ++k) {
+      const float dnorm = dv[k] * wv[k];
+      r.dnorm += dnorm;
+      r.dnorm_norm += dnorm * (xv[k] - m) * s;
+    }
+  }
+  return r;
+}
+template <DType kT>
+ZD_HD void vec_layernorm_backward_write(void* dx, const void* dy, const void* x, const void* w, float m, float s,
+                                        LayerNormRowSums sums, int C, int lane, int lanes) {
+  using V = RowVectors<kT>;
+  const float dnorm_mean = sums.dnorm / C, dnorm_norm_mean = sums.dnorm_norm / C;
+  float gv[V::W], dv[V::W], xv[V::W], wv[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(dx, i, gv);
+    V::load(dy, i, dv);
+    V::load(x, i, xv);
+    V::load(w, i, wv);
+    for (int k = 0; k < V::W; ++k) {
+      const float norm = (xv[k] - m) * s;
+      gv[k] += (dv[k] * wv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+    V::store(dx, i, gv);
+  }
+}
+// Stage 1 of dw and db, W columns a thread: layernorm_params_partial_at's
+// sums (each column's rows in order, so the same bits) for thread j's
+// chunk c = j / (C / W) and columns [(j % (C / W)) W, + W).
+template <DType kT>
+ZD_HD void vec_layernorm_params_partial_at(int64_t j, float* partial, const void* dout, const void* inp,
+                                           const float* mean, const float* rstd, int64_t N, int C, int64_t rows) {
+  using V = RowVectors<kT>;
+  const int64_t vectors = C / V::W, c = j / vectors, i = j % vectors, hi = (c + 1) * rows < N ? (c + 1) * rows : N;
+  float gw[V::W] = {}, gb[V::W] = {}, dv[V::W], xv[V::W];
+  for (int64_t n = c * rows; n < hi; ++n) {
+    V::load(dout, n * vectors + i, dv);
+    V::load(inp, n * vectors + i, xv);
+    for (int k = 0; k < V::W; ++k) {
+      gw[k] += dv[k] * (xv[k] - mean[n]) * rstd[n];
+      gb[k] += dv[k];
+    }
+  }
+  for (int k = 0; k < V::W; ++k) {
+    partial[c * 2 * C + i * V::W + k] = gw[k];
+    partial[c * 2 * C + C + i * V::W + k] = gb[k];
+  }
+}
+// bias_partial_at, W columns a thread: the same bits.
+template <DType kT>
+ZD_HD void vec_bias_partial_at(int64_t j, float* partial, const void* dout, int64_t N, int OC, int64_t rows) {
+  using V = RowVectors<kT>;
+  const int64_t vectors = OC / V::W, c = j / vectors, i = j % vectors, hi = (c + 1) * rows < N ? (c + 1) * rows : N;
+  float g[V::W] = {}, dv[V::W];
+  for (int64_t n = c * rows; n < hi; ++n) {
+    V::load(dout, n * vectors + i, dv);
+    for (int k = 0; k < V::W; ++k) g[k] += dv[k];
+  }
+  for (int k = 0; k < V::W; ++k) partial[c * OC + i * V::W + k] = g[k];
+}
+
 // Element j of the [B*T, C] output.
-ZD_HD void embedding_forward_at(int64_t j, float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                int T, int C) {
+template <class O, class W>
+ZD_HD void embedding_forward_at(int64_t j, O out, const int32_t* tokens, W wte, W wpe, int T, int C) {
   const int64_t row = j / C, i = j % C;
   const int t = static_cast<int>(row % T);
   assert(tokens[row] >= 0);
   out[j] = wte[int64_t(tokens[row]) * C + i] + wpe[int64_t(t) * C + i];
 }
 
-// Column i of dwte and dwpe, over every position in order.
-ZD_HD void embedding_backward_column(int i, float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                     int64_t N, int T, int C) {
-  for (int64_t row = 0; row < N; ++row) {
-    const float d = dout[row * C + i];
-    dwte[int64_t(tokens[row]) * C + i] += d;
-    dwpe[(row % T) * C + i] += d;
+// The embedding's backward in the CPU's order (each gradient element
+// adds its positions in position order) without a thread walking every
+// position: dwte a token at a time from `order` (the positions sorted by
+// token, ties by position), the lanes of a block splitting the token's
+// columns; dwpe an element at a time over the B sequences. Sorted index i
+// starts a run unless its token is its predecessor's. A lane keeps four
+// columns' sums and reads four positions of each before it adds them, in
+// order, so that sixteen loads are in flight where a frequent token's run
+// is long.
+template <class D>
+ZD_HD void embedding_backward_run(int64_t i, int lane, int lanes, float* dwte, D dout, const int32_t* tokens,
+                                  const int32_t* order, int64_t N, int C) {
+  constexpr int kCols = 4, kAhead = 4;
+  const int32_t token = tokens[order[i]];
+  if (i > 0 && tokens[order[i - 1]] == token) return;
+  int64_t end = i + 1;
+  while (end < N && tokens[order[end]] == token) ++end;
+  float* row = dwte + int64_t(token) * C;
+  for (int c0 = lane; c0 < C; c0 += kCols * lanes) {
+    float g[kCols];
+    bool in[kCols];
+    for (int k = 0; k < kCols; ++k) {
+      in[k] = c0 + k * lanes < C;
+      g[k] = in[k] ? row[c0 + k * lanes] : 0.0f;
+    }
+    int64_t j = i;
+    for (; j + kAhead <= end; j += kAhead) {
+      float d[kAhead][kCols];
+      for (int a = 0; a < kAhead; ++a) {
+        const int64_t at = int64_t(order[j + a]) * C + c0;
+        for (int k = 0; k < kCols; ++k) d[a][k] = in[k] ? static_cast<float>(dout[at + k * lanes]) : 0.0f;
+      }
+      for (int a = 0; a < kAhead; ++a) {
+        for (int k = 0; k < kCols; ++k) g[k] += d[a][k];
+      }
+    }
+    for (; j < end; ++j) {
+      const int64_t at = int64_t(order[j]) * C + c0;
+      for (int k = 0; k < kCols; ++k) {
+        if (in[k]) g[k] += dout[at + k * lanes];
+      }
+    }
+    for (int k = 0; k < kCols; ++k) {
+      if (in[k]) row[c0 + k * lanes] = g[k];
+    }
   }
+}
+template <class D>
+ZD_HD void embedding_backward_position_at(int64_t j, float* dwpe, D dout, int B, int T, int C) {
+  float g = dwpe[j];
+  for (int b = 0; b < B; ++b) g += dout[int64_t(b) * T * C + j];
+  dwpe[j] = g;
 }
 
 // Rows a chunk of a column sum takes: 64, or more where chunks x cols
@@ -106,7 +298,8 @@ ZD_HD int64_t column_chunk_rows(int64_t N, int64_t cols) {
 
 // Stage 1 of dbias: partial[c * OC + o] is dout's column o summed over
 // chunk c's rows.
-ZD_HD void bias_partial_at(int64_t j, float* partial, const float* dout, int64_t N, int OC, int64_t rows) {
+template <class D>
+ZD_HD void bias_partial_at(int64_t j, float* partial, D dout, int64_t N, int OC, int64_t rows) {
   const int64_t c = j / OC, o = j % OC, hi = (c + 1) * rows < N ? (c + 1) * rows : N;
   float g = 0.0f;
   for (int64_t n = c * rows; n < hi; ++n) g += dout[n * OC + o];
@@ -120,26 +313,38 @@ ZD_HD void column_total(int64_t o, float* d, const float* partial, int64_t chunk
   d[o] += g;
 }
 
-// One row z of V logits: its largest value, the sum of exp(z - mx) in
-// double, its loss -log p[target] (from z[target] read before any lane
-// writes), and the logits replaced by (softmax - onehot) * dloss.
-ZD_HD float logits_row_max(const float* z, int V, int lane, int lanes) {
-  float mx = -INFINITY;
-  for (int i = lane; i < V; i += lanes) mx = z[i] > mx ? z[i] : mx;
-  return mx;
-}
-ZD_HD double logits_row_sum(const float* z, int V, float mx, int lane, int lanes) {
-  double sum = 0.0;
-  for (int i = lane; i < V; i += lanes) sum += exp(static_cast<double>(z[i] - mx));
-  return sum;
-}
-ZD_HD double cross_entropy_loss(float z_target, float mx, double sum) {
-  return log(sum) - static_cast<double>(z_target - mx);
-}
-ZD_HD void softmax_grad_row(float* z, int V, int target, float mx, double sum, float dloss, int lane, int lanes) {
-  const double inv = 1.0 / sum;
+// One row z of V logits (operands) in fp32 registers: each lane's largest
+// value and sum of exp(z - that) in one pass over its columns (online, as
+// FlashAttention keeps its statistics), combined across the row as the
+// row's max M and sum S of exp(z - M); the loss -log p[target] from
+// z[target] read before any lane writes; then the logits replaced by
+// (softmax - onehot) * dloss.
+struct SoftmaxPart {
+  float max, sum;
+};
+template <class Z>
+ZD_HD SoftmaxPart logits_row_part(Z z, int V, int lane, int lanes) {
+  SoftmaxPart p{-INFINITY, 0.0f};
   for (int i = lane; i < V; i += lanes) {
-    const float p = static_cast<float>(exp(static_cast<double>(z[i] - mx)) * inv);
+    const float x = z[i];
+    if (x > p.max) {
+      p.sum = p.sum * expf(p.max - x) + 1.0f;
+      p.max = x;
+    } else {
+      p.sum += expf(x - p.max);
+    }
+  }
+  return p;
+}
+// A lane's part of S once the row's max M is known (0 for a lane without
+// columns).
+ZD_HD float softmax_part_sum(SoftmaxPart p, float M) { return p.sum == 0.0f ? 0.0f : p.sum * expf(p.max - M); }
+ZD_HD double softmax_loss(float z_target, float M, float S) { return static_cast<double>(logf(S) - (z_target - M)); }
+template <class Z>
+ZD_HD void softmax_grad_write(Z z, int V, int target, float M, float S, float dloss, int lane, int lanes) {
+  const float inv = 1.0f / S;
+  for (int i = lane; i < V; i += lanes) {
+    const float p = expf(static_cast<float>(z[i]) - M) * inv;
     z[i] = (p - (i == target ? 1.0f : 0.0f)) * dloss;
   }
 }

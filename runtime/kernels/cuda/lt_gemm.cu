@@ -1,0 +1,134 @@
+#include "runtime/kernels/cuda/lt_gemm.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/kernels/cuda/launch.cuh"
+
+namespace zerod::cuda {
+namespace {
+
+void check(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "zerod: cuBLASLt %s failed: %s\n", what, cublasGetStatusString(st));
+  std::abort();
+}
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// The largest power of two up to 256 that divides p's address: what the
+// heuristic may assume of that operand.
+unsigned alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  unsigned align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// Four alignments in a byte each: of A, B, C and D (= C).
+unsigned alignments(const ColMajorGemm& g) {
+  return alignment(g.A) | alignment(g.B) << 8 | alignment(g.C) << 16;
+}
+
+template <class T>
+void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, T v) {
+  check(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v), "cublasLtMatmulDescSetAttribute");
+}
+
+cublasLtMatrixLayout_t layout(DType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+  cublasLtMatrixLayout_t l;
+  check(cublasLtMatrixLayoutCreate(&l, cuda_type(t), rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+          "batch count");
+    check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+          "batch stride");
+  }
+  return l;
+}
+
+}  // namespace
+
+LtGemm::~LtGemm() {
+  for (auto& [key, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+  }
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+absl::Status LtGemm::init(void* workspace, size_t bytes) {
+  const cublasStatus_t st = cublasLtCreate(&handle_);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cublasLtCreate: ", cublasGetStatusString(st)));
+  }
+  workspace_ = workspace;
+  workspace_bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
+  const Key key{g.trans_a, g.trans_b, g.m,        g.n,        g.k,     g.lda,           g.ldb,
+                g.ldc,     g.batch,   g.stride_a, g.stride_b, g.stride_c, int(ab), int(cd), g.bias != nullptr,
+                alignments(g)};
+  auto [it, fresh] = plans_.try_emplace(key);
+  Plan& p = it->second;
+  if (!fresh) return p;
+  // fp32 operands stay fp32 products (no tf32): the fp32 job's numbers.
+  check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_TRANSA, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_TRANSB, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+  if (g.bias) set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+  // Stored (column-major) shapes: op(A) is m x k, op(B) k x n.
+  p.a = layout(ab, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a);
+  p.b = layout(ab, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b);
+  p.c = layout(cd, g.m, g.n, g.ldc, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t pref;
+  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const uint64_t ws = workspace_bytes_;
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+        "workspace preference");
+  const uint32_t align[4] = {alignment(g.A), alignment(g.B), alignment(g.C), alignment(g.C)};
+  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    check(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align[i], sizeof align[i]), "alignment preference");
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found),
+        "cublasLtMatmulAlgoGetHeuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (found == 0) {
+    std::fprintf(stderr,
+                 "zerod: cuBLASLt has no algorithm for %c%c m %lld n %lld k %lld (lda %lld ldb %lld ldc %lld, "
+                 "batch %lld, %s x %s -> %s%s)\n",
+                 g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', static_cast<long long>(g.m),
+                 static_cast<long long>(g.n), static_cast<long long>(g.k), static_cast<long long>(g.lda),
+                 static_cast<long long>(g.ldb), static_cast<long long>(g.ldc), static_cast<long long>(g.batch),
+                 dtype_name(ab), dtype_name(ab), dtype_name(cd), g.bias ? ", bias" : "");
+    std::abort();
+  }
+  p.algo = result.algo;
+  return p;
+}
+
+void LtGemm::run(cudaStream_t s, const ColMajorGemm& g, DType ab, DType cd) {
+  if (g.m == 0 || g.n == 0) return;
+  Plan& p = plan(g, ab, cd);
+  if (g.bias) set<const void*>(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  check(cublasLtMatmul(handle_, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.C, p.c, g.C, p.c, &p.algo, workspace_,
+                       workspace_bytes_, s),
+        "cublasLtMatmul");
+  launch_count().fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace zerod::cuda
