@@ -150,10 +150,10 @@ if [ "$section" = kernels ]; then
   done
   # Every kernel of one step of gpt2 with one layer at B 16 (the head and
   # the embedding as in gpt2, a layer's kernels once), timed by Nsight
-  # Compute: the roofline table's times, by kernel; with GPT-2's vocabulary
-  # and with it padded to a multiple of 64 (50304), for the head's products.
+  # Compute: the roofline table's times, by kernel (NCU_VOCABS: the
+  # vocabulary sizes to run it with, GPT-2's by default).
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  for vocab in 50257 50304; do
+  for vocab in ${NCU_VOCABS:-50257}; do
     [ -n "$ncu" ] || break
     timeout 100 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$logs/ncu-$vocab.csv" \
       "$worker" --config examples/gpu_gpt2.json --set model.n_layer=1 --set model.vocab_size=$vocab \
@@ -170,7 +170,7 @@ for r in rows:
     key = next(g for g in m.groups() if g) if m else name[:60]
     if "{lambda" in name:
         key += " #" + re.search(r"\{lambda[^}]*#(\d+)\}", name).group(1)
-    t = float(r["Metric Value"].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}[r["Metric Unit"]]
+    t = float(r["Metric Value"].replace(",", "")) * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}[r["Metric Unit"]]
     n, s_ = tot.get(key, (0, 0.0))
     tot[key] = (n + 1, s_ + t)
 for key, (n, t) in sorted(tot.items(), key=lambda kv: -kv[1][1])[:30]:

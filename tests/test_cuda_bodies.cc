@@ -394,14 +394,19 @@ TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
 
   // The head: logits of every other row (a stride of 2C), rows of the
   // GPU's padded stride apart, then its two backward products from a
-  // [rows, V] gradient of that stride.
+  // [rows, V] gradient of that stride, each product as its two vocabulary
+  // slices (64 rows and 6).
   const int64_t rows = N / 2, ld = KernelMemory{KernelBackend::kCuda}.logits_stride(V);
-  ASSERT_EQ(ld, 72);
+  ASSERT_EQ(ld, 128);
+  const cuda::VocabSlice slices[] = {cuda::vocab_head(V), cuda::vocab_tail(V)};
+  ASSERT_EQ(slices[0].v1, 64);
   const auto wte = randn(int64_t(V) * C, 94), dlogits = randn(rows * V, 95);
   std::vector<float> logits(rows * V), glogits(rows * ld), hdinp(rows * C), ghdinp(rows * C), gdlogits(rows * ld);
   auto dwte = randn(int64_t(V) * C, 96), gdwte = dwte;
   cpu::classifier_logits(logits.data(), inp.data(), 2 * C, wte.data(), rows, C, V);
-  colmajor_gemm(cuda::logits_gemm(glogits.data(), ld, inp.data(), 2 * C, wte.data(), rows, C, V));
+  for (const cuda::VocabSlice v : slices) {
+    colmajor_gemm(cuda::logits_gemm(glogits.data(), ld, 4, inp.data(), 2 * C, wte.data(), 4, rows, C, v));
+  }
   for (int64_t r = 0; r < rows; ++r) {
     std::copy_n(glogits.begin() + r * ld, V, glogits.begin() + r * V);
     std::copy_n(dlogits.begin() + r * V, V, gdlogits.begin() + r * ld);
@@ -422,47 +427,60 @@ TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
       dwte[int64_t(v) * C + c] += static_cast<float>(d);
     }
   }
-  colmajor_gemm(cuda::head_dinp_gemm(ghdinp.data(), gdlogits.data(), ld, wte.data(), rows, C, V));
-  colmajor_gemm(cuda::head_dwte_gemm(gdwte.data(), gdlogits.data(), ld, inp.data(), rows, C, V));
+  for (const cuda::VocabSlice v : slices) {
+    colmajor_gemm(cuda::head_dinp_gemm(ghdinp.data(), gdlogits.data(), ld, wte.data(), 4, rows, C, v));
+    colmajor_gemm(cuda::head_dwte_gemm(gdwte.data(), gdlogits.data(), ld, inp.data(), 4, rows, C, v));
+  }
+  // A vocabulary of whole vectors has no second slice; one under 8, no first.
+  EXPECT_EQ(cuda::vocab_tail(64).v1 - cuda::vocab_tail(64).v0, 0);
+  EXPECT_EQ(cuda::vocab_head(5).v1, 0);
   expect_close(ghdinp, hdinp, 1e-5f, "head dinp");
   expect_close(gdwte, dwte, 1e-5f, "head dwte (accumulated)");
 }
 
-// The head's rows in fp32 registers against the CPU's softmax in double:
-// the loss to 1e-6 of itself (a sum of 300 exponentials in fp32), the
-// gradient to 1e-6 of the largest; with bf16 logits (the CPU's taking the
-// bf16 values) the gradient, written back in bf16, to 2^-8 of the largest.
-TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) {
+// The head's rows in fp32 registers, 16 bytes a lane, against the CPU's
+// softmax in double: the loss to 1e-6 of itself (a sum of 300
+// exponentials in fp32), the gradient to 1e-6 of the largest; with bf16
+// logits (the CPU's taking the bf16 values) the gradient, written back in
+// bf16, to 2^-8 of the largest. V = 300: 37 vectors of bf16 and 4 left.
+template <DType kT>
+void expect_softmax_rows_are_the_cpus() {
+  SCOPED_TRACE(dtype_name(kT));
   const int64_t rows = 6;
-  const int V = 300;
-  const std::vector<int32_t> targets = {0, 299, 17, 150, 3, 3};
-  // One row on 256 lanes, as the GPU's block runs it: more lanes than some
-  // rows' columns would be, so that lanes without columns join in too.
+  const int V = 300, ld = 320;
+  const std::vector<int32_t> targets = {0, 299, 17, 150, 3, 296};
+  // One row on 256 lanes, as the GPU's block runs it: more lanes than the
+  // row has vectors, so that lanes without columns join in too.
   const int lanes = 256;
-  for (DType t : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(dtype_name(t));
-    auto logits = randn(rows * V, 20, 4.0f);
-    round_to(t, logits.data(), logits.size());
-    std::vector<uint16_t> logits16(rows * V);
-    if (t != DType::kF32) convert_from_f32(t, logits.data(), logits16.data(), logits.size());
-    auto glogits = logits;
-    const cuda::Operands g{t == DType::kF32 ? static_cast<void*>(glogits.data()) : logits16.data(), t};
-    std::vector<double> losses(rows), glosses(rows);
-    cpu::softmax_cross_entropy(logits.data(), losses.data(), targets.data(), rows, V, 0.25f);
-    for_each_index(rows, [&](int64_t r) {
-      const cuda::Operands z = g + r * V;
-      const float z_target = z[targets[r]];
-      std::vector<cuda::SoftmaxPart> parts(lanes);
-      for (int l = 0; l < lanes; ++l) parts[l] = cuda::logits_row_part(z, V, l, lanes);
-      const float M = lanes_reduce(lanes, [&](int l) { return parts[l].max; }, kMax);
-      const float S = lanes_reduce(lanes, [&](int l) { return cuda::softmax_part_sum(parts[l], M); }, kSum);
-      glosses[r] = cuda::softmax_loss(z_target, M, S);
-      for (int l = 0; l < lanes; ++l) cuda::softmax_grad_write(z, V, targets[r], M, S, 0.25f, l, lanes);
-    });
-    if (t != DType::kF32) convert_to_f32(t, logits16.data(), glogits.data(), glogits.size());
-    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(glosses[r], losses[r], 1e-6 * losses[r]) << r;
-    expect_close(glogits, logits, t == DType::kF32 ? 1e-6f : 0x1p-8f, "dlogits");
+  auto logits = randn(rows * V, 20, 4.0f);
+  round_to(kT, logits.data(), logits.size());
+  Bytes16Buffer buf(rows * ld * dtype_size(kT));
+  void* g = buf.data();
+  const int64_t ob = dtype_size(kT);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int i = 0; i < V; ++i) cuda::store_f32(g, kT, r * ld + i, logits[r * V + i]);
   }
+  std::vector<double> losses(rows), glosses(rows);
+  cpu::softmax_cross_entropy(logits.data(), losses.data(), targets.data(), rows, V, 0.25f);
+  std::vector<float> glogits(rows * V);
+  for_each_index(rows, [&](int64_t r) {
+    void* z = static_cast<char*>(g) + r * ld * ob;
+    const float z_target = cuda::load_f32(z, kT, targets[r]);
+    std::vector<cuda::SoftmaxPart> parts(lanes);
+    for (int l = 0; l < lanes; ++l) parts[l] = cuda::vec_logits_row_part<kT>(z, V, l, lanes);
+    const float M = lanes_reduce(lanes, [&](int l) { return parts[l].max; }, kMax);
+    const float S = lanes_reduce(lanes, [&](int l) { return cuda::softmax_part_sum(parts[l], M); }, kSum);
+    glosses[r] = cuda::softmax_loss(z_target, M, S);
+    for (int l = 0; l < lanes; ++l) cuda::vec_softmax_grad_write<kT>(z, V, targets[r], M, S, 0.25f, l, lanes);
+    for (int i = 0; i < V; ++i) glogits[r * V + i] = cuda::load_f32(z, kT, i);
+  });
+  for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(glosses[r], losses[r], 1e-6 * losses[r]) << r;
+  expect_close(glogits, logits, kT == DType::kF32 ? 1e-6f : 0x1p-8f, "dlogits");
+}
+
+TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) {
+  expect_softmax_rows_are_the_cpus<DType::kF32>();
+  expect_softmax_rows_are_the_cpus<DType::kBF16>();
 
   // Three chunks, the last one partial, each on a block of kSquaresLanes
   // lanes, then the partials on one block.

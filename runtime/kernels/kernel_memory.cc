@@ -25,7 +25,7 @@ int64_t KernelMemory::logits_rows(int V, int64_t N) const {
 }
 
 int64_t KernelMemory::logits_stride(int V) const {
-  return backend == KernelBackend::kCpu ? V : (int64_t(V) + 7) / 8 * 8;
+  return backend == KernelBackend::kCpu ? V : (int64_t(V) + 63) / 64 * 64;
 }
 
 KernelMemory cpu_kernel_memory() { return {KernelBackend::kCpu, omp_get_max_threads()}; }

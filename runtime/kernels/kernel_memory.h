@@ -31,7 +31,8 @@ struct KernelMemory {
   // for N rows of V logits, and elements from one row to the next (the
   // CUDA table's rows start 16 bytes aligned). The CPU's chunk is about 32
   // MiB, fixing the order in which it sums wte's gradient; the GPU's a
-  // 2^26-element chunk, large enough for products near their peak.
+  // 2^26-element chunk, large enough for products near their peak, its
+  // rows 128 bytes apart.
   int64_t logits_rows(int V, int64_t N) const;
   int64_t logits_stride(int V) const;
   // The buffers a table makes for itself, on plan's device (the CUDA

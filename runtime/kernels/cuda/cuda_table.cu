@@ -157,6 +157,23 @@ void bias_partials_as(cudaStream_t s, float* partial, const void* dout, int64_t 
               [=] __device__(int64_t j) { cuda::vec_bias_partial_at<kT>(j, partial, dout, N, OC, rows); });
 }
 
+template <DType kT>
+void softmax_cross_entropy_as(cudaStream_t s, void* logits, int64_t ld, double* losses, const int32_t* targets,
+                              int64_t rows, int V, float dloss) {
+  constexpr int64_t ob = operand_bytes_of(kT);
+  launch_block_rows(s, rows, "softmax_cross_entropy", [=] __device__(int64_t r, int lane, int lanes) {
+    void* z = static_cast<char*>(logits) + r * ld * ob;
+    const int target = targets[r];
+    assert(target >= 0 && target < V);
+    const float z_target = cuda::load_f32(z, kT, target);  // read before any lane overwrites it
+    const cuda::SoftmaxPart part = cuda::vec_logits_row_part<kT>(z, V, lane, lanes);
+    const float M = cuda::block_reduce(part.max, cuda::Max());
+    const float S = cuda::block_reduce(cuda::softmax_part_sum(part, M), cuda::Sum());
+    if (lane == 0) losses[r] = cuda::softmax_loss(z_target, M, S);
+    if (dloss != 0.0f) cuda::vec_softmax_grad_write<kT>(z, V, target, M, S, dloss, lane, lanes);
+  });
+}
+
 class CudaKernels : public Kernels {
  public:
   CudaKernels(Device& d, DType precision) : dev_(d), op_(precision) {}
@@ -327,37 +344,45 @@ class CudaKernels : public Kernels {
   }
   void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte,
                          int64_t rows, int C, int V) override {
-    lt_.run(cs(s), cuda::logits_gemm(logits, V, inp, inp_stride, wte, rows, C, V), op_, DType::kF32);
+    for (const cuda::VocabSlice v : {cuda::vocab_head(V), cuda::vocab_tail(V)}) {
+      lt_.run(cs(s), cuda::logits_gemm(logits, V, 4, inp, inp_stride, wte, dtype_size(op_), rows, C, v), op_,
+              DType::kF32);
+    }
   }
-  // Each chunk: its logits as operands, rows 16-byte aligned; one block
+  // Each chunk: its logits as operands, rows 128-byte aligned; one block
   // per row reads them once for the loss and its softmax statistics in
   // fp32 and writes the gradient in their place; then the two products.
+  // Each product runs as its vocabulary's whole 16-byte vectors and the
+  // rest (gemm_args.h's vocab_slices).
   void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
     const int C = a.C, V = a.V;
     const int64_t ld = memory().logits_stride(V), ob = dtype_size(op_);
+    const cuda::VocabSlice slices[] = {cuda::vocab_head(V), cuda::vocab_tail(V)};
     for (int64_t r0 = 0; r0 < a.N; r0 += a.chunk_rows) {
       const int64_t rows = std::min(a.chunk_rows, a.N - r0);
       const void* inp = static_cast<const char*>(a.inp) + r0 * C * ob;
-      lt_.run(cs(s), cuda::logits_gemm(a.logits, ld, inp, C, a.wte, rows, C, V), op_, op_);
-      const Operands logits = ops(a.logits);
-      double* losses = a.losses + r0;
-      const int32_t* targets = a.targets + r0;
-      const float dloss = a.dloss;
-      launch_block_rows(cs(s), rows, "softmax_cross_entropy", [=] __device__(int64_t r, int lane, int lanes) {
-        const Operands z = logits + r * ld;
-        const int target = targets[r];
-        assert(target >= 0 && target < V);
-        const float z_target = z[target];  // read before any lane overwrites it
-        const cuda::SoftmaxPart part = cuda::logits_row_part(z, V, lane, lanes);
-        const float M = cuda::block_reduce(part.max, cuda::Max());
-        const float S = cuda::block_reduce(cuda::softmax_part_sum(part, M), cuda::Sum());
-        if (lane == 0) losses[r] = cuda::softmax_loss(z_target, M, S);
-        if (dloss != 0.0f) cuda::softmax_grad_write(z, V, target, M, S, dloss, lane, lanes);
-      });
+      for (const cuda::VocabSlice v : slices) {
+        lt_.run(cs(s), cuda::logits_gemm(a.logits, ld, ob, inp, C, a.wte, ob, rows, C, v), op_, op_);
+      }
+      softmax_cross_entropy(s, a.logits, ld, a.losses + r0, a.targets + r0, rows, V, a.dloss);
       void* dinp = static_cast<char*>(a.dinp) + r0 * C * ob;
-      lt_.run(cs(s), cuda::head_dinp_gemm(dinp, a.logits, ld, a.wte, rows, C, V), op_, op_);
-      if (a.dwte) lt_.run(cs(s), cuda::head_dwte_gemm(a.dwte, a.logits, ld, inp, rows, C, V), op_, DType::kF32);
+      for (const cuda::VocabSlice v : slices) {
+        lt_.run(cs(s), cuda::head_dinp_gemm(dinp, a.logits, ld, a.wte, ob, rows, C, v), op_, op_);
+        if (a.dwte) lt_.run(cs(s), cuda::head_dwte_gemm(a.dwte, a.logits, ld, inp, ob, rows, C, v), op_, DType::kF32);
+      }
     }
+  }
+  // A block a row of logits (ld apart, so its rows are whole 16-byte
+  // vectors: kernel_memory.h): its loss, and its gradient in its place.
+  void softmax_cross_entropy(Stream& s, void* logits, int64_t ld, double* losses, const int32_t* targets,
+                             int64_t rows, int V, float dloss) {
+    if (op_ == DType::kBF16) {
+      return softmax_cross_entropy_as<DType::kBF16>(cs(s), logits, ld, losses, targets, rows, V, dloss);
+    }
+    if (op_ == DType::kF16) {
+      return softmax_cross_entropy_as<DType::kF16>(cs(s), logits, ld, losses, targets, rows, V, dloss);
+    }
+    softmax_cross_entropy_as<DType::kF32>(cs(s), logits, ld, losses, targets, rows, V, dloss);
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override {
     if (t == DType::kF32) return;

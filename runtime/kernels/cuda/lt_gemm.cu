@@ -122,7 +122,7 @@ LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
 }
 
 void LtGemm::run(cudaStream_t s, const ColMajorGemm& g, DType ab, DType cd) {
-  if (g.m == 0 || g.n == 0) return;
+  if (g.m == 0 || g.n == 0 || g.k == 0) return;  // an empty vocabulary slice (gemm_args.h)
   Plan& p = plan(g, ab, cd);
   if (g.bias) set<const void*>(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   check(cublasLtMatmul(handle_, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.C, p.c, g.C, p.c, &p.algo, workspace_,

@@ -31,8 +31,9 @@ class LtGemm {
   // products on one stream at a time share it.
   absl::Status init(void* workspace, size_t bytes);
   // C = alpha op(A) op(B) + beta C (+ bias) on stream s; A and B of type
-  // ab, C (and bias) of type cd. Aborts on a product cuBLASLt refuses: a
-  // bug of the table's shapes.
+  // ab, C (and bias) of type cd. An empty product (m, n or k 0) leaves C
+  // as it is. Aborts on a product cuBLASLt refuses: a bug of the table's
+  // shapes.
   void run(cudaStream_t s, const ColMajorGemm& g, DType ab, DType cd);
 
  private:

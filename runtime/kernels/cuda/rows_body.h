@@ -322,30 +322,49 @@ ZD_HD void column_total(int64_t o, float* d, const float* partial, int64_t chunk
 struct SoftmaxPart {
   float max, sum;
 };
-template <class Z>
-ZD_HD SoftmaxPart logits_row_part(Z z, int V, int lane, int lanes) {
-  SoftmaxPart p{-INFINITY, 0.0f};
-  for (int i = lane; i < V; i += lanes) {
-    const float x = z[i];
-    if (x > p.max) {
-      p.sum = p.sum * expf(p.max - x) + 1.0f;
-      p.max = x;
-    } else {
-      p.sum += expf(x - p.max);
-    }
+ZD_HD void softmax_add(SoftmaxPart& p, float x) {
+  if (x > p.max) {
+    p.sum = p.sum * expf(p.max - x) + 1.0f;
+    p.max = x;
+  } else {
+    p.sum += expf(x - p.max);
   }
-  return p;
 }
 // A lane's part of S once the row's max M is known (0 for a lane without
 // columns).
 ZD_HD float softmax_part_sum(SoftmaxPart p, float M) { return p.sum == 0.0f ? 0.0f : p.sum * expf(p.max - M); }
 ZD_HD double softmax_loss(float z_target, float M, float S) { return static_cast<double>(logf(S) - (z_target - M)); }
-template <class Z>
-ZD_HD void softmax_grad_write(Z z, int V, int target, float M, float S, float dloss, int lane, int lanes) {
+// Lanes read and write a row z of operands of type kT 16 bytes at a time
+// (z 16-byte aligned): the row's whole vectors (lane l taking vectors l,
+// l + lanes, ...), then its last V mod W elements one a lane.
+template <DType kT>
+ZD_HD SoftmaxPart vec_logits_row_part(const void* z, int V, int lane, int lanes) {
+  using R = RowVectors<kT>;
+  SoftmaxPart p{-INFINITY, 0.0f};
+  float v[R::W];
+  for (int i = lane; i < V / R::W; i += lanes) {
+    R::load(z, i, v);
+    for (int k = 0; k < R::W; ++k) softmax_add(p, v[k]);
+  }
+  for (int i = V / R::W * R::W + lane; i < V; i += lanes) softmax_add(p, load_f32(z, kT, i));
+  return p;
+}
+template <DType kT>
+ZD_HD void vec_softmax_grad_write(void* z, int V, int target, float M, float S, float dloss, int lane, int lanes) {
+  using R = RowVectors<kT>;
   const float inv = 1.0f / S;
-  for (int i = lane; i < V; i += lanes) {
-    const float p = expf(static_cast<float>(z[i]) - M) * inv;
-    z[i] = (p - (i == target ? 1.0f : 0.0f)) * dloss;
+  float v[R::W];
+  for (int i = lane; i < V / R::W; i += lanes) {
+    R::load(z, i, v);
+    for (int k = 0; k < R::W; ++k) {
+      const int col = i * R::W + k;
+      v[k] = (expf(v[k] - M) * inv - (col == target ? 1.0f : 0.0f)) * dloss;
+    }
+    R::store(z, i, v);
+  }
+  for (int i = V / R::W * R::W + lane; i < V; i += lanes) {
+    const float p = expf(load_f32(z, kT, i) - M) * inv;
+    store_f32(z, kT, i, (p - (i == target ? 1.0f : 0.0f)) * dloss);
   }
 }
 
