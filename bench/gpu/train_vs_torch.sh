@@ -5,8 +5,9 @@
 # T = 1024, bf16. One JSON line per run in OUT/train_vs_torch.jsonl, and
 # the table in OUT/train_vs_torch.txt (tokens/s, MFU = (6N + 6LCT) tokens/s
 # over 989 TFLOP/s, and zerod's ratio to PyTorch in the same round; zerod's
-# figure is the median of its steps after the first, PyTorch's the mean of
-# its timed steps after three warm-up ones).
+# figure is its steps after the first, their tokens over their time (the
+# step events' elapsed_s: each event's tokens_per_s counts the first step
+# too), PyTorch's the mean of its timed steps after three warm-up ones).
 #   bench/gpu/train_vs_torch.sh BUILD_DIR OUT [ROUNDS] [SECONDS_PER_RUN] [SHAPE]
 # (SHAPE: gpt2 or gpt2-xl alone)
 set -uo pipefail
@@ -39,10 +40,11 @@ peak, T = 989e12, 1024
 def mfu(n, L, C, tok): return (6 * n + 6 * L * C * T) * tok / peak
 print(f"{'round':>5} {'shape':>8} {'zerod tok/s':>12} {'MFU':>6} {'torch tok/s':>12} {'MFU':>6} {'ratio':>6}")
 for z, t in zip(rows[0::2], rows[1::2]):
-    # zerod: the median tokens/s of its steps after the first (the warm-up).
-    zt = sorted(s["tokens_per_s"] for s in z["steps"][1:])
+    # zerod: its steps after the first (the warm-up), tokens over time.
+    s = z["steps"]
+    span = s[-1]["elapsed_s"] - s[0]["elapsed_s"] if len(s) > 1 else 0
     tr = t["result"] or {}
-    ztok, ttok = (round(zt[len(zt) // 2]) if zt else None), tr.get("tokens_per_s")
+    ztok, ttok = (round(z["B"] * T * (len(s) - 1) / span) if span > 0 else None), tr.get("tokens_per_s")
     n = tr.get("params")
     zm = f"{mfu(n, z['L'], z['C'], ztok):.3f}" if ztok and n else "-"
     tm = f"{tr['mfu']:.3f}" if tr.get("mfu") else "-"

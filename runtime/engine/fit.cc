@@ -13,10 +13,10 @@
 namespace zerod {
 
 FitRates fit_rates(FitRates r, DType precision, const Machines& machines, int cpu_threads) {
-  // bench/RESULTS.md: zerod's gpt2 step (B 16 x T 1024, bf16) on an H100,
-  // 68,196 tokens/s of 6N + 12LTC FLOPs each; its fp32 step on the CPU,
-  // 144.8 GFLOP/s on two threads.
-  constexpr double kGpu16BitFlops = 5.4e13, kH100Fp32OverBf16 = 67.0 / 989.0, kCpuFlopsPerThread = 7.24e10;
+  // bench/RESULTS.md: zerod's gpt2-xl step (B 8 x T 1024, bf16) on an
+  // H200, 23,919 tokens/s of 6N + 12LTC FLOPs each; its fp32 step on the
+  // CPU, 144.8 GFLOP/s on two threads.
+  constexpr double kGpu16BitFlops = 2.46e14, kH100Fp32OverBf16 = 67.0 / 989.0, kCpuFlopsPerThread = 7.24e10;
   if (r.flops <= 0) {
     r.flops = !machines.gpu                 ? kCpuFlopsPerThread * std::max(1, cpu_threads)
               : precision == DType::kF32 ? kGpu16BitFlops * kH100Fp32OverBf16
