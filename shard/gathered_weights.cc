@@ -41,6 +41,7 @@ absl::Status GatheredWeights::allocate(const ZeroConfig& z) {
   for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n * ds));
   ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n * ds));
   ZEROD_RETURN_IF_ERROR(allocate_slot(fin_, p.chunk(L.final_unit()) * n * ds));
+  ZEROD_RETURN_IF_ERROR(check_weight_types(ctx_.dtype, ctx_.operands));
   if (needs_staging(ctx_.dtype, ctx_.operands)) {
     const WeightStaging staging = weight_staging(L);
     const int64_t op = dtype_size(ctx_.operands);

@@ -29,6 +29,7 @@
 
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/model/gpt.h"
 #include "tests/cuda_rig.h"
 #include "tests/float_compare.h"
 
@@ -58,6 +59,14 @@ TEST_F(CudaTable, TablesTakeOperandsOfTheirPrecisionOnly) {
   auto refused = kernels_for(*gpu_, DType::kI8);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("int8"), std::string::npos) << refused.status();
+  // A model computes in its table's type, or in any on fp32 operands.
+  const GptConfig cfg{2, 4, 64, 96, 32};
+  auto bf16 = table(DType::kBF16);
+  auto model = Gpt::create(cfg, 2, 32, DType::kF16, false, *gpu_, *bf16);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("fp16"), std::string::npos) << model.status();
+  EXPECT_TRUE(Gpt::create(cfg, 2, 32, DType::kBF16, false, *gpu_, *bf16).ok());
+  EXPECT_TRUE(Gpt::create(cfg, 2, 32, DType::kF16, false, *gpu_, *k_).ok());
 }
 
 TEST_F(CudaTable, MatrixProductsWithBiasAndTheirGradients) {

@@ -185,5 +185,17 @@ TEST(GptGradients, StopsAtTheFirstFailureOfItsWeightsOrGradients) {
   }
 }
 
+// Weights reach a table's operands in their own type or through fp32;
+// two different 16-bit types are refused, naming both.
+TEST(GptGradients, WeightsOfAnotherSixteenBitTypeThanTheOperandsAreRefused) {
+  EXPECT_TRUE(check_weight_types(DType::kBF16, DType::kBF16).ok());
+  EXPECT_TRUE(check_weight_types(DType::kBF16, DType::kF32).ok());
+  EXPECT_TRUE(check_weight_types(DType::kF32, DType::kF16).ok());
+  const absl::Status refused = check_weight_types(DType::kF16, DType::kBF16);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("fp16"), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("bf16 operands"), std::string::npos) << refused;
+}
+
 }  // namespace
 }  // namespace zerod

@@ -28,11 +28,11 @@ struct KernelMemory {
   // heads, with operands of type `operands`.
   int64_t attention_scratch_floats(int B, int T, int C, int NH, DType operands) const;
   // The LM head computes logits a chunk of rows at a time: rows of a chunk
-  // for N rows of V logits, and elements from one row to the next (the
-  // CUDA table's rows start 16 bytes aligned). The CPU's chunk is about 32
-  // MiB, fixing the order in which it sums wte's gradient; the GPU's a
-  // 2^26-element chunk, large enough for products near their peak, its
-  // rows 128 bytes apart.
+  // for N rows of V logits, and elements from one row to the next. The
+  // CPU's chunk is about 32 MiB, fixing the order in which it sums wte's
+  // gradient; the GPU's a 2^26-element chunk, large enough for products
+  // near their peak, its rows a multiple of 64 elements apart (whole
+  // 16-byte vectors, 128-byte aligned).
   int64_t logits_rows(int V, int64_t N) const;
   int64_t logits_stride(int V) const;
   // The buffers a table makes for itself, on plan's device (the CUDA

@@ -5,8 +5,9 @@
 //
 // The math and its conventions are those of runtime/kernels/cpu/
 // cpu_kernels.h, which the CPU table wraps and every other table is tested
-// against: fp32 compute, weights stored [in, out], weight and bias
-// gradients accumulated (+=), each reduction in a fixed order.
+// against: fp32 arithmetic (on operands of the table's type, below),
+// weights stored [in, out], weight and bias gradients accumulated (+=),
+// each reduction in a fixed order.
 #pragma once
 
 #include <cstdint>

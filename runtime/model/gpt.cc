@@ -67,6 +67,10 @@ LayerActs carve(const int64_t* size, void* big, int64_t big_bytes, float* small)
 
 float* fp32(const LayerActs& a, ActField f) { return static_cast<float*>(a.f[f]); }
 
+// Where one block's fp32 statistics start in its scratch, after `big`
+// operands of `bytes`: 4-byte aligned, whatever the 16-bit fields add to.
+int64_t scratch_stats_offset(int64_t big, int64_t bytes) { return (big * bytes + 3) / 4 * 4; }
+
 // p advanced by n elements of `bytes` each.
 void* at(void* p, int64_t n, int64_t bytes) { return static_cast<char*>(p) + n * bytes; }
 const void* at(const void* p, int64_t n, int64_t bytes) { return static_cast<const char*>(p) + n * bytes; }
@@ -127,7 +131,8 @@ struct Gpt::Impl {
   // in the residual store, for N tokens.
   void* residual(int l, int64_t N) const { return at(residuals.data(), l * N * config.n_embd, act_bytes); }
   LayerActs scratch_acts() const {
-    return carve(size, scratch.data(), op_bytes, static_cast<float*>(at(scratch.data(), big_numel, op_bytes)));
+    return carve(size, scratch.data(), op_bytes,
+                 static_cast<float*>(at(scratch.data(), scratch_stats_offset(big_numel, op_bytes), 1)));
   }
   // Block l's saved activations as operands: the store itself in place,
   // else the scratch copy (filled or drained by pack_acts).
@@ -194,6 +199,11 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
   if (B < 1 || T < 1 || T > config.block_size) {
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }
+  if (kernels.operand_type() != DType::kF32 && kernels.operand_type() != act_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("a model computing in ", dtype_name(act_dtype),
+                                                   " cannot run on a kernel table of ",
+                                                   dtype_name(kernels.operand_type()), " operands"));
+  }
   std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, device, kernels));
   ZEROD_RETURN_IF_ERROR(g->allocate());
   return g;
@@ -236,7 +246,9 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
     add(&Impl::layer_store, "saved layer activations", L * big * act, A);
     add(&Impl::layer_stats, "saved layer statistics", L * small * 4, A);
   }
-  if (checkpointing || !in_place) add(&Impl::scratch, "one block's activations", big * op + small * 4, A);
+  if (checkpointing || !in_place) {
+    add(&Impl::scratch, "one block's activations", scratch_stats_offset(big, op) + small * 4, A);
+  }
   if (!in_place) add(&Impl::x_fp32, "fp32 block input", N * C * 4, A);
   add(&Impl::lnf, "final LayerNorm output", N * C * op, A);
   add(&Impl::lnf_mean, "final LayerNorm mean", N * 4, A);

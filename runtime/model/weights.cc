@@ -80,6 +80,12 @@ std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout) {
   return offsets;
 }
 
+absl::Status check_weight_types(DType dtype, DType operands) {
+  if (dtype == operands || dtype == DType::kF32 || operands == DType::kF32) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("weights of ", dtype_name(dtype), " cannot reach a kernel table of ",
+                                                 dtype_name(operands), " operands"));
+}
+
 WeightStaging weight_staging(const GptLayout& layout) {
   return {layout.unit_numel(0) + layout.unit_numel(layout.final_unit()), layout.unit_numel(1)};
 }
@@ -96,6 +102,7 @@ void plan_weight_staging(const GptLayout& layout, DType dtype, DType operands, M
 
 absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType dtype, const void* params,
                                                 Device& device, Kernels& kernels, std::vector<int64_t> unit_offsets) {
+  ZEROD_RETURN_IF_ERROR(check_weight_types(dtype, kernels.operand_type()));
   FlatWeights w(Converter{kernels, device.compute_stream()});
   w.layout_ = layout;
   w.dtype_ = dtype;

@@ -107,6 +107,9 @@ struct WeightStaging {
 };
 WeightStaging weight_staging(const GptLayout& layout);
 inline bool needs_staging(DType dtype, DType operands) { return dtype != operands; }
+// Weights of `dtype` can reach operands of `operands`: the same type, or
+// one of the two fp32 (the converter goes to or from fp32).
+absl::Status check_weight_types(DType dtype, DType operands);
 void plan_weight_staging(const GptLayout& layout, DType dtype, DType operands, MemoryPlan& plan);
 
 // Weights in one flat buffer of `dtype` on `device` whose units start at

@@ -79,8 +79,10 @@ struct ClassifierArgs {
   int64_t N;
   int C, V;
   float dloss;
+  // The CPU rounds its fp32 logits to `act`; a table whose operands are of
+  // that type has nothing to round.
   DType act;
-  void* logits;            // [chunk_rows, V] scratch
+  void* logits;            // chunk_rows rows of logits scratch
   int64_t chunk_rows;
   double* losses;          // [N]
   void* dinp;              // [N, C]

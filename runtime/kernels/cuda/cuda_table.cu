@@ -108,14 +108,12 @@ void map_as(cudaStream_t s, const char* what, void* out, const void* a, const vo
               [=] __device__(int64_t t) { cuda::map_at<kT>(t, vectors, out, a, b, f); });
 }
 
-constexpr int64_t operand_bytes_of(DType t) { return t == DType::kF32 ? 4 : 2; }
-
 // LayerNorm's rows 16 bytes a lane (rows_body.h's vec_ bodies), a warp a
 // row, and its parameters' gradients W columns a thread.
 template <DType kT>
 void layernorm_forward_as(cudaStream_t s, void* out, float* mean, float* rstd, const void* inp, const void* w,
                           const void* b, int64_t N, int C) {
-  constexpr int64_t ob = operand_bytes_of(kT);
+  constexpr int64_t ob = cuda::operand_bytes(kT);
   launch_warp_rows(s, N, "layernorm_forward", [=] __device__(int64_t n, int lane) {
     const void* x = static_cast<const char*>(inp) + n * C * ob;
     const float m = cuda::warp_reduce(cuda::vec_row_sum<kT>(x, C, lane, 32), cuda::Sum()) / C;
@@ -131,7 +129,7 @@ void layernorm_forward_as(cudaStream_t s, void* out, float* mean, float* rstd, c
 template <DType kT>
 void layernorm_backward_rows_as(cudaStream_t s, void* dinp, const void* dout, const void* inp, const void* w,
                                 const float* mean, const float* rstd, int64_t N, int C) {
-  constexpr int64_t ob = operand_bytes_of(kT);
+  constexpr int64_t ob = cuda::operand_bytes(kT);
   launch_warp_rows(s, N, "layernorm_backward", [=] __device__(int64_t n, int lane) {
     const void* x = static_cast<const char*>(inp) + n * C * ob;
     const void* dy = static_cast<const char*>(dout) + n * C * ob;
@@ -160,7 +158,7 @@ void bias_partials_as(cudaStream_t s, float* partial, const void* dout, int64_t 
 template <DType kT>
 void softmax_cross_entropy_as(cudaStream_t s, void* logits, int64_t ld, double* losses, const int32_t* targets,
                               int64_t rows, int V, float dloss) {
-  constexpr int64_t ob = operand_bytes_of(kT);
+  constexpr int64_t ob = cuda::operand_bytes(kT);
   launch_block_rows(s, rows, "softmax_cross_entropy", [=] __device__(int64_t r, int lane, int lanes) {
     void* z = static_cast<char*>(logits) + r * ld * ob;
     const int target = targets[r];
@@ -353,7 +351,8 @@ class CudaKernels : public Kernels {
   // per row reads them once for the loss and its softmax statistics in
   // fp32 and writes the gradient in their place; then the two products.
   // Each product runs as its vocabulary's whole 16-byte vectors and the
-  // rest (gemm_args.h's vocab_slices).
+  // rest (gemm_args.h's vocab_head and vocab_tail). The logits are of the
+  // job's type already: ClassifierArgs::act has nothing to round here.
   void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
     const int C = a.C, V = a.V;
     const int64_t ld = memory().logits_stride(V), ob = dtype_size(op_);

@@ -52,7 +52,8 @@ inline ColMajorGemm matmul_dw_gemm(float* dw, const void* dout, const void* inp,
 // dimension is a whole number of 16-byte vectors (measured on an H200:
 // gpt2's head products took 27.4 ms a step with V = 50257, on sm75
 // kernels, and 5.9 ms with V = 50304), so the CUDA table takes
-// [0, V rounded down to 8) and the 1-7 rows left apart (vocab_slices).
+// [0, V rounded down to 8) and the 1-7 rows left apart (vocab_head,
+// vocab_tail).
 // `ob`: bytes of an operand; the logits a slice writes are elements of
 // `logits_bytes`.
 struct VocabSlice {

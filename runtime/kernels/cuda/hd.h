@@ -94,7 +94,7 @@ ZD_HD void store_f32(void* p, DType t, int64_t i, float x) {
 // An array of operands of type t (fp32, bf16 or fp16), indexed as fp32
 // values: what a body reads and writes where the operand type is known at
 // run time. The same body templates take a plain float* for fp32.
-ZD_HD int64_t operand_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+ZD_HD constexpr int64_t operand_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 struct OperandRef {
   void* p;
   DType t;

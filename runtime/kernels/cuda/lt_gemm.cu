@@ -28,9 +28,9 @@ unsigned alignment(const void* p) {
   return align;
 }
 
-// Four alignments in a byte each: of A, B, C and D (= C).
+// The alignments of A, B and C (= D), nine bits each.
 unsigned alignments(const ColMajorGemm& g) {
-  return alignment(g.A) | alignment(g.B) << 8 | alignment(g.C) << 16;
+  return alignment(g.A) | alignment(g.B) << 9 | alignment(g.C) << 18;
 }
 
 template <class T>
@@ -104,14 +104,14 @@ LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found),
-        "cublasLtMatmulAlgoGetHeuristic");
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (found == 0) {
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     std::fprintf(stderr,
-                 "zerod: cuBLASLt has no algorithm for %c%c m %lld n %lld k %lld (lda %lld ldb %lld ldc %lld, "
+                 "zerod: cuBLASLt has no algorithm (%s) for %c%c m %lld n %lld k %lld (lda %lld ldb %lld ldc %lld, "
                  "batch %lld, %s x %s -> %s%s)\n",
-                 g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', static_cast<long long>(g.m),
+                 cublasGetStatusName(st), g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', static_cast<long long>(g.m),
                  static_cast<long long>(g.n), static_cast<long long>(g.k), static_cast<long long>(g.lda),
                  static_cast<long long>(g.ldb), static_cast<long long>(g.ldc), static_cast<long long>(g.batch),
                  dtype_name(ab), dtype_name(ab), dtype_name(cd), g.bias ? ", bias" : "");

@@ -322,11 +322,13 @@ ZD_HD void column_total(int64_t o, float* d, const float* partial, int64_t chunk
 struct SoftmaxPart {
   float max, sum;
 };
+// A logit of -inf (an fp16 overflow) adds nothing, even to a lane that
+// has seen only such.
 ZD_HD void softmax_add(SoftmaxPart& p, float x) {
   if (x > p.max) {
     p.sum = p.sum * expf(p.max - x) + 1.0f;
     p.max = x;
-  } else {
+  } else if (p.max != -INFINITY) {
     p.sum += expf(x - p.max);
   }
 }
