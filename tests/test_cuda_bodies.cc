@@ -114,11 +114,11 @@ void expect_maps_are_elementwise(bool aligned) {
   const int64_t ob = dtype_size(kT);
   auto x = randn(n, 7, 3.0f), y = randn(n, 8);
   // Each array one element in where unaligned.
-  const int64_t skip = aligned ? 0 : 1;
+  const int64_t lead = aligned ? 0 : 1;
   std::vector<Bytes16Buffer> bufs;
   auto operands = [&](const std::vector<float>& v) {
-    bufs.emplace_back((n + skip) * ob);
-    char* p = bufs.back().data() + skip * ob;
+    bufs.emplace_back((n + lead) * ob);
+    char* p = bufs.back().data() + lead * ob;
     for (int64_t i = 0; i < n; ++i) cuda::store_f32(p, kT, i, v[i]);
     return static_cast<void*>(p);
   };

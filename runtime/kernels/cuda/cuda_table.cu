@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cassert>
 #include <functional>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/cuda_device.h"
@@ -106,6 +107,17 @@ void map_as(cudaStream_t s, const char* what, void* out, const void* a, const vo
   const int64_t vectors = cuda::vectors_for<kT>(n, out, a, b);
   launch_each(s, cuda::map_threads<kT>(n, vectors), what,
               [=] __device__(int64_t t) { cuda::map_at<kT>(t, vectors, out, a, b, f); });
+}
+
+// f(OperandTag<t>{}): the one place a run-time operand type picks the
+// kernels compiled for it.
+template <DType kT>
+using OperandTag = std::integral_constant<DType, kT>;
+template <class F>
+decltype(auto) for_operands(DType t, F f) {
+  if (t == DType::kBF16) return f(OperandTag<DType::kBF16>{});
+  if (t == DType::kF16) return f(OperandTag<DType::kF16>{});
+  return f(OperandTag<DType::kF32>{});
 }
 
 // LayerNorm's rows 16 bytes a lane (rows_body.h's vec_ bodies), a warp a
@@ -211,13 +223,10 @@ class CudaKernels : public Kernels {
     const int64_t rows = cuda::column_chunk_rows(N, OC), chunks = column_chunks(N, rows, OC, "bias_backward");
     float* partial = partials_.ptr<float>();
     const ConstOperands dy = in(dout);
-    const bool vec = in_vectors(OC, {dout});
-    if (vec && op_ == DType::kBF16) {
-      bias_partials_as<DType::kBF16>(cs(s), partial, dout, N, OC, rows, chunks);
-    } else if (vec && op_ == DType::kF16) {
-      bias_partials_as<DType::kF16>(cs(s), partial, dout, N, OC, rows, chunks);
-    } else if (vec) {
-      bias_partials_as<DType::kF32>(cs(s), partial, dout, N, OC, rows, chunks);
+    if (in_vectors(OC, {dout})) {
+      for_operands(op_, [&](auto t) {
+        bias_partials_as<decltype(t)::value>(cs(s), partial, dout, N, OC, rows, chunks);
+      });
     } else {
       launch_each(cs(s), chunks * OC, "bias_backward_partials",
                   [=] __device__(int64_t j) { cuda::bias_partial_at(j, partial, dy, N, OC, rows); });
@@ -228,9 +237,8 @@ class CudaKernels : public Kernels {
   void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
                          const void* b, int64_t N, int C) override {
     if (in_vectors(C, {out, inp, w, b})) {
-      if (op_ == DType::kBF16) return layernorm_forward_as<DType::kBF16>(cs(s), out, mean, rstd, inp, w, b, N, C);
-      if (op_ == DType::kF16) return layernorm_forward_as<DType::kF16>(cs(s), out, mean, rstd, inp, w, b, N, C);
-      return layernorm_forward_as<DType::kF32>(cs(s), out, mean, rstd, inp, w, b, N, C);
+      return for_operands(
+          op_, [&](auto t) { layernorm_forward_as<decltype(t)::value>(cs(s), out, mean, rstd, inp, w, b, N, C); });
     }
     const Operands o = ops(out);
     const ConstOperands x0 = in(inp), wt = in(w), bt = in(b);
@@ -251,12 +259,10 @@ class CudaKernels : public Kernels {
     const Operands dx0 = ops(dinp);
     const ConstOperands dy0 = in(dout), x0 = in(inp), wt = in(w);
     const bool vec = in_vectors(C, {dinp, dout, inp, w});
-    if (vec && op_ == DType::kBF16) {
-      layernorm_backward_rows_as<DType::kBF16>(cs(s), dinp, dout, inp, w, mean, rstd, N, C);
-    } else if (vec && op_ == DType::kF16) {
-      layernorm_backward_rows_as<DType::kF16>(cs(s), dinp, dout, inp, w, mean, rstd, N, C);
-    } else if (vec) {
-      layernorm_backward_rows_as<DType::kF32>(cs(s), dinp, dout, inp, w, mean, rstd, N, C);
+    if (vec) {
+      for_operands(op_, [&](auto t) {
+        layernorm_backward_rows_as<decltype(t)::value>(cs(s), dinp, dout, inp, w, mean, rstd, N, C);
+      });
     } else {
       launch_warp_rows(cs(s), N, "layernorm_backward", [=] __device__(int64_t n, int lane) {
         const ConstOperands x = x0 + n * C, dy = dy0 + n * C;
@@ -270,12 +276,10 @@ class CudaKernels : public Kernels {
     const int64_t rows = cuda::column_chunk_rows(N, 2 * C),
                   chunks = column_chunks(N, rows, 2 * C, "layernorm_backward");
     float* partial = partials_.ptr<float>();
-    if (vec && op_ == DType::kBF16) {
-      layernorm_params_partials_as<DType::kBF16>(cs(s), partial, dout, inp, mean, rstd, N, C, rows, chunks);
-    } else if (vec && op_ == DType::kF16) {
-      layernorm_params_partials_as<DType::kF16>(cs(s), partial, dout, inp, mean, rstd, N, C, rows, chunks);
-    } else if (vec) {
-      layernorm_params_partials_as<DType::kF32>(cs(s), partial, dout, inp, mean, rstd, N, C, rows, chunks);
+    if (vec) {
+      for_operands(op_, [&](auto t) {
+        layernorm_params_partials_as<decltype(t)::value>(cs(s), partial, dout, inp, mean, rstd, N, C, rows, chunks);
+      });
     } else {
       launch_each(cs(s), chunks * C, "layernorm_backward_partials", [=] __device__(int64_t j) {
         cuda::layernorm_params_partial_at(j, partial, dy0, x0, mean, rstd, N, C, rows);
@@ -375,13 +379,9 @@ class CudaKernels : public Kernels {
   // vectors: kernel_memory.h): its loss, and its gradient in its place.
   void softmax_cross_entropy(Stream& s, void* logits, int64_t ld, double* losses, const int32_t* targets,
                              int64_t rows, int V, float dloss) {
-    if (op_ == DType::kBF16) {
-      return softmax_cross_entropy_as<DType::kBF16>(cs(s), logits, ld, losses, targets, rows, V, dloss);
-    }
-    if (op_ == DType::kF16) {
-      return softmax_cross_entropy_as<DType::kF16>(cs(s), logits, ld, losses, targets, rows, V, dloss);
-    }
-    softmax_cross_entropy_as<DType::kF32>(cs(s), logits, ld, losses, targets, rows, V, dloss);
+    for_operands(op_, [&](auto t) {
+      softmax_cross_entropy_as<decltype(t)::value>(cs(s), logits, ld, losses, targets, rows, V, dloss);
+    });
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override {
     if (t == DType::kF32) return;
@@ -473,16 +473,12 @@ class CudaKernels : public Kernels {
   // thread where the pointers allow.
   template <class F>
   void map(Stream& s, const char* what, void* out, const void* a, const void* b, int64_t n, F f) {
-    if (op_ == DType::kBF16) return map_as<DType::kBF16>(cs(s), what, out, a, b, n, f);
-    if (op_ == DType::kF16) return map_as<DType::kF16>(cs(s), what, out, a, b, n, f);
-    map_as<DType::kF32>(cs(s), what, out, a, b, n, f);
+    for_operands(op_, [&](auto t) { map_as<decltype(t)::value>(cs(s), what, out, a, b, n, f); });
   }
   Operands ops(void* p) const { return {p, op_}; }
   // Rows of C operands at these pointers go 16 bytes a lane.
   bool in_vectors(int64_t C, std::initializer_list<const void*> ps) const {
-    if (op_ == DType::kBF16) return cuda::rows_in_vectors<DType::kBF16>(C, ps);
-    if (op_ == DType::kF16) return cuda::rows_in_vectors<DType::kF16>(C, ps);
-    return cuda::rows_in_vectors<DType::kF32>(C, ps);
+    return for_operands(op_, [&](auto t) { return cuda::rows_in_vectors<decltype(t)::value>(C, ps); });
   }
   ConstOperands in(const void* p) const { return {p, op_}; }
 
