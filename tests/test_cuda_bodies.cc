@@ -73,6 +73,11 @@ const auto kSum = [](auto a, auto b) { return a + b; };
 
 // A column sum of N rows over `cols` partials, as the GPU runs it: stage 1
 // for every chunk and column, then the totals.
+// Stage 2's total of column o, a warp's lanes' shares combined.
+float column_total(int64_t o, const float* partial, int64_t chunks, int64_t stride) {
+  return lanes_reduce(
+      32, [&](int l) { return cuda::column_share(o, l, 32, partial, chunks, stride); }, kSum);
+}
 template <class Partial, class Total>
 void column_sum(int64_t N, int64_t cols, int64_t columns, Partial partial, Total total) {
   const int64_t rows = cuda::column_chunk_rows(N, cols), chunks = (N + rows - 1) / rows;
@@ -148,7 +153,7 @@ TEST(CudaBodies, MapsSixteenBytesAThreadAreElementwise) {
 }
 
 TEST(CudaBodies, LayerNormRowsAndColumnsAreTheCpuKernels) {
-  const int64_t N = 150;  // three chunks of rows for the parameters, the last one partial
+  const int64_t N = 150;  // ten chunks of rows for the parameters, the last one partial
   const int C = 72;
   const auto x = randn(N * C, 3, 2.0f), w = randn(C, 4), b = randn(C, 5), dout = randn(N * C, 6);
   std::vector<float> out(N * C), mean(N), rstd(N), gout(N * C), gmean(N), grstd(N);
@@ -196,8 +201,8 @@ TEST(CudaBodies, LayerNormRowsAndColumnsAreTheCpuKernels) {
                                           rows);
       },
       [&](int64_t i, int64_t chunks) {
-        cuda::column_total(i, gdw.data(), partial.data(), chunks, 2 * C);
-        cuda::column_total(i, gdb.data(), partial.data() + C, chunks, 2 * C);
+        gdw[i] += column_total(i, partial.data(), chunks, 2 * C);
+        gdb[i] += column_total(i, partial.data() + C, chunks, 2 * C);
       });
   expect_close(gdinp, dinp, 1e-6f, "layernorm dinp");
   expect_close(gdw, dw, 1e-6f, "layernorm dw");
@@ -205,9 +210,11 @@ TEST(CudaBodies, LayerNormRowsAndColumnsAreTheCpuKernels) {
 }
 
 TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
-  const int B = 3, T = 11, C = 40, V = 9;  // V < B*T: tokens repeat
+  // V < B*T: tokens repeat; token 0 at every even position, a run of 17
+  // (more than one scan of sixteen).
+  const int B = 3, T = 11, C = 40, V = 9;
   std::vector<int32_t> tokens(B * T);
-  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7 + 3) % V;
+  for (int i = 0; i < B * T; ++i) tokens[i] = i % 2 ? (i * 7 + 3) % V : 0;
   const auto wte = randn(int64_t(V) * C, 10), wpe = randn(int64_t(T) * C, 11), dout = randn(int64_t(B) * T * C, 12);
   const int64_t N = int64_t(B) * T;
   std::vector<float> out(N * C), gout(N * C);
@@ -245,9 +252,9 @@ TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
     EXPECT_EQ(bits(gdwpe), bits(dwpe));
   }
 
-  // The bias gradient: column sums of dout [M, OC], added, over three
-  // chunks of rows, the last one partial.
-  const int64_t M = 150;
+  // The bias gradient: column sums of dout [M, OC], added, over 38 chunks
+  // of rows (more than a warp's lanes), the last one partial.
+  const int64_t M = 600;
   const int OC = 40;
   const auto inp = randn(M * 8, 15), w = randn(8 * OC, 16), bdout = randn(M * OC, 18);
   std::vector<float> dw(8 * OC), dbias = randn(OC, 17);
@@ -256,7 +263,7 @@ TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
   std::vector<float> partial(cuda::kColumnPartials);
   column_sum(
       M, OC, OC, [&](int64_t j, int64_t rows) { cuda::bias_partial_at(j, partial.data(), bdout.data(), M, OC, rows); },
-      [&](int64_t o, int64_t chunks) { cuda::column_total(o, gdbias.data(), partial.data(), chunks, OC); });
+      [&](int64_t o, int64_t chunks) { gdbias[o] += column_total(o, partial.data(), chunks, OC); });
   expect_close(gdbias, dbias, 1e-6f, "dbias");
 }
 
@@ -301,6 +308,20 @@ void expect_vector_layernorm_is_the_cpus() {
   });
   expect_close(values(gout, N * C), out, out_tol, "layernorm out");
   expect_close(gmean, mean, 1e-6f, "layernorm mean");
+  // The residual's row before it: x + dout rounded, the CPU's sum's bits,
+  // in place over x as the model runs it.
+  std::vector<float> sum(N * C);
+  cpu::residual_forward(sum.data(), x.data(), dout.data(), N * C);
+  round_to(kT, sum.data(), sum.size());
+  std::vector<float> res = x;
+  void* gres = operands(res);
+  for_each_index(N, [&](int64_t n) {
+    for (int l = 0; l < lanes; ++l) {
+      char* r = static_cast<char*>(gres) + n * C * ob;
+      cuda::vec_residual_row<kT>(r, r, static_cast<const char*>(gdy) + n * C * ob, C, l, lanes);
+    }
+  });
+  EXPECT_EQ(bits(values(gres, N * C)), bits(sum));
   expect_close(grstd, rstd, 1e-6f, "layernorm rstd");
 
   std::vector<float> dw(C), db(C);
@@ -348,10 +369,10 @@ TEST(CudaBodies, LayerNormSixteenBytesALaneIsTheCpus) {
 
 // Chunks of 64 rows, doubled until chunks x columns partials fit.
 TEST(CudaBodies, ColumnSumsTakeMoreRowsAChunkRatherThanOverflowTheirPartials) {
-  EXPECT_EQ(cuda::column_chunk_rows(150, 40), 64);
+  EXPECT_EQ(cuda::column_chunk_rows(150, 40), 16);
   EXPECT_EQ(cuda::column_chunk_rows(int64_t{1} << 20, 1024), 256);  // 4096 chunks x 1024 = 2^22
   EXPECT_EQ(cuda::column_chunk_rows(int64_t{1} << 20, 1025), 512);
-  EXPECT_EQ(cuda::column_chunk_rows(10, int64_t{1} << 23), 64) << "one chunk: nothing fewer to take";
+  EXPECT_EQ(cuda::column_chunk_rows(10, int64_t{1} << 23), 16) << "one chunk: nothing fewer to take";
 }
 
 // The gemm calls the CUDA table makes, each run through OpenBLAS's
@@ -367,10 +388,25 @@ void colmajor_gemm(const cuda::ColMajorGemm& g) {
     cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n,
                 g.k, g.alpha, A + i * g.stride_a, g.lda, B + i * g.stride_b, g.ldb, g.beta, C + i * g.stride_c, g.ldc);
   }
-  if (!g.bias) return;
-  const auto* bias = static_cast<const float*>(g.bias);
-  for (int64_t j = 0; j < g.n; ++j) {
-    for (int64_t i = 0; i < g.m; ++i) C[j * g.ldc + i] += bias[i];
+  if (g.bias) {
+    const auto* bias = static_cast<const float*>(g.bias);
+    for (int64_t j = 0; j < g.n; ++j) {
+      for (int64_t i = 0; i < g.m; ++i) C[j * g.ldc + i] += bias[i];
+    }
+  }
+  // The GELU epilogues, element by element of C and the m x n aux.
+  auto* aux = static_cast<float*>(const_cast<void*>(g.aux));
+  for (int64_t j = 0; j < g.n && g.epilogue != cuda::GemmEpilogue::kNone; ++j) {
+    for (int64_t i = 0; i < g.m; ++i) {
+      float& c = C[j * g.ldc + i];
+      float& x = aux[j * g.aux_ld + i];
+      if (g.epilogue == cuda::GemmEpilogue::kGeluAux) {
+        x = c;
+        cpu::gelu_forward(&c, &x, 1);
+      } else {
+        cpu::gelu_backward(&c, &x, &c, 1);
+      }
+    }
   }
 }
 
@@ -391,6 +427,25 @@ TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
   colmajor_gemm(cuda::matmul_dw_gemm(gdw.data(), dout.data(), inp.data(), N, C, OC));
   expect_close(gdinp, dinp, 1e-5f, "matmul dinp");
   expect_close(gdw, dw, 1e-5f, "matmul dw (accumulated)");
+
+  // GELU as the epilogue: the forward product writes pre and gelu(pre),
+  // the input gradient's product multiplies by gelu'(pre) of its own
+  // output's shape, as the two ops in turn (the CPU table's).
+  std::vector<float> pre(N * OC), gpre(N * OC), act(N * OC), gact(N * OC);
+  cpu::matmul_forward(pre.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  cpu::gelu_forward(act.data(), pre.data(), N * OC);
+  colmajor_gemm(cuda::matmul_gelu_forward_gemm(gact.data(), gpre.data(), inp.data(), w.data(), bias.data(), N, C, OC));
+  expect_close(gpre, pre, 1e-5f, "matmul forward, GELU epilogue: pre");
+  expect_close(gact, act, 1e-5f, "matmul forward, GELU epilogue: gelu(pre)");
+  // The backward of out[N, OC] = gelu(pre2)[N, C] @ w: pre2 [N, C].
+  const auto pre2 = randn(N * C, 98);
+  std::vector<float> dpre(N * C), gdpre(N * C);
+  cpu::matmul_backward(dpre.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  cpu::gelu_backward(dpre.data(), pre2.data(), dpre.data(), N * C);
+  auto gpre2 = pre2;
+  colmajor_gemm(cuda::matmul_dpre_gelu_gemm(gdpre.data(), gpre2.data(), dout.data(), w.data(), N, C, OC));
+  expect_close(gdpre, dpre, 1e-5f, "matmul dinp, GELU gradient epilogue");
+  EXPECT_EQ(gpre2, pre2) << "the backward's aux is read only";
 
   // The head: logits of every other row (a stride of 2C), rows of the
   // GPU's padded stride apart, then its two backward products from a
@@ -620,6 +675,67 @@ TEST(CudaBodies, AdamIsTheCpuUpdateBitForBit) {
       EXPECT_EQ(gp16, p16);
     }
   }
+}
+
+// 60 tensors (30 of them empty, which take no part of a launch), each
+// with its own step, updated in groups of kGroupTensors a launch over each
+// group's grid: each the CPU's update of it, bit for bit. The same
+// grouping counted in 8-bit blocks maps each block to its tensor's.
+TEST(CudaBodies, AdamInGroupsOfTensorsIsEachTensorsCpuUpdate) {
+  const int count = 60;
+  std::vector<std::vector<float>> p(count), m(count), v(count), g(count);
+  std::vector<AdamTensor> ts;
+  std::vector<AdamStep> steps;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = i % 2 ? 37 * i + 5 : 0;
+    p[i] = randn(n, 100 + i);
+    m[i] = randn(n, 200 + i, 0.01f);
+    v[i] = randn(n, 300 + i, 0.001f);
+    for (float& x : v[i]) x = std::fabs(x);
+    g[i] = randn(n, 400 + i, 0.1f);
+    ts.push_back({p[i].data(), m[i].data(), v[i].data(), g[i].data(), DType::kF32, nullptr, DType::kBF16, n});
+    steps.push_back(make_adam_step(AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f, true}, 1e-3f * (1 + i % 3), 5, 0.5f, i % 4 < 2));
+  }
+  auto gp = p, gm = m, gv = v;
+  std::vector<AdamTensor> gts = ts;
+  for (int i = 0; i < count; ++i) {
+    gts[i].param = gp[i].data();
+    gts[i].m = gm[i].data();
+    gts[i].v = gv[i].data();
+  }
+  for (int i = 0; i < count; ++i) adam_update(ts[i], steps[i], CpuIsa::kScalar);
+  int launches = 0;
+  cuda::for_groups<AdamTensor>(
+      gts, steps, [](const AdamTensor& t) { return t.n; },
+      [&](const cuda::TensorGroup<AdamTensor>& grp) {
+        ++launches;
+        for_each_index(grp.start[grp.count], [&](int64_t i) { cuda::adam_group_at(i, grp); });
+      });
+  EXPECT_EQ(launches, 2);  // 30 non-empty tensors: 24, then 6
+  for (int i = 0; i < count; ++i) {
+    EXPECT_EQ(bits(gp[i]), bits(p[i])) << i;
+    EXPECT_EQ(bits(gm[i]), bits(m[i])) << i;
+    EXPECT_EQ(bits(gv[i]), bits(v[i])) << i;
+  }
+
+  // In 8-bit blocks: each launch's block b is block b - start[j] of its
+  // member j, and every block of every non-empty tensor has one.
+  std::vector<Adam8bitTensor> qs(count);
+  for (int i = 0; i < count; ++i) qs[i].n = i % 2 ? 300 * i : 0;
+  std::vector<std::pair<int64_t, int64_t>> seen;  // (n of the tensor, block)
+  cuda::for_groups<Adam8bitTensor>(
+      qs, steps, [](const Adam8bitTensor& t) { return quant_blocks(t.n); },
+      [&](const cuda::TensorGroup<Adam8bitTensor>& grp) {
+        for (int64_t b = 0; b < grp.start[grp.count]; ++b) {
+          const int j = cuda::group_member(grp, b);
+          seen.emplace_back(grp.t[j].n, b - grp.start[j]);
+        }
+      });
+  std::vector<std::pair<int64_t, int64_t>> want;
+  for (int i = 0; i < count; ++i) {
+    for (int64_t b = 0; b < quant_blocks(qs[i].n); ++b) want.emplace_back(qs[i].n, b);
+  }
+  EXPECT_EQ(seen, want);
 }
 
 // Every value at and one ulp either side of each of the map's edges, and

@@ -97,10 +97,52 @@ TEST_F(CudaTable, MatrixProductsWithBiasAndTheirGradients) {
   }
 }
 
+// The product and its GELU, and the backward through it: for bf16 the
+// GELU is cuBLASLt's epilogue, on the fp32 product, each output rounded
+// once; where cuBLASLt has no epilogue for the shape the table runs the
+// two ops, rounding the product before the GELU (two roundings, the GELU's
+// slope under 1.13: 2^-7 covers both). fp32 operands take the two ops.
+TEST_F(CudaTable, ProductsWithTheGeluAsTheirEpilogue) {
+  const int64_t N = 96;
+  const int C = 160, OC = 72;
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto inp = randn(N * C, 21), w = randn(int64_t(C) * OC, 22, 0.1f), bias = randn(OC, 23), dout = randn(N * OC, 24);
+    auto pre_in = randn(N * C, 25);  // the backward's: its input was gelu(pre_in)
+    std::vector<float> pre(N * OC), act(N * OC), dpre(N * C), dw = randn(int64_t(C) * OC, 26), dbias = randn(OC, 27);
+    void* g_pre = up_as(t, pre);
+    void* g_act = up_as(t, act);
+    void* g_dpre = up_as(t, dpre);
+    float* g_dw = up(dw);
+    float* g_dbias = up(dbias);
+    const void *g_inp = up_as(t, inp), *g_w = up_as(t, w), *g_bias = up_as(t, bias), *g_dout = up_as(t, dout),
+               *g_pre_in = up_as(t, pre_in);
+    const int64_t before = k->launches();
+    k->matmul_gelu_forward(s(), g_act, g_pre, g_inp, g_w, g_bias, N, C, OC);
+    const int64_t forward = k->launches() - before;
+    k->matmul_backward_gelu(s(), g_dpre, g_dw, g_dbias, g_dout, g_pre_in, g_inp, g_w, N, C, OC);
+    // The epilogue saves the GELU's launch each way: one product forward;
+    // backward two products and the bias gradient's two launches.
+    EXPECT_EQ(forward, t == DType::kF32 ? 2 : 1) << "a GELU epilogue for bf16 on this GPU";
+    EXPECT_EQ(k->launches() - before - forward, t == DType::kF32 ? 5 : 4);
+    cpu::matmul_forward(pre.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    cpu::gelu_forward(act.data(), pre.data(), N * OC);
+    cpu::matmul_backward(dpre.data(), dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    cpu::gelu_backward(dpre.data(), pre_in.data(), dpre.data(), N * C);
+    const float two_roundings = t == DType::kF32 ? 1e-5f : 0x1p-7f;
+    expect_close(down_as(t, g_pre, pre.size()), pre, tol(t, 1e-5f), "pre");
+    expect_close(down_as(t, g_act, act.size()), act, two_roundings, "gelu(pre)");
+    expect_close(down_as(t, g_dpre, dpre.size()), dpre, two_roundings, "dpre");
+    expect_close(down(g_dw, dw.size()), dw, 1e-5f, "dw");
+    expect_close(down(g_dbias, dbias.size()), dbias, 1e-6f, "dbias");
+  }
+}
+
 // C = 96 rows go 16 bytes a lane; C = 76 is not whole vectors of bf16 or
 // fp32 and takes the one-element path.
 TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
-  const int64_t N = 150;  // three chunks of rows for the parameters' gradients
+  const int64_t N = 150;  // ten chunks of rows for the parameters' gradients, the last partial
   for (const auto& [t, C] : {std::pair{DType::kF32, 96}, std::pair{DType::kBF16, 96}, std::pair{DType::kF32, 76},
                              std::pair{DType::kBF16, 76}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", C " << C);
@@ -123,6 +165,17 @@ TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
     expect_close(down_as(t, g_dinp, dinp.size()), dinp, tol(t, 1e-6f), "layernorm dinp");
     expect_close(down(g_dw, C), dw, 1e-6f, "layernorm dw");
     expect_close(down(g_db, C), db, 1e-6f, "layernorm db");
+    // With the residual before it (fused where rows are whole vectors),
+    // in place over a copy of x: the sum rounded, then its LayerNorm.
+    std::vector<float> res = x, sum(N * C), rout(N * C);
+    void* g_res = up_as(t, res);
+    k->residual_layernorm_forward(s(), g_res, g_out, g_mean, g_rstd, g_res, g_dout, g_w, g_b, N, C);
+    cpu::residual_forward(sum.data(), x.data(), dout.data(), N * C);
+    sum = rounded(t, sum);
+    cpu::layernorm_forward(rout.data(), mean.data(), rstd.data(), sum.data(), w.data(), b.data(), N, C);
+    EXPECT_EQ(bits(down_as(t, g_res, sum.size())), bits(sum));
+    expect_close(down_as(t, g_out, rout.size()), rout, tol(t, 1e-6f), "residual + layernorm out");
+    expect_close(down(g_rstd, N), rstd, 1e-6f, "residual + layernorm rstd");
 
     const int64_t n = N * C;
     std::vector<float> y(n), dy(n), r(n);
@@ -339,6 +392,56 @@ TEST_F(CudaTable, AdamAndEightBitAdamAreTheCpuUpdatesBitForBit) {
     EXPECT_EQ(down(g.v, n), qv);
     EXPECT_EQ(bits(down(g.m_absmax, blocks)), bits(am));
     EXPECT_EQ(bits(down(g.v_absmax, blocks)), bits(av));
+  }
+}
+
+// A rank's tensors in launches of kGroupTensors (optim_body.h): 30
+// tensors of various sizes and steps, with an empty one among them, each
+// updated as the CPU updates it, fp32 states and 8-bit.
+TEST_F(CudaTable, AdamOverManyTensorsInFewLaunchesIsEachCpuUpdate) {
+  const int count = 31;
+  std::vector<std::vector<float>> p(count), m(count), v(count), g(count), q(count), am(count), av(count);
+  std::vector<std::vector<uint8_t>> qm(count), qv(count);
+  std::vector<AdamTensor> cpu_t, gpu_t;
+  std::vector<Adam8bitTensor> cpu_q, gpu_q;
+  std::vector<AdamStep> steps;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = i == 7 ? 0 : 97 * i + 13, blocks = quant_blocks(n);
+    p[i] = randn(n, 70 + i);
+    m[i] = randn(n, 170 + i, 0.01f);
+    v[i] = randn(n, 270 + i, 0.01f);
+    for (float& e : v[i]) e = e * e;
+    g[i] = randn(n, 370 + i, 0.1f);
+    q[i] = randn(n, 470 + i);
+    qm[i].resize(n);
+    qv[i].resize(n);
+    am[i].resize(blocks);
+    av[i].resize(blocks);
+    steps.push_back(make_adam_step(AdamHyper{}, 1e-3f * (1 + i % 3), 1, 1.0f, i % 2 == 0));
+    cpu_t.push_back({p[i].data(), m[i].data(), v[i].data(), g[i].data(), DType::kF32, nullptr, DType::kBF16, n});
+    gpu_t.push_back({up(p[i]), up(m[i]), up(v[i]), up(g[i]), DType::kF32, nullptr, DType::kBF16, n});
+    cpu_q.push_back({q[i].data(), qm[i].data(), qv[i].data(), am[i].data(), av[i].data(), g[i].data(), DType::kF32,
+                     nullptr, DType::kBF16, n});
+    adam8bit_zero_states(cpu_q.back());
+    gpu_q.push_back({up(q[i]), up(qm[i]), up(qv[i]), up(am[i]), up(av[i]), gpu_t.back().grad, DType::kF32, nullptr,
+                     DType::kBF16, n});
+  }
+  const int64_t before = k_->launches();
+  k_->adam_tensors(s(), gpu_t, steps);
+  k_->adam8bit_tensors(s(), gpu_q, steps);
+  EXPECT_EQ(k_->launches() - before, 4) << "30 tensors, 24 a launch, twice";
+  for (int i = 0; i < count; ++i) {
+    adam_update(cpu_t[i], steps[i]);
+    adam8bit_update(cpu_q[i], steps[i]);
+    const int64_t n = cpu_t[i].n, blocks = quant_blocks(n);
+    EXPECT_EQ(bits(down(gpu_t[i].param, n)), bits(p[i])) << i;
+    EXPECT_EQ(bits(down(gpu_t[i].m, n)), bits(m[i])) << i;
+    EXPECT_EQ(bits(down(gpu_t[i].v, n)), bits(v[i])) << i;
+    EXPECT_EQ(bits(down(gpu_q[i].param, n)), bits(q[i])) << i;
+    EXPECT_EQ(down(gpu_q[i].m, n), qm[i]) << i;
+    EXPECT_EQ(down(gpu_q[i].v, n), qv[i]) << i;
+    EXPECT_EQ(bits(down(gpu_q[i].m_absmax, blocks)), bits(am[i])) << i;
+    EXPECT_EQ(bits(down(gpu_q[i].v_absmax, blocks)), bits(av[i])) << i;
   }
 }
 

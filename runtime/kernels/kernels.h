@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/types/span.h"
+
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/kernels/cpu/adam8bit.h"
@@ -47,8 +49,31 @@ class Kernels {
                               int OC) = 0;
   virtual void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
                                const void* w, int64_t N, int C, int OC) = 0;
+  // A product and the GELU after it: pre = inp @ w + bias, out =
+  // gelu(pre); and the input gradient of a product whose input was
+  // gelu(pre), through the GELU: dpre = (dout @ w^T) * gelu'(pre), with
+  // dw and dbias as matmul_backward's. As the two ops in turn (the CPU's
+  // bits), unless a table fuses them.
+  virtual void matmul_gelu_forward(Stream& s, void* out, void* pre, const void* inp, const void* w, const void* bias,
+                                   int64_t N, int C, int OC) {
+    matmul_forward(s, pre, inp, w, bias, N, C, OC);
+    gelu_forward(s, out, pre, N * OC);
+  }
+  virtual void matmul_backward_gelu(Stream& s, void* dpre, float* dw, float* dbias, const void* dout, const void* pre,
+                                    const void* inp, const void* w, int64_t N, int C, int OC) {
+    matmul_backward(s, dpre, dw, dbias, dout, inp, w, N, C, OC);
+    gelu_backward(s, dpre, pre, dpre, N * C);
+  }
   virtual void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
                                  const void* b, int64_t N, int C) = 0;
+  // res = a + b, then its LayerNorm into out (res may be a): residual_forward
+  // and layernorm_forward in turn, unless a table fuses them. (The
+  // backward's residual is fused already: layernorm_backward adds dinp.)
+  virtual void residual_layernorm_forward(Stream& s, void* res, void* out, float* mean, float* rstd, const void* a,
+                                          const void* b, const void* w, const void* bias, int64_t N, int C) {
+    residual_forward(s, res, a, b, N * C);
+    layernorm_forward(s, out, mean, rstd, res, w, bias, N, C);
+  }
   virtual void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
                                   const void* w, const float* mean, const float* rstd, int64_t N, int C) = 0;
   // Causal attention. `att` is what the forward keeps for the backward:
@@ -111,6 +136,14 @@ class Kernels {
   // the math of cpu/adam.h and cpu/adam8bit.h.
   virtual void adam(Stream& s, const AdamTensor& t, const AdamStep& step) = 0;
   virtual void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) = 0;
+  // A rank's tensors, tensor i with steps[i]: adam() (adam8bit()) on each
+  // in turn, unless a table updates several in one launch.
+  virtual void adam_tensors(Stream& s, absl::Span<const AdamTensor> ts, absl::Span<const AdamStep> steps) {
+    for (size_t i = 0; i < ts.size(); ++i) adam(s, ts[i], steps[i]);
+  }
+  virtual void adam8bit_tensors(Stream& s, absl::Span<const Adam8bitTensor> ts, absl::Span<const AdamStep> steps) {
+    for (size_t i = 0; i < ts.size(); ++i) adam8bit(s, ts[i], steps[i]);
+  }
 
   // Frozen 4-bit weights: out[i] = weight i of t (cpu/nf4.h), in fp32.
   virtual void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) = 0;

@@ -21,9 +21,23 @@ class ProfiledKernels : public Kernels {
                        const void* w, int64_t N, int C, int OC) override {
     timed(s, "matmul_backward", [&] { inner_->matmul_backward(s, dinp, dw, dbias, dout, inp, w, N, C, OC); });
   }
+  void matmul_gelu_forward(Stream& s, void* out, void* pre, const void* inp, const void* w, const void* bias,
+                           int64_t N, int C, int OC) override {
+    timed(s, "matmul_gelu_forward", [&] { inner_->matmul_gelu_forward(s, out, pre, inp, w, bias, N, C, OC); });
+  }
+  void matmul_backward_gelu(Stream& s, void* dpre, float* dw, float* dbias, const void* dout, const void* pre,
+                            const void* inp, const void* w, int64_t N, int C, int OC) override {
+    timed(s, "matmul_backward_gelu",
+          [&] { inner_->matmul_backward_gelu(s, dpre, dw, dbias, dout, pre, inp, w, N, C, OC); });
+  }
   void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
                          const void* b, int64_t N, int C) override {
     timed(s, "layernorm_forward", [&] { inner_->layernorm_forward(s, out, mean, rstd, inp, w, b, N, C); });
+  }
+  void residual_layernorm_forward(Stream& s, void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* w, const void* bias, int64_t N, int C) override {
+    timed(s, "residual_layernorm_forward",
+          [&] { inner_->residual_layernorm_forward(s, res, out, mean, rstd, a, b, w, bias, N, C); });
   }
   void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
                           const void* w, const float* mean, const float* rstd, int64_t N, int C) override {
@@ -91,6 +105,12 @@ class ProfiledKernels : public Kernels {
   }
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override {
     timed(s, "adam8bit", [&] { inner_->adam8bit(s, t, step); });
+  }
+  void adam_tensors(Stream& s, absl::Span<const AdamTensor> ts, absl::Span<const AdamStep> steps) override {
+    timed(s, "adam_tensors", [&] { inner_->adam_tensors(s, ts, steps); });
+  }
+  void adam8bit_tensors(Stream& s, absl::Span<const Adam8bitTensor> ts, absl::Span<const AdamStep> steps) override {
+    timed(s, "adam8bit_tensors", [&] { inner_->adam8bit_tensors(s, ts, steps); });
   }
   void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
     timed(s, "nf4_dequantize", [&] { inner_->nf4_dequantize(s, t, out); });

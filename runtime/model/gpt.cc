@@ -343,14 +343,25 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeigh
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
   adapt(kLoraAttnCProj, a.f[kAtty], proj, C, C);
   rnd(proj, N * C);
-  k.residual_forward(s, a.f[kRes2], x, proj, N * C);
-  rnd_field(kRes2);
-  k.layernorm_forward(s, a.f[kLn2], fp32(a, kLn2Mean), fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, w.ln2b, N, C);
+  if (rnd_to != DType::kF32) {  // the sum is rounded before its LayerNorm
+    k.residual_forward(s, a.f[kRes2], x, proj, N * C);
+    rnd_field(kRes2);
+    k.layernorm_forward(s, a.f[kLn2], fp32(a, kLn2Mean), fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, w.ln2b, N, C);
+  } else {
+    k.residual_layernorm_forward(s, a.f[kRes2], a.f[kLn2], fp32(a, kLn2Mean), fp32(a, kLn2Rstd), x, proj, w.ln2w,
+                                 w.ln2b, N, C);
+  }
   rnd_field(kLn2);
-  k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
-  adapt(kLoraCFc, a.f[kLn2], a.f[kFch], C, 4 * C);
-  rnd_field(kFch);
-  k.gelu_forward(s, a.f[kFchGelu], a.f[kFch], N * 4 * C);
+  // The table may fuse the product and its GELU where nothing comes
+  // between them: no adapter's share, no rounding of the product.
+  if (w.lora[kLoraCFc].a || rnd_to != DType::kF32) {
+    k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
+    adapt(kLoraCFc, a.f[kLn2], a.f[kFch], C, 4 * C);
+    rnd_field(kFch);
+    k.gelu_forward(s, a.f[kFchGelu], a.f[kFch], N * 4 * C);
+  } else {
+    k.matmul_gelu_forward(s, a.f[kFchGelu], a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
+  }
   rnd_field(kFchGelu);
   if (!out) {
     // Recomputing: the last product's adapter input is all backward needs.
@@ -389,9 +400,13 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeig
     lora_backward(k, s, {N, n_in, n_out}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx,
                   at(bb.lora, N * 4 * C, bb.op_bytes), bb.lora, lora_dropout(d, l, t));
   };
-  k.matmul_backward(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
-  adapt(kLoraMlpCProj, a.f[kFchGelu], dres, bb.dfch, 4 * C, C);
-  k.gelu_backward(s, bb.dfch, a.f[kFch], bb.dfch, N * 4 * C);
+  if (w.lora[kLoraMlpCProj].a) {  // its share comes before the GELU's backward
+    k.matmul_backward(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
+    adapt(kLoraMlpCProj, a.f[kFchGelu], dres, bb.dfch, 4 * C, C);
+    k.gelu_backward(s, bb.dfch, a.f[kFch], bb.dfch, N * 4 * C);
+  } else {
+    k.matmul_backward_gelu(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFch], a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
+  }
   k.matmul_backward(s, bb.dbuf, g.fcw, g.fcb, bb.dfch, a.f[kLn2], w.fcw, N, C, 4 * C);
   adapt(kLoraCFc, a.f[kLn2], bb.dfch, bb.dbuf, C, 4 * C);
   k.layernorm_backward(s, dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, fp32(a, kLn2Mean), fp32(a, kLn2Rstd), N,

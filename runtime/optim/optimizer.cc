@@ -1,6 +1,7 @@
 #include "runtime/optim/optimizer.h"
 
 #include <cstring>
+#include <vector>
 
 namespace zerod {
 
@@ -127,15 +128,23 @@ void Optimizer::step(Kernels& k, Stream& s, float lr, int64_t step, float grad_s
   const AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
   const AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);
   if (last < 0) last = static_cast<int>(pieces_.size());
+  // The pieces as two lists, so that a table may take many in a launch.
+  std::vector<AdamTensor> fp32;
+  std::vector<Adam8bitTensor> quantized;
+  std::vector<AdamStep> fp32_steps, quantized_steps;
   for (int i = first; i < last; ++i) {
     const Piece& pc = pieces_[i];
     const AdamStep& st = pc.p.decay ? with_decay : without_decay;
     if (pc.quantized) {
-      k.adam8bit(s, quantized_view(pc), st);
+      quantized.push_back(quantized_view(pc));
+      quantized_steps.push_back(st);
     } else {
-      k.adam(s, fp32_view(pc), st);
+      fp32.push_back(fp32_view(pc));
+      fp32_steps.push_back(st);
     }
   }
+  if (!fp32.empty()) k.adam_tensors(s, fp32, fp32_steps);
+  if (!quantized.empty()) k.adam8bit_tensors(s, quantized, quantized_steps);
 }
 
 }  // namespace zerod

@@ -1,7 +1,7 @@
 // The CUDA kernel table. Its operands (kernels.h) are of the job's
 // precision: the layers' products run through cuBLASLt on them (lt_gemm.h;
-// bf16 and fp16 on tensor cores, fp32 sums), the bias added by its
-// epilogue; attention, until it is fused, widens its operands to fp32 for
+// bf16 and fp16 on tensor cores, fp32 sums), the bias, the GELU and its
+// backward done by its epilogues; attention, until it is fused, widens its operands to fp32 for
 // cuBLAS's fp32 products (attention_plan.h). The rest are the bodies of
 // *_body.h, which tests/test_cuda_bodies.cc also runs on the CPU: one
 // thread per element, row or column chunk, one warp per row of attention's
@@ -43,15 +43,19 @@ absl::Status cublas_status(cublasStatus_t st, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(st), ": ", cublasGetStatusString(st)));
 }
 
-// 8-bit Adam: one block of kQuantBlock threads per quantization block; the
-// block's new absmax is a max (exact in any order), then each thread
-// requantizes its own element.
-__global__ void adam8bit_kernel(Adam8bitTensor t, AdamStep k, const QuantMap* maps) {
+// 8-bit Adam: one block of kQuantBlock threads per quantization block;
+// the block's new absmax is a max (exact in any order), then each thread
+// requantizes its own element. A launch takes a group of tensors
+// (optim_body.h), its blocks numbered tensor after tensor.
+__global__ void adam8bit_kernel(cuda::TensorGroup<Adam8bitTensor> g, const QuantMap* maps) {
   static_assert(kQuantBlock == 256);
   __shared__ float m_max[kQuantBlock], v_max[kQuantBlock];
+  const int member = cuda::group_member(g, blockIdx.x);
+  const Adam8bitTensor& t = g.t[member];
+  const AdamStep& k = g.k[member];
   const QuantMap& qm = maps[0];
   const QuantMap& qv = maps[1];
-  const int64_t blk = blockIdx.x, i = blk * kQuantBlock + threadIdx.x;
+  const int64_t blk = blockIdx.x - g.start[member], i = blk * kQuantBlock + threadIdx.x;
   float m = 0.0f, v = 0.0f;
   if (i < t.n) cuda::adam8bit_at(i, t, k, qm, qv, m, v);
   m_max[threadIdx.x] = fabsf(m);
@@ -73,6 +77,12 @@ __global__ void adam8bit_kernel(Adam8bitTensor t, AdamStep k, const QuantMap* ma
     t.m_absmax[blk] = m_abs;
     t.v_absmax[blk] = v_abs;
   }
+}
+static_assert(sizeof(cuda::TensorGroup<Adam8bitTensor>) + sizeof(QuantMap*) <= 4096, "a launch's parameters");
+static_assert(sizeof(cuda::TensorGroup<AdamTensor>) + 64 <= 4096, "a launch's parameters, with launch_each's own");
+
+void adam_group(cudaStream_t s, const cuda::TensorGroup<AdamTensor>& g) {
+  launch_each(s, g.start[g.count], "adam", [=] __device__(int64_t i) { cuda::adam_group_at(i, g); });
 }
 
 // Attention's executor (attention_plan.h): the table's cuBLAS gemm, and
@@ -123,19 +133,37 @@ decltype(auto) for_operands(DType t, F f) {
 // LayerNorm's rows 16 bytes a lane (rows_body.h's vec_ bodies), a warp a
 // row, and its parameters' gradients W columns a thread.
 template <DType kT>
+__device__ void layernorm_row(void* out, float* mean, float* rstd, const void* x, const void* w, const void* b,
+                              int64_t n, int C, int lane) {
+  const float m = cuda::warp_reduce(cuda::vec_row_sum<kT>(x, C, lane, 32), cuda::Sum()) / C;
+  const float r =
+      cuda::layernorm_rstd(cuda::warp_reduce(cuda::vec_row_squares_about<kT>(x, C, m, lane, 32), cuda::Sum()), C);
+  cuda::vec_layernorm_write<kT>(out, x, w, b, C, m, r, lane, 32);
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+template <DType kT>
 void layernorm_forward_as(cudaStream_t s, void* out, float* mean, float* rstd, const void* inp, const void* w,
                           const void* b, int64_t N, int C) {
   constexpr int64_t ob = cuda::operand_bytes(kT);
   launch_warp_rows(s, N, "layernorm_forward", [=] __device__(int64_t n, int lane) {
-    const void* x = static_cast<const char*>(inp) + n * C * ob;
-    const float m = cuda::warp_reduce(cuda::vec_row_sum<kT>(x, C, lane, 32), cuda::Sum()) / C;
-    const float r =
-        cuda::layernorm_rstd(cuda::warp_reduce(cuda::vec_row_squares_about<kT>(x, C, m, lane, 32), cuda::Sum()), C);
-    cuda::vec_layernorm_write<kT>(static_cast<char*>(out) + n * C * ob, x, w, b, C, m, r, lane, 32);
-    if (lane == 0) {
-      mean[n] = m;
-      rstd[n] = r;
-    }
+    layernorm_row<kT>(static_cast<char*>(out) + n * C * ob, mean, rstd, static_cast<const char*>(inp) + n * C * ob, w,
+                      b, n, C, lane);
+  });
+}
+// The sum's row written, then normalized from what each lane wrote (its
+// re-reads hit the cache): HBM sees a and b read, res and out written.
+template <DType kT>
+void residual_layernorm_forward_as(cudaStream_t s, void* res, void* out, float* mean, float* rstd, const void* a,
+                                   const void* b, const void* w, const void* bias, int64_t N, int C) {
+  constexpr int64_t ob = cuda::operand_bytes(kT);
+  launch_warp_rows(s, N, "residual_layernorm_forward", [=] __device__(int64_t n, int lane) {
+    const int64_t at = n * C * ob;
+    void* x = static_cast<char*>(res) + at;
+    cuda::vec_residual_row<kT>(x, static_cast<const char*>(a) + at, static_cast<const char*>(b) + at, C, lane, 32);
+    layernorm_row<kT>(static_cast<char*>(out) + at, mean, rstd, x, w, bias, n, C, lane);
   });
 }
 template <DType kT>
@@ -212,9 +240,30 @@ class CudaKernels : public Kernels {
                       int OC) override {
     lt_.run(cs(s), cuda::matmul_forward_gemm(out, inp, w, bias, N, C, OC), op_, op_);
   }
-  // The bias gradient is a column sum of ours, not cuBLASLt's BGRADB
-  // epilogue: that writes the gradient in the product's output type, where
-  // ours adds it to the fp32 one in a fixed order.
+  // 16-bit operands: the GELU as the product's epilogue (the product
+  // writes pre and out), where cuBLASLt has one for the shape; else, and
+  // for fp32 operands, the two ops. An fp32 job keeps the GELU of
+  // pointwise_body.h, the CPU's formula to fp32's rounding: the epilogue
+  // evaluates it its own way, which only 16-bit tolerances cover.
+  void matmul_gelu_forward(Stream& s, void* out, void* pre, const void* inp, const void* w, const void* bias,
+                           int64_t N, int C, int OC) override {
+    if (op_ != DType::kF32 &&
+        lt_.try_run(cs(s), cuda::matmul_gelu_forward_gemm(out, pre, inp, w, bias, N, C, OC), op_, op_)) {
+      return;
+    }
+    Kernels::matmul_gelu_forward(s, out, pre, inp, w, bias, N, C, OC);
+  }
+  void matmul_backward_gelu(Stream& s, void* dpre, float* dw, float* dbias, const void* dout, const void* pre,
+                            const void* inp, const void* w, int64_t N, int C, int OC) override {
+    if (op_ == DType::kF32 || !lt_.try_run(cs(s), cuda::matmul_dpre_gelu_gemm(dpre, pre, dout, w, N, C, OC), op_, op_)) {
+      return Kernels::matmul_backward_gelu(s, dpre, dw, dbias, dout, pre, inp, w, N, C, OC);
+    }
+    matmul_backward(s, nullptr, dw, dbias, dout, inp, w, N, C, OC);
+  }
+  // The bias gradient is a column sum of ours, not cuBLASLt's BGRADB or
+  // DGELU_BGRAD epilogue: those write the gradient in the product's output
+  // type, where ours adds it to the fp32 one (micro-batches accumulate) in
+  // a fixed order.
   void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
                        const void* w, int64_t N, int C, int OC) override {
     if (dinp) lt_.run(cs(s), cuda::matmul_dinp_gemm(dinp, dout, w, N, C, OC), op_, op_);
@@ -231,8 +280,10 @@ class CudaKernels : public Kernels {
       launch_each(cs(s), chunks * OC, "bias_backward_partials",
                   [=] __device__(int64_t j) { cuda::bias_partial_at(j, partial, dy, N, OC, rows); });
     }
-    launch_each(cs(s), OC, "bias_backward_totals",
-                [=] __device__(int64_t o) { cuda::column_total(o, dbias, partial, chunks, OC); });
+    launch_warp_rows(cs(s), OC, "bias_backward_totals", [=] __device__(int64_t o, int lane) {
+      const float g = cuda::warp_reduce(cuda::column_share(o, lane, 32, partial, chunks, OC), cuda::Sum());
+      if (lane == 0) dbias[o] += g;
+    });
   }
   void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
                          const void* b, int64_t N, int C) override {
@@ -252,6 +303,15 @@ class CudaKernels : public Kernels {
         mean[n] = m;
         rstd[n] = r;
       }
+    });
+  }
+  void residual_layernorm_forward(Stream& s, void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* w, const void* bias, int64_t N, int C) override {
+    if (!in_vectors(C, {res, out, a, b, w, bias})) {
+      return Kernels::residual_layernorm_forward(s, res, out, mean, rstd, a, b, w, bias, N, C);
+    }
+    for_operands(op_, [&](auto t) {
+      residual_layernorm_forward_as<decltype(t)::value>(cs(s), res, out, mean, rstd, a, b, w, bias, N, C);
     });
   }
   void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
@@ -285,9 +345,13 @@ class CudaKernels : public Kernels {
         cuda::layernorm_params_partial_at(j, partial, dy0, x0, mean, rstd, N, C, rows);
       });
     }
-    launch_each(cs(s), C, "layernorm_backward_totals", [=] __device__(int64_t i) {
-      cuda::column_total(i, dw, partial, chunks, 2 * C);
-      cuda::column_total(i, db, partial + C, chunks, 2 * C);
+    launch_warp_rows(cs(s), C, "layernorm_backward_totals", [=] __device__(int64_t i, int lane) {
+      const float gw = cuda::warp_reduce(cuda::column_share(i, lane, 32, partial, chunks, 2 * C), cuda::Sum());
+      const float gb = cuda::warp_reduce(cuda::column_share(i, lane, 32, partial + C, chunks, 2 * C), cuda::Sum());
+      if (lane == 0) {
+        dw[i] += gw;
+        db[i] += gb;
+      }
     });
   }
   KernelMemory memory() const override { return {KernelBackend::kCuda}; }
@@ -446,14 +510,24 @@ class CudaKernels : public Kernels {
     const ConstOperands v = in(x);
     launch_each(cs(s), n, "dropout", [=] __device__(int64_t i) { o[i] = cuda::dropout_at(v[i], p, seed, i); });
   }
-  void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
-    launch_each(cs(s), t.n, "adam", [=] __device__(int64_t i) { cuda::adam_at(i, t, step); });
-  }
+  void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override { adam_tensors(s, {&t, 1}, {&step, 1}); }
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override {
-    if (t.n <= 0) return;
-    adam8bit_kernel<<<static_cast<unsigned>(quant_blocks(t.n)), kQuantBlock, 0, cs(s)>>>(
-        t, step, maps_.ptr<const QuantMap>());
-    cuda::check_launch(cs(s), "adam8bit");
+    adam8bit_tensors(s, {&t, 1}, {&step, 1});
+  }
+  // kGroupTensors tensors a launch: gpt2's 148 in 7.
+  void adam_tensors(Stream& s, absl::Span<const AdamTensor> ts, absl::Span<const AdamStep> steps) override {
+    cuda::for_groups(
+        ts, steps, [](const AdamTensor& t) { return t.n; },
+        [&](const cuda::TensorGroup<AdamTensor>& g) { adam_group(cs(s), g); });
+  }
+  void adam8bit_tensors(Stream& s, absl::Span<const Adam8bitTensor> ts, absl::Span<const AdamStep> steps) override {
+    cuda::for_groups(
+        ts, steps, [](const Adam8bitTensor& t) { return quant_blocks(t.n); },
+        [&](const cuda::TensorGroup<Adam8bitTensor>& g) {
+          adam8bit_kernel<<<static_cast<unsigned>(g.start[g.count]), kQuantBlock, 0, cs(s)>>>(
+              g, maps_.ptr<const QuantMap>());
+          cuda::check_launch(cs(s), "adam8bit");
+        });
   }
   void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
     cuda::Nf4Values v;

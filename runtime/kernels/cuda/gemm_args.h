@@ -1,6 +1,7 @@
 // The row-major matrix products of the layers as column-major gemm calls
 // (cuBLAS's convention): C = alpha op(A) op(B) + beta C (+ bias[i] on row
-// i, the epilogue), C being m x n and the inner dimension k; a batched call
+// i, the epilogue; then the GELU epilogue, below), C being m x n and the
+// inner dimension k; a batched call
 // repeats it `batch` times, each operand `stride_*` elements past the one
 // before. A row-major X[r, c] is the column-major X^T, so each product is
 // taken transposed. The elements' types are the caller's (the CUDA
@@ -12,6 +13,12 @@
 #include <cstdint>
 
 namespace zerod::cuda {
+
+// What cuBLASLt's epilogue does with the product P (bias added) of an
+// unbatched call: kGeluAux writes P to aux (m x n, column-major, aux_ld)
+// and gelu(P) to C (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]); kGeluGrad writes
+// P * gelu'(aux) to C (CUBLASLT_EPILOGUE_DGELU), aux the first's P.
+enum class GemmEpilogue { kNone, kGeluAux, kGeluGrad };
 
 struct ColMajorGemm {
   bool trans_a, trans_b;
@@ -26,6 +33,9 @@ struct ColMajorGemm {
   float alpha = 1.0f;
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   const void* bias = nullptr;  // [m], of C's type; unbatched
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  const void* aux = nullptr;  // of C's type; written by kGeluAux
+  int64_t aux_ld = 0;
 };
 
 // out[N, OC] = inp[N, C] @ w[C, OC] (+ bias[OC] on every row): out^T =
@@ -37,9 +47,31 @@ inline ColMajorGemm matmul_forward_gemm(void* out, const void* inp, const void* 
   return g;
 }
 
+// The same with GELU as its epilogue: pre[N, OC] = inp @ w (+ bias), out =
+// gelu(pre); pre, row-major, is the column-major aux of ld OC.
+inline ColMajorGemm matmul_gelu_forward_gemm(void* out, void* pre, const void* inp, const void* w, const void* bias,
+                                             int64_t N, int C, int OC) {
+  ColMajorGemm g = matmul_forward_gemm(out, inp, w, bias, N, C, OC);
+  g.epilogue = GemmEpilogue::kGeluAux;
+  g.aux = pre;
+  g.aux_ld = OC;
+  return g;
+}
+
 // dinp[N, C] = dout[N, OC] @ w^T: dinp^T = w dout^T, w^T being w read as [OC, C].
 inline ColMajorGemm matmul_dinp_gemm(void* dinp, const void* dout, const void* w, int64_t N, int C, int OC) {
   return {true, false, C, N, OC, w, OC, dout, OC, 0.0f, dinp, C};
+}
+
+// The input gradient of a product whose input was gelu(pre), pre [N, C]:
+// dpre = (dout @ w^T) * gelu'(pre), the GELU's backward as the epilogue.
+inline ColMajorGemm matmul_dpre_gelu_gemm(void* dpre, const void* pre, const void* dout, const void* w, int64_t N,
+                                          int C, int OC) {
+  ColMajorGemm g = matmul_dinp_gemm(dpre, dout, w, N, C, OC);
+  g.epilogue = GemmEpilogue::kGeluGrad;
+  g.aux = pre;
+  g.aux_ld = C;
+  return g;
 }
 
 // dw[C, OC] += inp^T @ dout: dw^T = dout^T inp.

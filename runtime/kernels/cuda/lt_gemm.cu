@@ -51,6 +51,18 @@ cublasLtMatrixLayout_t layout(DType t, int64_t rows, int64_t cols, int64_t ld, i
   return l;
 }
 
+cublasLtEpilogue_t epilogue(const ColMajorGemm& g) {
+  switch (g.epilogue) {
+    case GemmEpilogue::kGeluAux:
+      return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::kGeluGrad:
+      return CUBLASLT_EPILOGUE_DGELU;  // no bias gradient: the table's own sums it (cuda_table.cu)
+    case GemmEpilogue::kNone:
+      break;
+  }
+  return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 }  // namespace
 
 LtGemm::~LtGemm() {
@@ -74,9 +86,9 @@ absl::Status LtGemm::init(void* workspace, size_t bytes) {
 }
 
 LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
-  const Key key{g.trans_a, g.trans_b, g.m,        g.n,        g.k,     g.lda,           g.ldb,
-                g.ldc,     g.batch,   g.stride_a, g.stride_b, g.stride_c, int(ab), int(cd), g.bias != nullptr,
-                alignments(g)};
+  const Key key{g.trans_a,  g.trans_b,  g.m,          g.n,          g.k,     g.lda,   g.ldb,
+                g.ldc,      g.batch,    g.stride_a,   g.stride_b,   g.stride_c, int(ab), int(cd),
+                g.bias != nullptr, alignments(g), int(g.epilogue), g.aux_ld, alignment(g.aux)};
   auto [it, fresh] = plans_.try_emplace(key);
   Plan& p = it->second;
   if (!fresh) return p;
@@ -84,7 +96,12 @@ LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
   check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_TRANSA, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_TRANSB, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-  if (g.bias) set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+  set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue(g));
+  if (g.epilogue != GemmEpilogue::kNone) {
+    // The heuristic reads the aux pointer's alignment from its value.
+    set<const void*>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+    set<int64_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
+  }
   // Stored (column-major) shapes: op(A) is m x k, op(B) k x n.
   p.a = layout(ab, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a);
   p.b = layout(ab, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b);
@@ -107,28 +124,46 @@ LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    std::fprintf(stderr,
-                 "zerod: cuBLASLt has no algorithm (%s) for %c%c m %lld n %lld k %lld (lda %lld ldb %lld ldc %lld, "
-                 "batch %lld, %s x %s -> %s%s)\n",
-                 cublasGetStatusName(st), g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', static_cast<long long>(g.m),
-                 static_cast<long long>(g.n), static_cast<long long>(g.k), static_cast<long long>(g.lda),
-                 static_cast<long long>(g.ldb), static_cast<long long>(g.ldc), static_cast<long long>(g.batch),
-                 dtype_name(ab), dtype_name(ab), dtype_name(cd), g.bias ? ", bias" : "");
-    std::abort();
-  }
-  p.algo = result.algo;
+  p.heuristic = st;
+  p.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (p.found) p.algo = result.algo;
   return p;
+}
+
+void LtGemm::enqueue(cudaStream_t s, const ColMajorGemm& g, Plan& p) {
+  if (g.bias) set<const void*>(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.epilogue != GemmEpilogue::kNone) set<const void*>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+  check(cublasLtMatmul(handle_, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.C, p.c, g.C, p.c, &p.algo, workspace_,
+                       workspace_bytes_, s),
+        "cublasLtMatmul");
+  launch_count().fetch_add(1, std::memory_order_relaxed);
+}
+
+bool LtGemm::try_run(cudaStream_t s, const ColMajorGemm& g, DType ab, DType cd) {
+  if (g.m == 0 || g.n == 0 || g.k == 0) return true;
+  // cuBLASLt's own rule for a GELU aux matrix (cublasLt.h): ld a multiple
+  // of 8, one unbatched product.
+  if (g.aux_ld % 8 != 0 || g.aux_ld < g.m || g.batch != 1) return false;
+  Plan& p = plan(g, ab, cd);
+  if (!p.found) return false;
+  enqueue(s, g, p);
+  return true;
 }
 
 void LtGemm::run(cudaStream_t s, const ColMajorGemm& g, DType ab, DType cd) {
   if (g.m == 0 || g.n == 0 || g.k == 0) return;  // an empty vocabulary slice (gemm_args.h)
   Plan& p = plan(g, ab, cd);
-  if (g.bias) set<const void*>(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
-  check(cublasLtMatmul(handle_, p.op, &g.alpha, g.A, p.a, g.B, p.b, &g.beta, g.C, p.c, g.C, p.c, &p.algo, workspace_,
-                       workspace_bytes_, s),
-        "cublasLtMatmul");
-  launch_count().fetch_add(1, std::memory_order_relaxed);
+  if (!p.found) {
+    std::fprintf(stderr,
+                 "zerod: cuBLASLt has no algorithm (%s) for %c%c m %lld n %lld k %lld (lda %lld ldb %lld ldc %lld, "
+                 "batch %lld, %s x %s -> %s%s)\n",
+                 cublasGetStatusName(p.heuristic), g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', static_cast<long long>(g.m),
+                 static_cast<long long>(g.n), static_cast<long long>(g.k), static_cast<long long>(g.lda),
+                 static_cast<long long>(g.ldb), static_cast<long long>(g.ldc), static_cast<long long>(g.batch),
+                 dtype_name(ab), dtype_name(ab), dtype_name(cd), g.bias ? ", bias" : "");
+    std::abort();
+  }
+  enqueue(s, g, p);
 }
 
 }  // namespace zerod::cuda

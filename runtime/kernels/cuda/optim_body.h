@@ -5,6 +5,7 @@
 // updates are the CPU's, bit for bit.
 #pragma once
 
+#include "absl/types/span.h"
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cuda/hd.h"
 
@@ -65,6 +66,59 @@ ZD_HD void adam8bit_at(int64_t i, const Adam8bitTensor& t, const AdamStep& k, co
   adam_math(k, load_f32(t.grad, t.grad_type, i), p, m, v);
   t.param[i] = p;
   if (t.param16) store_f32(t.param16, t.param16_type, i, p);
+}
+
+// Up to kGroupTensors tensors updated in one launch, carried by value as
+// the kernel's parameter (no device memory; under the 4 KB a launch
+// takes, cuda_table.cu asserts): the launch's elements (or 8-bit blocks)
+// numbered tensor after tensor, tensor j's from start[j].
+inline constexpr int kGroupTensors = 24;
+template <class Tensor>
+struct TensorGroup {
+  int count = 0;
+  int64_t start[kGroupTensors + 1] = {};  // start[count]: the launch's total
+  Tensor t[kGroupTensors];
+  AdamStep k[kGroupTensors];
+};
+
+// The member that element i of a group falls in: the last j with start[j]
+// <= i (empty members are never packed, so starts strictly increase).
+template <class Tensor>
+ZD_HD int group_member(const TensorGroup<Tensor>& g, int64_t i) {
+  int lo = 0, hi = g.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (g.start[mid] <= i) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// The tensors in groups of up to kGroupTensors non-empty ones, each group
+// handed to launch with its starts counted in units(tensor).
+template <class Tensor, class Units, class Launch>
+void for_groups(absl::Span<const Tensor> ts, absl::Span<const AdamStep> steps, Units units, Launch launch) {
+  TensorGroup<Tensor> g;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const int64_t u = units(ts[i]);
+    if (u <= 0) continue;
+    g.t[g.count] = ts[i];
+    g.k[g.count] = steps[i];
+    g.start[g.count + 1] = g.start[g.count] + u;
+    if (++g.count == kGroupTensors) {
+      launch(g);
+      g = {};
+    }
+  }
+  if (g.count > 0) launch(g);
+}
+
+ZD_HD void adam_group_at(int64_t i, const TensorGroup<AdamTensor>& g) {
+  const int j = group_member(g, i);
+  adam_at(i - g.start[j], g.t[j], g.k[j]);
 }
 
 }  // namespace zerod::cuda

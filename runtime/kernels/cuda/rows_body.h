@@ -153,6 +153,21 @@ ZD_HD void vec_layernorm_write(void* o, const void* x, const void* w, const void
     V::store(o, i, ov);
   }
 }
+// A row of out = a + b, lane l taking vectors l, l + lanes, ... as the
+// LayerNorm bodies above read a row: a lane that then normalizes out reads
+// back only its own stores (its program order, no barrier). Each sum is
+// rounded as map_at's SumOf rounds it.
+template <DType kT>
+ZD_HD void vec_residual_row(void* out, const void* a, const void* b, int C, int lane, int lanes) {
+  using V = RowVectors<kT>;
+  float av[V::W], bv[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(a, i, av);
+    V::load(b, i, bv);
+    for (int k = 0; k < V::W; ++k) av[k] += bv[k];
+    V::store(out, i, av);
+  }
+}
 template <DType kT>
 ZD_HD LayerNormRowSums vec_layernorm_backward_sums(const void* dy, const void* x, const void* w, float m, float s,
                                                    int C, int lane, int lanes) {
@@ -238,18 +253,31 @@ ZD_HD void embedding_forward_at(int64_t j, O out, const int32_t* tokens, W wte, 
 // position: dwte a token at a time from `order` (the positions sorted by
 // token, ties by position), the lanes of a block splitting the token's
 // columns; dwpe an element at a time over the B sequences. Sorted index i
-// starts a run unless its token is its predecessor's. A lane keeps four
+// starts a run unless its token is its predecessor's; the run's end is
+// found sixteen positions at a time, their loads in flight together (a
+// frequent token's run is thousands of positions in byte-level text, and
+// a position at a time was two dependent loads each). A lane keeps four
 // columns' sums and reads four positions of each before it adds them, in
-// order, so that sixteen loads are in flight where a frequent token's run
-// is long.
+// order, so that sixteen loads are in flight where a run is long.
 template <class D>
 ZD_HD void embedding_backward_run(int64_t i, int lane, int lanes, float* dwte, D dout, const int32_t* tokens,
                                   const int32_t* order, int64_t N, int C) {
-  constexpr int kCols = 4, kAhead = 4;
+  constexpr int kCols = 4, kAhead = 4, kScan = 16;
   const int32_t token = tokens[order[i]];
   if (i > 0 && tokens[order[i - 1]] == token) return;
   int64_t end = i + 1;
-  while (end < N && tokens[order[end]] == token) ++end;
+  for (bool more = true; more;) {
+    int32_t next[kScan];
+    for (int a = 0; a < kScan; ++a) next[a] = end + a < N ? tokens[order[end + a]] : -1;  // token ids are >= 0
+    int same = 0;  // the leading positions of the token, without indexing next[] at run time (registers)
+    bool run = true;
+    for (int a = 0; a < kScan; ++a) {
+      run = run && next[a] == token;
+      same += run ? 1 : 0;
+    }
+    end += same;
+    more = same == kScan;
+  }
   float* row = dwte + int64_t(token) * C;
   for (int c0 = lane; c0 < C; c0 += kCols * lanes) {
     float g[kCols];
@@ -287,11 +315,13 @@ ZD_HD void embedding_backward_position_at(int64_t j, float* dwpe, D dout, int B,
   dwpe[j] = g;
 }
 
-// Rows a chunk of a column sum takes: 64, or more where chunks x cols
-// partials would not fit in kColumnPartials floats.
+// Rows a chunk of a column sum takes: 16, so that stage 1 has threads
+// enough to keep HBM busy (gpt2's bias partials, 64 rows a thread, had 186
+// threads an SM of an H200 and ran at a third of its bandwidth), or more
+// where chunks x cols partials would not fit in kColumnPartials floats.
 constexpr int64_t kColumnPartials = int64_t{1} << 22;
 ZD_HD int64_t column_chunk_rows(int64_t N, int64_t cols) {
-  int64_t rows = 64;
+  int64_t rows = 16;
   while (rows < N && (N + rows - 1) / rows * cols > kColumnPartials) rows *= 2;
   return rows;
 }
@@ -306,11 +336,14 @@ ZD_HD void bias_partial_at(int64_t j, float* partial, D dout, int64_t N, int OC,
   partial[j] = g;
 }
 
-// Stage 2: d[o] += column o's partials (stride apart) in chunk order.
-ZD_HD void column_total(int64_t o, float* d, const float* partial, int64_t chunks, int64_t stride) {
+// Stage 2, a warp a column: lane l's share of column o's partials (stride
+// apart), chunks l, l + lanes, ... in order. The lanes' shares, summed in
+// the warp's fixed order, are the column's total, which one lane adds to
+// the gradient. (A thread a column walked all the chunks: 42 us a launch.)
+ZD_HD float column_share(int64_t o, int lane, int lanes, const float* partial, int64_t chunks, int64_t stride) {
   float g = 0.0f;
-  for (int64_t c = 0; c < chunks; ++c) g += partial[c * stride + o];
-  d[o] += g;
+  for (int64_t c = lane; c < chunks; c += lanes) g += partial[c * stride + o];
+  return g;
 }
 
 // One row z of V logits (operands) in fp32 registers: each lane's largest
