@@ -71,13 +71,13 @@ double block_tree_sum(F partial) {
 const auto kMax = [](auto a, auto b) { return a > b ? a : b; };
 const auto kSum = [](auto a, auto b) { return a + b; };
 
-// A column sum of N rows over `cols` partials, as the GPU runs it: stage 1
-// for every chunk and column, then the totals.
 // Stage 2's total of column o, a warp's lanes' shares combined.
 float column_total(int64_t o, const float* partial, int64_t chunks, int64_t stride) {
   return lanes_reduce(
       32, [&](int l) { return cuda::column_share(o, l, 32, partial, chunks, stride); }, kSum);
 }
+// A column sum of N rows over `cols` partials, as the GPU runs it: stage 1
+// for every chunk and column, then the totals.
 template <class Partial, class Total>
 void column_sum(int64_t N, int64_t cols, int64_t columns, Partial partial, Total total) {
   const int64_t rows = cuda::column_chunk_rows(N, cols), chunks = (N + rows - 1) / rows;
@@ -367,7 +367,7 @@ TEST(CudaBodies, LayerNormSixteenBytesALaneIsTheCpus) {
   EXPECT_FALSE(cuda::rows_in_vectors<DType::kBF16>(76, {nullptr})) << "76 is not whole vectors of 8";
 }
 
-// Chunks of 64 rows, doubled until chunks x columns partials fit.
+// Chunks of 16 rows, doubled until chunks x columns partials fit.
 TEST(CudaBodies, ColumnSumsTakeMoreRowsAChunkRatherThanOverflowTheirPartials) {
   EXPECT_EQ(cuda::column_chunk_rows(150, 40), 16);
   EXPECT_EQ(cuda::column_chunk_rows(int64_t{1} << 20, 1024), 256);  // 4096 chunks x 1024 = 2^22
@@ -498,15 +498,15 @@ TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
 // exponentials in fp32), the gradient to 1e-6 of the largest; with bf16
 // logits (the CPU's taking the bf16 values) the gradient, written back in
 // bf16, to 2^-8 of the largest. V = 300: 37 vectors of bf16 and 4 left.
+// Each row read twice from z, or once with its vectors kept in a copy
+// (the GPU's shared memory) for the gradient's pass.
 template <DType kT>
-void expect_softmax_rows_are_the_cpus() {
-  SCOPED_TRACE(dtype_name(kT));
+void expect_softmax_rows_are_the_cpus(int lanes, bool shared) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(kT) << ", " << lanes << " lanes" << (shared ? ", shared" : ""));
   const int64_t rows = 6;
   const int V = 300, ld = 320;
   const std::vector<int32_t> targets = {0, 299, 17, 150, 3, 296};
-  // One row on 256 lanes, as the GPU's block runs it: more lanes than the
-  // row has vectors, so that lanes without columns join in too.
-  const int lanes = 256;
+  Bytes16Buffer copy(cuda::softmax_copy_bytes<kT>(V));
   auto logits = randn(rows * V, 20, 4.0f);
   round_to(kT, logits.data(), logits.size());
   Bytes16Buffer buf(rows * ld * dtype_size(kT));
@@ -522,11 +522,18 @@ void expect_softmax_rows_are_the_cpus() {
     void* z = static_cast<char*>(g) + r * ld * ob;
     const float z_target = cuda::load_f32(z, kT, targets[r]);
     std::vector<cuda::SoftmaxPart> parts(lanes);
-    for (int l = 0; l < lanes; ++l) parts[l] = cuda::vec_logits_row_part<kT>(z, V, l, lanes);
+    void* c = shared ? copy.data() : nullptr;
+    for (int l = 0; l < lanes; ++l) parts[l] = cuda::vec_logits_row_part<kT>(z, V, l, lanes, c);
     const float M = lanes_reduce(lanes, [&](int l) { return parts[l].max; }, kMax);
     const float S = lanes_reduce(lanes, [&](int l) { return cuda::softmax_part_sum(parts[l], M); }, kSum);
     glosses[r] = cuda::softmax_loss(z_target, M, S);
-    for (int l = 0; l < lanes; ++l) cuda::vec_softmax_grad_write<kT>(z, V, targets[r], M, S, 0.25f, l, lanes);
+    if (shared) {  // the gradient's pass must read the whole vectors from the copy alone
+      const int whole = V / cuda::RowVectors<kT>::W * cuda::RowVectors<kT>::W;
+      for (int i = 0; i < whole; ++i) cuda::store_f32(z, kT, i, std::nanf(""));
+    }
+    for (int l = 0; l < lanes; ++l) {
+      cuda::vec_softmax_grad_write<kT>(z, shared ? c : z, V, targets[r], M, S, 0.25f, l, lanes);
+    }
     for (int i = 0; i < V; ++i) glogits[r * V + i] = cuda::load_f32(z, kT, i);
   });
   for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(glosses[r], losses[r], 1e-6 * losses[r]) << r;
@@ -534,8 +541,14 @@ void expect_softmax_rows_are_the_cpus() {
 }
 
 TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) {
-  expect_softmax_rows_are_the_cpus<DType::kF32>();
-  expect_softmax_rows_are_the_cpus<DType::kBF16>();
+  // 256 lanes, more than a row has vectors, so that lanes without columns
+  // join in too; 8, so that a lane loads several batches of four.
+  for (int lanes : {256, 8}) {
+    for (bool shared : {false, true}) {
+      expect_softmax_rows_are_the_cpus<DType::kF32>(lanes, shared);
+      expect_softmax_rows_are_the_cpus<DType::kBF16>(lanes, shared);
+    }
+  }
 
   // Three chunks, the last one partial, each on a block of kSquaresLanes
   // lanes, then the partials on one block.

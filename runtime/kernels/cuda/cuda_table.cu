@@ -195,20 +195,40 @@ void bias_partials_as(cudaStream_t s, float* partial, const void* dout, int64_t 
               [=] __device__(int64_t j) { cuda::vec_bias_partial_at<kT>(j, partial, dout, N, OC, rows); });
 }
 
+// A row of logits on a block: its loss, and its gradient in its place.
+// `copy`: shared memory for the row's whole vectors, or null (the row is
+// read twice).
+template <DType kT>
+__device__ void softmax_cross_entropy_row(int64_t r, int lane, int lanes, void* copy, void* logits, int64_t ld,
+                                          double* losses, const int32_t* targets, int V, float dloss) {
+  void* z = static_cast<char*>(logits) + r * ld * cuda::operand_bytes(kT);
+  const int target = targets[r];
+  assert(target >= 0 && target < V);
+  const float z_target = cuda::load_f32(z, kT, target);  // read before any lane overwrites it
+  const cuda::SoftmaxPart part = cuda::vec_logits_row_part<kT>(z, V, lane, lanes, copy);
+  const float M = cuda::block_reduce(part.max, cuda::Max());
+  const float S = cuda::block_reduce(cuda::softmax_part_sum(part, M), cuda::Sum());
+  if (lane == 0) losses[r] = cuda::softmax_loss(z_target, M, S);
+  if (dloss != 0.0f) cuda::vec_softmax_grad_write<kT>(z, copy ? copy : z, V, target, M, S, dloss, lane, lanes);
+}
+// A row whose whole vectors fit kMaxRowSharedBytes (gpt2's 50257 bf16
+// logits take 98 KB, two blocks an SM of an H100) is read once, into
+// shared memory, by a block of 512 lanes; a longer one (an fp32 job's)
+// twice from global memory, by 256.
 template <DType kT>
 void softmax_cross_entropy_as(cudaStream_t s, void* logits, int64_t ld, double* losses, const int32_t* targets,
                               int64_t rows, int V, float dloss) {
-  constexpr int64_t ob = cuda::operand_bytes(kT);
+  const int64_t shared = cuda::softmax_copy_bytes<kT>(V);
+  if (shared <= cuda::kMaxRowSharedBytes) {
+    cuda::launch_block_rows_shared(s, rows, shared, "softmax_cross_entropy",
+                                   [=] __device__(int64_t r, int lane, int lanes, void* copy) {
+                                     softmax_cross_entropy_row<kT>(r, lane, lanes, copy, logits, ld, losses, targets,
+                                                                   V, dloss);
+                                   });
+    return;
+  }
   launch_block_rows(s, rows, "softmax_cross_entropy", [=] __device__(int64_t r, int lane, int lanes) {
-    void* z = static_cast<char*>(logits) + r * ld * ob;
-    const int target = targets[r];
-    assert(target >= 0 && target < V);
-    const float z_target = cuda::load_f32(z, kT, target);  // read before any lane overwrites it
-    const cuda::SoftmaxPart part = cuda::vec_logits_row_part<kT>(z, V, lane, lanes);
-    const float M = cuda::block_reduce(part.max, cuda::Max());
-    const float S = cuda::block_reduce(cuda::softmax_part_sum(part, M), cuda::Sum());
-    if (lane == 0) losses[r] = cuda::softmax_loss(z_target, M, S);
-    if (dloss != 0.0f) cuda::vec_softmax_grad_write<kT>(z, V, target, M, S, dloss, lane, lanes);
+    softmax_cross_entropy_row<kT>(r, lane, lanes, nullptr, logits, ld, losses, targets, V, dloss);
   });
 }
 

@@ -1,5 +1,6 @@
 // Launching the bodies: one thread per index, one warp per row or one
-// block per row, in blocks of 256 threads. Each launch is checked; a
+// block per row, in blocks of 256 threads (512 for a row in shared
+// memory). Each launch is checked; a
 // launch that fails is a bug of the table (a bad configuration), so it
 // aborts naming the kernel. Debug builds also wait for each kernel (and
 // check the bodies' asserts), so that a fault is reported at the kernel
@@ -89,6 +90,38 @@ template <class F>
 void launch_block_rows(cudaStream_t s, int64_t rows, const char* what, F f) {
   if (rows <= 0) return;
   for_each_block_row<<<grid_blocks(rows, 1, what), kBlockThreads, 0, s>>>(f);
+  check_launch(s, what);
+}
+
+// The same with kRowSharedLanes threads a block and `shared_bytes` of
+// dynamic shared memory for each row's block, handed to f as its fourth
+// argument (16-byte aligned): f(row, lane, lanes, shared). A kernel may
+// take up to kMaxRowSharedBytes, which it asks for once (above 48 KB it
+// must); its registers are bounded so that two such blocks fit an SM.
+inline constexpr int kRowSharedLanes = 512;
+inline constexpr int kMaxRowSharedBytes = 112 * 1024;
+template <class F>
+__global__ void __launch_bounds__(kRowSharedLanes, 2) for_each_block_row_shared(F f) {
+  extern __shared__ uint4 row_shared[];
+  f(int64_t(blockIdx.x), static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), static_cast<void*>(row_shared));
+}
+
+template <class F>
+void launch_block_rows_shared(cudaStream_t s, int64_t rows, int64_t shared_bytes, const char* what, F f) {
+  if (rows <= 0) return;
+  if (shared_bytes > kMaxRowSharedBytes) {
+    std::fprintf(stderr, "zerod: CUDA kernel %s asks for %lld bytes of shared memory a block, over %d\n", what,
+                 static_cast<long long>(shared_bytes), kMaxRowSharedBytes);
+    std::abort();
+  }
+  static const cudaError_t asked = cudaFuncSetAttribute(
+      for_each_block_row_shared<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowSharedBytes);
+  if (asked != cudaSuccess) {
+    std::fprintf(stderr, "zerod: CUDA kernel %s: %d bytes of shared memory a block: %s\n", what, kMaxRowSharedBytes,
+                 cudaGetErrorString(asked));
+    std::abort();
+  }
+  for_each_block_row_shared<<<grid_blocks(rows, 1, what), kRowSharedLanes, static_cast<size_t>(shared_bytes), s>>>(f);
   check_launch(s, what);
 }
 

@@ -88,7 +88,7 @@ absl::Status LtGemm::init(void* workspace, size_t bytes) {
 LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
   const Key key{g.trans_a,  g.trans_b,  g.m,          g.n,          g.k,     g.lda,   g.ldb,
                 g.ldc,      g.batch,    g.stride_a,   g.stride_b,   g.stride_c, int(ab), int(cd),
-                g.bias != nullptr, alignments(g), int(g.epilogue), g.aux_ld, alignment(g.aux)};
+                g.bias != nullptr, alignment(g.bias), alignments(g), int(g.epilogue), g.aux_ld, alignment(g.aux)};
   auto [it, fresh] = plans_.try_emplace(key);
   Plan& p = it->second;
   if (!fresh) return p;
@@ -97,8 +97,10 @@ LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
   set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_TRANSA, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_TRANSB, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set<int32_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue(g));
+  // The heuristic reads the bias's and the aux matrix's alignment from
+  // their pointers' values.
+  if (g.bias) set<const void*>(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (g.epilogue != GemmEpilogue::kNone) {
-    // The heuristic reads the aux pointer's alignment from its value.
     set<const void*>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
     set<int64_t>(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
   }

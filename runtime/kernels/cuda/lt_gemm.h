@@ -50,7 +50,7 @@ class LtGemm {
     bool found = false;
   };
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int, int, bool, unsigned, int, int64_t, unsigned>;
+                         int64_t, int, int, bool, unsigned, unsigned, int, int64_t, unsigned>;
   Plan& plan(const ColMajorGemm& g, DType ab, DType cd);
   void enqueue(cudaStream_t s, const ColMajorGemm& g, Plan& p);
 

@@ -101,7 +101,7 @@ ZD_HD int group_member(const TensorGroup<Tensor>& g, int64_t i) {
 // handed to launch with its starts counted in units(tensor).
 template <class Tensor, class Units, class Launch>
 void for_groups(absl::Span<const Tensor> ts, absl::Span<const AdamStep> steps, Units units, Launch launch) {
-  TensorGroup<Tensor> g;
+  TensorGroup<Tensor> g{};
   for (size_t i = 0; i < ts.size(); ++i) {
     const int64_t u = units(ts[i]);
     if (u <= 0) continue;

@@ -371,26 +371,43 @@ ZD_HD float softmax_part_sum(SoftmaxPart p, float M) { return p.sum == 0.0f ? 0.
 ZD_HD double softmax_loss(float z_target, float M, float S) { return static_cast<double>(logf(S) - (z_target - M)); }
 // Lanes read and write a row z of operands of type kT 16 bytes at a time
 // (z 16-byte aligned): the row's whole vectors (lane l taking vectors l,
-// l + lanes, ...), then its last V mod W elements one a lane.
+// l + lanes, ...), then its last V mod W elements one a lane. The first
+// pass loads four of a lane's vectors before it adds any (four 16-byte
+// loads in flight a lane) and, where `copy` is not null (the block's
+// shared memory, V / W vectors), keeps each at its index there; the
+// second reads them back from `from` (copy, or z itself) and writes the
+// gradient into z: HBM then sees the row read once. Each lane reads back
+// only what it stored.
 template <DType kT>
-ZD_HD SoftmaxPart vec_logits_row_part(const void* z, int V, int lane, int lanes) {
+ZD_HD SoftmaxPart vec_logits_row_part(const void* z, int V, int lane, int lanes, void* copy) {
   using R = RowVectors<kT>;
+  constexpr int kBatch = 4;
   SoftmaxPart p{-INFINITY, 0.0f};
-  float v[R::W];
-  for (int i = lane; i < V / R::W; i += lanes) {
-    R::load(z, i, v);
-    for (int k = 0; k < R::W; ++k) softmax_add(p, v[k]);
+  const int vectors = V / R::W;
+  for (int i0 = lane; i0 < vectors; i0 += kBatch * lanes) {
+    Bytes16 b[kBatch];
+    for (int a = 0; a < kBatch; ++a) {
+      const int i = i0 + a * lanes;
+      if (i < vectors) b[a] = static_cast<const Bytes16*>(z)[i];
+    }
+    for (int a = 0; a < kBatch; ++a) {
+      const int i = i0 + a * lanes;
+      if (i >= vectors) break;
+      if (copy) static_cast<Bytes16*>(copy)[i] = b[a];
+      for (int k = 0; k < R::W; ++k) softmax_add(p, R::L::get(b[a], k));
+    }
   }
-  for (int i = V / R::W * R::W + lane; i < V; i += lanes) softmax_add(p, load_f32(z, kT, i));
+  for (int i = vectors * R::W + lane; i < V; i += lanes) softmax_add(p, load_f32(z, kT, i));
   return p;
 }
 template <DType kT>
-ZD_HD void vec_softmax_grad_write(void* z, int V, int target, float M, float S, float dloss, int lane, int lanes) {
+ZD_HD void vec_softmax_grad_write(void* z, const void* from, int V, int target, float M, float S, float dloss,
+                                  int lane, int lanes) {
   using R = RowVectors<kT>;
   const float inv = 1.0f / S;
   float v[R::W];
   for (int i = lane; i < V / R::W; i += lanes) {
-    R::load(z, i, v);
+    R::load(from, i, v);
     for (int k = 0; k < R::W; ++k) {
       const int col = i * R::W + k;
       v[k] = (expf(v[k] - M) * inv - (col == target ? 1.0f : 0.0f)) * dloss;
@@ -401,6 +418,11 @@ ZD_HD void vec_softmax_grad_write(void* z, int V, int target, float M, float S, 
     const float p = expf(load_f32(z, kT, i) - M) * inv;
     store_f32(z, kT, i, (p - (i == target ? 1.0f : 0.0f)) * dloss);
   }
+}
+// Bytes of shared memory a row's whole vectors take (what `copy` holds).
+template <DType kT>
+ZD_HD int64_t softmax_copy_bytes(int V) {
+  return int64_t(V / RowVectors<kT>::W) * 16;
 }
 
 // cpu::sum_squares's order (cpu_kernels.h) on blocks of kSquaresLanes
