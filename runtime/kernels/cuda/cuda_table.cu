@@ -275,7 +275,8 @@ class CudaKernels : public Kernels {
   }
   void matmul_backward_gelu(Stream& s, void* dpre, float* dw, float* dbias, const void* dout, const void* pre,
                             const void* inp, const void* w, int64_t N, int C, int OC) override {
-    if (op_ == DType::kF32 || !lt_.try_run(cs(s), cuda::matmul_dpre_gelu_gemm(dpre, pre, dout, w, N, C, OC), op_, op_)) {
+    if (op_ == DType::kF32 ||
+        !lt_.try_run(cs(s), cuda::matmul_dpre_gelu_gemm(dpre, pre, dout, w, N, C, OC), op_, op_)) {
       return Kernels::matmul_backward_gelu(s, dpre, dw, dbias, dout, pre, inp, w, N, C, OC);
     }
     matmul_backward(s, nullptr, dw, dbias, dout, inp, w, N, C, OC);

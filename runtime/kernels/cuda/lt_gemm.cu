@@ -159,9 +159,10 @@ void LtGemm::run(cudaStream_t s, const ColMajorGemm& g, DType ab, DType cd) {
     std::fprintf(stderr,
                  "zerod: cuBLASLt has no algorithm (%s) for %c%c m %lld n %lld k %lld (lda %lld ldb %lld ldc %lld, "
                  "batch %lld, %s x %s -> %s%s)\n",
-                 cublasGetStatusName(p.heuristic), g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', static_cast<long long>(g.m),
-                 static_cast<long long>(g.n), static_cast<long long>(g.k), static_cast<long long>(g.lda),
-                 static_cast<long long>(g.ldb), static_cast<long long>(g.ldc), static_cast<long long>(g.batch),
+                 cublasGetStatusName(p.heuristic), g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
+                 static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                 static_cast<long long>(g.lda), static_cast<long long>(g.ldb), static_cast<long long>(g.ldc),
+                 static_cast<long long>(g.batch),
                  dtype_name(ab), dtype_name(ab), dtype_name(cd), g.bias ? ", bias" : "");
     std::abort();
   }
