@@ -1,8 +1,8 @@
 // The CUDA kernel table. Its operands (kernels.h) are of the job's
 // precision: the layers' products run through cuBLASLt on them (lt_gemm.h;
 // bf16 and fp16 on tensor cores, fp32 sums), the bias, the GELU and its
-// backward done by its epilogues; attention, until it is fused, widens its operands to fp32 for
-// cuBLAS's fp32 products (attention_plan.h). The rest are the bodies of
+// backward done by its epilogues; attention, until it is fused, widens its
+// operands to fp32 for cuBLAS's fp32 products (attention_plan.h). The rest are the bodies of
 // *_body.h, which tests/test_cuda_bodies.cc also runs on the CPU: one
 // thread per element, row or column chunk, one warp per row of attention's
 // scores or of LayerNorm, one block per row of logits or chunk of a sum of

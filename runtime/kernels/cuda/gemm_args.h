@@ -1,13 +1,12 @@
 // The row-major matrix products of the layers as column-major gemm calls
 // (cuBLAS's convention): C = alpha op(A) op(B) + beta C (+ bias[i] on row
 // i, the epilogue; then the GELU epilogue, below), C being m x n and the
-// inner dimension k; a batched call
-// repeats it `batch` times, each operand `stride_*` elements past the one
-// before. A row-major X[r, c] is the column-major X^T, so each product is
-// taken transposed. The elements' types are the caller's (the CUDA
-// table's operands, or fp32). Plain C++, so that tests/test_cuda_bodies.cc
-// runs every one through a column-major BLAS on the CPU against the CPU
-// kernels.
+// inner dimension k; a batched call repeats it `batch` times, each operand
+// `stride_*` elements past the one before. A row-major X[r, c] is the
+// column-major X^T, so each product is taken transposed. The elements'
+// types are the caller's (the CUDA table's operands, or fp32). Plain C++,
+// so that tests/test_cuda_bodies.cc runs every one (its epilogue too)
+// through a column-major BLAS on the CPU against the CPU kernels.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,7 @@
 // Launching the bodies: one thread per index, one warp per row or one
 // block per row, in blocks of 256 threads (512 for a row in shared
-// memory). Each launch is checked; a
-// launch that fails is a bug of the table (a bad configuration), so it
-// aborts naming the kernel. Debug builds also wait for each kernel (and
+// memory). Each launch is checked; a launch that fails is a bug of the
+// table (a bad configuration), so it aborts naming the kernel. Debug builds also wait for each kernel (and
 // check the bodies' asserts), so that a fault is reported at the kernel
 // that made it rather than at the next synchronize.
 #pragma once

@@ -2,8 +2,8 @@
 // of the operand type (bf16, fp16 or fp32), C and D of it or fp32 (the
 // weight gradients, which accumulate; the logits a caller reads), fp32
 // accumulation and scaling, the bias, a GELU or its gradient done by the
-// epilogue (gemm_args.h's GemmEpilogue). For each shape
-// the heuristic's first algorithm is found once and kept; the algorithms
+// epilogue (gemm_args.h's GemmEpilogue). For each shape the heuristic's
+// first algorithm is found once and kept (or its refusal); the algorithms
 // for a shape depend on its pointers' alignment, which is part of the key.
 // cuBLAS's own guarantee makes a run repeat its bits on the same GPU: no
 // algorithm it picks accumulates in an order that varies between runs.
