@@ -248,6 +248,24 @@ ZD_HD void embedding_forward_at(int64_t j, O out, const int32_t* tokens, W wte, 
   out[j] = wte[int64_t(tokens[row]) * C + i] + wpe[int64_t(t) * C + i];
 }
 
+// The same 16 bytes a thread (rows of C whole vectors, every pointer
+// 16-byte aligned): thread t takes vector t of the [B*T, C] output, each
+// element the same fp32 sum rounded as the one-element path's.
+template <DType kT>
+ZD_HD void vec_embedding_forward_at(int64_t t, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                                    int T, int C) {
+  using V = RowVectors<kT>;
+  const int vectors = C / V::W;
+  const int64_t row = t / vectors;
+  const int i = static_cast<int>(t % vectors);
+  assert(tokens[row] >= 0);
+  float e[V::W], p[V::W];
+  V::load(wte, int64_t(tokens[row]) * vectors + i, e);
+  V::load(wpe, (row % T) * vectors + i, p);
+  for (int k = 0; k < V::W; ++k) e[k] += p[k];
+  V::store(out, t, e);
+}
+
 // The embedding's backward in the CPU's order (each gradient element
 // adds its positions in position order) without a thread walking every
 // position: dwte a token at a time from `order` (the positions sorted by
