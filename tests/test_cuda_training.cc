@@ -172,8 +172,9 @@ TEST_F(CudaTraining, LoraGradientsMatchTheCpu) {
 // CPU's fp32 run of it: on this job the CPU's own bf16 and fp16 runs stay
 // within 0.34% and 0.14% of that one over 20 steps (measured), so 3e-2
 // leaves the GPU's 16-bit differences above the room they have against
-// the CPU's run at the same precision. A 16-bit run may skip steps for
-// its loss scale, which the fp32 one does not: only the losses compare.
+// the CPU's run at the same precision. A 16-bit run may skip a step for
+// its loss scale, which the fp32 one does not: the losses compare up to
+// the first skip (the runs skip alike on both devices, checked above).
 TEST_F(CudaTraining, TwentyStepsFollowTheCpuAtEveryStageAndSetting) {
   const std::string dir = path("offload");
   const std::vector<std::vector<std::string>> variants = {
@@ -218,7 +219,7 @@ TEST_F(CudaTraining, TwentyStepsFollowTheCpuAtEveryStageAndSetting) {
     ASSERT_TRUE(fp32.ok()) << fp32.status();
     const std::vector<StepResult> ref = train(**fp32, 20);
     ASSERT_EQ(gpu_run.size(), ref.size());
-    for (size_t i = 0; i < ref.size(); ++i) {
+    for (size_t i = 0; i < ref.size() && !gpu_run[i].skipped; ++i) {
       EXPECT_NEAR(gpu_run[i].loss, ref[i].loss, 3e-2 * std::fabs(ref[i].loss)) << "step " << i + 1 << " against fp32";
     }
   }

@@ -220,15 +220,16 @@ __device__ void softmax_cross_entropy_row(int64_t r, int lane, int lanes, void* 
   if (lane == 0) losses[r] = cuda::softmax_loss(z_target, M, S);
   if (dloss != 0.0f) cuda::vec_softmax_grad_write<kT>(z, copy ? copy : z, V, target, M, S, dloss, lane, lanes);
 }
-// A row whose whole vectors fit kMaxRowSharedBytes (gpt2's 50257 bf16
-// logits take 98 KB, two blocks an SM of an H100) is read once, into
-// shared memory, by a block of 512 lanes; a longer one (an fp32 job's)
-// twice from global memory, by 256.
+// A row whose whole vectors fit `shared_limit` (launch.cuh's
+// row_shared_limit; gpt2's 50257 bf16 logits take 98 KB, two blocks an SM
+// of an H100) is read once, into shared memory, by a block of 512 lanes;
+// a longer one (an fp32 job's), or one whose gradient is not wanted, twice
+// from global memory, by 256.
 template <DType kT>
 void softmax_cross_entropy_as(cudaStream_t s, void* logits, int64_t ld, double* losses, const int32_t* targets,
-                              int64_t rows, int V, float dloss) {
+                              int64_t rows, int V, float dloss, int64_t shared_limit) {
   const int64_t shared = cuda::softmax_copy_bytes<kT>(V);
-  if (shared <= cuda::kMaxRowSharedBytes) {
+  if (dloss != 0.0f && shared <= shared_limit) {
     cuda::launch_block_rows_shared(s, rows, shared, "softmax_cross_entropy",
                                    [=] __device__(int64_t r, int lane, int lanes, void* copy) {
                                      softmax_cross_entropy_row<kT>(r, lane, lanes, copy, logits, ld, losses, targets,
@@ -255,6 +256,7 @@ class CudaKernels : public Kernels {
     // time on the compute stream; accounted, and a run repeats its bits.
     ZEROD_ASSIGN_OR_RETURN(blas_workspace_, dev_.allocate(KernelMemory::kCudaBlasWorkspace, Category::kWorkspace));
     ZEROD_RETURN_IF_ERROR(lt_.init(blas_workspace_.data(), blas_workspace_.bytes()));
+    row_shared_limit_ = cuda::row_shared_limit();  // the device is current on the thread that makes its table
     ZEROD_ASSIGN_OR_RETURN(partials_, dev_.allocate(cuda::kColumnPartials * sizeof(float), Category::kWorkspace));
     ZEROD_ASSIGN_OR_RETURN(maps_, dev_.allocate(2 * sizeof(QuantMap), Category::kWorkspace));
     const QuantMap maps[2] = {signed_dynamic_map(), unsigned_dynamic_map()};
@@ -479,7 +481,8 @@ class CudaKernels : public Kernels {
   void softmax_cross_entropy(Stream& s, void* logits, int64_t ld, double* losses, const int32_t* targets,
                              int64_t rows, int V, float dloss) {
     for_operands(op_, [&](auto t) {
-      softmax_cross_entropy_as<decltype(t)::value>(cs(s), logits, ld, losses, targets, rows, V, dloss);
+      softmax_cross_entropy_as<decltype(t)::value>(cs(s), logits, ld, losses, targets, rows, V, dloss,
+                                                   row_shared_limit_);
     });
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override {
@@ -672,6 +675,7 @@ class CudaKernels : public Kernels {
   cudaStream_t blas_stream_ = nullptr;
   cuda::LtGemm lt_;
   Buffer blas_workspace_, partials_, maps_;
+  int64_t row_shared_limit_ = 0;  // bytes of shared memory a row of logits may take
 };
 
 }  // namespace

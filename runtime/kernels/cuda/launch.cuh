@@ -1,9 +1,10 @@
 // Launching the bodies: one thread per index, one warp per row or one
 // block per row, in blocks of 256 threads (512 for a row in shared
 // memory). Each launch is checked; a launch that fails is a bug of the
-// table (a bad configuration), so it aborts naming the kernel. Debug builds also wait for each kernel (and
-// check the bodies' asserts), so that a fault is reported at the kernel
-// that made it rather than at the next synchronize.
+// table (a bad configuration), so it aborts naming the kernel. Debug
+// builds also wait for each kernel (and check the bodies' asserts), so
+// that a fault is reported at the kernel that made it rather than at the
+// next synchronize.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -94,11 +95,25 @@ void launch_block_rows(cudaStream_t s, int64_t rows, const char* what, F f) {
 
 // The same with kRowSharedLanes threads a block and `shared_bytes` of
 // dynamic shared memory for each row's block, handed to f as its fourth
-// argument (16-byte aligned): f(row, lane, lanes, shared). A kernel may
-// take up to kMaxRowSharedBytes, which it asks for once (above 48 KB it
-// must); its registers are bounded so that two such blocks fit an SM.
+// argument (16-byte aligned): f(row, lane, lanes, shared). The caller
+// keeps shared_bytes within kMaxRowSharedBytes and the device's own limit
+// (row_shared_limit); the launch asks for it (above 48 KB a kernel must,
+// on the current device) and for shared memory over L1 in the SM's
+// split. Registers are bounded so that two such blocks fit an SM.
 inline constexpr int kRowSharedLanes = 512;
 inline constexpr int kMaxRowSharedBytes = 112 * 1024;
+// What a row may take of the current device's shared memory: up to
+// kMaxRowSharedBytes, leaving 1 KB of its opt-in limit a block for a
+// kernel's own (reduce.cuh's) shared arrays. (Under 112 KB on sm_86,
+// sm_89 and sm_120, whose blocks take 99 KB.)
+inline int64_t row_shared_limit() {
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    return 0;
+  }
+  return optin - 1024 < kMaxRowSharedBytes ? optin - 1024 : kMaxRowSharedBytes;
+}
 template <class F>
 __global__ void __launch_bounds__(kRowSharedLanes, 2) for_each_block_row_shared(F f) {
   extern __shared__ uint4 row_shared[];
@@ -113,11 +128,15 @@ void launch_block_rows_shared(cudaStream_t s, int64_t rows, int64_t shared_bytes
                  static_cast<long long>(shared_bytes), kMaxRowSharedBytes);
     std::abort();
   }
-  static const cudaError_t asked = cudaFuncSetAttribute(
-      for_each_block_row_shared<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowSharedBytes);
+  cudaError_t asked = cudaFuncSetAttribute(for_each_block_row_shared<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(shared_bytes));
+  if (asked == cudaSuccess) {
+    asked = cudaFuncSetAttribute(for_each_block_row_shared<F>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
+  }
   if (asked != cudaSuccess) {
-    std::fprintf(stderr, "zerod: CUDA kernel %s: %d bytes of shared memory a block: %s\n", what, kMaxRowSharedBytes,
-                 cudaGetErrorString(asked));
+    std::fprintf(stderr, "zerod: CUDA kernel %s: %lld bytes of shared memory a block: %s\n", what,
+                 static_cast<long long>(shared_bytes), cudaGetErrorString(asked));
     std::abort();
   }
   for_each_block_row_shared<<<grid_blocks(rows, 1, what), kRowSharedLanes, static_cast<size_t>(shared_bytes), s>>>(f);
