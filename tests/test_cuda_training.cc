@@ -172,9 +172,10 @@ TEST_F(CudaTraining, LoraGradientsMatchTheCpu) {
 // CPU's fp32 run of it: on this job the CPU's own bf16 and fp16 runs stay
 // within 0.34% and 0.14% of that one over 20 steps (measured), so 3e-2
 // leaves the GPU's 16-bit differences above the room they have against
-// the CPU's run at the same precision. A 16-bit run may skip a step for
-// its loss scale, which the fp32 one does not: the losses compare up to
-// the first skip (the runs skip alike on both devices, checked above).
+// the CPU's run at the same precision. A 16-bit run may leave out an
+// update where its loss scale overflowed (StepResult::skipped), which the
+// fp32 one never does: the losses compare up to the first such step (the
+// GPU and CPU runs leave out the same ones, checked above).
 TEST_F(CudaTraining, TwentyStepsFollowTheCpuAtEveryStageAndSetting) {
   const std::string dir = path("offload");
   const std::vector<std::vector<std::string>> variants = {
