@@ -395,6 +395,80 @@ TEST(CudaBodies, LayerNormSixteenBytesALaneIsTheCpus) {
   EXPECT_FALSE(cuda::rows_in_vectors<DType::kBF16>(76, {nullptr})) << "76 is not whole vectors of 8";
 }
 
+// A row held in registers (4, 8 or 16 vectors a lane) normalizes to the
+// bits of the row read three times, and its residual sum is
+// vec_residual_row's, for rows that leave lanes idle or fill them all.
+template <DType kT, int kHeld>
+void expect_held_row_is_the_read_rows(int C) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(kT) << ", C " << C);
+  constexpr int lanes = 32;
+  ASSERT_EQ(cuda::held_vectors<kT>(C, lanes), kHeld);
+  const int64_t N = 6, ob = dtype_size(kT), n_all = N * C;
+  std::vector<Bytes16Buffer> bufs;
+  auto operands = [&](const std::vector<float>& v) {
+    bufs.emplace_back(static_cast<int64_t>(v.size()) * ob);
+    for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(bufs.back().data(), kT, i, v[i]);
+    return static_cast<void*>(bufs.back().data());
+  };
+  auto values = [&](const void* p, int64_t n) {
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = cuda::load_f32(p, kT, i);
+    return v;
+  };
+  void *x = operands(randn(n_all, 30, 2.0f)), *y = operands(randn(n_all, 31)), *w = operands(randn(C, 32)),
+       *b = operands(randn(C, 33));
+  void *read_res = operands(std::vector<float>(n_all)), *held_res = operands(std::vector<float>(n_all)),
+       *read_out = operands(std::vector<float>(n_all)), *held_out = operands(std::vector<float>(n_all));
+  std::vector<float> read_stats(2 * N), held_stats(2 * N);
+  for_each_index(N, [&](int64_t n) {
+    const int64_t at = n * C * ob;
+    char* r = static_cast<char*>(read_res) + at;
+    for (int l = 0; l < lanes; ++l) {
+      cuda::vec_residual_row<kT>(r, static_cast<char*>(x) + at, static_cast<char*>(y) + at, C, l, lanes);
+    }
+    const float m = lanes_reduce(lanes, [&](int l) { return cuda::vec_row_sum<kT>(r, C, l, lanes); }, kSum) / C;
+    const float rs = cuda::layernorm_rstd(
+        lanes_reduce(lanes, [&](int l) { return cuda::vec_row_squares_about<kT>(r, C, m, l, lanes); }, kSum), C);
+    for (int l = 0; l < lanes; ++l) {
+      cuda::vec_layernorm_write<kT>(static_cast<char*>(read_out) + at, r, w, b, C, m, rs, l, lanes);
+    }
+    read_stats[2 * n] = m;
+    read_stats[2 * n + 1] = rs;
+
+    std::vector<cuda::HeldRow<kT, kHeld>> held;
+    for (int l = 0; l < lanes; ++l) {
+      held.emplace_back(C, l, lanes);
+      held.back().load_sum(static_cast<char*>(held_res) + at, static_cast<char*>(x) + at, static_cast<char*>(y) + at);
+    }
+    const float hm = lanes_reduce(lanes, [&](int l) { return held[l].sum(); }, kSum) / C;
+    const float hs =
+        cuda::layernorm_rstd(lanes_reduce(lanes, [&](int l) { return held[l].squares_about(hm); }, kSum), C);
+    for (int l = 0; l < lanes; ++l) held[l].layernorm_write(static_cast<char*>(held_out) + at, w, b, hm, hs);
+    held_stats[2 * n] = hm;
+    held_stats[2 * n + 1] = hs;
+    // The same row loaded from memory holds the same values.
+    for (int l = 0; l < lanes; ++l) {
+      cuda::HeldRow<kT, kHeld> loaded(C, l, lanes);
+      loaded.load(static_cast<char*>(held_res) + at);
+      EXPECT_EQ(loaded.sum(), held[l].sum()) << "row " << n << ", lane " << l;
+    }
+  });
+  EXPECT_EQ(bits(values(held_res, n_all)), bits(values(read_res, n_all)));
+  EXPECT_EQ(bits(held_stats), bits(read_stats));
+  EXPECT_EQ(bits(values(held_out, n_all)), bits(values(read_out, n_all)));
+}
+
+TEST(CudaBodies, LayerNormOfARowHeldInRegistersIsTheRowReadThreeTimes) {
+  expect_held_row_is_the_read_rows<DType::kBF16, 4>(72);     // 9 vectors: lanes 9-31 idle
+  expect_held_row_is_the_read_rows<DType::kF32, 4>(512);     // 128 vectors: 4 each
+  expect_held_row_is_the_read_rows<DType::kBF16, 8>(1600);   // gpt2-xl: 200 vectors, 6 or 7 each
+  expect_held_row_is_the_read_rows<DType::kF32, 8>(768);     // gpt2 in fp32: 192 vectors, 6 each
+  expect_held_row_is_the_read_rows<DType::kBF16, 16>(4096);  // 512 vectors: 16 each
+  expect_held_row_is_the_read_rows<DType::kF32, 16>(2000);   // 500 vectors, 15 or 16 each
+  EXPECT_EQ(cuda::held_vectors<DType::kBF16>(4104, 32), 0) << "513 vectors: 17 a lane, read from memory";
+  EXPECT_EQ(cuda::held_vectors<DType::kF32>(4096, 32), 0) << "1024 vectors: 32 a lane";
+}
+
 // Chunks of 16 rows, doubled until chunks x columns partials fit.
 TEST(CudaBodies, ColumnSumsTakeMoreRowsAChunkRatherThanOverflowTheirPartials) {
   EXPECT_EQ(cuda::column_chunk_rows(150, 40), 16);

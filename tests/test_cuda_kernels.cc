@@ -191,6 +191,36 @@ TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
   EXPECT_EQ(bits(down(g_r, n)), bits(r));
 }
 
+// Rows a warp holds in registers, 8 and 16 vectors a lane (gpt2-xl's
+// 1600 in bf16, 4096 in bf16, gpt2's 768 in fp32), and a row too long to
+// hold (4096 in fp32), forward alone and after the residual.
+TEST_F(CudaTable, LayerNormOfWideRowsHeldOrRead) {
+  const int64_t N = 70;
+  for (const auto& [t, C] : {std::pair{DType::kBF16, 1600}, std::pair{DType::kBF16, 4096},
+                             std::pair{DType::kF32, 768}, std::pair{DType::kF32, 4096}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", C " << C);
+    auto k = table(t);
+    auto x = randn(N * C, 40, 2.0f), w = randn(C, 41), b = randn(C, 42), y = randn(N * C, 43);
+    std::vector<float> out(N * C), mean(N), rstd(N), sum(N * C);
+    void* g_out = up_as(t, out);
+    float *g_mean = up(mean), *g_rstd = up(rstd);
+    const void *g_w = up_as(t, w), *g_b = up_as(t, b), *g_y = up_as(t, y);
+    void* g_x = up_as(t, x);
+    k->layernorm_forward(s(), g_out, g_mean, g_rstd, g_x, g_w, g_b, N, C);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    expect_close(down_as(t, g_out, out.size()), out, tol(t, 1e-6f), "layernorm out");
+    expect_close(down(g_mean, N), mean, 1e-6f, "layernorm mean");
+    expect_close(down(g_rstd, N), rstd, 1e-6f, "layernorm rstd");
+    k->residual_layernorm_forward(s(), g_x, g_out, g_mean, g_rstd, g_x, g_y, g_w, g_b, N, C);
+    cpu::residual_forward(sum.data(), x.data(), y.data(), N * C);
+    sum = rounded(t, sum);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), sum.data(), w.data(), b.data(), N, C);
+    EXPECT_EQ(bits(down_as(t, g_x, sum.size())), bits(sum));
+    expect_close(down_as(t, g_out, out.size()), out, tol(t, 1e-6f), "residual + layernorm out");
+    expect_close(down(g_rstd, N), rstd, 1e-6f, "residual + layernorm rstd");
+  }
+}
+
 // C = 64 rows go 16 bytes a thread forward, C = 74 an element a thread.
 TEST_F(CudaTable, EmbeddingForwardAndItsDeterministicBackward) {
   const int B = 4, T = 16, V = 23;  // tokens repeat

@@ -131,7 +131,9 @@ decltype(auto) for_operands(DType t, F f) {
 }
 
 // LayerNorm's rows 16 bytes a lane (rows_body.h's vec_ bodies), a warp a
-// row, and its parameters' gradients W columns a thread.
+// row, and its parameters' gradients W columns a thread. A row the warp
+// can hold in registers (HeldRow) is read once; a longer one three times,
+// the later two from cache.
 template <DType kT>
 __device__ void layernorm_row(void* out, float* mean, float* rstd, const void* x, const void* w, const void* b,
                               int64_t n, int C, int lane) {
@@ -144,20 +146,83 @@ __device__ void layernorm_row(void* out, float* mean, float* rstd, const void* x
     rstd[n] = r;
   }
 }
+template <DType kT, int kHeld>
+__device__ void held_layernorm_row(const cuda::HeldRow<kT, kHeld>& x, void* out, float* mean, float* rstd,
+                                   const void* w, const void* b, int64_t n, int C, int lane) {
+  const float m = cuda::warp_reduce(x.sum(), cuda::Sum()) / C;
+  const float r = cuda::layernorm_rstd(cuda::warp_reduce(x.squares_about(m), cuda::Sum()), C);
+  x.layernorm_write(out, w, b, m, r);
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+// f(integral_constant<int, kHeld>) for the vectors a lane holds of a row
+// of C on a warp (rows_body.h's held_vectors); false where a row is too
+// long to hold.
+template <DType kT, class F>
+bool with_held_row(int C, F f) {
+  switch (cuda::held_vectors<kT>(C, 32)) {
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      return true;
+    case 8:
+      f(std::integral_constant<int, 8>{});
+      return true;
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      return true;
+    default:
+      return false;
+  }
+}
+template <DType kT, int kHeld>
+void held_layernorm_forward_as(cudaStream_t s, void* out, float* mean, float* rstd, const void* inp, const void* w,
+                               const void* b, int64_t N, int C) {
+  constexpr int64_t ob = cuda::operand_bytes(kT);
+  launch_warp_rows(s, N, "layernorm_forward", [=] __device__(int64_t n, int lane) {
+    cuda::HeldRow<kT, kHeld> x(C, lane, 32);
+    x.load(static_cast<const char*>(inp) + n * C * ob);
+    held_layernorm_row(x, static_cast<char*>(out) + n * C * ob, mean, rstd, w, b, n, C, lane);
+  });
+}
 template <DType kT>
 void layernorm_forward_as(cudaStream_t s, void* out, float* mean, float* rstd, const void* inp, const void* w,
                           const void* b, int64_t N, int C) {
+  if (with_held_row<kT>(C, [&](auto h) {
+        held_layernorm_forward_as<kT, decltype(h)::value>(s, out, mean, rstd, inp, w, b, N, C);
+      })) {
+    return;
+  }
   constexpr int64_t ob = cuda::operand_bytes(kT);
   launch_warp_rows(s, N, "layernorm_forward", [=] __device__(int64_t n, int lane) {
     layernorm_row<kT>(static_cast<char*>(out) + n * C * ob, mean, rstd, static_cast<const char*>(inp) + n * C * ob, w,
                       b, n, C, lane);
   });
 }
-// The sum's row written, then normalized from what each lane wrote (its
-// re-reads hit the cache): HBM sees a and b read, res and out written.
+// The sum's row written, then normalized: from registers where the warp
+// holds the row, else from what each lane wrote (its re-reads hit the
+// cache). HBM sees a and b read, res and out written. A lane reads a and
+// b only where it writes res, so res may be a.
+template <DType kT, int kHeld>
+void held_residual_layernorm_forward_as(cudaStream_t s, void* res, void* out, float* mean, float* rstd, const void* a,
+                                        const void* b, const void* w, const void* bias, int64_t N, int C) {
+  constexpr int64_t ob = cuda::operand_bytes(kT);
+  launch_warp_rows(s, N, "residual_layernorm_forward", [=] __device__(int64_t n, int lane) {
+    const int64_t at = n * C * ob;
+    cuda::HeldRow<kT, kHeld> x(C, lane, 32);
+    x.load_sum(static_cast<char*>(res) + at, static_cast<const char*>(a) + at, static_cast<const char*>(b) + at);
+    held_layernorm_row(x, static_cast<char*>(out) + at, mean, rstd, w, bias, n, C, lane);
+  });
+}
 template <DType kT>
 void residual_layernorm_forward_as(cudaStream_t s, void* res, void* out, float* mean, float* rstd, const void* a,
                                    const void* b, const void* w, const void* bias, int64_t N, int C) {
+  if (with_held_row<kT>(C, [&](auto h) {
+        held_residual_layernorm_forward_as<kT, decltype(h)::value>(s, res, out, mean, rstd, a, b, w, bias, N, C);
+      })) {
+    return;
+  }
   constexpr int64_t ob = cuda::operand_bytes(kT);
   launch_warp_rows(s, N, "residual_layernorm_forward", [=] __device__(int64_t n, int lane) {
     const int64_t at = n * C * ob;

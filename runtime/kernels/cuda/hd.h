@@ -21,6 +21,15 @@
 #define ZD_HD inline
 #endif
 
+// Before a loop over a fixed count whose arrays must stay in registers:
+// unrolled on the device (indexing a register array at run time would put
+// it in local memory); nothing for the host compiler.
+#ifdef __CUDA_ARCH__
+#define ZD_UNROLL _Pragma("unroll")
+#else
+#define ZD_UNROLL
+#endif
+
 namespace zerod::cuda {
 
 // SplitMix64: a well-mixed 64-bit word from x (seeds, counter hashes).
