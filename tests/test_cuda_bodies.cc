@@ -662,8 +662,17 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
   for_each_index(chunks, [&](int64_t c) {
     partial[c] = block_tree_sum([&](int l) { return cuda::squares_lane(x.data(), n, c, l); });
   });
-  const double total = block_tree_sum([&](int l) { return cuda::squares_partials_lane(partial.data(), chunks, l); });
+  const double total = block_tree_sum([&](int l) { return cuda::lane_share(partial.data(), chunks, l); });
   EXPECT_EQ(total, cpu::sum_squares(x.data(), n));
+
+  // The losses' sum on one block (more doubles than lanes, not a multiple
+  // of them), against the CPU's in index order to 1e-12.
+  std::vector<double> losses(1000);
+  for (size_t i = 0; i < losses.size(); ++i) losses[i] = 10.0 + std::sin(double(i));
+  const int64_t m = static_cast<int64_t>(losses.size());
+  const double loss = block_tree_sum([&](int l) { return cuda::lane_share(losses.data(), m, l); });
+  EXPECT_EQ(loss, cpu::sum_in_lanes(losses.data(), m));
+  EXPECT_NEAR(loss, cpu::sum(losses.data(), m), 1e-12 * loss);
 }
 
 // attention_plan.h's executor on the CPU: each batched gemm as OpenBLAS

@@ -117,8 +117,10 @@ class Kernels {
   virtual void convert_from_f32(Stream& s, DType to, const float* src, void* dst, int64_t n) = 0;
   virtual void convert_to_f32(Stream& s, DType from, const void* src, float* dst, int64_t n) = 0;
 
-  // Reductions to one double at *out: the sum in index order; the sum of
-  // squares as cpu::sum_squares orders it (not finite on overflow).
+  // Reductions to one double at *out, each in a fixed order: the sum in
+  // index order (the CPU's) or as cpu::sum_in_lanes orders it (the GPU's,
+  // whose one thread in index order took 0.17 ms of a gpt2 step); the sum
+  // of squares as cpu::sum_squares orders it (not finite on overflow).
   virtual void sum(Stream& s, const double* x, int64_t n, double* out) = 0;
   virtual void sum_squares(Stream& s, const float* x, int64_t n, double* out) = 0;
   // Gradient accumulation: dst[i] += src[i].

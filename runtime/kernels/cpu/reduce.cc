@@ -38,4 +38,8 @@ double sum_squares(const float* x, int64_t n) {
   return lanes_sum(chunks, [&partial](int64_t i) { return partial[i]; });
 }
 
+double sum_in_lanes(const double* x, int64_t n) {
+  return lanes_sum(n, [x](int64_t i) { return x[i]; });
+}
+
 }  // namespace zerod::cpu

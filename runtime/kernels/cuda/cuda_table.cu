@@ -561,21 +561,11 @@ class CudaKernels : public Kernels {
   void convert_to_f32(Stream& s, DType from, const void* src, float* dst, int64_t n) override {
     launch_each(cs(s), n, "convert_to_f32", [=] __device__(int64_t i) { dst[i] = cuda::load_f32(src, from, i); });
   }
-  // In index order, as the CPU's: a block loads each tile of x into shared
-  // memory, which one thread adds up.
+  // In cpu::sum_in_lanes's order, on one block: a lane's share, then
+  // their tree.
   void sum(Stream& s, const double* x, int64_t n, double* out) override {
-    launch_block_rows(cs(s), 1, "sum", [=] __device__(int64_t, int lane, int lanes) {
-      __shared__ double tile[cuda::kBlockThreads];
-      double total = 0.0;
-      for (int64_t i0 = 0; i0 < n; i0 += lanes) {
-        __syncthreads();  // thread 0 is done with the last tile
-        if (i0 + lane < n) tile[lane] = x[i0 + lane];
-        __syncthreads();
-        if (lane == 0) {
-          const int64_t m = n - i0 < lanes ? n - i0 : lanes;
-          for (int64_t k = 0; k < m; ++k) total += tile[k];
-        }
-      }
+    launch_block_rows(cs(s), 1, "sum", [=] __device__(int64_t, int lane, int) {
+      const double total = cuda::block_tree_reduce<cpu::kSquaresLanes>(cuda::lane_share(x, n, lane), cuda::Sum());
       if (lane == 0) *out = total;
     });
   }
@@ -597,7 +587,7 @@ class CudaKernels : public Kernels {
     });
     launch_block_rows(cs(s), 1, "sum_squares_total", [=] __device__(int64_t, int lane, int) {
       const double total =
-          cuda::block_tree_reduce<cpu::kSquaresLanes>(cuda::squares_partials_lane(partial, chunks, lane), cuda::Sum());
+          cuda::block_tree_reduce<cpu::kSquaresLanes>(cuda::lane_share(partial, chunks, lane), cuda::Sum());
       if (lane == 0) *out = total;
     });
   }

@@ -533,9 +533,11 @@ ZD_HD double squares_lane(const float* x, int64_t n, int64_t c, int lane) {
   for (int64_t i = lo + lane; i < hi; i += cpu::kSquaresLanes) s += static_cast<double>(x[i]) * x[i];
   return s;
 }
-ZD_HD double squares_partials_lane(const double* partial, int64_t chunks, int lane) {
+// Lane `lane`'s share of x[0, n) (the chunks' partials, or any doubles to
+// sum in cpu::sum_in_lanes's order).
+ZD_HD double lane_share(const double* x, int64_t n, int lane) {
   double s = 0.0;
-  for (int64_t c = lane; c < chunks; c += cpu::kSquaresLanes) s += partial[c];
+  for (int64_t i = lane; i < n; i += cpu::kSquaresLanes) s += x[i];
   return s;
 }
 
