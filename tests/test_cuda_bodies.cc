@@ -238,9 +238,10 @@ TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
   expect_vector_embedding_is_the_cpus<DType::kF32>();
   expect_vector_embedding_is_the_cpus<DType::kBF16>();
 
-  // V < B*T: tokens repeat; token 0 at every even position, a run of 17
-  // (more than one scan of sixteen).
-  const int B = 3, T = 11, C = 40, V = 9;
+  // V < B*T: tokens repeat; token 0 at every even position, a run of 43
+  // (more than one scan of sixteen; two batches of sixteen positions and
+  // the rest one at a time).
+  const int B = 5, T = 17, C = 40, V = 9;
   std::vector<int32_t> tokens(B * T);
   for (int i = 0; i < B * T; ++i) tokens[i] = i % 2 ? (i * 7 + 3) % V : 0;
   const auto wte = randn(int64_t(V) * C, 10), wpe = randn(int64_t(T) * C, 11), dout = randn(int64_t(B) * T * C, 12);
