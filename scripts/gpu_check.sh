@@ -166,7 +166,8 @@ rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('
 tot = {}
 for r in rows:
     name = r["Kernel Name"]
-    m = re.search(r"CudaKernels::(\w+)|AttentionExec::(\w+)|(\w+_kernel)", name)
+    # The table's op, or the typed function (*_as) or kernel whose lambda it ran.
+    m = re.search(r"CudaKernels::(\w+)|AttentionExec::(\w+)|\b(\w+_as|adam_group)\b|(\w+_kernel)", name)
     key = next(g for g in m.groups() if g) if m else name[:60]
     if "{lambda" in name:
         key += " #" + re.search(r"\{lambda[^}]*#(\d+)\}", name).group(1)
