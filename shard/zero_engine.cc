@@ -245,18 +245,30 @@ absl::Status ZeroEngine::reduce_gradients() {
 
 absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
   // Unit by unit, so that gradients in a file give the same sum as in
-  // memory; by the kernels of where they are.
+  // memory; by the kernels of where they are. In memory, every unit's
+  // chunk is at hand, and a table may take them in a few launches; from a
+  // file, a unit's window at a time.
   const int units = ctx_.part.num_units();
   const bool on_host = grads_->on_host();
   Device& d = on_host ? ctx_.host : ctx_.device;
   Kernels& k = on_host ? ctx_.host_kernels : ctx_.kernels;
   double* sums = unit_sums_.ptr<double>();
+  std::vector<SquaresOf> at_hand;
+  std::vector<int> held;
   for (int u = 0; u < units; ++u) {
     if (summed_[u]) continue;
     ZEROD_ASSIGN_OR_RETURN(const float* g, grads_->acquire(u));
-    k.sum_squares(d.compute_stream(), g, ctx_.part.chunk(u), sums + u);
+    const SquaresOf t{g, ctx_.part.chunk(u), sums + u};
+    if (grads_->in_memory()) {
+      at_hand.push_back(t);
+      held.push_back(u);
+      continue;
+    }
+    k.sum_squares(d.compute_stream(), t.x, t.n, t.out);
     ZEROD_RETURN_IF_ERROR(grads_->release(u));
   }
+  k.sum_squares_tensors(d.compute_stream(), at_hand);
+  for (int u : held) ZEROD_RETURN_IF_ERROR(grads_->release(u));
   d.copy(d.compute_stream(), unit_sums_host_.data(), sums, units * 8);
   ZEROD_RETURN_IF_ERROR(d.synchronize(d.compute_stream()));
   double sumsq = 0;

@@ -863,6 +863,50 @@ TEST(CudaBodies, AdamInGroupsOfTensorsIsEachTensorsCpuUpdate) {
   EXPECT_EQ(seen, want);
 }
 
+// Sums of squares of many tensors in groups: each tensor's chunks on a
+// block, then its total over their partials, as the GPU's two launches a
+// group run them; each is cpu::sum_squares of the tensor alone, bit for
+// bit. Empty tensors among them (sum 0), one of three chunks; groups
+// closed at kSquaresGroup tensors and, with 5 partials, where the next
+// tensor's chunks would not fit.
+TEST(CudaBodies, SumsOfSquaresOfManyTensorsInGroupsAreEachTheCpus) {
+  const int count = cuda::kSquaresGroup + 7;
+  std::vector<std::vector<float>> xs(count);
+  std::vector<double> got(count, -1.0);
+  std::vector<SquaresOf> ts;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = i == 3 ? 2 * cpu::kSquaresChunk + 5 : i % 10 == 9 ? 0 : 37 * i + 1;
+    xs[i] = randn(n, 80 + i);
+    ts.push_back({xs[i].data(), n, &got[i]});
+  }
+  for (const int64_t max_chunks : {int64_t{1} << 16, int64_t{5}}) {
+    SCOPED_TRACE(max_chunks);
+    std::fill(got.begin(), got.end(), -1.0);
+    std::vector<int> sizes;
+    cuda::for_squares_groups(ts.data(), ts.size(), max_chunks, [&](const cuda::SquaresGroup& g) {
+      sizes.push_back(g.count);
+      ASSERT_LE(g.start[g.count], max_chunks);
+      std::vector<double> partial(g.start[g.count]);
+      for_each_index(g.start[g.count], [&](int64_t c) {
+        partial[c] = block_tree_sum([&](int l) { return cuda::squares_group_lane(g, c, l); });
+      });
+      for_each_index(g.count, [&](int64_t j) {
+        *g.t[j].out = block_tree_sum(
+            [&](int l) { return cuda::squares_total_lane(g, partial.data(), static_cast<int>(j), l); });
+      });
+    });
+    for (int i = 0; i < count; ++i) EXPECT_EQ(got[i], cpu::sum_squares(xs[i].data(), ts[i].n)) << i;
+    if (max_chunks == 5) {
+      // Chunks 1, 1, 1, then 3 (tensor 3): 6 would not fit, so tensors 0-2;
+      // 3, 4, 5 (3 + 1 + 1); then 6-11, tensor 9 empty (five chunks).
+      ASSERT_GE(sizes.size(), 3u);
+      EXPECT_EQ(std::vector<int>(sizes.begin(), sizes.begin() + 3), (std::vector<int>{3, 3, 6}));
+    } else {
+      EXPECT_EQ(sizes, (std::vector<int>{cuda::kSquaresGroup, 7}));
+    }
+  }
+}
+
 // Every value at and one ulp either side of each of the map's edges, and
 // random ones: quantize_code picks the CPU quantizer's code.
 TEST(CudaBodies, QuantizeCodeIsTheCpuQuantizersCode) {

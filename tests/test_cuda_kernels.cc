@@ -29,6 +29,7 @@
 
 #include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/cuda/rows_body.h"
 #include "runtime/model/gpt.h"
 #include "tests/cuda_rig.h"
 #include "tests/float_compare.h"
@@ -358,6 +359,24 @@ TEST_F(CudaTable, CastsAndSumsAreTheCpusBitForBit) {
     k_->sum_squares(s(), up(big), m, g_sum);
     EXPECT_EQ(down(g_sum, 1)[0], cpu::sum_squares(big.data(), m));
   }
+  // Many at once, as a rank's gradients unit by unit: more than a group,
+  // empty ones among them, one of several chunks; each the CPU's sum of it
+  // alone, bit for bit, two launches a group.
+  const int count = cuda::kSquaresGroup + 7;
+  std::vector<std::vector<float>> xs(count);
+  std::vector<double> sums(count, -1.0);
+  double* g_sums = up(sums);
+  std::vector<SquaresOf> ts;
+  for (int i = 0; i < count; ++i) {
+    const int64_t m = i == 3 ? 2 * cpu::kSquaresChunk + 5 : i % 10 == 9 ? 0 : 37 * i + 1;
+    xs[i] = randn(m, 90 + i);
+    ts.push_back({up(xs[i]), m, g_sums + i});
+  }
+  const int64_t before = k_->launches();
+  k_->sum_squares_tensors(s(), ts);
+  EXPECT_EQ(k_->launches() - before, 4) << "two groups, two launches each";
+  const std::vector<double> each = down(g_sums, count);
+  for (int i = 0; i < count; ++i) EXPECT_EQ(each[i], cpu::sum_squares(xs[i].data(), ts[i].n)) << i;
 }
 
 TEST_F(CudaTable, ScalingAndDropoutAreTheCpusBitForBit) {

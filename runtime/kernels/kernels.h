@@ -25,6 +25,7 @@
 namespace zerod {
 
 using cpu::ClassifierArgs;
+using cpu::SquaresOf;
 // Every table's LayerNorm adds this to the variance.
 inline constexpr float kLayerNormEps = cpu::kLayerNormEps;
 
@@ -123,6 +124,11 @@ class Kernels {
   // of squares as cpu::sum_squares orders it (not finite on overflow).
   virtual void sum(Stream& s, const double* x, int64_t n, double* out) = 0;
   virtual void sum_squares(Stream& s, const float* x, int64_t n, double* out) = 0;
+  // Several: sum_squares() of each in turn, unless a table takes them in
+  // fewer launches (a rank's gradients, unit by unit).
+  virtual void sum_squares_tensors(Stream& s, absl::Span<const SquaresOf> ts) {
+    for (const SquaresOf& t : ts) sum_squares(s, t.x, t.n, t.out);
+  }
   // Gradient accumulation: dst[i] += src[i].
   virtual void add(Stream& s, float* dst, const float* src, int64_t n) = 0;
   // Operands: x[i] *= a.

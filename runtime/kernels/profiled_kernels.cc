@@ -91,6 +91,9 @@ class ProfiledKernels : public Kernels {
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override {
     timed(s, "sum_squares", [&] { inner_->sum_squares(s, x, n, out); });
   }
+  void sum_squares_tensors(Stream& s, absl::Span<const SquaresOf> ts) override {
+    timed(s, "sum_squares", [&] { inner_->sum_squares_tensors(s, ts); });
+  }
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
     timed(s, "add", [&] { inner_->add(s, dst, src, n); });
   }

@@ -103,6 +103,12 @@ double sum(const double* x, int64_t n);
 inline constexpr int64_t kSquaresChunk = int64_t{1} << 16;
 inline constexpr int kSquaresLanes = 256;
 double sum_squares(const float* x, int64_t n);
+// One such sum to take: of x[0, n), into *out.
+struct SquaresOf {
+  const float* x;
+  int64_t n;
+  double* out;
+};
 // x[0] + ... + x[n - 1] in the partials' order above (kSquaresLanes lanes,
 // then their tree): the order of the GPU table's sum.
 double sum_in_lanes(const double* x, int64_t n);

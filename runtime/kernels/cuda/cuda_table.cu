@@ -80,6 +80,7 @@ __global__ void adam8bit_kernel(cuda::TensorGroup<Adam8bitTensor> g, const Quant
 }
 static_assert(sizeof(cuda::TensorGroup<Adam8bitTensor>) + sizeof(QuantMap*) <= 4096, "a launch's parameters");
 static_assert(sizeof(cuda::TensorGroup<AdamTensor>) + 64 <= 4096, "a launch's parameters, with launch_each's own");
+static_assert(sizeof(cuda::SquaresGroup) + 64 <= 4096, "a launch's parameters, with a lambda's own");
 
 void adam_group(cudaStream_t s, const cuda::TensorGroup<AdamTensor>& g) {
   launch_each(s, g.start[g.count], "adam", [=] __device__(int64_t i) { cuda::adam_group_at(i, g); });
@@ -569,26 +570,34 @@ class CudaKernels : public Kernels {
       if (lane == 0) *out = total;
     });
   }
-  // One block per chunk, a thread per lane, then one block for the
-  // partials. The chunks' partial sums share one buffer: the table serves
-  // one stream at a time (the compute stream).
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override {
-    const int64_t chunks = (n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk;
-    if (chunks > kMaxChunks) {
-      std::fprintf(stderr, "zerod: sum_squares of %lld elements exceeds the table's %lld chunks\n",
-                   static_cast<long long>(n), static_cast<long long>(kMaxChunks));
-      std::abort();
+    const SquaresOf t{x, n, out};
+    sum_squares_tensors(s, {&t, 1});
+  }
+  // A group's chunks, a block each, then its tensors' totals, a block
+  // each. The chunks' partial sums share one buffer: the table serves one
+  // stream at a time (the compute stream).
+  void sum_squares_tensors(Stream& s, absl::Span<const SquaresOf> ts) override {
+    for (const SquaresOf& t : ts) {
+      if ((t.n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk > kMaxChunks) {
+        std::fprintf(stderr, "zerod: sum_squares of %lld elements exceeds the table's %lld chunks\n",
+                     static_cast<long long>(t.n), static_cast<long long>(kMaxChunks));
+        std::abort();
+      }
     }
     double* partial = partials_.ptr<double>();
     static_assert(cpu::kSquaresLanes == cuda::kBlockThreads);
-    launch_block_rows(cs(s), chunks, "sum_squares_chunks", [=] __device__(int64_t c, int lane, int) {
-      const double p = cuda::block_tree_reduce<cpu::kSquaresLanes>(cuda::squares_lane(x, n, c, lane), cuda::Sum());
-      if (lane == 0) partial[c] = p;
-    });
-    launch_block_rows(cs(s), 1, "sum_squares_total", [=] __device__(int64_t, int lane, int) {
-      const double total =
-          cuda::block_tree_reduce<cpu::kSquaresLanes>(cuda::lane_share(partial, chunks, lane), cuda::Sum());
-      if (lane == 0) *out = total;
+    cuda::for_squares_groups(ts.data(), ts.size(), kMaxChunks, [&](const cuda::SquaresGroup& g) {
+      launch_block_rows(cs(s), g.start[g.count], "sum_squares_chunks", [=] __device__(int64_t c, int lane, int) {
+        const double p =
+            cuda::block_tree_reduce<cpu::kSquaresLanes>(cuda::squares_group_lane(g, c, lane), cuda::Sum());
+        if (lane == 0) partial[c] = p;
+      });
+      launch_block_rows(cs(s), g.count, "sum_squares_totals", [=] __device__(int64_t j, int lane, int) {
+        const double total = cuda::block_tree_reduce<cpu::kSquaresLanes>(
+            cuda::squares_total_lane(g, partial, static_cast<int>(j), lane), cuda::Sum());
+        if (lane == 0) *g.t[j].out = total;
+      });
     });
   }
   void add(Stream& s, float* dst, const float* src, int64_t n) override {

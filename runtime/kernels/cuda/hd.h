@@ -155,6 +155,24 @@ struct Lanes16 {
   }
 };
 
+// The member of a group of tensors launched together (g.count members,
+// member j's items from g.start[j], starts non-decreasing) that item i of
+// the launch falls in: the last j with start[j] <= i, so an empty member
+// (start[j] == start[j + 1]) takes none.
+template <class Group>
+ZD_HD int group_member(const Group& g, int64_t i) {
+  int lo = 0, hi = g.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (g.start[mid] <= i) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 // x rounded to what t holds.
 ZD_HD float round_f32(DType t, float x) {
   if (t == DType::kBF16) return from_bf16(to_bf16(x));

@@ -81,22 +81,6 @@ struct TensorGroup {
   AdamStep k[kGroupTensors];
 };
 
-// The member that element i of a group falls in: the last j with start[j]
-// <= i (empty members are never packed, so starts strictly increase).
-template <class Tensor>
-ZD_HD int group_member(const TensorGroup<Tensor>& g, int64_t i) {
-  int lo = 0, hi = g.count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (g.start[mid] <= i) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
 // The tensors in groups of up to kGroupTensors non-empty ones, each group
 // handed to launch with its starts counted in units(tensor).
 template <class Tensor, class Units, class Launch>

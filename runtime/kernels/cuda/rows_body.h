@@ -548,4 +548,42 @@ ZD_HD double lane_share(const double* x, int64_t n, int lane) {
   return s;
 }
 
+// Sums of squares of up to kSquaresGroup tensors in two launches (a
+// rank's gradients, unit by unit: gpt2's 28 launches become 2), carried by
+// value as the kernels' parameter: the tensors' chunks numbered tensor
+// after tensor, tensor j's from start[j]; an empty tensor has none, and
+// its sum is 0. Each tensor's sum is sum_squares's alone, bit for bit.
+inline constexpr int kSquaresGroup = 96;
+struct SquaresGroup {
+  int count = 0;
+  int64_t start[kSquaresGroup + 1] = {};  // start[count]: the launch's chunks
+  cpu::SquaresOf t[kSquaresGroup];
+};
+// Lane `lane`'s part of chunk `chunk` of the group, and of tensor j's
+// total over its chunks' partials (partial[c] for the group's chunk c).
+ZD_HD double squares_group_lane(const SquaresGroup& g, int64_t chunk, int lane) {
+  const int j = group_member(g, chunk);
+  return squares_lane(g.t[j].x, g.t[j].n, chunk - g.start[j], lane);
+}
+ZD_HD double squares_total_lane(const SquaresGroup& g, const double* partial, int j, int lane) {
+  return lane_share(partial + g.start[j], g.start[j + 1] - g.start[j], lane);
+}
+// The tensors in groups of up to kSquaresGroup whose chunks fit
+// `max_chunks` partials (each tensor's alone must), in order.
+template <class Launch>
+void for_squares_groups(const cpu::SquaresOf* ts, size_t n, int64_t max_chunks, Launch launch) {
+  SquaresGroup g{};
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t chunks = (ts[i].n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk;
+    if (g.count == kSquaresGroup || (g.count > 0 && g.start[g.count] + chunks > max_chunks)) {
+      launch(g);
+      g = {};
+    }
+    g.t[g.count] = ts[i];
+    g.start[g.count + 1] = g.start[g.count] + chunks;
+    ++g.count;
+  }
+  if (g.count > 0) launch(g);
+}
+
 }  // namespace zerod::cuda
