@@ -1,12 +1,14 @@
 // The model's forward (logits and loss) against a naive GPT-2 written here
 // with plain loops in double precision and no BLAS.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "runtime/kernels/cuda/hd.h"
 #include "runtime/model/gpt.h"
 #include "tests/test_support.h"
 
@@ -282,6 +284,34 @@ TEST(GptLayout, AnyRangeInitialisesAsTheWholeBuffer) {
   std::vector<float> other(n);
   init_gpt_params(layout, 10, other.data());
   EXPECT_NE(other[layout.offset(kQkvW, 1)], whole[layout.offset(kQkvW, 1)]);
+}
+
+// wte of 2.56M parameters spans two of the pieces the host's threads
+// draw: each element is still draw i of wte's own stream, N(0, 0.02), as a
+// plain loop over NormalRng gives it, from range starts at even and odd
+// offsets, on one thread or all of them.
+TEST(GptLayout, ASegmentLongerThanAPieceIsItsStreamsDrawsInOrder) {
+  const GptConfig cfg{1, 2, 64, 40000, 8};
+  GptLayout layout(cfg);
+  const int64_t n = layout.num_params(), wte = layout.offset(kWte, 0), V = cfg.vocab_size, C = cfg.n_embd;
+  ASSERT_GT(V * C, int64_t{1} << 21);
+  const uint64_t seed = 21;
+  NormalRng rng(cuda::splitmix64(seed ^ cuda::splitmix64(uint64_t(kWte) << 32)));
+  std::vector<float> want(V * C);
+  for (float& w : want) w = static_cast<float>(rng.next() * 0.02);
+  const int all = omp_get_max_threads();
+  for (const int64_t begin : {int64_t{0}, int64_t{1}}) {
+    for (const int threads : {1, all}) {
+      SCOPED_TRACE(::testing::Message() << "from " << begin << ", " << threads << " threads");
+      std::vector<float> got(n - begin);
+      omp_set_num_threads(threads);
+      init_gpt_range(layout, seed, begin, n, got.data());
+      for (int64_t i = std::max(wte, begin); i < wte + V * C; ++i) {
+        ASSERT_EQ(got[i - begin], want[i - wte]) << "wte element " << i - wte;
+      }
+    }
+  }
+  omp_set_num_threads(all);
 }
 
 }  // namespace

@@ -318,6 +318,10 @@ TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {
   EXPECT_EQ(s["first_loss"], events[1]["loss"]);
   EXPECT_EQ(s["final_loss"], events[4]["loss"]);
   EXPECT_TRUE(s["synthetic_accuracy"].is_number());
+  // From the worker's start, which the steps' clock follows: at least the
+  // first step's elapsed time.
+  ASSERT_TRUE(s["time_to_first_step_s"].is_number()) << s;
+  EXPECT_GE(s["time_to_first_step_s"].get<double>(), events[1]["elapsed_s"].get<double>());
   // gpt2-tiny has 120576 fp32 parameters: 4 bytes each of params and grads, 8 of Adam state.
   EXPECT_EQ(s["memory_peak"]["host"]["params"], 120576 * 4);
   EXPECT_EQ(s["memory_peak"]["host"]["grads"], 120576 * 4);
@@ -347,7 +351,7 @@ TEST_F(WorkerTest, TextOutputShowsProgressSampleAndMemoryTable) {
   const Result r = run({"--config", job(small_job())});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   for (const char* s : {"zerod: model gpt2-tiny", "step 4/4 | loss", "tok/s", "ETA", "done: 4 steps",
-                        "synthetic accuracy", "sample:", "memory peak (rank 0)", "host"}) {
+                        "first step done", "synthetic accuracy", "sample:", "memory peak (rank 0)", "host"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
 }

@@ -82,7 +82,8 @@ class TrainingRun {
         observer_(observer),
         fail_(std::move(fail)) {}
 
-  int run() {
+  // `started`: when the worker began, for the time to its first step.
+  int run(std::chrono::steady_clock::time_point started) {
     const int64_t first_step = t_.steps_done();
     const double tokens_per_step = static_cast<double>(cfg_.train_batch_size) * cfg_.data.seq_len;
     const auto t0 = Clock::now();
@@ -94,9 +95,13 @@ class TrainingRun {
       // The first step warms up (allocations, the GPU's first launches): its
       // time is left out of the breakdown when others follow.
       if (t_.profiler() && i == first_step && cfg_.run.steps - first_step > 1) t_.profiler()->reset();
-      if (i == first_step) summary.first_loss = r->loss;
+      const auto now = Clock::now();
+      if (i == first_step) {
+        summary.first_loss = r->loss;
+        summary.time_to_first_step_s = std::chrono::duration<double>(now - started).count();
+      }
       summary.final_loss = r->loss;
-      const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double elapsed = std::chrono::duration<double>(now - t0).count();
       const double tokens_per_s = tokens_per_step * (r->step - first_step) / elapsed;
       if (r->step % cfg_.steps_per_print == 0 || r->step == cfg_.run.steps) {
         output_.step(*r, cfg_.run.steps, tokens_per_s, elapsed);
@@ -181,6 +186,7 @@ class TrainingRun {
 }  // namespace
 
 int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunObserver* observer, TrainerEnv env) {
+  const auto started = std::chrono::steady_clock::now();
   CLI::App app{"zero-worker: trains one zerod job"};
   std::string config_path, log_format;
   std::vector<std::string> overrides;
@@ -295,7 +301,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     output.resumed(resume_from, t.steps_done());
   }
 
-  return TrainingRun(*cfg, t, output, acct, *planned, **comm, observer, fail).run();
+  return TrainingRun(*cfg, t, output, acct, *planned, **comm, observer, fail).run(started);
 }
 
 }  // namespace zerod

@@ -184,6 +184,7 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
                         {"memory_planned", memory_peak_json(s.planned)},
                         {"resident_peak", s.resident_peak}};
     if (s.synthetic_accuracy >= 0) j["synthetic_accuracy"] = s.synthetic_accuracy;
+    if (s.time_to_first_step_s >= 0) j["time_to_first_step_s"] = s.time_to_first_step_s;
     if (!s.sample.empty()) j["sample"] = s.sample;
     if (!s.auto_filled.empty()) j["auto"] = auto_json(s.auto_filled);
     line(j);
@@ -192,8 +193,8 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
   if (s.steps == 0) {
     out_ << "done: no steps left to train\n";
   } else {
-    out_ << absl::StrFormat("done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s\n", s.steps, s.elapsed_s,
-                            s.first_loss, s.final_loss, s.tokens_per_s);
+    out_ << absl::StrFormat("done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s | first step done %.1fs after start\n",
+                            s.steps, s.elapsed_s, s.first_loss, s.final_loss, s.tokens_per_s, s.time_to_first_step_s);
   }
   if (s.synthetic_accuracy >= 0) {
     out_ << absl::StrFormat("synthetic accuracy (held-out prompts, greedy): %.1f%%\n", 100 * s.synthetic_accuracy);

@@ -21,6 +21,9 @@ struct RunSummary {
   double first_loss = 0, final_loss = 0;
   double tokens_per_s = 0, elapsed_s = 0;
   double synthetic_accuracy = -1;  // absent when negative
+  // From the worker's start to the end of its first step (the build, the
+  // initial weights, the step): absent when negative (no step trained).
+  double time_to_first_step_s = -1;
   std::string sample;
   std::vector<std::pair<std::string, nlohmann::json>> auto_filled;  // JobConfig's
   MemoryPeaks planned;                                              // rank 0's memory plan
