@@ -535,6 +535,36 @@ TEST_F(EstimateTest, FitFindsGpt2XlConfigurationsForA12GiBGpu) {
       << text.out;
 }
 
+// The largest example, 12.8B parameters, fits the GPU machines this
+// project is tested on as it is (one GPU of 80 GiB, 128 GiB of host memory,
+// 64 GiB of disk); and the README's figures on paper: a 70B GPT of the same
+// family fits one GPU of 80 GiB with 256 GiB of host memory and 2 TB of
+// NVMe once --fit moves its states to the NVMe, its parameters to the host.
+TEST_F(EstimateTest, TheLargestExampleFitsTheGpuMachinesAndSeventyBillionFitsOnPaper) {
+  const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/gpt-12b-offload.json";
+  const Result r =
+      estimate({"--config", example, "--json", "--gpu-memory", "80GiB", "--host-memory", "128GiB", "--nvme", "64GiB"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json as_is = nlohmann::json::parse(r.out);
+  EXPECT_EQ(as_is["fits"], true) << as_is["per_node"];
+  EXPECT_GT(as_is["params"].get<int64_t>(), int64_t{12'000'000'000});
+
+  const Result big = estimate({"--config", example, "--set", "model.n_layer=80", "--set", "model.n_embd=8192", "--set",
+                               "model.n_head=64", "--json", "--fit", "--gpu-memory", "80GiB", "--host-memory",
+                               "256GiB", "--nvme", "2TB", "--nvme-path", path("nvme")});
+  ASSERT_EQ(big.code, 0) << big.err;
+  const nlohmann::json fit = nlohmann::json::parse(big.out);
+  ASSERT_GT(fit["fitting"].get<int>(), 0);
+  const nlohmann::json& best = fit["configurations"][0];
+  EXPECT_LE(best["per_rank"]["gpu"]["total"].get<uint64_t>(), uint64_t{80} << 30);
+  EXPECT_LE(best["per_rank"]["host"]["total"].get<uint64_t>() + best["per_rank"]["pinned"]["total"].get<uint64_t>(),
+            uint64_t{256} << 30);
+  const auto& changes = best["changes"];
+  EXPECT_NE(std::find(changes.begin(), changes.end(), "zero_optimization.offload_optimizer.device=\"nvme\""),
+            changes.end())
+      << changes;
+}
+
 // A machine too small for any configuration: said, with the closest one
 // and by how much it is short; exit 1 and no config written.
 TEST_F(EstimateTest, FitSaysByHowMuchWhenNothingFits) {

@@ -31,8 +31,8 @@ struct FitRates {
 
 // `given` with every unset rate filled in for a job of `precision` on
 // `machines` (`cpu_threads` a CPU rank's threads): the figures measured in
-// bench/RESULTS.md (zerod's gpt2 bf16 step on an H100: 54 TFLOP/s, fp32 at
-// the H100's fp32-to-bf16 peak ratio 67/989; its CPU step 72 GFLOP/s a
+// bench/RESULTS.md (zerod's gpt2-xl bf16 step on an H200: 246 TFLOP/s, fp32
+// at the H100's fp32-to-bf16 peak ratio 67/989; its CPU step 72 GFLOP/s a
 // thread; gradients to the host at 21.3 GB/s) and stated assumptions for
 // what has not been measured (10 GB/s host optimizer and network, 2 GB/s
 // NVMe).
