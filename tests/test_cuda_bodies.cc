@@ -97,6 +97,13 @@ class Bytes16Buffer {
   std::vector<cuda::Bytes16> v_;
 };
 
+// n operands of type t at p, as fp32 values.
+std::vector<float> operand_values(DType t, const void* p, int64_t n) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = cuda::load_f32(p, t, i);
+  return v;
+}
+
 TEST(CudaBodies, GeluAndItsGradientAreTheCpuKernels) {
   const int64_t n = 5000;
   const auto x = randn(n, 1, 3.0f), dout = randn(n, 2);
@@ -238,9 +245,9 @@ TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
   expect_vector_embedding_is_the_cpus<DType::kF32>();
   expect_vector_embedding_is_the_cpus<DType::kBF16>();
 
-  // V < B*T: tokens repeat; token 0 at every even position, a run of 43
-  // (more than one scan of sixteen; two batches of sixteen positions and
-  // the rest one at a time).
+  // V < B*T: tokens repeat; token 0 at every even position and four odd
+  // ones, a run of 47 (more than one scan of sixteen; two batches of
+  // sixteen positions and the rest one at a time).
   const int B = 5, T = 17, C = 40, V = 9;
   std::vector<int32_t> tokens(B * T);
   for (int i = 0; i < B * T; ++i) tokens[i] = i % 2 ? (i * 7 + 3) % V : 0;
@@ -314,11 +321,7 @@ void expect_vector_layernorm_is_the_cpus() {
     for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(bufs.back().data(), kT, i, v[i]);
     return static_cast<void*>(bufs.back().data());
   };
-  auto values = [&](const void* p, size_t n) {
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = cuda::load_f32(p, kT, i);
-    return v;
-  };
+  auto values = [](const void* p, int64_t n) { return operand_values(kT, p, n); };
   void *gx = operands(x), *gw = operands(w), *gb = operands(b), *gdy = operands(dout), *gdx = operands(dinp);
   std::vector<float> out(N * C, 0.0f), mean(N), rstd(N), gmean(N), grstd(N);
   void* gout = operands(out);
@@ -411,11 +414,7 @@ void expect_held_row_is_the_read_rows(int C) {
     for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(bufs.back().data(), kT, i, v[i]);
     return static_cast<void*>(bufs.back().data());
   };
-  auto values = [&](const void* p, int64_t n) {
-    std::vector<float> v(n);
-    for (int64_t i = 0; i < n; ++i) v[i] = cuda::load_f32(p, kT, i);
-    return v;
-  };
+  auto values = [](const void* p, int64_t n) { return operand_values(kT, p, n); };
   void *x = operands(randn(n_all, 30, 2.0f)), *y = operands(randn(n_all, 31)), *w = operands(randn(C, 32)),
        *b = operands(randn(C, 33));
   void *read_res = operands(std::vector<float>(n_all)), *held_res = operands(std::vector<float>(n_all)),

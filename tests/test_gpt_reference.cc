@@ -286,11 +286,13 @@ TEST(GptLayout, AnyRangeInitialisesAsTheWholeBuffer) {
   EXPECT_NE(other[layout.offset(kQkvW, 1)], whole[layout.offset(kQkvW, 1)]);
 }
 
-// wte of 2.56M parameters spans two of the pieces the host's threads
-// draw: each element is still draw i of wte's own stream, N(0, 0.02), as a
-// plain loop over NormalRng gives it, from range starts at even and odd
-// offsets, on one thread or all of them.
-TEST(GptLayout, ASegmentLongerThanAPieceIsItsStreamsDrawsInOrder) {
+// wte of 2.56M parameters, drawn in pieces by the host's threads: each
+// element is still draw i of wte's own stream, N(0, 0.02), as a plain loop
+// over NormalRng gives it, from range starts at even and odd offsets, on
+// one thread or all of them; and filled a part at a time as a GPU's
+// staging fills it, with cursors, the parts in order (each goes on from
+// the last) or backwards (each starts its stream afresh).
+TEST(GptLayout, ASegmentInPiecesAndPartsIsItsStreamsDrawsInOrder) {
   const GptConfig cfg{1, 2, 64, 40000, 8};
   GptLayout layout(cfg);
   const int64_t n = layout.num_params(), wte = layout.offset(kWte, 0), V = cfg.vocab_size, C = cfg.n_embd;
@@ -300,6 +302,10 @@ TEST(GptLayout, ASegmentLongerThanAPieceIsItsStreamsDrawsInOrder) {
   std::vector<float> want(V * C);
   for (float& w : want) w = static_cast<float>(rng.next() * 0.02);
   const int all = omp_get_max_threads();
+  struct Restore {  // the threads of the tests that follow, whatever happens here
+    int n;
+    ~Restore() { omp_set_num_threads(n); }
+  } restore{all};
   for (const int64_t begin : {int64_t{0}, int64_t{1}}) {
     for (const int threads : {1, all}) {
       SCOPED_TRACE(::testing::Message() << "from " << begin << ", " << threads << " threads");
@@ -312,6 +318,21 @@ TEST(GptLayout, ASegmentLongerThanAPieceIsItsStreamsDrawsInOrder) {
     }
   }
   omp_set_num_threads(all);
+  for (const bool backwards : {false, true}) {
+    SCOPED_TRACE(backwards ? "parts backwards" : "parts in order");
+    const int64_t part = 333'333;  // odd: parts start at odd and even draws
+    std::vector<float> got(n);
+    InitCursors cursors;
+    const int64_t parts = (n + part - 1) / part;
+    for (int64_t k = 0; k < parts; ++k) {
+      const int64_t b = (backwards ? parts - 1 - k : k) * part, e = std::min(n, b + part);
+      init_gpt_range(layout, seed, b, e, got.data() + b, &cursors);
+    }
+    for (int64_t i = 0; i < V * C; ++i) ASSERT_EQ(got[wte + i], want[i]) << "wte element " << i;
+    std::vector<float> whole(n);
+    init_gpt_params(layout, seed, whole.data());
+    EXPECT_EQ(got, whole);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "runtime/model/gpt_layout.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -99,52 +101,109 @@ using cuda::splitmix64;
 
 namespace {
 
-// init_gpt_range on one thread.
-void init_gpt_piece(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out) {
+// How a segment's initial values are made: a constant, normal draws times
+// `scale`, or uniform draws in (-scale, scale).
+struct SegmentDraw {
+  enum Kind { kConstant, kNormal, kUniform } kind;
+  double scale;  // kConstant: the value
+};
+SegmentDraw draw_of(const GptLayout& layout, const ParamSegment& s) {
+  if (s.id == kLn1W || s.id == kLn2W || s.id == kLnfW) return {SegmentDraw::kConstant, 1.0};
+  if (s.id >= kQkvLoraA && (s.id - kQkvLoraA) % 2 == 1) return {SegmentDraw::kConstant, 0.0};  // B: no change
+  if (s.id >= kQkvLoraA) {
+    // A as PEFT draws it: Kaiming-uniform with a = sqrt(5) over fan_in =
+    // in, which is U(-1/sqrt(in), 1/sqrt(in)).
+    return {SegmentDraw::kUniform, 1.0 / std::sqrt(double(layout.tensor(s.id).shape[0]))};
+  }
+  if (!s.decay) return {SegmentDraw::kConstant, 0.0};
   const double residual_std = 0.02 / std::sqrt(2.0 * layout.config().n_layer);
-  for (const ParamSegment& s : layout.segments()) {
-    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-    if (lo >= hi) continue;
-    float* p = out + (lo - begin);
-    const int64_t n = hi - lo;
-    const uint64_t stream = splitmix64(seed ^ splitmix64(uint64_t(s.id) << 32 | uint32_t(s.layer)));
-    if (s.id == kLn1W || s.id == kLn2W || s.id == kLnfW) {
-      std::fill(p, p + n, 1.0f);
-    } else if (s.id >= kQkvLoraA && (s.id - kQkvLoraA) % 2 == 1) {
-      std::fill(p, p + n, 0.0f);  // B: the adapter starts as no change
-    } else if (s.id >= kQkvLoraA) {
-      // A as PEFT draws it: Kaiming-uniform with a = sqrt(5) over fan_in =
-      // in, which is U(-1/sqrt(in), 1/sqrt(in)).
-      const double bound = 1.0 / std::sqrt(double(layout.tensor(s.id).shape[0]));
-      NormalRng rng(stream);
-      rng.skip_uniform(lo - s.offset);
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>((2 * rng.uniform() - 1) * bound);
-    } else if (!s.decay) {
-      std::fill(p, p + n, 0.0f);
-    } else {
-      const double std = (s.id == kAttProjW || s.id == kFcProjW) ? residual_std : 0.02;
-      NormalRng rng(stream);
-      rng.skip(lo - s.offset);
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(rng.next() * std);
-    }
+  return {SegmentDraw::kNormal, (s.id == kAttProjW || s.id == kFcProjW) ? residual_std : 0.02};
+}
+// r moved on by n normal or uniform draws.
+void advance(NormalRng& r, bool normal, int64_t n) {
+  if (normal) {
+    r.skip(n);
+  } else {
+    r.skip_uniform(n);
   }
 }
 
+// A part of a segment's draws, [lo, hi) of the flat buffer, from its
+// stream at lo.
+struct DrawPiece {
+  int64_t lo, hi;
+  SegmentDraw d;
+  NormalRng rng;
+};
+
 }  // namespace
 
-// In pieces of 2^21 parameters on the host's threads, each drawn as a
-// range of its own: the same bits as one pass. A normal draw costs about
-// 23 ns (Box-Muller's log, sqrt, sin and cos), so gpt2-xl's 1.56B took
-// 35 s on one thread; a piece skips its segment's stream to its start
-// with mt19937_64's discard, which regenerates the state without
-// tempering (0.3 ns a word), about 4% more work over gpt2-xl.
-void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out) {
-  constexpr int64_t kPiece = int64_t{1} << 21;
-  const int64_t pieces = (end - begin + kPiece - 1) / kPiece;
-#pragma omp parallel for schedule(dynamic) if (pieces > 1)
-  for (int64_t k = 0; k < pieces; ++k) {
-    const int64_t lo = begin + k * kPiece, hi = std::min(end, lo + kPiece);
-    init_gpt_piece(layout, seed, lo, hi, out + (lo - begin));
+NormalRng InitCursors::take(size_t segment, uint64_t stream, int64_t at, bool normal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cursors_.find(segment);
+  if (it != cursors_.end() && it->second.stream == stream && it->second.at <= at) {
+    NormalRng r = it->second.rng;
+    advance(r, normal, at - it->second.at);
+    return r;
+  }
+  NormalRng r(stream);
+  advance(r, normal, at);
+  return r;
+}
+
+void InitCursors::keep(size_t segment, uint64_t stream, int64_t at, const NormalRng& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cursors_.insert_or_assign(segment, Cursor{stream, at, r});
+}
+
+// The range's draws in pieces on the host's threads, each piece's stream
+// stepped on from the last's (one discard chain a range, 0.3 ns a word:
+// mt19937_64's discard regenerates its state without tempering), so every
+// value is its stream's draw in one pass's order. A normal draw costs
+// about 24 ns (Box-Muller's log, sqrt, sin and cos): gpt2-xl's 1.56B took
+// 38 s on one thread.
+void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out,
+                    InitCursors* cursors) {
+  // Eight pieces a thread, of at least 64K draws (a piece copies its 2.5 KB
+  // generator).
+  const int64_t piece = std::max<int64_t>(int64_t{1} << 16, (end - begin) / (8 * std::max(1, omp_get_max_threads())));
+  const std::vector<ParamSegment>& segs = layout.segments();
+  std::vector<DrawPiece> pieces;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const ParamSegment& s = segs[i];
+    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+    if (lo >= hi) continue;
+    const SegmentDraw d = draw_of(layout, s);
+    if (d.kind == SegmentDraw::kConstant) {
+      std::fill(out + (lo - begin), out + (hi - begin), static_cast<float>(d.scale));
+      continue;
+    }
+    const uint64_t stream = splitmix64(seed ^ splitmix64(uint64_t(s.id) << 32 | uint32_t(s.layer)));
+    const bool normal = d.kind == SegmentDraw::kNormal;
+    NormalRng r(stream);
+    if (cursors) {
+      r = cursors->take(i, stream, lo - s.offset, normal);
+    } else {
+      advance(r, normal, lo - s.offset);
+    }
+    for (int64_t a = lo; a < hi; a += piece) {
+      const int64_t b = std::min(hi, a + piece);
+      pieces.push_back({a, b, d, r});
+      advance(r, normal, b - a);
+    }
+    if (cursors) cursors->keep(i, stream, hi - s.offset, r);
+  }
+#pragma omp parallel for schedule(dynamic) if (pieces.size() > 1)
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const DrawPiece& dp = pieces[k];
+    NormalRng rng = dp.rng;  // the thread's own, not beside another piece's in the vector
+    float* p = out + (dp.lo - begin);
+    const int64_t n = dp.hi - dp.lo;
+    if (dp.d.kind == SegmentDraw::kNormal) {
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(rng.next() * dp.d.scale);
+    } else {
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>((2 * rng.uniform() - 1) * dp.d.scale);
+    }
   }
 }
 

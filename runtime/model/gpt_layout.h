@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <vector>
@@ -84,16 +86,6 @@ class GptLayout {
   int64_t num_params_ = 0;
 };
 
-// GPT-2 initialisation: weights N(0, 0.02), residual projections
-// N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm gains 1; an adapter
-// layout's A as PEFT draws it (U(-1/sqrt(in), 1/sqrt(in))) and B zero. Each segment draws
-// from its own seeded stream, so any range of the flat buffer can be filled
-// on its own (a rank initialises just its shard): out[i] = parameter begin+i.
-void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out);
-inline void init_gpt_params(const GptLayout& layout, uint64_t seed, float* params) {
-  init_gpt_range(layout, seed, 0, layout.num_params(), params);
-}
-
 // Standard normal draws that are the same on every standard library. Each
 // pair of draws consumes exactly two 64-bit words, so skip() is exact.
 class NormalRng {
@@ -113,5 +105,41 @@ class NormalRng {
   bool have_spare_ = false;
   double spare_ = 0;
 };
+
+// Where each segment's stream stands after the last range drawn from it
+// with these cursors: a caller that fills the parameters a part at a time
+// (a GPU's through 4 MiB of host staging) goes on from there rather than
+// skipping each stream from its start for every part. Safe to share
+// between threads.
+class InitCursors {
+ public:
+  // Segment `segment`'s stream (seeded `stream`) at draw `at`, normal or
+  // uniform draws.
+  NormalRng take(size_t segment, uint64_t stream, int64_t at, bool normal);
+  // r is that stream at draw `at`.
+  void keep(size_t segment, uint64_t stream, int64_t at, const NormalRng& r);
+
+ private:
+  struct Cursor {
+    uint64_t stream;
+    int64_t at;
+    NormalRng rng;
+  };
+  std::mutex mu_;
+  std::map<size_t, Cursor> cursors_;
+};
+
+// GPT-2 initialisation: weights N(0, 0.02), residual projections
+// N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm gains 1; an adapter
+// layout's A as PEFT draws it (U(-1/sqrt(in), 1/sqrt(in))) and B zero. Each segment draws
+// from its own seeded stream, so any range of the flat buffer can be filled
+// on its own (a rank initialises just its shard): out[i] = parameter
+// begin+i, the same bits whatever the ranges, the cursors and the host's
+// threads.
+void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out,
+                    InitCursors* cursors = nullptr);
+inline void init_gpt_params(const GptLayout& layout, uint64_t seed, float* params) {
+  init_gpt_range(layout, seed, 0, layout.num_params(), params);
+}
 
 }  // namespace zerod

@@ -10,8 +10,8 @@ namespace zerod {
 absl::StatusOr<ParamInit> initial_params(const GptLayout& layout, uint64_t seed,
                                          const std::optional<std::string>& init_from) {
   if (!init_from) {
-    return [&layout, seed](int64_t begin, int64_t end, float* out) {
-      init_gpt_range(layout, seed, begin, end, out);
+    return [&layout, seed, cursors = std::make_shared<InitCursors>()](int64_t begin, int64_t end, float* out) {
+      init_gpt_range(layout, seed, begin, end, out, cursors.get());
       return absl::OkStatus();
     };
   }

@@ -172,7 +172,8 @@ ZD_HD void vec_residual_row(void* out, const void* a, const void* b, int C, int 
 // 16 bytes a vector: vectors lane, lane + lanes, ..., at most kHeld of
 // them. LayerNorm's forward then reads its row from memory once, a lane's
 // loads all in flight before its first sum (three passes over the row
-// took 0.57 of HBM's bandwidth on an H200). Its sums and its write are
+// took 0.57 of HBM's bandwidth on an H200; load_sum keeps eight in
+// flight). Its sums and its write are
 // vec_row_sum's, vec_row_squares_about's and vec_layernorm_write's over
 // the same vectors in the same order: the same bits.
 template <DType kT, int kHeld>
@@ -192,18 +193,30 @@ struct HeldRow {
     }
   }
   // The row a + b, written to out and held: vec_residual_row's sums,
-  // rounded as it rounds them.
+  // rounded as it rounds them. out may be a (a lane writes only the
+  // vectors it read), so no load may follow a store the compiler cannot
+  // tell apart from it: four vectors of a and of b are loaded, then
+  // their sums stored, eight loads in flight where one pair was.
   ZD_HD void load_sum(void* out, const void* a, const void* b) {
+    constexpr int kBatch = kHeld < 4 ? kHeld : 4;
+    static_assert(kHeld % kBatch == 0);
     ZD_UNROLL
-    for (int j = 0; j < kHeld; ++j) {
-      if (!has(j)) continue;
-      float av[V::W], bv[V::W];
-      V::load(a, at(j), av);
-      V::load(b, at(j), bv);
-      Bytes16 s{};
-      for (int k = 0; k < V::W; ++k) L::set(s, k, av[k] + bv[k]);
-      v[j] = s;
-      static_cast<Bytes16*>(out)[at(j)] = s;
+    for (int j0 = 0; j0 < kHeld; j0 += kBatch) {
+      Bytes16 bv[kBatch];
+      ZD_UNROLL
+      for (int j = j0; j < j0 + kBatch; ++j) {
+        if (!has(j)) continue;
+        v[j] = static_cast<const Bytes16*>(a)[at(j)];
+        bv[j - j0] = static_cast<const Bytes16*>(b)[at(j)];
+      }
+      ZD_UNROLL
+      for (int j = j0; j < j0 + kBatch; ++j) {
+        if (!has(j)) continue;
+        Bytes16 s{};
+        for (int k = 0; k < V::W; ++k) L::set(s, k, L::get(v[j], k) + L::get(bv[j - j0], k));
+        v[j] = s;
+        static_cast<Bytes16*>(out)[at(j)] = s;
+      }
     }
   }
   ZD_HD float sum() const {
