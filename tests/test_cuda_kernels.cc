@@ -37,7 +37,6 @@
 namespace zerod {
 namespace {
 
-using CudaTable = testing::CudaTest;
 using testing::bits;
 using testing::expect_close;
 using testing::randn;
@@ -49,11 +48,32 @@ constexpr float kBf16Output = 0x1p-8f;
 // rounding for bf16.
 float tol(DType t, float f32) { return t == DType::kF32 ? f32 : kBf16Output; }
 
+
 // The fp32 values rounded to t: what an exact fp32 operation gives in t.
 std::vector<float> rounded(DType t, std::vector<float> v) {
   round_to(t, v.data(), v.size());
   return v;
 }
+
+class CudaTable : public testing::CudaTest {
+ protected:
+  // k's residual_layernorm_forward in place over g_x (x's operands) with
+  // y against the CPU: the sum rounded to t bit for bit, then its
+  // LayerNorm; out, mean and rstd are the device's buffers for them.
+  void expect_residual_layernorm(Kernels& k, DType t, void* g_x, const std::vector<float>& x, const void* g_y,
+                                 const std::vector<float>& y, const void* g_w, const std::vector<float>& w,
+                                 const void* g_b, const std::vector<float>& b, void* g_out, float* g_mean,
+                                 float* g_rstd, int64_t N, int C) {
+    k.residual_layernorm_forward(s(), g_x, g_out, g_mean, g_rstd, g_x, g_y, g_w, g_b, N, C);
+    std::vector<float> sum(N * C), out(N * C), mean(N), rstd(N);
+    cpu::residual_forward(sum.data(), x.data(), y.data(), N * C);
+    sum = rounded(t, sum);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), sum.data(), w.data(), b.data(), N, C);
+    EXPECT_EQ(bits(down_as(t, g_x, sum.size())), bits(sum));
+    expect_close(down_as(t, g_out, out.size()), out, tol(t, 1e-6f), "residual + layernorm out");
+    expect_close(down(g_rstd, N), rstd, 1e-6f, "residual + layernorm rstd");
+  }
+};
 
 TEST_F(CudaTable, TablesTakeOperandsOfTheirPrecisionOnly) {
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) EXPECT_EQ(table(t)->operand_type(), t);
@@ -159,15 +179,8 @@ TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
     expect_close(down(g_db, C), db, 1e-6f, "layernorm db");
     // With the residual before it (fused where rows are whole vectors),
     // in place over a copy of x: the sum rounded, then its LayerNorm.
-    std::vector<float> res = x, sum(N * C), rout(N * C);
-    void* g_res = up_as(t, res);
-    k->residual_layernorm_forward(s(), g_res, g_out, g_mean, g_rstd, g_res, g_dout, g_w, g_b, N, C);
-    cpu::residual_forward(sum.data(), x.data(), dout.data(), N * C);
-    sum = rounded(t, sum);
-    cpu::layernorm_forward(rout.data(), mean.data(), rstd.data(), sum.data(), w.data(), b.data(), N, C);
-    EXPECT_EQ(bits(down_as(t, g_res, sum.size())), bits(sum));
-    expect_close(down_as(t, g_out, rout.size()), rout, tol(t, 1e-6f), "residual + layernorm out");
-    expect_close(down(g_rstd, N), rstd, 1e-6f, "residual + layernorm rstd");
+    std::vector<float> res = x;
+    expect_residual_layernorm(*k, t, up_as(t, res), x, g_dout, dout, g_w, w, g_b, b, g_out, g_mean, g_rstd, N, C);
 
     const int64_t n = N * C;
     std::vector<float> y(n), dy(n), r(n);
@@ -202,7 +215,7 @@ TEST_F(CudaTable, LayerNormOfWideRowsHeldOrRead) {
     SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", C " << C);
     auto k = table(t);
     auto x = randn(N * C, 40, 2.0f), w = randn(C, 41), b = randn(C, 42), y = randn(N * C, 43);
-    std::vector<float> out(N * C), mean(N), rstd(N), sum(N * C);
+    std::vector<float> out(N * C), mean(N), rstd(N);
     void* g_out = up_as(t, out);
     float *g_mean = up(mean), *g_rstd = up(rstd);
     const void *g_w = up_as(t, w), *g_b = up_as(t, b), *g_y = up_as(t, y);
@@ -212,13 +225,7 @@ TEST_F(CudaTable, LayerNormOfWideRowsHeldOrRead) {
     expect_close(down_as(t, g_out, out.size()), out, tol(t, 1e-6f), "layernorm out");
     expect_close(down(g_mean, N), mean, 1e-6f, "layernorm mean");
     expect_close(down(g_rstd, N), rstd, 1e-6f, "layernorm rstd");
-    k->residual_layernorm_forward(s(), g_x, g_out, g_mean, g_rstd, g_x, g_y, g_w, g_b, N, C);
-    cpu::residual_forward(sum.data(), x.data(), y.data(), N * C);
-    sum = rounded(t, sum);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), sum.data(), w.data(), b.data(), N, C);
-    EXPECT_EQ(bits(down_as(t, g_x, sum.size())), bits(sum));
-    expect_close(down_as(t, g_out, out.size()), out, tol(t, 1e-6f), "residual + layernorm out");
-    expect_close(down(g_rstd, N), rstd, 1e-6f, "residual + layernorm rstd");
+    expect_residual_layernorm(*k, t, g_x, x, g_y, y, g_w, w, g_b, b, g_out, g_mean, g_rstd, N, C);
   }
 }
 
