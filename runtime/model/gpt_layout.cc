@@ -127,6 +127,12 @@ void advance(NormalRng& r, bool normal, int64_t n) {
     r.skip_uniform(n);
   }
 }
+// The stream seeded `stream` at draw `at`, from its start.
+NormalRng stream_at(uint64_t stream, bool normal, int64_t at) {
+  NormalRng r(stream);
+  advance(r, normal, at);
+  return r;
+}
 
 // A part of a segment's draws, [lo, hi) of the flat buffer, from its
 // stream at lo.
@@ -146,9 +152,7 @@ NormalRng InitCursors::take(size_t segment, uint64_t stream, int64_t at, bool no
     advance(r, normal, at - it->second.at);
     return r;
   }
-  NormalRng r(stream);
-  advance(r, normal, at);
-  return r;
+  return stream_at(stream, normal, at);
 }
 
 void InitCursors::keep(size_t segment, uint64_t stream, int64_t at, const NormalRng& r) {
@@ -180,12 +184,8 @@ void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64
     }
     const uint64_t stream = splitmix64(seed ^ splitmix64(uint64_t(s.id) << 32 | uint32_t(s.layer)));
     const bool normal = d.kind == SegmentDraw::kNormal;
-    NormalRng r(stream);
-    if (cursors) {
-      r = cursors->take(i, stream, lo - s.offset, normal);
-    } else {
-      advance(r, normal, lo - s.offset);
-    }
+    NormalRng r =
+        cursors ? cursors->take(i, stream, lo - s.offset, normal) : stream_at(stream, normal, lo - s.offset);
     for (int64_t a = lo; a < hi; a += piece) {
       const int64_t b = std::min(hi, a + piece);
       pieces.push_back({a, b, d, r});

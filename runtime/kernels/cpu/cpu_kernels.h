@@ -102,6 +102,8 @@ double sum(const double* x, int64_t n);
 // and lane[0] is the chunk's partial. The partials sum the same way.
 inline constexpr int64_t kSquaresChunk = int64_t{1} << 16;
 inline constexpr int kSquaresLanes = 256;
+// The chunks of n elements.
+inline constexpr int64_t squares_chunks(int64_t n) { return (n + kSquaresChunk - 1) / kSquaresChunk; }
 double sum_squares(const float* x, int64_t n);
 // One such sum to take: of x[0, n), into *out.
 struct SquaresOf {

@@ -27,7 +27,7 @@ double lanes_sum(int64_t n, Term term) {
 }  // namespace
 
 double sum_squares(const float* x, int64_t n) {
-  const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
+  const int64_t chunks = squares_chunks(n);
   std::vector<double> partial(chunks);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {

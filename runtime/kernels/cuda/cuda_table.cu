@@ -579,7 +579,7 @@ class CudaKernels : public Kernels {
   // stream at a time (the compute stream).
   void sum_squares_tensors(Stream& s, absl::Span<const SquaresOf> ts) override {
     for (const SquaresOf& t : ts) {
-      if ((t.n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk > kMaxChunks) {
+      if (cpu::squares_chunks(t.n) > kMaxChunks) {
         std::fprintf(stderr, "zerod: sum_squares of %lld elements exceeds the table's %lld chunks\n",
                      static_cast<long long>(t.n), static_cast<long long>(kMaxChunks));
         std::abort();

@@ -587,7 +587,7 @@ template <class Launch>
 void for_squares_groups(const cpu::SquaresOf* ts, size_t n, int64_t max_chunks, Launch launch) {
   SquaresGroup g{};
   for (size_t i = 0; i < n; ++i) {
-    const int64_t chunks = (ts[i].n + cpu::kSquaresChunk - 1) / cpu::kSquaresChunk;
+    const int64_t chunks = cpu::squares_chunks(ts[i].n);
     if (g.count == kSquaresGroup || (g.count > 0 && g.start[g.count] + chunks > max_chunks)) {
       launch(g);
       g = {};
