@@ -20,9 +20,11 @@
 #   bench [SHAPE]: zerod against PyTorch on gpt2 and gpt2-xl
 #     (bench/gpu/train_vs_torch.sh), or on SHAPE alone;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
-#     gpt2-xl with its optimizer on the host under 12 and 8 GiB caps against
-#     the same job uncapped without offload, 32K tokens a step (the losses
-#     must be equal; tokens/s each, and where the capped step's time goes),
+#     gpt2-xl with its optimizer on the host under 12 and 8 GiB caps, and
+#     with its parameters too under 4 GiB, against the same job uncapped
+#     without offload, 32K tokens a step, each micro-batch's gradients
+#     rounded to bf16 (the losses must be equal; tokens/s each, and where
+#     the capped step's time goes),
 #     and the offload path's copy rates against plain cudaMemcpyAsync
 #     (bench/copy_bandwidth);
 #   largest: the largest examples, 12.8B with its states on the host
@@ -191,12 +193,15 @@ if [ "$section" = offload ]; then
   [ "$code" = 0 ] || rc=1
   say "test_cuda_offload: exit $code, $(grep -cE '^\[       OK' "$logs/test_cuda_offload.log") passed; $(grep -E 'FAILED|SKIPPED' "$logs/test_cuda_offload.log" | head -3 | tr '\n' ' ')"
   # gpt2-xl, random weights, optimizer on the host, the example's 32K
-  # tokens a step: under 12 and 8 GiB, and uncapped without offload; the
-  # update is the same math on either side, so the losses must be the same
-  # numbers. Two steps: the breakdown and tokens/s leave out the first.
+  # tokens a step (8 micro-batches): under 12, 8 and (parameters on the host
+  # too) 4 GiB, where "auto" sends each micro-batch's gradients in bf16,
+  # and uncapped without offload rounding them the same way in memory
+  # (micro_batch_grads "compute"); the update is the same math on either
+  # side, so the losses must be the same numbers. Two steps: the breakdown
+  # and tokens/s leave out the first.
   xl=(--config examples/gpt2-xl-offload.json --set model.init_from=null --set run.steps=2 --set steps_per_print=1)
   timeout 130 "$worker" "${xl[@]}" --set wall_clock_breakdown=true >"$logs/xl-offload-12GiB.log" 2>&1
-  say "gpt2-xl offload under 12 GiB: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-offload-12GiB.log" | head -3 | tr '\n' ' ')"
+  say "gpt2-xl offload under 12 GiB: exit $?; $(grep -E '^done|^  gpu |micro-batch gradients' "$logs/xl-offload-12GiB.log" | head -4 | tr '\n' ' ')"
   say "gpt2-xl offload under 12 GiB, where the time went: $(breakdown "$logs/xl-offload-12GiB.log")"
   # The offload path's copies against plain cudaMemcpyAsync from pinned
   # memory, at the mean size of the run's copies each way.
@@ -207,16 +212,22 @@ if [ "$section" = offload ]; then
   # layers staged at once: 3.9 GB) do not fit; two layers' do.
   timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"8GiB"' \
     --set zero_optimization.reduce_bucket_size=50000000 >"$logs/xl-offload-8GiB.log" 2>&1
-  say "gpt2-xl offload under 8 GiB: exit $?; $(grep -E '^done|^  gpu |error' "$logs/xl-offload-8GiB.log" | head -3 | tr '\n' ' ')"
-  timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit=null \
+  say "gpt2-xl offload under 8 GiB: exit $?; $(grep -E '^done|^  gpu |error|micro-batch gradients' "$logs/xl-offload-8GiB.log" | head -4 | tr '\n' ' ')"
+  timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"4GiB"' \
+    --set zero_optimization.reduce_bucket_size=50000000 --set zero_optimization.offload_param.device='"cpu"' \
+    >"$logs/xl-offload-4GiB.log" 2>&1
+  say "gpt2-xl offload (parameters too) under 4 GiB: exit $?; $(grep -E '^done|^  gpu |error' "$logs/xl-offload-4GiB.log" | head -3 | tr '\n' ' ')"
+  timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit=null --set zero_optimization.micro_batch_grads='"compute"' \
     --set zero_optimization.offload_optimizer.device='"none"' >"$logs/xl-plain.log" 2>&1
   say "gpt2-xl without offload, uncapped: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-plain.log" | head -3 | tr '\n' ' ')"
-  if [ -n "$(losses "$logs/xl-plain.log")" ] && [ "$(losses "$logs/xl-plain.log")" = "$(losses "$logs/xl-offload-12GiB.log")" ]; then
-    say "gpt2-xl: the 12 GiB offloaded run's losses equal the uncapped run's"
-  else
-    say "gpt2-xl: losses differ: offloaded [$(losses "$logs/xl-offload-12GiB.log" | tr '\n' ' ')] uncapped [$(losses "$logs/xl-plain.log" | tr '\n' ' ')]"
-    rc=1
-  fi
+  for capped in 12GiB 8GiB 4GiB; do
+    if [ -n "$(losses "$logs/xl-plain.log")" ] && [ "$(losses "$logs/xl-plain.log")" = "$(losses "$logs/xl-offload-$capped.log")" ]; then
+      say "gpt2-xl: the $capped offloaded run's losses equal the uncapped run's"
+    else
+      say "gpt2-xl: losses differ: offloaded under $capped [$(losses "$logs/xl-offload-$capped.log" | tr '\n' ' ')] uncapped [$(losses "$logs/xl-plain.log" | tr '\n' ' ')]"
+      rc=1
+    fi
+  done
   say "done in $SECONDS s, exit $rc"
   exit $rc
 fi

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/core/task_thread.h"
+#include "shard/host_adds.h"
 #include "shard/scatter_grads.h"
 
 namespace zerod {
@@ -76,7 +76,8 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
  public:
   explicit ShardedGrads(ZeroContext& ctx) : GradStore(ctx), sink_(ctx, *this) {}
 
-  absl::Status allocate(const ZeroConfig& z) {
+  absl::Status allocate(const ZeroConfig& z, const MicroBatchSums& sums) {
+    rounded_ = sums.rounded;
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, ctx_.part.shard_numel() * 4, Category::kGrads));
     return sink_.allocate(z);
   }
@@ -88,120 +89,18 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
   absl::StatusOr<const float*> acquire(int u) override { return shard_.ptr<float>() + ctx_.part.shard_offset(u); }
 
   absl::Status add(int u, const Buffer& recv) override {
+    // Rounded as an offloaded store sends it (HostAdds), in place: the
+    // reduction writes recv afresh.
+    ctx_.kernels.round_to(ctx_.stream, rounded_, recv.ptr<float>(), ctx_.part.chunk(u));
     ctx_.kernels.add(ctx_.stream, shard_.ptr<float>() + ctx_.part.shard_offset(u), recv.ptr<float>(),
                      ctx_.part.chunk(u));
     return absl::OkStatus();
   }
 
  private:
+  DType rounded_ = DType::kF32;
   Buffer shard_;
   ScatterGrads sink_;  // after shard_: its last adds run before the shard goes
-};
-
-// Stages 2 and 3 with the optimizer on the host: the sink's reduced chunks
-// are copied, in parts of at most kPart elements, to one of two host
-// buffers on the copy stream (beside the backward still running) and added
-// where the store keeps them by a host thread, while the caller goes on.
-// The buffers are bounded whatever the model's size.
-class HostAdds : public ScatterGrads::Target {
- public:
-  // 2 MiB: large enough for a copy to stream at the link's bandwidth,
-  // small enough that the two buffers are little beside the windows.
-  static constexpr int64_t kPart = int64_t{1} << 19;
-  // Adds elements [start, start + n) of unit u's reduced chunk, `src`,
-  // where the store keeps the unit, onto zeros when `fresh` (its first chunk
-  // of the step); returns the unit's sum so far, in host memory until the
-  // next add.
-  using Add =
-      std::function<absl::StatusOr<const float*>(int u, int64_t start, const float* src, int64_t n, bool fresh)>;
-
-  // Before a reduction into a unit that adds to an earlier chunk of it,
-  // `reread(u)` runs on the host thread (a store in a file reads it ahead).
-  using Reread = std::function<absl::Status(int u)>;
-
-  HostAdds(ZeroContext& ctx, Add add, Reread reread = {})
-      : ctx_(ctx),
-        add_(std::move(add)),
-        reread_(std::move(reread)),
-        thread_([&ctx] { return ctx.device.bind_thread(); }),
-        sink_(ctx, *this) {}
-
-  // What allocate() allocates on plan's device.
-  static void plan(const ZeroShape& shape, const ZeroConfig& z, Tier tier, MemoryPlan& plan) {
-    plan.add("reduced gradients on their way to the host", tier, Category::kOffload, buffer_bytes(shape), Phase::kBuild,
-             true, kBuffers);
-    ScatterGrads::plan(shape, z, plan);
-  }
-
-  GradSink& sink() { return sink_; }
-  absl::Status allocate(const ZeroConfig& z, Tier tier) {
-    for (Arrived& a : arrived_) {
-      ZEROD_ASSIGN_OR_RETURN(a.buf, ctx_.device.allocate(buffer_bytes(ctx_), Category::kOffload, tier));
-    }
-    ZEROD_ASSIGN_OR_RETURN(copies_, ctx_.device.create_stream());
-    zero();
-    return sink_.allocate(z);
-  }
-
-  void zero() { added_.assign(ctx_.part.num_units(), 0); }
-  // Every reduction given to the host thread, and its work done.
-  absl::Status reduce() {
-    absl::Status s = sink_.flush();
-    s.Update(thread_.drain());
-    return s;
-  }
-  void after_adds(int count, GradStore::AfterAdds then) {
-    then_count_ = count;
-    then_ = std::move(then);
-  }
-  absl::Status started(int u) override {
-    if (reread_ && added_[u] > 0) thread_.submit([this, u] { return reread_(u); });
-    return absl::OkStatus();
-  }
-  // The copies are waited for here, since recv is reused once this returns;
-  // the adds (and what follows the last) are the host thread's.
-  absl::Status add(int u, const Buffer& recv) override {
-    const int64_t chunk = ctx_.part.chunk(u);
-    const int count = ++added_[u];
-    for (int64_t start = 0; start < chunk; start += kPart) {
-      const int64_t n = std::min(kPart, chunk - start);
-      Arrived& a = arrived_[next_++ % kBuffers];
-      if (a.added.valid()) ZEROD_RETURN_IF_ERROR(a.added.get());  // the host thread is done with it
-      ctx_.device.copy(*copies_, a.buf.data(), recv.ptr<float>() + start, n * sizeof(float));
-      ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*copies_));
-      GradStore::AfterAdds then = count == then_count_ && start + n == chunk ? then_ : nullptr;
-      a.added =
-          thread_.submit([this, u, start, n, src = a.buf.host<float>(), fresh = count == 1, then = std::move(then)] {
-            ZEROD_ASSIGN_OR_RETURN(const float* sum, add_(u, start, src, n, fresh));
-            return then ? then(u, sum) : absl::OkStatus();
-          });
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  struct Arrived {
-    Buffer buf;                              // one reduced chunk, copied from the device
-    std::shared_future<absl::Status> added;  // the host thread's add from it
-  };
-  static constexpr int kBuffers = 2;
-  // A part of the largest chunk.
-  static uint64_t buffer_bytes(const ZeroShape& shape) {
-    int64_t largest = 0;
-    for (int64_t c : shape.part.chunks()) largest = std::max(largest, c);
-    return std::min(largest, kPart) * 4;
-  }
-  ZeroContext& ctx_;
-  const Add add_;
-  const Reread reread_;
-  Arrived arrived_[kBuffers];
-  int64_t next_ = 0;
-  std::unique_ptr<Stream> copies_;
-  std::vector<int> added_;  // per unit
-  int then_count_ = 0;
-  GradStore::AfterAdds then_;
-  TaskThread thread_;  // after the buffers: its tasks end before they go
-  ScatterGrads sink_;  // after the thread: its last adds are submitted while it runs
 };
 
 // Stages 2 and 3 with offload_optimizer cpu: the shard in host memory,
@@ -217,11 +116,12 @@ class HostGrads : public GradStore {
                 if (fresh) ctx_.host.memset(host, unit + start, 0, n * sizeof(float));
                 ctx_.host_kernels.add(host, unit + start, src, n);
                 return unit;
-              }) {}
+              },
+              {}, [this](int u) { return shard_.host<float>() + ctx_.part.shard_offset(u); }) {}
 
-  absl::Status allocate(const ZeroConfig& z, Tier tier) {
+  absl::Status allocate(const ZeroConfig& z, const MicroBatchSums& sums, Tier tier) {
     ZEROD_ASSIGN_OR_RETURN(shard_, ctx_.device.allocate(ctx_.part.shard_numel() * 4, Category::kGrads, tier));
-    return adds_.allocate(z, tier);
+    return adds_.allocate(z, sums, tier);
   }
 
   GradSink& sink() override { return adds_.sink(); }
@@ -253,11 +153,11 @@ class FileGrads : public GradStore {
             },
             [this](int u) { return store_->fetch(u); }) {}
 
-  absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings) {
+  absl::Status allocate(const ZeroConfig& z, const MicroBatchSums& sums, ShardStoreSettings settings) {
     const Partition& p = ctx_.part;
     const Tier tier = settings.host_tier;
     ZEROD_ASSIGN_OR_RETURN(store_, ShardStore::create(p.chunks(), p.chunk(1), DType::kF32, std::move(settings)));
-    return adds_.allocate(z, tier);
+    return adds_.allocate(z, sums, tier);
   }
 
   GradSink& sink() override { return adds_.sink(); }
@@ -324,38 +224,41 @@ void plan_full_grads(const ZeroShape& shape, bool scatter, std::optional<Tier> h
   if (host_tier) plan.add("reduced gradient shard on the host", *host_tier, Category::kGrads, p.shard_numel() * 4);
 }
 
-void plan_sharded_grads(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan) {
+void plan_sharded_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums&, MemoryPlan& plan) {
   plan.add_device("gradient shard", Category::kGrads, shape.part.shard_numel() * 4);
   ScatterGrads::plan(shape, z, plan);
 }
 
-void plan_host_grads(const ZeroShape& shape, const ZeroConfig& z, Tier tier, MemoryPlan& plan) {
+void plan_host_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier,
+                     MemoryPlan& plan) {
   plan.add("gradient shard on the host", tier, Category::kGrads, shape.part.shard_numel() * 4);
-  HostAdds::plan(shape, z, tier, plan);
+  HostAdds::plan(shape, z, sums, tier, /*lands=*/true, plan);
 }
 
-void plan_file_grads(const ZeroShape& shape, const ZeroConfig& z, const ShardStoreSettings& settings,
-                     MemoryPlan& plan) {
+void plan_file_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums,
+                     const ShardStoreSettings& settings, MemoryPlan& plan) {
   const Partition& p = shape.part;
   ShardStore::plan(p.chunks(), p.chunk(1), DType::kF32, settings, plan);
-  HostAdds::plan(shape, z, settings.host_tier, plan);
+  HostAdds::plan(shape, z, sums, settings.host_tier, /*lands=*/false, plan);
 }
 
 absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter, std::optional<Tier> host_tier) {
   return allocated<GradStore>(std::make_unique<FullGrads>(ctx, scatter), host_tier);
 }
 
-absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z, Tier tier) {
-  return allocated<GradStore>(std::make_unique<HostGrads>(ctx), z, tier);
+absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z,
+                                                      const MicroBatchSums& sums, Tier tier) {
+  return allocated<GradStore>(std::make_unique<HostGrads>(ctx), z, sums, tier);
 }
 
-absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z) {
-  return allocated<GradStore>(std::make_unique<ShardedGrads>(ctx), z);
+absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z,
+                                                         const MicroBatchSums& sums) {
+  return allocated<GradStore>(std::make_unique<ShardedGrads>(ctx), z, sums);
 }
 
 absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z,
-                                                      ShardStoreSettings settings) {
-  return allocated<GradStore>(std::make_unique<FileGrads>(ctx), z, std::move(settings));
+                                                      const MicroBatchSums& sums, ShardStoreSettings settings) {
+  return allocated<GradStore>(std::make_unique<FileGrads>(ctx), z, sums, std::move(settings));
 }
 
 }  // namespace zerod

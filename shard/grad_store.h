@@ -7,12 +7,12 @@
 //   sharded (stages 2-3): each unit reduce-scattered as backward finishes it
 //     (scatter_grads.h), the rank's chunk added to its shard in memory;
 //   on the host (stages 2-3 with offload_optimizer cpu): the same, each
-//     reduced chunk copied device-to-host on a stream of its own and added
-//     to a shard in host memory, where the optimizer reads it, by a host
-//     thread while backward goes on;
-//   in a file (stages 2-3 with offload_optimizer nvme): the same, the chunks
-//     written (or added) to a file during backward and read back unit by
-//     unit, a unit ahead.
+//     unit's sum (or each micro-batch's chunk) copied device-to-host on a
+//     stream of its own into a shard in host memory, where the optimizer
+//     reads it, by host threads while backward goes on (host_adds.h);
+//   in a file (stages 2-3 with offload_optimizer nvme): the same, the sums
+//     or chunks written (or added) to a file during backward and read back
+//     unit by unit, a unit ahead.
 // Gradients are summed over ranks; the trainer scales each rank's loss by
 // 1/(accumulation * world_size), so the sum is the global-batch mean.
 #pragma once
@@ -26,6 +26,14 @@
 #include "shard/zero_context.h"
 
 namespace zerod {
+
+// How the micro-batches of a step reach the sum the optimizer reads
+// (stages 2 and 3; zero_optimization.micro_batch_grads resolved).
+struct MicroBatchSums {
+  int count = 1;                // micro-batches a step
+  DType rounded = DType::kF32;  // each one's reduced gradients rounded to this first (kF32: not)
+  bool on_device = false;       // offloaded stores: the sum kept on the device and sent once
+};
 
 class GradStore {
  public:
@@ -74,16 +82,20 @@ class GradStore {
 // `host_tier`, when given: the reduced shard is copied to host memory of it.
 absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter,
                                                       std::optional<Tier> host_tier = std::nullopt);
-absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z);
+absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z,
+                                                         const MicroBatchSums& sums);
 // The shard in host memory of `tier`.
-absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z, Tier tier);
+absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z,
+                                                      const MicroBatchSums& sums, Tier tier);
 absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z,
-                                                      ShardStoreSettings settings);
+                                                      const MicroBatchSums& sums, ShardStoreSettings settings);
 
 // What each store above allocates, on plan's device.
 void plan_full_grads(const ZeroShape& shape, bool scatter, std::optional<Tier> host_tier, MemoryPlan& plan);
-void plan_sharded_grads(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan);
-void plan_host_grads(const ZeroShape& shape, const ZeroConfig& z, Tier tier, MemoryPlan& plan);
-void plan_file_grads(const ZeroShape& shape, const ZeroConfig& z, const ShardStoreSettings& settings, MemoryPlan& plan);
+void plan_sharded_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, MemoryPlan& plan);
+void plan_host_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier,
+                     MemoryPlan& plan);
+void plan_file_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums,
+                     const ShardStoreSettings& settings, MemoryPlan& plan);
 
 }  // namespace zerod

@@ -13,6 +13,8 @@
 // buffer in this shard layout.
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 #include <vector>
 
@@ -38,6 +40,7 @@ class Partition {
   // Each rank's share of unit u, padding included.
   int64_t chunk(int u) const { return chunk_[u]; }
   const std::vector<int64_t>& chunks() const { return chunk_; }
+  int64_t largest_chunk() const { return *std::max_element(chunk_.begin(), chunk_.end()); }
   // Unit u in the padded full buffer (world_size chunks per unit).
   int64_t padded_offset(int u) const { return padded_offset_[u]; }
   int64_t padded_numel() const { return padded_offset_.back(); }

@@ -93,6 +93,7 @@ absl::Status ScatterGrads::launch(Slot& s) {
   // The reduction reads what backward wrote to the staging, and writes the
   // recv buffer the last add (enqueued before that) reads.
   ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
+  ZEROD_RETURN_IF_ERROR(target_.reusing(s.recv));
   s.work = ctx_.comm.reduce_scatter(s.staging.data(), s.recv.data(), ctx_.part.chunk(s.unit), CommType::kF32,
                                     ReduceOp::kSum);
   in_flight_.push_back(&s);

@@ -25,6 +25,9 @@ class ScatterGrads : public GradSink {
     virtual absl::Status started(int /*u*/) { return absl::OkStatus(); }
     // Unit u's reduced chunk (the first chunk(u) floats of `recv`) is ready.
     virtual absl::Status add(int u, const Buffer& recv) = 0;
+    // A reduction is about to write `recv`: what the target still reads of
+    // it is done first.
+    virtual absl::Status reusing(const Buffer& /*recv*/) { return absl::OkStatus(); }
   };
 
   ScatterGrads(ZeroContext& ctx, Target& target) : ctx_(ctx), target_(target) {}

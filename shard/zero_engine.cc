@@ -75,6 +75,16 @@ StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device
   // each unit as it is complete.
   c.during_backward = z.stage >= 2 && c.optimizer_on_host && (c.undoable || !settings.factor_after_backward);
   c.staging = offload_buffer_tier(off, device);
+  c.sums.count = settings.micro_batches;
+  if (z.stage >= 2) {
+    // "auto" is resolved before (Trainer); unresolved it is fp32. A device
+    // whose memory is the host's has no link to spare: its micro-batches
+    // go to the host each.
+    const bool compute = z.micro_batch_grads == MicroBatchGrads::kCompute;
+    if (compute) c.sums.rounded = settings.precision;
+    c.sums.on_device =
+        c.optimizer_on_host && settings.micro_batches > 1 && !compute && device.memory == Tier::kGpu;
+  }
   return c;
 }
 
@@ -117,12 +127,12 @@ void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int
   if (z.stage <= 1) {
     plan_full_grads(shape, z.stage == 1, c.optimizer_on_host ? std::optional(c.staging) : std::nullopt, plan);
   } else if (c.grads_in_file) {
-    plan_file_grads(shape, z,
+    plan_file_grads(shape, z, c.sums,
                     store_settings(settings, z.offload_optimizer, Category::kGrads, "", plan.device(), nullptr), plan);
   } else if (c.optimizer_on_host) {
-    plan_host_grads(shape, z, c.staging, plan);
+    plan_host_grads(shape, z, c.sums, c.staging, plan);
   } else {
-    plan_sharded_grads(shape, z, plan);
+    plan_sharded_grads(shape, z, c.sums, plan);
   }
   // Each unit's sum of squared gradients, where the gradients are and on the host.
   const uint64_t sums = shape.part.num_units() * 8;
@@ -183,13 +193,13 @@ absl::Status ZeroEngine::create_stores() {
                                               stores_.optimizer_on_host ? std::optional(staging) : std::nullopt));
   } else if (grads_in_file) {
     const std::string file = swap_file_path(*off.nvme_path, "grads", rank);
-    ZEROD_ASSIGN_OR_RETURN(
-        grads_,
-        file_grads(ctx_, z, store_settings(settings_, off, Category::kGrads, file, device, &ctx_.device.accountant())));
+    ZEROD_ASSIGN_OR_RETURN(grads_, file_grads(ctx_, z, c.sums,
+                                              store_settings(settings_, off, Category::kGrads, file, device,
+                                                             &ctx_.device.accountant())));
   } else if (stores_.optimizer_on_host) {
-    ZEROD_ASSIGN_OR_RETURN(grads_, host_grads(ctx_, z, staging));
+    ZEROD_ASSIGN_OR_RETURN(grads_, host_grads(ctx_, z, c.sums, staging));
   } else {
-    ZEROD_ASSIGN_OR_RETURN(grads_, sharded_grads(ctx_, z));
+    ZEROD_ASSIGN_OR_RETURN(grads_, sharded_grads(ctx_, z, c.sums));
   }
   return absl::OkStatus();
 }

@@ -47,6 +47,7 @@ struct ZeroSettings {
   // once every gradient is.
   bool factor_after_backward = false;
   DType operands = DType::kF32;  // the kernel table's (kernels.h)
+  int micro_batches = 1;         // of a step (gradient_accumulation_steps)
 };
 
 // Which stores a rank keeps and how they work, from its settings and its
@@ -63,6 +64,11 @@ struct StoreChoice {
   bool undoable = false;
   bool during_backward = false;  // ZeroEngine::updates_during_backward()
   Tier staging = Tier::kHost;    // offload_optimizer's host buffers
+  // Stages 2 and 3 (zero_optimization.micro_batch_grads, resolved): each
+  // micro-batch's reduced gradients rounded to the 16-bit type with
+  // "compute"; with "fp32", the optimizer offloaded and several
+  // micro-batches, their sum kept on the device and sent to the host once.
+  MicroBatchSums sums;
 };
 StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device);
 

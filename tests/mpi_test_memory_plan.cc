@@ -1,7 +1,8 @@
 // The memory plan against the accountant, on every rank of an mpirun world:
 // each job of a matrix (ZeRO stages 0-3; the optimizer in memory, on the
 // host or on NVMe; parameters offloaded; activation checkpointing; fp32,
-// bf16 and fp16; AdamW and AdamW8bit; gpt2-tiny and a 95M-parameter model)
+// bf16 and fp16; AdamW and AdamW8bit; micro-batches summed on the device or
+// sent in 16 bits; gpt2-tiny and a 95M-parameter model)
 // trains, saves a checkpoint in the background and evaluates, as
 // zero-worker does; the peak of every (tier, category) and of every tier
 // that the accountant measured equals Trainer::plan's for that rank,
@@ -74,6 +75,16 @@ std::vector<Case> cases(const std::string& dir) {
                  {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"",
                   "zero_optimization.offload_optimizer.super_offload=true"}});
   all.push_back({"stage1_fp16", {"zero_optimization.stage=1", "fp16.enabled=true"}});
+  // Two micro-batches a step: their sum kept on the device ("auto" without
+  // a limit), or each sent in 16 bits (the rounded copy on the device, the
+  // widened part on the host).
+  all.push_back({"stage2_cpu_accumulation_summed_on_device",
+                 {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"",
+                  "gradient_accumulation_steps=2"}});
+  all.push_back({"stage3_nvme_bf16_accumulation_compute",
+                 {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"nvme\"",
+                  "zero_optimization.offload_optimizer.nvme_path=\"" + dir + "\"", "bf16.enabled=true",
+                  "zero_optimization.micro_batch_grads=\"compute\"", "gradient_accumulation_steps=2"}});
   // About 95M parameters (gpt2's width, 8 layers): the sizes scale with
   // the model, not only the tiny one's.
   const std::vector<std::string> large = {

@@ -386,6 +386,32 @@ TEST(ConfigValues, SuperOffloadOnlyWhereTheHostUpdatesDuringBackward) {
   EXPECT_TRUE(rejected(j, "zero_optimization.offload_param.super_offload"));
 }
 
+// micro_batch_grads: "auto" (the default, also as the word itself, which
+// zero_optimization otherwise reads as DeepSpeed's default), "fp32" or
+// "compute"; "compute" needs stages 2 or 3, where micro-batches are summed
+// after their reduction.
+TEST(ConfigValues, MicroBatchGradsNamesHowMicroBatchesAreSummed) {
+  json j = minimal();
+  EXPECT_EQ(parse_ok(j).zero.micro_batch_grads, MicroBatchGrads::kAuto);
+  for (const auto& [name, mode] : {std::pair{"auto", MicroBatchGrads::kAuto}, std::pair{"fp32", MicroBatchGrads::kF32},
+                                   std::pair{"compute", MicroBatchGrads::kCompute}}) {
+    j["zero_optimization"] = {{"stage", 2}, {"micro_batch_grads", name}};
+    EXPECT_EQ(parse_ok(j).zero.micro_batch_grads, mode) << name;
+  }
+  j["zero_optimization"] = {{"stage", 2}, {"micro_batch_grads", "bf16"}};
+  EXPECT_TRUE(rejected(j, "zero_optimization.micro_batch_grads: 'bf16' is not one of: auto, fp32, compute"));
+  j["zero_optimization"] = {{"stage", 2}, {"micro_batch_grads", 16}};
+  EXPECT_TRUE(rejected(j, "zero_optimization.micro_batch_grads"));
+  for (int stage : {0, 1}) {
+    j["zero_optimization"] = {{"stage", stage}, {"micro_batch_grads", "compute"}};
+    EXPECT_TRUE(rejected(j, absl::StrCat("zero_optimization.micro_batch_grads: 'compute' needs stage 2 or 3, but "
+                                         "stage is ",
+                                         stage)));
+    j["zero_optimization"]["micro_batch_grads"] = "fp32";
+    EXPECT_EQ(parse_ok(j).zero.micro_batch_grads, MicroBatchGrads::kF32);
+  }
+}
+
 TEST(ConfigValues, CheckpointSettings) {
   json j = minimal();
   j["run"]["checkpoint"] = {{"dir", "ckpt"}, {"interval", 10}, {"keep", 2}};

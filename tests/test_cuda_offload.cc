@@ -5,12 +5,15 @@
 //     (the update after the norm, or with super_offload during backward and
 //     undone, the states in memory or on NVMe) and without (each unit
 //     updated on the host during backward, its states in memory or streamed
-//     from NVMe);
+//     from NVMe), each micro-batch's gradients summed on the GPU or, with
+//     micro_batch_grads "compute", sent in bf16 against the GPU run that
+//     rounds them the same way;
 //   - a disk-full or EIO on the NVMe path during a GPU run fails the step
 //     naming the file and the offset, and the checkpoint saved before it
 //     resumes to the state it saved.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <string>
@@ -54,17 +57,23 @@ class CudaOffloadTest : public testing::TempDirTest {
 using testing::joined;
 
 TEST_F(CudaOffloadTest, EveryOffloadGivesTheBitsOfTheGpuRunWithout) {
-  // The last: fp16 from a scale that overflows at first, clipping some steps.
+  // The third: fp16 from a scale that overflows at first, clipping some
+  // steps. The last: each micro-batch's gradients rounded to bf16 (stages 2
+  // and 3), sent so when offloaded, rounded in place without.
+  const std::string compute = "zero_optimization.micro_batch_grads=\"compute\"";
   const std::vector<std::vector<std::string>> numerics = {
       {"gradient_clipping=1.0"},
       {"gradient_clipping=0"},
       {"gradient_clipping=3.0", "bf16.enabled=false", "fp16.enabled=true", "fp16.initial_scale_power=24",
-       "fp16.hysteresis=1", "run.steps=6"}};
+       "fp16.hysteresis=1", "run.steps=6"},
+      {"gradient_clipping=0", compute}};
   for (const std::vector<std::string>& numeric : numerics) {
     for (int stage : {1, 2, 3}) {
+      if (stage == 1 && std::ranges::count(numeric, compute)) continue;
       const std::vector<std::string> base = joined({"zero_optimization.stage=" + std::to_string(stage)}, numeric);
-      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", " << numeric[0]
-                                        << (numeric.size() > 1 ? ", fp16" : ""));
+      std::string numbers;
+      for (const std::string& o : numeric) numbers += o + " ";
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", " << numbers);
       const testing::TrainedRun ref = testing::train_to_end(config(base), nullptr, *gpu_);
       ASSERT_TRUE(ref.status.ok()) << ref.status;
       std::vector<std::vector<std::string>> variants = {joined(base, optimizer_on("cpu")),

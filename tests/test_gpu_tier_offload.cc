@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ class GpuTierOffloadTest : public testing::TempDirTest {
 };
 
 using testing::joined;
+
+std::string micro_batch_grads(const std::string& mode) {
+  return "zero_optimization.micro_batch_grads=\"" + mode + "\"";
+}
 
 TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
   for (int stage : {1, 2, 3}) {
@@ -175,11 +180,142 @@ TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSam
   }
 }
 
+// micro_batch_grads "compute": each micro-batch's reduced gradients leave
+// the GPU rounded to bf16 (or fp16), converted on the device, and are
+// summed in fp32 on the host, in memory or in a file, whatever else is
+// offloaded and whether the host updates during backward: bitwise the
+// in-memory run that rounds them the same way before it adds them, which
+// is not the run that adds them as they are. With fp32 parameters
+// "compute" sends each micro-batch's fp32 gradients: bitwise the plain
+// run. Layers of 1.2M elements go in two parts of 1M 16-bit values.
+// Behind the threaded, delayed streams, with one reduction buffer or
+// several.
+TEST_F(GpuTierOffloadTest, MicroBatchGradientsSentIn16BitsGiveTheBitsOfTheSameSumInMemory) {
+  const std::string compute = micro_batch_grads("compute");
+  const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
+  const std::vector<std::string> fp16 = {"bf16.enabled=false", "fp16.enabled=true", "fp16.initial_scale_power=12"};
+  const std::vector<std::string> wide = {"model.preset=\"custom\"", "model.n_layer=2",      "model.n_embd=320",
+                                         "model.n_head=4",          "model.vocab_size=256", "model.block_size=32"};
+  struct Case {
+    std::vector<std::string> overrides;
+    std::vector<std::string> offload;
+  };
+  const std::vector<Case> cases = {
+      {{"zero_optimization.stage=2", "gradient_clipping=0"}, optimizer_on("cpu")},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0"}, optimizer_on("nvme")},
+      {{"zero_optimization.stage=3", "gradient_clipping=0"}, joined(optimizer_on("nvme"), params_on("cpu"))},
+      {{"zero_optimization.stage=3", "gradient_clipping=3.0", super}, joined(optimizer_on("cpu"), params_on("nvme"))},
+      {joined({"zero_optimization.stage=2", "gradient_clipping=3.0", super}, fp16), optimizer_on("cpu")},
+      {joined({"zero_optimization.stage=2", "gradient_clipping=0"}, wide), optimizer_on("cpu")},
+      {joined({"zero_optimization.stage=3", "gradient_clipping=0"}, wide), optimizer_on("nvme")},
+      {{"zero_optimization.stage=2", "bf16.enabled=false"}, optimizer_on("cpu")},
+      // One reduce-scatter buffer: each reduction into it waits for the
+      // sender's reads of the last (its conversion, or its fp32 copies).
+      {{"zero_optimization.stage=2", "zero_optimization.overlap_comm=false"}, optimizer_on("cpu")},
+      {{"zero_optimization.stage=3", "zero_optimization.overlap_comm=false", "bf16.enabled=false"},
+       optimizer_on("nvme")},
+  };
+  for (const Case& c : cases) {
+    std::string name;
+    for (const std::string& o : joined(c.overrides, c.offload)) name += o + " ";
+    SCOPED_TRACE(name);
+    std::vector<std::string> in_memory = c.overrides;
+    std::erase(in_memory, super);
+    MemoryAccountant cpu_acct;
+    CpuDevice cpu(cpu_acct);
+    const testing::TrainedRun ref = testing::train_to_end(config(joined(in_memory, {compute})), nullptr, cpu);
+    ASSERT_TRUE(ref.status.ok()) << ref.status;
+    const testing::TrainedRun unrounded = testing::train_to_end(config(in_memory), nullptr, cpu);
+    ASSERT_TRUE(unrounded.status.ok()) << unrounded.status;
+    const bool rounds = config(in_memory).precision != DType::kF32;
+    EXPECT_EQ(testing::same_bits(ref.params, unrounded.params), !rounds);
+
+    MemoryAccountant acct;
+    CpuDevice gpu(acct, gpu_tier());
+    const testing::TrainedRun r =
+        testing::train_to_end(config(joined(joined(c.overrides, c.offload), {compute})), nullptr, gpu);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.losses, ref.losses);
+    EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+  }
+}
+
+// micro_batch_grads "auto" with the optimizer offloaded and two
+// micro-batches a step: the step's sum stays on the GPU where every plan
+// with it fits run.gpu_memory_limit, and each micro-batch goes to the host
+// in 16 bits where it does not, saying why; the run then trains under the
+// cap with the bits of "compute".
+TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitTheCap) {
+  const std::vector<std::string> base = joined({"zero_optimization.stage=2"}, optimizer_on("cpu"));
+  MemoryAccountant probe_acct;
+  CpuDevice probe(probe_acct, gpu_tier());
+  const KernelMemory kernels = kernel_memory_for(probe);
+  auto peak = [&](const std::string& mode) {
+    MemoryPlan plan(plan_device(probe));
+    EXPECT_TRUE(Trainer::plan(config(joined(base, {micro_batch_grads(mode)})), 1, 0, kernels, plan).ok());
+    return plan.peaks().total[static_cast<int>(Tier::kGpu)];
+  };
+  const uint64_t summed = peak("fp32"), sent = peak("compute");
+  ASSERT_LT(sent, summed);
+  auto choice = [&](std::optional<uint64_t> cap) {
+    JobConfig cfg = config(base);
+    cfg.run.gpu_memory_limit = cap;
+    auto c = Trainer::micro_batch_grads(cfg, 1, kernels, plan_device(probe));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  };
+  const Trainer::MicroBatchGradsChoice uncapped = choice(std::nullopt), fits = choice(summed),
+                                       over = choice((summed + sent) / 2);
+  EXPECT_EQ(uncapped.mode, MicroBatchGrads::kF32);
+  EXPECT_EQ(uncapped.what, "summed in fp32 on the device, sent to the host once a step");
+  EXPECT_EQ(fits.mode, MicroBatchGrads::kF32);
+  EXPECT_NE(fits.why.find("within run.gpu_memory_limit"), std::string::npos) << fits.why;
+  EXPECT_EQ(over.mode, MicroBatchGrads::kCompute);
+  EXPECT_EQ(over.what, "each micro-batch's sent to the host in bf16, summed there in fp32");
+  EXPECT_NE(over.why.find("the step's gradient sum on the GPU (" +
+                          byte_size_text(CachingAllocator::block_size(Partition(GptLayout(config(base).model), 1).shard_numel() * 4)) +
+                          ") takes a rank to " + byte_size_text(summed) + ", over run.gpu_memory_limit"),
+            std::string::npos)
+      << over.why;
+  // Given, it is not decided.
+  JobConfig given = config(joined(base, {micro_batch_grads("fp32")}));
+  given.run.gpu_memory_limit = (summed + sent) / 2;
+  auto kept = Trainer::micro_batch_grads(given, 1, kernels, plan_device(probe));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->mode, MicroBatchGrads::kF32);
+  EXPECT_EQ(kept->why, "");
+
+  MemoryAccountant ref_acct;
+  CpuDevice ref_gpu(ref_acct, gpu_tier());
+  const testing::TrainedRun ref = testing::train_to_end(config(joined(base, {micro_batch_grads("compute")})), nullptr,
+                                                        ref_gpu);
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+  JobConfig capped = config(base);
+  capped.run.gpu_memory_limit = (summed + sent) / 2;
+  MemoryAccountant acct;
+  acct.set_limit(Tier::kGpu, *capped.run.gpu_memory_limit);
+  CpuDevice gpu(acct, gpu_tier());
+  auto t = Trainer::create(capped, nullptr, &gpu);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->config().zero.micro_batch_grads, MicroBatchGrads::kCompute);
+  std::vector<double> losses;
+  for (int64_t i = 0; i < capped.run.steps; ++i) {
+    auto r = (*t)->step();
+    ASSERT_TRUE(r.ok()) << r.status();
+    losses.push_back(r->loss);
+  }
+  EXPECT_EQ(losses, ref.losses);
+  EXPECT_LE(acct.peak_total(Tier::kGpu), *capped.run.gpu_memory_limit);
+}
+
 // At stage 2 with the optimizer on the host, the GPU holds no optimizer
-// state and no gradient shard: the masters, m and v (12 bytes a parameter)
-// and the fp32 gradient shard (4) are in host memory. At stage 3 with the
-// parameters on the host too, the GPU's parameters are the gathered units
-// only: two layer slots, the embeddings and the final LayerNorm.
+// state: the masters, m and v (12 bytes a parameter) and the fp32 gradient
+// shard (4) are in host memory. Of the gradients, the GPU keeps the step's
+// sum of its two micro-batches, sent to the host once (micro_batch_grads
+// "fp32", what "auto" is without a cap), or nothing, each micro-batch's
+// sent in bf16 ("compute"). At stage 3 with the parameters on the host
+// too, the GPU's parameters are the gathered units only: two layer slots,
+// the embeddings and the final LayerNorm.
 TEST_F(GpuTierOffloadTest, OffloadedStatesGradientsAndParametersLeaveTheGpu) {
   const JobConfig plain = config({"zero_optimization.stage=2"});
   const int64_t n = GptLayout(plain.model).num_params();
@@ -190,13 +326,15 @@ TEST_F(GpuTierOffloadTest, OffloadedStatesGradientsAndParametersLeaveTheGpu) {
     EXPECT_GE(acct.peak(Tier::kGpu, Category::kOptimizer), uint64_t(12 * n));
     EXPECT_GE(acct.peak(Tier::kGpu, Category::kGrads), uint64_t(4 * n));
   }
-  {
+  const uint64_t sum = CachingAllocator::block_size(Partition(GptLayout(plain.model), 1).shard_numel() * 4);
+  for (const auto& [mode, gpu_grads] : {std::pair{"auto", sum}, std::pair{"fp32", sum}, std::pair{"compute", 0ul}}) {
+    SCOPED_TRACE(mode);
     MemoryAccountant acct;
     CpuDevice gpu(acct, gpu_tier());
-    ASSERT_TRUE(testing::train_to_end(config(joined({"zero_optimization.stage=2"}, optimizer_on("cpu"))), nullptr, gpu)
-                    .status.ok());
+    const JobConfig cfg = config(joined({"zero_optimization.stage=2", micro_batch_grads(mode)}, optimizer_on("cpu")));
+    ASSERT_TRUE(testing::train_to_end(cfg, nullptr, gpu).status.ok());
     EXPECT_EQ(acct.peak(Tier::kGpu, Category::kOptimizer), 0u);
-    EXPECT_EQ(acct.peak(Tier::kGpu, Category::kGrads), 0u);
+    EXPECT_EQ(acct.peak(Tier::kGpu, Category::kGrads), gpu_grads);
     EXPECT_GE(acct.peak(Tier::kHost, Category::kOptimizer), uint64_t(12 * n));
     EXPECT_GE(acct.peak(Tier::kHost, Category::kGrads), uint64_t(4 * n));
   }
@@ -206,7 +344,7 @@ TEST_F(GpuTierOffloadTest, OffloadedStatesGradientsAndParametersLeaveTheGpu) {
     const JobConfig cfg =
         config(joined(joined({"zero_optimization.stage=3", "zero_optimization.stage3_param_persistence_threshold=0"},
                              params_on("cpu")),
-                      optimizer_on("cpu")));
+                      joined(optimizer_on("cpu"), {micro_batch_grads("compute")})));
     const GptLayout layout(cfg.model);
     const Partition part(layout, 1);
     auto slot = [&](int u) { return CachingAllocator::block_size(part.chunk(u) * 2); };

@@ -22,6 +22,7 @@
 #include "runtime/engine/memory_check.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/model/nf4_weights.h"
+#include "shard/partition.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
 #include "tests/worker_run.h"
@@ -414,6 +415,33 @@ TEST_F(EstimateTest, NodesSumTheirRanksAndGpusAreDescribedWithoutOne) {
   EXPECT_GE(r["per_rank"]["gpu"]["workspace"].get<uint64_t>(), KernelMemory::kCudaBlasWorkspace);
   ASSERT_EQ(r["capacity"].size(), 2u);
   EXPECT_EQ(r["capacity"][0]["needed"], rank_gpu);
+}
+
+// The estimate says how the job's micro-batches would leave the GPU: the
+// gpt2-xl offload example (8 micro-batches a step, its optimizer on the
+// host) keeps their 6.2 GB sum on an 80 GiB GPU, and under the example's
+// own 12 GiB cap sends each in bf16, its plan then without the sum.
+TEST_F(EstimateTest, SaysWhetherTheMicroBatchesGradientsAreSummedOnTheGpu) {
+  const std::string example = ZEROD_SOURCE_DIR "/examples/gpt2-xl-offload.json";
+  const std::vector<std::string> own = {"--config", example, "--set", "model.init_from=null"};
+  const Result roomy = estimate(testing::joined(own, {"--set", "run.gpu_memory_limit=null", "--gpu-memory", "80GiB"}));
+  ASSERT_EQ(roomy.code, 0) << roomy.err;
+  const uint64_t sum = CachingAllocator::block_size(Partition(GptLayout(*gpt_preset("gpt2-xl")), 1).shard_numel() * 4);
+  EXPECT_NE(roomy.out.find("micro-batch gradients (micro_batch_grads fp32): summed in fp32 on the device, sent to the "
+                           "host once a step | auto: the step's gradient sum on the GPU (" +
+                           byte_size_text(sum) + ") takes a rank to "),
+            std::string::npos)
+      << roomy.out;
+  EXPECT_NE(roomy.out.find(", within the 80.0 GiB the GPU holds\n"), std::string::npos) << roomy.out;
+  const Result capped = estimate(testing::joined(own, {"--json"}));
+  ASSERT_EQ(capped.code, 0) << capped.err;
+  const nlohmann::json r = nlohmann::json::parse(capped.out);
+  EXPECT_EQ(r["micro_batch_grads"], "compute");
+  EXPECT_NE(r["micro_batch_grads_auto"].get<std::string>().find(", over run.gpu_memory_limit 12.0 GiB"),
+            std::string::npos)
+      << r;
+  EXPECT_EQ(r["per_rank"]["gpu"]["grads"], 0);
+  EXPECT_LE(r["per_rank"]["gpu"]["total"].get<uint64_t>(), uint64_t{12} << 30);
 }
 
 // The cost model's seconds, against its formulas written out by hand for

@@ -551,6 +551,43 @@ TEST_F(WorkerTest, AJobPastTheHostMemoryLimitIsRefusedBeforeItStarts) {
   EXPECT_EQ(fits.code, kExitOk) << fits.err;
 }
 
+// The banner says how zero_optimization.micro_batch_grads moves a step's
+// micro-batches at stage 2 (on the CPU, whose memory is the host's, "auto"
+// is "fp32" with nothing kept on the device), and the JSON start event
+// names the value it resolved to; nothing is said where each is added in
+// fp32 in memory.
+TEST_F(WorkerTest, TheBannerSaysHowMicroBatchGradientsAreSummed) {
+  nlohmann::json j = small_job();
+  j["train_batch_size"] = 8;
+  j["train_micro_batch_size_per_gpu"] = 4;
+  j["bf16"] = {{"enabled", true}};
+  const std::string line = "  micro-batch gradients (micro_batch_grads ";
+  const std::pair<nlohmann::json, std::string> cases[] = {
+      {{{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}},
+       "fp32): each micro-batch's sent to the host in fp32, summed there in fp32\n"},
+      {{{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}, {"micro_batch_grads", "compute"}},
+       "compute): each micro-batch's sent to the host in bf16, summed there in fp32\n"},
+      {{{"stage", 3}, {"micro_batch_grads", "compute"}}, "compute): rounded to bf16 each micro-batch, summed in fp32\n"},
+      {{{"stage", 2}}, ""}};
+  for (const auto& [zero, said] : cases) {
+    SCOPED_TRACE(zero.dump());
+    j["zero_optimization"] = zero;
+    const Result text = run({"--config", job(j)});
+    ASSERT_EQ(text.code, kExitOk) << text.err;
+    if (said.empty()) {
+      EXPECT_EQ(text.out.find(line), std::string::npos) << text.out;
+    } else {
+      EXPECT_NE(text.out.find(line + said), std::string::npos) << text.out;
+    }
+    const Result json = run({"--config", job(j), "--log-format", "json"});
+    ASSERT_EQ(json.code, kExitOk) << json.err;
+    const auto starts = testing::of_kind(testing::events(json.out), "start");
+    ASSERT_EQ(starts.size(), 1u);
+    EXPECT_EQ(starts[0]["micro_batch_grads"], zero.contains("micro_batch_grads") ? "compute" : "fp32");
+    EXPECT_FALSE(starts[0].contains("micro_batch_grads_auto"));
+  }
+}
+
 TEST_F(WorkerTest, TheBinaryExitsWithTheSameCodes) {
   auto status = [](const std::string& cmd) {
     const int s = std::system((cmd + " > /dev/null 2>&1").c_str());

@@ -77,6 +77,8 @@ constexpr DeepSpeedKey kKeys[] = {
      "the other spelling of stage3_param_persistence_threshold"},
     {"zero_optimization.sub_group_size", H, "", "elements the host optimizer updates at a time with offload"},
     {"zero_optimization.overlap_comm", H, "", "reduce each layer's gradients while backward goes on"},
+    {"zero_optimization.micro_batch_grads", H, "",
+     "zerod's: auto, fp32 or compute: each micro-batch's gradients summed as they are or in the 16-bit type"},
     {"zero_optimization.cpu_offload", H, "", "the older spelling of offload_optimizer.device \"cpu\" (true)"},
     {"zero_optimization.cpu_offload_param", H, "", "the older spelling of offload_param.device \"cpu\" (true)"},
     {"zero_optimization.offload_optimizer.device", H, "",

@@ -298,6 +298,9 @@ void read_cpu_offload(JsonReader& zero, const char* old_key, const char* section
   }
 }
 
+constexpr std::pair<const char*, MicroBatchGrads> kMicroBatchGrads[] = {
+    {"auto", MicroBatchGrads::kAuto}, {"fp32", MicroBatchGrads::kF32}, {"compute", MicroBatchGrads::kCompute}};
+
 void parse_zero(JsonReader r, ZeroConfig& z) {
   if (r.read("stage", &z.stage)) {
     r.check(z.stage >= 0 && z.stage <= 3, "stage", absl::StrCat("must be 0, 1, 2 or 3, got ", z.stage));
@@ -325,6 +328,13 @@ void parse_zero(JsonReader r, ZeroConfig& z) {
     }
   }
   r.read("overlap_comm", &z.overlap_comm);
+  if (read_enum<MicroBatchGrads>(r, "micro_batch_grads",
+                                 {kMicroBatchGrads[0], kMicroBatchGrads[1], kMicroBatchGrads[2]},
+                                 &z.micro_batch_grads)) {
+    // Stages 0 and 1 sum the micro-batches in backward's own buffer.
+    r.check(z.micro_batch_grads != MicroBatchGrads::kCompute || z.stage >= 2, "micro_batch_grads",
+            absl::StrCat("'compute' needs stage 2 or 3, but stage is ", z.stage));
+  }
   JsonReader oo = r.section("offload_optimizer");
   oo.read("super_offload", &z.offload_optimizer.super_offload);
   parse_offload(oo, z.offload_optimizer);
@@ -449,6 +459,13 @@ std::optional<nlohmann::json> trainer_default(const std::string& path, const Job
 }
 
 }  // namespace
+
+const char* micro_batch_grads_name(MicroBatchGrads m) {
+  for (const auto& [name, value] : kMicroBatchGrads) {
+    if (value == m) return name;
+  }
+  return "?";
+}
 
 absl::Status apply_override(nlohmann::json& root, const std::string& assignment) {
   const size_t eq = assignment.find('=');

@@ -32,6 +32,20 @@ struct LossScaleConfig {
   double min_loss_scale = 1;
 };
 
+// How each micro-batch's reduced gradients join the step's fp32 sum at
+// stages 2 and 3 (zerod's key zero_optimization.micro_batch_grads):
+//   kF32: added as they are; with the optimizer offloaded the sum is kept
+//     on the GPU and leaves it once a step;
+//   kCompute: rounded to the run's 16-bit type first; with the optimizer
+//     offloaded each micro-batch's leaves the GPU in 16 bits and is summed
+//     on the host;
+//   kAuto: kF32, unless the optimizer is offloaded, a step has several
+//     micro-batches and the GPU sum does not fit the GPU (Trainer resolves
+//     it before anything is built).
+enum class MicroBatchGrads { kAuto, kF32, kCompute };
+// "auto", "fp32" or "compute", as the config spells it.
+const char* micro_batch_grads_name(MicroBatchGrads m);
+
 struct ZeroConfig {
   int stage = 0;
   int64_t reduce_bucket_size = 500000000;
@@ -41,6 +55,7 @@ struct ZeroConfig {
   int64_t sub_group_size = 1000000000;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param{OffloadDevice::kNone, std::nullopt, true, 5};
+  MicroBatchGrads micro_batch_grads = MicroBatchGrads::kAuto;
 };
 
 struct CheckpointConfig {

@@ -57,6 +57,10 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::open(int ordinal, Memory
   ZEROD_RETURN_IF_ERROR(cuda_status(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
   std::unique_ptr<CudaDevice> d(new CudaDevice(ordinal, prop.name, acct));
   ZEROD_ASSIGN_OR_RETURN(std::unique_ptr<Stream> s, d->create_stream());
+  // Free once the context is made: what this process's buffers can take.
+  size_t free = 0, total = 0;
+  ZEROD_RETURN_IF_ERROR(cuda_status(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
+  d->usable_ = free;
   d->compute_.reset(static_cast<CudaStream*>(s.release()));
   return d;
 }

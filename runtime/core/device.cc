@@ -66,7 +66,11 @@ bool is_cuda_device(const Device& device) {
 }
 
 PlanDevice plan_device(const Device& device) {
-  return {device.memory_tier(), is_cuda_device(device), device.memory_tier() == Tier::kGpu};
+  // What it can hold: its free memory, or less under the accountant's cap.
+  uint64_t usable = device.usable_bytes();
+  const uint64_t cap = device.accountant().limit(device.memory_tier());
+  if (cap > 0 && (usable == 0 || cap < usable)) usable = cap;
+  return {device.memory_tier(), is_cuda_device(device), device.memory_tier() == Tier::kGpu, usable};
 }
 
 Tier staging_tier(const Device& device) { return plan_device(device).staging_tier(); }

@@ -59,6 +59,9 @@ class Device {
   virtual std::string description() const { return name(); }
   // The tier the kernels' operands live in: kHost on the CPU, kGpu on a GPU.
   virtual Tier memory_tier() const = 0;
+  // Bytes of its own memory this process can hold (a GPU's free memory
+  // once opened); 0 where that is not known.
+  virtual uint64_t usable_bytes() const { return 0; }
   // Whether host code may dereference the device's own memory; where it may
   // not, it reaches it through read_on_host and write_from_host.
   virtual bool host_visible() const { return memory_tier() != Tier::kGpu; }

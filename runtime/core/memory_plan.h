@@ -41,6 +41,9 @@ struct PlanDevice {
   bool pins = false;
   // GPU blocks come from the caching allocator, which rounds them up.
   bool caches_blocks = false;
+  // What its own memory holds for this process (free, and under the
+  // accountant's limit); 0: not known.
+  uint64_t usable_bytes = 0;
 
   bool host_visible() const { return memory != Tier::kGpu; }
   Tier staging_tier() const { return pins ? Tier::kPinned : Tier::kHost; }

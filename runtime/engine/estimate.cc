@@ -22,11 +22,16 @@ absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& m
   PlanDevice device;
   if (machines.gpu) {
     kernels.backend = KernelBackend::kCuda;
-    device = {Tier::kGpu, /*pins=*/true, /*caches_blocks=*/true};
+    device = {Tier::kGpu, /*pins=*/true, /*caches_blocks=*/true, machines.gpu_memory.value_or(0)};
   } else {
     e.cpu_threads = choose_threads(cfg.run.threads, machines.ranks_per_node()).threads;
     kernels.cpu_threads = e.cpu_threads;
   }
+  ZEROD_ASSIGN_OR_RETURN(const Trainer::MicroBatchGradsChoice grads,
+                         Trainer::micro_batch_grads(cfg, machines.ranks, kernels, device));
+  e.grads_mode = grads.mode;
+  e.grads_line = grads.line();
+  e.grads_why = grads.why;
   const int per_node = machines.ranks_per_node();
   for (int node = 0; node < machines.nodes; ++node) {
     MemoryPeaks sum;
@@ -263,7 +268,9 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
                         {"trained_params", trained},
                         {"per_rank", peaks_json(e->per_rank)},
                         {"per_node", peaks_json(e->per_node)},
-                        {"fits", fits}};
+                        {"fits", fits},
+                        {"micro_batch_grads", micro_batch_grads_name(e->grads_mode)}};
+    if (!e->grads_why.empty()) j["micro_batch_grads_auto"] = e->grads_why;
     if (!m.gpu) j["cpu_threads"] = e->cpu_threads;
     if (!data.ok()) j["data_not_counted"] = std::string(data.message());
     nlohmann::json caps = nlohmann::json::array();
@@ -306,6 +313,7 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   if (!data.ok()) {
     out << "data not counted: " << data.message() << " (its window order takes 8 bytes a window on every rank)\n";
   }
+  if (!e->grads_line.empty()) out << e->grads_line << "\n";
   table(out, "per rank (the largest over ranks)", e->per_rank);
   if (m.ranks_per_node() > 1) table(out, "per node (the sum of its ranks)", e->per_node);
   if (buffers) {

@@ -34,6 +34,10 @@ struct Estimate {
   MemoryPeaks per_node;                      // each entry the largest over the nodes of their ranks' sum
   int cpu_threads = 0;                       // a CPU rank's threads, as zero-worker would choose them here
   std::vector<PlannedBuffer> rank0_buffers;  // what rank 0 allocates, buffer by buffer
+  // zero_optimization.micro_batch_grads as the job would run it there
+  // (Trainer::MicroBatchGradsChoice).
+  MicroBatchGrads grads_mode = MicroBatchGrads::kF32;
+  std::string grads_line, grads_why;
 };
 
 // The plans of every rank of `cfg` on `machines`.

@@ -39,11 +39,84 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
                       {cfg.aio_block_size, cfg.aio_queue_depth},
                       std::move(init),
                       std::move(io_faults),
-                      factor_after_backward(cfg)};
+                      factor_after_backward(cfg),
+                      DType::kF32,
+                      cfg.grad_accum};
+}
+
+namespace {
+
+// How the resolved micro_batch_grads moves a step's micro-batches on
+// `device`, for the banner; "" where it is adding each in fp32 in memory.
+std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
+  ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision};
+  zs.micro_batches = cfg.grad_accum;
+  const StoreChoice c = choose_stores(zs, device);
+  if (cfg.zero.stage < 2 || (!c.optimizer_on_host && c.sums.rounded == DType::kF32)) return "";
+  const std::string type = c.sums.rounded == DType::kF32 ? "fp32" : dtype_name(c.sums.rounded);
+  if (!c.optimizer_on_host) return absl::StrCat("rounded to ", type, " each micro-batch, summed in fp32");
+  if (c.sums.on_device) return "summed in fp32 on the device, sent to the host once a step";
+  if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step");
+  return absl::StrCat("each micro-batch's sent to the host in ", type, ", summed there in fp32");
+}
+
+}  // namespace
+
+std::string Trainer::MicroBatchGradsChoice::line() const {
+  if (what.empty()) return "";
+  return absl::StrCat("micro-batch gradients (micro_batch_grads ", micro_batch_grads_name(mode), "): ", what,
+                      why.empty() ? "" : absl::StrCat(" | auto: ", why));
+}
+
+absl::StatusOr<Trainer::MicroBatchGradsChoice> Trainer::micro_batch_grads(const JobConfig& cfg, int world_size,
+                                                                          const KernelMemory& kernels,
+                                                                          const PlanDevice& device,
+                                                                          ResumeFrom resume) {
+  const ZeroConfig& z = cfg.zero;
+  auto chosen = [&](MicroBatchGrads mode, std::string why) {
+    JobConfig resolved = cfg;
+    resolved.zero.micro_batch_grads = mode;
+    return MicroBatchGradsChoice{mode, micro_batch_flow(resolved, device), std::move(why)};
+  };
+  if (z.micro_batch_grads != MicroBatchGrads::kAuto) return chosen(z.micro_batch_grads, "");
+  // Only a GPU's memory is spared by sending each micro-batch.
+  if (z.stage < 2 || z.offload_optimizer.device == OffloadDevice::kNone || cfg.grad_accum == 1 ||
+      device.memory != Tier::kGpu) {
+    return chosen(MicroBatchGrads::kF32, "");
+  }
+  JobConfig summed = cfg;
+  summed.zero.micro_batch_grads = MicroBatchGrads::kF32;
+  const int gpu = static_cast<int>(Tier::kGpu);
+  uint64_t limit = device.usable_bytes;
+  std::string limit_text = absl::StrCat("the ", byte_size_text(limit), " the GPU holds");
+  if (const std::optional<uint64_t>& job = cfg.run.gpu_memory_limit; job && *job > 0 && (limit == 0 || *job <= limit)) {
+    limit = *job;
+    limit_text = absl::StrCat("run.gpu_memory_limit ", byte_size_text(limit));
+  }
+  uint64_t sum_bytes = 0, most = 0;
+  for (int rank = 0; rank < world_size; ++rank) {
+    MemoryPlan plan(device);
+    ZEROD_RETURN_IF_ERROR(Trainer::plan(summed, world_size, rank, kernels, plan, resume));
+    const MemoryPeaks p = plan.peaks();
+    sum_bytes = std::max(sum_bytes, p.peak[gpu][static_cast<int>(Category::kGrads)]);
+    most = std::max(most, p.total[gpu]);
+  }
+  const std::string sum = absl::StrCat("the step's gradient sum on the GPU (", byte_size_text(sum_bytes),
+                                       ") takes a rank to ", byte_size_text(most));
+  if (limit == 0) return chosen(MicroBatchGrads::kF32, sum);
+  if (most <= limit) return chosen(MicroBatchGrads::kF32, absl::StrCat(sum, ", within ", limit_text));
+  return chosen(MicroBatchGrads::kCompute, absl::StrCat(sum, ", over ", limit_text));
 }
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
                            MemoryPlan& plan, ResumeFrom resume) {
+  if (cfg.zero.micro_batch_grads == MicroBatchGrads::kAuto) {
+    JobConfig resolved = cfg;
+    ZEROD_ASSIGN_OR_RETURN(const MicroBatchGradsChoice c,
+                           micro_batch_grads(cfg, world_size, kernels, plan.device(), resume));
+    resolved.zero.micro_batch_grads = c.mode;
+    return Trainer::plan(resolved, world_size, rank, kernels, plan, resume);
+  }
   // In build()'s order.
   kernels.plan_table(plan);
   plan.add("token ids", Tier::kHost, Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
@@ -52,8 +125,15 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
             cfg.cpu_checkpointing, kernels, plan, lora);
   const GptLayout model(cfg.model);
-  const ZeroSettings zs{cfg.zero,  cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg),
-                        kernels.operand_type(cfg.precision)};
+  const ZeroSettings zs{cfg.zero,
+                        cfg.optimizer,
+                        cfg.precision,
+                        {},
+                        nullptr,
+                        {},
+                        factor_after_backward(cfg),
+                        kernels.operand_type(cfg.precision),
+                        cfg.grad_accum};
   if (lora) FrozenWeights::plan(model, zs, cfg.lora->nf4_base, world_size, rank, plan);
   const GptLayout layout = lora ? GptLayout::adapters(cfg.model, *lora) : model;
   const ZeroShape shape(layout, cfg.zero.stage, world_size, rank, cfg.precision);
@@ -89,6 +169,11 @@ absl::Status Trainer::build() {
     device_ = own_device_.get();
   }
   ZEROD_ASSIGN_OR_RETURN(kernels_, kernels_for(*device_, cfg_.precision));
+  if (cfg_.zero.micro_batch_grads == MicroBatchGrads::kAuto) {
+    ZEROD_ASSIGN_OR_RETURN(const MicroBatchGradsChoice c, micro_batch_grads(cfg_, comm_->world_size(),
+                                                                            kernels_->memory(), plan_device(*device_)));
+    cfg_.zero.micro_batch_grads = c.mode;
+  }
   if (cfg_.wall_clock_breakdown) {
     profiler_ = std::make_unique<Profiler>(*device_);
     device_->set_profiler(profiler_.get());

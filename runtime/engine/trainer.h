@@ -155,6 +155,25 @@ class Trainer {
   static absl::Status plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
                            MemoryPlan& plan, ResumeFrom resume = ResumeFrom::kNothing);
 
+  // zero_optimization.micro_batch_grads as a job of `world_size` on
+  // `device` runs it. "auto" is "fp32" unless the optimizer is offloaded
+  // (stage 2 or 3) from a GPU and a step has several micro-batches: then
+  // "fp32" (the step's sum kept on the GPU) where every rank's plan with it
+  // fits the GPU (run.gpu_memory_limit, and what the device holds), else
+  // "compute". `what` says how the micro-batches then go, for the banner
+  // ("" where they are added in fp32 in memory); `why`, for "auto" on a
+  // GPU, what decided it.
+  struct MicroBatchGradsChoice {
+    MicroBatchGrads mode;
+    std::string what, why;
+    // "micro-batch gradients (micro_batch_grads compute): <what> | auto:
+    // <why>"; "" where `what` is.
+    std::string line() const;
+  };
+  static absl::StatusOr<MicroBatchGradsChoice> micro_batch_grads(const JobConfig& cfg, int world_size,
+                                                                 const KernelMemory& kernels, const PlanDevice& device,
+                                                                 ResumeFrom resume = ResumeFrom::kNothing);
+
  private:
   Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);
   absl::Status build();

@@ -270,6 +270,12 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     if (!path.ok()) return refuse(path.status());
     resume_from = *std::move(path);
   }
+  // Decided once, for the plan and the build alike.
+  const auto grads = Trainer::micro_batch_grads(*cfg, rank->world_size, kernel_memory_for(**device),
+                                                plan_device(**device),
+                                                Trainer::resume_from(*cfg, rank->world_size, resume_from));
+  if (!grads.ok()) return refuse(grads.status());
+  cfg->zero.micro_batch_grads = grads->mode;
   const absl::StatusOr<MemoryPeaks> planned = planned_peaks(*cfg, *rank, **device, resume_from);
   if (!planned.ok()) return refuse(planned.status());
   if (absl::Status s = check_memory_plan(*cfg, rank->rank, rank->local_size, *planned); !s.ok()) {
@@ -293,7 +299,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     return fail(kExitFailure, absl::StrCat(trainer.status().message(), "; ", what_sets_the_size(*cfg)));
   }
   Trainer& t = **trainer;
-  output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads);
+  output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads, grads->line(), grads->why);
   if (cfg->run.resume) {
     if (!resume_from.empty()) {
       if (absl::Status s = t.resume(resume_from); !s.ok()) return refuse(s);

@@ -64,6 +64,7 @@ std::string auto_text(const std::vector<std::pair<std::string, nlohmann::json>>&
   return text;
 }
 
+
 }  // namespace
 
 // Messages may carry bytes from outside (a path, a file's contents) that
@@ -73,7 +74,7 @@ void RunOutput::line(const nlohmann::json& event) {
 }
 
 void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,
-                      const ThreadChoice& threads) {
+                      const ThreadChoice& threads, const std::string& grads_line, const std::string& grads_why) {
   const OptimizerConfig& o = cfg.optimizer;
   const GptConfig& m = cfg.model;
   if (format_ == LogFormat::kJson) {
@@ -104,9 +105,11 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
           {"scheduler", scheduler_name(cfg.scheduler.type)},
           {"gradient_clipping", cfg.gradient_clipping},
           {"activation_checkpointing", cfg.activation_checkpointing},
+          {"micro_batch_grads", micro_batch_grads_name(cfg.zero.micro_batch_grads)},
           {"steps", cfg.run.steps},
           {"seed", cfg.run.seed},
           {"auto", auto_json(cfg.auto_filled)}};
+    if (!grads_why.empty()) start["micro_batch_grads_auto"] = grads_why;
     if (cfg.lora) {
       const LoraConfig& l = cfg.lora->adapters;
       start["lora"] = {{"r", l.r},
@@ -144,6 +147,7 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
       "  device %s (run.device %s) | %d CPU threads (%s) | activation checkpointing %s | zero stage %d | seed %d\n",
       device, cfg.run.device, threads.threads, threads.why, cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage,
       cfg.run.seed);
+  if (!grads_line.empty()) out_ << "  " << grads_line << "\n";
   if (!cfg.auto_filled.empty()) out_ << auto_text(cfg.auto_filled);
   out_ << std::flush;
 }

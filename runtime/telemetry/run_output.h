@@ -38,9 +38,11 @@ class RunOutput {
   RunOutput(LogFormat format, std::ostream& out, std::ostream& err) : format_(format), out_(out), err_(err) {}
 
   // `device`: what each rank trains on (Device::description); `threads`:
-  // its CPU threads and why that many.
+  // its CPU threads and why that many; `grads_line` and `grads_why`: how
+  // zero_optimization.micro_batch_grads (resolved) moves the micro-batches
+  // and, for "auto", why (Trainer::MicroBatchGradsChoice).
   void start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,
-             const ThreadChoice& threads);
+             const ThreadChoice& threads, const std::string& grads_line = "", const std::string& grads_why = "");
   void step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s);
   // `per_rank` holds every rank's memory peaks, rank 0 first.
   void summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank);

@@ -1,0 +1,164 @@
+#include "shard/host_adds.h"
+
+#include <algorithm>
+
+namespace zerod {
+
+HostAdds::HostAdds(ZeroContext& ctx, Add add, Reread reread, Landing landing)
+    : ctx_(ctx),
+      add_(std::move(add)),
+      reread_(std::move(reread)),
+      landing_(std::move(landing)),
+      adder_([&ctx] { return ctx.device.bind_thread(); }),
+      sender_([&ctx] { return ctx.device.bind_thread(); }),
+      sink_(ctx, *this) {}
+
+int64_t HostAdds::staging_elements(const ZeroShape& shape, DType sent) {
+  return std::min(shape.part.largest_chunk(), part_elements(sent));
+}
+
+void HostAdds::plan(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier, bool lands,
+                    MemoryPlan& plan) {
+  const Partition& p = shape.part;
+  if (sums.on_device) {
+    plan.add_device("the step's gradient sum, sent to the host once", Category::kGrads, p.shard_numel() * 4);
+  }
+  if (sums.rounded != DType::kF32) {
+    plan.add_device("reduced gradients rounded for the host", Category::kComm,
+                    p.largest_chunk() * dtype_size(sums.rounded));
+    plan.add("reduced gradients widened on the host", Tier::kHost, Category::kOffload,
+             staging_elements(shape, sums.rounded) * 4);
+  }
+  if (stages(sums, lands)) {
+    plan.add("reduced gradients on their way to the host", tier, Category::kOffload,
+             staging_elements(shape, sums.rounded) * dtype_size(sums.rounded), Phase::kBuild, true, kStaging);
+  }
+  ScatterGrads::plan(shape, z, plan);
+}
+
+absl::Status HostAdds::allocate(const ZeroConfig& z, const MicroBatchSums& sums, Tier tier) {
+  sums_ = sums;
+  const Partition& p = ctx_.part;
+  if (sums.on_device) {
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(sum_, p.shard_numel() * 4, Category::kGrads));
+    for (int u = 0; u < p.num_units(); ++u) {
+      ZEROD_ASSIGN_OR_RETURN(summed_.emplace_back(), ctx_.device.create_event());
+    }
+  }
+  if (sums.rounded != DType::kF32) {
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(narrow_, p.largest_chunk() * dtype_size(sums.rounded), Category::kComm));
+    ZEROD_ASSIGN_OR_RETURN(
+        wide_, ctx_.device.allocate(staging_elements(ctx_, sums.rounded) * 4, Category::kOffload, Tier::kHost));
+  }
+  if (stages(sums, static_cast<bool>(landing_))) {
+    for (Staging& s : staging_) {
+      ZEROD_ASSIGN_OR_RETURN(s.buf, ctx_.device.allocate(staging_elements(ctx_, sums.rounded) * dtype_size(sums.rounded),
+                                                         Category::kOffload, tier));
+      ZEROD_ASSIGN_OR_RETURN(s.copied, ctx_.device.create_event());
+    }
+  }
+  ZEROD_ASSIGN_OR_RETURN(copies_, ctx_.device.create_stream());
+  zero();
+  return sink_.allocate(z);
+}
+
+void HostAdds::zero() {
+  added_.assign(ctx_.part.num_units(), 0);
+  if (sum_.data()) ctx_.device.memset(ctx_.stream, sum_.data(), 0, sum_.bytes());
+}
+
+absl::Status HostAdds::reduce() {
+  // The sender submits to the adder: it is drained first.
+  absl::Status s = sink_.flush();
+  s.Update(sender_.drain());
+  s.Update(adder_.drain());
+  reading_.clear();
+  return s;
+}
+
+absl::Status HostAdds::started(int u) {
+  // Only sends after the first of a step add to what the store holds.
+  if (reread_ && !sums_.on_device && added_[u] > 0) adder_.submit([this, u] { return reread_(u); });
+  return absl::OkStatus();
+}
+
+absl::Status HostAdds::reusing(const Buffer& recv) {
+  auto it = reading_.find(recv.data());
+  if (it == reading_.end()) return absl::OkStatus();
+  std::shared_future<absl::Status> read = std::move(it->second);
+  reading_.erase(it);
+  return read.get();
+}
+
+absl::Status HostAdds::add(int u, const Buffer& recv) {
+  const int count = ++added_[u];
+  GradStore::AfterAdds then = count == then_count_ ? then_ : nullptr;
+  if (sums_.on_device) {
+    // As the in-memory store adds; recv is read on the compute stream, which
+    // ScatterGrads waits for before reducing into it again.
+    float* sum = sum_.ptr<float>() + ctx_.part.shard_offset(u);
+    ctx_.kernels.add(ctx_.stream, sum, recv.ptr<float>(), ctx_.part.chunk(u));
+    if (count < sums_.count) return absl::OkStatus();
+    Event& summed = *summed_[u];
+    ctx_.device.record(ctx_.stream, summed);
+    sender_.submit([this, &summed, s = Send{u, sum, DType::kF32, true, std::move(then)}] {
+      ctx_.device.wait(*copies_, summed);
+      return send(s);
+    });
+    return absl::OkStatus();
+  }
+  // Each micro-batch's chunk, read by the sender until its job is done.
+  reading_[recv.data()] =
+      sender_.submit([this, u, src = recv.data(), fresh = count == 1, then = std::move(then)]() -> absl::Status {
+        const void* sent = src;
+        if (sums_.rounded != DType::kF32) {
+          ctx_.kernels.convert_from_f32(*copies_, sums_.rounded, static_cast<const float*>(src), narrow_.data(),
+                                        ctx_.part.chunk(u));
+          sent = narrow_.data();
+        }
+        ZEROD_RETURN_IF_ERROR(send({u, sent, sums_.rounded, fresh, then}));
+        // What was read of recv (the conversion, or the copies) is done.
+        return ctx_.device.synchronize(*copies_);
+      });
+  return absl::OkStatus();
+}
+
+absl::Status HostAdds::send(const Send& s) {
+  // A sum from the device lands whole; anything else is added on the host.
+  if (!sums_.on_device || !landing_) return send_parts(s);
+  float* dst = landing_(s.u);
+  ctx_.device.copy(*copies_, dst, s.src, ctx_.part.chunk(s.u) * sizeof(float));
+  Event& landed = *summed_[s.u];  // the copy stream's wait for it is enqueued: it may be recorded again
+  ctx_.device.record(*copies_, landed);
+  adder_.submit([this, &landed, s, dst] {
+    ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(landed));
+    return s.then ? s.then(s.u, dst) : absl::OkStatus();
+  });
+  return absl::OkStatus();
+}
+
+absl::Status HostAdds::send_parts(const Send& s) {
+  const int64_t chunk = ctx_.part.chunk(s.u), part = part_elements(s.type);
+  const size_t size = dtype_size(s.type);
+  for (int64_t start = 0; start < chunk; start += part) {
+    const int64_t n = std::min(part, chunk - start);
+    Staging& st = staging_[next_++ % kStaging];
+    if (st.added.valid()) ZEROD_RETURN_IF_ERROR(st.added.get());  // the adder is done with it
+    ctx_.device.copy(*copies_, st.buf.data(), static_cast<const char*>(s.src) + start * size, n * size);
+    ctx_.device.record(*copies_, *st.copied);
+    GradStore::AfterAdds then = start + n == chunk ? s.then : nullptr;
+    st.added = adder_.submit([this, &st, u = s.u, start, n, type = s.type, fresh = s.fresh, then = std::move(then)] {
+      ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*st.copied));
+      const float* src = st.buf.host<float>();
+      if (type != DType::kF32) {
+        convert_to_f32(type, st.buf.data(), wide_.host<float>(), n);
+        src = wide_.host<float>();
+      }
+      ZEROD_ASSIGN_OR_RETURN(const float* sum, add_(u, start, src, n, fresh));
+      return then ? then(u, sum) : absl::OkStatus();
+    });
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zerod

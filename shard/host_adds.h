@@ -1,0 +1,118 @@
+// Stages 2 and 3 with the optimizer on the host: how each unit's reduced
+// chunks (ScatterGrads' target) reach the sum the host optimizer reads.
+//
+// Summed on the device (MicroBatchSums::on_device): each micro-batch's
+// chunk is added to a sum on the device, on the compute stream, as the
+// in-memory store adds it; after the last micro-batch the unit's sum leaves
+// the device once, straight into the store's host memory where the store
+// has some (`Landing`), else in parts through the staging buffers.
+// Otherwise each micro-batch's chunk leaves the device, in its own type or
+// converted on the device to the rounded 16-bit type (half the bytes), in
+// parts through the staging buffers, and is added on the host in fp32.
+//
+// Nothing of this blocks the caller (backward): a sender thread enqueues the
+// conversions and copies on a copy stream of their own, one part copied
+// while the last is added, and hands each part to an adder thread, which
+// waits for that part's copy and adds it where the store keeps it. A
+// reduction into a chunk buffer the sender still reads waits for it
+// (reusing()).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "runtime/core/task_thread.h"
+#include "shard/grad_store.h"
+#include "shard/scatter_grads.h"
+
+namespace zerod {
+
+class HostAdds : public ScatterGrads::Target {
+ public:
+  // A part of a sent chunk: 2 MiB of what is sent, large enough for a copy
+  // to stream near the link's bandwidth, small enough that the staging
+  // buffers are little beside the windows.
+  static constexpr int64_t kPartBytes = int64_t{2} << 20;
+  // Adds elements [start, start + n) of unit u's sum of the step, `src`,
+  // where the store keeps the unit, onto zeros when `fresh` (its first part
+  // of the step); returns the unit's sum so far, in host memory until the
+  // next add.
+  using Add =
+      std::function<absl::StatusOr<const float*>(int u, int64_t start, const float* src, int64_t n, bool fresh)>;
+  // Before a reduction into a unit that adds to an earlier chunk of it,
+  // `reread(u)` runs on the adder thread (a store in a file reads it ahead).
+  using Reread = std::function<absl::Status(int u)>;
+  // Where unit u's whole fp32 sum may be copied from the device as it is:
+  // host memory of the store's; empty where there is none.
+  using Landing = std::function<float*(int u)>;
+
+  HostAdds(ZeroContext& ctx, Add add, Reread reread = {}, Landing landing = {});
+
+  // What allocate() allocates on plan's device, for a store with a landing
+  // or not.
+  static void plan(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier, bool lands,
+                   MemoryPlan& plan);
+
+  GradSink& sink() { return sink_; }
+  absl::Status allocate(const ZeroConfig& z, const MicroBatchSums& sums, Tier tier);
+
+  void zero();
+  // Every reduction given to the threads, and their work done.
+  absl::Status reduce();
+  void after_adds(int count, GradStore::AfterAdds then) {
+    then_count_ = count;
+    then_ = std::move(then);
+  }
+  absl::Status started(int u) override;
+  absl::Status add(int u, const Buffer& recv) override;
+  absl::Status reusing(const Buffer& recv) override;
+
+ private:
+  struct Staging {
+    Buffer buf;                              // a part as sent, copied from the device
+    std::unique_ptr<Event> copied;           // its copy, on the copy stream
+    std::shared_future<absl::Status> added;  // the adder thread's add from it
+  };
+  // One send of unit u's chunk, `src` on the device in the type sent: what
+  // the sender thread does with it.
+  struct Send {
+    int u;
+    const void* src;
+    DType type;
+    bool fresh;
+    GradStore::AfterAdds then;
+  };
+  static constexpr int kStaging = 2;
+  static int64_t part_elements(DType sent) { return kPartBytes / static_cast<int64_t>(dtype_size(sent)); }
+  // Elements of a part of the largest chunk, sent as `sent`.
+  static int64_t staging_elements(const ZeroShape& shape, DType sent);
+  // Whether sums go through the staging buffers (all but landed ones).
+  static bool stages(const MicroBatchSums& sums, bool lands) { return !(sums.on_device && lands); }
+
+  absl::Status send(const Send& s);
+  absl::Status send_parts(const Send& s);
+
+  ZeroContext& ctx_;
+  const Add add_;
+  const Reread reread_;
+  const Landing landing_;
+  MicroBatchSums sums_;
+  Buffer sum_;     // on the device, the step's sum (on_device)
+  Buffer narrow_;  // on the device, a chunk converted to the rounded type
+  Buffer wide_;    // on the host, a part widened back to fp32 (the adder's)
+  Staging staging_[kStaging];
+  int64_t next_ = 0;  // the sender's next staging buffer
+  std::unique_ptr<Stream> copies_;
+  std::vector<std::unique_ptr<Event>> summed_;  // per unit: its last add to the sum (on_device)
+  std::vector<int> added_;                      // per unit: chunks added this step
+  std::map<const void*, std::shared_future<absl::Status>> reading_;  // chunk buffers the sender reads
+  int then_count_ = 0;
+  GradStore::AfterAdds then_;
+  TaskThread adder_;   // after the buffers: its tasks end before they go
+  TaskThread sender_;  // after the adder: its tasks submit to it
+  ScatterGrads sink_;  // after the threads: its last adds are submitted while they run
+};
+
+}  // namespace zerod
