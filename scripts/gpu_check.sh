@@ -29,7 +29,9 @@
 #     (bench/copy_bandwidth);
 #   largest: the largest examples, 12.8B with its states on the host
 #     (examples/gpt-12b-offload.json) and 4.2B with everything offloaded
-#     (examples/gpt-4b-offload.json), and DeepSpeed ZeRO-Offload on gpt2-xl
+#     (examples/gpt-4b-offload.json), the offload engine's file I/O against
+#     fio on the machine's disk (bench/offload_throughput, where fio is
+#     installed), and DeepSpeed ZeRO-Offload on gpt2-xl
 #     where it is installed and the anchors are carried (.anchors, a copy of
 #     ../shared/anchors);
 #   plan: the single-GPU examples (gpt2, gpt2-xl fine-tune uncapped with
@@ -91,7 +93,7 @@ export LD_LIBRARY_PATH=$(dirname "${nccl_lib:-/x}"):$LD_LIBRARY_PATH
 # The ranks section builds with the machine's Open MPI, the others without.
 with_mpi=OFF
 with_bench=OFF
-[ "$section" = offload ] && with_bench=ON  # copy_bandwidth
+case "$section" in offload | largest) with_bench=ON ;; esac  # copy_bandwidth, offload_throughput
 targets=()
 if [ "$section" = ranks ]; then
   command -v mpicxx >/dev/null && command -v mpirun >/dev/null ||
@@ -281,6 +283,15 @@ if [ "$section" = largest ]; then
   code=$?
   [ "$code" = 0 ] || rc=1
   say "gpt-4b everything offloaded: exit $code; $(grep -E '^done|^  (gpu|pinned|host|nvme) |error' "$logs/gpt-4b.log" | head -6 | tr '\n' ' ')"
+  # The offload engine's file I/O on this machine's disk against fio doing
+  # the same (one file, 1 MiB blocks, 8 in flight, O_DIRECT, io_uring),
+  # where fio is installed.
+  if command -v fio >/dev/null; then
+    timeout 120 "$build/bench/offload_throughput" /tmp 4096 1048576 8 32 3 >"$logs/nvme.log" 2>&1
+    say "NVMe, AioEngine against fio on /tmp: exit $?; $(grep -E '^\| (read|write)' "$logs/nvme.log" | tr '\n' ';')"
+  else
+    say "NVMe against fio: not run, this machine has no fio"
+  fi
   if [ -f .anchors/ds_offload_anchor.py ] && python3 -c 'import deepspeed' 2>/dev/null; then
     left=$((540 - SECONDS))
     timeout "$left" python3 .anchors/ds_offload_anchor.py --suite --outdir "$logs/ds" --deadline "$left" >"$logs/ds.log" 2>&1

@@ -89,8 +89,8 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
   absl::StatusOr<const float*> acquire(int u) override { return shard_.ptr<float>() + ctx_.part.shard_offset(u); }
 
   absl::Status add(int u, const Buffer& recv) override {
-    // Rounded as an offloaded store sends it (HostAdds), in place: the
-    // reduction writes recv afresh.
+    // Rounded as an offloaded store sends it (HostAdds), in place: recv is
+    // written afresh before its next use.
     ctx_.kernels.round_to(ctx_.stream, rounded_, recv.ptr<float>(), ctx_.part.chunk(u));
     ctx_.kernels.add(ctx_.stream, shard_.ptr<float>() + ctx_.part.shard_offset(u), recv.ptr<float>(),
                      ctx_.part.chunk(u));

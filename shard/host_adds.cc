@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace zerod {
 
 HostAdds::HostAdds(ZeroContext& ctx, Add add, Reread reread, Landing landing)
@@ -12,6 +14,11 @@ HostAdds::HostAdds(ZeroContext& ctx, Add add, Reread reread, Landing landing)
       adder_([&ctx] { return ctx.device.bind_thread(); }),
       sender_([&ctx] { return ctx.device.bind_thread(); }),
       sink_(ctx, *this) {}
+
+HostAdds::~HostAdds() {
+  sink_.flush().IgnoreError();
+  sender_.drain().IgnoreError();
+}
 
 int64_t HostAdds::staging_elements(const ZeroShape& shape, DType sent) {
   return std::min(shape.part.largest_chunk(), part_elements(sent));
@@ -72,7 +79,14 @@ absl::Status HostAdds::reduce() {
   absl::Status s = sink_.flush();
   s.Update(sender_.drain());
   s.Update(adder_.drain());
-  reading_.clear();
+  for (auto& [buffer, r] : reading_) r.read = {};
+  // A sum on the device leaves it after its count-th micro-batch only.
+  for (int u = 0; sums_.on_device && u < ctx_.part.num_units(); ++u) {
+    if (added_[u] != sums_.count) {
+      s.Update(absl::InternalError(absl::StrCat("unit ", u, " was reduced ", added_[u], " times in a step of ",
+                                                sums_.count, " micro-batches")));
+    }
+  }
   return s;
 }
 
@@ -84,18 +98,16 @@ absl::Status HostAdds::started(int u) {
 
 absl::Status HostAdds::reusing(const Buffer& recv) {
   auto it = reading_.find(recv.data());
-  if (it == reading_.end()) return absl::OkStatus();
-  std::shared_future<absl::Status> read = std::move(it->second);
-  reading_.erase(it);
-  return read.get();
+  if (it == reading_.end() || !it->second.read.valid()) return absl::OkStatus();
+  return std::exchange(it->second.read, {}).get();
 }
 
 absl::Status HostAdds::add(int u, const Buffer& recv) {
   const int count = ++added_[u];
   GradStore::AfterAdds then = count == then_count_ ? then_ : nullptr;
   if (sums_.on_device) {
-    // As the in-memory store adds; recv is read on the compute stream, which
-    // ScatterGrads waits for before reducing into it again.
+    // As the in-memory store adds, on the compute stream: ahead of whatever
+    // writes recv next.
     float* sum = sum_.ptr<float>() + ctx_.part.shard_offset(u);
     ctx_.kernels.add(ctx_.stream, sum, recv.ptr<float>(), ctx_.part.chunk(u));
     if (count < sums_.count) return absl::OkStatus();
@@ -107,9 +119,16 @@ absl::Status HostAdds::add(int u, const Buffer& recv) {
     });
     return absl::OkStatus();
   }
-  // Each micro-batch's chunk, read by the sender until its job is done.
-  reading_[recv.data()] =
-      sender_.submit([this, u, src = recv.data(), fresh = count == 1, then = std::move(then)]() -> absl::Status {
+  // Each micro-batch's chunk, read by the sender, once the compute stream
+  // has written it, until its job is done.
+  Reading& r = reading_[recv.data()];
+  if (!r.written) {
+    ZEROD_ASSIGN_OR_RETURN(r.written, ctx_.device.create_event());
+  }
+  ctx_.device.record(ctx_.stream, *r.written);
+  r.read = sender_.submit(
+      [this, u, src = recv.data(), &written = *r.written, fresh = count == 1, then = std::move(then)]() -> absl::Status {
+        ctx_.device.wait(*copies_, written);
         const void* sent = src;
         if (sums_.rounded != DType::kF32) {
           ctx_.kernels.convert_from_f32(*copies_, sums_.rounded, static_cast<const float*>(src), narrow_.data(),

@@ -10,12 +10,13 @@
 // converted on the device to the rounded 16-bit type (half the bytes), in
 // parts through the staging buffers, and is added on the host in fp32.
 //
-// Nothing of this blocks the caller (backward): a sender thread enqueues the
-// conversions and copies on a copy stream of their own, one part copied
-// while the last is added, and hands each part to an adder thread, which
-// waits for that part's copy and adds it where the store keeps it. A
-// reduction into a chunk buffer the sender still reads waits for it
-// (reusing()).
+// The caller (backward) does not wait for the copies or the adds: a sender
+// thread enqueues the conversions and copies on a copy stream of their
+// own, one part copied while the last is added, and hands each part to an
+// adder thread, which waits for that part's copy and adds it where the
+// store keeps it. Only a reduction into a chunk buffer the sender still
+// reads waits, for that send (reusing()): with one such buffer
+// (overlap_comm off), each layer's reduction waits for the last layer's.
 #pragma once
 
 #include <functional>
@@ -49,6 +50,8 @@ class HostAdds : public ScatterGrads::Target {
   using Landing = std::function<float*(int u)>;
 
   HostAdds(ZeroContext& ctx, Add add, Reread reread = {}, Landing landing = {});
+  // Sends the reductions in flight, before the sink's chunk buffers they read go.
+  ~HostAdds() override;
 
   // What allocate() allocates on plan's device, for a store with a landing
   // or not.
@@ -105,9 +108,17 @@ class HostAdds : public ScatterGrads::Target {
   Staging staging_[kStaging];
   int64_t next_ = 0;  // the sender's next staging buffer
   std::unique_ptr<Stream> copies_;
-  std::vector<std::unique_ptr<Event>> summed_;  // per unit: its last add to the sum (on_device)
+  // Per unit (on_device): its last add to the sum, then the copy of the sum
+  // to its landing.
+  std::vector<std::unique_ptr<Event>> summed_;
   std::vector<int> added_;                      // per unit: chunks added this step
-  std::map<const void*, std::shared_future<absl::Status>> reading_;  // chunk buffers the sender reads
+  // A chunk buffer the sender reads: backward's (or the reduction's) last
+  // write to it, on the compute stream, and the send that reads it.
+  struct Reading {
+    std::unique_ptr<Event> written;
+    std::shared_future<absl::Status> read;
+  };
+  std::map<const void*, Reading> reading_;
   int then_count_ = 0;
   GradStore::AfterAdds then_;
   TaskThread adder_;   // after the buffers: its tasks end before they go

@@ -22,7 +22,10 @@ void ScatterGrads::plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan&
   auto slots = [&](const char* what, int u, int count) {
     plan.add_device(absl::StrCat(what, ", gradients to reduce"), Category::kComm, p.chunk(u) * p.world_size() * 4,
                     Phase::kBuild, true, count);
-    plan.add_device(absl::StrCat(what, ", reduced chunk"), Category::kComm, p.chunk(u) * 4, Phase::kBuild, true, count);
+    if (p.world_size() > 1) {
+      plan.add_device(absl::StrCat(what, ", reduced chunk"), Category::kComm, p.chunk(u) * 4, Phase::kBuild, true,
+                      count);
+    }
   };
   slots("reduce-scatter of a layer", 1, layer_slots(shape.layout, z));
   slots("reduce-scatter of the embeddings", 0, 1);
@@ -34,6 +37,7 @@ absl::Status ScatterGrads::allocate(const ZeroConfig& z) {
   const Partition& p = ctx_.part;
   const int n = p.world_size();
   overlap_ = z.overlap_comm;
+  alone_ = n == 1;
   layers_.resize(layer_slots(L, z));
   for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n, p.chunk(1)));
   ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n, p.chunk(0)));
@@ -47,16 +51,10 @@ absl::StatusOr<GlobalGrads> ScatterGrads::globals() {
 }
 
 absl::StatusOr<LayerGrads> ScatterGrads::layer(int l) {
-  Slot* s = nullptr;
-  for (Slot& c : layers_) {
-    if (c.unit < 0) s = &c;
-  }
-  if (!s) {
-    s = in_flight_.front();
-    ZEROD_RETURN_IF_ERROR(complete(*s));
-  }
-  ZEROD_RETURN_IF_ERROR(fill(*s, GptLayout::layer_unit(l)));
-  return layer_grad_views(ctx_.layout, s->staging.ptr<float>());
+  // Its reduction, if still in flight, is the oldest of the layers'.
+  Slot& s = layers_[next_layer_++ % layers_.size()];
+  ZEROD_RETURN_IF_ERROR(fill(s, GptLayout::layer_unit(l)));
+  return layer_grad_views(ctx_.layout, s.staging.ptr<float>());
 }
 
 absl::Status ScatterGrads::layer_done(int l) {
@@ -79,17 +77,24 @@ absl::Status ScatterGrads::flush() {
 
 absl::Status ScatterGrads::allocate_slot(Slot& s, int64_t padded, int64_t chunk) {
   ZEROD_RETURN_IF_ERROR(ctx_.alloc(s.staging, padded * 4, Category::kComm));
-  return ctx_.alloc(s.recv, chunk * 4, Category::kComm);
+  return alone_ ? absl::OkStatus() : ctx_.alloc(s.recv, chunk * 4, Category::kComm);
 }
 
 absl::Status ScatterGrads::fill(Slot& s, int u) {
   if (s.work) ZEROD_RETURN_IF_ERROR(complete(s));
+  if (alone_) ZEROD_RETURN_IF_ERROR(target_.reusing(s.staging));
   s.unit = u;
   ctx_.device.memset(ctx_.stream, s.staging.data(), 0, s.staging.bytes());
   return absl::OkStatus();
 }
 
 absl::Status ScatterGrads::launch(Slot& s) {
+  if (alone_) {
+    // Backward's gradients are the reduced chunk, in the compute stream's
+    // order: the target's work on that stream follows them.
+    ZEROD_RETURN_IF_ERROR(target_.started(s.unit));
+    return target_.add(std::exchange(s.unit, -1), s.staging);
+  }
   // The reduction reads what backward wrote to the staging, and writes the
   // recv buffer the last add (enqueued before that) reads.
   ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));

@@ -4,7 +4,9 @@
 // or a file). Layer staging buffers are a small pool: with overlap_comm, as
 // many as reduce_bucket_size elements allow (at least two, so one layer's
 // backward runs while the last one's reduce-scatter is in flight); without,
-// one, waited on at once.
+// one, waited on at once. In a world of one the staging buffer is the
+// reduced chunk: nothing is copied, and the host does not wait for
+// backward.
 #pragma once
 
 #include <deque>
@@ -23,10 +25,13 @@ class ScatterGrads : public GradSink {
     virtual ~Target() = default;
     // A reduction into unit u's chunk has started.
     virtual absl::Status started(int /*u*/) { return absl::OkStatus(); }
-    // Unit u's reduced chunk (the first chunk(u) floats of `recv`) is ready.
+    // Unit u's reduced chunk (the first chunk(u) floats of `recv`) is
+    // ready in the compute stream's order: work enqueued on it now reads
+    // it, other streams and the host wait for that stream first.
     virtual absl::Status add(int u, const Buffer& recv) = 0;
-    // A reduction is about to write `recv`: what the target still reads of
-    // it is done first.
+    // A reduction (or, in a world of one, backward) is about to write
+    // `recv`: what the target still reads of it off the compute stream is
+    // done first.
     virtual absl::Status reusing(const Buffer& /*recv*/) { return absl::OkStatus(); }
   };
 
@@ -47,7 +52,7 @@ class ScatterGrads : public GradSink {
 
  private:
   struct Slot {
-    Buffer staging, recv;
+    Buffer staging, recv;  // no recv in a world of one: the staging is reduced
     int unit = -1;  // filling or in flight
     WorkPtr work;
   };
@@ -65,7 +70,9 @@ class ScatterGrads : public GradSink {
   ZeroContext& ctx_;
   Target& target_;
   bool overlap_ = true;
+  bool alone_ = false;  // a world of one
   std::vector<Slot> layers_;
+  size_t next_layer_ = 0;  // layers take the slots in turn: the next is the one used longest ago
   Slot emb_, fin_;
   std::deque<Slot*> in_flight_;  // launch order
 };

@@ -27,20 +27,21 @@ absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& m
     e.cpu_threads = choose_threads(cfg.run.threads, machines.ranks_per_node()).threads;
     kernels.cpu_threads = e.cpu_threads;
   }
+  // A job that resumes is counted as reading another partition's files (the larger case).
+  const auto resume = cfg.run.resume ? Trainer::ResumeFrom::kOtherPartition : Trainer::ResumeFrom::kNothing;
   ZEROD_ASSIGN_OR_RETURN(const Trainer::MicroBatchGradsChoice grads,
-                         Trainer::micro_batch_grads(cfg, machines.ranks, kernels, device));
+                         Trainer::micro_batch_grads(cfg, machines.ranks, kernels, device, resume));
   e.grads_mode = grads.mode;
   e.grads_line = grads.line();
   e.grads_why = grads.why;
+  JobConfig resolved = cfg;  // decided once, not again by each rank's plan
+  resolved.zero.micro_batch_grads = grads.mode;
   const int per_node = machines.ranks_per_node();
   for (int node = 0; node < machines.nodes; ++node) {
     MemoryPeaks sum;
     for (int rank = node * per_node; rank < (node + 1) * per_node; ++rank) {
       MemoryPlan plan(device);
-      // A job that resumes is counted as reading another partition's files (the larger case).
-      ZEROD_RETURN_IF_ERROR(Trainer::plan(
-          cfg, machines.ranks, rank, kernels, plan,
-          cfg.run.resume ? Trainer::ResumeFrom::kOtherPartition : Trainer::ResumeFrom::kNothing));
+      ZEROD_RETURN_IF_ERROR(Trainer::plan(resolved, machines.ranks, rank, kernels, plan, resume));
       const MemoryPeaks p = plan.peaks();
       if (rank == 0) e.rank0_buffers = plan.buffers();
       for (int t = 0; t < kNumTiers; ++t) {

@@ -46,12 +46,17 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
 
 namespace {
 
+// The stores the ZeRO engine would choose for `cfg` on `device`.
+StoreChoice stores_for(const JobConfig& cfg, const PlanDevice& device) {
+  ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision};
+  zs.micro_batches = cfg.grad_accum;
+  return choose_stores(zs, device);
+}
+
 // How the resolved micro_batch_grads moves a step's micro-batches on
 // `device`, for the banner; "" where it is adding each in fp32 in memory.
 std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
-  ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision};
-  zs.micro_batches = cfg.grad_accum;
-  const StoreChoice c = choose_stores(zs, device);
+  const StoreChoice c = stores_for(cfg, device);
   if (cfg.zero.stage < 2 || (!c.optimizer_on_host && c.sums.rounded == DType::kF32)) return "";
   const std::string type = c.sums.rounded == DType::kF32 ? "fp32" : dtype_name(c.sums.rounded);
   if (!c.optimizer_on_host) return absl::StrCat("rounded to ", type, " each micro-batch, summed in fp32");
@@ -79,13 +84,10 @@ absl::StatusOr<Trainer::MicroBatchGradsChoice> Trainer::micro_batch_grads(const 
     return MicroBatchGradsChoice{mode, micro_batch_flow(resolved, device), std::move(why)};
   };
   if (z.micro_batch_grads != MicroBatchGrads::kAuto) return chosen(z.micro_batch_grads, "");
-  // Only a GPU's memory is spared by sending each micro-batch.
-  if (z.stage < 2 || z.offload_optimizer.device == OffloadDevice::kNone || cfg.grad_accum == 1 ||
-      device.memory != Tier::kGpu) {
-    return chosen(MicroBatchGrads::kF32, "");
-  }
+  // Only where "fp32" would keep a sum on the GPU is there a choice.
   JobConfig summed = cfg;
   summed.zero.micro_batch_grads = MicroBatchGrads::kF32;
+  if (!stores_for(summed, device).sums.on_device) return chosen(MicroBatchGrads::kF32, "");
   const int gpu = static_cast<int>(Tier::kGpu);
   uint64_t limit = device.usable_bytes;
   std::string limit_text = absl::StrCat("the ", byte_size_text(limit), " the GPU holds");

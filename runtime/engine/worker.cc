@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/config/command_line.h"
 #include "runtime/config/job_config.h"
+#include "runtime/core/gpu_memory.h"
 #include "runtime/engine/memory_check.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/cpu/threads.h"
@@ -42,6 +43,31 @@ absl::StatusOr<MemoryPeaks> planned_peaks(const JobConfig& cfg, const RankInfo& 
   ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, rank.world_size, rank.rank, kernel_memory_for(device), plan,
                                       Trainer::resume_from(cfg, rank.world_size, checkpoint)));
   return plan.peaks();
+}
+
+// zero_optimization.micro_batch_grads as every rank runs it: "auto"
+// decided by each rank against its GPU (a share of it where ranks share
+// one), then "compute" on all where any rank needs it.
+absl::StatusOr<Trainer::MicroBatchGradsChoice> agreed_micro_batch_grads(const JobConfig& cfg, const RankInfo& rank,
+                                                                        const Device& device, Communicator& comm,
+                                                                        Trainer::ResumeFrom resume) {
+  PlanDevice here = plan_device(device);
+  if (const int gpus = here.memory == Tier::kGpu ? cuda_device_count() : 0; gpus > 0) {
+    const int sharing = rank.local_size / gpus + (rank.local_rank % gpus < rank.local_size % gpus ? 1 : 0);
+    here.usable_bytes /= std::max(1, sharing);
+  }
+  const KernelMemory kernels = kernel_memory_for(device);
+  ZEROD_ASSIGN_OR_RETURN(Trainer::MicroBatchGradsChoice mine,
+                         Trainer::micro_batch_grads(cfg, rank.world_size, kernels, here, resume));
+  int64_t compute = mine.mode == MicroBatchGrads::kCompute;
+  if (comm.world_size() > 1) ZEROD_RETURN_IF_ERROR(all_reduce(comm, &compute, 1, CommType::kI64, ReduceOp::kMax));
+  if (!compute || mine.mode == MicroBatchGrads::kCompute) return mine;
+  JobConfig all = cfg;
+  all.zero.micro_batch_grads = MicroBatchGrads::kCompute;
+  ZEROD_ASSIGN_OR_RETURN(Trainer::MicroBatchGradsChoice theirs,
+                         Trainer::micro_batch_grads(all, rank.world_size, kernels, here, resume));
+  theirs.why = "the step's gradient sum does not fit another rank's GPU";
+  return theirs;
 }
 
 // The checkpoint run.resume names: the one `latest` names in
@@ -271,9 +297,8 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     resume_from = *std::move(path);
   }
   // Decided once, for the plan and the build alike.
-  const auto grads = Trainer::micro_batch_grads(*cfg, rank->world_size, kernel_memory_for(**device),
-                                                plan_device(**device),
-                                                Trainer::resume_from(*cfg, rank->world_size, resume_from));
+  const auto grads = agreed_micro_batch_grads(*cfg, *rank, **device, **comm,
+                                              Trainer::resume_from(*cfg, rank->world_size, resume_from));
   if (!grads.ok()) return refuse(grads.status());
   cfg->zero.micro_batch_grads = grads->mode;
   const absl::StatusOr<MemoryPeaks> planned = planned_peaks(*cfg, *rank, **device, resume_from);

@@ -64,7 +64,6 @@ std::string auto_text(const std::vector<std::pair<std::string, nlohmann::json>>&
   return text;
 }
 
-
 }  // namespace
 
 // Messages may carry bytes from outside (a path, a file's contents) that
