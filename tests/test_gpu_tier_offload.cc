@@ -315,7 +315,8 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
 // "fp32", what "auto" is without a cap), or nothing, each micro-batch's
 // sent in bf16 ("compute"). At stage 3 with the parameters on the host
 // too, the GPU's parameters are the gathered units only: two layer slots,
-// the embeddings and the final LayerNorm.
+// the embeddings and the final LayerNorm. Without offload, a world of one
+// keeps no reduced copy of its gradients.
 TEST_F(GpuTierOffloadTest, OffloadedStatesGradientsAndParametersLeaveTheGpu) {
   const JobConfig plain = config({"zero_optimization.stage=2"});
   const int64_t n = GptLayout(plain.model).num_params();
@@ -325,6 +326,14 @@ TEST_F(GpuTierOffloadTest, OffloadedStatesGradientsAndParametersLeaveTheGpu) {
     ASSERT_TRUE(testing::train_to_end(plain, nullptr, gpu).status.ok());
     EXPECT_GE(acct.peak(Tier::kGpu, Category::kOptimizer), uint64_t(12 * n));
     EXPECT_GE(acct.peak(Tier::kGpu, Category::kGrads), uint64_t(4 * n));
+    // A world of one reduces nothing: its comm memory is the staging of
+    // backward's gradients alone, a slot for each of the 4 layers (the
+    // default buckets hold them all), the embeddings and the final
+    // LayerNorm, and no reduced chunks beside them.
+    const GptLayout layout(plain.model);
+    const Partition part(layout, 1);
+    auto slot = [&](int u) { return CachingAllocator::block_size(part.chunk(u) * 4); };
+    EXPECT_EQ(acct.peak(Tier::kGpu, Category::kComm), 4 * slot(1) + slot(0) + slot(layout.final_unit()));
   }
   const uint64_t sum = CachingAllocator::block_size(Partition(GptLayout(plain.model), 1).shard_numel() * 4);
   for (const auto& [mode, gpu_grads] : {std::pair{"auto", sum}, std::pair{"fp32", sum}, std::pair{"compute", 0ul}}) {
