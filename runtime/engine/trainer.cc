@@ -46,11 +46,16 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
 
 namespace {
 
+// The ZeRO engine's settings for planning `cfg` (no initial values), with
+// the kernel table's operand type `operands`.
+ZeroSettings planned_settings(const JobConfig& cfg, DType operands) {
+  return {cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg), operands,
+          cfg.grad_accum};
+}
+
 // The stores the ZeRO engine would choose for `cfg` on `device`.
 StoreChoice stores_for(const JobConfig& cfg, const PlanDevice& device) {
-  ZeroSettings zs{cfg.zero, cfg.optimizer, cfg.precision};
-  zs.micro_batches = cfg.grad_accum;
-  return choose_stores(zs, device);
+  return choose_stores(planned_settings(cfg, DType::kF32), device);
 }
 
 // How the resolved micro_batch_grads moves a step's micro-batches on
@@ -127,15 +132,7 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
             cfg.cpu_checkpointing, kernels, plan, lora);
   const GptLayout model(cfg.model);
-  const ZeroSettings zs{cfg.zero,
-                        cfg.optimizer,
-                        cfg.precision,
-                        {},
-                        nullptr,
-                        {},
-                        factor_after_backward(cfg),
-                        kernels.operand_type(cfg.precision),
-                        cfg.grad_accum};
+  const ZeroSettings zs = planned_settings(cfg, kernels.operand_type(cfg.precision));
   if (lora) FrozenWeights::plan(model, zs, cfg.lora->nf4_base, world_size, rank, plan);
   const GptLayout layout = lora ? GptLayout::adapters(cfg.model, *lora) : model;
   const ZeroShape shape(layout, cfg.zero.stage, world_size, rank, cfg.precision);
