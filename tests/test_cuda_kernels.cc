@@ -239,28 +239,40 @@ TEST_F(CudaTable, EmbeddingForwardAndItsDeterministicBackward) {
   }
 }
 
+// T = 72: rows of scores not a whole number of warps; 1024 and 4096 at head
+// widths 64 and 128, the presets' (4096: the CPU takes its query rows in
+// blocks, the GPU a head a chunk).
 TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
-  ASSERT_FALSE(k_->attention_keeps_probabilities());
-  const int B = 2, T = 72, C = 128, NH = 2;  // rows of scores not a whole number of warps
-  const int64_t N = int64_t(B) * T;
-  for (DType t : kOperandTypes) {
-    SCOPED_TRACE(dtype_name(t));
-    auto k = table(t);
-    auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
-    std::vector<float> out(N * C), att(int64_t(B) * NH * T * T), dqkv(N * 3 * C);
-    void* g_out = up_as(t, out);
-    float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
-    float* g_scratch = up(std::vector<float>(k->attention_scratch_floats(B, T, C, NH)));
-    void* g_dqkv = up_as(t, dqkv);
-    const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
-    k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH);
-    k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_lse, g_scratch, B, T, C, NH);
-    std::vector<float> scratch(cpu::attention_scratch_floats(T));
-    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
-    const float rel = t == DType::kF32 ? 1e-5f : 1e-2f;
-    expect_close(down_as(t, g_out, out.size()), out, rel, "attention out");
-    expect_close(down_as(t, g_dqkv, dqkv.size()), dqkv, rel, "attention dqkv");
+  ASSERT_EQ(k_->attention_row_stats(), 1);
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (const Shape& sh : {Shape{2, 72, 128, 2}, Shape{1, 1024, 768, 12}, Shape{1, 1024, 256, 2},
+                          Shape{1, 4096, 128, 2}, Shape{1, 4096, 256, 2}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
+    const int64_t N = int64_t(B) * T;
+    for (DType t : kOperandTypes) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", T " << T << ", head width " << C / NH);
+      auto k = table(t);
+      auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
+      std::vector<float> out(N * C), stats(int64_t(B) * NH * T * 2), dqkv(N * 3 * C);
+      void* g_out = up_as(t, out);
+      float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
+      float* g_scratch = up(std::vector<float>(k->attention_scratch_floats(B, T, C, NH)));
+      void* g_dqkv = up_as(t, dqkv);
+      const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
+      k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH);
+      k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_lse, g_scratch, B, T, C, NH, DType::kF32);
+      std::vector<float> scratch(cpu::attention_scratch_floats(T));
+      // The CPU from the operands the GPU was given.
+      const std::vector<float> q = rounded(t, qkv), dy = rounded(t, dout);
+      cpu::attention_forward(out.data(), stats.data(), scratch.data(), q.data(), B, T, C, NH);
+      cpu::attention_backward(dqkv.data(), dy.data(), q.data(), stats.data(), scratch.data(), B, T, C, NH,
+                              DType::kF32);
+      const float rel = t == DType::kF32 ? 1e-5f : 1e-2f;
+      expect_close(down_as(t, g_out, out.size()), out, rel, "attention out");
+      expect_close(down_as(t, g_dqkv, dqkv.size()), dqkv, rel, "attention dqkv");
+    }
   }
 }
 

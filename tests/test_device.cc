@@ -271,7 +271,7 @@ TEST(DeviceRegistry, ATableOnlyForADeviceOfAKnownKind) {
   CpuDevice cpu;
   auto table = kernels_for(cpu);
   ASSERT_TRUE(table.ok());
-  EXPECT_TRUE((*table)->attention_keeps_probabilities());
+  EXPECT_EQ((*table)->attention_row_stats(), 2);  // the CPU's max and reciprocal sum
 }
 
 std::vector<float> random_floats(int64_t n, uint64_t seed) {
@@ -297,7 +297,7 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
   for (int64_t i = 0; i < N; ++i) tokens[i] = static_cast<int32_t>((i * 7) % V), targets[i] = int32_t((i * 5) % V);
 
   // Each case fills `got` through the table and `want` directly.
-  auto same = [&](const char* name, int64_t n, auto&& via_table, auto&& direct) {
+  auto same = [&](const std::string& name, int64_t n, auto&& via_table, auto&& direct) {
     std::vector<float> got(n, 0.5f), want(n, 0.5f);
     via_table(got.data());
     ASSERT_TRUE(dev.synchronize(s).ok());
@@ -322,16 +322,24 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
          cpu::layernorm_backward(o, o + N * C, o + N * C + C, dout.data(), x.data(), w.data(), bias.data(),
                                  bias.data() + 1, N, C);
        });
-  const int64_t att = int64_t(B) * NH * T * T;
+  const int64_t stats = int64_t(B) * NH * T * 2;
+  std::vector<float> scratch(k.attention_scratch_floats(B, T, C, NH));
   same(
-      "attention_forward", N * C + att,
-      [&](float* o) { k.attention_forward(s, o, o + N * C, nullptr, x.data(), B, T, C, NH); },
-      [&](float* o) { cpu::attention_forward(o, o + N * C, x.data(), B, T, C, NH); });
-  std::vector<float> probs(att), fwd(N * C), scratch(k.attention_scratch_floats(B, T, C, NH) * 2);
-  cpu::attention_forward(fwd.data(), probs.data(), x.data(), B, T, C, NH);
-  same("attention_backward", N * 3 * C,
-       [&](float* o) { k.attention_backward(s, o, dout.data(), x.data(), probs.data(), scratch.data(), B, T, C, NH); },
-       [&](float* o) { cpu::attention_backward(o, dout.data(), x.data(), probs.data(), scratch.data(), B, T, C, NH); });
+      "attention_forward", N * C + stats,
+      [&](float* o) { k.attention_forward(s, o, o + N * C, scratch.data(), x.data(), B, T, C, NH); },
+      [&](float* o) { cpu::attention_forward(o, o + N * C, scratch.data(), x.data(), B, T, C, NH); });
+  std::vector<float> row_stats(stats), fwd(N * C);
+  cpu::attention_forward(fwd.data(), row_stats.data(), scratch.data(), x.data(), B, T, C, NH);
+  for (DType rounded : {DType::kF32, DType::kBF16}) {
+    same(
+        absl::StrCat("attention_backward, rounded to ", dtype_name(rounded)), N * 3 * C,
+        [&](float* o) {
+          k.attention_backward(s, o, dout.data(), x.data(), row_stats.data(), scratch.data(), B, T, C, NH, rounded);
+        },
+        [&](float* o) {
+          cpu::attention_backward(o, dout.data(), x.data(), row_stats.data(), scratch.data(), B, T, C, NH, rounded);
+        });
+  }
   same("gelu_forward", N * C, [&](float* o) { k.gelu_forward(s, o, x.data(), N * C); },
        [&](float* o) { cpu::gelu_forward(o, x.data(), N * C); });
   same("gelu_backward", N * C, [&](float* o) { k.gelu_backward(s, o, x.data(), dout.data(), N * C); },

@@ -91,14 +91,14 @@ TEST(KernelGradients, Attention) {
   const int B = 2, T = 5, C = 8, NH = 2;
   auto qkv = random_vector(B * T * 3 * C, 21);
   const auto r = random_vector(B * T * C, 22);
-  std::vector<float> out(B * T * C), att(B * NH * T * T);
+  std::vector<float> out(B * T * C), stats(B * NH * T * 2), scratch(cpu::attention_scratch_floats(T));
   auto f = [&] {
-    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH);
     return weighted_sum(out, r);
   };
   f();
-  std::vector<float> dqkv(qkv.size()), scratch(cpu::attention_scratch_floats(T));
-  cpu::attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
+  std::vector<float> dqkv(qkv.size());
+  cpu::attention_backward(dqkv.data(), r.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, DType::kF32);
   expect_grad("qkv", f, qkv, dqkv, 23);
   // Causality: the output at position t must not depend on any later key or value.
   f();  // the finite differences left `out` at a perturbed input
@@ -108,6 +108,110 @@ TEST(KernelGradients, Attention) {
   for (int t = 0; t < T - 1; ++t) {
     for (int c = 0; c < C; ++c) EXPECT_EQ(out[t * C + c], before[t * C + c]) << "t " << t;
   }
+}
+
+// Attention in double from its definition: out = softmax(QK^T / sqrt(hs),
+// causal) V and, for the gradient dout, dqkv by the chain rule.
+struct NaiveAttention {
+  std::vector<double> out, dqkv;
+  NaiveAttention(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH)
+      : out(int64_t(B) * T * C), dqkv(qkv.size()) {
+    const int hs = C / NH;
+    const double scale = 1.0 / std::sqrt(double(hs));
+    auto at = [&](int b, int t, int part, int h, int d) { return (int64_t(b) * T + t) * 3 * C + part * C + h * hs + d; };
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        for (int t = 0; t < T; ++t) {
+          std::vector<double> p(t + 1), dp(t + 1);
+          double mx = -INFINITY, z = 0.0, D = 0.0;
+          for (int s = 0; s <= t; ++s) {
+            for (int d = 0; d < hs; ++d) p[s] += double(qkv[at(b, t, 0, h, d)]) * qkv[at(b, s, 1, h, d)];
+            p[s] *= scale;
+            mx = std::max(mx, p[s]);
+          }
+          for (int s = 0; s <= t; ++s) z += p[s] = std::exp(p[s] - mx);
+          const float* dy = dout.data() + (int64_t(b) * T + t) * C + h * hs;
+          for (int s = 0; s <= t; ++s) {
+            p[s] /= z;
+            for (int d = 0; d < hs; ++d) {
+              out[(int64_t(b) * T + t) * C + h * hs + d] += p[s] * qkv[at(b, s, 2, h, d)];
+              dp[s] += dy[d] * qkv[at(b, s, 2, h, d)];
+              dqkv[at(b, s, 2, h, d)] += p[s] * dy[d];
+            }
+            D += p[s] * dp[s];
+          }
+          for (int s = 0; s <= t; ++s) {
+            const double ds = p[s] * (dp[s] - D) * scale;
+            for (int d = 0; d < hs; ++d) {
+              dqkv[at(b, t, 0, h, d)] += ds * qkv[at(b, s, 1, h, d)];
+              dqkv[at(b, s, 1, h, d)] += ds * qkv[at(b, t, 0, h, d)];
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+// Long sequences take their query rows in blocks (over the keys the rows
+// see) so that attention's memory is linear in T: every blocking gives
+// attention in double within fp32 rounding, and a sequence of 2048 or
+// fewer is one block, the whole T x T products.
+TEST(Attention, QueryRowsInBlocksGiveAttentionInDouble) {
+  EXPECT_EQ(cpu::attention_block_rows(1024), 1024);
+  EXPECT_EQ(cpu::attention_block_rows(2048), 2048);
+  EXPECT_EQ(cpu::attention_block_rows(4096), 1024);
+  EXPECT_EQ(cpu::attention_block_rows(8192), 512);
+  EXPECT_EQ(cpu::attention_scratch_floats(8192, 3), 2 * 3 * 512 * 8192);
+  const int B = 2, T = 37, C = 24, NH = 3;
+  const auto qkv = random_vector(B * T * 3 * C, 71), dout = random_vector(B * T * C, 72);
+  const NaiveAttention want(qkv, dout, B, T, C, NH);
+  for (int rows : {T, 8, 1}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows a block");
+    std::vector<float> out(B * T * C, 7.0f), stats(B * NH * T * 2), dqkv(qkv.size(), 7.0f),
+        scratch(2 * int64_t(omp_get_max_threads()) * rows * T);
+    cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, rows);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH,
+                            DType::kF32, rows);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want.out[i], 1e-5 * (1 + std::fabs(want.out[i]))) << i;
+    for (size_t i = 0; i < dqkv.size(); ++i) {
+      ASSERT_NEAR(dqkv[i], want.dqkv[i], 1e-5 * (1 + std::fabs(want.dqkv[i]))) << i;
+    }
+  }
+}
+
+// The backward rounds the probabilities it recomputes to the activations'
+// type: as if the forward had saved them in bf16.
+TEST(Attention, TheBackwardTakesTheProbabilitiesAtTheRoundedTypesValues) {
+  const int B = 1, T = 9, C = 8, NH = 2;
+  const auto qkv = random_vector(B * T * 3 * C, 73), dout = random_vector(B * T * C, 74);
+  std::vector<float> out(B * T * C), stats(B * NH * T * 2), scratch(cpu::attention_scratch_floats(T));
+  cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH);
+  std::vector<float> f32(qkv.size()), bf16(qkv.size());
+  cpu::attention_backward(f32.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, DType::kF32);
+  cpu::attention_backward(bf16.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH,
+                          DType::kBF16);
+  // dV = P^T dY in double from bf16 probabilities: P from the statistics.
+  const int hs = C / NH;
+  int differ = 0;
+  for (int h = 0; h < NH; ++h) {
+    for (int s = 0; s < T; ++s) {
+      for (int d = 0; d < hs; ++d) {
+        double dv = 0.0;
+        for (int t = s; t < T; ++t) {
+          double score = 0.0;
+          for (int e = 0; e < hs; ++e) score += double(qkv[t * 3 * C + h * hs + e]) * qkv[s * 3 * C + C + h * hs + e];
+          const float* st = stats.data() + (h * T + t) * 2;
+          const float p = std::exp(float(score / std::sqrt(double(hs))) - st[0]) * st[1];
+          dv += double(bf16_to_float(float_to_bf16(p))) * dout[t * C + h * hs + d];
+        }
+        const int64_t i = s * 3 * C + 2 * C + h * hs + d;
+        ASSERT_NEAR(bf16[i], dv, 1e-5 * (1 + std::fabs(dv))) << "dv " << i;
+        differ += bf16[i] != f32[i];
+      }
+    }
+  }
+  EXPECT_GT(differ, 0);
 }
 
 TEST(KernelGradients, Gelu) {

@@ -179,6 +179,33 @@ TEST(MemoryPlanTest, QloraOfGpt2LargeIsAFractionOfFullFineTuning) {
   }
 }
 
+// What a pass keeps for its backward grows as T, not T^2, on both tables
+// (attention keeps statistics a query row), with checkpointing or without;
+// attention's scratch stops growing past T = 2048 on the CPU (query rows
+// in blocks) and at a head a chunk on the GPU.
+TEST(MemoryPlanTest, ActivationsGrowAsTheSequence) {
+  GptConfig gpt2 = *gpt_preset("gpt2");
+  gpt2.block_size = 8192;
+  for (const KernelMemory& k : {KernelMemory{KernelBackend::kCpu, 16}, KernelMemory{KernelBackend::kCuda}}) {
+    const Tier tier = k.backend == KernelBackend::kCpu ? Tier::kHost : Tier::kGpu;
+    for (bool checkpointing : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (tier == Tier::kHost ? "cpu" : "cuda") << ", checkpointing "
+                                        << checkpointing);
+      auto activations = [&](int T) {
+        MemoryPlan plan({tier});
+        Gpt::plan(gpt2, 2, T, DType::kBF16, checkpointing, false, k, plan);
+        return at(plan.peaks(), tier, Category::kActivations);
+      };
+      for (int T : {1024, 2048, 4096}) EXPECT_EQ(activations(2 * T), 2 * activations(T)) << "T " << T;
+    }
+  }
+  const KernelMemory cpu{KernelBackend::kCpu, 16}, cuda{KernelBackend::kCuda};
+  EXPECT_EQ(cpu.attention_scratch_floats(2, 2048, 768, 12, DType::kF32), 2 * 16 * int64_t{2048} * 2048);
+  EXPECT_EQ(cpu.attention_scratch_floats(2, 8192, 768, 12, DType::kF32), 2 * 16 * (int64_t{1} << 22));
+  EXPECT_EQ(cuda.attention_scratch_floats(2, 8192, 768, 12, DType::kBF16),
+            2 * int64_t{8192} * 8192 + 7 * int64_t{2} * 8192 * 768);  // a head a chunk, operands widened
+}
+
 // The GPU tier's plan, on the CPU device standing in for a GPU (its memory
 // the gpu tier, through the caching allocator, reached only by copies):
 // every tier and category of a run equals the plan's, byte for byte.

@@ -14,16 +14,16 @@ enum class KernelBackend : uint8_t { kCpu, kCuda };
 
 struct KernelMemory {
   KernelBackend backend = KernelBackend::kCpu;
-  int cpu_threads = 1;  // the CPU's attention backward keeps a scratch per thread
+  int cpu_threads = 1;  // the CPU's attention keeps a scratch per thread
 
   // The type of the table's operands (kernels.h) for a job computing in
   // `precision`: the CPU's fp32, the CUDA table's the precision itself.
   DType operand_type(DType precision) const {
     return backend == KernelBackend::kCpu ? DType::kF32 : precision;
   }
-  // Whether attention keeps its [B, NH, T, T] probabilities for the
-  // backward (the CPU's), or a statistic per row (the CUDA table's).
-  bool attention_keeps_probabilities() const { return backend == KernelBackend::kCpu; }
+  // Floats attention keeps a query row for the backward: the CPU's max and
+  // reciprocal sum (its bits), the CUDA table's log-sum-exp.
+  int attention_row_stats() const { return backend == KernelBackend::kCpu ? 2 : 1; }
   // Floats of attention's scratch for B sequences of T, width C in NH
   // heads, with operands of type `operands`.
   int64_t attention_scratch_floats(int B, int T, int C, int NH, DType operands) const;

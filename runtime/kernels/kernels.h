@@ -77,16 +77,17 @@ class Kernels {
   }
   virtual void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
                                   const void* w, const float* mean, const float* rstd, int64_t N, int C) = 0;
-  // Causal attention. `att` is what the forward keeps for the backward:
-  // the [B, NH, T, T] softmax probabilities where the table keeps them (an
-  // operand like the activations), else each query row's softmax
-  // statistic, [B, NH, T] fp32, from which the backward recomputes the
-  // probabilities.
-  bool attention_keeps_probabilities() const { return memory().attention_keeps_probabilities(); }
-  virtual void attention_forward(Stream& s, void* out, void* att, float* scratch, const void* qkv, int B, int T,
+  // Causal attention. `stats` is what the forward keeps for the backward,
+  // fp32, attention_row_stats() a query row ([B, NH, T, stats]): from it
+  // the backward recomputes the softmax probabilities. `rounded`: the type
+  // whose values the model's fp32 operands take (kF32: none); a table of
+  // fp32 operands rounds the recomputed probabilities to it, as the
+  // activations it would have saved.
+  int attention_row_stats() const { return memory().attention_row_stats(); }
+  virtual void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T,
                                  int C, int NH) = 0;
-  virtual void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* att,
-                                  float* scratch, int B, int T, int C, int NH) = 0;
+  virtual void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* stats,
+                                  float* scratch, int B, int T, int C, int NH, DType rounded) = 0;
   // Floats of attention's scratch (forward and backward) for B sequences
   // of T, width C in NH heads.
   int64_t attention_scratch_floats(int B, int T, int C, int NH) const {

@@ -44,14 +44,16 @@ class ProfiledKernels : public Kernels {
     timed(s, "layernorm_backward", [&] { inner_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
   }
   KernelMemory memory() const override { return inner_->memory(); }
-  void attention_forward(Stream& s, void* out, void* att, float* scratch, const void* qkv, int B, int T, int C,
+  void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T, int C,
                          int NH) override {
-    timed(s, "attention_forward", [&] { inner_->attention_forward(s, out, att, scratch, qkv, B, T, C, NH); });
+    timed(s, "attention_forward", [&] { inner_->attention_forward(s, out, stats, scratch, qkv, B, T, C, NH); });
   }
-  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* att, float* scratch,
-                          int B, int T, int C, int NH) override {
-    timed(s, "attention_backward", [&] { inner_->attention_backward(s, dqkv, dout, qkv, att, scratch, B, T, C, NH); });
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* stats, float* scratch,
+                          int B, int T, int C, int NH, DType rounded) override {
+    timed(s, "attention_backward",
+          [&] { inner_->attention_backward(s, dqkv, dout, qkv, stats, scratch, B, T, C, NH, rounded); });
   }
+
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     timed(s, "gelu_forward", [&] { inner_->gelu_forward(s, out, inp, n); });
   }

@@ -23,10 +23,9 @@ absl::Status announce(WeightSource& ws, int i, int n, bool backward) {
 }
 
 // Activations one block saves for its backward. The operands come first;
-// the per-row statistics (LayerNorm's, and attention's where the table
-// keeps no probabilities) stay fp32.
+// the per-row statistics (LayerNorm's and attention's) stay fp32.
 // kLoraU + t holds LoRA target t's s·(x·A) (lora.h), where it has one.
-enum ActField { kLn1, kQkv, kAtt, kAtty, kRes2, kLn2, kFch, kFchGelu, kLoraU, kNumBig = kLoraU + kNumLoraTargets,
+enum ActField { kLn1, kQkv, kAtty, kRes2, kLn2, kFch, kFchGelu, kLoraU, kNumBig = kLoraU + kNumLoraTargets,
                 kLn1Mean = kNumBig, kLn1Rstd, kLn2Mean, kLn2Rstd, kAttStats, kNumFields };
 
 struct LayerActs {
@@ -34,13 +33,12 @@ struct LayerActs {
   int64_t n[kNumFields];  // each field's elements (0 for what the table does not keep)
 };
 
-// `probs`: the kernel table's attention keeps its probabilities (else only
-// per-row statistics); `lora`: the adapters, if any.
-void field_sizes(const GptConfig& c, int B, int T, bool probs, const LoraConfig* lora, int64_t* size) {
+// `att_stats`: the floats the table's attention keeps a query row;
+// `lora`: the adapters, if any.
+void field_sizes(const GptConfig& c, int B, int T, int att_stats, const LoraConfig* lora, int64_t* size) {
   const int64_t N = int64_t(B) * T, C = c.n_embd;
   size[kLn1] = N * C;
   size[kQkv] = N * 3 * C;
-  size[kAtt] = probs ? int64_t(B) * c.n_head * T * T : 0;
   size[kAtty] = N * C;
   size[kRes2] = N * C;
   size[kLn2] = N * C;
@@ -48,7 +46,7 @@ void field_sizes(const GptConfig& c, int B, int T, bool probs, const LoraConfig*
   size[kFchGelu] = N * 4 * C;
   for (int t = 0; t < kNumLoraTargets; ++t) size[kLoraU + t] = lora && lora->targets[t] ? N * lora->r : 0;
   for (int f = kNumBig; f < kAttStats; ++f) size[f] = N;
-  size[kAttStats] = probs ? 0 : int64_t(B) * c.n_head * T;
+  size[kAttStats] = int64_t(B) * c.n_head * T * att_stats;
 }
 
 // Field pointers laid out back to back from `big` (elements of
@@ -146,7 +144,7 @@ struct Gpt::Impl {
   DType rounding() const { return op == DType::kF32 ? act_dtype : DType::kF32; }
   void pack_acts(int l, const LayerActs& a, int B, int T, bool to_store) const {
     int64_t n[kNumFields];
-    field_sizes(config, B, T, k.attention_keeps_probabilities(), lora, n);
+    field_sizes(config, B, T, k.attention_row_stats(), lora, n);
     char* store = static_cast<char*>(layer_store.data()) + l * big_numel * act_bytes;
     for (int f = 0; f < kNumBig; ++f) {
       if (to_store) {
@@ -224,7 +222,7 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
                                                const PlanDevice& device, const KernelMemory& k, DType op_type) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   int64_t size[kNumFields];
-  field_sizes(c, B, T, k.attention_keeps_probabilities(), lora, size);
+  field_sizes(c, B, T, k.attention_row_stats(), lora, size);
   int64_t big = 0, small = 0;
   for (int f = 0; f < kNumBig; ++f) big += size[f];
   for (int f = kNumBig; f < kNumFields; ++f) small += size[f];
@@ -293,7 +291,7 @@ absl::Status Gpt::allocate() {
   m.in_place = m.op == act_dtype_;
   m.checkpointing = checkpointing_;
   const GptConfig& c = layout_.config();
-  field_sizes(c, B_, T_, kernels_.attention_keeps_probabilities(), m.lora, m.size);
+  field_sizes(c, B_, T_, kernels_.attention_row_stats(), m.lora, m.size);
   for (int f = 0; f < kNumBig; ++f) m.big_numel += m.size[f];
   for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
   m.act_bytes = dtype_size(act_dtype_);
@@ -308,11 +306,6 @@ absl::Status Gpt::allocate() {
 
 namespace {
 
-// What the table's attention keeps for backward: probabilities or statistics.
-void* attention_kept(const Kernels& k, const LayerActs& a) {
-  return a.f[k.attention_keeps_probabilities() ? kAtt : kAttStats];
-}
-
 // One transformer block forward; every produced activation is an operand
 // rounded to `rnd_to` (kF32: none need it). `out` may alias `x`, or be
 // null when recomputing for backward (the block output is not needed
@@ -323,8 +316,6 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeigh
   const int C = d.C;
   const int64_t N = d.N;
   auto rnd = [&](void* p, int64_t n) { round_operands(k, s, rnd_to, p, n); };
-  // A field is rounded over its own size: the probabilities, where the
-  // table keeps only statistics, have none.
   auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
   auto adapt = [&](int t, const void* in, void* y, int n_in, int n_out) {
     if (w.lora[t].a) {
@@ -337,8 +328,7 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeigh
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
   adapt(kLoraCAttn, a.f[kLn1], a.f[kQkv], C, 3 * C);
   rnd_field(kQkv);
-  k.attention_forward(s, a.f[kAtty], attention_kept(k, a), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH);
-  rnd_field(kAtt);
+  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH);
   rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
   adapt(kLoraAttnCProj, a.f[kAtty], proj, C, C);
@@ -385,6 +375,7 @@ struct BackwardBuffers {
   float* attn_scratch;
   void* lora;  // lora_backward's dt [N, 4C], then its du [N, r]
   int64_t op_bytes;
+  DType rounding;  // Impl::rounding()
 };
 
 // One block backward: dres holds d(block output) on entry and d(block input)
@@ -413,7 +404,8 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeig
                        C);
   k.matmul_backward(s, bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
   adapt(kLoraAttnCProj, a.f[kAtty], dres, bb.dbuf, C, C);
-  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], attention_kept(k, a), bb.attn_scratch, d.B, d.T, C, d.NH);
+  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C, d.NH,
+                       bb.rounding);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
   adapt(kLoraCAttn, a.f[kLn1], bb.dqkv, bb.dbuf, C, 3 * C);
   k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, fp32(a, kLn1Mean), fp32(a, kLn1Rstd), N, C);
@@ -494,7 +486,7 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   round_operands(k, s, m.rounding(), dres, NC);
 
   const BackwardBuffers bb{m.dbuf.data(), m.dqkv.data(), m.dfch.data(), m.attn_scratch.ptr<float>(),
-                           m.lora_scratch.data(), m.op_bytes};
+                           m.lora_scratch.data(), m.op_bytes, m.rounding()};
   for (int l = c.n_layer - 1; l >= 0; --l) {
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, 2 * c.n_layer - l, c.n_layer, /*backward=*/true));

@@ -7,77 +7,146 @@
 #include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod::cpu {
+namespace {
 
-// Per (batch, head): S = QK^T / sqrt(hs), P = causal softmax(S), Y = PV, all
-// as single-threaded sgemm calls inside one parallel loop over the heads.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+// A block's [rows, T] scores at most: 16 MiB a matrix, so a sequence of up
+// to 2048 is one block and its products are the whole T x T ones.
+constexpr int64_t kBlockFloats = int64_t{1} << 22;
+
+// One (sequence, head): q, k and v at position 0 (rows 3C apart), the
+// output or its gradient (rows C apart), and the row statistics [T, 2].
+struct Head {
+  const float *q, *k, *v;
+  int64_t C3, C;
+  int hs;
+  float scale;
+};
+
+Head head(const float* qkv, int b, int h, int T, int C, int NH) {
   const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int64_t C3 = 3 * int64_t(C);
+  const float* q = qkv + int64_t(b) * T * C3 + int64_t(h) * hs;
+  return {q, q + C, q + 2 * int64_t(C), C3, C, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+}
+
+// S[rows, keys] = scale Q[r0, r0 + rows) K[0, keys)^T.
+void scores(const Head& x, int r0, int rows, int keys, float* S) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, x.hs, x.scale, x.q + r0 * x.C3, x.C3, x.k, x.C3,
+              0.0f, S, keys);
+}
+
+}  // namespace
+
+int attention_block_rows(int T) { return static_cast<int>(std::clamp<int64_t>(kBlockFloats / T, 1, T)); }
+
+int64_t attention_scratch_floats(int T, int threads) {
+  return 2 * int64_t(threads) * attention_block_rows(T) * T;
+}
+int64_t attention_scratch_floats(int T) { return attention_scratch_floats(T, omp_get_max_threads()); }
+
+// Per (sequence, head), a block of query rows at a time: S = QK^T / sqrt(hs)
+// over the keys the block's rows see, P = causal softmax(S), Y = PV; each
+// as one single-threaded sgemm inside a parallel loop over the heads.
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH,
+                       int block_rows) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const float* q = qkv + b * T * C3 + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* p = att + (int64_t(b) * NH + h) * T * T;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, p, T);
-      for (int t = 0; t < T; ++t) {
-        float* row = p + int64_t(t) * T;
-        float mx = row[0];
-        for (int s = 1; s <= t; ++s) mx = std::max(mx, row[s]);
-        float sum = 0.0f;
-        for (int s = 0; s <= t; ++s) {
-          row[s] = std::exp(row[s] - mx);
-          sum += row[s];
+      const Head x = head(qkv, b, h, T, C, NH);
+      float* S = scratch + 2 * int64_t(omp_get_thread_num()) * block_rows * T;
+      float* st = stats + (int64_t(b) * NH + h) * 2 * T;
+      for (int r0 = 0; r0 < T; r0 += block_rows) {
+        const int rows = std::min(block_rows, T - r0), keys = r0 + rows;
+        scores(x, r0, rows, keys, S);
+        for (int i = 0; i < rows; ++i) {
+          const int t = r0 + i;
+          float* row = S + int64_t(i) * keys;
+          float mx = row[0];
+          for (int s = 1; s <= t; ++s) mx = std::max(mx, row[s]);
+          float sum = 0.0f;
+          for (int s = 0; s <= t; ++s) {
+            row[s] = std::exp(row[s] - mx);
+            sum += row[s];
+          }
+          const float inv = 1.0f / sum;
+          for (int s = 0; s <= t; ++s) row[s] *= inv;
+          std::fill(row + t + 1, row + keys, 0.0f);
+          st[2 * t] = mx;
+          st[2 * t + 1] = inv;
         }
-        const float inv = 1.0f / sum;
-        for (int s = 0; s <= t; ++s) row[s] *= inv;
-        std::fill(row + t + 1, row + T, 0.0f);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, x.hs, keys, 1.0f, S, keys, x.v, x.C3, 0.0f,
+                    out + (int64_t(b) * T + r0) * C + int64_t(h) * x.hs, C);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, C3, 0.0f,
-                  out + int64_t(b) * T * C + h * hs, C);
     }
   }
 }
 
-int64_t attention_scratch_floats(int T, int threads) { return int64_t(threads) * T * T; }
-int64_t attention_scratch_floats(int T) { return attention_scratch_floats(T, omp_get_max_threads()); }
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH) {
+  attention_forward(out, stats, scratch, qkv, B, T, C, NH, attention_block_rows(T));
+}
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, int B,
-                        int T, int C, int NH) {
-  const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int64_t C3 = 3 * int64_t(C);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
+                        int T, int C, int NH, DType rounded, int block_rows) {
+  const bool blocked = block_rows < T;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      float* ds = scratch + int64_t(omp_get_thread_num()) * T * T;
-      const float* q = qkv + b * T * C3 + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + b * T * C3 + h * hs;
+      const Head x = head(qkv, b, h, T, C, NH);
+      float* P = scratch + 2 * int64_t(omp_get_thread_num()) * block_rows * T;
+      float* dS = P + int64_t(block_rows) * T;
+      const float* st = stats + (int64_t(b) * NH + h) * 2 * T;
+      float* dq = dqkv + int64_t(b) * T * x.C3 + int64_t(h) * x.hs;
       float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* p = att + (int64_t(b) * NH + h) * T * T;
-      const float* dy = dout + int64_t(b) * T * C + h * hs;
-      // dP = dY V^T, dV = P^T dY.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, ds, T);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv, C3);
-      // Softmax backward: dS = P * (dP - sum(dP * P)); zero where P is masked.
-      for (int t = 0; t < T; ++t) {
-        float* row = ds + int64_t(t) * T;
-        const float* prow = p + int64_t(t) * T;
-        float dot = 0.0f;
-        for (int s = 0; s <= t; ++s) dot += row[s] * prow[s];
-        for (int s = 0; s <= t; ++s) row[s] = prow[s] * (row[s] - dot);
-        std::fill(row + t + 1, row + T, 0.0f);
+      float* dv = dq + 2 * int64_t(C);
+      const float* dy = dout + int64_t(b) * T * C + int64_t(h) * x.hs;
+      // Blocks after the first add to dK and dV over the keys they share.
+      if (blocked) {
+        for (int t = 0; t < T; ++t) {
+          std::fill_n(dk + t * x.C3, x.hs, 0.0f);
+          std::fill_n(dv + t * x.C3, x.hs, 0.0f);
+        }
       }
-      // dQ = dS K * scale, dK = dS^T Q * scale.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, ds, T, k, C3, 0.0f, dq, C3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, ds, T, q, C3, 0.0f, dk, C3);
+      const float beta = blocked ? 1.0f : 0.0f;
+      for (int r0 = 0; r0 < T; r0 += block_rows) {
+        const int rows = std::min(block_rows, T - r0), keys = r0 + rows;
+        // P as the forward made it, at the values the activations keep.
+        scores(x, r0, rows, keys, P);
+        for (int i = 0; i < rows; ++i) {
+          const int t = r0 + i;
+          float* row = P + int64_t(i) * keys;
+          const float mx = st[2 * t], inv = st[2 * t + 1];
+          for (int s = 0; s <= t; ++s) row[s] = std::exp(row[s] - mx) * inv;
+          if (rounded != DType::kF32) round_to(rounded, row, t + 1);
+          std::fill(row + t + 1, row + keys, 0.0f);
+        }
+        // dP = dY V^T, dV = P^T dY.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, x.hs, 1.0f, dy + r0 * x.C, C, x.v, x.C3,
+                    0.0f, dS, keys);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, 1.0f, P, keys, dy + r0 * x.C, C, beta,
+                    dv, x.C3);
+        // Softmax backward: dS = P * (dP - sum(dP * P)); zero where P is masked.
+        for (int i = 0; i < rows; ++i) {
+          const int t = r0 + i;
+          float* row = dS + int64_t(i) * keys;
+          const float* prow = P + int64_t(i) * keys;
+          float dot = 0.0f;
+          for (int s = 0; s <= t; ++s) dot += row[s] * prow[s];
+          for (int s = 0; s <= t; ++s) row[s] = prow[s] * (row[s] - dot);
+          std::fill(row + t + 1, row + keys, 0.0f);
+        }
+        // dQ = dS K * scale, dK = dS^T Q * scale.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, x.hs, keys, x.scale, dS, keys, x.k, x.C3, 0.0f,
+                    dq + r0 * x.C3, x.C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, x.scale, dS, keys, x.q + r0 * x.C3,
+                    x.C3, beta, dk, x.C3);
+      }
     }
   }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
+                        int T, int C, int NH, DType rounded) {
+  attention_backward(dqkv, dout, qkv, stats, scratch, B, T, C, NH, rounded, attention_block_rows(T));
 }
 
 }  // namespace zerod::cpu

@@ -29,15 +29,25 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
                         const float* mean, const float* rstd, int64_t N, int C);
 
 // Causal multi-head self-attention. qkv is [B,T,3C] (q, k, v blocks of C),
-// att is [B,NH,T,T] softmax probabilities (zero above the diagonal), out is
-// [B,T,C] with heads side by side.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-// dqkv overwritten. `scratch` holds attention_scratch_floats(T) floats: a
-// T * T matrix per OpenMP thread.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, float* scratch, int B,
-                        int T, int C, int NH);
+// out is [B,T,C] with heads side by side, and stats [B,NH,T,2] what the
+// backward needs of the forward's softmax: each query row's largest score
+// and the reciprocal of its sum of exponentials, from which it recomputes
+// the probabilities with the forward's bits. Both take query rows in
+// blocks of attention_block_rows(T) (all T rows up to T = 2048), through a
+// [2, block_rows, T] scratch per OpenMP thread: attention_scratch_floats.
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH);
+// dqkv overwritten. The probabilities are rounded to `rounded`'s values
+// (kF32: none) before use, as a 16-bit job's saved activations are.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
+                        int T, int C, int NH, DType rounded);
+int attention_block_rows(int T);
 int64_t attention_scratch_floats(int T, int threads);
 int64_t attention_scratch_floats(int T);  // at omp_get_max_threads()
+// The same with blocks of `block_rows` (tests take several blocks at small T).
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH,
+                       int block_rows);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
+                        int T, int C, int NH, DType rounded, int block_rows);
 
 // GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
 void gelu_forward(float* out, const float* inp, int64_t n);

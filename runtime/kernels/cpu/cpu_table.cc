@@ -33,14 +33,15 @@ class CpuKernels : public Kernels {
         s, [=] { cpu::layernorm_backward(f32(dinp), dw, db, f32(dout), f32(inp), f32(w), mean, rstd, N, C); });
   }
   KernelMemory memory() const override { return cpu_kernel_memory(); }
-  void attention_forward(Stream& s, void* out, void* att, float*, const void* qkv, int B, int T, int C,
+  void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T, int C,
                          int NH) override {
-    CpuDevice::launch(s, [=] { cpu::attention_forward(f32(out), f32(att), f32(qkv), B, T, C, NH); });
+    CpuDevice::launch(s, [=] { cpu::attention_forward(f32(out), stats, scratch, f32(qkv), B, T, C, NH); });
   }
-  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* att, float* scratch,
-                          int B, int T, int C, int NH) override {
-    CpuDevice::launch(
-        s, [=] { cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), f32(att), scratch, B, T, C, NH); });
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* stats, float* scratch,
+                          int B, int T, int C, int NH, DType rounded) override {
+    CpuDevice::launch(s, [=] {
+      cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, rounded);
+    });
   }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::gelu_forward(f32(out), f32(inp), n); });

@@ -456,24 +456,25 @@ class CudaKernels : public Kernels {
   // 16-bit operands are widened into the scratch after the plan's own
   // (kernel_memory.cc sizes it): qkv, then the output (or its gradient),
   // then qkv's gradient, each [B, T, width] fp32.
-  void attention_forward(Stream& s, void* out, void* lse, float* scratch, const void* qkv, int B, int T, int C,
+  void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C,
                          int NH) override {
     const AttentionIo io = attention_io(scratch, B, T, C, NH);
     const float* q = widened(s, qkv, io.qkv, io.N * 3 * C);
     float* y = op_ == DType::kF32 ? static_cast<float*>(out) : io.y;
     AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g); }, cs(s)};
-    cuda::attention_forward_plan(x, y, static_cast<float*>(lse), scratch, q, B, T, C, NH,
+    cuda::attention_forward_plan(x, y, lse, scratch, q, B, T, C, NH,
                                  cuda::attention_chunk_heads(T, NH));
     narrowed(s, y, out, io.N * C);
   }
-  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* lse, float* scratch,
-                          int B, int T, int C, int NH) override {
+  // Its operands are the model's own type: nothing is rounded (`rounded` is kF32).
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* lse, float* scratch,
+                          int B, int T, int C, int NH, DType) override {
     const AttentionIo io = attention_io(scratch, B, T, C, NH);
     const float* q = widened(s, qkv, io.qkv, io.N * 3 * C);
     const float* dy = widened(s, dout, io.y, io.N * C);
     float* dq = op_ == DType::kF32 ? static_cast<float*>(dqkv) : io.dqkv;
     AttentionExec x{[&](const cuda::ColMajorGemm& g) { gemm(s, g); }, cs(s)};
-    cuda::attention_backward_plan(x, dq, dy, q, static_cast<const float*>(lse), scratch, B, T, C, NH,
+    cuda::attention_backward_plan(x, dq, dy, q, lse, scratch, B, T, C, NH,
                                   cuda::attention_chunk_heads(T, NH));
     narrowed(s, dq, dqkv, io.N * 3 * C);
   }
