@@ -98,6 +98,12 @@ std::vector<Case> cases(const std::string& dir) {
                         "zero_optimization.offload_optimizer.nvme_path=\"" + dir + "\"",
                         "activation_checkpointing.enabled=true", "bf16.enabled=true", "optimizer.type=\"AdamW8bit\""}),
        false});
+  // Sequences of 4096: attention takes its query rows in blocks.
+  all.push_back({"long_sequences_bf16",
+                 {"model.preset=\"custom\"", "model.n_layer=2", "model.n_head=2", "model.n_embd=64",
+                  "model.vocab_size=256", "model.block_size=4096", "data.seq_len=4096",
+                  "train_micro_batch_size_per_gpu=1", "bf16.enabled=true"},
+                 false});
   return all;
 }
 

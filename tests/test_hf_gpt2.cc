@@ -292,11 +292,19 @@ TEST_F(HfGpt2Test, RefusesBadWeightFiles) {
                  "has a tensor 'h.2.ln_1.weight' that a GPT-2 of this shape does not");
   expect_refused(variant("int8", [&](auto& t) { find(t, "ln_f.bias")->dtype = DType::kI8; }),
                  "tensor 'ln_f.bias' is int8");
+  // A file of fewer positions than the job's sequences (block_size 64).
+  expect_refused(variant("short", [&](auto& t) { find(t, "wpe.weight")->shape = {32, 64}; }),
+                 "short/model.safetensors: tensor 'wpe.weight' is [32,64]: the file's model has 32 positions, fewer "
+                 "than model.block_size 64: set model.block_size (and data.seq_len) to at most 32");
   // A config.json of another model beside the weights.
   fs::create_directories(path("other"));
   fs::copy_file(path("hf/model.safetensors"), path("other/model.safetensors"));
   write("other/config.json", R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 64})");
   expect_refused(path("other/model.safetensors"), "other/config.json: 'n_layer' is 12 but the job's model has 2");
+  write("other/config.json", R"({"model_type": "gpt2", "n_positions": 32})");
+  expect_refused(path("other/model.safetensors"),
+                 "other/config.json: 'n_positions' is 32: the file's model has 32 positions, fewer than "
+                 "model.block_size 64");
   write("other/config.json", R"({"model_type": "gpt2", "n_layer": 12, "n_layer": 2, "n_embd": 64})");
   expect_refused(path("other/model.safetensors"),
                  "other/config.json is not valid JSON: duplicate key 'n_layer' in the top level");

@@ -42,6 +42,13 @@ nlohmann::json hf_config(const GptConfig& m, DType dtype) {
           {"torch_dtype", torch_dtype(dtype)}};
 }
 
+// A file of `positions` for a job of longer sequences: its position table
+// has no rows for the rest.
+std::string too_few_positions(int64_t positions, const GptConfig& m) {
+  return absl::StrCat("the file's model has ", positions, " positions, fewer than model.block_size ", m.block_size,
+                      ": set model.block_size (and data.seq_len) to at most ", positions);
+}
+
 // The config.json beside `path`, if any, against the model.
 absl::Status check_hf_config(const std::string& path, const GptConfig& m) {
   const std::string file = (std::filesystem::path(path).parent_path() / "config.json").string();
@@ -54,6 +61,10 @@ absl::Status check_hf_config(const std::string& path, const GptConfig& m) {
                                               {"n_positions", m.block_size}, {"n_ctx", m.block_size}};
   for (const auto& [key, value] : want) {
     if (c.contains(key) && !(c[key].is_number_integer() && c[key].get<int64_t>() == value)) {
+      if (value == m.block_size && c[key].is_number_integer() && c[key].get<int64_t>() < value) {
+        return absl::InvalidArgumentError(absl::StrCat(file, ": '", key, "' is ", c[key].dump(), ": ",
+                                                       too_few_positions(c[key].get<int64_t>(), m)));
+      }
       return absl::InvalidArgumentError(
           absl::StrCat(file, ": '", key, "' is ", c[key].dump(), " but the job's model has ", value));
     }
@@ -162,6 +173,10 @@ absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const Gpt
     const SafeTensor* t = w.reader_.find(name);
     if (!t) return bad(absl::StrCat("has no tensor '", name, "'"));
     const std::vector<int64_t>& shape = layout.tensor(s.id).shape;
+    if (s.id == kWpe && t->shape.size() == 2 && t->shape[1] == shape[1] && t->shape[0] < shape[0]) {
+      return bad(absl::StrCat("tensor '", name, "' is ", nlohmann::json(t->shape).dump(), ": ",
+                              too_few_positions(t->shape[0], layout.config())));
+    }
     if (t->shape != shape) {
       return bad(absl::StrCat("tensor '", name, "' has shape ", nlohmann::json(t->shape).dump(), ", the model needs ",
                               nlohmann::json(shape).dump()));
