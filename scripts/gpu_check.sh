@@ -17,8 +17,9 @@
 #     test_cuda_kernels under compute-sanitizer memcheck, and where the step
 #     of gpt2 at B 16 and gpt2-xl at B 8 goes (wall_clock_breakdown, tokens/s
 #     and launches a step);
-#   bench [SHAPE]: zerod against PyTorch on gpt2 and gpt2-xl
-#     (bench/gpu/train_vs_torch.sh), or on SHAPE alone;
+#   bench [SHAPES]: zerod against PyTorch on gpt2 and gpt2-xl at T 1024
+#     (bench/gpu/train_vs_torch.sh), or on the SHAPES named (gpt2, gpt2-xl,
+#     gpt2-4k: gpt2 at T 4096), comma-separated;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
 #     gpt2-xl with its optimizer on the host under 12 and 8 GiB caps, and
 #     with its parameters too under 4 GiB, against the same job uncapped
@@ -35,7 +36,8 @@
 #     where it is installed and the anchors are carried (.anchors, a copy of
 #     ../shared/anchors);
 #   plan: the single-GPU examples (gpt2, gpt2-xl fine-tune uncapped with
-#     random weights, gpt2-xl with offload, gpt2-xl QLoRA) two steps each, their planned
+#     random weights, gpt2-xl with offload, gpt2-xl QLoRA, gpt2 at T 4096
+#     and 8192 with as many tokens a step as at 1024) two steps each, their planned
 #     peaks (zeroctl estimate's, run summary's memory_planned) against the
 #     accountant's in every tier and category (goal: within 5%);
 #   ranks: with the machine's own Open MPI (mpicxx, mpirun), a CUDA + MPI
@@ -253,7 +255,9 @@ sys.exit(1 if worst > 0.05 else 0)'
   runs=("gpu_gpt2:--config examples/gpu_gpt2.json"
     "gpu_gpt2_xl_finetune:--config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.gpu_memory_limit=null"
     "gpt2-xl-offload:--config examples/gpt2-xl-offload.json --set model.init_from=null"
-    "gpu_gpt2_xl_qlora:--config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.gpu_memory_limit=null --set model.lora={\"r\":8,\"base_quant\":\"nf4\"}")
+    "gpu_gpt2_xl_qlora:--config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.gpu_memory_limit=null --set model.lora={\"r\":8,\"base_quant\":\"nf4\"}"
+    "gpu_gpt2_t4096:--config examples/gpu_gpt2.json --set model.block_size=4096 --set data.seq_len=4096 --set train_batch_size=4 --set train_micro_batch_size_per_gpu=4"
+    "gpu_gpt2_t8192:--config examples/gpu_gpt2.json --set model.block_size=8192 --set data.seq_len=8192 --set train_batch_size=2 --set train_micro_batch_size_per_gpu=2")
   for run in "${runs[@]}"; do
     name=${run%%:*}
     # shellcheck disable=SC2086
@@ -304,13 +308,14 @@ if [ "$section" = largest ]; then
 fi
 
 if [ "$section" = bench ]; then
-  # One round of zerod against PyTorch (bench/gpu/train_vs_torch.sh), each
-  # of its runs (four, or two for the one shape $2 names: gpt2, gpt2-xl)
-  # given its share of what is left of GPU_CHECK_SECONDS (540 s).
+  # One round of zerod against PyTorch (bench/gpu/train_vs_torch.sh) on the
+  # shapes $2 names (comma-separated: gpt2, gpt2-xl, gpt2-4k; gpt2 and
+  # gpt2-xl by default), each run (two a shape) given its share of what is
+  # left of GPU_CHECK_SECONDS (540 s).
   left=$((${GPU_CHECK_SECONDS:-540} - SECONDS))
-  runs=4
-  [ -n "${2:-}" ] && runs=2
-  bench/gpu/train_vs_torch.sh "$build" "$logs/bench" 1 $((left / runs)) ${2:-} >/dev/null 2>&1
+  shapes=${2:-gpt2,gpt2-xl}
+  runs=$((2 * ($(tr -cd , <<<"$shapes" | wc -c) + 1)))
+  bench/gpu/train_vs_torch.sh "$build" "$logs/bench" 1 $((left / runs)) "$shapes" >/dev/null 2>&1
   rc=$?
   sed 's/^/gpu_check: /' "$logs/bench/train_vs_torch.txt" | tee -a "$summary"
   say "done in $SECONDS s, exit $rc"
