@@ -17,9 +17,12 @@
 #     test_cuda_kernels under compute-sanitizer memcheck, and where the step
 #     of gpt2 at B 16 and gpt2-xl at B 8 goes (wall_clock_breakdown, tokens/s
 #     and launches a step);
-#   bench [SHAPES]: zerod against PyTorch on gpt2 and gpt2-xl at T 1024
-#     (bench/gpu/train_vs_torch.sh), or on the SHAPES named (gpt2, gpt2-xl,
-#     gpt2-4k: gpt2 at T 4096), comma-separated;
+#   bench [SHAPES]: attention alone against PyTorch's SDPA
+#     (bench/attention_throughput, bench/gpu/torch_sdpa.py: gpt2's and
+#     gpt2-xl's shapes at T 1024, gpt2's at 4096), then zerod against
+#     PyTorch on gpt2 and gpt2-xl at T 1024 (bench/gpu/train_vs_torch.sh), or
+#     on the SHAPES named (gpt2, gpt2-xl, gpt2-4k: gpt2 at T 4096),
+#     comma-separated;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
 #     gpt2-xl with its optimizer on the host under 12 and 8 GiB caps, and
 #     with its parameters too under 4 GiB, against the same job uncapped
@@ -95,7 +98,7 @@ export LD_LIBRARY_PATH=$(dirname "${nccl_lib:-/x}"):$LD_LIBRARY_PATH
 # The ranks section builds with the machine's Open MPI, the others without.
 with_mpi=OFF
 with_bench=OFF
-case "$section" in offload | largest) with_bench=ON ;; esac  # copy_bandwidth, offload_throughput
+case "$section" in offload | largest | bench) with_bench=ON ;; esac  # copy_bandwidth, offload_throughput, attention_throughput
 targets=()
 if [ "$section" = ranks ]; then
   command -v mpicxx >/dev/null && command -v mpirun >/dev/null ||
@@ -111,7 +114,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
   -DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib" >"$logs/configure.log" 2>&1 ||
   { say "configure failed"; tail -30 "$logs/configure.log"; exit 1; }
-grep -E "NCCL communicator" "$logs/configure.log" | sed 's/^-- /gpu_check: /' | tee -a "$summary"
+grep -E "NCCL communicator|cuDNN fused attention" "$logs/configure.log" | sed 's/^-- /gpu_check: /' | tee -a "$summary"
 start=$SECONDS
 cmake --build "$build" --parallel "$(nproc)" "${targets[@]}" >"$logs/build.log" 2>&1 ||
   { say "build failed"; grep -E "error|Error" "$logs/build.log" | head -30; exit 1; }
@@ -134,6 +137,8 @@ if [ "$section" = kernels ]; then
     say "$t: exit $code, $(grep -cE '^\[       OK' "$logs/$t.log") passed; $(grep -E '^\[  FAILED|SKIPPED \]' "$logs/$t.log" | sort -u | head -8 | tr '\n' ' ')"
     grep -B3 -A12 'Failure$' "$logs/$t.log" | head -60 >>"$summary"
   done
+  # Shapes cuDNN's fused attention refused, and why (the table's own ran).
+  grep -h 'runs unfused' "$logs"/test_cuda_*.log | sort -u | head -12 | sed 's/^/gpu_check: /' | tee -a "$summary"
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [ -n "$sanitizer" ]; then
     timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_kernels" >"$logs/memcheck.log" 2>&1
@@ -153,7 +158,7 @@ if [ "$section" = kernels ]; then
     [ "$code" = 0 ] || rc=1
     say "$preset B $B: exit $code; $(grep -E '^step ' "$logs/$preset-breakdown.log" | tail -2 | tr -s ' ' | tr '\n' ';')"
     say "$preset, where the time went: $(grep -A24 '^where the time went' "$logs/$preset-breakdown.log" | tr -s ' ' | tr '\n' ';')"
-    grep -E 'error|abort|failed' "$logs/$preset-breakdown.log" | head -3 >>"$summary"
+    grep -E 'error|abort|failed|runs unfused' "$logs/$preset-breakdown.log" | head -3 >>"$summary"
   done
   # Every kernel of one step of gpt2 with one layer at B 16 (the head and
   # the embedding as in gpt2, a layer's kernels once), timed by Nsight
@@ -312,6 +317,14 @@ if [ "$section" = bench ]; then
   # shapes $2 names (comma-separated: gpt2, gpt2-xl, gpt2-4k; gpt2 and
   # gpt2-xl by default), each run (two a shape) given its share of what is
   # left of GPU_CHECK_SECONDS (540 s).
+  # Attention alone against PyTorch's SDPA at the bench's shapes, in turn.
+  for round in 1 2; do
+    timeout 60 "$build/bench/attention_throughput" >"$logs/attention-$round.log" 2>&1
+    say "zerod attention, round $round: exit $?; $(tail -4 "$logs/attention-$round.log" | tr -s ' ' | tr '\n' ';')"
+    grep -h 'runs unfused' "$logs/attention-$round.log" | sort -u | head -6 | sed 's/^/gpu_check: /' | tee -a "$summary"
+    timeout 120 python3 bench/gpu/torch_sdpa.py >"$logs/torch-sdpa-$round.log" 2>&1
+    say "PyTorch SDPA, round $round: exit $?; $(tail -4 "$logs/torch-sdpa-$round.log" | tr -s ' ' | tr '\n' ';')"
+  done
   left=$((${GPU_CHECK_SECONDS:-540} - SECONDS))
   shapes=${2:-gpt2,gpt2-xl}
   runs=$((2 * ($(tr -cd , <<<"$shapes" | wc -c) + 1)))
@@ -350,6 +363,8 @@ start=$SECONDS
 OMP_NUM_THREADS=2 ctest --test-dir "$build" --parallel 8 --output-on-failure >"$logs/ctest.log" 2>&1
 rc=$?
 grep -E "tests passed|tests failed" "$logs/ctest.log" | sed 's/^/gpu_check: /' | tee -a "$summary"
+grep -h 'runs unfused' "$build/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u | head -12 | sed 's/^/gpu_check: /' |
+  tee -a "$summary"
 grep -E "\*\*\*|Failed  |Not Run" "$logs/ctest.log" | head -20 | tee -a "$summary"
 # What was skipped, and why (only GPU tests may skip, and here none should).
 grep -h -A1 "SKIPPED \]\|Skipped" "$logs/ctest.log" | head -20 | tee -a "$summary"

@@ -1025,8 +1025,8 @@ class PlanAttentionTable : public Kernels {
     });
   }
   // As the CUDA table, it rounds nothing.
-  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* lse, float* scratch,
-                          int B, int T, int C, int NH, DType) override {
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void*, const float* lse,
+                          float* scratch, int B, int T, int C, int NH, DType) override {
     CpuDevice::launch(s, [=] {
       CpuAttentionExec x;
       cuda::attention_backward_plan(x, static_cast<float*>(dqkv), static_cast<const float*>(dout),

@@ -262,7 +262,7 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
       void* g_dqkv = up_as(t, dqkv);
       const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
       k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH);
-      k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_lse, g_scratch, B, T, C, NH, DType::kF32);
+      k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_out, g_lse, g_scratch, B, T, C, NH, DType::kF32);
       std::vector<float> scratch(cpu::attention_scratch_floats(T));
       // The CPU from the operands the GPU was given.
       const std::vector<float> q = rounded(t, qkv), dy = rounded(t, dout);

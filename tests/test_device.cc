@@ -334,7 +334,8 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
     same(
         absl::StrCat("attention_backward, rounded to ", dtype_name(rounded)), N * 3 * C,
         [&](float* o) {
-          k.attention_backward(s, o, dout.data(), x.data(), row_stats.data(), scratch.data(), B, T, C, NH, rounded);
+          k.attention_backward(s, o, dout.data(), x.data(), fwd.data(), row_stats.data(), scratch.data(), B, T, C, NH,
+                               rounded);
         },
         [&](float* o) {
           cpu::attention_backward(o, dout.data(), x.data(), row_stats.data(), scratch.data(), B, T, C, NH, rounded);

@@ -15,6 +15,9 @@ int64_t KernelMemory::attention_scratch_floats(int B, int T, int C, int NH, DTyp
   if (backend == KernelBackend::kCpu) return cpu::attention_scratch_floats(T, cpu_threads);
   // 16-bit operands are widened for attention's fp32 products: qkv and
   // its gradient, and the output or its gradient (cuda/cuda_table.cu).
+  // cuDNN's fused attention, where it runs, takes its row sums and its
+  // workspace from the same bytes (or, past them, leaves the shape to
+  // these kernels).
   const int64_t widened = operands == DType::kF32 ? 0 : 7 * int64_t(B) * T * C;
   return cuda::attention_scratch_floats(T, NH) + widened;
 }

@@ -86,8 +86,9 @@ class Kernels {
   int attention_row_stats() const { return memory().attention_row_stats(); }
   virtual void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T,
                                  int C, int NH) = 0;
-  virtual void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* stats,
-                                  float* scratch, int B, int T, int C, int NH, DType rounded) = 0;
+  // `out` is the forward's output (a fused backward takes rowsum(dout out)).
+  virtual void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                  const float* stats, float* scratch, int B, int T, int C, int NH, DType rounded) = 0;
   // Floats of attention's scratch (forward and backward) for B sequences
   // of T, width C in NH heads.
   int64_t attention_scratch_floats(int B, int T, int C, int NH) const {

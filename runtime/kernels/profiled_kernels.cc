@@ -48,10 +48,10 @@ class ProfiledKernels : public Kernels {
                          int NH) override {
     timed(s, "attention_forward", [&] { inner_->attention_forward(s, out, stats, scratch, qkv, B, T, C, NH); });
   }
-  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* stats, float* scratch,
-                          int B, int T, int C, int NH, DType rounded) override {
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
+                          const float* stats, float* scratch, int B, int T, int C, int NH, DType rounded) override {
     timed(s, "attention_backward",
-          [&] { inner_->attention_backward(s, dqkv, dout, qkv, stats, scratch, B, T, C, NH, rounded); });
+          [&] { inner_->attention_backward(s, dqkv, dout, qkv, out, stats, scratch, B, T, C, NH, rounded); });
   }
 
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {

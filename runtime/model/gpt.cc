@@ -404,8 +404,8 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeig
                        C);
   k.matmul_backward(s, bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
   adapt(kLoraAttnCProj, a.f[kAtty], dres, bb.dbuf, C, C);
-  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C, d.NH,
-                       bb.rounding);
+  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
+                       d.NH, bb.rounding);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
   adapt(kLoraCAttn, a.f[kLn1], bb.dqkv, bb.dbuf, C, 3 * C);
   k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, fp32(a, kLn1Mean), fp32(a, kLn1Rstd), N, C);

@@ -37,8 +37,8 @@ class CpuKernels : public Kernels {
                          int NH) override {
     CpuDevice::launch(s, [=] { cpu::attention_forward(f32(out), stats, scratch, f32(qkv), B, T, C, NH); });
   }
-  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* stats, float* scratch,
-                          int B, int T, int C, int NH, DType rounded) override {
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void*, const float* stats,
+                          float* scratch, int B, int T, int C, int NH, DType rounded) override {
     CpuDevice::launch(s, [=] {
       cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, rounded);
     });

@@ -1,8 +1,10 @@
 // The CUDA kernel table. Its operands (kernels.h) are of the job's
 // precision: the layers' products run through cuBLASLt on them (lt_gemm.h;
 // bf16 and fp16 on tensor cores, fp32 sums), the bias, the GELU and its
-// backward done by its epilogues; attention, until it is fused, widens its
-// operands to fp32 for cuBLAS's fp32 products (attention_plan.h). The rest are the bodies of
+// backward done by its epilogues; attention of 16-bit operands runs as
+// cuDNN's fused attention where the build has cuDNN and cuDNN runs the
+// shape (cudnn_sdpa.h), else it widens its operands to fp32 for cuBLAS's
+// fp32 products (attention_plan.h). The rest are the bodies of
 // *_body.h, which tests/test_cuda_bodies.cc also runs on the CPU: one
 // thread per element, row or column chunk, one warp per row of attention's
 // scores or of LayerNorm, one block per row of logits or chunk of a sum of
@@ -28,6 +30,9 @@
 #include "runtime/kernels/cuda/pointwise_body.h"
 #include "runtime/kernels/cuda/reduce.cuh"
 #include "runtime/kernels/cuda/rows_body.h"
+#ifdef ZEROD_WITH_CUDNN
+#include "runtime/kernels/cuda/cudnn_sdpa.h"
+#endif
 
 namespace zerod {
 namespace {
@@ -325,6 +330,17 @@ class CudaKernels : public Kernels {
     row_shared_limit_ = cuda::row_shared_limit();  // the device is current on the thread that makes its table
     ZEROD_ASSIGN_OR_RETURN(partials_, dev_.allocate(cuda::kColumnPartials * sizeof(float), Category::kWorkspace));
     ZEROD_ASSIGN_OR_RETURN(maps_, dev_.allocate(2 * sizeof(QuantMap), Category::kWorkspace));
+#ifdef ZEROD_WITH_CUDNN
+    // cuDNN's attention takes 16-bit operands only.
+    if (op_ != DType::kF32) {
+      absl::StatusOr<std::unique_ptr<cuda::CudnnSdpa>> sdpa = cuda::CudnnSdpa::create();
+      if (sdpa.ok()) {
+        sdpa_ = std::move(*sdpa);
+      } else {
+        std::fprintf(stderr, "zerod: attention runs unfused: %s\n", sdpa.status().ToString().c_str());
+      }
+    }
+#endif
     const QuantMap maps[2] = {signed_dynamic_map(), unsigned_dynamic_map()};
     Stream& s = dev_.compute_stream();
     dev_.copy(s, maps_.data(), maps, sizeof maps);
@@ -458,6 +474,11 @@ class CudaKernels : public Kernels {
   // then qkv's gradient, each [B, T, width] fp32.
   void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C,
                          int NH) override {
+    if (fused_attention(s, false, B, T, C, NH, scratch,
+                        {{cuda::kSdpaQ, qkv}, {cuda::kSdpaK, qkv}, {cuda::kSdpaV, qkv}, {cuda::kSdpaO, out},
+                         {cuda::kSdpaLse, lse}})) {
+      return;
+    }
     const AttentionIo io = attention_io(scratch, B, T, C, NH);
     const float* q = widened(s, qkv, io.qkv, io.N * 3 * C);
     float* y = op_ == DType::kF32 ? static_cast<float*>(out) : io.y;
@@ -467,8 +488,14 @@ class CudaKernels : public Kernels {
     narrowed(s, y, out, io.N * C);
   }
   // Its operands are the model's own type: nothing is rounded (`rounded` is kF32).
-  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const float* lse, float* scratch,
-                          int B, int T, int C, int NH, DType) override {
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                          float* scratch, int B, int T, int C, int NH, DType) override {
+    if (fused_attention(s, true, B, T, C, NH, scratch,
+                        {{cuda::kSdpaQ, qkv}, {cuda::kSdpaK, qkv}, {cuda::kSdpaV, qkv}, {cuda::kSdpaO, out},
+                         {cuda::kSdpaLse, lse}, {cuda::kSdpaDO, dout}, {cuda::kSdpaDQ, dqkv}, {cuda::kSdpaDK, dqkv},
+                         {cuda::kSdpaDV, dqkv}})) {
+      return;
+    }
     const AttentionIo io = attention_io(scratch, B, T, C, NH);
     const float* q = widened(s, qkv, io.qkv, io.N * 3 * C);
     const float* dy = widened(s, dout, io.y, io.N * C);
@@ -659,6 +686,43 @@ class CudaKernels : public Kernels {
   }
   ConstOperands in(const void* p) const { return {p, op_}; }
 
+  // Attention as cuDNN's fused kernels, `buffers` each tensor's (sdpa_offset
+  // is added here), in the scratch the memory plan gives attention
+  // (kernel_memory.cc): the backward's row sums, then cuDNN's workspace.
+  // False, nothing enqueued, where the build has no cuDNN or cuDNN does not
+  // run the shape (said once on stderr): the table's own attention runs.
+  bool fused_attention(Stream& s, bool backward, int B, int T, int C, int NH, float* scratch,
+                       std::vector<std::pair<int64_t, const void*>> buffers) {
+#ifdef ZEROD_WITH_CUDNN
+    if (!sdpa_) return false;
+    const cuda::SdpaShape shape{B, T, C, NH, op_ == DType::kBF16 ? cuda::SdpaType::kBF16 : cuda::SdpaType::kF16};
+    absl::StatusOr<int64_t> workspace = sdpa_->prepare(shape, backward);
+    if (!workspace.ok()) return false;
+    const int64_t row_dot = backward ? (int64_t(B) * NH * T * 4 + 255) / 256 * 256 : 0;
+    const int64_t room = memory().attention_scratch_floats(B, T, C, NH, op_) * 4;
+    std::vector<std::pair<int64_t, void*>> at;
+    bool aligned = true;
+    for (const auto& [uid, p] : buffers) {
+      void* q = static_cast<char*>(const_cast<void*>(p)) + cuda::sdpa_offset(shape, uid) * dtype_size(op_);
+      aligned = aligned && reinterpret_cast<uintptr_t>(q) % 16 == 0;
+      at.emplace_back(uid, q);
+    }
+    absl::Status why;
+    if (row_dot + *workspace > room) {
+      why = absl::ResourceExhaustedError(absl::StrCat("its workspace (", row_dot + *workspace,
+                                                      " bytes) is past attention's scratch (", room, " bytes)"));
+    } else if (!aligned) {
+      why = absl::FailedPreconditionError("its tensors are not 16-byte aligned");
+    } else {
+      if (backward) at.emplace_back(cuda::kSdpaRowDot, scratch);
+      why = sdpa_->run(shape, backward, cs(s), at, reinterpret_cast<char*>(scratch) + row_dot);
+      if (why.ok()) return true;
+    }
+    sdpa_->refuse(shape, backward, why);
+#endif
+    return false;
+  }
+
   // Where attention's widened operands go in its scratch.
   struct AttentionIo {
     int64_t N;
@@ -741,6 +805,9 @@ class CudaKernels : public Kernels {
   cuda::LtGemm lt_;
   Buffer blas_workspace_, partials_, maps_;
   int64_t row_shared_limit_ = 0;  // bytes of shared memory a row of logits may take
+#ifdef ZEROD_WITH_CUDNN
+  std::unique_ptr<cuda::CudnnSdpa> sdpa_;  // null for fp32 operands, or where cuDNN did not start
+#endif
 };
 
 }  // namespace

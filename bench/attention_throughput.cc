@@ -1,0 +1,111 @@
+// Causal attention alone on the GPU, forward and backward, through the
+// CUDA table as training calls it (cuDNN's fused attention where the build
+// and cuDNN take the shape, the table's own kernels else; a refusal is said
+// on stderr), bf16, timed by the stream's events: the best of ten after a
+// warm-up. bench/gpu/torch_sdpa.py times PyTorch's scaled_dot_product_attention
+// at the same shapes; gpu_check.sh's bench section runs both in one call.
+//
+//   build/bench/attention_throughput [B T C NH ...]   (default gpt2 at B 16 and
+//   T 1024, gpt2-xl at B 8, gpt2 at B 4 and T 4096)
+//
+// TFLOP/s counts a causal pass's products as half of the full ones:
+// forward 2 B NH T^2 hs, backward 2.5 times that.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "runtime/core/device.h"
+#include "runtime/core/gpu_memory.h"
+#include "runtime/kernels/kernels.h"
+
+namespace zerod {
+namespace {
+
+struct Shape {
+  int B, T, C, NH;
+};
+
+// The best milliseconds of ten runs of f after one.
+template <class F>
+absl::StatusOr<double> best_ms(Device& d, F f) {
+  Stream& s = d.compute_stream();
+  ZEROD_ASSIGN_OR_RETURN(auto start, d.create_timing_event());
+  ZEROD_ASSIGN_OR_RETURN(auto end, d.create_timing_event());
+  f();
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i) {
+    d.record(s, *start);
+    f();
+    d.record(s, *end);
+    ZEROD_RETURN_IF_ERROR(d.synchronize(*end));
+    ZEROD_ASSIGN_OR_RETURN(const double ms, d.elapsed_ms(*start, *end));
+    best = std::min(best, ms);
+  }
+  return best;
+}
+
+absl::Status run(const std::vector<Shape>& shapes) {
+  if (cuda_device_count() == 0) {
+    return absl::FailedPreconditionError("attention_throughput needs a CUDA device; none here");
+  }
+  ZEROD_ASSIGN_OR_RETURN(auto d, open_device("cuda"));
+  ZEROD_ASSIGN_OR_RETURN(auto k, kernels_for(*d, DType::kBF16));
+  Stream& s = d->compute_stream();
+  std::printf("%s: causal attention, bf16, best of 10\n", d->description().c_str());
+  std::printf("%4s %6s %6s %4s %4s %12s %12s %12s %12s\n", "B", "T", "C", "NH", "hs", "forward ms", "TFLOP/s",
+              "backward ms", "TFLOP/s");
+  for (const Shape& sh : shapes) {
+    const int64_t N = int64_t(sh.B) * sh.T;
+    const auto bytes = [](int64_t n) { return static_cast<uint64_t>(n) * 2; };
+    ZEROD_ASSIGN_OR_RETURN(Buffer qkv, d->allocate(bytes(N * 3 * sh.C), Category::kActivations));
+    ZEROD_ASSIGN_OR_RETURN(Buffer out, d->allocate(bytes(N * sh.C), Category::kActivations));
+    ZEROD_ASSIGN_OR_RETURN(Buffer dout, d->allocate(bytes(N * sh.C), Category::kActivations));
+    ZEROD_ASSIGN_OR_RETURN(Buffer dqkv, d->allocate(bytes(N * 3 * sh.C), Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(Buffer lse, d->allocate(uint64_t(N) * sh.NH * 4, Category::kActivations));
+    ZEROD_ASSIGN_OR_RETURN(Buffer scratch, d->allocate(k->attention_scratch_floats(sh.B, sh.T, sh.C, sh.NH) * 4,
+                                                       Category::kWorkspace));
+    // Every element 0x3c3c (bf16, about 0.0115): scores near zero, the rows near uniform.
+    d->memset(s, qkv.data(), 0x3c, qkv.bytes());
+    d->memset(s, dout.data(), 0x3c, dout.bytes());
+    ZEROD_ASSIGN_OR_RETURN(const double fwd, best_ms(*d, [&] {
+                             k->attention_forward(s, out.data(), lse.ptr<float>(), scratch.ptr<float>(), qkv.data(),
+                                                  sh.B, sh.T, sh.C, sh.NH);
+                           }));
+    ZEROD_ASSIGN_OR_RETURN(const double bwd, best_ms(*d, [&] {
+                             k->attention_backward(s, dqkv.data(), dout.data(), qkv.data(), out.data(),
+                                                   lse.ptr<float>(), scratch.ptr<float>(), sh.B, sh.T, sh.C, sh.NH,
+                                                   DType::kF32);
+                           }));
+    const double flops = 2.0 * sh.B * sh.NH * double(sh.T) * sh.T * (sh.C / sh.NH);
+    std::printf("%4d %6d %6d %4d %4d %12.3f %12.1f %12.3f %12.1f\n", sh.B, sh.T, sh.C, sh.NH, sh.C / sh.NH, fwd,
+                flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace zerod
+
+int main(int argc, char** argv) {
+  std::vector<zerod::Shape> shapes;
+  if (argc > 1 && (argc - 1) % 4 != 0) {
+    std::fprintf(stderr, "usage: attention_throughput [B T C NH ...]\n");
+    return 2;
+  }
+  for (int i = 1; i + 3 < argc; i += 4) {
+    const int v[4] = {std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3])};
+    if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[2] % v[3] != 0) {
+      std::fprintf(stderr, "attention_throughput: B, T, C and NH must be positive and NH must divide C\n");
+      return 2;
+    }
+    shapes.push_back({v[0], v[1], v[2], v[3]});
+  }
+  if (shapes.empty()) shapes = {{16, 1024, 768, 12}, {8, 1024, 1600, 25}, {4, 4096, 768, 12}};
+  const absl::Status st = zerod::run(shapes);
+  if (!st.ok()) {
+    std::fprintf(stderr, "attention_throughput: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

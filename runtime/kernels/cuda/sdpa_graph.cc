@@ -1,0 +1,159 @@
+#include "runtime/kernels/cuda/sdpa_graph.h"
+
+#include <stdexcept>
+
+namespace zerod::cuda {
+namespace {
+
+SdpaDims row_major(const SdpaDims& d) { return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1}; }
+
+class Builder {
+ public:
+  Builder(SdpaGraph& g, const SdpaShape& s) : g_(g), s_(s) {}
+
+  // The model's buffers as [B, NH, rows, hs] views (rows 3C or C apart).
+  void qkv_view(int64_t uid, bool transposed) {
+    const int64_t T = s_.T, C3 = 3 * int64_t(s_.C), hs = s_.hs();
+    add(uid, transposed ? SdpaDims{s_.B, s_.NH, hs, T} : SdpaDims{s_.B, s_.NH, T, hs},
+        transposed ? SdpaDims{T * C3, hs, 1, C3} : SdpaDims{T * C3, hs, C3, 1}, s_.io);
+  }
+  void out_view(int64_t uid) {
+    const int64_t T = s_.T, C = s_.C, hs = s_.hs();
+    add(uid, {s_.B, s_.NH, T, hs}, {T * C, hs, C, 1}, s_.io);
+  }
+  void rows(int64_t uid) {  // one fp32 value a query row
+    add(uid, rows_dims(), row_major(rows_dims()), SdpaType::kF32);
+  }
+  void scalar(int64_t uid) { g_.tensors.push_back({uid, {1, 1, 1, 1}, {1, 1, 1, 1}, SdpaType::kF32, false, true}); }
+
+  SdpaDims scores_dims() const { return {s_.B, s_.NH, s_.T, s_.T}; }
+  SdpaDims rows_dims() const { return {s_.B, s_.NH, s_.T, 1}; }
+
+  // A virtual tensor.
+  int64_t inner(const SdpaDims& dims, SdpaType t = SdpaType::kF32) { return inner(dims, row_major(dims), t); }
+  int64_t inner(const SdpaDims& dims, const SdpaDims& strides, SdpaType t = SdpaType::kF32) {
+    const int64_t uid = next_++;
+    g_.tensors.push_back({uid, dims, strides, t, true, false});
+    return uid;
+  }
+
+  int64_t op(SdpaOpKind kind, SdpaMode mode, std::vector<int64_t> in, int64_t out, int64_t axis = -1,
+             SdpaType compute = SdpaType::kF32) {
+    g_.ops.push_back({kind, mode, std::move(in), out, axis, compute});
+    return out;
+  }
+  int64_t matmul(int64_t a, int64_t b, int64_t out) { return op(SdpaOpKind::kMatmul, SdpaMode::kNone, {a, b}, out); }
+  int64_t pw(SdpaMode m, std::vector<int64_t> in, int64_t out) {
+    return op(SdpaOpKind::kPointwise, m, std::move(in), out);
+  }
+  int64_t reduce(SdpaMode m, int64_t x, int64_t out) { return op(SdpaOpKind::kReduction, m, {x}, out); }
+  int64_t reshape(int64_t x, int64_t out) { return op(SdpaOpKind::kReshape, SdpaMode::kNone, {x}, out); }
+
+  // Scores where the key comes after the query become -inf.
+  int64_t causal(int64_t scores) {
+    const int64_t row = op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {scores},
+                           inner(scores_dims(), SdpaType::kI32), 2);
+    const int64_t col = op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {scores},
+                           inner(scores_dims(), SdpaType::kI32), 3);
+    const int64_t keep = op(SdpaOpKind::kPointwise, SdpaMode::kCmpGe, {row, col},
+                            inner(scores_dims(), SdpaType::kBool), -1, SdpaType::kBool);
+    return pw(SdpaMode::kBinarySelect, {scores, kSdpaNegInf, keep}, inner(scores_dims()));
+  }
+
+ private:
+  void add(int64_t uid, const SdpaDims& dims, const SdpaDims& strides, SdpaType t) {
+    g_.tensors.push_back({uid, dims, strides, t, false, false});
+  }
+
+  SdpaGraph& g_;
+  const SdpaShape& s_;
+  int64_t next_ = kSdpaFirstVirtual;
+};
+
+}  // namespace
+
+const SdpaTensor& SdpaGraph::tensor(int64_t uid) const {
+  for (const SdpaTensor& t : tensors) {
+    if (t.uid == uid) return t;
+  }
+  throw std::out_of_range("no tensor of that uid in the attention graph");
+}
+
+// O = softmax(scale Q K^T, causal) V; lse = max + log(sum of exp).
+SdpaGraph sdpa_forward_graph(const SdpaShape& s) {
+  SdpaGraph g;
+  Builder b(g, s);
+  b.qkv_view(kSdpaQ, false);
+  b.qkv_view(kSdpaK, true);
+  b.qkv_view(kSdpaV, false);
+  b.out_view(kSdpaO);
+  b.rows(kSdpaLse);
+  b.scalar(kSdpaScale);
+  b.scalar(kSdpaNegInf);
+  const SdpaDims S = b.scores_dims(), R = b.rows_dims();
+  const int64_t qk = b.matmul(kSdpaQ, kSdpaK, b.inner(S));
+  const int64_t scaled = b.causal(b.pw(SdpaMode::kMul, {qk, kSdpaScale}, b.inner(S)));
+  const int64_t mx = b.reduce(SdpaMode::kMax, scaled, b.inner(R));
+  const int64_t e = b.pw(SdpaMode::kExp, {b.pw(SdpaMode::kSub, {scaled, mx}, b.inner(S))}, b.inner(S));
+  const int64_t sum = b.reduce(SdpaMode::kSum, e, b.inner(R));
+  b.pw(SdpaMode::kAdd, {mx, b.pw(SdpaMode::kLog, {sum}, b.inner(R))}, kSdpaLse);
+  // The probabilities enter the second product in the operands' type.
+  const int64_t p = b.pw(SdpaMode::kDiv, {e, sum}, b.inner(S, s.io));
+  b.matmul(p, kSdpaV, kSdpaO);
+  return g;
+}
+
+// P = exp(scale Q K^T - lse) (causal); dV = P^T dO; dP = dO V^T;
+// dS = scale P (dP - rowsum(dO O)); dK = dS^T Q; dQ = dS K, written
+// directly (no fp32 accumulator across key blocks: the same bits every run).
+SdpaGraph sdpa_backward_graph(const SdpaShape& s) {
+  SdpaGraph g;
+  Builder b(g, s);
+  b.qkv_view(kSdpaQ, false);
+  b.qkv_view(kSdpaK, true);
+  b.qkv_view(kSdpaV, true);
+  b.out_view(kSdpaO);
+  b.rows(kSdpaLse);
+  b.out_view(kSdpaDO);
+  b.qkv_view(kSdpaDQ, false);
+  b.qkv_view(kSdpaDK, false);
+  b.qkv_view(kSdpaDV, false);
+  b.rows(kSdpaRowDot);
+  b.scalar(kSdpaScale);
+  b.scalar(kSdpaNegInf);
+  b.scalar(kSdpaOne);
+  const SdpaDims S = b.scores_dims(), R = b.rows_dims();
+  const int64_t B = s.B, NH = s.NH, T = s.T, hs = s.hs();
+  // rowsum(dO O), kept in fp32 for the fused kernel.
+  const int64_t dot = b.pw(SdpaMode::kMul, {kSdpaDO, kSdpaO}, b.inner({B, NH, T, hs}, {NH * T * hs, T * hs, NH * hs, 1}));
+  b.pw(SdpaMode::kMul, {b.reduce(SdpaMode::kSum, dot, b.inner(R)), kSdpaOne}, kSdpaRowDot);
+  // The probabilities again, from the statistic.
+  const int64_t qk = b.matmul(kSdpaQ, kSdpaK, b.inner(S));
+  const int64_t scaled = b.pw(SdpaMode::kMul, {qk, kSdpaScale}, b.inner(S));
+  const int64_t p = b.pw(SdpaMode::kExp, {b.causal(b.pw(SdpaMode::kSub, {scaled, kSdpaLse}, b.inner(S)))}, b.inner(S));
+  // Transposed views of [T, T] matrices, in the operands' type.
+  const SdpaDims transposed{NH * T * T, T * T, 1, T};
+  b.matmul(b.reshape(p, b.inner(S, transposed, s.io)), kSdpaDO, kSdpaDV);
+  const int64_t dp = b.matmul(kSdpaDO, kSdpaV, b.inner(S));
+  const int64_t ds = b.pw(SdpaMode::kMul,
+                          {b.pw(SdpaMode::kMul, {b.pw(SdpaMode::kSub, {dp, kSdpaRowDot}, b.inner(S)), p}, b.inner(S)),
+                           kSdpaScale},
+                          b.inner(S));
+  b.matmul(b.reshape(ds, b.inner(S, transposed, s.io)), kSdpaQ, kSdpaDK);
+  // K as [B, NH, T, hs] again, for dQ = dS K.
+  const int64_t C3 = 3 * int64_t(s.C);
+  b.matmul(ds, b.reshape(kSdpaK, b.inner({B, NH, T, hs}, {T * C3, hs, C3, 1})), kSdpaDQ);
+  return g;
+}
+
+int64_t sdpa_offset(const SdpaShape& s, int64_t uid) {
+  switch (uid) {
+    case kSdpaK:
+    case kSdpaDK: return s.C;
+    case kSdpaV:
+    case kSdpaDV: return 2 * int64_t(s.C);
+    default: return 0;
+  }
+}
+
+}  // namespace zerod::cuda

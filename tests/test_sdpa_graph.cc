@@ -1,0 +1,314 @@
+// The attention graphs handed to cuDNN (runtime/kernels/cuda/sdpa_graph.h),
+// checked without a GPU: an interpreter runs each operation as cuDNN's
+// backend documents it (strided views, broadcasting, reductions over the
+// last dimension, reshapes as other views of the same bytes) on the model's
+// buffers, against the CPU attention kernel; every handed-over view covers
+// its buffer exactly; and, where the build has cuDNN, cuDNN itself takes
+// every tensor, operation and graph (all it checks before a GPU is needed).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "runtime/core/dtype.h"
+#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/cuda/sdpa_graph.h"
+#include "tests/float_compare.h"
+#ifdef ZEROD_WITH_CUDNN
+#include "runtime/kernels/cuda/cudnn_sdpa.h"
+#endif
+
+namespace zerod {
+namespace {
+
+using cuda::SdpaDims;
+using cuda::SdpaGraph;
+using cuda::SdpaMode;
+using cuda::SdpaOp;
+using cuda::SdpaOpKind;
+using cuda::SdpaShape;
+using cuda::SdpaTensor;
+using cuda::SdpaType;
+
+int64_t numel(const SdpaDims& d) { return d[0] * d[1] * d[2] * d[3]; }
+
+// The index of element i (row-major over dims) in each dimension.
+SdpaDims index_of(int64_t i, const SdpaDims& d) {
+  SdpaDims x;
+  for (int k = 3; k >= 0; --k) {
+    x[k] = i % d[k];
+    i /= d[k];
+  }
+  return x;
+}
+
+int64_t offset(const SdpaDims& x, const SdpaDims& strides) {
+  return x[0] * strides[0] + x[1] * strides[1] + x[2] * strides[2] + x[3] * strides[3];
+}
+
+// Runs a graph: each tensor's values row-major over its dims (handed-over
+// ones read from and written to their buffers through their strides).
+// `round`: virtual tensors of a 16-bit type hold that type's values, as on
+// the GPU; else everything stays fp32, the graph's exact arithmetic.
+class Interpreter {
+ public:
+  Interpreter(const SdpaGraph& g, bool round) : g_(g), round_(round) {}
+
+  void bind(int64_t uid, float* buffer) { buffers_[uid] = buffer; }
+  void scalar(int64_t uid, float v) { values_[uid] = {v}; }
+
+  void run() {
+    for (const SdpaOp& op : g_.ops) {
+      std::vector<float> out;
+      const SdpaTensor& y = g_.tensor(op.out);
+      switch (op.kind) {
+        case SdpaOpKind::kMatmul: out = matmul(op, y); break;
+        case SdpaOpKind::kPointwise: out = pointwise(op, y); break;
+        case SdpaOpKind::kReduction: out = reduce(op, y); break;
+        case SdpaOpKind::kReshape: out = reshape(op, y); break;
+      }
+      if (round_ && y.is_virtual && (y.type == SdpaType::kBF16 || y.type == SdpaType::kF16)) {
+        round_to(y.type == SdpaType::kBF16 ? DType::kBF16 : DType::kF16, out.data(), out.size());
+      }
+      ASSERT_FALSE(values_.count(op.out)) << "tensor " << op.out << " written twice";
+      if (!y.is_virtual) {
+        ASSERT_TRUE(buffers_.count(op.out)) << "no buffer for tensor " << op.out;
+        for (int64_t i = 0; i < numel(y.dims); ++i) buffers_[op.out][offset(index_of(i, y.dims), y.strides)] = out[i];
+      }
+      values_[op.out] = std::move(out);
+    }
+  }
+
+ private:
+  // A tensor's values: computed, a scalar, or read from its buffer.
+  const std::vector<float>& at(int64_t uid) {
+    if (auto it = values_.find(uid); it != values_.end()) return it->second;
+    const SdpaTensor& t = g_.tensor(uid);
+    EXPECT_FALSE(t.is_virtual) << "tensor " << uid << " read before it is written";
+    EXPECT_TRUE(buffers_.count(uid)) << "no buffer for tensor " << uid;
+    std::vector<float>& v = values_[uid];
+    v.resize(numel(t.dims));
+    for (int64_t i = 0; i < numel(t.dims); ++i) v[i] = buffers_[uid][offset(index_of(i, t.dims), t.strides)];
+    return v;
+  }
+  // Element x of a tensor of dims `of` from tensor uid, broadcasting its dims of 1.
+  float broadcast(int64_t uid, const SdpaDims& x, const SdpaDims& of) {
+    const SdpaTensor& t = g_.tensor(uid);
+    const std::vector<float>& v = at(uid);
+    int64_t i = 0;
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_TRUE(t.dims[k] == 1 || t.dims[k] == of[k]) << "tensor " << uid << " dim " << k;
+      i = i * t.dims[k] + (t.dims[k] == 1 ? 0 : x[k]);
+    }
+    return v[i];
+  }
+
+  std::vector<float> matmul(const SdpaOp& op, const SdpaTensor& y) {
+    const SdpaTensor &a = g_.tensor(op.in[0]), &b = g_.tensor(op.in[1]);
+    EXPECT_EQ(a.dims[3], b.dims[2]) << "inner dimensions of the product into " << op.out;
+    EXPECT_EQ(y.dims[2], a.dims[2]) << op.out;
+    EXPECT_EQ(y.dims[3], b.dims[3]) << op.out;
+    const std::vector<float> &va = at(op.in[0]), &vb = at(op.in[1]);
+    const int64_t M = y.dims[2], N = y.dims[3], K = a.dims[3];
+    std::vector<float> out(numel(y.dims));
+    for (int64_t bh = 0; bh < y.dims[0] * y.dims[1]; ++bh) {
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          double acc = 0.0;
+          for (int64_t k = 0; k < K; ++k) acc += double(va[(bh * M + m) * K + k]) * vb[(bh * K + k) * N + n];
+          out[(bh * M + m) * N + n] = static_cast<float>(acc);
+        }
+      }
+    }
+    return out;
+  }
+
+  std::vector<float> pointwise(const SdpaOp& op, const SdpaTensor& y) {
+    std::vector<float> out(numel(y.dims));
+    for (int64_t i = 0; i < numel(y.dims); ++i) {
+      const SdpaDims x = index_of(i, y.dims);
+      const auto in = [&](size_t k) { return broadcast(op.in[k], x, y.dims); };
+      float& o = out[i];
+      switch (op.mode) {
+        case SdpaMode::kMul: o = in(0) * in(1); break;
+        case SdpaMode::kSub: o = in(0) - in(1); break;
+        case SdpaMode::kDiv: o = in(0) / in(1); break;
+        case SdpaMode::kAdd: o = in(0) + in(1); break;
+        case SdpaMode::kExp: o = std::exp(in(0)); break;
+        case SdpaMode::kLog: o = std::log(in(0)); break;
+        case SdpaMode::kGenIndex: o = static_cast<float>(x[op.axis]); break;
+        case SdpaMode::kCmpGe: o = in(0) >= in(1) ? 1.0f : 0.0f; break;
+        case SdpaMode::kBinarySelect: o = in(2) != 0.0f ? in(0) : in(1); break;
+        default: ADD_FAILURE() << "not a pointwise mode";
+      }
+    }
+    return out;
+  }
+
+  // Over the last dimension, into a tensor whose last dimension is 1.
+  std::vector<float> reduce(const SdpaOp& op, const SdpaTensor& y) {
+    const SdpaTensor& x = g_.tensor(op.in[0]);
+    EXPECT_EQ(y.dims[3], 1) << op.out;
+    const std::vector<float>& v = at(op.in[0]);
+    const int64_t n = x.dims[3];
+    std::vector<float> out(numel(y.dims));
+    for (int64_t r = 0; r < numel(y.dims); ++r) {
+      double acc = op.mode == SdpaMode::kMax ? -INFINITY : 0.0;
+      for (int64_t k = 0; k < n; ++k) {
+        acc = op.mode == SdpaMode::kMax ? std::max(acc, double(v[r * n + k])) : acc + v[r * n + k];
+      }
+      out[r] = static_cast<float>(acc);
+    }
+    return out;
+  }
+
+  // The same bytes seen through y's dims and strides.
+  std::vector<float> reshape(const SdpaOp& op, const SdpaTensor& y) {
+    const SdpaTensor& x = g_.tensor(op.in[0]);
+    EXPECT_EQ(numel(x.dims), numel(y.dims)) << op.out;
+    const std::vector<float>& v = at(op.in[0]);
+    std::map<int64_t, float> bytes;
+    for (int64_t i = 0; i < numel(x.dims); ++i) bytes[offset(index_of(i, x.dims), x.strides)] = v[i];
+    std::vector<float> out(numel(y.dims));
+    for (int64_t i = 0; i < numel(y.dims); ++i) {
+      const auto it = bytes.find(offset(index_of(i, y.dims), y.strides));
+      EXPECT_NE(it, bytes.end()) << "tensor " << op.out << " views what " << op.in[0] << " does not hold";
+      out[i] = it == bytes.end() ? 0.0f : it->second;
+    }
+    return out;
+  }
+
+  const SdpaGraph& g_;
+  bool round_;
+  std::map<int64_t, float*> buffers_;
+  std::map<int64_t, std::vector<float>> values_;
+};
+
+struct Attention {
+  std::vector<float> out, lse, dqkv;
+};
+
+// The CPU kernel's attention, its statistics as the GPU's log-sum-exp.
+Attention cpu_attention(const std::vector<float>& qkv, const std::vector<float>& dout, const SdpaShape& s) {
+  const int64_t N = int64_t(s.B) * s.T, rows = N * s.NH;
+  Attention a{std::vector<float>(N * s.C), std::vector<float>(rows), std::vector<float>(N * 3 * s.C)};
+  std::vector<float> stats(rows * 2), scratch(cpu::attention_scratch_floats(s.T));
+  cpu::attention_forward(a.out.data(), stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  cpu::attention_backward(a.dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), s.B, s.T, s.C, s.NH,
+                          DType::kF32);
+  for (int64_t r = 0; r < rows; ++r) a.lse[r] = stats[2 * r] - std::log(stats[2 * r + 1]);
+  return a;
+}
+
+// The graphs on the model's buffers.
+Attention graph_attention(const std::vector<float>& qkv, const std::vector<float>& dout, const SdpaShape& s,
+                          bool round) {
+  const int64_t N = int64_t(s.B) * s.T;
+  Attention a{std::vector<float>(N * s.C, 7.0f), std::vector<float>(N * s.NH, 7.0f),
+              std::vector<float>(N * 3 * s.C, 7.0f)};
+  std::vector<float> q = qkv, row_dot(N * s.NH);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs()));
+  const auto bind = [&](Interpreter& x, int64_t uid, float* buffer) { x.bind(uid, buffer + cuda::sdpa_offset(s, uid)); };
+  {
+    const SdpaGraph g = cuda::sdpa_forward_graph(s);
+    Interpreter x(g, round);
+    for (int64_t uid : {cuda::kSdpaQ, cuda::kSdpaK, cuda::kSdpaV}) bind(x, uid, q.data());
+    bind(x, cuda::kSdpaO, a.out.data());
+    bind(x, cuda::kSdpaLse, a.lse.data());
+    x.scalar(cuda::kSdpaScale, scale);
+    x.scalar(cuda::kSdpaNegInf, -INFINITY);
+    x.run();
+  }
+  const SdpaGraph g = cuda::sdpa_backward_graph(s);
+  Interpreter x(g, round);
+  std::vector<float> dy = dout;
+  for (int64_t uid : {cuda::kSdpaQ, cuda::kSdpaK, cuda::kSdpaV}) bind(x, uid, q.data());
+  for (int64_t uid : {cuda::kSdpaDQ, cuda::kSdpaDK, cuda::kSdpaDV}) bind(x, uid, a.dqkv.data());
+  bind(x, cuda::kSdpaO, a.out.data());
+  bind(x, cuda::kSdpaDO, dy.data());
+  bind(x, cuda::kSdpaLse, a.lse.data());
+  bind(x, cuda::kSdpaRowDot, row_dot.data());
+  x.scalar(cuda::kSdpaScale, scale);
+  x.scalar(cuda::kSdpaNegInf, -INFINITY);
+  x.scalar(cuda::kSdpaOne, 1.0f);
+  x.run();
+  return a;
+}
+
+// In fp32 the graphs are the CPU kernel's attention; with the GPU's 16-bit
+// probabilities (rounded before the second product and dV, dK), within
+// what bf16's 8 bits of mantissa allow.
+TEST(SdpaGraph, RunsAsTheCpuAttentionOnTheModelsBuffers) {
+  const SdpaShape s{2, 13, 24, 3, SdpaType::kBF16};  // T not a multiple of anything
+  const int64_t N = int64_t(s.B) * s.T;
+  const auto qkv = testing::randn(N * 3 * s.C, 81), dout = testing::randn(N * s.C, 82);
+  const Attention want = cpu_attention(qkv, dout, s);
+  for (bool round : {false, true}) {
+    SCOPED_TRACE(round ? "16-bit probabilities" : "fp32");
+    const Attention got = graph_attention(qkv, dout, s, round);
+    const float rel = round ? 1e-2f : 1e-5f;
+    testing::expect_close(got.out, want.out, rel, "out");
+    testing::expect_close(got.lse, want.lse, 1e-5f, "lse");
+    testing::expect_close(got.dqkv, want.dqkv, rel, "dqkv");
+  }
+}
+
+// Q, K and V (as K^T and V^T too) read each element of their third of
+// qkv once and nothing else; O and dO their buffer's; dQ, dK and dV write
+// all of dqkv once.
+TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
+  const SdpaShape s{3, 10, 32, 4, SdpaType::kF16};
+  const int64_t N = int64_t(s.B) * s.T, C = s.C;
+  for (const SdpaGraph& g : {cuda::sdpa_forward_graph(s), cuda::sdpa_backward_graph(s)}) {
+    std::map<int64_t, std::vector<int>> hits;  // by buffer: 0 qkv, 1 out, 2 dout, 3 dqkv, 4 lse, 5 row dot
+    const std::map<int64_t, std::pair<int, int64_t>> buffer = {
+        {cuda::kSdpaQ, {0, 3 * N * C}},  {cuda::kSdpaK, {0, 3 * N * C}},     {cuda::kSdpaV, {0, 3 * N * C}},
+        {cuda::kSdpaO, {1, N * C}},      {cuda::kSdpaDO, {2, N * C}},        {cuda::kSdpaDQ, {3, 3 * N * C}},
+        {cuda::kSdpaDK, {3, 3 * N * C}}, {cuda::kSdpaDV, {3, 3 * N * C}},    {cuda::kSdpaLse, {4, N * s.NH}},
+        {cuda::kSdpaRowDot, {5, N * s.NH}}};
+    for (const SdpaTensor& t : g.tensors) {
+      if (t.is_virtual || t.by_value) continue;
+      ASSERT_TRUE(buffer.count(t.uid)) << t.uid;
+      const auto [which, size] = buffer.at(t.uid);
+      std::vector<int>& h = hits[which];
+      h.resize(size);
+      for (int64_t i = 0; i < numel(t.dims); ++i) {
+        const int64_t at = cuda::sdpa_offset(s, t.uid) + offset(index_of(i, t.dims), t.strides);
+        ASSERT_TRUE(at >= 0 && at < size) << "tensor " << t.uid << " element " << i;
+        ++h[at];
+      }
+    }
+    for (const auto& [which, h] : hits) {
+      for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(h[i], 1) << "buffer " << which << " element " << i;
+    }
+  }
+}
+
+#ifdef ZEROD_WITH_CUDNN
+// cuDNN's backend takes every tensor, operation and the graph of gpt2's and
+// gpt2-xl's attention (heads of 64) and of heads of 128, in bf16 and fp16:
+// what it checks before a GPU is needed. Whether an engine runs them is
+// scripts/gpu_check.sh's (test_cuda_kernels).
+TEST(SdpaGraph, CudnnTakesEveryDescriptorOfBothGraphs) {
+  for (const SdpaShape& s : {SdpaShape{16, 1024, 768, 12, SdpaType::kBF16}, SdpaShape{8, 1024, 1600, 25, SdpaType::kBF16},
+                             SdpaShape{1, 4096, 2048, 16, SdpaType::kF16}}) {
+    SCOPED_TRACE(::testing::Message() << "B " << s.B << ", T " << s.T << ", C " << s.C);
+    EXPECT_TRUE(cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s)).ok())
+        << cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s));
+    EXPECT_TRUE(cuda::sdpa_check_descriptors(cuda::sdpa_backward_graph(s)).ok())
+        << cuda::sdpa_check_descriptors(cuda::sdpa_backward_graph(s));
+  }
+  // Not a check that passes anything: a product whose output has a
+  // column too many is refused naming the operation.
+  const SdpaShape s{2, 64, 128, 2, SdpaType::kBF16};
+  SdpaGraph wide = cuda::sdpa_forward_graph(s);
+  for (SdpaTensor& t : wide.tensors) t.dims[3] += t.uid == wide.ops[0].out;
+  const absl::Status refused = cuda::sdpa_check_descriptors(wide);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("operation 0"), std::string::npos) << refused;
+}
+#endif
+
+}  // namespace
+}  // namespace zerod
