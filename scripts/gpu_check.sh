@@ -94,6 +94,16 @@ nccl_inc=$nccl/include
 [ -f "$nccl_inc/nccl.h" ] || nccl_inc=$root/.gpu-deps/include
 say "NCCL: ${nccl_lib:-none}, header in $nccl_inc"
 export LD_LIBRARY_PATH=$(dirname "${nccl_lib:-/x}"):$LD_LIBRARY_PATH
+# cuDNN likewise (the nvidia-cudnn wheel: libcudnn.so.9 loads its engines
+# from its own folder); where the wheel is missing, the toolkit's, or none.
+cudnn=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)
+cudnn_lib=$(ls "$cudnn"/lib/libcudnn.so* 2>/dev/null | head -1)
+cudnn_flags=()
+if [ -n "$cudnn_lib" ] && [ -f "$cudnn/include/cudnn_graph.h" ]; then
+  cudnn_flags=(-DCUDNN_INCLUDE_DIR="$cudnn/include" -DCUDNN_LIBRARY="$cudnn_lib")
+  export LD_LIBRARY_PATH=$(dirname "$cudnn_lib"):$LD_LIBRARY_PATH
+fi
+say "cuDNN: ${cudnn_lib:-no wheel in the Python of PyTorch; the toolkit, if it has one}"
 
 # The ranks section builds with the machine's Open MPI, the others without.
 with_mpi=OFF
@@ -112,7 +122,7 @@ cuda_tests=(test_cuda_kernels test_cuda_training test_cuda_offload test_device t
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=$with_mpi -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=$with_bench \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \
-  -DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib" >"$logs/configure.log" 2>&1 ||
+  -DNCCL_INCLUDE_DIR="$nccl_inc" -DNCCL_LIBRARY="$nccl_lib" "${cudnn_flags[@]}" >"$logs/configure.log" 2>&1 ||
   { say "configure failed"; tail -30 "$logs/configure.log"; exit 1; }
 grep -E "NCCL communicator|cuDNN fused attention" "$logs/configure.log" | sed 's/^-- /gpu_check: /' | tee -a "$summary"
 start=$SECONDS
