@@ -260,9 +260,12 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward) {
                                    &count, raw.data()),
           "the heuristics' results"));
       for (int64_t i = 0; i < count; ++i) {
-        ZEROD_ASSIGN_OR_RETURN(const bool same_bits, deterministic(configs[i]));
-        if (!same_bits) {
-          last = absl::NotFoundError("cuDNN's engines for it are not deterministic");
+        // An engine whose notes cannot be read is passed over like one that
+        // says it varies.
+        const absl::StatusOr<bool> same_bits = deterministic(configs[i]);
+        if (!same_bits.ok() || !*same_bits) {
+          last = same_bits.ok() ? absl::NotFoundError("cuDNN's engines for it are not deterministic")
+                                : same_bits.status();
           continue;
         }
         ZEROD_ASSIGN_OR_RETURN(Desc p, Desc::make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
