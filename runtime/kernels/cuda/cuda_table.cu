@@ -689,30 +689,30 @@ class CudaKernels : public Kernels {
   // Attention as cuDNN's fused kernels, `buffers` each tensor's (sdpa_offset
   // is added here), in the scratch the memory plan gives attention
   // (kernel_memory.cc): the backward's row sums, then cuDNN's workspace.
-  // False, nothing enqueued, where the build has no cuDNN or cuDNN does not
-  // run the shape (said once on stderr): the table's own attention runs.
+  // False, nothing enqueued, where the build has no cuDNN, a tensor is not
+  // 16-byte aligned, or cuDNN does not run the shape (said once on
+  // stderr): the table's own attention runs.
   bool fused_attention(Stream& s, bool backward, int B, int T, int C, int NH, float* scratch,
                        std::vector<std::pair<int64_t, const void*>> buffers) {
 #ifdef ZEROD_WITH_CUDNN
-    if (!sdpa_) return false;
+    // cuDNN's backward takes no sequence of one token.
+    if (!sdpa_ || (backward && T == 1)) return false;
     const cuda::SdpaShape shape{B, T, C, NH, op_ == DType::kBF16 ? cuda::SdpaType::kBF16 : cuda::SdpaType::kF16};
+    std::vector<std::pair<int64_t, void*>> at;
+    for (const auto& [uid, p] : buffers) {
+      void* q = static_cast<char*>(const_cast<void*>(p)) + cuda::sdpa_offset(shape, uid) * dtype_size(op_);
+      // Not kept as the shape's answer: another call's buffers may be aligned.
+      if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
+      at.emplace_back(uid, q);
+    }
     absl::StatusOr<int64_t> workspace = sdpa_->prepare(shape, backward);
     if (!workspace.ok()) return false;
     const int64_t row_dot = backward ? (int64_t(B) * NH * T * 4 + 255) / 256 * 256 : 0;
     const int64_t room = memory().attention_scratch_floats(B, T, C, NH, op_) * 4;
-    std::vector<std::pair<int64_t, void*>> at;
-    bool aligned = true;
-    for (const auto& [uid, p] : buffers) {
-      void* q = static_cast<char*>(const_cast<void*>(p)) + cuda::sdpa_offset(shape, uid) * dtype_size(op_);
-      aligned = aligned && reinterpret_cast<uintptr_t>(q) % 16 == 0;
-      at.emplace_back(uid, q);
-    }
     absl::Status why;
     if (row_dot + *workspace > room) {
       why = absl::ResourceExhaustedError(absl::StrCat("its workspace (", row_dot + *workspace,
                                                       " bytes) is past attention's scratch (", room, " bytes)"));
-    } else if (!aligned) {
-      why = absl::FailedPreconditionError("its tensors are not 16-byte aligned");
     } else {
       if (backward) at.emplace_back(cuda::kSdpaRowDot, scratch);
       why = sdpa_->run(shape, backward, cs(s), at, reinterpret_cast<char*>(scratch) + row_dot);

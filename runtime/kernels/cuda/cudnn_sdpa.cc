@@ -213,7 +213,7 @@ absl::Status sdpa_check_descriptors(const SdpaGraph& g) { return descriptors(g, 
 
 struct CudnnSdpa::Plan {
   Descriptors ds;
-  Desc plan;
+  Desc config, plan;  // the engine config kept beside the plan made from it
   int64_t workspace = 0;
 };
 
@@ -269,9 +269,10 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward) {
           continue;
         }
         ZEROD_ASSIGN_OR_RETURN(Desc p, Desc::make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
-        ZEROD_RETURN_IF_ERROR(p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle_));
-        ZEROD_RETURN_IF_ERROR(p.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]));
-        if (absl::Status f = p.finalize("an execution plan"); !f.ok()) {
+        absl::Status f = p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle_);
+        f.Update(p.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]));
+        if (f.ok()) f = p.finalize("an execution plan");
+        if (!f.ok()) {
           last = f;
           continue;
         }
@@ -279,6 +280,7 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward) {
         ZEROD_RETURN_IF_ERROR(cudnn_status(cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                                                     CUDNN_TYPE_INT64, 1, &n, &plan->workspace),
                                            "a plan's workspace"));
+        plan->config = std::move(configs[i]);
         plan->plan = std::move(p);
         return absl::OkStatus();
       }
