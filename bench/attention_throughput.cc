@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "runtime/core/device.h"
+#include "bench/bench_util.h"
 #include "runtime/core/gpu_memory.h"
 #include "runtime/kernels/kernels.h"
 
@@ -25,25 +25,6 @@ namespace {
 struct Shape {
   int B, T, C, NH;
 };
-
-// The best milliseconds of ten runs of f after one.
-template <class F>
-absl::StatusOr<double> best_ms(Device& d, F f) {
-  Stream& s = d.compute_stream();
-  ZEROD_ASSIGN_OR_RETURN(auto start, d.create_timing_event());
-  ZEROD_ASSIGN_OR_RETURN(auto end, d.create_timing_event());
-  f();
-  double best = 1e30;
-  for (int i = 0; i < 10; ++i) {
-    d.record(s, *start);
-    f();
-    d.record(s, *end);
-    ZEROD_RETURN_IF_ERROR(d.synchronize(*end));
-    ZEROD_ASSIGN_OR_RETURN(const double ms, d.elapsed_ms(*start, *end));
-    best = std::min(best, ms);
-  }
-  return best;
-}
 
 absl::Status run(const std::vector<Shape>& shapes) {
   if (cuda_device_count() == 0) {
@@ -68,15 +49,15 @@ absl::Status run(const std::vector<Shape>& shapes) {
     // Every element 0x3c3c (bf16, about 0.0115): scores near zero, the rows near uniform.
     d->memset(s, qkv.data(), 0x3c, qkv.bytes());
     d->memset(s, dout.data(), 0x3c, dout.bytes());
-    ZEROD_ASSIGN_OR_RETURN(const double fwd, best_ms(*d, [&] {
-                             k->attention_forward(s, out.data(), lse.ptr<float>(), scratch.ptr<float>(), qkv.data(),
-                                                  sh.B, sh.T, sh.C, sh.NH);
-                           }));
-    ZEROD_ASSIGN_OR_RETURN(const double bwd, best_ms(*d, [&] {
-                             k->attention_backward(s, dqkv.data(), dout.data(), qkv.data(), out.data(),
-                                                   lse.ptr<float>(), scratch.ptr<float>(), sh.B, sh.T, sh.C, sh.NH,
-                                                   DType::kF32);
-                           }));
+    const auto forward = [&] {
+      k->attention_forward(s, out.data(), lse.ptr<float>(), scratch.ptr<float>(), qkv.data(), sh.B, sh.T, sh.C, sh.NH);
+    };
+    const auto backward = [&] {
+      k->attention_backward(s, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.ptr<float>(), scratch.ptr<float>(),
+                            sh.B, sh.T, sh.C, sh.NH, DType::kF32);
+    };
+    ZEROD_ASSIGN_OR_RETURN(const double fwd, bench::best_device_ms(*d, forward, 10));
+    ZEROD_ASSIGN_OR_RETURN(const double bwd, bench::best_device_ms(*d, backward, 10));
     const double flops = 2.0 * sh.B * sh.NH * double(sh.T) * sh.T * (sh.C / sh.NH);
     std::printf("%4d %6d %6d %4d %4d %12.3f %12.1f %12.3f %12.1f\n", sh.B, sh.T, sh.C, sh.NH, sh.C / sh.NH, fwd,
                 flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9);

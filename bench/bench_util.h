@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/config/job_config.h"
+#include "runtime/core/device.h"
 #include "runtime/core/status.h"
 
 namespace zerod::bench {
@@ -45,6 +46,25 @@ inline double best_seconds(const std::function<void()>& f, double min_total = 1.
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::min(best, s);
     total += s;
+  }
+  return best;
+}
+
+// Best milliseconds of `runs` calls of f on d's compute stream after one
+// warm-up call, timed by the stream's own events.
+inline absl::StatusOr<double> best_device_ms(Device& d, const std::function<void()>& f, int runs) {
+  Stream& s = d.compute_stream();
+  ZEROD_ASSIGN_OR_RETURN(auto start, d.create_timing_event());
+  ZEROD_ASSIGN_OR_RETURN(auto end, d.create_timing_event());
+  f();
+  double best = 1e30;
+  for (int i = 0; i < runs; ++i) {
+    d.record(s, *start);
+    f();
+    d.record(s, *end);
+    ZEROD_RETURN_IF_ERROR(d.synchronize(*end));
+    ZEROD_ASSIGN_OR_RETURN(const double ms, d.elapsed_ms(*start, *end));
+    best = std::min(best, ms);
   }
   return best;
 }

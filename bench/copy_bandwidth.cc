@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "runtime/core/device.h"
+#include "bench/bench_util.h"
 #include "runtime/core/gpu_memory.h"
 
 namespace zerod {
@@ -19,20 +19,9 @@ namespace {
 
 // GB/s of the best of five copies of `bytes` from src to dst.
 absl::StatusOr<double> best_rate(Device& d, void* dst, const void* src, uint64_t bytes) {
-  Stream& s = d.compute_stream();
-  ZEROD_ASSIGN_OR_RETURN(auto start, d.create_timing_event());
-  ZEROD_ASSIGN_OR_RETURN(auto end, d.create_timing_event());
-  d.copy(s, dst, src, bytes);  // warm-up
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    d.record(s, *start);
-    d.copy(s, dst, src, bytes);
-    d.record(s, *end);
-    ZEROD_RETURN_IF_ERROR(d.synchronize(*end));
-    ZEROD_ASSIGN_OR_RETURN(const double ms, d.elapsed_ms(*start, *end));
-    if (ms > 0) best = std::max(best, bytes / ms / 1e6);
-  }
-  return best;
+  ZEROD_ASSIGN_OR_RETURN(const double ms,
+                         bench::best_device_ms(d, [&] { d.copy(d.compute_stream(), dst, src, bytes); }, 5));
+  return ms > 0 ? bytes / ms / 1e6 : 0.0;
 }
 
 absl::Status run(const std::vector<uint64_t>& mib) {

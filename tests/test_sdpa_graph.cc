@@ -53,7 +53,9 @@ int64_t offset(const SdpaDims& x, const SdpaDims& strides) {
 // the GPU; else everything stays fp32, the graph's exact arithmetic.
 class Interpreter {
  public:
-  Interpreter(const SdpaGraph& g, bool round) : g_(g), round_(round) {}
+  Interpreter(const SdpaGraph& g, bool round) : g_(g), round_(round) {
+    for (const SdpaTensor& t : g.tensors) tensors_[t.uid] = &t;
+  }
 
   void bind(int64_t uid, float* buffer) { buffers_[uid] = buffer; }
   void scalar(int64_t uid, float v) { values_[uid] = {v}; }
@@ -61,7 +63,7 @@ class Interpreter {
   void run() {
     for (const SdpaOp& op : g_.ops) {
       std::vector<float> out;
-      const SdpaTensor& y = g_.tensor(op.out);
+      const SdpaTensor& y = tensor(op.out);
       switch (op.kind) {
         case SdpaOpKind::kMatmul: out = matmul(op, y); break;
         case SdpaOpKind::kPointwise: out = pointwise(op, y); break;
@@ -84,7 +86,7 @@ class Interpreter {
   // A tensor's values: computed, a scalar, or read from its buffer.
   const std::vector<float>& at(int64_t uid) {
     if (auto it = values_.find(uid); it != values_.end()) return it->second;
-    const SdpaTensor& t = g_.tensor(uid);
+    const SdpaTensor& t = tensor(uid);
     EXPECT_FALSE(t.is_virtual) << "tensor " << uid << " read before it is written";
     EXPECT_TRUE(buffers_.count(uid)) << "no buffer for tensor " << uid;
     std::vector<float>& v = values_[uid];
@@ -94,7 +96,7 @@ class Interpreter {
   }
   // Element x of a tensor of dims `of` from tensor uid, broadcasting its dims of 1.
   float broadcast(int64_t uid, const SdpaDims& x, const SdpaDims& of) {
-    const SdpaTensor& t = g_.tensor(uid);
+    const SdpaTensor& t = tensor(uid);
     const std::vector<float>& v = at(uid);
     int64_t i = 0;
     for (int k = 0; k < 4; ++k) {
@@ -105,7 +107,7 @@ class Interpreter {
   }
 
   std::vector<float> matmul(const SdpaOp& op, const SdpaTensor& y) {
-    const SdpaTensor &a = g_.tensor(op.in[0]), &b = g_.tensor(op.in[1]);
+    const SdpaTensor &a = tensor(op.in[0]), &b = tensor(op.in[1]);
     EXPECT_EQ(a.dims[3], b.dims[2]) << "inner dimensions of the product into " << op.out;
     EXPECT_EQ(y.dims[2], a.dims[2]) << op.out;
     EXPECT_EQ(y.dims[3], b.dims[3]) << op.out;
@@ -148,7 +150,7 @@ class Interpreter {
 
   // Over the last dimension, into a tensor whose last dimension is 1.
   std::vector<float> reduce(const SdpaOp& op, const SdpaTensor& y) {
-    const SdpaTensor& x = g_.tensor(op.in[0]);
+    const SdpaTensor& x = tensor(op.in[0]);
     EXPECT_EQ(y.dims[3], 1) << op.out;
     const std::vector<float>& v = at(op.in[0]);
     const int64_t n = x.dims[3];
@@ -165,7 +167,7 @@ class Interpreter {
 
   // The same bytes seen through y's dims and strides.
   std::vector<float> reshape(const SdpaOp& op, const SdpaTensor& y) {
-    const SdpaTensor& x = g_.tensor(op.in[0]);
+    const SdpaTensor& x = tensor(op.in[0]);
     EXPECT_EQ(numel(x.dims), numel(y.dims)) << op.out;
     const std::vector<float>& v = at(op.in[0]);
     std::map<int64_t, float> bytes;
@@ -179,8 +181,11 @@ class Interpreter {
     return out;
   }
 
+  const SdpaTensor& tensor(int64_t uid) const { return *tensors_.at(uid); }
+
   const SdpaGraph& g_;
   bool round_;
+  std::map<int64_t, const SdpaTensor*> tensors_;
   std::map<int64_t, float*> buffers_;
   std::map<int64_t, std::vector<float>> values_;
 };

@@ -1,7 +1,5 @@
 #include "runtime/kernels/cuda/sdpa_graph.h"
 
-#include <stdexcept>
-
 namespace zerod::cuda {
 namespace {
 
@@ -71,13 +69,6 @@ class Builder {
 };
 
 }  // namespace
-
-const SdpaTensor& SdpaGraph::tensor(int64_t uid) const {
-  for (const SdpaTensor& t : tensors) {
-    if (t.uid == uid) return t;
-  }
-  throw std::out_of_range("no tensor of that uid in the attention graph");
-}
 
 // O = softmax(scale Q K^T, causal) V; lse = max + log(sum of exp).
 SdpaGraph sdpa_forward_graph(const SdpaShape& s) {

@@ -79,7 +79,6 @@ enum SdpaUid : int64_t {
 struct SdpaGraph {
   std::vector<SdpaTensor> tensors;
   std::vector<SdpaOp> ops;
-  const SdpaTensor& tensor(int64_t uid) const;
 };
 
 // B sequences of T, width C in NH heads, operands of type io (bf16 or fp16).
