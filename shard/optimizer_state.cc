@@ -66,6 +66,10 @@ class InMemoryOptimizer : public OptimizerState {
     ZEROD_RETURN_IF_ERROR(device_.synchronize(stream_));
     return updated ? read_masters(updated, first, last) : absl::OkStatus();
   }
+  absl::Status enqueue_step(float lr, int64_t step, const float* factor) override {
+    optimizer_->step(kernels_, stream_, lr, step, /*grad_scale=*/0.0f, 0, -1, factor);
+    return absl::OkStatus();
+  }
   absl::Status read_masters(const MasterOut& out) override {
     return read_masters(out, 0, static_cast<int>(masters_of_.size()));
   }

@@ -42,6 +42,14 @@ class OptimizerState {
   // their second place in the file.
   virtual absl::Status step_pieces(float lr, int64_t step, float grad_factor, int first, int last,
                                    const PieceFill& grads, const MasterOut& updated, bool undoable = false) = 0;
+  // step() enqueued on the stream of the optimizer's device, with the
+  // factor read from `factor` (that device's memory) when it runs, and
+  // skipped there where that is not finite (AdamStep::grad_scale_at): the
+  // host waits for nothing. Only an optimizer in the memory of the device
+  // whose kernels write the working copy can.
+  virtual absl::Status enqueue_step(float /*lr*/, int64_t /*step*/, const float* /*factor*/) {
+    return absl::FailedPreconditionError("an update on the stream needs the optimizer in the device's memory");
+  }
   // For updates that start before their factor is known: in memory, room
   // to copy every piece's masters and states aside (as much memory again as
   // they take); streamed, a check that the file has a second place for each

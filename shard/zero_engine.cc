@@ -18,6 +18,9 @@ std::vector<int> unit_starts(const std::vector<ShardSegment>& owned) {
   return starts;
 }
 
+// enqueue_step's sum of squares and factor on the device.
+constexpr uint64_t kStreamStepBytes = 16;
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(const GptLayout& layout, const ZeroSettings& settings, Communicator& comm, Device& device,
@@ -50,6 +53,10 @@ absl::Status ZeroEngine::build() {
   ZEROD_ASSIGN_OR_RETURN(unit_sums_, sums_at.allocate(units * 8, Category::kWorkspace));
   ZEROD_ASSIGN_OR_RETURN(unit_sums_host_, ctx_.device.allocate(units * 8, Category::kWorkspace, Tier::kHost));
   summed_.assign(units, false);
+  on_stream_ = zerod::steps_on_stream(settings_, stores_, ctx_.comm.world_size());
+  if (on_stream_) {
+    ZEROD_ASSIGN_OR_RETURN(stream_step_, ctx_.device.allocate(kStreamStepBytes, Category::kWorkspace));
+  }
   ZEROD_RETURN_IF_ERROR(create_optimizer());
   settings_.init = nullptr;  // an imported file is closed
   if (stores_.undoable) ZEROD_RETURN_IF_ERROR(optimizer_->allow_undo());
@@ -86,6 +93,10 @@ StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device
         c.optimizer_on_host && settings.micro_batches > 1 && !compute && device.memory == Tier::kGpu;
   }
   return c;
+}
+
+bool steps_on_stream(const ZeroSettings& settings, const StoreChoice& c, int world_size) {
+  return world_size == 1 && settings.zero.stage == 0 && !c.optimizer_on_host;
 }
 
 ShardStoreSettings ZeroEngine::store_settings(const ZeroSettings& settings, const OffloadConfig& off, Category c,
@@ -139,6 +150,9 @@ void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int
   plan.add("gradient sums by unit", c.optimizer_on_host ? Tier::kHost : plan.device().memory, Category::kWorkspace,
            sums);
   plan.add("gradient sums by unit, on the host", Tier::kHost, Category::kWorkspace, sums);
+  if (zerod::steps_on_stream(settings, c, world_size)) {
+    plan.add("update factor", plan.device().memory, Category::kWorkspace, kStreamStepBytes);
+  }
   if (c.states_in_file) {
     plan_streamed_optimizer(shape, settings.optimizer, c.separate_masters,
                             swap_settings(settings, c, shape, /*grads_streamed=*/c.grads_in_file, "", nullptr), plan);
@@ -354,6 +368,30 @@ absl::Status ZeroEngine::apply_optimizer(float lr, int64_t step, float grad_fact
         [&](int k, int64_t start, int64_t n, float* dst) { return grads_->read(owned[k], start, n, dst); },
         working_copy_writer());
   }
+  stepped.Update(grads_->drop());
+  ZEROD_RETURN_IF_ERROR(stepped);
+  return publish_params();
+}
+
+absl::Status ZeroEngine::enqueue_step(float lr, int64_t step, double loss_scale, double clip) {
+  if (!on_stream_) return absl::FailedPreconditionError("this rank's step needs the host (steps_on_stream)");
+  // A world of one at stage 0: the gradients are the reduced ones, every
+  // unit's in the device's memory.
+  const int units = ctx_.part.num_units();
+  double* sums = unit_sums_.ptr<double>();
+  std::vector<SquaresOf> all;
+  for (int u = 0; u < units; ++u) {
+    ZEROD_ASSIGN_OR_RETURN(const float* g, grads_->acquire(u));
+    all.push_back({g, ctx_.part.chunk(u), sums + u});
+  }
+  Stream& s = ctx_.stream;
+  ctx_.kernels.sum_squares_tensors(s, all);
+  for (int u = 0; u < units; ++u) ZEROD_RETURN_IF_ERROR(grads_->release(u));
+  double* sumsq = stream_step_.ptr<double>();
+  float* factor = reinterpret_cast<float*>(sumsq + 1);
+  ctx_.kernels.update_factor(s, sums, units, loss_scale, clip, factor, sumsq);
+  ctx_.device.copy(s, unit_sums_host_.data(), sumsq, sizeof(double));
+  absl::Status stepped = optimizer_->enqueue_step(lr, step, factor);
   stepped.Update(grads_->drop());
   ZEROD_RETURN_IF_ERROR(stepped);
   return publish_params();

@@ -71,6 +71,11 @@ struct StoreChoice {
   MicroBatchSums sums;
 };
 StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device);
+// Whether a rank of a world of `world_size` with these stores steps on the
+// device's stream (ZeroEngine::enqueue_step): a world of one at stage 0
+// with the optimizer in the device's memory, where gradients need no
+// reduction and nothing of the update is the host's.
+bool steps_on_stream(const ZeroSettings& settings, const StoreChoice& c, int world_size);
 
 class ZeroEngine {
  public:
@@ -104,6 +109,17 @@ class ZeroEngine {
   // A step with no update (an fp16 overflow, or one that fails): an update
   // begun during backward is undone.
   absl::Status skip_optimizer();
+  // Where steps_on_stream(): the step after the last micro-batch, enqueued
+  // on the compute stream with nothing waited for. The sum of squares of
+  // the gradients and the update factor from it (update_factor in
+  // cpu/adam.h, with loss_scale and clip) are computed there; the update
+  // reads the factor, and skips itself where it is not finite; the
+  // parameters are published. step_sum_squares() is the sum once the
+  // stream has passed the step: the step's gradients overflowed, and
+  // nothing changed, where it is not finite.
+  bool steps_on_stream() const { return on_stream_; }
+  absl::Status enqueue_step(float lr, int64_t step, double loss_scale, double clip);
+  double step_sum_squares() const { return *unit_sums_host_.host<double>(); }
   // Whether the update runs during the last micro-batch's backward: at
   // stage 2 or 3 with the optimizer on the host, gradients added there as
   // they arrive; and, where the factor is known only after backward,
@@ -207,6 +223,8 @@ class ZeroEngine {
   std::atomic<int64_t> units_updated_in_backward_{0};  // counted on the host thread
   int64_t updates_undone_ = 0;
   Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients, where they are and on the host
+  bool on_stream_ = false;             // steps_on_stream()
+  Buffer stream_step_;                 // enqueue_step's sum of squares (a double), then its factor (a float)
   std::vector<char> summed_;           // per unit: its sum taken this step (during backward, on the host thread)
 };
 

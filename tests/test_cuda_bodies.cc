@@ -862,6 +862,62 @@ TEST(CudaBodies, AdamInGroupsOfTensorsIsEachTensorsCpuUpdate) {
   EXPECT_EQ(seen, want);
 }
 
+// A group whose steps point at their factor (AdamStep::grad_scale_at, set
+// by update_factor on the device): each member's update is the CPU's with
+// that factor given, bit for bit; a factor that is not finite leaves every
+// member as it was.
+TEST(CudaBodies, AGroupReadsItsFactorAndSkipsANonFiniteOne) {
+  const int count = 5;
+  for (const float value : {0.25f, NAN}) {
+    SCOPED_TRACE(value);
+    float factor = value;
+    std::vector<std::vector<float>> p(count), m(count), v(count), g(count);
+    std::vector<AdamTensor> ts, want;
+    std::vector<AdamStep> steps, given;
+    for (int i = 0; i < count; ++i) {
+      const int64_t n = 29 * i + 3;
+      p[i] = randn(n, 500 + i);
+      m[i] = randn(n, 510 + i, 0.01f);
+      v[i] = randn(n, 520 + i, 0.001f);
+      for (float& x : v[i]) x = std::fabs(x);
+      g[i] = randn(n, 530 + i, 0.1f);
+      ts.push_back({p[i].data(), m[i].data(), v[i].data(), g[i].data(), DType::kF32, nullptr, DType::kBF16, n});
+      given.push_back(make_adam_step(AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f, true}, 1e-3f, 4, value, i % 2 == 0));
+      steps.push_back(given.back());
+      steps.back().grad_scale = 1.0f;
+      steps.back().grad_scale_at = &factor;
+    }
+    auto wp = p, wm = m, wv = v;
+    for (int i = 0; i < count; ++i) {
+      want.push_back({wp[i].data(), wm[i].data(), wv[i].data(), g[i].data(), DType::kF32, nullptr, DType::kBF16,
+                      ts[i].n});
+      if (!std::isnan(value)) adam_update(want[i], given[i], CpuIsa::kScalar);
+    }
+    cuda::for_groups<AdamTensor>(
+        ts, steps, [](const AdamTensor& t) { return t.n; },
+        [&](const cuda::TensorGroup<AdamTensor>& grp) {
+          for_each_index(grp.start[grp.count], [&](int64_t i) { cuda::adam_group_at(i, grp); });
+        });
+    for (int i = 0; i < count; ++i) {
+      EXPECT_EQ(bits(p[i]), bits(wp[i])) << i;
+      EXPECT_EQ(bits(m[i]), bits(wm[i])) << i;
+      EXPECT_EQ(bits(v[i]), bits(wv[i])) << i;
+    }
+  }
+}
+
+// The update factor as the GPU's one thread computes it: the units' sums
+// added in order, and the unscaled, clipped factor of their total.
+TEST(CudaBodies, TheUpdateFactorOfSumsAddsThemInOrder) {
+  const std::vector<double> sums = {3.0, 1e-3, 250.0, 0.125};
+  float factor = 0;
+  double sumsq = 0;
+  update_factor_of_sums(sums.data(), static_cast<int>(sums.size()), 512.0, 0.01, &factor, &sumsq);
+  EXPECT_EQ(sumsq, ((3.0 + 1e-3) + 250.0) + 0.125);
+  // The unscaled norm, about 0.031, is past the clip.
+  EXPECT_EQ(factor, static_cast<float>(0.01 / (std::sqrt(sumsq) / 512.0 + 1e-6) / 512.0));
+}
+
 // Sums of squares of many tensors in groups: each tensor's chunks on a
 // block, then its total over their partials, as the GPU's two launches a
 // group run them; each is cpu::sum_squares of the tensor alone, bit for
@@ -1081,6 +1137,10 @@ class PlanAttentionTable : public Kernels {
   }
   void sum(Stream& s, const double* x, int64_t n, double* out) override { k_->sum(s, x, n, out); }
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override { k_->sum_squares(s, x, n, out); }
+  void update_factor(Stream& s, const double* sums, int n, double loss_scale, double clip, float* factor,
+                     double* sumsq) override {
+    k_->update_factor(s, sums, n, loss_scale, clip, factor, sumsq);
+  }
   void add(Stream& s, float* dst, const float* src, int64_t n) override { k_->add(s, dst, src, n); }
   void scale(Stream& s, void* x, float a, int64_t n) override { k_->scale(s, x, a, n); }
   void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) override {

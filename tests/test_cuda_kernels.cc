@@ -495,6 +495,53 @@ TEST_F(CudaTable, AdamOverManyTensorsInFewLaunchesIsEachCpuUpdate) {
   }
 }
 
+// The update factor from units' sums on the device, and updates that read
+// it there: the CPU's factor and updates bit for bit; a sum that
+// overflowed gives NaN, and updates reading it change nothing.
+TEST_F(CudaTable, TheUpdateFactorAndUpdatesReadingItAreTheCpus) {
+  const int64_t n = 2 * kQuantBlock + 9;
+  for (const std::vector<double>& sums : {std::vector<double>{0.5, 3e3, 7.25}, std::vector<double>{1.0, INFINITY}}) {
+    float factor = 0;
+    double sumsq = 0;
+    update_factor_of_sums(sums.data(), static_cast<int>(sums.size()), 1024.0, 1.0, &factor, &sumsq);
+    const std::vector<float> unset_factor = {-1.0f};
+    const std::vector<double> unset_sumsq = {-1.0};
+    double* g_sums = up(sums);
+    float* g_factor = up(unset_factor);
+    double* g_sumsq = up(unset_sumsq);
+    k_->update_factor(s(), g_sums, static_cast<int>(sums.size()), 1024.0, 1.0, g_factor, g_sumsq);
+    EXPECT_EQ(bits(down(g_factor, 1)), bits(std::vector<float>{factor}));
+    EXPECT_EQ(down(g_sumsq, 1)[0] == sumsq, std::isfinite(sumsq));
+
+    AdamStep given = make_adam_step(AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f, true}, 1e-3f, 2, factor, true);
+    AdamStep read = given;
+    read.grad_scale = 1.0f;
+    read.grad_scale_at = g_factor;
+    const auto g = randn(n, 80, 0.1f);
+    auto p = randn(n, 81), m = randn(n, 82, 0.01f), v = randn(n, 83, 0.01f), q = randn(n, 84);
+    for (float& e : v) e = e * e;
+    std::vector<uint8_t> qm(n), qv(n);
+    std::vector<float> am(quant_blocks(n)), av(quant_blocks(n));
+    Adam8bitTensor c{q.data(), qm.data(), qv.data(), am.data(), av.data(), g.data(), DType::kF32, nullptr,
+                     DType::kBF16, n};
+    adam8bit_zero_states(c);
+    Adam8bitTensor dq{up(q), up(qm), up(qv), up(am), up(av), up(g), DType::kF32, nullptr, DType::kBF16, n};
+    AdamTensor dt{up(p), up(m), up(v), dq.grad, DType::kF32, nullptr, DType::kBF16, n};
+    k_->adam_tensors(s(), {&dt, 1}, {&read, 1});
+    k_->adam8bit_tensors(s(), {&dq, 1}, {&read, 1});
+    if (std::isfinite(factor)) {
+      adam_update(AdamTensor{p.data(), m.data(), v.data(), g.data(), DType::kF32, nullptr, DType::kBF16, n}, given);
+      adam8bit_update(c, given);
+    }
+    EXPECT_EQ(bits(down(dt.param, n)), bits(p));
+    EXPECT_EQ(bits(down(dt.m, n)), bits(m));
+    EXPECT_EQ(bits(down(dt.v, n)), bits(v));
+    EXPECT_EQ(bits(down(dq.param, n)), bits(q));
+    EXPECT_EQ(down(dq.m, n), qm);
+    EXPECT_EQ(down(dq.v, n), qv);
+  }
+}
+
 // NF4 dequantization: the CPU's weights, bit for bit.
 TEST_F(CudaTable, Nf4DequantizationIsTheCpusBitForBit) {
   const int64_t n = 3 * kNf4Block * kQuantBlock + 101;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
+#include "tests/float_compare.h"
 
 namespace zerod {
 namespace {
@@ -409,6 +411,118 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
   for (double t : terms) in_order += t;
   EXPECT_EQ(sums[0], in_order);
   EXPECT_EQ(sums[1], cpu::sum_squares(x.data(), x.size()));
+}
+
+// A host wait is a synchronize, on a stream or an event; what a stream
+// waits for (wait) and recording are none.
+TEST(CpuDevice, CountsTheHostsWaitsOnly) {
+  CpuDevice dev(MemoryAccountant::global(), kThreaded);
+  auto other = dev.create_stream();
+  auto e = dev.create_event();
+  ASSERT_TRUE(other.ok() && e.ok());
+  const uint64_t before = dev.host_waits();
+  dev.record(dev.compute_stream(), **e);
+  dev.wait(**other, **e);
+  EXPECT_EQ(dev.host_waits(), before);
+  ASSERT_TRUE(dev.synchronize(**other).ok());
+  ASSERT_TRUE(dev.synchronize(**e).ok());
+  EXPECT_EQ(dev.host_waits(), before + 2);
+}
+
+// DeepSpeed's factor, written out: unscale by 1/loss_scale, and clip by
+// clip / (norm + 1e-6) where that is below 1, norm being the unscaled
+// root of the sum of squares.
+float deepspeed_factor(double sumsq, double loss_scale, double clip) {
+  const double norm = std::sqrt(sumsq) / loss_scale;
+  const double clip_coef = clip / (norm + 1e-6);
+  return static_cast<float>(clip > 0 && clip_coef < 1 ? clip_coef / loss_scale : 1 / loss_scale);
+}
+
+// The update factor from units' sums on a threaded stream: their total in
+// order, and the factor of it; NaN (and an infinite total) where a sum
+// overflowed.
+TEST(CpuKernelTable, TheUpdateFactorIsTheUnscaledClippingOfTheUnitsSums) {
+  CpuDevice dev(MemoryAccountant::global(), kThreaded);
+  auto table = kernels_for(dev);
+  ASSERT_TRUE(table.ok()) << table.status();
+  Stream& s = dev.compute_stream();
+  struct Case {
+    std::vector<double> sums;
+    double loss_scale, clip;
+  };
+  const std::vector<Case> cases = {
+      {{0.25, 4.0, 1.5e3, 0.0}, 1024.0, 1.0},   // clipped: norm about 0.038 of the scaled 38.8
+      {{0.25, 4.0, 1.5e3}, 1.0, 1.0},           // clipped, no loss scale
+      {{1e-4, 2e-4}, 1.0, 1.0},                 // below the clip: only unscaled
+      {{0.25, 4.0, 1.5e3}, 65536.0, 0.0},       // no clipping
+      {{1.0, INFINITY, 2.0}, 1024.0, 1.0},      // overflow
+      {{1.0, NAN}, 1.0, 0.0}};
+  for (const Case& c : cases) {
+    float factor = -1;
+    double sumsq = -1;
+    (*table)->update_factor(s, c.sums.data(), static_cast<int>(c.sums.size()), c.loss_scale, c.clip, &factor,
+                            &sumsq);
+    ASSERT_TRUE(dev.synchronize(s).ok());
+    double total = 0;
+    for (double x : c.sums) total += x;
+    if (!std::isfinite(total)) {
+      EXPECT_FALSE(std::isfinite(sumsq));
+      EXPECT_TRUE(std::isnan(factor));
+      continue;
+    }
+    EXPECT_EQ(sumsq, total);
+    EXPECT_EQ(factor, deepspeed_factor(total, c.loss_scale, c.clip)) << c.loss_scale << " " << c.clip;
+  }
+}
+
+// An update that reads its factor from memory when it runs is the update
+// with that factor given, bit for bit; with a factor that is not finite
+// it changes nothing: fp32 states with a 16-bit copy, and 8-bit states.
+TEST(CpuKernelTable, AnUpdateReadsItsFactorWhenItRunsAndSkipsANonFiniteOne) {
+  CpuDevice dev(MemoryAccountant::global(), kThreaded);
+  auto table = kernels_for(dev);
+  ASSERT_TRUE(table.ok()) << table.status();
+  Kernels& k = **table;
+  Stream& s = dev.compute_stream();
+  using testing::bits;
+  const int64_t n = 3 * kQuantBlock + 17;
+  const std::vector<float> g = random_floats(n, 11), p0 = random_floats(n, 12);
+  for (const float value : {0.37f, NAN, INFINITY}) {
+    SCOPED_TRACE(value);
+    float factor = -1;  // set on the stream, after the update is enqueued
+    AdamStep given = make_adam_step(AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f, true}, 1e-3f, 3, value, true);
+    AdamStep read = given;
+    read.grad_scale = 99.0f;
+    read.grad_scale_at = &factor;
+    std::vector<float> p = p0, m(n, 0.01f), v(n, 0.02f), pw = p0, mw = m, vw = v;
+    std::vector<uint16_t> p16(n, 7), p16w(n, 7);
+    std::vector<float> q = p0, qw = p0, am(quant_blocks(n)), av(quant_blocks(n)), amw, avw;
+    std::vector<uint8_t> qm(n), qv(n), qmw, qvw;
+    Adam8bitTensor eight{q.data(), qm.data(), qv.data(), am.data(), av.data(), g.data(), DType::kF32, nullptr,
+                         DType::kBF16, n};
+    adam8bit_zero_states(eight);
+    qmw = qm, qvw = qv, amw = am, avw = av;
+    Adam8bitTensor eight_want{qw.data(), qmw.data(), qvw.data(), amw.data(), avw.data(), g.data(), DType::kF32,
+                              nullptr, DType::kBF16, n};
+    CpuDevice::launch(s, [&factor, value] { factor = value; });
+    k.adam(s, AdamTensor{p.data(), m.data(), v.data(), g.data(), DType::kF32, p16.data(), DType::kBF16, n}, read);
+    k.adam8bit(s, eight, read);
+    ASSERT_TRUE(dev.synchronize(s).ok());
+    if (std::isfinite(value)) {
+      adam_update(AdamTensor{pw.data(), mw.data(), vw.data(), g.data(), DType::kF32, p16w.data(), DType::kBF16, n},
+                  given);
+      adam8bit_update(eight_want, given);
+    }
+    EXPECT_EQ(bits(p), bits(pw));
+    EXPECT_EQ(bits(m), bits(mw));
+    EXPECT_EQ(bits(v), bits(vw));
+    EXPECT_EQ(p16, p16w);
+    EXPECT_EQ(bits(q), bits(qw));
+    EXPECT_EQ(qm, qmw);
+    EXPECT_EQ(qv, qvw);
+    EXPECT_EQ(bits(am), bits(amw));
+    EXPECT_EQ(bits(av), bits(avw));
+  }
 }
 
 }  // namespace

@@ -109,6 +109,46 @@ TEST(Trainer, MemoryIsAccountedByCategory) {
   EXPECT_EQ(acct.current_total(Tier::kHost), 0u);  // everything was given back
 }
 
+// A world of one at stage 0 steps on the device's stream: the host waits
+// once a step, for its losses and its gradients' norm, where stage 1
+// (whose stores take the gradients on the host) waits after each pass and
+// again for the update. On threaded, delayed streams the two give the same
+// bits: fp32, bf16, and fp16, whose loss scale the host sets from the norm
+// it reads (the first steps overflow), with clipping and micro-batches.
+TEST(Trainer, AWorldOfOneStepsOnTheStreamWaitingOnceAStep) {
+  constexpr int kSteps = 4, kMicroBatches = 3;
+  for (const char* precision : {"bf16.enabled=false", "bf16.enabled=true", "fp16.enabled=true"}) {
+    SCOPED_TRACE(precision);
+    auto run = [&](const char* stage, std::vector<uint64_t>& waits) {
+      CpuDeviceOptions o;
+      o.threaded = o.device_only_memory = true;
+      CpuDevice device(MemoryAccountant::global(), o);
+      const JobConfig cfg = make_config({precision, stage, "gradient_accumulation_steps=" + std::to_string(kMicroBatches),
+                                         "train_batch_size=" + std::to_string(4 * kMicroBatches)});
+      auto t = Trainer::create(cfg, nullptr, &device);
+      EXPECT_TRUE(t.ok()) << t.status();
+      TrainRun r;
+      for (int i = 0; i < kSteps; ++i) {
+        const uint64_t before = device.host_waits();
+        auto st = (*t)->step();
+        EXPECT_TRUE(st.ok()) << st.status();
+        waits.push_back(device.host_waits() - before);
+        r.losses.push_back(st->loss);
+        r.losses.push_back(st->grad_norm);
+        r.losses.push_back(st->loss_scale);
+      }
+      r.params = *(*t)->master_params();
+      return r;
+    };
+    std::vector<uint64_t> on_stream, on_host;
+    const TrainRun a = run("zero_optimization.stage=0", on_stream), b = run("zero_optimization.stage=1", on_host);
+    EXPECT_EQ(on_stream, std::vector<uint64_t>(kSteps, 1));
+    for (uint64_t w : on_host) EXPECT_GE(w, kMicroBatches + 2u);
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_TRUE(testing::same_bits(a.params, b.params));
+  }
+}
+
 TEST(Trainer, Fp16OverflowSkipsStepsAndBacksOff) {
   // 2^40 overflows fp16 activation gradients: steps are skipped, leaving the
   // parameters untouched, and the scale halves after each hysteresis-exhausted

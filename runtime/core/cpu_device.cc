@@ -196,10 +196,17 @@ void CpuDevice::wait(Stream& s, Event& e) {
 absl::Status CpuDevice::synchronize(Stream& s) {
   CpuEvent done;
   record(s, done);
-  return synchronize(done);
+  reach(done);
+  return absl::OkStatus();
 }
 
 absl::Status CpuDevice::synchronize(Event& e) {
+  reach(e);
+  return absl::OkStatus();
+}
+
+void CpuDevice::reach(Event& e) {
+  host_waits_.fetch_add(1, std::memory_order_relaxed);
   EventState& state = state_of(e);
   uint64_t point;
   {
@@ -207,7 +214,6 @@ absl::Status CpuDevice::synchronize(Event& e) {
     point = state.recorded;
   }
   state.wait_for(point);
-  return absl::OkStatus();
 }
 
 }  // namespace zerod

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/kernels/cpu/adam.h"
 #include "runtime/kernels/profiled_kernels.h"
 #include "runtime/optim/lr_schedule.h"
 
@@ -25,8 +26,12 @@ namespace {
 // every gradient is.
 bool factor_after_backward(const JobConfig& cfg) { return cfg.gradient_clipping > 0 || cfg.precision == DType::kF16; }
 
-// Each of the host's token id buffers (inputs, targets).
-uint64_t token_bytes(const JobConfig& cfg) { return uint64_t(cfg.micro_batch) * cfg.data.seq_len * 4; }
+// Each of the host's token id buffers (inputs, targets): a step's, every
+// micro-batch's apart, as a step on the stream reads them all before the
+// host waits.
+uint64_t token_bytes(const JobConfig& cfg) {
+  return uint64_t(cfg.grad_accum) * cfg.micro_batch * cfg.data.seq_len * 4;
+}
 
 }  // namespace
 
@@ -130,7 +135,7 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   DataLoader::plan(cfg.data, plan);
   const LoraConfig* lora = cfg.lora ? &cfg.lora->adapters : nullptr;
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
-            cfg.cpu_checkpointing, kernels, plan, lora);
+            cfg.cpu_checkpointing, kernels, plan, lora, cfg.grad_accum);
   const GptLayout model(cfg.model);
   const ZeroSettings zs = planned_settings(cfg, kernels.operand_type(cfg.precision));
   if (lora) FrozenWeights::plan(model, zs, cfg.lora->nf4_base, world_size, rank, plan);
@@ -189,7 +194,7 @@ absl::Status Trainer::build() {
   const LoraConfig* lora = cfg_.lora ? &cfg_.lora->adapters : nullptr;
   ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
                                              cfg_.activation_checkpointing, *device_, *kernels_,
-                                             cfg_.cpu_checkpointing, lora));
+                                             cfg_.cpu_checkpointing, lora, cfg_.grad_accum));
   if (lora) adapters_ = std::make_unique<GptLayout>(GptLayout::adapters(cfg_.model, *lora));
   ZEROD_ASSIGN_OR_RETURN(ZeroSettings zs, zero_settings(cfg_, layout(), env_.io_faults));
   zs.operands = kernels_->operand_type();
@@ -242,24 +247,43 @@ absl::StatusOr<StepResult> Trainer::train_step() {
     zero_->update_during_backward(static_cast<float>(lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_)), updates_ + 1,
                                   accum, static_cast<float>(1.0 / scale));
   }
-  double loss_sum = 0.0;
+  // A step on the device's stream (a world of one at stage 0) is waited
+  // for once, at its end, for its losses and its gradients' norm; any
+  // other waits for each pass, whose gradients its stores take on the host.
+  const bool on_stream = zero_->steps_on_stream();
+  Stream& stream = device_->compute_stream();
+  const int64_t tokens = int64_t(B) * T;
   for (int micro = 0; micro < accum; ++micro) {
-    loader_->next_batch(B, inputs_.host<int32_t>(), targets_.host<int32_t>());
-    ZEROD_ASSIGN_OR_RETURN(
-        const double loss,
-        model_->forward_backward(weights(), zero_->grads(), inputs_.host<int32_t>(), targets_.host<int32_t>(), B, T,
-                                 grad_scale, lora_pass_seed(cfg_.run.seed, r.step, micro, comm_->rank())));
-    loss_sum += loss;
+    int32_t* inputs = inputs_.host<int32_t>() + micro * tokens;
+    int32_t* targets = targets_.host<int32_t>() + micro * tokens;
+    loader_->next_batch(B, inputs, targets);
+    ZEROD_RETURN_IF_ERROR(model_->enqueue_forward_backward(
+        weights(), zero_->grads(), inputs, targets, B, T, grad_scale,
+        lora_pass_seed(cfg_.run.seed, r.step, micro, comm_->rank()), micro));
+    if (!on_stream) ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
   }
-  ZEROD_RETURN_IF_ERROR(zero_->reduce_gradients());
+  const double lr = lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_);
+  double sumsq = 0.0;
+  if (on_stream) {
+    ZEROD_RETURN_IF_ERROR(zero_->enqueue_step(static_cast<float>(lr), updates_ + 1, scale, cfg_.gradient_clipping));
+    ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
+    sumsq = zero_->step_sum_squares();
+  } else {
+    ZEROD_RETURN_IF_ERROR(zero_->reduce_gradients());
+  }
+  double loss_sum = 0.0;
+  for (int micro = 0; micro < accum; ++micro) loss_sum += model_->pass_loss(micro);
   ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &loss_sum, 1, CommType::kF64, ReduceOp::kSum));
   r.loss = loss_sum / (double(accum) * world);
+  if (!on_stream) {
+    ZEROD_ASSIGN_OR_RETURN(sumsq, zero_->grad_sum_squares());
+  }
 
-  ZEROD_ASSIGN_OR_RETURN(const double sumsq, zero_->grad_sum_squares());
   if (!std::isfinite(sumsq)) {
-    // An update begun during backward is undone; where it cannot be (no
-    // super_offload), the run fails here anyway.
-    const absl::Status undone = zero_->skip_optimizer();
+    // The update on the stream skipped itself; one begun during backward
+    // is undone; where it cannot be (no super_offload), the run fails here
+    // anyway.
+    const absl::Status undone = on_stream ? absl::OkStatus() : zero_->skip_optimizer();
     if (!fp16) {
       return absl::InternalError(absl::StrCat("gradients are not finite at step ", r.step, " (loss ", r.loss, ")"));
     }
@@ -271,15 +295,13 @@ absl::StatusOr<StepResult> Trainer::train_step() {
     return r;
   }
   r.grad_norm = std::sqrt(sumsq) / scale;
-  // One factor unscales and clips (DeepSpeed: coefficient clip / (norm + 1e-6) when below 1).
-  double factor = 1.0 / scale;
-  if (cfg_.gradient_clipping > 0) {
-    const double coef = cfg_.gradient_clipping / (r.grad_norm + 1e-6);
-    if (coef < 1.0) factor *= coef;
-  }
-  r.lr = lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_);
+  r.lr = lr;
   ++updates_;
-  ZEROD_RETURN_IF_ERROR(zero_->apply_optimizer(static_cast<float>(r.lr), updates_, static_cast<float>(factor)));
+  if (!on_stream) {
+    // One factor unscales and clips, as the stream's update computes it.
+    const float factor = update_factor(sumsq, scale, cfg_.gradient_clipping);
+    ZEROD_RETURN_IF_ERROR(zero_->apply_optimizer(static_cast<float>(lr), updates_, factor));
+  }
   last_lr_ = r.lr;
   if (fp16) ZEROD_RETURN_IF_ERROR(scaler_.update(/*overflow=*/false));
   return r;

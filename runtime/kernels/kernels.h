@@ -131,6 +131,11 @@ class Kernels {
   virtual void sum_squares_tensors(Stream& s, absl::Span<const SquaresOf> ts) {
     for (const SquaresOf& t : ts) sum_squares(s, t.x, t.n, t.out);
   }
+  // update_factor_of_sums (cpu/adam.h) of n units' sums of squares: the
+  // factor an update then reads through AdamStep::grad_scale_at, and the
+  // total, both where the sums are, so that the host need not wait.
+  virtual void update_factor(Stream& s, const double* sums, int n, double loss_scale, double clip, float* factor,
+                             double* sumsq) = 0;
   // Gradient accumulation: dst[i] += src[i].
   virtual void add(Stream& s, float* dst, const float* src, int64_t n) = 0;
   // Operands: x[i] *= a.

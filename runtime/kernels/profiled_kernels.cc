@@ -96,6 +96,10 @@ class ProfiledKernels : public Kernels {
   void sum_squares_tensors(Stream& s, absl::Span<const SquaresOf> ts) override {
     timed(s, "sum_squares", [&] { inner_->sum_squares_tensors(s, ts); });
   }
+  void update_factor(Stream& s, const double* sums, int n, double loss_scale, double clip, float* factor,
+                     double* sumsq) override {
+    timed(s, "update_factor", [&] { inner_->update_factor(s, sums, n, loss_scale, clip, factor, sumsq); });
+  }
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
     timed(s, "add", [&] { inner_->add(s, dst, src, n); });
   }

@@ -121,7 +121,8 @@ struct Gpt::Impl {
   // Token ids, their order for the embedding's backward, and the results
   // the host reads, on the device.
   Buffer inputs, targets, order, loss_sum;
-  Buffer order_host, loss_host;  // host memory
+  Buffer order_host, loss_host;  // host memory, a part for each pass
+  std::vector<int64_t> pass_tokens;  // B * T of each pass
 
   Impl(Device& d, Kernels& kt) : dev(d), k(kt), s(d.compute_stream()) {}
 
@@ -157,10 +158,11 @@ struct Gpt::Impl {
   }
   // Host token ids to the device.
   void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
-  // The inputs' order for embedding_backward, from their host copy.
-  void upload_order(const int32_t* tokens, int64_t n) {
-    token_order(tokens, n, order_host.host<int32_t>());
-    upload(order, order_host.host<int32_t>(), n);
+  // The inputs' order for embedding_backward, from pass `pass`'s host copy.
+  void upload_order(const int32_t* tokens, int64_t n, int pass) {
+    int32_t* host = order_host.host<int32_t>() + int64_t(pass) * (order.bytes() / 4);
+    token_order(tokens, n, host);
+    upload(order, host, n);
   }
   // `backward`: the pass goes on through the layers in reverse.
   absl::StatusOr<const void*> forward_blocks(WeightSource& ws, const Dims& d, bool backward);
@@ -173,7 +175,7 @@ struct Gpt::Impl {
 };
 
 Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-         const LoraConfig* lora, Device& device, Kernels& kernels)
+         const LoraConfig* lora, int passes, Device& device, Kernels& kernels)
     : layout_(config),
       B_(B),
       T_(T),
@@ -181,6 +183,7 @@ Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpoint
       checkpointing_(checkpointing),
       checkpoints_on_host_(checkpoints_on_host),
       lora_(lora ? std::optional(*lora) : std::nullopt),
+      passes_(passes),
       device_(device),
       kernels_(kernels) {}
 
@@ -191,18 +194,20 @@ Gpt::~Gpt() {
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B, int T, DType act_dtype,
                                                  bool checkpointing, Device& device, Kernels& kernels,
-                                                 bool checkpoints_on_host, const LoraConfig* lora) {
+                                                 bool checkpoints_on_host, const LoraConfig* lora, int passes) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
   if (lora) ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora));
   if (B < 1 || T < 1 || T > config.block_size) {
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }
+  if (passes < 1) return absl::InvalidArgumentError(absl::StrCat("a model for ", passes, " passes"));
   if (kernels.operand_type() != DType::kF32 && kernels.operand_type() != act_dtype) {
     return absl::InvalidArgumentError(absl::StrCat("a model computing in ", dtype_name(act_dtype),
                                                    " cannot run on a kernel table of ",
                                                    dtype_name(kernels.operand_type()), " operands"));
   }
-  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, device, kernels));
+  std::unique_ptr<Gpt> g(
+      new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes, device, kernels));
   ZEROD_RETURN_IF_ERROR(g->allocate());
   return g;
 }
@@ -218,7 +223,7 @@ struct Gpt::BufferSpec {
 };
 
 std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
-                                               bool checkpoints_on_host, const LoraConfig* lora,
+                                               bool checkpoints_on_host, const LoraConfig* lora, int passes,
                                                const PlanDevice& device, const KernelMemory& k, DType op_type) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   int64_t size[kNumFields];
@@ -266,15 +271,15 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
   add(&Impl::targets, "target tokens", N * 4, W);
   add(&Impl::order, "input tokens' order", N * 4, W);
   add(&Impl::loss_sum, "loss sum", 8, W);
-  add(&Impl::order_host, "input tokens' order, from the host", N * 4, W, Tier::kHost);
-  add(&Impl::loss_host, "loss, for the host", 8, W, Tier::kHost);
+  add(&Impl::order_host, "input tokens' order, from the host", passes * N * 4, W, Tier::kHost);
+  add(&Impl::loss_host, "loss, for the host", passes * 8, W, Tier::kHost);
   return specs;
 }
 
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-               const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora) {
+               const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora, int passes) {
   for (const BufferSpec& b :
-       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, plan.device(), kernels,
+       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes, plan.device(), kernels,
                     kernels.operand_type(act_dtype))) {
     plan.add(absl::StrCat("model: ", b.what), b.tier.value_or(plan.device().memory), b.category, b.bytes);
   }
@@ -290,13 +295,14 @@ absl::Status Gpt::allocate() {
   m.op_bytes = dtype_size(m.op);
   m.in_place = m.op == act_dtype_;
   m.checkpointing = checkpointing_;
+  m.pass_tokens.assign(passes_, 0);
   const GptConfig& c = layout_.config();
   field_sizes(c, B_, T_, kernels_.attention_row_stats(), m.lora, m.size);
   for (int f = 0; f < kNumBig; ++f) m.big_numel += m.size[f];
   for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
   m.act_bytes = dtype_size(act_dtype_);
   m.logits_rows = kernels_.memory().logits_rows(c.vocab_size, int64_t(B_) * T_);
-  for (const BufferSpec& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_, m.lora,
+  for (const BufferSpec& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_, m.lora, passes_,
                                           plan_device(device_), kernels_.memory(), m.op)) {
     ZEROD_ASSIGN_OR_RETURN(
         m.*b.member, b.tier ? device_.allocate(b.bytes, b.category, *b.tier) : device_.allocate(b.bytes, b.category));
@@ -448,16 +454,30 @@ absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Di
 absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs,
                                              const int32_t* targets, int B, int T, float grad_scale,
                                              uint64_t dropout_seed) {
-  absl::Status pass = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed);
-  // Also after a failure, nothing this call enqueued may still run once it
+  ZEROD_RETURN_IF_ERROR(enqueue_forward_backward(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed, 0));
+  ZEROD_RETURN_IF_ERROR(device_.synchronize(impl_->s));
+  return pass_loss(0);
+}
+
+absl::Status Gpt::enqueue_forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs,
+                                           const int32_t* targets, int B, int T, float grad_scale,
+                                           uint64_t dropout_seed, int pass) {
+  if (pass < 0 || pass >= passes_) {
+    return absl::InvalidArgumentError(absl::StrCat("pass ", pass, " of a model made for ", passes_));
+  }
+  absl::Status s = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed, pass);
+  // After a failure nothing this call enqueued may still run once it
   // returns: the caller's weights, gradients and tokens may go.
-  pass.Update(device_.synchronize(impl_->s));
-  ZEROD_RETURN_IF_ERROR(pass);
-  return *impl_->loss_host.host<double>() / (static_cast<double>(B) * T);
+  if (!s.ok()) device_.synchronize(impl_->s).IgnoreError();
+  return s;
+}
+
+double Gpt::pass_loss(int pass) const {
+  return impl_->loss_host.host<double>()[pass] / static_cast<double>(impl_->pass_tokens[pass]);
 }
 
 absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* inputs, const int32_t* targets, int B,
-                               int T, float grad_scale, uint64_t dropout_seed) {
+                               int T, float grad_scale, uint64_t dropout_seed, int pass) {
   Impl& m = *impl_;
   Kernels& k = kernels_;
   Stream& s = m.s;
@@ -467,7 +487,8 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   const int64_t NC = d.N * C;
   m.upload(m.inputs, inputs, d.N);
   m.upload(m.targets, targets, d.N);
-  m.upload_order(inputs, d.N);
+  m.upload_order(inputs, d.N, pass);
+  m.pass_tokens[pass] = d.N;
   ZEROD_ASSIGN_OR_RETURN(const void* xL, m.forward_blocks(ws, d, /*backward=*/true));
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
@@ -477,7 +498,7 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
                       m.losses.ptr<double>(), m.dbuf.data(), gg.wte};
   k.classifier_forward_backward(s, head);
   k.sum(s, m.losses.ptr<double>(), d.N, m.loss_sum.ptr<double>());
-  device_.copy(s, m.loss_host.data(), m.loss_sum.data(), sizeof(double));
+  device_.copy(s, m.loss_host.ptr<double>() + pass, m.loss_sum.data(), sizeof(double));
 
   void* dres = m.dres.data();
   device_.memset(s, dres, 0, NC * m.op_bytes);

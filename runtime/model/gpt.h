@@ -34,14 +34,17 @@ class Gpt {
   // (DeepSpeed's cpu_checkpointing); elsewhere they are there already.
   // With `lora`, the weights a pass is given carry adapters of those
   // settings (weights.h's LayerWeights::lora), whose activations it keeps.
+  // `passes`: how many training passes may be enqueued before the host
+  // reads their losses (enqueue_forward_backward).
   static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
                                                      bool checkpointing, Device& device, Kernels& kernels,
                                                      bool checkpoints_on_host = false,
-                                                     const LoraConfig* lora = nullptr);
+                                                     const LoraConfig* lora = nullptr, int passes = 1);
   ~Gpt();
   // The buffers create() allocates for these arguments, on plan's device.
   static void plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-                   const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora = nullptr);
+                   const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora = nullptr,
+                   int passes = 1);
 
   const GptLayout& layout() const { return layout_; }
   int max_seq() const { return T_; }
@@ -57,6 +60,16 @@ class Gpt {
   absl::StatusOr<double> forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs,
                                           const int32_t* targets, int B, int T, float grad_scale,
                                           uint64_t dropout_seed = 0);
+  // forward_backward's work enqueued on the compute stream, the host waiting
+  // for nothing: as pass `pass` (below create()'s `passes`), which keeps
+  // its loss and its host copy of the inputs' order apart from the other
+  // passes'. `inputs` and `targets` must stay as they are, and pass_loss()
+  // is its mean loss, once the stream has passed it. On a failure it waits
+  // for what it enqueued.
+  absl::Status enqueue_forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs,
+                                        const int32_t* targets, int B, int T, float grad_scale, uint64_t dropout_seed,
+                                        int pass);
+  double pass_loss(int pass) const;
 
   // Forward only, into host memory: logits [B*T, V], or [B, V] for the last
   // position of each sequence when last_only. B * T at most max_tokens(),
@@ -70,15 +83,15 @@ class Gpt {
   // for a table of operands `op_type` (a plan's: the table kernels_for
   // makes for act_dtype).
   static std::vector<BufferSpec> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
-                                              bool checkpoints_on_host, const LoraConfig* lora,
+                                              bool checkpoints_on_host, const LoraConfig* lora, int passes,
                                               const PlanDevice& device, const KernelMemory& k, DType op_type);
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-      const LoraConfig* lora, Device& device, Kernels& kernels);
+      const LoraConfig* lora, int passes, Device& device, Kernels& kernels);
   absl::Status allocate();
-  // The work of forward_backward and forward_logits, enqueued on the
-  // stream; they wait for it.
+  // The work of enqueue_forward_backward and forward_logits, enqueued on
+  // the stream.
   absl::Status enqueue_pass(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets, int B,
-                            int T, float grad_scale, uint64_t dropout_seed);
+                            int T, float grad_scale, uint64_t dropout_seed, int pass);
   absl::Status enqueue_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
 
   GptLayout layout_;
@@ -87,6 +100,7 @@ class Gpt {
   bool checkpointing_;
   bool checkpoints_on_host_;
   std::optional<LoraConfig> lora_;
+  int passes_;
   Device& device_;
   Kernels& kernels_;
   std::unique_ptr<Impl> impl_;

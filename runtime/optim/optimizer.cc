@@ -124,9 +124,11 @@ void Optimizer::set_piece_states(int k, const float* m, const float* v) {
   }
 }
 
-void Optimizer::step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale, int first, int last) {
-  const AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
-  const AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);
+void Optimizer::step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale, int first, int last,
+                     const float* grad_scale_at) {
+  AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);
+  AdamStep without_decay = make_adam_step(hyper_, lr, step, grad_scale, false);
+  with_decay.grad_scale_at = without_decay.grad_scale_at = grad_scale_at;
   if (last < 0) last = static_cast<int>(pieces_.size());
   // The pieces as two lists, so that a table may take many in a launch.
   std::vector<AdamTensor> fp32;

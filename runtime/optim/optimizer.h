@@ -54,8 +54,11 @@ class Optimizer {
   // the kernel table enqueued on s, so the masters, states and param16 are
   // read once s has run them. The pieces' memory is the table's device's.
   // Pieces [first, last) only (last -1: to the end), for an update that
-  // runs piece by piece as gradients arrive.
-  void step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale, int first = 0, int last = -1);
+  // runs piece by piece as gradients arrive. With grad_scale_at, the factor
+  // is read from there (k's device's memory) when the update runs, in
+  // place of grad_scale (AdamStep::grad_scale_at).
+  void step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale, int first = 0, int last = -1,
+            const float* grad_scale_at = nullptr);
 
   const AdamHyper& hyper() const { return hyper_; }
   // Pieces that keep 8-bit states.

@@ -84,6 +84,10 @@ class CpuKernels : public Kernels {
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override {
     CpuDevice::launch(s, [=] { *out = cpu::sum_squares(x, n); });
   }
+  void update_factor(Stream& s, const double* sums, int n, double loss_scale, double clip, float* factor,
+                     double* sumsq) override {
+    CpuDevice::launch(s, [=] { update_factor_of_sums(sums, n, loss_scale, clip, factor, sumsq); });
+  }
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::residual_forward(dst, dst, src, n); });
   }
@@ -94,10 +98,16 @@ class CpuKernels : public Kernels {
     CpuDevice::launch(s, [=] { cpu::dropout(f32(y), f32(x), n, p, seed); });
   }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
-    CpuDevice::launch(s, [=, isa = isa_] { adam_update(t, step, isa); });
+    CpuDevice::launch(s, [=, isa = isa_] {
+      AdamStep k = step;
+      if (resolve_grad_scale(k)) adam_update(t, k, isa);
+    });
   }
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override {
-    CpuDevice::launch(s, [=, isa = isa_] { adam8bit_update(t, step, isa); });
+    CpuDevice::launch(s, [=, isa = isa_] {
+      AdamStep k = step;
+      if (resolve_grad_scale(k)) adam8bit_update(t, k, isa);
+    });
   }
   void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
     CpuDevice::launch(s, [=] { zerod::nf4_dequantize(t, out); });

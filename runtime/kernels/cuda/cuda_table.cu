@@ -57,7 +57,8 @@ __global__ void adam8bit_kernel(cuda::TensorGroup<Adam8bitTensor> g, const Quant
   __shared__ float m_max[kQuantBlock], v_max[kQuantBlock];
   const int member = cuda::group_member(g, blockIdx.x);
   const Adam8bitTensor& t = g.t[member];
-  const AdamStep& k = g.k[member];
+  AdamStep k = g.k[member];
+  if (!resolve_grad_scale(k)) return;  // the same answer in every thread of the block
   const QuantMap& qm = maps[0];
   const QuantMap& qv = maps[1];
   const int64_t blk = blockIdx.x - g.start[member], i = blk * kQuantBlock + threadIdx.x;
@@ -626,6 +627,13 @@ class CudaKernels : public Kernels {
             cuda::squares_total_lane(g, partial, static_cast<int>(j), lane), cuda::Sum());
         if (lane == 0) *g.t[j].out = total;
       });
+    });
+  }
+  void update_factor(Stream& s, const double* sums, int n, double loss_scale, double clip, float* factor,
+                     double* sumsq) override {
+    // A few hundred units: one thread, adding in the host's order.
+    launch_each(cs(s), 1, "update_factor", [=] __device__(int64_t) {
+      update_factor_of_sums(sums, n, loss_scale, clip, factor, sumsq);
     });
   }
   void add(Stream& s, float* dst, const float* src, int64_t n) override {

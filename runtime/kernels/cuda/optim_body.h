@@ -102,7 +102,8 @@ void for_groups(absl::Span<const Tensor> ts, absl::Span<const AdamStep> steps, U
 
 ZD_HD void adam_group_at(int64_t i, const TensorGroup<AdamTensor>& g) {
   const int j = group_member(g, i);
-  adam_at(i - g.start[j], g.t[j], g.k[j]);
+  AdamStep k = g.k[j];
+  if (resolve_grad_scale(k)) adam_at(i - g.start[j], g.t[j], k);
 }
 
 }  // namespace zerod::cuda
