@@ -51,7 +51,8 @@ absl::Status ZeroEngine::build() {
   const int units = ctx_.part.num_units();
   Device& sums_at = grads_->on_host() ? ctx_.host : ctx_.device;
   ZEROD_ASSIGN_OR_RETURN(unit_sums_, sums_at.allocate(units * 8, Category::kWorkspace));
-  ZEROD_ASSIGN_OR_RETURN(unit_sums_host_, ctx_.device.allocate(units * 8, Category::kWorkspace, Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(unit_sums_host_,
+                         ctx_.device.allocate(units * 8, Category::kWorkspace, staging_tier(ctx_.device)));
   summed_.assign(units, false);
   on_stream_ = zerod::steps_on_stream(settings_, stores_, ctx_.comm.world_size());
   if (on_stream_) {
@@ -149,7 +150,7 @@ void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int
   const uint64_t sums = shape.part.num_units() * 8;
   plan.add("gradient sums by unit", c.optimizer_on_host ? Tier::kHost : plan.device().memory, Category::kWorkspace,
            sums);
-  plan.add("gradient sums by unit, on the host", Tier::kHost, Category::kWorkspace, sums);
+  plan.add("gradient sums by unit, on the host", plan.device().staging_tier(), Category::kWorkspace, sums);
   if (zerod::steps_on_stream(settings, c, world_size)) {
     plan.add("update factor", plan.device().memory, Category::kWorkspace, kStreamStepBytes);
   }

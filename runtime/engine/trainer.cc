@@ -131,7 +131,7 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   }
   // In build()'s order.
   kernels.plan_table(plan);
-  plan.add("token ids", Tier::kHost, Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
+  plan.add("token ids", plan.device().staging_tier(), Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
   DataLoader::plan(cfg.data, plan);
   const LoraConfig* lora = cfg.lora ? &cfg.lora->adapters : nullptr;
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
@@ -184,9 +184,11 @@ absl::Status Trainer::build() {
     kernels_ = profiled_kernels(std::move(kernels_), *profiler_);
   }
   // The host's token ids first: what copies to the device goes through host
-  // staging once they are there (plan() follows this order).
-  ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
-  ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, Tier::kHost));
+  // staging once they are there (plan() follows this order). Pinned on a
+  // GPU, so that copying them stops neither the host nor the stream.
+  const Tier staging = staging_tier(*device_);
+  ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, staging));
+  ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, staging));
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
   ZEROD_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed,
                                                                comm_->rank(), comm_->world_size(), device_->accountant()));

@@ -121,7 +121,7 @@ struct Gpt::Impl {
   // Token ids, their order for the embedding's backward, and the results
   // the host reads, on the device.
   Buffer inputs, targets, order, loss_sum;
-  Buffer order_host, loss_host;  // host memory, a part for each pass
+  Buffer order_host, loss_host;  // host memory (pinned on a GPU), a part for each pass
   std::vector<int64_t> pass_tokens;  // B * T of each pass
 
   Impl(Device& d, Kernels& kt) : dev(d), k(kt), s(d.compute_stream()) {}
@@ -271,8 +271,9 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
   add(&Impl::targets, "target tokens", N * 4, W);
   add(&Impl::order, "input tokens' order", N * 4, W);
   add(&Impl::loss_sum, "loss sum", 8, W);
-  add(&Impl::order_host, "input tokens' order, from the host", passes * N * 4, W, Tier::kHost);
-  add(&Impl::loss_host, "loss, for the host", passes * 8, W, Tier::kHost);
+  // Pinned on a GPU: a copy to pageable memory would wait for the stream.
+  add(&Impl::order_host, "input tokens' order, from the host", passes * N * 4, W, device.staging_tier());
+  add(&Impl::loss_host, "loss, for the host", passes * 8, W, device.staging_tier());
   return specs;
 }
 
