@@ -67,7 +67,8 @@ class InMemoryOptimizer : public OptimizerState {
     return updated ? read_masters(updated, first, last) : absl::OkStatus();
   }
   absl::Status enqueue_step(float lr, int64_t step, const float* factor) override {
-    optimizer_->step(kernels_, stream_, lr, step, /*grad_scale=*/0.0f, 0, -1, factor);
+    // The factor given is NaN: were the pointer lost, the update would skip.
+    optimizer_->step(kernels_, stream_, lr, step, /*grad_scale=*/NAN, 0, -1, factor);
     return absl::OkStatus();
   }
   absl::Status read_masters(const MasterOut& out) override {

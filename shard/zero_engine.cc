@@ -268,15 +268,12 @@ absl::Status ZeroEngine::reduce_gradients() {
   return s;
 }
 
-absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
+absl::Status ZeroEngine::enqueue_unit_sums(Device& d, Kernels& k) {
   // Unit by unit, so that gradients in a file give the same sum as in
   // memory; by the kernels of where they are. In memory, every unit's
   // chunk is at hand, and a table may take them in a few launches; from a
   // file, a unit's window at a time.
   const int units = ctx_.part.num_units();
-  const bool on_host = grads_->on_host();
-  Device& d = on_host ? ctx_.host : ctx_.device;
-  Kernels& k = on_host ? ctx_.host_kernels : ctx_.kernels;
   double* sums = unit_sums_.ptr<double>();
   std::vector<SquaresOf> at_hand;
   std::vector<int> held;
@@ -294,7 +291,15 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
   }
   k.sum_squares_tensors(d.compute_stream(), at_hand);
   for (int u : held) ZEROD_RETURN_IF_ERROR(grads_->release(u));
-  d.copy(d.compute_stream(), unit_sums_host_.data(), sums, units * 8);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
+  const int units = ctx_.part.num_units();
+  const bool on_host = grads_->on_host();
+  Device& d = on_host ? ctx_.host : ctx_.device;
+  ZEROD_RETURN_IF_ERROR(enqueue_unit_sums(d, on_host ? ctx_.host_kernels : ctx_.kernels));
+  d.copy(d.compute_stream(), unit_sums_host_.data(), unit_sums_.data(), units * 8);
   ZEROD_RETURN_IF_ERROR(d.synchronize(d.compute_stream()));
   double sumsq = 0;
   for (int u = 0; u < units; ++u) sumsq += unit_sums_host_.host<double>()[u];
@@ -378,19 +383,11 @@ absl::Status ZeroEngine::enqueue_step(float lr, int64_t step, double loss_scale,
   if (!on_stream_) return absl::FailedPreconditionError("this rank's step needs the host (steps_on_stream)");
   // A world of one at stage 0: the gradients are the reduced ones, every
   // unit's in the device's memory.
-  const int units = ctx_.part.num_units();
-  double* sums = unit_sums_.ptr<double>();
-  std::vector<SquaresOf> all;
-  for (int u = 0; u < units; ++u) {
-    ZEROD_ASSIGN_OR_RETURN(const float* g, grads_->acquire(u));
-    all.push_back({g, ctx_.part.chunk(u), sums + u});
-  }
+  ZEROD_RETURN_IF_ERROR(enqueue_unit_sums(ctx_.device, ctx_.kernels));
   Stream& s = ctx_.stream;
-  ctx_.kernels.sum_squares_tensors(s, all);
-  for (int u = 0; u < units; ++u) ZEROD_RETURN_IF_ERROR(grads_->release(u));
   double* sumsq = stream_step_.ptr<double>();
   float* factor = reinterpret_cast<float*>(sumsq + 1);
-  ctx_.kernels.update_factor(s, sums, units, loss_scale, clip, factor, sumsq);
+  ctx_.kernels.update_factor(s, unit_sums_.ptr<double>(), ctx_.part.num_units(), loss_scale, clip, factor, sumsq);
   ctx_.device.copy(s, unit_sums_host_.data(), sumsq, sizeof(double));
   absl::Status stepped = optimizer_->enqueue_step(lr, step, factor);
   stepped.Update(grads_->drop());

@@ -119,7 +119,7 @@ class ZeroEngine {
   // nothing changed, where it is not finite.
   bool steps_on_stream() const { return on_stream_; }
   absl::Status enqueue_step(float lr, int64_t step, double loss_scale, double clip);
-  double step_sum_squares() const { return *unit_sums_host_.host<double>(); }
+  double step_sum_squares() const { return *unit_sums_host_.host<double>(); }  // its first 8 bytes
   // Whether the update runs during the last micro-batch's backward: at
   // stage 2 or 3 with the optimizer on the host, gradients added there as
   // they arrive; and, where the factor is known only after backward,
@@ -205,6 +205,10 @@ class ZeroEngine {
   // was grad_factor); false when none was begun, or it is undone (the
   // working copy set back from the restored masters when restore_working).
   absl::StatusOr<bool> end_update_during_backward(float grad_factor, bool restore_working);
+  // Each unit's sum of squared gradients not yet taken this step, into
+  // unit_sums_, on d's compute stream with d's kernels k (where the
+  // gradients are).
+  absl::Status enqueue_unit_sums(Device& d, Kernels& k);
 
   ZeroSettings settings_;  // init only while building
   // The host, where an offloaded optimizer runs: synchronous, with the CPU

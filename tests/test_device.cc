@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -260,8 +262,8 @@ TEST(DeviceRegistry, ATableOnlyForADeviceOfAKnownKind) {
     void copy_bytes(Stream&, void*, const void*, uint64_t) override {}
     void record(Stream&, Event&) override {}
     void wait(Stream&, Event&) override {}
-    absl::Status synchronize(Stream&) override { return absl::OkStatus(); }
-    absl::Status synchronize(Event&) override { return absl::OkStatus(); }
+    absl::Status host_wait(Stream&) override { return absl::OkStatus(); }
+    absl::Status host_wait(Event&) override { return absl::OkStatus(); }
 
    private:
     CpuStream stream_;
@@ -413,20 +415,25 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
   EXPECT_EQ(sums[1], cpu::sum_squares(x.data(), x.size()));
 }
 
-// A host wait is a synchronize, on a stream or an event; what a stream
-// waits for (wait) and recording are none.
+// A host wait is a synchronize, on a stream or an event, counted with the
+// time it took; what a stream waits for (wait) and recording are none.
 TEST(CpuDevice, CountsTheHostsWaitsOnly) {
   CpuDevice dev(MemoryAccountant::global(), kThreaded);
   auto other = dev.create_stream();
   auto e = dev.create_event();
   ASSERT_TRUE(other.ok() && e.ok());
-  const uint64_t before = dev.host_waits();
+  const Device::HostWaits before = dev.host_waits();
+  CpuDevice::launch(dev.compute_stream(), [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
   dev.record(dev.compute_stream(), **e);
   dev.wait(**other, **e);
-  EXPECT_EQ(dev.host_waits(), before);
+  EXPECT_EQ(dev.host_waits().count, before.count);
   ASSERT_TRUE(dev.synchronize(**other).ok());
   ASSERT_TRUE(dev.synchronize(**e).ok());
-  EXPECT_EQ(dev.host_waits(), before + 2);
+  const Device::HostWaits after = dev.host_waits();
+  EXPECT_EQ(after.count, before.count + 2);
+  // The first waited for most of the sleep (all of it, unless this thread
+  // was held up between the launch and the wait).
+  EXPECT_GE(after.seconds - before.seconds, 0.01);
 }
 
 // DeepSpeed's factor, written out: unscale by 1/loss_scale, and clip by

@@ -129,10 +129,10 @@ TEST(Trainer, AWorldOfOneStepsOnTheStreamWaitingOnceAStep) {
       EXPECT_TRUE(t.ok()) << t.status();
       TrainRun r;
       for (int i = 0; i < kSteps; ++i) {
-        const uint64_t before = device.host_waits();
+        const uint64_t before = device.host_waits().count;
         auto st = (*t)->step();
         EXPECT_TRUE(st.ok()) << st.status();
-        waits.push_back(device.host_waits() - before);
+        waits.push_back(device.host_waits().count - before);
         r.losses.push_back(st->loss);
         r.losses.push_back(st->grad_norm);
         r.losses.push_back(st->loss_scale);
@@ -147,6 +147,17 @@ TEST(Trainer, AWorldOfOneStepsOnTheStreamWaitingOnceAStep) {
     EXPECT_EQ(a.losses, b.losses);
     EXPECT_TRUE(testing::same_bits(a.params, b.params));
   }
+  // wall_clock_breakdown names that wait: one a step, as a host row.
+  CpuDeviceOptions o;
+  o.threaded = o.device_only_memory = true;
+  CpuDevice device(MemoryAccountant::global(), o);
+  auto t = Trainer::create(make_config({"wall_clock_breakdown=true"}), nullptr, &device);
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE((*t)->step().ok());
+  const Profiler::Totals host = (*t)->profiler()->host_totals();
+  ASSERT_TRUE(host.count("waiting for the device"));
+  EXPECT_EQ(host.at("waiting for the device").count, 2);
+  EXPECT_LE(host.at("waiting for the device").ms, host.at("step").ms);
 }
 
 TEST(Trainer, Fp16OverflowSkipsStepsAndBacksOff) {

@@ -193,20 +193,13 @@ void CpuDevice::wait(Stream& s, Event& e) {
   launch(s, [state, point] { state->wait_for(point); });
 }
 
-absl::Status CpuDevice::synchronize(Stream& s) {
+absl::Status CpuDevice::host_wait(Stream& s) {
   CpuEvent done;
   record(s, done);
-  reach(done);
-  return absl::OkStatus();
+  return host_wait(done);
 }
 
-absl::Status CpuDevice::synchronize(Event& e) {
-  reach(e);
-  return absl::OkStatus();
-}
-
-void CpuDevice::reach(Event& e) {
-  host_waits_.fetch_add(1, std::memory_order_relaxed);
+absl::Status CpuDevice::host_wait(Event& e) {
   EventState& state = state_of(e);
   uint64_t point;
   {
@@ -214,6 +207,7 @@ void CpuDevice::reach(Event& e) {
     point = state.recorded;
   }
   state.wait_for(point);
+  return absl::OkStatus();
 }
 
 }  // namespace zerod

@@ -19,7 +19,6 @@
 // are measured on the CPU.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -80,12 +79,6 @@ class CpuDevice : public Device {
   void memset(Stream& s, void* dst, int byte, uint64_t bytes) override;
   void record(Stream& s, Event& e) override;
   void wait(Stream& s, Event& e) override;
-  absl::Status synchronize(Stream& s) override;
-  absl::Status synchronize(Event& e) override;
-
-  // How many times the host has waited for the device (synchronize, on a
-  // stream or an event): what a test counts to show where a step waits.
-  uint64_t host_waits() const { return host_waits_.load(std::memory_order_relaxed); }
 
   // Runs f on stream s, in its order (what the CPU kernel table does).
   template <class F>
@@ -95,13 +88,11 @@ class CpuDevice : public Device {
 
  protected:
   void copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) override;
+  absl::Status host_wait(Stream& s) override;
+  absl::Status host_wait(Event& e) override;
 
  private:
-  // synchronize(): the host waits until the point last recorded on e.
-  void reach(Event& e);
-
   CpuDeviceOptions options_;
-  std::atomic<uint64_t> host_waits_{0};
   uint64_t streams_made_ = 0;  // each stream's delays have a seed of their own
   std::unique_ptr<CpuStream> compute_;
   // gpu_tier: the device's memory, host memory accounted as the gpu tier.

@@ -136,11 +136,11 @@ void CudaDevice::wait(Stream& s, Event& e) {
   check_enqueue(cudaStreamWaitEvent(cuda_stream(s), cuda_event(e), 0), "cudaStreamWaitEvent");
 }
 
-absl::Status CudaDevice::synchronize(Stream& s) {
+absl::Status CudaDevice::host_wait(Stream& s) {
   return cuda_status(cudaStreamSynchronize(cuda_stream(s)), "work on the GPU failed");
 }
 
-absl::Status CudaDevice::synchronize(Event& e) {
+absl::Status CudaDevice::host_wait(Event& e) {
   return cuda_status(cudaEventSynchronize(cuda_event(e)), "work on the GPU failed");
 }
 

@@ -54,11 +54,11 @@ class CudaDevice : public Device {
   void memset(Stream& s, void* dst, int byte, uint64_t bytes) override;
   void record(Stream& s, Event& e) override;
   void wait(Stream& s, Event& e) override;
-  absl::Status synchronize(Stream& s) override;
-  absl::Status synchronize(Event& e) override;
 
  protected:
   void copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) override;
+  absl::Status host_wait(Stream& s) override;
+  absl::Status host_wait(Event& e) override;
 
  private:
   class Raw : public RawMemory {

@@ -1,6 +1,7 @@
 #include "runtime/core/device.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/cpu_device.h"
@@ -20,6 +21,27 @@ void Device::copy(Stream& s, void* dst, const void* src, uint64_t bytes) {
                                 : (holds(dst) ? "copy host->device" : "copy host->host");
   auto span = Profiler::device_span(profiler_, s, what, bytes);
   copy_bytes(s, dst, src, bytes);
+}
+
+absl::Status Device::synchronize(Stream& s) {
+  return timed_wait([&] { return host_wait(s); });
+}
+
+absl::Status Device::synchronize(Event& e) {
+  return timed_wait([&] { return host_wait(e); });
+}
+
+absl::Status Device::timed_wait(const std::function<absl::Status()>& wait) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = wait();
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+  waits_.fetch_add(1, std::memory_order_relaxed);
+  wait_ns_.fetch_add(static_cast<uint64_t>(ns.count()), std::memory_order_relaxed);
+  return s;
+}
+
+Device::HostWaits Device::host_waits() const {
+  return {waits_.load(std::memory_order_relaxed), static_cast<double>(wait_ns_.load(std::memory_order_relaxed)) * 1e-9};
 }
 
 namespace {

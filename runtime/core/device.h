@@ -17,6 +17,7 @@
 // - Failures of enqueued work are reported by the next synchronize.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -97,9 +98,18 @@ class Device {
   void copy(Stream& s, void* dst, const void* src, uint64_t bytes);
   virtual void record(Stream& s, Event& e) = 0;
   virtual void wait(Stream& s, Event& e) = 0;
-  virtual absl::Status synchronize(Stream& s) = 0;
-  // Returns at once for an event never recorded.
-  virtual absl::Status synchronize(Event& e) = 0;
+  // The host waits for the work enqueued on s so far; or until the point
+  // last recorded on e (at once for an event never recorded). Each is a
+  // host wait, counted and timed in host_waits().
+  absl::Status synchronize(Stream& s);
+  absl::Status synchronize(Event& e);
+  // The host waits since the device was opened, from any thread, and the
+  // seconds they took: where the host stopped for the device.
+  struct HostWaits {
+    uint64_t count = 0;
+    double seconds = 0;
+  };
+  HostWaits host_waits() const;
 
   // Host code reads `bytes` at src in the device's own memory once the work
   // on s is done: `part` sees them in order, in parts whose sizes are
@@ -120,10 +130,17 @@ class Device {
 
  protected:
   virtual void copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) = 0;
+  // synchronize()'s wait itself.
+  virtual absl::Status host_wait(Stream& s) = 0;
+  virtual absl::Status host_wait(Event& e) = 0;
 
  private:
+  // The time of a host wait, in host_waits().
+  absl::Status timed_wait(const std::function<absl::Status()>& wait);
+
   MemoryAccountant* acct_;
   Profiler* profiler_ = nullptr;
+  std::atomic<uint64_t> waits_{0}, wait_ns_{0};
 };
 
 // A HostPart over elements of T: part(p, start, n) sees elements

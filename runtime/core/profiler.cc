@@ -85,6 +85,13 @@ void Profiler::add_launches(const std::string& what, int64_t n) {
   device_totals_[what].launches += n;
 }
 
+void Profiler::add_host(const std::string& what, double ms, int64_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Total& t = host_totals_[what];
+  t.ms += ms;
+  t.count += count;
+}
+
 void Profiler::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   device_totals_.clear();

@@ -91,6 +91,9 @@ class Profiler {
   Totals host_totals() const;
   // Adds n device launches to `what`'s device total.
   void add_launches(const std::string& what, int64_t n);
+  // Adds `count` calls taking `ms` in all to `what`'s host total: host time
+  // measured elsewhere (Device::host_waits).
+  void add_host(const std::string& what, double ms, int64_t count);
   // Forgets the totals (say, after a warm-up step).
   void reset();
 

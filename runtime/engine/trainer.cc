@@ -183,8 +183,7 @@ absl::Status Trainer::build() {
     device_->set_profiler(profiler_.get());
     kernels_ = profiled_kernels(std::move(kernels_), *profiler_);
   }
-  // The host's token ids first: what copies to the device goes through host
-  // staging once they are there (plan() follows this order). Pinned on a
+  // The host's token ids first (plan() follows this order); pinned on a
   // GPU, so that copying them stops neither the host nor the stream.
   const Tier staging = staging_tier(*device_);
   ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, staging));
@@ -221,11 +220,19 @@ Trainer::~Trainer() {
 
 absl::StatusOr<StepResult> Trainer::step() {
   absl::StatusOr<StepResult> r;
+  const Device::HostWaits before = device_->host_waits();
   {
     auto span = Profiler::host_span(profiler_.get(), "step");
     r = train_step();
   }
-  if (r.ok() && profiler_) ZEROD_RETURN_IF_ERROR(profiler_->collect());
+  if (r.ok() && profiler_) {
+    // Where the step's threads stopped for the device (the breakdown's
+    // collect, which waits for its timing events, comes after).
+    const Device::HostWaits after = device_->host_waits();
+    profiler_->add_host("waiting for the device", (after.seconds - before.seconds) * 1e3,
+                        static_cast<int64_t>(after.count - before.count));
+    ZEROD_RETURN_IF_ERROR(profiler_->collect());
+  }
   return r;
 }
 
@@ -267,8 +274,12 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   const double lr = lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_);
   double sumsq = 0.0;
   if (on_stream) {
-    ZEROD_RETURN_IF_ERROR(zero_->enqueue_step(static_cast<float>(lr), updates_ + 1, scale, cfg_.gradient_clipping));
-    ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
+    absl::Status enqueued = zero_->enqueue_step(static_cast<float>(lr), updates_ + 1, scale, cfg_.gradient_clipping);
+    // Also after a failure: the stream may still read the step's tokens.
+    enqueued.Update(device_->synchronize(stream));
+    ZEROD_RETURN_IF_ERROR(enqueued);
+    // Not finite exactly where the update's factor was not (a loss scale
+    // and a clip that are finite and not negative): the update skipped.
     sumsq = zero_->step_sum_squares();
   } else {
     ZEROD_RETURN_IF_ERROR(zero_->reduce_gradients());

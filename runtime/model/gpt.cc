@@ -160,6 +160,7 @@ struct Gpt::Impl {
   void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
   // The inputs' order for embedding_backward, from pass `pass`'s host copy.
   void upload_order(const int32_t* tokens, int64_t n, int pass) {
+    // A pass's part holds the most tokens a pass takes, as `order` does.
     int32_t* host = order_host.host<int32_t>() + int64_t(pass) * (order.bytes() / 4);
     token_order(tokens, n, host);
     upload(order, host, n);

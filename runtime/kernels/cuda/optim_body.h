@@ -69,7 +69,7 @@ ZD_HD void adam8bit_at(int64_t i, const Adam8bitTensor& t, const AdamStep& k, co
 }
 
 // Up to kGroupTensors tensors updated in one launch, carried by value as
-// the kernel's parameter (no device memory; under the 4 KB a launch
+// the kernel's parameter (not in device memory; under the 4 KB a launch
 // takes, cuda_table.cu asserts): the launch's elements (or 8-bit blocks)
 // numbered tensor after tensor, tensor j's from start[j].
 inline constexpr int kGroupTensors = 24;
