@@ -131,8 +131,10 @@ cmake --build "$build" --parallel "$(nproc)" "${targets[@]}" >"$logs/build.log" 
 say "built in $((SECONDS - start)) s"
 worker=$build/cmd/zero-worker
 
-# The top of a run's wall_clock_breakdown table.
-breakdown() { grep -A12 '^where the time went' "$1" | tr -s ' ' | tr '\n' ';'; }
+# The top of a run's wall_clock_breakdown table, and how long the compute
+# stream and the host each waited for the other.
+waits() { grep -E 'compute stream waiting|host: waiting for the device' "$1" | tail -2 | tr -s ' ' | tr '\n' ';'; }
+breakdown() { echo "$(grep -A12 '^where the time went' "$1" | tr -s ' ' | tr '\n' ';')$(waits "$1")"; }
 
 # The losses a run printed, one per line.
 losses() { grep -E '^step [0-9]+/' "$1" | awk -F'|' '{print $2}' | sed 's/ *loss *//'; }
@@ -167,7 +169,7 @@ if [ "$section" = kernels ]; then
     code=$?
     [ "$code" = 0 ] || rc=1
     say "$preset B $B: exit $code; $(grep -E '^step ' "$logs/$preset-breakdown.log" | tail -2 | tr -s ' ' | tr '\n' ';')"
-    say "$preset, where the time went: $(grep -A24 '^where the time went' "$logs/$preset-breakdown.log" | tr -s ' ' | tr '\n' ';')"
+    say "$preset, where the time went: $(grep -A24 '^where the time went' "$logs/$preset-breakdown.log" | tr -s ' ' | tr '\n' ';')$(waits "$logs/$preset-breakdown.log")"
     grep -E 'error|abort|failed|runs unfused' "$logs/$preset-breakdown.log" | head -3 >>"$summary"
   done
   # Every kernel of one step of gpt2 with one layer at B 16 (the head and
