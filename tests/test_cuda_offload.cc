@@ -8,6 +8,7 @@
 //     from NVMe), each micro-batch's gradients summed on the GPU or, with
 //     micro_batch_grads "compute", sent in bf16 against the GPU run that
 //     rounds them the same way;
+//   - pinned buffers start on a page (direct I/O uses them in place);
 //   - a disk-full or EIO on the NVMe path during a GPU run fails the step
 //     naming the file and the offset, and the checkpoint saved before it
 //     resumes to the state it saved.
@@ -16,11 +17,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/core/gpu_memory.h"
+#include "runtime/core/memory.h"
 #include "runtime/engine/trainer.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
@@ -55,6 +58,29 @@ class CudaOffloadTest : public testing::TempDirTest {
 };
 
 using testing::joined;
+
+// Direct I/O reads and writes the offload buffers in place: every pinned
+// buffer starts on a page, small or not a whole number of pages, and
+// holds what is copied in and out of the GPU.
+TEST_F(CudaOffloadTest, PinnedBuffersStartOnAPage) {
+  std::vector<Buffer> held;
+  for (uint64_t bytes : {16ull, 64ull, 4096ull, 241664ull, 241665ull, 3ull << 20}) {
+    auto b = Buffer::allocate(bytes, Category::kOffload, Tier::kPinned, acct_);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % kPageBytes, 0u) << bytes << " bytes";
+    std::vector<uint8_t> want(bytes), got(bytes);
+    for (uint64_t i = 0; i < bytes; ++i) want[i] = static_cast<uint8_t>(i * 7 + bytes);
+    auto g = Buffer::allocate(bytes, Category::kOffload, Tier::kGpu, acct_);
+    ASSERT_TRUE(g.ok()) << g.status();
+    std::memcpy(b->data(), want.data(), bytes);
+    copy_any(g->data(), b->data(), bytes);
+    std::memset(b->data(), 0, bytes);
+    copy_any(b->data(), g->data(), bytes);
+    std::memcpy(got.data(), b->data(), bytes);
+    EXPECT_EQ(got, want) << bytes << " bytes";
+    held.push_back(std::move(*b));
+  }
+}
 
 TEST_F(CudaOffloadTest, EveryOffloadGivesTheBitsOfTheGpuRunWithout) {
   // The third: fp16 from a scale that overflows at first, clipping some

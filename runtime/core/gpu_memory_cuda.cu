@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/gpu_memory.h"
+#include "runtime/core/memory.h"
 
 namespace zerod {
 
@@ -42,18 +43,29 @@ void gpu_free(void* p) {
   if (p) cudaFree(p);
 }
 
+// Page-aligned host memory, then registered: direct I/O reads and writes
+// the offload buffers in place, and cudaHostAlloc aligns small
+// allocations to less than a page. Whole pages, so that no two
+// registrations share one.
 absl::StatusOr<void*> pinned_alloc(size_t bytes) {
-  void* p = nullptr;
-  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  const size_t pages = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+  if (pages == 0) return nullptr;
+  void* p = std::aligned_alloc(kPageBytes, pages);
+  if (!p) return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", pages, " bytes to pin failed"));
+  const cudaError_t err = cudaHostRegister(p, pages, cudaHostRegisterPortable | cudaHostRegisterMapped);
   if (err != cudaSuccess) {
+    std::free(p);
+    cudaGetLastError();
     return absl::ResourceExhaustedError(
-        absl::StrCat("cudaHostAlloc of ", bytes, " bytes failed: ", cudaGetErrorString(err)));
+        absl::StrCat("cudaHostRegister of ", pages, " bytes failed: ", cudaGetErrorString(err)));
   }
   return p;
 }
 
 void pinned_free(void* p) {
-  if (p) cudaFreeHost(p);
+  if (!p) return;
+  cudaHostUnregister(p);
+  std::free(p);
 }
 
 namespace {

@@ -713,19 +713,12 @@ class CudaKernels : public Kernels {
       if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
       at.emplace_back(uid, q);
     }
-    absl::StatusOr<int64_t> workspace = sdpa_->prepare(shape, backward);
-    if (!workspace.ok()) return false;
     const int64_t row_dot = backward ? (int64_t(B) * NH * T * 4 + 255) / 256 * 256 : 0;
     const int64_t room = memory().attention_scratch_floats(B, T, C, NH, op_) * 4;
-    absl::Status why;
-    if (row_dot + *workspace > room) {
-      why = absl::ResourceExhaustedError(absl::StrCat("its workspace (", row_dot + *workspace,
-                                                      " bytes) is past attention's scratch (", room, " bytes)"));
-    } else {
-      if (backward) at.emplace_back(cuda::kSdpaRowDot, scratch);
-      why = sdpa_->run(shape, backward, cs(s), at, reinterpret_cast<char*>(scratch) + row_dot);
-      if (why.ok()) return true;
-    }
+    if (!sdpa_->prepare(shape, backward, room - row_dot).ok()) return false;
+    if (backward) at.emplace_back(cuda::kSdpaRowDot, scratch);
+    const absl::Status why = sdpa_->run(shape, backward, cs(s), at, reinterpret_cast<char*>(scratch) + row_dot);
+    if (why.ok()) return true;
     sdpa_->refuse(shape, backward, why);
 #endif
     return false;

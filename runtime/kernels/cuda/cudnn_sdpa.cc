@@ -228,7 +228,7 @@ CudnnSdpa::~CudnnSdpa() {
   if (handle_) cudnnDestroy(handle_);
 }
 
-absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward) {
+absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward, int64_t room) {
   const Key key{s.B, s.T, s.C, s.NH, s.io, backward};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second->workspace;
   if (auto it = refused_.find(key); it != refused_.end()) return it->second;
@@ -280,6 +280,13 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward) {
         ZEROD_RETURN_IF_ERROR(cudnn_status(cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                                                     CUDNN_TYPE_INT64, 1, &n, &plan->workspace),
                                            "a plan's workspace"));
+        // Engines that keep the whole score matrix ask for more than
+        // attention's scratch; a flash engine further down may not.
+        if (plan->workspace > room) {
+          last = absl::ResourceExhaustedError(absl::StrCat(
+              "its workspace (", plan->workspace, " bytes) is past attention's scratch (", room, " bytes)"));
+          continue;
+        }
         plan->config = std::move(configs[i]);
         plan->plan = std::move(p);
         return absl::OkStatus();

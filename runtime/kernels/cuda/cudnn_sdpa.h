@@ -34,10 +34,11 @@ class CudnnSdpa {
   CudnnSdpa(const CudnnSdpa&) = delete;
   CudnnSdpa& operator=(const CudnnSdpa&) = delete;
 
-  // The workspace bytes of the plan for s's forward or backward graph
-  // (made at its first call); or why cuDNN has none (asked again, the
-  // same answer).
-  absl::StatusOr<int64_t> prepare(const SdpaShape& s, bool backward);
+  // The workspace bytes, at most `room`, of the plan for s's forward or
+  // backward graph (made at its first call: the heuristics' first engine
+  // that is deterministic and fits); or why cuDNN has none (asked again,
+  // the same answer: a shape's room is always the same).
+  absl::StatusOr<int64_t> prepare(const SdpaShape& s, bool backward, int64_t room);
   // Keeps `why` as the answer for s from now on, and says it on stderr
   // (also what prepare does with its own refusals).
   void refuse(const SdpaShape& s, bool backward, absl::Status why);
