@@ -260,11 +260,10 @@ absl::Status ShardStore::put(int64_t offset, const float* src, int64_t n) {
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::add(int64_t offset, const float* src, int64_t n, bool onto_zero) {
+absl::Status ShardStore::add(int64_t offset, const void* src, DType from, int64_t n, bool onto_zero) {
   const int u = unit_at(offset);
   ZEROD_ASSIGN_OR_RETURN(char* unit, filling(u, !onto_zero));
-  float* dst = reinterpret_cast<float*>(unit) + (offset - offsets_[u]);
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  accumulate_f32(from, src, reinterpret_cast<float*>(unit) + (offset - offsets_[u]), n, onto_zero);
   return absl::OkStatus();
 }
 

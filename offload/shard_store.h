@@ -71,9 +71,10 @@ class ShardStore {
   // Not while any unit is acquired. Fails when a transfer it waits for (the
   // write-back of a unit before, or a read) failed.
   absl::Status put(int64_t offset, const float* src, int64_t n);
-  // The same, adding src to the stored values (fp32 stores only), or to
-  // zeros when `onto_zero` (the stored values are not read).
-  absl::Status add(int64_t offset, const float* src, int64_t n, bool onto_zero);
+  // The same, adding src (of type `from`, widened) to the stored values
+  // (fp32 stores only), or to zeros when `onto_zero` (the stored values are
+  // not read).
+  absl::Status add(int64_t offset, const void* src, DType from, int64_t n, bool onto_zero);
   // Unit u's values as put or added so far while it is the one being filled
   // (not yet written), valid until the next put, add or flush; else null.
   const void* unwritten(int u) const;

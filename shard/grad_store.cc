@@ -110,11 +110,10 @@ class HostGrads : public GradStore {
   explicit HostGrads(ZeroContext& ctx)
       : GradStore(ctx),
         adds_(ctx,
-              [this](int u, int64_t start, const float* src, int64_t n, bool fresh) -> absl::StatusOr<const float*> {
-                Stream& host = ctx_.host.compute_stream();
+              [this](int u, int64_t start, const void* src, DType type, int64_t n,
+                     bool fresh) -> absl::StatusOr<const float*> {
                 float* unit = shard_.host<float>() + ctx_.part.shard_offset(u);
-                if (fresh) ctx_.host.memset(host, unit + start, 0, n * sizeof(float));
-                ctx_.host_kernels.add(host, unit + start, src, n);
+                accumulate_f32(type, src, unit + start, n, fresh);
                 return unit;
               },
               {}, [this](int u) { return shard_.host<float>() + ctx_.part.shard_offset(u); }) {}
@@ -147,8 +146,9 @@ class FileGrads : public GradStore {
       : GradStore(ctx),
         adds_(
             ctx,
-            [this](int u, int64_t start, const float* src, int64_t n, bool fresh) -> absl::StatusOr<const float*> {
-              ZEROD_RETURN_IF_ERROR(store_->add(ctx_.part.shard_offset(u) + start, src, n, fresh));
+            [this](int u, int64_t start, const void* src, DType type, int64_t n,
+                   bool fresh) -> absl::StatusOr<const float*> {
+              ZEROD_RETURN_IF_ERROR(store_->add(ctx_.part.shard_offset(u) + start, src, type, n, fresh));
               return static_cast<const float*>(store_->unwritten(u));
             },
             [this](int u) { return store_->fetch(u); }) {}

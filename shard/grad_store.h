@@ -30,9 +30,19 @@ namespace zerod {
 // How the micro-batches of a step reach the sum the optimizer reads
 // (stages 2 and 3; zero_optimization.micro_batch_grads resolved).
 struct MicroBatchSums {
+  static constexpr uint64_t kAll = UINT64_MAX;
   int count = 1;                // micro-batches a step
   DType rounded = DType::kF32;  // each one's reduced gradients rounded to this first (kF32: not)
-  bool on_device = false;       // offloaded stores: the sum kept on the device and sent once
+  // Offloaded stores: bytes of the step's fp32 sum kept on the device,
+  // whole units from the first (kAll: every unit), each micro-batch added
+  // there and the sum sent once; the other units' micro-batches each leave.
+  uint64_t device_bytes = 0;
+  // Units [0, device_units(p)) are summed on the device.
+  int device_units(const Partition& p) const {
+    int k = 0;
+    while (k < p.num_units() && static_cast<uint64_t>(p.shard_offset(k + 1)) * 4 <= device_bytes) ++k;
+    return k;
+  }
 };
 
 class GradStore {

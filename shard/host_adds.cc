@@ -24,21 +24,30 @@ int64_t HostAdds::staging_elements(const ZeroShape& shape, DType sent) {
   return std::min(shape.part.largest_chunk(), part_elements(sent));
 }
 
+int64_t HostAdds::staging_bytes(const ZeroShape& shape, const MicroBatchSums& sums, bool lands) {
+  const int k = sums.device_units(shape.part);
+  int64_t bytes = 0;
+  if (k < shape.part.num_units()) {
+    bytes = staging_elements(shape, sums.rounded) * static_cast<int64_t>(dtype_size(sums.rounded));
+  }
+  if (k > 0 && !lands) bytes = std::max(bytes, staging_elements(shape, DType::kF32) * 4);
+  return bytes;
+}
+
 void HostAdds::plan(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier, bool lands,
                     MemoryPlan& plan) {
   const Partition& p = shape.part;
-  if (sums.on_device) {
-    plan.add_device("the step's gradient sum, sent to the host once", Category::kGrads, p.shard_numel() * 4);
+  const int k = sums.device_units(p);
+  if (k > 0) {
+    plan.add_device("the step's gradient sum, sent to the host once", Category::kGrads, p.shard_offset(k) * 4);
   }
-  if (sums.rounded != DType::kF32) {
+  if (sums.rounded != DType::kF32 && k < p.num_units()) {
     plan.add_device("reduced gradients rounded for the host", Category::kComm,
                     p.largest_chunk() * dtype_size(sums.rounded));
-    plan.add("reduced gradients widened on the host", Tier::kHost, Category::kOffload,
-             staging_elements(shape, sums.rounded) * 4);
   }
-  if (stages(sums, lands)) {
-    plan.add("reduced gradients on their way to the host", tier, Category::kOffload,
-             staging_elements(shape, sums.rounded) * dtype_size(sums.rounded), Phase::kBuild, true, kStaging);
+  if (const int64_t bytes = staging_bytes(shape, sums, lands); bytes > 0) {
+    plan.add("reduced gradients on their way to the host", tier, Category::kOffload, bytes, Phase::kBuild, true,
+             kStaging);
   }
   ScatterGrads::plan(shape, z, plan);
 }
@@ -46,21 +55,19 @@ void HostAdds::plan(const ZeroShape& shape, const ZeroConfig& z, const MicroBatc
 absl::Status HostAdds::allocate(const ZeroConfig& z, const MicroBatchSums& sums, Tier tier) {
   sums_ = sums;
   const Partition& p = ctx_.part;
-  if (sums.on_device) {
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(sum_, p.shard_numel() * 4, Category::kGrads));
-    for (int u = 0; u < p.num_units(); ++u) {
+  device_units_ = sums.device_units(p);
+  if (device_units_ > 0) {
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(sum_, p.shard_offset(device_units_) * 4, Category::kGrads));
+    for (int u = 0; u < device_units_; ++u) {
       ZEROD_ASSIGN_OR_RETURN(summed_.emplace_back(), ctx_.device.create_event());
     }
   }
-  if (sums.rounded != DType::kF32) {
+  if (sums.rounded != DType::kF32 && device_units_ < p.num_units()) {
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(narrow_, p.largest_chunk() * dtype_size(sums.rounded), Category::kComm));
-    ZEROD_ASSIGN_OR_RETURN(
-        wide_, ctx_.device.allocate(staging_elements(ctx_, sums.rounded) * 4, Category::kOffload, Tier::kHost));
   }
-  if (stages(sums, static_cast<bool>(landing_))) {
+  if (const int64_t bytes = staging_bytes(ctx_, sums, static_cast<bool>(landing_)); bytes > 0) {
     for (Staging& s : staging_) {
-      ZEROD_ASSIGN_OR_RETURN(s.buf, ctx_.device.allocate(staging_elements(ctx_, sums.rounded) * dtype_size(sums.rounded),
-                                                         Category::kOffload, tier));
+      ZEROD_ASSIGN_OR_RETURN(s.buf, ctx_.device.allocate(bytes, Category::kOffload, tier));
       ZEROD_ASSIGN_OR_RETURN(s.copied, ctx_.device.create_event());
     }
   }
@@ -81,7 +88,7 @@ absl::Status HostAdds::reduce() {
   s.Update(adder_.drain());
   for (auto& [buffer, r] : reading_) r.read = {};
   // A sum on the device leaves it after its count-th micro-batch only.
-  for (int u = 0; sums_.on_device && u < ctx_.part.num_units(); ++u) {
+  for (int u = 0; u < device_units_; ++u) {
     if (added_[u] != sums_.count) {
       s.Update(absl::InternalError(absl::StrCat("unit ", u, " was reduced ", added_[u], " times in a step of ",
                                                 sums_.count, " micro-batches")));
@@ -92,7 +99,7 @@ absl::Status HostAdds::reduce() {
 
 absl::Status HostAdds::started(int u) {
   // Only sends after the first of a step add to what the store holds.
-  if (reread_ && !sums_.on_device && added_[u] > 0) adder_.submit([this, u] { return reread_(u); });
+  if (reread_ && !on_device(u) && added_[u] > 0) adder_.submit([this, u] { return reread_(u); });
   return absl::OkStatus();
 }
 
@@ -105,10 +112,13 @@ absl::Status HostAdds::reusing(const Buffer& recv) {
 absl::Status HostAdds::add(int u, const Buffer& recv) {
   const int count = ++added_[u];
   GradStore::AfterAdds then = count == then_count_ ? then_ : nullptr;
-  if (sums_.on_device) {
-    // As the in-memory store adds, on the compute stream: ahead of whatever
-    // writes recv next.
+  if (on_device(u)) {
+    // As the in-memory store rounds and adds, on the compute stream: ahead
+    // of whatever writes recv next.
     float* sum = sum_.ptr<float>() + ctx_.part.shard_offset(u);
+    if (sums_.rounded != DType::kF32) {
+      ctx_.kernels.round_to(ctx_.stream, sums_.rounded, recv.ptr<float>(), ctx_.part.chunk(u));
+    }
     ctx_.kernels.add(ctx_.stream, sum, recv.ptr<float>(), ctx_.part.chunk(u));
     if (count < sums_.count) return absl::OkStatus();
     Event& summed = *summed_[u];
@@ -144,7 +154,7 @@ absl::Status HostAdds::add(int u, const Buffer& recv) {
 
 absl::Status HostAdds::send(const Send& s) {
   // A sum from the device lands whole; anything else is added on the host.
-  if (!sums_.on_device || !landing_) return send_parts(s);
+  if (!on_device(s.u) || !landing_) return send_parts(s);
   float* dst = landing_(s.u);
   ctx_.device.copy(*copies_, dst, s.src, ctx_.part.chunk(s.u) * sizeof(float));
   Event& landed = *summed_[s.u];  // the copy stream's wait for it is enqueued: it may be recorded again
@@ -168,12 +178,7 @@ absl::Status HostAdds::send_parts(const Send& s) {
     GradStore::AfterAdds then = start + n == chunk ? s.then : nullptr;
     st.added = adder_.submit([this, &st, u = s.u, start, n, type = s.type, fresh = s.fresh, then = std::move(then)] {
       ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*st.copied));
-      const float* src = st.buf.host<float>();
-      if (type != DType::kF32) {
-        convert_to_f32(type, st.buf.data(), wide_.host<float>(), n);
-        src = wide_.host<float>();
-      }
-      ZEROD_ASSIGN_OR_RETURN(const float* sum, add_(u, start, src, n, fresh));
+      ZEROD_ASSIGN_OR_RETURN(const float* sum, add_(u, start, st.buf.host<char>(), type, n, fresh));
       return then ? then(u, sum) : absl::OkStatus();
     });
   }

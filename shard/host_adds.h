@@ -1,14 +1,16 @@
 // Stages 2 and 3 with the optimizer on the host: how each unit's reduced
 // chunks (ScatterGrads' target) reach the sum the host optimizer reads.
 //
-// Summed on the device (MicroBatchSums::on_device): each micro-batch's
-// chunk is added to a sum on the device, on the compute stream, as the
-// in-memory store adds it; after the last micro-batch the unit's sum leaves
-// the device once, straight into the store's host memory where the store
-// has some (`Landing`), else in parts through the staging buffers.
+// Summed on the device (the first MicroBatchSums::device_units): each
+// micro-batch's chunk is rounded and added to a sum on the device, on the
+// compute stream, as the in-memory store does; after the last micro-batch
+// the unit's sum leaves the device once, straight into the store's host
+// memory where the store has some (`Landing`), else in parts through the
+// staging buffers.
 // Otherwise each micro-batch's chunk leaves the device, in its own type or
 // converted on the device to the rounded 16-bit type (half the bytes), in
-// parts through the staging buffers, and is added on the host in fp32.
+// parts through the staging buffers, and is widened and added on the host
+// in fp32 in one pass.
 //
 // The caller (backward) does not wait for the copies or the adds: a sender
 // thread enqueues the conversions and copies on a copy stream of their
@@ -36,12 +38,13 @@ class HostAdds : public ScatterGrads::Target {
   // to stream near the link's bandwidth, small enough that the staging
   // buffers are little beside the windows.
   static constexpr int64_t kPartBytes = int64_t{2} << 20;
-  // Adds elements [start, start + n) of unit u's sum of the step, `src`,
-  // where the store keeps the unit, onto zeros when `fresh` (its first part
-  // of the step); returns the unit's sum so far, in host memory until the
-  // next add.
-  using Add =
-      std::function<absl::StatusOr<const float*>(int u, int64_t start, const float* src, int64_t n, bool fresh)>;
+  // Adds elements [start, start + n) of unit u's sum of the step, `src` of
+  // type `type` (widened to fp32 as it is added: one pass over host
+  // memory), where the store keeps the unit, onto zeros when `fresh` (its
+  // first part of the step); returns the unit's sum so far, in host memory
+  // until the next add.
+  using Add = std::function<absl::StatusOr<const float*>(int u, int64_t start, const void* src, DType type, int64_t n,
+                                                         bool fresh)>;
   // Before a reduction into a unit that adds to an earlier chunk of it,
   // `reread(u)` runs on the adder thread (a store in a file reads it ahead).
   using Reread = std::function<absl::Status(int u)>;
@@ -91,8 +94,10 @@ class HostAdds : public ScatterGrads::Target {
   static int64_t part_elements(DType sent) { return kPartBytes / static_cast<int64_t>(dtype_size(sent)); }
   // Elements of a part of the largest chunk, sent as `sent`.
   static int64_t staging_elements(const ZeroShape& shape, DType sent);
-  // Whether sums go through the staging buffers (all but landed ones).
-  static bool stages(const MicroBatchSums& sums, bool lands) { return !(sums.on_device && lands); }
+  // Bytes of a staging buffer: for micro-batches sent as they are rounded,
+  // and for sums that do not land; 0 where nothing is staged.
+  static int64_t staging_bytes(const ZeroShape& shape, const MicroBatchSums& sums, bool lands);
+  bool on_device(int u) const { return u < device_units_; }
 
   absl::Status send(const Send& s);
   absl::Status send_parts(const Send& s);
@@ -102,13 +107,13 @@ class HostAdds : public ScatterGrads::Target {
   const Reread reread_;
   const Landing landing_;
   MicroBatchSums sums_;
-  Buffer sum_;     // on the device, the step's sum (on_device)
+  int device_units_ = 0;
+  Buffer sum_;     // on the device, the step's sum of the units on_device
   Buffer narrow_;  // on the device, a chunk converted to the rounded type
-  Buffer wide_;    // on the host, a part widened back to fp32 (the adder's)
   Staging staging_[kStaging];
   int64_t next_ = 0;  // the sender's next staging buffer
   std::unique_ptr<Stream> copies_;
-  // Per unit (on_device): its last add to the sum, then the copy of the sum
+  // Per unit on_device: its last add to the sum, then the copy of the sum
   // to its landing.
   std::vector<std::unique_ptr<Event>> summed_;
   std::vector<int> added_;                      // per unit: chunks added this step

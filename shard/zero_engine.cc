@@ -90,8 +90,9 @@ StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device
     // go to the host each.
     const bool compute = z.micro_batch_grads == MicroBatchGrads::kCompute;
     if (compute) c.sums.rounded = settings.precision;
-    c.sums.on_device =
-        c.optimizer_on_host && settings.micro_batches > 1 && !compute && device.memory == Tier::kGpu;
+    if (c.optimizer_on_host && settings.micro_batches > 1 && device.memory == Tier::kGpu) {
+      c.sums.device_bytes = compute ? z.compute_sums_on_device_bytes : MicroBatchSums::kAll;
+    }
   }
   return c;
 }

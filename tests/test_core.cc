@@ -257,6 +257,37 @@ TEST(BulkConvert, RoundToF32IsANoOp) {
   EXPECT_EQ(std::memcmp(v.data(), before.data(), v.size() * sizeof(float)), 0);
 }
 
+// One pass widens and adds: the bits of convert_to_f32 then fp32 adds, onto
+// the sum or onto zeros (so -0 parts give +0), for every type, across the
+// size where the loop goes parallel.
+TEST(DTypes, AccumulatingIsWideningThenAdding) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (size_t n : {size_t{7}, (size_t{1} << 18) + 3}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", n " << n);
+      std::mt19937 rng(static_cast<uint32_t>(n));
+      std::normal_distribution<float> d(0.0f, 3.0f);
+      std::vector<float> x(n), sum(n);
+      for (size_t i = 0; i < n; ++i) {
+        x[i] = i % 5 == 0 ? -0.0f : d(rng);
+        sum[i] = d(rng);
+      }
+      std::vector<uint8_t> src(n * dtype_size(t));
+      convert_from_f32(t, x.data(), src.data(), n);
+      std::vector<float> wide(n), onto_sum = sum, want_sum = sum, onto_zero(n, 123.0f), want_zero(n, 0.0f);
+      convert_to_f32(t, src.data(), wide.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        want_sum[i] += wide[i];
+        want_zero[i] += wide[i];
+      }
+      accumulate_f32(t, src.data(), onto_sum.data(), n, false);
+      accumulate_f32(t, src.data(), onto_zero.data(), n, true);
+      EXPECT_EQ(std::memcmp(onto_sum.data(), want_sum.data(), n * 4), 0);
+      EXPECT_EQ(std::memcmp(onto_zero.data(), want_zero.data(), n * 4), 0);
+      EXPECT_FALSE(std::signbit(onto_zero[0]));  // -0 onto zeros is +0
+    }
+  }
+}
+
 TEST(DTypes, SizesAndNames) {
   EXPECT_EQ(dtype_size(DType::kF32), 4u);
   EXPECT_EQ(dtype_size(DType::kBF16), 2u);

@@ -189,7 +189,10 @@ TEST_F(GpuTierOffloadTest, TheHostUpdatesEachUnitDuringTheLastBackwardWithTheSam
 // "compute" sends each micro-batch's fp32 gradients: bitwise the plain
 // run. Layers of 1.2M elements go in two parts of 1M 16-bit values.
 // Behind the threaded, delayed streams, with one reduction buffer or
-// several.
+// several. The same with the first half of the sum's bytes kept on the
+// GPU (what "auto" does under a cap with room): those layers' rounded
+// micro-batches are summed there and sent once, landing in host memory or
+// in parts to a file, the others sent each; the same bits.
 TEST_F(GpuTierOffloadTest, MicroBatchGradientsSentIn16BitsGiveTheBitsOfTheSameSumInMemory) {
   const std::string compute = micro_batch_grads("compute");
   const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
@@ -230,21 +233,32 @@ TEST_F(GpuTierOffloadTest, MicroBatchGradientsSentIn16BitsGiveTheBitsOfTheSameSu
     const bool rounds = config(in_memory).precision != DType::kF32;
     EXPECT_EQ(testing::same_bits(ref.params, unrounded.params), !rounds);
 
-    MemoryAccountant acct;
-    CpuDevice gpu(acct, gpu_tier());
-    const testing::TrainedRun r =
-        testing::train_to_end(config(joined(joined(c.overrides, c.offload), {compute})), nullptr, gpu);
-    ASSERT_TRUE(r.status.ok()) << r.status;
-    EXPECT_EQ(r.losses, ref.losses);
-    EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+    JobConfig offloaded = config(joined(joined(c.overrides, c.offload), {compute}));
+    const Partition part(GptLayout(offloaded.model), 1);
+    for (const uint64_t kept : {uint64_t{0}, static_cast<uint64_t>(part.shard_numel()) * 2}) {
+      SCOPED_TRACE(::testing::Message() << kept << " bytes of the sum on the GPU");
+      offloaded.zero.compute_sums_on_device_bytes = kept;
+      MemoryAccountant acct;
+      CpuDevice gpu(acct, gpu_tier());
+      const testing::TrainedRun r = testing::train_to_end(offloaded, nullptr, gpu);
+      ASSERT_TRUE(r.status.ok()) << r.status;
+      EXPECT_EQ(r.losses, ref.losses);
+      EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+      // Some units' sums on the GPU, not all, where any.
+      const int units = MicroBatchSums{2, DType::kBF16, kept}.device_units(part);
+      EXPECT_EQ(units == 0, kept == 0);
+      EXPECT_LT(units, part.num_units());
+      EXPECT_EQ(acct.peak(Tier::kGpu, Category::kGrads) > 0, units > 0 && offloaded.grad_accum > 1);
+    }
   }
 }
 
 // micro_batch_grads "auto" with the optimizer offloaded and two
 // micro-batches a step: the step's sum stays on the GPU where every plan
-// with it fits run.gpu_memory_limit, and each micro-batch goes to the host
-// in 16 bits where it does not, saying why; the run then trains under the
-// cap with the bits of "compute".
+// with it fits run.gpu_memory_limit; where it does not, each micro-batch
+// goes to the host in 16 bits, saying why, but for the first layers whose
+// sums fit what the cap leaves (the next layer's would not); the run then
+// trains under the cap with the bits of "compute".
 TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitTheCap) {
   const std::vector<std::string> base = joined({"zero_optimization.stage=2"}, optimizer_on("cpu"));
   MemoryAccountant probe_acct;
@@ -271,7 +285,32 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
   EXPECT_EQ(fits.mode, MicroBatchGrads::kF32);
   EXPECT_NE(fits.why.find("within run.gpu_memory_limit"), std::string::npos) << fits.why;
   EXPECT_EQ(over.mode, MicroBatchGrads::kCompute);
-  EXPECT_EQ(over.what, "each micro-batch's sent to the host in bf16, summed there in fp32");
+  EXPECT_EQ(over.what, "each micro-batch's rounded to bf16; the first layers' whose fp32 sums fit in " +
+                           byte_size_text(over.sums_on_device_bytes) +
+                           " summed on the device, sent to the host once a step; the others' sent to the host in "
+                           "bf16, summed there in fp32");
+  {
+    // Within the cap, and one layer more would not be.
+    JobConfig resolved = config(base);
+    over.apply(resolved.zero);
+    const Partition part(GptLayout(resolved.model), 1);
+    const int units = MicroBatchSums{2, DType::kBF16, over.sums_on_device_bytes}.device_units(part);
+    ASSERT_GT(units, 0);
+    ASSERT_LT(units, part.num_units());
+    auto planned = [&](uint64_t kept) {
+      resolved.zero.compute_sums_on_device_bytes = kept;
+      MemoryPlan plan(plan_device(probe));
+      EXPECT_TRUE(Trainer::plan(resolved, 1, 0, kernels, plan).ok());
+      return plan.peaks().total[static_cast<int>(Tier::kGpu)];
+    };
+    EXPECT_LE(planned(over.sums_on_device_bytes), (summed + sent) / 2);
+    EXPECT_GT(planned(static_cast<uint64_t>(part.shard_offset(units + 1)) * 4), (summed + sent) / 2);
+  }
+  // No room beside "compute"'s own plan: every micro-batch is sent.
+  const Trainer::MicroBatchGradsChoice full = choice(sent);
+  EXPECT_EQ(full.mode, MicroBatchGrads::kCompute);
+  EXPECT_EQ(full.sums_on_device_bytes, 0u);
+  EXPECT_EQ(full.what, "each micro-batch's sent to the host in bf16, summed there in fp32");
   EXPECT_NE(over.why.find("the step's gradient sum on the GPU (" +
                           byte_size_text(CachingAllocator::block_size(Partition(GptLayout(config(base).model), 1).shard_numel() * 4)) +
                           ") takes a rank to " + byte_size_text(summed) + ", over run.gpu_memory_limit"),
@@ -306,6 +345,7 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
   }
   EXPECT_EQ(losses, ref.losses);
   EXPECT_LE(acct.peak_total(Tier::kGpu), *capped.run.gpu_memory_limit);
+  EXPECT_GT(acct.peak(Tier::kGpu, Category::kGrads), 0u);  // the first layers' sums
 }
 
 // At stage 2 with the optimizer on the host, the GPU holds no optimizer

@@ -108,7 +108,7 @@ void check_against_array(ShardStore& store, uint32_t seed) {
       const int64_t half = kChunks[u] / 2;
       for (auto [start, n] : {std::pair{int64_t{0}, half}, std::pair{half, kChunks[u] - half}}) {
         const absl::Status s = kind == 2 ? store.put(offsets[u] + start, src.data() + start, n)
-                                         : store.add(offsets[u] + start, src.data() + start, n, kind == 0);
+                                         : store.add(offsets[u] + start, src.data() + start, DType::kF32, n, kind == 0);
         ASSERT_TRUE(s.ok()) << s;
       }
     }
@@ -149,9 +149,9 @@ TEST_F(ShardStoreTest, AReadAheadWaitsForTheUnitsWriteBack) {
   auto store = ShardStore::create(kChunks, kWindow, DType::kF32, settings(OffloadDevice::kNvme, order.hook()));
   ASSERT_TRUE(store.ok()) << store.status();
   const std::vector<float> ones(kWindow, 1.0f);
-  for (int u : {1, 2, 3}) ASSERT_TRUE((*store)->add(u * kWindow + 2000, ones.data(), kWindow, true).ok());
+  for (int u : {1, 2, 3}) ASSERT_TRUE((*store)->add(u * kWindow + 2000, ones.data(), DType::kF32, kWindow, true).ok());
   ASSERT_TRUE((*store)->fetch(2).ok());
-  ASSERT_TRUE((*store)->add(2 * kWindow + 2000, ones.data(), kWindow, false).ok());
+  ASSERT_TRUE((*store)->add(2 * kWindow + 2000, ones.data(), DType::kF32, kWindow, false).ok());
   ASSERT_TRUE((*store)->flush().ok());
   auto got = (*store)->acquire(2);
   ASSERT_TRUE(got.ok()) << got.status();

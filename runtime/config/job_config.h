@@ -38,10 +38,13 @@ struct LossScaleConfig {
 //     on the GPU and leaves it once a step;
 //   kCompute: rounded to the run's 16-bit type first; with the optimizer
 //     offloaded each micro-batch's leaves the GPU in 16 bits and is summed
-//     on the host;
+//     on the host, but for the first layers whose fp32 sums fit in
+//     compute_sums_on_device_bytes: those are summed on the GPU and leave
+//     it once a step;
 //   kAuto: kF32, unless the optimizer is offloaded, a step has several
-//     micro-batches and the GPU sum does not fit the GPU (Trainer resolves
-//     it before anything is built).
+//     micro-batches and the GPU sum does not fit the GPU: then kCompute,
+//     with what the GPU has left for sums (Trainer resolves it before
+//     anything is built).
 enum class MicroBatchGrads { kAuto, kF32, kCompute };
 // "auto", "fp32" or "compute", as the config spells it.
 const char* micro_batch_grads_name(MicroBatchGrads m);
@@ -56,6 +59,8 @@ struct ZeroConfig {
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param{OffloadDevice::kNone, std::nullopt, true, 5};
   MicroBatchGrads micro_batch_grads = MicroBatchGrads::kAuto;
+  // Set where "auto" resolves to kCompute, never read from a config.
+  uint64_t compute_sums_on_device_bytes = 0;
 };
 
 struct CheckpointConfig {

@@ -107,6 +107,27 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
   }
 }
 
+namespace {
+template <class Widen>
+void accumulate_as(const Widen& widen, float* dst, size_t n, bool onto_zero) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (size_t i = 0; i < n; ++i) dst[i] = (onto_zero ? 0.0f : dst[i]) + widen(i);
+}
+}  // namespace
+
+void accumulate_f32(DType from, const void* src, float* dst, size_t n, bool onto_zero) {
+  if (from == DType::kF32) {
+    const auto* s = static_cast<const float*>(src);
+    accumulate_as([s](size_t i) { return s[i]; }, dst, n, onto_zero);
+  } else if (from == DType::kBF16) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    accumulate_as([s](size_t i) { return bf16_to_float(s[i]); }, dst, n, onto_zero);
+  } else {
+    const auto* s = static_cast<const uint16_t*>(src);
+    accumulate_as([s](size_t i) { return f16_to_float(s[i]); }, dst, n, onto_zero);
+  }
+}
+
 void round_to(DType t, float* x, size_t n) {
   if (t == DType::kBF16) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)

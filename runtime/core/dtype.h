@@ -36,6 +36,9 @@ float f16_to_float(uint16_t h);
 // Bulk conversions between fp32 and another float type (kF32 copies).
 void convert_from_f32(DType to, const float* src, void* dst, size_t n);
 void convert_to_f32(DType from, const void* src, float* dst, size_t n);
+// dst[i] = (onto_zero ? 0 : dst[i]) + src[i] widened to fp32: one pass over
+// host memory for a sum of 16-bit parts (0 + -0 is +0, as onto zeros).
+void accumulate_f32(DType from, const void* src, float* dst, size_t n, bool onto_zero);
 // Rounds fp32 values in place to what `t` can hold (no-op for kF32).
 void round_to(DType t, float* x, size_t n);
 

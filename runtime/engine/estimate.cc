@@ -35,7 +35,7 @@ absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& m
   e.grads_line = grads.line();
   e.grads_why = grads.why;
   JobConfig resolved = cfg;  // decided once, not again by each rank's plan
-  resolved.zero.micro_batch_grads = grads.mode;
+  grads.apply(resolved.zero);
   const int per_node = machines.ranks_per_node();
   for (int node = 0; node < machines.nodes; ++node) {
     MemoryPeaks sum;

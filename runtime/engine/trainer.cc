@@ -70,9 +70,13 @@ std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
   if (cfg.zero.stage < 2 || (!c.optimizer_on_host && c.sums.rounded == DType::kF32)) return "";
   const std::string type = c.sums.rounded == DType::kF32 ? "fp32" : dtype_name(c.sums.rounded);
   if (!c.optimizer_on_host) return absl::StrCat("rounded to ", type, " each micro-batch, summed in fp32");
-  if (c.sums.on_device) return "summed in fp32 on the device, sent to the host once a step";
+  if (c.sums.device_bytes == MicroBatchSums::kAll) return "summed in fp32 on the device, sent to the host once a step";
   if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step");
-  return absl::StrCat("each micro-batch's sent to the host in ", type, ", summed there in fp32");
+  const std::string sent = absl::StrCat("each micro-batch's sent to the host in ", type, ", summed there in fp32");
+  if (c.sums.device_bytes == 0) return sent;
+  return absl::StrCat("each micro-batch's rounded to ", type, "; the first layers' whose fp32 sums fit in ",
+                      byte_size_text(c.sums.device_bytes), " summed on the device, sent to the host once a step; ",
+                      "the others' ", sent.substr(std::string("each micro-batch's ").size()));
 }
 
 }  // namespace
@@ -88,16 +92,18 @@ absl::StatusOr<Trainer::MicroBatchGradsChoice> Trainer::micro_batch_grads(const 
                                                                           const PlanDevice& device,
                                                                           ResumeFrom resume) {
   const ZeroConfig& z = cfg.zero;
-  auto chosen = [&](MicroBatchGrads mode, std::string why) {
+  auto chosen = [&](MicroBatchGrads mode, std::string why, uint64_t on_device = 0) {
+    MicroBatchGradsChoice c{mode, on_device, "", std::move(why)};
     JobConfig resolved = cfg;
-    resolved.zero.micro_batch_grads = mode;
-    return MicroBatchGradsChoice{mode, micro_batch_flow(resolved, device), std::move(why)};
+    c.apply(resolved.zero);
+    c.what = micro_batch_flow(resolved, device);
+    return c;
   };
   if (z.micro_batch_grads != MicroBatchGrads::kAuto) return chosen(z.micro_batch_grads, "");
   // Only where "fp32" would keep a sum on the GPU is there a choice.
   JobConfig summed = cfg;
   summed.zero.micro_batch_grads = MicroBatchGrads::kF32;
-  if (!stores_for(summed, device).sums.on_device) return chosen(MicroBatchGrads::kF32, "");
+  if (stores_for(summed, device).sums.device_bytes == 0) return chosen(MicroBatchGrads::kF32, "");
   const int gpu = static_cast<int>(Tier::kGpu);
   uint64_t limit = device.usable_bytes;
   std::string limit_text = absl::StrCat("the ", byte_size_text(limit), " the GPU holds");
@@ -105,19 +111,39 @@ absl::StatusOr<Trainer::MicroBatchGradsChoice> Trainer::micro_batch_grads(const 
     limit = *job;
     limit_text = absl::StrCat("run.gpu_memory_limit ", byte_size_text(limit));
   }
-  uint64_t sum_bytes = 0, most = 0;
-  for (int rank = 0; rank < world_size; ++rank) {
-    MemoryPlan plan(device);
-    ZEROD_RETURN_IF_ERROR(Trainer::plan(summed, world_size, rank, kernels, plan, resume));
-    const MemoryPeaks p = plan.peaks();
-    sum_bytes = std::max(sum_bytes, p.peak[gpu][static_cast<int>(Category::kGrads)]);
-    most = std::max(most, p.total[gpu]);
-  }
+  // The GPU's peak over the ranks of `c`'s plan, and its gradients' peak.
+  auto peaks = [&](const JobConfig& c) -> absl::StatusOr<std::pair<uint64_t, uint64_t>> {
+    uint64_t total = 0, grads = 0;
+    for (int rank = 0; rank < world_size; ++rank) {
+      MemoryPlan plan(device);
+      ZEROD_RETURN_IF_ERROR(Trainer::plan(c, world_size, rank, kernels, plan, resume));
+      const MemoryPeaks p = plan.peaks();
+      grads = std::max(grads, p.peak[gpu][static_cast<int>(Category::kGrads)]);
+      total = std::max(total, p.total[gpu]);
+    }
+    return std::pair{total, grads};
+  };
+  ZEROD_ASSIGN_OR_RETURN(const auto whole, peaks(summed));
+  const auto [most, sum_bytes] = whole;
   const std::string sum = absl::StrCat("the step's gradient sum on the GPU (", byte_size_text(sum_bytes),
                                        ") takes a rank to ", byte_size_text(most));
   if (limit == 0) return chosen(MicroBatchGrads::kF32, sum);
   if (most <= limit) return chosen(MicroBatchGrads::kF32, absl::StrCat(sum, ", within ", limit_text));
-  return chosen(MicroBatchGrads::kCompute, absl::StrCat(sum, ", over ", limit_text));
+  // What the cap leaves beside "compute"'s plan keeps the first layers'
+  // sums on the GPU; the sum's buffer adds to every phase's peak, so one
+  // correction by what a try is over is enough, a few allowed.
+  JobConfig sent = cfg;
+  sent.zero.micro_batch_grads = MicroBatchGrads::kCompute;
+  ZEROD_ASSIGN_OR_RETURN(const auto base, peaks(sent));
+  uint64_t keep = base.first < limit ? limit - base.first : 0;
+  for (int tries = 0; keep > 0; ++tries) {
+    sent.zero.compute_sums_on_device_bytes = keep;
+    ZEROD_ASSIGN_OR_RETURN(const auto tried, peaks(sent));
+    if (tried.first <= limit) break;
+    const uint64_t over = tried.first - limit;
+    keep = tries < 3 && over < keep ? keep - over : 0;
+  }
+  return chosen(MicroBatchGrads::kCompute, absl::StrCat(sum, ", over ", limit_text), keep);
 }
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
@@ -126,7 +152,7 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
     JobConfig resolved = cfg;
     ZEROD_ASSIGN_OR_RETURN(const MicroBatchGradsChoice c,
                            micro_batch_grads(cfg, world_size, kernels, plan.device(), resume));
-    resolved.zero.micro_batch_grads = c.mode;
+    c.apply(resolved.zero);
     return Trainer::plan(resolved, world_size, rank, kernels, plan, resume);
   }
   // In build()'s order.
@@ -176,7 +202,7 @@ absl::Status Trainer::build() {
   if (cfg_.zero.micro_batch_grads == MicroBatchGrads::kAuto) {
     ZEROD_ASSIGN_OR_RETURN(const MicroBatchGradsChoice c, micro_batch_grads(cfg_, comm_->world_size(),
                                                                             kernels_->memory(), plan_device(*device_)));
-    cfg_.zero.micro_batch_grads = c.mode;
+    c.apply(cfg_.zero);
   }
   if (cfg_.wall_clock_breakdown) {
     profiler_ = std::make_unique<Profiler>(*device_);

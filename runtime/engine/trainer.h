@@ -165,7 +165,13 @@ class Trainer {
   // GPU, what decided it.
   struct MicroBatchGradsChoice {
     MicroBatchGrads mode;
+    uint64_t sums_on_device_bytes = 0;  // kCompute: what the GPU keeps of the step's sum
     std::string what, why;
+    // The choice into a config's zero_optimization.
+    void apply(ZeroConfig& z) const {
+      z.micro_batch_grads = mode;
+      z.compute_sums_on_device_bytes = sums_on_device_bytes;
+    }
     // "micro-batch gradients (micro_batch_grads compute): <what> | auto:
     // <why>"; "" where `what` is.
     std::string line() const;

@@ -300,7 +300,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   const auto grads = agreed_micro_batch_grads(*cfg, *rank, **device, **comm,
                                               Trainer::resume_from(*cfg, rank->world_size, resume_from));
   if (!grads.ok()) return refuse(grads.status());
-  cfg->zero.micro_batch_grads = grads->mode;
+  grads->apply(cfg->zero);
   const absl::StatusOr<MemoryPeaks> planned = planned_peaks(*cfg, *rank, **device, resume_from);
   if (!planned.ok()) return refuse(planned.status());
   if (absl::Status s = check_memory_plan(*cfg, rank->rank, rank->local_size, *planned); !s.ok()) {
