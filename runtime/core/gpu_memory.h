@@ -17,8 +17,10 @@ int cuda_device_count();
 
 absl::StatusOr<void*> gpu_alloc(size_t bytes);
 void gpu_free(void* p);
-absl::StatusOr<void*> pinned_alloc(size_t bytes);
-void pinned_free(void* p);
+// Page-locks whole pages [p, p + bytes) of host memory for the GPU's
+// copies (registered with CUDA), and lets them go again.
+absl::Status pin_host(void* p, size_t bytes);
+void unpin_host(void* p);
 
 // Copies `bytes` between any two addresses of this process, host or GPU,
 // and returns once the copy is complete (a world of one's collectives).

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/gpu_memory.h"
-#include "runtime/core/memory.h"
 
 namespace zerod {
 
@@ -43,29 +42,18 @@ void gpu_free(void* p) {
   if (p) cudaFree(p);
 }
 
-// Page-aligned host memory, then registered: direct I/O reads and writes
-// the offload buffers in place, and cudaHostAlloc aligns small
-// allocations to less than a page. Whole pages, so that no two
-// registrations share one.
-absl::StatusOr<void*> pinned_alloc(size_t bytes) {
-  const size_t pages = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
-  if (pages == 0) return nullptr;
-  void* p = std::aligned_alloc(kPageBytes, pages);
-  if (!p) return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", pages, " bytes to pin failed"));
-  const cudaError_t err = cudaHostRegister(p, pages, cudaHostRegisterPortable | cudaHostRegisterMapped);
+absl::Status pin_host(void* p, size_t bytes) {
+  const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
   if (err != cudaSuccess) {
-    std::free(p);
     cudaGetLastError();
     return absl::ResourceExhaustedError(
-        absl::StrCat("cudaHostRegister of ", pages, " bytes failed: ", cudaGetErrorString(err)));
+        absl::StrCat("cudaHostRegister of ", bytes, " bytes failed: ", cudaGetErrorString(err)));
   }
-  return p;
+  return absl::OkStatus();
 }
 
-void pinned_free(void* p) {
-  if (!p) return;
-  cudaHostUnregister(p);
-  std::free(p);
+void unpin_host(void* p) {
+  if (p) cudaHostUnregister(p);
 }
 
 namespace {

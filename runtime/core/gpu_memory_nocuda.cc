@@ -11,10 +11,10 @@ absl::StatusOr<void*> gpu_alloc(size_t) {
 }
 void gpu_free(void*) {}
 
-absl::StatusOr<void*> pinned_alloc(size_t) {
+absl::Status pin_host(void*, size_t) {
   return absl::FailedPreconditionError("pinned host memory requested, but zerod was built without CUDA");
 }
-void pinned_free(void*) {}
+void unpin_host(void*) {}
 
 void copy_any(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 
