@@ -138,6 +138,13 @@ breakdown() { echo "$(grep -A12 '^where the time went' "$1" | tr -s ' ' | tr '\n
 
 # The losses a run printed, one per line.
 losses() { grep -E '^step [0-9]+/' "$1" | awk -F'|' '{print $2}' | sed 's/ *loss *//'; }
+# Tokens/s of a run's steps after the first ($2 tokens a step), from the
+# elapsed seconds its step lines print; "-" with fewer than two steps.
+steady() {
+  grep -E '^step [0-9]+/' "$1" | sed -E 's/.*\| ([0-9.]+)s elapsed.*/\1/' |
+    awk -v tokens="$2" 'NR == 1 {first = $1} {last = $1; n = NR}
+      END {if (n > 1 && last > first) printf "%.0f", (n - 1) * tokens / (last - first); else printf "-"}'
+}
 
 if [ "$section" = kernels ]; then
   rc=0
@@ -215,12 +222,14 @@ if [ "$section" = offload ]; then
   say "test_cuda_offload: exit $code, $(grep -cE '^\[       OK' "$logs/test_cuda_offload.log") passed; $(grep -E 'FAILED|SKIPPED' "$logs/test_cuda_offload.log" | head -3 | tr '\n' ' ')"
   # gpt2-xl, random weights, optimizer on the host, the example's 32K
   # tokens a step (8 micro-batches): under 12, 8 and (parameters on the host
-  # too) 4 GiB, where "auto" sends each micro-batch's gradients in bf16,
-  # and uncapped without offload rounding them the same way in memory
+  # too) 4 GiB, where "auto" keeps the first layers' sums on the GPU in
+  # what the cap leaves and sends the others' micro-batch gradients in
+  # bf16, and uncapped without offload rounding them the same way in memory
   # (micro_batch_grads "compute"); the update is the same math on either
-  # side, so the losses must be the same numbers. Two steps: the breakdown
+  # side, so the losses must be the same numbers. Four steps: the breakdown
   # and tokens/s leave out the first.
-  xl=(--config examples/gpt2-xl-offload.json --set model.init_from=null --set run.steps=2 --set steps_per_print=1)
+  xl=(--config examples/gpt2-xl-offload.json --set model.init_from=null --set run.steps=4 --set steps_per_print=1)
+  xl_tokens=$((32 * 1024))
   timeout 130 "$worker" "${xl[@]}" --set wall_clock_breakdown=true >"$logs/xl-offload-12GiB.log" 2>&1
   say "gpt2-xl offload under 12 GiB: exit $?; $(grep -E '^done|^  gpu |micro-batch gradients' "$logs/xl-offload-12GiB.log" | head -4 | tr '\n' ' ')"
   say "gpt2-xl offload under 12 GiB, where the time went: $(breakdown "$logs/xl-offload-12GiB.log")"
@@ -241,6 +250,14 @@ if [ "$section" = offload ]; then
   timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit=null --set zero_optimization.micro_batch_grads='"compute"' \
     --set zero_optimization.offload_optimizer.device='"none"' >"$logs/xl-plain.log" 2>&1
   say "gpt2-xl without offload, uncapped: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-plain.log" | head -3 | tr '\n' ' ')"
+  # Steps after the first, tokens/s, against the uncapped run's (the 12 GiB
+  # run's is timed with the breakdown's waits).
+  plain=$(steady "$logs/xl-plain.log" $xl_tokens)
+  for run in xl-plain xl-offload-12GiB xl-offload-8GiB xl-offload-4GiB; do
+    t=$(steady "$logs/$run.log" $xl_tokens)
+    say "gpt2-xl, steps after the first: $run $t tokens/s$(awk -v t="$t" -v p="$plain" \
+      'BEGIN {if (t != "-" && p != "-" && p > 0) printf ", %.3f of uncapped", t / p}')"
+  done
   for capped in 12GiB 8GiB 4GiB; do
     if [ -n "$(losses "$logs/xl-plain.log")" ] && [ "$(losses "$logs/xl-plain.log")" = "$(losses "$logs/xl-offload-$capped.log")" ]; then
       say "gpt2-xl: the $capped offloaded run's losses equal the uncapped run's"
