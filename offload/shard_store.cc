@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
     p->nvme_reserved_ = record;
   } else {
     ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(record, s.category, s.host_tier, *s.accountant));
-    std::memset(p->host_.data(), 0, record);
+    if (s.host_tier != Tier::kPinned) parallel_zero(p->host_.data(), record);  // pinned comes zeroed
     p->host_records_ = p->host_.host<char>();
   }
   return p;
@@ -161,7 +161,7 @@ absl::Status ShardStore::start_read(Window& w, int u) {
   if (io_) {
     w.io = io_->read(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
   } else {
-    std::memcpy(w.buf.data(), host_records_ + records_[u], chunks_[u] * dtype_size(dtype_));
+    parallel_copy(w.buf.data(), host_records_ + records_[u], chunks_[u] * dtype_size(dtype_));
   }
   return absl::OkStatus();
 }
@@ -285,7 +285,7 @@ absl::Status ShardStore::write_current() {
     w.io = io_->write(file_, records_[u], w.buf.data(), record_bytes(chunks_[u], dtype_));
     w.writing = u;
   } else {
-    std::memcpy(host_records_ + records_[u], w.buf.data(), chunks_[u] * dtype_size(dtype_));
+    parallel_copy(host_records_ + records_[u], w.buf.data(), chunks_[u] * dtype_size(dtype_));
   }
   return absl::OkStatus();
 }

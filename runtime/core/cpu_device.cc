@@ -160,17 +160,8 @@ void CpuDevice::memset(Stream& s, void* dst, int byte, uint64_t bytes) {
 }
 
 void CpuDevice::copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) {
-  launch(s, [=] {
-    // Large copies (optimizer states set aside, shards) in parts over the
-    // OpenMP team: one thread does not reach the memory's bandwidth.
-    constexpr uint64_t kPart = uint64_t{1} << 20;
-    const int64_t parts = static_cast<int64_t>((bytes + kPart - 1) / kPart);
-#pragma omp parallel for schedule(static) if (parts >= 8)
-    for (int64_t i = 0; i < parts; ++i) {
-      const uint64_t at = i * kPart;
-      std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, std::min(kPart, bytes - at));
-    }
-  });
+  // Large copies: optimizer states set aside, shards.
+  launch(s, [=] { parallel_copy(dst, src, bytes); });
 }
 
 void CpuDevice::record(Stream& s, Event& e) {

@@ -134,6 +134,26 @@ void MemoryAccountant::reset_peaks() {
   peak_total_ = total_;
 }
 
+void parallel_copy(void* dst, const void* src, uint64_t bytes) {
+  constexpr uint64_t kPart = uint64_t{1} << 20;
+  const int64_t parts = static_cast<int64_t>((bytes + kPart - 1) / kPart);
+#pragma omp parallel for schedule(static) if (parts >= 8)
+  for (int64_t i = 0; i < parts; ++i) {
+    const uint64_t at = i * kPart;
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, std::min(kPart, bytes - at));
+  }
+}
+
+void parallel_zero(void* dst, uint64_t bytes) {
+  constexpr uint64_t kPart = uint64_t{1} << 20;
+  const int64_t parts = static_cast<int64_t>((bytes + kPart - 1) / kPart);
+#pragma omp parallel for schedule(static) if (parts >= 8)
+  for (int64_t i = 0; i < parts; ++i) {
+    const uint64_t at = i * kPart;
+    std::memset(static_cast<char*>(dst) + at, 0, std::min(kPart, bytes - at));
+  }
+}
+
 namespace {
 
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
@@ -149,12 +169,7 @@ absl::StatusOr<void*> allocate_pinned(uint64_t bytes) {
   char* p = static_cast<char*>(std::aligned_alloc(align, size));
   if (!p) return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", size, " bytes to pin failed"));
   if (align == kHugePage) madvise(p, size, MADV_HUGEPAGE);  // a hint, ignored where huge pages are off
-  const int64_t blocks = static_cast<int64_t>((size + kHugePage - 1) / kHugePage);
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t i = 0; i < blocks; ++i) {
-    const uint64_t at = static_cast<uint64_t>(i) * kHugePage;
-    std::memset(p + at, 0, std::min(kHugePage, size - at));
-  }
+  parallel_zero(p, size);
   if (absl::Status s = pin_host(p, size); !s.ok()) {
     std::free(p);
     return s;

@@ -77,9 +77,16 @@ class BufferPool {
 // file I/O needs.
 inline constexpr uint64_t kPageBytes = 4096;
 
-// An owning, move-only, 64-byte aligned allocation on one tier. GPU and pinned
-// buffers need a CUDA build; NVMe space is recorded by the offload engine
-// through reserve()/release() rather than allocated here.
+// memcpy of host memory in 1 MiB parts over the OpenMP team, where it is
+// large: one thread does not reach the memory's bandwidth.
+void parallel_copy(void* dst, const void* src, uint64_t bytes);
+// memset to zero likewise; the first touch of fresh pages, on every thread.
+void parallel_zero(void* dst, uint64_t bytes);
+
+// An owning, move-only, 64-byte aligned allocation on one tier (a page
+// from 4 KiB up). GPU and pinned buffers need a CUDA build; pinned ones
+// come zeroed. NVMe space is recorded by the offload engine through
+// reserve()/release() rather than allocated here.
 class Buffer {
  public:
   Buffer() = default;
