@@ -60,8 +60,8 @@ class CudaOffloadTest : public testing::TempDirTest {
 using testing::joined;
 
 // Direct I/O reads and writes the offload buffers in place: every pinned
-// buffer starts on a page, small or not a whole number of pages, and
-// holds what is copied in and out of the GPU.
+// buffer starts on a page, small or not a whole number of pages, comes
+// zeroed, and holds what is copied in and out of the GPU.
 TEST_F(CudaOffloadTest, PinnedBuffersStartOnAPage) {
   std::vector<Buffer> held;
   for (uint64_t bytes : {16ull, 64ull, 4096ull, 241664ull, 241665ull, 3ull << 20}) {
@@ -69,6 +69,8 @@ TEST_F(CudaOffloadTest, PinnedBuffersStartOnAPage) {
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % kPageBytes, 0u) << bytes << " bytes";
     std::vector<uint8_t> want(bytes), got(bytes);
+    std::memcpy(got.data(), b->data(), bytes);
+    EXPECT_EQ(got, std::vector<uint8_t>(bytes, 0)) << bytes << " bytes";
     for (uint64_t i = 0; i < bytes; ++i) want[i] = static_cast<uint8_t>(i * 7 + bytes);
     auto g = Buffer::allocate(bytes, Category::kOffload, Tier::kGpu, acct_);
     ASSERT_TRUE(g.ok()) << g.status();
