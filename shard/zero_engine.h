@@ -66,8 +66,10 @@ struct StoreChoice {
   Tier staging = Tier::kHost;    // offload_optimizer's host buffers
   // Stages 2 and 3 (zero_optimization.micro_batch_grads, resolved): each
   // micro-batch's reduced gradients rounded to the 16-bit type with
-  // "compute"; with "fp32", the optimizer offloaded and several
-  // micro-batches, their sum kept on the device and sent to the host once.
+  // "compute"; with the optimizer offloaded and several micro-batches,
+  // their sum kept on the device and sent to the host once: every unit's
+  // with "fp32", the first units' in compute_sums_on_device_bytes with
+  // "compute".
   MicroBatchSums sums;
 };
 StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device);

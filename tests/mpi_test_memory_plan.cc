@@ -76,8 +76,8 @@ std::vector<Case> cases(const std::string& dir) {
                   "zero_optimization.offload_optimizer.super_offload=true"}});
   all.push_back({"stage1_fp16", {"zero_optimization.stage=1", "fp16.enabled=true"}});
   // Two micro-batches a step: their sum kept on the device ("auto" without
-  // a limit), or each sent in 16 bits (the rounded copy on the device, the
-  // widened part on the host).
+  // a limit), or each sent in 16 bits (the rounded copy on the device,
+  // widened as it is added on the host).
   all.push_back({"stage2_cpu_accumulation_summed_on_device",
                  {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"",
                   "gradient_accumulation_steps=2"}});

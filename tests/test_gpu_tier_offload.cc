@@ -256,8 +256,10 @@ TEST_F(GpuTierOffloadTest, MicroBatchGradientsSentIn16BitsGiveTheBitsOfTheSameSu
 // micro_batch_grads "auto" with the optimizer offloaded and two
 // micro-batches a step: the step's sum stays on the GPU where every plan
 // with it fits run.gpu_memory_limit; where it does not, each micro-batch
-// goes to the host in 16 bits, saying why, but for the first layers whose
-// sums fit what the cap leaves (the next layer's would not); the run then
+// goes to the host in 16 bits, saying why, but for the first units whose
+// sums fit what the cap leaves (the next unit's would not; none where the
+// first's does not; a twentieth of the GPU left free where its own size is
+// the limit; the same where another rank's GPU decides); the run then
 // trains under the cap with the bits of "compute".
 TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitTheCap) {
   const std::vector<std::string> base = joined({"zero_optimization.stage=2"}, optimizer_on("cpu"));
@@ -285,7 +287,8 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
   EXPECT_EQ(fits.mode, MicroBatchGrads::kF32);
   EXPECT_NE(fits.why.find("within run.gpu_memory_limit"), std::string::npos) << fits.why;
   EXPECT_EQ(over.mode, MicroBatchGrads::kCompute);
-  EXPECT_EQ(over.what, "each micro-batch's rounded to bf16; the first layers' whose fp32 sums fit in " +
+  EXPECT_EQ(over.what, "each micro-batch's rounded to bf16; the first units' (the embeddings, then layers) fp32 sums "
+                       "that fit in " +
                            byte_size_text(over.sums_on_device_bytes) +
                            " summed on the device, sent to the host once a step; the others' sent to the host in "
                            "bf16, summed there in fp32");
@@ -306,11 +309,41 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
     EXPECT_LE(planned(over.sums_on_device_bytes), (summed + sent) / 2);
     EXPECT_GT(planned(static_cast<uint64_t>(part.shard_offset(units + 1)) * 4), (summed + sent) / 2);
   }
-  // No room beside "compute"'s own plan: every micro-batch is sent.
-  const Trainer::MicroBatchGradsChoice full = choice(sent);
-  EXPECT_EQ(full.mode, MicroBatchGrads::kCompute);
-  EXPECT_EQ(full.sums_on_device_bytes, 0u);
-  EXPECT_EQ(full.what, "each micro-batch's sent to the host in bf16, summed there in fp32");
+  // No room beside "compute"'s own plan, or less than the first unit's
+  // sum: every micro-batch is sent.
+  const Partition part(GptLayout(config(base).model), 1);
+  for (const uint64_t room : {uint64_t{0}, static_cast<uint64_t>(part.shard_offset(1)) * 2}) {
+    const Trainer::MicroBatchGradsChoice full = choice(sent + room);
+    EXPECT_EQ(full.mode, MicroBatchGrads::kCompute);
+    EXPECT_EQ(full.sums_on_device_bytes, 0u) << room;
+    EXPECT_EQ(full.what, "each micro-batch's sent to the host in bf16, summed there in fp32");
+  }
+  {
+    // The GPU's own size as the limit: a twentieth of it stays free.
+    PlanDevice gpu = plan_device(probe);
+    gpu.usable_bytes = (summed + sent) / 2;
+    auto own = Trainer::micro_batch_grads(config(base), 1, kernels, gpu);
+    ASSERT_TRUE(own.ok()) << own.status();
+    EXPECT_EQ(own->mode, MicroBatchGrads::kCompute);
+    ASSERT_GT(own->sums_on_device_bytes, 0u);
+    JobConfig resolved = config(base);
+    own->apply(resolved.zero);
+    MemoryPlan plan(gpu);
+    ASSERT_TRUE(Trainer::plan(resolved, 1, 0, kernels, plan).ok());
+    EXPECT_LE(plan.peaks().total[static_cast<int>(Tier::kGpu)], gpu.usable_bytes - gpu.usable_bytes / 20);
+    EXPECT_LT(own->sums_on_device_bytes, over.sums_on_device_bytes);
+  }
+  {
+    // "compute" because another rank's GPU needs it: the same room.
+    JobConfig capped = config(base);
+    capped.run.gpu_memory_limit = (summed + sent) / 2;
+    auto forced = Trainer::compute_grads(capped, 1, kernels, plan_device(probe), Trainer::ResumeFrom::kNothing,
+                                         "another rank");
+    ASSERT_TRUE(forced.ok()) << forced.status();
+    EXPECT_EQ(forced->mode, MicroBatchGrads::kCompute);
+    EXPECT_EQ(forced->sums_on_device_bytes, over.sums_on_device_bytes);
+    EXPECT_EQ(forced->why, "another rank");
+  }
   EXPECT_NE(over.why.find("the step's gradient sum on the GPU (" +
                           byte_size_text(CachingAllocator::block_size(Partition(GptLayout(config(base).model), 1).shard_numel() * 4)) +
                           ") takes a rank to " + byte_size_text(summed) + ", over run.gpu_memory_limit"),
@@ -345,7 +378,7 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
   }
   EXPECT_EQ(losses, ref.losses);
   EXPECT_LE(acct.peak_total(Tier::kGpu), *capped.run.gpu_memory_limit);
-  EXPECT_GT(acct.peak(Tier::kGpu, Category::kGrads), 0u);  // the first layers' sums
+  EXPECT_GT(acct.peak(Tier::kGpu, Category::kGrads), 0u);  // the first units' sums
 }
 
 // At stage 2 with the optimizer on the host, the GPU holds no optimizer

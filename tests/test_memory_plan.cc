@@ -447,7 +447,7 @@ TEST_F(EstimateTest, NodesSumTheirRanksAndGpusAreDescribedWithoutOne) {
 // The estimate says how the job's micro-batches would leave the GPU: the
 // gpt2-xl offload example (8 micro-batches a step, its optimizer on the
 // host) keeps their 6.2 GB sum on an 80 GiB GPU, and under the example's
-// own 12 GiB cap sends each in bf16 but for the first layers' sums, which
+// own 12 GiB cap sends each in bf16 but for the first units' sums, which
 // fill what the cap leaves.
 TEST_F(EstimateTest, SaysWhetherTheMicroBatchesGradientsAreSummedOnTheGpu) {
   const std::string example = ZEROD_SOURCE_DIR "/examples/gpt2-xl-offload.json";

@@ -38,7 +38,8 @@ struct LossScaleConfig {
 //     on the GPU and leaves it once a step;
 //   kCompute: rounded to the run's 16-bit type first; with the optimizer
 //     offloaded each micro-batch's leaves the GPU in 16 bits and is summed
-//     on the host, but for the first layers whose fp32 sums fit in
+//     on the host, but for the first units (the embeddings, then layers)
+//     whose fp32 sums fit in
 //     compute_sums_on_device_bytes: those are summed on the GPU and leave
 //     it once a step;
 //   kAuto: kF32, unless the optimizer is offloaded, a step has several

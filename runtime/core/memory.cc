@@ -159,13 +159,14 @@ namespace {
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
 
 // Pinned host memory: page-aligned (direct I/O uses the offload buffers in
-// place), whole pages (no two registrations share one), its pages first
-// touched by all the host's threads, as huge pages where the kernel gives
-// them, and zeroed; then registered with CUDA, which finds them present
-// rather than faulting each in on one thread.
+// place), whole pages (no two registrations share one), zeroed, a large
+// one's pages first touched by all the host's threads and as huge pages
+// where the kernel gives them (aligned to one); then registered with CUDA,
+// which finds its pages present rather than faulting each in on one thread.
 absl::StatusOr<void*> allocate_pinned(uint64_t bytes) {
+  if (bytes == 0) return nullptr;
   const uint64_t align = bytes >= kHugePage ? kHugePage : kPageBytes;
-  const uint64_t size = (bytes + align - 1) / align * align;
+  const uint64_t size = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
   char* p = static_cast<char*>(std::aligned_alloc(align, size));
   if (!p) return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", size, " bytes to pin failed"));
   if (align == kHugePage) madvise(p, size, MADV_HUGEPAGE);  // a hint, ignored where huge pages are off

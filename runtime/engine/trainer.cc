@@ -74,7 +74,8 @@ std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
   if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step");
   const std::string sent = absl::StrCat("each micro-batch's sent to the host in ", type, ", summed there in fp32");
   if (c.sums.device_bytes == 0) return sent;
-  return absl::StrCat("each micro-batch's rounded to ", type, "; the first layers' whose fp32 sums fit in ",
+  return absl::StrCat("each micro-batch's rounded to ", type,
+                      "; the first units' (the embeddings, then layers) fp32 sums that fit in ",
                       byte_size_text(c.sums.device_bytes), " summed on the device, sent to the host once a step; ",
                       "the others' ", sent.substr(std::string("each micro-batch's ").size()));
 }
@@ -87,63 +88,107 @@ std::string Trainer::MicroBatchGradsChoice::line() const {
                       why.empty() ? "" : absl::StrCat(" | auto: ", why));
 }
 
+namespace {
+
+// The GPU memory "auto" plans against: run.gpu_memory_limit, or what the
+// device holds (`device_free`); 0 where neither is known.
+struct GpuLimit {
+  uint64_t bytes = 0;
+  std::string text;
+  bool device_free = true;
+};
+GpuLimit gpu_limit(const JobConfig& cfg, const PlanDevice& device) {
+  GpuLimit l{device.usable_bytes, absl::StrCat("the ", byte_size_text(device.usable_bytes), " the GPU holds")};
+  if (const std::optional<uint64_t>& job = cfg.run.gpu_memory_limit;
+      job && *job > 0 && (l.bytes == 0 || *job <= l.bytes)) {
+    l = {*job, absl::StrCat("run.gpu_memory_limit ", byte_size_text(*job)), false};
+  }
+  return l;
+}
+
+// The GPU's peak over the ranks of cfg's plan, and its gradients' peak.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> gpu_peaks(const JobConfig& cfg, int world_size,
+                                                         const KernelMemory& kernels, const PlanDevice& device,
+                                                         Trainer::ResumeFrom resume) {
+  const int gpu = static_cast<int>(Tier::kGpu);
+  uint64_t total = 0, grads = 0;
+  for (int rank = 0; rank < world_size; ++rank) {
+    MemoryPlan plan(device);
+    ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, world_size, rank, kernels, plan, resume));
+    const MemoryPeaks p = plan.peaks();
+    grads = std::max(grads, p.peak[gpu][static_cast<int>(Category::kGrads)]);
+    total = std::max(total, p.total[gpu]);
+  }
+  return std::pair{total, grads};
+}
+
+Trainer::MicroBatchGradsChoice choice_of(const JobConfig& cfg, const PlanDevice& device, MicroBatchGrads mode,
+                                         std::string why, uint64_t on_device = 0) {
+  Trainer::MicroBatchGradsChoice c{mode, on_device, "", std::move(why)};
+  JobConfig resolved = cfg;
+  c.apply(resolved.zero);
+  c.what = micro_batch_flow(resolved, device);
+  return c;
+}
+
+// Whether "fp32" would keep the step's sum on the GPU: the optimizer
+// offloaded from a GPU, several micro-batches a step.
+bool sums_on_gpu(const JobConfig& cfg, const PlanDevice& device) {
+  JobConfig summed = cfg;
+  summed.zero.micro_batch_grads = MicroBatchGrads::kF32;
+  return stores_for(summed, device).sums.device_bytes != 0;
+}
+
+}  // namespace
+
 absl::StatusOr<Trainer::MicroBatchGradsChoice> Trainer::micro_batch_grads(const JobConfig& cfg, int world_size,
                                                                           const KernelMemory& kernels,
                                                                           const PlanDevice& device,
                                                                           ResumeFrom resume) {
   const ZeroConfig& z = cfg.zero;
-  auto chosen = [&](MicroBatchGrads mode, std::string why, uint64_t on_device = 0) {
-    MicroBatchGradsChoice c{mode, on_device, "", std::move(why)};
-    JobConfig resolved = cfg;
-    c.apply(resolved.zero);
-    c.what = micro_batch_flow(resolved, device);
-    return c;
-  };
-  if (z.micro_batch_grads != MicroBatchGrads::kAuto) return chosen(z.micro_batch_grads, "");
+  if (z.micro_batch_grads != MicroBatchGrads::kAuto) return choice_of(cfg, device, z.micro_batch_grads, "");
   // Only where "fp32" would keep a sum on the GPU is there a choice.
+  if (!sums_on_gpu(cfg, device)) return choice_of(cfg, device, MicroBatchGrads::kF32, "");
+  const GpuLimit limit = gpu_limit(cfg, device);
   JobConfig summed = cfg;
   summed.zero.micro_batch_grads = MicroBatchGrads::kF32;
-  if (stores_for(summed, device).sums.device_bytes == 0) return chosen(MicroBatchGrads::kF32, "");
-  const int gpu = static_cast<int>(Tier::kGpu);
-  uint64_t limit = device.usable_bytes;
-  std::string limit_text = absl::StrCat("the ", byte_size_text(limit), " the GPU holds");
-  if (const std::optional<uint64_t>& job = cfg.run.gpu_memory_limit; job && *job > 0 && (limit == 0 || *job <= limit)) {
-    limit = *job;
-    limit_text = absl::StrCat("run.gpu_memory_limit ", byte_size_text(limit));
-  }
-  // The GPU's peak over the ranks of `c`'s plan, and its gradients' peak.
-  auto peaks = [&](const JobConfig& c) -> absl::StatusOr<std::pair<uint64_t, uint64_t>> {
-    uint64_t total = 0, grads = 0;
-    for (int rank = 0; rank < world_size; ++rank) {
-      MemoryPlan plan(device);
-      ZEROD_RETURN_IF_ERROR(Trainer::plan(c, world_size, rank, kernels, plan, resume));
-      const MemoryPeaks p = plan.peaks();
-      grads = std::max(grads, p.peak[gpu][static_cast<int>(Category::kGrads)]);
-      total = std::max(total, p.total[gpu]);
-    }
-    return std::pair{total, grads};
-  };
-  ZEROD_ASSIGN_OR_RETURN(const auto whole, peaks(summed));
+  ZEROD_ASSIGN_OR_RETURN(const auto whole, gpu_peaks(summed, world_size, kernels, device, resume));
   const auto [most, sum_bytes] = whole;
   const std::string sum = absl::StrCat("the step's gradient sum on the GPU (", byte_size_text(sum_bytes),
                                        ") takes a rank to ", byte_size_text(most));
-  if (limit == 0) return chosen(MicroBatchGrads::kF32, sum);
-  if (most <= limit) return chosen(MicroBatchGrads::kF32, absl::StrCat(sum, ", within ", limit_text));
-  // What the cap leaves beside "compute"'s plan keeps the first layers'
-  // sums on the GPU; the sum's buffer adds to every phase's peak, so one
-  // correction by what a try is over is enough, a few allowed.
+  if (limit.bytes == 0) return choice_of(cfg, device, MicroBatchGrads::kF32, sum);
+  if (most <= limit.bytes) return choice_of(cfg, device, MicroBatchGrads::kF32, absl::StrCat(sum, ", within ", limit.text));
+  return compute_grads(cfg, world_size, kernels, device, resume, absl::StrCat(sum, ", over ", limit.text));
+}
+
+absl::StatusOr<Trainer::MicroBatchGradsChoice> Trainer::compute_grads(const JobConfig& cfg, int world_size,
+                                                                      const KernelMemory& kernels,
+                                                                      const PlanDevice& device, ResumeFrom resume,
+                                                                      std::string why) {
   JobConfig sent = cfg;
   sent.zero.micro_batch_grads = MicroBatchGrads::kCompute;
-  ZEROD_ASSIGN_OR_RETURN(const auto base, peaks(sent));
-  uint64_t keep = base.first < limit ? limit - base.first : 0;
+  sent.zero.compute_sums_on_device_bytes = 0;
+  const GpuLimit limit = gpu_limit(cfg, device);
+  if (limit.bytes == 0 || !sums_on_gpu(cfg, device)) return choice_of(sent, device, MicroBatchGrads::kCompute, why);
+  // What the limit leaves beside "compute"'s plan keeps the first units'
+  // sums on the GPU. The sum's buffer adds to every phase's peak, so one
+  // correction by what a try is over is enough (a few allowed). What the
+  // device holds keeps a twentieth free: memory the plan does not count
+  // (NCCL's, the libraries' own) needs room.
+  const uint64_t target = limit.device_free ? limit.bytes - limit.bytes / 20 : limit.bytes;
+  ZEROD_ASSIGN_OR_RETURN(const auto base, gpu_peaks(sent, world_size, kernels, device, resume));
+  uint64_t keep = base.first < target ? target - base.first : 0;
   for (int tries = 0; keep > 0; ++tries) {
     sent.zero.compute_sums_on_device_bytes = keep;
-    ZEROD_ASSIGN_OR_RETURN(const auto tried, peaks(sent));
-    if (tried.first <= limit) break;
-    const uint64_t over = tried.first - limit;
+    ZEROD_ASSIGN_OR_RETURN(const auto tried, gpu_peaks(sent, world_size, kernels, device, resume));
+    if (tried.first <= target) {
+      if (tried.second == 0) keep = 0;  // not even the first unit's sum fits
+      break;
+    }
+    const uint64_t over = tried.first - target;
     keep = tries < 3 && over < keep ? keep - over : 0;
   }
-  return chosen(MicroBatchGrads::kCompute, absl::StrCat(sum, ", over ", limit_text), keep);
+  return choice_of(sent, device, MicroBatchGrads::kCompute, std::move(why), keep);
 }
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,

@@ -160,12 +160,14 @@ class Trainer {
   // (stage 2 or 3) from a GPU and a step has several micro-batches: then
   // "fp32" (the step's sum kept on the GPU) where every rank's plan with it
   // fits the GPU (run.gpu_memory_limit, and what the device holds), else
-  // "compute". `what` says how the micro-batches then go, for the banner
-  // ("" where they are added in fp32 in memory); `why`, for "auto" on a
-  // GPU, what decided it.
+  // compute_grads(). `what` says how the micro-batches then go, for the
+  // banner ("" where they are added in fp32 in memory); `why`, for "auto"
+  // on a GPU, what decided it.
   struct MicroBatchGradsChoice {
     MicroBatchGrads mode;
-    uint64_t sums_on_device_bytes = 0;  // kCompute: what the GPU keeps of the step's sum
+    // kCompute: the bytes of the step's fp32 sum the GPU may keep (whole
+    // units from the first fit in it; at least one where not 0).
+    uint64_t sums_on_device_bytes = 0;
     std::string what, why;
     // The choice into a config's zero_optimization.
     void apply(ZeroConfig& z) const {
@@ -179,6 +181,13 @@ class Trainer {
   static absl::StatusOr<MicroBatchGradsChoice> micro_batch_grads(const JobConfig& cfg, int world_size,
                                                                  const KernelMemory& kernels, const PlanDevice& device,
                                                                  ResumeFrom resume = ResumeFrom::kNothing);
+  // "compute", with what the GPU has left beside its plan (within
+  // run.gpu_memory_limit, or a twentieth short of what the device holds)
+  // keeping the first units' sums there, where the optimizer is offloaded
+  // and a step has several micro-batches; `why` as given.
+  static absl::StatusOr<MicroBatchGradsChoice> compute_grads(const JobConfig& cfg, int world_size,
+                                                             const KernelMemory& kernels, const PlanDevice& device,
+                                                             ResumeFrom resume, std::string why);
 
  private:
   Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);

@@ -62,12 +62,8 @@ absl::StatusOr<Trainer::MicroBatchGradsChoice> agreed_micro_batch_grads(const Jo
   int64_t compute = mine.mode == MicroBatchGrads::kCompute;
   if (comm.world_size() > 1) ZEROD_RETURN_IF_ERROR(all_reduce(comm, &compute, 1, CommType::kI64, ReduceOp::kMax));
   if (!compute || mine.mode == MicroBatchGrads::kCompute) return mine;
-  JobConfig all = cfg;
-  all.zero.micro_batch_grads = MicroBatchGrads::kCompute;
-  ZEROD_ASSIGN_OR_RETURN(Trainer::MicroBatchGradsChoice theirs,
-                         Trainer::micro_batch_grads(all, rank.world_size, kernels, here, resume));
-  theirs.why = "the step's gradient sum does not fit another rank's GPU";
-  return theirs;
+  return Trainer::compute_grads(cfg, rank.world_size, kernels, here, resume,
+                                "the step's gradient sum does not fit another rank's GPU");
 }
 
 // The checkpoint run.resume names: the one `latest` names in

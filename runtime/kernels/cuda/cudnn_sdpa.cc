@@ -284,7 +284,8 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward, in
         // attention's scratch; a flash engine further down may not.
         if (plan->workspace > room) {
           last = absl::ResourceExhaustedError(absl::StrCat(
-              "its workspace (", plan->workspace, " bytes) is past attention's scratch (", room, " bytes)"));
+              "its workspace (", plan->workspace, " bytes) is past what attention's scratch leaves it (", room,
+              " bytes)"));
           continue;
         }
         plan->config = std::move(configs[i]);
