@@ -134,24 +134,30 @@ void MemoryAccountant::reset_peaks() {
   peak_total_ = total_;
 }
 
-void parallel_copy(void* dst, const void* src, uint64_t bytes) {
+namespace {
+
+// part(at, n) over [0, bytes) in 1 MiB parts, over the OpenMP team from 8.
+template <class Part>
+void in_parts(uint64_t bytes, const Part& part) {
   constexpr uint64_t kPart = uint64_t{1} << 20;
   const int64_t parts = static_cast<int64_t>((bytes + kPart - 1) / kPart);
 #pragma omp parallel for schedule(static) if (parts >= 8)
   for (int64_t i = 0; i < parts; ++i) {
     const uint64_t at = i * kPart;
-    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, std::min(kPart, bytes - at));
+    part(at, std::min(kPart, bytes - at));
   }
 }
 
+}  // namespace
+
+void parallel_copy(void* dst, const void* src, uint64_t bytes) {
+  in_parts(bytes, [&](uint64_t at, uint64_t n) {
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, n);
+  });
+}
+
 void parallel_zero(void* dst, uint64_t bytes) {
-  constexpr uint64_t kPart = uint64_t{1} << 20;
-  const int64_t parts = static_cast<int64_t>((bytes + kPart - 1) / kPart);
-#pragma omp parallel for schedule(static) if (parts >= 8)
-  for (int64_t i = 0; i < parts; ++i) {
-    const uint64_t at = i * kPart;
-    std::memset(static_cast<char*>(dst) + at, 0, std::min(kPart, bytes - at));
-  }
+  in_parts(bytes, [&](uint64_t at, uint64_t n) { std::memset(static_cast<char*>(dst) + at, 0, n); });
 }
 
 namespace {

@@ -72,12 +72,12 @@ std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
   if (!c.optimizer_on_host) return absl::StrCat("rounded to ", type, " each micro-batch, summed in fp32");
   if (c.sums.device_bytes == MicroBatchSums::kAll) return "summed in fp32 on the device, sent to the host once a step";
   if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step");
-  const std::string sent = absl::StrCat("each micro-batch's sent to the host in ", type, ", summed there in fp32");
-  if (c.sums.device_bytes == 0) return sent;
+  const std::string sent = absl::StrCat("sent to the host in ", type, ", summed there in fp32");
+  if (c.sums.device_bytes == 0) return absl::StrCat("each micro-batch's ", sent);
   return absl::StrCat("each micro-batch's rounded to ", type,
                       "; the first units' (the embeddings, then layers) fp32 sums that fit in ",
                       byte_size_text(c.sums.device_bytes), " summed on the device, sent to the host once a step; ",
-                      "the others' ", sent.substr(std::string("each micro-batch's ").size()));
+                      "the others' ", sent);
 }
 
 }  // namespace
