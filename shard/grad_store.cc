@@ -130,6 +130,7 @@ class HostGrads : public GradStore {
   const float* owned(const ShardSegment& s) override { return shard_.host<float>() + s.shard_offset; }
   absl::StatusOr<const float*> acquire(int u) override { return shard_.host<float>() + ctx_.part.shard_offset(u); }
   void after_adds(int count, AfterAdds then, bool) override { adds_.after_adds(count, std::move(then)); }
+  void after_device_adds(AfterAdds then) override { adds_.after_device_adds(std::move(then)); }
 
  private:
   Buffer shard_;

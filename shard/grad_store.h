@@ -83,6 +83,13 @@ class GradStore {
   // step).
   using AfterAdds = std::function<absl::Status(int u, const float* grads)>;
   virtual void after_adds(int /*count*/, AfterAdds /*then*/, bool /*keep*/) {}
+  // Of those, a store that sums units on the device (MicroBatchSums::
+  // device_units) gives each such unit's sum to `then(u, sum)` in place
+  // of sending it to the host, on the thread that adds the unit's count-th
+  // chunk, once that add is on the compute stream; `sum` is on the device,
+  // kept until zero(). after_adds' then() is not called for those units.
+  // An empty function sends them again.
+  virtual void after_device_adds(AfterAdds /*then*/) {}
 
  protected:
   ZeroContext& ctx_;

@@ -121,6 +121,7 @@ absl::Status HostAdds::add(int u, const Buffer& recv) {
     }
     ctx_.kernels.add(ctx_.stream, sum, recv.ptr<float>(), ctx_.part.chunk(u));
     if (count < sums_.count) return absl::OkStatus();
+    if (device_then_ && then) return device_then_(u, sum);
     Event& summed = *summed_[u];
     ctx_.device.record(ctx_.stream, summed);
     sender_.submit([this, &summed, s = Send{u, sum, DType::kF32, true, std::move(then)}] {

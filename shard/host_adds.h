@@ -6,7 +6,8 @@
 // compute stream, as the in-memory store does; after the last micro-batch
 // the unit's sum leaves the device once, straight into the store's host
 // memory where the store has some (`Landing`), else in parts through the
-// staging buffers.
+// staging buffers; or, where the unit is updated on the device
+// (after_device_adds), it stays there.
 // Otherwise each micro-batch's chunk leaves the device, in its own type or
 // converted on the device to the rounded 16-bit type (half the bytes), in
 // parts through the staging buffers, and is widened and added on the host
@@ -71,6 +72,8 @@ class HostAdds : public ScatterGrads::Target {
     then_count_ = count;
     then_ = std::move(then);
   }
+  // GradStore::after_device_adds.
+  void after_device_adds(GradStore::AfterAdds then) { device_then_ = std::move(then); }
   absl::Status started(int u) override;
   absl::Status add(int u, const Buffer& recv) override;
   absl::Status reusing(const Buffer& recv) override;
@@ -125,7 +128,7 @@ class HostAdds : public ScatterGrads::Target {
   };
   std::map<const void*, Reading> reading_;
   int then_count_ = 0;
-  GradStore::AfterAdds then_;
+  GradStore::AfterAdds then_, device_then_;
   TaskThread adder_;   // after the buffers: its tasks end before they go
   TaskThread sender_;  // after the adder: its tasks submit to it
   ScatterGrads sink_;  // after the threads: its last adds are submitted while they run

@@ -29,12 +29,16 @@ uint64_t kept_bytes(const Optimizer& o, const ZeroShape& shape) {
 class InMemoryOptimizer : public OptimizerState {
  public:
   InMemoryOptimizer(ZeroContext& ctx, OptimizerPlace place)
-      : ctx_(ctx), device_(place.device), kernels_(place.kernels), stream_(place.device.compute_stream()) {}
+      : ctx_(ctx),
+        device_(place.device),
+        kernels_(place.kernels),
+        stream_(place.device.compute_stream()),
+        tier_(place.tier.value_or(place.device.memory_tier())) {}
 
   absl::Status create(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces, bool separate_masters,
                       const OptimizerState::PieceFill& init) {
     if (separate_masters) {
-      ZEROD_ASSIGN_OR_RETURN(masters_, device_.allocate(ctx_.part.shard_numel() * 4, Category::kOptimizer));
+      ZEROD_ASSIGN_OR_RETURN(masters_, device_.allocate(ctx_.part.shard_numel() * 4, Category::kOptimizer, tier_));
       for (size_t k = 0; k < pieces.size(); ++k) {
         pieces[k].master = masters_.ptr<float>() + ctx_.owned[k].shard_offset;
       }
@@ -42,7 +46,7 @@ class InMemoryOptimizer : public OptimizerState {
     ZEROD_RETURN_IF_ERROR(init_masters(device_, pieces, init));
     for (const ParamPiece& p : pieces) masters_of_.push_back({p.master, p.numel});
     optimizer_ = Optimizer::create_unbound(cfg, std::move(pieces), ctx_.dtype);
-    ZEROD_ASSIGN_OR_RETURN(states_, device_.allocate(optimizer_->state_bytes(), Category::kOptimizer));
+    ZEROD_ASSIGN_OR_RETURN(states_, device_.allocate(optimizer_->state_bytes(), Category::kOptimizer, tier_));
     optimizer_->bind(states_.data());
     optimizer_->zero_states(device_, stream_);
     return absl::OkStatus();
@@ -91,7 +95,7 @@ class InMemoryOptimizer : public OptimizerState {
     return device_.synchronize(stream_);
   }
   absl::Status allow_undo() override {
-    ZEROD_ASSIGN_OR_RETURN(kept_, device_.allocate(kept_bytes(*optimizer_, ctx_), Category::kOptimizer));
+    ZEROD_ASSIGN_OR_RETURN(kept_, device_.allocate(kept_bytes(*optimizer_, ctx_), Category::kOptimizer, tier_));
     is_kept_.assign(masters_of_.size(), false);
     return absl::OkStatus();
   }
@@ -119,6 +123,7 @@ class InMemoryOptimizer : public OptimizerState {
     return device_.write_from_host(stream_, a.data, a.numel * dtype_size(a.dtype), in);
   }
   bool in_memory() const override { return true; }
+  const Optimizer* bound() const override { return optimizer_.get(); }
 
  private:
   struct Masters {
@@ -146,7 +151,8 @@ class InMemoryOptimizer : public OptimizerState {
   Device& device_;
   Kernels& kernels_;
   Stream& stream_;
-  Buffer masters_;  // with separate masters
+  const Tier tier_;  // of the masters and states
+  Buffer masters_;   // with separate masters
   Buffer states_;
   std::vector<Masters> masters_of_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -195,9 +201,10 @@ class StreamedOptimizer : public OptimizerState {
 
 }  // namespace
 
-void plan_in_memory_optimizer(const ZeroShape& shape, bool on_host, const OptimizerConfig& cfg, bool separate_masters,
-                              bool undoable, bool saves_checkpoints, MemoryPlan& plan) {
-  const Tier at = on_host ? Tier::kHost : plan.device().memory;
+void plan_in_memory_optimizer(const ZeroShape& shape, std::optional<Tier> host, const OptimizerConfig& cfg,
+                              bool separate_masters, bool undoable, bool saves_checkpoints, MemoryPlan& plan) {
+  const bool on_host = host.has_value();
+  const Tier at = host.value_or(plan.device().memory);
   if (separate_masters) plan.add("fp32 master weights", at, Category::kOptimizer, shape.part.shard_numel() * 4);
   const std::unique_ptr<Optimizer> o = Optimizer::create_unbound(cfg, piece_shapes(shape.owned), shape.dtype);
   plan.add("optimizer states", at, Category::kOptimizer, o->state_bytes());

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "offload/swapped_optimizer.h"
@@ -71,12 +72,17 @@ class OptimizerState {
   virtual absl::Status write_state(const StateArray& a, const ArrayFill& in) = 0;
   // Whether everything is in memory, so copying it is a memcpy, not a read.
   virtual bool in_memory() const = 0;
+  // The optimizer over the pieces, bound to memory, where it is in memory
+  // (for updates over copies of it elsewhere: device_steps.h); else null.
+  virtual const Optimizer* bound() const { return nullptr; }
 };
 
-// Where an optimizer's memory is and its updates run: the device's, or the host's.
+// Where an optimizer's memory is and its updates run: the device's, or the
+// host's; its memory of `tier` (the device's own where unset).
 struct OptimizerPlace {
   Device& device;
   Kernels& kernels;
+  std::optional<Tier> tier = std::nullopt;
 };
 
 // With `separate_masters` the masters get a buffer of their own; without,
@@ -91,10 +97,11 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& 
                                                                    bool separate_masters, const OptimizerState::PieceFill& init,
                                                                    const SwapSettings& settings);
 
-// What each of those allocates, the first on the host or on plan's device
-// (with `undoable`, also what allow_undo() keeps aside; with
-// `saves_checkpoints`, what a save of its state takes).
-void plan_in_memory_optimizer(const ZeroShape& shape, bool on_host, const OptimizerConfig& cfg, bool separate_masters,
+// What each of those allocates, the first in host memory of `host` or
+// else on plan's device (with `undoable`, also what allow_undo() keeps
+// aside; with `saves_checkpoints`, what a save of its state takes).
+void plan_in_memory_optimizer(const ZeroShape& shape, std::optional<Tier> host, const OptimizerConfig& cfg,
+                              bool separate_masters,
                               bool undoable, bool saves_checkpoints, MemoryPlan& plan);
 void plan_streamed_optimizer(const ZeroShape& shape, const OptimizerConfig& cfg, bool separate_masters,
                              const SwapSettings& settings, MemoryPlan& plan);

@@ -94,7 +94,17 @@ StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device
       c.sums.device_bytes = compute ? z.compute_sums_on_device_bytes : MicroBatchSums::kAll;
     }
   }
+  // The kernels write a 16-bit working copy in the device's memory; the
+  // states stay where a checkpoint reads them.
+  c.updates_on_device = c.during_backward && !c.undoable && !c.states_in_file && !c.params_offloaded &&
+                        c.sums.device_bytes > 0 && settings.precision != DType::kF32 && device.memory == Tier::kGpu;
   return c;
+}
+
+std::optional<Tier> optimizer_memory(const StoreChoice& c) {
+  if (!c.optimizer_on_host) return std::nullopt;
+  // Copied to and from the device: offload's buffers' (pinned where they are).
+  return c.updates_on_device ? c.staging : Tier::kHost;
 }
 
 bool steps_on_stream(const ZeroSettings& settings, const StoreChoice& c, int world_size) {
@@ -159,8 +169,12 @@ void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int
     plan_streamed_optimizer(shape, settings.optimizer, c.separate_masters,
                             swap_settings(settings, c, shape, /*grads_streamed=*/c.grads_in_file, "", nullptr), plan);
   } else {
-    plan_in_memory_optimizer(shape, c.optimizer_on_host, settings.optimizer, c.separate_masters, c.undoable,
+    plan_in_memory_optimizer(shape, optimizer_memory(c), settings.optimizer, c.separate_masters, c.undoable,
                              saves_checkpoints, plan);
+  }
+  if (c.updates_on_device) {
+    DeviceSteps::plan(shape, plan);
+    plan.add_device("gradient sums by unit, of those updated on the device", Category::kWorkspace, sums);
   }
 }
 
@@ -252,10 +266,16 @@ absl::Status ZeroEngine::create_optimizer() {
     ZEROD_ASSIGN_OR_RETURN(optimizer_, streamed_optimizer(ctx_, settings_.optimizer, std::move(pieces),
                                                           stores_.separate_masters, init, ss));
   } else {
-    const OptimizerPlace place = stores_.optimizer_on_host ? OptimizerPlace{ctx_.host, ctx_.host_kernels}
-                                                           : OptimizerPlace{ctx_.device, ctx_.kernels};
+    const OptimizerPlace place = stores_.optimizer_on_host
+                                     ? OptimizerPlace{ctx_.host, ctx_.host_kernels, optimizer_memory(stores_)}
+                                     : OptimizerPlace{ctx_.device, ctx_.kernels};
     ZEROD_ASSIGN_OR_RETURN(optimizer_, in_memory_optimizer(ctx_, place, settings_.optimizer, std::move(pieces),
                                                            stores_.separate_masters, init));
+  }
+  if (stores_.updates_on_device) {
+    ZEROD_ASSIGN_OR_RETURN(device_steps_, DeviceSteps::create(ctx_, *optimizer_->bound()));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(device_unit_sums_, ctx_.part.num_units() * 8, Category::kWorkspace));
+    for (const ShardSegment& s : owned) working_.push_back(params_->working(s));
   }
   return absl::OkStatus();
 }
@@ -299,6 +319,12 @@ absl::StatusOr<double> ZeroEngine::grad_sum_squares() {
   const int units = ctx_.part.num_units();
   const bool on_host = grads_->on_host();
   Device& d = on_host ? ctx_.host : ctx_.device;
+  if (!summed_on_device_.empty()) {
+    // Those sums join the others' on the host.
+    ctx_.device.copy(ctx_.stream, unit_sums_host_.data(), device_unit_sums_.data(), units * 8);
+    ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
+    for (int u : summed_on_device_) unit_sums_.ptr<double>()[u] = unit_sums_host_.host<double>()[u];
+  }
   ZEROD_RETURN_IF_ERROR(enqueue_unit_sums(d, on_host ? ctx_.host_kernels : ctx_.kernels));
   d.copy(d.compute_stream(), unit_sums_host_.data(), unit_sums_.data(), units * 8);
   ZEROD_RETURN_IF_ERROR(d.synchronize(d.compute_stream()));
@@ -322,6 +348,7 @@ OptimizerState::MasterOut ZeroEngine::working_copy_writer() {
 void ZeroEngine::zero_grads() {
   grads_->zero();
   summed_.assign(ctx_.part.num_units(), false);
+  summed_on_device_.clear();
 }
 
 void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batches, float grad_factor) {
@@ -346,6 +373,17 @@ void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batche
                                        write, stores_.undoable);
       },
       /*keep=*/stores_.undoable);  // an update undone is done again from them
+  if (!device_steps_) return;
+  grads_->after_device_adds([this, lr, step, grad_factor](int u, const float* sum) {
+    ++units_updated_in_backward_;
+    ++units_updated_on_device_;
+    // The same kernel on the same values as the host's, on the device.
+    ctx_.kernels.sum_squares(ctx_.stream, sum, ctx_.part.chunk(u), device_unit_sums_.ptr<double>() + u);
+    summed_[u] = true;
+    summed_on_device_.push_back(u);
+    device_steps_->enqueue(unit_pieces_[u].first, unit_pieces_[u].second, sum, working_, lr, step, grad_factor);
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, bool restore_working) {
@@ -354,6 +392,10 @@ absl::StatusOr<bool> ZeroEngine::end_update_during_backward(float grad_factor, b
   // waited for the last).
   updating_during_backward_ = false;
   grads_->after_adds(0, {}, false);
+  if (device_steps_) {
+    grads_->after_device_adds({});
+    ZEROD_RETURN_IF_ERROR(device_steps_->finish());
+  }
   if (grad_factor == factor_during_backward_) {
     ZEROD_RETURN_IF_ERROR(optimizer_->commit());
     return true;

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/model/param_init.h"
+#include "shard/device_steps.h"
 #include "shard/grad_store.h"
 #include "shard/optimizer_state.h"
 #include "shard/param_store.h"
@@ -63,6 +65,11 @@ struct StoreChoice {
   // factor known only after backward).
   bool undoable = false;
   bool during_backward = false;  // ZeroEngine::updates_during_backward()
+  // Of those, the units summed on a GPU are updated there (device_steps.h),
+  // the masters and states in `staging` memory: where the working copy is
+  // 16-bit and on the device, the states in host memory, and nothing to
+  // undo.
+  bool updates_on_device = false;
   Tier staging = Tier::kHost;    // offload_optimizer's host buffers
   // Stages 2 and 3 (zero_optimization.micro_batch_grads, resolved): each
   // micro-batch's reduced gradients rounded to the 16-bit type with
@@ -73,6 +80,9 @@ struct StoreChoice {
   MicroBatchSums sums;
 };
 StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device);
+// The host memory an offloaded optimizer's masters and states take (none:
+// on the device).
+std::optional<Tier> optimizer_memory(const StoreChoice& c);
 // Whether a rank of a world of `world_size` with these stores steps on the
 // device's stream (ZeroEngine::enqueue_step): a world of one at stage 0
 // with the optimizer in the device's memory, where gradients need no
@@ -174,8 +184,10 @@ class ZeroEngine {
   // since creation: the communication that overlap did not hide.
   double pass_comm_wait_s() const { return ctx_.pass_wait_s; }
   // Units whose update ran during backward (update_during_backward) since
-  // creation.
+  // creation, and of them those updated on the device (in parts).
   int64_t units_updated_in_backward() const { return units_updated_in_backward_; }
+  int64_t units_updated_on_device() const { return units_updated_on_device_; }
+  int64_t parts_updated_on_device() const { return device_steps_ ? device_steps_->parts() : 0; }
   // Steps whose update during backward was undone since creation.
   int64_t updates_undone() const { return updates_undone_; }
 
@@ -227,11 +239,19 @@ class ZeroEngine {
   bool updating_during_backward_ = false;
   float factor_during_backward_ = 1.0f;
   std::atomic<int64_t> units_updated_in_backward_{0};  // counted on the host thread
+  int64_t units_updated_on_device_ = 0;
   int64_t updates_undone_ = 0;
   Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients, where they are and on the host
   bool on_stream_ = false;             // steps_on_stream()
   Buffer stream_step_;                 // enqueue_step's sum of squares (a double), then its factor (a float)
   std::vector<char> summed_;           // per unit: its sum taken this step (during backward, on the host thread)
+  // With StoreChoice::updates_on_device: each unit's sum of squares where
+  // it is taken on the device, those units (this step), and each piece's
+  // working copy on the device.
+  Buffer device_unit_sums_;
+  std::vector<int> summed_on_device_;
+  std::vector<void*> working_;
+  std::unique_ptr<DeviceSteps> device_steps_;  // before the optimizer it reads goes
 };
 
 }  // namespace zerod

@@ -7,20 +7,26 @@
 //   - offloaded optimizer states and gradients leave the GPU, and offloaded
 //     parameters leave it the gathered units only;
 //   - a GPU cap the model does not fit under refuses the run without
-//     offload, and the offloaded run trains under it with the same bits.
+//     offload, and the offloaded run trains under it with the same bits;
+//   - units whose sums are on the GPU are updated there, their masters
+//     and states copied up and back in parts, with the host's bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/engine/trainer.h"
+#include "comm/communicator.h"
 #include "runtime/model/gpt_layout.h"
+#include "shard/device_steps.h"
 #include "shard/partition.h"
+#include "shard/saved_shards.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
 
@@ -481,6 +487,165 @@ TEST_F(GpuTierOffloadTest, ARunTooLargeForTheGpuCapTrainsWithEverythingOffloaded
   EXPECT_LE(acct.peak_total(Tier::kGpu), cap);
   EXPECT_EQ(capped.losses, uncapped.losses);
   EXPECT_TRUE(testing::same_bits(capped.params, uncapped.params));
+}
+
+// Stages 2 and 3 with the optimizer on the host, no clipping: the units
+// whose micro-batches are summed on the GPU (all of them with "fp32",
+// half the sum's bytes with "compute") are updated there, AdamW and 8-bit
+// AdamW, with the bits of the run in memory; the others on the host as
+// before; the plan foresees every tier and category to the byte. With
+// clipping the factor is known after backward: the host updates them all.
+TEST_F(GpuTierOffloadTest, TheGpuUpdatesTheUnitsSummedThereWithTheBitsOfTheRunInMemory) {
+  const std::string eight_bit = "optimizer.type=\"AdamW8bit\"";
+  struct Case {
+    std::vector<std::string> overrides;
+    bool half_kept;   // "compute" with half the sum's bytes on the GPU, else "fp32"
+    bool on_device;   // any unit updated there
+  };
+  const std::vector<Case> cases = {
+      {{"zero_optimization.stage=2", "gradient_clipping=0"}, false, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0", eight_bit}, false, true},
+      {{"zero_optimization.stage=2", "gradient_clipping=0", eight_bit}, true, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0"}, true, true},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0"}, false, false},
+  };
+  MemoryAccountant probe_acct;
+  CpuDevice probe(probe_acct, gpu_tier());
+  const KernelMemory kernels = kernel_memory_for(probe);
+  for (const Case& c : cases) {
+    std::string name = c.half_kept ? "half kept: " : "all kept: ";
+    for (const std::string& o : c.overrides) name += o + " ";
+    SCOPED_TRACE(name);
+    const std::string mode = micro_batch_grads(c.half_kept ? "compute" : "fp32");
+    MemoryAccountant cpu_acct;
+    CpuDevice cpu(cpu_acct);
+    const testing::TrainedRun ref = testing::train_to_end(config(joined(c.overrides, {mode})), nullptr, cpu);
+    ASSERT_TRUE(ref.status.ok()) << ref.status;
+
+    JobConfig offloaded = config(joined(joined(c.overrides, optimizer_on("cpu")), {mode}));
+    const Partition part(GptLayout(offloaded.model), 1);
+    if (c.half_kept) offloaded.zero.compute_sums_on_device_bytes = part.shard_numel() * 2;
+    const int kept = c.half_kept ? MicroBatchSums{2, DType::kBF16, offloaded.zero.compute_sums_on_device_bytes}
+                                       .device_units(part)
+                                 : part.num_units();
+    MemoryPlan plan(plan_device(probe));
+    ASSERT_TRUE(Trainer::plan(offloaded, 1, 0, kernels, plan).ok());
+    MemoryAccountant acct;
+    MemoryPeaks got;
+    {
+      CpuDevice gpu(acct, gpu_tier());
+      auto t = Trainer::create(offloaded, nullptr, &gpu);
+      ASSERT_TRUE(t.ok()) << t.status();
+      std::vector<double> losses;
+      for (int64_t i = 0; i < offloaded.run.steps; ++i) {
+        auto r = (*t)->step();
+        ASSERT_TRUE(r.ok()) << r.status();
+        losses.push_back(r->loss);
+      }
+      got = acct.peaks();  // before the test's own gather of the masters
+      auto params = (*t)->master_params();
+      ASSERT_TRUE(params.ok()) << params.status();
+      EXPECT_EQ(losses, ref.losses);
+      EXPECT_TRUE(testing::same_bits(*params, ref.params));
+      const ZeroEngine& zero = (*t)->zero();
+      EXPECT_EQ(zero.units_updated_on_device(), c.on_device ? offloaded.run.steps * kept : 0);
+      EXPECT_EQ(zero.units_updated_in_backward(), c.on_device ? offloaded.run.steps * part.num_units() : 0);
+      EXPECT_EQ(zero.parts_updated_on_device() > 0, c.on_device);
+      EXPECT_GT(kept, 0);
+      EXPECT_EQ(kept < part.num_units(), c.half_kept);
+    }
+    const MemoryPeaks want = plan.peaks();
+    for (int t = 0; t < kNumTiers; ++t) {
+      const char* tier = tier_name(static_cast<Tier>(t));
+      EXPECT_EQ(want.total[t], got.total[t]) << tier;
+      for (int k = 0; k < kNumCategories; ++k) {
+        EXPECT_EQ(want.peak[t][k], got.peak[t][k]) << tier << " " << category_name(static_cast<Category>(k));
+      }
+    }
+  }
+}
+
+// DeviceSteps against the host's update of the same pieces (AdamW and
+// 8-bit AdamW): parts of 1024 elements, so that pieces are split, with a
+// short last part, and small pieces are one part each; the gradients
+// written on the compute stream just before, and the working copy read
+// back on it just after finish(), behind the threaded, delayed streams.
+// Three steps: the masters, states and working copy are the host's, bit
+// for bit.
+TEST(DeviceSteps, UpdateInPartsOnTheDeviceWithTheHostsBits) {
+  GptConfig model{1, 2, 64, 256, 16};  // 16384-element matrices: quantized, 16 parts each
+  const GptLayout layout(model);
+  for (const char* type : {"AdamW", "AdamW8bit"}) {
+    SCOPED_TRACE(type);
+    OptimizerConfig cfg;
+    cfg.type = std::string(type) == "AdamW" ? OptimizerType::kAdamW : OptimizerType::kAdamW8bit;
+    cfg.weight_decay = 0.1;
+    MemoryAccountant acct;
+    CpuDevice gpu(acct, gpu_tier()), host(acct);
+    const std::unique_ptr<Kernels> kernels = *kernels_for(gpu), host_kernels = *kernels_for(host);
+    const std::unique_ptr<Communicator> comm = make_local_communicator();
+    ZeroContext ctx(layout, 3, DType::kBF16, *comm, gpu, *kernels, host, *host_kernels);
+    const int64_t numel = ctx.part.shard_numel();
+
+    // The same initial masters for both; gradients new each step.
+    std::vector<float> ref_masters(numel), masters(numel), grads(numel);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (float& x : ref_masters) x = normal(rng);
+    masters = ref_masters;
+    std::vector<uint16_t> ref_working(numel);
+    auto optimizer_over = [&](float* m, uint16_t* working) {
+      std::vector<ParamPiece> pieces = piece_shapes(ctx.owned);
+      for (size_t k = 0; k < pieces.size(); ++k) {
+        pieces[k].master = m + ctx.owned[k].shard_offset;
+        pieces[k].grad = grads.data() + ctx.owned[k].shard_offset;
+        if (working) pieces[k].param16 = working + ctx.owned[k].shard_offset;
+      }
+      return Optimizer::create_unbound(cfg, std::move(pieces), DType::kBF16);
+    };
+    const std::unique_ptr<Optimizer> ref = optimizer_over(ref_masters.data(), ref_working.data()),
+                                     opt = optimizer_over(masters.data(), nullptr);
+    std::vector<char> ref_states(ref->state_bytes()), states(opt->state_bytes());
+    ref->bind(ref_states.data());
+    opt->bind(states.data());
+    ref->zero_states(host, host.compute_stream());
+    opt->zero_states(host, host.compute_stream());
+
+    Buffer device_grads = *gpu.allocate(numel * 4, Category::kGrads);
+    Buffer working = *gpu.allocate(numel * 2, Category::kParams);
+    std::vector<void*> working_of;
+    for (const ShardSegment& s : ctx.owned) working_of.push_back(working.ptr<uint16_t>() + s.shard_offset);
+    auto steps = DeviceSteps::create(ctx, *opt, 1024);
+    ASSERT_TRUE(steps.ok()) << steps.status();
+    EXPECT_FALSE(DeviceSteps::create(ctx, *opt, 1000).ok());  // not whole blocks
+
+    std::vector<uint16_t> got_working(numel);
+    for (int64_t step = 1; step <= 3; ++step) {
+      for (float& g : grads) g = normal(rng);
+      ref->step(*host_kernels, host.compute_stream(), 1e-3f, step, 0.5f);
+      gpu.copy(ctx.stream, device_grads.data(), grads.data(), numel * 4);
+      for (int u = ctx.part.num_units() - 1; u >= 0; --u) {
+        int first = -1, last = -1;
+        for (size_t k = 0; k < ctx.owned.size(); ++k) {
+          if (ctx.owned[k].unit != u) continue;
+          if (first < 0) first = static_cast<int>(k);
+          last = static_cast<int>(k) + 1;
+        }
+        (*steps)->enqueue(first, last, device_grads.ptr<float>() + ctx.owned[first].shard_offset, working_of, 1e-3f,
+                          step, 0.5f);
+      }
+      ASSERT_TRUE((*steps)->finish().ok());
+      gpu.copy(ctx.stream, got_working.data(), working.data(), numel * 2);
+      ASSERT_TRUE(gpu.synchronize(ctx.stream).ok());
+      EXPECT_TRUE(testing::same_bits(masters, ref_masters)) << "step " << step;
+      EXPECT_EQ(states, ref_states) << "step " << step;
+      EXPECT_EQ(got_working, ref_working) << "step " << step;
+    }
+    int64_t parts = 0;
+    for (const ShardSegment& s : ctx.owned) parts += (s.numel + 1023) / 1024;
+    EXPECT_EQ((*steps)->parts(), 3 * parts);
+    EXPECT_GT(parts, static_cast<int64_t>(ctx.owned.size()));  // some pieces in several parts
+  }
 }
 
 }  // namespace

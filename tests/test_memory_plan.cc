@@ -455,8 +455,11 @@ TEST_F(EstimateTest, SaysWhetherTheMicroBatchesGradientsAreSummedOnTheGpu) {
   const Result roomy = estimate(testing::joined(own, {"--set", "run.gpu_memory_limit=null", "--gpu-memory", "80GiB"}));
   ASSERT_EQ(roomy.code, 0) << roomy.err;
   const uint64_t sum = CachingAllocator::block_size(Partition(GptLayout(*gpt_preset("gpt2-xl")), 1).shard_numel() * 4);
-  EXPECT_NE(roomy.out.find("micro-batch gradients (micro_batch_grads fp32): summed in fp32 on the device, sent to the "
-                           "host once a step | auto: the step's gradient sum on the GPU (" +
+  // The example updates during backward (no clipping, bf16): sums kept
+  // on the GPU are updated there.
+  EXPECT_NE(roomy.out.find("micro-batch gradients (micro_batch_grads fp32): summed in fp32 on the device, updated "
+                           "there (its masters and states copied up and back) | auto: the step's gradient sum on "
+                           "the GPU (" +
                            byte_size_text(sum) + ") takes a rank to "),
             std::string::npos)
       << roomy.out;
@@ -470,7 +473,8 @@ TEST_F(EstimateTest, SaysWhetherTheMicroBatchesGradientsAreSummedOnTheGpu) {
       << r;
   const Result said = estimate(own);
   ASSERT_EQ(said.code, 0) << said.err;
-  EXPECT_NE(said.out.find(" summed on the device, sent to the host once a step; the others' sent to the host in bf16"),
+  EXPECT_NE(said.out.find(" summed on the device, updated there (its masters and states copied up and back); the "
+                          "others' sent to the host in bf16"),
             std::string::npos)
       << said.out;
   EXPECT_GT(r["per_rank"]["gpu"]["grads"].get<uint64_t>(), 0u);

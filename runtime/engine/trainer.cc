@@ -70,14 +70,16 @@ std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
   if (cfg.zero.stage < 2 || (!c.optimizer_on_host && c.sums.rounded == DType::kF32)) return "";
   const std::string type = c.sums.rounded == DType::kF32 ? "fp32" : dtype_name(c.sums.rounded);
   if (!c.optimizer_on_host) return absl::StrCat("rounded to ", type, " each micro-batch, summed in fp32");
-  if (c.sums.device_bytes == MicroBatchSums::kAll) return "summed in fp32 on the device, sent to the host once a step";
+  // What becomes of a sum kept on the device.
+  const std::string once = c.updates_on_device ? "updated there (its masters and states copied up and back)"
+                                               : "sent to the host once a step";
+  if (c.sums.device_bytes == MicroBatchSums::kAll) return absl::StrCat("summed in fp32 on the device, ", once);
   if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step");
   const std::string sent = absl::StrCat("sent to the host in ", type, ", summed there in fp32");
   if (c.sums.device_bytes == 0) return absl::StrCat("each micro-batch's ", sent);
   return absl::StrCat("each micro-batch's rounded to ", type,
                       "; the first units' (the embeddings, then layers) fp32 sums that fit in ",
-                      byte_size_text(c.sums.device_bytes), " summed on the device, sent to the host once a step; ",
-                      "the others' ", sent);
+                      byte_size_text(c.sums.device_bytes), " summed on the device, ", once, "; the others' ", sent);
 }
 
 }  // namespace

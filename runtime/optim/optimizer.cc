@@ -124,6 +124,40 @@ void Optimizer::set_piece_states(int k, const float* m, const float* v) {
   }
 }
 
+std::vector<Optimizer::Span> Optimizer::part_arrays(int k, int64_t start, int64_t n) const {
+  const Piece& pc = pieces_[k];
+  std::vector<Span> arrays = {{pc.p.master + start, n * sizeof(float)}};
+  if (!pc.quantized) {
+    const AdamTensor t = fp32_view(pc);
+    arrays.push_back({t.m + start, n * sizeof(float)});
+    arrays.push_back({t.v + start, n * sizeof(float)});
+    return arrays;
+  }
+  const Adam8bitTensor t = quantized_view(pc);
+  const int64_t block = start / kQuantBlock;
+  const uint64_t absmax_bytes = quant_blocks(n) * sizeof(float);
+  arrays.push_back({t.m_absmax + block, absmax_bytes});
+  arrays.push_back({t.v_absmax + block, absmax_bytes});
+  arrays.push_back({t.m + start, static_cast<uint64_t>(n)});
+  arrays.push_back({t.v + start, static_cast<uint64_t>(n)});
+  return arrays;
+}
+
+void Optimizer::step_part(Kernels& kern, Stream& s, int k, int64_t n, const std::vector<void*>& at,
+                          const float* grad, void* param16, float lr, int64_t step, float grad_scale) const {
+  const Piece& pc = pieces_[k];
+  const AdamStep st = make_adam_step(hyper_, lr, step, grad_scale, pc.p.decay);
+  auto f32 = [&](int i) { return static_cast<float*>(at[i]); };
+  if (!pc.quantized) {
+    kern.adam(s, AdamTensor{f32(0), f32(1), f32(2), grad, DType::kF32, param16, param16_type_, n}, st);
+    return;
+  }
+  kern.adam8bit(s,
+                Adam8bitTensor{f32(0), static_cast<uint8_t*>(at[3]), static_cast<uint8_t*>(at[4]), f32(1), f32(2),
+                               grad, DType::kF32, param16, param16_type_, n},
+                st);
+}
+
 void Optimizer::step(Kernels& k, Stream& s, float lr, int64_t step, float grad_scale, int first, int last,
                      const float* grad_scale_at) {
   AdamStep with_decay = make_adam_step(hyper_, lr, step, grad_scale, true);

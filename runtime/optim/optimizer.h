@@ -88,6 +88,23 @@ class Optimizer {
   // Sets piece k's states from fp32 m and v (quantized as an update would).
   void set_piece_states(int k, const float* m, const float* v);
 
+  // For an update over copies of a piece's memory on another device
+  // (shard/device_steps.h): elements [start, start + n) of piece k as the
+  // arrays an update reads and writes, where they are bound: its masters,
+  // then fp32 m and v, or the m and v absmax values and then codes (start
+  // a multiple of kQuantBlock where it is quantized).
+  struct Span {
+    void* data;
+    uint64_t bytes;
+  };
+  std::vector<Span> part_arrays(int k, int64_t start, int64_t n) const;
+  // The update of those elements enqueued on s with k's table, over copies
+  // of part_arrays at `at` (in its order), with gradients `grad` and the
+  // working copy written to `param16` (may be null): bitwise the update of
+  // those elements by step().
+  void step_part(Kernels& kern, Stream& s, int k, int64_t n, const std::vector<void*>& at, const float* grad,
+                 void* param16, float lr, int64_t step, float grad_scale) const;
+
  private:
   struct Piece {
     ParamPiece p;
