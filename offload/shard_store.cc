@@ -173,12 +173,18 @@ absl::Status ShardStore::finish_io(Window& w) {
 }
 
 absl::Status ShardStore::fetch(int u) {
-  if (find(u)) return absl::OkStatus();
+  if (!io_ || find(u)) return absl::OkStatus();  // host records are read where they are
   ZEROD_ASSIGN_OR_RETURN(Window* w, free_window(u, false));
   return w ? start_read(*w, u) : absl::OkStatus();
 }
 
 absl::StatusOr<void*> ShardStore::acquire(int u) {
+  if (!io_) {
+    // The record itself (pinned where a GPU copies from it): no copy
+    // through the window, once what was put of u is in it.
+    if (filling_ && filling_->unit == u) ZEROD_RETURN_IF_ERROR(write_current());
+    return host_records_ + records_[u];
+  }
   Window* w = find(u);
   if (!w) {
     ZEROD_ASSIGN_OR_RETURN(w, free_window(u, true));
@@ -197,6 +203,7 @@ absl::StatusOr<void*> ShardStore::acquire(int u) {
 }
 
 void ShardStore::release(int u) {
+  if (!io_) return;
   if (Window* w = find(u)) {
     w->unit = -1;
     w->acquired = false;

@@ -3,12 +3,13 @@
 // one page-aligned record per unit. Stage 3's parameters live here with
 // offload_param, and the gradient shard with offload_optimizer nvme.
 //
-// Units come in through a fixed window of host buffers (Category offload):
-// `buffer_count` sized to the common chunk (a layer's), and one for chunks
-// larger than that (the embeddings), so host memory is the window whatever
-// the model's depth. A read is started ahead of use (fetch), waited for
-// when the unit is needed (acquire) and the buffer handed back after
-// (release). New values come in unit by unit (put, or add to accumulate)
+// Units in a file come in through a fixed window of host buffers (Category
+// offload): `buffer_count` sized to the common chunk (a layer's), and one
+// for chunks larger than that (the embeddings), so host memory is the
+// window whatever the model's depth. A read is started ahead of use
+// (fetch), waited for when the unit is needed (acquire) and the buffer
+// handed back after (release). Units in host memory are read where they
+// are. New values come in unit by unit (put, or add to accumulate)
 // and are written through the same window, the write of one unit
 // overlapping the filling of the next.
 #pragma once
@@ -57,8 +58,9 @@ class ShardStore {
   // in one already (reading ahead is best effort); fails when a write-back
   // it had to wait for failed.
   absl::Status fetch(int u);
-  // Unit u's chunk, read: waits for its fetch, or reads it now. Valid until
-  // release(u); changes to it are not stored.
+  // Unit u's chunk, read: waits for its fetch, or reads it now; in host
+  // memory, the record itself (fetch does nothing there). Valid until
+  // release(u), and not to be changed.
   absl::StatusOr<void*> acquire(int u);
   void release(int u);
   // Between passes: waits for reads in flight and frees every buffer.

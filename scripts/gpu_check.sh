@@ -29,8 +29,9 @@
 #     without offload, 32K tokens a step, each micro-batch's gradients
 #     rounded to bf16 (the losses must be equal; tokens/s each, and where
 #     the capped step's time goes),
-#     and the offload path's copy rates against plain cudaMemcpyAsync
-#     (bench/copy_bandwidth);
+#     the offload path's copy rates against plain cudaMemcpyAsync
+#     (bench/copy_bandwidth), and the host's memory bandwidth and AdamW
+#     (bench/optim_throughput);
 #   largest: the largest examples, 12.8B with its states on the host
 #     (examples/gpt-12b-offload.json) and 4.2B with everything offloaded
 #     (examples/gpt-4b-offload.json), the offload engine's file I/O against
@@ -108,7 +109,7 @@ say "cuDNN: ${cudnn_lib:-no wheel in the Python of PyTorch; the toolkit, if it h
 # The ranks section builds with the machine's Open MPI, the others without.
 with_mpi=OFF
 with_bench=OFF
-case "$section" in offload | largest | bench) with_bench=ON ;; esac  # copy_bandwidth, offload_throughput, attention_throughput
+case "$section" in offload | largest | bench) with_bench=ON ;; esac  # copy_bandwidth, optim_throughput, offload_throughput, attention_throughput
 targets=()
 if [ "$section" = ranks ]; then
   command -v mpicxx >/dev/null && command -v mpirun >/dev/null ||
@@ -238,6 +239,10 @@ if [ "$section" = offload ]; then
   say "gpt2-xl offload's copies: $(grep -E '^  copy (host->device|device->host)' "$logs/xl-offload-12GiB.log" | tr -s ' ' | tr '\n' ';')"
   "$build/bench/copy_bandwidth" 1 16 64 256 >"$logs/copy_bandwidth.log" 2>&1
   say "plain cudaMemcpyAsync, pinned: exit $?; $(tail -5 "$logs/copy_bandwidth.log" | tr -s ' ' | tr '\n' ';')"
+  # What the host's memory gives its cores: the host's adds and updates
+  # are bound by it (the units the GPU does not update).
+  timeout 60 "$build/bench/optim_throughput" 64 >"$logs/optim_throughput.log" 2>&1
+  say "host memory and the host's AdamW: exit $?; $(grep -E '^triad|64M' "$logs/optim_throughput.log" | tr -s ' ' | tr '\n' ';')"
   # Under 8 GiB the default reduce buckets (5e8 elements, 16 of gpt2-xl's
   # layers staged at once: 3.9 GB) do not fit; two layers' do.
   timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"8GiB"' \

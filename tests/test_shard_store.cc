@@ -1,6 +1,7 @@
 // ShardStore against a plain array: what is put and added through its
 // window, with reads ahead interleaved as the gradient and parameter stores
-// issue them, is what acquire() reads back, in host memory and in a file;
+// issue them, is what acquire() reads back, in host memory (its record
+// itself) and in a file;
 // and a unit's read or write never goes to the file while a write-back of
 // that unit is still in flight (io_uring does not order them).
 #include <gtest/gtest.h>
@@ -130,6 +131,33 @@ TEST_F(ShardStoreTest, HostMemoryReadsBackWhatWasPutAndAdded) {
   auto store = ShardStore::create(kChunks, kWindow, DType::kF32, settings(OffloadDevice::kCpu));
   ASSERT_TRUE(store.ok()) << store.status();
   check_against_array(**store, 1);
+}
+
+// In host memory a unit is read where its record is, not copied through
+// the window: a writer over the same records is handed the same memory,
+// which shows what the writer put once flushed; a unit still being filled
+// is written to its record before it is handed out.
+TEST_F(ShardStoreTest, HostMemoryIsReadInItsRecord) {
+  auto store = ShardStore::create(kChunks, kWindow, DType::kF32, settings(OffloadDevice::kCpu));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto writer = (*store)->writer(2);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const std::vector<float> threes(kWindow, 3.0f), fives(kWindow, 5.0f);
+  ASSERT_TRUE((*writer)->put(3000, threes.data(), kWindow).ok());  // unit 1
+  ASSERT_TRUE((*writer)->flush().ok());
+  auto mine = (*store)->acquire(1), theirs = (*writer)->acquire(1);
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  EXPECT_EQ(*mine, *theirs);
+  EXPECT_EQ(0, std::memcmp(*mine, threes.data(), kWindow * sizeof(float)));
+  (*store)->release(1);
+  (*writer)->release(1);
+  ASSERT_TRUE((*store)->put(4000, fives.data(), kWindow).ok());  // unit 2, not flushed
+  auto two = (*store)->acquire(2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(0, std::memcmp(*two, fives.data(), kWindow * sizeof(float)));
+  auto two_again = (*writer)->acquire(2);
+  ASSERT_TRUE(two_again.ok());
+  EXPECT_EQ(*two, *two_again);
 }
 
 TEST_F(ShardStoreTest, FileReadsBackWhatWasPutAndAddedWithNoTransferOverlappingAWrite) {
