@@ -30,8 +30,8 @@
 #     rounded to bf16 (the losses must be equal; tokens/s each, and where
 #     the capped step's time goes),
 #     the offload path's copy rates against plain cudaMemcpyAsync
-#     (bench/copy_bandwidth), and the host's memory bandwidth and AdamW
-#     (bench/optim_throughput);
+#     (bench/copy_bandwidth), and the host's memory bandwidth, AdamW and
+#     micro-batch sums (bench/optim_throughput, host_sums_throughput);
 #   largest: the largest examples, 12.8B with its states on the host
 #     (examples/gpt-12b-offload.json) and 4.2B with everything offloaded
 #     (examples/gpt-4b-offload.json), the offload engine's file I/O against
@@ -109,7 +109,7 @@ say "cuDNN: ${cudnn_lib:-no wheel in the Python of PyTorch; the toolkit, if it h
 # The ranks section builds with the machine's Open MPI, the others without.
 with_mpi=OFF
 with_bench=OFF
-case "$section" in offload | largest | bench) with_bench=ON ;; esac  # copy_bandwidth, optim_throughput, offload_throughput, attention_throughput
+case "$section" in offload | largest | bench) with_bench=ON ;; esac  # copy_bandwidth, optim_throughput, host_sums_throughput, offload_throughput, attention_throughput
 targets=()
 if [ "$section" = ranks ]; then
   command -v mpicxx >/dev/null && command -v mpirun >/dev/null ||
@@ -243,6 +243,8 @@ if [ "$section" = offload ]; then
   # are bound by it (the units the GPU does not update).
   timeout 60 "$build/bench/optim_throughput" 64 >"$logs/optim_throughput.log" 2>&1
   say "host memory and the host's AdamW: exit $?; $(grep -E '^triad|64M' "$logs/optim_throughput.log" | tr -s ' ' | tr '\n' ';')"
+  timeout 60 "$build/bench/host_sums_throughput" 256 8 >"$logs/host_sums_throughput.log" 2>&1
+  say "host sums of 8 bf16 micro-batches: exit $?; $(tail -3 "$logs/host_sums_throughput.log" | tr -s ' ' | tr '\n' ';')"
   # Under 8 GiB the default reduce buckets (5e8 elements, 16 of gpt2-xl's
   # layers staged at once: 3.9 GB) do not fit; two layers' do.
   timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"8GiB"' \

@@ -110,10 +110,10 @@ class HostGrads : public GradStore {
   explicit HostGrads(ZeroContext& ctx)
       : GradStore(ctx),
         adds_(ctx,
-              [this](int u, int64_t start, const void* src, DType type, int64_t n,
+              [this](int u, int64_t start, absl::Span<const void* const> srcs, DType type, int64_t n,
                      bool fresh) -> absl::StatusOr<const float*> {
                 float* unit = shard_.host<float>() + ctx_.part.shard_offset(u);
-                accumulate_f32(type, src, unit + start, n, fresh);
+                accumulate_f32(type, srcs, unit + start, n, fresh);
                 return unit;
               },
               {}, [this](int u) { return shard_.host<float>() + ctx_.part.shard_offset(u); }) {}
@@ -147,9 +147,12 @@ class FileGrads : public GradStore {
       : GradStore(ctx),
         adds_(
             ctx,
-            [this](int u, int64_t start, const void* src, DType type, int64_t n,
+            [this](int u, int64_t start, absl::Span<const void* const> srcs, DType type, int64_t n,
                    bool fresh) -> absl::StatusOr<const float*> {
-              ZEROD_RETURN_IF_ERROR(store_->add(ctx_.part.shard_offset(u) + start, src, type, n, fresh));
+              for (size_t i = 0; i < srcs.size(); ++i) {
+                ZEROD_RETURN_IF_ERROR(
+                    store_->add(ctx_.part.shard_offset(u) + start, srcs[i], type, n, fresh && i == 0));
+              }
               return static_cast<const float*>(store_->unwritten(u));
             },
             [this](int u) { return store_->fetch(u); }) {}

@@ -37,6 +37,11 @@ struct MicroBatchSums {
   // whole units from the first (kAll: every unit), each micro-batch added
   // there and the sum sent once; the other units' micro-batches each leave.
   uint64_t device_bytes = 0;
+  // Offloaded to host memory, the units not summed on the device, rounded:
+  // of each `fold` micro-batches (and the step's last ones) all but the last
+  // are held on the host as sent, and added with the last in one pass.
+  // The same adds in the same order, with the sum read and written once.
+  int fold = 1;
   // Units [0, device_units(p)) are summed on the device.
   int device_units(const Partition& p) const {
     int k = 0;

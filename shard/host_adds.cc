@@ -34,6 +34,19 @@ int64_t HostAdds::staging_bytes(const ZeroShape& shape, const MicroBatchSums& su
   return bytes;
 }
 
+int64_t HostAdds::held_bytes(const ZeroShape& shape, const MicroBatchSums& sums) {
+  if (sums.fold <= 1 || sums.rounded == DType::kF32) return 0;
+  const Partition& p = shape.part;
+  const int64_t row = p.shard_numel() - p.shard_offset(sums.device_units(p));
+  return (sums.fold - 1) * row * static_cast<int64_t>(dtype_size(sums.rounded));
+}
+
+char* HostAdds::held_at(int u, int row) const {
+  const Partition& p = ctx_.part;
+  const int64_t first = p.shard_offset(device_units_), row_numel = p.shard_numel() - first;
+  return held_.ptr<char>() + (row * row_numel + p.shard_offset(u) - first) * dtype_size(sums_.rounded);
+}
+
 void HostAdds::plan(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier, bool lands,
                     MemoryPlan& plan) {
   const Partition& p = shape.part;
@@ -48,6 +61,9 @@ void HostAdds::plan(const ZeroShape& shape, const ZeroConfig& z, const MicroBatc
   if (const int64_t bytes = staging_bytes(shape, sums, lands); bytes > 0) {
     plan.add("reduced gradients on their way to the host", tier, Category::kOffload, bytes, Phase::kBuild, true,
              kStaging);
+  }
+  if (const int64_t bytes = held_bytes(shape, sums); bytes > 0) {
+    plan.add("micro-batch gradients held to be added in one pass", tier, Category::kGrads, bytes);
   }
   ScatterGrads::plan(shape, z, plan);
 }
@@ -64,6 +80,10 @@ absl::Status HostAdds::allocate(const ZeroConfig& z, const MicroBatchSums& sums,
   }
   if (sums.rounded != DType::kF32 && device_units_ < p.num_units()) {
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(narrow_, p.largest_chunk() * dtype_size(sums.rounded), Category::kComm));
+  }
+  if (const int64_t bytes = held_bytes(ctx_, sums); bytes > 0) {
+    ZEROD_ASSIGN_OR_RETURN(held_, ctx_.device.allocate(bytes, Category::kGrads, tier));
+    folded_.resize(p.num_units());
   }
   if (const int64_t bytes = staging_bytes(ctx_, sums, static_cast<bool>(landing_)); bytes > 0) {
     for (Staging& s : staging_) {
@@ -131,25 +151,35 @@ absl::Status HostAdds::add(int u, const Buffer& recv) {
     return absl::OkStatus();
   }
   // Each micro-batch's chunk, read by the sender, once the compute stream
-  // has written it, until its job is done.
+  // has written it, until its job is done. Of a group of `fold`, the
+  // micro-batches before the last (and the step's last) are held.
+  const int fold = held_.data() ? sums_.fold : 1;
+  const int row = (count - 1) % fold;
+  const bool held = row + 1 < fold && count < sums_.count;
   Reading& r = reading_[recv.data()];
   if (!r.written) {
     ZEROD_ASSIGN_OR_RETURN(r.written, ctx_.device.create_event());
   }
   ctx_.device.record(ctx_.stream, *r.written);
-  r.read = sender_.submit(
-      [this, u, src = recv.data(), &written = *r.written, fresh = count == 1, then = std::move(then)]() -> absl::Status {
-        ctx_.device.wait(*copies_, written);
-        const void* sent = src;
-        if (sums_.rounded != DType::kF32) {
-          ctx_.kernels.convert_from_f32(*copies_, sums_.rounded, static_cast<const float*>(src), narrow_.data(),
-                                        ctx_.part.chunk(u));
-          sent = narrow_.data();
-        }
-        ZEROD_RETURN_IF_ERROR(send({u, sent, sums_.rounded, fresh, then}));
-        // What was read of recv (the conversion, or the copies) is done.
-        return ctx_.device.synchronize(*copies_);
-      });
+  r.read = sender_.submit([this, u, src = recv.data(), &written = *r.written, fresh = count - row == 1, row, held,
+                           then = std::move(then)]() -> absl::Status {
+    ctx_.device.wait(*copies_, written);
+    const void* sent = src;
+    if (sums_.rounded != DType::kF32) {
+      ctx_.kernels.convert_from_f32(*copies_, sums_.rounded, static_cast<const float*>(src), narrow_.data(),
+                                    ctx_.part.chunk(u));
+      sent = narrow_.data();
+    }
+    if (!held) {
+      ZEROD_RETURN_IF_ERROR(send({u, sent, sums_.rounded, fresh, then, row}));
+    } else {
+      // The rows are the last group's until its adds are done.
+      if (row == 0 && folded_[u].valid()) ZEROD_RETURN_IF_ERROR(std::exchange(folded_[u], {}).get());
+      ctx_.device.copy(*copies_, held_at(u, row), sent, ctx_.part.chunk(u) * dtype_size(sums_.rounded));
+    }
+    // What was read of recv (the conversion, or the copies) is done.
+    return ctx_.device.synchronize(*copies_);
+  });
   return absl::OkStatus();
 }
 
@@ -177,11 +207,18 @@ absl::Status HostAdds::send_parts(const Send& s) {
     ctx_.device.copy(*copies_, st.buf.data(), static_cast<const char*>(s.src) + start * size, n * size);
     ctx_.device.record(*copies_, *st.copied);
     GradStore::AfterAdds then = start + n == chunk ? s.then : nullptr;
-    st.added = adder_.submit([this, &st, u = s.u, start, n, type = s.type, fresh = s.fresh, then = std::move(then)] {
-      ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*st.copied));
-      ZEROD_ASSIGN_OR_RETURN(const float* sum, add_(u, start, st.buf.host<char>(), type, n, fresh));
-      return then ? then(u, sum) : absl::OkStatus();
-    });
+    st.added = adder_.submit(
+        [this, &st, u = s.u, start, n, type = s.type, fresh = s.fresh, held = s.held, then = std::move(then)] {
+          ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(*st.copied));
+          // The group's held micro-batches (their copies done before this
+          // send began), then this one.
+          std::vector<const void*> srcs;
+          for (int row = 0; row < held; ++row) srcs.push_back(held_at(u, row) + start * dtype_size(type));
+          srcs.push_back(st.buf.host<char>());
+          ZEROD_ASSIGN_OR_RETURN(const float* sum, add_(u, start, srcs, type, n, fresh));
+          return then ? then(u, sum) : absl::OkStatus();
+        });
+    if (s.held > 0) folded_[s.u] = st.added;
   }
   return absl::OkStatus();
 }

@@ -11,7 +11,9 @@
 // Otherwise each micro-batch's chunk leaves the device, in its own type or
 // converted on the device to the rounded 16-bit type (half the bytes), in
 // parts through the staging buffers, and is widened and added on the host
-// in fp32 in one pass.
+// in fp32 in one pass; with MicroBatchSums::fold, all but the last of a
+// group are copied whole into host memory held for them, and added with
+// the group's last, part by part.
 //
 // The caller (backward) does not wait for the copies or the adds: a sender
 // thread enqueues the conversions and copies on a copy stream of their
@@ -39,13 +41,13 @@ class HostAdds : public ScatterGrads::Target {
   // to stream near the link's bandwidth, small enough that the staging
   // buffers are little beside the windows.
   static constexpr int64_t kPartBytes = int64_t{2} << 20;
-  // Adds elements [start, start + n) of unit u's sum of the step, `src` of
-  // type `type` (widened to fp32 as it is added: one pass over host
-  // memory), where the store keeps the unit, onto zeros when `fresh` (its
-  // first part of the step); returns the unit's sum so far, in host memory
-  // until the next add.
-  using Add = std::function<absl::StatusOr<const float*>(int u, int64_t start, const void* src, DType type, int64_t n,
-                                                         bool fresh)>;
+  // Adds elements [start, start + n) of unit u's sum of the step, from each
+  // of `srcs` in turn, of type `type` (widened to fp32 as they are added:
+  // one pass over host memory), where the store keeps the unit, the first
+  // onto zeros when `fresh` (its first part of the step); returns the
+  // unit's sum so far, in host memory until the next add.
+  using Add = std::function<absl::StatusOr<const float*>(int u, int64_t start, absl::Span<const void* const> srcs,
+                                                         DType type, int64_t n, bool fresh)>;
   // Before a reduction into a unit that adds to an earlier chunk of it,
   // `reread(u)` runs on the adder thread (a store in a file reads it ahead).
   using Reread = std::function<absl::Status(int u)>;
@@ -92,6 +94,7 @@ class HostAdds : public ScatterGrads::Target {
     DType type;
     bool fresh;
     GradStore::AfterAdds then;
+    int held = 0;  // micro-batches of u held, added with this one
   };
   static constexpr int kStaging = 2;
   static int64_t part_elements(DType sent) { return kPartBytes / static_cast<int64_t>(dtype_size(sent)); }
@@ -100,7 +103,12 @@ class HostAdds : public ScatterGrads::Target {
   // Bytes of a staging buffer: for micro-batches sent as they are rounded,
   // and for sums that do not land; 0 where nothing is staged.
   static int64_t staging_bytes(const ZeroShape& shape, const MicroBatchSums& sums, bool lands);
+  // Bytes of the micro-batches held (sums.fold - 1 of each unit not on the
+  // device, as sent); 0 where none are.
+  static int64_t held_bytes(const ZeroShape& shape, const MicroBatchSums& sums);
   bool on_device(int u) const { return u < device_units_; }
+  // Where micro-batch `row` of a group of unit u is held.
+  char* held_at(int u, int row) const;
 
   absl::Status send(const Send& s);
   absl::Status send_parts(const Send& s);
@@ -113,6 +121,10 @@ class HostAdds : public ScatterGrads::Target {
   int device_units_ = 0;
   Buffer sum_;     // on the device, the step's sum of the units on_device
   Buffer narrow_;  // on the device, a chunk converted to the rounded type
+  Buffer held_;    // in host memory, sums.fold - 1 rows of the units not on the device
+  // Per unit not on the device: the adder's last add from its held rows,
+  // which the next group's copies into them wait for.
+  std::vector<std::shared_future<absl::Status>> folded_;
   Staging staging_[kStaging];
   int64_t next_ = 0;  // the sender's next staging buffer
   std::unique_ptr<Stream> copies_;

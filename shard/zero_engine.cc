@@ -1,5 +1,6 @@
 #include "shard/zero_engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -92,6 +93,8 @@ StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device
     if (compute) c.sums.rounded = settings.precision;
     if (c.optimizer_on_host && settings.micro_batches > 1 && device.memory == Tier::kGpu) {
       c.sums.device_bytes = compute ? z.compute_sums_on_device_bytes : MicroBatchSums::kAll;
+      // Held in host memory, not a file's window.
+      if (compute && !c.grads_in_file) c.sums.fold = std::clamp(z.compute_host_fold, 1, settings.micro_batches);
     }
   }
   // The kernels write a 16-bit working copy in the device's memory; the

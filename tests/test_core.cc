@@ -288,6 +288,48 @@ TEST(DTypes, AccumulatingIsWideningThenAdding) {
   }
 }
 
+// Several sources in one pass: each widened and added in turn, against a
+// naive loop, onto the sum and onto zeros (-0 first gives +0), with none
+// (zeros, or nothing changed), one and four sources, across the parallel
+// threshold and tiles.
+TEST(DTypes, AccumulatingSeveralInOnePassIsAddingEachInTurn) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (size_t n : {size_t{7}, size_t{2048 * 3 + 5}, (size_t{1} << 18) + 3}) {
+      for (size_t k : {0, 1, 4}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", n " << n << ", " << k << " sources");
+        std::mt19937 rng(static_cast<uint32_t>(n + k));
+        std::normal_distribution<float> d(0.0f, 3.0f);
+        std::vector<std::vector<uint8_t>> src(k, std::vector<uint8_t>(n * dtype_size(t)));
+        std::vector<const void*> srcs;
+        for (auto& s : src) {
+          std::vector<float> x(n);
+          for (size_t i = 0; i < n; ++i) x[i] = i % 5 == 0 ? -0.0f : d(rng);
+          convert_from_f32(t, x.data(), s.data(), n);
+          srcs.push_back(s.data());
+        }
+        std::vector<float> sum(n);
+        for (float& x : sum) x = d(rng);
+        std::vector<float> want_sum = sum, want_zero(n, 123.0f), onto_sum = sum, onto_zero(n, 123.0f);
+        // A naive loop over the widened sources.
+        if (k == 0) std::fill(want_zero.begin(), want_zero.end(), 0.0f);
+        for (size_t j = 0; j < k; ++j) {
+          std::vector<float> wide(n);
+          convert_to_f32(t, srcs[j], wide.data(), n);
+          for (size_t i = 0; i < n; ++i) {
+            want_sum[i] += wide[i];
+            want_zero[i] = (j == 0 ? 0.0f : want_zero[i]) + wide[i];
+          }
+        }
+        accumulate_f32(t, srcs, onto_sum.data(), n, false);
+        accumulate_f32(t, srcs, onto_zero.data(), n, true);
+        EXPECT_EQ(std::memcmp(onto_sum.data(), want_sum.data(), n * 4), 0);
+        EXPECT_EQ(std::memcmp(onto_zero.data(), want_zero.data(), n * 4), 0);
+        EXPECT_FALSE(std::signbit(onto_zero[0]));
+      }
+    }
+  }
+}
+
 TEST(DTypes, SizesAndNames) {
   EXPECT_EQ(dtype_size(DType::kF32), 4u);
   EXPECT_EQ(dtype_size(DType::kBF16), 2u);

@@ -297,7 +297,8 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
                        "that fit in " +
                            byte_size_text(over.sums_on_device_bytes) +
                            " summed on the device, sent to the host once a step; the others' sent to the host in "
-                           "bf16, summed there in fp32");
+                           "bf16, summed there in fp32, 2 micro-batches a pass");
+  EXPECT_EQ(over.host_fold, 2);  // both of a step's, with the host's memory to spare
   {
     // Within the cap, and one layer more would not be.
     JobConfig resolved = config(base);
@@ -322,7 +323,7 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
     const Trainer::MicroBatchGradsChoice full = choice(sent + room);
     EXPECT_EQ(full.mode, MicroBatchGrads::kCompute);
     EXPECT_EQ(full.sums_on_device_bytes, 0u) << room;
-    EXPECT_EQ(full.what, "each micro-batch's sent to the host in bf16, summed there in fp32");
+    EXPECT_EQ(full.what, "each micro-batch's sent to the host in bf16, summed there in fp32, 2 micro-batches a pass");
   }
   {
     // The GPU's own size as the limit: a twentieth of it stays free.
@@ -562,6 +563,101 @@ TEST_F(GpuTierOffloadTest, TheGpuUpdatesTheUnitsSummedThereWithTheBitsOfTheRunIn
         EXPECT_EQ(want.peak[t][k], got.peak[t][k]) << tier << " " << category_name(static_cast<Category>(k));
       }
     }
+  }
+}
+
+// Four micro-batches a step, sent in bf16: the host holds those of a
+// group but its last and adds them all in one pass (fold 2, 3 and 4; with
+// 3 the step's last is a group of its own), with nothing or half the sum
+// kept on the GPU, the host updating during backward or after it, the
+// parameters offloaded too, fp16 with super_offload's undo: bitwise the
+// in-memory "compute" run, the held rows in the host's grads row as
+// planned. "auto" holds four where the host's memory allows, else two,
+// else none.
+TEST_F(GpuTierOffloadTest, MicroBatchesHeldOnTheHostAndAddedInOnePassGiveTheSameBits) {
+  const std::string compute = micro_batch_grads("compute"), four = "gradient_accumulation_steps=4";
+  const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
+  const std::vector<std::vector<std::string>> cases = {
+      {"zero_optimization.stage=2", "gradient_clipping=0"},
+      {"zero_optimization.stage=3", "gradient_clipping=3.0"},
+      joined({"zero_optimization.stage=3", "gradient_clipping=0"}, params_on("cpu")),
+      {"zero_optimization.stage=2", "gradient_clipping=3.0", super, "bf16.enabled=false", "fp16.enabled=true",
+       "fp16.initial_scale_power=12"},
+  };
+  MemoryAccountant probe_acct;
+  CpuDevice probe(probe_acct, gpu_tier());
+  const KernelMemory kernels = kernel_memory_for(probe);
+  for (const std::vector<std::string>& c : cases) {
+    std::string name;
+    for (const std::string& o : c) name += o + " ";
+    SCOPED_TRACE(name);
+    std::vector<std::string> in_memory = c;
+    std::erase(in_memory, super);
+    std::erase_if(in_memory, [](const std::string& k) { return k.starts_with("zero_optimization.offload_param"); });
+    MemoryAccountant cpu_acct;
+    CpuDevice cpu(cpu_acct);
+    const testing::TrainedRun ref = testing::train_to_end(config(joined(in_memory, {four, compute})), nullptr, cpu);
+    ASSERT_TRUE(ref.status.ok()) << ref.status;
+    JobConfig offloaded = config(joined(joined(c, optimizer_on("cpu")), {four, compute}));
+    const Partition part(GptLayout(offloaded.model), 1);
+    for (const uint64_t kept : {uint64_t{0}, static_cast<uint64_t>(part.shard_numel()) * 2}) {
+      for (const int fold : {2, 3, 4}) {
+        SCOPED_TRACE(::testing::Message() << kept << " bytes of the sum on the GPU, fold " << fold);
+        offloaded.zero.compute_sums_on_device_bytes = kept;
+        offloaded.zero.compute_host_fold = fold;
+        MemoryPlan plan(plan_device(probe));
+        ASSERT_TRUE(Trainer::plan(offloaded, 1, 0, kernels, plan).ok());
+        MemoryAccountant acct;
+        CpuDevice gpu(acct, gpu_tier());
+        const testing::TrainedRun r = testing::train_to_end(offloaded, nullptr, gpu);
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        EXPECT_EQ(r.losses, ref.losses);
+        EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+        // The host shard and the held rows of the units not kept.
+        const int units = MicroBatchSums{4, DType::kBF16, kept}.device_units(part);
+        const uint64_t held =
+            (fold - 1) * (part.shard_numel() - part.shard_offset(units)) * dtype_size(offloaded.precision);
+        EXPECT_EQ(acct.peak(Tier::kHost, Category::kGrads), part.shard_numel() * 4 + held);
+        EXPECT_EQ(plan.peaks().peak[static_cast<int>(Tier::kHost)][static_cast<int>(Category::kGrads)],
+                  part.shard_numel() * 4 + held);
+      }
+    }
+  }
+
+  // "auto" under a GPU cap below the sum's plan: four held with room,
+  // two where the host's limit holds two and not four, none below that.
+  JobConfig base = config(joined(joined({"zero_optimization.stage=2", "gradient_clipping=0"}, optimizer_on("cpu")),
+                                 {four}));
+  auto host_total = [&](int fold) {
+    JobConfig resolved = base;
+    resolved.zero.micro_batch_grads = MicroBatchGrads::kCompute;
+    resolved.zero.compute_host_fold = fold;
+    MemoryPlan plan(plan_device(probe));
+    EXPECT_TRUE(Trainer::plan(resolved, 1, 0, kernels, plan).ok());
+    const MemoryPeaks p = plan.peaks();
+    return p.total[static_cast<int>(Tier::kHost)] + p.total[static_cast<int>(Tier::kPinned)];
+  };
+  auto gpu_total = [&](MicroBatchGrads mode) {
+    JobConfig resolved = base;
+    resolved.zero.micro_batch_grads = mode;
+    MemoryPlan plan(plan_device(probe));
+    EXPECT_TRUE(Trainer::plan(resolved, 1, 0, kernels, plan).ok());
+    return plan.peaks().total[static_cast<int>(Tier::kGpu)];
+  };
+  // No room for sums on the GPU: every unit's micro-batches are held.
+  base.run.gpu_memory_limit = gpu_total(MicroBatchGrads::kCompute);
+  ASSERT_LT(*base.run.gpu_memory_limit, gpu_total(MicroBatchGrads::kF32));
+  const uint64_t one = host_total(1), two = host_total(2), all = host_total(4);
+  ASSERT_LT(one, two);
+  ASSERT_LT(two, all);
+  for (const auto& [limit, want] : {std::pair{std::optional<uint64_t>{}, 4}, std::pair{std::optional{all}, 4},
+                                    std::pair{std::optional{all - 1}, 2}, std::pair{std::optional{two - 1}, 1}}) {
+    base.run.host_memory_limit = limit;
+    auto choice = Trainer::micro_batch_grads(base, 1, kernels, plan_device(probe));
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    EXPECT_EQ(choice->mode, MicroBatchGrads::kCompute);
+    EXPECT_EQ(choice->sums_on_device_bytes, 0u);
+    EXPECT_EQ(choice->host_fold, want) << (limit ? *limit : 0);
   }
 }
 

@@ -60,8 +60,11 @@ struct ZeroConfig {
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param{OffloadDevice::kNone, std::nullopt, true, 5};
   MicroBatchGrads micro_batch_grads = MicroBatchGrads::kAuto;
-  // Set where "auto" resolves to kCompute, never read from a config.
+  // Set where "auto" resolves to kCompute, never read from a config; the
+  // second: micro-batches added on the host in one pass
+  // (MicroBatchSums::fold).
   uint64_t compute_sums_on_device_bytes = 0;
+  int compute_host_fold = 1;
 };
 
 struct CheckpointConfig {

@@ -1,5 +1,6 @@
 #include "runtime/core/dtype.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace zerod {
@@ -108,24 +109,41 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
 }
 
 namespace {
-template <class Widen>
-void accumulate_as(const Widen& widen, float* dst, size_t n, bool onto_zero) {
+// Tile by tile, so that a tile of dst stays in cache while each source is
+// added to it in turn: dst and every source pass through memory once, and
+// each element's adds keep their order.
+template <class T, class Widen>
+void accumulate_as(const Widen& widen, absl::Span<const void* const> srcs, float* dst, size_t n, bool onto_zero) {
+  constexpr size_t kTile = 2048;
+  const auto tiles = static_cast<int64_t>((n + kTile - 1) / kTile);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (size_t i = 0; i < n; ++i) dst[i] = (onto_zero ? 0.0f : dst[i]) + widen(i);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const size_t begin = static_cast<size_t>(t) * kTile, end = std::min(n, begin + kTile);
+    for (size_t j = 0; j < srcs.size(); ++j) {
+      const T* s = static_cast<const T*>(srcs[j]);
+      const bool zero = j == 0 && onto_zero;
+      for (size_t i = begin; i < end; ++i) dst[i] = (zero ? 0.0f : dst[i]) + widen(s[i]);
+    }
+  }
 }
 }  // namespace
 
-void accumulate_f32(DType from, const void* src, float* dst, size_t n, bool onto_zero) {
-  if (from == DType::kF32) {
-    const auto* s = static_cast<const float*>(src);
-    accumulate_as([s](size_t i) { return s[i]; }, dst, n, onto_zero);
-  } else if (from == DType::kBF16) {
-    const auto* s = static_cast<const uint16_t*>(src);
-    accumulate_as([s](size_t i) { return bf16_to_float(s[i]); }, dst, n, onto_zero);
-  } else {
-    const auto* s = static_cast<const uint16_t*>(src);
-    accumulate_as([s](size_t i) { return f16_to_float(s[i]); }, dst, n, onto_zero);
+void accumulate_f32(DType from, absl::Span<const void* const> srcs, float* dst, size_t n, bool onto_zero) {
+  if (srcs.empty()) {
+    if (onto_zero) std::memset(dst, 0, n * sizeof(float));
+    return;
   }
+  if (from == DType::kF32) {
+    accumulate_as<float>([](float x) { return x; }, srcs, dst, n, onto_zero);
+  } else if (from == DType::kBF16) {
+    accumulate_as<uint16_t>([](uint16_t x) { return bf16_to_float(x); }, srcs, dst, n, onto_zero);
+  } else {
+    accumulate_as<uint16_t>([](uint16_t x) { return f16_to_float(x); }, srcs, dst, n, onto_zero);
+  }
+}
+
+void accumulate_f32(DType from, const void* src, float* dst, size_t n, bool onto_zero) {
+  accumulate_f32(from, {&src, 1}, dst, n, onto_zero);
 }
 
 void round_to(DType t, float* x, size_t n) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/types/span.h"
 
 namespace zerod {
 
@@ -39,6 +40,9 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n);
 // dst[i] = (onto_zero ? 0 : dst[i]) + src[i] widened to fp32: one pass over
 // host memory for a sum of 16-bit parts (0 + -0 is +0, as onto zeros).
 void accumulate_f32(DType from, const void* src, float* dst, size_t n, bool onto_zero);
+// The same for each source in turn, in one pass: the bits of one call per
+// source, in order, with dst read and written once.
+void accumulate_f32(DType from, absl::Span<const void* const> srcs, float* dst, size_t n, bool onto_zero);
 // Rounds fp32 values in place to what `t` can hold (no-op for kF32).
 void round_to(DType t, float* x, size_t n);
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <map>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cpu/adam.h"
 #include "runtime/kernels/profiled_kernels.h"
@@ -75,7 +77,9 @@ std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
                                                : "sent to the host once a step";
   if (c.sums.device_bytes == MicroBatchSums::kAll) return absl::StrCat("summed in fp32 on the device, ", once);
   if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step");
-  const std::string sent = absl::StrCat("sent to the host in ", type, ", summed there in fp32");
+  const std::string sent =
+      absl::StrCat("sent to the host in ", type, ", summed there in fp32",
+                   c.sums.fold > 1 ? absl::StrCat(", ", c.sums.fold, " micro-batches a pass") : "");
   if (c.sums.device_bytes == 0) return absl::StrCat("each micro-batch's ", sent);
   return absl::StrCat("each micro-batch's rounded to ", type,
                       "; the first units' (the embeddings, then layers) fp32 sums that fit in ",
@@ -124,9 +128,37 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> gpu_peaks(const JobConfig& cfg, in
   return std::pair{total, grads};
 }
 
+// Micro-batches "auto" has the host hold and add in one pass
+// (MicroBatchSums::fold), with `cfg`'s sums on the device: four, else two,
+// where every rank's host memory (host and pinned peaks) with them held
+// stays within run.host_memory_limit, or else half the machine's memory
+// shared by the world's ranks; 1 where neither does.
+absl::StatusOr<int> host_fold(JobConfig cfg, int world_size, const KernelMemory& kernels, const PlanDevice& device,
+                              Trainer::ResumeFrom resume) {
+  uint64_t room = cfg.run.host_memory_limit.value_or(0);
+  if (room == 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 1;
+    room = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 / static_cast<uint64_t>(world_size);
+  }
+  for (const int fold : {std::min(cfg.grad_accum, 4), 2}) {
+    if (fold <= 1 || fold > cfg.grad_accum) continue;
+    cfg.zero.compute_host_fold = fold;
+    uint64_t most = 0;
+    for (int rank = 0; rank < world_size; ++rank) {
+      MemoryPlan plan(device);
+      ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, world_size, rank, kernels, plan, resume));
+      const MemoryPeaks p = plan.peaks();
+      most = std::max(most, p.total[static_cast<int>(Tier::kHost)] + p.total[static_cast<int>(Tier::kPinned)]);
+    }
+    if (most <= room) return fold;
+  }
+  return 1;
+}
+
 Trainer::MicroBatchGradsChoice choice_of(const JobConfig& cfg, const PlanDevice& device, MicroBatchGrads mode,
-                                         std::string why, uint64_t on_device = 0) {
-  Trainer::MicroBatchGradsChoice c{mode, on_device, "", std::move(why)};
+                                         std::string why, uint64_t on_device = 0, int host_fold = 1) {
+  Trainer::MicroBatchGradsChoice c{mode, on_device, "", std::move(why), host_fold};
   JobConfig resolved = cfg;
   c.apply(resolved.zero);
   c.what = micro_batch_flow(resolved, device);
@@ -190,7 +222,9 @@ absl::StatusOr<Trainer::MicroBatchGradsChoice> Trainer::compute_grads(const JobC
     const uint64_t over = tried.first - target;
     keep = tries < 3 && over < keep ? keep - over : 0;
   }
-  return choice_of(sent, device, MicroBatchGrads::kCompute, std::move(why), keep);
+  sent.zero.compute_sums_on_device_bytes = keep;
+  ZEROD_ASSIGN_OR_RETURN(const int fold, host_fold(sent, world_size, kernels, device, resume));
+  return choice_of(sent, device, MicroBatchGrads::kCompute, std::move(why), keep, fold);
 }
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,

@@ -169,10 +169,13 @@ class Trainer {
     // units from the first fit in it; at least one where not 0).
     uint64_t sums_on_device_bytes = 0;
     std::string what, why;
+    // kCompute: micro-batches added on the host in one pass (MicroBatchSums::fold).
+    int host_fold = 1;
     // The choice into a config's zero_optimization.
     void apply(ZeroConfig& z) const {
       z.micro_batch_grads = mode;
       z.compute_sums_on_device_bytes = sums_on_device_bytes;
+      z.compute_host_fold = host_fold;
     }
     // "micro-batch gradients (micro_batch_grads compute): <what> | auto:
     // <why>"; "" where `what` is.
