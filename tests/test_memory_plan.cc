@@ -448,7 +448,8 @@ TEST_F(EstimateTest, NodesSumTheirRanksAndGpusAreDescribedWithoutOne) {
 // gpt2-xl offload example (8 micro-batches a step, its optimizer on the
 // host) keeps their 6.2 GB sum on an 80 GiB GPU, and under the example's
 // own 12 GiB cap sends each in bf16 but for the first units' sums, which
-// fill what the cap leaves.
+// fill what the cap leaves, the host holding them to add four a pass where
+// its memory allows.
 TEST_F(EstimateTest, SaysWhetherTheMicroBatchesGradientsAreSummedOnTheGpu) {
   const std::string example = ZEROD_SOURCE_DIR "/examples/gpt2-xl-offload.json";
   const std::vector<std::string> own = {"--config", example, "--set", "model.init_from=null"};
@@ -480,6 +481,18 @@ TEST_F(EstimateTest, SaysWhetherTheMicroBatchesGradientsAreSummedOnTheGpu) {
   EXPECT_GT(r["per_rank"]["gpu"]["grads"].get<uint64_t>(), 0u);
   EXPECT_LT(r["per_rank"]["gpu"]["grads"].get<uint64_t>(), sum);
   EXPECT_LE(r["per_rank"]["gpu"]["total"].get<uint64_t>(), uint64_t{12} << 30);
+  // The others' micro-batches are held and added four a pass where half
+  // the described node's memory holds them (128 GiB), not where it does
+  // not (32 GiB: the plan without them is 23 GiB).
+  for (const auto& [node, holds] : {std::pair{"128GiB", true}, std::pair{"32GiB", false}}) {
+    SCOPED_TRACE(node);
+    const Result described = estimate(testing::joined(own, {"--gpu-memory", "80GiB", "--host-memory", node}));
+    ASSERT_EQ(described.code, 0) << described.err;
+    EXPECT_EQ(described.out.find("sent to the host in bf16, summed there in fp32, 4 micro-batches a pass |") !=
+                  std::string::npos,
+              holds)
+        << described.out;
+  }
 }
 
 // The cost model's seconds, against its formulas written out by hand for

@@ -44,6 +44,9 @@ struct PlanDevice {
   // What its own memory holds for this process (free, and under the
   // accountant's limit); 0: not known.
   uint64_t usable_bytes = 0;
+  // The host memory of its node where a described machine's (zeroctl
+  // estimate --host-memory); 0: this machine's.
+  uint64_t host_memory = 0;
 
   bool host_visible() const { return memory != Tier::kGpu; }
   Tier staging_tier() const { return pins ? Tier::kPinned : Tier::kHost; }

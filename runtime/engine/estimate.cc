@@ -27,6 +27,7 @@ absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& m
     e.cpu_threads = choose_threads(cfg.run.threads, machines.ranks_per_node()).threads;
     kernels.cpu_threads = e.cpu_threads;
   }
+  device.host_memory = machines.host_memory.value_or(0);
   // A job that resumes is counted as reading another partition's files (the larger case).
   const auto resume = cfg.run.resume ? Trainer::ResumeFrom::kOtherPartition : Trainer::ResumeFrom::kNothing;
   ZEROD_ASSIGN_OR_RETURN(const Trainer::MicroBatchGradsChoice grads,

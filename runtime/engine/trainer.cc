@@ -131,15 +131,20 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> gpu_peaks(const JobConfig& cfg, in
 // Micro-batches "auto" has the host hold and add in one pass
 // (MicroBatchSums::fold), with `cfg`'s sums on the device: four, else two,
 // where every rank's host memory (host and pinned peaks) with them held
-// stays within run.host_memory_limit, or else half the machine's memory
-// shared by the world's ranks; 1 where neither does.
+// stays within run.host_memory_limit, or else half the node's memory (the
+// described machine's, or this one's) shared by the world's ranks; 1 where
+// neither does.
 absl::StatusOr<int> host_fold(JobConfig cfg, int world_size, const KernelMemory& kernels, const PlanDevice& device,
                               Trainer::ResumeFrom resume) {
   uint64_t room = cfg.run.host_memory_limit.value_or(0);
   if (room == 0) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return 1;
-    room = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 / static_cast<uint64_t>(world_size);
+    uint64_t node = device.host_memory;
+    if (node == 0) {
+      const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+      if (pages <= 0 || page <= 0) return 1;
+      node = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+    }
+    room = node / 2 / static_cast<uint64_t>(world_size);
   }
   for (const int fold : {std::min(cfg.grad_accum, 4), 2}) {
     if (fold <= 1 || fold > cfg.grad_accum) continue;
