@@ -57,6 +57,16 @@ std::string micro_batch_grads(const std::string& mode) {
   return "zero_optimization.micro_batch_grads=\"" + mode + "\"";
 }
 
+// Trains `cfg` to its end on a stand-in GPU counted by `acct`: ref's losses
+// and masters, bit for bit.
+void expect_trains_as(const JobConfig& cfg, const testing::TrainedRun& ref, MemoryAccountant& acct) {
+  CpuDevice gpu(acct, gpu_tier());
+  const testing::TrainedRun r = testing::train_to_end(cfg, nullptr, gpu);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.losses, ref.losses);
+  EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+}
+
 TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
   for (int stage : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << "stage " << stage);
@@ -77,11 +87,7 @@ TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
       for (const auto& o : v) name += o + " ";
       SCOPED_TRACE(name);
       MemoryAccountant acct;
-      CpuDevice gpu(acct, gpu_tier());
-      const testing::TrainedRun r = testing::train_to_end(config(v), nullptr, gpu);
-      ASSERT_TRUE(r.status.ok()) << r.status;
-      EXPECT_EQ(r.losses, ref.losses);
-      EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+      expect_trains_as(config(v), ref, acct);
     }
   }
 }
@@ -245,11 +251,7 @@ TEST_F(GpuTierOffloadTest, MicroBatchGradientsSentIn16BitsGiveTheBitsOfTheSameSu
       SCOPED_TRACE(::testing::Message() << kept << " bytes of the sum on the GPU");
       offloaded.zero.compute_sums_on_device_bytes = kept;
       MemoryAccountant acct;
-      CpuDevice gpu(acct, gpu_tier());
-      const testing::TrainedRun r = testing::train_to_end(offloaded, nullptr, gpu);
-      ASSERT_TRUE(r.status.ok()) << r.status;
-      EXPECT_EQ(r.losses, ref.losses);
-      EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+      expect_trains_as(offloaded, ref, acct);
       // Some units' sums on the GPU, not all, where any.
       const int units = MicroBatchSums{2, DType::kBF16, kept}.device_units(part);
       EXPECT_EQ(units == 0, kept == 0);
@@ -608,11 +610,7 @@ TEST_F(GpuTierOffloadTest, MicroBatchesHeldOnTheHostAndAddedInOnePassGiveTheSame
         MemoryPlan plan(plan_device(probe));
         ASSERT_TRUE(Trainer::plan(offloaded, 1, 0, kernels, plan).ok());
         MemoryAccountant acct;
-        CpuDevice gpu(acct, gpu_tier());
-        const testing::TrainedRun r = testing::train_to_end(offloaded, nullptr, gpu);
-        ASSERT_TRUE(r.status.ok()) << r.status;
-        EXPECT_EQ(r.losses, ref.losses);
-        EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+        expect_trains_as(offloaded, ref, acct);
         // The host shard and the held rows of the units not kept.
         const int units = MicroBatchSums{4, DType::kBF16, kept}.device_units(part);
         const uint64_t held =
