@@ -98,9 +98,9 @@ StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device
     }
   }
   // The kernels write a 16-bit working copy in the device's memory; the
-  // states stay where a checkpoint reads them.
+  // states stay where a checkpoint reads them. (Sums are kept on a GPU only.)
   c.updates_on_device = c.during_backward && !c.undoable && !c.states_in_file && !c.params_offloaded &&
-                        c.sums.device_bytes > 0 && settings.precision != DType::kF32 && device.memory == Tier::kGpu;
+                        c.sums.device_bytes > 0 && settings.precision != DType::kF32;
   return c;
 }
 

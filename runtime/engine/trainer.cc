@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include <unistd.h>
@@ -112,19 +113,28 @@ GpuLimit gpu_limit(const JobConfig& cfg, const PlanDevice& device) {
   return l;
 }
 
+// Each rank's plan of cfg, its peaks given to `see`.
+absl::Status each_rank_peaks(const JobConfig& cfg, int world_size, const KernelMemory& kernels,
+                             const PlanDevice& device, Trainer::ResumeFrom resume,
+                             const std::function<void(const MemoryPeaks&)>& see) {
+  for (int rank = 0; rank < world_size; ++rank) {
+    MemoryPlan plan(device);
+    ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, world_size, rank, kernels, plan, resume));
+    see(plan.peaks());
+  }
+  return absl::OkStatus();
+}
+
 // The GPU's peak over the ranks of cfg's plan, and its gradients' peak.
 absl::StatusOr<std::pair<uint64_t, uint64_t>> gpu_peaks(const JobConfig& cfg, int world_size,
                                                          const KernelMemory& kernels, const PlanDevice& device,
                                                          Trainer::ResumeFrom resume) {
   const int gpu = static_cast<int>(Tier::kGpu);
   uint64_t total = 0, grads = 0;
-  for (int rank = 0; rank < world_size; ++rank) {
-    MemoryPlan plan(device);
-    ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, world_size, rank, kernels, plan, resume));
-    const MemoryPeaks p = plan.peaks();
+  ZEROD_RETURN_IF_ERROR(each_rank_peaks(cfg, world_size, kernels, device, resume, [&](const MemoryPeaks& p) {
     grads = std::max(grads, p.peak[gpu][static_cast<int>(Category::kGrads)]);
     total = std::max(total, p.total[gpu]);
-  }
+  }));
   return std::pair{total, grads};
 }
 
@@ -146,16 +156,13 @@ absl::StatusOr<int> host_fold(JobConfig cfg, int world_size, const KernelMemory&
     }
     room = node / 2 / static_cast<uint64_t>(world_size);
   }
-  for (const int fold : {std::min(cfg.grad_accum, 4), 2}) {
-    if (fold <= 1 || fold > cfg.grad_accum) continue;
+  // Four (or the step's micro-batches, where fewer), then two.
+  for (int fold = std::min(cfg.grad_accum, 4); fold > 1; fold = fold > 2 ? 2 : 1) {
     cfg.zero.compute_host_fold = fold;
     uint64_t most = 0;
-    for (int rank = 0; rank < world_size; ++rank) {
-      MemoryPlan plan(device);
-      ZEROD_RETURN_IF_ERROR(Trainer::plan(cfg, world_size, rank, kernels, plan, resume));
-      const MemoryPeaks p = plan.peaks();
+    ZEROD_RETURN_IF_ERROR(each_rank_peaks(cfg, world_size, kernels, device, resume, [&](const MemoryPeaks& p) {
       most = std::max(most, p.total[static_cast<int>(Tier::kHost)] + p.total[static_cast<int>(Tier::kPinned)]);
-    }
+    }));
     if (most <= room) return fold;
   }
   return 1;
