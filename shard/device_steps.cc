@@ -20,19 +20,44 @@ int64_t DeviceSteps::part_elements(const ZeroShape& shape) {
   return std::max<int64_t>(blocks, 1) * kQuantBlock;
 }
 
-uint64_t DeviceSteps::slot_bytes(int64_t part_elements) {
+uint64_t DeviceSteps::slot_bytes(int64_t part_elements, bool host_sums) {
   // The most a part's arrays take: fp32 masters, m and v (an 8-bit part's
-  // codes and absmax values take less), each from an aligned start.
-  return 3 * align_up(part_elements * sizeof(float));
+  // codes and absmax values take less), and a sum from the host, each from
+  // an aligned start.
+  return (host_sums ? 4 : 3) * align_up(part_elements * sizeof(float));
 }
 
-void DeviceSteps::plan(const ZeroShape& shape, MemoryPlan& plan) {
+void DeviceSteps::plan(const ZeroShape& shape, bool host_sums, MemoryPlan& plan) {
+  const int64_t part = part_elements(shape);
   plan.add_device("masters and states updated on the device, in parts", Category::kOptimizer,
-                  slot_bytes(part_elements(shape)), Phase::kBuild, true, kSlots);
+                  slot_bytes(part, false), Phase::kBuild, true, kSlots);
+  if (host_sums) {
+    plan.add_device("masters, states and sums from the host updated on the device, in parts", Category::kOptimizer,
+                    slot_bytes(part, true), Phase::kBuild, true, kSlots);
+  }
+}
+
+std::vector<bool> DeviceSteps::share(const std::vector<UnitBytes>& units, int kept) {
+  const int count = static_cast<int>(units.size());
+  std::vector<bool> takes(count, false);
+  int64_t device = 0, host = 0;
+  for (int u = 0; u < kept; ++u) device += units[u].states;
+  for (int u = count - 1; u >= kept; --u) {
+    const UnitBytes& b = units[u];
+    const int64_t up = b.states + b.numel * 4, on_host = 2 * b.states + b.numel * (4 + b.working);
+    takes[u] = device + up <= host + on_host;
+    if (takes[u]) {
+      device += up;
+    } else {
+      host += on_host;
+    }
+  }
+  return takes;
 }
 
 absl::StatusOr<std::unique_ptr<DeviceSteps>> DeviceSteps::create(ZeroContext& ctx, const Optimizer& optimizer,
-                                                                 int64_t part_elements) {
+                                                                 const std::vector<std::pair<int, int>>& unit_pieces,
+                                                                 int kept, int64_t part_elements) {
   if (part_elements % kQuantBlock != 0) {
     return absl::InvalidArgumentError(absl::StrCat("a part of ", part_elements, " elements is not whole blocks of ",
                                                    kQuantBlock));
@@ -40,40 +65,64 @@ absl::StatusOr<std::unique_ptr<DeviceSteps>> DeviceSteps::create(ZeroContext& ct
   std::unique_ptr<DeviceSteps> d(new DeviceSteps(ctx, optimizer));
   Device& dev = ctx.device;
   d->part_elements_ = part_elements > 0 ? part_elements : DeviceSteps::part_elements(ctx);
-  for (Slot& s : d->slots_) {
-    ZEROD_ASSIGN_OR_RETURN(s.buf, dev.allocate(slot_bytes(d->part_elements_), Category::kOptimizer));
+  std::vector<UnitBytes> units(unit_pieces.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    units[u].working = static_cast<int>(dtype_size(ctx.dtype));
+    for (int k = unit_pieces[u].first; k < unit_pieces[u].second; ++k) {
+      units[u].numel += ctx.owned[k].numel;
+      for (const Optimizer::Span& a : optimizer.part_arrays(k, 0, ctx.owned[k].numel)) units[u].states += a.bytes;
+    }
+  }
+  d->takes_ = share(units, kept);
+  ZEROD_RETURN_IF_ERROR(d->create_lane(d->lanes_[0], false));
+  if (kept < static_cast<int>(units.size())) ZEROD_RETURN_IF_ERROR(d->create_lane(d->lanes_[1], true));
+  ZEROD_ASSIGN_OR_RETURN(d->ready_, dev.create_event());
+  return d;
+}
+
+absl::Status DeviceSteps::create_lane(Lane& lane, bool host_sums) {
+  Device& dev = ctx_.device;
+  for (Slot& s : lane.slots) {
+    ZEROD_ASSIGN_OR_RETURN(s.buf, dev.allocate(slot_bytes(part_elements_, host_sums), Category::kOptimizer));
     ZEROD_ASSIGN_OR_RETURN(s.uploaded, dev.create_event());
     ZEROD_ASSIGN_OR_RETURN(s.updated, dev.create_event());
     ZEROD_ASSIGN_OR_RETURN(s.downloaded, dev.create_event());
   }
-  ZEROD_ASSIGN_OR_RETURN(d->up_, dev.create_stream());
-  ZEROD_ASSIGN_OR_RETURN(d->update_, dev.create_stream());
-  ZEROD_ASSIGN_OR_RETURN(d->down_, dev.create_stream());
-  ZEROD_ASSIGN_OR_RETURN(d->ready_, dev.create_event());
-  ZEROD_ASSIGN_OR_RETURN(d->done_, dev.create_event());
-  return d;
+  ZEROD_ASSIGN_OR_RETURN(lane.up, dev.create_stream());
+  ZEROD_ASSIGN_OR_RETURN(lane.update, dev.create_stream());
+  ZEROD_ASSIGN_OR_RETURN(lane.down, dev.create_stream());
+  ZEROD_ASSIGN_OR_RETURN(lane.done, dev.create_event());
+  return absl::OkStatus();
 }
 
 DeviceSteps::~DeviceSteps() {
-  for (Stream* s : {up_.get(), update_.get(), down_.get()}) {
-    if (s) ctx_.device.synchronize(*s).IgnoreError();
+  for (Lane& lane : lanes_) {
+    for (Stream* s : {lane.up.get(), lane.update.get(), lane.down.get()}) {
+      if (s) ctx_.device.synchronize(*s).IgnoreError();
+    }
   }
 }
 
-void DeviceSteps::enqueue(int first, int last, const float* grads, const std::vector<void*>& working, float lr,
-                          int64_t step, float grad_scale) {
+void DeviceSteps::enqueue(int first, int last, const float* grads, bool grads_on_host,
+                          const std::vector<void*>& working, float lr, int64_t step, float grad_scale) {
+  if (first == last) return;  // nothing of the unit is this rank's
+  Lane& lane = lanes_[grads_on_host];
+  std::lock_guard<std::mutex> lock(lane.mu);
   Device& dev = ctx_.device;
   // The updates read the sums the compute stream has made (each event is
-  // waited for as soon as it is recorded, so one serves every call).
-  dev.record(ctx_.stream, *ready_);
-  dev.wait(*update_, *ready_);
+  // waited for as soon as it is recorded, so one serves every call). A sum
+  // on the host is complete: backward is done with the unit's working copy.
+  if (!grads_on_host) {
+    dev.record(ctx_.stream, *ready_);
+    dev.wait(*lane.update, *ready_);
+  }
   const size_t working_size = dtype_size(ctx_.dtype);
   const int64_t at_first = ctx_.owned[first].shard_offset;
   for (int k = first; k < last; ++k) {
     const ShardSegment& seg = ctx_.owned[k];
     for (int64_t start = 0; start < seg.numel; start += part_elements_) {
       const int64_t n = std::min(part_elements_, seg.numel - start);
-      Slot& slot = slots_[next_++ % kSlots];
+      Slot& slot = lane.slots[lane.next++ % kSlots];
       const std::vector<Optimizer::Span> arrays = optimizer_.part_arrays(k, start, n);
       std::vector<void*> at;
       uint64_t offset = 0;
@@ -81,27 +130,38 @@ void DeviceSteps::enqueue(int first, int last, const float* grads, const std::ve
         at.push_back(slot.buf.ptr<char>() + offset);
         offset += align_up(a.bytes);
       }
+      const float* grad = grads + (seg.shard_offset - at_first) + start;
       // Up once the slot's last part is back; updated once it is up; back
       // once updated.
-      dev.wait(*up_, *slot.downloaded);
-      for (size_t i = 0; i < arrays.size(); ++i) dev.copy(*up_, at[i], arrays[i].data, arrays[i].bytes);
-      dev.record(*up_, *slot.uploaded);
-      dev.wait(*update_, *slot.uploaded);
-      optimizer_.step_part(ctx_.kernels, *update_, k, n, at, grads + (seg.shard_offset - at_first) + start,
+      dev.wait(*lane.up, *slot.downloaded);
+      for (size_t i = 0; i < arrays.size(); ++i) dev.copy(*lane.up, at[i], arrays[i].data, arrays[i].bytes);
+      if (grads_on_host) {
+        float* up = reinterpret_cast<float*>(slot.buf.ptr<char>() + offset);
+        dev.copy(*lane.up, up, grad, n * sizeof(float));
+        grad = up;
+      }
+      dev.record(*lane.up, *slot.uploaded);
+      dev.wait(*lane.update, *slot.uploaded);
+      optimizer_.step_part(ctx_.kernels, *lane.update, k, n, at, grad,
                            static_cast<char*>(working[k]) + start * working_size, lr, step, grad_scale);
-      dev.record(*update_, *slot.updated);
-      dev.wait(*down_, *slot.updated);
-      for (size_t i = 0; i < arrays.size(); ++i) dev.copy(*down_, arrays[i].data, at[i], arrays[i].bytes);
-      dev.record(*down_, *slot.downloaded);
-      ++parts_;
+      dev.record(*lane.update, *slot.updated);
+      dev.wait(*lane.down, *slot.updated);
+      for (size_t i = 0; i < arrays.size(); ++i) dev.copy(*lane.down, arrays[i].data, at[i], arrays[i].bytes);
+      dev.record(*lane.down, *slot.downloaded);
+      ++lane.parts;
     }
   }
 }
 
 absl::Status DeviceSteps::finish() {
-  ctx_.device.record(*update_, *done_);
-  ctx_.device.wait(ctx_.stream, *done_);
-  return ctx_.device.synchronize(*down_);
+  absl::Status s;
+  for (Lane& lane : lanes_) {
+    if (!lane.update) continue;
+    ctx_.device.record(*lane.update, *lane.done);
+    ctx_.device.wait(ctx_.stream, *lane.done);
+    s.Update(ctx_.device.synchronize(*lane.down));
+  }
+  return s;
 }
 
 }  // namespace zerod

@@ -9,6 +9,13 @@
 // finish(). The result is bitwise the host's update: the kernels of every
 // table agree bit for bit (cpu/adam.h), and an update is elementwise.
 //
+// A unit summed on the host may go the same way, its sum copied up with
+// the states, where the plan (share()) finds the device done with it
+// sooner than the host would be. Those go through slots and streams of
+// their own (a second lane): a device sum's update waits for the compute
+// stream to make it, which a host sum, complete when it is given, must
+// not wait behind.
+//
 // Why: a host core moves about 30 bytes of memory per parameter for AdamW
 // (masters, m, v and gradients read, three written, the working copy
 // made); the link moves 12 each way with no host core at all, and the
@@ -16,6 +23,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "runtime/optim/optimizer.h"
@@ -31,45 +40,81 @@ class DeviceSteps {
   // GPU's other buffers.
   static constexpr int64_t kPartElements = int64_t{4} << 20;
 
+  // What a unit's update moves, in bytes: `states` (masters and states),
+  // `numel` gradients, `working` bytes an element of its working copy.
+  struct UnitBytes {
+    int64_t states = 0, numel = 0;
+    int working = 2;
+  };
+  // Which of the units summed on the host (`kept` and after) the device
+  // updates, the others staying the host's: each, in backward's order (the
+  // last unit first), goes where it would be done sooner, behind what is
+  // there already; the device starts with the kept units. The device's
+  // time is what goes up (states and the sum; the states come back at
+  // once, the other way), the host's what its memory moves (states read
+  // and written, the sum read, the working copy written), both at one
+  // rate: on the H200 machine the link moved 55 GB/s (16 MiB copies) and
+  // the host's AdamW about 52 (gpt2-xl's in 903 ms; bench/RESULTS.md).
+  static std::vector<bool> share(const std::vector<UnitBytes>& units, int kept);
+
   // `optimizer`: bound to pinned host memory, its pieces the owned
-  // segments; it outlives this. `part_elements` (a multiple of
+  // segments; it outlives this. Unit u is pieces unit_pieces[u]; the
+  // first `kept` are summed on the device, the others on the host (and
+  // some updated here: takes()). `part_elements` (a multiple of
   // kQuantBlock; tests) in place of the planned part.
   static absl::StatusOr<std::unique_ptr<DeviceSteps>> create(ZeroContext& ctx, const Optimizer& optimizer,
-                                                             int64_t part_elements = 0);
+                                                             const std::vector<std::pair<int, int>>& unit_pieces,
+                                                             int kept, int64_t part_elements = 0);
   // Waits for what is in flight.
   ~DeviceSteps();
-  static void plan(const ZeroShape& shape, MemoryPlan& plan);
+  // `host_sums`: whether some units are summed on the host (the second
+  // lane).
+  static void plan(const ZeroShape& shape, bool host_sums, MemoryPlan& plan);
 
+  // Whether unit u, summed on the host, is updated here (share()).
+  bool takes(int u) const { return takes_[u]; }
   // Pieces [first, last) (owned segments, one after another in the shard)
-  // updated once what the compute stream has been given so far is done:
-  // their gradients on the device from `grads` (piece first's first
-  // element), piece k's working copy at `working[k]` on the device.
-  void enqueue(int first, int last, const float* grads, const std::vector<void*>& working, float lr, int64_t step,
-               float grad_scale);
+  // updated with their gradients from `grads` (piece first's first
+  // element), piece k's working copy at `working[k]` on the device. Sums
+  // on the device are read once what the compute stream has been given
+  // so far is done; sums in host memory (`grads_on_host`: pinned, left
+  // alone until finish()) are copied up with the states. From any thread.
+  void enqueue(int first, int last, const float* grads, bool grads_on_host, const std::vector<void*>& working,
+               float lr, int64_t step, float grad_scale);
   // The compute stream waits for the updates (the working copy, and the
   // sums they read), and the host for the masters and states to be back.
   absl::Status finish();
   // Parts updated since creation.
-  int64_t parts() const { return parts_; }
+  int64_t parts() const { return lanes_[0].parts + lanes_[1].parts; }
 
  private:
   struct Slot {
     Buffer buf;
     std::unique_ptr<Event> uploaded, updated, downloaded;
   };
+  // Slots and streams for the sums of one place, parts going through the
+  // slots in turn.
+  struct Lane {
+    std::mutex mu;  // enqueue's, from any thread
+    Slot slots[kSlots];
+    std::unique_ptr<Stream> up, update, down;
+    std::unique_ptr<Event> done;
+    int64_t next = 0, parts = 0;
+  };
   DeviceSteps(ZeroContext& ctx, const Optimizer& optimizer) : ctx_(ctx), optimizer_(optimizer) {}
   // Elements of a slot's part: kPartElements, or the largest piece where
   // that is less (a multiple of kQuantBlock either way).
   static int64_t part_elements(const ZeroShape& shape);
-  static uint64_t slot_bytes(int64_t part_elements);
+  // Bytes of a slot of the lane of sums on the host or on the device.
+  static uint64_t slot_bytes(int64_t part_elements, bool host_sums);
+  absl::Status create_lane(Lane& lane, bool host_sums);
 
   ZeroContext& ctx_;
   const Optimizer& optimizer_;
   int64_t part_elements_ = 0;
-  Slot slots_[kSlots];
-  std::unique_ptr<Stream> up_, update_, down_;
-  std::unique_ptr<Event> ready_, done_;
-  int64_t next_ = 0, parts_ = 0;
+  std::vector<bool> takes_;
+  Lane lanes_[2];  // sums on the device, then on the host (created where some are)
+  std::unique_ptr<Event> ready_;
 };
 
 }  // namespace zerod

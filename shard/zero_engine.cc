@@ -176,7 +176,7 @@ void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int
                              saves_checkpoints, plan);
   }
   if (c.updates_on_device) {
-    DeviceSteps::plan(shape, plan);
+    DeviceSteps::plan(shape, c.sums.device_units(shape.part) < shape.part.num_units(), plan);
     plan.add_device("gradient sums by unit, of those updated on the device", Category::kWorkspace, sums);
   }
 }
@@ -276,7 +276,8 @@ absl::Status ZeroEngine::create_optimizer() {
                                                            stores_.separate_masters, init));
   }
   if (stores_.updates_on_device) {
-    ZEROD_ASSIGN_OR_RETURN(device_steps_, DeviceSteps::create(ctx_, *optimizer_->bound()));
+    ZEROD_ASSIGN_OR_RETURN(device_steps_, DeviceSteps::create(ctx_, *optimizer_->bound(), unit_pieces_,
+                                                              stores_.sums.device_units(ctx_.part)));
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(device_unit_sums_, ctx_.part.num_units() * 8, Category::kWorkspace));
     for (const ShardSegment& s : owned) working_.push_back(params_->working(s));
   }
@@ -348,6 +349,13 @@ OptimizerState::MasterOut ZeroEngine::working_copy_writer() {
   };
 }
 
+int ZeroEngine::units_shared_with_device() const {
+  if (!device_steps_) return 0;
+  int n = 0;
+  for (int u = stores_.sums.device_units(ctx_.part); u < ctx_.part.num_units(); ++u) n += device_steps_->takes(u);
+  return n;
+}
+
 void ZeroEngine::zero_grads() {
   grads_->zero();
   summed_.assign(ctx_.part.num_units(), false);
@@ -367,6 +375,12 @@ void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batche
         ctx_.host_kernels.sum_squares(host, g, ctx_.part.chunk(u), unit_sums_.ptr<double>() + u);
         ZEROD_RETURN_IF_ERROR(ctx_.host.synchronize(host));
         summed_[u] = true;
+        if (device_steps_ && device_steps_->takes(u)) {
+          ++units_updated_on_device_;
+          device_steps_->enqueue(unit_pieces_[u].first, unit_pieces_[u].second, g, /*grads_on_host=*/true, working_,
+                                 lr, step, grad_factor);
+          return absl::OkStatus();
+        }
         const int64_t unit_at = ctx_.part.shard_offset(u);
         const OptimizerState::PieceFill grads = [&](int k, int64_t start, int64_t n, float* dst) {
           std::memcpy(dst, g + (ctx_.owned[k].shard_offset - unit_at) + start, n * sizeof(float));
@@ -384,7 +398,8 @@ void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batche
     ctx_.kernels.sum_squares(ctx_.stream, sum, ctx_.part.chunk(u), device_unit_sums_.ptr<double>() + u);
     summed_[u] = true;
     summed_on_device_.push_back(u);
-    device_steps_->enqueue(unit_pieces_[u].first, unit_pieces_[u].second, sum, working_, lr, step, grad_factor);
+    device_steps_->enqueue(unit_pieces_[u].first, unit_pieces_[u].second, sum, /*grads_on_host=*/false, working_, lr,
+                           step, grad_factor);
     return absl::OkStatus();
   });
 }

@@ -66,9 +66,9 @@ struct StoreChoice {
   bool undoable = false;
   bool during_backward = false;  // ZeroEngine::updates_during_backward()
   // Of those, the units summed on a GPU are updated there (device_steps.h),
-  // the masters and states in `staging` memory: where the working copy is
-  // 16-bit and on the device, the states in host memory, and nothing to
-  // undo.
+  // and some summed on the host, the masters and states in `staging`
+  // memory: where the working copy is 16-bit and on the device, the states
+  // in host memory, and nothing to undo.
   bool updates_on_device = false;
   Tier staging = Tier::kHost;    // offload_optimizer's host buffers
   // Stages 2 and 3 (zero_optimization.micro_batch_grads, resolved): each
@@ -187,6 +187,8 @@ class ZeroEngine {
   // creation, and of them those updated on the device (in parts).
   int64_t units_updated_in_backward() const { return units_updated_in_backward_; }
   int64_t units_updated_on_device() const { return units_updated_on_device_; }
+  // Of the units summed on the host, those updated on the device each step.
+  int units_shared_with_device() const;
   int64_t parts_updated_on_device() const { return device_steps_ ? device_steps_->parts() : 0; }
   // Steps whose update during backward was undone since creation.
   int64_t updates_undone() const { return updates_undone_; }
@@ -239,7 +241,7 @@ class ZeroEngine {
   bool updating_during_backward_ = false;
   float factor_during_backward_ = 1.0f;
   std::atomic<int64_t> units_updated_in_backward_{0};  // counted on the host thread
-  int64_t units_updated_on_device_ = 0;
+  std::atomic<int64_t> units_updated_on_device_{0};    // on backward's thread and the host's
   int64_t updates_undone_ = 0;
   Buffer unit_sums_, unit_sums_host_;  // each unit's sum of squared gradients, where they are and on the host
   bool on_stream_ = false;             // steps_on_stream()

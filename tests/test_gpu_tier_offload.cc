@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/core/caching_allocator.h"
@@ -551,7 +552,10 @@ TEST_F(GpuTierOffloadTest, TheGpuUpdatesTheUnitsSummedThereWithTheBitsOfTheRunIn
       EXPECT_EQ(losses, ref.losses);
       EXPECT_TRUE(testing::same_bits(*params, ref.params));
       const ZeroEngine& zero = (*t)->zero();
-      EXPECT_EQ(zero.units_updated_on_device(), c.on_device ? offloaded.run.steps * kept : 0);
+      // Kept units, and those of the others the plan shares with the device.
+      const int shared = zero.units_shared_with_device();
+      EXPECT_EQ(zero.units_updated_on_device(), c.on_device ? offloaded.run.steps * (kept + shared) : 0);
+      EXPECT_EQ(shared > 0, c.on_device && c.half_kept) << shared;
       EXPECT_EQ(zero.units_updated_in_backward(), c.on_device ? offloaded.run.steps * part.num_units() : 0);
       EXPECT_EQ(zero.parts_updated_on_device() > 0, c.on_device);
       EXPECT_GT(kept, 0);
@@ -659,11 +663,35 @@ TEST_F(GpuTierOffloadTest, MicroBatchesHeldOnTheHostAndAddedInOnePassGiveTheSame
   }
 }
 
+// How DeviceSteps::share places the units summed on the host, worked by
+// hand: AdamW units of 1000 elements (12000 bytes of states, 16000 up,
+// 30000 through the host's memory with a bf16 working copy).
+TEST(DeviceSteps, ShareGivesEachUnitWhereItIsDoneSooner) {
+  const DeviceSteps::UnitBytes unit{12000, 1000, 2};
+  const std::vector<DeviceSteps::UnitBytes> five(5, unit);
+  // None kept: unit 4 to the idle device (16000); 3 to the host (32000 >
+  // 30000); 2 and 1 to the device (32000, then 48000 <= 60000); 0 to the
+  // host (64000 > 60000).
+  EXPECT_EQ(DeviceSteps::share(five, 0), (std::vector<bool>{false, true, true, false, true}));
+  // Two kept (24000 on the device first): 4 to the host (40000 > 30000), 3
+  // and 2 to the device (40000, then 56000 <= 60000).
+  EXPECT_EQ(DeviceSteps::share(five, 2), (std::vector<bool>{false, false, true, true, false}));
+  // All kept: none is the host's to share.
+  EXPECT_EQ(DeviceSteps::share(five, 5), std::vector<bool>(5, false));
+  // 8-bit states (about 6 bytes an element: 10000 up, 18000 on the host),
+  // one kept (6000): 4 to the device (16000 <= 18000), 3 to the host
+  // (26000 > 18000), 2 and 1 to the device (26000, then 36000 <= 36000).
+  const std::vector<DeviceSteps::UnitBytes> eight(5, DeviceSteps::UnitBytes{6000, 1000, 2});
+  EXPECT_EQ(DeviceSteps::share(eight, 1), (std::vector<bool>{false, true, true, false, true}));
+}
+
 // DeviceSteps against the host's update of the same pieces (AdamW and
 // 8-bit AdamW): parts of 1024 elements, so that pieces are split, with a
 // short last part, and small pieces are one part each; the gradients
 // written on the compute stream just before, and the working copy read
 // back on it just after finish(), behind the threaded, delayed streams.
+// Half the units read their sums on the device, the others from host
+// memory, enqueued from a thread of their own as the host's adder does.
 // Three steps: the masters, states and working copy are the host's, bit
 // for bit.
 TEST(DeviceSteps, UpdateInPartsOnTheDeviceWithTheHostsBits) {
@@ -709,25 +737,32 @@ TEST(DeviceSteps, UpdateInPartsOnTheDeviceWithTheHostsBits) {
     Buffer working = *gpu.allocate(numel * 2, Category::kParams);
     std::vector<void*> working_of;
     for (const ShardSegment& s : ctx.owned) working_of.push_back(working.ptr<uint16_t>() + s.shard_offset);
-    auto steps = DeviceSteps::create(ctx, *opt, 1024);
+    const int units = ctx.part.num_units(), kept = units / 2;
+    std::vector<std::pair<int, int>> unit_pieces(units, {-1, -1});
+    for (size_t k = 0; k < ctx.owned.size(); ++k) {
+      auto& [first, last] = unit_pieces[ctx.owned[k].unit];
+      if (first < 0) first = static_cast<int>(k);
+      last = static_cast<int>(k) + 1;
+    }
+    auto steps = DeviceSteps::create(ctx, *opt, unit_pieces, kept, 1024);
     ASSERT_TRUE(steps.ok()) << steps.status();
-    EXPECT_FALSE(DeviceSteps::create(ctx, *opt, 1000).ok());  // not whole blocks
+    EXPECT_FALSE(DeviceSteps::create(ctx, *opt, unit_pieces, kept, 1000).ok());  // not whole blocks
 
     std::vector<uint16_t> got_working(numel);
     for (int64_t step = 1; step <= 3; ++step) {
       for (float& g : grads) g = normal(rng);
       ref->step(*host_kernels, host.compute_stream(), 1e-3f, step, 0.5f);
       gpu.copy(ctx.stream, device_grads.data(), grads.data(), numel * 4);
-      for (int u = ctx.part.num_units() - 1; u >= 0; --u) {
-        int first = -1, last = -1;
-        for (size_t k = 0; k < ctx.owned.size(); ++k) {
-          if (ctx.owned[k].unit != u) continue;
-          if (first < 0) first = static_cast<int>(k);
-          last = static_cast<int>(k) + 1;
-        }
-        (*steps)->enqueue(first, last, device_grads.ptr<float>() + ctx.owned[first].shard_offset, working_of, 1e-3f,
-                          step, 0.5f);
-      }
+      auto enqueue = [&](int u, bool on_host) {
+        const auto [first, last] = unit_pieces[u];
+        const float* sum = (on_host ? grads.data() : device_grads.ptr<float>()) + ctx.owned[first].shard_offset;
+        (*steps)->enqueue(first, last, sum, on_host, working_of, 1e-3f, step, 0.5f);
+      };
+      std::thread adder([&] {
+        for (int u = units - 1; u >= kept; --u) enqueue(u, /*on_host=*/true);
+      });
+      for (int u = kept - 1; u >= 0; --u) enqueue(u, /*on_host=*/false);
+      adder.join();
       ASSERT_TRUE((*steps)->finish().ok());
       gpu.copy(ctx.stream, got_working.data(), working.data(), numel * 2);
       ASSERT_TRUE(gpu.synchronize(ctx.stream).ok());

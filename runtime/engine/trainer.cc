@@ -84,7 +84,10 @@ std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
   if (c.sums.device_bytes == 0) return absl::StrCat("each micro-batch's ", sent);
   return absl::StrCat("each micro-batch's rounded to ", type,
                       "; the first units' (the embeddings, then layers) fp32 sums that fit in ",
-                      byte_size_text(c.sums.device_bytes), " summed on the device, ", once, "; the others' ", sent);
+                      byte_size_text(c.sums.device_bytes), " summed on the device, ", once, "; the others' ", sent,
+                      c.updates_on_device ? ", each updated there or on the device (its sum copied up too), "
+                                            "whichever is planned to finish first"
+                                          : "");
 }
 
 }  // namespace
