@@ -77,6 +77,10 @@ class ShardStore {
   // (fp32 stores only), or to zeros when `onto_zero` (the stored values are
   // not read).
   absl::Status add(int64_t offset, const void* src, DType from, int64_t n, bool onto_zero);
+  // Unit u's record in host memory (device cpu; null in a file), for a
+  // copy from a GPU to write in place of put(): as put()'s, once u is
+  // acquired no more for the pass and before its next acquire.
+  void* host_record(int u) const { return host_records_ ? host_records_ + records_[u] : nullptr; }
   // Unit u's values as put or added so far while it is the one being filled
   // (not yet written), valid until the next put, add or flush; else null.
   const void* unwritten(int u) const;

@@ -253,7 +253,7 @@ if [ "$section" = offload ]; then
   timeout 150 "$worker" "${xl[@]}" --set run.gpu_memory_limit='"4GiB"' \
     --set zero_optimization.reduce_bucket_size=50000000 --set zero_optimization.offload_param.device='"cpu"' \
     >"$logs/xl-offload-4GiB.log" 2>&1
-  say "gpt2-xl offload (parameters too) under 4 GiB: exit $?; $(grep -E '^done|^  gpu |error' "$logs/xl-offload-4GiB.log" | head -3 | tr '\n' ' ')"
+  say "gpt2-xl offload (parameters too) under 4 GiB: exit $?; $(grep -E '^done|^  gpu |error|micro-batch gradients' "$logs/xl-offload-4GiB.log" | head -4 | tr '\n' ' ')"
   timeout 130 "$worker" "${xl[@]}" --set run.gpu_memory_limit=null --set zero_optimization.micro_batch_grads='"compute"' \
     --set zero_optimization.offload_optimizer.device='"none"' >"$logs/xl-plain.log" 2>&1
   say "gpt2-xl without offload, uncapped: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-plain.log" | head -3 | tr '\n' ' ')"

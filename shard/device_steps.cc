@@ -20,20 +20,23 @@ int64_t DeviceSteps::part_elements(const ZeroShape& shape) {
   return std::max<int64_t>(blocks, 1) * kQuantBlock;
 }
 
-uint64_t DeviceSteps::slot_bytes(int64_t part_elements, bool host_sums) {
+uint64_t DeviceSteps::slot_bytes(int64_t part_elements, bool host_sums, size_t working_bytes) {
   // The most a part's arrays take: fp32 masters, m and v (an 8-bit part's
-  // codes and absmax values take less), and a sum from the host, each from
-  // an aligned start.
-  return (host_sums ? 4 : 3) * align_up(part_elements * sizeof(float));
+  // codes and absmax values take less), a sum from the host and the
+  // working copy for the host, each from an aligned start.
+  return (host_sums ? 4 : 3) * align_up(part_elements * sizeof(float)) + align_up(part_elements * working_bytes);
 }
 
-void DeviceSteps::plan(const ZeroShape& shape, bool host_sums, MemoryPlan& plan) {
+void DeviceSteps::plan(const ZeroShape& shape, int kept, bool working_on_host, MemoryPlan& plan) {
   const int64_t part = part_elements(shape);
-  plan.add_device("masters and states updated on the device, in parts", Category::kOptimizer,
-                  slot_bytes(part, false), Phase::kBuild, true, kSlots);
-  if (host_sums) {
+  const size_t working = working_on_host ? dtype_size(shape.dtype) : 0;
+  if (kept > 0) {
+    plan.add_device("masters and states updated on the device, in parts", Category::kOptimizer,
+                    slot_bytes(part, false, working), Phase::kBuild, true, kSlots);
+  }
+  if (kept < shape.part.num_units()) {
     plan.add_device("masters, states and sums from the host updated on the device, in parts", Category::kOptimizer,
-                    slot_bytes(part, true), Phase::kBuild, true, kSlots);
+                    slot_bytes(part, true, working), Phase::kBuild, true, kSlots);
   }
 }
 
@@ -57,7 +60,7 @@ std::vector<bool> DeviceSteps::share(const std::vector<UnitBytes>& units, int ke
 
 absl::StatusOr<std::unique_ptr<DeviceSteps>> DeviceSteps::create(ZeroContext& ctx, const Optimizer& optimizer,
                                                                  const std::vector<std::pair<int, int>>& unit_pieces,
-                                                                 int kept, int64_t part_elements) {
+                                                                 int kept, bool working_on_host, int64_t part_elements) {
   if (part_elements % kQuantBlock != 0) {
     return absl::InvalidArgumentError(absl::StrCat("a part of ", part_elements, " elements is not whole blocks of ",
                                                    kQuantBlock));
@@ -65,6 +68,7 @@ absl::StatusOr<std::unique_ptr<DeviceSteps>> DeviceSteps::create(ZeroContext& ct
   std::unique_ptr<DeviceSteps> d(new DeviceSteps(ctx, optimizer));
   Device& dev = ctx.device;
   d->part_elements_ = part_elements > 0 ? part_elements : DeviceSteps::part_elements(ctx);
+  d->working_on_host_ = working_on_host;
   std::vector<UnitBytes> units(unit_pieces.size());
   for (size_t u = 0; u < units.size(); ++u) {
     units[u].working = static_cast<int>(dtype_size(ctx.dtype));
@@ -74,7 +78,7 @@ absl::StatusOr<std::unique_ptr<DeviceSteps>> DeviceSteps::create(ZeroContext& ct
     }
   }
   d->takes_ = share(units, kept);
-  ZEROD_RETURN_IF_ERROR(d->create_lane(d->lanes_[0], false));
+  if (kept > 0) ZEROD_RETURN_IF_ERROR(d->create_lane(d->lanes_[0], false));
   if (kept < static_cast<int>(units.size())) ZEROD_RETURN_IF_ERROR(d->create_lane(d->lanes_[1], true));
   ZEROD_ASSIGN_OR_RETURN(d->ready_, dev.create_event());
   return d;
@@ -83,7 +87,9 @@ absl::StatusOr<std::unique_ptr<DeviceSteps>> DeviceSteps::create(ZeroContext& ct
 absl::Status DeviceSteps::create_lane(Lane& lane, bool host_sums) {
   Device& dev = ctx_.device;
   for (Slot& s : lane.slots) {
-    ZEROD_ASSIGN_OR_RETURN(s.buf, dev.allocate(slot_bytes(part_elements_, host_sums), Category::kOptimizer));
+    ZEROD_ASSIGN_OR_RETURN(s.buf, dev.allocate(slot_bytes(part_elements_, host_sums,
+                                                          working_on_host_ ? dtype_size(ctx_.dtype) : 0),
+                                               Category::kOptimizer));
     ZEROD_ASSIGN_OR_RETURN(s.uploaded, dev.create_event());
     ZEROD_ASSIGN_OR_RETURN(s.updated, dev.create_event());
     ZEROD_ASSIGN_OR_RETURN(s.downloaded, dev.create_event());
@@ -131,6 +137,7 @@ void DeviceSteps::enqueue(int first, int last, const float* grads, bool grads_on
         offset += align_up(a.bytes);
       }
       const float* grad = grads + (seg.shard_offset - at_first) + start;
+      void* param16 = static_cast<char*>(working[k]) + start * working_size;
       // Up once the slot's last part is back; updated once it is up; back
       // once updated.
       dev.wait(*lane.up, *slot.downloaded);
@@ -139,14 +146,16 @@ void DeviceSteps::enqueue(int first, int last, const float* grads, bool grads_on
         float* up = reinterpret_cast<float*>(slot.buf.ptr<char>() + offset);
         dev.copy(*lane.up, up, grad, n * sizeof(float));
         grad = up;
+        offset += align_up(n * sizeof(float));
       }
       dev.record(*lane.up, *slot.uploaded);
       dev.wait(*lane.update, *slot.uploaded);
-      optimizer_.step_part(ctx_.kernels, *lane.update, k, n, at, grad,
-                           static_cast<char*>(working[k]) + start * working_size, lr, step, grad_scale);
+      void* written = working_on_host_ ? slot.buf.ptr<char>() + offset : param16;
+      optimizer_.step_part(ctx_.kernels, *lane.update, k, n, at, grad, written, lr, step, grad_scale);
       dev.record(*lane.update, *slot.updated);
       dev.wait(*lane.down, *slot.updated);
       for (size_t i = 0; i < arrays.size(); ++i) dev.copy(*lane.down, arrays[i].data, at[i], arrays[i].bytes);
+      if (working_on_host_) dev.copy(*lane.down, param16, written, n * working_size);
       dev.record(*lane.down, *slot.downloaded);
       ++lane.parts;
     }

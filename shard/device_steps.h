@@ -8,6 +8,8 @@
 // the GPU goes on with backward. The host enqueues and never waits until
 // finish(). The result is bitwise the host's update: the kernels of every
 // table agree bit for bit (cpu/adam.h), and an update is elementwise.
+// Where the working copy is in host memory (offload_param to `cpu`), the
+// kernel writes it in the slot and it goes back with the states.
 //
 // A unit summed on the host may go the same way, its sum copied up with
 // the states, where the plan (share()) finds the device done with it
@@ -60,22 +62,25 @@ class DeviceSteps {
   // `optimizer`: bound to pinned host memory, its pieces the owned
   // segments; it outlives this. Unit u is pieces unit_pieces[u]; the
   // first `kept` are summed on the device, the others on the host (and
-  // some updated here: takes()). `part_elements` (a multiple of
-  // kQuantBlock; tests) in place of the planned part.
+  // some updated here: takes()). `working_on_host`: the working copy is in
+  // host memory (offload_param), written there from a slot. `part_elements`
+  // (a multiple of kQuantBlock; tests) in place of the planned part.
   static absl::StatusOr<std::unique_ptr<DeviceSteps>> create(ZeroContext& ctx, const Optimizer& optimizer,
                                                              const std::vector<std::pair<int, int>>& unit_pieces,
-                                                             int kept, int64_t part_elements = 0);
+                                                             int kept, bool working_on_host,
+                                                             int64_t part_elements = 0);
   // Waits for what is in flight.
   ~DeviceSteps();
-  // `host_sums`: whether some units are summed on the host (the second
-  // lane).
-  static void plan(const ZeroShape& shape, bool host_sums, MemoryPlan& plan);
+  // With `kept` units summed on the device (the first lane, where there
+  // are some) of shape's, the others on the host (the second).
+  static void plan(const ZeroShape& shape, int kept, bool working_on_host, MemoryPlan& plan);
 
   // Whether unit u, summed on the host, is updated here (share()).
   bool takes(int u) const { return takes_[u]; }
   // Pieces [first, last) (owned segments, one after another in the shard)
   // updated with their gradients from `grads` (piece first's first
-  // element), piece k's working copy at `working[k]` on the device. Sums
+  // element), piece k's working copy at `working[k]` (on the device, or in
+  // host memory: there once the model is done with it for the step). Sums
   // on the device are read once what the compute stream has been given
   // so far is done; sums in host memory (`grads_on_host`: pinned, left
   // alone until finish()) are copied up with the states. From any thread.
@@ -105,15 +110,18 @@ class DeviceSteps {
   // Elements of a slot's part: kPartElements, or the largest piece where
   // that is less (a multiple of kQuantBlock either way).
   static int64_t part_elements(const ZeroShape& shape);
-  // Bytes of a slot of the lane of sums on the host or on the device.
-  static uint64_t slot_bytes(int64_t part_elements, bool host_sums);
+  // Bytes of a slot of the lane of sums on the host or on the device, with
+  // room for the working copy where it goes to the host (`working_bytes`
+  // an element, else 0).
+  static uint64_t slot_bytes(int64_t part_elements, bool host_sums, size_t working_bytes);
   absl::Status create_lane(Lane& lane, bool host_sums);
 
   ZeroContext& ctx_;
   const Optimizer& optimizer_;
   int64_t part_elements_ = 0;
+  bool working_on_host_ = false;
   std::vector<bool> takes_;
-  Lane lanes_[2];  // sums on the device, then on the host (created where some are)
+  Lane lanes_[2];  // sums on the device, then on the host (each created where there are some)
   std::unique_ptr<Event> ready_;
 };
 

@@ -114,6 +114,11 @@ class OffloadedParams : public ParamStore, public ShardSource {
   WeightSource& weights() override { return weights_; }
   bool in_memory() const override { return false; }
   void* working(const ShardSegment&) override { return nullptr; }
+  void* working_on_host(const ShardSegment& s) override {
+    char* record = static_cast<char*>(store_->host_record(s.unit));
+    if (!record) return nullptr;
+    return record + (s.shard_offset - ctx_.part.shard_offset(s.unit)) * dtype_size(ctx_.dtype);
+  }
   absl::Status write(const ShardSegment& s, int64_t start, const float* src, int64_t n) override {
     return (writer_ ? *writer_ : *store_).put(s.shard_offset + start, src, n);
   }

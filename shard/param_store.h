@@ -30,6 +30,11 @@ class ParamStore {
   // Owned segment s's working copy on the device (where the optimizer's
   // kernels write it); null when not in_memory().
   virtual void* working(const ShardSegment& s) = 0;
+  // Owned segment s's working copy where it is not in_memory() but in host
+  // memory (offloaded to `cpu`): where a copy from the device may write it,
+  // once the model is done with it for the step, in place of write(); null
+  // elsewhere.
+  virtual void* working_on_host(const ShardSegment& /*s*/) { return nullptr; }
   // Sets elements [start, start + n) of owned segment s from fp32 values on
   // the host; publish() makes them visible. A unit is written whole, one
   // call after another, once the model is done with it for the step: on

@@ -97,10 +97,10 @@ StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device
       if (compute && !c.grads_in_file) c.sums.fold = std::clamp(z.compute_host_fold, 1, settings.micro_batches);
     }
   }
-  // The kernels write a 16-bit working copy in the device's memory; the
-  // states stay where a checkpoint reads them. (Sums are kept on a GPU only.)
-  c.updates_on_device = c.during_backward && !c.undoable && !c.states_in_file && !c.params_offloaded &&
-                        c.sums.device_bytes > 0 && settings.precision != DType::kF32;
+  // The kernels write a 16-bit working copy, in the GPU's memory or copied
+  // to host memory; the states stay where a checkpoint reads them.
+  c.updates_on_device = c.during_backward && !c.undoable && !c.states_in_file && !c.params_in_file &&
+                        device.memory == Tier::kGpu && settings.precision != DType::kF32;
   return c;
 }
 
@@ -176,7 +176,7 @@ void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int
                              saves_checkpoints, plan);
   }
   if (c.updates_on_device) {
-    DeviceSteps::plan(shape, c.sums.device_units(shape.part) < shape.part.num_units(), plan);
+    DeviceSteps::plan(shape, c.sums.device_units(shape.part), c.params_offloaded, plan);
     plan.add_device("gradient sums by unit, of those updated on the device", Category::kWorkspace, sums);
   }
 }
@@ -277,9 +277,12 @@ absl::Status ZeroEngine::create_optimizer() {
   }
   if (stores_.updates_on_device) {
     ZEROD_ASSIGN_OR_RETURN(device_steps_, DeviceSteps::create(ctx_, *optimizer_->bound(), unit_pieces_,
-                                                              stores_.sums.device_units(ctx_.part)));
+                                                              stores_.sums.device_units(ctx_.part),
+                                                              stores_.params_offloaded));
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(device_unit_sums_, ctx_.part.num_units() * 8, Category::kWorkspace));
-    for (const ShardSegment& s : owned) working_.push_back(params_->working(s));
+    for (const ShardSegment& s : owned) {
+      working_.push_back(stores_.params_offloaded ? params_->working_on_host(s) : params_->working(s));
+    }
   }
   return absl::OkStatus();
 }

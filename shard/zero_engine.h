@@ -67,8 +67,9 @@ struct StoreChoice {
   bool during_backward = false;  // ZeroEngine::updates_during_backward()
   // Of those, the units summed on a GPU are updated there (device_steps.h),
   // and some summed on the host, the masters and states in `staging`
-  // memory: where the working copy is 16-bit and on the device, the states
-  // in host memory, and nothing to undo.
+  // memory: on a GPU, where the working copy is 16-bit (in its memory, or
+  // offloaded to host memory), the states in host memory, and nothing to
+  // undo.
   bool updates_on_device = false;
   Tier staging = Tier::kHost;    // offload_optimizer's host buffers
   // Stages 2 and 3 (zero_optimization.micro_batch_grads, resolved): each

@@ -495,43 +495,56 @@ TEST_F(GpuTierOffloadTest, ARunTooLargeForTheGpuCapTrainsWithEverythingOffloaded
 
 // Stages 2 and 3 with the optimizer on the host, no clipping: the units
 // whose micro-batches are summed on the GPU (all of them with "fp32",
-// half the sum's bytes with "compute") are updated there, AdamW and 8-bit
-// AdamW, with the bits of the run in memory; the others on the host as
-// before; the plan foresees every tier and category to the byte. With
-// clipping the factor is known after backward: the host updates them all.
+// half the sum's bytes or none with "compute") are updated there, AdamW
+// and 8-bit AdamW, the working copy in GPU memory or offloaded to host
+// memory, with the bits of the run in memory; of the others, those the
+// plan shares with the GPU too, the rest on the host; the plan foresees
+// every tier and category to the byte. With clipping the factor is known
+// after backward: the host updates them all.
 TEST_F(GpuTierOffloadTest, TheGpuUpdatesTheUnitsSummedThereWithTheBitsOfTheRunInMemory) {
   const std::string eight_bit = "optimizer.type=\"AdamW8bit\"";
+  enum class Kept { kAll, kHalf, kNone };  // "fp32"; "compute" with half the sum's bytes on the GPU, or none
   struct Case {
     std::vector<std::string> overrides;
-    bool half_kept;   // "compute" with half the sum's bytes on the GPU, else "fp32"
-    bool on_device;   // any unit updated there
+    Kept kept;
+    bool params_offloaded;
+    bool on_device;  // any unit updated there
   };
   const std::vector<Case> cases = {
-      {{"zero_optimization.stage=2", "gradient_clipping=0"}, false, true},
-      {{"zero_optimization.stage=3", "gradient_clipping=0", eight_bit}, false, true},
-      {{"zero_optimization.stage=2", "gradient_clipping=0", eight_bit}, true, true},
-      {{"zero_optimization.stage=3", "gradient_clipping=0"}, true, true},
-      {{"zero_optimization.stage=2", "gradient_clipping=3.0"}, false, false},
+      {{"zero_optimization.stage=2", "gradient_clipping=0"}, Kept::kAll, false, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0", eight_bit}, Kept::kAll, false, true},
+      {{"zero_optimization.stage=2", "gradient_clipping=0", eight_bit}, Kept::kHalf, false, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0"}, Kept::kHalf, false, true},
+      {{"zero_optimization.stage=2", "gradient_clipping=0"}, Kept::kNone, false, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0"}, Kept::kAll, true, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0", eight_bit}, Kept::kHalf, true, true},
+      {{"zero_optimization.stage=3", "gradient_clipping=0"}, Kept::kNone, true, true},
+      {{"zero_optimization.stage=2", "gradient_clipping=3.0"}, Kept::kAll, false, false},
   };
   MemoryAccountant probe_acct;
   CpuDevice probe(probe_acct, gpu_tier());
   const KernelMemory kernels = kernel_memory_for(probe);
   for (const Case& c : cases) {
-    std::string name = c.half_kept ? "half kept: " : "all kept: ";
+    std::string name = c.kept == Kept::kAll ? "all kept: " : c.kept == Kept::kHalf ? "half kept: " : "none kept: ";
+    if (c.params_offloaded) name += "parameters offloaded: ";
     for (const std::string& o : c.overrides) name += o + " ";
     SCOPED_TRACE(name);
-    const std::string mode = micro_batch_grads(c.half_kept ? "compute" : "fp32");
+    const std::string mode = micro_batch_grads(c.kept == Kept::kAll ? "fp32" : "compute");
     MemoryAccountant cpu_acct;
     CpuDevice cpu(cpu_acct);
     const testing::TrainedRun ref = testing::train_to_end(config(joined(c.overrides, {mode})), nullptr, cpu);
     ASSERT_TRUE(ref.status.ok()) << ref.status;
 
-    JobConfig offloaded = config(joined(joined(c.overrides, optimizer_on("cpu")), {mode}));
+    JobConfig offloaded = config(joined(joined(joined(c.overrides, optimizer_on("cpu")), {mode}),
+                                        c.params_offloaded ? params_on("cpu") : std::vector<std::string>{}));
     const Partition part(GptLayout(offloaded.model), 1);
-    if (c.half_kept) offloaded.zero.compute_sums_on_device_bytes = part.shard_numel() * 2;
-    const int kept = c.half_kept ? MicroBatchSums{2, DType::kBF16, offloaded.zero.compute_sums_on_device_bytes}
-                                       .device_units(part)
-                                 : part.num_units();
+    if (c.kept != Kept::kAll) {
+      offloaded.zero.compute_sums_on_device_bytes = c.kept == Kept::kHalf ? part.shard_numel() * 2 : 0;
+    }
+    const int kept = c.kept == Kept::kAll
+                         ? part.num_units()
+                         : MicroBatchSums{2, DType::kBF16, offloaded.zero.compute_sums_on_device_bytes}.device_units(
+                               part);
     MemoryPlan plan(plan_device(probe));
     ASSERT_TRUE(Trainer::plan(offloaded, 1, 0, kernels, plan).ok());
     MemoryAccountant acct;
@@ -555,11 +568,11 @@ TEST_F(GpuTierOffloadTest, TheGpuUpdatesTheUnitsSummedThereWithTheBitsOfTheRunIn
       // Kept units, and those of the others the plan shares with the device.
       const int shared = zero.units_shared_with_device();
       EXPECT_EQ(zero.units_updated_on_device(), c.on_device ? offloaded.run.steps * (kept + shared) : 0);
-      EXPECT_EQ(shared > 0, c.on_device && c.half_kept) << shared;
+      EXPECT_EQ(shared > 0, c.on_device && c.kept != Kept::kAll) << shared;
       EXPECT_EQ(zero.units_updated_in_backward(), c.on_device ? offloaded.run.steps * part.num_units() : 0);
       EXPECT_EQ(zero.parts_updated_on_device() > 0, c.on_device);
-      EXPECT_GT(kept, 0);
-      EXPECT_EQ(kept < part.num_units(), c.half_kept);
+      EXPECT_EQ(kept == 0, c.kept == Kept::kNone);
+      EXPECT_EQ(kept > 0 && kept < part.num_units(), c.kept == Kept::kHalf);
     }
     const MemoryPeaks want = plan.peaks();
     for (int t = 0; t < kNumTiers; ++t) {
@@ -689,16 +702,19 @@ TEST(DeviceSteps, ShareGivesEachUnitWhereItIsDoneSooner) {
 // 8-bit AdamW): parts of 1024 elements, so that pieces are split, with a
 // short last part, and small pieces are one part each; the gradients
 // written on the compute stream just before, and the working copy read
-// back on it just after finish(), behind the threaded, delayed streams.
-// Half the units read their sums on the device, the others from host
-// memory, enqueued from a thread of their own as the host's adder does.
+// back on it just after finish() (or read at once, where it is in host
+// memory), behind the threaded, delayed streams. Half the units read their
+// sums on the device, the others from host memory, enqueued from a thread
+// of their own as the host's adder does.
 // Three steps: the masters, states and working copy are the host's, bit
 // for bit.
 TEST(DeviceSteps, UpdateInPartsOnTheDeviceWithTheHostsBits) {
   GptConfig model{1, 2, 64, 256, 16};  // 16384-element matrices: quantized, 16 parts each
   const GptLayout layout(model);
-  for (const char* type : {"AdamW", "AdamW8bit"}) {
-    SCOPED_TRACE(type);
+  for (const auto& [type, working_on_host] :
+       {std::pair{"AdamW", false}, std::pair{"AdamW8bit", false}, std::pair{"AdamW", true},
+        std::pair{"AdamW8bit", true}}) {
+    SCOPED_TRACE(::testing::Message() << type << (working_on_host ? ", the working copy in host memory" : ""));
     OptimizerConfig cfg;
     cfg.type = std::string(type) == "AdamW" ? OptimizerType::kAdamW : OptimizerType::kAdamW8bit;
     cfg.weight_decay = 0.1;
@@ -734,7 +750,8 @@ TEST(DeviceSteps, UpdateInPartsOnTheDeviceWithTheHostsBits) {
     opt->zero_states(host, host.compute_stream());
 
     Buffer device_grads = *gpu.allocate(numel * 4, Category::kGrads);
-    Buffer working = *gpu.allocate(numel * 2, Category::kParams);
+    // The working copy where the model reads it, or in host memory.
+    Buffer working = *(working_on_host ? host : gpu).allocate(numel * 2, Category::kParams);
     std::vector<void*> working_of;
     for (const ShardSegment& s : ctx.owned) working_of.push_back(working.ptr<uint16_t>() + s.shard_offset);
     const int units = ctx.part.num_units(), kept = units / 2;
@@ -744,9 +761,9 @@ TEST(DeviceSteps, UpdateInPartsOnTheDeviceWithTheHostsBits) {
       if (first < 0) first = static_cast<int>(k);
       last = static_cast<int>(k) + 1;
     }
-    auto steps = DeviceSteps::create(ctx, *opt, unit_pieces, kept, 1024);
+    auto steps = DeviceSteps::create(ctx, *opt, unit_pieces, kept, working_on_host, 1024);
     ASSERT_TRUE(steps.ok()) << steps.status();
-    EXPECT_FALSE(DeviceSteps::create(ctx, *opt, unit_pieces, kept, 1000).ok());  // not whole blocks
+    EXPECT_FALSE(DeviceSteps::create(ctx, *opt, unit_pieces, kept, working_on_host, 1000).ok());  // not whole blocks
 
     std::vector<uint16_t> got_working(numel);
     for (int64_t step = 1; step <= 3; ++step) {
@@ -764,8 +781,13 @@ TEST(DeviceSteps, UpdateInPartsOnTheDeviceWithTheHostsBits) {
       for (int u = kept - 1; u >= 0; --u) enqueue(u, /*on_host=*/false);
       adder.join();
       ASSERT_TRUE((*steps)->finish().ok());
-      gpu.copy(ctx.stream, got_working.data(), working.data(), numel * 2);
-      ASSERT_TRUE(gpu.synchronize(ctx.stream).ok());
+      if (working_on_host) {
+        // finish() waited for it.
+        std::memcpy(got_working.data(), working.data(), numel * 2);
+      } else {
+        gpu.copy(ctx.stream, got_working.data(), working.data(), numel * 2);
+        ASSERT_TRUE(gpu.synchronize(ctx.stream).ok());
+      }
       EXPECT_TRUE(testing::same_bits(masters, ref_masters)) << "step " << step;
       EXPECT_EQ(states, ref_states) << "step " << step;
       EXPECT_EQ(got_working, ref_working) << "step " << step;

@@ -77,17 +77,18 @@ std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
   const std::string once = c.updates_on_device ? "updated there (its masters and states copied up and back)"
                                                : "sent to the host once a step";
   if (c.sums.device_bytes == MicroBatchSums::kAll) return absl::StrCat("summed in fp32 on the device, ", once);
-  if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step");
+  // Where a sum on the host is updated.
+  const std::string shared = c.updates_on_device ? ", each updated there or on the device (its sum copied up too), "
+                                                   "whichever is planned to finish first"
+                                                 : "";
+  if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step", shared);
   const std::string sent =
       absl::StrCat("sent to the host in ", type, ", summed there in fp32",
-                   c.sums.fold > 1 ? absl::StrCat(", ", c.sums.fold, " micro-batches a pass") : "");
+                   c.sums.fold > 1 ? absl::StrCat(", ", c.sums.fold, " micro-batches a pass") : "", shared);
   if (c.sums.device_bytes == 0) return absl::StrCat("each micro-batch's ", sent);
   return absl::StrCat("each micro-batch's rounded to ", type,
                       "; the first units' (the embeddings, then layers) fp32 sums that fit in ",
-                      byte_size_text(c.sums.device_bytes), " summed on the device, ", once, "; the others' ", sent,
-                      c.updates_on_device ? ", each updated there or on the device (its sum copied up too), "
-                                            "whichever is planned to finish first"
-                                          : "");
+                      byte_size_text(c.sums.device_bytes), " summed on the device, ", once, "; the others' ", sent);
 }
 
 }  // namespace
