@@ -59,12 +59,14 @@ CpuDeviceOptions gpu_tier() {
 
 TEST(GpuTierRanks, StagedExchangeGivesTheBitsOfTheCpuRunOverMpi) {
   const int n = world().world_size();
-  // Without clipping, stages 2 and 3 update each unit on the host during
-  // backward, its states in memory or streamed from a file; with clipping
-  // too under super_offload (states in memory or a file), undone where it
-  // clips; with offloaded parameters the host thread writes them. The
-  // reference runs without the optimizer's offload.
+  // Without clipping, stages 2 and 3 update each unit during backward, on
+  // the GPU or the host, its states in memory or streamed from a file (on
+  // the host); with clipping too under super_offload (states in memory or
+  // a file), undone where it clips; offloaded parameters are written by the
+  // host thread or copied back from the GPU. The reference runs without
+  // the optimizer's offload.
   const std::string super = "zero_optimization.offload_optimizer.super_offload=true";
+  const std::string compute = "zero_optimization.micro_batch_grads=\"compute\"";
   const std::vector<std::vector<std::string>> offloads = {
       {},
       {"zero_optimization.offload_optimizer.device=\"cpu\""},
@@ -72,6 +74,12 @@ TEST(GpuTierRanks, StagedExchangeGivesTheBitsOfTheCpuRunOverMpi) {
       {"zero_optimization.offload_param.device=\"cpu\"", "zero_optimization.offload_optimizer.device=\"cpu\"",
        "gradient_clipping=0"},
       {"zero_optimization.offload_optimizer.device=\"cpu\"", "gradient_clipping=0"},
+      // Every micro-batch to the host in bf16: the units' updates shared
+      // between the host and the GPU, the parameters in its memory or the
+      // host's.
+      {"zero_optimization.offload_optimizer.device=\"cpu\"", "gradient_clipping=0", compute},
+      {"zero_optimization.offload_param.device=\"cpu\"", "zero_optimization.offload_optimizer.device=\"cpu\"",
+       "gradient_clipping=0", compute},
       {"zero_optimization.offload_optimizer.device=\"cpu\"", super},
       {"zero_optimization.offload_optimizer.device=\"nvme\"", "gradient_clipping=0",
        "zero_optimization.offload_optimizer.nvme_path=\"" + ::testing::TempDir() + "\"",
