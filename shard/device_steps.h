@@ -49,9 +49,10 @@ class DeviceSteps {
     int working = 2;
   };
   // Which of the units summed on the host (`kept` and after) the device
-  // updates, the others staying the host's: each, in backward's order (the
-  // last unit first), goes where it would be done sooner, behind what is
-  // there already; the device starts with the kept units. The device's
+  // updates, the others staying the host's: each, from the last unit on
+  // (backward's order, but for the final LayerNorm's, complete last and
+  // tiny), goes where it would be done sooner, behind what is there
+  // already; the device starts with the kept units. The device's
   // time is what goes up (states and the sum; the states come back at
   // once, the other way), the host's what its memory moves (states read
   // and written, the sum read, the working copy written), both at one

@@ -33,7 +33,10 @@ ZeroEngine::ZeroEngine(const GptLayout& layout, const ZeroSettings& settings, Co
 
 ZeroEngine::~ZeroEngine() {
   ctx_.device.synchronize(ctx_.stream).IgnoreError();
-  // Adds still in flight may run the update, which needs the other stores.
+  // Adds still in flight may run the update, which needs the other stores;
+  // what they give the GPU reads the host sums, which go with the store.
+  if (device_steps_) grads_->reduce().IgnoreError();
+  device_steps_.reset();
   grads_.reset();
 }
 
@@ -98,9 +101,12 @@ StoreChoice choose_stores(const ZeroSettings& settings, const PlanDevice& device
     }
   }
   // The kernels write a 16-bit working copy, in the GPU's memory or copied
-  // to host memory; the states stay where a checkpoint reads them.
+  // to host memory; the states stay where a checkpoint reads them. What the
+  // link copies is to be pinned (pin_memory): a copy to plain memory would
+  // hold the thread that enqueues it until the GPU got there.
   c.updates_on_device = c.during_backward && !c.undoable && !c.states_in_file && !c.params_in_file &&
-                        device.memory == Tier::kGpu && settings.precision != DType::kF32;
+                        device.memory == Tier::kGpu && settings.precision != DType::kF32 && off.pin_memory &&
+                        (!c.params_offloaded || z.offload_param.pin_memory);
   return c;
 }
 
