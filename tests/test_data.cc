@@ -50,10 +50,24 @@ std::string good_shard(const std::vector<uint16_t>& tokens) {
 }
 
 // Every id of a stream, read through it.
-std::vector<uint16_t> ids_of(const TokenStream& s) {
-  std::vector<uint16_t> ids(s.size());
+std::vector<uint32_t> ids_of(const TokenStream& s) {
+  std::vector<uint32_t> ids(s.size());
   s.read(0, s.size(), ids.data());
   return ids;
+}
+
+// 16-bit ids as a reader widens them.
+std::vector<uint32_t> widened(const std::vector<uint16_t>& ids) { return {ids.begin(), ids.end()}; }
+
+// An llm.c shard of 32-bit ids built by hand.
+std::string shard32_bytes(int32_t version, int32_t count, const std::vector<uint32_t>& tokens) {
+  std::string out;
+  put_le32(out, 20240801);
+  put_le32(out, version);
+  put_le32(out, count);
+  for (int i = 3; i < 256; ++i) put_le32(out, 0);
+  for (uint32_t t : tokens) put_le32(out, static_cast<int32_t>(t));
+  return out;
 }
 
 void expect_contains(const absl::Status& s, const std::string& fragment) {
@@ -76,7 +90,7 @@ TEST_F(DataTest, ShardWriteReadRoundTrip) {
   EXPECT_FALSE(fs::exists(path("a.bin.tmp")));
   auto back = read_token_shard(path("a.bin"));
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(*back, tokens);
+  EXPECT_EQ(*back, widened(tokens));
 }
 
 TEST_F(DataTest, ShardMatchesHandBuiltBytes) {
@@ -86,7 +100,7 @@ TEST_F(DataTest, ShardMatchesHandBuiltBytes) {
   write_file(path("hand.bin"), bytes);
   auto parsed = read_token_shard(path("hand.bin"));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(*parsed, tokens);
+  EXPECT_EQ(*parsed, widened(tokens));
 
   // The writer produces exactly these bytes.
   ASSERT_TRUE(write_token_shard(path("written.bin"), tokens).ok());
@@ -151,6 +165,86 @@ TEST_F(DataTest, ShardTrailingBytes) {
                {path("trail.bin"), "trailing bytes", "1028 bytes expected", "has 1030"});
 }
 
+// llm.c's shards of 32-bit ids (magic 20240801, version 7), for
+// vocabularies past 65536: written and read back, byte for byte as built
+// by hand, and their header's errors.
+TEST_F(DataTest, Shard32WriteReadAndHandBuiltBytes) {
+  const std::vector<uint32_t> tokens = {0, 1, 65535, 65536, 70000, 128255, 0xFFFFFFFFu};
+  const std::string bytes = shard32_bytes(7, static_cast<int32_t>(tokens.size()), tokens);
+  ASSERT_EQ(bytes.size(), 1024u + 4 * tokens.size());
+  ASSERT_TRUE(write_token_shard32(path("wide.bin"), tokens).ok());
+  EXPECT_FALSE(fs::exists(path("wide.bin.tmp")));
+  EXPECT_EQ(testing::read_file(path("wide.bin")), bytes);
+  auto back = read_token_shard(path("wide.bin"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, tokens);
+}
+
+TEST_F(DataTest, Shard32HeaderErrors) {
+  write_file(path("version.bin"), shard32_bytes(1, 2, {7, 8}));
+  expect_error(read_token_shard(path("version.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("version.bin"), "unsupported version 1", "expected 7 for magic 20240801"});
+  write_file(path("trunc.bin"), shard32_bytes(7, 10, {1, 2, 3, 4, 5}));
+  expect_error(read_token_shard(path("trunc.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("trunc.bin"), "truncated", "10 tokens of 4 bytes", "1064 bytes expected", "has 1044"});
+  // Ids of 16 bits under the wide magic: the size gives it away.
+  write_file(path("narrow.bin"), shard_bytes(20240801, 7, 4, {1, 2, 3, 4}));
+  expect_error(read_token_shard(path("narrow.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("narrow.bin"), "truncated", "1040 bytes expected", "has 1032"});
+  write_file(path("magic.bin"), shard_bytes(12345, 1, 2, {7, 8}));
+  expect_error(read_token_shard(path("magic.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {"bad magic 12345", "expected 20240520 or 20240801"});
+}
+
+// Shards of both widths make one stream, in path order; ids past 65535 are
+// checked against the vocabulary like any other, naming the file and place;
+// the loader's windows carry them whole.
+TEST_F(DataTest, ShardsOfBothWidthsMakeOneStream) {
+  std::vector<uint32_t> wide;
+  for (uint32_t i = 0; i < 300; ++i) wide.push_back(65000 + 311 * i % 63000);
+  ASSERT_TRUE(write_token_shard(path("a.bin"), {10, 11, 12}).ok());
+  ASSERT_TRUE(write_token_shard32(path("b.bin"), wide).ok());
+  ASSERT_TRUE(write_token_shard(path("c.bin"), {30, 31}).ok());
+  std::vector<uint32_t> all = {10, 11, 12};
+  all.insert(all.end(), wide.begin(), wide.end());
+  all.insert(all.end(), {30, 31});
+
+  const int seq_len = 8;
+  DataConfig cfg{DataKind::kTokens, path("*.bin"), seq_len, 1};
+  auto sized = dataset_tokens(cfg);
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  EXPECT_EQ(*sized, static_cast<int64_t>(all.size()));
+  auto ds = load_dataset(cfg, 128256);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(ids_of(ds->tokens), all);
+
+  // Every window the loader gives is the stream's, ids past 16 bits whole.
+  auto loader = DataLoader::create(&ds->tokens, seq_len, 5);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const int64_t windows = loader->num_windows();
+  std::vector<int32_t> in(seq_len), target(seq_len);
+  std::set<int64_t> seen;
+  for (int64_t w = 0; w < windows; ++w) {
+    loader->next_batch(1, in.data(), target.data());
+    const auto at = std::search(all.begin(), all.end() - 1, in.begin(), in.end(),
+                                [](uint32_t a, int32_t b) { return a == static_cast<uint32_t>(b); });
+    ASSERT_NE(at, all.end() - 1);
+    const int64_t start = at - all.begin();
+    EXPECT_EQ(start % seq_len, 0);
+    seen.insert(start / seq_len);
+    for (int t = 0; t < seq_len; ++t) EXPECT_EQ(static_cast<uint32_t>(target[t]), all[start + t + 1]);
+  }
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), windows);  // each window once an epoch
+
+  expect_error(load_dataset(cfg, 50257).status(), absl::StatusCode::kInvalidArgument,
+               {path("b.bin"), "token 65000 (at index 0) is >= vocab_size 50257"});
+  // All four bytes of an id count.
+  ASSERT_TRUE(write_token_shard32(path("d.bin"), std::vector<uint32_t>(20, 7)).ok());
+  ASSERT_TRUE(write_token_shard32(path("e.bin"), {7, 7, 0x01000005u, 7}).ok());
+  expect_error(load_dataset({DataKind::kTokens, path("[de].bin"), seq_len, 1}, 128256).status(),
+               absl::StatusCode::kInvalidArgument, {path("e.bin"), "token 16777221 (at index 2)"});
+}
+
 // ---- paths ----
 
 TEST_F(DataTest, GlobReturnsSortedFilesAndLoadConcatenatesInOrder) {
@@ -166,7 +260,7 @@ TEST_F(DataTest, GlobReturnsSortedFilesAndLoadConcatenatesInOrder) {
   DataConfig cfg{DataKind::kTokens, path("*.bin"), 2, 1};
   auto ds = load_dataset(cfg, 100);
   ASSERT_TRUE(ds.ok()) << ds.status();
-  EXPECT_EQ(ids_of(ds->tokens), (std::vector<uint16_t>{10, 11, 12, 20, 30, 31}));
+  EXPECT_EQ(ids_of(ds->tokens), (std::vector<uint32_t>{10, 11, 12, 20, 30, 31}));
   EXPECT_TRUE(ds->heldout.empty());
 }
 
@@ -200,7 +294,7 @@ TEST_F(DataTest, TextBytesBecomeTokens) {
   DataConfig cfg{DataKind::kText, path("t.txt"), 4, 1};
   auto ds = load_dataset(cfg, 256);
   ASSERT_TRUE(ds.ok()) << ds.status();
-  const std::vector<uint16_t> ids = ids_of(ds->tokens);
+  const std::vector<uint32_t> ids = ids_of(ds->tokens);
   ASSERT_EQ(ids.size(), bytes.size());
   for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(ids[i], static_cast<unsigned char>(bytes[i])) << "byte " << i;
 }
@@ -441,7 +535,7 @@ TEST(Synthetic, LoadDatasetUsesConfigSeed) {
   auto ds = load_dataset(cfg, 256);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const SyntheticTask task = make_synthetic_task(9, 16);
-  EXPECT_EQ(ids_of(ds->tokens), task.train_tokens);
+  EXPECT_EQ(ids_of(ds->tokens), widened(task.train_tokens));
   EXPECT_EQ(ds->heldout, task.heldout);
 }
 

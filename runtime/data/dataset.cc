@@ -67,41 +67,52 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
 // Rejects the first id of `ids` from `begin` on that is >= vocab_size;
 // `source` names where it came from.
 absl::Status check_vocab(const TokenStream& ids, int64_t begin, int vocab_size, const std::string& source) {
-  const int64_t at = ids.find_at_least(begin, vocab_size);
+  const int64_t at = ids.find_at_least(begin, static_cast<uint32_t>(vocab_size));
   if (at < 0) return absl::OkStatus();
-  uint16_t id;
+  uint32_t id;
   ids.read(at, 1, &id);
   return absl::InvalidArgumentError(
       absl::StrCat(source, ": token ", id, " (at index ", at - begin, ") is >= vocab_size ", vocab_size));
 }
 
-// The id count an llm.c shard's header claims, checked against the file's
-// `size`; `head` holds the file's first min(size, kHeaderBytes) bytes.
-absl::StatusOr<int32_t> shard_count(const std::string& path, const unsigned char* head, int64_t size) {
+// What an llm.c shard's header says: its id count and their width in bytes.
+struct ShardHeader {
+  int32_t count;
+  int width;
+};
+
+// An llm.c shard's header, checked against the file's `size`; `head` holds
+// the file's first min(size, kHeaderBytes) bytes.
+absl::StatusOr<ShardHeader> shard_header(const std::string& path, const unsigned char* head, int64_t size) {
   const std::string where = file_prefix(path);
   if (size < kHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": only ", size, " bytes, shorter than the ", kHeaderBytes,
                                                    "-byte llm.c shard header"));
   }
   const int32_t magic = load_le32(head), version = load_le32(head + 4), count = load_le32(head + 8);
-  if (magic != kTokenShardMagic) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": bad magic ", magic, " (expected ", kTokenShardMagic, ", an llm.c token shard)"));
+  if (magic != kTokenShardMagic && magic != kTokenShard32Magic) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": bad magic ", magic, " (expected ", kTokenShardMagic,
+                                                   " or ", kTokenShard32Magic,
+                                                   ", an llm.c token shard of 16- or 32-bit ids)"));
   }
-  if (version != kTokenShardVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": unsupported version ", version, " (expected ", kTokenShardVersion, ")"));
+  const bool wide = magic == kTokenShard32Magic;
+  const int32_t want = wide ? kTokenShard32Version : kTokenShardVersion;
+  if (version != want) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unsupported version ", version, " (expected ", want,
+                                                   " for magic ", magic, ")"));
   }
   if (count < 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": negative token count ", count, " in the header"));
   }
-  const int64_t expected = kHeaderBytes + 2 * int64_t{count};
+  const int width = wide ? 4 : 2;
+  const int64_t expected = kHeaderBytes + width * int64_t{count};
   if (size != expected) {
     const char* problem = size < expected ? "truncated" : "has trailing bytes";
-    return absl::InvalidArgumentError(absl::StrCat(where, " ", problem, ": header says ", count, " tokens, so ",
-                                                   expected, " bytes expected, but the file has ", size));
+    return absl::InvalidArgumentError(absl::StrCat(where, " ", problem, ": header says ", count, " tokens of ",
+                                                   width, " bytes, so ", expected,
+                                                   " bytes expected, but the file has ", size));
   }
-  return count;
+  return ShardHeader{count, width};
 }
 
 // The first min(size, kHeaderBytes) bytes of a file and its size.
@@ -129,9 +140,9 @@ absl::StatusOr<FileTokens> file_tokens(DataKind kind, const std::string& path) {
     if (size == 0) return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), " is empty"));
     return FileTokens{0, size, 1};
   }
-  ZEROD_ASSIGN_OR_RETURN(const int32_t count,
-                         shard_count(path, reinterpret_cast<const unsigned char*>(bytes.data()), size));
-  return FileTokens{kHeaderBytes, count, 2};
+  ZEROD_ASSIGN_OR_RETURN(const ShardHeader h,
+                         shard_header(path, reinterpret_cast<const unsigned char*>(bytes.data()), size));
+  return FileTokens{kHeaderBytes, h.count, h.width};
 }
 
 // The synthetic stream's layout: segments of `segment` tokens, each starting
@@ -158,30 +169,36 @@ int sum_width(int max_operand) { return static_cast<int>(std::to_string(2 * std:
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint16_t>> read_token_shard(const std::string& path) {
+absl::StatusOr<std::vector<uint32_t>> read_token_shard(const std::string& path) {
   ZEROD_ASSIGN_OR_RETURN(const std::string data, read_file(path));
   const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());
-  ZEROD_ASSIGN_OR_RETURN(const int32_t count, shard_count(path, bytes, static_cast<int64_t>(data.size())));
-  std::vector<uint16_t> tokens(count);
+  ZEROD_ASSIGN_OR_RETURN(const ShardHeader h, shard_header(path, bytes, static_cast<int64_t>(data.size())));
+  std::vector<uint32_t> tokens(h.count);
   const unsigned char* p = bytes + kHeaderBytes;
-  for (int32_t i = 0; i < count; ++i) tokens[i] = static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8);
+  for (int32_t i = 0; i < h.count; ++i) {
+    for (int b = 0; b < h.width; ++b) tokens[i] |= uint32_t{p[h.width * i + b]} << (8 * b);
+  }
   return tokens;
 }
 
-absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+namespace {
+
+// A shard of `magic` and `version` holding `tokens`, each sizeof(T) bytes.
+template <typename T>
+absl::Status write_shard(const std::string& path, const std::vector<T>& tokens, int32_t magic, int32_t version) {
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), ": ", tokens.size(),
                                                    " tokens do not fit an llm.c shard's int32 count"));
   }
-  std::string data(kHeaderBytes + 2 * tokens.size(), '\0');
+  constexpr size_t width = sizeof(T);
+  std::string data(kHeaderBytes + width * tokens.size(), '\0');
   auto* bytes = reinterpret_cast<unsigned char*>(data.data());
-  store_le32(kTokenShardMagic, bytes);
-  store_le32(kTokenShardVersion, bytes + 4);
+  store_le32(magic, bytes);
+  store_le32(version, bytes + 4);
   store_le32(static_cast<int32_t>(tokens.size()), bytes + 8);
   unsigned char* p = bytes + kHeaderBytes;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    p[2 * i] = static_cast<unsigned char>(tokens[i]);
-    p[2 * i + 1] = static_cast<unsigned char>(tokens[i] >> 8);
+    for (size_t b = 0; b < width; ++b) p[width * i + b] = static_cast<unsigned char>(tokens[i] >> (8 * b));
   }
 
   // Written aside and renamed into place, so `path` is never left half-written.
@@ -204,6 +221,16 @@ absl::Status write_token_shard(const std::string& path, const std::vector<uint16
     return absl::ErrnoToStatus(ec.value(), absl::StrCat("renaming '", tmp, "' to '", path, "'"));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  return write_shard(path, tokens, kTokenShardMagic, kTokenShardVersion);
+}
+
+absl::Status write_token_shard32(const std::string& path, const std::vector<uint32_t>& tokens) {
+  return write_shard(path, tokens, kTokenShard32Magic, kTokenShard32Version);
 }
 
 absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern) {
@@ -375,8 +402,9 @@ void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
     const int64_t w = order_.host<int64_t>()[(first + b) % n];
     tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
     for (int t = 0; t < seq_len_; ++t) {
-      inputs[b * seq_len_ + t] = window_[t];
-      targets[b * seq_len_ + t] = window_[t + 1];
+      // Ids are below vocab_size (load_dataset), an int.
+      inputs[b * seq_len_ + t] = static_cast<int32_t>(window_[t]);
+      targets[b * seq_len_ + t] = static_cast<int32_t>(window_[t + 1]);
     }
   }
   state_.position += global;

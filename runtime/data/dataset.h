@@ -1,6 +1,6 @@
-// Training data: llm.c token shards, plain text as byte tokens, and the
-// built-in synthetic arithmetic task. Everything becomes one stream of
-// uint16 token ids (files mapped, not copied: token_stream.h) that the
+// Training data: llm.c token shards (16- or 32-bit ids), plain text as byte
+// tokens, and the built-in synthetic arithmetic task. Everything becomes one
+// stream of token ids (files mapped, not copied: token_stream.h) that the
 // DataLoader cuts into windows.
 #pragma once
 
@@ -26,11 +26,18 @@ struct DataConfig {
 };
 
 // llm.c shard: 256 little-endian int32 header (magic, version, token count,
-// rest zero), then `count` uint16 tokens.
+// rest zero), then `count` little-endian ids: uint16 (GPT-2's vocabulary),
+// or uint32 under llm.c's own magic and version for vocabularies past 65536
+// ids (Llama 3's 128,256). Shards of both kinds may make one dataset.
 inline constexpr int32_t kTokenShardMagic = 20240520;
 inline constexpr int32_t kTokenShardVersion = 1;
-absl::StatusOr<std::vector<uint16_t>> read_token_shard(const std::string& path);
+inline constexpr int32_t kTokenShard32Magic = 20240801;
+inline constexpr int32_t kTokenShard32Version = 7;
+// A shard of either kind, its ids widened.
+absl::StatusOr<std::vector<uint32_t>> read_token_shard(const std::string& path);
+// Written aside and renamed into place: uint16 ids, or uint32 ones.
 absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+absl::Status write_token_shard32(const std::string& path, const std::vector<uint32_t>& tokens);
 
 // Files matching `pattern` (a path or a glob), sorted; an error names the
 // pattern when nothing matches.
@@ -100,7 +107,7 @@ class DataLoader {
   int64_t num_windows_;
   Buffer order_;  // num_windows_ int64 window indices
   State state_;
-  std::vector<uint16_t> window_;  // one window's ids as read
+  std::vector<uint32_t> window_;  // one window's ids as read
 };
 
 }  // namespace zerod

@@ -57,18 +57,24 @@ absl::Status TokenStream::append_file(const std::string& path, int64_t offset, i
   return absl::OkStatus();
 }
 
-void TokenStream::read_piece(const Piece& p, int64_t from, int64_t n, uint16_t* out) const {
+void TokenStream::read_piece(const Piece& p, int64_t from, int64_t n, uint32_t* out) const {
   if (p.width == 0) {  // held ids
     std::copy_n(held_.data() + from, n, out);
   } else if (p.width == 1) {
     std::copy_n(p.bytes + from, n, out);
-  } else {
+  } else if (p.width == 2) {
     const unsigned char* b = p.bytes + 2 * from;
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint16_t>(b[2 * i] | b[2 * i + 1] << 8);
+    for (int64_t i = 0; i < n; ++i) out[i] = uint32_t{b[2 * i]} | uint32_t{b[2 * i + 1]} << 8;
+  } else {
+    const unsigned char* b = p.bytes + 4 * from;
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = uint32_t{b[4 * i]} | uint32_t{b[4 * i + 1]} << 8 | uint32_t{b[4 * i + 2]} << 16 |
+               uint32_t{b[4 * i + 3]} << 24;
+    }
   }
 }
 
-void TokenStream::read(int64_t pos, int64_t n, uint16_t* out) const {
+void TokenStream::read(int64_t pos, int64_t n, uint32_t* out) const {
   // The piece holding `pos`: the last one starting at or before it.
   auto it = std::ranges::upper_bound(pieces_, pos, {}, &Piece::first) - 1;
   while (n > 0) {
@@ -81,9 +87,9 @@ void TokenStream::read(int64_t pos, int64_t n, uint16_t* out) const {
   }
 }
 
-int64_t TokenStream::find_at_least(int64_t from, int limit) const {
+int64_t TokenStream::find_at_least(int64_t from, uint32_t limit) const {
   constexpr int64_t kChunk = 16384;  // ids a pass reads before it lets their pages go
-  uint16_t ids[kChunk];
+  uint32_t ids[kChunk];
   const long page = ::sysconf(_SC_PAGESIZE);
   for (int64_t pos = from; pos < size_; pos += kChunk) {
     const int64_t n = std::min(kChunk, size_ - pos);

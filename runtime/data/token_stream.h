@@ -24,16 +24,16 @@ class TokenStream {
   ~TokenStream();
 
   // Appends the `count` ids of `path` from byte `offset` on, each `width`
-  // bytes (1: text, a byte an id; 2: little-endian uint16, as in llm.c
-  // shards); the caller has checked that the file holds them.
+  // bytes (1: text, a byte an id; 2 or 4: little-endian uint16 or uint32,
+  // as in llm.c shards); the caller has checked that the file holds them.
   absl::Status append_file(const std::string& path, int64_t offset, int64_t count, int width);
 
   int64_t size() const { return size_; }
   // Ids [pos, pos + n) into out; the range lies within the stream.
-  void read(int64_t pos, int64_t n, uint16_t* out) const;
+  void read(int64_t pos, int64_t n, uint32_t* out) const;
   // The first id at or past `from` that is >= `limit`, or -1, read without
   // keeping the pages it touched resident.
-  int64_t find_at_least(int64_t from, int limit) const;
+  int64_t find_at_least(int64_t from, uint32_t limit) const;
 
  private:
   struct Mapping;
@@ -42,7 +42,7 @@ class TokenStream {
     int64_t first, count;  // ids [first, first + count) of the stream
     int width;
   };
-  void read_piece(const Piece& p, int64_t from, int64_t n, uint16_t* out) const;
+  void read_piece(const Piece& p, int64_t from, int64_t n, uint32_t* out) const;
 
   std::vector<uint16_t> held_;
   std::vector<std::unique_ptr<Mapping>> mappings_;

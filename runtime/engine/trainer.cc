@@ -556,7 +556,7 @@ absl::StatusOr<std::string> Trainer::sample_text() {
     return out;
   }
   if (cfg_.data.kind == DataKind::kText) {
-    std::vector<uint16_t> ids(std::min<int64_t>(16, data_.tokens.size()));
+    std::vector<uint32_t> ids(std::min<int64_t>(16, data_.tokens.size()));
     data_.tokens.read(0, static_cast<int64_t>(ids.size()), ids.data());
     const std::vector<int32_t> prompt(ids.begin(), ids.end());
     ZEROD_ASSIGN_OR_RETURN(const auto got, generate({prompt}, cfg_.run.sample_tokens, cfg_.run.sample_temperature));
