@@ -30,14 +30,20 @@ void put_le32(std::string& out, int32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
 }
 
-// An llm.c shard built by hand: header [magic, version, count, 0...] then tokens.
-std::string shard_bytes(int32_t magic, int32_t version, int32_t count,
-                        const std::vector<uint16_t>& tokens) {
+// An llm.c shard's header built by hand: [magic, version, count, 0...].
+std::string shard_header(int32_t magic, int32_t version, int32_t count) {
   std::string out;
   put_le32(out, magic);
   put_le32(out, version);
   put_le32(out, count);
   for (int i = 3; i < 256; ++i) put_le32(out, 0);
+  return out;
+}
+
+// A shard of 16-bit ids built by hand.
+std::string shard_bytes(int32_t magic, int32_t version, int32_t count,
+                        const std::vector<uint16_t>& tokens) {
+  std::string out = shard_header(magic, version, count);
   for (uint16_t t : tokens) {
     out.push_back(static_cast<char>(t & 0xff));
     out.push_back(static_cast<char>(t >> 8));
@@ -61,11 +67,7 @@ std::vector<uint32_t> widened(const std::vector<uint16_t>& ids) { return {ids.be
 
 // An llm.c shard of 32-bit ids built by hand.
 std::string shard32_bytes(int32_t version, int32_t count, const std::vector<uint32_t>& tokens) {
-  std::string out;
-  put_le32(out, 20240801);
-  put_le32(out, version);
-  put_le32(out, count);
-  for (int i = 3; i < 256; ++i) put_le32(out, 0);
+  std::string out = shard_header(20240801, version, count);
   for (uint32_t t : tokens) put_le32(out, static_cast<int32_t>(t));
   return out;
 }

@@ -51,19 +51,6 @@ void store_le32(int32_t v, unsigned char* p) {
 
 std::string file_prefix(const std::string& path) { return absl::StrCat("data file '", path, "'"); }
 
-absl::StatusOr<std::string> read_file(const std::string& path) {
-  FilePtr f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return absl::ErrnoToStatus(errno, absl::StrCat(file_prefix(path), " cannot be opened"));
-  std::string data;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) data.append(buf, n);
-  if (std::ferror(f.get())) {
-    return absl::ErrnoToStatus(errno, absl::StrCat(file_prefix(path), " cannot be read"));
-  }
-  return data;
-}
-
 // Rejects the first id of `ids` from `begin` on that is >= vocab_size;
 // `source` names where it came from.
 absl::Status check_vocab(const TokenStream& ids, int64_t begin, int vocab_size, const std::string& source) {
@@ -75,15 +62,15 @@ absl::Status check_vocab(const TokenStream& ids, int64_t begin, int vocab_size, 
       absl::StrCat(source, ": token ", id, " (at index ", at - begin, ") is >= vocab_size ", vocab_size));
 }
 
-// What an llm.c shard's header says: its id count and their width in bytes.
-struct ShardHeader {
-  int32_t count;
+// Where a data file's ids start, how many it holds and their width in bytes.
+struct FileTokens {
+  int64_t offset, count;
   int width;
 };
 
-// An llm.c shard's header, checked against the file's `size`; `head` holds
-// the file's first min(size, kHeaderBytes) bytes.
-absl::StatusOr<ShardHeader> shard_header(const std::string& path, const unsigned char* head, int64_t size) {
+// The ids an llm.c shard's header describes, checked against the file's
+// `size`; `head` holds the file's first min(size, kHeaderBytes) bytes.
+absl::StatusOr<FileTokens> shard_tokens(const std::string& path, const unsigned char* head, int64_t size) {
   const std::string where = file_prefix(path);
   if (size < kHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": only ", size, " bytes, shorter than the ", kHeaderBytes,
@@ -112,7 +99,7 @@ absl::StatusOr<ShardHeader> shard_header(const std::string& path, const unsigned
                                                    width, " bytes, so ", expected,
                                                    " bytes expected, but the file has ", size));
   }
-  return ShardHeader{count, width};
+  return FileTokens{kHeaderBytes, count, width};
 }
 
 // The first min(size, kHeaderBytes) bytes of a file and its size.
@@ -127,12 +114,6 @@ absl::StatusOr<std::pair<std::string, int64_t>> read_head(const std::string& pat
   return std::pair{std::move(head), static_cast<int64_t>(std::ftell(f.get()))};
 }
 
-// Where a data file's ids start, how many it holds and their width in bytes.
-struct FileTokens {
-  int64_t offset, count;
-  int width;
-};
-
 absl::StatusOr<FileTokens> file_tokens(DataKind kind, const std::string& path) {
   ZEROD_ASSIGN_OR_RETURN(const auto head, read_head(path));
   const auto& [bytes, size] = head;
@@ -140,9 +121,7 @@ absl::StatusOr<FileTokens> file_tokens(DataKind kind, const std::string& path) {
     if (size == 0) return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), " is empty"));
     return FileTokens{0, size, 1};
   }
-  ZEROD_ASSIGN_OR_RETURN(const ShardHeader h,
-                         shard_header(path, reinterpret_cast<const unsigned char*>(bytes.data()), size));
-  return FileTokens{kHeaderBytes, h.count, h.width};
+  return shard_tokens(path, reinterpret_cast<const unsigned char*>(bytes.data()), size);
 }
 
 // The synthetic stream's layout: segments of `segment` tokens, each starting
@@ -166,22 +145,6 @@ size_t pack_lines(size_t line_len, size_t segment, int lines, F&& at_line) {
 // The synthetic task's operand and result widths.
 int operand_width(int max_operand) { return static_cast<int>(std::to_string(std::max(0, max_operand)).size()); }
 int sum_width(int max_operand) { return static_cast<int>(std::to_string(2 * std::max(0, max_operand)).size()); }
-
-}  // namespace
-
-absl::StatusOr<std::vector<uint32_t>> read_token_shard(const std::string& path) {
-  ZEROD_ASSIGN_OR_RETURN(const std::string data, read_file(path));
-  const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());
-  ZEROD_ASSIGN_OR_RETURN(const ShardHeader h, shard_header(path, bytes, static_cast<int64_t>(data.size())));
-  std::vector<uint32_t> tokens(h.count);
-  const unsigned char* p = bytes + kHeaderBytes;
-  for (int32_t i = 0; i < h.count; ++i) {
-    for (int b = 0; b < h.width; ++b) tokens[i] |= uint32_t{p[h.width * i + b]} << (8 * b);
-  }
-  return tokens;
-}
-
-namespace {
 
 // A shard of `magic` and `version` holding `tokens`, each sizeof(T) bytes.
 template <typename T>
@@ -224,6 +187,16 @@ absl::Status write_shard(const std::string& path, const std::vector<T>& tokens, 
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<uint32_t>> read_token_shard(const std::string& path) {
+  ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(DataKind::kTokens, path));
+  std::vector<uint32_t> tokens(f.count);
+  if (f.count == 0) return tokens;
+  TokenStream ids;
+  ZEROD_RETURN_IF_ERROR(ids.append_file(path, f.offset, f.count, f.width));
+  ids.read(0, f.count, tokens.data());
+  return tokens;
+}
 
 absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   return write_shard(path, tokens, kTokenShardMagic, kTokenShardVersion);
