@@ -21,7 +21,8 @@
 #     (bench/attention_throughput, bench/gpu/torch_sdpa.py: gpt2's and
 #     gpt2-xl's shapes at T 1024, gpt2's at 4096), then zerod against
 #     PyTorch on gpt2 and gpt2-xl at T 1024 (bench/gpu/train_vs_torch.sh), or
-#     on the SHAPES named (gpt2, gpt2-xl, gpt2-4k: gpt2 at T 4096),
+#     on the SHAPES named (gpt2, gpt2-xl, gpt2-4k: gpt2 at T 4096,
+#     llama-1b: Llama-3.2-1B's shape at B 8, T 1024),
 #     comma-separated;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
 #     gpt2-xl with its optimizer on the host under 12 and 8 GiB caps, and
@@ -350,8 +351,8 @@ fi
 
 if [ "$section" = bench ]; then
   # One round of zerod against PyTorch (bench/gpu/train_vs_torch.sh) on the
-  # shapes $2 names (comma-separated: gpt2, gpt2-xl, gpt2-4k; gpt2 and
-  # gpt2-xl by default), each run (two a shape) given its share of what is
+  # shapes $2 names (comma-separated: gpt2, gpt2-xl, gpt2-4k, llama-1b;
+  # gpt2, gpt2-xl and llama-1b by default), each run (two a shape) given its share of what is
   # left of GPU_CHECK_SECONDS (540 s).
   # Attention alone against PyTorch's SDPA at the bench's shapes, in turn.
   for round in 1 2; do
@@ -362,7 +363,7 @@ if [ "$section" = bench ]; then
     say "PyTorch SDPA, round $round: exit $?; $(tail -4 "$logs/torch-sdpa-$round.log" | tr -s ' ' | tr '\n' ';')"
   done
   left=$((${GPU_CHECK_SECONDS:-540} - SECONDS))
-  shapes=${2:-gpt2,gpt2-xl}
+  shapes=${2:-gpt2,gpt2-xl,llama-1b}
   runs=$((2 * ($(tr -cd , <<<"$shapes" | wc -c) + 1)))
   bench/gpu/train_vs_torch.sh "$build" "$logs/bench" 1 $((left / runs)) "$shapes" >/dev/null 2>&1
   rc=$?

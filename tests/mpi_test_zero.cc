@@ -115,6 +115,23 @@ TEST(ZeroEquivalence, Fp32EveryStageFollowsTheSingleProcessRun) {
   }
 }
 
+// A Llama (rotary positions, grouped-query attention, SwiGLU, RMSNorm, an
+// untied head) through every stage as GPT-2 above, in fp32 and in bf16
+// (tolerances as above and below).
+TEST(ZeroEquivalence, LlamaEveryStageFollowsTheSingleProcessRun) {
+  const int n = world().world_size();
+  for (const char* flag : {"bf16.enabled=false", "bf16.enabled=true"}) {
+    const std::vector<std::string> o = {"model.preset=llama-tiny", flag};
+    const bool bf16 = o[1] == std::string("bf16.enabled=true");
+    const TrainRun ref = reference(o);
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE(::testing::Message() << "llama-tiny, " << flag << ", stage " << stage << ", world " << n);
+      expect_follows(train(config(tiny_job(stage), n, o), &world()), ref, bf16 ? 2e-2 : 1e-5,
+                     bf16 ? 10 * kLr : 2 * kLr);
+    }
+  }
+}
+
 TEST(ZeroEquivalence, MixedPrecisionFollowsTheSingleProcessRun) {
   // Every activation is rounded to 16 bits, so inputs that differ in the
   // last bit of fp32 can round to neighbouring 16-bit values (bf16 steps
@@ -205,7 +222,8 @@ TEST(ZeroOffload, NvmeOptimizerIsBitwiseTheInMemoryRun) {
       "zero_optimization.offload_optimizer.buffer_count=3", "zero_optimization.sub_group_size=10000",
       "aio.block_size=16384"};
   const std::vector<std::vector<std::string>> variants = {
-      {"run.steps=6", "bf16.enabled=true"}, {"run.steps=6", "optimizer.type=AdamW8bit"}};
+      {"run.steps=6", "bf16.enabled=true"}, {"run.steps=6", "optimizer.type=AdamW8bit"},
+      {"run.steps=6", "model.preset=llama-tiny", "bf16.enabled=true"}};
   for (int stage : {1, 3}) {
     for (const auto& v : variants) {
       SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << n << ", " << v[1]);
@@ -239,6 +257,7 @@ TEST(ZeroOffload, ParamsOffloadedAreBitwiseTheInMemoryRun) {
                             "zero_optimization.sub_group_size=10000"});
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
       {{"run.steps=6", "bf16.enabled=true"}, params_on("cpu", 5)},
+      {{"run.steps=6", "bf16.enabled=true", "model.preset=llama-tiny"}, params_on("cpu", 5)},
       {{"run.steps=6", "bf16.enabled=true"}, params_on("nvme", 1)},
       {{"run.steps=6", "optimizer.type=AdamW8bit"}, optimizer_on_nvme},
       // LoRA's adapters and its frozen base, both offloaded; the base's

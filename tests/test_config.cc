@@ -165,6 +165,64 @@ TEST(ConfigModel, EmbeddingMustDivideByHeads) {
   EXPECT_EQ(parse_ok(j).model.n_embd, 66);
 }
 
+TEST(ConfigModel, LlamaPresetAndItsFields) {
+  json j = minimal();
+  j["model"] = {{"preset", "llama-3.1-8b"}};
+  JobConfig c = parse_ok(j);
+  EXPECT_TRUE(c.model.llama());
+  EXPECT_EQ(c.model.n_layer, 32);
+  EXPECT_EQ(c.model.kv_heads(), 8);
+  EXPECT_EQ(c.model.ffn_hidden, 14336);
+  EXPECT_EQ(c.model.rope_theta, 500000);
+  EXPECT_EQ(c.model.rope_scaling.factor, 8);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.block_size, 131072);
+  EXPECT_EQ(c.data.seq_len, 2048);  // the positions up to 2048, not 131072
+  // Every field overrides the preset's; a factor of 0 is no scaling.
+  j["model"] = {{"preset", "llama-3.1-8b"}, {"n_kv_head", 4},    {"ffn_hidden", 1000},
+                {"rope_theta", 1e4},        {"norm_eps", 1e-6},  {"tie_embeddings", true},
+                {"qkv_bias", true},         {"rope_scaling", {{"factor", 0}}}};
+  c = parse_ok(j);
+  EXPECT_EQ(c.model.kv_heads(), 4);
+  EXPECT_EQ(c.model.ffn_hidden, 1000);
+  EXPECT_EQ(c.model.rope_theta, 1e4);
+  EXPECT_EQ(c.model.norm_eps, 1e-6);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_TRUE(c.model.qkv_bias);
+  EXPECT_EQ(c.model.rope_scaling.factor, 0);
+  j["model"]["rope_scaling"] = {{"factor", 4}, {"original_max_position_embeddings", 2048}};  // the rest kept
+  c = parse_ok(j);
+  EXPECT_EQ(c.model.rope_scaling.factor, 4);
+  EXPECT_EQ(c.model.rope_scaling.original_max_position, 2048);
+  EXPECT_EQ(c.model.rope_scaling.high_freq_factor, 4);  // the preset's
+  // A custom Llama.
+  j["model"] = {{"arch", "llama"}, {"n_layer", 1}, {"n_head", 4}, {"n_kv_head", 1}, {"n_embd", 32},
+                {"ffn_hidden", 48}, {"vocab_size", 100}, {"block_size", 16}};
+  c = parse_ok(j);
+  EXPECT_TRUE(c.model.llama());
+  EXPECT_EQ(c.model.qkv_width(), (4 + 2) * 8);
+}
+
+TEST(ConfigModel, BadLlamaFieldsAreNamed) {
+  json j = minimal();
+  j["model"] = {{"preset", "llama-tiny"}, {"arch", "mamba"}};
+  EXPECT_TRUE(rejected(j, "mamba"));
+  j["model"] = {{"preset", "llama-tiny"}, {"n_kv_head", 3}};
+  EXPECT_TRUE(rejected(j, "n_kv_head"));
+  j["model"] = {{"preset", "llama-tiny"}, {"rope_scaling", {{"factor", 8}, {"low_freq", 1}}}};
+  EXPECT_TRUE(rejected(j, "low_freq"));
+  j["model"] = {{"preset", "llama-tiny"}, {"rope_theta", -1}};
+  EXPECT_TRUE(rejected(j, "rope_theta"));
+  // GPT-2 has none of them.
+  j["model"] = {{"preset", "gpt2-tiny"}, {"n_kv_head", 1}};
+  EXPECT_TRUE(rejected(j, "model.arch"));
+  j["model"] = {{"preset", "gpt2-tiny"}, {"tie_embeddings", false}};
+  EXPECT_TRUE(rejected(j, "model.arch"));
+  // Not built for a Llama yet, and said so.
+  j["model"] = {{"preset", "llama-tiny"}, {"lora", {{"r", 4}}}};
+  EXPECT_TRUE(rejected(j, "GPT-2's only"));
+}
+
 // ---------------------------------------------------------------- batch rule
 
 // A config with just the given batch keys (absent when < 0).

@@ -27,12 +27,14 @@
 #include "runtime/kernels/cuda/attention_body.h"
 #include "runtime/kernels/cuda/attention_plan.h"
 #include "runtime/kernels/cuda/gemm_args.h"
+#include "runtime/kernels/cuda/llama_body.h"
 #include "runtime/kernels/cuda/nf4_body.h"
 #include "runtime/kernels/cuda/optim_body.h"
 #include "runtime/kernels/cuda/pointwise_body.h"
 #include "runtime/kernels/cuda/rows_body.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt.h"
+#include "runtime/model/rope.h"
 #include "tests/float_compare.h"
 #include "tests/test_support.h"
 
@@ -214,6 +216,121 @@ TEST(CudaBodies, LayerNormRowsAndColumnsAreTheCpuKernels) {
   expect_close(gdinp, dinp, 1e-6f, "layernorm dinp");
   expect_close(gdw, dw, 1e-6f, "layernorm dw");
   expect_close(gdb, db, 1e-6f, "layernorm db");
+}
+
+// The Llama family's bodies as the CUDA table launches them: RMSNorm a
+// row on 32 lanes and its weight's gradient in column chunks (sums in
+// another order: 1e-6 of the largest value); SwiGLU and the rotary input
+// a thread an element, on bf16 operands: the CPU's values of the same
+// rounded inputs, rounded once, bit for bit.
+TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
+  const int64_t N = 150;
+  const int C = 72, lanes = 32;
+  const float eps = 1e-6f;
+  const auto x = randn(N * C, 40, 2.0f), w = randn(C, 41), dout = randn(N * C, 42);
+  std::vector<float> out(N * C), rstd(N), gout(N * C), grstd(N);
+  cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+  for_each_index(N, [&](int64_t n) {
+    const float* xr = x.data() + n * C;
+    grstd[n] = cuda::rmsnorm_rstd(
+        lanes_reduce(
+            lanes, [&](int l) { return cuda::row_squares_about(xr, C, 0.0f, l, lanes); }, kSum),
+        C, eps);
+    for (int l = 0; l < lanes; ++l) cuda::rmsnorm_write(gout.data() + n * C, xr, w.data(), C, grstd[n], l, lanes);
+  });
+  expect_close(gout, out, 1e-6f, "rmsnorm out");
+  expect_close(grstd, rstd, 1e-6f, "rmsnorm rstd");
+  auto dinp = randn(N * C, 43), dw = randn(C, 44);
+  auto gdinp = dinp, gdw = dw;
+  cpu::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  for_each_index(N, [&](int64_t n) {
+    const float *xr = x.data() + n * C, *dy = dout.data() + n * C;
+    const float sum = lanes_reduce(
+        lanes, [&](int l) { return cuda::rmsnorm_backward_sum(dy, xr, w.data(), rstd[n], C, l, lanes); }, kSum);
+    for (int l = 0; l < lanes; ++l) {
+      cuda::rmsnorm_backward_write(gdinp.data() + n * C, dy, xr, w.data(), rstd[n], sum, C, l, lanes);
+    }
+  });
+  std::vector<float> partial(cuda::kColumnPartials);
+  column_sum(
+      N, C, C,
+      [&](int64_t j, int64_t rows) {
+        cuda::rmsnorm_weight_partial_at(j, partial.data(), dout.data(), x.data(), rstd.data(), N, C, rows);
+      },
+      [&](int64_t i, int64_t chunks) { gdw[i] += column_total(i, partial.data(), chunks, C); });
+  expect_close(gdinp, dinp, 1e-6f, "rmsnorm dinp");
+  expect_close(gdw, dw, 1e-6f, "rmsnorm dw");
+
+  // bf16 operands, as the GPU's: an op's inputs rounded, its outputs too.
+  const DType t = DType::kBF16;
+  const auto to_operands = [&](std::vector<float> v) {
+    round_to(t, v.data(), v.size());
+    std::vector<uint16_t> o(v.size());
+    for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(o.data(), t, i, v[i]);
+    return std::pair{v, o};
+  };
+  const auto rounded = [&](std::vector<float> v) {
+    round_to(t, v.data(), v.size());
+    return v;
+  };
+  const int F = 20;
+  const auto [gu, gu16] = to_operands(randn(N * 2 * F, 45, 2.0f));
+  const auto [dy, dy16] = to_operands(randn(N * F, 46));
+  std::vector<float> sw(N * F), dsw(N * 2 * F);
+  cpu::swiglu_forward(sw.data(), gu.data(), N, F);
+  cpu::swiglu_backward(dsw.data(), gu.data(), dy.data(), N, F);
+  std::vector<uint16_t> gsw(N * F), gdsw(N * 2 * F);
+  const cuda::ConstOperands gu_in{gu16.data(), t}, dy_in{dy16.data(), t};
+  for_each_index(N * F, [&](int64_t j) { cuda::swiglu_at(j, cuda::Operands{gsw.data(), t}, gu_in, F); });
+  for_each_index(N * F, [&](int64_t j) {
+    cuda::swiglu_backward_at(j, cuda::Operands{gdsw.data(), t}, gu_in, dy_in, F);
+  });
+  EXPECT_EQ(bits(operand_values(t, gsw.data(), N * F)), bits(rounded(sw)));
+  EXPECT_EQ(bits(operand_values(t, gdsw.data(), N * 2 * F)), bits(rounded(dsw)));
+
+  const int T = 10, NH = 6, KV = 2, hd = 12;  // N = 15 sequences of 10
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_head = NH;
+  c.n_kv_head = KV;
+  c.n_embd = NH * hd;
+  const std::vector<float> table = rope_table(c, T);
+  const cuda::RopeShape rs{T, NH, KV, hd};
+  const int64_t W = rs.width(), C3 = 3 * rs.C();
+  const auto [qkv, qkv16] = to_operands(randn(N * W, 47));
+  const auto [datt, datt16] = to_operands(randn(N * C3, 48));
+  std::vector<float> att(N * C3), dqkv(N * W);
+  cpu::rope_forward(att.data(), qkv.data(), table.data(), rs, N);
+  cpu::rope_backward(dqkv.data(), datt.data(), table.data(), rs, N);
+  std::vector<uint16_t> gatt(N * C3), gdqkv(N * W);
+  for_each_index(N * C3, [&](int64_t j) {
+    cuda::rope_forward_at(j, cuda::Operands{gatt.data(), t}, cuda::ConstOperands{qkv16.data(), t}, table.data(), rs);
+  });
+  for_each_index(N * W, [&](int64_t j) {
+    cuda::rope_backward_at(j, cuda::Operands{gdqkv.data(), t}, cuda::ConstOperands{datt16.data(), t}, table.data(),
+                           rs);
+  });
+  EXPECT_EQ(bits(operand_values(t, gatt.data(), N * C3)), bits(rounded(att)));
+  EXPECT_EQ(bits(operand_values(t, gdqkv.data(), N * W)), bits(rounded(dqkv)));
+
+  // The embedding without positions (a Llama's), both paths: the rows of wte.
+  const int B = 3, V = 7, E = 16;
+  std::vector<int32_t> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 5 + 2) % V;
+  const auto wte = randn(V * E, 49);
+  std::vector<float> emb(B * T * E), gemb(B * T * E);
+  Bytes16Buffer vemb(B * T * E * 4);
+  cpu::embedding_forward(emb.data(), tokens.data(), wte.data(), nullptr, B, T, E);
+  for_each_index(B * T * E, [&](int64_t j) {
+    cuda::embedding_forward_at(j, gemb.data(), tokens.data(), wte.data(), static_cast<const float*>(nullptr), T, E);
+  });
+  for_each_index(B * T * (E / 4), [&](int64_t v) {
+    cuda::vec_embedding_forward_at<DType::kF32>(v, vemb.data(), tokens.data(), wte.data(), nullptr, T, E);
+  });
+  for (int i = 0; i < B * T; ++i) {
+    for (int e = 0; e < E; ++e) ASSERT_EQ(emb[i * E + e], wte[tokens[i] * E + e]);
+  }
+  EXPECT_EQ(bits(gemb), bits(emb));
+  EXPECT_EQ(bits(operand_values(DType::kF32, vemb.data(), B * T * E)), bits(emb));
 }
 
 // The embedding 16 bytes a thread: the CPU's sums of the same (rounded)
@@ -1105,6 +1222,28 @@ class PlanAttentionTable : public Kernels {
   void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
                           const void* w, const float* mean, const float* rstd, int64_t N, int C) override {
     k_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+  void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
+                       float eps) override {
+    k_->rmsnorm_forward(s, out, rstd, inp, w, N, C, eps);
+  }
+  void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
+                        const float* rstd, int64_t N, int C) override {
+    k_->rmsnorm_backward(s, dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  void swiglu_forward(Stream& s, void* out, const void* inp, int64_t N, int F) override {
+    k_->swiglu_forward(s, out, inp, N, F);
+  }
+  void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
+    k_->swiglu_backward(s, dinp, inp, dout, N, F);
+  }
+  void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
+                    int64_t N) override {
+    k_->rope_forward(s, out, qkv, table, shape, N);
+  }
+  void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
+                     int64_t N) override {
+    k_->rope_backward(s, dqkv, dout, table, shape, N);
   }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override { k_->gelu_forward(s, out, inp, n); }
   void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) override {

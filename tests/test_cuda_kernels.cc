@@ -31,6 +31,7 @@
 #include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/cuda/rows_body.h"
 #include "runtime/model/gpt.h"
+#include "runtime/model/rope.h"
 #include "tests/cuda_rig.h"
 #include "tests/float_compare.h"
 
@@ -213,6 +214,84 @@ TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
   k_->add(s(), g_r, up(y), n);
   for (int64_t i = 0; i < n; ++i) r[i] += y[i];
   EXPECT_EQ(bits(down(g_r, n)), bits(r));
+}
+
+// The Llama family's ops: RMSNorm (a warp a row, its weight's gradient
+// in column chunks: LayerNorm's tolerances), SwiGLU and the rotary input
+// with repeated key heads (one fp32 computation of the same values, then
+// one rounding: bit for bit), and the embedding without positions.
+TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
+  const int64_t N = 600;
+  const int T = 40, NH = 8, KV = 2, hd = 64, F = 176;  // N = 15 sequences of 40
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_head = NH;
+  c.n_kv_head = KV;
+  c.n_embd = NH * hd;
+  const std::vector<float> rope = rope_table(c, T);
+  const float* g_rope = up(rope);
+  const RopeShape rs{T, NH, KV, hd};
+  for (const auto& [t, C] : {std::pair{DType::kF32, 96}, std::pair{DType::kBF16, 96}, std::pair{DType::kBF16, 2048},
+                             std::pair{DType::kF32, 74}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", C " << C);
+    auto k = table(t);
+    auto x = randn(N * C, 60, 2.0f), w = randn(C, 61), dout = randn(N * C, 62);
+    std::vector<float> out(N * C), rstd(N);
+    void* g_out = up_as(t, out);
+    float* g_rstd = up(rstd);
+    const void *g_x = up_as(t, x), *g_w = up_as(t, w), *g_dout = up_as(t, dout);
+    k->rmsnorm_forward(s(), g_out, g_rstd, g_x, g_w, N, C, 1e-5f);
+    cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    expect_close(down_as(t, g_out, out.size()), out, tol(t, row_tol(C)), "rmsnorm out");
+    expect_close(down(g_rstd, N), rstd, row_tol(C), "rmsnorm rstd");
+    auto dinp = randn(N * C, 63), dw = randn(C, 64);
+    void* g_dinp = up_as(t, dinp);
+    float* g_dw = up(dw);
+    k->rmsnorm_backward(s(), g_dinp, g_dw, g_dout, g_x, g_w, g_rstd, N, C);
+    cpu::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    expect_close(down_as(t, g_dinp, dinp.size()), dinp, tol(t, row_tol(C)), "rmsnorm dinp");
+    expect_close(down(g_dw, C), dw, 1e-6f, "rmsnorm dw");
+  }
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto gu = randn(N * 2 * F, 65, 2.0f), dy = randn(N * F, 66);
+    std::vector<float> y(N * F), dgu(N * 2 * F);
+    void *g_y = up_as(t, y), *g_dgu = up_as(t, dgu);
+    const void* g_gu = up_as(t, gu);
+    k->swiglu_forward(s(), g_y, g_gu, N, F);
+    k->swiglu_backward(s(), g_dgu, g_gu, up_as(t, dy), N, F);
+    cpu::swiglu_forward(y.data(), gu.data(), N, F);
+    cpu::swiglu_backward(dgu.data(), gu.data(), dy.data(), N, F);
+    // expf on the device and the host may differ by an ulp.
+    expect_close(down_as(t, g_y, y.size()), rounded(t, y), tol(t, 1e-6f), "swiglu");
+    expect_close(down_as(t, g_dgu, dgu.size()), rounded(t, dgu), tol(t, 1e-6f), "swiglu_backward");
+
+    auto qkv = randn(N * rs.width(), 67), datt = randn(N * 3 * rs.C(), 68);
+    std::vector<float> att(N * 3 * rs.C()), dqkv(N * rs.width());
+    void *g_att = up_as(t, att), *g_dqkv = up_as(t, dqkv);
+    k->rope_forward(s(), g_att, up_as(t, qkv), g_rope, rs, N);
+    k->rope_backward(s(), g_dqkv, up_as(t, datt), g_rope, rs, N);
+    cpu::rope_forward(att.data(), qkv.data(), rope.data(), rs, N);
+    cpu::rope_backward(dqkv.data(), datt.data(), rope.data(), rs, N);
+    EXPECT_EQ(bits(down_as(t, g_att, att.size())), bits(rounded(t, att)));
+    EXPECT_EQ(bits(down_as(t, g_dqkv, dqkv.size())), bits(rounded(t, dqkv)));
+
+    const int B = 4, E = 64, V = 23;
+    std::vector<int32_t> tokens(B * T), order(B * T);
+    for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7 + 3) % V;
+    token_order(tokens.data(), B * T, order.data());
+    auto wte = randn(V * E, 69), demb = randn(B * T * E, 70);
+    std::vector<float> emb(B * T * E);
+    auto dwte = randn(V * E, 71);
+    void* g_emb = up_as(t, emb);
+    float* g_dwte = up(dwte);
+    k->embedding_forward(s(), g_emb, up(tokens), up_as(t, wte), nullptr, B, T, E);
+    k->embedding_backward(s(), g_dwte, nullptr, up_as(t, demb), up(tokens), up(order), B, T, E);
+    cpu::embedding_forward(emb.data(), tokens.data(), wte.data(), nullptr, B, T, E);
+    cpu::embedding_backward(dwte.data(), nullptr, demb.data(), tokens.data(), B, T, E);
+    EXPECT_EQ(bits(down_as(t, g_emb, emb.size())), bits(emb));
+    EXPECT_EQ(bits(down(g_dwte, dwte.size())), bits(dwte));
+  }
 }
 
 // C = 64 rows go 16 bytes a thread forward, C = 74 an element a thread.

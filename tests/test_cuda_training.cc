@@ -188,6 +188,10 @@ TEST_F(CudaTraining, TwentyStepsFollowTheCpuAtEveryStageAndSetting) {
       {"zero_optimization.stage=2", "fp16.enabled=true"},
       {"zero_optimization.stage=1", "activation_checkpointing.enabled=true", "gradient_accumulation_steps=2"},
       {"zero_optimization.stage=2", "optimizer.type=\"AdamW8bit\"", "bf16.enabled=true"},
+      // A Llama: RMSNorm, the rotary input, SwiGLU, an untied head.
+      {"zero_optimization.stage=3", "model.preset=llama-tiny"},
+      {"zero_optimization.stage=2", "model.preset=llama-tiny", "bf16.enabled=true",
+       "activation_checkpointing.enabled=true"},
       testing::joined({"zero_optimization.stage=2", "bf16.enabled=true"}, testing::optimizer_on("cpu", dir)),
       testing::joined(
           testing::joined({"zero_optimization.stage=3", "bf16.enabled=true"}, testing::optimizer_on("cpu", dir)),

@@ -1,5 +1,7 @@
-// Whole-model gradients of GPT-2 against central finite differences, for
-// every parameter tensor of every layer (and so every layer kind in place).
+// Whole-model gradients of GPT-2 and of Llama shapes (grouped-query with
+// its own head; Qwen2's q/k/v biases with a tied one) against central
+// finite differences, for every parameter tensor of every layer (and so
+// every layer kind in place).
 //
 // fp32 forward with the loss summed in double. Per tensor: a random direction
 // and the gradient's own direction, with eps 1e-2 (relative tolerance 2e-3),
@@ -22,15 +24,29 @@ using testing::directional_fd;
 using testing::dot;
 using testing::random_vector;
 
+GptConfig small_gpt2() { return {2, 2, 16, 32, 8}; }  // n_layer, n_head, n_embd, vocab, block
+GptConfig small_llama(bool qwen) {
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_embd = 16;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.ffn_hidden = 24;
+  c.vocab_size = 32;
+  c.block_size = 8;
+  c.qkv_bias = qwen;
+  c.tie_embeddings = qwen;
+  return c;
+}
+
 struct Fixture {
-  GptConfig cfg{2, 2, 16, 32, 8};  // n_layer, n_head, n_embd, vocab, block
+  GptConfig cfg;
   int B = 2, T = 8;
   testing::CpuRig rig;
   std::unique_ptr<Gpt> model;
   std::vector<float> params, grads;
   std::vector<int32_t> inputs, targets;
 
-  explicit Fixture(bool checkpointing = false) {
+  explicit Fixture(GptConfig c = small_gpt2(), bool checkpointing = false) : cfg(c) {
     model = *Gpt::create(cfg, B, T, DType::kF32, checkpointing, rig.device, *rig.kernels);
     params.resize(model->layout().num_params());
     init_gpt_params(model->layout(), 7, params.data());
@@ -59,8 +75,10 @@ struct Fixture {
   }
 };
 
-TEST(GptGradients, EveryTensorMatchesFiniteDifferences) {
-  Fixture fx;
+class GptGradientsOf : public ::testing::TestWithParam<GptConfig> {};
+
+TEST_P(GptGradientsOf, EveryTensorMatchesFiniteDifferences) {
+  Fixture fx(GetParam());
   fx.compute_grads();
   auto f = [&] { return fx.loss(); };
   for (const ParamSegment& t : fx.model->layout().segments()) {
@@ -94,13 +112,19 @@ TEST(GptGradients, EveryTensorMatchesFiniteDifferences) {
   }
 }
 
-TEST(GptGradients, CheckpointingGivesIdenticalGradients) {
-  Fixture plain(false), ckpt(true);
+TEST_P(GptGradientsOf, CheckpointingGivesIdenticalGradients) {
+  Fixture plain(GetParam(), false), ckpt(GetParam(), true);
   plain.compute_grads();
   ckpt.compute_grads();
   ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
   for (size_t i = 0; i < plain.grads.size(); ++i) ASSERT_EQ(plain.grads[i], ckpt.grads[i]) << "element " << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GptGradientsOf,
+                         ::testing::Values(small_gpt2(), small_llama(false), small_llama(true)),
+                         [](const auto& info) {
+                           return !info.param.llama() ? "Gpt2" : info.param.qkv_bias ? "QwenLike" : "Llama";
+                         });
 
 TEST(GptGradients, GradScaleScalesGradients) {
   Fixture fx;

@@ -105,6 +105,9 @@ TEST_F(TrainerCheckpointTest, ResumeContinuesBitwiseAtEveryStage) {
       {"zero_optimization.stage=3"},
       {"zero_optimization.stage=3", "optimizer.type=AdamW8bit", "bf16.enabled=true"},
       {"zero_optimization.stage=1", "fp16.enabled=true"},
+      // A Llama: its manifest records its shape.
+      {"zero_optimization.stage=3", "model.preset=llama-tiny", "bf16.enabled=true"},
+      {"zero_optimization.stage=1", "model.preset=llama-tiny"},
       // Offloaded: the parameter shard on NVMe is rewritten from the loaded masters.
       {"zero_optimization.stage=3", "bf16.enabled=true", "zero_optimization.offload_param.device=\"nvme\"",
        "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\"",
@@ -383,6 +386,7 @@ TEST_F(TrainerCheckpointTest, RefusesBadCheckpointsAndChangesNothing) {
   // Another model, optimizer or precision (another stage or world size is
   // resumed: test_checkpoint_reshard.cc).
   const std::vector<std::pair<std::string, std::string>> others = {{"model.n_layer=3", "'model'"},
+                                                                   {"model.preset=llama-tiny", "'model'"},
                                                                    {"optimizer.type=AdamW8bit", "'optimizer'"},
                                                                    {"optimizer.params.weight_decay=0", "'optimizer'"},
                                                                    {"bf16.enabled=true", "'precision'"}};

@@ -2,25 +2,27 @@
 # zerod training GPT-2 on one GPU against PyTorch (torch.compile, bf16
 # autocast, fused AdamW, SDPA) training the same architecture at the same
 # batch, alternated in the same call: gpt2 at B = 16 and gpt2-xl at B = 8,
-# T = 1024, and gpt2 at B = 4, T = 4096 (as many tokens a step), bf16. One JSON line per run in OUT/train_vs_torch.jsonl, and
+# T = 1024, gpt2 at B = 4, T = 4096 (as many tokens a step), and
+# Llama-3.2-1B's shape (random weights) at B = 8, T = 1024, bf16. One JSON line per run in OUT/train_vs_torch.jsonl, and
 # the table in OUT/train_vs_torch.txt (tokens/s, MFU = (6N + 6LCT) tokens/s
 # over 989 TFLOP/s, and zerod's ratio to PyTorch in the same round; zerod's
 # figure is its steps after the first, their tokens over their time (the
 # step events' elapsed_s: each event's tokens_per_s counts the first step
 # too), PyTorch's the mean of its timed steps after three warm-up ones).
 #   bench/gpu/train_vs_torch.sh BUILD_DIR OUT [ROUNDS] [SECONDS_PER_RUN] [SHAPES]
-# (SHAPES: those of gpt2, gpt2-xl and gpt2-4k to run, comma-separated; all by default)
+# (SHAPES: those of gpt2, gpt2-xl, gpt2-4k and llama-1b to run, comma-separated; all by default)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=$1 out=$2 rounds=${3:-2} limit=${4:-150} only=${5:-}
 mkdir -p "$out"
 log=$out/train_vs_torch.jsonl
 : >"$log"
-# name preset L C H B T zerod-steps
-shapes=("gpt2 gpt2 12 768 12 16 1024 6" "gpt2-xl gpt2-xl 48 1600 25 8 1024 3" "gpt2-4k gpt2 12 768 12 4 4096 6")
+# name preset L C H B T zerod-steps [torch's Llama arguments]
+shapes=("gpt2 gpt2 12 768 12 16 1024 6" "gpt2-xl gpt2-xl 48 1600 25 8 1024 3" "gpt2-4k gpt2 12 768 12 4 4096 6"
+  "llama-1b llama-3.2-1b 16 2048 32 8 1024 4 --kv-heads 8 --ffn 8192 --vocab 128256 --tied")
 for round in $(seq 1 "$rounds"); do
   for shape in "${shapes[@]}"; do
-    read -r name preset L C H B T steps <<<"$shape"
+    read -r name preset L C H B T steps llama <<<"$shape"
     [ -z "$only" ] || [[ ",$only," == *",$name,"* ]] || continue
     # Text data and no sample: nothing but training steps after the last one.
     steps_json=$(timeout "$limit" "$build/cmd/zero-worker" --config examples/gpu_gpt2.json --log-format json \
@@ -29,8 +31,9 @@ for round in $(seq 1 "$rounds"); do
       --set data.kind='"text"' --set data.path='"README.md"' --set run.sample.tokens=0 \
       --set run.steps=$steps --set steps_per_print=1 2>"$out/zerod-$name-$round.err" | grep '"step"' | paste -sd,)
     echo "{\"round\":$round,\"shape\":\"$name\",\"impl\":\"zerod\",\"L\":$L,\"C\":$C,\"B\":$B,\"T\":$T,\"steps\":[${steps_json}]}" >>"$log"
+    # shellcheck disable=SC2086 # the Llama arguments split into words
     torch=$(timeout "$limit" python3 bench/gpu/torch_gpt2.py --layers "$L" --width "$C" --heads "$H" --batch "$B" \
-      --seq "$T" --compile 2>"$out/torch-$name-$round.err" | tail -1)
+      --seq "$T" --compile $llama 2>"$out/torch-$name-$round.err" | tail -1)
     echo "{\"round\":$round,\"shape\":\"$name\",\"impl\":\"pytorch-compile\",\"L\":$L,\"C\":$C,\"B\":$B,\"result\":${torch:-null}}" >>"$log"
   done
 done

@@ -116,13 +116,33 @@ void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   r.read("n_embd", &m.n_embd);
   r.read("vocab_size", &m.vocab_size);
   r.read("block_size", &m.block_size);
+  read_enum<Arch>(r, "arch", {{"gpt2", Arch::kGpt2}, {"llama", Arch::kLlama}}, &m.arch);
+  r.read("n_kv_head", &m.n_kv_head);
+  r.read("ffn_hidden", &m.ffn_hidden);
+  r.read("rope_theta", &m.rope_theta);
+  r.read("norm_eps", &m.norm_eps);
+  r.read("tie_embeddings", &m.tie_embeddings);
+  r.read("qkv_bias", &m.qkv_bias);
+  if (r.has("rope_scaling")) {  // {"factor": 0}: none
+    JsonReader rs = r.section("rope_scaling");
+    RopeScaling& sc = m.rope_scaling;
+    rs.read("factor", &sc.factor);
+    rs.read("low_freq_factor", &sc.low_freq_factor);
+    rs.read("high_freq_factor", &sc.high_freq_factor);
+    rs.read("original_max_position_embeddings", &sc.original_max_position);
+    rs.finish();
+  }
   r.read("init_from", &cfg.init_from);
   if (r.has("lora")) parse_lora(r.section("lora"), reading, cfg);
   r.finish();
   if (cfg.preset == "custom" && m.n_layer == 0) {
-    reading.add("model", "preset 'custom' needs n_layer, n_head, n_embd, vocab_size and block_size");
+    reading.add("model", "preset 'custom' needs n_layer, n_head, n_embd, vocab_size and block_size (and a Llama "
+                         "ffn_hidden)");
   } else if (absl::Status s = validate_gpt_config(m); !s.ok()) {
     reading.add_text("model", std::string(s.message()));
+  }
+  if (cfg.lora && m.llama()) {
+    reading.add("model.lora", "LoRA adapters are GPT-2's only so far: a Llama-family model trains in full");
   }
 }
 
@@ -132,7 +152,9 @@ void parse_data(JsonReader r, JobConfig& cfg) {
                       {{"synthetic", DataKind::kSynthetic}, {"text", DataKind::kText}, {"tokens", DataKind::kTokens}},
                       &d.kind);
   r.read("path", &d.path);
-  d.seq_len = cfg.model.block_size;
+  // The model's positions, up to 2048 (a Llama's block_size is its
+  // max_position_embeddings, 131072 for Llama 3).
+  d.seq_len = std::min(cfg.model.block_size, 2048);
   r.read("seq_len", &d.seq_len);
   read_seed(r, &d.seed);
   r.finish();

@@ -158,12 +158,7 @@ nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int
   const GptConfig& m = layout.config();
   nlohmann::json shape = {{"format", "zerod-checkpoint"},
           {"version", kManifestVersion},
-          {"model",
-           {{"n_layer", m.n_layer},
-            {"n_head", m.n_head},
-            {"n_embd", m.n_embd},
-            {"vocab_size", m.vocab_size},
-            {"block_size", m.block_size}}},
+          {"model", gpt_config_json(m)},
           {"precision", dtype_name(cfg.precision)},
           {"tensors", manifest_tensors(layout)},
           {"world_size", world_size},
@@ -197,8 +192,7 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
   if (!field("tensors").is_array()) return bad("'tensors' is missing or not a list");
   try {
     const nlohmann::json& model = m.at("model");
-    c.model = {model.at("n_layer").get<int>(), model.at("n_head").get<int>(), model.at("n_embd").get<int>(),
-               model.at("vocab_size").get<int>(), model.at("block_size").get<int>()};
+    c.model = gpt_config_from_json(model);
     if (absl::Status s = validate_gpt_config(c.model); !s.ok()) return bad(absl::StrCat("model: ", s.message()));
     if (m.contains("lora")) {
       const nlohmann::json& l = m.at("lora");

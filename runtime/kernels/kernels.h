@@ -25,6 +25,7 @@
 namespace zerod {
 
 using cpu::ClassifierArgs;
+using cpu::RopeShape;
 using cpu::SquaresOf;
 // Every table's LayerNorm adds this to the variance.
 inline constexpr float kLayerNormEps = cpu::kLayerNormEps;
@@ -96,10 +97,26 @@ class Kernels {
   }
   // What the table's work needs of memory (kernel_memory.h).
   virtual KernelMemory memory() const = 0;
+  // The Llama family's layers (cpu_kernels.h): RMSNorm (rstd fp32 a row;
+  // backward adds to dinp and dw, dw null when frozen); SwiGLU over rows
+  // of [gate | up]; attention's input from N rows of q, k and v, q and k
+  // turned by `table` (fp32, [T, hd/2, 2]) and the key and value heads
+  // repeated, and back (dqkv overwritten).
+  virtual void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
+                                const float* rstd, int64_t N, int C) = 0;
+  virtual void swiglu_forward(Stream& s, void* out, const void* inp, int64_t N, int F) = 0;
+  virtual void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) = 0;
+  virtual void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
+                            int64_t N) = 0;
+  virtual void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
+                             int64_t N) = 0;
   virtual void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) = 0;
   virtual void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) = 0;
   // out = a + b; out may be a or b.
   virtual void residual_forward(Stream& s, void* out, const void* a, const void* b, int64_t n) = 0;
+  // wpe null: no learned positions (a Llama's); so dwpe in the backward.
   virtual void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
                                  int T, int C) = 0;
   // `order`: the B*T positions sorted by token, ties by position

@@ -54,6 +54,28 @@ class ProfiledKernels : public Kernels {
           [&] { inner_->attention_backward(s, dqkv, dout, qkv, out, stats, scratch, B, T, C, NH, rounded); });
   }
 
+  void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
+                       float eps) override {
+    timed(s, "rmsnorm_forward", [&] { inner_->rmsnorm_forward(s, out, rstd, inp, w, N, C, eps); });
+  }
+  void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
+                        const float* rstd, int64_t N, int C) override {
+    timed(s, "rmsnorm_backward", [&] { inner_->rmsnorm_backward(s, dinp, dw, dout, inp, w, rstd, N, C); });
+  }
+  void swiglu_forward(Stream& s, void* out, const void* inp, int64_t N, int F) override {
+    timed(s, "swiglu_forward", [&] { inner_->swiglu_forward(s, out, inp, N, F); });
+  }
+  void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
+    timed(s, "swiglu_backward", [&] { inner_->swiglu_backward(s, dinp, inp, dout, N, F); });
+  }
+  void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
+                    int64_t N) override {
+    timed(s, "rope_forward", [&] { inner_->rope_forward(s, out, qkv, table, shape, N); });
+  }
+  void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
+                     int64_t N) override {
+    timed(s, "rope_backward", [&] { inner_->rope_backward(s, dqkv, dout, table, shape, N); });
+  }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     timed(s, "gelu_forward", [&] { inner_->gelu_forward(s, out, inp, n); });
   }

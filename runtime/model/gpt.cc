@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cuda/hd.h"
+#include "runtime/model/rope.h"
 
 namespace zerod {
 namespace {
@@ -25,6 +26,9 @@ absl::Status announce(WeightSource& ws, int i, int n, bool backward) {
 // Activations one block saves for its backward. The operands come first;
 // the per-row statistics (LayerNorm's and attention's) stay fp32.
 // kLoraU + t holds LoRA target t's s·(x·A) (lora.h), where it has one.
+// A Llama's: kLn1 and kLn2 its RMSNorms' outputs (only their rstd kept),
+// kQkv its q, k and v before the rotary turn, kFch gate and up, kFchGelu
+// their SwiGLU.
 enum ActField { kLn1, kQkv, kAtty, kRes2, kLn2, kFch, kFchGelu, kLoraU, kNumBig = kLoraU + kNumLoraTargets,
                 kLn1Mean = kNumBig, kLn1Rstd, kLn2Mean, kLn2Rstd, kAttStats, kNumFields };
 
@@ -38,14 +42,15 @@ struct LayerActs {
 void field_sizes(const GptConfig& c, int B, int T, int att_stats, const LoraConfig* lora, int64_t* size) {
   const int64_t N = int64_t(B) * T, C = c.n_embd;
   size[kLn1] = N * C;
-  size[kQkv] = N * 3 * C;
+  size[kQkv] = N * c.qkv_width();
   size[kAtty] = N * C;
   size[kRes2] = N * C;
   size[kLn2] = N * C;
-  size[kFch] = N * 4 * C;
-  size[kFchGelu] = N * 4 * C;
+  size[kFch] = N * c.mlp_in_width();
+  size[kFchGelu] = N * c.mlp_width();
   for (int t = 0; t < kNumLoraTargets; ++t) size[kLoraU + t] = lora && lora->targets[t] ? N * lora->r : 0;
   for (int f = kNumBig; f < kAttStats; ++f) size[f] = N;
+  if (c.llama()) size[kLn1Mean] = size[kLn2Mean] = 0;
   size[kAttStats] = int64_t(B) * c.n_head * T * att_stats;
 }
 
@@ -73,12 +78,26 @@ int64_t scratch_stats_offset(int64_t big, int64_t bytes) { return (big * bytes +
 void* at(void* p, int64_t n, int64_t bytes) { return static_cast<char*>(p) + n * bytes; }
 const void* at(const void* p, int64_t n, int64_t bytes) { return static_cast<const char*>(p) + n * bytes; }
 
+// A Llama's: its rotary table on the device, attention's input (a
+// block's q, k and v turned, key and value heads repeated) and its
+// gradient's compact form, the RMSNorms' eps, the MLP's width.
+struct LlamaParts {
+  const float* rope = nullptr;
+  void* att_in = nullptr;
+  void* dqkv = nullptr;
+  RopeShape shape{};
+  float eps = 0;
+  int F = 0;
+};
+
 struct Dims {
   int B, T, C, NH;
   int64_t N;
   // A training pass's adapter dropout: p (0: none) and the pass's seed.
   float lora_p = 0;
   uint64_t lora_seed = 0;
+  LlamaParts llama;  // a Llama's (its shape's T the pass's); rope null for GPT-2
+  bool is_llama() const { return llama.rope != nullptr; }
 };
 
 // Layer l's adapter of target t: its dropout this pass.
@@ -116,6 +135,10 @@ struct Gpt::Impl {
   Buffer lnf, lnf_mean, lnf_rstd;
   // Backward and head workspace.
   Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
+  // A Llama's: the rotary table, attention's input, the compact q, k and v
+  // gradient (LlamaParts).
+  Buffer rope_table, att_in, dqkv_rope;
+  LlamaParts llama_parts;
   Buffer lora_scratch;           // a LoRA product's [N, 4C] (forward, backward) and [N, r] (backward)
   int64_t logits_rows = 0;
   // Token ids, their order for the embedding's backward, and the results
@@ -171,7 +194,9 @@ struct Gpt::Impl {
   // this seed.
   Dims dims(int B, int T, bool training, uint64_t dropout_seed) const {
     const float p = training && lora ? static_cast<float>(lora->dropout) : 0.0f;
-    return {B, T, config.n_embd, config.n_head, int64_t(B) * T, p, dropout_seed};
+    Dims d{B, T, config.n_embd, config.n_head, int64_t(B) * T, p, dropout_seed, llama_parts};
+    d.llama.shape.T = T;
+    return d;
   }
 };
 
@@ -198,6 +223,9 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
                                                  bool checkpoints_on_host, const LoraConfig* lora, int passes) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
   if (lora) ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora));
+  if (lora && config.llama()) {
+    return absl::UnimplementedError("LoRA adapters are GPT-2's only so far: a Llama-family model trains in full");
+  }
   if (B < 1 || T < 1 || T > config.block_size) {
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }
@@ -227,6 +255,7 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
                                                bool checkpoints_on_host, const LoraConfig* lora, int passes,
                                                const PlanDevice& device, const KernelMemory& k, DType op_type) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
+  const bool llama = c.llama();
   int64_t size[kNumFields];
   field_sizes(c, B, T, k.attention_row_stats(), lora, size);
   int64_t big = 0, small = 0;
@@ -255,12 +284,18 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
   }
   if (!in_place) add(&Impl::x_fp32, "fp32 block input", N * C * 4, A);
   add(&Impl::lnf, "final LayerNorm output", N * C * op, A);
-  add(&Impl::lnf_mean, "final LayerNorm mean", N * 4, A);
+  if (!llama) add(&Impl::lnf_mean, "final LayerNorm mean", N * 4, A);
   add(&Impl::lnf_rstd, "final LayerNorm rstd", N * 4, A);
   add(&Impl::dres, "residual gradient", N * C * op, W);
   add(&Impl::dbuf, "block gradient", N * C * op, W);
   add(&Impl::dqkv, "qkv gradient", N * 3 * C * op, W);
-  add(&Impl::dfch, "MLP gradient", N * 4 * C * op, W);
+  // A Llama's SwiGLU output gradient comes after its input's.
+  add(&Impl::dfch, "MLP gradient", N * (c.mlp_in_width() + (llama ? c.mlp_width() : 0)) * op, W);
+  if (llama) {
+    add(&Impl::rope_table, "rotary table", int64_t(T) * c.head_dim() * 4, W);
+    add(&Impl::att_in, "attention input", N * 3 * C * op, W);
+    add(&Impl::dqkv_rope, "q, k and v gradient", N * c.qkv_width() * op, W);
+  }
   add(&Impl::proj, "projection scratch", N * C * op, W);
   add(&Impl::attn_scratch, "attention scratch", k.attention_scratch_floats(B, T, C, c.n_head, op_type) * 4, W);
   // A chunk of the head's rows, as operands; or as many fp32 rows as fit,
@@ -309,7 +344,12 @@ absl::Status Gpt::allocate() {
     ZEROD_ASSIGN_OR_RETURN(
         m.*b.member, b.tier ? device_.allocate(b.bytes, b.category, *b.tier) : device_.allocate(b.bytes, b.category));
   }
-  return absl::OkStatus();
+  if (!c.llama()) return absl::OkStatus();
+  const std::vector<float> table = rope_table(c, T_);
+  device_.copy(m.s, m.rope_table.data(), table.data(), table.size() * 4);
+  m.llama_parts = {m.rope_table.ptr<float>(), m.att_in.data(), m.dqkv_rope.data(),
+                   RopeShape{T_, c.n_head, c.kv_heads(), c.head_dim()}, static_cast<float>(c.norm_eps), c.ffn_hidden};
+  return device_.synchronize(m.s);  // before `table` goes
 }
 
 namespace {
@@ -419,6 +459,63 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeig
   k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, fp32(a, kLn1Mean), fp32(a, kLn1Rstd), N, C);
 }
 
+// A Llama block forward, as block_forward (no adapters yet):
+// h = x + o_proj(attention(rope(qkv(rmsnorm(x))))), out = h +
+// down(swiglu(gate_up(rmsnorm(h)))).
+void llama_block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const void* x,
+                         const LayerActs& a, void* proj, float* attn_scratch, void* out, DType rnd_to) {
+  const int C = d.C, F = d.llama.F;
+  const int64_t N = d.N;
+  const LlamaParts& p = d.llama;
+  auto rnd = [&](void* q, int64_t n) { round_operands(k, s, rnd_to, q, n); };
+  auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
+  k.rmsnorm_forward(s, a.f[kLn1], fp32(a, kLn1Rstd), x, w.ln1w, N, C, p.eps);
+  rnd_field(kLn1);
+  k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, static_cast<int>(p.shape.width()));
+  rnd_field(kQkv);
+  k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
+  rnd(p.att_in, N * 3 * C);
+  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, p.att_in, d.B, d.T, C, d.NH);
+  rnd_field(kAtty);
+  k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, nullptr, N, C, C);
+  rnd(proj, N * C);
+  k.residual_forward(s, a.f[kRes2], x, proj, N * C);
+  rnd_field(kRes2);
+  k.rmsnorm_forward(s, a.f[kLn2], fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, N, C, p.eps);
+  rnd_field(kLn2);
+  k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, nullptr, N, C, 2 * F);
+  rnd_field(kFch);
+  k.swiglu_forward(s, a.f[kFchGelu], a.f[kFch], N, F);
+  rnd_field(kFchGelu);
+  if (!out) return;  // recomputing for backward
+  k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, nullptr, N, F, C);
+  rnd(proj, N * C);
+  k.residual_forward(s, out, a.f[kRes2], proj, N * C);
+  rnd(out, N * C);
+}
+
+// A Llama block backward, as block_backward; attention's input is made
+// again from the saved q, k and v.
+void llama_block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const void* x,
+                          const LayerActs& a, const LayerGrads& g, void* dres, const BackwardBuffers& bb) {
+  const int C = d.C, F = d.llama.F;
+  const int64_t N = d.N;
+  const LlamaParts& p = d.llama;
+  void* dswiglu = at(bb.dfch, N * 2 * F, bb.op_bytes);
+  k.matmul_backward(s, dswiglu, g.fcprojw, nullptr, dres, a.f[kFchGelu], w.fcprojw, N, F, C);
+  k.swiglu_backward(s, bb.dfch, a.f[kFch], dswiglu, N, F);
+  k.matmul_backward(s, bb.dbuf, g.fcw, nullptr, bb.dfch, a.f[kLn2], w.fcw, N, C, 2 * F);
+  k.rmsnorm_backward(s, dres, g.ln2w, bb.dbuf, a.f[kRes2], w.ln2w, fp32(a, kLn2Rstd), N, C);
+  k.matmul_backward(s, bb.dbuf, g.attprojw, nullptr, dres, a.f[kAtty], w.attprojw, N, C, C);
+  k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
+  round_operands(k, s, bb.rounding, p.att_in, N * 3 * C);
+  k.attention_backward(s, bb.dqkv, bb.dbuf, p.att_in, a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
+                       d.NH, bb.rounding);
+  k.rope_backward(s, p.dqkv, bb.dqkv, p.rope, p.shape, N);
+  k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, p.dqkv, a.f[kLn1], w.qkvw, N, C, static_cast<int>(p.shape.width()));
+  k.rmsnorm_backward(s, dres, g.ln1w, bb.dbuf, x, w.ln1w, fp32(a, kLn1Rstd), N, C);
+}
+
 }  // namespace
 
 // The blocks and the final LayerNorm over the tokens in `inputs`; returns
@@ -439,16 +536,24 @@ absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Di
     void* out = in_place ? residual(l + 1, d.N) : x;
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
-    block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), out,
-                  rounding());
+    if (d.is_llama()) {
+      llama_block_forward(k, s, d, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), out, rounding());
+    } else {
+      block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), out,
+                    rounding());
+    }
     if (!in_place) {
       k.convert_from_f32(s, act_dtype, static_cast<float*>(out), residual(l + 1, d.N), NC);
       if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
     }
     x = out;
   }
-  k.layernorm_forward(s, m.lnf.data(), m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>(), x, g.lnfw, g.lnfb, d.N,
-                      d.C);
+  if (d.is_llama()) {
+    k.rmsnorm_forward(s, m.lnf.data(), m.lnf_rstd.ptr<float>(), x, g.lnfw, d.N, d.C, d.llama.eps);
+  } else {
+    k.layernorm_forward(s, m.lnf.data(), m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>(), x, g.lnfw, g.lnfb, d.N,
+                        d.C);
+  }
   round_operands(k, s, rounding(), m.lnf.data(), NC);
   return x;
 }
@@ -495,17 +600,21 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
 
-  ClassifierArgs head{m.lnf.data(), g.wte, m.targets.ptr<int32_t>(), d.N, C, c.vocab_size,
+  ClassifierArgs head{m.lnf.data(), g.head(), m.targets.ptr<int32_t>(), d.N, C, c.vocab_size,
                       grad_scale / static_cast<float>(d.N), act_dtype_, m.logits.data(), m.logits_rows,
-                      m.losses.ptr<double>(), m.dbuf.data(), gg.wte};
+                      m.losses.ptr<double>(), m.dbuf.data(), gg.head()};
   k.classifier_forward_backward(s, head);
   k.sum(s, m.losses.ptr<double>(), d.N, m.loss_sum.ptr<double>());
   device_.copy(s, m.loss_host.ptr<double>() + pass, m.loss_sum.data(), sizeof(double));
 
   void* dres = m.dres.data();
   device_.memset(s, dres, 0, NC * m.op_bytes);
-  k.layernorm_backward(s, dres, gg.lnfw, gg.lnfb, m.dbuf.data(), xL, g.lnfw, m.lnf_mean.ptr<float>(),
-                       m.lnf_rstd.ptr<float>(), d.N, C);
+  if (d.is_llama()) {
+    k.rmsnorm_backward(s, dres, gg.lnfw, m.dbuf.data(), xL, g.lnfw, m.lnf_rstd.ptr<float>(), d.N, C);
+  } else {
+    k.layernorm_backward(s, dres, gg.lnfw, gg.lnfb, m.dbuf.data(), xL, g.lnfw, m.lnf_mean.ptr<float>(),
+                         m.lnf_rstd.ptr<float>(), d.N, C);
+  }
   round_operands(k, s, m.rounding(), dres, NC);
 
   const BackwardBuffers bb{m.dbuf.data(), m.dqkv.data(), m.dfch.data(), m.attn_scratch.ptr<float>(),
@@ -521,14 +630,22 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     LayerActs a;
     if (checkpointing_) {
       a = m.scratch_acts();
-      block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), nullptr,
-                    m.rounding());
+      if (d.is_llama()) {
+        llama_block_forward(k, s, d, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), nullptr, m.rounding());
+      } else {
+        block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(),
+                      nullptr, m.rounding());
+      }
     } else {
       a = m.stored_acts(l);
       if (!m.in_place) m.pack_acts(l, a, B, T, /*to_store=*/false);
     }
     ZEROD_ASSIGN_OR_RETURN(const LayerGrads lg, sink.layer(l));
-    block_backward(k, s, d, l, w, x, a, lg, dres, bb);
+    if (d.is_llama()) {
+      llama_block_backward(k, s, d, w, x, a, lg, dres, bb);
+    } else {
+      block_backward(k, s, d, l, w, x, a, lg, dres, bb);
+    }
     ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
     round_operands(k, s, m.rounding(), dres, NC);
   }
@@ -564,7 +681,8 @@ absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B,
   const int64_t chunk = std::max<int64_t>(1, m.logits.bytes() / (int64_t(V) * 4));
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t n = std::min(chunk, rows - r);
-    kernels_.classifier_logits(m.s, m.logits.ptr<float>(), at(lnf, r * stride, m.op_bytes), stride, g.wte, n, C, V);
+    kernels_.classifier_logits(m.s, m.logits.ptr<float>(), at(lnf, r * stride, m.op_bytes), stride, g.head(), n, C,
+                               V);
     device_.copy(m.s, logits + r * V, m.logits.data(), n * V * 4);
   }
   return ws.end_pass();

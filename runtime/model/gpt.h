@@ -1,4 +1,5 @@
-// GPT-2 forward and backward on any Device, one explicit pass per layer:
+// A decoder's forward and backward (GPT-2's, or the Llama family's:
+// gpt_config.h) on any Device, one explicit pass per layer:
 // every kernel goes through the device's table on its compute stream, and
 // the host waits for the stream only to read the loss or the logits.
 //

@@ -15,30 +15,56 @@ GptLayout GptLayout::adapters(const GptConfig& c, const LoraConfig& lora) { retu
 
 GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : config_(c), lora_(std::move(lora)) {
   const int64_t C = c.n_embd, V = c.vocab_size, T = c.block_size, r = lora_ ? lora_->r : 0;
+  const int64_t qkv = c.qkv_width(), F = c.mlp_width(), Fin = c.mlp_in_width();
   struct Spec {
     const char* name;
     std::vector<int64_t> shape;
     bool per_layer, decay;
   };
+  // Each tensor's name (GPT-2's, a Llama's), shape, kind; and whether a
+  // Llama has it at all.
+  const bool llama = c.llama();
+  const auto name = [&](const char* gpt2, const char* llama_name) { return llama ? llama_name : gpt2; };
   const Spec specs[kNumParamTensors] = {
-      {"wte", {V, C}, false, true},          {"wpe", {T, C}, false, true},
-      {"ln_1.weight", {C}, true, false},     {"ln_1.bias", {C}, true, false},
-      {"attn.c_attn.weight", {C, 3 * C}, true, true}, {"attn.c_attn.bias", {3 * C}, true, false},
-      {"attn.c_proj.weight", {C, C}, true, true},     {"attn.c_proj.bias", {C}, true, false},
-      {"ln_2.weight", {C}, true, false},     {"ln_2.bias", {C}, true, false},
-      {"mlp.c_fc.weight", {C, 4 * C}, true, true},    {"mlp.c_fc.bias", {4 * C}, true, false},
-      {"mlp.c_proj.weight", {4 * C, C}, true, true},  {"mlp.c_proj.bias", {C}, true, false},
-      {"ln_f.weight", {C}, false, false},    {"ln_f.bias", {C}, false, false},
+      {name("wte", "embed_tokens.weight"), {V, C}, false, true},
+      {"wpe", {T, C}, false, true},
+      {name("ln_1.weight", "input_layernorm.weight"), {C}, true, false},
+      {"ln_1.bias", {C}, true, false},
+      {name("attn.c_attn.weight", "self_attn.qkv_proj.weight"), {C, qkv}, true, true},
+      {name("attn.c_attn.bias", "self_attn.qkv_proj.bias"), {qkv}, true, false},
+      {name("attn.c_proj.weight", "self_attn.o_proj.weight"), {C, C}, true, true},
+      {"attn.c_proj.bias", {C}, true, false},
+      {name("ln_2.weight", "post_attention_layernorm.weight"), {C}, true, false},
+      {"ln_2.bias", {C}, true, false},
+      {name("mlp.c_fc.weight", "mlp.gate_up_proj.weight"), {C, Fin}, true, true},
+      {"mlp.c_fc.bias", {Fin}, true, false},
+      {name("mlp.c_proj.weight", "mlp.down_proj.weight"), {F, C}, true, true},
+      {"mlp.c_proj.bias", {C}, true, false},
+      {name("ln_f.weight", "norm.weight"), {C}, false, false},
+      {"ln_f.bias", {C}, false, false},
       {"attn.c_attn.lora_A", {C, r}, true, true},     {"attn.c_attn.lora_B", {r, 3 * C}, true, true},
       {"attn.c_proj.lora_A", {C, r}, true, true},     {"attn.c_proj.lora_B", {r, C}, true, true},
       {"mlp.c_fc.lora_A", {C, r}, true, true},        {"mlp.c_fc.lora_B", {r, 4 * C}, true, true},
       {"mlp.c_proj.lora_A", {4 * C, r}, true, true},  {"mlp.c_proj.lora_B", {r, C}, true, true},
+      {"lm_head.weight", {V, C}, false, true},
+  };
+  const auto in_model = [&](int id) {
+    switch (id) {
+      case kWpe: case kLn1B: case kAttProjB: case kLn2B: case kFcB: case kFcProjB: case kLnfB:
+        return !llama;
+      case kQkvB:
+        return !llama || c.qkv_bias;
+      case kLmHead:
+        return llama && !c.tie_embeddings;
+      default:
+        return true;
+    }
   };
   // The model's layout holds the model's tensors; an adapter layout its
   // targets' A and B.
   const auto held = [&](int id) {
-    if (id < kQkvLoraA) return !lora_;
-    return lora_ && lora_->targets[(id - kQkvLoraA) / 2];
+    if (id >= kQkvLoraA && id < kLmHead) return lora_ && lora_->targets[(id - kQkvLoraA) / 2];
+    return !lora_ && in_model(id);
   };
   // Tensors are listed unit by unit, so offsets within a unit run on until
   // the unit changes.
@@ -47,7 +73,7 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
     const Spec& s = specs[i];
     int64_t numel = held(i) ? 1 : 0;
     for (int64_t d : s.shape) numel *= d;
-    const int kind = s.per_layer ? 1 : (i == kLnfW || i == kLnfB ? 2 : 0);
+    const int kind = s.per_layer ? 1 : (i == kLnfW || i == kLnfB || i == kLmHead ? 2 : 0);
     tensors_[i] = {s.name, s.shape, numel, unit_numel[kind], s.per_layer, s.decay};
     unit_numel[kind] += numel;
   }
@@ -69,7 +95,7 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
 
 int GptLayout::unit_of(int id, int layer) const {
   if (tensors_[id].per_layer) return layer_unit(layer);
-  return (id == kLnfW || id == kLnfB) ? final_unit() : 0;
+  return (id == kLnfW || id == kLnfB || id == kLmHead) ? final_unit() : 0;
 }
 
 double NormalRng::next() {
@@ -109,14 +135,16 @@ struct SegmentDraw {
 };
 SegmentDraw draw_of(const GptLayout& layout, const ParamSegment& s) {
   if (s.id == kLn1W || s.id == kLn2W || s.id == kLnfW) return {SegmentDraw::kConstant, 1.0};
-  if (s.id >= kQkvLoraA && (s.id - kQkvLoraA) % 2 == 1) return {SegmentDraw::kConstant, 0.0};  // B: no change
-  if (s.id >= kQkvLoraA) {
+  const bool adapter = s.id >= kQkvLoraA && s.id < kLmHead;
+  if (adapter && (s.id - kQkvLoraA) % 2 == 1) return {SegmentDraw::kConstant, 0.0};  // B: no change
+  if (adapter) {
     // A as PEFT draws it: Kaiming-uniform with a = sqrt(5) over fan_in =
     // in, which is U(-1/sqrt(in), 1/sqrt(in)).
     return {SegmentDraw::kUniform, 1.0 / std::sqrt(double(layout.tensor(s.id).shape[0]))};
   }
   if (!s.decay) return {SegmentDraw::kConstant, 0.0};
-  const double residual_std = 0.02 / std::sqrt(2.0 * layout.config().n_layer);
+  const GptConfig& c = layout.config();
+  const double residual_std = c.llama() ? 0.02 : 0.02 / std::sqrt(2.0 * c.n_layer);
   return {SegmentDraw::kNormal, (s.id == kAttProjW || s.id == kFcProjW) ? residual_std : 0.02};
 }
 // r moved on by n normal or uniform draws.

@@ -1,6 +1,7 @@
-// The flat parameter layout of GPT-2: one buffer holding the embeddings
-// (wte, wpe), then each layer's 12 tensors back to back, then the final
-// LayerNorm. These three kinds of contiguous range are the model's units:
+// The flat parameter layout of a decoder: one buffer holding the
+// embeddings (GPT-2's wte and wpe, a Llama's embed_tokens), then each
+// layer's tensors back to back, then the final norm (and a Llama's own
+// head). These three kinds of contiguous range are the model's units:
 // the pieces ZeRO partitions, gathers and reduce-scatters whole, so a layer
 // is always one range of the buffer.
 #pragma once
@@ -18,12 +19,21 @@
 
 namespace zerod {
 
+// GPT-2's tensors; a Llama holds those of them it has (ParamTensorInfo's
+// numel 0 for the others) under its own names: kWte embed_tokens, kLn1W
+// input_layernorm, kQkvW its q, k and v products side by side (kQkvB their
+// biases, Qwen2's), kAttProjW o_proj, kLn2W post_attention_layernorm, kFcW
+// gate and up side by side, kFcProjW down_proj, kLnfW the final norm, and
+// kLmHead an untied head ([V, C], as embed_tokens).
 enum ParamId : int {
   kWte, kWpe, kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB,
   kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kLnfW, kLnfB,
   // LoRA adapters, A and B of each target product (lora_ids()): the only
   // tensors of an adapter layout, absent from the model's.
   kQkvLoraA, kQkvLoraB, kAttProjLoraA, kAttProjLoraB, kFcLoraA, kFcLoraB, kFcProjLoraA, kFcProjLoraB,
+  // Last, so that the ids before it (which seed their tensors' draws) are
+  // GPT-2's own.
+  kLmHead,
   kNumParamTensors
 };
 // A target's A; its B is the id after.
@@ -62,7 +72,8 @@ class GptLayout {
   const ParamTensorInfo& tensor(int id) const { return tensors_[id]; }
   int64_t num_params() const { return num_params_; }
 
-  // Units: 0 holds the embeddings, 1 + l layer l, n_layer + 1 the final LayerNorm.
+  // Units: 0 holds the embeddings, 1 + l layer l, n_layer + 1 the final
+  // norm (and an untied head).
   int num_units() const { return config_.n_layer + 2; }
   static int layer_unit(int layer) { return layer + 1; }
   int final_unit() const { return config_.n_layer + 1; }
@@ -130,7 +141,8 @@ class InitCursors {
 };
 
 // GPT-2 initialisation: weights N(0, 0.02), residual projections
-// N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm gains 1; an adapter
+// N(0, 0.02/sqrt(2*n_layer)) (a Llama's N(0, 0.02), as transformers'
+// initializer_range), biases 0, norm gains 1; an adapter
 // layout's A as PEFT draws it (U(-1/sqrt(in), 1/sqrt(in))) and B zero. Each segment draws
 // from its own seeded stream, so any range of the flat buffer can be filled
 // on its own (a rank initialises just its shard): out[i] = parameter

@@ -123,6 +123,9 @@ absl::Status begin_export(const std::string& dir, DType dtype) {
 }
 
 absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read) {
+  if (layout.config().llama()) {
+    return absl::UnimplementedError("export of a Llama-family model to Hugging Face files is not built yet");
+  }
   ZEROD_RETURN_IF_ERROR(begin_export(dir, dtype));
   const std::vector<ParamSegment>& segs = layout.segments();
   std::vector<SafeTensor> tensors;
@@ -153,6 +156,10 @@ absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType 
 }
 
 absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const GptLayout& layout) {
+  if (layout.config().llama()) {
+    return absl::InvalidArgumentError(
+        "model.init_from: importing a Llama-family model from Hugging Face files is not built yet");
+  }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     const std::string file = (std::filesystem::path(path) / "model.safetensors").string();

@@ -40,7 +40,8 @@ GlobalWeights global_weight_views(const Converter& cv, const GptLayout& layout, 
       staging ? static_cast<char*>(staging) + layout.unit_numel(0) * dtype_size(cv.kernels.operand_type()) : nullptr;
   return {weight_view(cv, layout, dtype, emb, staging, kWte), weight_view(cv, layout, dtype, emb, staging, kWpe),
           weight_view(cv, layout, dtype, fin, fin_staging, kLnfW),
-          weight_view(cv, layout, dtype, fin, fin_staging, kLnfB)};
+          weight_view(cv, layout, dtype, fin, fin_staging, kLnfB),
+          weight_view(cv, layout, dtype, fin, fin_staging, kLmHead)};
 }
 
 LayerWeights layer_weight_views(const Converter& cv, const GptLayout& layout, DType dtype, const void* unit,
@@ -62,7 +63,7 @@ GlobalGrads global_grad_views(const GptLayout& layout, float* emb, float* fin) {
   const auto at = [&](float* unit, int id) {
     return layout.tensor(id).numel ? unit + layout.tensor(id).unit_offset : nullptr;
   };
-  return {at(emb, kWte), at(emb, kWpe), at(fin, kLnfW), at(fin, kLnfB)};
+  return {at(emb, kWte), at(emb, kWpe), at(fin, kLnfW), at(fin, kLnfB), at(fin, kLmHead)};
 }
 
 LayerGrads layer_grad_views(const GptLayout& layout, float* unit) {

@@ -19,9 +19,11 @@
 
 namespace zerod {
 
-// Operands of the kernel table.
+// Operands of the kernel table. A Llama's wte is embed_tokens, lnfw its
+// final norm; lm_head is its untied head (null where the head is wte).
 struct GlobalWeights {
-  const void *wte, *wpe, *lnfw, *lnfb;
+  const void *wte, *wpe, *lnfw, *lnfb, *lm_head;
+  const void* head() const { return lm_head ? lm_head : wte; }
 };
 
 // A tensor the source's layout does not hold is null: an adapter layout's
@@ -52,7 +54,8 @@ class WeightSource {
 };
 
 struct GlobalGrads {
-  float *wte, *wpe, *lnfw, *lnfb;
+  float *wte, *wpe, *lnfw, *lnfb, *lm_head;
+  float* head() const { return lm_head ? lm_head : wte; }
 };
 
 struct LayerGrads {

@@ -77,19 +77,15 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
   const OptimizerConfig& o = cfg.optimizer;
   const GptConfig& m = cfg.model;
   if (format_ == LogFormat::kJson) {
+    nlohmann::json model_json = gpt_config_json(m);
+    model_json["preset"] = cfg.preset;
     nlohmann::json start = {{"event", "start"},
           {"world_size", world_size},
           {"device", device},
           {"threads", threads.threads},
           {"zero_stage", cfg.zero.stage},
           {"params", num_params},
-          {"model",
-           {{"preset", cfg.preset},
-            {"n_layer", m.n_layer},
-            {"n_head", m.n_head},
-            {"n_embd", m.n_embd},
-            {"vocab_size", m.vocab_size},
-            {"block_size", m.block_size}}},
+          {"model", model_json},
           {"data", data_kind_name(cfg.data.kind)},
           {"seq_len", cfg.data.seq_len},
           {"train_batch_size", cfg.train_batch_size},
@@ -121,8 +117,15 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
     line(start);
     return;
   }
-  out_ << absl::StrFormat("zerod: model %s (n_layer %d, n_head %d, n_embd %d, vocab %d, block %d), %d parameters\n",
-                          cfg.preset, m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.block_size, num_params);
+  std::string llama;
+  if (m.llama()) {
+    llama = absl::StrFormat(", llama: kv heads %d, mlp %d, rope theta %g%s, norm eps %g, head %s%s", m.kv_heads(),
+                            m.ffn_hidden, m.rope_theta,
+                            m.rope_scaling.factor ? absl::StrFormat(" scaled x%g", m.rope_scaling.factor) : "",
+                            m.norm_eps, m.tie_embeddings ? "tied" : "untied", m.qkv_bias ? ", qkv bias" : "");
+  }
+  out_ << absl::StrFormat("zerod: model %s (n_layer %d, n_head %d, n_embd %d, vocab %d, block %d%s), %d parameters\n",
+                          cfg.preset, m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.block_size, llama, num_params);
   out_ << absl::StrFormat("  data %s, seq_len %d | batch %d = micro %d x accumulation %d x world %d | steps %d\n",
                           data_kind_name(cfg.data.kind), cfg.data.seq_len, cfg.train_batch_size, cfg.micro_batch,
                           cfg.grad_accum, world_size, cfg.run.steps);

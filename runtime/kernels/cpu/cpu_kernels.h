@@ -1,4 +1,5 @@
-// CPU forward and backward kernels of the GPT-2 layer kinds. fp32, row-major,
+// CPU forward and backward kernels of the layer kinds of GPT-2 and the
+// Llama family. fp32, row-major,
 // OpenMP across cores, OpenBLAS for the matrix products. Every reduction runs
 // in a fixed order, so results are bitwise repeatable for a given thread count.
 //
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "runtime/core/dtype.h"
+#include "runtime/kernels/cuda/llama_body.h"
 
 namespace zerod::cpu {
 
@@ -49,6 +51,26 @@ void attention_forward(float* out, float* stats, float* scratch, const float* qk
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
                         int T, int C, int NH, DType rounded, int block_rows);
 
+// RMSNorm: out = x / sqrt(mean(x²) + eps) * w per row of C; saves the
+// reciprocal root. Backward: dinp += ..., dw += ... (dw null: frozen).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int C, float eps);
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                      int64_t N, int C);
+
+// SwiGLU: inp is [N, 2F], each row gate then up; out [N, F] =
+// silu(gate) * up. dinp [N, 2F] overwritten.
+void swiglu_forward(float* out, const float* inp, int64_t N, int F);
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int64_t N, int F);
+
+// Grouped-query attention's input: qkv is [N, (NH + 2 KV) hd] (N = B T
+// rows, position n % T), out [N, 3C] with C = NH hd, q and k turned by
+// the rotary `table` [T, hd/2, 2] (model/rope.h), each key and value head
+// repeated for its NH / KV query heads (cuda/llama_body.h). Backward:
+// dqkv [N, (NH + 2 KV) hd] overwritten from dout [N, 3C].
+using cuda::RopeShape;
+void rope_forward(float* out, const float* qkv, const float* table, const RopeShape& s, int64_t N);
+void rope_backward(float* dqkv, const float* dout, const float* table, const RopeShape& s, int64_t N);
+
 // GELU, tanh approximation. gelu_backward may run in place (dinp == dout).
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
@@ -60,9 +82,11 @@ void scale(float* x, float a, int64_t n);
 // Kernels::dropout's mask and scale; y may be x.
 void dropout(float* y, const float* x, int64_t n, float p, uint64_t seed);
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe null: no positions, a
+// Llama's).
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
-// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] where dwpe
+// is not null.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
 
 // Fused softmax + cross-entropy over `rows` rows of V logits: writes each

@@ -43,6 +43,28 @@ class CpuKernels : public Kernels {
       cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, rounded);
     });
   }
+  void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
+                       float eps) override {
+    CpuDevice::launch(s, [=] { cpu::rmsnorm_forward(f32(out), rstd, f32(inp), f32(w), N, C, eps); });
+  }
+  void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
+                        const float* rstd, int64_t N, int C) override {
+    CpuDevice::launch(s, [=] { cpu::rmsnorm_backward(f32(dinp), dw, f32(dout), f32(inp), f32(w), rstd, N, C); });
+  }
+  void swiglu_forward(Stream& s, void* out, const void* inp, int64_t N, int F) override {
+    CpuDevice::launch(s, [=] { cpu::swiglu_forward(f32(out), f32(inp), N, F); });
+  }
+  void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
+    CpuDevice::launch(s, [=] { cpu::swiglu_backward(f32(dinp), f32(inp), f32(dout), N, F); });
+  }
+  void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
+                    int64_t N) override {
+    CpuDevice::launch(s, [=] { cpu::rope_forward(f32(out), f32(qkv), table, shape, N); });
+  }
+  void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
+                     int64_t N) override {
+    CpuDevice::launch(s, [=] { cpu::rope_backward(f32(dqkv), f32(dout), table, shape, N); });
+  }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::gelu_forward(f32(out), f32(inp), n); });
   }

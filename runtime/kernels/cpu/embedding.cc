@@ -1,5 +1,7 @@
 #include <omp.h>
 
+#include <algorithm>
+
 #include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod::cpu {
@@ -10,6 +12,10 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
     for (int t = 0; t < T; ++t) {
       float* o = out + (int64_t(b) * T + t) * C;
       const float* we = wte + int64_t(tokens[b * T + t]) * C;
+      if (!wpe) {
+        std::copy(we, we + C, o);
+        continue;
+      }
       const float* pe = wpe + int64_t(t) * C;
       for (int i = 0; i < C; ++i) o[i] = we[i] + pe[i];
     }
@@ -27,11 +33,10 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
       for (int t = 0; t < T; ++t) {
         const float* d = dout + (int64_t(b) * T + t) * C;
         float* we = dwte + int64_t(tokens[b * T + t]) * C;
+        for (int i = lo; i < hi; ++i) we[i] += d[i];
+        if (!dwpe) continue;
         float* pe = dwpe + int64_t(t) * C;
-        for (int i = lo; i < hi; ++i) {
-          we[i] += d[i];
-          pe[i] += d[i];
-        }
+        for (int i = lo; i < hi; ++i) pe[i] += d[i];
       }
     }
   }

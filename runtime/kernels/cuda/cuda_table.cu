@@ -24,6 +24,7 @@
 #include "runtime/kernels/cuda/cuda_table.h"
 #include "runtime/kernels/cuda/gemm_args.h"
 #include "runtime/kernels/cuda/launch.cuh"
+#include "runtime/kernels/cuda/llama_body.h"
 #include "runtime/kernels/cuda/lt_gemm.h"
 #include "runtime/kernels/cuda/nf4_body.h"
 #include "runtime/kernels/cuda/optim_body.h"
@@ -506,6 +507,66 @@ class CudaKernels : public Kernels {
                                   cuda::attention_chunk_heads(T, NH));
     narrowed(s, dq, dqkv, io.N * 3 * C);
   }
+  // RMSNorm a warp a row; its weight's gradient in column chunks, as
+  // LayerNorm's.
+  void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
+                       float eps) override {
+    const Operands o = ops(out);
+    const ConstOperands x0 = in(inp), wt = in(w);
+    launch_warp_rows(cs(s), N, "rmsnorm_forward", [=] __device__(int64_t n, int lane) {
+      const ConstOperands x = x0 + n * C;
+      const float r =
+          cuda::rmsnorm_rstd(cuda::warp_reduce(cuda::row_squares_about(x, C, 0.0f, lane, 32), cuda::Sum()), C, eps);
+      cuda::rmsnorm_write(o + n * C, x, wt, C, r, lane, 32);
+      if (lane == 0) rstd[n] = r;
+    });
+  }
+  void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
+                        const float* rstd, int64_t N, int C) override {
+    const Operands dx0 = ops(dinp);
+    const ConstOperands dy0 = in(dout), x0 = in(inp), wt = in(w);
+    launch_warp_rows(cs(s), N, "rmsnorm_backward", [=] __device__(int64_t n, int lane) {
+      const ConstOperands x = x0 + n * C, dy = dy0 + n * C;
+      const float sum =
+          cuda::warp_reduce(cuda::rmsnorm_backward_sum(dy, x, wt, rstd[n], C, lane, 32), cuda::Sum());
+      cuda::rmsnorm_backward_write(dx0 + n * C, dy, x, wt, rstd[n], sum, C, lane, 32);
+    });
+    if (!dw) return;
+    const int64_t rows = cuda::column_chunk_rows(N, C), chunks = column_chunks(N, rows, C, "rmsnorm_backward");
+    float* partial = partials_.ptr<float>();
+    launch_each(cs(s), chunks * C, "rmsnorm_backward_partials", [=] __device__(int64_t j) {
+      cuda::rmsnorm_weight_partial_at(j, partial, dy0, x0, rstd, N, C, rows);
+    });
+    launch_warp_rows(cs(s), C, "rmsnorm_backward_totals", [=] __device__(int64_t i, int lane) {
+      const float g = cuda::warp_reduce(cuda::column_share(i, lane, 32, partial, chunks, C), cuda::Sum());
+      if (lane == 0) dw[i] += g;
+    });
+  }
+  void swiglu_forward(Stream& s, void* out, const void* inp, int64_t N, int F) override {
+    const Operands o = ops(out);
+    const ConstOperands x = in(inp);
+    launch_each(cs(s), N * F, "swiglu_forward", [=] __device__(int64_t j) { cuda::swiglu_at(j, o, x, F); });
+  }
+  void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
+    const Operands dx = ops(dinp);
+    const ConstOperands x = in(inp), dy = in(dout);
+    launch_each(cs(s), N * F, "swiglu_backward",
+                [=] __device__(int64_t j) { cuda::swiglu_backward_at(j, dx, x, dy, F); });
+  }
+  void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
+                    int64_t N) override {
+    const Operands o = ops(out);
+    const ConstOperands x = in(qkv);
+    launch_each(cs(s), N * 3 * shape.C(), "rope_forward",
+                [=] __device__(int64_t j) { cuda::rope_forward_at(j, o, x, table, shape); });
+  }
+  void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
+                     int64_t N) override {
+    const Operands dx = ops(dqkv);
+    const ConstOperands dy = in(dout);
+    launch_each(cs(s), N * shape.width(), "rope_backward",
+                [=] __device__(int64_t j) { cuda::rope_backward_at(j, dx, dy, table, shape); });
+  }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     map(s, "gelu_forward", out, inp, nullptr, n, cuda::GeluOf{});
   }
@@ -537,6 +598,7 @@ class CudaKernels : public Kernels {
     launch_block_rows(cs(s), N, "embedding_backward_tokens", [=] __device__(int64_t i, int lane, int lanes) {
       cuda::embedding_backward_run(i, lane, lanes, dwte, dy, tokens, order, N, C);
     });
+    if (!dwpe) return;
     launch_each(cs(s), int64_t(T) * C, "embedding_backward_positions",
                 [=] __device__(int64_t j) { cuda::embedding_backward_position_at(j, dwpe, dy, B, T, C); });
   }

@@ -120,6 +120,7 @@ struct Operands {
   DType t;
   ZD_HD OperandRef operator[](int64_t i) const { return {p, t, i}; }
   ZD_HD Operands operator+(int64_t n) const { return {static_cast<char*>(p) + n * operand_bytes(t), t}; }
+  ZD_HD explicit operator bool() const { return p != nullptr; }
 };
 struct ConstOperands {
   const void* p;
@@ -128,6 +129,7 @@ struct ConstOperands {
   ZD_HD ConstOperands operator+(int64_t n) const {
     return {static_cast<const char*>(p) + n * operand_bytes(t), t};
   }
+  ZD_HD explicit operator bool() const { return p != nullptr; }
 };
 
 // 16 bytes of operands of type kT (4 fp32, 8 bf16 or fp16), read and

@@ -332,13 +332,14 @@ ZD_HD void vec_bias_partial_at(int64_t j, float* partial, const void* dout, int6
   for (int k = 0; k < V::W; ++k) partial[c * OC + i * V::W + k] = g[k];
 }
 
-// Element j of the [B*T, C] output.
+// Element j of the [B*T, C] output; wpe null: no positions.
 template <class O, class W>
 ZD_HD void embedding_forward_at(int64_t j, O out, const int32_t* tokens, W wte, W wpe, int T, int C) {
   const int64_t row = j / C, i = j % C;
   const int t = static_cast<int>(row % T);
   assert(tokens[row] >= 0);
-  out[j] = wte[int64_t(tokens[row]) * C + i] + wpe[int64_t(t) * C + i];
+  const float e = wte[int64_t(tokens[row]) * C + i];
+  out[j] = wpe ? e + wpe[int64_t(t) * C + i] : e;
 }
 
 // The same 16 bytes a thread (rows of C whole vectors, every pointer
@@ -354,8 +355,10 @@ ZD_HD void vec_embedding_forward_at(int64_t t, void* out, const int32_t* tokens,
   assert(tokens[row] >= 0);
   float e[V::W], p[V::W];
   V::load(wte, int64_t(tokens[row]) * vectors + i, e);
-  V::load(wpe, (row % T) * vectors + i, p);
-  for (int k = 0; k < V::W; ++k) e[k] += p[k];
+  if (wpe) {
+    V::load(wpe, (row % T) * vectors + i, p);
+    for (int k = 0; k < V::W; ++k) e[k] += p[k];
+  }
   V::store(out, t, e);
 }
 

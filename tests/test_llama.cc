@@ -1,0 +1,389 @@
+// The Llama family's layers and model against independent references: the
+// CPU kernels against plain double loops and finite differences (the
+// rotary embedding, linear in its input, against its own adjoint), the
+// rotary table against frequencies worked by hand, the presets against
+// their published parameter counts, and the model's logits and loss
+// against a naive Llama written here in double precision.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/model/gpt.h"
+#include "runtime/model/rope.h"
+#include "tests/fd_check.h"
+#include "tests/test_support.h"
+
+namespace zerod {
+namespace {
+
+using Mat = std::vector<double>;
+using testing::random_vector;
+
+double relative_l2(const std::vector<float>& got, const Mat& ref) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err += (got[i] - ref[i]) * (got[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(err / norm);
+}
+
+// sum(out * r): a scalar whose gradient with respect to out is r.
+double weighted(const std::vector<float>& out, const std::vector<float>& r) {
+  double s = 0;
+  for (size_t i = 0; i < out.size(); ++i) s += double(out[i]) * r[i];
+  return s;
+}
+
+TEST(LlamaKernels, RmsNormIsTheFormulaAndItsGradientTheFiniteDifference) {
+  const int N = 5, C = 24;
+  const float eps = 1e-5f;
+  std::vector<float> x = random_vector(N * C, 1), w = random_vector(C, 2, 0.5), out(N * C), rstd(N);
+  for (float& v : w) v += 1.0f;
+  cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+  for (int n = 0; n < N; ++n) {
+    double ms = 0;
+    for (int i = 0; i < C; ++i) ms += double(x[n * C + i]) * x[n * C + i];
+    const double r = 1 / std::sqrt(ms / C + eps);
+    EXPECT_NEAR(rstd[n], r, 1e-6 * r);
+    for (int i = 0; i < C; ++i) EXPECT_NEAR(out[n * C + i], x[n * C + i] * r * w[i], 1e-5);
+  }
+  const std::vector<float> dy = random_vector(N * C, 3);
+  std::vector<float> dx(N * C, 0.25f), dw(C, 0.5f);  // both accumulate
+  cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  auto f = [&] {
+    std::vector<float> o(N * C), r(N);
+    cpu::rmsnorm_forward(o.data(), r.data(), x.data(), w.data(), N, C, eps);
+    return weighted(o, dy);
+  };
+  for (int i : {0, 7, 31, 95, 119}) {
+    std::vector<float> e(N * C, 0.0f);
+    e[i] = 1;
+    EXPECT_NEAR(testing::directional_fd(f, x.data(), e, 1e-2) + 0.25, dx[i], 2e-3) << "x " << i;
+  }
+  for (int i : {0, 11, 23}) {
+    std::vector<float> e(C, 0.0f);
+    e[i] = 1;
+    EXPECT_NEAR(testing::directional_fd(f, w.data(), e, 1e-2) + 0.5, dw[i], 2e-3) << "w " << i;
+  }
+  // A frozen weight: the input's gradient alone, the same bits.
+  std::vector<float> dx2(N * C, 0.25f);
+  cpu::rmsnorm_backward(dx2.data(), nullptr, dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  EXPECT_EQ(dx2, dx);
+}
+
+TEST(LlamaKernels, SwiGluIsSiluOfTheGateTimesUpAndItsGradientTheFiniteDifference) {
+  const int N = 3, F = 10;
+  std::vector<float> in = random_vector(N * 2 * F, 4, 2.0), out(N * F);
+  cpu::swiglu_forward(out.data(), in.data(), N, F);
+  for (int n = 0; n < N; ++n) {
+    for (int i = 0; i < F; ++i) {
+      const double g = in[n * 2 * F + i], u = in[n * 2 * F + F + i];
+      EXPECT_NEAR(out[n * F + i], g / (1 + std::exp(-g)) * u, 1e-5 * (1 + std::fabs(g * u)));
+    }
+  }
+  const std::vector<float> dy = random_vector(N * F, 5);
+  std::vector<float> din(N * 2 * F);
+  cpu::swiglu_backward(din.data(), in.data(), dy.data(), N, F);
+  auto f = [&] {
+    std::vector<float> o(N * F);
+    cpu::swiglu_forward(o.data(), in.data(), N, F);
+    return weighted(o, dy);
+  };
+  for (int i = 0; i < N * 2 * F; ++i) {
+    std::vector<float> e(N * 2 * F, 0.0f);
+    e[i] = 1;
+    EXPECT_NEAR(testing::directional_fd(f, in.data(), e, 1e-3), din[i], 2e-3 * (1 + std::fabs(din[i]))) << i;
+  }
+}
+
+// The rotary table: theta 10000 and a head of 4 have frequencies 1 and
+// 1/100, so position p turns by p and p/100.
+TEST(LlamaRope, TheTableHoldsEachPositionsCosineAndSine) {
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_embd = 8;
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  ASSERT_EQ(c.head_dim(), 4);
+  const std::vector<float> t = rope_table(c, 5);
+  ASSERT_EQ(t.size(), 5u * 2 * 2);
+  for (int p = 0; p < 5; ++p) {
+    EXPECT_NEAR(t[(p * 2 + 0) * 2], std::cos(p), 1e-6);
+    EXPECT_NEAR(t[(p * 2 + 0) * 2 + 1], std::sin(p), 1e-6);
+    EXPECT_NEAR(t[(p * 2 + 1) * 2], std::cos(p / 100.0), 1e-6);
+    EXPECT_NEAR(t[(p * 2 + 1) * 2 + 1], std::sin(p / 100.0), 1e-6);
+  }
+}
+
+// Llama 3.1-8B's frequencies (theta 500000, a head of 128, factor 8 over
+// 8192 positions, low 1, high 4): a wavelength under 2048 is kept, one
+// over 8192 slowed 8 times, one between blended by 8192 / wavelength - 1
+// over 3.
+TEST(LlamaRope, LlamaThreeScalingKeepsShortWavesAndSlowsLongOnes) {
+  const GptConfig c = *gpt_preset("llama-3.1-8b");
+  const std::vector<float> f = rope_inv_freq(c);
+  ASSERT_EQ(f.size(), 64u);
+  int kept = 0, slowed = 0, blended = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double plain = std::pow(500000.0, -2.0 * i / 128), wavelen = 2 * M_PI / plain;
+    double want = plain;
+    if (wavelen > 8192) {
+      want = plain / 8, ++slowed;
+    } else if (wavelen >= 2048) {
+      const double s = (8192 / wavelen - 1) / 3;
+      want = (1 - s) * plain / 8 + s * plain, ++blended;
+    } else {
+      ++kept;
+    }
+    EXPECT_NEAR(f[i], want, 2e-6 * want) << "frequency " << i;
+  }
+  // Each band holds some of the frequencies.
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(slowed, 0);
+  EXPECT_GT(blended, 0);
+}
+
+// The rotary input: q and k turned as transformers' rotate_half turns
+// them, each key and value head repeated for its query heads; the
+// backward is the forward's adjoint (the forward is linear), so
+// <dy, F x> = <B dy, x>.
+TEST(LlamaRope, AttentionInputTurnsQAndKRepeatsKeyHeadsAndItsBackwardIsTheAdjoint) {
+  const int T = 6, B = 2, NH = 4, KV = 2, hd = 8, N = B * T;
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_embd = NH * hd;
+  c.n_head = NH;
+  c.n_kv_head = KV;
+  const std::vector<float> table = rope_table(c, T);
+  const RopeShape s{T, NH, KV, hd};
+  const int64_t W = s.width(), C = s.C();
+  std::vector<float> qkv = random_vector(N * W, 6), out(N * 3 * C);
+  cpu::rope_forward(out.data(), qkv.data(), table.data(), s, N);
+  const std::vector<float> inv = rope_inv_freq(c);
+  for (int n = 0; n < N; ++n) {
+    const int pos = n % T;
+    for (int h = 0; h < NH; ++h) {
+      const int kvh = h / (NH / KV);
+      const float* q = &qkv[n * W + h * hd];
+      const float* k = &qkv[n * W + C + kvh * hd];
+      const float* v = &qkv[n * W + C + KV * hd + kvh * hd];
+      for (int d = 0; d < hd; ++d) {
+        const int i = d % (hd / 2);
+        const double a = double(float(pos) * inv[i]), cs = std::cos(a), sn = std::sin(a);
+        // rotate_half: (-x[d + hd/2], x[d - hd/2]).
+        const auto turned = [&](const float* x) {
+          return d < hd / 2 ? x[d] * cs - x[d + hd / 2] * sn : x[d] * cs + x[d - hd / 2] * sn;
+        };
+        EXPECT_NEAR(out[n * 3 * C + h * hd + d], turned(q), 1e-5);
+        EXPECT_NEAR(out[n * 3 * C + C + h * hd + d], turned(k), 1e-5);
+        EXPECT_EQ(out[n * 3 * C + 2 * C + h * hd + d], v[d]);
+      }
+    }
+  }
+  const std::vector<float> dy = random_vector(N * 3 * C, 7);
+  std::vector<float> dx(N * W);
+  cpu::rope_backward(dx.data(), dy.data(), table.data(), s, N);
+  const double lhs = weighted(out, dy), rhs = weighted(qkv, dx);
+  EXPECT_NEAR(lhs, rhs, 1e-5 * std::fabs(lhs) + 1e-5);
+}
+
+// The presets' parameters, by formula and by layout, are the counts the
+// models' Hugging Face files hold.
+TEST(LlamaPresets, ParameterCountsAreThePublishedOnes) {
+  const std::pair<const char*, int64_t> published[] = {
+      {"llama-3.2-1b", 1235814400}, {"llama-3.2-3b", 3212749824}, {"llama-3.1-8b", 8030261248},
+      {"mistral-7b", 7248023552},   {"qwen2.5-0.5b", 494032768},  {"qwen2.5-1.5b", 1543714304},
+      {"qwen2.5-7b", 7615616512}};
+  for (const auto& [name, count] : published) {
+    const GptConfig c = *gpt_preset(name);
+    ASSERT_TRUE(validate_gpt_config(c).ok()) << name;
+    EXPECT_EQ(gpt_param_count(c), count) << name;
+    EXPECT_EQ(GptLayout(c).num_params(), count) << name;
+  }
+}
+
+TEST(LlamaPresets, ABadShapeIsRefusedNamingTheField) {
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_kv_head = 3;  // 4 heads
+  EXPECT_NE(validate_gpt_config(c).message().find("n_kv_head"), std::string::npos);
+  c = *gpt_preset("llama-tiny");
+  c.ffn_hidden = 0;
+  EXPECT_NE(validate_gpt_config(c).message().find("ffn_hidden"), std::string::npos);
+  c = *gpt_preset("llama-tiny");
+  c.n_embd = 12;  // heads of 3
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  EXPECT_NE(validate_gpt_config(c).message().find("even head size"), std::string::npos);
+  c = *gpt_preset("llama-3.1-8b");
+  c.rope_scaling.high_freq_factor = 0.5;
+  EXPECT_NE(validate_gpt_config(c).message().find("rope_scaling"), std::string::npos);
+  GptConfig g = *gpt_preset("gpt2-tiny");
+  g.n_kv_head = 1;
+  EXPECT_NE(validate_gpt_config(g).message().find("model.arch"), std::string::npos);
+  EXPECT_NE(gpt_preset("llama-9b").status().message().find("llama-3.2-1b"), std::string::npos);
+}
+
+// A Llama in plain loops and doubles: HF's LlamaForCausalLM.
+struct NaiveLlama {
+  const GptLayout& layout;
+  const std::vector<float>& p;
+
+  const float* at(int id, int layer) const { return p.data() + layout.offset(id, layer); }
+  const float* maybe(int id, int layer) const { return layout.tensor(id).numel ? at(id, layer) : nullptr; }
+
+  static Mat rmsnorm(const Mat& x, const float* w, int N, int C, double eps) {
+    Mat out(x.size());
+    for (int n = 0; n < N; ++n) {
+      double ms = 0;
+      for (int i = 0; i < C; ++i) ms += x[n * C + i] * x[n * C + i];
+      const double r = 1 / std::sqrt(ms / C + eps);
+      for (int i = 0; i < C; ++i) out[n * C + i] = x[n * C + i] * r * w[i];
+    }
+    return out;
+  }
+  static Mat linear(const Mat& x, const float* w, const float* b, int N, int in, int out) {
+    Mat y(size_t(N) * out);
+    for (int n = 0; n < N; ++n) {
+      for (int o = 0; o < out; ++o) {
+        double s = b ? b[o] : 0;
+        for (int i = 0; i < in; ++i) s += x[n * in + i] * w[i * out + o];
+        y[n * out + o] = s;
+      }
+    }
+    return y;
+  }
+  // Head h's vector at position n, turned: x[d] cos + rotate_half(x)[d] sin.
+  static void turn(double* x, int hd, int pos, double theta) {
+    std::vector<double> y(hd);
+    for (int d = 0; d < hd; ++d) {
+      const int i = d % (hd / 2);
+      const double a = pos * std::pow(theta, -2.0 * i / hd);
+      y[d] = x[d] * std::cos(a) + (d < hd / 2 ? -x[d + hd / 2] : x[d - hd / 2]) * std::sin(a);
+    }
+    std::copy(y.begin(), y.end(), x);
+  }
+
+  Mat logits(const std::vector<int32_t>& tok, int B, int T) const {
+    const GptConfig& c = layout.config();
+    const int C = c.n_embd, NH = c.n_head, KV = c.kv_heads(), hd = c.head_dim(), N = B * T, V = c.vocab_size;
+    const int W = c.qkv_width(), F = c.ffn_hidden;
+    Mat x(size_t(N) * C);
+    for (int n = 0; n < N; ++n) {
+      for (int i = 0; i < C; ++i) x[n * C + i] = at(kWte, 0)[tok[n] * C + i];
+    }
+    for (int l = 0; l < c.n_layer; ++l) {
+      const Mat h = rmsnorm(x, at(kLn1W, l), N, C, c.norm_eps);
+      Mat qkv = linear(h, at(kQkvW, l), maybe(kQkvB, l), N, C, W);
+      for (int n = 0; n < N; ++n) {
+        for (int hh = 0; hh < NH + KV; ++hh) turn(&qkv[n * W + hh * hd], hd, n % T, c.rope_theta);
+      }
+      Mat y(size_t(N) * C, 0.0);
+      for (int b = 0; b < B; ++b) {
+        for (int hh = 0; hh < NH; ++hh) {
+          const int kvh = hh / (NH / KV);
+          for (int t = 0; t < T; ++t) {
+            std::vector<double> w(t + 1);
+            double mx = -1e300;
+            for (int s = 0; s <= t; ++s) {
+              double d = 0;
+              for (int i = 0; i < hd; ++i) d += qkv[(b * T + t) * W + hh * hd + i] * qkv[(b * T + s) * W + C + kvh * hd + i];
+              w[s] = d / std::sqrt(double(hd));
+              mx = std::max(mx, w[s]);
+            }
+            double sum = 0;
+            for (double& v : w) sum += (v = std::exp(v - mx));
+            for (int s = 0; s <= t; ++s) {
+              for (int i = 0; i < hd; ++i) {
+                y[(b * T + t) * C + hh * hd + i] += w[s] / sum * qkv[(b * T + s) * W + C + KV * hd + kvh * hd + i];
+              }
+            }
+          }
+        }
+      }
+      const Mat a = linear(y, at(kAttProjW, l), nullptr, N, C, C);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
+      const Mat h2 = rmsnorm(x, at(kLn2W, l), N, C, c.norm_eps);
+      const Mat gu = linear(h2, at(kFcW, l), nullptr, N, C, 2 * F);
+      Mat act(size_t(N) * F);
+      for (int n = 0; n < N; ++n) {
+        for (int i = 0; i < F; ++i) {
+          const double g = gu[n * 2 * F + i], u = gu[n * 2 * F + F + i];
+          act[n * F + i] = g / (1 + std::exp(-g)) * u;
+        }
+      }
+      const Mat m = linear(act, at(kFcProjW, l), nullptr, N, F, C);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += m[i];
+    }
+    const Mat h = rmsnorm(x, at(kLnfW, 0), N, C, c.norm_eps);
+    const float* head = c.tie_embeddings ? at(kWte, 0) : at(kLmHead, 0);
+    Mat out(size_t(N) * V);
+    for (int n = 0; n < N; ++n) {
+      for (int v = 0; v < V; ++v) {
+        double s = 0;
+        for (int i = 0; i < C; ++i) s += h[n * C + i] * head[v * C + i];
+        out[n * V + v] = s;
+      }
+    }
+    return out;
+  }
+};
+
+// Grouped-query with its own head (llama-tiny's shape), and Qwen2's: q/k/v
+// biases, a tied head, an eps of 1e-6, a theta of 1e6.
+GptConfig qwen_like() {
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_embd = 48;
+  c.n_head = 6;
+  c.n_kv_head = 2;
+  c.ffn_hidden = 72;
+  c.qkv_bias = true;
+  c.tie_embeddings = true;
+  c.norm_eps = 1e-6;
+  c.rope_theta = 1e6;
+  return c;
+}
+
+class LlamaModel : public ::testing::TestWithParam<GptConfig> {};
+
+TEST_P(LlamaModel, LogitsAndLossMatchNaiveImplementation) {
+  GptConfig cfg = GetParam();
+  cfg.vocab_size = 50;
+  const int B = 3, T = 11;
+  testing::CpuRig rig;
+  auto model = *Gpt::create(cfg, B, 16, DType::kF32, false, rig.device, *rig.kernels);
+  std::vector<float> params(model->layout().num_params());
+  init_gpt_params(model->layout(), 5, params.data());
+  NormalRng rng(9);
+  for (float& p : params) p += static_cast<float>(0.05 * rng.next());  // gains away from 1, biases from 0
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % cfg.vocab_size);
+  for (auto& t : targets) t = static_cast<int32_t>(rng.next_u64() % cfg.vocab_size);
+
+  const Mat ref = NaiveLlama{model->layout(), params}.logits(tokens, B, T);
+  auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data(), rig.device, *rig.kernels);
+  std::vector<float> logits(size_t(B) * T * cfg.vocab_size);
+  ASSERT_TRUE(model->forward_logits(w, tokens.data(), B, T, logits.data(), /*last_only=*/false).ok());
+  // fp32 arithmetic against double.
+  EXPECT_LT(relative_l2(logits, ref), 1e-5);
+
+  double ref_loss = 0;
+  for (int n = 0; n < B * T; ++n) {
+    double mx = -1e300, sum = 0;
+    for (int v = 0; v < cfg.vocab_size; ++v) mx = std::max(mx, ref[n * cfg.vocab_size + v]);
+    for (int v = 0; v < cfg.vocab_size; ++v) sum += std::exp(ref[n * cfg.vocab_size + v] - mx);
+    ref_loss += std::log(sum) - (ref[n * cfg.vocab_size + targets[n]] - mx);
+  }
+  ref_loss /= B * T;
+  std::vector<float> grads(params.size(), 0.0f);
+  FlatGrads sink(&model->layout(), grads.data());
+  const double loss = *model->forward_backward(w, sink, tokens.data(), targets.data(), B, T, 1.0f);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LlamaModel, ::testing::Values(*gpt_preset("llama-tiny"), qwen_like()),
+                         [](const auto& info) { return info.param.qkv_bias ? "QwenLike" : "LlamaTiny"; });
+
+}  // namespace
+}  // namespace zerod
