@@ -278,4 +278,17 @@ absl::StatusOr<uint32_t> write_safetensors(const std::string& path, std::vector<
   return f.crc();
 }
 
+absl::StatusOr<bool> same_values(const SafetensorsReader& ra, const SafeTensor& a, const SafetensorsReader& rb,
+                                 const SafeTensor& b) {
+  constexpr int64_t kPart = 4096;
+  float fa[kPart], fb[kPart];
+  for (int64_t at = 0; at < a.numel(); at += kPart) {
+    const int64_t n = std::min(kPart, a.numel() - at);
+    ZEROD_RETURN_IF_ERROR(ra.read_f32(a, at, n, fa));
+    ZEROD_RETURN_IF_ERROR(rb.read_f32(b, at, n, fb));
+    if (!std::equal(fa, fa + n, fb)) return false;
+  }
+  return true;
+}
+
 }  // namespace zerod

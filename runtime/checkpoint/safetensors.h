@@ -61,6 +61,11 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
+// Whether tensor a of ra and tensor b of rb, of one shape and float types,
+// hold the same values (a tied head saved beside its embedding).
+absl::StatusOr<bool> same_values(const SafetensorsReader& ra, const SafeTensor& a, const SafetensorsReader& rb,
+                                 const SafeTensor& b);
+
 // Takes the next n bytes of a tensor being written.
 using ByteSink = std::function<absl::Status(const void* data, size_t n)>;
 // Gives tensor i's bytes to `out`, in as many parts as it likes, so nothing

@@ -9,6 +9,7 @@
 #include "runtime/config/json_reader.h"
 #include "runtime/core/strict_json.h"
 #include "runtime/core/whole_file.h"
+#include "runtime/model/hf_config.h"
 
 namespace zerod {
 namespace {
@@ -111,6 +112,17 @@ void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
     }
   }
   GptConfig& m = cfg.model;
+  r.read("init_from", &cfg.init_from);
+  // No preset and no sizes: the shape of the Hugging Face model init_from
+  // names (its config.json), which the fields below may change.
+  if (cfg.preset == "custom" && cfg.init_from && !r.has("n_layer")) {
+    absl::StatusOr<GptConfig> hf = read_hf_config(*cfg.init_from);
+    if (hf.ok()) {
+      m = *hf;
+    } else {
+      r.problem("init_from", std::string(hf.status().message()));
+    }
+  }
   r.read("n_layer", &m.n_layer);
   r.read("n_head", &m.n_head);
   r.read("n_embd", &m.n_embd);
@@ -132,7 +144,6 @@ void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
     rs.read("original_max_position_embeddings", &sc.original_max_position);
     rs.finish();
   }
-  r.read("init_from", &cfg.init_from);
   if (r.has("lora")) parse_lora(r.section("lora"), reading, cfg);
   r.finish();
   if (cfg.preset == "custom" && m.n_layer == 0) {

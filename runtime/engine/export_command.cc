@@ -5,12 +5,14 @@
 // it and written, one tensor at a time.
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/engine/manifest.h"
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_gpt2.h"
+#include "runtime/model/hf_llama.h"
 #include "runtime/model/lora_merge.h"
 #include "runtime/model/peft_adapter.h"
 #include "shard/saved_shards.h"
@@ -54,7 +56,8 @@ absl::StatusOr<int64_t> export_checkpoint(const ExportOptions& o, DType dtype) {
     return saved.read(begin, end, out, nullptr, nullptr);
   };
   if (!m.lora) {
-    ZEROD_RETURN_IF_ERROR(export_gpt2(o.out_dir, layout, dtype, read_saved));
+    ZEROD_RETURN_IF_ERROR(layout.config().llama() ? export_llama(o.out_dir, layout, dtype, read_saved)
+                                                  : export_gpt2(o.out_dir, layout, dtype, read_saved));
     return layout.num_params();
   }
   const nlohmann::json& base = m.json.at("lora").at("base");
@@ -87,10 +90,20 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
     err << "zero-worker export: error: " << params.status().message() << "\n";
     return exit_code_for(params.status());
   }
-  const std::string file = o.out_dir + (o.adapter ? "/adapter_model.safetensors" : "/model.safetensors");
+  // One weights file, or (a large Llama's) shards and their index.
+  std::string file = o.out_dir + (o.adapter ? "/adapter_model.safetensors" : "/model.safetensors");
+  std::string size;
+  if (std::filesystem::exists(file)) {
+    size = absl::StrCat(std::filesystem::file_size(file), " bytes");
+  } else {
+    file = o.out_dir + "/model.safetensors.index.json";
+    std::ifstream in(file);
+    size = absl::StrCat(nlohmann::json::parse(in).at("metadata").at("total_size").get<int64_t>(),
+                        " bytes in shards");
+  }
   out << "export: " << *params << (o.adapter ? " adapter" : "") << " parameters (" << o.dtype << ")"
-      << (o.merge ? ", adapters merged," : "") << " from " << o.checkpoint << " to " << file << " ("
-      << std::filesystem::file_size(file) << " bytes) and " << (o.adapter ? "adapter_config.json" : "config.json")
+      << (o.merge ? ", adapters merged," : "") << " from " << o.checkpoint << " to " << file << " (" << size
+      << ") and " << (o.adapter ? "adapter_config.json" : "config.json")
       << " in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
   return kExitOk;
 }

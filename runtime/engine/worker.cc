@@ -218,7 +218,8 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   app.require_subcommand(0, 1);
   ExportOptions ex;
   CLI::App* exp = app.add_subcommand(
-      "export", "write a checkpoint's weights as Hugging Face GPT-2 model.safetensors and config.json");
+      "export", "write a checkpoint's weights as Hugging Face files: model.safetensors (a Llama's in shards past "
+                "5 GiB, with model.safetensors.index.json) and config.json");
   exp->add_option("--checkpoint", ex.checkpoint, "checkpoint directory, or a checkpoint root (its latest)")->required();
   exp->add_option("--out", ex.out_dir, "output directory")->required();
   exp->add_option("--dtype", ex.dtype, "weights' type: fp32, bf16 or fp16")

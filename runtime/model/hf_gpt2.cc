@@ -90,19 +90,6 @@ absl::Status check_hf_config(const std::string& path, const GptConfig& m) {
   return absl::OkStatus();
 }
 
-// Whether tensors a and b of r (of one shape) hold the same values.
-absl::StatusOr<bool> same_values(const SafetensorsReader& r, const SafeTensor& a, const SafeTensor& b) {
-  constexpr int64_t kPart = 4096;
-  float fa[kPart], fb[kPart];
-  for (int64_t at = 0; at < a.numel(); at += kPart) {
-    const int64_t n = std::min(kPart, a.numel() - at);
-    ZEROD_RETURN_IF_ERROR(r.read_f32(a, at, n, fa));
-    ZEROD_RETURN_IF_ERROR(r.read_f32(b, at, n, fb));
-    if (!std::equal(fa, fa + n, fb)) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string hf_tensor_name(const GptLayout& layout, const ParamSegment& s) {
@@ -123,9 +110,6 @@ absl::Status begin_export(const std::string& dir, DType dtype) {
 }
 
 absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read) {
-  if (layout.config().llama()) {
-    return absl::UnimplementedError("export of a Llama-family model to Hugging Face files is not built yet");
-  }
   ZEROD_RETURN_IF_ERROR(begin_export(dir, dtype));
   const std::vector<ParamSegment>& segs = layout.segments();
   std::vector<SafeTensor> tensors;
@@ -156,10 +140,6 @@ absl::Status export_gpt2(const std::string& dir, const GptLayout& layout, DType 
 }
 
 absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const GptLayout& layout) {
-  if (layout.config().llama()) {
-    return absl::InvalidArgumentError(
-        "model.init_from: importing a Llama-family model from Hugging Face files is not built yet");
-  }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     const std::string file = (std::filesystem::path(path) / "model.safetensors").string();
@@ -205,7 +185,7 @@ absl::StatusOr<Gpt2Weights> Gpt2Weights::open(const std::string& path, const Gpt
                               nlohmann::json(head->shape).dump(), "; zerod's head is wte, ",
                               nlohmann::json(wte.shape).dump()));
     }
-    ZEROD_ASSIGN_OR_RETURN(const bool tied, same_values(w.reader_, *head, wte));
+    ZEROD_ASSIGN_OR_RETURN(const bool tied, same_values(w.reader_, *head, w.reader_, wte));
     if (!tied) return bad("tensor 'lm_head.weight' differs from wte: zerod's GPT-2 ties its head to wte");
     used[head - w.reader_.tensors().data()] = true;
   }

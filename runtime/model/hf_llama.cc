@@ -1,0 +1,345 @@
+#include "runtime/model/hf_llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/core/strict_json.h"
+#include "runtime/core/whole_file.h"
+#include "runtime/model/hf_config.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kIndex = "model.safetensors.index.json";
+constexpr const char* kSingle = "model.safetensors";
+
+// The Hugging Face tensors a segment holds, stacked in order, with their
+// shapes; `transposed`: the segment is the stack's transpose ([cols, rows]).
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+struct HfSource {
+  std::vector<HfTensor> parts;
+  bool transposed;
+};
+
+HfSource hf_source(const GptLayout& L, const ParamSegment& s) {
+  const GptConfig& c = L.config();
+  const int64_t C = c.n_embd, V = c.vocab_size, F = c.ffn_hidden, q = int64_t(c.n_head) * c.head_dim(),
+                kv = int64_t(c.kv_heads()) * c.head_dim();
+  const std::string at = absl::StrCat("model.layers.", s.layer, ".");
+  switch (s.id) {
+    case kWte: return {{{"model.embed_tokens.weight", {V, C}}}, false};
+    case kLmHead: return {{{"lm_head.weight", {V, C}}}, false};
+    case kLnfW: return {{{"model.norm.weight", {C}}}, false};
+    case kLn1W: return {{{at + "input_layernorm.weight", {C}}}, false};
+    case kLn2W: return {{{at + "post_attention_layernorm.weight", {C}}}, false};
+    case kQkvW:
+      return {{{at + "self_attn.q_proj.weight", {q, C}},
+               {at + "self_attn.k_proj.weight", {kv, C}},
+               {at + "self_attn.v_proj.weight", {kv, C}}},
+              true};
+    case kQkvB:
+      return {{{at + "self_attn.q_proj.bias", {q}}, {at + "self_attn.k_proj.bias", {kv}},
+               {at + "self_attn.v_proj.bias", {kv}}},
+              false};
+    case kAttProjW: return {{{at + "self_attn.o_proj.weight", {C, C}}}, true};
+    case kFcW: return {{{at + "mlp.gate_proj.weight", {F, C}}, {at + "mlp.up_proj.weight", {F, C}}}, true};
+    case kFcProjW: return {{{at + "mlp.down_proj.weight", {C, F}}}, true};
+    default: return {{}, false};  // a model layout holds nothing else
+  }
+}
+
+int64_t part_numel(const HfTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return n;
+}
+
+// Row r, column c of part k (a transposed segment [cols, R]): element
+// c * R + row0 + r of the segment.
+struct Transposed {
+  int64_t R, row0;
+  int64_t at(int64_t r, int64_t c) const { return c * R + row0 + r; }
+};
+
+}  // namespace
+
+absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read,
+                          int64_t shard_bytes) {
+  ZEROD_RETURN_IF_ERROR(begin_export(dir, dtype));
+  const std::vector<ParamSegment>& segs = layout.segments();
+  // Every Hugging Face tensor, with its segment and where in the stack it starts.
+  struct Out {
+    size_t seg, part;
+    int64_t row0;
+  };
+  std::vector<SafeTensor> tensors;
+  std::vector<Out> outs;
+  std::vector<HfSource> sources;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    sources.push_back(hf_source(layout, segs[i]));
+    int64_t row0 = 0;
+    for (size_t k = 0; k < sources[i].parts.size(); ++k) {
+      const HfTensor& t = sources[i].parts[k];
+      tensors.push_back({t.name, dtype, t.shape});
+      outs.push_back({i, k, row0});
+      row0 += sources[i].transposed ? t.shape[0] : part_numel(t);
+    }
+  }
+  // Shards of consecutive tensors up to shard_bytes each.
+  std::vector<std::vector<size_t>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    const int64_t bytes = tensors[j].numel() * dtype_size(dtype);
+    if (in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
+    shards.back().push_back(j);
+    in_shard += bytes;
+    total += bytes;
+  }
+  // The segment being written, whole, as the model holds it.
+  std::vector<float> seg, rows;
+  std::vector<char> converted;
+  int64_t held = -1;
+  const auto load = [&](size_t i) -> absl::Status {
+    if (held == int64_t(i)) return absl::OkStatus();
+    constexpr int64_t kPart = 1 << 22;
+    seg.resize(segs[i].numel);
+    for (int64_t at = 0; at < segs[i].numel; at += kPart) {
+      const int64_t n = std::min(kPart, segs[i].numel - at);
+      ZEROD_RETURN_IF_ERROR(read(segs[i].offset + at, segs[i].offset + at + n, seg.data() + at));
+    }
+    held = int64_t(i);
+    return absl::OkStatus();
+  };
+  const auto emit = [&](const float* v, int64_t n, const ByteSink& out) {
+    if (dtype == DType::kF32) return out(v, n * sizeof(float));
+    converted.resize(n * dtype_size(dtype));
+    convert_from_f32(dtype, v, converted.data(), n);
+    return out(converted.data(), converted.size());
+  };
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t f = 0; f < shards.size(); ++f) {
+    const std::string name =
+        shards.size() == 1 ? kSingle : absl::StrFormat("model-%05d-of-%05d.safetensors", f + 1, shards.size());
+    std::vector<SafeTensor> these;
+    for (size_t j : shards[f]) {
+      these.push_back(tensors[j]);
+      weight_map[tensors[j].name] = name;
+    }
+    ZEROD_RETURN_IF_ERROR(write_safetensors(dir + "/" + name, std::move(these), {{"format", "pt"}},
+                                            [&](size_t t, const ByteSink& out) -> absl::Status {
+                                              const Out& o = outs[shards[f][t]];
+                                              const HfSource& src = sources[o.seg];
+                                              const HfTensor& h = src.parts[o.part];
+                                              ZEROD_RETURN_IF_ERROR(load(o.seg));
+                                              if (!src.transposed) return emit(seg.data() + o.row0, part_numel(h), out);
+                                              // Row r of the Hugging Face tensor is column row0 + r of the segment.
+                                              const Transposed x{int64_t(seg.size()) / h.shape[1], o.row0};
+                                              rows.resize(h.shape[1]);
+                                              for (int64_t r = 0; r < h.shape[0]; ++r) {
+                                                for (int64_t c = 0; c < h.shape[1]; ++c) rows[c] = seg[x.at(r, c)];
+                                                ZEROD_RETURN_IF_ERROR(emit(rows.data(), h.shape[1], out));
+                                              }
+                                              return absl::OkStatus();
+                                            })
+                              .status());
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    ZEROD_RETURN_IF_ERROR(replace_file_durably(dir + "/" + kIndex, index.dump(2) + "\n"));
+  }
+  return replace_file_durably(dir + "/config.json", hf_llama_config_json(layout.config(), dtype).dump(2) + "\n");
+}
+
+LlamaWeights::LlamaWeights(LlamaWeights&& o) noexcept
+    : layout_(o.layout_), files_(std::move(o.files_)), parts_(std::move(o.parts_)), held_(o.held_),
+      segment_(std::move(o.segment_)) {}
+
+namespace {
+
+// The config.json beside the weights against the job's model: every field
+// the same, the job's block_size within the file's positions.
+absl::Status check_config(const std::string& path, const GptConfig& job) {
+  ZEROD_ASSIGN_OR_RETURN(GptConfig file, read_hf_config(path));
+  if (file.block_size < job.block_size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the model has ", file.block_size,
+                                                   " positions, fewer than model.block_size ", job.block_size,
+                                                   ": set model.block_size (and data.seq_len) to at most ",
+                                                   file.block_size));
+  }
+  file.block_size = job.block_size;
+  const nlohmann::json have = gpt_config_json(file), want = gpt_config_json(job);
+  for (const auto& [key, value] : want.items()) {
+    if (have.value(key, nlohmann::json()) != value) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": its config.json gives ", key, " ",
+                                                     have.value(key, nlohmann::json()).dump(),
+                                                     " but the job's model has ", value.dump()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const GptLayout& layout) {
+  std::error_code ec;
+  fs::path weights(path);
+  if (fs::is_directory(weights, ec)) weights /= fs::exists(weights / kIndex, ec) ? kIndex : kSingle;
+  const fs::path dir = weights.parent_path();
+  ZEROD_RETURN_IF_ERROR(check_config(weights.string(), layout.config()));
+  LlamaWeights w(layout);
+  // Each tensor's file: the index's weight_map, or the one file.
+  std::map<std::string, int> where;
+  const auto bad = [&](const fs::path& file, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", why));
+  };
+  if (weights.extension() == ".json") {
+    const std::optional<std::string> text = read_whole_file(weights.string());
+    if (!text) return absl::NotFoundError(absl::StrCat("cannot read ", weights.string()));
+    ZEROD_ASSIGN_OR_RETURN(const nlohmann::json index, parse_strict_json(*text, weights.string()));
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+      return bad(weights, "has no 'weight_map' object of tensor names to files");
+    }
+    std::map<std::string, int> file_of;
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+        return bad(weights, absl::StrCat("'weight_map' gives tensor '", name, "' the file ", file.dump(),
+                                         ": a file name in its directory"));
+      }
+      auto [it, added] = file_of.emplace(file.get<std::string>(), int(w.files_.size()));
+      if (added) {
+        absl::StatusOr<SafetensorsReader> r = SafetensorsReader::open((dir / it->first).string());
+        if (!r.ok()) {
+          return absl::Status(r.status().code(), absl::StrCat(weights.string(), " names '", it->first,
+                                                              "' for tensor '", name, "': ", r.status().message()));
+        }
+        w.files_.push_back(std::move(*r));
+      }
+      where[name] = it->second;
+    }
+    for (size_t f = 0; f < w.files_.size(); ++f) {
+      for (const SafeTensor& t : w.files_[f].tensors()) {
+        auto it = where.find(t.name);
+        if (it == where.end() || it->second != int(f)) {
+          return bad(w.files_[f].path(), absl::StrCat("holds tensor '", t.name, "', which the index puts elsewhere"));
+        }
+      }
+    }
+  } else {
+    ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(weights.string()));
+    for (const SafeTensor& t : r.tensors()) where[t.name] = 0;
+    w.files_.push_back(std::move(r));
+  }
+  std::map<std::string, bool> used;
+  for (const auto& [name, f] : where) used[name] = false;
+  const auto find = [&](const std::string& name) -> std::optional<Part> {
+    auto it = where.find(name);
+    if (it == where.end()) return std::nullopt;
+    const SafeTensor* t = w.files_[it->second].find(name);
+    if (!t) return std::nullopt;
+    return Part{it->second, t};
+  };
+  for (const ParamSegment& s : layout.segments()) {
+    std::vector<Part> parts;
+    for (const HfTensor& h : hf_source(layout, s).parts) {
+      const std::optional<Part> p = find(h.name);
+      if (!p) return bad(weights, absl::StrCat("has no tensor '", h.name, "'"));
+      const SafeTensor& t = *p->t;
+      const fs::path file = w.files_[p->file].path();
+      if (t.shape != h.shape) {
+        return bad(file, absl::StrCat("tensor '", h.name, "' has shape ", nlohmann::json(t.shape).dump(),
+                                      ", the model needs ", nlohmann::json(h.shape).dump()));
+      }
+      if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
+        return bad(file, absl::StrCat("tensor '", h.name, "' is ", dtype_name(t.dtype), "; weights must be F32, BF16 or F16"));
+      }
+      parts.push_back(*p);
+      used[h.name] = true;
+    }
+    w.parts_.push_back(std::move(parts));
+  }
+  // A tied head, where a file keeps one, must be the embedding.
+  if (const std::optional<Part> head = find("lm_head.weight"); head && layout.config().tie_embeddings) {
+    const std::optional<Part> emb = find("model.embed_tokens.weight");
+    bool same = head->t->shape == emb->t->shape && head->t->dtype != DType::kI8 && head->t->dtype != DType::kU8;
+    if (same) {
+      ZEROD_ASSIGN_OR_RETURN(same, same_values(w.files_[head->file], *head->t, w.files_[emb->file], *emb->t));
+    }
+    if (!same) return bad(w.files_[head->file].path(), "tensor 'lm_head.weight' is not model.embed_tokens.weight, "
+                                                       "but config.json ties them");
+    used["lm_head.weight"] = true;
+  }
+  // The rotary frequencies older files kept as buffers are made, not read.
+  static const std::regex buffers(R"(model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq)");
+  for (const auto& [name, u] : used) {
+    if (!u && !std::regex_match(name, buffers)) {
+      return bad(weights, absl::StrCat("has a tensor '", name, "' that this model does not"));
+    }
+  }
+  return w;
+}
+
+absl::Status LlamaWeights::fill(size_t i) const {
+  if (held_ == int64_t(i)) return absl::OkStatus();
+  const ParamSegment& s = layout_->segments()[i];
+  segment_.resize(s.numel);
+  const int64_t cols = parts_[i][0].t->shape[1], R = s.numel / cols;
+  std::vector<float> part;
+  int64_t row0 = 0;
+  for (const Part& p : parts_[i]) {
+    const int64_t rows = p.t->shape[0];
+    part.resize(rows * cols);
+    ZEROD_RETURN_IF_ERROR(files_[p.file].read_f32(*p.t, 0, rows * cols, part.data()));
+    const Transposed x{R, row0};
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) segment_[x.at(r, c)] = part[r * cols + c];
+    }
+    row0 += rows;
+  }
+  held_ = int64_t(i);
+  return absl::OkStatus();
+}
+
+absl::Status LlamaWeights::read(int64_t begin, int64_t end, float* out) const {
+  const std::vector<ParamSegment>& segs = layout_->segments();
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const ParamSegment& s = segs[i];
+    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+    if (lo >= hi) continue;
+    float* dst = out + (lo - begin);
+    if (hf_source(*layout_, s).transposed) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ZEROD_RETURN_IF_ERROR(fill(i));
+      std::copy(segment_.begin() + (lo - s.offset), segment_.begin() + (hi - s.offset), dst);
+    } else {
+      // Stacked parts: each one's elements in turn.
+      int64_t at = s.offset;
+      for (const Part& p : parts_[i]) {
+        const int64_t plo = std::max(lo, at), phi = std::min(hi, at + p.t->numel());
+        if (plo < phi) ZEROD_RETURN_IF_ERROR(files_[p.file].read_f32(*p.t, plo - at, phi - plo, out + (plo - begin)));
+        at += p.t->numel();
+      }
+    }
+    // A NaN or infinity would only show as the first step's loss.
+    const float* nonfinite = std::find_if(dst, dst + (hi - lo), [](float v) { return !std::isfinite(v); });
+    if (nonfinite != dst + (hi - lo)) {
+      return absl::InvalidArgumentError(absl::StrCat(files_[parts_[i][0].file].path(), ": a tensor of '",
+                                                     layout_->tensor(s.id).name, "' (layer ", s.layer, ") holds ",
+                                                     *nonfinite, ": weights must be finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zerod

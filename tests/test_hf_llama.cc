@@ -1,0 +1,290 @@
+// Hugging Face Llama-family files against transformers itself: the tiny
+// random Llama (llama3 rope scaling, an untied head), Mistral and Qwen2
+// (q/k/v biases, a tied head, sharded) of tests/fixtures/hf_llama, made by
+// scripts/hf_llama_fixtures.py with transformers, with the logits, loss
+// and gradients transformers computed. zerod imports each and computes
+// the same; its export, read back, is the files' tensors bit for bit; bad
+// files and configs are refused naming the file and the tensor or key.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/model/gpt.h"
+#include "runtime/model/hf_config.h"
+#include "runtime/model/hf_llama.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/engine/worker.h"
+#include "runtime/model/param_init.h"
+#include "tests/temp_dir.h"
+#include "tests/test_support.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& name) { return std::string(ZEROD_SOURCE_DIR) + "/tests/fixtures/hf_llama/" + name; }
+
+nlohmann::json expected(const std::string& name) {
+  std::ifstream in(fixture(name) + "/expected.json");
+  return nlohmann::json::parse(in);
+}
+
+// Every tensor of a model directory (one file or shards) by name, as fp32.
+std::map<std::string, std::vector<float>> hf_tensors(const std::string& dir) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    auto r = SafetensorsReader::open(e.path().string());
+    EXPECT_TRUE(r.ok()) << r.status();
+    for (const SafeTensor& t : r->tensors()) {
+      std::vector<float>& v = out[t.name];
+      v.resize(t.numel());
+      EXPECT_TRUE(r->read_f32(t, 0, t.numel(), v.data()).ok());
+    }
+  }
+  return out;
+}
+
+class HfLlamaTest : public testing::TempDirTest, public ::testing::WithParamInterface<const char*> {
+ protected:
+  // The fixture's model, imported: its shape from config.json, its
+  // parameters from the weights.
+  void import(const std::string& name) {
+    auto c = read_hf_config(fixture(name));
+    ASSERT_TRUE(c.ok()) << c.status();
+    cfg_ = *c;
+    cfg_.block_size = 8;
+    layout_ = std::make_unique<GptLayout>(cfg_);
+    auto init = initial_params(*layout_, 0, fixture(name));
+    ASSERT_TRUE(init.ok()) << init.status();
+    params_.resize(layout_->num_params());
+    ASSERT_TRUE((*init)(0, layout_->num_params(), params_.data()).ok());
+  }
+  GptConfig cfg_;
+  std::unique_ptr<GptLayout> layout_;
+  std::vector<float> params_;
+};
+
+TEST_P(HfLlamaTest, ImportGivesTransformersLogitsLossAndGradients) {
+  const std::string name = GetParam();
+  ASSERT_NO_FATAL_FAILURE(import(name));
+  const nlohmann::json e = expected(name);
+  const int B = e["batch"], T = e["seq"], V = e["vocab"];
+  const std::vector<int32_t> tokens = e["tokens"], targets = e["targets"];
+  const std::vector<float> want = e["logits"];
+  testing::CpuRig rig;
+  auto model = *Gpt::create(cfg_, B, T, DType::kF32, false, rig.device, *rig.kernels);
+  auto w = *FlatWeights::create(&model->layout(), DType::kF32, params_.data(), rig.device, *rig.kernels);
+  std::vector<float> logits(size_t(B) * T * V);
+  ASSERT_TRUE(model->forward_logits(w, tokens.data(), B, T, logits.data(), false).ok());
+  // fp32 both, summed in other orders: within 1e-5 of the largest logit.
+  float largest = 0, diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    largest = std::max(largest, std::fabs(want[i]));
+    diff = std::max(diff, std::fabs(logits[i] - want[i]));
+  }
+  EXPECT_LT(diff, 1e-5f * largest) << "largest logit " << largest;
+
+  std::vector<float> grads(params_.size(), 0.0f);
+  FlatGrads sink(&model->layout(), grads.data());
+  const double loss = *model->forward_backward(w, sink, tokens.data(), targets.data(), B, T, 1.0f);
+  EXPECT_NEAR(loss, e["loss"].get<double>(), 1e-6 * loss);
+  // The gradients in Hugging Face's tensors: zerod's own export of them.
+  const std::string out = path("grads");
+  ASSERT_TRUE(export_llama(out, model->layout(), DType::kF32, [&](int64_t b, int64_t end, float* o) {
+                std::copy(grads.begin() + b, grads.begin() + end, o);
+                return absl::OkStatus();
+              }).ok());
+  const auto by_name = hf_tensors(out);
+  int checked = 0;
+  for (const auto& [tensor, g] : e["grads"].items()) {
+    SCOPED_TRACE(tensor);
+    ASSERT_TRUE(by_name.count(tensor));
+    const std::vector<float>& have = by_name.at(tensor);
+    float scale = 0;
+    for (float v : g["values"]) scale = std::max(scale, std::fabs(v));
+    for (size_t k = 0; k < g["index"].size(); ++k) {
+      // fp32 sums of other orders: 1e-4 of the tensor's largest listed value.
+      EXPECT_NEAR(have[g["index"][k].get<int64_t>()], g["values"][k].get<float>(), 1e-4f * scale + 1e-7f);
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 6 * 21);
+}
+
+TEST_P(HfLlamaTest, ExportIsTheFilesTensorsBitForBitAndItsConfigTheShape) {
+  const std::string name = GetParam();
+  ASSERT_NO_FATAL_FAILURE(import(name));
+  const auto read = [&](int64_t b, int64_t end, float* o) {
+    std::copy(params_.begin() + b, params_.begin() + end, o);
+    return absl::OkStatus();
+  };
+  // One file, and shards of at most 8 KB with their index.
+  for (const int64_t shard : {int64_t{5} << 30, int64_t{8} << 10}) {
+    const std::string out = path(absl::StrCat("export-", shard));
+    ASSERT_TRUE(export_llama(out, *layout_, DType::kF32, read, shard).ok());
+    EXPECT_EQ(fs::exists(out + "/model.safetensors.index.json"), shard < 1 << 20);
+    const auto mine = hf_tensors(out), theirs = hf_tensors(fixture(name));
+    EXPECT_EQ(mine, theirs);
+    auto back = read_hf_config(out);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(gpt_config_json(*back), gpt_config_json(cfg_));
+    // And imported again, through the index where there is one.
+    auto again = initial_params(*layout_, 0, out);
+    ASSERT_TRUE(again.ok()) << again.status();
+    std::vector<float> p(params_.size());
+    ASSERT_TRUE((*again)(0, layout_->num_params(), p.data()).ok());
+    EXPECT_EQ(p, params_);
+  }
+  // In bf16: each value rounded once.
+  const std::string out = path("export-bf16");
+  ASSERT_TRUE(export_llama(out, *layout_, DType::kBF16, read).ok());
+  auto again = initial_params(*layout_, 0, out);
+  ASSERT_TRUE(again.ok()) << again.status();
+  std::vector<float> p(params_.size()), rounded = params_;
+  ASSERT_TRUE((*again)(0, layout_->num_params(), p.data()).ok());
+  round_to(DType::kBF16, rounded.data(), rounded.size());
+  EXPECT_EQ(p, rounded);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HfLlamaTest, ::testing::Values("llama", "mistral", "qwen2"));
+
+// As a user runs it: a job whose model is only init_from (the shape from
+// its config.json), trained with a learning rate of 0, saved and exported
+// (zero-worker export): the fixture's tensors again. (scripts/hf_llama_check.py loads such an export
+// in transformers: the same logits.)
+class HfLlamaJob : public testing::TempDirTest {};
+
+TEST_F(HfLlamaJob, AJobOfInitFromAloneTrainsSavesAndExportsTheSameModel) {
+  for (const char* name : {"llama", "qwen2"}) {
+    SCOPED_TRACE(name);
+    const nlohmann::json job = {
+        {"model", {{"init_from", fixture(name)}, {"block_size", 32}}},
+        {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
+        {"run", {{"steps", 2}, {"seed", 3}, {"device", "cpu"}}},
+        {"train_batch_size", 4},
+        {"zero_optimization", {{"stage", 3}}},
+        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.0}, {"weight_decay", 0.0}}}}}};
+    const JobConfig cfg = testing::config_with(job, {});
+    ASSERT_TRUE(cfg.model.llama());
+    EXPECT_EQ(cfg.model.qkv_bias, std::string(name) == "qwen2");
+    auto t = testing::make_trainer(cfg);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->step().ok());
+    auto saved = (*t)->save_checkpoint(path(std::string("ckpt-") + name), 1);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    std::ostringstream out, err;
+    const std::string hf = path(std::string("hf-") + name);
+    ASSERT_EQ(run_export({*saved, hf}, out, err), 0) << err.str();
+    EXPECT_NE(out.str().find("model.safetensors"), std::string::npos) << out.str();
+    EXPECT_EQ(hf_tensors(hf), hf_tensors(fixture(name)));
+  }
+}
+
+TEST(HfLlamaConfig, ReadsEachModelTypesShape) {
+  const GptConfig l = *read_hf_config(fixture("llama"));
+  EXPECT_TRUE(l.llama());
+  EXPECT_EQ(l.n_layer, 2);
+  EXPECT_EQ(l.kv_heads(), 2);
+  EXPECT_EQ(l.ffn_hidden, 48);
+  EXPECT_EQ(l.rope_scaling.factor, 8);
+  EXPECT_EQ(l.rope_scaling.original_max_position, 16);
+  EXPECT_FALSE(l.tie_embeddings);
+  EXPECT_FALSE(l.qkv_bias);
+  const GptConfig q = *read_hf_config(fixture("qwen2") + "/model.safetensors.index.json");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_TRUE(q.tie_embeddings);
+  EXPECT_EQ(q.rope_theta, 1e6);
+  EXPECT_EQ(q.norm_eps, 1e-6);
+  EXPECT_EQ(q.rope_scaling.factor, 0);
+}
+
+class HfLlamaBadInput : public testing::TempDirTest {
+ protected:
+  // A copy of a fixture whose config.json `edit` changes.
+  std::string copy_of(const std::string& name, const std::function<void(nlohmann::json&)>& edit = {}) {
+    const std::string dir = path(name + "-" + std::to_string(copies_++));
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(fixture(name))) fs::copy(e.path(), dir + "/" + e.path().filename().string());
+    if (edit) {
+      std::ifstream in(dir + "/config.json");
+      nlohmann::json c = nlohmann::json::parse(in);
+      edit(c);
+      std::ofstream(dir + "/config.json") << c.dump();
+    }
+    return dir;
+  }
+  // init_from `dir` for the fixture's own shape fails naming `what`.
+  void expect_refused(const std::string& dir, const std::string& what, const std::string& shape_of = "llama") {
+    GptConfig c = *read_hf_config(fixture(shape_of));
+    const GptLayout layout(c);
+    auto init = initial_params(layout, 0, dir);
+    ASSERT_FALSE(init.ok()) << dir;
+    // Bad input either way (exit 2): a file missing, or one zerod refuses.
+    EXPECT_TRUE(absl::IsInvalidArgument(init.status()) || absl::IsNotFound(init.status())) << init.status();
+    EXPECT_NE(init.status().message().find(what), std::string::npos) << init.status();
+  }
+  int copies_ = 0;
+};
+
+TEST_F(HfLlamaBadInput, ConfigsZerodDoesNotComputeAreRefusedNamingTheKey) {
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> cases[] = {
+      {[](nlohmann::json& c) { c["model_type"] = "phi3"; }, "\"phi3\""},
+      {[](nlohmann::json& c) { c["hidden_act"] = "gelu"; }, "hidden_act"},
+      {[](nlohmann::json& c) { c["attention_bias"] = true; }, "attention_bias"},
+      {[](nlohmann::json& c) { c["rope_parameters"]["rope_type"] = "yarn"; }, "\"yarn\""},
+      {[](nlohmann::json& c) { c["head_dim"] = 16; }, "head_dim"},
+      {[](nlohmann::json& c) { c.erase("num_hidden_layers"); }, "num_hidden_layers"},
+      {[](nlohmann::json& c) { c["num_key_value_heads"] = 3; }, "n_kv_head"},
+  };
+  for (const auto& [edit, what] : cases) {
+    SCOPED_TRACE(what);
+    const std::string dir = copy_of("llama", edit);
+    auto c = read_hf_config(dir);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find(what), std::string::npos) << c.status();
+    EXPECT_NE(c.status().message().find(dir + "/config.json"), std::string::npos) << c.status();
+  }
+  // Another shape than the job's, naming the field.
+  expect_refused(copy_of("llama", [](nlohmann::json& c) { c["intermediate_size"] = 40; }), "ffn_hidden");
+  // Mistral's sliding window bounds the positions.
+  const GptConfig m = *read_hf_config(copy_of("mistral", [](nlohmann::json& c) { c["sliding_window"] = 32; }));
+  EXPECT_EQ(m.block_size, 32);
+}
+
+TEST_F(HfLlamaBadInput, BadWeightFilesAreRefusedNamingTheFileAndTensor) {
+  // A sharded index naming a missing file.
+  std::string dir = copy_of("qwen2");
+  fs::remove(dir + "/model-00002-of-00004.safetensors");
+  expect_refused(dir, "model-00002-of-00004.safetensors", "qwen2");
+  // A tensor the index puts in another file than the one holding it.
+  dir = copy_of("qwen2");
+  {
+    std::ifstream in(dir + "/model.safetensors.index.json");
+    nlohmann::json index = nlohmann::json::parse(in);
+    index["weight_map"]["model.norm.weight"] = "model-00001-of-00004.safetensors";
+    std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  }
+  expect_refused(dir, "model.norm.weight", "qwen2");
+  // No config.json.
+  dir = copy_of("llama");
+  fs::remove(dir + "/config.json");
+  expect_refused(dir, "no Hugging Face config.json");
+  // Another model's weights: a shard of qwen2's under llama's config.
+  dir = copy_of("llama");
+  fs::copy(fixture("qwen2") + "/model-00001-of-00004.safetensors", dir + "/model.safetensors",
+           fs::copy_options::overwrite_existing);
+  expect_refused(dir, "has no tensor");
+}
+
+}  // namespace
+}  // namespace zerod
