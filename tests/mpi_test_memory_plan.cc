@@ -75,6 +75,12 @@ std::vector<Case> cases(const std::string& dir) {
                  {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"",
                   "zero_optimization.offload_optimizer.super_offload=true"}});
   all.push_back({"stage1_fp16", {"zero_optimization.stage=1", "fp16.enabled=true"}});
+  // A Llama: its rotary table, attention input and SwiGLU buffers.
+  all.push_back({"llama_stage3_bf16_params_cpu",
+                 testing::joined(stage3, {"model.preset=llama-tiny", "bf16.enabled=true",
+                                          "zero_optimization.offload_param.device=\"cpu\""})});
+  all.push_back({"llama_stage1_checkpointing", {"model.preset=llama-tiny", "zero_optimization.stage=1",
+                                                "activation_checkpointing.enabled=true"}});
   // Two micro-batches a step: their sum kept on the device ("auto" without
   // a limit), or each sent in 16 bits (the rounded copy on the device,
   // widened as it is added on the host).

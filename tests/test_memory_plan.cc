@@ -220,6 +220,8 @@ TEST_F(GpuTierPlanTest, EqualsTheAccountantsPeaksOfAStandInGpuRun) {
       {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"nvme\"", nvme,
        "zero_optimization.offload_param.device=\"cpu\"", "optimizer.type=\"AdamW8bit\""},
       {"zero_optimization.stage=3", "bf16.enabled=true", "run.checkpoint.async=false"},
+      {"model.preset=llama-tiny", "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"",
+       "bf16.enabled=true", "activation_checkpointing.enabled=true"},
       // LoRA: the frozen base replicated in bf16, sharded and offloaded at
       // stage 3, and in NF4: replicated, then packed layers sharded at
       // stage 3, in memory and in a file.
@@ -651,6 +653,22 @@ TEST_F(EstimateTest, TheLargestExampleFitsTheGpuMachinesAndA70BFitsOnPaper) {
 
 // A machine too small for any configuration: said, with the closest one
 // and by how much it is short; exit 1 and no config written.
+// The Llama-3.2-1B example fits its own 8 GiB cap, by the plan: 1.24B
+// parameters in bf16 on the GPU, the optimizer and the gradient shard in
+// pinned host memory.
+TEST_F(EstimateTest, TheLlamaExampleFitsItsCap) {
+  const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/llama-3.2-1b-finetune.json";
+  const Result e = estimate({"--config", example, "--json", "--host-memory", "64GiB"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const nlohmann::json r = nlohmann::json::parse(e.out);
+  EXPECT_EQ(r["fits"], true) << r;
+  EXPECT_EQ(r["params"], 1235814400) << r;
+  const uint64_t gpu = r["per_rank"]["gpu"]["total"];
+  EXPECT_LE(gpu, uint64_t{8} << 30);
+  EXPECT_GE(r["per_rank"]["gpu"]["params"].get<uint64_t>(), 2 * uint64_t{1235814400});
+  EXPECT_GE(r["per_rank"]["pinned"]["optimizer"].get<uint64_t>(), 12 * uint64_t{1235814400});
+}
+
 TEST_F(EstimateTest, FitSaysByHowMuchWhenNothingFits) {
   const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/gpu_gpt2_xl_finetune.json";
   const std::vector<std::string> machine = {"--config", example, "--fit", "--gpu-memory", "1GiB", "--host-memory",
