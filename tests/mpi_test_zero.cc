@@ -198,6 +198,16 @@ TEST(ZeroEquivalence, LoraEveryStageFollowsTheSingleProcessRun) {
       expect_follows(train(config(tiny_job(stage), n, lora), &world()), ref, 1e-5, 2 * kLr);
     }
   }
+  // A Llama's adapters on parts of fused products (q and v of q, k and v)
+  // and on a whole one (down_proj), over an NF4 base.
+  const std::vector<std::string> llama = {
+      "model.preset=llama-tiny",
+      R"(model.lora={"r": 4, "target_modules": ["q_proj", "v_proj", "down_proj"], "base_quant": "nf4"})"};
+  const TrainRun ref = reference(llama);
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "llama-tiny, stage " << stage << ", world " << n);
+    expect_follows(train(config(tiny_job(stage), n, llama), &world()), ref, 1e-5, 2 * kLr);
+  }
 }
 
 TEST(ZeroEquivalence, SameStageAndWorldTwiceIsBitwise) {

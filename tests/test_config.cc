@@ -218,9 +218,12 @@ TEST(ConfigModel, BadLlamaFieldsAreNamed) {
   EXPECT_TRUE(rejected(j, "model.arch"));
   j["model"] = {{"preset", "gpt2-tiny"}, {"tie_embeddings", false}};
   EXPECT_TRUE(rejected(j, "model.arch"));
-  // Not built for a Llama yet, and said so.
-  j["model"] = {{"preset", "llama-tiny"}, {"lora", {{"r", 4}}}};
-  EXPECT_TRUE(rejected(j, "GPT-2's only"));
+  // A Llama's adapters go by its products' names.
+  j["model"] = {{"preset", "llama-tiny"}, {"lora", {{"r", 4}, {"target_modules", {"c_attn"}}}}};
+  EXPECT_TRUE(rejected(j, "'c_attn' is not one of a Llama's products: q_proj, k_proj"));
+  j["model"]["lora"] = {{"r", 4}};  // PEFT's default for a Llama: q_proj and v_proj
+  EXPECT_EQ(parse_ok(j).lora->adapters.targets,
+            (std::array<bool, kNumLoraTargets>{true, false, true, false, false, false, false}));
 }
 
 // ---------------------------------------------------------------- batch rule

@@ -1245,6 +1245,12 @@ class PlanAttentionTable : public Kernels {
                      int64_t N) override {
     k_->rope_backward(s, dqkv, dout, table, shape, N);
   }
+  void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) override {
+    k_->take_columns(s, out, x, ld, c0, N, n);
+  }
+  void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) override {
+    k_->add_columns(s, y, ld, c0, t, N, n);
+  }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override { k_->gelu_forward(s, out, inp, n); }
   void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) override {
     k_->gelu_backward(s, dinp, inp, dout, n);

@@ -219,7 +219,8 @@ TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
 // The Llama family's ops: RMSNorm (a warp a row, its weight's gradient
 // in column chunks: LayerNorm's tolerances), SwiGLU and the rotary input
 // with repeated key heads (one fp32 computation of the same values, then
-// one rounding: bit for bit), and the embedding without positions.
+// one rounding: bit for bit), the embedding without positions, and the
+// column slices a LoRA of part of a fused product takes and adds.
 TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
   const int64_t N = 600;
   const int T = 40, NH = 8, KV = 2, hd = 64, F = 176;  // N = 15 sequences of 40
@@ -291,6 +292,18 @@ TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
     cpu::embedding_backward(dwte.data(), nullptr, demb.data(), tokens.data(), B, T, E);
     EXPECT_EQ(bits(down_as(t, g_emb, emb.size())), bits(emb));
     EXPECT_EQ(bits(down(g_dwte, dwte.size())), bits(dwte));
+
+    // An adapter's columns of a fused product, taken out and added in.
+    auto wide = randn(N * rs.width(), 72), part = randn(N * 2 * hd, 73);
+    std::vector<float> taken(N * 2 * hd);
+    void* g_wide = up_as(t, wide);
+    void* g_taken = up_as(t, taken);
+    k->take_columns(s(), g_taken, g_wide, rs.width(), rs.C(), N, 2 * hd);
+    k->add_columns(s(), g_wide, rs.width(), rs.C(), up_as(t, part), N, 2 * hd);
+    cpu::take_columns(taken.data(), wide.data(), rs.width(), rs.C(), N, 2 * hd);
+    cpu::add_columns(wide.data(), rs.width(), rs.C(), part.data(), N, 2 * hd);
+    EXPECT_EQ(bits(down_as(t, g_taken, taken.size())), bits(taken));
+    EXPECT_EQ(bits(down_as(t, g_wide, wide.size())), bits(rounded(t, wide)));
   }
 }
 

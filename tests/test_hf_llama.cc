@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/config/job_config.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/hf_config.h"
 #include "runtime/model/hf_llama.h"
@@ -167,13 +168,15 @@ class HfLlamaJob : public testing::TempDirTest {};
 TEST_F(HfLlamaJob, AJobOfInitFromAloneTrainsSavesAndExportsTheSameModel) {
   for (const char* name : {"llama", "qwen2"}) {
     SCOPED_TRACE(name);
-    const nlohmann::json job = {
+    nlohmann::json job = {
         {"model", {{"init_from", fixture(name)}, {"block_size", 32}}},
         {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
         {"run", {{"steps", 2}, {"seed", 3}, {"device", "cpu"}}},
         {"train_batch_size", 4},
         {"zero_optimization", {{"stage", 3}}},
         {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.0}, {"weight_decay", 0.0}}}}}};
+    ASSERT_TRUE(fill_model_from_hf(job).ok());
+    EXPECT_EQ(job["model"]["block_size"], 32);  // given, so kept
     const JobConfig cfg = testing::config_with(job, {});
     ASSERT_TRUE(cfg.model.llama());
     EXPECT_EQ(cfg.model.qkv_bias, std::string(name) == "qwen2");
@@ -188,6 +191,90 @@ TEST_F(HfLlamaJob, AJobOfInitFromAloneTrainsSavesAndExportsTheSameModel) {
     EXPECT_NE(out.str().find("model.safetensors"), std::string::npos) << out.str();
     EXPECT_EQ(hf_tensors(hf), hf_tensors(fixture(name)));
   }
+}
+
+// LoRA on a Llama from its Hugging Face files: adapters on parts of fused
+// products (q_proj, v_proj of q, k and v; up_proj of gate and up) and a
+// whole one (down_proj), trained, saved and exported as PEFT's files
+// (nn.Linear's names and orientation: no fan_in_fan_out) and as the model
+// with them merged in, whose logits are the adapted model's. (The GPU
+// check's scripts/peft_check.py reads both with PEFT and transformers.)
+TEST_F(HfLlamaJob, LoraAdaptersExportAsPeftFilesAndMerged) {
+  nlohmann::json job = {
+      {"model",
+       {{"init_from", fixture("llama")},
+        {"block_size", 32},
+        {"lora", {{"r", 4}, {"alpha", 8}, {"target_modules", {"q_proj", "v_proj", "up_proj", "down_proj"}}}}}},
+      {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
+      {"run", {{"steps", 3}, {"seed", 3}, {"device", "cpu"}}},
+      {"train_batch_size", 4},
+      {"zero_optimization", {{"stage", 2}}},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-2}}}}}};
+  ASSERT_TRUE(fill_model_from_hf(job).ok());
+  const JobConfig cfg = testing::config_with(job, {});
+  std::vector<float> trained;
+  const std::string ckpt = path("ckpt");
+  {
+    auto t = testing::make_trainer(cfg);
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*t)->step().ok());
+    trained = *(*t)->master_params();
+    ASSERT_TRUE((*t)->save_checkpoint(ckpt, 1).ok());
+  }
+  std::ostringstream out, err;
+  const std::string adapter = path("adapter"), merged = path("merged");
+  ExportOptions to_adapter{ckpt, adapter};
+  to_adapter.adapter = true;
+  ASSERT_EQ(run_export(to_adapter, out, err), 0) << err.str();
+  ExportOptions to_merged{ckpt, merged};
+  to_merged.merge = true;
+  ASSERT_EQ(run_export(to_merged, out, err), 0) << err.str();
+
+  const nlohmann::json pc = nlohmann::json::parse(std::ifstream(adapter + "/adapter_config.json"));
+  EXPECT_EQ(pc["fan_in_fan_out"], false);
+  EXPECT_EQ(pc["target_modules"], nlohmann::json({"q_proj", "v_proj", "up_proj", "down_proj"}));
+  const auto files = hf_tensors(adapter);
+  EXPECT_EQ(files.size(), 2u * 4 * 2);
+  for (const char* module : {"self_attn.q_proj", "self_attn.v_proj", "mlp.up_proj", "mlp.down_proj"}) {
+    EXPECT_TRUE(files.count(absl::StrCat("base_model.model.model.layers.1.", module, ".lora_A.weight"))) << module;
+  }
+  // Read back: a job started from the adapter holds the trained masters.
+  nlohmann::json again_job = job;
+  again_job["model"]["lora"]["init_from"] = adapter;
+  auto again = testing::make_trainer(testing::config_with(again_job, {}));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*(*again)->master_params(), trained);
+
+  // The merged model against the base with the adapters, on the same tokens.
+  const GptLayout model(cfg.model), ad = GptLayout::adapters(cfg.model, cfg.lora->adapters);
+  std::vector<float> base(model.num_params()), merged_w(model.num_params());
+  ASSERT_TRUE((*initial_params(model, 0, fixture("llama")))(0, model.num_params(), base.data()).ok());
+  ASSERT_TRUE((*initial_params(model, 0, merged))(0, model.num_params(), merged_w.data()).ok());
+  testing::CpuRig rig;
+  const int B = 2, T = 16;
+  std::vector<int32_t> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 37 + 5) % cfg.model.vocab_size;
+  auto adapted_model =
+      *Gpt::create(cfg.model, B, T, DType::kF32, false, rig.device, *rig.kernels, false, &cfg.lora->adapters);
+  auto base_w = *FlatWeights::create(&model, DType::kF32, base.data(), rig.device, *rig.kernels);
+  auto ad_w = *FlatWeights::create(&ad, DType::kF32, trained.data(), rig.device, *rig.kernels);
+  AdaptedWeights adapted(base_w, ad_w);
+  std::vector<float> want(size_t(B) * T * cfg.model.vocab_size), got(want.size()), plain(want.size());
+  ASSERT_TRUE(adapted_model->forward_logits(adapted, tokens.data(), B, T, want.data(), false).ok());
+  auto plain_model = *Gpt::create(cfg.model, B, T, DType::kF32, false, rig.device, *rig.kernels);
+  auto merged_src = *FlatWeights::create(&model, DType::kF32, merged_w.data(), rig.device, *rig.kernels);
+  ASSERT_TRUE(plain_model->forward_logits(merged_src, tokens.data(), B, T, got.data(), false).ok());
+  ASSERT_TRUE(plain_model->forward_logits(base_w, tokens.data(), B, T, plain.data(), false).ok());
+  double worst = 0, scale = 0, moved = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+    moved = std::max(moved, std::fabs(double(plain[i]) - want[i]));
+  }
+  // The products summed in another order: rounding-sized differences; the
+  // adapters themselves move the logits far more.
+  EXPECT_LE(worst, 1e-5 * scale) << "largest logit " << scale;
+  EXPECT_GT(moved, 100 * worst);
 }
 
 TEST(HfLlamaConfig, ReadsEachModelTypesShape) {

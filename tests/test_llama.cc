@@ -100,6 +100,24 @@ TEST(LlamaKernels, SwiGluIsSiluOfTheGateTimesUpAndItsGradientTheFiniteDifference
   }
 }
 
+// An adapter of part of a fused product (LoRA on q_proj of q, k and v):
+// its columns of the product's rows taken out, and its share added in,
+// every other column untouched.
+TEST(LlamaKernels, ColumnsOfAWiderRowAreTakenAndAddedInPlace) {
+  const int N = 5, ld = 12, c0 = 4, n = 3;
+  const std::vector<float> x = random_vector(N * ld, 8), t = random_vector(N * n, 9);
+  std::vector<float> taken(N * n), y = x;
+  cpu::take_columns(taken.data(), x.data(), ld, c0, N, n);
+  cpu::add_columns(y.data(), ld, c0, t.data(), N, n);
+  for (int r = 0; r < N; ++r) {
+    for (int c = 0; c < ld; ++c) {
+      const bool in = c >= c0 && c < c0 + n;
+      if (in) EXPECT_EQ(taken[r * n + c - c0], x[r * ld + c]);
+      EXPECT_EQ(y[r * ld + c], in ? x[r * ld + c] + t[r * n + c - c0] : x[r * ld + c]) << r << ", " << c;
+    }
+  }
+}
+
 // The rotary table: theta 10000 and a head of 4 have frequencies 1 and
 // 1/100, so position p turns by p and p/100.
 TEST(LlamaRope, TheTableHoldsEachPositionsCosineAndSine) {

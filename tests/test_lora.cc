@@ -125,16 +125,29 @@ TEST(Lora, GradientsOfAAndBMatchFiniteDifferences) {
   }
 }
 
-// A LoRA pass of a small GPT-2 with adapters on all four products: the
+// A LoRA pass of a small GPT-2 with adapters on all four products, or of a
+// small Llama (grouped-query, an untied head) with adapters on all seven
+// (q, k and v, gate and up, each on its columns of a fused product): the
 // frozen model's weights from one flat buffer, the adapters from another,
 // gradients into an adapter-shaped buffer only.
+GptConfig small_model(bool llama) {
+  if (!llama) return {2, 2, 16, 32, 8};  // n_layer, n_head, n_embd, vocab, block
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_embd = 16;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.ffn_hidden = 24;
+  c.vocab_size = 32;
+  c.block_size = 8;
+  return c;
+}
+
 struct LoraModel {
-  GptConfig cfg{2, 2, 16, 32, 8};  // n_layer, n_head, n_embd, vocab, block
+  GptConfig cfg;
   LoraConfig lora = [] {
     LoraConfig c;
     c.r = 4;
     c.alpha = 6;
-    c.targets = {true, true, true, true};
     return c;
   }();
   int B = 2, T = 8;
@@ -144,8 +157,9 @@ struct LoraModel {
   std::vector<float> params, adapters;
   std::vector<int32_t> inputs, targets;
 
-  explicit LoraModel(bool checkpointing = false, double dropout = 0) {
+  explicit LoraModel(bool checkpointing = false, double dropout = 0, bool llama = false) : cfg(small_model(llama)) {
     lora.dropout = dropout;
+    std::fill_n(lora.targets.begin(), lora_targets_of(cfg.arch), true);
     adapter_layout = GptLayout::adapters(cfg, lora);
     model = *Gpt::create(cfg, B, T, DType::kF32, checkpointing, rig.device, *rig.kernels, false, &lora);
     params.resize(model->layout().num_params());
@@ -170,7 +184,7 @@ struct LoraModel {
     return *model->forward_backward(w, sink, inputs.data(), targets.data(), B, T, 1.0f, /*dropout_seed=*/5);
   }
 
-  // The same tokens through a GPT-2 without adapters whose weights are
+  // The same tokens through the model without adapters whose weights are
   // `weights`.
   double plain_loss(std::vector<float> weights) {
     auto plain = *Gpt::create(cfg, B, T, DType::kF32, false, rig.device, *rig.kernels);
@@ -191,45 +205,60 @@ struct LoraModel {
 // PEFT's start (B = 0): the first loss is the model's own, bit for bit; A
 // gets no gradient yet, B one.
 TEST(LoraModelTest, WithBZeroTheLossIsTheModelsBitForBit) {
-  LoraModel m;
-  m.zero_b();
-  std::vector<float> grads;
-  const double loss = m.loss(&grads);
-  EXPECT_EQ(loss, m.plain_loss(m.params));
-  double a_norm = 0, b_norm = 0;
-  for (const ParamSegment& s : m.adapter_layout.segments()) {
-    for (int64_t i = 0; i < s.numel; ++i) ((s.id - kQkvLoraA) % 2 ? b_norm : a_norm) += std::fabs(grads[s.offset + i]);
+  for (const bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt2");
+    LoraModel m(false, 0, llama);
+    m.zero_b();
+    std::vector<float> grads;
+    const double loss = m.loss(&grads);
+    EXPECT_EQ(loss, m.plain_loss(m.params));
+    double a_norm = 0, b_norm = 0;
+    for (const ParamSegment& s : m.adapter_layout.segments()) {
+      for (int64_t i = 0; i < s.numel; ++i) ((s.id - kQkvLoraA) % 2 ? b_norm : a_norm) += std::fabs(grads[s.offset + i]);
+    }
+    EXPECT_EQ(a_norm, 0.0);
+    EXPECT_GT(b_norm, 1e-3);
   }
-  EXPECT_EQ(a_norm, 0.0);
-  EXPECT_GT(b_norm, 1e-3);
 }
 
 // Against the naive reference: the model with W + s·A·B written into each
-// target weight (in double, rounded once).
+// target weight (in double, rounded once): for a Llama's q, k and v (gate
+// and up), into their columns of the fused product, written out here.
 TEST(LoraModelTest, TheLossIsTheMergedModelsLoss) {
-  LoraModel m;
-  std::vector<float> merged = m.params;
-  const GptLayout& L = m.model->layout();
-  const int weight_of[kNumLoraTargets] = {kQkvW, kAttProjW, kFcW, kFcProjW};
-  for (int l = 0; l < m.cfg.n_layer; ++l) {
-    for (int t = 0; t < kNumLoraTargets; ++t) {
-      const std::vector<int64_t>& shape = L.tensor(weight_of[t]).shape;
-      const int64_t in = shape[0], out = shape[1];
-      const float* a = m.adapters.data() + m.adapter_layout.offset(lora_a_id(t), l);
-      const float* b = m.adapters.data() + m.adapter_layout.offset(lora_a_id(t) + 1, l);
-      float* w = merged.data() + L.offset(weight_of[t], l);
-      for (int64_t i = 0; i < in; ++i) {
-        for (int64_t o = 0; o < out; ++o) {
-          double ab = 0;
-          for (int j = 0; j < m.lora.r; ++j) ab += double(a[i * m.lora.r + j]) * b[j * out + o];
-          w[i * out + o] = static_cast<float>(w[i * out + o] + double(m.lora.scale()) * ab);
+  for (const bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt2");
+    LoraModel m(false, 0, llama);
+    std::vector<float> merged = m.params;
+    const GptLayout& L = m.model->layout();
+    const int C = m.cfg.n_embd, kv = m.cfg.kv_heads() * m.cfg.head_dim(), F = m.cfg.ffn_hidden;
+    struct Place {
+      int weight, col0;
+    };
+    const std::vector<Place> places =
+        llama ? std::vector<Place>{{kQkvW, 0}, {kQkvW, C}, {kQkvW, C + kv}, {kAttProjW, 0},
+                                   {kFcW, 0},  {kFcW, F},  {kFcProjW, 0}}
+              : std::vector<Place>{{kQkvW, 0}, {kAttProjW, 0}, {kFcW, 0}, {kFcProjW, 0}};
+    for (int l = 0; l < m.cfg.n_layer; ++l) {
+      for (size_t t = 0; t < places.size(); ++t) {
+        const int64_t width = L.tensor(places[t].weight).shape[1];
+        const int64_t in = m.adapter_layout.tensor(lora_a_id(t)).shape[0];
+        const int64_t out = m.adapter_layout.tensor(lora_a_id(t) + 1).shape[1];
+        const float* a = m.adapters.data() + m.adapter_layout.offset(lora_a_id(t), l);
+        const float* b = m.adapters.data() + m.adapter_layout.offset(lora_a_id(t) + 1, l);
+        float* w = merged.data() + L.offset(places[t].weight, l) + places[t].col0;
+        for (int64_t i = 0; i < in; ++i) {
+          for (int64_t o = 0; o < out; ++o) {
+            double ab = 0;
+            for (int j = 0; j < m.lora.r; ++j) ab += double(a[i * m.lora.r + j]) * b[j * out + o];
+            w[i * width + o] = static_cast<float>(w[i * width + o] + double(m.lora.scale()) * ab);
+          }
         }
       }
     }
+    const double want = m.plain_loss(merged), got = m.loss();
+    EXPECT_NEAR(got, want, 1e-5 * want);
+    EXPECT_GT(std::fabs(got - m.plain_loss(m.params)), 1e-3) << "the adapters change the loss";
   }
-  const double want = m.plain_loss(merged), got = m.loss();
-  EXPECT_NEAR(got, want, 1e-5 * want);
-  EXPECT_GT(std::fabs(got - m.plain_loss(m.params)), 1e-3) << "the adapters change the loss";
 }
 
 // The adapters' gradients along random directions and their own, per
@@ -239,13 +268,14 @@ TEST(LoraModelTest, TheLossIsTheMergedModelsLoss) {
 // With dropout (p 0.3) the masks are the seed's, the same in every pass of
 // the check, so the loss is a smooth function of the adapters again.
 TEST(LoraModelTest, AdapterGradientsMatchFiniteDifferences) {
-  for (const double dropout : {0.0, 0.3}) {
-    LoraModel m(/*checkpointing=*/false, dropout);
+  for (const auto& [dropout, llama] : {std::pair{0.0, false}, std::pair{0.3, false}, std::pair{0.0, true},
+                                       std::pair{0.3, true}}) {
+    LoraModel m(/*checkpointing=*/false, dropout, llama);
     std::vector<float> grads;
     m.loss(&grads);
     for (const ParamSegment& s : m.adapter_layout.segments()) {
       SCOPED_TRACE(::testing::Message() << m.adapter_layout.tensor(s.id).name << ", layer " << s.layer
-                                        << ", dropout " << dropout);
+                                        << ", dropout " << dropout << (llama ? ", llama" : ""));
       const std::vector<float> g(grads.begin() + s.offset, grads.begin() + s.offset + s.numel);
       for (const std::vector<float>& dir : {random_vector(s.numel, 100 + s.offset), g}) {
         // Richardson's extrapolation of two steps: their eps² errors cancel
@@ -267,8 +297,9 @@ TEST(LoraModelTest, AdapterGradientsMatchFiniteDifferences) {
 // Recomputing the blocks in backward gives the same loss and gradients (the
 // same dropout masks too).
 TEST(LoraModelTest, CheckpointingGivesTheSameBits) {
-  for (const double dropout : {0.0, 0.3}) {
-    LoraModel plain(false, dropout), checkpointed(/*checkpointing=*/true, dropout);
+  for (const auto& [dropout, llama] : {std::pair{0.0, false}, std::pair{0.3, false}, std::pair{0.0, true},
+                                       std::pair{0.3, true}}) {
+    LoraModel plain(false, dropout, llama), checkpointed(/*checkpointing=*/true, dropout, llama);
     std::vector<float> g1, g2;
     EXPECT_EQ(plain.loss(&g1), checkpointed.loss(&g2));
     EXPECT_EQ(testing::bits(g1), testing::bits(g2));
@@ -397,12 +428,12 @@ TEST(LoraLayout, AdaptersOfEachTargetSitInTheirLayersUnit) {
 
 TEST(LoraLayout, BadSettingsAreRefusedNamingTheKey) {
   const auto refused = [](LoraConfig c, const std::string& words) {
-    const absl::Status s = validate_lora_config(c);
+    const absl::Status s = validate_lora_config(c, Arch::kGpt2);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << words;
     EXPECT_NE(s.message().find(words), std::string::npos) << s;
   };
   LoraConfig c;
-  EXPECT_TRUE(validate_lora_config(c).ok());
+  EXPECT_TRUE(validate_lora_config(c, Arch::kGpt2).ok());
   c.r = 0;
   refused(c, "model.lora.r must be at least 1, got 0");
   c = {};

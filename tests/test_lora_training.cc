@@ -81,7 +81,7 @@ TEST(LoraConfigTest, ReadsPeftsSettings) {
   EXPECT_EQ(cfg.lora->adapters.alpha, 32);
   EXPECT_TRUE(cfg.lora->adapters.use_rslora);
   EXPECT_EQ(cfg.lora->adapters.scale(), 32 / 4.0f);
-  EXPECT_EQ(cfg.lora->adapters.targets, (std::array<bool, 4>{true, true, true, true}));
+  EXPECT_EQ(cfg.lora->adapters.targets, (std::array<bool, kNumLoraTargets>{true, true, true, true}));
   EXPECT_TRUE(cfg.lora->nf4_base);
   EXPECT_EQ(cfg.lora->init_from, "adapters/");
   // PEFT's defaults: r 8, alpha 8, c_attn.
@@ -89,7 +89,7 @@ TEST(LoraConfigTest, ReadsPeftsSettings) {
   ASSERT_TRUE(plain.lora);
   EXPECT_EQ(plain.lora->adapters.r, 8);
   EXPECT_EQ(plain.lora->adapters.scale(), 1.0f);
-  EXPECT_EQ(plain.lora->adapters.targets, (std::array<bool, 4>{true, false, false, false}));
+  EXPECT_EQ(plain.lora->adapters.targets, (std::array<bool, kNumLoraTargets>{true, false, false, false}));
   EXPECT_FALSE(plain.lora->nf4_base);
   EXPECT_FALSE(testing::config_with(testing::tiny_job(), {}).lora);
 }

@@ -47,9 +47,14 @@ bool read_enum(JsonReader& r, const char* key, std::initializer_list<std::pair<c
 
 // PEFT's target_modules: a list of GPT-2's product names, one name, or
 // "all-linear".
-void read_lora_targets(JsonReader& r, LoraConfig& c) {
+// PEFT's target_modules for a model of architecture `arch`; absent, its
+// defaults (GPT-2's c_attn, a Llama's q_proj and v_proj).
+void read_lora_targets(JsonReader& r, LoraConfig& c, Arch arch) {
   const nlohmann::json* t = r.raw("target_modules");
-  if (!t) return;
+  if (!t) {
+    if (arch == Arch::kLlama) c.targets = {true, false, true, false, false, false, false};
+    return;
+  }
   std::vector<std::string> names;
   if (t->is_string()) {
     names.push_back(t->get<std::string>());
@@ -60,19 +65,22 @@ void read_lora_targets(JsonReader& r, LoraConfig& c) {
     return;
   }
   c.targets.fill(false);
+  const int n = lora_targets_of(arch);
   for (const std::string& name : names) {
     if (name == "all-linear") {
-      c.targets.fill(true);
+      std::fill_n(c.targets.begin(), n, true);
       continue;
     }
     int found = -1;
-    for (int k = 0; k < kNumLoraTargets; ++k) {
-      if (name == lora_target_name(k)) found = k;
+    for (int k = 0; k < n; ++k) {
+      if (name == lora_target_name(arch, k)) found = k;
     }
     if (found < 0) {
-      r.problem("target_modules", absl::StrCat("'", name,
-                                               "' is not one of GPT-2's products: c_attn, attn.c_proj, c_fc, "
-                                               "mlp.c_proj, all-linear"));
+      std::string known;
+      for (int k = 0; k < n; ++k) absl::StrAppend(&known, lora_target_name(arch, k), ", ");
+      r.problem("target_modules",
+                absl::StrCat("'", name, "' is not one of ", arch == Arch::kLlama ? "a Llama's" : "GPT-2's",
+                             " products: ", known, "all-linear"));
       return;
     }
     c.targets[found] = true;
@@ -86,7 +94,7 @@ void parse_lora(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   r.read("alpha", &a.alpha);
   r.read("dropout", &a.dropout);
   r.read("use_rslora", &a.use_rslora);
-  read_lora_targets(r, a);
+  read_lora_targets(r, a, cfg.model.arch);
   std::string bias = "none";
   if (r.read("bias", &bias)) r.check(bias == "none", "bias", absl::StrCat("only 'none' is supported, got '", bias, "'"));
   std::string quant = "none";
@@ -96,7 +104,9 @@ void parse_lora(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   l.nf4_base = quant == "nf4";
   r.read("init_from", &l.init_from);
   r.finish();
-  if (absl::Status s = validate_lora_config(a); !s.ok()) reading.add_text("model.lora", std::string(s.message()));
+  if (absl::Status s = validate_lora_config(a, cfg.model.arch); !s.ok()) {
+    reading.add_text("model.lora", std::string(s.message()));
+  }
   cfg.lora = std::move(l);
 }
 
@@ -113,16 +123,6 @@ void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   }
   GptConfig& m = cfg.model;
   r.read("init_from", &cfg.init_from);
-  // No preset and no sizes: the shape of the Hugging Face model init_from
-  // names (its config.json), which the fields below may change.
-  if (cfg.preset == "custom" && cfg.init_from && !r.has("n_layer")) {
-    absl::StatusOr<GptConfig> hf = read_hf_config(*cfg.init_from);
-    if (hf.ok()) {
-      m = *hf;
-    } else {
-      r.problem("init_from", std::string(hf.status().message()));
-    }
-  }
   r.read("n_layer", &m.n_layer);
   r.read("n_head", &m.n_head);
   r.read("n_embd", &m.n_embd);
@@ -148,12 +148,9 @@ void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   r.finish();
   if (cfg.preset == "custom" && m.n_layer == 0) {
     reading.add("model", "preset 'custom' needs n_layer, n_head, n_embd, vocab_size and block_size (and a Llama "
-                         "ffn_hidden)");
+                         "ffn_hidden), or an init_from whose config.json gives them");
   } else if (absl::Status s = validate_gpt_config(m); !s.ok()) {
     reading.add_text("model", std::string(s.message()));
-  }
-  if (cfg.lora && m.llama()) {
-    reading.add("model.lora", "LoRA adapters are GPT-2's only so far: a Llama-family model trains in full");
   }
 }
 
@@ -163,9 +160,9 @@ void parse_data(JsonReader r, JobConfig& cfg) {
                       {{"synthetic", DataKind::kSynthetic}, {"text", DataKind::kText}, {"tokens", DataKind::kTokens}},
                       &d.kind);
   r.read("path", &d.path);
-  // The model's positions, up to 2048 (a Llama's block_size is its
+  // The model's positions; a Llama's up to 2048 (its block_size is its
   // max_position_embeddings, 131072 for Llama 3).
-  d.seq_len = std::min(cfg.model.block_size, 2048);
+  d.seq_len = cfg.model.llama() ? std::min(cfg.model.block_size, 2048) : cfg.model.block_size;
   r.read("seq_len", &d.seq_len);
   read_seed(r, &d.seed);
   r.finish();
@@ -616,9 +613,27 @@ absl::StatusOr<nlohmann::json> load_job_json(const std::string& path, const std:
   return root;
 }
 
+absl::Status fill_model_from_hf(nlohmann::json& root) {
+  if (!root.is_object() || !root.contains("model") || !root["model"].is_object()) return absl::OkStatus();
+  nlohmann::json& model = root["model"];
+  const nlohmann::json from = model.value("init_from", nlohmann::json());
+  const nlohmann::json preset = model.value("preset", nlohmann::json("custom"));
+  if (!from.is_string() || preset != "custom" || model.contains("n_layer")) return absl::OkStatus();
+  absl::StatusOr<GptConfig> hf = read_hf_config(from.get<std::string>());
+  if (!hf.ok()) return absl::Status(hf.status().code(), absl::StrCat("model.init_from: ", hf.status().message()));
+  const nlohmann::json shape = gpt_config_json(*hf);
+  for (const auto& [key, value] : shape.items()) {
+    if (!model.contains(key)) model[key] = value;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobConfig> load_job_config(const std::string& path, const std::vector<std::string>& overrides,
                                           int world_size) {
-  ZEROD_ASSIGN_OR_RETURN(const nlohmann::json root, load_job_json(path, overrides));
+  ZEROD_ASSIGN_OR_RETURN(nlohmann::json root, load_job_json(path, overrides));
+  if (absl::Status s = fill_model_from_hf(root); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("config file '", path, "': ", s.message()));
+  }
   auto cfg = parse_job_config(root, world_size);
   if (!cfg.ok()) {
     return absl::Status(cfg.status().code(), absl::StrCat("config file '", path, "': ", cfg.status().message()));

@@ -133,13 +133,21 @@ struct JobConfig {
 // string) to `root`, creating objects along the path.
 absl::Status apply_override(nlohmann::json& root, const std::string& assignment);
 
-// Parses and validates a config; `world_size` resolves DeepSpeed's batch rule.
+// Parses and validates a config; `world_size` resolves DeepSpeed's batch
+// rule. It reads no file.
 absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world_size);
 
 // Reads the file and applies the overrides in order, without judging the keys.
 absl::StatusOr<nlohmann::json> load_job_json(const std::string& path, const std::vector<std::string>& overrides);
 
-// Reads the file, applies the overrides in order, parses. Errors name the file.
+// A model of neither preset nor sizes with an init_from takes its shape from
+// the Hugging Face config.json init_from names (hf_config.h): its fields
+// are written into root's model section, beside those given, which win.
+// Nothing else changes; a path that does not resolve is refused.
+absl::Status fill_model_from_hf(nlohmann::json& root);
+
+// Reads the file, applies the overrides in order, fills the model's shape
+// from init_from where it comes from there, parses. Errors name the file.
 absl::StatusOr<JobConfig> load_job_config(const std::string& path,
                                           const std::vector<std::string>& overrides, int world_size);
 

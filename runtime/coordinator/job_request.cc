@@ -115,6 +115,16 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
   } else if (run.is_null()) {
     run = {{"checkpoint", {{"dir", "checkpoints"}}}, {"resume", "latest"}};
   }
+  // A shape from init_from's config.json is read here only under an
+  // allowed root: a relative path is the job directory's, not made yet.
+  if (const nlohmann::json* model = root.contains("model") ? &root["model"] : nullptr;
+      model && model->is_object() && model->contains("init_from") && (*model)["init_from"].is_string()) {
+    const std::string from = (*model)["init_from"];
+    ZEROD_RETURN_IF_ERROR(confine("model.init_from", from, rules));
+    if (fs::path(from).is_absolute()) {
+      if (absl::Status s = fill_model_from_hf(root); !s.ok()) return bad(absl::StrCat("config: ", s.message()));
+    }
+  }
   auto cfg = parse_job_config(root, req.world_size());
   if (!cfg.ok()) return bad(absl::StrCat("config: ", cfg.status().message()));
   ZEROD_RETURN_IF_ERROR(confine("run.checkpoint.dir", *cfg->run.checkpoint.dir, rules));

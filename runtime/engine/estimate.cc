@@ -304,7 +304,7 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const std::string lora =
       cfg->lora ? absl::StrFormat(" (frozen%s), LoRA adapters of %d parameters (r %d on %s)",
                                   cfg->lora->nf4_base ? ", in NF4" : "", trained, cfg->lora->adapters.r,
-                                  lora_targets_text(cfg->lora->adapters))
+                                  lora_targets_text(cfg->lora->adapters, cfg->model.arch))
                 : "";
   out << absl::StrFormat("memory estimate: %s model, %d parameters%s; ZeRO stage %d; %d rank%s on %d node%s, %s\n",
                          cfg->preset, params, lora, cfg->zero.stage, m.ranks, m.ranks == 1 ? "" : "s", m.nodes,

@@ -20,6 +20,11 @@
 namespace zerod {
 namespace {
 
+// A model's Hugging Face files: GPT-2's, or the Llama family's.
+absl::Status export_model(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read) {
+  return layout.config().llama() ? export_llama(dir, layout, dtype, read) : export_gpt2(dir, layout, dtype, read);
+}
+
 absl::StatusOr<DType> export_dtype(const std::string& name) {
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     if (name == dtype_name(t)) return t;
@@ -56,8 +61,7 @@ absl::StatusOr<int64_t> export_checkpoint(const ExportOptions& o, DType dtype) {
     return saved.read(begin, end, out, nullptr, nullptr);
   };
   if (!m.lora) {
-    ZEROD_RETURN_IF_ERROR(layout.config().llama() ? export_llama(o.out_dir, layout, dtype, read_saved)
-                                                  : export_gpt2(o.out_dir, layout, dtype, read_saved));
+    ZEROD_RETURN_IF_ERROR(export_model(o.out_dir, layout, dtype, read_saved));
     return layout.num_params();
   }
   const nlohmann::json& base = m.json.at("lora").at("base");
@@ -74,7 +78,7 @@ absl::StatusOr<int64_t> export_checkpoint(const ExportOptions& o, DType dtype) {
   }
   ZEROD_ASSIGN_OR_RETURN(ParamInit base_init, initial_params(model, seed, base_file));
   MergedWeights merged(model, layout, std::move(base_init), read_saved, base.value("quant", "none") == "nf4");
-  ZEROD_RETURN_IF_ERROR(export_gpt2(o.out_dir, model, dtype, [&](int64_t begin, int64_t end, float* out) {
+  ZEROD_RETURN_IF_ERROR(export_model(o.out_dir, model, dtype, [&](int64_t begin, int64_t end, float* out) {
     return merged.read(begin, end, out);
   }));
   return model.num_params();

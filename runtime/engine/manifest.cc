@@ -136,8 +136,8 @@ nlohmann::json manifest_tensors(const GptLayout& layout) {
 nlohmann::json manifest_lora(const JobConfig& cfg) {
   const LoraConfig& c = cfg.lora->adapters;
   std::vector<std::string> targets;
-  for (int k = 0; k < kNumLoraTargets; ++k) {
-    if (c.targets[k]) targets.push_back(lora_target_name(k));
+  for (int k = 0; k < lora_targets_of(cfg.model.arch); ++k) {
+    if (c.targets[k]) targets.push_back(lora_target_name(cfg.model.arch, k));
   }
   // The base the adapters were trained beside: a file, or the seed's draw.
   nlohmann::json base = {{"quant", cfg.lora->nf4_base ? "nf4" : "none"}};
@@ -204,12 +204,15 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
       lora.targets.fill(false);
       for (const nlohmann::json& t : l.at("target_modules")) {
         const std::string name = t.get<std::string>();
+        const int n = lora_targets_of(c.model.arch);
         int k = 0;
-        while (k < kNumLoraTargets && name != lora_target_name(k)) ++k;
-        if (k == kNumLoraTargets) return bad(absl::StrCat("lora: target module '", name, "' is not known"));
+        while (k < n && name != lora_target_name(c.model.arch, k)) ++k;
+        if (k == n) return bad(absl::StrCat("lora: target module '", name, "' is not known"));
         lora.targets[k] = true;
       }
-      if (absl::Status s = validate_lora_config(lora); !s.ok()) return bad(absl::StrCat("lora: ", s.message()));
+      if (absl::Status s = validate_lora_config(lora, c.model.arch); !s.ok()) {
+        return bad(absl::StrCat("lora: ", s.message()));
+      }
       c.lora = lora;
     }
     const nlohmann::json& opt = m.at("optimizer");

@@ -116,6 +116,9 @@ class Kernels {
   virtual void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) = 0;
   // out = a + b; out may be a or b.
   virtual void residual_forward(Stream& s, void* out, const void* a, const void* b, int64_t n) = 0;
+  // Columns [c0, c0 + n) of N rows `ld` apart: out [N, n] = x's; y's += t.
+  virtual void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) = 0;
+  virtual void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) = 0;
   // wpe null: no learned positions (a Llama's); so dwpe in the backward.
   virtual void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
                                  int T, int C) = 0;

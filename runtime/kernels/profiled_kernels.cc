@@ -76,6 +76,12 @@ class ProfiledKernels : public Kernels {
                      int64_t N) override {
     timed(s, "rope_backward", [&] { inner_->rope_backward(s, dqkv, dout, table, shape, N); });
   }
+  void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) override {
+    timed(s, "take_columns", [&] { inner_->take_columns(s, out, x, ld, c0, N, n); });
+  }
+  void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) override {
+    timed(s, "add_columns", [&] { inner_->add_columns(s, y, ld, c0, t, N, n); });
+  }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     timed(s, "gelu_forward", [&] { inner_->gelu_forward(s, out, inp, n); });
   }

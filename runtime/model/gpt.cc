@@ -88,6 +88,7 @@ struct LlamaParts {
   RopeShape shape{};
   float eps = 0;
   int F = 0;
+  LoraTargetDims lora[kNumLoraTargets] = {};  // each target's place in its product
 };
 
 struct Dims {
@@ -99,6 +100,17 @@ struct Dims {
   LlamaParts llama;  // a Llama's (its shape's T the pass's); rope null for GPT-2
   bool is_llama() const { return llama.rope != nullptr; }
 };
+
+// The widest input or output of any target's product: a LoRA pass's
+// scratch (lora.h's t and dt) holds a row of it (4C for GPT-2).
+int lora_wide(const GptConfig& c) {
+  int wide = 0;
+  for (int t = 0; t < lora_targets_of(c.arch); ++t) {
+    const LoraTargetDims d = lora_target_dims(c, t);
+    wide = std::max({wide, d.in, d.out});
+  }
+  return wide;
+}
 
 // Layer l's adapter of target t: its dropout this pass.
 LoraDropout lora_dropout(const Dims& d, int l, int t) {
@@ -139,7 +151,7 @@ struct Gpt::Impl {
   // gradient (LlamaParts).
   Buffer rope_table, att_in, dqkv_rope;
   LlamaParts llama_parts;
-  Buffer lora_scratch;           // a LoRA product's [N, 4C] (forward, backward) and [N, r] (backward)
+  Buffer lora_scratch;           // a LoRA product's [N, lora_wide] (forward, backward) and [N, r] (backward)
   int64_t logits_rows = 0;
   // Token ids, their order for the embedding's backward, and the results
   // the host reads, on the device.
@@ -222,10 +234,7 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
                                                  bool checkpointing, Device& device, Kernels& kernels,
                                                  bool checkpoints_on_host, const LoraConfig* lora, int passes) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
-  if (lora) ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora));
-  if (lora && config.llama()) {
-    return absl::UnimplementedError("LoRA adapters are GPT-2's only so far: a Llama-family model trains in full");
-  }
+  if (lora) ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora, config.arch));
   if (B < 1 || T < 1 || T > config.block_size) {
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }
@@ -302,7 +311,7 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
   // at least one, for forward_logits.
   add(&Impl::logits, "logits, a chunk of rows", std::max(k.logits_rows(V, N) * k.logits_stride(V) * op, V * 4), W);
   add(&Impl::losses, "token losses", N * 8, W);
-  if (lora) add(&Impl::lora_scratch, "LoRA products", N * (4 * C + lora->r) * op, W);
+  if (lora) add(&Impl::lora_scratch, "LoRA products", N * (lora_wide(c) + lora->r) * op, W);
   add(&Impl::inputs, "input tokens", N * 4, W);
   add(&Impl::targets, "target tokens", N * 4, W);
   add(&Impl::order, "input tokens' order", N * 4, W);
@@ -349,6 +358,7 @@ absl::Status Gpt::allocate() {
   device_.copy(m.s, m.rope_table.data(), table.data(), table.size() * 4);
   m.llama_parts = {m.rope_table.ptr<float>(), m.att_in.data(), m.dqkv_rope.data(),
                    RopeShape{T_, c.n_head, c.kv_heads(), c.head_dim()}, static_cast<float>(c.norm_eps), c.ffn_hidden};
+  for (int t = 0; t < lora_targets_of(c.arch); ++t) m.llama_parts.lora[t] = lora_target_dims(c, t);
   return device_.synchronize(m.s);  // before `table` goes
 }
 
@@ -421,7 +431,8 @@ void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeigh
 struct BackwardBuffers {
   void *dbuf, *dqkv, *dfch;
   float* attn_scratch;
-  void* lora;  // lora_backward's dt [N, 4C], then its du [N, r]
+  void* lora;  // lora_backward's dt [N, lora_wide], then its du [N, r]
+  int64_t lora_wide;
   int64_t op_bytes;
   DType rounding;  // Impl::rounding()
 };
@@ -437,7 +448,7 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeig
   auto adapt = [&](int t, const void* in, const void* dy, void* dx, int n_in, int n_out) {
     if (!w.lora[t].a) return;
     lora_backward(k, s, {N, n_in, n_out}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx,
-                  at(bb.lora, N * 4 * C, bb.op_bytes), bb.lora, lora_dropout(d, l, t));
+                  at(bb.lora, N * bb.lora_wide, bb.op_bytes), bb.lora, lora_dropout(d, l, t));
   };
   if (w.lora[kLoraMlpCProj].a) {  // its share comes before the GELU's backward
     k.matmul_backward(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
@@ -459,36 +470,58 @@ void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeig
   k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, fp32(a, kLn1Mean), fp32(a, kLn1Rstd), N, C);
 }
 
-// A Llama block forward, as block_forward (no adapters yet):
-// h = x + o_proj(attention(rope(qkv(rmsnorm(x))))), out = h +
-// down(swiglu(gate_up(rmsnorm(h)))).
-void llama_block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const void* x,
-                         const LayerActs& a, void* proj, float* attn_scratch, void* out, DType rnd_to) {
+// A Llama block forward, as block_forward: h = x +
+// o_proj(attention(rope(qkv(rmsnorm(x))))), out = h +
+// down(swiglu(gate_up(rmsnorm(h)))); q, k and v (gate and up) adapters
+// add to their columns of the fused product.
+void llama_block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const void* x,
+                         const LayerActs& a, void* proj, float* attn_scratch, void* lora_scratch, void* out,
+                         DType rnd_to) {
   const int C = d.C, F = d.llama.F;
   const int64_t N = d.N;
   const LlamaParts& p = d.llama;
   auto rnd = [&](void* q, int64_t n) { round_operands(k, s, rnd_to, q, n); };
   auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
+  auto shape = [&](int t) {
+    const LoraTargetDims& td = p.lora[t];
+    return LoraShape{N, td.in, td.out, td.col0, td.width};
+  };
+  auto adapt = [&](int t, const void* in, void* y) {
+    if (w.lora[t].a) {
+      lora_forward(k, s, shape(t), w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, rnd_to, lora_dropout(d, l, t));
+    }
+  };
   k.rmsnorm_forward(s, a.f[kLn1], fp32(a, kLn1Rstd), x, w.ln1w, N, C, p.eps);
   rnd_field(kLn1);
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, static_cast<int>(p.shape.width()));
+  for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], a.f[kQkv]);
   rnd_field(kQkv);
   k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
   rnd(p.att_in, N * 3 * C);
   k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, p.att_in, d.B, d.T, C, d.NH);
   rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, nullptr, N, C, C);
+  adapt(kLoraO, a.f[kAtty], proj);
   rnd(proj, N * C);
   k.residual_forward(s, a.f[kRes2], x, proj, N * C);
   rnd_field(kRes2);
   k.rmsnorm_forward(s, a.f[kLn2], fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, N, C, p.eps);
   rnd_field(kLn2);
   k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, nullptr, N, C, 2 * F);
+  for (int t : {kLoraGate, kLoraUp}) adapt(t, a.f[kLn2], a.f[kFch]);
   rnd_field(kFch);
   k.swiglu_forward(s, a.f[kFchGelu], a.f[kFch], N, F);
   rnd_field(kFchGelu);
-  if (!out) return;  // recomputing for backward
+  if (!out) {
+    // Recomputing: down_proj's adapter input is all backward needs of the rest.
+    if (w.lora[kLoraDown].a) {
+      lora_input(k, s, shape(kLoraDown), w.lora[kLoraDown], a.f[kFchGelu], a.f[kLoraU + int{kLoraDown}], rnd_to,
+                 lora_dropout(d, l, kLoraDown), lora_scratch);
+    }
+    return;
+  }
   k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, nullptr, N, F, C);
+  adapt(kLoraDown, a.f[kFchGelu], proj);
   rnd(proj, N * C);
   k.residual_forward(s, out, a.f[kRes2], proj, N * C);
   rnd(out, N * C);
@@ -496,23 +529,33 @@ void llama_block_forward(Kernels& k, Stream& s, const Dims& d, const LayerWeight
 
 // A Llama block backward, as block_backward; attention's input is made
 // again from the saved q, k and v.
-void llama_block_backward(Kernels& k, Stream& s, const Dims& d, const LayerWeights& w, const void* x,
+void llama_block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const void* x,
                           const LayerActs& a, const LayerGrads& g, void* dres, const BackwardBuffers& bb) {
   const int C = d.C, F = d.llama.F;
   const int64_t N = d.N;
   const LlamaParts& p = d.llama;
+  auto adapt = [&](int t, const void* in, const void* dy, void* dx) {
+    if (!w.lora[t].a) return;
+    const LoraTargetDims& td = p.lora[t];
+    lora_backward(k, s, {N, td.in, td.out, td.col0, td.width}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx,
+                  at(bb.lora, N * bb.lora_wide, bb.op_bytes), bb.lora, lora_dropout(d, l, t));
+  };
   void* dswiglu = at(bb.dfch, N * 2 * F, bb.op_bytes);
   k.matmul_backward(s, dswiglu, g.fcprojw, nullptr, dres, a.f[kFchGelu], w.fcprojw, N, F, C);
+  adapt(kLoraDown, a.f[kFchGelu], dres, dswiglu);
   k.swiglu_backward(s, bb.dfch, a.f[kFch], dswiglu, N, F);
   k.matmul_backward(s, bb.dbuf, g.fcw, nullptr, bb.dfch, a.f[kLn2], w.fcw, N, C, 2 * F);
+  for (int t : {kLoraGate, kLoraUp}) adapt(t, a.f[kLn2], bb.dfch, bb.dbuf);
   k.rmsnorm_backward(s, dres, g.ln2w, bb.dbuf, a.f[kRes2], w.ln2w, fp32(a, kLn2Rstd), N, C);
   k.matmul_backward(s, bb.dbuf, g.attprojw, nullptr, dres, a.f[kAtty], w.attprojw, N, C, C);
+  adapt(kLoraO, a.f[kAtty], dres, bb.dbuf);
   k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
   round_operands(k, s, bb.rounding, p.att_in, N * 3 * C);
   k.attention_backward(s, bb.dqkv, bb.dbuf, p.att_in, a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
                        d.NH, bb.rounding);
   k.rope_backward(s, p.dqkv, bb.dqkv, p.rope, p.shape, N);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, p.dqkv, a.f[kLn1], w.qkvw, N, C, static_cast<int>(p.shape.width()));
+  for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], p.dqkv, bb.dbuf);
   k.rmsnorm_backward(s, dres, g.ln1w, bb.dbuf, x, w.ln1w, fp32(a, kLn1Rstd), N, C);
 }
 
@@ -537,7 +580,8 @@ absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Di
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
     if (d.is_llama()) {
-      llama_block_forward(k, s, d, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), out, rounding());
+      llama_block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), out,
+                          rounding());
     } else {
       block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), out,
                     rounding());
@@ -571,6 +615,10 @@ absl::Status Gpt::enqueue_forward_backward(WeightSource& ws, GradSink& sink, con
                                            uint64_t dropout_seed, int pass) {
   if (pass < 0 || pass >= passes_) {
     return absl::InvalidArgumentError(absl::StrCat("pass ", pass, " of a model made for ", passes_));
+  }
+  if (B < 1 || T < 1 || T > T_ || int64_t(B) * T > max_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat("a training pass of ", B, " x ", T, " tokens: the model holds ",
+                                                   max_tokens(), " tokens a pass, ", T_, " a row"));
   }
   absl::Status s = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed, pass);
   // After a failure nothing this call enqueued may still run once it
@@ -617,8 +665,8 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   }
   round_operands(k, s, m.rounding(), dres, NC);
 
-  const BackwardBuffers bb{m.dbuf.data(), m.dqkv.data(), m.dfch.data(), m.attn_scratch.ptr<float>(),
-                           m.lora_scratch.data(), m.op_bytes, m.rounding()};
+  const BackwardBuffers bb{m.dbuf.data(),          m.dqkv.data(),  m.dfch.data(), m.attn_scratch.ptr<float>(),
+                           m.lora_scratch.data(),   lora_wide(c),   m.op_bytes,    m.rounding()};
   for (int l = c.n_layer - 1; l >= 0; --l) {
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, 2 * c.n_layer - l, c.n_layer, /*backward=*/true));
@@ -631,7 +679,8 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     if (checkpointing_) {
       a = m.scratch_acts();
       if (d.is_llama()) {
-        llama_block_forward(k, s, d, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), nullptr, m.rounding());
+        llama_block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(),
+                            nullptr, m.rounding());
       } else {
         block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(),
                       nullptr, m.rounding());
@@ -642,7 +691,7 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     }
     ZEROD_ASSIGN_OR_RETURN(const LayerGrads lg, sink.layer(l));
     if (d.is_llama()) {
-      llama_block_backward(k, s, d, w, x, a, lg, dres, bb);
+      llama_block_backward(k, s, d, l, w, x, a, lg, dres, bb);
     } else {
       block_backward(k, s, d, l, w, x, a, lg, dres, bb);
     }

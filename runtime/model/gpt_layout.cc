@@ -25,6 +25,26 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
   // Llama has it at all.
   const bool llama = c.llama();
   const auto name = [&](const char* gpt2, const char* llama_name) { return llama ? llama_name : gpt2; };
+  // Each target's A [in, r] and B [r, out], named for its product.
+  static constexpr const char* kAdapterNames[2][kNumLoraTargets][2] = {
+      {{"attn.c_attn.lora_A", "attn.c_attn.lora_B"},
+       {"attn.c_proj.lora_A", "attn.c_proj.lora_B"},
+       {"mlp.c_fc.lora_A", "mlp.c_fc.lora_B"},
+       {"mlp.c_proj.lora_A", "mlp.c_proj.lora_B"},
+       {"", ""}, {"", ""}, {"", ""}},
+      {{"self_attn.q_proj.lora_A", "self_attn.q_proj.lora_B"},
+       {"self_attn.k_proj.lora_A", "self_attn.k_proj.lora_B"},
+       {"self_attn.v_proj.lora_A", "self_attn.v_proj.lora_B"},
+       {"self_attn.o_proj.lora_A", "self_attn.o_proj.lora_B"},
+       {"mlp.gate_proj.lora_A", "mlp.gate_proj.lora_B"},
+       {"mlp.up_proj.lora_A", "mlp.up_proj.lora_B"},
+       {"mlp.down_proj.lora_A", "mlp.down_proj.lora_B"}}};
+  const auto adapter = [&](int id) -> Spec {
+    const int t = (id - kQkvLoraA) / 2, b = (id - kQkvLoraA) % 2;
+    const LoraTargetDims d = t < lora_targets_of(c.arch) ? lora_target_dims(c, t) : LoraTargetDims{};
+    return {kAdapterNames[llama][t][b], b ? std::vector<int64_t>{r, d.out} : std::vector<int64_t>{d.in, r}, true,
+            true};
+  };
   const Spec specs[kNumParamTensors] = {
       {name("wte", "embed_tokens.weight"), {V, C}, false, true},
       {"wpe", {T, C}, false, true},
@@ -42,10 +62,10 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
       {"mlp.c_proj.bias", {C}, true, false},
       {name("ln_f.weight", "norm.weight"), {C}, false, false},
       {"ln_f.bias", {C}, false, false},
-      {"attn.c_attn.lora_A", {C, r}, true, true},     {"attn.c_attn.lora_B", {r, 3 * C}, true, true},
-      {"attn.c_proj.lora_A", {C, r}, true, true},     {"attn.c_proj.lora_B", {r, C}, true, true},
-      {"mlp.c_fc.lora_A", {C, r}, true, true},        {"mlp.c_fc.lora_B", {r, 4 * C}, true, true},
-      {"mlp.c_proj.lora_A", {4 * C, r}, true, true},  {"mlp.c_proj.lora_B", {r, C}, true, true},
+      adapter(kQkvLoraA), adapter(kQkvLoraB), adapter(kAttProjLoraA), adapter(kAttProjLoraB),
+      adapter(kFcLoraA),  adapter(kFcLoraB),  adapter(kFcProjLoraA),  adapter(kFcProjLoraB),
+      adapter(kLora4A),   adapter(kLora4B),   adapter(kLora5A),       adapter(kLora5B),
+      adapter(kLora6A),   adapter(kLora6B),
       {"lm_head.weight", {V, C}, false, true},
   };
   const auto in_model = [&](int id) {
@@ -63,7 +83,10 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
   // The model's layout holds the model's tensors; an adapter layout its
   // targets' A and B.
   const auto held = [&](int id) {
-    if (id >= kQkvLoraA && id < kLmHead) return lora_ && lora_->targets[(id - kQkvLoraA) / 2];
+    if (id >= kQkvLoraA && id < kLmHead) {
+      const int t = (id - kQkvLoraA) / 2;
+      return lora_ && t < lora_targets_of(c.arch) && lora_->targets[t];
+    }
     return !lora_ && in_model(id);
   };
   // Tensors are listed unit by unit, so offsets within a unit run on until

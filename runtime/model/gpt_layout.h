@@ -31,6 +31,9 @@ enum ParamId : int {
   // LoRA adapters, A and B of each target product (lora_ids()): the only
   // tensors of an adapter layout, absent from the model's.
   kQkvLoraA, kQkvLoraB, kAttProjLoraA, kAttProjLoraB, kFcLoraA, kFcLoraB, kFcProjLoraA, kFcProjLoraB,
+  // A Llama's targets 4-6 (gate_proj, up_proj, down_proj; lora_config.h);
+  // its first four take GPT-2's ids, whatever their names.
+  kLora4A, kLora4B, kLora5A, kLora5B, kLora6A, kLora6B,
   // Last, so that the ids before it (which seed their tensors' draws) are
   // GPT-2's own.
   kLmHead,
@@ -38,8 +41,14 @@ enum ParamId : int {
 };
 // A target's A; its B is the id after.
 inline constexpr int lora_a_id(int target) { return kQkvLoraA + 2 * target; }
-// Each target's product weight, by LoraTarget.
-inline constexpr std::array<int, kNumLoraTargets> kLoraProductWeights = {kQkvW, kAttProjW, kFcW, kFcProjW};
+// The products adapters sit beside (both architectures have these four).
+inline constexpr std::array<int, 4> kLoraProductWeights = {kQkvW, kAttProjW, kFcW, kFcProjW};
+// Target t's product weight in a model of architecture a.
+inline int lora_target_product(Arch a, int t) {
+  if (a != Arch::kLlama) return kLoraProductWeights[t];
+  constexpr int kLlama[kNumLoraTargets] = {kQkvW, kQkvW, kQkvW, kAttProjW, kFcW, kFcW, kFcProjW};
+  return kLlama[t];
+}
 
 struct ParamTensorInfo {
   const char* name;

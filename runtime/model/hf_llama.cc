@@ -128,6 +128,21 @@ absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType
     convert_from_f32(dtype, v, converted.data(), n);
     return out(converted.data(), converted.size());
   };
+  // The other form an earlier export left would be read instead of this one.
+  std::error_code ec;
+  if (shards.size() > 1) {
+    fs::remove(fs::path(dir) / kSingle, ec);
+  } else if (const std::optional<std::string> old = read_whole_file(dir + "/" + kIndex)) {
+    const nlohmann::json index = nlohmann::json::parse(*old, nullptr, /*allow_exceptions=*/false);
+    if (index.is_object() && index.contains("weight_map") && index["weight_map"].is_object()) {
+      for (const auto& [name, file] : index["weight_map"].items()) {
+        if (file.is_string() && file.get<std::string>().find('/') == std::string::npos) {
+          fs::remove(fs::path(dir) / file.get<std::string>(), ec);
+        }
+      }
+    }
+    fs::remove(fs::path(dir) / kIndex, ec);
+  }
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t f = 0; f < shards.size(); ++f) {
     const std::string name =
@@ -195,7 +210,9 @@ absl::Status check_config(const std::string& path, const GptConfig& job) {
 absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const GptLayout& layout) {
   std::error_code ec;
   fs::path weights(path);
-  if (fs::is_directory(weights, ec)) weights /= fs::exists(weights / kIndex, ec) ? kIndex : kSingle;
+  if (weights.filename() == "config.json") weights = weights.parent_path();
+  // As transformers: the one file where there is one, else the index.
+  if (fs::is_directory(weights, ec)) weights /= fs::exists(weights / kSingle, ec) ? kSingle : kIndex;
   const fs::path dir = weights.parent_path();
   ZEROD_RETURN_IF_ERROR(check_config(weights.string(), layout.config()));
   LlamaWeights w(layout);

@@ -24,11 +24,19 @@ void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& 
                   void* t, DType act, const LoraDropout& drop) {
   lora_input(k, s, d, w, x, u, act, drop, t);  // x' in t, read before t is written below
   k.matmul_forward(s, t, u, w.b, nullptr, d.N, w.r, d.out);
-  k.residual_forward(s, y, y, t, d.N * d.out);
+  if (d.ld() == d.out) {
+    k.residual_forward(s, y, y, t, d.N * d.out);
+  } else {
+    k.add_columns(s, y, d.ld(), d.col0, t, d.N, d.out);
+  }
 }
 
 void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const LoraGrads& g, const void* x,
                    const void* u, const void* dy, void* dx, void* du, void* dt, const LoraDropout& drop) {
+  if (d.ld() != d.out) {  // this adapter's columns of dy, in dt until dy is read
+    k.take_columns(s, dt, dy, d.ld(), d.col0, d.N, d.out);
+    dy = dt;
+  }
   k.matmul_backward(s, du, g.b, nullptr, dy, u, w.b, d.N, w.r, d.out);
   k.scale(s, du, w.scale, d.N * w.r);
   if (drop.p > 0) {

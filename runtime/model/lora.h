@@ -1,4 +1,4 @@
-// LoRA (Hu et al. 2021) on one of GPT-2's Conv1D products, through a kernel
+// LoRA (Hu et al. 2021) on one of the model's products, through a kernel
 // table: beside the frozen y = x·W + b, the low-rank y += s·(x·A)·B with
 // A [in, r] and B [r, out] in the model's [in, out] orientation (PEFT's
 // lora_A.weight is A transposed, [r, in]; lora_B.weight is B transposed,
@@ -24,10 +24,14 @@ struct LoraGrads {
   float *a, *b;
 };
 
-// One product's shape: N rows of `in` to `out`.
+// One product's shape: N rows of `in` to `out`. An adapter of a part of a
+// wider product (a Llama's q_proj of its fused q, k and v) has that
+// product's rows of `width` and adds to their columns [col0, col0 + out).
 struct LoraShape {
   int64_t N;
   int in, out;
+  int col0 = 0, width = 0;  // width 0: out, the whole product
+  int ld() const { return width ? width : out; }
 };
 
 // PEFT's lora_dropout on the adapter's input: x' = Kernels::dropout(x) with
@@ -49,13 +53,15 @@ uint64_t lora_pass_seed(uint64_t run_seed, int64_t step, int micro, int rank);
 // forward. xd [N, in] is scratch for x'.
 void lora_input(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const void* x, void* u,
                 DType act = DType::kF32, const LoraDropout& drop = {}, void* xd = nullptr);
-// y[N, out] += u·B after lora_input; t [N, max(in, out)] is scratch.
+// y[N, out] (its part of y [N, width]) += u·B after lora_input; t
+// [N, max(in, out)] is scratch.
 void lora_forward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const void* x, void* y, void* u,
                   void* t, DType act = DType::kF32, const LoraDropout& drop = {});
 
 // With dy = d(loss)/dy: B's gradient += uᵀ·dy, A's += x'ᵀ·du where
 // du = s·dy·Bᵀ, and dx += dropout(du·Aᵀ) (the forward's mask and scale).
-// du [N, r] and dt [N, in] are scratch.
+// dy is the product's [N, width]; du [N, r] and dt [N, max(in, out)] are
+// scratch.
 void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights& w, const LoraGrads& g, const void* x,
                    const void* u, const void* dy, void* dx, void* du, void* dt, const LoraDropout& drop = {});
 

@@ -6,28 +6,44 @@
 
 namespace zerod {
 
-const char* lora_target_name(int target) {
-  static constexpr const char* kNames[kNumLoraTargets] = {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"};
-  return kNames[target];
+int lora_targets_of(Arch a) { return a == Arch::kLlama ? 7 : 4; }
+
+const char* lora_target_name(Arch a, int target) {
+  static constexpr const char* kGpt2[] = {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"};
+  static constexpr const char* kLlama[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return a == Arch::kLlama ? kLlama[target] : kGpt2[target];
 }
 
-std::string lora_targets_text(const LoraConfig& c) {
+LoraTargetDims lora_target_dims(const GptConfig& c, int target) {
+  const int C = c.n_embd;
+  if (!c.llama()) {
+    const LoraTargetDims gpt2[] = {{C, 0, 3 * C, 3 * C}, {C, 0, C, C}, {C, 0, 4 * C, 4 * C}, {4 * C, 0, C, C}};
+    return gpt2[target];
+  }
+  const int q = c.n_head * c.head_dim(), kv = c.kv_heads() * c.head_dim(), W = c.qkv_width(), F = c.ffn_hidden;
+  const LoraTargetDims llama[] = {{C, 0, q, W},  {C, q, kv, W},      {C, q + kv, kv, W}, {C, 0, C, C},
+                                  {C, 0, F, 2 * F}, {C, F, F, 2 * F}, {F, 0, C, C}};
+  return llama[target];
+}
+
+std::string lora_targets_text(const LoraConfig& c, Arch a) {
   std::string text;
-  for (int k = 0; k < kNumLoraTargets; ++k) {
-    if (c.targets[k]) absl::StrAppend(&text, text.empty() ? "" : ", ", lora_target_name(k));
+  for (int k = 0; k < lora_targets_of(a); ++k) {
+    if (c.targets[k]) absl::StrAppend(&text, text.empty() ? "" : ", ", lora_target_name(a, k));
   }
   return text;
 }
 
 int64_t lora_param_count(const GptConfig& c, const LoraConfig& lora) {
-  const int64_t C = c.n_embd;
-  const int64_t in_out[kNumLoraTargets] = {C + 3 * C, C + C, C + 4 * C, 4 * C + C};
   int64_t per_layer = 0;
-  for (int k = 0; k < kNumLoraTargets; ++k) per_layer += lora.targets[k] ? lora.r * in_out[k] : 0;
+  for (int k = 0; k < lora_targets_of(c.arch); ++k) {
+    const LoraTargetDims d = lora_target_dims(c, k);
+    per_layer += lora.targets[k] ? int64_t(lora.r) * (d.in + d.out) : 0;
+  }
   return c.n_layer * per_layer;
 }
 
-absl::Status validate_lora_config(const LoraConfig& c) {
+absl::Status validate_lora_config(const LoraConfig& c, Arch a) {
   if (c.r < 1) return absl::InvalidArgumentError(absl::StrCat("model.lora.r must be at least 1, got ", c.r));
   if (!(c.alpha > 0) || !std::isfinite(c.alpha)) {
     return absl::InvalidArgumentError(absl::StrCat("model.lora.alpha must be positive, got ", c.alpha));
@@ -37,6 +53,12 @@ absl::Status validate_lora_config(const LoraConfig& c) {
   }
   if (std::ranges::none_of(c.targets, [](bool t) { return t; })) {
     return absl::InvalidArgumentError("model.lora.target_modules names no module");
+  }
+  for (int k = lora_targets_of(a); k < kNumLoraTargets; ++k) {
+    if (c.targets[k]) {
+      return absl::InvalidArgumentError(absl::StrCat("model.lora.target_modules: target ", k, " is not one of ",
+                                                     arch_name(a), "'s"));
+    }
   }
   return absl::OkStatus();
 }

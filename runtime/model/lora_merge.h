@@ -23,8 +23,8 @@ class MergedWeights {
 
  private:
   // A product's weight, whole, as merged: through NF4 with an NF4 base, plus
-  // scale·A·B of `target` (none: -1). Kept for the next read.
-  absl::StatusOr<const std::vector<float>*> merged(const ParamSegment& s, int target);
+  // scale·A·B of each adapted target in its columns. Kept for the next read.
+  absl::StatusOr<const std::vector<float>*> merged(const ParamSegment& s);
 
   const GptLayout& model_;
   const GptLayout& adapters_;

@@ -29,10 +29,12 @@ void transpose(const float* in, int64_t rows, int64_t cols, float* out) {
   }
 }
 
-nlohmann::json peft_config(const LoraConfig& c, const std::string& base_model) {
+// GPT-2's Conv1D weights are [in, out] (fan_in_fan_out), a Llama's
+// nn.Linear ones [out, in]; the adapters' files are the same either way.
+nlohmann::json peft_config(const LoraConfig& c, Arch arch, const std::string& base_model) {
   std::vector<std::string> targets;
-  for (int k = 0; k < kNumLoraTargets; ++k) {
-    if (c.targets[k]) targets.push_back(lora_target_name(k));
+  for (int k = 0; k < lora_targets_of(arch); ++k) {
+    if (c.targets[k]) targets.push_back(lora_target_name(arch, k));
   }
   return {{"peft_type", "LORA"},
           {"task_type", "CAUSAL_LM"},
@@ -41,7 +43,7 @@ nlohmann::json peft_config(const LoraConfig& c, const std::string& base_model) {
           {"lora_alpha", c.alpha},
           {"lora_dropout", c.dropout},
           {"target_modules", targets},
-          {"fan_in_fan_out", true},
+          {"fan_in_fan_out", arch != Arch::kLlama},
           {"bias", "none"},
           {"use_rslora", c.use_rslora},
           {"init_lora_weights", true},
@@ -50,7 +52,7 @@ nlohmann::json peft_config(const LoraConfig& c, const std::string& base_model) {
 
 // The adapter_config.json fields that change what the adapters compute,
 // against the job's.
-absl::Status check_peft_config(const std::string& file, const LoraConfig& want) {
+absl::Status check_peft_config(const std::string& file, const LoraConfig& want, Arch arch) {
   const std::optional<std::string> text = read_whole_file(file);
   if (!text) return absl::NotFoundError(absl::StrCat("no PEFT adapter config at ", file));
   ZEROD_ASSIGN_OR_RETURN(const nlohmann::json c, parse_strict_json(*text, file));
@@ -67,14 +69,16 @@ absl::Status check_peft_config(const std::string& file, const LoraConfig& want) 
   }
   if (c.value("use_rslora", nlohmann::json(false)) != want.use_rslora) return mismatch("use_rslora", want.use_rslora);
   if (c.value("bias", nlohmann::json("none")) != "none") return mismatch("bias", "none");
-  if (c.value("fan_in_fan_out", nlohmann::json(true)) != true) return mismatch("fan_in_fan_out", true);
+  const bool conv1d = arch != Arch::kLlama;
+  if (c.value("fan_in_fan_out", nlohmann::json(conv1d)) != conv1d) return mismatch("fan_in_fan_out", conv1d);
   return absl::OkStatus();
 }
 
 }  // namespace
 
 std::string peft_tensor_name(const GptLayout& adapters, const ParamSegment& s) {
-  return absl::StrCat("base_model.model.transformer.h.", s.layer, ".", adapters.tensor(s.id).name, ".weight");
+  const char* layers = adapters.config().llama() ? "base_model.model.model.layers." : "base_model.model.transformer.h.";
+  return absl::StrCat(layers, s.layer, ".", adapters.tensor(s.id).name, ".weight");
 }
 
 absl::Status export_peft_adapter(const std::string& dir, const GptLayout& adapters, DType dtype,
@@ -99,7 +103,8 @@ absl::Status export_peft_adapter(const std::string& dir, const GptLayout& adapte
                                             return out(converted.data(), converted.size());
                                           })
                             .status());
-  return replace_file_durably(dir + "/" + kConfig, peft_config(*adapters.lora(), base_model).dump(2) + "\n");
+  return replace_file_durably(dir + "/" + kConfig,
+                              peft_config(*adapters.lora(), adapters.config().arch, base_model).dump(2) + "\n");
 }
 
 absl::StatusOr<PeftAdapter> PeftAdapter::open(const std::string& dir, const GptLayout& adapters) {
@@ -109,7 +114,7 @@ absl::StatusOr<PeftAdapter> PeftAdapter::open(const std::string& dir, const GptL
         absl::StrCat("model.lora.init_from: ", dir, " is not a directory (PEFT's adapter directory, with ", kWeights,
                      " and ", kConfig, ")"));
   }
-  ZEROD_RETURN_IF_ERROR(check_peft_config(dir + "/" + kConfig, *adapters.lora()));
+  ZEROD_RETURN_IF_ERROR(check_peft_config(dir + "/" + kConfig, *adapters.lora(), adapters.config().arch));
   const std::string path = dir + "/" + kWeights;
   ZEROD_ASSIGN_OR_RETURN(const SafetensorsReader r, SafetensorsReader::open(path));
   const auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", why)); };

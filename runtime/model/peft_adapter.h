@@ -1,10 +1,11 @@
 // LoRA adapters in PEFT's files, as PeftModel.save_pretrained writes them
-// for GPT-2 and PeftModel.from_pretrained reads them: a directory with
+// and PeftModel.from_pretrained reads them: a directory with
 // adapter_config.json and adapter_model.safetensors, whose tensors are
-// named base_model.model.transformer.h.{i}.{module}.lora_{A,B}.weight in
-// torch Linear's orientation, A [r, in] and B [out, r]: the transposes of
-// the adapter layout's A [in, r] and B [r, out] (GPT-2's Conv1D keeps
-// [in, out], hence fan_in_fan_out).
+// named base_model.model.transformer.h.{i}.{module}.lora_{A,B}.weight
+// (GPT-2) or base_model.model.model.layers.{i}.{module}.lora_{A,B}.weight
+// (a Llama) in torch Linear's orientation, A [r, in] and B [out, r]: the
+// transposes of the adapter layout's A [in, r] and B [r, out] (GPT-2's
+// Conv1D keeps [in, out], hence its fan_in_fan_out).
 #pragma once
 
 #include <string>

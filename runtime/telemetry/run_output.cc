@@ -110,7 +110,7 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
       start["lora"] = {{"r", l.r},
             {"alpha", l.alpha},
             {"scale", l.scale()},
-            {"target_modules", lora_targets_text(l)},
+            {"target_modules", lora_targets_text(l, m.arch)},
             {"base_quant", cfg.lora->nf4_base ? "nf4" : "none"},
             {"frozen_params", gpt_param_count(m)}};
     }
@@ -136,7 +136,7 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
   if (cfg.lora) {
     const LoraConfig& l = cfg.lora->adapters;
     out_ << absl::StrFormat("  LoRA r %d alpha %g (scale %g) on %s | %d frozen base parameters%s\n", l.r, l.alpha,
-                            l.scale(), lora_targets_text(l), gpt_param_count(m),
+                            l.scale(), lora_targets_text(l, m.arch), gpt_param_count(m),
                             cfg.lora->nf4_base ? " in NF4" : "");
   }
   if (cfg.precision == DType::kF16) {

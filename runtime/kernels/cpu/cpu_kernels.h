@@ -77,6 +77,9 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 
 // out = a + b.
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
+// Columns [c0, c0 + n) of N rows `ld` apart: out [N, n] = x's; y's += t [N, n].
+void take_columns(float* out, const float* x, int64_t ld, int64_t c0, int64_t N, int n);
+void add_columns(float* y, int64_t ld, int64_t c0, const float* t, int64_t N, int n);
 // x[i] *= a.
 void scale(float* x, float a, int64_t n);
 // Kernels::dropout's mask and scale; y may be x.

@@ -74,6 +74,12 @@ class CpuKernels : public Kernels {
   void residual_forward(Stream& s, void* out, const void* a, const void* b, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::residual_forward(f32(out), f32(a), f32(b), n); });
   }
+  void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) override {
+    CpuDevice::launch(s, [=] { cpu::take_columns(f32(out), f32(x), ld, c0, N, n); });
+  }
+  void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) override {
+    CpuDevice::launch(s, [=] { cpu::add_columns(f32(y), ld, c0, f32(t), N, n); });
+  }
   void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
                          int C) override {
     CpuDevice::launch(s, [=] { cpu::embedding_forward(f32(out), tokens, f32(wte), f32(wpe), B, T, C); });

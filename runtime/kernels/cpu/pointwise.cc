@@ -33,6 +33,16 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void take_columns(float* out, const float* x, int64_t ld, int64_t c0, int64_t N, int n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < N * n; ++j) cuda::take_column_at(j, out, x, ld, c0, n);
+}
+
+void add_columns(float* y, int64_t ld, int64_t c0, const float* t, int64_t N, int n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < N * n; ++j) cuda::add_column_at(j, y, t, ld, c0, n);
+}
+
 void scale(float* x, float a, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= a;

@@ -567,6 +567,18 @@ class CudaKernels : public Kernels {
     launch_each(cs(s), N * shape.width(), "rope_backward",
                 [=] __device__(int64_t j) { cuda::rope_backward_at(j, dx, dy, table, shape); });
   }
+  void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) override {
+    const Operands o = ops(out);
+    const ConstOperands in_x = in(x);
+    launch_each(cs(s), N * n, "take_columns",
+                [=] __device__(int64_t j) { cuda::take_column_at(j, o, in_x, ld, c0, n); });
+  }
+  void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) override {
+    const Operands o = ops(y);
+    const ConstOperands in_t = in(t);
+    launch_each(cs(s), N * n, "add_columns",
+                [=] __device__(int64_t j) { cuda::add_column_at(j, o, in_t, ld, c0, n); });
+  }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     map(s, "gelu_forward", out, inp, nullptr, n, cuda::GeluOf{});
   }

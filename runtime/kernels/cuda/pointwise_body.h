@@ -29,6 +29,18 @@ ZD_HD float dropout_at(float x, float p, uint64_t seed, int64_t i) {
   return dropout_draw(seed, i) >= p ? x / (1.0f - p) : 0.0f;
 }
 
+// Element j of [N, n] against columns [c0, c0 + n) of rows `ld` apart:
+// taken out of x, or added into y (an adapter's share of a part of a
+// product's output).
+template <class O, class X>
+ZD_HD void take_column_at(int64_t j, O out, X x, int64_t ld, int64_t c0, int n) {
+  out[j] = x[j / n * ld + c0 + j % n];
+}
+template <class Y, class T>
+ZD_HD void add_column_at(int64_t j, Y y, T t, int64_t ld, int64_t c0, int n) {
+  y[j / n * ld + c0 + j % n] += t[j];
+}
+
 // The maps of the layers: f(a, b) of a map_at.
 struct GeluOf {
   ZD_HD float operator()(float x, float) const { return gelu(x); }
