@@ -21,6 +21,29 @@ inline std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
   return v;
 }
 
+// ||got - ref|| / ||ref||: a model's fp32 values against a reference in double.
+inline double relative_l2(const std::vector<float>& got, const std::vector<double>& ref) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err += (got[i] - ref[i]) * (got[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(err / norm);
+}
+
+// The mean cross-entropy of rows of V logits against their targets, in double.
+inline double mean_cross_entropy(const std::vector<double>& logits, const std::vector<int32_t>& targets, int V) {
+  double total = 0;
+  for (size_t n = 0; n < targets.size(); ++n) {
+    const double* row = logits.data() + n * V;
+    const double mx = *std::max_element(row, row + V);
+    double sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    total += std::log(sum) - (row[targets[n]] - mx);
+  }
+  return total / static_cast<double>(targets.size());
+}
+
 // n token ids below vocab.
 inline std::vector<int32_t> random_tokens(int64_t n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);

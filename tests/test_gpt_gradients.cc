@@ -25,19 +25,6 @@ using testing::dot;
 using testing::random_vector;
 
 GptConfig small_gpt2() { return {2, 2, 16, 32, 8}; }  // n_layer, n_head, n_embd, vocab, block
-GptConfig small_llama(bool qwen) {
-  GptConfig c = *gpt_preset("llama-tiny");
-  c.n_embd = 16;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.ffn_hidden = 24;
-  c.vocab_size = 32;
-  c.block_size = 8;
-  c.qkv_bias = qwen;
-  c.tie_embeddings = qwen;
-  return c;
-}
-
 struct Fixture {
   GptConfig cfg;
   int B = 2, T = 8;
@@ -121,7 +108,7 @@ TEST_P(GptGradientsOf, CheckpointingGivesIdenticalGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GptGradientsOf,
-                         ::testing::Values(small_gpt2(), small_llama(false), small_llama(true)),
+                         ::testing::Values(small_gpt2(), testing::small_llama(false), testing::small_llama(true)),
                          [](const auto& info) {
                            return !info.param.llama() ? "Gpt2" : info.param.qkv_bias ? "QwenLike" : "Llama";
                          });

@@ -10,22 +10,14 @@
 
 #include "runtime/kernels/cuda/hd.h"
 #include "runtime/model/gpt.h"
+#include "tests/float_compare.h"
 #include "tests/test_support.h"
 
 namespace zerod {
 namespace {
 
 using Mat = std::vector<double>;
-
-// ||got - ref|| / ||ref||.
-double relative_l2(const std::vector<float>& got, const Mat& ref) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err += (got[i] - ref[i]) * (got[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  return std::sqrt(err / norm);
-}
+using testing::relative_l2;
 
 struct NaiveGpt {
   const GptLayout& layout;
@@ -148,14 +140,7 @@ TEST(GptReference, LogitsAndLossMatchNaiveImplementation) {
     }
   }
 
-  double ref_loss = 0;
-  for (int n = 0; n < B * T; ++n) {
-    double mx = -1e300, sum = 0;
-    for (int v = 0; v < cfg.vocab_size; ++v) mx = std::max(mx, ref[n * cfg.vocab_size + v]);
-    for (int v = 0; v < cfg.vocab_size; ++v) sum += std::exp(ref[n * cfg.vocab_size + v] - mx);
-    ref_loss += std::log(sum) - (ref[n * cfg.vocab_size + targets[n]] - mx);
-  }
-  ref_loss /= B * T;
+  const double ref_loss = testing::mean_cross_entropy(ref, targets, cfg.vocab_size);
   std::vector<float> grads(params.size(), 0.0f);
   FlatGrads sink(&model->layout(), grads.data());
   const double loss = *model->forward_backward(w, sink, tokens.data(), targets.data(), B, T, 1.0f);

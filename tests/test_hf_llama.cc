@@ -32,7 +32,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string fixture(const std::string& name) { return std::string(ZEROD_SOURCE_DIR) + "/tests/fixtures/hf_llama/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(ZEROD_SOURCE_DIR) + "/tests/fixtures/hf_llama/" + name;
+}
 
 nlohmann::json expected(const std::string& name) {
   std::ifstream in(fixture(name) + "/expected.json");
@@ -301,7 +303,8 @@ class HfLlamaBadInput : public testing::TempDirTest {
   std::string copy_of(const std::string& name, const std::function<void(nlohmann::json&)>& edit = {}) {
     const std::string dir = path(name + "-" + std::to_string(copies_++));
     fs::create_directories(dir);
-    for (const auto& e : fs::directory_iterator(fixture(name))) fs::copy(e.path(), dir + "/" + e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(fixture(name)))
+      fs::copy(e.path(), dir + "/" + e.path().filename().string());
     if (edit) {
       std::ifstream in(dir + "/config.json");
       nlohmann::json c = nlohmann::json::parse(in);

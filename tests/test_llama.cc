@@ -14,6 +14,7 @@
 #include "runtime/model/gpt.h"
 #include "runtime/model/rope.h"
 #include "tests/fd_check.h"
+#include "tests/float_compare.h"
 #include "tests/test_support.h"
 
 namespace zerod {
@@ -21,15 +22,7 @@ namespace {
 
 using Mat = std::vector<double>;
 using testing::random_vector;
-
-double relative_l2(const std::vector<float>& got, const Mat& ref) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err += (got[i] - ref[i]) * (got[i] - ref[i]);
-    norm += ref[i] * ref[i];
-  }
-  return std::sqrt(err / norm);
-}
+using testing::relative_l2;
 
 // sum(out * r): a scalar whose gradient with respect to out is r.
 double weighted(const std::vector<float>& out, const std::vector<float>& r) {
@@ -306,7 +299,8 @@ struct NaiveLlama {
             double mx = -1e300;
             for (int s = 0; s <= t; ++s) {
               double d = 0;
-              for (int i = 0; i < hd; ++i) d += qkv[(b * T + t) * W + hh * hd + i] * qkv[(b * T + s) * W + C + kvh * hd + i];
+              for (int i = 0; i < hd; ++i)
+                d += qkv[(b * T + t) * W + hh * hd + i] * qkv[(b * T + s) * W + C + kvh * hd + i];
               w[s] = d / std::sqrt(double(hd));
               mx = std::max(mx, w[s]);
             }
@@ -386,14 +380,7 @@ TEST_P(LlamaModel, LogitsAndLossMatchNaiveImplementation) {
   // fp32 arithmetic against double.
   EXPECT_LT(relative_l2(logits, ref), 1e-5);
 
-  double ref_loss = 0;
-  for (int n = 0; n < B * T; ++n) {
-    double mx = -1e300, sum = 0;
-    for (int v = 0; v < cfg.vocab_size; ++v) mx = std::max(mx, ref[n * cfg.vocab_size + v]);
-    for (int v = 0; v < cfg.vocab_size; ++v) sum += std::exp(ref[n * cfg.vocab_size + v] - mx);
-    ref_loss += std::log(sum) - (ref[n * cfg.vocab_size + targets[n]] - mx);
-  }
-  ref_loss /= B * T;
+  const double ref_loss = testing::mean_cross_entropy(ref, targets, cfg.vocab_size);
   std::vector<float> grads(params.size(), 0.0f);
   FlatGrads sink(&model->layout(), grads.data());
   const double loss = *model->forward_backward(w, sink, tokens.data(), targets.data(), B, T, 1.0f);

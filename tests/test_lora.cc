@@ -131,15 +131,7 @@ TEST(Lora, GradientsOfAAndBMatchFiniteDifferences) {
 // frozen model's weights from one flat buffer, the adapters from another,
 // gradients into an adapter-shaped buffer only.
 GptConfig small_model(bool llama) {
-  if (!llama) return {2, 2, 16, 32, 8};  // n_layer, n_head, n_embd, vocab, block
-  GptConfig c = *gpt_preset("llama-tiny");
-  c.n_embd = 16;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.ffn_hidden = 24;
-  c.vocab_size = 32;
-  c.block_size = 8;
-  return c;
+  return llama ? testing::small_llama() : GptConfig{2, 2, 16, 32, 8};  // n_layer, n_head, n_embd, vocab, block
 }
 
 struct LoraModel {
@@ -214,7 +206,8 @@ TEST(LoraModelTest, WithBZeroTheLossIsTheModelsBitForBit) {
     EXPECT_EQ(loss, m.plain_loss(m.params));
     double a_norm = 0, b_norm = 0;
     for (const ParamSegment& s : m.adapter_layout.segments()) {
-      for (int64_t i = 0; i < s.numel; ++i) ((s.id - kQkvLoraA) % 2 ? b_norm : a_norm) += std::fabs(grads[s.offset + i]);
+      for (int64_t i = 0; i < s.numel; ++i)
+        ((s.id - kQkvLoraA) % 2 ? b_norm : a_norm) += std::fabs(grads[s.offset + i]);
     }
     EXPECT_EQ(a_norm, 0.0);
     EXPECT_GT(b_norm, 1e-3);

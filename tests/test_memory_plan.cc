@@ -653,20 +653,33 @@ TEST_F(EstimateTest, TheLargestExampleFitsTheGpuMachinesAndA70BFitsOnPaper) {
 
 // A machine too small for any configuration: said, with the closest one
 // and by how much it is short; exit 1 and no config written.
-// The Llama-3.2-1B example fits its own 8 GiB cap, by the plan: 1.24B
-// parameters in bf16 on the GPU, the optimizer and the gradient shard in
-// pinned host memory.
-TEST_F(EstimateTest, TheLlamaExampleFitsItsCap) {
-  const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/llama-3.2-1b-finetune.json";
-  const Result e = estimate({"--config", example, "--json", "--host-memory", "64GiB"});
-  ASSERT_EQ(e.code, 0) << e.err;
-  const nlohmann::json r = nlohmann::json::parse(e.out);
-  EXPECT_EQ(r["fits"], true) << r;
-  EXPECT_EQ(r["params"], 1235814400) << r;
-  const uint64_t gpu = r["per_rank"]["gpu"]["total"];
-  EXPECT_LE(gpu, uint64_t{8} << 30);
-  EXPECT_GE(r["per_rank"]["gpu"]["params"].get<uint64_t>(), 2 * uint64_t{1235814400});
-  EXPECT_GE(r["per_rank"]["pinned"]["optimizer"].get<uint64_t>(), 12 * uint64_t{1235814400});
+// The Llama family's examples fit their own caps on a node of 128 GiB, by
+// the plan: Llama-3.2-1B in full under 8 GiB (bf16 parameters on the GPU,
+// AdamW's masters and states pinned on the host), Llama-3.1-8B's QLoRA
+// under 12 GiB (its NF4 base offloaded to pinned memory) and Qwen2.5-7B in
+// full under 40 GiB (its optimizer on the host).
+TEST_F(EstimateTest, TheLlamaExamplesFitTheirCaps) {
+  struct Example {
+    const char* file;
+    int cap_gib;
+    int64_t params;
+    const char* big_tier;  // where most of the run's state goes
+    const char* category;
+  };
+  for (const Example& x : {Example{"llama-3.2-1b-finetune", 8, 1235814400, "pinned", "optimizer"},
+                           Example{"llama-3.1-8b-qlora", 12, 8030261248, "pinned", "frozen"},
+                           Example{"qwen2.5-7b-offload", 40, 7615616512, "pinned", "optimizer"}}) {
+    SCOPED_TRACE(x.file);
+    const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/" + x.file + ".json";
+    const Result e = estimate({"--config", example, "--json", "--host-memory", "128GiB"});
+    ASSERT_EQ(e.code, 0) << e.err;
+    const nlohmann::json r = nlohmann::json::parse(e.out);
+    EXPECT_EQ(r["fits"], true) << r;
+    EXPECT_EQ(r["params"], x.params) << r;
+    EXPECT_LE(r["per_rank"]["gpu"]["total"].get<uint64_t>(), uint64_t(x.cap_gib) << 30);
+    // The model's bytes at 16 bits or less in full, 0.5 a weight in NF4.
+    EXPECT_GE(r["per_rank"][x.big_tier][x.category].get<uint64_t>(), uint64_t(x.params) * 2 / 5);
+  }
 }
 
 TEST_F(EstimateTest, FitSaysByHowMuchWhenNothingFits) {

@@ -38,6 +38,22 @@ inline nlohmann::json tiny_job() {
   };
 }
 
+// A Llama small enough for finite differences: 2 layers of 16 in 4 heads
+// sharing 2 key heads, an MLP of 24, 32 tokens, 8 positions, its own
+// head; or (`qwen`) Qwen2's q/k/v biases and a tied head.
+inline GptConfig small_llama(bool qwen = false) {
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_embd = 16;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.ffn_hidden = 24;
+  c.vocab_size = 32;
+  c.block_size = 8;
+  c.qkv_bias = qwen;
+  c.tie_embeddings = qwen;
+  return c;
+}
+
 // How the in-process tests run the CPU device: synchronously, or with
 // ZEROD_TEST_STREAMS=threaded (ctest's `threaded` label) as a GPU would,
 // each stream on a thread of its own with random delays and the device's

@@ -34,7 +34,8 @@ class HfKeys {
     }
     return v->get<int>();
   }
-  absl::StatusOr<double> number(const nlohmann::json& in, const std::string& key, std::optional<double> fallback) const {
+  absl::StatusOr<double> number(const nlohmann::json& in, const std::string& key,
+                                std::optional<double> fallback) const {
     auto it = in.find(key);
     if (it == in.end() || it->is_null()) return fallback ? absl::StatusOr<double>(*fallback) : bad(key, "is missing");
     if (!it->is_number()) return bad(key, absl::StrCat("is ", it->dump(), ", not a number"));
@@ -73,10 +74,12 @@ absl::Status read_rope(const HfKeys& k, GptConfig& c) {
   if (!scaling) return absl::OkStatus();
   const char* key = params ? "rope_parameters" : "rope_scaling";
   if (!scaling->is_object()) return k.bad(key, "is not an object");
-  const nlohmann::json& type = scaling->contains("rope_type") ? (*scaling)["rope_type"] : scaling->value("type", nlohmann::json());
+  const nlohmann::json& type =
+      scaling->contains("rope_type") ? (*scaling)["rope_type"] : scaling->value("type", nlohmann::json());
   if (type == "default") return absl::OkStatus();
   if (type != "llama3") {
-    return k.bad(key, absl::StrCat("has rope type ", type.dump(), ": zerod turns positions as \"default\" or \"llama3\""));
+    return k.bad(key,
+                 absl::StrCat("has rope type ", type.dump(), ": zerod turns positions as \"default\" or \"llama3\""));
   }
   RopeScaling& r = c.rope_scaling;
   ZEROD_ASSIGN_OR_RETURN(r.factor, k.number(*scaling, "factor", std::nullopt));
@@ -102,7 +105,8 @@ absl::StatusOr<GptConfig> llama_from(const HfKeys& k, const std::string& type) {
   c.qkv_bias = type == "qwen2";
   ZEROD_RETURN_IF_ERROR(read_rope(k, c));
   if (c.n_embd % c.n_head == 0) {
-    ZEROD_RETURN_IF_ERROR(k.only("head_dim", {c.n_embd / c.n_head}, "zerod's heads are hidden_size / num_attention_heads"));
+    ZEROD_RETURN_IF_ERROR(
+        k.only("head_dim", {c.n_embd / c.n_head}, "zerod's heads are hidden_size / num_attention_heads"));
   }
   ZEROD_RETURN_IF_ERROR(k.only("hidden_act", {"silu"}, "zerod's MLP is SwiGLU, of silu"));
   ZEROD_RETURN_IF_ERROR(k.only("attention_bias", {false}, "zerod's Llama has no biases on q, k, v and o_proj"));
@@ -135,9 +139,10 @@ absl::StatusOr<GptConfig> gpt2_from(const HfKeys& k) {
 absl::StatusOr<GptConfig> read_hf_config(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
-  const std::string file =
-      (fs::is_directory(p, ec) ? p / "config.json" : p.filename() == "config.json" ? p : p.parent_path() / "config.json")
-          .string();
+  const std::string file = (fs::is_directory(p, ec)         ? p / "config.json"
+                            : p.filename() == "config.json" ? p
+                                                            : p.parent_path() / "config.json")
+                               .string();
   const std::optional<std::string> text = read_whole_file(file);
   if (!text) return absl::InvalidArgumentError(absl::StrCat("no Hugging Face config.json at ", file));
   ZEROD_ASSIGN_OR_RETURN(const nlohmann::json j, parse_strict_json(*text, file));
@@ -147,6 +152,14 @@ absl::StatusOr<GptConfig> read_hf_config(const std::string& path) {
   if (type == "llama" || type == "mistral" || type == "qwen2") return llama_from(k, type.get<std::string>());
   if (type == "gpt2") return gpt2_from(k);
   return k.bad("model_type", absl::StrCat("is ", type.dump(), ": zerod trains llama, mistral, qwen2 and gpt2"));
+}
+
+const char* torch_dtype(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+    default: return "float32";
+  }
 }
 
 nlohmann::json hf_llama_config_json(const GptConfig& c, DType dtype) {
@@ -166,7 +179,7 @@ nlohmann::json hf_llama_config_json(const GptConfig& c, DType dtype) {
                       {"rope_scaling", nullptr},
                       {"tie_word_embeddings", c.tie_embeddings},
                       {"hidden_act", "silu"},
-                      {"torch_dtype", dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32"}};
+                      {"torch_dtype", torch_dtype(dtype)}};
   if (r.factor != 0) {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", r.factor},

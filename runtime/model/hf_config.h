@@ -21,6 +21,9 @@ namespace zerod {
 // full causal one.
 absl::StatusOr<GptConfig> read_hf_config(const std::string& path);
 
+// config.json's name of weights of type t: "float32", "bfloat16", "float16".
+const char* torch_dtype(DType t);
+
 // A Llama-family model's config.json: LlamaForCausalLM's, or
 // Qwen2ForCausalLM's where it has q/k/v biases, weights of `dtype`.
 nlohmann::json hf_llama_config_json(const GptConfig& c, DType dtype);

@@ -11,17 +11,10 @@
 #include "runtime/core/strict_json.h"
 #include "runtime/core/whole_file.h"
 #include "runtime/kernels/kernels.h"
+#include "runtime/model/hf_config.h"
 
 namespace zerod {
 namespace {
-
-const char* torch_dtype(DType t) {
-  switch (t) {
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
-    default: return "float32";
-  }
-}
 
 // GPT2Config's fields for this model (the activation is the tanh GELU).
 static_assert(kLayerNormEps == 1e-5f, "config.json states the LayerNorm epsilon");

@@ -279,7 +279,8 @@ absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const G
                                       ", the model needs ", nlohmann::json(h.shape).dump()));
       }
       if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
-        return bad(file, absl::StrCat("tensor '", h.name, "' is ", dtype_name(t.dtype), "; weights must be F32, BF16 or F16"));
+        return bad(
+            file, absl::StrCat("tensor '", h.name, "' is ", dtype_name(t.dtype), "; weights must be F32, BF16 or F16"));
       }
       parts.push_back(*p);
       used[h.name] = true;
