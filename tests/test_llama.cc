@@ -1,9 +1,9 @@
 // The Llama family's layers and model against independent references: the
 // CPU kernels against plain double loops and finite differences (the
 // rotary embedding, linear in its input, against its own adjoint), the
-// rotary table against frequencies worked by hand, the presets against
-// their published parameter counts, and the model's logits and loss
-// against a naive Llama written here in double precision.
+// rotary table against frequencies worked by hand, and the presets against
+// their published parameter counts. (The model against a naive Llama:
+// tests/test_gpt_reference.cc.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,18 +11,15 @@
 #include <vector>
 
 #include "runtime/kernels/cpu/cpu_kernels.h"
-#include "runtime/model/gpt.h"
+#include "runtime/model/gpt_layout.h"
 #include "runtime/model/rope.h"
 #include "tests/fd_check.h"
-#include "tests/float_compare.h"
 #include "tests/test_support.h"
 
 namespace zerod {
 namespace {
 
-using Mat = std::vector<double>;
 using testing::random_vector;
-using testing::relative_l2;
 
 // sum(out * r): a scalar whose gradient with respect to out is r.
 double weighted(const std::vector<float>& out, const std::vector<float>& r) {
@@ -236,159 +233,6 @@ TEST(LlamaPresets, ABadShapeIsRefusedNamingTheField) {
   EXPECT_NE(gpt_preset("llama-9b").status().message().find("llama-3.2-1b"), std::string::npos);
 }
 
-// A Llama in plain loops and doubles: HF's LlamaForCausalLM.
-struct NaiveLlama {
-  const GptLayout& layout;
-  const std::vector<float>& p;
-
-  const float* at(int id, int layer) const { return p.data() + layout.offset(id, layer); }
-  const float* maybe(int id, int layer) const { return layout.tensor(id).numel ? at(id, layer) : nullptr; }
-
-  static Mat rmsnorm(const Mat& x, const float* w, int N, int C, double eps) {
-    Mat out(x.size());
-    for (int n = 0; n < N; ++n) {
-      double ms = 0;
-      for (int i = 0; i < C; ++i) ms += x[n * C + i] * x[n * C + i];
-      const double r = 1 / std::sqrt(ms / C + eps);
-      for (int i = 0; i < C; ++i) out[n * C + i] = x[n * C + i] * r * w[i];
-    }
-    return out;
-  }
-  static Mat linear(const Mat& x, const float* w, const float* b, int N, int in, int out) {
-    Mat y(size_t(N) * out);
-    for (int n = 0; n < N; ++n) {
-      for (int o = 0; o < out; ++o) {
-        double s = b ? b[o] : 0;
-        for (int i = 0; i < in; ++i) s += x[n * in + i] * w[i * out + o];
-        y[n * out + o] = s;
-      }
-    }
-    return y;
-  }
-  // Head h's vector at position n, turned: x[d] cos + rotate_half(x)[d] sin.
-  static void turn(double* x, int hd, int pos, double theta) {
-    std::vector<double> y(hd);
-    for (int d = 0; d < hd; ++d) {
-      const int i = d % (hd / 2);
-      const double a = pos * std::pow(theta, -2.0 * i / hd);
-      y[d] = x[d] * std::cos(a) + (d < hd / 2 ? -x[d + hd / 2] : x[d - hd / 2]) * std::sin(a);
-    }
-    std::copy(y.begin(), y.end(), x);
-  }
-
-  Mat logits(const std::vector<int32_t>& tok, int B, int T) const {
-    const GptConfig& c = layout.config();
-    const int C = c.n_embd, NH = c.n_head, KV = c.kv_heads(), hd = c.head_dim(), N = B * T, V = c.vocab_size;
-    const int W = c.qkv_width(), F = c.ffn_hidden;
-    Mat x(size_t(N) * C);
-    for (int n = 0; n < N; ++n) {
-      for (int i = 0; i < C; ++i) x[n * C + i] = at(kWte, 0)[tok[n] * C + i];
-    }
-    for (int l = 0; l < c.n_layer; ++l) {
-      const Mat h = rmsnorm(x, at(kLn1W, l), N, C, c.norm_eps);
-      Mat qkv = linear(h, at(kQkvW, l), maybe(kQkvB, l), N, C, W);
-      for (int n = 0; n < N; ++n) {
-        for (int hh = 0; hh < NH + KV; ++hh) turn(&qkv[n * W + hh * hd], hd, n % T, c.rope_theta);
-      }
-      Mat y(size_t(N) * C, 0.0);
-      for (int b = 0; b < B; ++b) {
-        for (int hh = 0; hh < NH; ++hh) {
-          const int kvh = hh / (NH / KV);
-          for (int t = 0; t < T; ++t) {
-            std::vector<double> w(t + 1);
-            double mx = -1e300;
-            for (int s = 0; s <= t; ++s) {
-              double d = 0;
-              for (int i = 0; i < hd; ++i)
-                d += qkv[(b * T + t) * W + hh * hd + i] * qkv[(b * T + s) * W + C + kvh * hd + i];
-              w[s] = d / std::sqrt(double(hd));
-              mx = std::max(mx, w[s]);
-            }
-            double sum = 0;
-            for (double& v : w) sum += (v = std::exp(v - mx));
-            for (int s = 0; s <= t; ++s) {
-              for (int i = 0; i < hd; ++i) {
-                y[(b * T + t) * C + hh * hd + i] += w[s] / sum * qkv[(b * T + s) * W + C + KV * hd + kvh * hd + i];
-              }
-            }
-          }
-        }
-      }
-      const Mat a = linear(y, at(kAttProjW, l), nullptr, N, C, C);
-      for (size_t i = 0; i < x.size(); ++i) x[i] += a[i];
-      const Mat h2 = rmsnorm(x, at(kLn2W, l), N, C, c.norm_eps);
-      const Mat gu = linear(h2, at(kFcW, l), nullptr, N, C, 2 * F);
-      Mat act(size_t(N) * F);
-      for (int n = 0; n < N; ++n) {
-        for (int i = 0; i < F; ++i) {
-          const double g = gu[n * 2 * F + i], u = gu[n * 2 * F + F + i];
-          act[n * F + i] = g / (1 + std::exp(-g)) * u;
-        }
-      }
-      const Mat m = linear(act, at(kFcProjW, l), nullptr, N, F, C);
-      for (size_t i = 0; i < x.size(); ++i) x[i] += m[i];
-    }
-    const Mat h = rmsnorm(x, at(kLnfW, 0), N, C, c.norm_eps);
-    const float* head = c.tie_embeddings ? at(kWte, 0) : at(kLmHead, 0);
-    Mat out(size_t(N) * V);
-    for (int n = 0; n < N; ++n) {
-      for (int v = 0; v < V; ++v) {
-        double s = 0;
-        for (int i = 0; i < C; ++i) s += h[n * C + i] * head[v * C + i];
-        out[n * V + v] = s;
-      }
-    }
-    return out;
-  }
-};
-
-// Grouped-query with its own head (llama-tiny's shape), and Qwen2's: q/k/v
-// biases, a tied head, an eps of 1e-6, a theta of 1e6.
-GptConfig qwen_like() {
-  GptConfig c = *gpt_preset("llama-tiny");
-  c.n_embd = 48;
-  c.n_head = 6;
-  c.n_kv_head = 2;
-  c.ffn_hidden = 72;
-  c.qkv_bias = true;
-  c.tie_embeddings = true;
-  c.norm_eps = 1e-6;
-  c.rope_theta = 1e6;
-  return c;
-}
-
-class LlamaModel : public ::testing::TestWithParam<GptConfig> {};
-
-TEST_P(LlamaModel, LogitsAndLossMatchNaiveImplementation) {
-  GptConfig cfg = GetParam();
-  cfg.vocab_size = 50;
-  const int B = 3, T = 11;
-  testing::CpuRig rig;
-  auto model = *Gpt::create(cfg, B, 16, DType::kF32, false, rig.device, *rig.kernels);
-  std::vector<float> params(model->layout().num_params());
-  init_gpt_params(model->layout(), 5, params.data());
-  NormalRng rng(9);
-  for (float& p : params) p += static_cast<float>(0.05 * rng.next());  // gains away from 1, biases from 0
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % cfg.vocab_size);
-  for (auto& t : targets) t = static_cast<int32_t>(rng.next_u64() % cfg.vocab_size);
-
-  const Mat ref = NaiveLlama{model->layout(), params}.logits(tokens, B, T);
-  auto w = *FlatWeights::create(&model->layout(), DType::kF32, params.data(), rig.device, *rig.kernels);
-  std::vector<float> logits(size_t(B) * T * cfg.vocab_size);
-  ASSERT_TRUE(model->forward_logits(w, tokens.data(), B, T, logits.data(), /*last_only=*/false).ok());
-  // fp32 arithmetic against double.
-  EXPECT_LT(relative_l2(logits, ref), 1e-5);
-
-  const double ref_loss = testing::mean_cross_entropy(ref, targets, cfg.vocab_size);
-  std::vector<float> grads(params.size(), 0.0f);
-  FlatGrads sink(&model->layout(), grads.data());
-  const double loss = *model->forward_backward(w, sink, tokens.data(), targets.data(), B, T, 1.0f);
-  EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss);
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, LlamaModel, ::testing::Values(*gpt_preset("llama-tiny"), qwen_like()),
-                         [](const auto& info) { return info.param.qkv_bias ? "QwenLike" : "LlamaTiny"; });
 
 }  // namespace
 }  // namespace zerod
