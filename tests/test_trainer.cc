@@ -281,5 +281,26 @@ TEST(Trainer, DemoLearnsTheSyntheticTask) {
   EXPECT_GE(*t->synthetic_accuracy(), 0.8);
 }
 
+// The demo's job as a Llama (its sizes, with llama-tiny's grouped-query
+// heads, SwiGLU of 128 and untied head) for a third of the steps: the loss
+// falls below 40% of its start (5.66 to 1.12 here) and some held-out
+// prompts are answered (6.5% here; the whole 3000 steps reach 34.5% at a
+// loss of 1.02, where GPT-2's demo passes 80%).
+TEST(Trainer, ALlamaLearnsTheSyntheticTaskToo) {
+  std::ifstream in(std::string(ZEROD_SOURCE_DIR) + "/examples/demo.json");
+  const JobConfig cfg = testing::config_with(nlohmann::json::parse(in), {"model.preset=llama-tiny", "run.steps=1000",
+                                                                         "scheduler.params.total_num_steps=1000"});
+  ASSERT_TRUE(cfg.model.llama());
+  auto t = *testing::make_trainer(cfg);
+  double first = 0, last = 0;
+  for (int64_t i = 0; i < cfg.run.steps; ++i) {
+    auto s = *t->step();
+    if (i == 0) first = s.loss;
+    last = s.loss;
+  }
+  EXPECT_LT(last, 0.4 * first);
+  EXPECT_GE(*t->synthetic_accuracy(), 0.03);
+}
+
 }  // namespace
 }  // namespace zerod
