@@ -125,6 +125,29 @@ TEST_F(JobRequestTest, RelativePathsStayInTheJobDirectory) {
             std::string::npos);
 }
 
+// A model whose shape is its Hugging Face config.json: read at submission
+// only under an allowed root (never outside one, even to say whether it
+// exists); a relative directory (the job's, made at launch) needs the shape
+// given.
+TEST_F(JobRequestTest, TakesAModelsShapeFromItsConfigJsonOnlyUnderAnAllowedRoot) {
+  const std::string fixture = std::string(ZEROD_SOURCE_DIR) + "/tests/fixtures/hf_llama/llama";
+  fs::copy(fixture, path("allowed/llama"));
+  nlohmann::json j = tiny_job();
+  j["model"] = {{"init_from", fs::canonical(path("allowed/llama")).string()}, {"block_size", 32}};
+  auto prepared = prepare_job(request(j), rules_);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ((*prepared)["model"]["arch"], "llama");
+  EXPECT_EQ((*prepared)["model"]["n_kv_head"], 2);
+  EXPECT_EQ((*prepared)["model"]["block_size"], 32);  // given, so kept
+  j["model"]["init_from"] = fixture;  // outside the roots
+  EXPECT_NE(refusal(request(j)).find("is outside the roots"), std::string::npos);
+  j["model"]["init_from"] = "llama";
+  EXPECT_NE(refusal(request(j)).find("takes the model's shape from its config.json only by an absolute path"),
+            std::string::npos);
+  j["model"]["preset"] = "llama-tiny";  // the shape given: the directory is read at launch
+  EXPECT_TRUE(prepare_job(request(j), rules_).ok());
+}
+
 TEST_F(JobRequestTest, RefusesBadRequestFields) {
   EXPECT_EQ(refusal(request(tiny_job(), 0)), "world_size is 0; a job has at least 1 rank");
   EXPECT_EQ(refusal(request(tiny_job(), 5)), "the job asks for 5 ranks but this zerod runs at most 4 (--slots)");

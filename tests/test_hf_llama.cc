@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -148,6 +149,21 @@ TEST_P(HfLlamaTest, ExportIsTheFilesTensorsBitForBitAndItsConfigTheShape) {
     ASSERT_TRUE((*again)(0, layout_->num_params(), p.data()).ok());
     EXPECT_EQ(p, params_);
   }
+  // Exported again into one directory, one form then the other: only the
+  // last one's files stay, so transformers reads no stale weights.
+  const std::string again_dir = path("export-again");
+  const auto names = [&] {
+    std::set<std::string> n;
+    for (const auto& e : fs::directory_iterator(again_dir)) n.insert(e.path().filename().string());
+    return n;
+  };
+  ASSERT_TRUE(export_llama(again_dir, *layout_, DType::kF32, read, 8 << 10).ok());
+  const std::set<std::string> sharded = names();
+  EXPECT_GT(sharded.size(), 3u);
+  ASSERT_TRUE(export_llama(again_dir, *layout_, DType::kF32, read).ok());
+  EXPECT_EQ(names(), (std::set<std::string>{"config.json", "model.safetensors"}));
+  ASSERT_TRUE(export_llama(again_dir, *layout_, DType::kF32, read, 8 << 10).ok());
+  EXPECT_EQ(names(), sharded);
   // In bf16: each value rounded once.
   const std::string out = path("export-bf16");
   ASSERT_TRUE(export_llama(out, *layout_, DType::kBF16, read).ok());

@@ -121,15 +121,19 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
       model && model->is_object() && model->contains("init_from") && (*model)["init_from"].is_string()) {
     const std::string from = (*model)["init_from"];
     ZEROD_RETURN_IF_ERROR(confine("model.init_from", from, rules));
-    if (fs::path(from).is_absolute()) {
-      if (absl::Status s = fill_model_from_hf(root); !s.ok()) return bad(absl::StrCat("config: ", s.message()));
+    const bool shape_given = model->contains("n_layer") || model->value("preset", nlohmann::json("custom")) != "custom";
+    if (!shape_given && !fs::path(from).is_absolute()) {
+      return bad(absl::StrCat("model.init_from '", from,
+                              "': a job takes the model's shape from its config.json only by an absolute path under "
+                              "an allowed root (a relative one is the job directory's, made at launch); or give the "
+                              "model's preset or sizes"));
     }
+    if (absl::Status s = fill_model_from_hf(root); !s.ok()) return bad(absl::StrCat("config: ", s.message()));
   }
   auto cfg = parse_job_config(root, req.world_size());
   if (!cfg.ok()) return bad(absl::StrCat("config: ", cfg.status().message()));
   ZEROD_RETURN_IF_ERROR(confine("run.checkpoint.dir", *cfg->run.checkpoint.dir, rules));
   if (cfg->run.resume != "latest") ZEROD_RETURN_IF_ERROR(confine("run.resume", *cfg->run.resume, rules));
-  if (cfg->init_from) ZEROD_RETURN_IF_ERROR(confine("model.init_from", *cfg->init_from, rules));
   if (cfg->data.kind != DataKind::kSynthetic) ZEROD_RETURN_IF_ERROR(confine("data.path", cfg->data.path, rules));
   for (const auto& [key, o] : {std::pair{"zero_optimization.offload_optimizer.nvme_path", &cfg->zero.offload_optimizer},
                                std::pair{"zero_optimization.offload_param.nvme_path", &cfg->zero.offload_param}}) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -128,20 +129,18 @@ absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType
     convert_from_f32(dtype, v, converted.data(), n);
     return out(converted.data(), converted.size());
   };
-  // The other form an earlier export left would be read instead of this one.
-  std::error_code ec;
-  if (shards.size() > 1) {
-    fs::remove(fs::path(dir) / kSingle, ec);
-  } else if (const std::optional<std::string> old = read_whole_file(dir + "/" + kIndex)) {
+  // The shards an earlier export's index names: once this export is
+  // written, those it did not write again go (with the index, or the one
+  // file), or transformers would read them instead.
+  std::set<std::string> stale;
+  if (const std::optional<std::string> old = read_whole_file(dir + "/" + kIndex)) {
+    static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
     const nlohmann::json index = nlohmann::json::parse(*old, nullptr, /*allow_exceptions=*/false);
     if (index.is_object() && index.contains("weight_map") && index["weight_map"].is_object()) {
       for (const auto& [name, file] : index["weight_map"].items()) {
-        if (file.is_string() && file.get<std::string>().find('/') == std::string::npos) {
-          fs::remove(fs::path(dir) / file.get<std::string>(), ec);
-        }
+        if (file.is_string() && std::regex_match(file.get<std::string>(), shard)) stale.insert(file.get<std::string>());
       }
     }
-    fs::remove(fs::path(dir) / kIndex, ec);
   }
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t f = 0; f < shards.size(); ++f) {
@@ -170,10 +169,16 @@ absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType
                                             })
                               .status());
   }
+  std::error_code ec;
   if (shards.size() > 1) {
     const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     ZEROD_RETURN_IF_ERROR(replace_file_durably(dir + "/" + kIndex, index.dump(2) + "\n"));
+    fs::remove(fs::path(dir) / kSingle, ec);
+    for (const auto& [name, file] : weight_map.items()) stale.erase(file.get<std::string>());
+  } else {
+    fs::remove(fs::path(dir) / kIndex, ec);
   }
+  for (const std::string& file : stale) fs::remove(fs::path(dir) / file, ec);
   return replace_file_durably(dir + "/config.json", hf_llama_config_json(layout.config(), dtype).dump(2) + "\n");
 }
 
