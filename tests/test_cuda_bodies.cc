@@ -312,6 +312,22 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
   EXPECT_EQ(bits(operand_values(t, gatt.data(), N * C3)), bits(rounded(att)));
   EXPECT_EQ(bits(operand_values(t, gdqkv.data(), N * W)), bits(rounded(dqkv)));
 
+  // An adapter's columns of a fused product on bf16 operands: taken as
+  // they are, added once rounded.
+  const int64_t ld = 3 * rs.C(), c0 = rs.C(), cols = 2 * hd;
+  const auto [wide, wide16] = to_operands(randn(N * ld, 50));
+  const auto [part, part16] = to_operands(randn(N * cols, 51));
+  std::vector<float> taken(N * cols), added = wide;
+  cpu::take_columns(taken.data(), wide.data(), ld, c0, N, cols);
+  cpu::add_columns(added.data(), ld, c0, part.data(), N, cols);
+  std::vector<uint16_t> gtaken(N * cols), gadded = wide16;
+  for_each_index(N * cols, [&](int64_t j) {
+    cuda::take_column_at(j, cuda::Operands{gtaken.data(), t}, cuda::ConstOperands{wide16.data(), t}, ld, c0, int(cols));
+    cuda::add_column_at(j, cuda::Operands{gadded.data(), t}, cuda::ConstOperands{part16.data(), t}, ld, c0, int(cols));
+  });
+  EXPECT_EQ(bits(operand_values(t, gtaken.data(), N * cols)), bits(taken));
+  EXPECT_EQ(bits(operand_values(t, gadded.data(), N * ld)), bits(rounded(added)));
+
   // The embedding without positions (a Llama's), both paths: the rows of wte.
   const int B = 3, V = 7, E = 16;
   std::vector<int32_t> tokens(B * T);

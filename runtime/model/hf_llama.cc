@@ -183,7 +183,11 @@ absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType
 }
 
 LlamaWeights::LlamaWeights(LlamaWeights&& o) noexcept
-    : layout_(o.layout_), files_(std::move(o.files_)), parts_(std::move(o.parts_)), held_(o.held_),
+    : layout_(o.layout_),
+      files_(std::move(o.files_)),
+      parts_(std::move(o.parts_)),
+      transposed_(std::move(o.transposed_)),
+      held_(o.held_),
       segment_(std::move(o.segment_)) {}
 
 namespace {
@@ -274,7 +278,8 @@ absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const G
   };
   for (const ParamSegment& s : layout.segments()) {
     std::vector<Part> parts;
-    for (const HfTensor& h : hf_source(layout, s).parts) {
+    const HfSource src = hf_source(layout, s);
+    for (const HfTensor& h : src.parts) {
       const std::optional<Part> p = find(h.name);
       if (!p) return bad(weights, absl::StrCat("has no tensor '", h.name, "'"));
       const SafeTensor& t = *p->t;
@@ -291,6 +296,7 @@ absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const G
       used[h.name] = true;
     }
     w.parts_.push_back(std::move(parts));
+    w.transposed_.push_back(src.transposed);
   }
   // A tied head, where a file keeps one, must be the embedding.
   if (const std::optional<Part> head = find("lm_head.weight"); head && layout.config().tie_embeddings) {
@@ -341,7 +347,7 @@ absl::Status LlamaWeights::read(int64_t begin, int64_t end, float* out) const {
     const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
     if (lo >= hi) continue;
     float* dst = out + (lo - begin);
-    if (hf_source(*layout_, s).transposed) {
+    if (transposed_[i]) {
       std::lock_guard<std::mutex> lock(mu_);
       ZEROD_RETURN_IF_ERROR(fill(i));
       std::copy(segment_.begin() + (lo - s.offset), segment_.begin() + (hi - s.offset), dst);

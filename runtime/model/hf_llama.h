@@ -55,6 +55,7 @@ class LlamaWeights {
   const GptLayout* layout_;
   std::vector<SafetensorsReader> files_;
   std::vector<std::vector<Part>> parts_;  // by segment of layout.segments()
+  std::vector<bool> transposed_;          // by segment: a product's, made whole by fill()
   mutable std::mutex mu_;                 // the transposed segment below
   mutable int64_t held_ = -1;
   mutable std::vector<float> segment_;
