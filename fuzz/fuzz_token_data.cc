@@ -1,6 +1,7 @@
-// Training data files: an llm.c token shard (16- or 32-bit ids) or plain
-// text, as load_dataset reads them. The first byte picks the kind and
-// vocabulary, the second the window; the rest is the file.
+// Training data files: an llm.c token shard (16- or 32-bit ids), a windowed
+// shard (instruction examples with their loss mask) or plain text, as
+// load_dataset reads them. The first byte picks the kind and vocabulary,
+// the second the window; the rest is the file.
 #include "fuzz/fuzz_input.h"
 #include "runtime/data/dataset.h"
 

@@ -3,7 +3,7 @@
 # Layers, lowest first; a file may include its own layer and any below it.
 set(LAYERS
   runtime/core runtime/kernels runtime/checkpoint runtime/model runtime/data runtime/optim comm offload
-  runtime/config shard runtime/telemetry runtime/engine proto runtime/coordinator cmd)
+  runtime/config runtime/tokenize shard runtime/telemetry runtime/engine proto runtime/coordinator cmd)
 
 if(NOT ROOT)
   message(FATAL_ERROR "check_layers: pass -DROOT=<source tree>")

@@ -10,6 +10,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   liburing-dev fio
+  # Tokenizers: ICU's regex and normalization (byte-level BPE), SentencePiece models.
+  libicu-dev libsentencepiece-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   openssl
   # The deploy tests: hosts of namespaces reached over ssh, manifests read, the unit verified, a local Slurm.

@@ -11,9 +11,12 @@
 // of update. Hence: losses to a relative 1e-5, parameters to an absolute
 // 2 * lr (a different batch moves them by far more, as checked below).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -130,6 +133,22 @@ TEST(ZeroEquivalence, LlamaEveryStageFollowsTheSingleProcessRun) {
                      bf16 ? 10 * kLr : 2 * kLr);
     }
   }
+}
+
+// Instruction data, whose loss mask leaves each rank's windows with their
+// own counts of targets: every stage follows the single-process run, the
+// loss the mean over all the step's counted targets.
+TEST(ZeroEquivalence, InstructionDataEveryStageFollowsTheSingleProcessRun) {
+  const int n = world().world_size();
+  const std::string data = ::testing::TempDir() + "/zerod_mpi_sft_" + std::to_string(getpid()) + ".bin";
+  testing::write_instruction_shard(data, 48, 32, 0);
+  const std::vector<std::string> o = {"model.preset=llama-tiny", "data.kind=\"tokens\"", "data.path=\"" + data + "\""};
+  const TrainRun ref = reference(o);
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "instruction data, stage " << stage << ", world " << n);
+    expect_follows(train(config(tiny_job(stage), n, o), &world()), ref, 1e-5, 2 * kLr);
+  }
+  std::filesystem::remove(data);
 }
 
 TEST(ZeroEquivalence, MixedPrecisionFollowsTheSingleProcessRun) {

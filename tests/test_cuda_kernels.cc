@@ -375,7 +375,8 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
 
 // V = 500: each row in shared memory; V = 30000: the bf16 row there too,
 // several batches of four vectors a lane, and the fp32 row (117 KB of
-// vectors) read twice from global memory.
+// vectors) read twice from global memory. Every fifth target is -1 (left
+// out by a loss mask): no loss, no gradient.
 TEST_F(CudaTable, TheHeadsLossAndGradientsInChunks) {
   const int64_t N = 40;
   const int C = 32;
@@ -383,7 +384,7 @@ TEST_F(CudaTable, TheHeadsLossAndGradientsInChunks) {
                              std::pair{DType::kBF16, 30000}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", V " << V);
     std::vector<int32_t> targets(N);
-    for (int64_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>((i * 37) % V);
+    for (int64_t i = 0; i < N; ++i) targets[i] = i % 5 == 3 ? -1 : static_cast<int32_t>((i * 37) % V);
     const int32_t* g_targets = up(targets);
     auto k = table(t);
     auto inp = randn(N * C, 40), wte = randn(int64_t(V) * C, 41, 0.2f);

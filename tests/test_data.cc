@@ -308,6 +308,36 @@ TEST_F(DataTest, EmptyTextFile) {
                {path("empty.txt"), "empty"});
 }
 
+// zerod's windowed shard: the llm.c header with its window in header[3],
+// uint32 ids whose top bit says "not a target"; the window must divide the
+// ids; ids are checked against the vocabulary without the flag.
+TEST_F(DataTest, WindowedShardBytesAndHeaderErrors) {
+  const std::vector<uint32_t> ids = {5, 6 | kNotTarget, 7, 8, 9 | kNotTarget, 10};
+  ASSERT_TRUE(write_window_shard(path("w.bin"), ids, 3).ok());
+  std::string bytes = shard_header(20261128, 1, 6);
+  bytes.replace(12, 4, std::string("\x03\0\0\0", 4));
+  for (uint32_t t : ids) put_le32(bytes, static_cast<int32_t>(t));
+  EXPECT_EQ(testing::read_file(path("w.bin")), bytes);
+  EXPECT_EQ(*read_token_shard(path("w.bin")), ids);
+  DataConfig cfg{DataKind::kTokens, path("w.bin"), 3, 1};
+  EXPECT_EQ(dataset_windows(cfg).value_or(-1), 2);
+  auto ds = load_dataset(cfg, 11);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_TRUE(ds->windowed);
+  expect_error(load_dataset(cfg, 10).status(), absl::StatusCode::kInvalidArgument,
+               {path("w.bin"), "token 10 (at index 5)", "vocab_size 10"});
+
+  ASSERT_TRUE(write_window_shard(path("odd.bin"), ids, 4).ok());
+  expect_error(read_token_shard(path("odd.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {path("odd.bin"), "the header's window 4 is not a positive divisor of its token count 6"});
+  ASSERT_TRUE(write_window_shard(path("zero.bin"), ids, 0).ok());
+  expect_error(read_token_shard(path("zero.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {"the header's window 0 is not a positive divisor"});
+  write_file(path("v.bin"), shard_header(20261128, 2, 0));
+  expect_error(read_token_shard(path("v.bin")).status(), absl::StatusCode::kInvalidArgument,
+               {"unsupported version 2", "expected 1 for magic 20261128"});
+}
+
 TEST_F(DataTest, TokenAtOrAboveVocabSize) {
   write_file(path("ok.bin"), good_shard({1, 2, 3, 4}));
   write_file(path("over.bin"), good_shard({5, 6, 256, 7}));
@@ -633,7 +663,8 @@ TEST(DataLoader, WindowOrderIsAccountedAsPlanned) {
     ASSERT_TRUE(loader.ok()) << loader.status();
     EXPECT_EQ(loader->num_windows(), 250);
     EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 250u * 8);
-    EXPECT_EQ(DataLoader::order_bytes(1001, 4), 250u * 8);
+    EXPECT_EQ(DataLoader::order_bytes(DataLoader::num_windows(1001, 4, false)), 250u * 8);
+    EXPECT_EQ(DataLoader::num_windows(1000, 4, true), 250);  // windowed: no id past the last window
   }
   EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 0u);
   acct.set_limit(Tier::kHost, 250 * 8 - 1);

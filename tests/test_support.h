@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 
 #include "runtime/config/job_config.h"
 #include "runtime/core/cpu_device.h"
+#include "runtime/data/dataset.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/kernels.h"
 
@@ -36,6 +38,22 @@ inline nlohmann::json tiny_job() {
       {"gradient_clipping", 1.0},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
   };
+}
+
+// A windowed shard (zeroctl tokenize's) of `examples` instruction examples
+// of 8 to `seq_len` ids below 251, each trained from a random point on and
+// padded with `pad`, so that windows hold different counts of targets.
+inline void write_instruction_shard(const std::string& path, int examples, int seq_len, uint32_t pad) {
+  std::mt19937 rng(11);
+  std::vector<uint32_t> ids;
+  for (int x = 0; x < examples; ++x) {
+    const int n = 8 + int(rng() % (seq_len - 7)), from = 1 + int(rng() % (n - 1));
+    for (int k = 0; k < seq_len; ++k) {
+      const uint32_t id = k < n ? 1 + rng() % 250 : pad;
+      ids.push_back(id | (k >= from && k < n ? 0 : kNotTarget));
+    }
+  }
+  ASSERT_TRUE(write_window_shard(path, ids, seq_len).ok());
 }
 
 // A Llama small enough for finite differences: 2 layers of 16 in 4 heads

@@ -35,12 +35,6 @@ absl::Status write_private(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-// A program installed beside this zerod (zero-worker, zero-agent).
-std::string beside_zerod(const std::string& name) {
-  const std::optional<std::string> self = own_program();
-  return self ? (fs::path(*self).parent_path() / name).string() : name;
-}
-
 // Where workers call back: the listening address, with a wildcard host
 // replaced by one they can reach.
 std::string advertised(const std::string& listen, int port) {
@@ -61,8 +55,8 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::vector<std::string> roots;
   SupervisorOptions opt;
   opt.rules.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  opt.worker = beside_zerod("zero-worker");
-  opt.agent = beside_zerod("zero-agent");
+  opt.worker = program_beside("zero-worker");
+  opt.agent = program_beside("zero-agent");
   app.add_option("--state-dir", state_dir, "job records (zerod.db), job directories and logs")->required();
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free one")->capture_default_str();
   app.add_option("--advertise", advertise, "address workers call back on (default: the listening one)");

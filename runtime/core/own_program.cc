@@ -14,4 +14,9 @@ std::optional<std::string> own_program() {
   return path;
 }
 
+std::string program_beside(const std::string& name) {
+  const std::optional<std::string> self = own_program();
+  return self ? (std::filesystem::path(*self).parent_path() / name).string() : name;
+}
+
 }  // namespace zerod

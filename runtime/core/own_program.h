@@ -11,4 +11,8 @@ namespace zerod {
 // the process started (the kernel then names it "... (deleted)").
 std::optional<std::string> own_program();
 
+// A program installed beside this one (zero-worker beside zerod), or
+// `name` alone, for the PATH to find, where own_program() cannot say.
+std::string program_beside(const std::string& name);
+
 }  // namespace zerod

@@ -51,21 +51,25 @@ void store_le32(int32_t v, unsigned char* p) {
 
 std::string file_prefix(const std::string& path) { return absl::StrCat("data file '", path, "'"); }
 
-// Rejects the first id of `ids` from `begin` on that is >= vocab_size;
-// `source` names where it came from.
-absl::Status check_vocab(const TokenStream& ids, int64_t begin, int vocab_size, const std::string& source) {
-  const int64_t at = ids.find_at_least(begin, static_cast<uint32_t>(vocab_size));
+// Rejects the first id of `ids` from `begin` on that is >= vocab_size (a
+// windowed shard's without its flag); `source` names where it came from.
+absl::Status check_vocab(const TokenStream& ids, int64_t begin, int vocab_size, const std::string& source,
+                         uint32_t flags = 0) {
+  const int64_t at = ids.find_at_least(begin, static_cast<uint32_t>(vocab_size), flags);
   if (at < 0) return absl::OkStatus();
   uint32_t id;
   ids.read(at, 1, &id);
+  id &= ~flags;
   return absl::InvalidArgumentError(
       absl::StrCat(source, ": token ", id, " (at index ", at - begin, ") is >= vocab_size ", vocab_size));
 }
 
-// Where a data file's ids start, how many it holds and their width in bytes.
+// Where a data file's ids start, how many it holds, their width in bytes
+// and, for a windowed shard, its window.
 struct FileTokens {
   int64_t offset, count;
   int width;
+  int window = 0;
 };
 
 // The ids an llm.c shard's header describes, checked against the file's
@@ -77,13 +81,15 @@ absl::StatusOr<FileTokens> shard_tokens(const std::string& path, const unsigned 
                                                    "-byte llm.c shard header"));
   }
   const int32_t magic = load_le32(head), version = load_le32(head + 4), count = load_le32(head + 8);
-  if (magic != kTokenShardMagic && magic != kTokenShard32Magic) {
+  if (magic != kTokenShardMagic && magic != kTokenShard32Magic && magic != kWindowShardMagic) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": bad magic ", magic, " (expected ", kTokenShardMagic,
                                                    " or ", kTokenShard32Magic,
-                                                   ", an llm.c token shard of 16- or 32-bit ids)"));
+                                                   ", an llm.c token shard of 16- or 32-bit ids, or ",
+                                                   kWindowShardMagic, ", zerod's windowed shard)"));
   }
-  const bool wide = magic == kTokenShard32Magic;
-  const int32_t want = wide ? kTokenShard32Version : kTokenShardVersion;
+  const bool windowed = magic == kWindowShardMagic;
+  const bool wide = magic == kTokenShard32Magic || windowed;
+  const int32_t want = windowed ? kWindowShardVersion : wide ? kTokenShard32Version : kTokenShardVersion;
   if (version != want) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": unsupported version ", version, " (expected ", want,
                                                    " for magic ", magic, ")"));
@@ -92,6 +98,11 @@ absl::StatusOr<FileTokens> shard_tokens(const std::string& path, const unsigned 
     return absl::InvalidArgumentError(absl::StrCat(where, ": negative token count ", count, " in the header"));
   }
   const int width = wide ? 4 : 2;
+  const int32_t window = windowed ? load_le32(head + 12) : 0;
+  if (windowed && (window < 1 || count % window != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": the header's window ", window,
+                                                   " is not a positive divisor of its token count ", count));
+  }
   const int64_t expected = kHeaderBytes + width * int64_t{count};
   if (size != expected) {
     const char* problem = size < expected ? "truncated" : "has trailing bytes";
@@ -99,7 +110,7 @@ absl::StatusOr<FileTokens> shard_tokens(const std::string& path, const unsigned 
                                                    width, " bytes, so ", expected,
                                                    " bytes expected, but the file has ", size));
   }
-  return FileTokens{kHeaderBytes, count, width};
+  return FileTokens{kHeaderBytes, count, width, window};
 }
 
 // The first min(size, kHeaderBytes) bytes of a file and its size.
@@ -148,7 +159,8 @@ int sum_width(int max_operand) { return static_cast<int>(std::to_string(2 * std:
 
 // A shard of `magic` and `version` holding `tokens`, each sizeof(T) bytes.
 template <typename T>
-absl::Status write_shard(const std::string& path, const std::vector<T>& tokens, int32_t magic, int32_t version) {
+absl::Status write_shard(const std::string& path, const std::vector<T>& tokens, int32_t magic, int32_t version,
+                         int32_t window = 0) {
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), ": ", tokens.size(),
                                                    " tokens do not fit an llm.c shard's int32 count"));
@@ -159,6 +171,7 @@ absl::Status write_shard(const std::string& path, const std::vector<T>& tokens, 
   store_le32(magic, bytes);
   store_le32(version, bytes + 4);
   store_le32(static_cast<int32_t>(tokens.size()), bytes + 8);
+  store_le32(window, bytes + 12);
   unsigned char* p = bytes + kHeaderBytes;
   for (size_t i = 0; i < tokens.size(); ++i) {
     for (size_t b = 0; b < width; ++b) p[width * i + b] = static_cast<unsigned char>(tokens[i] >> (8 * b));
@@ -204,6 +217,10 @@ absl::Status write_token_shard(const std::string& path, const std::vector<uint16
 
 absl::Status write_token_shard32(const std::string& path, const std::vector<uint32_t>& tokens) {
   return write_shard(path, tokens, kTokenShard32Magic, kTokenShard32Version);
+}
+
+absl::Status write_window_shard(const std::string& path, const std::vector<uint32_t>& ids, int window) {
+  return write_shard(path, ids, kWindowShardMagic, kWindowShardVersion, window);
 }
 
 absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern) {
@@ -274,15 +291,32 @@ int64_t synthetic_task_tokens(int seq_len, int max_operand, int train_lines) {
       pack_lines(line_len, static_cast<size_t>(std::max(1, seq_len)), train_lines, [](size_t) {}));
 }
 
-absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg) {
-  if (cfg.kind == DataKind::kSynthetic) return synthetic_task_tokens(cfg.seq_len);
+namespace {
+
+// The ids of `cfg`'s files and whether they are windowed shards.
+absl::StatusOr<std::pair<int64_t, bool>> data_size(const DataConfig& cfg) {
+  if (cfg.kind == DataKind::kSynthetic) return std::pair{synthetic_task_tokens(cfg.seq_len), false};
   ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
   int64_t n = 0;
+  bool windowed = false;
   for (const std::string& path : paths) {
     ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
     n += f.count;
+    windowed = f.window > 0;
   }
-  return n;
+  return std::pair{n, windowed};
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg) {
+  ZEROD_ASSIGN_OR_RETURN(const auto size, data_size(cfg));
+  return size.first;
+}
+
+absl::StatusOr<int64_t> dataset_windows(const DataConfig& cfg) {
+  ZEROD_ASSIGN_OR_RETURN(const auto size, data_size(cfg));
+  return DataLoader::num_windows(size.first, cfg.seq_len, size.second);
 }
 
 absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
@@ -305,48 +339,63 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
           source, ": text data is byte tokens 0..255, so it needs vocab_size >= 256, got ", vocab_size));
     }
     ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
-    for (const std::string& path : paths) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const std::string& path = paths[i];
       const int64_t begin = ds.tokens.size();
       ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
+      if (i == 0) ds.windowed = f.window > 0;
+      if ((f.window > 0) != ds.windowed) {
+        return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), ": a ",
+                                                       ds.windowed ? "plain token shard" : "windowed shard",
+                                                       " among ", ds.windowed ? "windowed" : "plain",
+                                                       " ones; one dataset holds one kind"));
+      }
+      if (ds.windowed && f.window != cfg.seq_len) {
+        return absl::InvalidArgumentError(absl::StrCat(file_prefix(path), ": its examples were laid out for seq_len ",
+                                                       f.window, ", the job's data.seq_len is ", cfg.seq_len,
+                                                       " (zeroctl tokenize --seq-len)"));
+      }
       ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, f.offset, f.count, f.width));
       // Text's ids are bytes, below any vocabulary it may have (checked above).
-      if (cfg.kind == DataKind::kTokens) ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, file_prefix(path)));
+      if (cfg.kind == DataKind::kTokens) {
+        ZEROD_RETURN_IF_ERROR(
+            check_vocab(ds.tokens, begin, vocab_size, file_prefix(path), ds.windowed ? kNotTarget : 0));
+      }
     }
   }
-  const int64_t window = int64_t{cfg.seq_len} + 1;
+  const int64_t window = int64_t{cfg.seq_len} + (ds.windowed ? 0 : 1);
   if (ds.tokens.size() < window) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, " has ", ds.tokens.size(), " tokens, fewer than one window of seq_len+1 = ", window));
+        absl::StrCat(source, " has ", ds.tokens.size(), " tokens, fewer than one window of ",
+                     ds.windowed ? "seq_len" : "seq_len+1", " = ", window));
   }
   return ds;
-}
-
-uint64_t DataLoader::order_bytes(int64_t tokens, int seq_len) {
-  return static_cast<uint64_t>(num_windows(tokens, seq_len)) * sizeof(int64_t);
 }
 
 void DataLoader::plan(const DataConfig& cfg, MemoryPlan& plan) {
   // A rank whose data cannot be sized here stops at loading it, before it
   // allocates anything else; `zeroctl estimate` says it did not count it.
-  const absl::StatusOr<int64_t> tokens = dataset_tokens(cfg);
-  if (tokens.ok()) plan.add("data order", Tier::kHost, Category::kWorkspace, order_bytes(*tokens, cfg.seq_len));
+  const absl::StatusOr<int64_t> windows = dataset_windows(cfg);
+  if (windows.ok()) plan.add("data order", Tier::kHost, Category::kWorkspace, order_bytes(*windows));
 }
 
 absl::StatusOr<DataLoader> DataLoader::create(const TokenStream* tokens, int seq_len, uint64_t seed, int rank,
-                                              int world_size, MemoryAccountant& acct) {
-  ZEROD_ASSIGN_OR_RETURN(Buffer order,
-                         Buffer::allocate(order_bytes(tokens->size(), seq_len), Category::kWorkspace, Tier::kHost, acct));
-  return DataLoader(tokens, seq_len, seed, rank, world_size, std::move(order));
+                                              int world_size, MemoryAccountant& acct, bool windowed) {
+  ZEROD_ASSIGN_OR_RETURN(Buffer order, Buffer::allocate(order_bytes(num_windows(tokens->size(), seq_len, windowed)),
+                                                        Category::kWorkspace, Tier::kHost, acct));
+  return DataLoader(tokens, seq_len, seed, rank, world_size, std::move(order), windowed);
 }
 
-// Expects at least one window (seq_len + 1 tokens), which load_dataset checks.
-DataLoader::DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order)
+// Expects at least one window, which load_dataset checks.
+DataLoader::DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order,
+                       bool windowed)
     : tokens_(tokens),
       seq_len_(seq_len),
       seed_(seed),
       rank_(rank),
       world_size_(world_size),
-      num_windows_(num_windows(tokens->size(), seq_len)),
+      windowed_(windowed),
+      num_windows_(num_windows(tokens->size(), seq_len, windowed)),
       order_(std::move(order)),
       window_(seq_len + 1) {
   shuffle_epoch();
@@ -359,7 +408,32 @@ void DataLoader::shuffle_epoch() {
   shuffle(order, static_cast<size_t>(num_windows_), rng);
 }
 
-void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
+int64_t DataLoader::read_window(int64_t w, int32_t* inputs, int32_t* targets) {
+  if (!windowed_) {
+    tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
+    if (inputs == nullptr) return seq_len_;
+    for (int t = 0; t < seq_len_; ++t) {
+      // Ids are below vocab_size (load_dataset), an int.
+      inputs[t] = static_cast<int32_t>(window_[t]);
+      targets[t] = static_cast<int32_t>(window_[t + 1]);
+    }
+    return seq_len_;
+  }
+  tokens_->read(w * seq_len_, seq_len_, window_.data());
+  window_[seq_len_] = kNotTarget;  // the next window's first id, never a target
+  int64_t counted = 0;
+  for (int t = 0; t < seq_len_; ++t) {
+    const uint32_t next = window_[t + 1];
+    const bool target = (next & kNotTarget) == 0;
+    counted += target;
+    if (inputs == nullptr) continue;
+    inputs[t] = static_cast<int32_t>(window_[t] & ~kNotTarget);
+    targets[t] = target ? static_cast<int32_t>(next) : -1;
+  }
+  return counted;
+}
+
+int64_t DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
   const uint64_t global = static_cast<uint64_t>(world_size_) * B;
   const auto n = static_cast<uint64_t>(num_windows_);
   // A batch that does not fit the rest of the epoch starts the next one. When
@@ -370,17 +444,19 @@ void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
     state_.position = 0;
     shuffle_epoch();
   }
-  const uint64_t first = state_.position + static_cast<uint64_t>(rank_) * B;
-  for (int b = 0; b < B; ++b) {
-    const int64_t w = order_.host<int64_t>()[(first + b) % n];
-    tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
-    for (int t = 0; t < seq_len_; ++t) {
-      // Ids are below vocab_size (load_dataset), an int.
-      inputs[b * seq_len_ + t] = static_cast<int32_t>(window_[t]);
-      targets[b * seq_len_ + t] = static_cast<int32_t>(window_[t + 1]);
-    }
+  // Every rank reads the other ranks' windows' masks too, so that each
+  // knows the batch's targets without a collective.
+  int64_t counted = windowed_ ? 0 : static_cast<int64_t>(global) * seq_len_;
+  for (uint64_t i = 0; i < global; ++i) {
+    const int64_t w = order_.host<int64_t>()[(state_.position + i) % n];
+    const int64_t b = static_cast<int64_t>(i) - static_cast<int64_t>(rank_) * B;
+    const bool mine = b >= 0 && b < B;
+    if (!mine && !windowed_) continue;
+    const int64_t c = read_window(w, mine ? inputs + b * seq_len_ : nullptr, mine ? targets + b * seq_len_ : nullptr);
+    if (windowed_) counted += c;
   }
   state_.position += global;
+  return counted;
 }
 
 void DataLoader::set_state(const State& s) {

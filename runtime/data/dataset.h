@@ -33,11 +33,22 @@ inline constexpr int32_t kTokenShardMagic = 20240520;
 inline constexpr int32_t kTokenShardVersion = 1;
 inline constexpr int32_t kTokenShard32Magic = 20240801;
 inline constexpr int32_t kTokenShard32Version = 7;
-// A shard of either kind, its ids widened.
+// zerod's windowed shard: instruction examples (zeroctl tokenize), each
+// padded to one window of `window` ids, the seq_len they were laid out for,
+// with their loss mask. The llm.c header with the id count in header[2] and
+// the window in header[3], then uint32 ids, the top bit (kNotTarget) set on
+// each id the loss does not count as a target. A window's first id is
+// never a target, so windows neither share ids nor see another's.
+inline constexpr int32_t kWindowShardMagic = 20261128;
+inline constexpr int32_t kWindowShardVersion = 1;
+inline constexpr uint32_t kNotTarget = 0x80000000u;
+// A shard of any kind, its ids widened (a windowed shard's with their flag).
 absl::StatusOr<std::vector<uint32_t>> read_token_shard(const std::string& path);
 // Written aside and renamed into place: uint16 ids, or uint32 ones.
 absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 absl::Status write_token_shard32(const std::string& path, const std::vector<uint32_t>& tokens);
+// `ids` a whole number of windows.
+absl::Status write_window_shard(const std::string& path, const std::vector<uint32_t>& ids, int window);
 
 // Files matching `pattern` (a path or a glob), sorted; an error names the
 // pattern when nothing matches.
@@ -61,31 +72,44 @@ int64_t synthetic_task_tokens(int seq_len, int max_operand = 99, int train_lines
 
 // Loads the whole token stream for `cfg`; tokens must be < vocab_size.
 // Errors name the file and what was wrong (missing, truncated, bad header,
-// token out of range, too few tokens for one window of seq_len + 1).
+// token out of range, too few tokens for one window of seq_len + 1;
+// windowed shards mixed with others or laid out for another seq_len).
 struct Dataset {
   TokenStream tokens;
   std::vector<std::pair<std::string, std::string>> heldout;  // synthetic only
+  bool windowed = false;  // windowed shards: one example a window, a loss mask
 };
 absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
-// The ids load_dataset would read, from the files' sizes and headers alone;
-// errors as load_dataset's for a missing or malformed file.
+// The ids load_dataset would read, and the windows a DataLoader would cut
+// them into, from the files' sizes and headers alone; errors as
+// load_dataset's for a missing or malformed file.
 absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg);
+absl::StatusOr<int64_t> dataset_windows(const DataConfig& cfg);
 
-// Cuts the stream into non-overlapping windows of seq_len + 1 tokens (input
-// and shifted target) and walks them in an order shuffled by seed and epoch.
-// Rank r of world w takes windows [pos + r*B, pos + (r+1)*B) of each global
-// batch of w*B windows, so the union over ranks is the single-process batch.
+// Cuts the stream into windows of seq_len + 1 tokens (input and shifted
+// target), each starting where the last one's targets end, and walks them in
+// an order shuffled by seed and epoch. Rank r of world w takes windows
+// [pos + r*B, pos + (r+1)*B) of each global batch of w*B windows, so the
+// union over ranks is the single-process batch. A windowed dataset's
+// windows are its examples, seq_len ids each; a target the mask leaves out
+// (and a window's last) is -1, which the loss skips.
 class DataLoader {
  public:
   // The window order is `acct`'s (fails past its host limit).
   static absl::StatusOr<DataLoader> create(const TokenStream* tokens, int seq_len, uint64_t seed, int rank = 0,
-                                           int world_size = 1, MemoryAccountant& acct = MemoryAccountant::global());
+                                           int world_size = 1, MemoryAccountant& acct = MemoryAccountant::global(),
+                                           bool windowed = false);
   // What create() allocates for `cfg`'s data, when it can be read here.
   static void plan(const DataConfig& cfg, MemoryPlan& plan);
-  static uint64_t order_bytes(int64_t tokens, int seq_len);
+  static uint64_t order_bytes(int64_t windows) { return static_cast<uint64_t>(windows) * sizeof(int64_t); }
+  static int64_t num_windows(int64_t tokens, int seq_len, bool windowed) {
+    return windowed ? tokens / seq_len : tokens == 0 ? 0 : (tokens - 1) / seq_len;
+  }
 
-  // Fills inputs/targets (B*seq_len each) with this rank's next micro-batch.
-  void next_batch(int B, int32_t* inputs, int32_t* targets);
+  // Fills inputs/targets (B*seq_len each) with this rank's next micro-batch
+  // and returns the targets (not -1) of all ranks' windows of that batch.
+  int64_t next_batch(int B, int32_t* inputs, int32_t* targets);
+  bool windowed() const { return windowed_; }
 
   struct State {
     uint64_t epoch = 0;
@@ -96,14 +120,18 @@ class DataLoader {
   int64_t num_windows() const { return num_windows_; }
 
  private:
-  DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order);
-  static int64_t num_windows(int64_t tokens, int seq_len) { return tokens == 0 ? 0 : (tokens - 1) / seq_len; }
+  DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order,
+             bool windowed);
   void shuffle_epoch();
+  // Window w's ids into window_ and, when inputs is not null, its inputs
+  // and targets; returns its targets.
+  int64_t read_window(int64_t w, int32_t* inputs, int32_t* targets);
 
   const TokenStream* tokens_;
   int seq_len_;
   uint64_t seed_;
   int rank_, world_size_;
+  bool windowed_;
   int64_t num_windows_;
   Buffer order_;  // num_windows_ int64 window indices
   State state_;

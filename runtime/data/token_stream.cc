@@ -87,7 +87,7 @@ void TokenStream::read(int64_t pos, int64_t n, uint32_t* out) const {
   }
 }
 
-int64_t TokenStream::find_at_least(int64_t from, uint32_t limit) const {
+int64_t TokenStream::find_at_least(int64_t from, uint32_t limit, uint32_t flags) const {
   constexpr int64_t kChunk = 16384;  // ids a pass reads before it lets their pages go
   uint32_t ids[kChunk];
   const long page = ::sysconf(_SC_PAGESIZE);
@@ -95,7 +95,7 @@ int64_t TokenStream::find_at_least(int64_t from, uint32_t limit) const {
     const int64_t n = std::min(kChunk, size_ - pos);
     read(pos, n, ids);
     for (int64_t i = 0; i < n; ++i) {
-      if (ids[i] >= limit) return pos + i;
+      if ((ids[i] & ~flags) >= limit) return pos + i;
     }
     // Mapped pages this pass touched need not stay in this rank's memory.
     for (const Piece& p : pieces_) {

@@ -31,9 +31,9 @@ class TokenStream {
   int64_t size() const { return size_; }
   // Ids [pos, pos + n) into out; the range lies within the stream.
   void read(int64_t pos, int64_t n, uint32_t* out) const;
-  // The first id at or past `from` that is >= `limit`, or -1, read without
-  // keeping the pages it touched resident.
-  int64_t find_at_least(int64_t from, uint32_t limit) const;
+  // The first id at or past `from` that, without the bits `flags`, is >=
+  // `limit`, or -1, read without keeping the pages it touched resident.
+  int64_t find_at_least(int64_t from, uint32_t limit, uint32_t flags = 0) const;
 
  private:
   struct Mapping;

@@ -312,8 +312,9 @@ absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, staging));
   ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, staging));
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
-  ZEROD_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed,
-                                                               comm_->rank(), comm_->world_size(), device_->accountant()));
+  ZEROD_ASSIGN_OR_RETURN(DataLoader loader,
+                         DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
+                                            comm_->world_size(), device_->accountant(), data_.windowed));
   loader_ = std::make_unique<DataLoader>(std::move(loader));
   const LoraConfig* lora = cfg_.lora ? &cfg_.lora->adapters : nullptr;
   ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
@@ -369,9 +370,18 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   StepResult r;
   r.step = ++steps_;
   r.loss_scale = scale;
+  const int64_t tokens = int64_t(B) * T;
+  int64_t targets_in_step = 0;  // all ranks', all micro-batches'
+  for (int micro = 0; micro < accum; ++micro) {
+    targets_in_step += loader_->next_batch(B, inputs_.host<int32_t>() + micro * tokens,
+                                           targets_.host<int32_t>() + micro * tokens);
+  }
   // Each rank's gradients carry 1/(accum * world) so that their sum over
-  // ranks is the mean over the global batch.
-  const auto grad_scale = static_cast<float>(scale / (double(accum) * world));
+  // ranks is the mean over the global batch; with a loss mask, the mean is
+  // over the targets it counts (a pass's gradient is of its mean over B*T).
+  const double counted = static_cast<double>(std::max<int64_t>(targets_in_step, 1));
+  const double mean_over = loader_->windowed() ? counted / double(tokens) : double(accum) * world;
+  const auto grad_scale = static_cast<float>(scale / mean_over);
   // The host can update each unit as the last micro-batch's backward
   // completes it, with the factor of a step that neither clips nor
   // overflows (exact without clipping or a loss scale; undone otherwise).
@@ -384,11 +394,9 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   // other waits for each pass, whose gradients its stores take on the host.
   const bool on_stream = zero_->steps_on_stream();
   Stream& stream = device_->compute_stream();
-  const int64_t tokens = int64_t(B) * T;
   for (int micro = 0; micro < accum; ++micro) {
-    int32_t* inputs = inputs_.host<int32_t>() + micro * tokens;
-    int32_t* targets = targets_.host<int32_t>() + micro * tokens;
-    loader_->next_batch(B, inputs, targets);
+    const int32_t* inputs = inputs_.host<int32_t>() + micro * tokens;
+    const int32_t* targets = targets_.host<int32_t>() + micro * tokens;
     ZEROD_RETURN_IF_ERROR(model_->enqueue_forward_backward(
         weights(), zero_->grads(), inputs, targets, B, T, grad_scale,
         lora_pass_seed(cfg_.run.seed, r.step, micro, comm_->rank()), micro));
@@ -410,7 +418,7 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   double loss_sum = 0.0;
   for (int micro = 0; micro < accum; ++micro) loss_sum += model_->pass_loss(micro);
   ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &loss_sum, 1, CommType::kF64, ReduceOp::kSum));
-  r.loss = loss_sum / (double(accum) * world);
+  r.loss = loss_sum / mean_over;
   if (!on_stream) {
     ZEROD_ASSIGN_OR_RETURN(sumsq, zero_->grad_sum_squares());
   }

@@ -94,7 +94,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 
 // Fused softmax + cross-entropy over `rows` rows of V logits: writes each
 // row's loss (-log p[target]) to losses and, when dloss != 0, replaces the
-// logits with their gradient (softmax - onehot) * dloss.
+// logits with their gradient (softmax - onehot) * dloss. A row whose target
+// is -1 (left out by a loss mask) has loss 0 and a zero gradient.
 void softmax_cross_entropy(float* logits, double* losses, const int32_t* targets, int64_t rows, int V, float dloss);
 
 // The LM head, whose weights are the token embedding wte [V, C]:

@@ -9,6 +9,11 @@ void softmax_cross_entropy(float* logits, double* losses, const int32_t* targets
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* z = logits + r * V;
+    if (targets[r] < 0) {  // a target the loss mask leaves out: no loss, no gradient
+      losses[r] = 0.0;
+      if (dloss != 0.0f) std::fill(z, z + V, 0.0f);
+      continue;
+    }
     const float mx = *std::max_element(z, z + V);
     double sum = 0.0;
     for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(z[i] - mx));

@@ -285,7 +285,13 @@ __device__ void softmax_cross_entropy_row(int64_t r, int lane, int lanes, void* 
                                           double* losses, const int32_t* targets, int V, float dloss) {
   void* z = static_cast<char*>(logits) + r * ld * cuda::operand_bytes(kT);
   const int target = targets[r];
-  assert(target >= 0 && target < V);
+  assert(target < V);
+  if (target < 0) {  // a target the loss mask leaves out (the block's rows all agree): no loss, no gradient
+    if (lane == 0) losses[r] = 0.0;
+    if (dloss != 0.0f)
+      for (int i = lane; i < V; i += lanes) cuda::store_f32(z, kT, i, 0.0f);
+    return;
+  }
   const float z_target = cuda::load_f32(z, kT, target);  // read before any lane overwrites it
   const cuda::SoftmaxPart part = cuda::vec_logits_row_part<kT>(z, V, lane, lanes, copy);
   const float M = cuda::block_reduce(part.max, cuda::Max());

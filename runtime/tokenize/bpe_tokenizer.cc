@@ -1,0 +1,405 @@
+#include "runtime/tokenize/bpe_tokenizer.h"
+
+#include <unicode/normalizer2.h>
+#include <unicode/regex.h>
+#include <unicode/unistr.h>
+
+#include <algorithm>
+#include <queue>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/core/strict_json.h"
+#include "runtime/core/whole_file.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+
+// ICU's steps (about a millisecond each) a split may take on one piece.
+constexpr int32_t kMatchTimeLimit = 2000;
+
+// ByteLevel's own split pattern (GPT-2's), used when it says use_regex.
+constexpr char kByteLevelPattern[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// GPT-2's map of bytes to printable characters, as UTF-8: the printable
+// Latin-1 bytes stand for themselves, the others for U+0100 on, in order.
+std::array<std::string, 256> byte_chars() {
+  std::array<std::string, 256> out;
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const UChar32 cp = printable ? b : next++;
+    icu::UnicodeString(cp).toUTF8String(out[b]);
+  }
+  return out;
+}
+
+// Added tokens written in text, matched leftmost, longest first at a place.
+class AddedTokens {
+ public:
+  void add(std::string content, uint32_t id) {
+    by_first_[static_cast<unsigned char>(content[0])].push_back({std::move(content), id});
+  }
+  void finish() {
+    for (auto& [first, list] : by_first_)
+      std::stable_sort(list.begin(), list.end(),
+                       [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  }
+  // Calls text(segment) and token(id) in order over `s`.
+  template <typename Text, typename Token>
+  void split(std::string_view s, Text&& text, Token&& token) const {
+    size_t start = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      auto it = by_first_.find(static_cast<unsigned char>(s[i]));
+      if (it == by_first_.end()) continue;
+      for (const auto& [content, id] : it->second) {
+        if (s.compare(i, content.size(), content) != 0) continue;
+        if (i > start) text(s.substr(start, i - start));
+        token(id);
+        start = i + content.size();
+        i = start - 1;
+        break;
+      }
+    }
+    if (start < s.size()) text(s.substr(start));
+  }
+
+ private:
+  absl::flat_hash_map<unsigned char, std::vector<std::pair<std::string, uint32_t>>> by_first_;
+};
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  BpeTokenizer(std::string source, TokenizerConfig config) : Tokenizer(std::move(source), std::move(config)) {}
+
+  absl::Status read(const json& j);
+
+  absl::StatusOr<std::vector<uint32_t>> encode(std::string_view text, bool add_special) const override {
+    std::vector<uint32_t> ids;
+    if (add_special) ids = prefix_;
+    absl::Status status;
+    added_.split(
+        text,
+        [&](std::string_view segment) {
+          if (status.ok()) status = encode_segment(segment, ids);
+        },
+        [&](uint32_t id) { ids.push_back(id); });
+    ZEROD_RETURN_IF_ERROR(status);
+    if (add_special) ids.insert(ids.end(), suffix_.begin(), suffix_.end());
+    return ids;
+  }
+  int64_t vocab_size() const override { return vocab_size_; }
+  std::optional<uint32_t> token_id(std::string_view token) const override {
+    auto it = vocab_.find(absl::string_view(token.data(), token.size()));  // Debian's absl has its own
+    if (it == vocab_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  struct Merge {
+    uint32_t rank, id;
+  };
+  absl::Status error(const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(source(), ": ", what));
+  }
+  absl::Status read_model(const json& m);
+  absl::Status read_normalizer(const json& n);
+  absl::Status read_pre_tokenizer(const json& p);
+  absl::Status read_post_processor(const json& p);
+  absl::Status read_added_tokens(const json& a);
+  struct Split {
+    std::string source;
+    std::unique_ptr<icu::RegexPattern> pattern;
+  };
+  absl::StatusOr<Split> compile(const std::string& pattern) const;
+
+  absl::Status encode_segment(std::string_view segment, std::vector<uint32_t>& ids) const;
+  absl::Status split_pieces(const Split& split, std::vector<icu::UnicodeString>& pieces) const;
+  void encode_piece(const std::string& bytes, std::vector<uint32_t>& ids) const;
+
+  absl::flat_hash_map<std::string, uint32_t> vocab_;
+  int64_t vocab_size_ = 0;
+  absl::flat_hash_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
+  bool ignore_merges_ = false;
+  std::array<uint32_t, 256> byte_ids_{};
+  std::array<std::string, 256> byte_chars_ = byte_chars();
+  const icu::Normalizer2* nfc_ = nullptr;
+  std::vector<Split> splits_;  // in order, then ByteLevel's when it has one
+  AddedTokens added_;
+  std::vector<uint32_t> prefix_, suffix_;  // the post-processor's
+};
+
+absl::StatusOr<BpeTokenizer::Split> BpeTokenizer::compile(const std::string& pattern) const {
+  UErrorCode status = U_ZERO_ERROR;
+  UParseError where;
+  std::unique_ptr<icu::RegexPattern> p(
+      icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, where, status));
+  if (U_FAILURE(status))
+    return error(absl::StrCat("pre_tokenizer: the split pattern '", pattern, "' does not compile (",
+                              u_errorName(status), " at offset ", where.offset, ")"));
+  return Split{pattern, std::move(p)};
+}
+
+absl::Status BpeTokenizer::read(const json& j) {
+  if (!j.is_object() || !j.contains("model")) return error("not a tokenizers file: no \"model\"");
+  if (auto s = read_model(j["model"]); !s.ok()) return s;
+  if (auto s = read_added_tokens(j.value("added_tokens", json::array())); !s.ok()) return s;
+  if (auto s = read_normalizer(j.value("normalizer", json())); !s.ok()) return s;
+  if (auto s = read_pre_tokenizer(j.value("pre_tokenizer", json())); !s.ok()) return s;
+  return read_post_processor(j.value("post_processor", json()));
+}
+
+absl::Status BpeTokenizer::read_model(const json& m) {
+  const std::string type = m.value("type", "");
+  if (type != "BPE")
+    return error(absl::StrCat("model.type '", type,
+                              "' is not supported (byte-level BPE is; a SentencePiece model "
+                              "is read from tokenizer.model)"));
+  if (m.value("byte_fallback", false))
+    return error("model.byte_fallback: a SentencePiece-style BPE; read its tokenizer.model instead");
+  if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
+    return error("model.dropout is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (m.contains(key) && m[key].is_string() && !m[key].get<std::string>().empty())
+      return error(absl::StrCat("model.", key, " is not supported"));
+  ignore_merges_ = m.value("ignore_merges", false);
+  if (!m.contains("vocab") || !m["vocab"].is_object()) return error("model.vocab is not an object");
+  for (const auto& [token, id] : m["vocab"].items()) {
+    if (!id.is_number_unsigned()) return error(absl::StrCat("model.vocab['", token, "'] is not an id"));
+    const uint32_t v = id.get<uint32_t>();
+    vocab_[token] = v;
+    vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(v) + 1);
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab_.find(byte_chars_[b]);
+    if (it == vocab_.end()) return error(absl::StrCat("model.vocab lacks the byte ", b, "'s character"));
+    byte_ids_[b] = it->second;
+  }
+  const json merges = m.value("merges", json::array());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& e = merges[rank];
+    std::string left, right;
+    if (e.is_string() && e.get<std::string>().find(' ') != std::string::npos) {  // "a b"
+      const std::string s = e.get<std::string>();
+      left = s.substr(0, s.find(' '));
+      right = s.substr(s.find(' ') + 1);
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {  // ["a", "b"]
+      left = e[0].get<std::string>();
+      right = e[1].get<std::string>();
+    } else {
+      return error(absl::StrCat("model.merges[", rank, "] is neither 'a b' nor [a, b]"));
+    }
+    auto a = vocab_.find(left), b = vocab_.find(right), ab = vocab_.find(left + right);
+    if (a == vocab_.end() || b == vocab_.end() || ab == vocab_.end())
+      return error(absl::StrCat("model.merges[", rank, "] names a token the vocabulary lacks"));
+    merges_.try_emplace(uint64_t(a->second) << 32 | b->second, Merge{uint32_t(rank), ab->second});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::read_added_tokens(const json& a) {
+  for (const json& t : a) {
+    const std::string content = t.value("content", "");
+    if (content.empty() || !t.contains("id")) return error("added_tokens: an entry without content or id");
+    for (const char* key : {"single_word", "lstrip", "rstrip"})
+      if (t.value(key, false))
+        return error(absl::StrCat("added_tokens: '", content, "' sets ", key, ", which is not supported"));
+    const uint32_t id = t["id"].get<uint32_t>();
+    added_.add(content, id);
+    vocab_[content] = id;
+    vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
+  }
+  added_.finish();
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::read_normalizer(const json& n) {
+  if (n.is_null()) return absl::OkStatus();
+  const std::string type = n.value("type", "");
+  if (type == "Sequence") {
+    for (const json& each : n.value("normalizers", json::array()))
+      if (auto s = read_normalizer(each); !s.ok()) return s;
+    return absl::OkStatus();
+  }
+  if (type != "NFC") return error(absl::StrCat("normalizer type '", type, "' is not supported (NFC is)"));
+  UErrorCode status = U_ZERO_ERROR;
+  nfc_ = icu::Normalizer2::getNFCInstance(status);
+  if (U_FAILURE(status)) return error(absl::StrCat("ICU's NFC: ", u_errorName(status)));
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::read_pre_tokenizer(const json& p) {
+  std::vector<json> steps;
+  if (!p.is_null() && p.value("type", "") == "Sequence") {
+    for (const json& each : p.value("pretokenizers", json::array())) steps.push_back(each);
+  } else if (!p.is_null()) {
+    steps.push_back(p);
+  }
+  if (steps.empty() || steps.back().value("type", "") != "ByteLevel")
+    return error("pre_tokenizer: byte-level BPE ends in a ByteLevel pre-tokenizer; this file's does not");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const json& s = steps[i];
+    const std::string type = s.value("type", "");
+    if (type == "ByteLevel" && i + 1 == steps.size()) {
+      if (s.value("add_prefix_space", false))
+        return error("pre_tokenizer: ByteLevel's add_prefix_space is not supported");
+      if (!s.value("use_regex", true)) continue;
+      auto compiled = compile(kByteLevelPattern);
+      if (!compiled.ok()) return compiled.status();
+      splits_.push_back(std::move(*compiled));
+    } else if (type == "Split") {
+      if (s.value("behavior", "") != "Isolated" || s.value("invert", false))
+        return error("pre_tokenizer: a Split other than Isolated, uninverted, is not supported");
+      const json pattern = s.value("pattern", json());
+      if (!pattern.is_object() || !pattern.contains("Regex"))
+        return error("pre_tokenizer: a Split's pattern other than a Regex is not supported");
+      auto compiled = compile(pattern["Regex"].get<std::string>());
+      if (!compiled.ok()) return compiled.status();
+      splits_.push_back(std::move(*compiled));
+    } else {
+      return error(absl::StrCat("pre_tokenizer type '", type, "' is not supported (Split and ByteLevel are)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::read_post_processor(const json& p) {
+  if (p.is_null()) return absl::OkStatus();
+  const std::string type = p.value("type", "");
+  if (type == "Sequence") {
+    for (const json& each : p.value("processors", json::array()))
+      if (auto s = read_post_processor(each); !s.ok()) return s;
+    return absl::OkStatus();
+  }
+  if (type == "ByteLevel") return absl::OkStatus();  // offsets only
+  if (type != "TemplateProcessing")
+    return error(absl::StrCat("post_processor type '", type, "' is not supported (TemplateProcessing is)"));
+  const json specials = p.value("special_tokens", json::object());
+  bool after = false;
+  for (const json& item : p.value("single", json::array())) {
+    if (item.contains("Sequence")) {
+      after = true;
+      continue;
+    }
+    const std::string name = item.contains("SpecialToken") ? item["SpecialToken"].value("id", "") : "";
+    if (!specials.contains(name)) return error(absl::StrCat("post_processor: the template names '", name, "'"));
+    for (const json& id : specials[name].value("ids", json::array())) {
+      if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(vocab_size_))
+        return error(absl::StrCat("post_processor: '", name, "' has an id the vocabulary lacks"));
+      (after ? suffix_ : prefix_).push_back(id.get<uint32_t>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::split_pieces(const Split& split, std::vector<icu::UnicodeString>& pieces) const {
+  std::vector<icu::UnicodeString> out;
+  UErrorCode status = U_ZERO_ERROR;
+  std::unique_ptr<icu::RegexMatcher> m(split.pattern->matcher(status));
+  // A pattern that backtracks without end stops (a tokenizer's own patterns
+  // are linear; this bounds a malformed file's), as does one that overflows
+  // ICU's backtracking stack.
+  m->setTimeLimit(kMatchTimeLimit, status);
+  for (const icu::UnicodeString& piece : pieces) {
+    m->reset(piece);
+    int32_t at = 0;
+    while (m->find(status) && U_SUCCESS(status)) {
+      const int32_t start = m->start(status), end = m->end(status);
+      // Copies: `pieces`, which a temporary substring would alias, goes.
+      if (start > at) out.emplace_back(piece, at, start - at);
+      if (end > start) out.emplace_back(piece, start, end - start);
+      at = end;
+    }
+    if (U_FAILURE(status))
+      return error(absl::StrCat("pre_tokenizer: the split pattern '", split.source, "' failed on the text (",
+                                u_errorName(status), ")"));
+    if (at < piece.length()) out.emplace_back(piece, at);
+  }
+  pieces = std::move(out);
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::encode_segment(std::string_view segment, std::vector<uint32_t>& ids) const {
+  icu::UnicodeString text = icu::UnicodeString::fromUTF8(icu::StringPiece(segment.data(), int32_t(segment.size())));
+  if (nfc_ != nullptr) {
+    UErrorCode status = U_ZERO_ERROR;
+    text = nfc_->normalize(text, status);
+  }
+  std::vector<icu::UnicodeString> pieces{text};
+  for (const Split& split : splits_) ZEROD_RETURN_IF_ERROR(split_pieces(split, pieces));
+  std::string bytes;
+  for (const icu::UnicodeString& piece : pieces) {
+    bytes.clear();
+    piece.toUTF8String(bytes);
+    encode_piece(bytes, ids);
+  }
+  return absl::OkStatus();
+}
+
+void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>& ids) const {
+  if (ignore_merges_) {
+    std::string chars;
+    for (unsigned char b : bytes) chars += byte_chars_[b];
+    if (auto it = vocab_.find(chars); it != vocab_.end()) {
+      ids.push_back(it->second);
+      return;
+    }
+  }
+  // The symbols, linked; a merged-away one has id kGone.
+  constexpr uint32_t kGone = UINT32_MAX;
+  const int n = int(bytes.size());
+  if (n == 0) return;
+  std::vector<uint32_t> sym(n);
+  std::vector<int> prev(n), next(n);
+  for (int i = 0; i < n; ++i) {
+    sym[i] = byte_ids_[static_cast<unsigned char>(bytes[i])];
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  // (rank, position, the id the pair would make): lowest rank, then leftmost.
+  using Entry = std::tuple<uint32_t, int, uint32_t>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
+  auto push = [&](int i) {
+    if (i < 0 || next[i] < 0) return;
+    auto it = merges_.find(uint64_t(sym[i]) << 32 | sym[next[i]]);
+    if (it != merges_.end()) queue.emplace(it->second.rank, i, it->second.id);
+  };
+  for (int i = 0; i + 1 < n; ++i) push(i);
+  while (!queue.empty()) {
+    const auto [rank, i, id] = queue.top();
+    queue.pop();
+    if (sym[i] == kGone || next[i] < 0) continue;
+    // An entry made stale by an earlier merge no longer names this pair.
+    auto it = merges_.find(uint64_t(sym[i]) << 32 | sym[next[i]]);
+    if (it == merges_.end() || it->second.id != id) continue;
+    const int j = next[i];
+    sym[i] = id;
+    sym[j] = kGone;
+    next[i] = next[j];
+    if (next[j] >= 0) prev[next[j]] = i;
+    push(prev[i]);
+    push(i);
+  }
+  for (int i = 0; i >= 0; i = next[i]) ids.push_back(sym[i]);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_bpe_tokenizer(const std::string& path, TokenizerConfig config) {
+  const std::optional<std::string> text = read_whole_file(path);
+  if (!text) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  auto j = parse_strict_json(*text, path);
+  if (!j.ok()) return j.status();
+  auto tok = std::make_unique<BpeTokenizer>(path, std::move(config));
+  try {
+    if (auto s = tok->read(*j); !s.ok()) return s;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
+  }
+  return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+}  // namespace zerod

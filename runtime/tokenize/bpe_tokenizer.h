@@ -1,0 +1,28 @@
+// Byte-level BPE as Hugging Face's tokenizer.json describes it (Llama 3,
+// Qwen2, GPT-2), giving `tokenizers`' ids:
+//  - added tokens written in the text become their ids, the longest leftmost
+//    first, and split the text into segments;
+//  - each segment is normalized (NFC or nothing), cut by the pre-tokenizer's
+//    Split patterns and ByteLevel's own pattern when it uses one, in ICU's
+//    regex standing in for Oniguruma's (a backtracking matcher too, whose
+//    \s is the same White_Space set: \v, U+0085 and the separators);
+//  - each piece's bytes become the 256 printable characters GPT-2 maps them
+//    to; with ignore_merges a piece the vocabulary holds whole is one id,
+//    else its bytes merge pair by pair, the lowest-ranked pair first and the
+//    leftmost of equals, as tokenizers' BPE does;
+//  - the post-processor's template puts its special tokens around the text.
+// What else tokenizer.json can say (another model, normalizer or
+// pre-tokenizer, byte fallback, dropout, stripping added tokens) is refused
+// by name when the file is read.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/tokenize/tokenizer.h"
+
+namespace zerod {
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_bpe_tokenizer(const std::string& path, TokenizerConfig config);
+
+}  // namespace zerod

@@ -1,0 +1,171 @@
+#include "runtime/tokenize/tokenize_files.h"
+
+#include <unicode/utf8.h>
+
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/core/strict_json.h"
+#include "runtime/core/whole_file.h"
+#include "runtime/data/dataset.h"
+#include "runtime/tokenize/instruction_data.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+
+// The offset of the first byte that does not begin or continue a UTF-8
+// character, or -1.
+int64_t first_invalid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const int64_t n = static_cast<int64_t>(s.size());
+  for (int64_t i = 0; i < n;) {
+    const int64_t at = i;
+    UChar32 c;
+    U8_NEXT(p, i, n, c);
+    if (c < 0) return at;
+  }
+  return -1;
+}
+
+class Builder {
+ public:
+  Builder(const Tokenizer& tok, const TokenizeOptions& o) : tok_(tok), o_(o) {}
+
+  absl::Status document(const std::string& text, const std::string& where) {
+    ZEROD_RETURN_IF_ERROR(kind(false, where));
+    absl::StatusOr<std::vector<uint32_t>> ids = tok_.encode(text, true);
+    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", ids.status().message()));
+    out_.ids.insert(out_.ids.end(), ids->begin(), ids->end());
+    if (o_.append_eos) {
+      if (!tok_.eos()) return absl::InvalidArgumentError(absl::StrCat(tok_.source(), ": no eos_token to append"));
+      out_.ids.push_back(*tok_.eos());
+    }
+    ++out_.documents;
+    return absl::OkStatus();
+  }
+
+  // One example a window: an id is a target when its example trains on it,
+  // but never the window's first, which nothing before it predicts.
+  absl::Status example(const absl::StatusOr<Example>& e, const std::string& where) {
+    ZEROD_RETURN_IF_ERROR(kind(true, where));
+    if (!e.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", e.status().message()));
+    const size_t n = e->ids.size();
+    if (n > size_t(o_.seq_len))
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the example's ", n, " ids are more than --seq-len ",
+                                                     o_.seq_len, " (packing is not supported)"));
+    for (size_t k = 0; k < n; ++k) {
+      const bool target = k > 0 && e->trained[k];
+      out_.ids.push_back(e->ids[k] | (target ? 0 : kNotTarget));
+      out_.targets += target;
+    }
+    out_.ids.insert(out_.ids.end(), o_.seq_len - n, tok_.eos().value_or(0) | kNotTarget);
+    ++out_.examples;
+    return absl::OkStatus();
+  }
+
+  Tokenized take() && {
+    out_.window = out_.examples > 0 ? o_.seq_len : 0;
+    return std::move(out_);
+  }
+
+ private:
+  absl::Status kind(bool instruction, const std::string& where) {
+    if (!kind_) {
+      kind_ = instruction;
+      if (instruction && o_.seq_len < 1)
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": instruction data needs --seq-len, the window each example is laid out in"));
+    }
+    if (*kind_ != instruction)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, instruction ? ": an instruction example among documents" : ": a document among instruction examples",
+          " (one output holds one kind)"));
+    return absl::OkStatus();
+  }
+
+  const Tokenizer& tok_;
+  const TokenizeOptions& o_;
+  std::optional<bool> kind_;  // instruction examples
+  Tokenized out_;
+};
+
+absl::StatusOr<std::string> string_at(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j[key].is_string())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": \"", key, "\" is not a string"));
+  return j[key].get<std::string>();
+}
+
+absl::Status record(Builder& b, const Tokenizer& tok, const json& j, const std::string& where) {
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON object"));
+  if (j.contains("text")) {
+    ZEROD_ASSIGN_OR_RETURN(const std::string text, string_at(j, "text", where));
+    return b.document(text, where);
+  }
+  if (j.contains("prompt") || j.contains("response")) {
+    ZEROD_ASSIGN_OR_RETURN(const std::string prompt, string_at(j, "prompt", where));
+    ZEROD_ASSIGN_OR_RETURN(const std::string response, string_at(j, "response", where));
+    return b.example(prompt_response_example(tok, prompt, response), where);
+  }
+  if (j.contains("messages")) {
+    const json& m = j["messages"];
+    if (!m.is_array() || m.empty())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"messages\" is not a list of messages"));
+    std::vector<Message> messages;
+    for (size_t i = 0; i < m.size(); ++i) {
+      const std::string at = absl::StrCat(where, ": messages[", i, "]");
+      if (!m[i].is_object()) return absl::InvalidArgumentError(absl::StrCat(at, " is not an object"));
+      ZEROD_ASSIGN_OR_RETURN(std::string role, string_at(m[i], "role", at));
+      ZEROD_ASSIGN_OR_RETURN(std::string content, string_at(m[i], "content", at));
+      messages.push_back({std::move(role), std::move(content)});
+    }
+    return b.example(chat_example(tok, messages), where);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": a record holds \"text\", \"prompt\" and \"response\", or \"messages\""));
+}
+
+absl::Status jsonl_file(Builder& b, const Tokenizer& tok, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = absl::StrCat(path, ":", number);
+    ZEROD_ASSIGN_OR_RETURN(const json j, parse_strict_json(line, where));
+    ZEROD_RETURN_IF_ERROR(record(b, tok, j, where));
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tokenized> tokenize_files(const Tokenizer& tok, const std::vector<std::string>& inputs,
+                                         const TokenizeOptions& options) {
+  Builder b(tok, options);
+  for (const std::string& path : inputs) {
+    if (absl::EndsWith(path, ".jsonl")) {
+      ZEROD_RETURN_IF_ERROR(jsonl_file(b, tok, path));
+      continue;
+    }
+    const std::optional<std::string> text = read_whole_file(path);
+    if (!text) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+    if (const int64_t at = first_invalid_utf8(*text); at >= 0)
+      return absl::InvalidArgumentError(absl::StrCat(path, ": byte ", at, " is not UTF-8"));
+    ZEROD_RETURN_IF_ERROR(b.document(*text, path));
+  }
+  Tokenized t = std::move(b).take();
+  if (t.documents + t.examples == 0) return absl::InvalidArgumentError("the inputs hold no document or example");
+  return t;
+}
+
+absl::Status write_tokenized(const std::string& path, const Tokenized& t, int64_t vocab_size) {
+  if (t.window > 0) return write_window_shard(path, t.ids, t.window);
+  if (vocab_size > 65536) return write_token_shard32(path, t.ids);
+  return write_token_shard(path, std::vector<uint16_t>(t.ids.begin(), t.ids.end()));
+}
+
+}  // namespace zerod

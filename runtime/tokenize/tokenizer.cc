@@ -1,0 +1,82 @@
+#include "runtime/tokenize/tokenizer.h"
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/core/strict_json.h"
+#include "runtime/core/whole_file.h"
+#include "runtime/tokenize/bpe_tokenizer.h"
+#include "runtime/tokenize/sentencepiece_tokenizer.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A special token as transformers writes it: its text, or an AddedToken
+// object holding it as "content"; null is none.
+absl::StatusOr<std::string> token_text(const json& j, const std::string& path, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::string();
+  const json& t = j[key];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is neither text nor a token object"));
+}
+
+}  // namespace
+
+absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
+  TokenizerConfig c;
+  if (!fs::exists(path)) return c;
+  const std::optional<std::string> text = read_whole_file(path);
+  if (!text) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  auto j = parse_strict_json(*text, path);
+  if (!j.ok()) return j.status();
+  if (!j->is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  auto bos = token_text(*j, path, "bos_token");
+  if (!bos.ok()) return bos.status();
+  auto eos = token_text(*j, path, "eos_token");
+  if (!eos.ok()) return eos.status();
+  c.bos_token = *bos;
+  c.eos_token = *eos;
+  for (const char* key : {"add_bos_token", "add_eos_token"}) {
+    if (!j->contains(key) || (*j)[key].is_null()) continue;
+    if (!(*j)[key].is_boolean())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is not true or false"));
+    (std::string(key) == "add_bos_token" ? c.add_bos_token : c.add_eos_token) = (*j)[key].get<bool>();
+  }
+  // One template, or named ones of which "default" is the one applied.
+  const json t = j->value("chat_template", json());
+  if (t.is_string()) {
+    c.chat_template = t.get<std::string>();
+  } else if (t.is_array()) {
+    for (const json& each : t)
+      if (each.is_object() && each.value("name", "") == "default") c.chat_template = each.value("template", "");
+  } else if (!t.is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": chat_template is neither text nor a list"));
+  }
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
+  std::error_code ec;
+  std::string file = path;
+  if (fs::is_directory(path, ec)) {
+    file = (fs::path(path) / "tokenizer.model").string();
+    if (!fs::exists(file, ec)) file = (fs::path(path) / "tokenizer.json").string();
+    if (!fs::exists(file, ec))
+      return absl::NotFoundError(absl::StrCat(path, ": holds neither tokenizer.model nor tokenizer.json"));
+  } else if (!fs::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+  }
+  auto config = read_tokenizer_config((fs::path(file).parent_path() / "tokenizer_config.json").string());
+  if (!config.ok()) return config.status();
+  if (absl::EndsWith(file, ".json")) return load_bpe_tokenizer(file, *std::move(config));
+  if (absl::EndsWith(file, ".model")) return load_sentencepiece_tokenizer(file, *std::move(config));
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ": not a kind of tokenizer zerod reads (tokenizer.json or a SentencePiece .model)"));
+}
+
+}  // namespace zerod

@@ -1,0 +1,62 @@
+// A model's own tokenizer, read from its Hugging Face files, giving the ids
+// transformers gives: byte-level BPE from tokenizer.json (Llama 3, Qwen2,
+// GPT-2: bpe_tokenizer.h) or a SentencePiece model (Llama 2, Mistral:
+// sentencepiece_tokenizer.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace zerod {
+
+// What tokenizer_config.json says around the vocabulary: the special tokens
+// by their text, and the chat template (empty when there is none).
+struct TokenizerConfig {
+  std::string bos_token, eos_token;
+  std::string chat_template;
+  std::optional<bool> add_bos_token, add_eos_token;  // a SentencePiece model's
+};
+// `path` beside the tokenizer; a missing file is an empty config.
+absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path);
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // `path`: a model directory (its tokenizer.model when it has one, else its
+  // tokenizer.json; tokenizer_config.json beside either) or one of those
+  // files. Errors name the file and what in it zerod does not read.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> load(const std::string& path);
+
+  // transformers' encode(text, add_special_tokens=add_special) of valid
+  // UTF-8 text: the tokenizer's BOS/EOS around the text when add_special.
+  // Fails only where the tokenizer's own split pattern does on this text
+  // (ICU's regex past its time or backtracking limits), naming the pattern.
+  virtual absl::StatusOr<std::vector<uint32_t>> encode(std::string_view text, bool add_special) const = 0;
+  // Every id is below this.
+  virtual int64_t vocab_size() const = 0;
+  // The id of a whole token by its text ("<|eot_id|>", "</s>"), if any.
+  virtual std::optional<uint32_t> token_id(std::string_view token) const = 0;
+
+  const TokenizerConfig& config() const { return config_; }
+  // The file the vocabulary was read from, for messages.
+  const std::string& source() const { return source_; }
+  // The config's BOS and EOS ids, when it names tokens the vocabulary has.
+  std::optional<uint32_t> bos() const { return token_id(config_.bos_token); }
+  std::optional<uint32_t> eos() const { return token_id(config_.eos_token); }
+
+ protected:
+  Tokenizer(std::string source, TokenizerConfig config) : source_(std::move(source)), config_(std::move(config)) {}
+
+ private:
+  std::string source_;
+  TokenizerConfig config_;
+};
+
+}  // namespace zerod

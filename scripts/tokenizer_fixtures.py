@@ -1,0 +1,172 @@
+"""Makes tests/fixtures/tokenizers: small tokenizers of the kinds the Llama
+family ships, trained here on scripts/tokenizer_corpus.py's text, and the ids
+Hugging Face's `tokenizers` gives for that text, for zerod's tokenizer to
+equal token for token.
+
+    python3 -m venv venv && venv/bin/pip install tokenizers sentencepiece transformers jinja2 protobuf
+    venv/bin/python scripts/tokenizer_fixtures.py tests/fixtures/tokenizers
+
+Kinds: byte-level BPE from tokenizer.json as Llama 3 (its split pattern,
+whole words looked up first, a BOS template), Qwen2 (NFC, single digits) and
+GPT-2 (ByteLevel's own pattern) write them; a SentencePiece BPE model as
+Llama 2 and Mistral's (byte fallback, digits split, a dummy prefix). The
+chat templates are this project's own Jinja for Llama 3's header format and
+ChatML, rendered here by transformers. Where transformers' conversion of the
+SentencePiece model and sentencepiece itself differ on a case (runs of
+leading spaces), both are kept ("reference_ids": sentencepiece's).
+"""
+
+import json
+import os
+import sys
+
+import sentencepiece as spm
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, LlamaTokenizer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tokenizer_corpus import corpus, crc32c  # noqa: E402
+
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+VOCAB = 2500
+BLOCK = 4096  # ids a block CRC covers, so that a mismatch is found near where it is
+
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\n\n' + m['content'] | trim + '<|eot_id|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+CHATML_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+CASES = [
+    "", " ", "   ", "\n", "\r\n\r\n", "a", "Hello world", "  leading and trailing  ", "tabs\tand\vvertical\x0cfeeds",
+    "I'm sure they'LL say it's fine, we've", "12345678901 3.14159 1,000,000", "naïve café — résumé",
+    "e\u0301 composed by NFC", "\u00a0nbsp\u00a0\u3000ideographic", "line\u2028sep\u0085nel",
+    "日本語のテキスト、中文文本。", "한국어 텍스트", "Привет, мир!", "مرحبا بالعالم", "नमस्ते दुनिया",
+    "emoji 😀👍🏽 👨\u200d👩\u200d👧", "code: for (int i = 0; i < n; ++i) { x[i] *= 2; }",
+    "a<|endoftext|>b", "<|begin_of_text|>twice<|begin_of_text|>", "<|im_start|>user\nhi<|im_end|>\n",
+    "\ud7a3\U0010fffd\x7f\x01",
+]
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."}],
+    [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": " Trim me \n"},
+     {"role": "assistant", "content": "Trimmed: ça va, 日本."}, {"role": "user", "content": "And again?"},
+     {"role": "assistant", "content": "Again\n\nand again."}],
+]
+
+
+def trained_bpe(text, split, normalizer, ignore_merges, specials, bos):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    if normalizer:
+        tok.normalizer = normalizer
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split is None)
+    tok.pre_tokenizer = (byte_level if split is None else
+                         pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), "isolated"), byte_level]))
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(text.splitlines(keepends=True), trainer)
+    tok.add_special_tokens(specials)
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                           special_tokens=[(bos, tok.token_to_id(bos))])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def ids_summary(ids):
+    data = b"".join(i.to_bytes(4, "little") for i in ids)
+    blocks = [crc32c(data[i * 4:(i + BLOCK) * 4]) for i in range(0, len(ids), BLOCK)]
+    return {"count": len(ids), "crc32c": crc32c(data), "block_crc32c": blocks, "first": ids[:48]}
+
+
+def write_expected(out, encode, text, extra, reference=None):
+    """`reference`: another encoder the corpus must agree with; where it
+    differs on a case, its ids are kept beside `encode`'s."""
+    data = text.encode("utf-8")
+    ids = encode(text, True)
+    if reference and reference(text, True) != ids:
+        sys.exit(f"{out}: the corpus's ids differ between the two encoders")
+    cases = []
+    for t in CASES:
+        case = {"text": t, "ids": encode(t, False), "ids_with_special": encode(t, True)}
+        if reference and reference(t, False) != case["ids"]:
+            case["reference_ids"] = reference(t, False)
+            case["reference_ids_with_special"] = reference(t, True)
+        cases.append(case)
+    expected = {"corpus_bytes": len(data), "corpus_crc32c": crc32c(data), "block": BLOCK,
+                "corpus_ids": ids_summary(ids), "cases": cases}
+    expected.update(extra)
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(expected, f, ensure_ascii=True, indent=1)
+
+
+def chats(out, template):
+    tok = AutoTokenizer.from_pretrained(out)
+    result = []
+    for msgs in CONVERSATIONS:
+        text = tok.apply_chat_template(msgs, tokenize=False)
+        ids = tok.apply_chat_template(msgs, tokenize=True, return_dict=False)
+        result.append({"messages": msgs, "text": text, "ids": list(ids)})
+    return {"chats": result}
+
+
+def make_bpe(root, name, text, split, normalizer, ignore_merges, specials, bos, eos, template):
+    out = os.path.join(root, name)
+    os.makedirs(out, exist_ok=True)
+    tok = trained_bpe(text, split, normalizer, ignore_merges, specials, bos)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos,
+              "model_max_length": 131072}
+    if template:
+        config["chat_template"] = template
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    write_expected(out, lambda t, special: tok.encode(t, add_special_tokens=special).ids, text,
+                   chats(out, template) if template else {})
+
+
+def make_sentencepiece(root, text):
+    out = os.path.join(root, "llama2_sp")
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "corpus_lines.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    spm.SentencePieceTrainer.train(
+        input=path, model_prefix=os.path.join(out, "tokenizer"), model_type="bpe", vocab_size=VOCAB,
+        byte_fallback=True, split_digits=True, normalization_rule_name="identity", add_dummy_prefix=True,
+        remove_extra_whitespaces=False, allow_whitespace_only_pieces=True, character_coverage=0.9995,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, max_sentence_length=1 << 16, num_threads=2,
+        minloglevel=2)
+    os.remove(path)
+    os.remove(os.path.join(out, "tokenizer.vocab"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                   "add_bos_token": True, "add_eos_token": False}, f, indent=1)
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "tokenizer.model"))
+    hf = LlamaTokenizer.from_pretrained(out)  # converted to a `tokenizers` BPE
+
+    write_expected(out, lambda t, special: hf.encode(t, add_special_tokens=special), text, {},
+                   lambda t, special: ([sp.bos_id()] if special else []) + sp.encode(t))
+
+
+def main():
+    root = sys.argv[1]
+    text = corpus()
+    llama3_specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                       "<|eot_id|>"]
+    make_bpe(root, "llama3_bpe", text, LLAMA3_SPLIT, None, True, llama3_specials, "<|begin_of_text|>",
+             "<|eot_id|>", LLAMA3_TEMPLATE)
+    make_bpe(root, "qwen2_bpe", text, QWEN2_SPLIT, normalizers.NFC(), False,
+             ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|im_end|>", CHATML_TEMPLATE)
+    make_bpe(root, "gpt2_bpe", text, None, None, False, ["<|endoftext|>"], None, "<|endoftext|>", None)
+    make_sentencepiece(root, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+// Instruction data: chat templates rendered as transformers renders them,
+// the loss mask over the responses counted exactly, the files `zeroctl
+// tokenize` writes and what it refuses.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+#include <sys/wait.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/core/strict_json.h"
+#include "runtime/core/whole_file.h"
+#include "runtime/data/dataset.h"
+#include "runtime/tokenize/instruction_data.h"
+#include "runtime/tokenize/tokenize_files.h"
+#include "runtime/tokenize/tokenize_command.h"
+#include "tests/temp_dir.h"
+#include "tests/tokenizer_fixtures.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+
+std::vector<uint32_t> concat(std::vector<uint32_t> a, const std::vector<uint32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The ids the mask marks trained, in order.
+std::vector<uint32_t> trained_ids(const Example& e) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < e.ids.size(); ++i)
+    if (e.trained[i]) out.push_back(e.ids[i]);
+  return out;
+}
+
+// Each conversation of the fixture, rendered by transformers'
+// apply_chat_template with the fixture's template: the same ids; and the
+// trained ones are exactly each assistant turn's own encoding with its end
+// token, in order.
+TEST(ChatTemplates, RenderAsTransformersDoesAndTrainOnlyTheAssistant) {
+  for (const auto& [name, end] : {std::pair{"llama3_bpe", "<|eot_id|>"}, std::pair{"qwen2_bpe", "<|im_end|>"}}) {
+    SCOPED_TRACE(name);
+    auto tok = testing::load_tokenizer_fixture(name);
+    const json expected = json::parse(*read_whole_file(testing::tokenizer_fixture(name) + "/expected.json"));
+    ASSERT_EQ(expected["chats"].size(), 2u);
+    for (const json& chat : expected["chats"]) {
+      std::vector<Message> messages;
+      std::vector<uint32_t> want_trained;
+      for (const json& m : chat["messages"]) {
+        messages.push_back({m["role"], m["content"]});
+        std::string content = m["content"];
+        if (std::string(name) == "llama3_bpe") {  // the template trims
+          content.erase(0, content.find_first_not_of(" \n"));
+          content.erase(content.find_last_not_of(" \n") + 1);
+        }
+        if (m["role"] == "assistant") want_trained = concat(want_trained, testing::encoded(*tok, content + end, false));
+      }
+      auto e = chat_example(*tok, messages);
+      ASSERT_TRUE(e.ok()) << e.status();
+      EXPECT_EQ(e->ids, chat["ids"].get<std::vector<uint32_t>>());
+      EXPECT_EQ(trained_ids(*e), want_trained);
+    }
+  }
+}
+
+// The ids of prompt + response with the tokenizer's BOS, then its EOS; the
+// response (whose first piece starts after the prompt's newline) and the
+// EOS trained, nothing else.
+TEST(PromptResponse, TrainsTheResponseAndTheEos) {
+  for (const char* name : {"llama3_bpe", "qwen2_bpe", "gpt2_bpe", "llama2_sp"}) {
+    SCOPED_TRACE(name);
+    auto tok = testing::load_tokenizer_fixture(name);
+    const std::string prompt = "Question: what is 12+30?\n", response = "Answer: 42, сорок два.";
+    auto e = prompt_response_example(*tok, prompt, response);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->ids, concat(testing::encoded(*tok, prompt + response, true), {*tok->eos()}));
+    const std::vector<uint32_t> head = testing::encoded(*tok, prompt, true);
+    ASSERT_EQ(std::vector<uint32_t>(e->ids.begin(), e->ids.begin() + head.size()), head);
+    for (size_t i = 0; i < e->ids.size(); ++i) EXPECT_EQ(e->trained[i], i >= head.size()) << i;
+  }
+}
+
+TEST(ChatTemplates, RefusesWhatTheyCannotRender) {
+  auto sp = testing::load_tokenizer_fixture("llama2_sp");
+  auto e = chat_example(*sp, {{"user", "hi"}, {"assistant", "hello"}});
+  EXPECT_EQ(e.status().message(), testing::tokenizer_fixture("llama2_sp") +
+                                      "/tokenizer.model: the tokenizer has no chat template; give prompt and "
+                                      "response records instead");
+  auto llama3 = testing::load_tokenizer_fixture("llama3_bpe");
+  e = chat_example(*llama3, {{"system", "be brief"}, {"user", "hi"}});
+  EXPECT_EQ(e.status().message(), "a conversation without an assistant message has nothing to train on");
+}
+
+class TokenizeFiles : public testing::TempDirTest {
+ protected:
+  // zeroctl tokenize in this process: its exit status, its output on out_.
+  int zeroctl(std::vector<std::string> args) {
+    args.insert(args.begin(), "tokenize");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    out_.str("");
+    err_.str("");
+    return run_tokenize(int(argv.size()), argv.data(), out_, err_);
+  }
+  std::ostringstream out_, err_;
+};
+
+// Three examples, one a window of 48 ids: each example's ids, flagged as
+// its mask says (never the window's first), then EOS padding, flagged; the
+// count of targets is the trained ids' count; the loader gives the same
+// targets with -1 for the rest.
+TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
+  auto tok = testing::load_tokenizer_fixture("llama3_bpe");
+  const std::string jsonl = write(
+      "sft.jsonl",
+      "{\"prompt\": \"Name a colour.\\n\", \"response\": \"Blue.\"}\n"
+      "\n"
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}, {\"role\": \"assistant\", \"content\": \"4\"}]}\n"
+      "{\"prompt\": \"Say ok\\n\", \"response\": \"ok — d'accord\"}\n");
+  std::vector<Example> examples = {*prompt_response_example(*tok, "Name a colour.\n", "Blue."),
+                                   *chat_example(*tok, {{"user", "2+2?"}, {"assistant", "4"}}),
+                                   *prompt_response_example(*tok, "Say ok\n", "ok — d'accord")};
+  const int S = 48;
+  ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("llama3_bpe"), "--output", path("sft.bin"), "--seq-len",
+                     "48", jsonl}),
+            0)
+      << err_.str();
+  auto ids = read_token_shard(path("sft.bin"));
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(ids->size(), 3u * S);
+  int64_t targets = 0;
+  for (size_t x = 0; x < examples.size(); ++x) {
+    const Example& e = examples[x];
+    ASSERT_LE(e.ids.size(), size_t(S));
+    for (size_t k = 0; k < size_t(S); ++k) {
+      const uint32_t got = (*ids)[x * S + k];
+      if (k >= e.ids.size()) {
+        EXPECT_EQ(got, *tok->eos() | kNotTarget);
+        continue;
+      }
+      const bool target = k > 0 && e.trained[k];
+      EXPECT_EQ(got, e.ids[k] | (target ? 0 : kNotTarget)) << x << " " << k;
+      targets += target;
+    }
+  }
+  // Counted by hand from the encodings: "Blue." and " — d'accord"... are
+  // the responses; each trained id is its response's or the end token.
+  const int64_t by_hand =
+      int64_t(testing::encoded(*tok, "Blue.", false).size() + 1 + testing::encoded(*tok, "4<|eot_id|>", false).size() +
+              testing::encoded(*tok, "ok — d'accord", false).size() + 1);
+  EXPECT_EQ(targets, by_hand);
+  EXPECT_EQ(out_.str(), absl::StrCat(path("sft.bin"), ": 3 examples in windows of 48 ids, 144 ids, ", by_hand,
+                                     " of them targets (", absl::StrFormat("%.1f", 100.0 * by_hand / 144), "%)\n"));
+
+  DataConfig cfg{DataKind::kTokens, path("sft.bin"), S, 1};
+  auto ds = load_dataset(cfg, int(tok->vocab_size()));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_TRUE(ds->windowed);
+  EXPECT_EQ(*dataset_windows(cfg), 3);
+  auto loader = DataLoader::create(&ds->tokens, S, 9, 0, 1, MemoryAccountant::global(), true);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<int32_t> in(3 * S), tg(3 * S);
+  EXPECT_EQ(loader->next_batch(3, in.data(), tg.data()), by_hand);
+  int64_t counted = 0;
+  for (int b = 0; b < 3; ++b) {
+    const auto first = std::find_if(examples.begin(), examples.end(), [&](const Example& e) {
+      return int32_t(e.ids[0]) == in[b * S] && int32_t(e.ids[1]) == in[b * S + 1];
+    });
+    ASSERT_NE(first, examples.end());
+    for (int t = 0; t < S; ++t) {
+      const bool target = t + 1 < int(first->ids.size()) && first->trained[t + 1];
+      EXPECT_EQ(tg[b * S + t], target ? int32_t(first->ids[t + 1]) : -1);
+      EXPECT_EQ(in[b * S + t], int32_t(size_t(t) < first->ids.size() ? first->ids[t] : *tok->eos()));
+      counted += target;
+    }
+  }
+  EXPECT_EQ(counted, by_hand);
+
+  // Laid out for another seq_len, or mixed with plain shards: refused.
+  cfg.seq_len = 32;
+  EXPECT_EQ(load_dataset(cfg, int(tok->vocab_size())).status().message(),
+            absl::StrCat("data file '", path("sft.bin"),
+                         "': its examples were laid out for seq_len 48, the job's data.seq_len is 32 (zeroctl "
+                         "tokenize --seq-len)"));
+  ASSERT_TRUE(write_token_shard(path("zz.bin"), std::vector<uint16_t>(100, 7)).ok());
+  cfg = {DataKind::kTokens, path("*.bin"), S, 1};
+  EXPECT_EQ(load_dataset(cfg, int(tok->vocab_size())).status().message(),
+            absl::StrCat("data file '", path("zz.bin"),
+                         "': a plain token shard among windowed ones; one dataset holds one kind"));
+}
+
+// Documents: each file, or each {"text"} line, encoded with the BOS, one
+// after another; 16-bit ids for a vocabulary that fits.
+TEST_F(TokenizeFiles, WritesDocumentsAsOneStream) {
+  auto tok = testing::load_tokenizer_fixture("llama3_bpe");
+  const std::string a = "Первый документ.\nWith two lines.\n", b = "Second — 第二.", c = "third";
+  write("a.txt", a);
+  write("b.jsonl", absl::StrCat("{\"text\": \"", b, "\"}\n{\"text\": \"", c, "\"}\n"));
+  ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("llama3_bpe"), "--output", path("docs.bin"),
+                     "--append-eos", path("a.txt"), path("b.jsonl")}),
+            0)
+      << err_.str();
+  const uint32_t eos = *tok->eos();
+  const std::vector<uint32_t> want = concat(
+      concat(concat(concat(concat(testing::encoded(*tok, a, true), {eos}), testing::encoded(*tok, b, true)), {eos}),
+             testing::encoded(*tok, c, true)),
+      {eos});
+  EXPECT_EQ(*read_token_shard(path("docs.bin")), want);
+  EXPECT_EQ(std::filesystem::file_size(path("docs.bin")), 1024 + 2 * want.size());  // 16-bit ids
+  EXPECT_EQ(out_.str(), absl::StrCat(path("docs.bin"), ": 3 documents, ", want.size(), " ids of 16 bits\n"));
+}
+
+// Bad input: exit 2, the file and line named, nothing written.
+TEST_F(TokenizeFiles, RefusesBadInputNamingTheFileAndLineAndWritesNothing) {
+  const std::string tok = testing::tokenizer_fixture("llama3_bpe"), out = path("out.bin");
+  auto refused = [&](const std::vector<std::string>& inputs, const std::string& message,
+                     std::vector<std::string> extra = {"--seq-len", "64"}) {
+    std::vector<std::string> args = {"--tokenizer", tok, "--output", out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    EXPECT_EQ(zeroctl(args), 2) << message;
+    EXPECT_EQ(err_.str(), "zeroctl tokenize: " + message + "\n");
+    EXPECT_FALSE(std::filesystem::exists(out));
+    EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
+  };
+  const std::string good = "{\"prompt\": \"p\", \"response\": \"r\"}\n";
+  const std::string bad = write("bad.jsonl", good + "{\"prompt\": \"p\", \"response\": \n");
+  EXPECT_EQ(zeroctl({"--tokenizer", tok, "--output", out, "--seq-len", "64", bad}), 2);
+  EXPECT_EQ(err_.str().find("zeroctl tokenize: " + bad + ":2 is not valid JSON: "), 0u) << err_.str();
+  EXPECT_FALSE(std::filesystem::exists(out));
+
+  refused({write("a.jsonl", good + "[1, 2]\n")}, path("a.jsonl") + ":2: not a JSON object");
+  refused({write("b.jsonl", "{\"question\": \"q\"}\n")},
+          path("b.jsonl") + ":1: a record holds \"text\", \"prompt\" and \"response\", or \"messages\"");
+  refused({write("c.jsonl", "{\"prompt\": \"p\", \"response\": 4}\n")},
+          path("c.jsonl") + ":1: \"response\" is not a string");
+  refused({write("d.jsonl", good + "{\"text\": \"t\"}\n")},
+          path("d.jsonl") + ":2: a document among instruction examples (one output holds one kind)");
+  refused({write("e.jsonl", "{\"messages\": [{\"role\": \"user\"}]}\n")},
+          path("e.jsonl") + ":1: messages[0]: \"content\" is not a string");
+  refused({write("f.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n")},
+          path("f.jsonl") + ":1: a conversation without an assistant message has nothing to train on");
+  const size_t n =
+      prompt_response_example(*testing::load_tokenizer_fixture("llama3_bpe"), "a longer prompt\n", "and its response")
+          ->ids.size();
+  refused({write("g.jsonl", "{\"prompt\": \"a longer prompt\\n\", \"response\": \"and its response\"}\n")},
+          absl::StrCat(path("g.jsonl"), ":1: the example's ", n,
+                       " ids are more than --seq-len 4 (packing is not "
+                       "supported)"),
+          {"--seq-len", "4"});
+  refused({write("h.jsonl", good)},
+          path("h.jsonl") +
+              ":1: instruction data needs --seq-len, the window each example is "
+              "laid out in",
+          {});
+  refused({write("i.txt", "ok \xff\xfe")}, path("i.txt") + ": byte 3 is not UTF-8");
+  refused({write("j.jsonl", "\n\n")}, "the inputs hold no document or example");
+  refused({path("missing.txt")}, path("missing.txt") + ": cannot be read");
+
+  // A tokenizer of an unknown kind, or none.
+  EXPECT_EQ(zeroctl({"--tokenizer", write("vocab.txt", "a b\n"), "--output", out, path("i.txt")}), 2);
+  EXPECT_EQ(err_.str(), "zeroctl tokenize: " + path("vocab.txt") +
+                            ": not a kind of tokenizer zerod reads (tokenizer.json or a SentencePiece .model)\n");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+#ifdef ZEROD_CTL_BIN
+// `zeroctl tokenize` runs zero-tokenize in its place: the same file, and
+// exit 2 for bad input.
+TEST_F(TokenizeFiles, ZeroctlRunsZeroTokenize) {
+  write("p.jsonl", "{\"prompt\": \"a\\n\", \"response\": \"b c\"}\n");
+  auto ctl = [&](const std::string& output, const std::string& input) {
+    const std::string cmd = absl::StrCat(ZEROD_CTL_BIN, " tokenize --tokenizer ", testing::tokenizer_fixture("qwen2_bpe"),
+                                         " --output ", output, " --seq-len 8 ", input, " >", path("log"), " 2>&1");
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(ctl(path("p.bin"), path("p.jsonl")), 0) << *read_whole_file(path("log"));
+  ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("qwen2_bpe"), "--output", path("q.bin"), "--seq-len", "8",
+                     path("p.jsonl")}),
+            0);
+  EXPECT_EQ(*read_whole_file(path("p.bin")), *read_whole_file(path("q.bin")));
+  EXPECT_EQ(ctl(path("r.bin"), path("missing.jsonl")), 2);
+  EXPECT_EQ(*read_whole_file(path("log")), "zeroctl tokenize: " + path("missing.jsonl") + ": cannot be read\n");
+}
+#endif
+
+}  // namespace
+}  // namespace zerod

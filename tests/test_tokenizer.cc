@@ -1,0 +1,192 @@
+// zerod's tokenizers against Hugging Face's own ids: tests/fixtures/tokenizers
+// holds small tokenizers of each kind the Llama family ships, trained by
+// scripts/tokenizer_fixtures.py on the generated corpus of
+// tests/tokenizer_corpus.h, and what `tokenizers` (and sentencepiece) made
+// of that corpus and of edge cases.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/crc32c.h"
+#include "runtime/core/strict_json.h"
+#include "runtime/core/whole_file.h"
+#include "runtime/data/dataset.h"
+#include "runtime/tokenize/tokenize_command.h"
+#include "runtime/tokenize/tokenizer.h"
+#include "tests/temp_dir.h"
+#include "tests/tokenizer_corpus.h"
+#include "tests/tokenizer_fixtures.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+
+json expected_of(const std::string& name) {
+  auto j = parse_strict_json(*read_whole_file(testing::tokenizer_fixture(name) + "/expected.json"), name);
+  EXPECT_TRUE(j.ok()) << j.status();
+  return *j;
+}
+
+uint32_t crc_of_ids(const uint32_t* ids, size_t n) {  // of the ids as little-endian uint32, as the fixture's
+  return crc32c(ids, n * sizeof(uint32_t));
+}
+
+class TokenizerFixture : public ::testing::TestWithParam<std::string> {};
+
+// The whole 1 MiB corpus as one text, with the special tokens: the count, the
+// CRC of every 4096 ids (so that a difference is found near where it is)
+// and the first ids.
+TEST_P(TokenizerFixture, EncodesTheMultiScriptCorpusAsTransformersDoes) {
+  const json e = expected_of(GetParam());
+  const std::string corpus = testing::tokenizer_corpus();
+  ASSERT_EQ(corpus.size(), e["corpus_bytes"].get<size_t>());
+  ASSERT_EQ(crc32c(corpus.data(), corpus.size()), e["corpus_crc32c"].get<uint32_t>())
+      << "tests/tokenizer_corpus.h no longer makes scripts/tokenizer_corpus.py's bytes";
+  ASSERT_GE(corpus.size(), size_t(1) << 20);
+
+  auto tok = Tokenizer::load(testing::tokenizer_fixture(GetParam()));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::vector<uint32_t> ids = testing::encoded(**tok, corpus, true);
+  const json& want = e["corpus_ids"];
+  const size_t block = e["block"].get<size_t>();
+  for (size_t b = 0; b < want["block_crc32c"].size(); ++b) {
+    const size_t first = b * block, n = std::min(block, ids.size() - std::min(ids.size(), first));
+    ASSERT_EQ(crc_of_ids(ids.data() + first, n), want["block_crc32c"][b].get<uint32_t>())
+        << "ids [" << first << ", " << first + block << ") differ";
+  }
+  EXPECT_EQ(ids.size(), want["count"].get<size_t>());
+  EXPECT_EQ(crc_of_ids(ids.data(), ids.size()), want["crc32c"].get<uint32_t>());
+  EXPECT_EQ(std::vector<uint32_t>(ids.begin(), ids.begin() + want["first"].size()),
+            want["first"].get<std::vector<uint32_t>>());
+  for (uint32_t id : ids) ASSERT_LT(id, (*tok)->vocab_size());
+}
+
+// Empty and blank text, every kind of space, contractions in both cases,
+// digits, composed and decomposed accents, each script, emoji sequences,
+// added tokens written in the text, and code points at the edges. Where
+// transformers' conversion of a SentencePiece model differs from
+// sentencepiece itself, zerod (which is sentencepiece) gives sentencepiece's.
+TEST_P(TokenizerFixture, EncodesEdgeCasesAsTransformersDoes) {
+  auto tok = Tokenizer::load(testing::tokenizer_fixture(GetParam()));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  for (const json& c : expected_of(GetParam())["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    const char* plain = c.contains("reference_ids") ? "reference_ids" : "ids";
+    const char* special = c.contains("reference_ids") ? "reference_ids_with_special" : "ids_with_special";
+    EXPECT_EQ(testing::encoded(**tok, text, false), c[plain].get<std::vector<uint32_t>>()) << "'" << text << "'";
+    EXPECT_EQ(testing::encoded(**tok, text, true), c[special].get<std::vector<uint32_t>>()) << "'" << text << "'";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, TokenizerFixture,
+                         ::testing::Values("llama3_bpe", "qwen2_bpe", "gpt2_bpe", "llama2_sp"));
+
+// `zeroctl tokenize` of the corpus as a text file writes those ids: one
+// document, 16-bit ids for these vocabularies.
+class TokenizeCorpus : public testing::TempDirTest {};
+
+TEST_F(TokenizeCorpus, ZeroctlWritesTransformersIds) {
+  const std::string corpus = write("corpus.txt", testing::tokenizer_corpus());
+  for (const char* name : {"llama3_bpe", "llama2_sp"}) {
+    SCOPED_TRACE(name);
+    std::string args[] = {"tokenize", "--tokenizer", testing::tokenizer_fixture(name), "--output", path("c.bin"), corpus};
+    char* argv[std::size(args)];
+    for (size_t i = 0; i < std::size(args); ++i) argv[i] = args[i].data();
+    std::ostringstream out, err;
+    ASSERT_EQ(run_tokenize(int(std::size(args)), argv, out, err), 0) << err.str();
+    auto ids = read_token_shard(path("c.bin"));
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    const json want = expected_of(name)["corpus_ids"];
+    EXPECT_EQ(ids->size(), want["count"].get<size_t>());
+    EXPECT_EQ(crc_of_ids(ids->data(), ids->size()), want["crc32c"].get<uint32_t>());
+    EXPECT_EQ(out.str(), absl::StrCat(path("c.bin"), ": 1 document, ", ids->size(), " ids of 16 bits\n"));
+  }
+}
+
+TEST(Tokenizer, ReadsSpecialTokensAndTheChatTemplateFromTheConfig) {
+  auto llama3 = Tokenizer::load(testing::tokenizer_fixture("llama3_bpe"));
+  ASSERT_TRUE(llama3.ok()) << llama3.status();
+  EXPECT_EQ((*llama3)->bos(), (*llama3)->token_id("<|begin_of_text|>"));
+  EXPECT_EQ((*llama3)->eos(), (*llama3)->token_id("<|eot_id|>"));
+  EXPECT_TRUE((*llama3)->bos().has_value());
+  EXPECT_NE((*llama3)->config().chat_template.find("<|start_header_id|>"), std::string::npos);
+  EXPECT_EQ((*llama3)->source(), testing::tokenizer_fixture("llama3_bpe") + "/tokenizer.json");
+
+  auto sp = Tokenizer::load(testing::tokenizer_fixture("llama2_sp"));
+  ASSERT_TRUE(sp.ok()) << sp.status();
+  EXPECT_EQ((*sp)->bos(), 1u);
+  EXPECT_EQ((*sp)->eos(), 2u);
+  EXPECT_EQ((*sp)->token_id("no such piece"), std::nullopt);
+  EXPECT_EQ((*sp)->vocab_size(), 2500);
+  EXPECT_TRUE((*sp)->config().chat_template.empty());
+}
+
+class TokenizerFiles : public testing::TempDirTest {
+ protected:
+  // The Llama 3 fixture's tokenizer.json with `edit` applied, in the temp dir.
+  std::string edited(const std::function<void(json&)>& edit) {
+    json j = json::parse(*read_whole_file(testing::tokenizer_fixture("llama3_bpe") + "/tokenizer.json"));
+    edit(j);
+    return write("tokenizer.json", j.dump());
+  }
+  static std::string error_of(const std::string& path) {
+    auto tok = Tokenizer::load(path);
+    EXPECT_FALSE(tok.ok());
+    return tok.ok() ? "" : std::string(tok.status().message());
+  }
+};
+
+TEST_F(TokenizerFiles, RefusesWhatItCannotReadNamingTheFileAndThePlace) {
+  EXPECT_EQ(error_of(path("none")), path("none") + ": no such file or directory");
+  EXPECT_EQ(error_of(dir_.string()), dir_.string() + ": holds neither tokenizer.model nor tokenizer.json");
+  EXPECT_EQ(error_of(write("vocab.txt", "a\nb\n")),
+            path("vocab.txt") + ": not a kind of tokenizer zerod reads (tokenizer.json or a SentencePiece .model)");
+  EXPECT_EQ(error_of(write("tokenizer.model", "not a protobuf"))
+                .find(path("tokenizer.model") + ": not a SentencePiece model"),
+            0u);
+  std::filesystem::remove(path("tokenizer.model"));
+
+  const std::string file = path("tokenizer.json");
+  EXPECT_EQ(error_of(edited([](json& j) { j["model"]["type"] = "WordPiece"; })),
+            file +
+                ": model.type 'WordPiece' is not supported (byte-level BPE is; a SentencePiece model is read "
+                "from tokenizer.model)");
+  EXPECT_EQ(error_of(edited([](json& j) { j["model"]["byte_fallback"] = true; })),
+            file + ": model.byte_fallback: a SentencePiece-style BPE; read its tokenizer.model instead");
+  EXPECT_EQ(error_of(edited([](json& j) {
+              j["normalizer"] = {{"type", "Lowercase"}};
+            })),
+            file + ": normalizer type 'Lowercase' is not supported (NFC is)");
+  EXPECT_EQ(error_of(edited([](json& j) {
+              j["pre_tokenizer"] = {{"type", "Whitespace"}};
+            })),
+            file + ": pre_tokenizer: byte-level BPE ends in a ByteLevel pre-tokenizer; this file's does not");
+  EXPECT_EQ(error_of(edited([](json& j) {
+              j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a";
+            })).find(file + ": pre_tokenizer: the split pattern '(a' does not compile"),
+            0u);
+  EXPECT_EQ(error_of(edited([](json& j) { j["added_tokens"][0]["lstrip"] = true; })),
+            file + ": added_tokens: '<|begin_of_text|>' sets lstrip, which is not supported");
+  EXPECT_EQ(error_of(edited([](json& j) { j["model"]["merges"][3] = "ab"; })),
+            file + ": model.merges[3] is neither 'a b' nor [a, b]");
+  EXPECT_EQ(error_of(edited([](json& j) {
+              j["model"]["merges"][3] = {"Ġ", "no such token"};
+            })),
+            file + ": model.merges[3] names a token the vocabulary lacks");
+  EXPECT_EQ(error_of(edited([](json& j) {
+              j["post_processor"] = {{"type", "BertProcessing"}};
+            })),
+            file + ": post_processor type 'BertProcessing' is not supported (TemplateProcessing is)");
+  EXPECT_EQ(error_of(write("tokenizer.json", "{\"model\": ")).find(file), 0u);
+
+  edited([](json&) {});
+  write("tokenizer_config.json", R"({"bos_token": 7})");
+  EXPECT_EQ(error_of(file), path("tokenizer_config.json") + ": bos_token is neither text nor a token object");
+}
+
+}  // namespace
+}  // namespace zerod
