@@ -18,10 +18,14 @@ usage() {
 [ $# -ge 2 ] || usage
 cmd=$1 dir=$2
 
+# Waits (10 s at most) for each to exit: slurmctld saves its state as it
+# goes, and whoever removes DIR next must not race it.
 stop() {
   for d in slurmd slurmctld munged; do
     if [ -f "$dir/$d.pid" ]; then
-      kill "$(cat "$dir/$d.pid")" 2>/dev/null || true
+      pid=$(cat "$dir/$d.pid")
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       rm -f "$dir/$d.pid"
     fi
   done

@@ -389,7 +389,7 @@ TEST_F(CudaTable, TheHeadsLossAndGradientsInChunks) {
     auto k = table(t);
     auto inp = randn(N * C, 40), wte = randn(int64_t(V) * C, 41, 0.2f);
     const int64_t chunk = 16, ld = k->memory().logits_stride(V);
-    std::vector<double> losses(N);
+    std::vector<double> losses(N, std::nan(""));  // every row's is written
     std::vector<float> logits(chunk * ld), dinp(N * C);
     auto dwte = randn(int64_t(V) * C, 42);
     double* g_losses = up(losses);

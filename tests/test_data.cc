@@ -327,10 +327,15 @@ TEST_F(DataTest, WindowedShardBytesAndHeaderErrors) {
   expect_error(load_dataset(cfg, 10).status(), absl::StatusCode::kInvalidArgument,
                {path("w.bin"), "token 10 (at index 5)", "vocab_size 10"});
 
-  ASSERT_TRUE(write_window_shard(path("odd.bin"), ids, 4).ok());
+  expect_error(write_window_shard(path("odd.bin"), ids, 4), absl::StatusCode::kInvalidArgument,
+               {path("odd.bin"), "6 ids are not a whole number of windows of 4"});
+  EXPECT_FALSE(fs::exists(path("odd.bin")));
+  bytes.replace(12, 4, std::string("\x04\0\0\0", 4));  // the file's, with another window
+  write_file(path("odd.bin"), bytes);
   expect_error(read_token_shard(path("odd.bin")).status(), absl::StatusCode::kInvalidArgument,
                {path("odd.bin"), "the header's window 4 is not a positive divisor of its token count 6"});
-  ASSERT_TRUE(write_window_shard(path("zero.bin"), ids, 0).ok());
+  bytes.replace(12, 4, std::string("\0\0\0\0", 4));
+  write_file(path("zero.bin"), bytes);
   expect_error(read_token_shard(path("zero.bin")).status(), absl::StatusCode::kInvalidArgument,
                {"the header's window 0 is not a positive divisor"});
   write_file(path("v.bin"), shard_header(20261128, 2, 0));

@@ -2,10 +2,10 @@
 // the loss mask over the responses counted exactly, the files `zeroctl
 // tokenize` writes and what it refuses.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 #include <sstream>
-#include <sys/wait.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,8 +13,8 @@
 #include "runtime/core/whole_file.h"
 #include "runtime/data/dataset.h"
 #include "runtime/tokenize/instruction_data.h"
-#include "runtime/tokenize/tokenize_files.h"
 #include "runtime/tokenize/tokenize_command.h"
+#include "runtime/tokenize/tokenize_files.h"
 #include "tests/temp_dir.h"
 #include "tests/tokenizer_fixtures.h"
 
@@ -29,7 +29,7 @@ std::vector<uint32_t> concat(std::vector<uint32_t> a, const std::vector<uint32_t
 }
 
 // The ids the mask marks trained, in order.
-std::vector<uint32_t> trained_ids(const Example& e) {
+std::vector<uint32_t> trained_ids(const InstructionExample& e) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < e.ids.size(); ++i)
     if (e.trained[i]) out.push_back(e.ids[i]);
@@ -47,7 +47,7 @@ TEST(ChatTemplates, RenderAsTransformersDoesAndTrainOnlyTheAssistant) {
     const json expected = json::parse(*read_whole_file(testing::tokenizer_fixture(name) + "/expected.json"));
     ASSERT_EQ(expected["chats"].size(), 2u);
     for (const json& chat : expected["chats"]) {
-      std::vector<Message> messages;
+      std::vector<ChatMessage> messages;
       std::vector<uint32_t> want_trained;
       for (const json& m : chat["messages"]) {
         messages.push_back({m["role"], m["content"]});
@@ -94,6 +94,39 @@ TEST(ChatTemplates, RefusesWhatTheyCannotRender) {
   EXPECT_EQ(e.status().message(), "a conversation without an assistant message has nothing to train on");
 }
 
+class TokenizerDir : public testing::TempDirTest {
+ protected:
+  // The SentencePiece fixture's model with `config` as its tokenizer_config.json.
+  std::unique_ptr<Tokenizer> sentencepiece_with(const std::string& config) {
+    std::filesystem::copy_file(testing::tokenizer_fixture("llama2_sp") + "/tokenizer.model", path("tokenizer.model"));
+    write("tokenizer_config.json", config);
+    auto tok = Tokenizer::load(dir_.string());
+    EXPECT_TRUE(tok.ok()) << tok.status();
+    return tok.ok() ? *std::move(tok) : nullptr;
+  }
+};
+
+// A ChatML template on a tokenizer whose vocabulary lacks its tokens (they
+// would be encoded as text): refused, naming the token.
+TEST_F(TokenizerDir, AChatFormatNeedsItsTokensInTheVocabulary) {
+  auto tok = sentencepiece_with(R"({"eos_token": "</s>", "chat_template": "{{ '<|im_start|>' }}"})");
+  EXPECT_EQ(chat_example(*tok, {{"user", "hi"}, {"assistant", "hello"}}).status().message(),
+            path("tokenizer.model") + ": the chat format's token '<|im_start|>' is not in the vocabulary");
+}
+
+// A tokenizer that ends every text with its EOS (add_eos_token): one EOS,
+// trained, after the response.
+TEST_F(TokenizerDir, TheEosIsNotAddedTwice) {
+  auto tok = sentencepiece_with(R"({"bos_token": "<s>", "eos_token": "</s>", "add_eos_token": true})");
+  auto e = prompt_response_example(*tok, "Q\n", "A");
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::vector<uint32_t> whole = testing::encoded(*tok, "Q\nA", true);
+  ASSERT_EQ(whole.back(), 2u);
+  EXPECT_EQ(e->ids, whole);
+  EXPECT_TRUE(e->trained.back());
+  EXPECT_FALSE(e->trained[0]);
+}
+
 class TokenizeFiles : public testing::TempDirTest {
  protected:
   // zeroctl tokenize in this process: its exit status, its output on out_.
@@ -120,9 +153,9 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
       "\n"
       "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}, {\"role\": \"assistant\", \"content\": \"4\"}]}\n"
       "{\"prompt\": \"Say ok\\n\", \"response\": \"ok — d'accord\"}\n");
-  std::vector<Example> examples = {*prompt_response_example(*tok, "Name a colour.\n", "Blue."),
-                                   *chat_example(*tok, {{"user", "2+2?"}, {"assistant", "4"}}),
-                                   *prompt_response_example(*tok, "Say ok\n", "ok — d'accord")};
+  std::vector<InstructionExample> examples = {*prompt_response_example(*tok, "Name a colour.\n", "Blue."),
+                                              *chat_example(*tok, {{"user", "2+2?"}, {"assistant", "4"}}),
+                                              *prompt_response_example(*tok, "Say ok\n", "ok — d'accord")};
   const int S = 48;
   ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("llama3_bpe"), "--output", path("sft.bin"), "--seq-len",
                      "48", jsonl}),
@@ -133,7 +166,7 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
   ASSERT_EQ(ids->size(), 3u * S);
   int64_t targets = 0;
   for (size_t x = 0; x < examples.size(); ++x) {
-    const Example& e = examples[x];
+    const InstructionExample& e = examples[x];
     ASSERT_LE(e.ids.size(), size_t(S));
     for (size_t k = 0; k < size_t(S); ++k) {
       const uint32_t got = (*ids)[x * S + k];
@@ -166,7 +199,7 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
   EXPECT_EQ(loader->next_batch(3, in.data(), tg.data()), by_hand);
   int64_t counted = 0;
   for (int b = 0; b < 3; ++b) {
-    const auto first = std::find_if(examples.begin(), examples.end(), [&](const Example& e) {
+    const auto first = std::find_if(examples.begin(), examples.end(), [&](const InstructionExample& e) {
       return int32_t(e.ids[0]) == in[b * S] && int32_t(e.ids[1]) == in[b * S + 1];
     });
     ASSERT_NE(first, examples.end());
@@ -190,6 +223,32 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
   EXPECT_EQ(load_dataset(cfg, int(tok->vocab_size())).status().message(),
             absl::StrCat("data file '", path("zz.bin"),
                          "': a plain token shard among windowed ones; one dataset holds one kind"));
+}
+
+// An example of exactly --seq-len ids fills its window, its last id (the
+// EOS) a target; one with nothing to train on (an empty prompt and response
+// where the tokenizer has no BOS: its EOS is the window's first id) is refused.
+TEST_F(TokenizeFiles, AnExampleMayFillItsWindowButMustTrainOnSomething) {
+  auto tok = testing::load_tokenizer_fixture("qwen2_bpe");
+  auto e = prompt_response_example(*tok, "Name it.\n", "Blue.");
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string n = std::to_string(e->ids.size());
+  const std::string jsonl = write("one.jsonl", "{\"prompt\": \"Name it.\\n\", \"response\": \"Blue.\"}\n");
+  ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("qwen2_bpe"), "--output", path("one.bin"), "--seq-len",
+                     n, jsonl}),
+            0)
+      << err_.str();
+  auto ids = read_token_shard(path("one.bin"));
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(ids->size(), e->ids.size());
+  EXPECT_EQ(ids->back(), *tok->eos());  // a target: no flag
+
+  const std::string empty = write("empty.jsonl", "{\"prompt\": \"\", \"response\": \"\"}\n");
+  EXPECT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("qwen2_bpe"), "--output", path("e.bin"), "--seq-len",
+                     "8", empty}),
+            2);
+  EXPECT_EQ(err_.str(), "zeroctl tokenize: " + empty + ":1: the example has no id to train on\n");
+  EXPECT_FALSE(std::filesystem::exists(path("e.bin")));
 }
 
 // Documents: each file, or each {"text"} line, encoded with the BOS, one
@@ -273,14 +332,15 @@ TEST_F(TokenizeFiles, RefusesBadInputNamingTheFileAndLineAndWritesNothing) {
 TEST_F(TokenizeFiles, ZeroctlRunsZeroTokenize) {
   write("p.jsonl", "{\"prompt\": \"a\\n\", \"response\": \"b c\"}\n");
   auto ctl = [&](const std::string& output, const std::string& input) {
-    const std::string cmd = absl::StrCat(ZEROD_CTL_BIN, " tokenize --tokenizer ", testing::tokenizer_fixture("qwen2_bpe"),
-                                         " --output ", output, " --seq-len 8 ", input, " >", path("log"), " 2>&1");
+    const std::string cmd =
+        absl::StrCat(ZEROD_CTL_BIN, " tokenize --tokenizer ", testing::tokenizer_fixture("qwen2_bpe"), " --output ",
+                     output, " --seq-len 8 ", input, " >", path("log"), " 2>&1");
     const int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
   ASSERT_EQ(ctl(path("p.bin"), path("p.jsonl")), 0) << *read_whole_file(path("log"));
-  ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("qwen2_bpe"), "--output", path("q.bin"), "--seq-len", "8",
-                     path("p.jsonl")}),
+  ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("qwen2_bpe"), "--output", path("q.bin"), "--seq-len",
+                     "8", path("p.jsonl")}),
             0);
   EXPECT_EQ(*read_whole_file(path("p.bin")), *read_whole_file(path("q.bin")));
   EXPECT_EQ(ctl(path("r.bin"), path("missing.jsonl")), 2);

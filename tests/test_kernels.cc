@@ -254,7 +254,7 @@ TEST(KernelGradients, SoftmaxCrossEntropy) {
   const int rows = 4, V = 9;
   auto logits = random_vector(rows * V, 51, 2.0);
   const std::vector<int32_t> targets = {0, 8, -1, 3};  // -1: left out by a loss mask
-  std::vector<double> losses(rows);
+  std::vector<double> losses(rows, std::nan(""));     // every row's is written
   auto f = [&] {
     std::vector<float> z = logits;
     cpu::softmax_cross_entropy(z.data(), losses.data(), targets.data(), rows, V, 0.0f);

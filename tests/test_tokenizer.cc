@@ -93,7 +93,8 @@ TEST_F(TokenizeCorpus, ZeroctlWritesTransformersIds) {
   const std::string corpus = write("corpus.txt", testing::tokenizer_corpus());
   for (const char* name : {"llama3_bpe", "llama2_sp"}) {
     SCOPED_TRACE(name);
-    std::string args[] = {"tokenize", "--tokenizer", testing::tokenizer_fixture(name), "--output", path("c.bin"), corpus};
+    std::string args[] = {"tokenize", "--tokenizer", testing::tokenizer_fixture(name),
+                          "--output", path("c.bin"), corpus};
     char* argv[std::size(args)];
     for (size_t i = 0; i < std::size(args); ++i) argv[i] = args[i].data();
     std::ostringstream out, err;
@@ -140,6 +141,29 @@ class TokenizerFiles : public testing::TempDirTest {
   }
 };
 
+// A pair merged twice in the list takes its last rank, as in tokenizers'
+// map of merges: the same ids as with the pair moved to the end, for the
+// first pair whose move to the end changes the text's ids.
+TEST_F(TokenizerFiles, APairListedTwiceTakesItsLastRank) {
+  const std::string corpus = testing::tokenizer_corpus();
+  const std::string text = corpus.substr(0, corpus.rfind('\n', 2000) + 1);  // whole lines
+  auto original = testing::load_tokenizer_fixture("llama3_bpe");
+  const std::vector<uint32_t> plain = testing::encoded(*original, text, false);
+  for (int k = 0; k < 400; ++k) {
+    edited([&](json& j) {
+      const json pair = j["model"]["merges"][k];
+      j["model"]["merges"].erase(k);
+      j["model"]["merges"].push_back(pair);
+    });
+    const std::vector<uint32_t> moved = testing::encoded(**Tokenizer::load(path("tokenizer.json")), text, false);
+    if (moved == plain) continue;
+    edited([&](json& j) { j["model"]["merges"].push_back(j["model"]["merges"][k]); });
+    EXPECT_EQ(testing::encoded(**Tokenizer::load(path("tokenizer.json")), text, false), moved) << "merge " << k;
+    return;
+  }
+  FAIL() << "no merge among the first 400 matters to the text";
+}
+
 TEST_F(TokenizerFiles, RefusesWhatItCannotReadNamingTheFileAndThePlace) {
   EXPECT_EQ(error_of(path("none")), path("none") + ": no such file or directory");
   EXPECT_EQ(error_of(dir_.string()), dir_.string() + ": holds neither tokenizer.model nor tokenizer.json");
@@ -177,6 +201,10 @@ TEST_F(TokenizerFiles, RefusesWhatItCannotReadNamingTheFileAndThePlace) {
               j["model"]["merges"][3] = {"Ġ", "no such token"};
             })),
             file + ": model.merges[3] names a token the vocabulary lacks");
+  EXPECT_EQ(error_of(edited([](json& j) { j["added_tokens"][0]["id"] = uint64_t{1} << 31; })),
+            file + ": added_tokens: an entry without content or an id below 2^31");
+  EXPECT_EQ(error_of(edited([](json& j) { j["model"]["vocab"]["a"] = -1; })),
+            file + ": model.vocab['a'] is not an id below 2^31");
   EXPECT_EQ(error_of(edited([](json& j) {
               j["post_processor"] = {{"type", "BertProcessing"}};
             })),

@@ -220,6 +220,10 @@ absl::Status write_token_shard32(const std::string& path, const std::vector<uint
 }
 
 absl::Status write_window_shard(const std::string& path, const std::vector<uint32_t>& ids, int window) {
+  if (window < 1 || ids.size() % window != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_prefix(path), ": ", ids.size(), " ids are not a whole number of windows of ", window));
+  }
   return write_shard(path, ids, kWindowShardMagic, kWindowShardVersion, window);
 }
 
@@ -299,10 +303,10 @@ absl::StatusOr<std::pair<int64_t, bool>> data_size(const DataConfig& cfg) {
   ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
   int64_t n = 0;
   bool windowed = false;
-  for (const std::string& path : paths) {
-    ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
+  for (size_t i = 0; i < paths.size(); ++i) {
+    ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, paths[i]));
     n += f.count;
-    windowed = f.window > 0;
+    if (i == 0) windowed = f.window > 0;  // load_dataset refuses a mix
   }
   return std::pair{n, windowed};
 }

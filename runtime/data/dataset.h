@@ -47,7 +47,7 @@ absl::StatusOr<std::vector<uint32_t>> read_token_shard(const std::string& path);
 // Written aside and renamed into place: uint16 ids, or uint32 ones.
 absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 absl::Status write_token_shard32(const std::string& path, const std::vector<uint32_t>& tokens);
-// `ids` a whole number of windows.
+// `ids` must be a whole number of windows.
 absl::Status write_window_shard(const std::string& path, const std::vector<uint32_t>& ids, int window);
 
 // Files matching `pattern` (a path or a glob), sorted; an error names the

@@ -10,8 +10,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "runtime/core/strict_json.h"
-#include "runtime/core/whole_file.h"
 
 namespace zerod {
 namespace {
@@ -20,6 +18,9 @@ using nlohmann::json;
 
 // ICU's steps (about a millisecond each) a split may take on one piece.
 constexpr int32_t kMatchTimeLimit = 2000;
+
+// Ids are below 2^31: a windowed shard keeps its mask in the top bit.
+bool is_id(const json& id) { return id.is_number_unsigned() && id.get<uint64_t>() < (uint64_t{1} << 31); }
 
 // ByteLevel's own split pattern (GPT-2's), used when it says use_regex.
 constexpr char kByteLevelPattern[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -93,9 +94,10 @@ class BpeTokenizer final : public Tokenizer {
   }
   int64_t vocab_size() const override { return vocab_size_; }
   std::optional<uint32_t> token_id(std::string_view token) const override {
-    auto it = vocab_.find(absl::string_view(token.data(), token.size()));  // Debian's absl has its own
-    if (it == vocab_.end()) return std::nullopt;
-    return it->second;
+    const absl::string_view key(token.data(), token.size());  // Debian's absl has a string_view of its own
+    if (auto it = added_ids_.find(key); it != added_ids_.end()) return it->second;
+    if (auto it = vocab_.find(key); it != vocab_.end()) return it->second;
+    return std::nullopt;
   }
 
  private:
@@ -120,7 +122,8 @@ class BpeTokenizer final : public Tokenizer {
   absl::Status split_pieces(const Split& split, std::vector<icu::UnicodeString>& pieces) const;
   void encode_piece(const std::string& bytes, std::vector<uint32_t>& ids) const;
 
-  absl::flat_hash_map<std::string, uint32_t> vocab_;
+  absl::flat_hash_map<std::string, uint32_t> vocab_;      // the model's, which merges and lookups use
+  absl::flat_hash_map<std::string, uint32_t> added_ids_;  // added tokens by their text
   int64_t vocab_size_ = 0;
   absl::flat_hash_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
   bool ignore_merges_ = false;
@@ -168,7 +171,7 @@ absl::Status BpeTokenizer::read_model(const json& m) {
   ignore_merges_ = m.value("ignore_merges", false);
   if (!m.contains("vocab") || !m["vocab"].is_object()) return error("model.vocab is not an object");
   for (const auto& [token, id] : m["vocab"].items()) {
-    if (!id.is_number_unsigned()) return error(absl::StrCat("model.vocab['", token, "'] is not an id"));
+    if (!is_id(id)) return error(absl::StrCat("model.vocab['", token, "'] is not an id below 2^31"));
     const uint32_t v = id.get<uint32_t>();
     vocab_[token] = v;
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(v) + 1);
@@ -195,7 +198,8 @@ absl::Status BpeTokenizer::read_model(const json& m) {
     auto a = vocab_.find(left), b = vocab_.find(right), ab = vocab_.find(left + right);
     if (a == vocab_.end() || b == vocab_.end() || ab == vocab_.end())
       return error(absl::StrCat("model.merges[", rank, "] names a token the vocabulary lacks"));
-    merges_.try_emplace(uint64_t(a->second) << 32 | b->second, Merge{uint32_t(rank), ab->second});
+    // A pair listed twice takes its last rank, as tokenizers' map of merges does.
+    merges_.insert_or_assign(uint64_t(a->second) << 32 | b->second, Merge{uint32_t(rank), ab->second});
   }
   return absl::OkStatus();
 }
@@ -203,13 +207,14 @@ absl::Status BpeTokenizer::read_model(const json& m) {
 absl::Status BpeTokenizer::read_added_tokens(const json& a) {
   for (const json& t : a) {
     const std::string content = t.value("content", "");
-    if (content.empty() || !t.contains("id")) return error("added_tokens: an entry without content or id");
+    if (content.empty() || !t.contains("id") || !is_id(t["id"]))
+      return error("added_tokens: an entry without content or an id below 2^31");
     for (const char* key : {"single_word", "lstrip", "rstrip"})
       if (t.value(key, false))
         return error(absl::StrCat("added_tokens: '", content, "' sets ", key, ", which is not supported"));
     const uint32_t id = t["id"].get<uint32_t>();
     added_.add(content, id);
-    vocab_[content] = id;
+    added_ids_[content] = id;
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
   }
   added_.finish();
@@ -308,7 +313,7 @@ absl::Status BpeTokenizer::split_pieces(const Split& split, std::vector<icu::Uni
     int32_t at = 0;
     while (m->find(status) && U_SUCCESS(status)) {
       const int32_t start = m->start(status), end = m->end(status);
-      // Copies: `pieces`, which a temporary substring would alias, goes.
+      // Copies (not temporary aliases): `pieces` goes once they are made.
       if (start > at) out.emplace_back(piece, at, start - at);
       if (end > start) out.emplace_back(piece, start, end - start);
       at = end;
@@ -318,11 +323,14 @@ absl::Status BpeTokenizer::split_pieces(const Split& split, std::vector<icu::Uni
                                 u_errorName(status), ")"));
     if (at < piece.length()) out.emplace_back(piece, at);
   }
+  m.reset();  // it refers to the last piece, which goes now
   pieces = std::move(out);
   return absl::OkStatus();
 }
 
 absl::Status BpeTokenizer::encode_segment(std::string_view segment, std::vector<uint32_t>& ids) const {
+  if (segment.size() > size_t(INT32_MAX))  // ICU's strings are indexed by int32_t
+    return error(absl::StrCat("a text of ", segment.size(), " bytes is more than the 2 GiB it encodes at once"));
   icu::UnicodeString text = icu::UnicodeString::fromUTF8(icu::StringPiece(segment.data(), int32_t(segment.size())));
   if (nfc_ != nullptr) {
     UErrorCode status = U_ZERO_ERROR;
@@ -389,9 +397,7 @@ void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>&
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_bpe_tokenizer(const std::string& path, TokenizerConfig config) {
-  const std::optional<std::string> text = read_whole_file(path);
-  if (!text) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
-  auto j = parse_strict_json(*text, path);
+  auto j = read_json_file(path);
   if (!j.ok()) return j.status();
   auto tok = std::make_unique<BpeTokenizer>(path, std::move(config));
   try {

@@ -15,10 +15,11 @@ struct Part {
 // The ids of the parts' text, each marked as its part is: a part's ids are
 // those past the longest run its prefix's own encoding shares with the
 // whole's, so a token that straddles two parts goes with the later one.
-absl::StatusOr<Example> encode_parts(const Tokenizer& tok, const std::vector<Part>& parts, bool add_special) {
+absl::StatusOr<InstructionExample> encode_parts(const Tokenizer& tok, const std::vector<Part>& parts,
+                                                bool add_special) {
   std::string text;
   for (const Part& p : parts) text += p.text;
-  Example e;
+  InstructionExample e;
   ZEROD_ASSIGN_OR_RETURN(e.ids, tok.encode(text, add_special));
   e.trained.assign(e.ids.size(), false);
   std::string prefix;
@@ -72,20 +73,22 @@ ChatFormat chat_format_of(const std::string& chat_template) {
   return ChatFormat::kNone;
 }
 
-absl::StatusOr<Example> prompt_response_example(const Tokenizer& tok, std::string_view prompt,
-                                                std::string_view response) {
+absl::StatusOr<InstructionExample> prompt_response_example(const Tokenizer& tok, std::string_view prompt,
+                                                           std::string_view response) {
   const std::optional<uint32_t> eos = tok.eos();
   if (!eos)
     return absl::InvalidArgumentError(absl::StrCat(
         tok.source(), ": its tokenizer_config.json names no eos_token the vocabulary has, to end a response"));
   const std::vector<Part> parts = {{std::string(prompt), false}, {std::string(response), true}};
-  ZEROD_ASSIGN_OR_RETURN(Example e, encode_parts(tok, parts, true));
-  e.ids.push_back(*eos);
-  e.trained.push_back(true);
+  ZEROD_ASSIGN_OR_RETURN(InstructionExample e, encode_parts(tok, parts, true));
+  if (e.ids.empty() || e.ids.back() != *eos) {  // unless the tokenizer's special tokens end in it
+    e.ids.push_back(*eos);
+    e.trained.push_back(true);
+  }
   return e;
 }
 
-absl::StatusOr<Example> chat_example(const Tokenizer& tok, const std::vector<Message>& messages) {
+absl::StatusOr<InstructionExample> chat_example(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
   const ChatFormat format = chat_format_of(tok.config().chat_template);
   if (format == ChatFormat::kNone)
     return absl::InvalidArgumentError(absl::StrCat(tok.source(),
@@ -94,17 +97,26 @@ absl::StatusOr<Example> chat_example(const Tokenizer& tok, const std::vector<Mes
                                                        : ": its chat template is not one zerod renders (Llama 3's "
                                                          "headers or ChatML)",
                                                    "; give prompt and response records instead"));
-  if (std::none_of(messages.begin(), messages.end(), [](const Message& m) { return m.role == "assistant"; }))
+  if (std::none_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; }))
     return absl::InvalidArgumentError("a conversation without an assistant message has nothing to train on");
+  // The format's markers must be tokens of the vocabulary, or they would be
+  // encoded as text.
+  std::vector<std::string> markers = {"<|im_start|>", "<|im_end|>"};
+  if (format == ChatFormat::kLlama3)
+    markers = {tok.config().bos_token, "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  for (const std::string& marker : markers)
+    if (!tok.token_id(marker))
+      return absl::InvalidArgumentError(
+          absl::StrCat(tok.source(), ": the chat format's token '", marker, "' is not in the vocabulary"));
   std::vector<Part> parts;
   if (format == ChatFormat::kLlama3) {
     parts.push_back({tok.config().bos_token, false});
-    for (const Message& m : messages) {
+    for (const ChatMessage& m : messages) {
       parts.push_back({absl::StrCat("<|start_header_id|>", m.role, "<|end_header_id|>\n\n"), false});
       parts.push_back({absl::StrCat(trimmed(m.content), "<|eot_id|>"), m.role == "assistant"});
     }
   } else {
-    for (const Message& m : messages) {
+    for (const ChatMessage& m : messages) {
       parts.push_back({absl::StrCat("<|im_start|>", m.role, "\n"), false});
       parts.push_back({absl::StrCat(m.content, "<|im_end|>"), m.role == "assistant"});
       parts.push_back({"\n", false});

@@ -2,12 +2,12 @@
 
 #include <unicode/utf8.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/core/strict_json.h"
-#include "runtime/core/whole_file.h"
 #include "runtime/data/dataset.h"
 #include "runtime/tokenize/instruction_data.h"
 
@@ -41,7 +41,7 @@ class Builder {
     out_.ids.insert(out_.ids.end(), ids->begin(), ids->end());
     if (o_.append_eos) {
       if (!tok_.eos()) return absl::InvalidArgumentError(absl::StrCat(tok_.source(), ": no eos_token to append"));
-      out_.ids.push_back(*tok_.eos());
+      if (ids->empty() || ids->back() != *tok_.eos()) out_.ids.push_back(*tok_.eos());
     }
     ++out_.documents;
     return absl::OkStatus();
@@ -49,13 +49,15 @@ class Builder {
 
   // One example a window: an id is a target when its example trains on it,
   // but never the window's first, which nothing before it predicts.
-  absl::Status example(const absl::StatusOr<Example>& e, const std::string& where) {
+  absl::Status example(const absl::StatusOr<InstructionExample>& e, const std::string& where) {
     ZEROD_RETURN_IF_ERROR(kind(true, where));
     if (!e.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", e.status().message()));
     const size_t n = e->ids.size();
     if (n > size_t(o_.seq_len))
       return absl::InvalidArgumentError(absl::StrCat(where, ": the example's ", n, " ids are more than --seq-len ",
                                                      o_.seq_len, " (packing is not supported)"));
+    if (std::count(e->trained.begin() + std::min<size_t>(n, 1), e->trained.end(), true) == 0)
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the example has no id to train on"));
     for (size_t k = 0; k < n; ++k) {
       const bool target = k > 0 && e->trained[k];
       out_.ids.push_back(e->ids[k] | (target ? 0 : kNotTarget));
@@ -113,7 +115,7 @@ absl::Status record(Builder& b, const Tokenizer& tok, const json& j, const std::
     const json& m = j["messages"];
     if (!m.is_array() || m.empty())
       return absl::InvalidArgumentError(absl::StrCat(where, ": \"messages\" is not a list of messages"));
-    std::vector<Message> messages;
+    std::vector<ChatMessage> messages;
     for (size_t i = 0; i < m.size(); ++i) {
       const std::string at = absl::StrCat(where, ": messages[", i, "]");
       if (!m[i].is_object()) return absl::InvalidArgumentError(absl::StrCat(at, " is not an object"));
@@ -151,11 +153,10 @@ absl::StatusOr<Tokenized> tokenize_files(const Tokenizer& tok, const std::vector
       ZEROD_RETURN_IF_ERROR(jsonl_file(b, tok, path));
       continue;
     }
-    const std::optional<std::string> text = read_whole_file(path);
-    if (!text) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
-    if (const int64_t at = first_invalid_utf8(*text); at >= 0)
+    ZEROD_ASSIGN_OR_RETURN(const std::string text, read_input_file(path));
+    if (const int64_t at = first_invalid_utf8(text); at >= 0)
       return absl::InvalidArgumentError(absl::StrCat(path, ": byte ", at, " is not UTF-8"));
-    ZEROD_RETURN_IF_ERROR(b.document(*text, path));
+    ZEROD_RETURN_IF_ERROR(b.document(text, path));
   }
   Tokenized t = std::move(b).take();
   if (t.documents + t.examples == 0) return absl::InvalidArgumentError("the inputs hold no document or example");

@@ -27,12 +27,21 @@ absl::StatusOr<std::string> token_text(const json& j, const std::string& path, c
 
 }  // namespace
 
+absl::StatusOr<std::string> read_input_file(const std::string& path) {
+  std::optional<std::string> text = read_whole_file(path);
+  if (!text) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  return *std::move(text);
+}
+
+absl::StatusOr<nlohmann::json> read_json_file(const std::string& path) {
+  ZEROD_ASSIGN_OR_RETURN(const std::string text, read_input_file(path));
+  return parse_strict_json(text, path);
+}
+
 absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
   TokenizerConfig c;
   if (!fs::exists(path)) return c;
-  const std::optional<std::string> text = read_whole_file(path);
-  if (!text) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
-  auto j = parse_strict_json(*text, path);
+  auto j = read_json_file(path);
   if (!j.ok()) return j.status();
   if (!j->is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   auto bos = token_text(*j, path, "bos_token");

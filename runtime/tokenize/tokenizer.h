@@ -1,11 +1,13 @@
-// A model's own tokenizer, read from its Hugging Face files, giving the ids
-// transformers gives: byte-level BPE from tokenizer.json (Llama 3, Qwen2,
-// GPT-2: bpe_tokenizer.h) or a SentencePiece model (Llama 2, Mistral:
-// sentencepiece_tokenizer.h).
+// A model's own tokenizer, read from its Hugging Face files: byte-level BPE
+// from tokenizer.json (Llama 3, Qwen2, GPT-2: bpe_tokenizer.h), giving the
+// ids `tokenizers` gives, or a SentencePiece model (Llama 2, Mistral:
+// sentencepiece_tokenizer.h), giving sentencepiece's (which transformers'
+// conversion of the model gives too but for runs of leading spaces).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +26,12 @@ struct TokenizerConfig {
 };
 // `path` beside the tokenizer; a missing file is an empty config.
 absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path);
+
+// A tokenizer's file or an input, whole; NotFound naming it where it
+// cannot be read.
+absl::StatusOr<std::string> read_input_file(const std::string& path);
+// The same, parsed as JSON (parse_strict_json's errors).
+absl::StatusOr<nlohmann::json> read_json_file(const std::string& path);
 
 class Tokenizer {
  public:

@@ -286,7 +286,7 @@ __device__ void softmax_cross_entropy_row(int64_t r, int lane, int lanes, void* 
   void* z = static_cast<char*>(logits) + r * ld * cuda::operand_bytes(kT);
   const int target = targets[r];
   assert(target < V);
-  if (target < 0) {  // a target the loss mask leaves out (the block's rows all agree): no loss, no gradient
+  if (target < 0) {  // left out by a loss mask: no loss, no gradient (a row a block: all its lanes return here)
     if (lane == 0) losses[r] = 0.0;
     if (dloss != 0.0f)
       for (int i = lane; i < V; i += lanes) cuda::store_f32(z, kT, i, 0.0f);
