@@ -415,7 +415,6 @@ void DataLoader::shuffle_epoch() {
 int64_t DataLoader::read_window(int64_t w, int32_t* inputs, int32_t* targets) {
   if (!windowed_) {
     tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
-    if (inputs == nullptr) return seq_len_;
     for (int t = 0; t < seq_len_; ++t) {
       // Ids are below vocab_size (load_dataset), an int.
       inputs[t] = static_cast<int32_t>(window_[t]);

@@ -123,8 +123,8 @@ class DataLoader {
   DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order,
              bool windowed);
   void shuffle_epoch();
-  // Window w's ids into window_ and, when inputs is not null, its inputs
-  // and targets; returns its targets.
+  // Window w's ids into window_ and its inputs and targets (a windowed
+  // one's only when inputs is not null); returns its targets.
   int64_t read_window(int64_t w, int32_t* inputs, int32_t* targets);
 
   const TokenStream* tokens_;

@@ -15,6 +15,7 @@ struct Part {
 // The ids of the parts' text, each marked as its part is: a part's ids are
 // those past the longest run its prefix's own encoding shares with the
 // whole's, so a token that straddles two parts goes with the later one.
+// Only where the mark changes is a prefix encoded.
 absl::StatusOr<InstructionExample> encode_parts(const Tokenizer& tok, const std::vector<Part>& parts,
                                                 bool add_special) {
   std::string text;
@@ -26,6 +27,7 @@ absl::StatusOr<InstructionExample> encode_parts(const Tokenizer& tok, const std:
   size_t begin = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     prefix += parts[i].text;
+    if (i + 1 < parts.size() && parts[i + 1].trained == parts[i].trained) continue;  // one run with the next
     size_t end = e.ids.size();
     if (i + 1 < parts.size()) {
       ZEROD_ASSIGN_OR_RETURN(const std::vector<uint32_t> head, tok.encode(prefix, add_special));
