@@ -120,7 +120,13 @@ if [ "$section" = ranks ]; then
   targets=(--target zero-worker mpi_test_gpu_tier)
 fi
 cuda_tests=(test_cuda_kernels test_cuda_training test_cuda_offload test_device test_nccl)
-[ "$section" = kernels ] && targets=(--target zero-worker "${cuda_tests[@]}")
+# Only what a section runs; all and plan build everything.
+case "$section" in
+kernels) targets=(--target zero-worker "${cuda_tests[@]}") ;;
+offload) targets=(--target zero-worker test_cuda_offload copy_bandwidth optim_throughput host_sums_throughput) ;;
+bench) targets=(--target zero-worker attention_throughput) ;;
+largest) targets=(--target zero-worker offload_throughput) ;;
+esac
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=$with_mpi -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=$with_bench \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" \

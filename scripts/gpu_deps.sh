@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev
   libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5
   liburing-dev liburing2
+  libicu-dev libicu72 libsentencepiece-dev libsentencepiece0
   libgtest-dev libgmock-dev
   pkgconf pkgconf-bin libpkgconf3
 )

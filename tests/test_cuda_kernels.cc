@@ -244,13 +244,17 @@ TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
     cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
     expect_close(down_as(t, g_out, out.size()), out, tol(t, row_tol(C)), "rmsnorm out");
     expect_close(down(g_rstd, N), rstd, row_tol(C), "rmsnorm rstd");
+    // The backward from the device's rstd, judged above: what is left is
+    // its own arithmetic, and the CPU's serial fp32 sum of dw over the N
+    // rows, off by about sqrt(N) roundings (1.6e-6 of the largest seen at
+    // C 2048 on an H200).
     auto dinp = randn(N * C, 63), dw = randn(C, 64);
     void* g_dinp = up_as(t, dinp);
     float* g_dw = up(dw);
     k->rmsnorm_backward(s(), g_dinp, g_dw, g_dout, g_x, g_w, g_rstd, N, C);
-    cpu::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    cpu::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), down(g_rstd, N).data(), N, C);
     expect_close(down_as(t, g_dinp, dinp.size()), dinp, tol(t, row_tol(C)), "rmsnorm dinp");
-    expect_close(down(g_dw, C), dw, 1e-6f, "rmsnorm dw");
+    expect_close(down(g_dw, C), dw, row_tol(N), "rmsnorm dw");
   }
   for (DType t : kOperandTypes) {
     SCOPED_TRACE(dtype_name(t));

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/core/cpu_device.h"
 #include "runtime/core/gpu_memory.h"
 #include "runtime/core/memory.h"
 #include "runtime/engine/trainer.h"
@@ -61,11 +62,13 @@ using testing::joined;
 
 // Direct I/O reads and writes the offload buffers in place: every pinned
 // buffer starts on a page, small or not a whole number of pages, comes
-// zeroed, and holds what is copied in and out of the GPU.
+// zeroed, and holds what is copied in and out of the GPU. They come from
+// the host's device, as the states the GPU updates from the host do.
 TEST_F(CudaOffloadTest, PinnedBuffersStartOnAPage) {
+  CpuDevice host(acct_);
   std::vector<Buffer> held;
   for (uint64_t bytes : {16ull, 64ull, 4096ull, 241664ull, 241665ull, 3ull << 20}) {
-    auto b = Buffer::allocate(bytes, Category::kOffload, Tier::kPinned, acct_);
+    auto b = host.allocate(bytes, Category::kOffload, Tier::kPinned);
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % kPageBytes, 0u) << bytes << " bytes";
     std::vector<uint8_t> want(bytes), got(bytes);

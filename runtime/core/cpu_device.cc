@@ -125,7 +125,9 @@ absl::StatusOr<Buffer> CpuDevice::allocate(uint64_t bytes, Category c) {
 
 absl::StatusOr<Buffer> CpuDevice::allocate(uint64_t bytes, Category c, Tier t) {
   if (allocator_ && t == Tier::kGpu) return allocate(bytes, c);
-  if (t != Tier::kHost) {
+  // Pinned memory is host memory too: the host's side of a GPU's offload
+  // (states the GPU updates in parts) is pinned where a CUDA device runs.
+  if (t != Tier::kHost && t != Tier::kPinned) {
     return absl::InvalidArgumentError(
         absl::StrCat("the cpu device has host memory only, not ", tier_name(t), " (", bytes, " bytes of ",
                      category_name(c), ")"));
