@@ -13,6 +13,7 @@ packages=(
   libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5
   liburing-dev liburing2
   libicu-dev libicu72 libsentencepiece-dev libsentencepiece0
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
   libgtest-dev libgmock-dev
   pkgconf pkgconf-bin libpkgconf3
 )

@@ -12,7 +12,7 @@ packages=(
   liburing-dev fio
   # Tokenizers: ICU's regex and normalization (byte-level BPE), SentencePiece models.
   libicu-dev libsentencepiece-dev
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev libcpp-httplib-dev
   openssl
   # The deploy tests: hosts of namespaces reached over ssh, manifests read, the unit verified, a local Slurm.
   # (where an init system runs, openssh-server starts this machine's sshd too; the tests start their own.)

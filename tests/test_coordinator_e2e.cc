@@ -3,7 +3,10 @@
 // outcome, never for a length of time; the training numerics are checked
 // against the same job run directly with mpirun.
 #include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +18,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/coordinator/job_store.h"
 #include "runtime/coordinator/launcher.h"
+#include "tests/prometheus_text.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
 #include "tests/worker_run.h"
@@ -144,6 +148,28 @@ class ZerodE2E : public TempDirTest {
     auto r = ::zerod::testing::run_command(absl::StrCat("ZEROD_TOKEN=", kToken, " ", ZEROD_CTL_BIN, " --address ",
                                                         zerod_->address(), " ", args, " 2>/dev/null"));
     return {r.code, r.out};
+  }
+
+  // The port zerod serves HTTP on (--http-listen).
+  int http_port() const {
+    const std::string a = read_whole_file(state_ + "/zerod.http").value_or(":0");
+    return std::stoi(a.substr(a.rfind(':') + 1));
+  }
+  // GET `path` with headers; the response (null when nothing answered).
+  httplib::Result http_get(const std::string& path, const httplib::Headers& headers = {}) {
+    httplib::Client c("127.0.0.1", http_port());
+    return c.Get(path, headers);
+  }
+  // /metrics with the token, read as Prometheus' text format.
+  ::zerod::testing::PromPage metrics() {
+    httplib::Result r = http_get("/metrics", {{"Authorization", std::string("Bearer ") + kToken}});
+    EXPECT_TRUE(r) << "no answer";
+    if (!r) return {};
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+    ::zerod::testing::PromPage page = ::zerod::testing::parse_prometheus(r->body);
+    EXPECT_EQ(page.error, "") << r->body;
+    return page;
   }
 
   std::string token_file_, state_;
@@ -592,6 +618,124 @@ TEST_F(ZerodE2E, AStoreThatIsNotTheJobsIsRefusedAtStart) {
   ASSERT_TRUE(client_->get(id, &job).ok());
   EXPECT_EQ(job.state(), v1::SUCCEEDED);
   EXPECT_EQ(submit(request(small_job(5))), "2");
+}
+
+// /metrics while a job runs (rank 1 held after step 5, rank 0 waiting on
+// it, both heartbeating) holds the figures GetJob gives, the ranks' memory
+// and heartbeats, and zerod's own requests; it needs the token, /healthz
+// does not; once cancelled, the job's state follows.
+TEST_F(ZerodE2E, MetricsFollowTheJobAndNeedTheToken) {
+  start_zerod_with_hang("1:1:5", {"--http-listen", "127.0.0.1:0"});
+  const std::string id = submit(request(small_job(40), 2, 0, /*hang_timeout_s=*/3600));
+  reached(id, 5);
+  const std::map<std::string, std::string> job = {{"job", id}};
+  ::zerod::testing::PromPage page;
+  // Both ranks' heartbeats with their memory, after the job's progress.
+  while ((page = metrics()).value("zerod_job_memory_bytes", {{"job", id}, {"tier", "host"}}) <= 0 ||
+         page.value("zerod_requests_total", {{"method", "Heartbeat"}, {"code", "OK"}}) < 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  v1::Job record;
+  ASSERT_TRUE(client_->get(id, &record).ok());
+  EXPECT_EQ(record.state(), v1::RUNNING);
+  EXPECT_EQ(page.value("zerod_job_state", {{"job", id}, {"state", "RUNNING"}}), 1);
+  EXPECT_EQ(page.value("zerod_job_state", {{"job", id}, {"state", "PENDING"}}), 0);
+  EXPECT_EQ(page.value("zerod_jobs", {{"state", "RUNNING"}}), 1);
+  EXPECT_EQ(page.value("zerod_job_step", job), record.progress().step());
+  EXPECT_EQ(page.value("zerod_job_total_steps", job), 40);
+  EXPECT_EQ(page.value("zerod_job_loss", job), record.progress().loss());
+  EXPECT_EQ(page.value("zerod_job_tokens_per_second", job), record.progress().tokens_per_s());
+  EXPECT_EQ(page.value("zerod_job_restarts_total", job), 0);
+  EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", id}, {"tier", "gpu"}}), 0);
+  EXPECT_GE(page.value("zerod_job_heartbeat_age_seconds", job), 0);
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "SubmitJob"}, {"code", "OK"}}), 1);
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "RegisterWorker"}, {"code", "OK"}}), 2);
+
+  // Refused without the token, or with another; the health check is open.
+  httplib::Result none = http_get("/metrics");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(none->get_header_value("WWW-Authenticate"), "Bearer");
+  EXPECT_EQ(none->body.find("zerod_"), std::string::npos);
+  httplib::Result wrong = http_get("/metrics", {{"Authorization", "Bearer not-the-token"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(wrong->body, "the bearer token is not this zerod's\n");
+  httplib::Result health = http_get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "ok\n");
+  page = metrics();
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "/metrics"}, {"code", "401"}}), 2);
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "/healthz"}, {"code", "200"}}), 1);
+  EXPECT_EQ(page.value("zerod_request_duration_seconds_count", {{"method", "/healthz"}}), 1);
+
+  v1::Job cancelled;
+  ASSERT_TRUE(client_->cancel(id, &cancelled).ok());
+  finished(id);
+  page = metrics();
+  EXPECT_EQ(page.value("zerod_job_state", {{"job", id}, {"state", "CANCELLED"}}), 1);
+  EXPECT_EQ(page.value("zerod_jobs", {{"state", "RUNNING"}}), 0);
+  EXPECT_EQ(page.count("zerod_job_memory_bytes"), 0);
+  EXPECT_EQ(page.count("zerod_job_heartbeat_age_seconds"), 0);
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "CancelJob"}, {"code", "OK"}}), 1);
+}
+
+// An HTTP port another process holds stops zerod before it takes any job.
+TEST_F(ZerodE2E, AnHttpPortInUseIsRefused) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  launch_zerod({"--http-listen", taken});
+  EXPECT_FALSE(zerod_->running());
+  EXPECT_EQ(zerod_->exit_status(), 2);
+  EXPECT_NE(zerod_->error().find("--http-listen: cannot listen on " + taken), std::string::npos) << zerod_->error();
+  close(fd);
+  launch_zerod({"--http-listen", "127.0.0.1:http"});
+  EXPECT_EQ(zerod_->exit_status(), 2);
+  EXPECT_NE(zerod_->error().find("--http-listen '127.0.0.1:http' is not host:port"), std::string::npos)
+      << zerod_->error();
+}
+
+// Clients that send garbage, stop halfway or never finish their request
+// neither stop /metrics nor disturb a job: it trains to the loss of a
+// direct run.
+TEST_F(ZerodE2E, MisbehavingHttpClientsDisturbNothing) {
+  start_zerod({"--http-listen", "127.0.0.1:0"});
+  const nlohmann::json config = small_job(30);
+  const std::string id = submit(request(config));
+  const auto connected = [&] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(http_port()));
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    return fd;
+  };
+  std::vector<int> held;
+  for (const std::string& bytes : {std::string("GARBAGE\r\n\r\n"), std::string("GET /metrics HTTP/1.1\r\nHost: x"),
+                                   std::string("GET /metrics HTTP/1.1\r\nAuthorization: ") + std::string(100000, 'B'),
+                                   std::string("\0\xff\x01", 3), std::string()}) {
+    const int fd = connected();
+    if (!bytes.empty()) EXPECT_GT(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), 0);
+    held.push_back(fd);
+  }
+  ::zerod::testing::PromPage page = metrics();
+  EXPECT_FALSE(std::isnan(page.value("zerod_jobs", {{"state", "RUNNING"}})));
+  for (int fd : held) close(fd);
+  const v1::Job job = finished(id);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));
+  page = metrics();
+  EXPECT_EQ(page.value("zerod_job_state", {{"job", id}, {"state", "SUCCEEDED"}}), 1);
+  EXPECT_EQ(page.value("zerod_job_step", {{"job", id}}), 30);
 }
 
 }  // namespace

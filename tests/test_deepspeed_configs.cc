@@ -43,9 +43,10 @@ std::vector<std::string> corpus_files() {
   return names;
 }
 
-// zerod's own sections, and every nvme_path pointed at `nvme` (the shipped
-// ones name the authors' disks).
-json with_zerod_sections(json j, const std::string& nvme) {
+// zerod's own sections, and every nvme_path pointed at `nvme` and the
+// monitors' output_path at `monitors` (the shipped ones name the authors'
+// disks).
+json with_zerod_sections(json j, const std::string& nvme, const std::string& monitors) {
   j["model"] = {{"preset", "gpt2-tiny"}};
   j["data"] = {{"kind", "synthetic"}, {"seq_len", 16}};
   j["run"] = {{"steps", 1}, {"device", "cpu"}, {"sample", {{"tokens", 0}}}};
@@ -56,7 +57,17 @@ json with_zerod_sections(json j, const std::string& nvme) {
       (*z)[section]["nvme_path"] = nvme;
     }
   }
+  for (const char* section : {"tensorboard", "csv_monitor"}) {
+    if (j.contains(section) && j[section].is_object() && j[section].contains("output_path")) {
+      j[section]["output_path"] = monitors;
+    }
+  }
   return j;
+}
+
+// Whether a shipped config turns a monitor on.
+bool enables(const json& j, const char* section) {
+  return j.contains(section) && j[section].is_object() && j[section].value("enabled", false) == true;
 }
 
 class ShippedConfig : public testing::TempDirTest, public ::testing::WithParamInterface<std::string> {};
@@ -67,11 +78,23 @@ TEST_P(ShippedConfig, TrainsOrIsRefusedNamingEveryProblem) {
   const std::string name = GetParam();
   const json expected = read_json(kCorpus + "/EXPECTED.json").at(name);
   fs::create_directories(path("nvme"));
-  const std::string config =
-      write("config.json", with_zerod_sections(read_json(kCorpus + "/" + name), path("nvme")).dump());
+  const json shipped = read_json(kCorpus + "/" + name);
+  const json job = with_zerod_sections(shipped, path("nvme"), path("monitors"));
+  const std::string config = write("config.json", job.dump());
   const testing::WorkerResult r = testing::run_worker_with({"--config", config});
   if (expected == "trains") {
     EXPECT_EQ(r.code, kExitOk) << r.err;
+    // A monitor it turns on writes its files where it says.
+    if (enables(shipped, "tensorboard")) {
+      const fs::path dir = fs::path(path("monitors")) / job["tensorboard"].value("job_name", "DeepSpeedJobName");
+      ASSERT_TRUE(fs::is_directory(dir)) << dir;
+      EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << dir;
+      EXPECT_NE(fs::directory_iterator(dir)->path().filename().string().find("tfevents"), std::string::npos);
+    }
+    if (enables(shipped, "csv_monitor")) {
+      const fs::path dir = fs::path(path("monitors")) / job["csv_monitor"].value("job_name", "DeepSpeedJobName");
+      EXPECT_TRUE(fs::exists(dir / "Train_Samples_train_loss.csv")) << dir;
+    }
     return;
   }
   EXPECT_EQ(r.code, kExitBadInput) << r.out;
@@ -163,7 +186,13 @@ TEST(DeepSpeedKeys, EveryHonouredKeyIsRead) {
                                                        {"scheduler.params.warmup_max_lr", 1e-3},
                                                        {"scheduler.params.warmup_num_steps", 10},
                                                        {"scheduler.params.warmup_type", "linear"},
-                                                       {"scheduler.params.total_num_steps", 100}};
+                                                       {"scheduler.params.total_num_steps", 100},
+                                                       {"tensorboard.enabled", true},
+                                                       {"tensorboard.output_path", "runs"},
+                                                       {"tensorboard.job_name", "a"},
+                                                       {"csv_monitor.enabled", true},
+                                                       {"csv_monitor.output_path", "runs"},
+                                                       {"csv_monitor.job_name", "b"}};
   const std::vector<std::pair<std::string, json>> b = {{"train_batch_size", 8},
                                                        {"zero_optimization.stage", 2},
                                                        {"zero_optimization.prefetch_bucket_size", 1000},
@@ -210,7 +239,8 @@ TEST(DeepSpeedKeys, OlderSpellingsAndTheProfilerAreHonoured) {
 }
 
 // Every key accepted with no effect parses at values other than its
-// default, and a run with a dozen of them trains bitwise as one without.
+// default, and a run with a dozen of them (and the monitors, which write
+// files) trains bitwise as one without.
 TEST(DeepSpeedKeys, KeysWithNoEffectChangeNothing) {
   for (const DeepSpeedKey& k : deepspeed_keys()) {
     if (k.use != KeyUse::kNoEffect) continue;
@@ -252,8 +282,9 @@ TEST_F(DeepSpeedRun, KeysWithNoEffectTrainBitwiseAsWithout) {
   j["zero_optimization"]["stage3_max_live_parameters"] = 1000;
   j["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = true;
   j["activation_checkpointing"] = {{"partition_activations", true}, {"number_checkpoints", 4}, {"profile", true}};
-  j["tensorboard"] = {{"enabled", true}, {"output_path", "tb"}};
-  j["wandb"] = {{"enabled", true}};
+  j["tensorboard"] = {{"enabled", true}, {"output_path", path("tb")}};
+  j["csv_monitor"] = {{"enabled", true}, {"output_path", path("csv")}};
+  j["wandb"] = {{"enabled", false}, {"project", "p"}};
   j["bf16"] = {{"enabled", false}, {"loss_scale", 0}};
   EXPECT_EQ(losses(j), plain);
 }

@@ -1,6 +1,7 @@
 #include "runtime/config/job_config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -203,7 +204,7 @@ void parse_run(JsonReader r, RunConfig& run) {
   r.read("collective_timeout_s", &run.collective_timeout_s);
   r.check(run.collective_timeout_s > 0, "collective_timeout_s", "must be positive");
   r.read("tensorboard_dir", &run.tensorboard_dir);
-  r.check(!run.tensorboard_dir, "tensorboard_dir", "TensorBoard output is not supported by this build");
+  r.check(!run.tensorboard_dir || !run.tensorboard_dir->empty(), "tensorboard_dir", "must not be empty");
   read_enum<LogFormat>(r, "log_format", {{"text", LogFormat::kText}, {"json", LogFormat::kJson}}, &run.log_format);
   {
     JsonReader s = r.section("sample");
@@ -213,6 +214,13 @@ void parse_run(JsonReader r, RunConfig& run) {
     s.check(run.sample_tokens >= 0, "tokens", "must not be negative");
     s.check(run.sample_temperature >= 0, "temperature", "must not be negative");
   }
+  r.finish();
+}
+
+void parse_monitor(JsonReader r, MonitorConfig& m) {
+  r.read("enabled", &m.enabled);
+  r.read("output_path", &m.output_path);
+  if (r.read("job_name", &m.job_name)) r.check(!m.job_name.empty(), "job_name", "must not be empty");
   r.finish();
 }
 
@@ -589,6 +597,10 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
     dt.finish();
   }
   parse_zero(r.section("zero_optimization"), cfg.zero);
+  parse_monitor(r.section("tensorboard"), cfg.tensorboard);
+  parse_monitor(r.section("csv_monitor"), cfg.csv_monitor);
+  r.check(!(cfg.run.tensorboard_dir && cfg.tensorboard.enabled), "tensorboard",
+          "enabled with run.tensorboard_dir too: give one of them");
   {
     JsonReader aio = r.section("aio");
     if (aio.read("block_size", &cfg.aio_block_size)) {
@@ -604,6 +616,21 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
   cfg.auto_filled = reading.filled();
   return cfg;
 }
+
+namespace {
+
+std::optional<std::string> monitor_dir(const MonitorConfig& m) {
+  if (!m.enabled) return std::nullopt;
+  return (std::filesystem::path(m.output_path) / m.job_name).string();
+}
+
+}  // namespace
+
+std::optional<std::string> tensorboard_log_dir(const JobConfig& cfg) {
+  return cfg.run.tensorboard_dir ? cfg.run.tensorboard_dir : monitor_dir(cfg.tensorboard);
+}
+
+std::optional<std::string> csv_log_dir(const JobConfig& cfg) { return monitor_dir(cfg.csv_monitor); }
 
 absl::StatusOr<nlohmann::json> load_job_json(const std::string& path, const std::vector<std::string>& overrides) {
   const std::optional<std::string> text = read_whole_file(path);

@@ -74,6 +74,14 @@ struct CheckpointConfig {
   bool async = true;               // staged in memory and written in the background, where it can be
 };
 
+// DeepSpeed's tensorboard and csv_monitor sections: rank 0 writes every
+// step's figures under output_path/job_name, as DeepSpeed lays them out.
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;  // "": the working directory
+  std::string job_name = "DeepSpeedJobName";
+};
+
 struct RunConfig {
   int64_t steps = 200;
   uint64_t seed = 1234;
@@ -83,7 +91,7 @@ struct RunConfig {
   std::optional<uint64_t> host_memory_limit, gpu_memory_limit;
   double collective_timeout_s = 300;
   int threads = 0;  // the CPU kernels'; 0: the node's usable CPUs shared among its ranks
-  std::optional<std::string> tensorboard_dir;
+  std::optional<std::string> tensorboard_dir;  // TensorBoard's event files here, instead of tensorboard's section
   LogFormat log_format = LogFormat::kText;
   int sample_tokens = 64;            // extension: length of the end-of-run sample
   double sample_temperature = 0.0;   // extension: 0 is greedy
@@ -122,12 +130,18 @@ struct JobConfig {
   DType precision = DType::kF32;  // kBF16 or kF16 when enabled
   LossScaleConfig fp16;
   ZeroConfig zero;
+  MonitorConfig tensorboard, csv_monitor;
   int64_t aio_block_size = 1048576;
   int aio_queue_depth = 8;
   // The values "auto" stood for, as the Hugging Face Trainer fills them in:
   // (key path, value), shown at the start and end of the run.
   std::vector<std::pair<std::string, nlohmann::json>> auto_filled;
 };
+
+// Where TensorBoard's event files and the CSV files go (DeepSpeed's
+// output_path/job_name, or run.tensorboard_dir); none when off.
+std::optional<std::string> tensorboard_log_dir(const JobConfig& cfg);
+std::optional<std::string> csv_log_dir(const JobConfig& cfg);
 
 // Applies "key.path=value" (value is JSON; text that is not JSON is taken as a
 // string) to `root`, creating objects along the path.

@@ -23,6 +23,10 @@ bool same_secret(std::string_view given, std::string_view secret) {
 
 }  // namespace
 
+bool bearer_matches(std::string_view value, const std::string& token) {
+  return value.substr(0, sizeof(kScheme) - 1) == kScheme && same_secret(value.substr(sizeof(kScheme) - 1), token);
+}
+
 grpc::Status check_token(const grpc::ServerContextBase& ctx, const std::string& token) {
   const auto& md = ctx.client_metadata();
   auto it = md.find(kHeader);
@@ -30,7 +34,7 @@ grpc::Status check_token(const grpc::ServerContextBase& ctx, const std::string& 
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no bearer token: this zerod requires one on every call");
   }
   std::string_view value(it->second.data(), it->second.size());
-  if (value.substr(0, sizeof(kScheme) - 1) != kScheme || !same_secret(value.substr(sizeof(kScheme) - 1), token)) {
+  if (!bearer_matches(value, token)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the bearer token is not this zerod's");
   }
   return grpc::Status::OK;

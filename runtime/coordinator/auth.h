@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <grpcpp/grpcpp.h>
 
@@ -15,6 +16,10 @@ namespace zerod {
 // The token from `file` when given, else from the environment variable
 // ZEROD_TOKEN. Surrounding whitespace is dropped; an empty token is refused.
 absl::StatusOr<std::string> load_token(const std::string& file);
+
+// Whether an Authorization header's value is "Bearer <token>", compared in
+// time that does not depend on the token's bytes.
+bool bearer_matches(std::string_view value, const std::string& token);
 
 // OK when the call's metadata carries `token`; UNAUTHENTICATED otherwise.
 grpc::Status check_token(const grpc::ServerContextBase& ctx, const std::string& token);

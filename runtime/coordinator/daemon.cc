@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/config/command_line.h"
 #include "runtime/coordinator/auth.h"
+#include "runtime/coordinator/http_frontend.h"
 #include "runtime/coordinator/service.h"
 #include "runtime/core/exit_codes.h"
 #include "runtime/core/own_program.h"
@@ -51,7 +52,7 @@ std::string advertised(const std::string& listen, int port) {
 
 int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"zerod: runs zerod training jobs submitted over gRPC and supervises their workers"};
-  std::string listen = "127.0.0.1:7070", state_dir, token_file, tls_cert, tls_key, advertise;
+  std::string listen = "127.0.0.1:7070", state_dir, token_file, tls_cert, tls_key, advertise, http_listen;
   std::vector<std::string> roots;
   SupervisorOptions opt;
   opt.rules.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -59,6 +60,9 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   opt.agent = program_beside("zero-agent");
   app.add_option("--state-dir", state_dir, "job records (zerod.db), job directories and logs")->required();
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free one")->capture_default_str();
+  app.add_option("--http-listen", http_listen,
+                 "address to serve HTTP on (/metrics with the token, /healthz); port 0 picks a free one; "
+                 "none by default");
   app.add_option("--advertise", advertise, "address workers call back on (default: the listening one)");
   app.add_option("--token-file", token_file, "file holding the bearer token (default: $ZEROD_TOKEN)");
   app.add_option("--tls-cert", tls_cert, "PEM certificate: serve TLS only");
@@ -142,6 +146,17 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return bad(absl::StrCat("cannot listen on ", listen));
   opt.address = advertise.empty() ? advertised(listen, port) : advertise;
+  // HTTP beside gRPC, HTTPS where zerod serves TLS; bound before any job is
+  // taken, so that a port in use stops zerod here.
+  std::unique_ptr<HttpFrontend> http;
+  if (!http_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<HttpFrontend>> h = HttpFrontend::start({http_listen, tls_cert, tls_key}, backend);
+    if (!h.ok()) {
+      server->Shutdown();
+      return bad(std::string(h.status().message()));
+    }
+    http = *std::move(h);
+  }
   absl::StatusOr<std::unique_ptr<Supervisor>> sup = Supervisor::start(opt);
   if (!sup.ok()) {
     server->Shutdown();
@@ -152,6 +167,14 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   if (absl::Status s = write_private(opt.state_dir + "/zerod.address", address + "\n"); !s.ok()) {
     err << "zerod: " << s.message() << "\n";
   }
+  if (http) {
+    const std::string http_address = absl::StrCat(http_listen.substr(0, http_listen.rfind(':')), ":", http->port());
+    if (absl::Status s = write_private(opt.state_dir + "/zerod.http", http_address + "\n"); !s.ok()) {
+      err << "zerod: " << s.message() << "\n";
+    }
+    out << "zerod: " << (tls_cert.empty() ? "HTTP" : "HTTPS") << " on " << http_address
+        << " (/metrics with the token, /healthz)" << std::endl;
+  }
   out << "zerod: serving on " << address << (tls_cert.empty() ? "" : " (TLS)") << ", state in " << opt.state_dir
       << ", " << opt.rules.slots << " slots" << std::endl;
 
@@ -159,6 +182,7 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   sigwait(&stop_signals, &sig);
   out << "zerod: stopping on signal " << sig << "; running jobs keep running" << std::endl;
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  http.reset();
   backend.supervisor.store(nullptr);
   sup->reset();
   return kExitOk;

@@ -1,5 +1,6 @@
 #include "runtime/coordinator/service.h"
 
+#include <chrono>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -24,13 +25,22 @@ grpc::Status admit(const grpc::CallbackServerContext& ctx, const Backend& backen
   return grpc::Status::OK;
 }
 
-// A unary call: admitted, then `body` gives the status.
+// A call's outcome in /metrics, from when it came.
+void count(Backend& backend, const char* method, const grpc::Status& s, std::chrono::steady_clock::time_point since) {
+  backend.stats.record(method, absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())),
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
+}
+
+// A unary call: admitted, then `body` gives the status; counted as `method`.
 template <typename Body>
-grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* ctx, const Backend& backend, Body body) {
+grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* ctx, Backend& backend, const char* method, Body body) {
+  const auto t0 = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
   Supervisor* sup = nullptr;
   grpc::Status s = admit(*ctx, backend, &sup);
-  r->Finish(s.ok() ? to_grpc(body(*sup)) : s);
+  if (s.ok()) s = to_grpc(body(*sup));
+  count(backend, method, s, t0);
+  r->Finish(s);
   return r;
 }
 
@@ -223,7 +233,7 @@ void StreamHub::loop() {
 
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                         const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) {
-  return unary(ctx, backend_, [&](Supervisor& sup) -> absl::Status {
+  return unary(ctx, backend_, "SubmitJob", [&](Supervisor& sup) -> absl::Status {
     ZEROD_ASSIGN_OR_RETURN(v1::Job job, sup.submit(*req));
     resp->set_job_id(job.id());
     return absl::OkStatus();
@@ -232,7 +242,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                      v1::Job* resp) {
-  return unary(ctx, backend_, [&](Supervisor& sup) -> absl::Status {
+  return unary(ctx, backend_, "GetJob", [&](Supervisor& sup) -> absl::Status {
     ZEROD_ASSIGN_OR_RETURN(*resp, sup.get(req->job_id()));
     return absl::OkStatus();
   });
@@ -240,7 +250,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* ctx,
                                                        const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
-  return unary(ctx, backend_, [&](Supervisor& sup) -> absl::Status {
+  return unary(ctx, backend_, "ListJobs", [&](Supervisor& sup) -> absl::Status {
     std::vector<v1::JobState> states;
     for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
     ZEROD_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, sup.list(states));
@@ -251,7 +261,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CancelJobRequest* req, v1::Job* resp) {
-  return unary(ctx, backend_, [&](Supervisor& sup) -> absl::Status {
+  return unary(ctx, backend_, "CancelJob", [&](Supervisor& sup) -> absl::Status {
     ZEROD_ASSIGN_OR_RETURN(*resp, sup.cancel(req->job_id()));
     return absl::OkStatus();
   });
@@ -259,8 +269,10 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<v1::Job>* CoordinatorService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                 const v1::WatchJobRequest* req) {
+  const auto t0 = std::chrono::steady_clock::now();
   Supervisor* sup = nullptr;
   grpc::Status s = admit(*ctx, backend_, &sup);
+  count(backend_, "WatchJob", s, t0);
   auto* w = new JobWatcher(sup, req->job_id());
   hub_.add(w);
   if (s.ok()) {
@@ -273,6 +285,7 @@ grpc::ServerWriteReactor<v1::Job>* CoordinatorService::WatchJob(grpc::CallbackSe
 
 grpc::ServerWriteReactor<v1::LogChunk>* CoordinatorService::StreamLogs(grpc::CallbackServerContext* ctx,
                                                                        const v1::StreamLogsRequest* req) {
+  const auto t0 = std::chrono::steady_clock::now();
   Supervisor* sup = nullptr;
   grpc::Status s = admit(*ctx, backend_, &sup);
   if (s.ok()) {
@@ -287,6 +300,7 @@ grpc::ServerWriteReactor<v1::LogChunk>* CoordinatorService::StreamLogs(grpc::Cal
       s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a log offset is 0 or more");
     }
   }
+  count(backend_, "StreamLogs", s, t0);
   auto* w = new LogStreamer(sup, *req, s.ok() ? sup->log_path(req->job_id(), req->rank()) : "");
   hub_.add(w);
   if (s.ok()) {
@@ -300,7 +314,7 @@ grpc::ServerWriteReactor<v1::LogChunk>* CoordinatorService::StreamLogs(grpc::Cal
 grpc::ServerUnaryReactor* WorkerControlService::RegisterWorker(grpc::CallbackServerContext* ctx,
                                                                const v1::RegisterWorkerRequest* req,
                                                                v1::RegisterWorkerResponse* resp) {
-  return unary(ctx, backend_, [&](Supervisor& sup) -> absl::Status {
+  return unary(ctx, backend_, "RegisterWorker", [&](Supervisor& sup) -> absl::Status {
     ZEROD_ASSIGN_OR_RETURN(*resp, sup.register_worker(*req));
     return absl::OkStatus();
   });
@@ -309,7 +323,7 @@ grpc::ServerUnaryReactor* WorkerControlService::RegisterWorker(grpc::CallbackSer
 grpc::ServerUnaryReactor* WorkerControlService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                           const v1::HeartbeatRequest* req,
                                                           v1::HeartbeatResponse* resp) {
-  return unary(ctx, backend_, [&](Supervisor& sup) -> absl::Status {
+  return unary(ctx, backend_, "Heartbeat", [&](Supervisor& sup) -> absl::Status {
     ZEROD_ASSIGN_OR_RETURN(*resp, sup.heartbeat(*req));
     return absl::OkStatus();
   });
@@ -318,7 +332,7 @@ grpc::ServerUnaryReactor* WorkerControlService::Heartbeat(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* WorkerControlService::ReportExit(grpc::CallbackServerContext* ctx,
                                                            const v1::ReportExitRequest* req,
                                                            v1::ReportExitResponse*) {
-  return unary(ctx, backend_, [&](Supervisor& sup) { return sup.report_exit(*req); });
+  return unary(ctx, backend_, "ReportExit", [&](Supervisor& sup) { return sup.report_exit(*req); });
 }
 
 }  // namespace zerod

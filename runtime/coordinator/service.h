@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "proto/zerod.grpc.pb.h"
+#include "runtime/coordinator/metrics_text.h"
 #include "runtime/coordinator/supervisor.h"
 
 namespace zerod {
@@ -44,10 +45,12 @@ class StreamHub {
   std::thread thread_;
 };
 
-// The supervisor behind both services; calls wait with UNAVAILABLE until it is set.
+// The supervisor behind both services (and the HTTP frontend); calls wait
+// with UNAVAILABLE until it is set. Every request is counted in `stats`.
 struct Backend {
   std::atomic<Supervisor*> supervisor{nullptr};
   std::string token;
+  RequestStats stats;
 };
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {

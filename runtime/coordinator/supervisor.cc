@@ -190,6 +190,27 @@ absl::StatusOr<std::vector<v1::Job>> Supervisor::list(const std::vector<v1::JobS
   return jobs;
 }
 
+absl::StatusOr<std::vector<Supervisor::JobMetrics>> Supervisor::metrics() {
+  ZEROD_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->list({}));
+  std::vector<JobMetrics> out;
+  out.reserve(jobs.size());
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (v1::Job& job : jobs) {
+    overlay_locked(job);
+    JobMetrics m;
+    if (auto it = running_.find(job.id()); it != running_.end()) {
+      for (const auto& [rank, r] : it->second.ranks) {
+        for (int t = 0; t < kNumTiers; ++t) m.memory[t] += r.memory[t];
+        m.heartbeat_age_s = std::max(m.heartbeat_age_s, std::chrono::duration<double>(now - r.heard).count());
+      }
+    }
+    m.job = std::move(job);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 absl::StatusOr<v1::Job> Supervisor::cancel(const std::string& id) {
   {
     std::lock_guard<std::mutex> control(control_mu_);
@@ -252,6 +273,10 @@ absl::StatusOr<v1::HeartbeatResponse> Supervisor::heartbeat(const v1::HeartbeatR
   Rank& r = a.ranks[req.worker().rank()];
   r.step = step;
   r.heard = Clock::now();
+  r.memory[static_cast<int>(Tier::kGpu)] = req.gpu_memory_bytes();
+  r.memory[static_cast<int>(Tier::kPinned)] = req.pinned_memory_bytes();
+  r.memory[static_cast<int>(Tier::kHost)] = req.host_memory_bytes() - std::min(req.host_memory_bytes(), req.pinned_memory_bytes());
+  r.memory[static_cast<int>(Tier::kNvme)] = req.nvme_bytes();
   // Taken over after a restart: where the rank runs was the old zerod's.
   resp.set_register_again(r.host.empty());
   if (step > a.step) {

@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +31,7 @@
 #include "proto/zerod.pb.h"
 #include "runtime/coordinator/job_request.h"
 #include "runtime/coordinator/job_store.h"
+#include "runtime/core/memory.h"
 #include "runtime/core/status.h"
 
 namespace zerod {
@@ -78,6 +80,15 @@ class Supervisor {
   absl::StatusOr<v1::HeartbeatResponse> heartbeat(const v1::HeartbeatRequest& request);
   absl::Status report_exit(const v1::ReportExitRequest& request);
 
+  // Every job as clients see it, and what only the running attempts'
+  // heartbeats say: /metrics' figures.
+  struct JobMetrics {
+    v1::Job job;
+    std::array<uint64_t, kNumTiers> memory{};  // summed over the running attempt's ranks
+    double heartbeat_age_s = -1;               // its most silent rank's; -1: no rank heard in a running attempt
+  };
+  absl::StatusOr<std::vector<JobMetrics>> metrics();
+
   // Counts every change of any job (state, attempt, progress): a stream
   // compares it with the last it saw before reading again.
   uint64_t changes() const { return changes_.load(); }
@@ -95,6 +106,7 @@ class Supervisor {
     std::optional<int> exit_code;  // as the worker or its agent reported it
     int signal = 0;                // what killed it, as its agent saw
     bool oom = false;              // the OOM killer, by its host's cgroup
+    std::array<uint64_t, kNumTiers> memory{};  // bytes in use by tier, its last heartbeat's
   };
   // The running attempt of a job.
   struct Attempt {

@@ -153,6 +153,8 @@ class Reporter final : public RunObserver {
     const MemoryAccountant& acct = MemoryAccountant::global();
     req.set_host_memory_bytes(acct.current_total(Tier::kHost) + acct.current_total(Tier::kPinned));
     req.set_gpu_memory_bytes(acct.current_total(Tier::kGpu));
+    req.set_pinned_memory_bytes(acct.current_total(Tier::kPinned));
+    req.set_nvme_bytes(acct.current_total(Tier::kNvme));
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     add_token(ctx, token_);

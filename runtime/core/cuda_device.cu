@@ -61,6 +61,10 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::open(int ordinal, Memory
   size_t free = 0, total = 0;
   ZEROD_RETURN_IF_ERROR(cuda_status(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
   d->usable_ = free;
+  int clock_khz = 0;
+  ZEROD_RETURN_IF_ERROR(
+      cuda_status(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, ordinal), "cudaDeviceGetAttribute"));
+  d->peak_flops_ = dense_16bit_peak_flops(prop.major, prop.minor, prop.multiProcessorCount, clock_khz * 1e3);
   d->compute_.reset(static_cast<CudaStream*>(s.release()));
   return d;
 }

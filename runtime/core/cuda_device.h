@@ -41,6 +41,7 @@ class CudaDevice : public Device {
   std::string description() const override { return name() + " (" + gpu_name_ + ")"; }
   bool holds(const void* p) const override;
   uint64_t usable_bytes() const override { return usable_; }
+  double peak_flops() const override { return peak_flops_; }
   absl::Status bind_thread() override;
 
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c) override;
@@ -75,6 +76,7 @@ class CudaDevice : public Device {
   int ordinal_;
   std::string gpu_name_;
   uint64_t usable_ = 0;
+  double peak_flops_ = 0;
   Raw raw_;
   std::unique_ptr<CachingAllocator> allocator_;
   std::unique_ptr<CudaStream> compute_;

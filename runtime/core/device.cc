@@ -97,6 +97,26 @@ PlanDevice plan_device(const Device& device) {
 
 Tier staging_tier(const Device& device) { return plan_device(device).staging_tier(); }
 
+double dense_16bit_peak_flops(int major, int minor, int sms, double clock_hz) {
+  struct Part {
+    int major, minor, sms;
+    double flops;
+  };
+  // Datasheet figures, which are at the tensor cores' sustained clock
+  // rather than the highest boost the driver reports.
+  constexpr Part kParts[] = {
+      {9, 0, 132, 989.4e12},  // H100 SXM, H200
+      {9, 0, 114, 756.5e12},  // H100 PCIe
+      {8, 0, 108, 312e12},    // A100
+  };
+  for (const Part& p : kParts) {
+    if (p.major == major && p.minor == minor && p.sms == sms) return p.flops;
+  }
+  // Dense bf16 FLOPs a clock per SM, fp32 accumulation.
+  const double per_sm_clock = major == 9 && minor == 0 ? 4096 : major == 8 && minor == 0 ? 2048 : 0;
+  return per_sm_clock * sms * clock_hz;
+}
+
 absl::StatusOr<std::unique_ptr<Device>> open_device(std::string_view name, int local_rank, MemoryAccountant& acct) {
   if (name != "cpu" && name != "cuda" && name != "auto") {
     return absl::InvalidArgumentError(

@@ -63,6 +63,9 @@ class Device {
   // Bytes of its own memory this process can hold (a GPU's free memory
   // once opened); 0 where that is not known.
   virtual uint64_t usable_bytes() const { return 0; }
+  // FLOP/s of its dense 16-bit matrix products (a GPU's tensor cores, fp32
+  // accumulation); 0 where not known (a CPU's is measured instead).
+  virtual double peak_flops() const { return 0; }
   // Whether host code may dereference the device's own memory; where it may
   // not, it reaches it through read_on_host and write_from_host.
   virtual bool host_visible() const { return memory_tier() != Tier::kGpu; }
@@ -160,6 +163,11 @@ PlanDevice plan_device(const Device& device);
 // The tier of host buffers that `device` copies to and from: pinned on a
 // CUDA GPU, plain host memory otherwise.
 Tier staging_tier(const Device& device);
+
+// A GPU's dense 16-bit peak: NVIDIA's published figure for the parts it
+// knows (compute capability, SM count), else SMs x the architecture's
+// tensor-core FLOPs a clock x `clock_hz`; 0 for an architecture it does not know.
+double dense_16bit_peak_flops(int major, int minor, int sms, double clock_hz);
 
 // The device `run.device` names for the rank that is `local_rank` on its
 // machine: "cpu"; "cuda", that rank's GPU (GPU local_rank modulo those

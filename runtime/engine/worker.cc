@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -18,8 +19,10 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/gpu_memory.h"
 #include "runtime/engine/memory_check.h"
+#include "runtime/engine/run_figures.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "runtime/telemetry/run_monitor.h"
 #include "runtime/telemetry/run_output.h"
 
 namespace zerod {
@@ -93,8 +96,11 @@ class TrainingRun {
  public:
   using Fail = std::function<int(int code, const std::string& message)>;
   // `planned`: the rank's memory plan, for the summary beside the peaks.
+  // `monitor` (rank 0's, or null) writes every step's figures; MFU is taken
+  // against `peak_flops` where it is known (positive).
   TrainingRun(const JobConfig& cfg, Trainer& t, RunOutput& output, const MemoryAccountant& acct,
-              const MemoryPeaks& planned, Communicator& comm, RunObserver* observer, Fail fail)
+              const MemoryPeaks& planned, Communicator& comm, RunObserver* observer, RunMonitor* monitor,
+              double peak_flops, std::ostream& err, Fail fail)
       : cfg_(cfg),
         t_(t),
         output_(output),
@@ -102,6 +108,10 @@ class TrainingRun {
         planned_(planned),
         comm_(comm),
         observer_(observer),
+        monitor_(monitor),
+        peak_flops_(peak_flops),
+        flops_per_token_(model_flops_per_token(t)),
+        err_(err),
         fail_(std::move(fail)) {}
 
   // `started`: when the worker began, for the time to its first step.
@@ -114,9 +124,6 @@ class TrainingRun {
     for (int64_t i = first_step; i < cfg_.run.steps; ++i) {
       auto r = t_.step();
       if (!r.ok()) return fail_(kExitFailure, absl::StrCat("step ", i + 1, ": ", r.status().message()));
-      // The first step warms up (allocations, the GPU's first launches): its
-      // time is left out of the breakdown when others follow.
-      if (t_.profiler() && i == first_step && cfg_.run.steps - first_step > 1) t_.profiler()->reset();
       const auto now = Clock::now();
       if (i == first_step) {
         summary.first_loss = r->loss;
@@ -124,11 +131,22 @@ class TrainingRun {
       }
       summary.final_loss = r->loss;
       const double elapsed = std::chrono::duration<double>(now - t0).count();
-      const double tokens_per_s = tokens_per_step * (r->step - first_step) / elapsed;
-      if (r->step % cfg_.steps_per_print == 0 || r->step == cfg_.run.steps) {
-        output_.step(*r, cfg_.run.steps, tokens_per_s, elapsed);
+      StepFigures f;
+      f.tokens_per_s = tokens_per_step * (r->step - first_step) / elapsed;
+      if (peak_flops_ > 0) f.mfu = flops_per_token_ * f.tokens_per_s / peak_flops_;
+      for (int tier = 0; tier < kNumTiers; ++tier) f.memory[tier] = acct_.current_total(static_cast<Tier>(tier));
+      if (t_.profiler()) f.breakdown_ms = parts_.take(*t_.profiler());
+      // The first step warms up (allocations, the GPU's first launches): its
+      // time is left out of the breakdown when others follow.
+      if (t_.profiler() && i == first_step && cfg_.run.steps - first_step > 1) {
+        t_.profiler()->reset();
+        parts_.restart();
       }
-      if (observer_) observer_->stepped(*r, cfg_.run.steps, tokens_per_s);
+      if (r->step % cfg_.steps_per_print == 0 || r->step == cfg_.run.steps) {
+        output_.step(*r, cfg_.run.steps, f, elapsed);
+      }
+      if (monitor_) monitor_->step(*r, f, err_);
+      if (observer_) observer_->stepped(*r, cfg_.run.steps, f.tokens_per_s);
       const int64_t interval = cfg_.run.checkpoint.interval;
       if (cfg_.run.checkpoint.dir && interval > 0 && r->step % interval == 0) {
         if (int code = save(); code != kExitOk) return code;
@@ -141,6 +159,7 @@ class TrainingRun {
       if (int code = save(); code != kExitOk) return code;
     }
     if (int code = finish_save(true); code != kExitOk) return code;
+    if (monitor_) monitor_->flush(err_);
     if (absl::Status s = t_.finish_pruning(); !s.ok()) return save_failed(s);
     summary.steps = t_.steps_done() - first_step;
     if (const Profiler* p = t_.profiler()) {
@@ -201,6 +220,10 @@ class TrainingRun {
   const MemoryPeaks planned_;
   Communicator& comm_;
   RunObserver* observer_;
+  RunMonitor* monitor_;
+  const double peak_flops_, flops_per_token_;
+  std::ostream& err_;
+  StepParts parts_;
   const Fail fail_;
   int64_t saved_step_ = -1;  // of the newest save started
 };
@@ -312,6 +335,10 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
       return refuse(s, "run.checkpoint.dir: ");
     }
   }
+  // So are the monitors' directories, which rank 0 writes.
+  if (rank->rank == 0) {
+    if (absl::Status s = RunMonitor::prepare(*cfg); !s.ok()) return refuse(s);
+  }
 
   auto trainer = Trainer::create(*cfg, comm->get(), device->get(), std::move(env));
   if (!trainer.ok()) {
@@ -321,15 +348,28 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     return fail(kExitFailure, absl::StrCat(trainer.status().message(), "; ", what_sets_the_size(*cfg)));
   }
   Trainer& t = **trainer;
-  output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads, grads->line(), grads->why);
+  // A CPU's peak is measured, so only for a run that writes its MFU
+  // somewhere beside the step events (rank 0's monitor).
+  const bool monitored = tensorboard_log_dir(*cfg) || csv_log_dir(*cfg);
+  const double peak_flops =
+      rank->rank == 0 && (monitored || is_cuda_device(**device)) ? run_peak_flops(**device) : 0;
+  output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads, grads->line(), grads->why,
+               model_flops_per_token(t), peak_flops);
   if (cfg->run.resume) {
     if (!resume_from.empty()) {
       if (absl::Status s = t.resume(resume_from); !s.ok()) return refuse(s);
     }
     output.resumed(resume_from, t.steps_done());
   }
-
-  return TrainingRun(*cfg, t, output, acct, *planned, **comm, observer, fail).run(started);
+  // Rank 0 writes the figures, from where a resumed run goes on.
+  std::unique_ptr<RunMonitor> monitor;
+  if (rank->rank == 0) {
+    auto m = RunMonitor::open(*cfg, t.steps_done(), !resume_from.empty());
+    if (!m.ok()) return refuse(m.status());
+    monitor = *std::move(m);
+  }
+  return TrainingRun(*cfg, t, output, acct, *planned, **comm, observer, monitor.get(), peak_flops, err, fail)
+      .run(started);
 }
 
 }  // namespace zerod

@@ -73,7 +73,8 @@ void RunOutput::line(const nlohmann::json& event) {
 }
 
 void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,
-                      const ThreadChoice& threads, const std::string& grads_line, const std::string& grads_why) {
+                      const ThreadChoice& threads, const std::string& grads_line, const std::string& grads_why,
+                      double flops_per_token, double peak_flops) {
   const OptimizerConfig& o = cfg.optimizer;
   const GptConfig& m = cfg.model;
   if (format_ == LogFormat::kJson) {
@@ -105,6 +106,7 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
           {"seed", cfg.run.seed},
           {"auto", auto_json(cfg.auto_filled)}};
     if (!grads_why.empty()) start["micro_batch_grads_auto"] = grads_why;
+    if (peak_flops > 0) start["mfu"] = {{"flops_per_token", flops_per_token}, {"peak_flops", peak_flops}};
     if (cfg.lora) {
       const LoraConfig& l = cfg.lora->adapters;
       start["lora"] = {{"r", l.r},
@@ -154,13 +156,18 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
   out_ << std::flush;
 }
 
-void RunOutput::step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s) {
+void RunOutput::step(const StepResult& r, int64_t total_steps, const StepFigures& f, double elapsed_s) {
+  const double tokens_per_s = f.tokens_per_s;
   if (format_ == LogFormat::kJson) {
     nlohmann::json j = {{"event", "step"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr},
                         {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json()},
                         {"loss_scale", nullptr}, {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed_s}};
     if (r.loss_scale != 1.0 || r.skipped) j["loss_scale"] = r.loss_scale;
     if (r.skipped) j["skipped"] = true;
+    if (f.mfu) j["mfu"] = *f.mfu;
+    nlohmann::json memory = nlohmann::json::object();
+    for (int t = 0; t < kNumTiers; ++t) memory[tier_name(static_cast<Tier>(t))] = f.memory[t];
+    j["memory"] = memory;
     line(j);
     return;
   }

@@ -41,9 +41,13 @@ class RunOutput {
   // its CPU threads and why that many; `grads_line` and `grads_why`: how
   // zero_optimization.micro_batch_grads (resolved) moves the micro-batches
   // and, for "auto", why (Trainer::MicroBatchGradsChoice).
+  // `flops_per_token` and `peak_flops`: what the steps' MFU is (JSON's
+  // "mfu" object, where the peak is known).
   void start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,
-             const ThreadChoice& threads, const std::string& grads_line = "", const std::string& grads_why = "");
-  void step(const StepResult& r, int64_t total_steps, double tokens_per_s, double elapsed_s);
+             const ThreadChoice& threads, const std::string& grads_line = "", const std::string& grads_why = "",
+             double flops_per_token = 0, double peak_flops = 0);
+  // JSON's step event carries the figures' MFU (where known) and memory by tier too.
+  void step(const StepResult& r, int64_t total_steps, const StepFigures& f, double elapsed_s);
   // `per_rank` holds every rank's memory peaks, rank 0 first.
   void summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank);
   // wall_clock_breakdown: rank 0's totals over `steps` steps (those after

@@ -3,6 +3,8 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
+#include <vector>
 
 namespace zerod::cpu {
 
@@ -24,6 +26,19 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
     cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(K), alpha, a,
                 static_cast<int>(lda), b, static_cast<int>(ldb), beta, C + i * ldc + j, static_cast<int>(ldc));
   }
+}
+
+double measure_sgemm_flops() {
+  constexpr int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, 2.0 * n * n * n / s);
+  }
+  return best;
 }
 
 }  // namespace zerod::cpu

@@ -21,6 +21,10 @@ namespace zerod::cpu {
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// FLOP/s of this sgemm on the calling thread's team, the best of three
+// 1024^3 products: what the CPU path's MFU is measured against.
+double measure_sgemm_flops();
+
 // A product of at most this many multiply-adds is one call (one tile): it
 // keeps the bits of one single-threaded OpenBLAS call (those the fixtures of
 // tests/mpi_test_bitwise.cc hold) at the price of one thread (gpt2-tiny

@@ -1,0 +1,41 @@
+// zerod's HTTP face beside gRPC, served by cpp-httplib: /healthz, open to
+// probes, and /metrics in Prometheus' text format behind the same bearer
+// token as the gRPC API (HTTPS with the same certificate where zerod serves
+// TLS). Each request is counted in the backend's RequestStats.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "runtime/coordinator/service.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace zerod {
+
+struct HttpOptions {
+  std::string listen;             // host:port; port 0 picks a free one
+  std::string tls_cert, tls_key;  // PEM files; both or neither
+};
+
+class HttpFrontend {
+ public:
+  // Binds now, so that a port in use is an error here, then serves on
+  // threads of its own.
+  static absl::StatusOr<std::unique_ptr<HttpFrontend>> start(const HttpOptions& options, Backend& backend);
+  ~HttpFrontend();  // stops serving, waiting for requests in flight
+
+  int port() const { return port_; }
+
+ private:
+  HttpFrontend() = default;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace zerod

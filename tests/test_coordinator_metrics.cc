@@ -1,0 +1,102 @@
+// /metrics' page from made-up jobs and requests, read back by the test's
+// own reader of Prometheus' text format (tests/prometheus_text.h); the page
+// of a running zerod is in test_coordinator_e2e.cc.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/coordinator/metrics_text.h"
+#include "tests/prometheus_text.h"
+
+namespace zerod {
+namespace {
+
+using testing::parse_prometheus;
+using testing::PromPage;
+
+Supervisor::JobMetrics job(const std::string& id, v1::JobState state, int attempts, int64_t step, double loss) {
+  Supervisor::JobMetrics m;
+  m.job.set_id(id);
+  m.job.set_state(state);
+  for (int i = 0; i < attempts; ++i) m.job.add_attempts()->set_number(i + 1);
+  m.job.mutable_progress()->set_step(step);
+  m.job.mutable_progress()->set_total_steps(100);
+  m.job.mutable_progress()->set_loss(loss);
+  m.job.mutable_progress()->set_tokens_per_s(12345.678901234567);
+  return m;
+}
+
+TEST(MetricsText, EveryJobsFiguresInPrometheusTextFormat) {
+  std::vector<Supervisor::JobMetrics> jobs = {job("7", v1::RUNNING, 2, 42, 2.0000000000000004),
+                                              job("8", v1::SUCCEEDED, 1, 100, 0.25), job("9", v1::PENDING, 0, 0, 0)};
+  jobs[0].memory = {1ull << 33, 4096, 123456789, 1ull << 40};  // gpu, pinned, host, nvme
+  jobs[0].heartbeat_age_s = 0.125;
+  RequestStats stats;
+  stats.record("SubmitJob", "OK", 0.0002);
+  stats.record("SubmitJob", "OK", 0.003);
+  stats.record("SubmitJob", "INVALID_ARGUMENT", 0.7);
+  stats.record("/metrics", "401", 9.0);
+  const std::string text = metrics_text(jobs, stats);
+  const PromPage page = parse_prometheus(text);
+  ASSERT_EQ(page.error, "") << text;
+  EXPECT_EQ(page.type.at("zerod_jobs"), "gauge");
+  EXPECT_EQ(page.type.at("zerod_job_restarts_total"), "counter");
+  EXPECT_EQ(page.type.at("zerod_request_duration_seconds"), "histogram");
+  for (const char* s : {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}) {
+    const double want = std::string(s) == "FAILED" || std::string(s) == "CANCELLED" ? 0 : 1;
+    EXPECT_EQ(page.value("zerod_jobs", {{"state", s}}), want) << s;
+    EXPECT_EQ(page.value("zerod_job_state", {{"job", "7"}, {"state", s}}), std::string(s) == "RUNNING") << s;
+  }
+  EXPECT_EQ(page.value("zerod_job_step", {{"job", "7"}}), 42);
+  EXPECT_EQ(page.value("zerod_job_total_steps", {{"job", "8"}}), 100);
+  EXPECT_EQ(page.value("zerod_job_loss", {{"job", "7"}}), 2.0000000000000004);  // round-trip digits
+  EXPECT_EQ(page.value("zerod_job_tokens_per_second", {{"job", "8"}}), 12345.678901234567);
+  EXPECT_TRUE(std::isnan(page.value("zerod_job_step", {{"job", "9"}})));  // no progress yet
+  EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", "7"}, {"tier", "gpu"}}), 8589934592.0);
+  EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", "7"}, {"tier", "pinned"}}), 4096);
+  EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", "7"}, {"tier", "host"}}), 123456789);
+  EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", "7"}, {"tier", "nvme"}}), 1099511627776.0);
+  EXPECT_EQ(page.count("zerod_job_memory_bytes"), 4);  // running jobs only
+  EXPECT_EQ(page.value("zerod_job_restarts_total", {{"job", "7"}}), 1);
+  EXPECT_EQ(page.value("zerod_job_restarts_total", {{"job", "9"}}), 0);
+  EXPECT_EQ(page.value("zerod_job_heartbeat_age_seconds", {{"job", "7"}}), 0.125);
+  EXPECT_EQ(page.count("zerod_job_heartbeat_age_seconds"), 1);
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "SubmitJob"}, {"code", "OK"}}), 2);
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "SubmitJob"}, {"code", "INVALID_ARGUMENT"}}), 1);
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "/metrics"}, {"code", "401"}}), 1);
+  // SubmitJob's three latencies in their buckets, cumulatively.
+  const auto bucket = [&](const char* le) {
+    return page.value("zerod_request_duration_seconds_bucket", {{"method", "SubmitJob"}, {"le", le}});
+  };
+  EXPECT_EQ(bucket("0.0005"), 1);
+  EXPECT_EQ(bucket("0.0025"), 1);
+  EXPECT_EQ(bucket("0.005"), 2);
+  EXPECT_EQ(bucket("0.5"), 2);
+  EXPECT_EQ(bucket("1"), 3);
+  EXPECT_EQ(bucket("+Inf"), 3);
+  EXPECT_EQ(page.value("zerod_request_duration_seconds_count", {{"method", "SubmitJob"}}), 3);
+  EXPECT_NEAR(page.value("zerod_request_duration_seconds_sum", {{"method", "SubmitJob"}}), 0.7032, 1e-12);
+  // /metrics' 9 s is past every finite bucket.
+  EXPECT_EQ(page.value("zerod_request_duration_seconds_bucket", {{"method", "/metrics"}, {"le", "2.5"}}), 0);
+  EXPECT_EQ(page.value("zerod_request_duration_seconds_bucket", {{"method", "/metrics"}, {"le", "+Inf"}}), 1);
+}
+
+// Label values carry Prometheus' escapes, and the reader finds the breaches
+// the format forbids.
+TEST(MetricsText, LabelValuesAreEscapedAndTheReaderCatchesBreaches) {
+  EXPECT_EQ(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  RequestStats stats;
+  stats.record("odd \"method\"\\\n", "OK", 0.01);
+  const PromPage page = parse_prometheus(metrics_text({}, stats));
+  ASSERT_EQ(page.error, "");
+  EXPECT_EQ(page.value("zerod_requests_total", {{"method", "odd \"method\"\\\n"}}), 1);
+  for (const char* bad :
+       {"x 1\n", "# TYPE x gauge\nx{a=\"1} 2\n", "# TYPE x gauge\nx 1\nx 2\n",
+        "# TYPE x gauge\n# TYPE y gauge\nx 1\ny 1\nx{a=\"b\"} 1\n", "# TYPE x gauge\nx one\n", "# TYPE x gauge\nx 1"}) {
+    EXPECT_NE(parse_prometheus(bad).error, "") << bad;
+  }
+}
+
+}  // namespace
+}  // namespace zerod
