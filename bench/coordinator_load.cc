@@ -21,22 +21,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/load_samples.h"
 #include "proto/zerod.grpc.pb.h"
 #include "tests/zerod_process.h"
 
 namespace {
 
+using zerod::bench::merge;
+using zerod::bench::percentile;
+using zerod::bench::Samples;
 using zerod::testing::CoordinatorClient;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kToken[] = "bench-token";
 constexpr const char* kKinds[] = {"GetJob", "ListJobs", "StreamLogs"};
-
-struct Samples {
-  std::vector<double> ms[3];
-  int64_t errors = 0;
-  std::string first_error;
-};
 
 // Calls in turn until `until`, or `max_calls`, whichever comes first.
 void client_loop(const std::string& address, const std::string& id, Clock::time_point until, int64_t max_calls,
@@ -87,22 +85,6 @@ void heartbeat_loop(const std::string& address, const std::atomic<bool>& stop, s
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
-
-Samples merge(const std::vector<Samples>& all) {
-  Samples m;
-  for (const Samples& s : all) {
-    for (int k = 0; k < 3; ++k) m.ms[k].insert(m.ms[k].end(), s.ms[k].begin(), s.ms[k].end());
-    m.errors += s.errors;
-    if (m.first_error.empty()) m.first_error = s.first_error;
-  }
-  return m;
 }
 
 }  // namespace

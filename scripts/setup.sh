@@ -13,6 +13,8 @@ packages=(
   # Tokenizers: ICU's regex and normalization (byte-level BPE), SentencePiece models.
   libicu-dev libsentencepiece-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev libcpp-httplib-dev
+  # The dashboard's charts, and the browser its test opens it in.
+  libjs-chart.js chromium
   openssl
   # The deploy tests: hosts of namespaces reached over ssh, manifests read, the unit verified, a local Slurm.
   # (where an init system runs, openssh-server starts this machine's sshd too; the tests start their own.)

@@ -738,5 +738,73 @@ TEST_F(ZerodE2E, MisbehavingHttpClientsDisturbNothing) {
   EXPECT_EQ(page.value("zerod_job_step", {{"job", id}}), 30);
 }
 
+// The dashboard in headless Chromium: with the token (given once in the
+// address, kept as a cookie) it lists the jobs and draws the running one's
+// charts from its series, without a console message; a screenshot is taken.
+// Without the token, or with another, nothing of the jobs is shown.
+TEST_F(ZerodE2E, TheDashboardShowsJobsAndChartsInABrowserWithTheToken) {
+  start_zerod_with_hang("1:1:8", {"--http-listen", "127.0.0.1:0"});
+  const std::string id = submit(request(small_job(40), 2, 0, /*hang_timeout_s=*/3600));
+  reached(id, 8);
+  const std::string waiting = submit(request(small_job(5)));  // no free slot: PENDING
+  httplib::Result api = http_get("/api/jobs/" + id, {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(api);
+  ASSERT_EQ(api->status, 200) << api->body;
+  const nlohmann::json series = nlohmann::json::parse(api->body)["series"];
+  ASSERT_GE(series["step"].size(), 1u);
+  EXPECT_EQ(series["step"].back(), 8);
+
+  const std::string base = absl::StrCat("http://127.0.0.1:", http_port());
+  // Chromium's stderr (with the page's console) into a file; the page's DOM
+  // after its script ran, or a screenshot.
+  const auto chromium = [&](const std::string& url, const std::string& what) {
+    return ::zerod::testing::run_command(
+        absl::StrCat("chromium --headless --no-sandbox --disable-gpu --user-data-dir=", path("chromium"),
+                     " --enable-logging=stderr --v=0 --virtual-time-budget=5000 --window-size=1400,900 ", what, " '",
+                     url, "' 2>>", path("chromium.err")));
+  };
+  const auto shown = chromium(absl::StrCat(base, "/?token=", kToken, "&job=", id), "--dump-dom");
+  ASSERT_EQ(shown.code, 0) << read_whole_file(path("chromium.err")).value_or("");
+  const std::string& dom = shown.out;
+  EXPECT_NE(dom.find("data-ready=\"yes\""), std::string::npos) << dom;
+  EXPECT_NE(dom.find("data-errors=\"0\""), std::string::npos) << dom;
+  EXPECT_NE(dom.find(absl::StrCat("<tr data-job=\"", id, "\" class=\"selected\"><td>", id, "</td><td>e2e</td>",
+                                  "<td class=\"RUNNING\">RUNNING</td><td class=\"num\">8/40</td>")),
+            std::string::npos)
+      << dom;
+  EXPECT_NE(dom.find(absl::StrCat("<tr data-job=\"", waiting, "\"><td>", waiting,
+                                  "</td><td>e2e</td><td class=\"PENDING\">PENDING</td>")),
+            std::string::npos)
+      << dom;
+  for (const char* chart : {"loss", "tokens", "memory"}) {
+    EXPECT_NE(dom.find(absl::StrCat("<canvas id=\"", chart, "\" data-points=\"", series["step"].size(), "\"")),
+              std::string::npos)
+        << chart << ": " << dom;
+  }
+  EXPECT_NE(dom.find(absl::StrCat("job ", id, " e2e (RUNNING)")), std::string::npos);
+  EXPECT_NE(dom.find("<div id=\"status\"></div>"), std::string::npos) << dom;  // Chart.js was served, nothing failed
+  ASSERT_EQ(chromium(absl::StrCat(base, "/?token=", kToken), "--screenshot=" + path("dashboard.png")).code, 0);
+  const std::string png = read_whole_file(path("dashboard.png")).value_or("");
+  EXPECT_EQ(png.substr(0, 8), "\x89PNG\r\n\x1a\n");
+  EXPECT_GT(png.size(), 20000u);  // a table and three charts, not a blank page
+  const std::string console = read_whole_file(path("chromium.err")).value_or("");
+  EXPECT_EQ(console.find(":CONSOLE("), std::string::npos) << console;
+
+  for (const std::string& url : {base + "/", base + "/?token=not-the-token", base + "/api/jobs"}) {
+    const auto refused = chromium(url, "--dump-dom");
+    EXPECT_NE(refused.out.find("token"), std::string::npos) << url << ": " << refused.out;
+    EXPECT_EQ(refused.out.find("RUNNING"), std::string::npos) << url << ": " << refused.out;
+    EXPECT_EQ(refused.out.find("data-job"), std::string::npos) << url;
+  }
+  for (const char* p : {"/", "/api/jobs", "/chart.js"}) {
+    httplib::Result r = http_get(p, {{"Cookie", "zerod_token=not-the-token"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << p;
+  }
+  httplib::Result missing = http_get("/api/jobs/999", {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+}
+
 }  // namespace
 }  // namespace zerod

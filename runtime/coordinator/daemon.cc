@@ -53,6 +53,7 @@ std::string advertised(const std::string& listen, int port) {
 int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"zerod: runs zerod training jobs submitted over gRPC and supervises their workers"};
   std::string listen = "127.0.0.1:7070", state_dir, token_file, tls_cert, tls_key, advertise, http_listen;
+  std::string chart_js = "/usr/share/javascript/chart.js/chart.min.js";  // Debian's libjs-chart.js
   std::vector<std::string> roots;
   SupervisorOptions opt;
   opt.rules.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -61,8 +62,11 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_option("--state-dir", state_dir, "job records (zerod.db), job directories and logs")->required();
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free one")->capture_default_str();
   app.add_option("--http-listen", http_listen,
-                 "address to serve HTTP on (/metrics with the token, /healthz); port 0 picks a free one; "
+                 "address to serve HTTP on (the dashboard and /metrics with the token, /healthz); port 0 picks a "
+                 "free one; "
                  "none by default");
+  app.add_option("--chart-js", chart_js, "the Chart.js file the dashboard draws its charts with")
+      ->capture_default_str();
   app.add_option("--advertise", advertise, "address workers call back on (default: the listening one)");
   app.add_option("--token-file", token_file, "file holding the bearer token (default: $ZEROD_TOKEN)");
   app.add_option("--tls-cert", tls_cert, "PEM certificate: serve TLS only");
@@ -150,7 +154,11 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   // taken, so that a port in use stops zerod here.
   std::unique_ptr<HttpFrontend> http;
   if (!http_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<HttpFrontend>> h = HttpFrontend::start({http_listen, tls_cert, tls_key}, backend);
+    if (!fs::is_regular_file(chart_js)) {
+      err << "zerod: warning: no Chart.js at " << chart_js << " (--chart-js): the dashboard shows no charts\n";
+    }
+    absl::StatusOr<std::unique_ptr<HttpFrontend>> h =
+        HttpFrontend::start({http_listen, tls_cert, tls_key, chart_js}, backend);
     if (!h.ok()) {
       server->Shutdown();
       return bad(std::string(h.status().message()));
@@ -173,7 +181,7 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
       err << "zerod: " << s.message() << "\n";
     }
     out << "zerod: " << (tls_cert.empty() ? "HTTP" : "HTTPS") << " on " << http_address
-        << " (/metrics with the token, /healthz)" << std::endl;
+        << " (the dashboard and /metrics with the token, /healthz)" << std::endl;
   }
   out << "zerod: serving on " << address << (tls_cert.empty() ? "" : " (TLS)") << ", state in " << opt.state_dir
       << ", " << opt.rules.slots << " slots" << std::endl;

@@ -8,7 +8,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/coordinator/auth.h"
+#include "runtime/coordinator/dashboard.h"
 #include "runtime/coordinator/metrics_text.h"
+#include "runtime/core/whole_file.h"
 
 namespace zerod {
 namespace {
@@ -24,15 +26,42 @@ httplib::Server::Handler counted(Backend& backend, std::string path, httplib::Se
       };
 }
 
-// The bearer token, or a 401 saying what is wrong (never the token).
+constexpr char kCookie[] = "zerod_token";
+
+// The token's cookie in a Cookie header, or "".
+std::string cookie_token(const httplib::Request& req) {
+  const std::string cookies = req.get_header_value("Cookie");
+  const std::string key = absl::StrCat(kCookie, "=");
+  for (size_t at = 0; at < cookies.size();) {
+    size_t end = cookies.find(';', at);
+    if (end == std::string::npos) end = cookies.size();
+    std::string_view c(cookies.data() + at, end - at);
+    while (!c.empty() && c.front() == ' ') c.remove_prefix(1);
+    if (c.substr(0, key.size()) == key) return std::string(c.substr(key.size()));
+    at = end + 1;
+  }
+  return "";
+}
+
+// The bearer token in the Authorization header or the dashboard's cookie,
+// or a 401 saying what is wrong (never the token).
 bool admitted(const Backend& backend, const httplib::Request& req, httplib::Response& res) {
-  if (bearer_matches(req.get_header_value("Authorization"), backend.token)) return true;
+  if (bearer_matches(req.get_header_value("Authorization"), backend.token) ||
+      bearer_matches(absl::StrCat("Bearer ", cookie_token(req)), backend.token)) {
+    return true;
+  }
   res.status = 401;
   res.set_header("WWW-Authenticate", "Bearer");
-  res.set_content(req.has_header("Authorization") ? "the bearer token is not this zerod's\n"
-                                                  : "no bearer token: this zerod requires one\n",
+  res.set_content(req.has_header("Authorization") || req.has_header("Cookie")
+                      ? "the bearer token is not this zerod's\n"
+                      : "no bearer token: this zerod requires one (a browser: open /?token=TOKEN)\n",
                   "text/plain");
   return false;
+}
+
+void json_reply(httplib::Response& res, int status, const nlohmann::json& j) {
+  res.status = status;
+  res.set_content(j.dump(), "application/json");
 }
 
 }  // namespace
@@ -59,17 +88,22 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOpti
   }
   httplib::Server& s = *f->server_;
   // SO_REUSEADDR alone: cpp-httplib's SO_REUSEPORT would share a port
-  // another server holds instead of saying it is in use.
-  s.set_socket_options([](socket_t sock) {
+  // another server holds instead of saying it is in use. The socket is kept
+  // to widen its backlog once bound (below).
+  int bound = -1;
+  s.set_socket_options([&bound](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    bound = sock;
   });
   // Requests are small: a client that sends more, or too slowly, is cut off.
   s.set_payload_max_length(64 << 10);
   s.set_read_timeout(5, 0);
   s.set_write_timeout(5, 0);
-  s.set_keep_alive_timeout(5);
-  // Scrapers and pages at once: a client that holds a connection holds a thread.
+  // A connection holds one of the pool's threads while it is open, idle or
+  // not: one request a connection, so that 200 pages polling at once (or
+  // clients that keep connections open) do not wait for threads.
+  s.set_keep_alive_max_count(1);
   s.new_task_queue = [] { return new httplib::ThreadPool(32); };
   s.Get("/healthz", counted(backend, "/healthz", [&backend](const httplib::Request&, httplib::Response& res) {
           const bool up = backend.supervisor.load() != nullptr;
@@ -87,11 +121,70 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOpti
           }
           res.set_content(metrics_text(*jobs, backend.stats), "text/plain; version=0.0.4; charset=utf-8");
         }));
+  // The dashboard. The token given once in the address becomes a cookie
+  // (HttpOnly: no script reads it; SameSite: no other site sends it), and
+  // the address loses it.
+  s.Get("/",
+        counted(backend, "/",
+                [&backend, tls = !options.tls_cert.empty()](const httplib::Request& req, httplib::Response& res) {
+                  if (req.has_param("token")) {
+                    if (!bearer_matches(absl::StrCat("Bearer ", req.get_param_value("token")), backend.token)) {
+                      res.status = 401;
+                      res.set_content("the token is not this zerod's\n", "text/plain");
+                      return;
+                    }
+                    res.set_header("Set-Cookie",
+                                   absl::StrCat(kCookie, "=", backend.token, "; Path=/; HttpOnly; SameSite=Strict",
+                                                tls ? "; Secure" : ""));
+                    res.set_redirect(
+                        req.has_param("job")
+                            ? absl::StrCat("/?job=", httplib::detail::encode_query_param(req.get_param_value("job")))
+                            : "/",
+                        303);
+                    return;
+                  }
+                  if (!admitted(backend, req, res)) return;
+                  res.set_content(kDashboardHtml, "text/html; charset=utf-8");
+                }));
+  f->chart_js_ = options.chart_js.empty() ? std::nullopt : read_whole_file(options.chart_js);
+  s.Get("/chart.js",
+        counted(backend, "/chart.js", [&backend, f = f.get()](const httplib::Request& req, httplib::Response& res) {
+          if (!admitted(backend, req, res)) return;
+          if (!f->chart_js_) {
+            res.status = 404;
+            return;
+          }
+          res.set_content(*f->chart_js_, "text/javascript; charset=utf-8");
+        }));
+  s.Get("/api/jobs", counted(backend, "/api/jobs", [&backend](const httplib::Request& req, httplib::Response& res) {
+          if (!admitted(backend, req, res)) return;
+          Supervisor* sup = backend.supervisor.load();
+          auto jobs = sup ? sup->list({}) : absl::UnavailableError("zerod is starting");
+          if (!jobs.ok()) return json_reply(res, 503, {{"error", std::string(jobs.status().message())}});
+          nlohmann::json list = nlohmann::json::array();
+          for (const v1::Job& j : *jobs) list.push_back(job_json(j, sup->series(j.id())));
+          json_reply(res, 200, {{"jobs", list}});
+        }));
+  s.Get(R"(/api/jobs/([^/]+))",
+        counted(backend, "/api/jobs/ID", [&backend](const httplib::Request& req, httplib::Response& res) {
+          if (!admitted(backend, req, res)) return;
+          Supervisor* sup = backend.supervisor.load();
+          auto job = sup ? sup->get(req.matches[1]) : absl::UnavailableError("zerod is starting");
+          if (!job.ok()) {
+            return json_reply(res, absl::IsNotFound(job.status()) ? 404 : 503,
+                              {{"error", std::string(job.status().message())}});
+          }
+          json_reply(res, 200, series_json(*job, sup->series(job->id())));
+        }));
   f->port_ = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
   if (f->port_ < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http-listen: cannot listen on ", options.listen, " (in use, or not this machine's address)"));
   }
+  // Debian's cpp-httplib listens with a backlog of 5: 200 clients
+  // connecting at once would see their SYNs dropped and retried a second
+  // later. Linux takes a second listen() on the socket as the new backlog.
+  ::listen(bound, SOMAXCONN);
   f->thread_ = std::thread([&s] { s.listen_after_bind(); });
   return f;
 }

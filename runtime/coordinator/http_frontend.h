@@ -1,10 +1,14 @@
 // zerod's HTTP face beside gRPC, served by cpp-httplib: /healthz, open to
-// probes, and /metrics in Prometheus' text format behind the same bearer
-// token as the gRPC API (HTTPS with the same certificate where zerod serves
-// TLS). Each request is counted in the backend's RequestStats.
+// probes; behind the same bearer token as the gRPC API, /metrics in
+// Prometheus' text format and the dashboard (/, its Chart.js, the JSON of
+// /api/jobs and /api/jobs/ID). HTTPS with the same certificate where zerod
+// serves TLS. A browser gives the token once, /?token=TOKEN, and keeps it
+// in an HttpOnly cookie. Each request is counted in the backend's
+// RequestStats.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -20,6 +24,7 @@ namespace zerod {
 struct HttpOptions {
   std::string listen;             // host:port; port 0 picks a free one
   std::string tls_cert, tls_key;  // PEM files; both or neither
+  std::string chart_js;           // the Chart.js the dashboard loads; "" or unreadable: no charts
 };
 
 class HttpFrontend {
@@ -33,6 +38,7 @@ class HttpFrontend {
 
  private:
   HttpFrontend() = default;
+  std::optional<std::string> chart_js_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

@@ -190,6 +190,27 @@ absl::StatusOr<std::vector<v1::Job>> Supervisor::list(const std::vector<v1::JobS
   return jobs;
 }
 
+void Supervisor::add_point_locked(const Attempt& a, const v1::Progress& p) {
+  std::vector<Point>& s = series_[a.job_id];
+  if (s.size() >= kMaxPoints) {
+    // Half the resolution, the whole run kept: every other point goes.
+    size_t kept = 0;
+    for (size_t i = 0; i < s.size(); i += 2) s[kept++] = s[i];
+    s.resize(kept);
+  }
+  Point pt{now_ms(), a.number, p.step(), p.loss(), p.tokens_per_s(), {}};
+  for (const auto& [rank, r] : a.ranks) {
+    for (int t = 0; t < kNumTiers; ++t) pt.memory[t] += r.memory[t];
+  }
+  s.push_back(pt);
+}
+
+std::vector<Supervisor::Point> Supervisor::series(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = series_.find(id);
+  return it == series_.end() ? std::vector<Point>{} : it->second;
+}
+
 absl::StatusOr<std::vector<Supervisor::JobMetrics>> Supervisor::metrics() {
   ZEROD_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->list({}));
   std::vector<JobMetrics> out;
@@ -286,9 +307,11 @@ absl::StatusOr<v1::HeartbeatResponse> Supervisor::heartbeat(const v1::HeartbeatR
   if (req.worker().rank() == 0 && req.has_progress()) {
     v1::Progress& p = progress_[a.job_id];
     if (p.SerializeAsString() != req.progress().SerializeAsString()) {
+      const bool stepped = p.step() != req.progress().step();
       p = req.progress();
       a.unsaved = true;
       changed();
+      if (stepped) add_point_locked(a, p);
     }
   }
   return resp;

@@ -89,6 +89,19 @@ class Supervisor {
   };
   absl::StatusOr<std::vector<JobMetrics>> metrics();
 
+  // A job's figures at each step rank 0 reported in a heartbeat, for the
+  // dashboard's charts: kept in memory (a restarted zerod starts afresh),
+  // at most kMaxPoints a job, every other one dropped when full.
+  struct Point {
+    int64_t unix_ms = 0;
+    int attempt = 0;
+    int64_t step = 0;
+    double loss = 0, tokens_per_s = 0;
+    std::array<uint64_t, kNumTiers> memory{};  // summed over the attempt's ranks
+  };
+  static constexpr size_t kMaxPoints = 4096;
+  std::vector<Point> series(const std::string& id) const;
+
   // Counts every change of any job (state, attempt, progress): a stream
   // compares it with the last it saw before reading again.
   uint64_t changes() const { return changes_.load(); }
@@ -176,6 +189,8 @@ class Supervisor {
   // With mu_ held.
   // A rank's exit, reported by the rank or found in its exit record.
   void take_exit_locked(Attempt& a, const v1::ReportExitRequest& exit);
+  // A point of the job's series from rank 0's new progress.
+  void add_point_locked(const Attempt& a, const v1::Progress& p);
   // The job as clients see it: the store's record with what only this
   // zerod knows (the latest heartbeat, an end not yet recorded).
   void overlay_locked(v1::Job& job) const;
@@ -193,6 +208,7 @@ class Supervisor {
   mutable std::mutex mu_;
   std::map<std::string, Attempt> running_;           // by job id
   std::map<std::string, v1::Progress> progress_;     // latest heartbeats, ahead of the store
+  std::map<std::string, std::vector<Point>> series_;  // by job id
   std::map<std::string, End> unrecorded_;            // by job id
   std::string queue_error_;                          // why the store refused to start the next job
   std::atomic<uint64_t> changes_{0};

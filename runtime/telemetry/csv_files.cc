@@ -2,30 +2,25 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "runtime/core/status.h"
 #include "runtime/core/whole_file.h"
+#include "runtime/telemetry/output_files.h"
 
 namespace zerod {
 namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status io_error(const std::string& what, const std::string& path) {
-  return absl::PermissionDeniedError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
-}
-
 // Cuts a CSV file after its header and its rows up to `step`, and before
 // the first row that is cut short or not "step,value".
 absl::Status cut_after(const std::string& path, int64_t step) {
   const std::optional<std::string> text = read_whole_file(path);
-  if (!text) return io_error("cannot read the CSV file", path);
+  if (!text) return file_error("cannot read the CSV file", path);
   size_t keep = 0, at = 0;
   for (bool header = true; at < text->size(); header = false) {
     const size_t end = text->find('\n', at);
@@ -38,7 +33,7 @@ absl::Status cut_after(const std::string& path, int64_t step) {
     at = keep = end + 1;
   }
   if (keep == text->size()) return absl::OkStatus();
-  if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0) return io_error("cannot cut the CSV file", path);
+  if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0) return file_error("cannot cut the CSV file", path);
   return absl::OkStatus();
 }
 
@@ -56,13 +51,9 @@ std::string CsvFiles::file_name(const std::string& tag) {
 }
 
 absl::StatusOr<CsvFiles> CsvFiles::open(const std::string& dir, std::optional<int64_t> resumed_at) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create the directory '", dir, "'", ec ? absl::StrCat(": ", ec.message()) : ""));
-  }
+  ZEROD_RETURN_IF_ERROR(create_output_dir(dir));
   if (resumed_at) {
+    std::error_code ec;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       if (e.is_regular_file(ec) && e.path().extension() == ".csv") {
         ZEROD_RETURN_IF_ERROR(cut_after(e.path().string(), *resumed_at));
@@ -80,7 +71,7 @@ absl::Status CsvFiles::write(int64_t step, const std::vector<Scalar>& scalars) {
       std::error_code ec;
       const bool fresh = !fs::exists(path, ec) || fs::file_size(path, ec) == 0;
       FILE* f = std::fopen(path.c_str(), "a");
-      if (!f) return io_error("cannot open the CSV file", path);
+      if (!f) return file_error("cannot open the CSV file", path);
       it = files_.emplace(s.tag, f).first;
       // The header once, in a file that has none yet.
       if (fresh) {
@@ -89,7 +80,7 @@ absl::Status CsvFiles::write(int64_t step, const std::vector<Scalar>& scalars) {
       }
     }
     if (std::fprintf(it->second.get(), "%lld,%s\n", static_cast<long long>(step), shortest(s.value).c_str()) < 0) {
-      return io_error("cannot write the CSV file", (fs::path(dir_) / file_name(s.tag)).string());
+      return file_error("cannot write the CSV file", (fs::path(dir_) / file_name(s.tag)).string());
     }
   }
   return absl::OkStatus();
@@ -98,7 +89,7 @@ absl::Status CsvFiles::write(int64_t step, const std::vector<Scalar>& scalars) {
 absl::Status CsvFiles::flush() {
   for (auto& [tag, f] : files_) {
     if (std::fflush(f.get()) != 0)
-      return io_error("cannot write the CSV file", (fs::path(dir_) / file_name(tag)).string());
+      return file_error("cannot write the CSV file", (fs::path(dir_) / file_name(tag)).string());
   }
   return absl::OkStatus();
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -12,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/core/status.h"
 #include "runtime/core/whole_file.h"
+#include "runtime/telemetry/output_files.h"
 #include "runtime/telemetry/tensorboard_event.pb.h"
 #include "runtime/telemetry/tfrecord.h"
 
@@ -20,17 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status io_error(const std::string& what, const std::string& path) {
-  return absl::PermissionDeniedError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
-}
-
 std::string framed(const tensorboard::Event& e) { return tfrecord(e.SerializeAsString()); }
 
 // Cuts `path` after its last record at or before `step`, and before a torn
 // or unreadable one.
 absl::Status cut_after(const std::string& path, int64_t step) {
   const std::optional<std::string> bytes = read_whole_file(path);
-  if (!bytes) return io_error("cannot read the event file", path);
+  if (!bytes) return file_error("cannot read the event file", path);
   const TfRecords r = read_tfrecords(*bytes);
   uint64_t keep = 0;
   for (size_t i = 0; i < r.records.size(); ++i) {
@@ -39,7 +35,7 @@ absl::Status cut_after(const std::string& path, int64_t step) {
     keep = r.ends[i];
   }
   if (keep == bytes->size()) return absl::OkStatus();
-  if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0) return io_error("cannot cut the event file", path);
+  if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0) return file_error("cannot cut the event file", path);
   return absl::OkStatus();
 }
 
@@ -60,18 +56,13 @@ std::vector<std::string> zerod_event_files(const std::string& dir) {
 
 absl::StatusOr<EventFileWriter> EventFileWriter::open(const std::string& dir, std::optional<int64_t> resumed_at,
                                                       double wall_time) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create the directory '", dir, "'", ec ? absl::StrCat(": ", ec.message()) : ""));
-  }
+  ZEROD_RETURN_IF_ERROR(create_output_dir(dir));
   if (resumed_at) {
     const std::vector<std::string> files = zerod_event_files(dir);
     for (const std::string& f : files) ZEROD_RETURN_IF_ERROR(cut_after(f, *resumed_at));
     if (!files.empty()) {
       FILE* f = std::fopen(files.back().c_str(), "ab");
-      if (!f) return io_error("cannot append to the event file", files.back());
+      if (!f) return file_error("cannot append to the event file", files.back());
       return EventFileWriter(files.back(), f);
     }
   }
@@ -86,7 +77,7 @@ absl::StatusOr<EventFileWriter> EventFileWriter::open(const std::string& dir, st
                                             host, getpid(), n))
                .string();
     f = std::fopen(path.c_str(), "wbx");
-    if (!f && errno != EEXIST) return io_error("cannot create the event file", path);
+    if (!f && errno != EEXIST) return file_error("cannot create the event file", path);
   }
   EventFileWriter w(path, f);
   tensorboard::Event e;
@@ -99,7 +90,7 @@ absl::StatusOr<EventFileWriter> EventFileWriter::open(const std::string& dir, st
 
 absl::Status EventFileWriter::append(const std::string& record) {
   if (std::fwrite(record.data(), 1, record.size(), file_.get()) != record.size()) {
-    return io_error("cannot write the event file", path_);
+    return file_error("cannot write the event file", path_);
   }
   return absl::OkStatus();
 }
@@ -118,7 +109,7 @@ absl::Status EventFileWriter::write(int64_t step, double wall_time, const std::v
 }
 
 absl::Status EventFileWriter::flush() {
-  if (std::fflush(file_.get()) != 0) return io_error("cannot write the event file", path_);
+  if (std::fflush(file_.get()) != 0) return file_error("cannot write the event file", path_);
   return absl::OkStatus();
 }
 

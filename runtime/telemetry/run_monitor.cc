@@ -3,9 +3,9 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/telemetry/output_files.h"
 
 namespace zerod {
 namespace {
@@ -46,11 +46,8 @@ absl::Status RunMonitor::prepare(const JobConfig& cfg) {
   for (const auto& [dir, key] :
        {std::pair{tensorboard_log_dir(cfg), "tensorboard"}, {csv_log_dir(cfg), "csv_monitor"}}) {
     if (!dir) continue;
-    std::error_code ec;
-    std::filesystem::create_directories(*dir, ec);
-    if (ec || !std::filesystem::is_directory(*dir)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, ": cannot create the directory '", *dir, "'", ec ? absl::StrCat(": ", ec.message()) : ""));
+    if (absl::Status s = create_output_dir(*dir); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(key, ": ", s.message()));
     }
   }
   return absl::OkStatus();
