@@ -107,6 +107,18 @@ TEST_F(JobRequestTest, ConfinesAbsolutePathsToTheAllowedRoots) {
   EXPECT_NE(refusal(request(with("model.init_from=\"/etc/passwd\""))).find("model.init_from"), std::string::npos);
   EXPECT_NE(refusal(request(with("data={\"kind\":\"tokens\",\"path\":\"/tmp/*.bin\"}"))).find("data.path"),
             std::string::npos);
+  // The monitors write under output_path/job_name, a job name with '..' too.
+  EXPECT_TRUE(prepare_job(request(with("tensorboard={\"enabled\":true,\"output_path\":\"" + inside + "\"}")), rules_)
+                  .ok());
+  EXPECT_TRUE(prepare_job(request(with("csv_monitor={\"enabled\":true,\"output_path\":\"runs\"}")), rules_).ok());
+  EXPECT_NE(refusal(request(with("run.tensorboard_dir=\"" + outside + "/tb\"")))
+                .find("run.tensorboard_dir '" + outside + "/tb' is outside the roots this zerod allows"),
+            std::string::npos);
+  EXPECT_NE(refusal(request(with("tensorboard={\"enabled\":true,\"output_path\":\"" + outside + "\"}")))
+                .find("tensorboard '" + outside + "/DeepSpeedJobName' is outside"),
+            std::string::npos);
+  EXPECT_NE(refusal(request(with("csv_monitor={\"enabled\":true,\"job_name\":\"../../x\"}"))).find("'..'"),
+            std::string::npos);
   // A link inside a root that points out of it is judged by where it points.
   fs::create_directory_symlink(outside, path("allowed/escape"));
   EXPECT_NE(refusal(request(with("run.checkpoint.dir=\"" + inside + "/escape/ckpt\""))).find("outside"),

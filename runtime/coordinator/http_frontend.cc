@@ -46,13 +46,14 @@ std::string cookie_token(const httplib::Request& req) {
 // The bearer token in the Authorization header or the dashboard's cookie,
 // or a 401 saying what is wrong (never the token).
 bool admitted(const Backend& backend, const httplib::Request& req, httplib::Response& res) {
+  const std::string cookie = cookie_token(req);
   if (bearer_matches(req.get_header_value("Authorization"), backend.token) ||
-      bearer_matches(absl::StrCat("Bearer ", cookie_token(req)), backend.token)) {
+      bearer_matches(absl::StrCat("Bearer ", cookie), backend.token)) {
     return true;
   }
   res.status = 401;
   res.set_header("WWW-Authenticate", "Bearer");
-  res.set_content(req.has_header("Authorization") || req.has_header("Cookie")
+  res.set_content(req.has_header("Authorization") || !cookie.empty()
                       ? "the bearer token is not this zerod's\n"
                       : "no bearer token: this zerod requires one (a browser: open /?token=TOKEN)\n",
                   "text/plain");
@@ -90,11 +91,10 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOpti
   // SO_REUSEADDR alone: cpp-httplib's SO_REUSEPORT would share a port
   // another server holds instead of saying it is in use. The socket is kept
   // to widen its backlog once bound (below).
-  int bound = -1;
-  s.set_socket_options([&bound](socket_t sock) {
+  s.set_socket_options([f = f.get()](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    bound = sock;
+    f->socket_ = sock;
   });
   // Requests are small: a client that sends more, or too slowly, is cut off.
   s.set_payload_max_length(64 << 10);
@@ -171,8 +171,8 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOpti
           Supervisor* sup = backend.supervisor.load();
           auto job = sup ? sup->get(req.matches[1]) : absl::UnavailableError("zerod is starting");
           if (!job.ok()) {
-            return json_reply(res, absl::IsNotFound(job.status()) ? 404 : 503,
-                              {{"error", std::string(job.status().message())}});
+            const int status = absl::IsNotFound(job.status()) ? 404 : absl::IsInvalidArgument(job.status()) ? 400 : 503;
+            return json_reply(res, status, {{"error", std::string(job.status().message())}});
           }
           json_reply(res, 200, series_json(*job, sup->series(job->id())));
         }));
@@ -184,13 +184,13 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOpti
   // Debian's cpp-httplib listens with a backlog of 5: 200 clients
   // connecting at once would see their SYNs dropped and retried a second
   // later. Linux takes a second listen() on the socket as the new backlog.
-  ::listen(bound, SOMAXCONN);
+  ::listen(f->socket_, SOMAXCONN);
   f->thread_ = std::thread([&s] { s.listen_after_bind(); });
   return f;
 }
 
 HttpFrontend::~HttpFrontend() {
-  server_->stop();
+  if (server_) server_->stop();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -42,6 +42,7 @@ class HttpFrontend {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
+  int socket_ = -1;  // the listening socket
 };
 
 }  // namespace zerod

@@ -139,6 +139,11 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
                                std::pair{"zero_optimization.offload_param.nvme_path", &cfg->zero.offload_param}}) {
     if (o->nvme_path) ZEROD_RETURN_IF_ERROR(confine(key, *o->nvme_path, rules));
   }
+  // The monitors' directories (output_path/job_name), where rank 0 writes.
+  if (const auto tb = tensorboard_log_dir(*cfg)) {
+    ZEROD_RETURN_IF_ERROR(confine(cfg->run.tensorboard_dir ? "run.tensorboard_dir" : "tensorboard", *tb, rules));
+  }
+  if (const auto csv = csv_log_dir(*cfg)) ZEROD_RETURN_IF_ERROR(confine("csv_monitor", *csv, rules));
   return root;
 }
 

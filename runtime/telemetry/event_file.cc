@@ -39,8 +39,7 @@ absl::Status cut_after(const std::string& path, int64_t step) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
+// The event files of `dir` zerod wrote, oldest first.
 std::vector<std::string> zerod_event_files(const std::string& dir) {
   std::vector<std::string> files;
   std::error_code ec;
@@ -54,6 +53,16 @@ std::vector<std::string> zerod_event_files(const std::string& dir) {
   return files;
 }
 
+// TensorBoard's first record of a file.
+std::string file_version_record(double wall_time) {
+  tensorboard::Event e;
+  e.set_wall_time(wall_time);
+  e.set_file_version("brain.Event:2");
+  return framed(e);
+}
+
+}  // namespace
+
 absl::StatusOr<EventFileWriter> EventFileWriter::open(const std::string& dir, std::optional<int64_t> resumed_at,
                                                       double wall_time) {
   ZEROD_RETURN_IF_ERROR(create_output_dir(dir));
@@ -63,7 +72,11 @@ absl::StatusOr<EventFileWriter> EventFileWriter::open(const std::string& dir, st
     if (!files.empty()) {
       FILE* f = std::fopen(files.back().c_str(), "ab");
       if (!f) return file_error("cannot append to the event file", files.back());
-      return EventFileWriter(files.back(), f);
+      EventFileWriter w(files.back(), f);
+      // A file cut to nothing (its first record torn) starts again.
+      std::error_code ec;
+      if (fs::file_size(files.back(), ec) == 0 && !ec) ZEROD_RETURN_IF_ERROR(w.append(file_version_record(wall_time)));
+      return w;
     }
   }
   char host[256] = "localhost";
@@ -80,10 +93,7 @@ absl::StatusOr<EventFileWriter> EventFileWriter::open(const std::string& dir, st
     if (!f && errno != EEXIST) return file_error("cannot create the event file", path);
   }
   EventFileWriter w(path, f);
-  tensorboard::Event e;
-  e.set_wall_time(wall_time);
-  e.set_file_version("brain.Event:2");
-  ZEROD_RETURN_IF_ERROR(w.append(framed(e)));
+  ZEROD_RETURN_IF_ERROR(w.append(file_version_record(wall_time)));
   ZEROD_RETURN_IF_ERROR(w.flush());
   return w;
 }

@@ -48,7 +48,4 @@ class EventFileWriter {
   std::unique_ptr<FILE, Close> file_;
 };
 
-// The event files of `dir` zerod wrote, oldest first.
-std::vector<std::string> zerod_event_files(const std::string& dir);
-
 }  // namespace zerod
