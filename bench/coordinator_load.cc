@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/load_samples.h"
+#include "bench/load_bench.h"
 #include "proto/zerod.grpc.pb.h"
 #include "tests/zerod_process.h"
 
@@ -92,25 +92,18 @@ void heartbeat_loop(const std::string& address, const std::atomic<bool>& stop, s
 int main(int argc, char** argv) {
   const int clients = argc > 1 ? std::atoi(argv[1]) : 200;
   const double seconds = argc > 2 ? std::atof(argv[2]) : 10;
-  const std::string state = (std::filesystem::temp_directory_path() / absl::StrCat("zerod_load_", getpid())).string();
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  std::filesystem::create_directories(state);
-  const std::string token_file = state + "/token";
-  std::ofstream(token_file) << kToken;
+  const zerod::bench::BenchDir dir("zerod_load_", kToken);
+  const std::string state = dir.path();
   int code = 0;
   {
-    zerod::testing::ZerodProcess zerod(state + "/state", {"--token-file", token_file, "--slots", "4"},
+    zerod::testing::ZerodProcess zerod(state + "/state", {"--token-file", dir.token_file(), "--slots", "4"},
                                        {"OMP_NUM_THREADS=1"});
     if (!zerod.running()) {
       fprintf(stderr, "%s\n", zerod.error().c_str());
       return 1;
     }
     CoordinatorClient admin(zerod.address(), kToken);
-    zerod::v1::SubmitJobRequest req;
-    std::ifstream demo(ZEROD_SOURCE_DIR "/examples/demo.json");
-    req.set_config_json(std::string(std::istreambuf_iterator<char>(demo), {}));
-    req.set_world_size(2);
+    const zerod::v1::SubmitJobRequest req = zerod::bench::demo_request();
     std::string id;
     if (grpc::Status s = admin.submit(req, &id); !s.ok()) {
       fprintf(stderr, "submit: %s\n", s.error_message().c_str());
@@ -182,6 +175,5 @@ int main(int argc, char** argv) {
     admin.stub().CancelJob(admin.context().get(), cancel, &job);
     admin.watch(id, &job);
   }
-  std::filesystem::remove_all(state);
   return code;
 }

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/load_samples.h"
+#include "bench/load_bench.h"
 #include "tests/zerod_process.h"
 
 namespace {
@@ -57,16 +57,12 @@ int main(int argc, char** argv) {
   const int clients = argc > 1 ? std::atoi(argv[1]) : 200;
   const double seconds = argc > 2 ? std::atof(argv[2]) : 10;
   const int interval_ms = argc > 3 ? std::atoi(argv[3]) : 0;
-  const std::string state = (std::filesystem::temp_directory_path() / absl::StrCat("zerod_http_", getpid())).string();
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  std::filesystem::create_directories(state);
-  const std::string token_file = state + "/token";
-  std::ofstream(token_file) << kToken;
+  const zerod::bench::BenchDir dir("zerod_http_", kToken);
+  const std::string state = dir.path();
   int code = 0;
   {
     zerod::testing::ZerodProcess zerod(state + "/state",
-                                       {"--token-file", token_file, "--slots", "2", "--http-listen", "127.0.0.1:0"},
+                                       {"--token-file", dir.token_file(), "--slots", "2", "--http-listen", "127.0.0.1:0"},
                                        {"OMP_NUM_THREADS=1"});
     if (!zerod.running()) {
       fprintf(stderr, "%s\n", zerod.error().c_str());
@@ -75,12 +71,8 @@ int main(int argc, char** argv) {
     const std::string http = zerod::read_whole_file(state + "/state/zerod.http").value_or(":0");
     const int port = std::stoi(http.substr(http.rfind(':') + 1));
     CoordinatorClient admin(zerod.address(), kToken);
-    zerod::v1::SubmitJobRequest req;
-    std::ifstream demo(ZEROD_SOURCE_DIR "/examples/demo.json");
-    req.set_config_json(std::string(std::istreambuf_iterator<char>(demo), {}));
-    req.set_world_size(2);
     std::string id;
-    if (grpc::Status s = admin.submit(req, &id); !s.ok()) {
+    if (grpc::Status s = admin.submit(zerod::bench::demo_request(), &id); !s.ok()) {
       fprintf(stderr, "submit: %s\n", s.error_message().c_str());
       return 1;
     }
@@ -129,6 +121,5 @@ int main(int argc, char** argv) {
     admin.cancel(id, &job);
     admin.watch(id, &job);
   }
-  std::filesystem::remove_all(state);
   return code;
 }
