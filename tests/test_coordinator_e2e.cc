@@ -759,7 +759,7 @@ TEST_F(ZerodE2E, TheDashboardShowsJobsAndChartsInABrowserWithTheToken) {
   // after its script ran, or a screenshot.
   const auto chromium = [&](const std::string& url, const std::string& what) {
     return ::zerod::testing::run_command(
-        absl::StrCat("chromium --headless --no-sandbox --disable-gpu --user-data-dir=", path("chromium"),
+        absl::StrCat("chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir=", path("chromium"),
                      " --enable-logging=stderr --v=0 --virtual-time-budget=5000 --window-size=1400,900 ", what, " '",
                      url, "' 2>>", path("chromium.err")));
   };
