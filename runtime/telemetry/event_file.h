@@ -35,7 +35,6 @@ class EventFileWriter {
   absl::Status write(int64_t step, double wall_time, const std::vector<Scalar>& scalars);
   // What is written reaches the file, for TensorBoard to read.
   absl::Status flush();
-  const std::string& path() const { return path_; }
 
  private:
   struct Close {
