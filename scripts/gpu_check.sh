@@ -178,7 +178,7 @@ if [ "$section" = kernels ]; then
   for shape in "gpt2 16 4" "gpt2-xl 8 3"; do
     read -r preset B steps <<<"$shape"
     timeout 150 "$worker" --config examples/gpu_gpt2.json --set "model.preset=\"$preset\"" --set train_batch_size=$B \
-      --set train_micro_batch_size_per_gpu=$B --set data.kind='"text"' --set data.path='"README.md"' \
+      --set train_micro_batch_size_per_gpu=$B --set data.kind='"text"' --set data.path='"docs/*.md"' \
       --set run.sample.tokens=0 --set run.steps=$steps --set steps_per_print=1 --set wall_clock_breakdown=true \
       >"$logs/$preset-breakdown.log" 2>&1
     code=$?
@@ -196,7 +196,7 @@ if [ "$section" = kernels ]; then
     [ -n "$ncu" ] || break
     timeout 100 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$logs/ncu-$vocab.csv" \
       "$worker" --config examples/gpu_gpt2.json --set model.n_layer=1 --set model.vocab_size=$vocab \
-      --set data.kind='"text"' --set data.path='"README.md"' --set run.sample.tokens=0 --set run.steps=1 \
+      --set data.kind='"text"' --set data.path='"docs/*.md"' --set run.sample.tokens=0 --set run.steps=1 \
       >"$logs/ncu-run-$vocab.log" 2>&1
     say "Nsight Compute, one step of gpt2 with one layer, B 16, vocabulary $vocab: exit $?"
     python3 - "$logs/ncu-$vocab.csv" <<'PY' | tee -a "$summary"
@@ -473,7 +473,7 @@ say "gpt2-xl QLoRA at stage 3: exit $code; first $first3 (stage 0: $first0); $(g
 
 # gpt2-xl bf16 with activation checkpointing under a 12 GiB cap, random
 # weights, no offload: its fp32 gradients and Adam states cannot fit, so it
-# must stop before the first step naming the bytes (README's promise).
+# must stop before the first step naming the bytes (docs/gpu.md's promise).
 timeout 120 "$worker" --config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null \
   --set run.steps=3 >"$logs/gpt2-xl-12GiB.log" 2>&1
 code=$?

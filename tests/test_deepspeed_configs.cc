@@ -112,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(Corpus, ShippedConfig, ::testing::ValuesIn(corpus_files
                            return absl::StrReplaceAll(info.param, {{"-", "_"}, {".", "_"}});
                          });
 
-TEST(ShippedConfigs, AtLeastThirtyEachWithItsSourceAndTheReadmeCount) {
+TEST(ShippedConfigs, AtLeastThirtyEachWithItsSourceAndTheConfigDocCount) {
   const std::vector<std::string> files = corpus_files();
   EXPECT_GE(files.size(), 30u);
   const json expected = read_json(kCorpus + "/EXPECTED.json");
@@ -124,9 +124,9 @@ TEST(ShippedConfigs, AtLeastThirtyEachWithItsSourceAndTheReadmeCount) {
     trains += expected.value(f, json()) == "trains";
   }
   EXPECT_EQ(expected.size(), files.size());
-  const std::string readme = *read_whole_file(ZEROD_SOURCE_DIR "/README.md");
-  EXPECT_NE(readme.find(absl::StrCat(trains, " of the ", files.size(), " DeepSpeed configs")), std::string::npos)
-      << trains << " of " << files.size();
+  const std::string doc = *read_whole_file(ZEROD_SOURCE_DIR "/docs/config.md");
+  EXPECT_NE(doc.find(absl::StrCat(trains, " of the ", files.size(), " DeepSpeed configs")), std::string::npos)
+      << "docs/config.md should say " << trains << " of the " << files.size() << " DeepSpeed configs";
 }
 
 json base() { return {{"model", {{"preset", "gpt2-tiny"}}}, {"train_batch_size", 8}}; }
@@ -431,21 +431,21 @@ TEST(DeepSpeedKeys, AutoIsFilledInAsTheTrainerDoes) {
   EXPECT_TRUE(d->auto_filled.empty());
 }
 
-// The README's key table is this table (ZEROD_README_RECORD=1 writes it).
-TEST(DeepSpeedKeys, TheReadmeTableIsTheKeyTable) {
-  const std::string path = ZEROD_SOURCE_DIR "/README.md";
-  std::string readme = *read_whole_file(path);
+// docs/config.md's key table is this table (ZEROD_DOCS_RECORD=1 writes it).
+TEST(DeepSpeedKeys, TheConfigDocTableIsTheKeyTable) {
+  const std::string path = ZEROD_SOURCE_DIR "/docs/config.md";
+  std::string doc = *read_whole_file(path);
   const std::string begin = "<!-- deepspeed-keys:begin -->\n", end = "<!-- deepspeed-keys:end -->";
-  const size_t b = readme.find(begin), e = readme.find(end);
+  const size_t b = doc.find(begin), e = doc.find(end);
   ASSERT_NE(b, std::string::npos);
   ASSERT_NE(e, std::string::npos);
   const std::string table = deepspeed_keys_markdown();
-  if (std::getenv("ZEROD_README_RECORD")) {
-    readme.replace(b + begin.size(), e - b - begin.size(), table);
-    std::ofstream(path, std::ios::binary) << readme;
+  if (std::getenv("ZEROD_DOCS_RECORD")) {
+    doc.replace(b + begin.size(), e - b - begin.size(), table);
+    std::ofstream(path, std::ios::binary) << doc;
   }
-  EXPECT_EQ(readme.substr(b + begin.size(), e - b - begin.size()), table)
-      << "run ZEROD_README_RECORD=1 ctest -R TheReadmeTableIsTheKeyTable";
+  EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), table)
+      << "docs/config.md's key table differs: run ZEROD_DOCS_RECORD=1 ctest -R TheConfigDocTableIsTheKeyTable";
 }
 
 }  // namespace

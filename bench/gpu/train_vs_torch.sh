@@ -28,7 +28,7 @@ for round in $(seq 1 "$rounds"); do
     steps_json=$(timeout "$limit" "$build/cmd/zero-worker" --config examples/gpu_gpt2.json --log-format json \
       --set "model.preset=\"$preset\"" --set model.block_size=$T --set data.seq_len=$T \
       --set train_batch_size=$B --set train_micro_batch_size_per_gpu=$B \
-      --set data.kind='"text"' --set data.path='"README.md"' --set run.sample.tokens=0 \
+      --set data.kind='"text"' --set data.path='"docs/*.md"' --set run.sample.tokens=0 \
       --set run.steps=$steps --set steps_per_print=1 2>"$out/zerod-$name-$round.err" | grep '"step"' | paste -sd,)
     echo "{\"round\":$round,\"shape\":\"$name\",\"impl\":\"zerod\",\"L\":$L,\"C\":$C,\"B\":$B,\"T\":$T,\"steps\":[${steps_json}]}" >>"$log"
     # shellcheck disable=SC2086 # the Llama arguments split into words

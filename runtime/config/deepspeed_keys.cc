@@ -252,7 +252,7 @@ bool same_json(const nlohmann::json& a, const nlohmann::json& b) {
   return a == b;
 }
 
-// The README's words for what zerod does with a key.
+// docs/config.md's words for what zerod does with a key.
 std::string use_text(const DeepSpeedKey& k) {
   switch (k.use) {
     case KeyUse::kHonoured:

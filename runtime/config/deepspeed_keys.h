@@ -1,13 +1,12 @@
 // What zerod does with every key of a DeepSpeed config (DeepSpeed's
 // configuration reference and its code's defaults): the one table the config
-// reader judges unread keys by and the README's key table is printed from.
+// reader judges unread keys by and docs/config.md's key table is printed from.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace zerod {
 
@@ -38,8 +37,8 @@ bool has_deepspeed_keys_under(std::string_view path);
 // leave such a value at the default when nothing fills it).
 bool is_deepspeed_default(const DeepSpeedKey& key, const nlohmann::json& value);
 
-// The table as Markdown, for the README (tests/test_deepspeed_configs.cc
-// checks it is there; ZEROD_README_RECORD=1 writes it).
+// The table as Markdown, for docs/config.md (tests/test_deepspeed_configs.cc
+// checks it is there; ZEROD_DOCS_RECORD=1 writes it).
 std::string deepspeed_keys_markdown();
 
 }  // namespace zerod

@@ -49,8 +49,8 @@ const nlohmann::json* ConfigReading::fill(const std::string& path, bool* at_defa
     *at_default = true;
     return nullptr;
   }
-  add(path, absl::StrCat("\"auto\" is a value the Hugging Face Trainer fills in; zerod fills in only the keys the "
-                         "README lists, and not this one here: give a value (--set ",
+  add(path, absl::StrCat("\"auto\" is a value the Hugging Face Trainer fills in; zerod fills in only the keys "
+                         "docs/config.md lists, and not this one here: give a value (--set ",
                          path, "=...)"));
   return nullptr;
 }
