@@ -3,10 +3,9 @@
 // per parameter, fsynced) against a plain sequential write (8 MiB write()
 // calls, then fsync) and read of the same byte count, on the same disk, in
 // the same run. The plain passes walk through a 1 GiB buffer, so that they
-// too copy from and to memory rather than a cache-resident block. The page cache is dropped for each file before it is read
-// (posix_fadvise DONTNEED after fsync), so reads come from the disk.
-// Engine and plain passes alternate round by round, and the best of each
-// is kept: this shared disk drifts.
+// too copy from and to memory rather than a cache-resident block. The page cache is dropped for each file before it is
+// read (posix_fadvise DONTNEED after fsync), so reads come from the disk. Engine and plain passes alternate round by
+// round, and the best of each is kept: this shared disk drifts.
 //
 //   build/bench/checkpoint_throughput [dir=/tmp] [rounds=3] [presets=gpt2,gpt2-large]
 #include <fcntl.h>
@@ -21,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_util.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "comm/communicator.h"
 #include "runtime/core/cpu_device.h"
-#include "runtime/kernels/cpu/cpu_table.h"
 #include "runtime/engine/trainer.h"
+#include "runtime/kernels/cpu_table.h"
 
 namespace {
 
@@ -76,8 +75,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<Communicator> comm = make_local_communicator();
   CpuDevice device;
   std::unique_ptr<Kernels> kernels = cpu_kernels();
-  std::printf("| model | params | checkpoint bytes | save GB/s | plain write GB/s | save ratio | load GB/s | plain read "
-              "GB/s | load ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "| model | params | checkpoint bytes | save GB/s | plain write GB/s | save ratio | load GB/s | plain read "
+      "GB/s | load ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const std::string& preset : presets) {
     const JobConfig cfg = bench::fp32_adamw_job(preset);
     const GptLayout layout(cfg.model);

@@ -13,15 +13,14 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "runtime/kernels/cpu/nf4.h"
+#include "runtime/kernels/ops/nf4.h"
 
 int main(int argc, char** argv) {
   using zerod::bench::best_seconds;
   const int64_t max_m = argc > 1 ? std::atoll(argv[1]) : 64;
   const double triad = zerod::bench::triad_gbs(int64_t(64) << 20);
   std::printf("triad bandwidth: %.1f GB/s (3 x 256 MB arrays)\n", triad);
-  std::printf("%10s %12s %12s %10s %9s %14s\n", "weights", "ms/pass", "Mweights/s", "GB/s", "of triad",
-              "quantize ms");
+  std::printf("%10s %12s %12s %10s %9s %14s\n", "weights", "ms/pass", "Mweights/s", "GB/s", "of triad", "quantize ms");
   for (int64_t m = 1; m <= max_m; m *= 4) {
     const int64_t n = m << 20;
     const zerod::Nf4Sizes z = zerod::nf4_sizes(n);

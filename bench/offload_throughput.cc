@@ -23,15 +23,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
 #include "offload/swapped_optimizer.h"
 #include "runtime/core/cpu_device.h"
-#include "runtime/kernels/cpu/cpu_table.h"
+#include "runtime/kernels/cpu_table.h"
 
 namespace {
 
@@ -100,8 +99,10 @@ void step_vs_memory(const std::string& dir, int64_t n, int64_t block, int depth,
   auto mem = Optimizer::create(cfg, pieces, DType::kBF16, host);
   check(mem.status());
 
-  std::printf("\noptimizer step, %lld M params, bf16 parameters (fp32 master, m, v: 12 bytes each on the file), "
-              "best of %d alternating rounds\n", static_cast<long long>(n >> 20), rounds);
+  std::printf(
+      "\noptimizer step, %lld M params, bf16 parameters (fp32 master, m, v: 12 bytes each on the file), "
+      "best of %d alternating rounds\n",
+      static_cast<long long>(n >> 20), rounds);
   std::printf("| sub_group_size | buffers | in memory s | swapped s | I/O alone s | swapped / I/O alone |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   for (const auto& [sub, nbuf] : {std::pair<int64_t, int>{n / 8, 4}, {n / 8, 2}, {n / 8, 1}, {n / 32, 4}}) {
@@ -126,14 +127,14 @@ void step_vs_memory(const std::string& dir, int64_t n, int64_t block, int depth,
     double t_mem = 1e30, t_swap = 1e30, t_io = 1e30;
     for (int i = 0; i < rounds; ++i) {
       t_mem = std::min(t_mem, seconds([&] {
-        (*mem)->step(*kernels, host.compute_stream(), 1e-3f, 1, 1.0f);
-        check(host.synchronize(host.compute_stream()));
-      }));
+                         (*mem)->step(*kernels, host.compute_stream(), 1e-3f, 1, 1.0f);
+                         check(host.synchronize(host.compute_stream()));
+                       }));
       t_swap = std::min(t_swap, seconds([&] { check((*sw)->step(1e-3f, 1, 1.0f)); }));
       t_io = std::min(t_io, seconds([&] {
-        check(io.wait(io.read(*f, 0, buf->data(), bytes)));
-        check(io.wait(io.write(*f, 0, buf->data(), bytes)));
-      }));
+                        check(io.wait(io.read(*f, 0, buf->data(), bytes)));
+                        check(io.wait(io.write(*f, 0, buf->data(), bytes)));
+                      }));
     }
     std::printf("| %lld | %d | %.3f | %.3f | %.3f | %.2f |\n", static_cast<long long>(sub), nbuf, t_mem, t_swap, t_io,
                 t_swap / t_io);

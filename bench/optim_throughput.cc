@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_isa.h"
+#include "runtime/kernels/ops/adam8bit.h"
 
 namespace {
 
@@ -42,7 +42,7 @@ std::vector<float> random_gradients(int64_t n) {
   std::vector<float> v(n);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;  // Knuth's multiplicative hash
+    const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;          // Knuth's multiplicative hash
     const float u = static_cast<float>(h >> 8) * (1.0f / 16777216.0f);  // [0, 1)
     v[i] = (h & 1 ? 1e-3f : -1e-3f) * std::pow(10.0f, -3.0f * u);
   }
@@ -88,8 +88,7 @@ int main(int argc, char** argv) {
       t.n = n;
       for (CpuIsa isa : isas) {
         // The scalar path is ~10x slower: one timed step is enough at the larger sizes.
-        const double s = best_seconds([&] { zerod::adam_update(t, step, isa); },
-                                      isa == CpuIsa::kScalar ? 0.0 : 1.0);
+        const double s = best_seconds([&] { zerod::adam_update(t, step, isa); }, isa == CpuIsa::kScalar ? 0.0 : 1.0);
         rows.push_back({n, std::string("AdamW fp32 ") + zerod::cpu_isa_name(isa), s, 28.0});
       }
     }
@@ -101,8 +100,8 @@ int main(int argc, char** argv) {
       t.n = n;
       zerod::adam8bit_zero_states(t);
       for (CpuIsa isa : isas) {
-        const double s = best_seconds([&] { zerod::adam8bit_update(t, step, isa); },
-                                      isa == CpuIsa::kScalar ? 0.0 : 1.0);
+        const double s =
+            best_seconds([&] { zerod::adam8bit_update(t, step, isa); }, isa == CpuIsa::kScalar ? 0.0 : 1.0);
         rows.push_back({n, std::string("AdamW 8-bit ") + zerod::cpu_isa_name(isa), s, 16.0 + 16.0 / 256});
       }
     }

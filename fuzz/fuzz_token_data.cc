@@ -4,6 +4,7 @@
 // first byte picks the kind and vocabulary, the second the window; the rest
 // is the file.
 #include "fuzz/fuzz_input.h"
+#include "runtime/data/data_loader.h"
 #include "runtime/data/dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -14,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.path = zerod::fuzz::write_scratch("data.bin", {reinterpret_cast<const char*>(data) + 2, size - 2});
   absl::StatusOr<zerod::Dataset> ds = zerod::load_dataset(cfg, data[0] & 2 ? 256 : 50257);
   if (!ds.ok()) return 0;
-  absl::StatusOr<zerod::DataLoader> loader = zerod::DataLoader::create(
-      &ds->tokens, cfg.seq_len, 1, 0, 1, zerod::MemoryAccountant::global(), ds->windowed);
+  absl::StatusOr<zerod::DataLoader> loader =
+      zerod::DataLoader::create(&ds->tokens, cfg.seq_len, 1, 0, 1, zerod::MemoryAccountant::global(), ds->windowed);
   if (!loader.ok()) return 0;
   std::vector<int32_t> inputs(cfg.seq_len), targets(cfg.seq_len);
   const int64_t counted = loader->next_batch(1, inputs.data(), targets.data());

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "offload/swap_dir.h"
-#include "runtime/kernels/cpu/cpu_table.h"
+#include "runtime/kernels/cpu_table.h"
 
 namespace zerod {
 namespace {
@@ -44,8 +44,8 @@ bool offloaded(const ZeroConfig& z) { return z.stage == 3 && z.offload_param.dev
 ShardStoreSettings frozen_store_settings(const ZeroSettings& s, const std::string& file, const PlanDevice& device,
                                          MemoryAccountant* accountant) {
   const OffloadConfig& off = s.zero.offload_param;
-  return {off.device, Category::kFrozen, file, off.buffer_count, offload_buffer_tier(off, device), s.aio,
-          s.io_faults, accountant};
+  return {off.device, Category::kFrozen, file,      off.buffer_count, offload_buffer_tier(off, device),
+          s.aio,      s.io_faults,       accountant};
 }
 
 }  // namespace
@@ -108,8 +108,7 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
   if (f->packing_) {
     FrozenWeights* w = f.get();
     unpack = [w](void* unit) {
-      return w->packing_->unpack(w->ctx_.device, w->ctx_.converter(), static_cast<uint8_t*>(unit),
-                                 w->unpacked_.data());
+      return w->packing_->unpack(w->ctx_.device, w->ctx_.converter(), static_cast<uint8_t*>(unit), w->unpacked_.data());
     };
   }
   const PlanDevice where = plan_device(device);
@@ -119,15 +118,14 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
   } else if (offloaded(z)) {
     std::string file;
     if (z.offload_param.device == OffloadDevice::kNvme) {
-      ZEROD_RETURN_IF_ERROR(check_swap_dirs({{*z.offload_param.nvme_path,
-                                              ShardStore::file_bytes(f->ctx_.part.chunks(), f->ctx_.dtype),
-                                              "zero_optimization.offload_param.nvme_path"}}));
+      ZEROD_RETURN_IF_ERROR(
+          check_swap_dirs({{*z.offload_param.nvme_path, ShardStore::file_bytes(f->ctx_.part.chunks(), f->ctx_.dtype),
+                            "zero_optimization.offload_param.nvme_path"}}));
       file = swap_file_path(*z.offload_param.nvme_path, "frozen", comm.rank());
     }
-    ZEROD_ASSIGN_OR_RETURN(f->params_, offloaded_params(f->ctx_, z,
-                                                        frozen_store_settings(settings, file, where,
-                                                                              &device.accountant()),
-                                                        /*written_during_backward=*/false, std::move(unpack)));
+    ZEROD_ASSIGN_OR_RETURN(
+        f->params_, offloaded_params(f->ctx_, z, frozen_store_settings(settings, file, where, &device.accountant()),
+                                     /*written_during_backward=*/false, std::move(unpack)));
   } else {
     ZEROD_ASSIGN_OR_RETURN(f->params_, sharded_params(f->ctx_, z, staging, std::move(unpack)));
   }
@@ -144,8 +142,8 @@ absl::Status FrozenWeights::fill(const ParamInit& init) {
   const GptLayout& L = ctx_.layout;
   const Partition& p = ctx_.part;
   const int64_t step = fill_numel(ctx_, packing_.has_value());
-  ZEROD_ASSIGN_OR_RETURN(Buffer host, ctx_.device.allocate(std::max<int64_t>(step, 1) * 4, Category::kWorkspace,
-                                                           Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(Buffer host,
+                         ctx_.device.allocate(std::max<int64_t>(step, 1) * 4, Category::kWorkspace, Tier::kHost));
   Buffer layer;
   if (packing_) {
     ZEROD_ASSIGN_OR_RETURN(layer, ctx_.device.allocate(packing_->layer_bytes(), Category::kWorkspace, Tier::kHost));

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/config/job_config.h"
+#include "shard/zero_config.h"
 #include "shard/zero_context.h"
 
 namespace zerod {
@@ -60,9 +60,9 @@ class GatheredWeights : public WeightSource {
  private:
   struct Slot {
     Buffer buf;
-    int unit = -1;         // the unit held or being gathered
-    WorkPtr work;          // in flight
-    bool acquired = false; // gathering from the source's chunk
+    int unit = -1;          // the unit held or being gathered
+    WorkPtr work;           // in flight
+    bool acquired = false;  // gathering from the source's chunk
     // Recorded on the compute stream after the last kernel that reads the
     // slot: a gather must not overwrite it before then.
     std::unique_ptr<Event> used;

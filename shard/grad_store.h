@@ -22,7 +22,7 @@
 #include <optional>
 
 #include "offload/shard_store.h"
-#include "runtime/config/job_config.h"
+#include "shard/zero_config.h"
 #include "shard/zero_context.h"
 
 namespace zerod {
@@ -107,10 +107,10 @@ absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool sca
 absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z,
                                                          const MicroBatchSums& sums);
 // The shard in host memory of `tier`.
-absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z,
-                                                      const MicroBatchSums& sums, Tier tier);
-absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z,
-                                                      const MicroBatchSums& sums, ShardStoreSettings settings);
+absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z, const MicroBatchSums& sums,
+                                                      Tier tier);
+absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z, const MicroBatchSums& sums,
+                                                      ShardStoreSettings settings);
 
 // What each store above allocates, on plan's device.
 void plan_full_grads(const ZeroShape& shape, bool scatter, std::optional<Tier> host_tier, MemoryPlan& plan);

@@ -13,8 +13,8 @@
 #include <memory>
 
 #include "offload/shard_store.h"
-#include "runtime/config/job_config.h"
 #include "shard/gathered_weights.h"
+#include "shard/zero_config.h"
 #include "shard/zero_context.h"
 
 namespace zerod {

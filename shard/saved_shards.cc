@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/kernels/cpu/adam8bit.h"
+#include "runtime/kernels/ops/adam8bit.h"
 
 namespace zerod {
 
@@ -54,8 +54,8 @@ SavedShards::SavedShards(const GptLayout& layout, const OptimizerConfig& opt, st
       at += owned[k].numel;
     }
     // The pieces' dtype of 16-bit copies does not change where states lie.
-    ranks_.push_back({std::move(files[r]), Optimizer::create_unbound(opt, piece_shapes(owned), DType::kBF16), at,
-                      std::nullopt});
+    ranks_.push_back(
+        {std::move(files[r]), Optimizer::create_unbound(opt, piece_shapes(owned), DType::kBF16), at, std::nullopt});
   }
   std::sort(segments_.begin(), segments_.end(),
             [](const Segment& a, const Segment& b) { return a.flat_offset < b.flat_offset; });

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/config/job_config.h"
 #include "runtime/optim/optimizer.h"
 #include "shard/partition.h"
+#include "shard/zero_config.h"
 
 namespace zerod {
 

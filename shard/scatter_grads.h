@@ -12,7 +12,7 @@
 #include <deque>
 #include <vector>
 
-#include "runtime/config/job_config.h"
+#include "shard/zero_config.h"
 #include "shard/zero_context.h"
 
 namespace zerod {
@@ -53,7 +53,7 @@ class ScatterGrads : public GradSink {
  private:
   struct Slot {
     Buffer staging, recv;  // no recv in a world of one: the staging is reduced
-    int unit = -1;  // filling or in flight
+    int unit = -1;         // filling or in flight
     WorkPtr work;
   };
 

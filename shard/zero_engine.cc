@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "offload/swap_dir.h"
-#include "runtime/kernels/cpu/cpu_table.h"
+#include "runtime/kernels/cpu_table.h"
 
 namespace zerod {
 namespace {
@@ -232,9 +232,9 @@ absl::Status ZeroEngine::create_stores() {
                                               stores_.optimizer_on_host ? std::optional(staging) : std::nullopt));
   } else if (grads_in_file) {
     const std::string file = swap_file_path(*off.nvme_path, "grads", rank);
-    ZEROD_ASSIGN_OR_RETURN(grads_, file_grads(ctx_, z, c.sums,
-                                              store_settings(settings_, off, Category::kGrads, file, device,
-                                                             &ctx_.device.accountant())));
+    ZEROD_ASSIGN_OR_RETURN(
+        grads_, file_grads(ctx_, z, c.sums,
+                           store_settings(settings_, off, Category::kGrads, file, device, &ctx_.device.accountant())));
   } else if (stores_.optimizer_on_host) {
     ZEROD_ASSIGN_OR_RETURN(grads_, host_grads(ctx_, z, c.sums, staging));
   } else {
@@ -282,9 +282,9 @@ absl::Status ZeroEngine::create_optimizer() {
                                                            stores_.separate_masters, init));
   }
   if (stores_.updates_on_device) {
-    ZEROD_ASSIGN_OR_RETURN(device_steps_, DeviceSteps::create(ctx_, *optimizer_->bound(), unit_pieces_,
-                                                              stores_.sums.device_units(ctx_.part),
-                                                              stores_.params_offloaded));
+    ZEROD_ASSIGN_OR_RETURN(device_steps_,
+                           DeviceSteps::create(ctx_, *optimizer_->bound(), unit_pieces_,
+                                               stores_.sums.device_units(ctx_.part), stores_.params_offloaded));
     ZEROD_RETURN_IF_ERROR(ctx_.alloc(device_unit_sums_, ctx_.part.num_units() * 8, Category::kWorkspace));
     for (const ShardSegment& s : owned) {
       working_.push_back(stores_.params_offloaded ? params_->working_on_host(s) : params_->working(s));
@@ -386,8 +386,8 @@ void ZeroEngine::update_during_backward(float lr, int64_t step, int micro_batche
         summed_[u] = true;
         if (device_steps_ && device_steps_->takes(u)) {
           ++units_updated_on_device_;
-          device_steps_->enqueue(unit_pieces_[u].first, unit_pieces_[u].second, g, /*grads_on_host=*/true, working_,
-                                 lr, step, grad_factor);
+          device_steps_->enqueue(unit_pieces_[u].first, unit_pieces_[u].second, g, /*grads_on_host=*/true, working_, lr,
+                                 step, grad_factor);
           return absl::OkStatus();
         }
         const int64_t unit_at = ctx_.part.shard_offset(u);

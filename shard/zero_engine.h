@@ -25,7 +25,6 @@
 
 #include "offload/aio_engine.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/config/job_config.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/model/param_init.h"
 #include "shard/device_steps.h"
@@ -33,6 +32,7 @@
 #include "shard/optimizer_state.h"
 #include "shard/param_store.h"
 #include "shard/saved_shards.h"
+#include "shard/zero_config.h"
 #include "shard/zero_context.h"
 
 namespace zerod {
@@ -71,7 +71,7 @@ struct StoreChoice {
   // offloaded to host memory), the states in host memory, and nothing to
   // undo.
   bool updates_on_device = false;
-  Tier staging = Tier::kHost;    // offload_optimizer's host buffers
+  Tier staging = Tier::kHost;  // offload_optimizer's host buffers
   // Stages 2 and 3 (zero_optimization.micro_batch_grads, resolved): each
   // micro-batch's reduced gradients rounded to the 16-bit type with
   // "compute"; with the optimizer offloaded and several micro-batches,
@@ -177,8 +177,7 @@ class ZeroEngine {
   absl::Status load_resharded(SavedShards& saved);
   // The host buffers a rank of `shape` reads a checkpoint into: load_shard's,
   // or with `resharded` load_resharded's.
-  static void plan_resume(const ZeroShape& shape, const OptimizerConfig& optimizer, bool resharded,
-                          MemoryPlan& plan);
+  static void plan_resume(const ZeroShape& shape, const OptimizerConfig& optimizer, bool resharded, MemoryPlan& plan);
   absl::Status publish_params() { return params_->publish(); }
 
   // Seconds spent blocked on stage 2/3 collectives in forward and backward

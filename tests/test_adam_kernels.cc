@@ -13,9 +13,9 @@
 
 #include "gtest/gtest.h"
 #include "runtime/core/dtype.h"
-#include "runtime/kernels/cpu/adam8bit.h"
 #include "runtime/kernels/cpu/cpu_isa.h"
-#include "runtime/kernels/cpu/quant_map.h"
+#include "runtime/kernels/ops/adam8bit.h"
+#include "runtime/kernels/ops/quant_map.h"
 
 namespace zerod {
 namespace {
@@ -132,7 +132,8 @@ TEST(AdamKernel, EveryIsaMatchesTheScalarLoopBitwise) {
               t.param16_type = pt;
               t.n = n;
               adam_update(t, s, isa);
-              for (int64_t i = off; i < n + off; ++i) ref_adam_element(s, grad_value(g16, g32, gt, i), rp[i], rm[i], rv[i]);
+              for (int64_t i = off; i < n + off; ++i)
+                ref_adam_element(s, grad_value(g16, g32, gt, i), rp[i], rm[i], rv[i]);
             }
             ASSERT_EQ(0, std::memcmp(p.data(), rp.data(), p.size() * 4));
             ASSERT_EQ(0, std::memcmp(m.data(), rm.data(), m.size() * 4));
@@ -151,7 +152,8 @@ TEST(AdamKernel, EveryIsaMatchesTheScalarLoopBitwise) {
 // The vector 16-bit stores round like the scalar conversions, including at
 // the edges: ties, subnormals, overflow to inf.
 TEST(AdamKernel, SixteenBitCopiesRoundLikeTheScalarConversions) {
-  std::vector<float> edge = {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 70000.0f, -1e30f, 1e-8f, -6.1e-5f, 5.96e-8f,
+  std::vector<float> edge = {0.0f,     -0.0f,         1.0f,           65504.0f, 65520.0f,
+                             70000.0f, -1e30f,        1e-8f,          -6.1e-5f, 5.96e-8f,
                              2.98e-8f, 1.0009765625f, 1.00048828125f, 3.0e-39f, 1.17549435e-38f};
   std::mt19937 rng(3);
   std::uniform_int_distribution<uint32_t> bits(0, 0x7f7fffffu);
@@ -210,7 +212,7 @@ void expect_codes_match_definition(bool is_signed) {
 TEST(QuantMap, SignedMapFollowsTheDefinition) {
   const std::array<float, 256> c = dynamic_map_values(true);
   for (int i = 1; i < 256; ++i) ASSERT_LT(c[i - 1], c[i]) << i;  // 256 distinct, sorted
-  EXPECT_GT(c[0], -1.0f);                                         // -1 is not representable
+  EXPECT_GT(c[0], -1.0f);                                        // -1 is not representable
   EXPECT_EQ(c[255], 1.0f);
   EXPECT_EQ(c[127], 0.0f);  // 127 negative values, zero, 127 positive values, 1.0
   // Decade i (values in (0.1, 1) * 10^(i-6)) holds 2^i values per sign.
@@ -343,9 +345,7 @@ TEST(QuantMap, RoundTripErrorIsWithinHalfTheSpacing) {
       // Half the gap between the two codes around x (normalised), times
       // absmax; below the smallest signed code (-1 is absent) the distance to it.
       const auto hi = std::upper_bound(q.code.begin(), q.code.end(), static_cast<float>(xn));
-      const double bound = hi == q.code.end()     ? 0
-                           : hi == q.code.begin() ? *hi - xn
-                                                  : (*hi - *(hi - 1)) / 2;
+      const double bound = hi == q.code.end() ? 0 : hi == q.code.begin() ? *hi - xn : (*hi - *(hi - 1)) / 2;
       ASSERT_LE(std::fabs(back[i] - double(x[i])), bound * a * (1 + 1e-6) + 1e-6 * std::fabs(x[i]))
           << x[i] << " absmax " << a;
     }
@@ -388,8 +388,10 @@ TEST(Adam8bit, EveryIsaMatchesTheScalarLoopBitwise) {
         for (float& x : p) x = gauss(rng) * 0.1f;
         std::vector<uint8_t> m(n + off), v(n + off);
         std::vector<float> ma(quant_blocks(n)), va(quant_blocks(n));
-        Adam8bitTensor t{p.data() + off, m.data() + off, v.data() + off, ma.data(), va.data(),
-                         gt == DType::kF32 ? static_cast<const void*>(g32.data() + off) : g16.data() + off};
+        Adam8bitTensor t{
+            p.data() + off, m.data() + off,
+            v.data() + off, ma.data(),
+            va.data(),      gt == DType::kF32 ? static_cast<const void*>(g32.data() + off) : g16.data() + off};
         t.grad_type = gt;
         t.param16 = p16.data() + off;
         t.n = n;
@@ -464,8 +466,10 @@ TEST(Adam8bit, StaysCloseToFp32AdamW) {
     worst_v = std::max(worst_v, ev / av);
     p8 = p32;
   }
-  std::printf("over %d steps: worst mean |dp| %.3g, average mean relative %.3g; worst state error / mean |state|: "
-              "m %.3g, v %.3g\n", kSteps, worst_abs, sum_rel / kSteps, worst_m, worst_v);
+  std::printf(
+      "over %d steps: worst mean |dp| %.3g, average mean relative %.3g; worst state error / mean |state|: "
+      "m %.3g, v %.3g\n",
+      kSteps, worst_abs, sum_rel / kSteps, worst_m, worst_v);
   // bitsandbytes asserts mean |dp| < 6e-5 each step (measured here: ~6e-6)
   // and mean relative < 1e-3; the relative mean is ruled by the few p near
   // zero (~7e-4 averaged, single steps up to 2.5e-3), so it is bounded

@@ -1,4 +1,4 @@
-// The CUDA kernels' bodies (runtime/kernels/cuda/*_body.h) run here on the
+// The CUDA kernels' bodies (runtime/kernels/ops/*.h) run here on the
 // CPU, over the grid each kernel launches them on, against the CPU kernels:
 // their indexing and arithmetic are checked without a GPU. The GPU runs the
 // same bodies (tests/test_cuda_kernels.cc checks them there).
@@ -21,18 +21,24 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/kernels/cpu/adam.h"
-#include "runtime/kernels/cpu/adam8bit.h"
-#include "runtime/kernels/cpu/cpu_kernels.h"
-#include "runtime/kernels/cuda/attention_body.h"
-#include "runtime/kernels/cuda/attention_plan.h"
 #include "runtime/kernels/cuda/gemm_args.h"
-#include "runtime/kernels/cuda/llama_body.h"
-#include "runtime/kernels/cuda/nf4_body.h"
-#include "runtime/kernels/cuda/optim_body.h"
-#include "runtime/kernels/cuda/pointwise_body.h"
-#include "runtime/kernels/cuda/rows_body.h"
 #include "runtime/kernels/kernels.h"
+#include "runtime/kernels/ops/adam.h"
+#include "runtime/kernels/ops/adam8bit.h"
+#include "runtime/kernels/ops/attention.h"
+#include "runtime/kernels/ops/attention_plan.h"
+#include "runtime/kernels/ops/classifier.h"
+#include "runtime/kernels/ops/embedding.h"
+#include "runtime/kernels/ops/layernorm.h"
+#include "runtime/kernels/ops/matmul.h"
+#include "runtime/kernels/ops/nf4.h"
+#include "runtime/kernels/ops/optim_groups.h"
+#include "runtime/kernels/ops/pointwise.h"
+#include "runtime/kernels/ops/rmsnorm.h"
+#include "runtime/kernels/ops/rope.h"
+#include "runtime/kernels/ops/rows.h"
+#include "runtime/kernels/ops/sum_squares.h"
+#include "runtime/kernels/ops/swiglu.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/rope.h"
 #include "tests/float_compare.h"
@@ -232,10 +238,10 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
   cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
   for_each_index(N, [&](int64_t n) {
     const float* xr = x.data() + n * C;
-    grstd[n] = cuda::rmsnorm_rstd(
-        lanes_reduce(
-            lanes, [&](int l) { return cuda::row_squares_about(xr, C, 0.0f, l, lanes); }, kSum),
-        C, eps);
+    grstd[n] =
+        cuda::rmsnorm_rstd(lanes_reduce(
+                               lanes, [&](int l) { return cuda::row_squares_about(xr, C, 0.0f, l, lanes); }, kSum),
+                           C, eps);
     for (int l = 0; l < lanes; ++l) cuda::rmsnorm_write(gout.data() + n * C, xr, w.data(), C, grstd[n], l, lanes);
   });
   expect_close(gout, out, 1e-6f, "rmsnorm out");
@@ -306,8 +312,7 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
     cuda::rope_forward_at(j, cuda::Operands{gatt.data(), t}, cuda::ConstOperands{qkv16.data(), t}, table.data(), rs);
   });
   for_each_index(N * W, [&](int64_t j) {
-    cuda::rope_backward_at(j, cuda::Operands{gdqkv.data(), t}, cuda::ConstOperands{datt16.data(), t}, table.data(),
-                           rs);
+    cuda::rope_backward_at(j, cuda::Operands{gdqkv.data(), t}, cuda::ConstOperands{datt16.data(), t}, table.data(), rs);
   });
   EXPECT_EQ(bits(operand_values(t, gatt.data(), N * C3)), bits(rounded(att)));
   EXPECT_EQ(bits(operand_values(t, gdqkv.data(), N * W)), bits(rounded(dqkv)));
@@ -463,9 +468,12 @@ void expect_vector_layernorm_is_the_cpus() {
   const int64_t ob = dtype_size(kT);
   for_each_index(N, [&](int64_t n) {
     const char* xr = static_cast<const char*>(gx) + n * C * ob;
-    gmean[n] = lanes_reduce(lanes, [&](int l) { return cuda::vec_row_sum<kT>(xr, C, l, lanes); }, kSum) / C;
+    gmean[n] = lanes_reduce(
+                   lanes, [&](int l) { return cuda::vec_row_sum<kT>(xr, C, l, lanes); }, kSum) /
+               C;
     grstd[n] = cuda::layernorm_rstd(
-        lanes_reduce(lanes, [&](int l) { return cuda::vec_row_squares_about<kT>(xr, C, gmean[n], l, lanes); }, kSum),
+        lanes_reduce(
+            lanes, [&](int l) { return cuda::vec_row_squares_about<kT>(xr, C, gmean[n], l, lanes); }, kSum),
         C);
     for (int l = 0; l < lanes; ++l) {
       cuda::vec_layernorm_write<kT>(static_cast<char*>(gout) + n * C * ob, xr, gw, gb, C, gmean[n], grstd[n], l, lanes);
@@ -559,9 +567,13 @@ void expect_held_row_is_the_read_rows(int C) {
     for (int l = 0; l < lanes; ++l) {
       cuda::vec_residual_row<kT>(r, static_cast<char*>(x) + at, static_cast<char*>(y) + at, C, l, lanes);
     }
-    const float m = lanes_reduce(lanes, [&](int l) { return cuda::vec_row_sum<kT>(r, C, l, lanes); }, kSum) / C;
+    const float m = lanes_reduce(
+                        lanes, [&](int l) { return cuda::vec_row_sum<kT>(r, C, l, lanes); }, kSum) /
+                    C;
     const float rs = cuda::layernorm_rstd(
-        lanes_reduce(lanes, [&](int l) { return cuda::vec_row_squares_about<kT>(r, C, m, l, lanes); }, kSum), C);
+        lanes_reduce(
+            lanes, [&](int l) { return cuda::vec_row_squares_about<kT>(r, C, m, l, lanes); }, kSum),
+        C);
     for (int l = 0; l < lanes; ++l) {
       cuda::vec_layernorm_write<kT>(static_cast<char*>(read_out) + at, r, w, b, C, m, rs, l, lanes);
     }
@@ -573,9 +585,12 @@ void expect_held_row_is_the_read_rows(int C) {
       held.emplace_back(C, l, lanes);
       held.back().load_sum(static_cast<char*>(held_res) + at, static_cast<char*>(x) + at, static_cast<char*>(y) + at);
     }
-    const float hm = lanes_reduce(lanes, [&](int l) { return held[l].sum(); }, kSum) / C;
-    const float hs =
-        cuda::layernorm_rstd(lanes_reduce(lanes, [&](int l) { return held[l].squares_about(hm); }, kSum), C);
+    const float hm = lanes_reduce(
+                         lanes, [&](int l) { return held[l].sum(); }, kSum) /
+                     C;
+    const float hs = cuda::layernorm_rstd(lanes_reduce(
+                                              lanes, [&](int l) { return held[l].squares_about(hm); }, kSum),
+                                          C);
     for (int l = 0; l < lanes; ++l) held[l].layernorm_write(static_cast<char*>(held_out) + at, w, b, hm, hs);
     held_stats[2 * n] = hm;
     held_stats[2 * n + 1] = hs;
@@ -759,8 +774,10 @@ void expect_softmax_rows_are_the_cpus(int lanes, bool shared) {
     std::vector<cuda::SoftmaxPart> parts(lanes);
     void* c = shared ? copy.data() : nullptr;
     for (int l = 0; l < lanes; ++l) parts[l] = cuda::vec_logits_row_part<kT>(z, V, l, lanes, c);
-    const float M = lanes_reduce(lanes, [&](int l) { return parts[l].max; }, kMax);
-    const float S = lanes_reduce(lanes, [&](int l) { return cuda::softmax_part_sum(parts[l], M); }, kSum);
+    const float M = lanes_reduce(
+        lanes, [&](int l) { return parts[l].max; }, kMax);
+    const float S = lanes_reduce(
+        lanes, [&](int l) { return cuda::softmax_part_sum(parts[l], M); }, kSum);
     glosses[r] = cuda::softmax_loss(z_target, M, S);
     if (shared) {  // the gradient's pass must read the whole vectors from the copy alone
       const int whole = V / cuda::RowVectors<kT>::W * cuda::RowVectors<kT>::W;
@@ -844,8 +861,7 @@ TEST(CudaBodies, AttentionsPlanMatchesTheCpuKernel) {
   const auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
   std::vector<float> out(N * C), stats(R * 2), dqkv(N * 3 * C), scratch(cpu::attention_scratch_floats(T));
   cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH,
-                          DType::kF32);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, DType::kF32);
   ASSERT_EQ(cuda::attention_chunk_heads(T, NH), NH);
   for (int chunk_heads : {NH, 2}) {
     SCOPED_TRACE(::testing::Message() << chunk_heads << " heads a chunk");
@@ -886,7 +902,7 @@ TEST(CudaBodies, CastsAreDtypeHsConversionsBitForBit) {
   auto x = randn(4096, 40, 1000.0f);
   x.push_back(70000.0f);  // past fp16's range
   x.push_back(-0.0f);
-  x.push_back(1e-8f);     // fp16 subnormal
+  x.push_back(1e-8f);  // fp16 subnormal
   for (DType t : {DType::kBF16, DType::kF16}) {
     std::vector<float> want = x;
     round_to(t, want.data(), want.size());
@@ -895,8 +911,7 @@ TEST(CudaBodies, CastsAreDtypeHsConversionsBitForBit) {
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_EQ(std::bit_cast<uint32_t>(cuda::round_f32(t, x[i])), std::bit_cast<uint32_t>(want[i])) << i;
       cuda::store_f32(gpacked.data(), t, int64_t(i), x[i]);
-      ASSERT_EQ(std::bit_cast<uint32_t>(cuda::load_f32(packed.data(), t, int64_t(i))),
-                std::bit_cast<uint32_t>(want[i]))
+      ASSERT_EQ(std::bit_cast<uint32_t>(cuda::load_f32(packed.data(), t, int64_t(i))), std::bit_cast<uint32_t>(want[i]))
           << i;
     }
     EXPECT_EQ(gpacked, packed) << dtype_name(t);
@@ -917,8 +932,10 @@ TEST(CudaBodies, AdamIsTheCpuUpdateBitForBit) {
       for (float& x : v) x = std::fabs(x);
       auto gp = p, gm = m, gv = v;
       std::vector<uint16_t> p16(n), gp16(n);
-      AdamTensor t{p.data(), m.data(), v.data(), gt == DType::kF32 ? static_cast<const void*>(g32.data()) : g16.data(),
-                   gt, with16 ? p16.data() : nullptr, DType::kBF16, n};
+      AdamTensor t{p.data(),     m.data(),
+                   v.data(),     gt == DType::kF32 ? static_cast<const void*>(g32.data()) : g16.data(),
+                   gt,           with16 ? p16.data() : nullptr,
+                   DType::kBF16, n};
       AdamTensor gt_tensor = t;
       gt_tensor.param = gp.data();
       gt_tensor.m = gm.data();
@@ -1022,8 +1039,8 @@ TEST(CudaBodies, AGroupReadsItsFactorAndSkipsANonFiniteOne) {
     }
     auto wp = p, wm = m, wv = v;
     for (int i = 0; i < count; ++i) {
-      want.push_back({wp[i].data(), wm[i].data(), wv[i].data(), g[i].data(), DType::kF32, nullptr, DType::kBF16,
-                      ts[i].n});
+      want.push_back(
+          {wp[i].data(), wm[i].data(), wv[i].data(), g[i].data(), DType::kF32, nullptr, DType::kBF16, ts[i].n});
       if (!std::isnan(value)) adam_update(want[i], given[i], CpuIsa::kScalar);
     }
     cuda::for_groups<AdamTensor>(
@@ -1079,8 +1096,8 @@ TEST(CudaBodies, SumsOfSquaresOfManyTensorsInGroupsAreEachTheCpus) {
         partial[c] = block_tree_sum([&](int l) { return cuda::squares_group_lane(g, c, l); });
       });
       for_each_index(g.count, [&](int64_t j) {
-        *g.t[j].out = block_tree_sum(
-            [&](int l) { return cuda::squares_total_lane(g, partial.data(), static_cast<int>(j), l); });
+        *g.t[j].out =
+            block_tree_sum([&](int l) { return cuda::squares_total_lane(g, partial.data(), static_cast<int>(j), l); });
       });
     });
     for (int i = 0; i < count; ++i) EXPECT_EQ(got[i], cpu::sum_squares(xs[i].data(), ts[i].n)) << i;
@@ -1153,8 +1170,8 @@ TEST(CudaBodies, EightBitAdamIsTheCpuUpdateBitForBit) {
   auto p = randn(n, 70);
   std::vector<uint8_t> m(n), v(n);
   std::vector<float> mabs(blocks), vabs(blocks);
-  Adam8bitTensor t{p.data(), m.data(), v.data(), mabs.data(), vabs.data(), nullptr, DType::kF32, nullptr,
-                   DType::kBF16, n};
+  Adam8bitTensor t{p.data(), m.data(),    v.data(), mabs.data(),  vabs.data(),
+                   nullptr,  DType::kF32, nullptr,  DType::kBF16, n};
   adam8bit_zero_states(t);
   auto gp = p;
   auto gm = m, gv = v;
@@ -1209,8 +1226,8 @@ class PlanAttentionTable : public Kernels {
                          int NH) override {
     CpuDevice::launch(s, [=] {
       CpuAttentionExec x;
-      cuda::attention_forward_plan(x, static_cast<float*>(out), lse, scratch,
-                                   static_cast<const float*>(qkv), B, T, C, NH, cuda::attention_chunk_heads(T, NH));
+      cuda::attention_forward_plan(x, static_cast<float*>(out), lse, scratch, static_cast<const float*>(qkv), B, T, C,
+                                   NH, cuda::attention_chunk_heads(T, NH));
     });
   }
   // As the CUDA table, it rounds nothing.
@@ -1227,16 +1244,16 @@ class PlanAttentionTable : public Kernels {
                       int OC) override {
     k_->matmul_forward(s, out, inp, w, bias, N, C, OC);
   }
-  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
-                       const void* w, int64_t N, int C, int OC) override {
+  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
+                       int64_t N, int C, int OC) override {
     k_->matmul_backward(s, dinp, dw, dbias, dout, inp, w, N, C, OC);
   }
-  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
-                         const void* b, int64_t N, int C) override {
+  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b,
+                         int64_t N, int C) override {
     k_->layernorm_forward(s, out, mean, rstd, inp, w, b, N, C);
   }
-  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
-                          const void* w, const float* mean, const float* rstd, int64_t N, int C) override {
+  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp, const void* w,
+                          const float* mean, const float* rstd, int64_t N, int C) override {
     k_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,

@@ -27,9 +27,8 @@
 #include <random>
 #include <vector>
 
-#include "runtime/kernels/cpu/adam8bit.h"
-#include "runtime/kernels/cpu/cpu_kernels.h"
-#include "runtime/kernels/cuda/rows_body.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/kernels/ops/adam8bit.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/rope.h"
 #include "tests/cuda_rig.h"
@@ -53,7 +52,6 @@ float tol(DType t, float f32) { return t == DType::kF32 ? f32 : kBf16Output; }
 // rounding errors walk about sqrt(C) steps of 2^-24 (the GPU's lanes and
 // tree add in another order); three such walks, and never under 1e-6.
 float row_tol(int C) { return std::max(1e-6f, 3.0f * std::sqrt(static_cast<float>(C)) * 0x1p-24f); }
-
 
 // The fp32 values rounded to t: what an exact fp32 operation gives in t.
 std::vector<float> rounded(DType t, std::vector<float> v) {
@@ -165,9 +163,8 @@ TEST_F(CudaTable, LayerNormGeluResidualAndAdd) {
   // rows that are not whole vectors (74).
   const int64_t N = 600;
   for (const auto& [t, C] : {std::pair{DType::kF32, 96}, std::pair{DType::kBF16, 96}, std::pair{DType::kF32, 74},
-                             std::pair{DType::kBF16, 74}, std::pair{DType::kBF16, 1600},
-                             std::pair{DType::kBF16, 4096}, std::pair{DType::kF32, 768},
-                             std::pair{DType::kF32, 4096}}) {
+                             std::pair{DType::kBF16, 74}, std::pair{DType::kBF16, 1600}, std::pair{DType::kBF16, 4096},
+                             std::pair{DType::kF32, 768}, std::pair{DType::kF32, 4096}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", C " << C);
     auto k = table(t);
     auto x = randn(N * C, 10, 2.0f), w = randn(C, 11), b = randn(C, 12), dout = randn(N * C, 13);
@@ -348,8 +345,8 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
   struct Shape {
     int B, T, C, NH;
   };
-  for (const Shape& sh : {Shape{2, 72, 128, 2}, Shape{1, 1024, 768, 12}, Shape{1, 1024, 256, 2},
-                          Shape{1, 4096, 128, 2}, Shape{1, 4096, 256, 2}}) {
+  for (const Shape& sh : {Shape{2, 72, 128, 2}, Shape{1, 1024, 768, 12}, Shape{1, 1024, 256, 2}, Shape{1, 4096, 128, 2},
+                          Shape{1, 4096, 256, 2}}) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
     const int64_t N = int64_t(B) * T;
     for (DType t : kOperandTypes) {
@@ -368,8 +365,7 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
       // The CPU from the operands the GPU was given.
       const std::vector<float> q = rounded(t, qkv), dy = rounded(t, dout);
       cpu::attention_forward(out.data(), stats.data(), scratch.data(), q.data(), B, T, C, NH);
-      cpu::attention_backward(dqkv.data(), dy.data(), q.data(), stats.data(), scratch.data(), B, T, C, NH,
-                              DType::kF32);
+      cpu::attention_backward(dqkv.data(), dy.data(), q.data(), stats.data(), scratch.data(), B, T, C, NH, DType::kF32);
       const float rel = t == DType::kF32 ? 1e-5f : 1e-2f;
       expect_close(down_as(t, g_out, out.size()), out, rel, "attention out");
       expect_close(down_as(t, g_dqkv, dqkv.size()), dqkv, rel, "attention dqkv");
@@ -401,8 +397,8 @@ TEST_F(CudaTable, TheHeadsLossAndGradientsInChunks) {
     float* g_dwte = up(dwte);
     const void *g_inp = up_as(t, inp), *g_wte = up_as(t, wte);
     ClassifierArgs g{g_inp, g_wte, g_targets, N, C, V, 0.125f, t, up_as(t, logits), chunk, g_losses, g_dinp, g_dwte};
-    ClassifierArgs c{inp.data(), wte.data(), targets.data(), N, C, V, 0.125f, t, logits.data(), chunk, losses.data(),
-                     dinp.data(), dwte.data()};
+    ClassifierArgs c{inp.data(),    wte.data(), targets.data(), N,           C,          V, 0.125f, t,
+                     logits.data(), chunk,      losses.data(),  dinp.data(), dwte.data()};
     k->classifier_forward_backward(s(), g);
     cpu::classifier_forward_backward(c);
     const std::vector<double> got = down(g_losses, N);
@@ -547,7 +543,7 @@ TEST_F(CudaTable, AdamAndEightBitAdamAreTheCpuUpdatesBitForBit) {
   }
 }
 
-// A rank's tensors in launches of kGroupTensors (optim_body.h): 30
+// A rank's tensors in launches of kGroupTensors (ops/optim_groups.h): 30
 // tensors of various sizes and steps, with an empty one among them, each
 // updated as the CPU updates it, fp32 states and 8-bit.
 TEST_F(CudaTable, AdamOverManyTensorsInFewLaunchesIsEachCpuUpdate) {
@@ -629,8 +625,8 @@ TEST_F(CudaTable, TheUpdateFactorAndUpdatesReadingItAreTheCpus) {
     for (float& e : v) e = e * e;
     std::vector<uint8_t> qm(n), qv(n);
     std::vector<float> am(quant_blocks(n)), av(quant_blocks(n));
-    Adam8bitTensor c{q.data(), qm.data(), qv.data(), am.data(), av.data(), g.data(), DType::kF32, nullptr,
-                     DType::kBF16, n};
+    Adam8bitTensor c{q.data(), qm.data(),   qv.data(), am.data(),    av.data(),
+                     g.data(), DType::kF32, nullptr,   DType::kBF16, n};
     adam8bit_zero_states(c);
     Adam8bitTensor dq{up(q), up(qm), up(qv), up(am), up(av), up(g), DType::kF32, nullptr, DType::kBF16, n};
     AdamTensor dt{up(p), up(m), up(v), dq.grad, DType::kF32, nullptr, DType::kBF16, n};

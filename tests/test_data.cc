@@ -10,9 +10,12 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "runtime/data/data_loader.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/synthetic_task.h"
+#include "runtime/data/token_shard.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
-#include "runtime/data/dataset.h"
 
 namespace zerod {
 namespace {
@@ -21,9 +24,7 @@ namespace fs = std::filesystem;
 
 class DataTest : public testing::TempDirTest {};
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 void put_le32(std::string& out, int32_t v) {
   const auto u = static_cast<uint32_t>(v);
@@ -41,8 +42,7 @@ std::string shard_header(int32_t magic, int32_t version, int32_t count) {
 }
 
 // A shard of 16-bit ids built by hand.
-std::string shard_bytes(int32_t magic, int32_t version, int32_t count,
-                        const std::vector<uint16_t>& tokens) {
+std::string shard_bytes(int32_t magic, int32_t version, int32_t count, const std::vector<uint16_t>& tokens) {
   std::string out = shard_header(magic, version, count);
   for (uint16_t t : tokens) {
     out.push_back(static_cast<char>(t & 0xff));
@@ -73,12 +73,10 @@ std::string shard32_bytes(int32_t version, int32_t count, const std::vector<uint
 }
 
 void expect_contains(const absl::Status& s, const std::string& fragment) {
-  EXPECT_NE(std::string(s.message()).find(fragment), std::string::npos)
-      << "'" << fragment << "' not in: " << s;
+  EXPECT_NE(std::string(s.message()).find(fragment), std::string::npos) << "'" << fragment << "' not in: " << s;
 }
 
-void expect_error(const absl::Status& s, absl::StatusCode code,
-                  const std::vector<std::string>& fragments) {
+void expect_error(const absl::Status& s, absl::StatusCode code, const std::vector<std::string>& fragments) {
   EXPECT_EQ(s.code(), code) << s;
   for (const std::string& f : fragments) expect_contains(s, f);
 }
@@ -283,8 +281,7 @@ TEST_F(DataTest, GlobMatchesNothing) {
   expect_error(expand_data_path(pattern).status(), absl::StatusCode::kNotFound,
                {"data.path '" + pattern + "' matches no files"});
   DataConfig cfg{DataKind::kTokens, pattern, 2, 1};
-  expect_error(load_dataset(cfg, 100).status(), absl::StatusCode::kNotFound,
-               {pattern, "matches no files"});
+  expect_error(load_dataset(cfg, 100).status(), absl::StatusCode::kNotFound, {pattern, "matches no files"});
 }
 
 // ---- load_dataset ----
@@ -304,8 +301,7 @@ TEST_F(DataTest, TextBytesBecomeTokens) {
 TEST_F(DataTest, EmptyTextFile) {
   write_file(path("empty.txt"), "");
   DataConfig cfg{DataKind::kText, path("empty.txt"), 4, 1};
-  expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument,
-               {path("empty.txt"), "empty"});
+  expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument, {path("empty.txt"), "empty"});
 }
 
 // zerod's windowed shard: the llm.c header with its window in header[3],
@@ -354,8 +350,7 @@ TEST_F(DataTest, TokenAtOrAboveVocabSize) {
 
 TEST_F(DataTest, SyntheticTokenAboveVocabSize) {
   DataConfig cfg{DataKind::kSynthetic, "", 8, 1};
-  expect_error(load_dataset(cfg, 40).status(), absl::StatusCode::kInvalidArgument,
-               {"synthetic", "vocab_size 40"});
+  expect_error(load_dataset(cfg, 40).status(), absl::StatusCode::kInvalidArgument, {"synthetic", "vocab_size 40"});
   EXPECT_TRUE(load_dataset(cfg, 64).ok());
 }
 
@@ -377,8 +372,7 @@ TEST_F(DataTest, TooFewTokensForOneWindow) {
 
 TEST_F(DataTest, SeqLenZero) {
   DataConfig cfg{DataKind::kSynthetic, "", 0, 1};
-  expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument,
-               {"seq_len", "got 0"});
+  expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument, {"seq_len", "got 0"});
 }
 
 // Shards are mapped and read in place: a loader over a glob reads the same
@@ -455,8 +449,7 @@ std::vector<Line> parse_lines(const std::vector<uint16_t>& tokens) {
     EXPECT_NE(stop, std::string::npos);
     const std::string digits = text.substr(pos, stop - pos);
     EXPECT_FALSE(digits.empty());
-    EXPECT_TRUE(std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        << digits;
+    EXPECT_TRUE(std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) << digits;
     pos = stop + 1;
     return std::stoi(digits);
   };
@@ -618,8 +611,8 @@ Batch next(DataLoader& loader, int B, int T) {
 }
 
 // Window index of each row, checking rows against the token stream directly.
-std::vector<int64_t> windows_of(const Batch& batch, const std::vector<uint16_t>& tokens, int B,
-                                int T, int64_t num_windows) {
+std::vector<int64_t> windows_of(const Batch& batch, const std::vector<uint16_t>& tokens, int B, int T,
+                                int64_t num_windows) {
   std::vector<int64_t> ws;
   for (int b = 0; b < B; ++b) {
     const int64_t start = batch.inputs[b * T];
@@ -637,8 +630,7 @@ std::vector<int64_t> windows_of(const Batch& batch, const std::vector<uint16_t>&
 std::vector<int64_t> epoch_order(DataLoader& loader, const std::vector<uint16_t>& tokens, int T) {
   std::vector<int64_t> order;
   for (int64_t i = 0; i < loader.num_windows(); ++i) {
-    for (int64_t w : windows_of(next(loader, 1, T), tokens, 1, T, loader.num_windows()))
-      order.push_back(w);
+    for (int64_t w : windows_of(next(loader, 1, T), tokens, 1, T, loader.num_windows())) order.push_back(w);
   }
   return order;
 }

@@ -16,7 +16,6 @@
 #include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/core/gpu_memory.h"
-#include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
 #include "tests/float_compare.h"
@@ -108,7 +107,6 @@ TEST(CpuDevice, AllocatesAccountedHostMemoryOnly) {
   EXPECT_EQ(acct.peak_total(Tier::kGpu), 0u);
 }
 
-
 // With device_only_memory the device's own buffers refuse host access as
 // GPU memory does, while host staging it is asked for stays open.
 TEST(CpuDeviceDeathTest, DeviceOnlyMemoryRefusesHostAccess) {
@@ -192,20 +190,23 @@ TEST(CpuDevice, HostReadsAndWritesReachDeviceOnlyMemoryThroughStaging) {
     // And read back in order, after work enqueued before on the stream.
     dev.memset(dev.compute_stream(), b->data(), 0x5a, 16);
     std::vector<uint8_t> seen;
-    ASSERT_TRUE(dev.read_on_host(dev.compute_stream(), b->data(), bytes, [&](void* p, uint64_t offset, uint64_t n) {
-                     EXPECT_EQ(offset, seen.size());
-                     const auto* c = static_cast<const uint8_t*>(p);
-                     seen.insert(seen.end(), c, c + n);
-                     return absl::OkStatus();
-                   }).ok());
+    ASSERT_TRUE(dev.read_on_host(dev.compute_stream(), b->data(), bytes,
+                                 [&](void* p, uint64_t offset, uint64_t n) {
+                                   EXPECT_EQ(offset, seen.size());
+                                   const auto* c = static_cast<const uint8_t*>(p);
+                                   seen.insert(seen.end(), c, c + n);
+                                   return absl::OkStatus();
+                                 })
+                    .ok());
     std::fill_n(got.begin(), 16, 0x5a);
     EXPECT_EQ(seen, got);
     // A failing part stops the transfer and is returned.
     int calls = 0;
-    const absl::Status failed = dev.read_on_host(dev.compute_stream(), b->data(), bytes, [&](void*, uint64_t, uint64_t) {
-      ++calls;
-      return absl::DataLossError("stop");
-    });
+    const absl::Status failed =
+        dev.read_on_host(dev.compute_stream(), b->data(), bytes, [&](void*, uint64_t, uint64_t) {
+          ++calls;
+          return absl::DataLossError("stop");
+        });
     EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
     EXPECT_EQ(calls, 1);
   }
@@ -309,24 +310,32 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
     direct(want.data());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0) << name;
   };
-  same("matmul_forward", N * OC, [&](float* o) { k.matmul_forward(s, o, x.data(), w.data(), bias.data(), N, C, OC); },
-       [&](float* o) { cpu::matmul_forward(o, x.data(), w.data(), bias.data(), N, C, OC); });
+  same(
+      "matmul_forward", N * OC, [&](float* o) { k.matmul_forward(s, o, x.data(), w.data(), bias.data(), N, C, OC); },
+      [&](float* o) { cpu::matmul_forward(o, x.data(), w.data(), bias.data(), N, C, OC); });
   // dinp [N, C], then dw [C, OC], then dbias [OC], in one array.
-  same("matmul_backward", N * C + C * OC + OC,
-       [&](float* o) { k.matmul_backward(s, o, o + N * C, o + N * C + C * OC, dout.data(), x.data(), w.data(), N, C, OC); },
-       [&](float* o) { cpu::matmul_backward(o, o + N * C, o + N * C + C * OC, dout.data(), x.data(), w.data(), N, C, OC); });
-  same("layernorm_forward", N * C + 2 * N,
-       [&](float* o) { k.layernorm_forward(s, o, o + N * C, o + N * C + N, x.data(), w.data(), bias.data(), N, C); },
-       [&](float* o) { cpu::layernorm_forward(o, o + N * C, o + N * C + N, x.data(), w.data(), bias.data(), N, C); });
-  same("layernorm_backward", N * C + 2 * C,
-       [&](float* o) {
-         k.layernorm_backward(s, o, o + N * C, o + N * C + C, dout.data(), x.data(), w.data(), bias.data(),
-                              bias.data() + 1, N, C);
-       },
-       [&](float* o) {
-         cpu::layernorm_backward(o, o + N * C, o + N * C + C, dout.data(), x.data(), w.data(), bias.data(),
-                                 bias.data() + 1, N, C);
-       });
+  same(
+      "matmul_backward", N * C + C * OC + OC,
+      [&](float* o) {
+        k.matmul_backward(s, o, o + N * C, o + N * C + C * OC, dout.data(), x.data(), w.data(), N, C, OC);
+      },
+      [&](float* o) {
+        cpu::matmul_backward(o, o + N * C, o + N * C + C * OC, dout.data(), x.data(), w.data(), N, C, OC);
+      });
+  same(
+      "layernorm_forward", N * C + 2 * N,
+      [&](float* o) { k.layernorm_forward(s, o, o + N * C, o + N * C + N, x.data(), w.data(), bias.data(), N, C); },
+      [&](float* o) { cpu::layernorm_forward(o, o + N * C, o + N * C + N, x.data(), w.data(), bias.data(), N, C); });
+  same(
+      "layernorm_backward", N * C + 2 * C,
+      [&](float* o) {
+        k.layernorm_backward(s, o, o + N * C, o + N * C + C, dout.data(), x.data(), w.data(), bias.data(),
+                             bias.data() + 1, N, C);
+      },
+      [&](float* o) {
+        cpu::layernorm_backward(o, o + N * C, o + N * C + C, dout.data(), x.data(), w.data(), bias.data(),
+                                bias.data() + 1, N, C);
+      });
   const int64_t stats = int64_t(B) * NH * T * 2;
   std::vector<float> scratch(k.attention_scratch_floats(B, T, C, NH));
   same(
@@ -346,64 +355,75 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
           cpu::attention_backward(o, dout.data(), x.data(), row_stats.data(), scratch.data(), B, T, C, NH, rounded);
         });
   }
-  same("gelu_forward", N * C, [&](float* o) { k.gelu_forward(s, o, x.data(), N * C); },
-       [&](float* o) { cpu::gelu_forward(o, x.data(), N * C); });
-  same("gelu_backward", N * C, [&](float* o) { k.gelu_backward(s, o, x.data(), dout.data(), N * C); },
-       [&](float* o) { cpu::gelu_backward(o, x.data(), dout.data(), N * C); });
-  same("residual_forward", N * C, [&](float* o) { k.residual_forward(s, o, x.data(), w.data(), N * C); },
-       [&](float* o) { cpu::residual_forward(o, x.data(), w.data(), N * C); });
-  same("add", N * C,
-       [&](float* o) {
-         k.add(s, o, x.data(), N * C);
-         k.add(s, o, w.data(), N * C);
-       },
-       [&](float* o) {
-         for (int64_t i = 0; i < N * C; ++i) o[i] = (o[i] + x[i]) + w[i];
-       });
-  same("embedding_forward", N * C, [&](float* o) { k.embedding_forward(s, o, tokens.data(), x.data(), w.data(), B, T, C); },
-       [&](float* o) { cpu::embedding_forward(o, tokens.data(), x.data(), w.data(), B, T, C); });
+  same(
+      "gelu_forward", N * C, [&](float* o) { k.gelu_forward(s, o, x.data(), N * C); },
+      [&](float* o) { cpu::gelu_forward(o, x.data(), N * C); });
+  same(
+      "gelu_backward", N * C, [&](float* o) { k.gelu_backward(s, o, x.data(), dout.data(), N * C); },
+      [&](float* o) { cpu::gelu_backward(o, x.data(), dout.data(), N * C); });
+  same(
+      "residual_forward", N * C, [&](float* o) { k.residual_forward(s, o, x.data(), w.data(), N * C); },
+      [&](float* o) { cpu::residual_forward(o, x.data(), w.data(), N * C); });
+  same(
+      "add", N * C,
+      [&](float* o) {
+        k.add(s, o, x.data(), N * C);
+        k.add(s, o, w.data(), N * C);
+      },
+      [&](float* o) {
+        for (int64_t i = 0; i < N * C; ++i) o[i] = (o[i] + x[i]) + w[i];
+      });
+  same(
+      "embedding_forward", N * C,
+      [&](float* o) { k.embedding_forward(s, o, tokens.data(), x.data(), w.data(), B, T, C); },
+      [&](float* o) { cpu::embedding_forward(o, tokens.data(), x.data(), w.data(), B, T, C); });
   std::vector<int32_t> order(tokens.size());
   token_order(tokens.data(), N, order.data());
-  same("embedding_backward", V * C + T * C,
-       [&](float* o) { k.embedding_backward(s, o, o + V * C, dout.data(), tokens.data(), order.data(), B, T, C); },
-       [&](float* o) { cpu::embedding_backward(o, o + V * C, dout.data(), tokens.data(), B, T, C); });
-  same("classifier_logits", B * V,
-       [&](float* o) { k.classifier_logits(s, o, x.data() + (T - 1) * C, T * C, w.data(), B, C, V); },
-       [&](float* o) { cpu::classifier_logits(o, x.data() + (T - 1) * C, T * C, w.data(), B, C, V); });
+  same(
+      "embedding_backward", V * C + T * C,
+      [&](float* o) { k.embedding_backward(s, o, o + V * C, dout.data(), tokens.data(), order.data(), B, T, C); },
+      [&](float* o) { cpu::embedding_backward(o, o + V * C, dout.data(), tokens.data(), B, T, C); });
+  same(
+      "classifier_logits", B * V,
+      [&](float* o) { k.classifier_logits(s, o, x.data() + (T - 1) * C, T * C, w.data(), B, C, V); },
+      [&](float* o) { cpu::classifier_logits(o, x.data() + (T - 1) * C, T * C, w.data(), B, C, V); });
   // losses (as doubles: 2 floats each), dinp, dwte and the logits scratch.
-  same("classifier_forward_backward", 2 * N + N * C + V * C + 3 * V,
-       [&](float* o) {
-         k.classifier_forward_backward(s, {x.data(), w.data(), targets.data(), N, C, V, 0.25f, DType::kBF16,
-                                           o + 2 * N + N * C + V * C, 3, reinterpret_cast<double*>(o), o + 2 * N,
-                                           o + 2 * N + N * C});
-       },
-       [&](float* o) {
-         cpu::classifier_forward_backward({x.data(), w.data(), targets.data(), N, C, V, 0.25f, DType::kBF16,
-                                           o + 2 * N + N * C + V * C, 3, reinterpret_cast<double*>(o), o + 2 * N,
-                                           o + 2 * N + N * C});
-       });
+  same(
+      "classifier_forward_backward", 2 * N + N * C + V * C + 3 * V,
+      [&](float* o) {
+        k.classifier_forward_backward(
+            s, {x.data(), w.data(), targets.data(), N, C, V, 0.25f, DType::kBF16, o + 2 * N + N * C + V * C, 3,
+                reinterpret_cast<double*>(o), o + 2 * N, o + 2 * N + N * C});
+      },
+      [&](float* o) {
+        cpu::classifier_forward_backward({x.data(), w.data(), targets.data(), N, C, V, 0.25f, DType::kBF16,
+                                          o + 2 * N + N * C + V * C, 3, reinterpret_cast<double*>(o), o + 2 * N,
+                                          o + 2 * N + N * C});
+      });
   for (DType t : {DType::kBF16, DType::kF16}) {
-    same("round_to", N * C,
-         [&](float* o) {
-           std::memcpy(o, x.data(), N * C * 4);
-           k.round_to(s, t, o, N * C);
-         },
-         [&](float* o) {
-           std::memcpy(o, x.data(), N * C * 4);
-           round_to(t, o, N * C);
-         });
-    same("convert to and from f32", N * C,
-         [&](float* o) {
-           std::vector<uint16_t> half(N * C);
-           k.convert_from_f32(s, t, x.data(), half.data(), N * C);
-           k.convert_to_f32(s, t, half.data(), o, N * C);
-           ASSERT_TRUE(dev.synchronize(s).ok());  // before `half` goes
-         },
-         [&](float* o) {
-           std::vector<uint16_t> half(N * C);
-           convert_from_f32(t, x.data(), half.data(), N * C);
-           convert_to_f32(t, half.data(), o, N * C);
-         });
+    same(
+        "round_to", N * C,
+        [&](float* o) {
+          std::memcpy(o, x.data(), N * C * 4);
+          k.round_to(s, t, o, N * C);
+        },
+        [&](float* o) {
+          std::memcpy(o, x.data(), N * C * 4);
+          round_to(t, o, N * C);
+        });
+    same(
+        "convert to and from f32", N * C,
+        [&](float* o) {
+          std::vector<uint16_t> half(N * C);
+          k.convert_from_f32(s, t, x.data(), half.data(), N * C);
+          k.convert_to_f32(s, t, half.data(), o, N * C);
+          ASSERT_TRUE(dev.synchronize(s).ok());  // before `half` goes
+        },
+        [&](float* o) {
+          std::vector<uint16_t> half(N * C);
+          convert_from_f32(t, x.data(), half.data(), N * C);
+          convert_to_f32(t, half.data(), o, N * C);
+        });
   }
   double sums[2] = {0, 0};
   std::vector<double> terms(x.begin(), x.end());
@@ -459,17 +479,16 @@ TEST(CpuKernelTable, TheUpdateFactorIsTheUnscaledClippingOfTheUnitsSums) {
     double loss_scale, clip;
   };
   const std::vector<Case> cases = {
-      {{0.25, 4.0, 1.5e3, 0.0}, 1024.0, 1.0},   // clipped: norm about 0.038 of the scaled 38.8
-      {{0.25, 4.0, 1.5e3}, 1.0, 1.0},           // clipped, no loss scale
-      {{1e-4, 2e-4}, 1.0, 1.0},                 // below the clip: only unscaled
-      {{0.25, 4.0, 1.5e3}, 65536.0, 0.0},       // no clipping
-      {{1.0, INFINITY, 2.0}, 1024.0, 1.0},      // overflow
+      {{0.25, 4.0, 1.5e3, 0.0}, 1024.0, 1.0},  // clipped: norm about 0.038 of the scaled 38.8
+      {{0.25, 4.0, 1.5e3}, 1.0, 1.0},          // clipped, no loss scale
+      {{1e-4, 2e-4}, 1.0, 1.0},                // below the clip: only unscaled
+      {{0.25, 4.0, 1.5e3}, 65536.0, 0.0},      // no clipping
+      {{1.0, INFINITY, 2.0}, 1024.0, 1.0},     // overflow
       {{1.0, NAN}, 1.0, 0.0}};
   for (const Case& c : cases) {
     float factor = -1;
     double sumsq = -1;
-    (*table)->update_factor(s, c.sums.data(), static_cast<int>(c.sums.size()), c.loss_scale, c.clip, &factor,
-                            &sumsq);
+    (*table)->update_factor(s, c.sums.data(), static_cast<int>(c.sums.size()), c.loss_scale, c.clip, &factor, &sumsq);
     ASSERT_TRUE(dev.synchronize(s).ok());
     double total = 0;
     for (double x : c.sums) total += x;
@@ -506,12 +525,12 @@ TEST(CpuKernelTable, AnUpdateReadsItsFactorWhenItRunsAndSkipsANonFiniteOne) {
     std::vector<uint16_t> p16(n, 7), p16w(n, 7);
     std::vector<float> q = p0, qw = p0, am(quant_blocks(n)), av(quant_blocks(n)), amw, avw;
     std::vector<uint8_t> qm(n), qv(n), qmw, qvw;
-    Adam8bitTensor eight{q.data(), qm.data(), qv.data(), am.data(), av.data(), g.data(), DType::kF32, nullptr,
-                         DType::kBF16, n};
+    Adam8bitTensor eight{q.data(), qm.data(),   qv.data(), am.data(),    av.data(),
+                         g.data(), DType::kF32, nullptr,   DType::kBF16, n};
     adam8bit_zero_states(eight);
     qmw = qm, qvw = qv, amw = am, avw = av;
-    Adam8bitTensor eight_want{qw.data(), qmw.data(), qvw.data(), amw.data(), avw.data(), g.data(), DType::kF32,
-                              nullptr, DType::kBF16, n};
+    Adam8bitTensor eight_want{qw.data(), qmw.data(),  qvw.data(), amw.data(),   avw.data(),
+                              g.data(),  DType::kF32, nullptr,    DType::kBF16, n};
     CpuDevice::launch(s, [&factor, value] { factor = value; });
     k.adam(s, AdamTensor{p.data(), m.data(), v.data(), g.data(), DType::kF32, p16.data(), DType::kBF16, n}, read);
     k.adam8bit(s, eight, read);

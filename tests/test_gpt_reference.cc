@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "runtime/kernels/cuda/hd.h"
+#include "runtime/kernels/ops/hd.h"
 #include "runtime/model/gpt.h"
 #include "tests/float_compare.h"
 #include "tests/test_support.h"
@@ -286,7 +286,6 @@ TEST_P(LlamaModel, LogitsAndLossMatchNaiveImplementation) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LlamaModel, ::testing::Values(*gpt_preset("llama-tiny"), qwen_like()),
                          [](const auto& info) { return info.param.qkv_bias ? "QwenLike" : "LlamaTiny"; });
-
 
 TEST(GptReference, APassHoldsAnyShapeOfItsTokensAndRefusesMore) {
   // Made for 2 x 16 tokens: 8 rows of 4 fit, and match the naive model;

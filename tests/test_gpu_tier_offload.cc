@@ -20,10 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
+#include "runtime/engine/micro_batch_grads.h"
 #include "runtime/engine/trainer.h"
-#include "comm/communicator.h"
 #include "runtime/model/gpt_layout.h"
 #include "shard/device_steps.h"
 #include "shard/partition.h"
@@ -285,22 +286,23 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
   auto choice = [&](std::optional<uint64_t> cap) {
     JobConfig cfg = config(base);
     cfg.run.gpu_memory_limit = cap;
-    auto c = Trainer::micro_batch_grads(cfg, 1, kernels, plan_device(probe));
+    auto c = resolve_micro_batch_grads(cfg, 1, kernels, plan_device(probe));
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
   };
-  const Trainer::MicroBatchGradsChoice uncapped = choice(std::nullopt), fits = choice(summed),
-                                       over = choice((summed + sent) / 2);
+  const MicroBatchGradsChoice uncapped = choice(std::nullopt), fits = choice(summed),
+                              over = choice((summed + sent) / 2);
   EXPECT_EQ(uncapped.mode, MicroBatchGrads::kF32);
   EXPECT_EQ(uncapped.what, "summed in fp32 on the device, sent to the host once a step");
   EXPECT_EQ(fits.mode, MicroBatchGrads::kF32);
   EXPECT_NE(fits.why.find("within run.gpu_memory_limit"), std::string::npos) << fits.why;
   EXPECT_EQ(over.mode, MicroBatchGrads::kCompute);
-  EXPECT_EQ(over.what, "each micro-batch's rounded to bf16; the first units' (the embeddings, then layers) fp32 sums "
-                       "that fit in " +
-                           byte_size_text(over.sums_on_device_bytes) +
-                           " summed on the device, sent to the host once a step; the others' sent to the host in "
-                           "bf16, summed there in fp32, 2 micro-batches a pass");
+  EXPECT_EQ(over.what,
+            "each micro-batch's rounded to bf16; the first units' (the embeddings, then layers) fp32 sums "
+            "that fit in " +
+                byte_size_text(over.sums_on_device_bytes) +
+                " summed on the device, sent to the host once a step; the others' sent to the host in "
+                "bf16, summed there in fp32, 2 micro-batches a pass");
   EXPECT_EQ(over.host_fold, 2);  // both of a step's, with the host's memory to spare
   {
     // Within the cap, and one layer more would not be.
@@ -323,7 +325,7 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
   // sum: every micro-batch is sent.
   const Partition part(GptLayout(config(base).model), 1);
   for (const uint64_t room : {uint64_t{0}, static_cast<uint64_t>(part.shard_offset(1)) * 2}) {
-    const Trainer::MicroBatchGradsChoice full = choice(sent + room);
+    const MicroBatchGradsChoice full = choice(sent + room);
     EXPECT_EQ(full.mode, MicroBatchGrads::kCompute);
     EXPECT_EQ(full.sums_on_device_bytes, 0u) << room;
     EXPECT_EQ(full.what, "each micro-batch's sent to the host in bf16, summed there in fp32, 2 micro-batches a pass");
@@ -332,7 +334,7 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
     // The GPU's own size as the limit: a twentieth of it stays free.
     PlanDevice gpu = plan_device(probe);
     gpu.usable_bytes = (summed + sent) / 2;
-    auto own = Trainer::micro_batch_grads(config(base), 1, kernels, gpu);
+    auto own = resolve_micro_batch_grads(config(base), 1, kernels, gpu);
     ASSERT_TRUE(own.ok()) << own.status();
     EXPECT_EQ(own->mode, MicroBatchGrads::kCompute);
     ASSERT_GT(own->sums_on_device_bytes, 0u);
@@ -347,30 +349,31 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
     // "compute" because another rank's GPU needs it: the same room.
     JobConfig capped = config(base);
     capped.run.gpu_memory_limit = (summed + sent) / 2;
-    auto forced = Trainer::compute_grads(capped, 1, kernels, plan_device(probe), Trainer::ResumeFrom::kNothing,
-                                         "another rank");
+    auto forced =
+        choose_compute_grads(capped, 1, kernels, plan_device(probe), Trainer::ResumeFrom::kNothing, "another rank");
     ASSERT_TRUE(forced.ok()) << forced.status();
     EXPECT_EQ(forced->mode, MicroBatchGrads::kCompute);
     EXPECT_EQ(forced->sums_on_device_bytes, over.sums_on_device_bytes);
     EXPECT_EQ(forced->why, "another rank");
   }
   EXPECT_NE(over.why.find("the step's gradient sum on the GPU (" +
-                          byte_size_text(CachingAllocator::block_size(Partition(GptLayout(config(base).model), 1).shard_numel() * 4)) +
+                          byte_size_text(CachingAllocator::block_size(
+                              Partition(GptLayout(config(base).model), 1).shard_numel() * 4)) +
                           ") takes a rank to " + byte_size_text(summed) + ", over run.gpu_memory_limit"),
             std::string::npos)
       << over.why;
   // Given, it is not decided.
   JobConfig given = config(joined(base, {micro_batch_grads("fp32")}));
   given.run.gpu_memory_limit = (summed + sent) / 2;
-  auto kept = Trainer::micro_batch_grads(given, 1, kernels, plan_device(probe));
+  auto kept = resolve_micro_batch_grads(given, 1, kernels, plan_device(probe));
   ASSERT_TRUE(kept.ok());
   EXPECT_EQ(kept->mode, MicroBatchGrads::kF32);
   EXPECT_EQ(kept->why, "");
 
   MemoryAccountant ref_acct;
   CpuDevice ref_gpu(ref_acct, gpu_tier());
-  const testing::TrainedRun ref = testing::train_to_end(config(joined(base, {micro_batch_grads("compute")})), nullptr,
-                                                        ref_gpu);
+  const testing::TrainedRun ref =
+      testing::train_to_end(config(joined(base, {micro_batch_grads("compute")})), nullptr, ref_gpu);
   ASSERT_TRUE(ref.status.ok()) << ref.status;
   JobConfig capped = config(base);
   capped.run.gpu_memory_limit = (summed + sent) / 2;
@@ -552,10 +555,10 @@ TEST_F(GpuTierOffloadTest, TheGpuUpdatesTheUnitsSummedThereWithTheBitsOfTheRunIn
     if (c.kept != Kept::kAll) {
       offloaded.zero.compute_sums_on_device_bytes = c.kept == Kept::kHalf ? part.shard_numel() * 2 : 0;
     }
-    const int kept = c.kept == Kept::kAll
-                         ? part.num_units()
-                         : MicroBatchSums{2, DType::kBF16, offloaded.zero.compute_sums_on_device_bytes}.device_units(
-                               part);
+    const int kept =
+        c.kept == Kept::kAll
+            ? part.num_units()
+            : MicroBatchSums{2, DType::kBF16, offloaded.zero.compute_sums_on_device_bytes}.device_units(part);
     MemoryPlan plan(plan_device(probe));
     ASSERT_TRUE(Trainer::plan(offloaded, 1, 0, kernels, plan).ok());
     MemoryAccountant acct;
@@ -654,8 +657,8 @@ TEST_F(GpuTierOffloadTest, MicroBatchesHeldOnTheHostAndAddedInOnePassGiveTheSame
 
   // "auto" under a GPU cap below the sum's plan: four held with room,
   // two where the host's limit holds two and not four, none below that.
-  JobConfig base = config(joined(joined({"zero_optimization.stage=2", "gradient_clipping=0"}, optimizer_on("cpu")),
-                                 {four}));
+  JobConfig base =
+      config(joined(joined({"zero_optimization.stage=2", "gradient_clipping=0"}, optimizer_on("cpu")), {four}));
   auto host_total = [&](int fold) {
     JobConfig resolved = base;
     resolved.zero.micro_batch_grads = MicroBatchGrads::kCompute;
@@ -681,7 +684,7 @@ TEST_F(GpuTierOffloadTest, MicroBatchesHeldOnTheHostAndAddedInOnePassGiveTheSame
   for (const auto& [limit, want] : {std::pair{std::optional<uint64_t>{}, 4}, std::pair{std::optional{all}, 4},
                                     std::pair{std::optional{all - 1}, 2}, std::pair{std::optional{two - 1}, 1}}) {
     base.run.host_memory_limit = limit;
-    auto choice = Trainer::micro_batch_grads(base, 1, kernels, plan_device(probe));
+    auto choice = resolve_micro_batch_grads(base, 1, kernels, plan_device(probe));
     ASSERT_TRUE(choice.ok()) << choice.status();
     EXPECT_EQ(choice->mode, MicroBatchGrads::kCompute);
     EXPECT_EQ(choice->sums_on_device_bytes, 0u);
@@ -724,9 +727,8 @@ TEST(DeviceSteps, ShareGivesEachUnitWhereItIsDoneSooner) {
 TEST(DeviceSteps, UpdateInPartsOnTheDeviceWithTheHostsBits) {
   GptConfig model{1, 2, 64, 256, 16};  // 16384-element matrices: quantized, 16 parts each
   const GptLayout layout(model);
-  for (const auto& [type, working_on_host] :
-       {std::pair{"AdamW", false}, std::pair{"AdamW8bit", false}, std::pair{"AdamW", true},
-        std::pair{"AdamW8bit", true}}) {
+  for (const auto& [type, working_on_host] : {std::pair{"AdamW", false}, std::pair{"AdamW8bit", false},
+                                              std::pair{"AdamW", true}, std::pair{"AdamW8bit", true}}) {
     SCOPED_TRACE(::testing::Message() << type << (working_on_host ? ", the working copy in host memory" : ""));
     OptimizerConfig cfg;
     cfg.type = std::string(type) == "AdamW" ? OptimizerType::kAdamW : OptimizerType::kAdamW8bit;

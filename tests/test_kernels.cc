@@ -9,8 +9,8 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/cpu/gemm.h"
+#include "runtime/kernels/kernels.h"
 #include "tests/fd_check.h"
 #include "tests/float_compare.h"
 
@@ -118,7 +118,9 @@ struct NaiveAttention {
       : out(int64_t(B) * T * C), dqkv(qkv.size()) {
     const int hs = C / NH;
     const double scale = 1.0 / std::sqrt(double(hs));
-    auto at = [&](int b, int t, int part, int h, int d) { return (int64_t(b) * T + t) * 3 * C + part * C + h * hs + d; };
+    auto at = [&](int b, int t, int part, int h, int d) {
+      return (int64_t(b) * T + t) * 3 * C + part * C + h * hs + d;
+    };
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
         for (int t = 0; t < T; ++t) {
@@ -254,7 +256,7 @@ TEST(KernelGradients, SoftmaxCrossEntropy) {
   const int rows = 4, V = 9;
   auto logits = random_vector(rows * V, 51, 2.0);
   const std::vector<int32_t> targets = {0, 8, -1, 3};  // -1: left out by a loss mask
-  std::vector<double> losses(rows, std::nan(""));     // every row's is written
+  std::vector<double> losses(rows, std::nan(""));      // every row's is written
   auto f = [&] {
     std::vector<float> z = logits;
     cpu::softmax_cross_entropy(z.data(), losses.data(), targets.data(), rows, V, 0.0f);
@@ -276,7 +278,7 @@ TEST(KernelGradients, SoftmaxCrossEntropy) {
   for (int v = 0; v < V; ++v) EXPECT_EQ(grad[2 * V + v], 0.0f);
 }
 
-// cpu::sum_squares's order (cpu_kernels.h) written out plainly: 256 lanes
+// cpu::sum_squares's order (ops/sum_squares.h) written out plainly: 256 lanes
 // per chunk of 65536 elements, each lane summing every 256th square, the
 // lanes combined by a pairwise tree; the chunks' partials the same way.
 double lanes_tree(std::vector<double> lane) {

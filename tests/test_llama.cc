@@ -10,7 +10,7 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/kernels/cpu/cpu_kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/model/gpt_layout.h"
 #include "runtime/model/rope.h"
 #include "tests/fd_check.h"
@@ -200,10 +200,10 @@ TEST(LlamaRope, AttentionInputTurnsQAndKRepeatsKeyHeadsAndItsBackwardIsTheAdjoin
 // The presets' parameters, by formula and by layout, are the counts the
 // models' Hugging Face files hold.
 TEST(LlamaPresets, ParameterCountsAreThePublishedOnes) {
-  const std::pair<const char*, int64_t> published[] = {
-      {"llama-3.2-1b", 1235814400}, {"llama-3.2-3b", 3212749824}, {"llama-3.1-8b", 8030261248},
-      {"mistral-7b", 7248023552},   {"qwen2.5-0.5b", 494032768},  {"qwen2.5-1.5b", 1543714304},
-      {"qwen2.5-7b", 7615616512}};
+  const std::pair<const char*, int64_t> published[] = {{"llama-3.2-1b", 1235814400}, {"llama-3.2-3b", 3212749824},
+                                                       {"llama-3.1-8b", 8030261248}, {"mistral-7b", 7248023552},
+                                                       {"qwen2.5-0.5b", 494032768},  {"qwen2.5-1.5b", 1543714304},
+                                                       {"qwen2.5-7b", 7615616512}};
   for (const auto& [name, count] : published) {
     const GptConfig c = *gpt_preset(name);
     ASSERT_TRUE(validate_gpt_config(c).ok()) << name;
@@ -232,7 +232,6 @@ TEST(LlamaPresets, ABadShapeIsRefusedNamingTheField) {
   EXPECT_NE(validate_gpt_config(g).message().find("model.arch"), std::string::npos);
   EXPECT_NE(gpt_preset("llama-9b").status().message().find("llama-3.2-1b"), std::string::npos);
 }
-
 
 }  // namespace
 }  // namespace zerod

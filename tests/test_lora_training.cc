@@ -11,7 +11,7 @@
 #include "runtime/engine/manifest.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/engine/worker.h"
-#include "runtime/kernels/cpu/nf4.h"
+#include "runtime/kernels/ops/nf4.h"
 #include "runtime/model/hf_gpt2.h"
 #include "runtime/model/nf4_weights.h"
 #include "tests/temp_dir.h"
@@ -48,7 +48,7 @@ std::vector<float> source_values(WeightSource& w, const GptLayout& layout, Devic
     const LayerWeights lw = *w.layer(l);
     // LayerWeights lists a layer's tensors in ParamId order, kLn1W to kFcProjB.
     const void* const tensors[] = {lw.ln1w, lw.ln1b, lw.qkvw, lw.qkvb, lw.attprojw, lw.attprojb,
-                                    lw.ln2w, lw.ln2b, lw.fcw,  lw.fcb,  lw.fcprojw,  lw.fcprojb};
+                                   lw.ln2w, lw.ln2b, lw.fcw,  lw.fcb,  lw.fcprojw,  lw.fcprojb};
     for (int id = kLn1W; id <= kFcProjB; ++id) take(id, l, tensors[id - kLn1W]);
     EXPECT_TRUE(device.synchronize(s).ok());  // before the next layer() reuses its staging
   }
@@ -151,8 +151,8 @@ TEST_F(LoraTrainingTest, StartsAtTheBaseModelAndNeverChangesIt) {
       ASSERT_TRUE(t.ok()) << t.status();
       const GptLayout& model = (*t)->model_layout();
       const std::vector<float> want = expected_base(model, cfg.run.seed, nf4);
-      EXPECT_TRUE(testing::same_bits(source_values((*t)->base_weights()->weights(), model, testing::test_device()),
-                                     want));
+      EXPECT_TRUE(
+          testing::same_bits(source_values((*t)->base_weights()->weights(), model, testing::test_device()), want));
       const std::vector<float> a0 = *(*t)->master_params();
       const std::vector<double> losses = train(**t, 4);
       ASSERT_EQ(losses.size(), 4u);
@@ -161,8 +161,8 @@ TEST_F(LoraTrainingTest, StartsAtTheBaseModelAndNeverChangesIt) {
         ASSERT_TRUE(full.ok()) << full.status();
         EXPECT_EQ(losses[0], (*(*full)->step()).loss);
       }
-      EXPECT_TRUE(testing::same_bits(source_values((*t)->base_weights()->weights(), model, testing::test_device()),
-                                     want));
+      EXPECT_TRUE(
+          testing::same_bits(source_values((*t)->base_weights()->weights(), model, testing::test_device()), want));
       // A as PEFT draws it, B zero at the start; both moved after.
       const std::vector<float> a4 = *(*t)->master_params();
       const GptLayout& ad = (*t)->layout();
@@ -192,8 +192,8 @@ TEST_F(LoraTrainingTest, CheckpointsHoldTheAdaptersAndOffloadIsBitwise) {
   ASSERT_TRUE(straight.ok()) << straight.status();
   const std::vector<double> want = train(**straight, 6);
   const std::vector<float> want_params = *(*straight)->master_params();
-  const testing::TrainedRun undropped = testing::train_to_end(lora_job(joined(bf16, {"run.steps=6"})), nullptr,
-                                                              testing::test_device());
+  const testing::TrainedRun undropped =
+      testing::train_to_end(lora_job(joined(bf16, {"run.steps=6"})), nullptr, testing::test_device());
   ASSERT_EQ(undropped.losses.size(), 6u);
   EXPECT_EQ(undropped.losses[0], want[0]) << "B is zero: no adapter output to drop yet";
   EXPECT_NE(undropped.losses[5], want[5]) << "dropout changes the adapters' training";
@@ -222,8 +222,8 @@ TEST_F(LoraTrainingTest, CheckpointsHoldTheAdaptersAndOffloadIsBitwise) {
   const std::string dir = dir_.string();
   const std::vector<std::vector<std::string>> offloads = {
       joined(bf16, testing::optimizer_on("cpu", dir)),
-      joined({"bf16.enabled=true", "zero_optimization.stage=3"}, joined(testing::optimizer_on("nvme", dir),
-                                                                         testing::params_on("nvme", dir)))};
+      joined({"bf16.enabled=true", "zero_optimization.stage=3"},
+             joined(testing::optimizer_on("nvme", dir), testing::params_on("nvme", dir)))};
   for (const auto& o : offloads) {
     SCOPED_TRACE(::testing::PrintToString(o));
     std::vector<std::string> mem = o;
@@ -322,8 +322,9 @@ TEST_F(LoraTrainingTest, ExportsPeftFilesAndTheMergedModel) {
     EXPECT_EQ(pc["target_modules"], nlohmann::json({"c_attn", "mlp.c_proj"}));
 
     // Read back: a job started from the adapter holds the trained masters.
-    auto again = testing::make_trainer(lora_job(joined(nf4 ? std::vector<std::string>{kNf4} : std::vector<std::string>{},
-                                                       {"model.lora.init_from=\"" + adapter + "\""})));
+    auto again =
+        testing::make_trainer(lora_job(joined(nf4 ? std::vector<std::string>{kNf4} : std::vector<std::string>{},
+                                              {"model.lora.init_from=\"" + adapter + "\""})));
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_TRUE(testing::same_bits(*(*again)->master_params(), trained));
 
@@ -333,8 +334,8 @@ TEST_F(LoraTrainingTest, ExportsPeftFilesAndTheMergedModel) {
     std::vector<int32_t> tokens(B * T);
     for (int i = 0; i < B * T; ++i) tokens[i] = (i * 37 + 5) % cfg.model.vocab_size;
     std::vector<float> base = expected_base(model, cfg.run.seed, nf4);
-    auto adapted_model = *Gpt::create(cfg.model, B, T, DType::kF32, false, rig.device, *rig.kernels, false,
-                                      &cfg.lora->adapters);
+    auto adapted_model =
+        *Gpt::create(cfg.model, B, T, DType::kF32, false, rig.device, *rig.kernels, false, &cfg.lora->adapters);
     auto base_w = *FlatWeights::create(&model, DType::kF32, base.data(), rig.device, *rig.kernels);
     auto ad_w = *FlatWeights::create(&ad, DType::kF32, trained.data(), rig.device, *rig.kernels);
     AdaptedWeights adapted(base_w, ad_w);
@@ -358,7 +359,8 @@ TEST_F(LoraTrainingTest, ExportsPeftFilesAndTheMergedModel) {
     auto base_only = *FlatWeights::create(&model, DType::kF32, base.data(), rig.device, *rig.kernels);
     ASSERT_TRUE(plain->forward_logits(base_only, tokens.data(), B, T, plain_logits.data(), false).ok());
     double base_diff = 0;
-    for (size_t i = 0; i < want.size(); ++i) base_diff = std::max(base_diff, std::fabs(double(plain_logits[i]) - want[i]));
+    for (size_t i = 0; i < want.size(); ++i)
+      base_diff = std::max(base_diff, std::fabs(double(plain_logits[i]) - want[i]));
     EXPECT_GT(base_diff, 100 * worst);
   }
 }

@@ -124,12 +124,9 @@ TEST(MemoryPlanTest, ModelStatesOfGpt2XlAreTheZeroPapersWithFp32Gradients) {
 // group of 256 blocks (0.5 + 1/64 + 1/4096 bytes); the embeddings, biases
 // and LayerNorms stay fp32, as bitsandbytes quantizes linear layers only.
 TEST(MemoryPlanTest, QloraOfGpt2LargeIsAFractionOfFullFineTuning) {
-  const nlohmann::json job = {{"model", {{"preset", "gpt2-large"}}},
-                              {"data", {{"kind", "synthetic"}, {"seq_len", 64}}},
-                              {"run", {{"device", "cuda"}}},
-                              {"train_micro_batch_size_per_gpu", 1},
-                              {"bf16", {{"enabled", true}}},
-                              {"optimizer", {{"type", "AdamW"}}}};
+  const nlohmann::json job = {{"model", {{"preset", "gpt2-large"}}}, {"data", {{"kind", "synthetic"}, {"seq_len", 64}}},
+                              {"run", {{"device", "cuda"}}},         {"train_micro_batch_size_per_gpu", 1},
+                              {"bf16", {{"enabled", true}}},         {"optimizer", {{"type", "AdamW"}}}};
   const JobConfig full = testing::config_with(job, {});
   const JobConfig qlora = testing::config_with(job, {R"(model.lora={"r": 8, "base_quant": "nf4"})"});
   const auto states = [](const JobConfig& cfg) {
@@ -166,8 +163,8 @@ TEST(MemoryPlanTest, QloraOfGpt2LargeIsAFractionOfFullFineTuning) {
   // of the base, and gathers the embeddings, the final LayerNorm and two
   // layers (the one in use and the next) as their packed bytes; each unit's
   // chunk rounds up to 64 words.
-  const JobConfig stage3 = testing::config_with(job, {R"(model.lora={"r": 8, "base_quant": "nf4"})",
-                                                      "zero_optimization.stage=3"});
+  const JobConfig stage3 =
+      testing::config_with(job, {R"(model.lora={"r": 8, "base_quant": "nf4"})", "zero_optimization.stage=3"});
   const Nf4Packing packing(model);
   const double globals = 4.0 * (model.unit_numel(0) + model.unit_numel(model.final_unit()));
   for (int rank : {0, 7}) {
@@ -554,20 +551,18 @@ TEST(FitTest, StepCostIsTheStatedModel) {
   EXPECT_DOUBLE_EQ(c.compute, (6 * adapters + 4 * psi + 12 * L * T * C) * B * T / 1e9);
   EXPECT_DOUBLE_EQ(c.optimizer, adapters / 2 * (4 + 8 + 16 + 2) / 2e9);
   EXPECT_DOUBLE_EQ(c.network, 0.5 * ((4 + 2 * 2) * adapters + 2 * 2 * psi) / 4e9);
-  cfg = testing::config_with(testing::tiny_job(), {lora, "model.lora.base_quant=\"nf4\"", "zero_optimization.stage=3",
-                                                   "bf16.enabled=true"},
+  cfg = testing::config_with(testing::tiny_job(),
+                             {lora, "model.lora.base_quant=\"nf4\"", "zero_optimization.stage=3", "bf16.enabled=true"},
                              2);
   // A layer: 13C fp32 biases and LayerNorm values, then C x 3C, C x C,
   // C x 4C and 4C x C weights in NF4 (codes, a code a block, an fp32 absmax
   // a group and the offset), each part rounded up to 16 bytes; the
   // embeddings (vocabulary and positions) and final LayerNorm in fp32.
   const auto up16 = [](double b) { return std::ceil(b / 16) * 16; };
-  const auto nf4 = [&](double n) {
-    return up16(n / 2 + n / 64 + 4 * std::ceil(n / 64 / 256) + 4);
-  };
+  const auto nf4 = [&](double n) { return up16(n / 2 + n / 64 + 4 * std::ceil(n / 64 / 256) + 4); };
   const double V = cfg.model.vocab_size, P = cfg.model.block_size;
-  const double nf4_model = 4 * (V * C + P * C + 2 * C) +
-                           L * (up16(4 * 13 * C) + nf4(3 * C * C) + nf4(C * C) + 2 * nf4(4 * C * C));
+  const double nf4_model =
+      4 * (V * C + P * C + 2 * C) + L * (up16(4 * 13 * C) + nf4(3 * C * C) + nf4(C * C) + 2 * nf4(4 * C * C));
   EXPECT_DOUBLE_EQ(step_cost(cfg, node, rates).network, 0.5 * ((4 + 2 * 2) * adapters + 2 * nf4_model) / 4e9);
 }
 
@@ -623,7 +618,7 @@ TEST_F(EstimateTest, FitFindsGpt2XlConfigurationsForA12GiBGpu) {
 
 // The largest example, 12.8B parameters, fits the GPU machines this
 // project is tested on as it is (one GPU of 80 GiB, 128 GiB of host memory,
-// 64 GiB of disk); and the README's figures on paper: a 69.7B GPT of the
+// 64 GiB of disk); and docs/memory-plan.md's figures on paper: a 69.7B GPT of the
 // same family fits one GPU of 80 GiB with 256 GiB of host memory and 2 TB of
 // NVMe once --fit moves its states to the NVMe, its parameters to the host.
 TEST_F(EstimateTest, TheLargestExampleFitsTheGpuMachinesAndA70BFitsOnPaper) {
@@ -636,8 +631,8 @@ TEST_F(EstimateTest, TheLargestExampleFitsTheGpuMachinesAndA70BFitsOnPaper) {
   EXPECT_GT(as_is["params"].get<int64_t>(), int64_t{12'000'000'000});
 
   const Result big = estimate({"--config", example, "--set", "model.n_layer=86", "--set", "model.n_embd=8192", "--set",
-                               "model.n_head=64", "--json", "--fit", "--gpu-memory", "80GiB", "--host-memory",
-                               "256GiB", "--nvme", "2TB", "--nvme-path", path("nvme")});
+                               "model.n_head=64", "--json", "--fit", "--gpu-memory", "80GiB", "--host-memory", "256GiB",
+                               "--nvme", "2TB", "--nvme-path", path("nvme")});
   ASSERT_EQ(big.code, 0) << big.err;
   const nlohmann::json fit = nlohmann::json::parse(big.out);
   ASSERT_GT(fit["fitting"].get<int>(), 0);
@@ -684,8 +679,8 @@ TEST_F(EstimateTest, TheLlamaExamplesFitTheirCaps) {
 
 TEST_F(EstimateTest, FitSaysByHowMuchWhenNothingFits) {
   const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/gpu_gpt2_xl_finetune.json";
-  const std::vector<std::string> machine = {"--config", example, "--fit", "--gpu-memory", "1GiB", "--host-memory",
-                                            "8GiB", "--out", path("best.json")};
+  const std::vector<std::string> machine = {"--config",      example, "--fit", "--gpu-memory",   "1GiB",
+                                            "--host-memory", "8GiB",  "--out", path("best.json")};
   const Result text = estimate(machine);
   EXPECT_EQ(text.code, 1) << text.err;
   EXPECT_NE(text.out.find("no configuration fits; the closest ("), std::string::npos) << text.out;

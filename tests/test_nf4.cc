@@ -1,18 +1,16 @@
-// NF4 quantization (runtime/kernels/cpu/nf4.h) against references built
+// NF4 quantization (runtime/kernels/ops/nf4.h) against references built
 // here: the published table of values (bitsandbytes' NF4 code book), the
 // nearest value found by a plain loop over it, and the absmax values
 // dequantized from the dynamic map's own table.
-#include "runtime/kernels/cpu/nf4.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
 
+#include "runtime/kernels/ops/nf4.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/nf4_weights.h"
 #include "tests/test_support.h"
@@ -62,7 +60,7 @@ std::vector<float> weights(int64_t n) {
   std::vector<float> x(n);
   for (int64_t i = 0; i < n; ++i) x[i] = normal(rng) * 0.02f * static_cast<float>(1 + (i / kNf4Block) % 5);
   for (int64_t i = 3 * kNf4Block; i < 4 * kNf4Block; ++i) x[i] = 0.0f;
-  x[5 * kNf4Block + 9] = 0.5f;   // the block's absmax: code 15
+  x[5 * kNf4Block + 9] = 0.5f;    // the block's absmax: code 15
   x[5 * kNf4Block + 10] = -0.5f;  // code 0
   return x;
 }
@@ -153,9 +151,10 @@ TEST(Nf4, RoundTripIsWithinHalfAGapPlusTheDoubleQuantizationError) {
   std::vector<float> x(n);
   for (float& w : x) w = normal(rng);
   const RoundTrip r = round_trip(x);
-  std::printf("NF4 round trip of %lld N(0, 0.02) weights: worst error %.4f of the block's absmax (half the widest "
-              "gap: 0.1519); double-quantized absmax within %.3f%% of the exact one\n",
-              static_cast<long long>(n), r.worst_weight, 100 * r.worst_absmax);
+  std::printf(
+      "NF4 round trip of %lld N(0, 0.02) weights: worst error %.4f of the block's absmax (half the widest "
+      "gap: 0.1519); double-quantized absmax within %.3f%% of the exact one\n",
+      static_cast<long long>(n), r.worst_weight, 100 * r.worst_absmax);
   EXPECT_LT(r.worst_absmax, 0.01);
 }
 

@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/engine/loss_scaler.h"
-#include "runtime/kernels/cpu/adam.h"
+#include "runtime/kernels/ops/adam.h"
 #include "runtime/optim/lr_schedule.h"
 
 namespace zerod {
@@ -30,8 +30,7 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const Ad
 struct RefAdam {
   std::vector<double> p, m, v;
 
-  void step(const std::vector<float>& grads, const AdamHyper& h, double lr, int64_t t, double grad_scale,
-            bool decay) {
+  void step(const std::vector<float>& grads, const AdamHyper& h, double lr, int64_t t, double grad_scale, bool decay) {
     const double b1 = h.beta1, b2 = h.beta2, eps = h.eps;
     const double wd = decay ? h.weight_decay : 0.0;
     for (size_t i = 0; i < p.size(); ++i) {
@@ -267,13 +266,13 @@ TEST(LrSchedule, WarmupDecayLRMatchesDeepSpeed) {
 TEST(LrSchedule, WarmupDecayLRSpotValues) {
   const SchedulerConfig s = sched(SchedulerType::kWarmupDecayLR, 0.0, 1e-3, 10, 110, WarmupType::kLinear);
   EXPECT_NEAR(lr_at(s, 0, 0), 0.0, kLrTol);
-  EXPECT_NEAR(lr_at(s, 0, 5), 5e-4, kLrTol);     // 5/10 of warmup
+  EXPECT_NEAR(lr_at(s, 0, 5), 5e-4, kLrTol);  // 5/10 of warmup
   EXPECT_NEAR(lr_at(s, 0, 9), 9e-4, kLrTol);
-  EXPECT_NEAR(lr_at(s, 0, 10), 1e-3, kLrTol);    // (110-10)/100
-  EXPECT_NEAR(lr_at(s, 0, 60), 5e-4, kLrTol);    // (110-60)/100
-  EXPECT_NEAR(lr_at(s, 0, 100), 1e-4, kLrTol);   // (110-100)/100
+  EXPECT_NEAR(lr_at(s, 0, 10), 1e-3, kLrTol);   // (110-10)/100
+  EXPECT_NEAR(lr_at(s, 0, 60), 5e-4, kLrTol);   // (110-60)/100
+  EXPECT_NEAR(lr_at(s, 0, 100), 1e-4, kLrTol);  // (110-100)/100
   EXPECT_NEAR(lr_at(s, 0, 110), 0.0, kLrTol);
-  EXPECT_NEAR(lr_at(s, 0, 115), 0.0, kLrTol);    // clamps at min
+  EXPECT_NEAR(lr_at(s, 0, 115), 0.0, kLrTol);  // clamps at min
   const SchedulerConfig s2 = sched(SchedulerType::kWarmupDecayLR, 1e-4, 1e-3, 10, 110, WarmupType::kLinear);
   EXPECT_NEAR(lr_at(s2, 0, 200), 1e-4, kLrTol);  // clamps at warmup_min_lr
 }
@@ -407,17 +406,11 @@ TEST(LossScaler, MatchesDeepSpeedWindow1000Hysteresis2) {
   check_config(dyn(1000, 2, false), {{500, 0.02}, {1200, 0.0003}, {600, 0.01}, {700, 0.0}});
 }
 
-TEST(LossScaler, MatchesDeepSpeedWindow5Hysteresis1) {
-  check_config(dyn(5, 1, false), {{3000, 0.1}});
-}
+TEST(LossScaler, MatchesDeepSpeedWindow5Hysteresis1) { check_config(dyn(5, 1, false), {{3000, 0.1}}); }
 
-TEST(LossScaler, MatchesDeepSpeedWindow3Hysteresis3Consecutive) {
-  check_config(dyn(3, 3, true), {{3000, 0.4}});
-}
+TEST(LossScaler, MatchesDeepSpeedWindow3Hysteresis3Consecutive) { check_config(dyn(3, 3, true), {{3000, 0.4}}); }
 
-TEST(LossScaler, MatchesDeepSpeedWindow3Hysteresis3NotConsecutive) {
-  check_config(dyn(3, 3, false), {{3000, 0.4}});
-}
+TEST(LossScaler, MatchesDeepSpeedWindow3Hysteresis3NotConsecutive) { check_config(dyn(3, 3, false), {{3000, 0.4}}); }
 
 TEST(LossScaler, MatchesDeepSpeedNearTheMinimum) {
   // Starts at 2^2 with min 2: frequent overflows reach the minimum and error.

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
-#include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/cuda/sdpa_graph.h"
+#include "runtime/kernels/kernels.h"
 #include "tests/float_compare.h"
 #ifdef ZEROD_WITH_CUDNN
 #include "runtime/kernels/cuda/cudnn_sdpa.h"
@@ -65,10 +65,18 @@ class Interpreter {
       std::vector<float> out;
       const SdpaTensor& y = tensor(op.out);
       switch (op.kind) {
-        case SdpaOpKind::kMatmul: out = matmul(op, y); break;
-        case SdpaOpKind::kPointwise: out = pointwise(op, y); break;
-        case SdpaOpKind::kReduction: out = reduce(op, y); break;
-        case SdpaOpKind::kReshape: out = reshape(op, y); break;
+        case SdpaOpKind::kMatmul:
+          out = matmul(op, y);
+          break;
+        case SdpaOpKind::kPointwise:
+          out = pointwise(op, y);
+          break;
+        case SdpaOpKind::kReduction:
+          out = reduce(op, y);
+          break;
+        case SdpaOpKind::kReshape:
+          out = reshape(op, y);
+          break;
       }
       if (round_ && y.is_virtual && (y.type == SdpaType::kBF16 || y.type == SdpaType::kF16)) {
         round_to(y.type == SdpaType::kBF16 ? DType::kBF16 : DType::kF16, out.data(), out.size());
@@ -111,7 +119,7 @@ class Interpreter {
     EXPECT_EQ(a.dims[3], b.dims[2]) << "inner dimensions of the product into " << op.out;
     EXPECT_EQ(y.dims[2], a.dims[2]) << op.out;
     EXPECT_EQ(y.dims[3], b.dims[3]) << op.out;
-    const std::vector<float> &va = at(op.in[0]), &vb = at(op.in[1]);
+    const std::vector<float>&va = at(op.in[0]), &vb = at(op.in[1]);
     const int64_t M = y.dims[2], N = y.dims[3], K = a.dims[3];
     std::vector<float> out(numel(y.dims));
     for (int64_t bh = 0; bh < y.dims[0] * y.dims[1]; ++bh) {
@@ -133,16 +141,35 @@ class Interpreter {
       const auto in = [&](size_t k) { return broadcast(op.in[k], x, y.dims); };
       float& o = out[i];
       switch (op.mode) {
-        case SdpaMode::kMul: o = in(0) * in(1); break;
-        case SdpaMode::kSub: o = in(0) - in(1); break;
-        case SdpaMode::kDiv: o = in(0) / in(1); break;
-        case SdpaMode::kAdd: o = in(0) + in(1); break;
-        case SdpaMode::kExp: o = std::exp(in(0)); break;
-        case SdpaMode::kLog: o = std::log(in(0)); break;
-        case SdpaMode::kGenIndex: o = static_cast<float>(x[op.axis]); break;
-        case SdpaMode::kCmpGe: o = in(0) >= in(1) ? 1.0f : 0.0f; break;
-        case SdpaMode::kBinarySelect: o = in(2) != 0.0f ? in(0) : in(1); break;
-        default: ADD_FAILURE() << "not a pointwise mode";
+        case SdpaMode::kMul:
+          o = in(0) * in(1);
+          break;
+        case SdpaMode::kSub:
+          o = in(0) - in(1);
+          break;
+        case SdpaMode::kDiv:
+          o = in(0) / in(1);
+          break;
+        case SdpaMode::kAdd:
+          o = in(0) + in(1);
+          break;
+        case SdpaMode::kExp:
+          o = std::exp(in(0));
+          break;
+        case SdpaMode::kLog:
+          o = std::log(in(0));
+          break;
+        case SdpaMode::kGenIndex:
+          o = static_cast<float>(x[op.axis]);
+          break;
+        case SdpaMode::kCmpGe:
+          o = in(0) >= in(1) ? 1.0f : 0.0f;
+          break;
+        case SdpaMode::kBinarySelect:
+          o = in(2) != 0.0f ? in(0) : in(1);
+          break;
+        default:
+          ADD_FAILURE() << "not a pointwise mode";
       }
     }
     return out;
@@ -214,7 +241,9 @@ Attention graph_attention(const std::vector<float>& qkv, const std::vector<float
               std::vector<float>(N * 3 * s.C, 7.0f)};
   std::vector<float> q = qkv, row_dot(N * s.NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs()));
-  const auto bind = [&](Interpreter& x, int64_t uid, float* buffer) { x.bind(uid, buffer + cuda::sdpa_offset(s, uid)); };
+  const auto bind = [&](Interpreter& x, int64_t uid, float* buffer) {
+    x.bind(uid, buffer + cuda::sdpa_offset(s, uid));
+  };
   {
     const SdpaGraph g = cuda::sdpa_forward_graph(s);
     Interpreter x(g, round);
@@ -268,9 +297,9 @@ TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
   for (const SdpaGraph& g : {cuda::sdpa_forward_graph(s), cuda::sdpa_backward_graph(s)}) {
     std::map<int64_t, std::vector<int>> hits;  // by buffer: 0 qkv, 1 out, 2 dout, 3 dqkv, 4 lse, 5 row dot
     const std::map<int64_t, std::pair<int, int64_t>> buffer = {
-        {cuda::kSdpaQ, {0, 3 * N * C}},  {cuda::kSdpaK, {0, 3 * N * C}},     {cuda::kSdpaV, {0, 3 * N * C}},
-        {cuda::kSdpaO, {1, N * C}},      {cuda::kSdpaDO, {2, N * C}},        {cuda::kSdpaDQ, {3, 3 * N * C}},
-        {cuda::kSdpaDK, {3, 3 * N * C}}, {cuda::kSdpaDV, {3, 3 * N * C}},    {cuda::kSdpaLse, {4, N * s.NH}},
+        {cuda::kSdpaQ, {0, 3 * N * C}},    {cuda::kSdpaK, {0, 3 * N * C}},  {cuda::kSdpaV, {0, 3 * N * C}},
+        {cuda::kSdpaO, {1, N * C}},        {cuda::kSdpaDO, {2, N * C}},     {cuda::kSdpaDQ, {3, 3 * N * C}},
+        {cuda::kSdpaDK, {3, 3 * N * C}},   {cuda::kSdpaDV, {3, 3 * N * C}}, {cuda::kSdpaLse, {4, N * s.NH}},
         {cuda::kSdpaRowDot, {5, N * s.NH}}};
     for (const SdpaTensor& t : g.tensors) {
       if (t.is_virtual || t.by_value) continue;
@@ -296,8 +325,9 @@ TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
 // what it checks before a GPU is needed. Whether an engine runs them is
 // scripts/gpu_check.sh's (test_cuda_kernels).
 TEST(SdpaGraph, CudnnTakesEveryDescriptorOfBothGraphs) {
-  for (const SdpaShape& s : {SdpaShape{16, 1024, 768, 12, SdpaType::kBF16}, SdpaShape{8, 1024, 1600, 25, SdpaType::kBF16},
-                             SdpaShape{1, 4096, 2048, 16, SdpaType::kF16}}) {
+  for (const SdpaShape& s :
+       {SdpaShape{16, 1024, 768, 12, SdpaType::kBF16}, SdpaShape{8, 1024, 1600, 25, SdpaType::kBF16},
+        SdpaShape{1, 4096, 2048, 16, SdpaType::kF16}}) {
     SCOPED_TRACE(::testing::Message() << "B " << s.B << ", T " << s.T << ", C " << s.C);
     EXPECT_TRUE(cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s)).ok())
         << cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s));

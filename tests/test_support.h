@@ -11,15 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/config/job_config.h"
 #include "runtime/core/cpu_device.h"
-#include "runtime/data/dataset.h"
+#include "runtime/data/token_shard.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/kernels.h"
 

@@ -13,7 +13,7 @@
 #include "runtime/core/crc32c.h"
 #include "runtime/core/strict_json.h"
 #include "runtime/core/whole_file.h"
-#include "runtime/data/dataset.h"
+#include "runtime/data/token_shard.h"
 #include "runtime/tokenize/tokenize_command.h"
 #include "runtime/tokenize/tokenizer.h"
 #include "tests/temp_dir.h"

@@ -16,7 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "runtime/core/gpu_memory.h"
 #include "runtime/core/whole_file.h"
-#include "runtime/data/dataset.h"
+#include "runtime/data/token_shard.h"
 #include "runtime/engine/manifest.h"
 #include "runtime/engine/worker.h"
 #include "tests/temp_dir.h"
@@ -29,8 +29,8 @@ namespace {
 using testing::events;
 using testing::of_kind;
 #ifdef ZEROD_WITH_MPI
-using testing::mpirun;
 using testing::CommandResult;
+using testing::mpirun;
 #endif
 
 using Result = testing::WorkerResult;
@@ -309,7 +309,8 @@ TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {
   for (int i = 1; i <= 4; ++i) {
     EXPECT_EQ(events[i]["event"], "step");
     EXPECT_EQ(events[i]["step"], i);
-    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}) EXPECT_TRUE(events[i][k].is_number()) << k;
+    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"})
+      EXPECT_TRUE(events[i][k].is_number()) << k;
     EXPECT_TRUE(events[i]["loss_scale"].is_null());
   }
   const nlohmann::json& s = events[5];
@@ -350,8 +351,8 @@ TEST_F(WorkerTest, SameSeedPrintsIdenticalLosses) {
 TEST_F(WorkerTest, TextOutputShowsProgressSampleAndMemoryTable) {
   const Result r = run({"--config", job(small_job())});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  for (const char* s : {"zerod: model gpt2-tiny", "step 4/4 | loss", "tok/s", "ETA", "done: 4 steps",
-                        "first step done", "synthetic accuracy", "sample:", "memory peak (rank 0)", "host"}) {
+  for (const char* s : {"zerod: model gpt2-tiny", "step 4/4 | loss", "tok/s", "ETA", "done: 4 steps", "first step done",
+                        "synthetic accuracy", "sample:", "memory peak (rank 0)", "host"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
 }
@@ -463,8 +464,9 @@ TEST_F(WorkerTest, RunsAsTwoRanksUnderMpirunFollowingOneProcess) {
   const nlohmann::json& one_peak = one.back()["memory_peak"]["host"];
   for (int stage : {1, 3}) {
     SCOPED_TRACE(::testing::Message() << "stage " << stage);
-    const CommandResult r = mpirun(2, absl::StrCat("--config ", config, " --log-format json --set zero_optimization.stage=",
-                                               stage, " --set zero_optimization.stage3_param_persistence_threshold=0"));
+    const CommandResult r =
+        mpirun(2, absl::StrCat("--config ", config, " --log-format json --set zero_optimization.stage=", stage,
+                               " --set zero_optimization.stage3_param_persistence_threshold=0"));
     ASSERT_EQ(r.code, 0) << r.out;
     const std::vector<nlohmann::json> two = events(r.out);
     // Rank 0 alone prints: start, 4 steps, summary.
@@ -567,7 +569,8 @@ TEST_F(WorkerTest, TheBannerSaysHowMicroBatchGradientsAreSummed) {
        "fp32): each micro-batch's sent to the host in fp32, summed there in fp32\n"},
       {{{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}, {"micro_batch_grads", "compute"}},
        "compute): each micro-batch's sent to the host in bf16, summed there in fp32\n"},
-      {{{"stage", 3}, {"micro_batch_grads", "compute"}}, "compute): rounded to bf16 each micro-batch, summed in fp32\n"},
+      {{{"stage", 3}, {"micro_batch_grads", "compute"}},
+       "compute): rounded to bf16 each micro-batch, summed in fp32\n"},
       {{{"stage", 2}}, ""}};
   for (const auto& [zero, said] : cases) {
     SCOPED_TRACE(zero.dump());

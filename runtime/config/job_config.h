@@ -11,13 +11,13 @@
 #include <utility>
 #include <vector>
 
-#include "offload/offload_config.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/status.h"
-#include "runtime/data/dataset.h"
+#include "runtime/data/data_config.h"
 #include "runtime/model/gpt_config.h"
 #include "runtime/model/lora_config.h"
 #include "runtime/optim/optim_config.h"
+#include "shard/zero_config.h"
 
 namespace zerod {
 
@@ -32,40 +32,8 @@ struct LossScaleConfig {
   double min_loss_scale = 1;
 };
 
-// How each micro-batch's reduced gradients join the step's fp32 sum at
-// stages 2 and 3 (zerod's key zero_optimization.micro_batch_grads):
-//   kF32: added as they are; with the optimizer offloaded the sum is kept
-//     on the GPU and leaves it once a step;
-//   kCompute: rounded to the run's 16-bit type first; with the optimizer
-//     offloaded each micro-batch's leaves the GPU in 16 bits and is summed
-//     on the host, but for the first units (the embeddings, then layers)
-//     whose fp32 sums fit in
-//     compute_sums_on_device_bytes: those are summed on the GPU and leave
-//     it once a step;
-//   kAuto: kF32, unless the optimizer is offloaded, a step has several
-//     micro-batches and the GPU sum does not fit the GPU: then kCompute,
-//     with what the GPU has left for sums (Trainer resolves it before
-//     anything is built).
-enum class MicroBatchGrads { kAuto, kF32, kCompute };
 // "auto", "fp32" or "compute", as the config spells it.
 const char* micro_batch_grads_name(MicroBatchGrads m);
-
-struct ZeroConfig {
-  int stage = 0;
-  int64_t reduce_bucket_size = 500000000;
-  bool overlap_comm = true;
-  int64_t stage3_prefetch_bucket_size = 50000000;
-  int64_t stage3_param_persistence_threshold = 100000;
-  int64_t sub_group_size = 1000000000;
-  OffloadConfig offload_optimizer;
-  OffloadConfig offload_param{OffloadDevice::kNone, std::nullopt, true, 5};
-  MicroBatchGrads micro_batch_grads = MicroBatchGrads::kAuto;
-  // Set where "auto" resolves to kCompute, never read from a config; the
-  // second: micro-batches added on the host in one pass
-  // (MicroBatchSums::fold).
-  uint64_t compute_sums_on_device_bytes = 0;
-  int compute_host_fold = 1;
-};
 
 struct CheckpointConfig {
   std::optional<std::string> dir;  // no checkpoints without one
@@ -90,18 +58,18 @@ struct RunConfig {
   std::optional<std::string> resume;  // "latest" (in checkpoint.dir, if any) or a checkpoint directory
   std::optional<uint64_t> host_memory_limit, gpu_memory_limit;
   double collective_timeout_s = 300;
-  int threads = 0;  // the CPU kernels'; 0: the node's usable CPUs shared among its ranks
+  int threads = 0;                             // the CPU kernels'; 0: the node's usable CPUs shared among its ranks
   std::optional<std::string> tensorboard_dir;  // TensorBoard's event files here, instead of tensorboard's section
   LogFormat log_format = LogFormat::kText;
-  int sample_tokens = 64;            // extension: length of the end-of-run sample
-  double sample_temperature = 0.0;   // extension: 0 is greedy
+  int sample_tokens = 64;           // extension: length of the end-of-run sample
+  double sample_temperature = 0.0;  // extension: 0 is greedy
 };
 
 // model.lora: train adapters beside frozen base weights (the model's,
 // from model.init_from or the seed), which may be held in NF4.
 struct LoraJobConfig {
   LoraConfig adapters;
-  bool nf4_base = false;                // base_quant: "nf4"
+  bool nf4_base = false;                 // base_quant: "nf4"
   std::optional<std::string> init_from;  // a PEFT adapter directory
 };
 
@@ -162,7 +130,7 @@ absl::Status fill_model_from_hf(nlohmann::json& root);
 
 // Reads the file, applies the overrides in order, fills the model's shape
 // from init_from where it comes from there, parses. Errors name the file.
-absl::StatusOr<JobConfig> load_job_config(const std::string& path,
-                                          const std::vector<std::string>& overrides, int world_size);
+absl::StatusOr<JobConfig> load_job_config(const std::string& path, const std::vector<std::string>& overrides,
+                                          int world_size);
 
 }  // namespace zerod

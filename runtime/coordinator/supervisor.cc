@@ -1,3 +1,8 @@
+// The supervisor's start, its recovery of running jobs, and the calls of
+// clients and workers (supervisor.h). The attempts' lifecycle is in
+// supervisor_attempts.cc, how one failed in supervisor_diagnosis.cc, ends
+// the store has yet to take in supervisor_records.cc, the queue in
+// supervisor_queue.cc.
 #include "runtime/coordinator/supervisor.h"
 
 #include <signal.h>
@@ -22,14 +27,6 @@ namespace zerod {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr int kLogLinesKept = 20;
-constexpr double kProgressSaveS = 2.0;  // heartbeats reach the store at most this often
-
-// zerod's own log (its stderr): one line per event of a job.
-void note(const std::string& id, const std::string& what) {
-  fprintf(stderr, "zerod: job %s: %s\n", id.c_str(), what.c_str());
-}
-
 // The highest numbered job directory under `jobs` (0 when there is none).
 int64_t last_job_dir(const std::string& jobs) {
   int64_t last = 0;
@@ -50,6 +47,10 @@ absl::Status write_file(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
+
+void Supervisor::note(const std::string& id, const std::string& what) {
+  fprintf(stderr, "zerod: job %s: %s\n", id.c_str(), what.c_str());
+}
 
 absl::StatusOr<std::unique_ptr<Supervisor>> Supervisor::start(SupervisorOptions options) {
   std::error_code ec;
@@ -296,7 +297,8 @@ absl::StatusOr<v1::HeartbeatResponse> Supervisor::heartbeat(const v1::HeartbeatR
   r.heard = Clock::now();
   r.memory[static_cast<int>(Tier::kGpu)] = req.gpu_memory_bytes();
   r.memory[static_cast<int>(Tier::kPinned)] = req.pinned_memory_bytes();
-  r.memory[static_cast<int>(Tier::kHost)] = req.host_memory_bytes() - std::min(req.host_memory_bytes(), req.pinned_memory_bytes());
+  r.memory[static_cast<int>(Tier::kHost)] =
+      req.host_memory_bytes() - std::min(req.host_memory_bytes(), req.pinned_memory_bytes());
   r.memory[static_cast<int>(Tier::kNvme)] = req.nvme_bytes();
   // Taken over after a restart: where the rank runs was the old zerod's.
   resp.set_register_again(r.host.empty());
@@ -334,272 +336,6 @@ void Supervisor::take_exit_locked(Attempt& a, const v1::ReportExitRequest& exit)
   if (exit.worker().rank() == 0 && exit.has_progress()) progress_[a.job_id] = exit.progress();
 }
 
-void Supervisor::loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!quit_) {
-    wake_.wait_for(lock, std::chrono::duration<double>(options_.tick_s));
-    if (quit_) break;
-    lock.unlock();
-    tick();
-    lock.lock();
-  }
-}
-
-void Supervisor::tick() {
-  std::lock_guard<std::mutex> control(control_mu_);
-  const Clock::time_point now = Clock::now();
-  // What each attempt looks like now, and what is decided from it.
-  struct Look {
-    std::string id;
-    pid_t launcher;
-    std::string tag;
-    bool kill;  // its grace is over
-    std::optional<v1::Failure> hang;
-    std::optional<v1::Progress> save;
-  };
-  std::vector<Look> looks;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, a] : running_) {
-      Look l{id, a.launcher, a.tag, a.stopping && now >= a.kill_at, std::nullopt, std::nullopt};
-      const double timeout =
-          a.spec.restart().hang_timeout_s() > 0 ? a.spec.restart().hang_timeout_s() : options_.hang_timeout_s;
-      const double quiet = std::chrono::duration<double>(now - a.progressed).count();
-      if (!a.stopping && quiet > timeout) {
-        v1::Failure f;
-        f.set_rank(-1);
-        std::vector<std::string> steps;
-        for (const auto& [rank, r] : a.ranks) steps.push_back(absl::StrCat(rank, ":", r.step));
-        f.set_reason(absl::StrCat("no progress for ", absl::SixDigits(quiet), " s (hang timeout ", timeout,
-                                  " s); the last step of each rank (rank:step): ",
-                                  steps.empty() ? "none reported" : absl::StrJoin(steps, " ")));
-        l.hang = f;
-      } else if (!a.stopping) {
-        l.hang = lost_host_locked(a, now);
-        if (l.hang) a.lost_host = l.hang->host();
-      }
-      if (a.unsaved && now - a.saved > std::chrono::duration<double>(kProgressSaveS)) {
-        l.save = progress_[id];
-        a.unsaved = false;
-        a.saved = now;
-      }
-      looks.push_back(std::move(l));
-    }
-  }
-  for (const Look& l : looks) {
-    // Heartbeats reach the store now and then, ahead of the attempt's end.
-    if (l.save) store_->set_progress(l.id, *l.save).IgnoreError();
-    int status = 0;
-    if (l.launcher > 0 ? waitpid(l.launcher, &status, WNOHANG) == l.launcher : tagged_processes(l.tag).empty()) {
-      end_attempt(l.id, l.launcher > 0 ? std::optional<int>(status) : std::nullopt);
-      continue;
-    }
-    if (l.hang) stop(l.id, v1::FAILED, *l.hang);
-    if (l.kill) signal_attempt(l.launcher, l.tag, SIGKILL);
-  }
-  std::vector<std::pair<std::string, End>> unrecorded;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    unrecorded.assign(unrecorded_.begin(), unrecorded_.end());
-  }
-  for (auto& [id, e] : unrecorded) settle(id, std::move(e));
-  schedule();
-}
-
-void Supervisor::stop(const std::string& id, v1::JobState verdict, const v1::Failure& failure) {
-  pid_t launcher = -1;
-  std::string tag;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = running_.find(id);
-    if (it == running_.end()) return;
-    Attempt& a = it->second;
-    // A cancel overrides a failure being handled; nothing overrides a cancel.
-    if (a.verdict == v1::CANCELLED) return;
-    if (a.stopping && verdict != v1::CANCELLED) return;
-    a.verdict = verdict;
-    a.failure = failure;
-    if (a.stopping) return;
-    a.stopping = true;
-    a.kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.grace_s));
-    launcher = a.launcher;
-    tag = a.tag;
-  }
-  signal_attempt(launcher, tag, SIGTERM);
-}
-
-std::optional<v1::Failure> Supervisor::lost_host_locked(const Attempt& a, Clock::time_point now) const {
-  std::map<std::string, std::vector<int>> silent;  // by host: its ranks, while none of them is heard
-  std::set<std::string> heard;
-  for (const auto& [rank, r] : a.ranks) {
-    if (r.host.empty()) continue;
-    if (std::chrono::duration<double>(now - r.heard).count() <= options_.host_timeout_s) {
-      heard.insert(r.host);
-      silent.erase(r.host);
-    } else if (!heard.count(r.host)) {
-      silent[r.host].push_back(rank);
-    }
-  }
-  if (silent.empty() || heard.empty()) return std::nullopt;
-  const auto& [host, ranks] = *silent.begin();
-  v1::Failure f;
-  f.set_rank(-1);
-  f.set_host(host);
-  f.set_reason(absl::StrCat("host ", host, " stopped answering: no heartbeat from its ranks (",
-                            absl::StrJoin(ranks, ", "), ") for over ", options_.host_timeout_s,
-                            " s while the other hosts' came"));
-  return f;
-}
-
-v1::Failure Supervisor::explain(const Attempt& a, std::optional<int> wait_status) const {
-  v1::Failure f;
-  f.set_rank(-1);
-  std::string launcher_output;
-  {
-    std::ifstream in(log_path(a.job_id, -1), std::ios::binary);
-    in.seekg(a.log_offset);
-    launcher_output.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  if (a.first_killed_rank >= 0) {
-    // A kill a rank's agent saw is the cause: its peers may fail after
-    // losing it, and mpirun may name one of them first.
-    f.set_rank(a.first_killed_rank);
-    f.set_signal(a.ranks.at(a.first_killed_rank).signal);
-  } else if (auto r = parse_launcher_failure(launcher_output)) {
-    f.set_rank(r->rank);
-    f.set_exit_code(r->exit_code);
-    f.set_signal(r->signal);
-  } else if (a.first_failed_rank >= 0) {
-    // mpirun's report can be missing (Open MPI loses it when several ranks
-    // abort at once); the workers said it before aborting.
-    f.set_rank(a.first_failed_rank);
-    f.set_exit_code(*a.ranks.at(a.first_failed_rank).exit_code);
-  } else if (wait_status) {
-    if (WIFSIGNALED(*wait_status)) f.set_signal(WTERMSIG(*wait_status));
-    if (WIFEXITED(*wait_status)) f.set_exit_code(WEXITSTATUS(*wait_status));
-  }
-  if (auto it = a.ranks.find(f.rank()); it != a.ranks.end()) {
-    f.set_host(it->second.host);
-    // Read from the rank's own host's cgroup by its agent.
-    f.set_oom(f.signal() == SIGKILL && it->second.oom);
-  } else if (f.rank() < 0 && f.signal() == SIGKILL && a.oom_base) {
-    // mpirun, in zerod's cgroup.
-    const std::optional<int64_t> kills = oom_kills();
-    f.set_oom(kills && *kills > *a.oom_base);
-  }
-  const std::string who = f.rank() >= 0 ? absl::StrCat("rank ", f.rank(), f.host().empty() ? "" : " on ", f.host())
-                                        : std::string("mpirun");
-  if (f.oom()) {
-    f.set_reason(absl::StrCat(who, " was killed by the kernel's OOM killer"));
-  } else if (f.signal() != 0) {
-    f.set_reason(absl::StrCat(who, " was killed by ", signal_name(f.signal())));
-  } else if (f.exit_code() != 0) {
-    f.set_reason(absl::StrCat(who, " exited with status ", f.exit_code(),
-                              f.exit_code() == 2 ? " (bad input)" : f.exit_code() == 1 ? " (run failure)" : ""));
-  } else {
-    f.set_reason("the attempt's processes ended while zerod was not running, and no exit was reported");
-  }
-  return f;
-}
-
-void Supervisor::end_attempt(const std::string& id, std::optional<int> wait_status) {
-  Attempt a;
-  std::optional<v1::Progress> progress;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    a = running_.at(id);
-    if (auto it = progress_.find(id); it != progress_.end()) progress = it->second;
-  }
-  // Whatever is left of the attempt goes now (mpirun is reaped, so only the
-  // tagged processes are signalled).
-  signal_attempt(-1, a.tag, SIGKILL);
-  const int number = a.number;
-  const v1::SubmitJobRequest& spec = a.spec;
-  bool reported_ok = static_cast<int>(a.ranks.size()) == spec.world_size();
-  for (const auto& [rank, r] : a.ranks) reported_ok = reported_ok && r.exit_code == 0;
-  const bool ok = wait_status ? WIFEXITED(*wait_status) && WEXITSTATUS(*wait_status) == 0 : reported_ok;
-  v1::JobState outcome = ok ? v1::SUCCEEDED : v1::FAILED;
-  v1::Failure failure;
-  if (a.verdict) {
-    outcome = *a.verdict;
-    failure = a.failure;
-  } else if (!ok) {
-    failure = explain(a, wait_status);
-  }
-  if (outcome == v1::FAILED) {
-    for (const std::string& line : last_lines(log_path(id, std::max(failure.rank(), 0)), kLogLinesKept)) {
-      failure.add_last_log_lines(line);
-    }
-  }
-  note(id, absl::StrCat("attempt ", number, " ", v1::JobState_Name(outcome),
-                        failure.reason().empty() ? "" : ": " + failure.reason()));
-  End e;
-  e.number = number;
-  e.attempt_state = outcome;
-  e.failure = failure;
-  if (outcome != v1::FAILED || number - 1 >= spec.restart().max_restarts()) e.job_state = outcome;
-  e.at_ms = now_ms();
-  e.spec = spec;
-  if (!a.lost_host.empty() && !e.job_state) {
-    // The next attempt goes without the lost host, when the others have the slots.
-    auto* hosts = e.spec.mutable_placement()->mutable_hosts();
-    int slots = 0;
-    for (int i = hosts->size() - 1; i >= 0; --i) {
-      const std::string& entry = hosts->Get(i);
-      if (entry.substr(0, entry.find(':')) == a.lost_host) {
-        hosts->DeleteSubrange(i, 1);
-      } else {
-        slots += check_host(entry).value_or(0);
-      }
-    }
-    if (slots < spec.world_size()) {
-      e.job_state = v1::FAILED;
-      e.failure.set_reason(absl::StrCat(e.failure.reason(), "; the hosts left give ", slots, " slots for ",
-                                        spec.world_size(), " ranks"));
-    }
-  }
-  e.progress = progress;
-  {
-    // From here clients see the end, until the store has it.
-    std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(id);
-    progress_.erase(id);
-    unrecorded_[id] = e;
-    reschedule_ = true;
-  }
-  settle(id, std::move(e));
-}
-
-void Supervisor::settle(const std::string& id, End end) {
-  absl::Status s = write_end(id, end);
-  if (s.ok() && !end.job_state) s = launch_attempt(id, end.spec);
-  if (!s.ok() && end.error.empty()) note(id, absl::StrCat("kept in memory until the store takes it: ", s.message()));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (s.ok()) {
-      unrecorded_.erase(id);
-    } else {
-      end.error = std::string(s.message());
-      unrecorded_[id] = std::move(end);
-    }
-  }
-  changed();
-}
-
-absl::Status Supervisor::write_end(const std::string& id, const End& end) {
-  // Each part is written once: a retry goes on where the last one stopped.
-  ZEROD_ASSIGN_OR_RETURN(const v1::Job job, store_->get(id));
-  if (is_terminal(job.state())) return absl::OkStatus();
-  if (end.progress && end.progress->SerializeAsString() != job.progress().SerializeAsString()) {
-    ZEROD_RETURN_IF_ERROR(store_->set_progress(id, *end.progress));
-  }
-  if (end.number >= 1 && end.number <= job.attempts_size() && job.attempts(end.number - 1).state() == v1::RUNNING) {
-    ZEROD_RETURN_IF_ERROR(store_->end_attempt(id, end.number, end.attempt_state, end.failure, end.at_ms));
-  }
-  if (end.job_state) ZEROD_RETURN_IF_ERROR(store_->finish(id, *end.job_state, end.at_ms));
-  return absl::OkStatus();
-}
-
 void Supervisor::overlay_locked(v1::Job& job) const {
   job.set_directory(job_dir(job.id()));
   if (auto it = progress_.find(job.id()); it != progress_.end() && !is_terminal(job.state())) {
@@ -626,127 +362,6 @@ void Supervisor::overlay_locked(v1::Job& job) const {
     job.set_state(*e.job_state);
     job.set_finished_unix_ms(e.at_ms);
   }
-}
-
-absl::Status Supervisor::launch_attempt(const std::string& id, const v1::SubmitJobRequest& spec) {
-  ZEROD_ASSIGN_OR_RETURN(const int number, store_->start_attempt(id, now_ms()));
-  const std::string dir = job_dir(id);
-  LaunchSpec l;
-  l.mpirun = options_.mpirun;
-  l.mca = options_.mca;
-  l.exports = options_.exports;
-  l.worker = options_.worker;
-  l.agent = options_.agent;
-  l.world_size = spec.world_size();
-  l.hosts.assign(spec.placement().hosts().begin(), spec.placement().hosts().end());
-  l.job_dir = dir;
-  l.config = dir + "/job.json";
-  l.tag = tag(id, number);
-  l.launcher_log = log_path(id, -1);
-  if (number > 1) {
-    // A relaunch continues from the newest checkpoint, whatever the first
-    // attempt started from.
-    const std::optional<std::string> text = read_whole_file(l.config);
-    const nlohmann::json config = nlohmann::json::parse(text.value_or(""), nullptr, false);
-    if (config.is_object()) {
-      const fs::path root = fs::path(dir) / checkpoint_root(config);
-      if (latest_checkpoint(root.string()).ok()) l.overrides.push_back("run.resume=\"latest\"");
-    }
-    for (int r = 0; r < spec.world_size(); ++r) {
-      std::ofstream(log_path(id, r), std::ios::app) << "----- zerod: attempt " << number << " (restart " << number - 1
-                                                    << " of " << spec.restart().max_restarts() << ") -----\n";
-    }
-  }
-  l.env = {{"ZEROD_COORDINATOR", options_.address},
-           {"ZEROD_JOB_ID", id},
-           {"ZEROD_ATTEMPT", absl::StrCat(number)},
-           {"ZEROD_TOKEN_FILE", options_.token_file},
-           {"ZEROD_LOG_DIR", dir},
-           {"ZEROD_LEASE_S", absl::StrCat(2 * options_.host_timeout_s)}};
-  if (!options_.tls_ca.empty()) l.env.emplace_back("ZEROD_TLS_CA", options_.tls_ca);
-  // Each rank chooses its CPU threads as any worker does (kernels/cpu/threads.h).
-  Attempt a;
-  a.job_id = id;
-  a.number = number;
-  a.spec = spec;
-  a.tag = l.tag;
-  a.progressed = a.saved = Clock::now();
-  a.oom_base = oom_kills();
-  std::error_code ec;
-  a.log_offset = fs::exists(l.launcher_log) ? static_cast<int64_t>(fs::file_size(l.launcher_log, ec)) : 0;
-  {
-    // In place before its ranks exist, so their first calls find it; the
-    // tick that would look at it waits for this launch.
-    std::lock_guard<std::mutex> lock(mu_);
-    running_[id] = std::move(a);
-  }
-  absl::StatusOr<pid_t> pid = launch(l);
-  if (!pid.ok()) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_.erase(id);
-    }
-    note(id, absl::StrCat("attempt ", number, " cannot start: ", pid.status().message()));
-    End e;
-    e.number = number;
-    e.failure.set_rank(-1);
-    e.failure.set_reason(std::string(pid.status().message()));
-    e.job_state = v1::FAILED;
-    e.at_ms = now_ms();
-    e.spec = spec;
-    settle(id, std::move(e));
-    return absl::OkStatus();
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_.at(id).launcher = *pid;
-  }
-  note(id, absl::StrCat("attempt ", number, " launched: ", spec.world_size(), " ranks",
-                        l.hosts.empty() ? "" : " on " + absl::StrJoin(l.hosts, ","), ", mpirun pid ", *pid));
-  changed();
-  return absl::OkStatus();
-}
-
-int Supervisor::used_slots_locked() const {
-  int used = 0;
-  for (const auto& [id, a] : running_) used += a.spec.world_size();
-  return used;
-}
-
-void Supervisor::schedule() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!reschedule_) return;
-    reschedule_ = false;
-  }
-  absl::StatusOr<std::vector<v1::Job>> pending = store_->list({v1::PENDING});
-  if (!pending.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    reschedule_ = true;  // try again at the next tick
-    return;
-  }
-  // First come, first served: a big job is not starved by small ones behind it.
-  for (const v1::Job& job : *pending) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (used_slots_locked() + job.spec().world_size() > options_.rules.slots) break;
-    }
-    if (absl::Status s = launch_attempt(job.id(), job.spec()); !s.ok()) {
-      bool first = false;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        first = queue_error_.empty();
-        queue_error_ = std::string(s.message());
-        reschedule_ = true;  // the store may take it at the next tick
-      }
-      if (first) note(job.id(), absl::StrCat("waits: ", s.message()));
-      changed();
-      return;
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!queue_error_.empty()) changed();
-  queue_error_.clear();
 }
 
 }  // namespace zerod

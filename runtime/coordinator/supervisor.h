@@ -37,27 +37,27 @@
 namespace zerod {
 
 struct SupervisorOptions {
-  std::string state_dir;                // zerod.db and jobs/<id>/
+  std::string state_dir;  // zerod.db and jobs/<id>/
   std::string worker = "zero-worker";
-  std::string agent = "zero-agent";      // started by mpirun for each rank, running its worker
+  std::string agent = "zero-agent";  // started by mpirun for each rank, running its worker
   std::string mpirun = "mpirun";
   std::vector<std::pair<std::string, std::string>> mca;  // mpirun --mca settings of every launch
   std::vector<std::string> exports;  // variables of zerod's environment every rank gets, on any host
-  std::string address;                  // where workers reach this zerod
-  std::string token_file;               // workers read the token here
-  std::string tls_ca;                   // workers trust this certificate (TLS only)
+  std::string address;               // where workers reach this zerod
+  std::string token_file;            // workers read the token here
+  std::string tls_ca;                // workers trust this certificate (TLS only)
   JobRules rules;
-  double hang_timeout_s = 300;          // a job's default
+  double hang_timeout_s = 300;  // a job's default
   // A host whose ranks have all been silent this long, while another
   // host's are heard, is lost: its attempt fails naming it, and the job
   // goes on without it. A rank that hears nothing from zerod for twice
   // this long stops itself (its lease, ZEROD_LEASE_S), so nothing of a lost
   // attempt outlives it on a host cut off.
   double host_timeout_s = 30;
-  double grace_s = 10;                  // SIGTERM, then this long, then SIGKILL
+  double grace_s = 10;  // SIGTERM, then this long, then SIGKILL
   double heartbeat_interval_s = 1;
-  double tick_s = 0.1;                  // how often attempts are checked
-  double reach_timeout_s = 10;          // for each placement host to answer before a job is taken
+  double tick_s = 0.1;          // how often attempts are checked
+  double reach_timeout_s = 10;  // for each placement host to answer before a job is taken
 };
 
 class Supervisor {
@@ -116,9 +116,9 @@ class Supervisor {
     std::string host;
     Clock::time_point heard;  // its last registration or heartbeat
     int64_t step = -1;
-    std::optional<int> exit_code;  // as the worker or its agent reported it
-    int signal = 0;                // what killed it, as its agent saw
-    bool oom = false;              // the OOM killer, by its host's cgroup
+    std::optional<int> exit_code;              // as the worker or its agent reported it
+    int signal = 0;                            // what killed it, as its agent saw
+    bool oom = false;                          // the OOM killer, by its host's cgroup
     std::array<uint64_t, kNumTiers> memory{};  // bytes in use by tier, its last heartbeat's
   };
   // The running attempt of a job.
@@ -126,23 +126,23 @@ class Supervisor {
     std::string job_id;
     int number = 0;
     v1::SubmitJobRequest spec;
-    pid_t launcher = -1;               // mpirun, our child; -1 when taken over after a restart
+    pid_t launcher = -1;  // mpirun, our child; -1 when taken over after a restart
     std::string tag;
     std::map<int, Rank> ranks;
-    Clock::time_point progressed;       // the last step any rank finished, or the launch
-    int64_t step = -1;                  // the highest step reported
-    std::optional<int64_t> oom_base;    // OOM kills in zerod's cgroup (mpirun's) before the launch
-    int first_failed_rank = -1;         // the first to report a non-zero exit
-    int first_killed_rank = -1;         // the first whose agent reported it killed
-    int64_t log_offset = 0;             // mpirun's output of this attempt starts here
+    Clock::time_point progressed;     // the last step any rank finished, or the launch
+    int64_t step = -1;                // the highest step reported
+    std::optional<int64_t> oom_base;  // OOM kills in zerod's cgroup (mpirun's) before the launch
+    int first_failed_rank = -1;       // the first to report a non-zero exit
+    int first_killed_rank = -1;       // the first whose agent reported it killed
+    int64_t log_offset = 0;           // mpirun's output of this attempt starts here
     // Set once zerod decides to stop it (hang, cancel, a failed rank).
     bool stopping = false;
     Clock::time_point kill_at;
     std::optional<v1::JobState> verdict;  // CANCELLED, or FAILED with `failure`
     v1::Failure failure;
-    std::string lost_host;              // the host whose silence failed it
-    Clock::time_point saved;            // progress last written to the store
-    bool unsaved = false;               // progress_ holds a heartbeat the store has not
+    std::string lost_host;    // the host whose silence failed it
+    Clock::time_point saved;  // progress last written to the store
+    bool unsaved = false;     // progress_ holds a heartbeat the store has not
   };
 
   // How an attempt ended and what follows for its job, as decided; kept in
@@ -197,6 +197,8 @@ class Supervisor {
   int used_slots_locked() const;
 
   std::string tag(const std::string& id, int attempt) const;
+  // zerod's own log (its stderr): one line per event of a job.
+  static void note(const std::string& id, const std::string& what);
   int64_t now_ms() const;
   void changed() { changes_.fetch_add(1); }
 
@@ -206,11 +208,11 @@ class Supervisor {
   // What workers' calls and clients' reads touch: the fields below, and
   // those of each Attempt that calls change (ranks, step, stopping, ...).
   mutable std::mutex mu_;
-  std::map<std::string, Attempt> running_;           // by job id
-  std::map<std::string, v1::Progress> progress_;     // latest heartbeats, ahead of the store
+  std::map<std::string, Attempt> running_;            // by job id
+  std::map<std::string, v1::Progress> progress_;      // latest heartbeats, ahead of the store
   std::map<std::string, std::vector<Point>> series_;  // by job id
-  std::map<std::string, End> unrecorded_;            // by job id
-  std::string queue_error_;                          // why the store refused to start the next job
+  std::map<std::string, End> unrecorded_;             // by job id
+  std::string queue_error_;                           // why the store refused to start the next job
   std::atomic<uint64_t> changes_{0};
   bool reschedule_ = true;  // a job arrived or slots were freed: look at the queue
   bool quit_ = false;

@@ -10,6 +10,7 @@
 #include "runtime/core/exit_codes.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/fit.h"
+#include "runtime/engine/micro_batch_grads.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/telemetry/run_output.h"
@@ -30,8 +31,8 @@ absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& m
   device.host_memory = machines.host_memory.value_or(0);
   // A job that resumes is counted as reading another partition's files (the larger case).
   const auto resume = cfg.run.resume ? Trainer::ResumeFrom::kOtherPartition : Trainer::ResumeFrom::kNothing;
-  ZEROD_ASSIGN_OR_RETURN(const Trainer::MicroBatchGradsChoice grads,
-                         Trainer::micro_batch_grads(cfg, machines.ranks, kernels, device, resume));
+  ZEROD_ASSIGN_OR_RETURN(const MicroBatchGradsChoice grads,
+                         resolve_micro_batch_grads(cfg, machines.ranks, kernels, device, resume));
   e.grads_mode = grads.mode;
   e.grads_line = grads.line();
   e.grads_why = grads.why;
@@ -174,7 +175,8 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->check(CLI::IsMember({"bf16", "8bit"}));
   app.add_option("--out", out_path, "--fit: write the best config to this file");
   app.add_option("--nvme-path", nvme_path, "--fit: where NVMe offload keeps its files when the config names none");
-  app.add_option("--flops", rates.flops, "--fit: model FLOP/s a rank achieves (default: measured, see README)")
+  app.add_option("--flops", rates.flops,
+                 "--fit: model FLOP/s a rank achieves (default: measured, see docs/memory-plan.md)")
       ->check(CLI::PositiveNumber);
   app.add_option("--pcie-bandwidth", pcie, "--fit: bytes/s between a GPU and host memory, e.g. 25GB");
   app.add_option("--network-bandwidth", network, "--fit: bytes/s a rank moves in collectives, e.g. 12.5GB");
@@ -301,11 +303,11 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
     out << j.dump() << "\n";
     return kExitOk;
   }
-  const std::string lora =
-      cfg->lora ? absl::StrFormat(" (frozen%s), LoRA adapters of %d parameters (r %d on %s)",
-                                  cfg->lora->nf4_base ? ", in NF4" : "", trained, cfg->lora->adapters.r,
-                                  lora_targets_text(cfg->lora->adapters, cfg->model.arch))
-                : "";
+  const std::string lora = cfg->lora
+                               ? absl::StrFormat(" (frozen%s), LoRA adapters of %d parameters (r %d on %s)",
+                                                 cfg->lora->nf4_base ? ", in NF4" : "", trained, cfg->lora->adapters.r,
+                                                 lora_targets_text(cfg->lora->adapters, cfg->model.arch))
+                               : "";
   out << absl::StrFormat("memory estimate: %s model, %d parameters%s; ZeRO stage %d; %d rank%s on %d node%s, %s\n",
                          cfg->preset, params, lora, cfg->zero.stage, m.ranks, m.ranks == 1 ? "" : "s", m.nodes,
                          m.nodes == 1 ? "" : "s",

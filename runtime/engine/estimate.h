@@ -35,7 +35,7 @@ struct Estimate {
   int cpu_threads = 0;                       // a CPU rank's threads, as zero-worker would choose them here
   std::vector<PlannedBuffer> rank0_buffers;  // what rank 0 allocates, buffer by buffer
   // zero_optimization.micro_batch_grads as the job would run it there
-  // (Trainer::MicroBatchGradsChoice).
+  // (MicroBatchGradsChoice).
   MicroBatchGrads grads_mode = MicroBatchGrads::kF32;
   std::string grads_line, grads_why;
 };

@@ -12,17 +12,17 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
 #include "runtime/config/job_config.h"
 #include "runtime/core/device.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/profiler.h"
+#include "runtime/data/data_loader.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/model/gpt.h"
@@ -55,6 +55,9 @@ struct TrainerEnv {
 // `layout`, their initial values opened (model.init_from, or for an adapter
 // layout model.lora.init_from; checked whole) or drawn from run.seed.
 absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout& layout, IoFaultHook io_faults = {});
+// The same settings for planning `cfg` (no initial values), with the kernel
+// table's operand type `operands`.
+ZeroSettings planned_zero_settings(const JobConfig& cfg, DType operands);
 
 class Trainer {
  public:
@@ -155,43 +158,6 @@ class Trainer {
   static absl::Status plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
                            MemoryPlan& plan, ResumeFrom resume = ResumeFrom::kNothing);
 
-  // zero_optimization.micro_batch_grads as a job of `world_size` on
-  // `device` runs it. "auto" is "fp32" unless the optimizer is offloaded
-  // (stage 2 or 3) from a GPU and a step has several micro-batches: then
-  // "fp32" (the step's sum kept on the GPU) where every rank's plan with it
-  // fits the GPU (run.gpu_memory_limit, and what the device holds), else
-  // compute_grads(). `what` says how the micro-batches then go, for the
-  // banner ("" where they are added in fp32 in memory); `why`, for "auto"
-  // on a GPU, what decided it.
-  struct MicroBatchGradsChoice {
-    MicroBatchGrads mode;
-    // kCompute: the bytes of the step's fp32 sum the GPU may keep (whole
-    // units from the first fit in it; at least one where not 0).
-    uint64_t sums_on_device_bytes = 0;
-    std::string what, why;
-    // kCompute: micro-batches added on the host in one pass (MicroBatchSums::fold).
-    int host_fold = 1;
-    // The choice into a config's zero_optimization.
-    void apply(ZeroConfig& z) const {
-      z.micro_batch_grads = mode;
-      z.compute_sums_on_device_bytes = sums_on_device_bytes;
-      z.compute_host_fold = host_fold;
-    }
-    // "micro-batch gradients (micro_batch_grads compute): <what> | auto:
-    // <why>"; "" where `what` is.
-    std::string line() const;
-  };
-  static absl::StatusOr<MicroBatchGradsChoice> micro_batch_grads(const JobConfig& cfg, int world_size,
-                                                                 const KernelMemory& kernels, const PlanDevice& device,
-                                                                 ResumeFrom resume = ResumeFrom::kNothing);
-  // "compute", with what the GPU has left beside its plan (within
-  // run.gpu_memory_limit, or a twentieth short of what the device holds)
-  // keeping the first units' sums there, where the optimizer is offloaded
-  // and a step has several micro-batches; `why` as given.
-  static absl::StatusOr<MicroBatchGradsChoice> compute_grads(const JobConfig& cfg, int world_size,
-                                                             const KernelMemory& kernels, const PlanDevice& device,
-                                                             ResumeFrom resume, std::string why);
-
  private:
   Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);
   absl::Status build();
@@ -216,7 +182,7 @@ class Trainer {
   Dataset data_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<Gpt> model_;
-  std::unique_ptr<GptLayout> adapters_;   // with model.lora: what zero_ trains
+  std::unique_ptr<GptLayout> adapters_;  // with model.lora: what zero_ trains
   std::unique_ptr<ZeroEngine> zero_;
   std::unique_ptr<FrozenWeights> base_;      // with model.lora
   std::unique_ptr<AdaptedWeights> adapted_;  // base_ and zero_'s adapters

@@ -19,6 +19,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/gpu_memory.h"
 #include "runtime/engine/memory_check.h"
+#include "runtime/engine/micro_batch_grads.h"
 #include "runtime/engine/run_figures.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/kernels/cpu/threads.h"
@@ -51,22 +52,22 @@ absl::StatusOr<MemoryPeaks> planned_peaks(const JobConfig& cfg, const RankInfo& 
 // zero_optimization.micro_batch_grads as every rank runs it: "auto"
 // decided by each rank against its GPU (a share of it where ranks share
 // one), then "compute" on all where any rank needs it.
-absl::StatusOr<Trainer::MicroBatchGradsChoice> agreed_micro_batch_grads(const JobConfig& cfg, const RankInfo& rank,
-                                                                        const Device& device, Communicator& comm,
-                                                                        Trainer::ResumeFrom resume) {
+absl::StatusOr<MicroBatchGradsChoice> agreed_micro_batch_grads(const JobConfig& cfg, const RankInfo& rank,
+                                                               const Device& device, Communicator& comm,
+                                                               Trainer::ResumeFrom resume) {
   PlanDevice here = plan_device(device);
   if (const int gpus = here.memory == Tier::kGpu ? cuda_device_count() : 0; gpus > 0) {
     const int sharing = rank.local_size / gpus + (rank.local_rank % gpus < rank.local_size % gpus ? 1 : 0);
     here.usable_bytes /= std::max(1, sharing);
   }
   const KernelMemory kernels = kernel_memory_for(device);
-  ZEROD_ASSIGN_OR_RETURN(Trainer::MicroBatchGradsChoice mine,
-                         Trainer::micro_batch_grads(cfg, rank.world_size, kernels, here, resume));
+  ZEROD_ASSIGN_OR_RETURN(MicroBatchGradsChoice mine,
+                         resolve_micro_batch_grads(cfg, rank.world_size, kernels, here, resume));
   int64_t compute = mine.mode == MicroBatchGrads::kCompute;
   if (comm.world_size() > 1) ZEROD_RETURN_IF_ERROR(all_reduce(comm, &compute, 1, CommType::kI64, ReduceOp::kMax));
   if (!compute || mine.mode == MicroBatchGrads::kCompute) return mine;
-  return Trainer::compute_grads(cfg, rank.world_size, kernels, here, resume,
-                                "the step's gradient sum does not fit another rank's GPU");
+  return choose_compute_grads(cfg, rank.world_size, kernels, here, resume,
+                              "the step's gradient sum does not fit another rank's GPU");
 }
 
 // The checkpoint run.resume names: the one `latest` names in
@@ -241,8 +242,9 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   app.require_subcommand(0, 1);
   ExportOptions ex;
   CLI::App* exp = app.add_subcommand(
-      "export", "write a checkpoint's weights as Hugging Face files: model.safetensors (a Llama's in shards past "
-                "5 GiB, with model.safetensors.index.json) and config.json");
+      "export",
+      "write a checkpoint's weights as Hugging Face files: model.safetensors (a Llama's in shards past "
+      "5 GiB, with model.safetensors.index.json) and config.json");
   exp->add_option("--checkpoint", ex.checkpoint, "checkpoint directory, or a checkpoint root (its latest)")->required();
   exp->add_option("--out", ex.out_dir, "output directory")->required();
   exp->add_option("--dtype", ex.dtype, "weights' type: fp32, bf16 or fp16")
@@ -351,8 +353,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   // A CPU's peak is measured, so only for a run that writes its MFU
   // somewhere beside the step events (rank 0's monitor).
   const bool monitored = tensorboard_log_dir(*cfg) || csv_log_dir(*cfg);
-  const double peak_flops =
-      rank->rank == 0 && (monitored || is_cuda_device(**device)) ? run_peak_flops(**device) : 0;
+  const double peak_flops = rank->rank == 0 && (monitored || is_cuda_device(**device)) ? run_peak_flops(**device) : 0;
   output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads, grads->line(), grads->why,
                model_flops_per_token(t), peak_flops);
   if (cfg->run.resume) {

@@ -1,6 +1,6 @@
 // The CPU's kernel table: each op runs cpu:: on the stream, in its order.
 // Its operands are fp32 (kernels.h), so each `void*` is a float array.
-#include "runtime/kernels/cpu/cpu_table.h"
+#include "runtime/kernels/cpu_table.h"
 
 #include "runtime/core/cpu_device.h"
 
@@ -19,16 +19,16 @@ class CpuKernels : public Kernels {
                       int OC) override {
     CpuDevice::launch(s, [=] { cpu::matmul_forward(f32(out), f32(inp), f32(w), f32(bias), N, C, OC); });
   }
-  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
-                       const void* w, int64_t N, int C, int OC) override {
+  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
+                       int64_t N, int C, int OC) override {
     CpuDevice::launch(s, [=] { cpu::matmul_backward(f32(dinp), dw, dbias, f32(dout), f32(inp), f32(w), N, C, OC); });
   }
-  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
-                         const void* b, int64_t N, int C) override {
+  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b,
+                         int64_t N, int C) override {
     CpuDevice::launch(s, [=] { cpu::layernorm_forward(f32(out), mean, rstd, f32(inp), f32(w), f32(b), N, C); });
   }
-  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
-                          const void* w, const float* mean, const float* rstd, int64_t N, int C) override {
+  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp, const void* w,
+                          const float* mean, const float* rstd, int64_t N, int C) override {
     CpuDevice::launch(
         s, [=] { cpu::layernorm_backward(f32(dinp), dw, db, f32(dout), f32(inp), f32(w), mean, rstd, N, C); });
   }
@@ -39,9 +39,8 @@ class CpuKernels : public Kernels {
   }
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void*, const float* stats,
                           float* scratch, int B, int T, int C, int NH, DType rounded) override {
-    CpuDevice::launch(s, [=] {
-      cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, rounded);
-    });
+    CpuDevice::launch(
+        s, [=] { cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, rounded); });
   }
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                        float eps) override {
@@ -85,12 +84,12 @@ class CpuKernels : public Kernels {
     CpuDevice::launch(s, [=] { cpu::embedding_forward(f32(out), tokens, f32(wte), f32(wpe), B, T, C); });
   }
   // Walks the positions in order, column by column: `order` is not needed.
-  void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                          const int32_t*, int B, int T, int C) override {
+  void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens, const int32_t*,
+                          int B, int T, int C) override {
     CpuDevice::launch(s, [=] { cpu::embedding_backward(dwte, dwpe, f32(dout), tokens, B, T, C); });
   }
-  void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte,
-                         int64_t rows, int C, int V) override {
+  void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte, int64_t rows,
+                         int C, int V) override {
     CpuDevice::launch(s, [=] { cpu::classifier_logits(logits, f32(inp), inp_stride, f32(wte), rows, C, V); });
   }
   void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {

@@ -4,17 +4,17 @@
 
 #include <algorithm>
 
-#include "runtime/kernels/cpu/cpu_kernels.h"
-#include "runtime/kernels/cpu/quant_map.h"
-#include "runtime/kernels/cuda/attention_plan.h"
-#include "runtime/kernels/cuda/rows_body.h"
+#include "runtime/kernels/ops/attention.h"
+#include "runtime/kernels/ops/attention_plan.h"
+#include "runtime/kernels/ops/quant_map.h"
+#include "runtime/kernels/ops/rows.h"
 
 namespace zerod {
 
 int64_t KernelMemory::attention_scratch_floats(int B, int T, int C, int NH, DType operands) const {
   if (backend == KernelBackend::kCpu) return cpu::attention_scratch_floats(T, cpu_threads);
   // 16-bit operands are widened for attention's fp32 products: qkv and
-  // its gradient, and the output or its gradient (cuda/cuda_table.cu).
+  // its gradient, and the output or its gradient (ops/attention.cuh).
   // cuDNN's fused attention, where it runs, takes its row sums and its
   // workspace from the same bytes (or, past them, leaves the shape to
   // these kernels).

@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/cpu_device.h"
-#include "runtime/kernels/cpu/cpu_table.h"
+#include "runtime/kernels/cpu_table.h"
 #ifdef ZEROD_WITH_CUDA
-#include "runtime/kernels/cuda/cuda_table.h"
+#include "runtime/kernels/cuda_table.h"
 #endif
 
 namespace zerod {

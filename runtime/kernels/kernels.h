@@ -3,24 +3,34 @@
 // runtime/core/device.h for the ordering contract). Pointers are addresses
 // in the device's memory tier.
 //
-// The math and its conventions are those of runtime/kernels/cpu/
-// cpu_kernels.h, which the CPU table wraps and every other table is tested
-// against: fp32 arithmetic (on operands of the table's type, below),
-// weights stored [in, out], weight and bias gradients accumulated (+=),
-// each reduction in a fixed order.
+// Each op's math, its CPU reference and the bodies the CUDA table runs are
+// in runtime/kernels/ops/<op>.h (the CPU's in <op>.cc, the CUDA launches in
+// <op>.cuh); the tables (cpu_table.cc, cuda_table.cu) only dispatch. The
+// CPU's is the one every other table is tested against: fp32 arithmetic
+// (on operands of the table's type, below), weights stored [in, out],
+// weight and bias gradients accumulated (+=), each reduction in a fixed
+// order.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 #include "absl/types/span.h"
-
 #include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
-#include "runtime/kernels/cpu/adam8bit.h"
-#include "runtime/kernels/cpu/cpu_kernels.h"
-#include "runtime/kernels/cpu/nf4.h"
 #include "runtime/kernels/kernel_memory.h"
+#include "runtime/kernels/ops/adam8bit.h"
+#include "runtime/kernels/ops/attention.h"
+#include "runtime/kernels/ops/classifier.h"
+#include "runtime/kernels/ops/embedding.h"
+#include "runtime/kernels/ops/layernorm.h"
+#include "runtime/kernels/ops/matmul.h"
+#include "runtime/kernels/ops/nf4.h"
+#include "runtime/kernels/ops/pointwise.h"
+#include "runtime/kernels/ops/rmsnorm.h"
+#include "runtime/kernels/ops/rope.h"
+#include "runtime/kernels/ops/sum_squares.h"
+#include "runtime/kernels/ops/swiglu.h"
 
 namespace zerod {
 
@@ -97,7 +107,7 @@ class Kernels {
   }
   // What the table's work needs of memory (kernel_memory.h).
   virtual KernelMemory memory() const = 0;
-  // The Llama family's layers (cpu_kernels.h): RMSNorm (rstd fp32 a row;
+  // The Llama family's layers (ops/rmsnorm.h, swiglu.h, rope.h): RMSNorm (rstd fp32 a row;
   // backward adds to dinp and dw, dw null when frozen); SwiGLU over rows
   // of [gate | up]; attention's input from N rows of q, k and v, q and k
   // turned by `table` (fp32, [T, hd/2, 2]) and the key and value heads
@@ -151,7 +161,7 @@ class Kernels {
   virtual void sum_squares_tensors(Stream& s, absl::Span<const SquaresOf> ts) {
     for (const SquaresOf& t : ts) sum_squares(s, t.x, t.n, t.out);
   }
-  // update_factor_of_sums (cpu/adam.h) of n units' sums of squares: the
+  // update_factor_of_sums (ops/adam.h) of n units' sums of squares: the
   // factor an update then reads through AdamStep::grad_scale_at, and the
   // total, both where the sums are, so that the host need not wait.
   virtual void update_factor(Stream& s, const double* sums, int n, double loss_scale, double clip, float* factor,
@@ -161,14 +171,14 @@ class Kernels {
   // Operands: x[i] *= a.
   virtual void scale(Stream& s, void* x, float a, int64_t n) = 0;
   // Dropout of operands: y[i] = x[i] / (1 - p) where element i is kept,
-  // else 0; kept when the draw for (seed, i) (cuda/pointwise_body.h) is at
+  // else 0; kept when the draw for (seed, i) (ops/pointwise.h) is at
   // least p, so the same seed gives the same mask wherever it runs. y may
   // be x.
   virtual void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) = 0;
 
   // The optimizer: one Adam/AdamW update of a tensor's fp32 masters, its
   // states (fp32, or 8-bit in blocks) and its optional 16-bit copy, with
-  // the math of cpu/adam.h and cpu/adam8bit.h.
+  // the math of ops/adam.h and ops/adam8bit.h.
   virtual void adam(Stream& s, const AdamTensor& t, const AdamStep& step) = 0;
   virtual void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) = 0;
   // A rank's tensors, tensor i with steps[i]: adam() (adam8bit()) on each
@@ -180,7 +190,7 @@ class Kernels {
     for (size_t i = 0; i < ts.size(); ++i) adam8bit(s, ts[i], steps[i]);
   }
 
-  // Frozen 4-bit weights: out[i] = weight i of t (cpu/nf4.h), in fp32.
+  // Frozen 4-bit weights: out[i] = weight i of t (ops/nf4.h), in fp32.
   virtual void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) = 0;
 };
 

@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/kernels/cuda/hd.h"
+#include "runtime/model/block.h"
 #include "runtime/model/rope.h"
 
 namespace zerod {
@@ -22,20 +22,6 @@ absl::Status announce(WeightSource& ws, int i, int n, bool backward) {
   const int next = pass_layer(i, n, backward);
   return next < 0 ? absl::OkStatus() : ws.prefetch(next, pass_layer(i + 1, n, backward));
 }
-
-// Activations one block saves for its backward. The operands come first;
-// the per-row statistics (LayerNorm's and attention's) stay fp32.
-// kLoraU + t holds LoRA target t's s·(x·A) (lora.h), where it has one.
-// A Llama's: kLn1 and kLn2 its RMSNorms' outputs (only their rstd kept),
-// kQkv its q, k and v before the rotary turn, kFch gate and up, kFchGelu
-// their SwiGLU.
-enum ActField { kLn1, kQkv, kAtty, kRes2, kLn2, kFch, kFchGelu, kLoraU, kNumBig = kLoraU + kNumLoraTargets,
-                kLn1Mean = kNumBig, kLn1Rstd, kLn2Mean, kLn2Rstd, kAttStats, kNumFields };
-
-struct LayerActs {
-  void* f[kNumFields];
-  int64_t n[kNumFields];  // each field's elements (0 for what the table does not keep)
-};
 
 // `att_stats`: the floats the table's attention keeps a query row;
 // `lora`: the adapters, if any.
@@ -68,38 +54,9 @@ LayerActs carve(const int64_t* size, void* big, int64_t big_bytes, float* small)
   return a;
 }
 
-float* fp32(const LayerActs& a, ActField f) { return static_cast<float*>(a.f[f]); }
-
 // Where one block's fp32 statistics start in its scratch, after `big`
 // operands of `bytes`: 4-byte aligned, whatever the 16-bit fields add to.
 int64_t scratch_stats_offset(int64_t big, int64_t bytes) { return (big * bytes + 3) / 4 * 4; }
-
-// p advanced by n elements of `bytes` each.
-void* at(void* p, int64_t n, int64_t bytes) { return static_cast<char*>(p) + n * bytes; }
-const void* at(const void* p, int64_t n, int64_t bytes) { return static_cast<const char*>(p) + n * bytes; }
-
-// A Llama's: its rotary table on the device, attention's input (a
-// block's q, k and v turned, key and value heads repeated) and its
-// gradient's compact form, the RMSNorms' eps, the MLP's width.
-struct LlamaParts {
-  const float* rope = nullptr;
-  void* att_in = nullptr;
-  void* dqkv = nullptr;
-  RopeShape shape{};
-  float eps = 0;
-  int F = 0;
-  LoraTargetDims lora[kNumLoraTargets] = {};  // each target's place in its product
-};
-
-struct Dims {
-  int B, T, C, NH;
-  int64_t N;
-  // A training pass's adapter dropout: p (0: none) and the pass's seed.
-  float lora_p = 0;
-  uint64_t lora_seed = 0;
-  LlamaParts llama;  // a Llama's (its shape's T the pass's); rope null for GPT-2
-  bool is_llama() const { return llama.rope != nullptr; }
-};
 
 // The widest input or output of any target's product: a LoRA pass's
 // scratch (lora.h's t and dt) holds a row of it (4C for GPT-2).
@@ -110,11 +67,6 @@ int lora_wide(const GptConfig& c) {
     wide = std::max({wide, d.in, d.out});
   }
   return wide;
-}
-
-// Layer l's adapter of target t: its dropout this pass.
-LoraDropout lora_dropout(const Dims& d, int l, int t) {
-  return {d.lora_p, cuda::splitmix64(d.lora_seed ^ (uint64_t(l) << 8 | uint64_t(t)))};
 }
 
 }  // namespace
@@ -134,16 +86,16 @@ struct Gpt::Impl {
   bool checkpointing;
   Device& dev;
   Kernels& k;
-  Stream& s;                     // the device's compute stream
-  int64_t size[kNumFields];      // elements of each field at the maximum B, T
+  Stream& s;                 // the device's compute stream
+  int64_t size[kNumFields];  // elements of each field at the maximum B, T
   int64_t big_numel = 0, small_numel = 0;
-  int64_t act_bytes = 0;         // one element of the activation store
+  int64_t act_bytes = 0;  // one element of the activation store
 
-  Buffer residuals;              // n_layer + 1 block inputs/outputs, act dtype
-  Buffer layer_store;            // per-layer saved activations, act dtype (no checkpointing)
-  Buffer layer_stats;            // per-layer LayerNorm statistics, fp32 (no checkpointing)
-  Buffer scratch;                // one block's activations as operands (checkpointing, or not in_place)
-  Buffer x_fp32;                 // fp32 block input (not in_place)
+  Buffer residuals;    // n_layer + 1 block inputs/outputs, act dtype
+  Buffer layer_store;  // per-layer saved activations, act dtype (no checkpointing)
+  Buffer layer_stats;  // per-layer LayerNorm statistics, fp32 (no checkpointing)
+  Buffer scratch;      // one block's activations as operands (checkpointing, or not in_place)
+  Buffer x_fp32;       // fp32 block input (not in_place)
   Buffer lnf, lnf_mean, lnf_rstd;
   // Backward and head workspace.
   Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
@@ -151,12 +103,13 @@ struct Gpt::Impl {
   // gradient (LlamaParts).
   Buffer rope_table, att_in, dqkv_rope;
   LlamaParts llama_parts;
+  std::unique_ptr<Block> block;  // the architecture's
   Buffer lora_scratch;           // a LoRA product's [N, lora_wide] (forward, backward) and [N, r] (backward)
   int64_t logits_rows = 0;
   // Token ids, their order for the embedding's backward, and the results
   // the host reads, on the device.
   Buffer inputs, targets, order, loss_sum;
-  Buffer order_host, loss_host;  // host memory (pinned on a GPU), a part for each pass
+  Buffer order_host, loss_host;      // host memory (pinned on a GPU), a part for each pass
   std::vector<int64_t> pass_tokens;  // B * T of each pass
 
   Impl(Device& d, Kernels& kt) : dev(d), k(kt), s(d.compute_stream()) {}
@@ -200,6 +153,7 @@ struct Gpt::Impl {
     token_order(tokens, n, host);
     upload(order, host, n);
   }
+  ForwardBuffers forward_buffers() { return {proj.data(), attn_scratch.ptr<float>(), lora_scratch.data(), rounding()}; }
   // `backward`: the pass goes on through the layers in reverse.
   absl::StatusOr<const void*> forward_blocks(WeightSource& ws, const Dims& d, bool backward);
   // A pass over B x T tokens; a training pass's adapters drop out with
@@ -324,9 +278,8 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
 
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
                const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora, int passes) {
-  for (const BufferSpec& b :
-       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes, plan.device(), kernels,
-                    kernels.operand_type(act_dtype))) {
+  for (const BufferSpec& b : buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes,
+                                          plan.device(), kernels, kernels.operand_type(act_dtype))) {
     plan.add(absl::StrCat("model: ", b.what), b.tier.value_or(plan.device().memory), b.category, b.bytes);
   }
 }
@@ -341,6 +294,7 @@ absl::Status Gpt::allocate() {
   m.op_bytes = dtype_size(m.op);
   m.in_place = m.op == act_dtype_;
   m.checkpointing = checkpointing_;
+  m.block = block_for(layout_.config());
   m.pass_tokens.assign(passes_, 0);
   const GptConfig& c = layout_.config();
   field_sizes(c, B_, T_, kernels_.attention_row_stats(), m.lora, m.size);
@@ -356,212 +310,17 @@ absl::Status Gpt::allocate() {
   if (!c.llama()) return absl::OkStatus();
   const std::vector<float> table = rope_table(c, T_);
   device_.copy(m.s, m.rope_table.data(), table.data(), table.size() * 4);
-  m.llama_parts = {m.rope_table.ptr<float>(), m.att_in.data(), m.dqkv_rope.data(),
-                   RopeShape{T_, c.n_head, c.kv_heads(), c.head_dim()}, static_cast<float>(c.norm_eps), c.ffn_hidden};
+  m.llama_parts = {m.rope_table.ptr<float>(),
+                   m.att_in.data(),
+                   m.dqkv_rope.data(),
+                   RopeShape{T_, c.n_head, c.kv_heads(), c.head_dim()},
+                   static_cast<float>(c.norm_eps),
+                   c.ffn_hidden};
   for (int t = 0; t < lora_targets_of(c.arch); ++t) m.llama_parts.lora[t] = lora_target_dims(c, t);
   return device_.synchronize(m.s);  // before `table` goes
 }
 
-namespace {
-
-// One transformer block forward; every produced activation is an operand
-// rounded to `rnd_to` (kF32: none need it). `out` may alias `x`, or be
-// null when recomputing for backward (the block output is not needed
-// then). Each product with an adapter adds it before the rounding
-// (`lora_scratch`: lora_forward's t).
-void block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const void* x,
-                   const LayerActs& a, void* proj, float* attn_scratch, void* lora_scratch, void* out, DType rnd_to) {
-  const int C = d.C;
-  const int64_t N = d.N;
-  auto rnd = [&](void* p, int64_t n) { round_operands(k, s, rnd_to, p, n); };
-  auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
-  auto adapt = [&](int t, const void* in, void* y, int n_in, int n_out) {
-    if (w.lora[t].a) {
-      lora_forward(k, s, {N, n_in, n_out}, w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, rnd_to,
-                   lora_dropout(d, l, t));
-    }
-  };
-  k.layernorm_forward(s, a.f[kLn1], fp32(a, kLn1Mean), fp32(a, kLn1Rstd), x, w.ln1w, w.ln1b, N, C);
-  rnd_field(kLn1);
-  k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
-  adapt(kLoraCAttn, a.f[kLn1], a.f[kQkv], C, 3 * C);
-  rnd_field(kQkv);
-  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH);
-  rnd_field(kAtty);
-  k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
-  adapt(kLoraAttnCProj, a.f[kAtty], proj, C, C);
-  rnd(proj, N * C);
-  if (rnd_to != DType::kF32) {  // the sum is rounded before its LayerNorm
-    k.residual_forward(s, a.f[kRes2], x, proj, N * C);
-    rnd_field(kRes2);
-    k.layernorm_forward(s, a.f[kLn2], fp32(a, kLn2Mean), fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, w.ln2b, N, C);
-  } else {
-    k.residual_layernorm_forward(s, a.f[kRes2], a.f[kLn2], fp32(a, kLn2Mean), fp32(a, kLn2Rstd), x, proj, w.ln2w,
-                                 w.ln2b, N, C);
-  }
-  rnd_field(kLn2);
-  // The table may fuse the product and its GELU where nothing comes
-  // between them: no adapter's share, no rounding of the product.
-  if (w.lora[kLoraCFc].a || rnd_to != DType::kF32) {
-    k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
-    adapt(kLoraCFc, a.f[kLn2], a.f[kFch], C, 4 * C);
-    rnd_field(kFch);
-    k.gelu_forward(s, a.f[kFchGelu], a.f[kFch], N * 4 * C);
-  } else {
-    k.matmul_gelu_forward(s, a.f[kFchGelu], a.f[kFch], a.f[kLn2], w.fcw, w.fcb, N, C, 4 * C);
-  }
-  rnd_field(kFchGelu);
-  if (!out) {
-    // Recomputing: the last product's adapter input is all backward needs.
-    const LoraWeights& last = w.lora[kLoraMlpCProj];
-    if (last.a) {
-      lora_input(k, s, {N, 4 * C, C}, last, a.f[kFchGelu], a.f[kLoraU + int{kLoraMlpCProj}], rnd_to,
-                 lora_dropout(d, l, kLoraMlpCProj), lora_scratch);
-    }
-    return;
-  }
-  k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, w.fcprojb, N, 4 * C, C);
-  adapt(kLoraMlpCProj, a.f[kFchGelu], proj, 4 * C, C);
-  rnd(proj, N * C);
-  k.residual_forward(s, out, a.f[kRes2], proj, N * C);
-  rnd(out, N * C);
-}
-
-// Operands, but attn_scratch.
-struct BackwardBuffers {
-  void *dbuf, *dqkv, *dfch;
-  float* attn_scratch;
-  void* lora;  // lora_backward's dt [N, lora_wide], then its du [N, r]
-  int64_t lora_wide;
-  int64_t op_bytes;
-  DType rounding;  // Impl::rounding()
-};
-
-// One block backward: dres holds d(block output) on entry and d(block input)
-// on return; weight gradients accumulate into g (a frozen weight's is null).
-// An adapter adds its share of its product's input gradient after the
-// frozen weight's.
-void block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const void* x,
-                    const LayerActs& a, const LayerGrads& g, void* dres, const BackwardBuffers& bb) {
-  const int C = d.C;
-  const int64_t N = d.N;
-  auto adapt = [&](int t, const void* in, const void* dy, void* dx, int n_in, int n_out) {
-    if (!w.lora[t].a) return;
-    lora_backward(k, s, {N, n_in, n_out}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx,
-                  at(bb.lora, N * bb.lora_wide, bb.op_bytes), bb.lora, lora_dropout(d, l, t));
-  };
-  if (w.lora[kLoraMlpCProj].a) {  // its share comes before the GELU's backward
-    k.matmul_backward(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
-    adapt(kLoraMlpCProj, a.f[kFchGelu], dres, bb.dfch, 4 * C, C);
-    k.gelu_backward(s, bb.dfch, a.f[kFch], bb.dfch, N * 4 * C);
-  } else {
-    k.matmul_backward_gelu(s, bb.dfch, g.fcprojw, g.fcprojb, dres, a.f[kFch], a.f[kFchGelu], w.fcprojw, N, 4 * C, C);
-  }
-  k.matmul_backward(s, bb.dbuf, g.fcw, g.fcb, bb.dfch, a.f[kLn2], w.fcw, N, C, 4 * C);
-  adapt(kLoraCFc, a.f[kLn2], bb.dfch, bb.dbuf, C, 4 * C);
-  k.layernorm_backward(s, dres, g.ln2w, g.ln2b, bb.dbuf, a.f[kRes2], w.ln2w, fp32(a, kLn2Mean), fp32(a, kLn2Rstd), N,
-                       C);
-  k.matmul_backward(s, bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
-  adapt(kLoraAttnCProj, a.f[kAtty], dres, bb.dbuf, C, C);
-  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
-                       d.NH, bb.rounding);
-  k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
-  adapt(kLoraCAttn, a.f[kLn1], bb.dqkv, bb.dbuf, C, 3 * C);
-  k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, fp32(a, kLn1Mean), fp32(a, kLn1Rstd), N, C);
-}
-
-// A Llama block forward, as block_forward: h = x +
-// o_proj(attention(rope(qkv(rmsnorm(x))))), out = h +
-// down(swiglu(gate_up(rmsnorm(h)))); q, k and v (gate and up) adapters
-// add to their columns of the fused product.
-void llama_block_forward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const void* x,
-                         const LayerActs& a, void* proj, float* attn_scratch, void* lora_scratch, void* out,
-                         DType rnd_to) {
-  const int C = d.C, F = d.llama.F;
-  const int64_t N = d.N;
-  const LlamaParts& p = d.llama;
-  auto rnd = [&](void* q, int64_t n) { round_operands(k, s, rnd_to, q, n); };
-  auto rnd_field = [&](ActField f) { rnd(a.f[f], a.n[f]); };
-  auto shape = [&](int t) {
-    const LoraTargetDims& td = p.lora[t];
-    return LoraShape{N, td.in, td.out, td.col0, td.width};
-  };
-  auto adapt = [&](int t, const void* in, void* y) {
-    if (w.lora[t].a) {
-      lora_forward(k, s, shape(t), w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, rnd_to, lora_dropout(d, l, t));
-    }
-  };
-  k.rmsnorm_forward(s, a.f[kLn1], fp32(a, kLn1Rstd), x, w.ln1w, N, C, p.eps);
-  rnd_field(kLn1);
-  k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, static_cast<int>(p.shape.width()));
-  for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], a.f[kQkv]);
-  rnd_field(kQkv);
-  k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
-  rnd(p.att_in, N * 3 * C);
-  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, p.att_in, d.B, d.T, C, d.NH);
-  rnd_field(kAtty);
-  k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, nullptr, N, C, C);
-  adapt(kLoraO, a.f[kAtty], proj);
-  rnd(proj, N * C);
-  k.residual_forward(s, a.f[kRes2], x, proj, N * C);
-  rnd_field(kRes2);
-  k.rmsnorm_forward(s, a.f[kLn2], fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, N, C, p.eps);
-  rnd_field(kLn2);
-  k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, nullptr, N, C, 2 * F);
-  for (int t : {kLoraGate, kLoraUp}) adapt(t, a.f[kLn2], a.f[kFch]);
-  rnd_field(kFch);
-  k.swiglu_forward(s, a.f[kFchGelu], a.f[kFch], N, F);
-  rnd_field(kFchGelu);
-  if (!out) {
-    // Recomputing: down_proj's adapter input is all backward needs of the rest.
-    if (w.lora[kLoraDown].a) {
-      lora_input(k, s, shape(kLoraDown), w.lora[kLoraDown], a.f[kFchGelu], a.f[kLoraU + int{kLoraDown}], rnd_to,
-                 lora_dropout(d, l, kLoraDown), lora_scratch);
-    }
-    return;
-  }
-  k.matmul_forward(s, proj, a.f[kFchGelu], w.fcprojw, nullptr, N, F, C);
-  adapt(kLoraDown, a.f[kFchGelu], proj);
-  rnd(proj, N * C);
-  k.residual_forward(s, out, a.f[kRes2], proj, N * C);
-  rnd(out, N * C);
-}
-
-// A Llama block backward, as block_backward; attention's input is made
-// again from the saved q, k and v.
-void llama_block_backward(Kernels& k, Stream& s, const Dims& d, int l, const LayerWeights& w, const void* x,
-                          const LayerActs& a, const LayerGrads& g, void* dres, const BackwardBuffers& bb) {
-  const int C = d.C, F = d.llama.F;
-  const int64_t N = d.N;
-  const LlamaParts& p = d.llama;
-  auto adapt = [&](int t, const void* in, const void* dy, void* dx) {
-    if (!w.lora[t].a) return;
-    const LoraTargetDims& td = p.lora[t];
-    lora_backward(k, s, {N, td.in, td.out, td.col0, td.width}, w.lora[t], g.lora[t], in, a.f[kLoraU + t], dy, dx,
-                  at(bb.lora, N * bb.lora_wide, bb.op_bytes), bb.lora, lora_dropout(d, l, t));
-  };
-  void* dswiglu = at(bb.dfch, N * 2 * F, bb.op_bytes);
-  k.matmul_backward(s, dswiglu, g.fcprojw, nullptr, dres, a.f[kFchGelu], w.fcprojw, N, F, C);
-  adapt(kLoraDown, a.f[kFchGelu], dres, dswiglu);
-  k.swiglu_backward(s, bb.dfch, a.f[kFch], dswiglu, N, F);
-  k.matmul_backward(s, bb.dbuf, g.fcw, nullptr, bb.dfch, a.f[kLn2], w.fcw, N, C, 2 * F);
-  for (int t : {kLoraGate, kLoraUp}) adapt(t, a.f[kLn2], bb.dfch, bb.dbuf);
-  k.rmsnorm_backward(s, dres, g.ln2w, bb.dbuf, a.f[kRes2], w.ln2w, fp32(a, kLn2Rstd), N, C);
-  k.matmul_backward(s, bb.dbuf, g.attprojw, nullptr, dres, a.f[kAtty], w.attprojw, N, C, C);
-  adapt(kLoraO, a.f[kAtty], dres, bb.dbuf);
-  k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
-  round_operands(k, s, bb.rounding, p.att_in, N * 3 * C);
-  k.attention_backward(s, bb.dqkv, bb.dbuf, p.att_in, a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
-                       d.NH, bb.rounding);
-  k.rope_backward(s, p.dqkv, bb.dqkv, p.rope, p.shape, N);
-  k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, p.dqkv, a.f[kLn1], w.qkvw, N, C, static_cast<int>(p.shape.width()));
-  for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], p.dqkv, bb.dbuf);
-  k.rmsnorm_backward(s, dres, g.ln1w, bb.dbuf, x, w.ln1w, fp32(a, kLn1Rstd), N, C);
-}
-
-}  // namespace
-
-// The blocks and the final LayerNorm over the tokens in `inputs`; returns
+// The blocks and the final norm over the tokens in `inputs`; returns
 // the last block's output.
 absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Dims& d, bool backward) {
   Impl& m = *this;
@@ -569,6 +328,7 @@ absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Di
   const int B = d.B, T = d.T;
   const int64_t NC = d.N * d.C;
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
+  const BlockPass p{k, s, d};
   // Not in place, each block runs on the fp32 copy of its input, in place.
   void* x = in_place ? residual(0, d.N) : m.x_fp32.data();
   k.embedding_forward(s, x, m.inputs.ptr<int32_t>(), g.wte, g.wpe, B, T, d.C);
@@ -579,25 +339,14 @@ absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Di
     void* out = in_place ? residual(l + 1, d.N) : x;
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
-    if (d.is_llama()) {
-      llama_block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), out,
-                          rounding());
-    } else {
-      block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(), out,
-                    rounding());
-    }
+    block->forward(p, l, w, x, a, forward_buffers(), out);
     if (!in_place) {
       k.convert_from_f32(s, act_dtype, static_cast<float*>(out), residual(l + 1, d.N), NC);
       if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
     }
     x = out;
   }
-  if (d.is_llama()) {
-    k.rmsnorm_forward(s, m.lnf.data(), m.lnf_rstd.ptr<float>(), x, g.lnfw, d.N, d.C, d.llama.eps);
-  } else {
-    k.layernorm_forward(s, m.lnf.data(), m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>(), x, g.lnfw, g.lnfb, d.N,
-                        d.C);
-  }
+  block->final_norm_forward(p, g, x, m.lnf.data(), m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>());
   round_operands(k, s, rounding(), m.lnf.data(), NC);
   return x;
 }
@@ -648,25 +397,31 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
 
-  ClassifierArgs head{m.lnf.data(), g.head(), m.targets.ptr<int32_t>(), d.N, C, c.vocab_size,
-                      grad_scale / static_cast<float>(d.N), act_dtype_, m.logits.data(), m.logits_rows,
-                      m.losses.ptr<double>(), m.dbuf.data(), gg.head()};
+  ClassifierArgs head{m.lnf.data(),
+                      g.head(),
+                      m.targets.ptr<int32_t>(),
+                      d.N,
+                      C,
+                      c.vocab_size,
+                      grad_scale / static_cast<float>(d.N),
+                      act_dtype_,
+                      m.logits.data(),
+                      m.logits_rows,
+                      m.losses.ptr<double>(),
+                      m.dbuf.data(),
+                      gg.head()};
   k.classifier_forward_backward(s, head);
   k.sum(s, m.losses.ptr<double>(), d.N, m.loss_sum.ptr<double>());
   device_.copy(s, m.loss_host.ptr<double>() + pass, m.loss_sum.data(), sizeof(double));
 
   void* dres = m.dres.data();
   device_.memset(s, dres, 0, NC * m.op_bytes);
-  if (d.is_llama()) {
-    k.rmsnorm_backward(s, dres, gg.lnfw, m.dbuf.data(), xL, g.lnfw, m.lnf_rstd.ptr<float>(), d.N, C);
-  } else {
-    k.layernorm_backward(s, dres, gg.lnfw, gg.lnfb, m.dbuf.data(), xL, g.lnfw, m.lnf_mean.ptr<float>(),
-                         m.lnf_rstd.ptr<float>(), d.N, C);
-  }
+  const BlockPass p{k, s, d};
+  m.block->final_norm_backward(p, g, gg, dres, m.dbuf.data(), xL, m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>());
   round_operands(k, s, m.rounding(), dres, NC);
 
-  const BackwardBuffers bb{m.dbuf.data(),          m.dqkv.data(),  m.dfch.data(), m.attn_scratch.ptr<float>(),
-                           m.lora_scratch.data(),   lora_wide(c),   m.op_bytes,    m.rounding()};
+  const BackwardBuffers bb{m.dbuf.data(),         m.dqkv.data(), m.dfch.data(), m.attn_scratch.ptr<float>(),
+                           m.lora_scratch.data(), lora_wide(c),  m.op_bytes,    m.rounding()};
   for (int l = c.n_layer - 1; l >= 0; --l) {
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
     ZEROD_RETURN_IF_ERROR(announce(ws, 2 * c.n_layer - l, c.n_layer, /*backward=*/true));
@@ -678,23 +433,13 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     LayerActs a;
     if (checkpointing_) {
       a = m.scratch_acts();
-      if (d.is_llama()) {
-        llama_block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(),
-                            nullptr, m.rounding());
-      } else {
-        block_forward(k, s, d, l, w, x, a, m.proj.data(), m.attn_scratch.ptr<float>(), m.lora_scratch.data(),
-                      nullptr, m.rounding());
-      }
+      m.block->forward(p, l, w, x, a, m.forward_buffers(), nullptr);
     } else {
       a = m.stored_acts(l);
       if (!m.in_place) m.pack_acts(l, a, B, T, /*to_store=*/false);
     }
     ZEROD_ASSIGN_OR_RETURN(const LayerGrads lg, sink.layer(l));
-    if (d.is_llama()) {
-      llama_block_backward(k, s, d, l, w, x, a, lg, dres, bb);
-    } else {
-      block_backward(k, s, d, l, w, x, a, lg, dres, bb);
-    }
+    m.block->backward(p, l, w, x, a, lg, dres, bb);
     ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
     round_operands(k, s, m.rounding(), dres, NC);
   }
@@ -703,15 +448,13 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   return ws.end_pass();
 }
 
-absl::Status Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits,
-                                 bool last_only) {
+absl::Status Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits, bool last_only) {
   absl::Status pass = enqueue_logits(ws, tokens, B, T, logits, last_only);
   pass.Update(device_.synchronize(impl_->s));  // as in forward_backward
   return pass;
 }
 
-absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits,
-                                 bool last_only) {
+absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits, bool last_only) {
   Impl& m = *impl_;
   const int C = layout_.config().n_embd, V = layout_.config().vocab_size;
   if (B < 1 || T < 1 || T > T_ || int64_t(B) * T > max_tokens()) {
@@ -730,8 +473,7 @@ absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B,
   const int64_t chunk = std::max<int64_t>(1, m.logits.bytes() / (int64_t(V) * 4));
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t n = std::min(chunk, rows - r);
-    kernels_.classifier_logits(m.s, m.logits.ptr<float>(), at(lnf, r * stride, m.op_bytes), stride, g.head(), n, C,
-                               V);
+    kernels_.classifier_logits(m.s, m.logits.ptr<float>(), at(lnf, r * stride, m.op_bytes), stride, g.head(), n, C, V);
     device_.copy(m.s, logits + r * V, m.logits.data(), n * V * 4);
   }
   return ws.end_pass();

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/kernels/cuda/hd.h"
+#include "runtime/kernels/ops/hd.h"
 
 namespace zerod {
 
@@ -31,7 +31,9 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
        {"attn.c_proj.lora_A", "attn.c_proj.lora_B"},
        {"mlp.c_fc.lora_A", "mlp.c_fc.lora_B"},
        {"mlp.c_proj.lora_A", "mlp.c_proj.lora_B"},
-       {"", ""}, {"", ""}, {"", ""}},
+       {"", ""},
+       {"", ""},
+       {"", ""}},
       {{"self_attn.q_proj.lora_A", "self_attn.q_proj.lora_B"},
        {"self_attn.k_proj.lora_A", "self_attn.k_proj.lora_B"},
        {"self_attn.v_proj.lora_A", "self_attn.v_proj.lora_B"},
@@ -42,8 +44,7 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
   const auto adapter = [&](int id) -> Spec {
     const int t = (id - kQkvLoraA) / 2, b = (id - kQkvLoraA) % 2;
     const LoraTargetDims d = t < lora_targets_of(c.arch) ? lora_target_dims(c, t) : LoraTargetDims{};
-    return {kAdapterNames[llama][t][b], b ? std::vector<int64_t>{r, d.out} : std::vector<int64_t>{d.in, r}, true,
-            true};
+    return {kAdapterNames[llama][t][b], b ? std::vector<int64_t>{r, d.out} : std::vector<int64_t>{d.in, r}, true, true};
   };
   const Spec specs[kNumParamTensors] = {
       {name("wte", "embed_tokens.weight"), {V, C}, false, true},
@@ -62,15 +63,31 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
       {"mlp.c_proj.bias", {C}, true, false},
       {name("ln_f.weight", "norm.weight"), {C}, false, false},
       {"ln_f.bias", {C}, false, false},
-      adapter(kQkvLoraA), adapter(kQkvLoraB), adapter(kAttProjLoraA), adapter(kAttProjLoraB),
-      adapter(kFcLoraA),  adapter(kFcLoraB),  adapter(kFcProjLoraA),  adapter(kFcProjLoraB),
-      adapter(kLora4A),   adapter(kLora4B),   adapter(kLora5A),       adapter(kLora5B),
-      adapter(kLora6A),   adapter(kLora6B),
+      adapter(kQkvLoraA),
+      adapter(kQkvLoraB),
+      adapter(kAttProjLoraA),
+      adapter(kAttProjLoraB),
+      adapter(kFcLoraA),
+      adapter(kFcLoraB),
+      adapter(kFcProjLoraA),
+      adapter(kFcProjLoraB),
+      adapter(kLora4A),
+      adapter(kLora4B),
+      adapter(kLora5A),
+      adapter(kLora5B),
+      adapter(kLora6A),
+      adapter(kLora6B),
       {"lm_head.weight", {V, C}, false, true},
   };
   const auto in_model = [&](int id) {
     switch (id) {
-      case kWpe: case kLn1B: case kAttProjB: case kLn2B: case kFcB: case kFcProjB: case kLnfB:
+      case kWpe:
+      case kLn1B:
+      case kAttProjB:
+      case kLn2B:
+      case kFcB:
+      case kFcProjB:
+      case kLnfB:
         return !llama;
       case kQkvB:
         return !llama || c.qkv_bias;
@@ -235,8 +252,7 @@ void init_gpt_range(const GptLayout& layout, uint64_t seed, int64_t begin, int64
     }
     const uint64_t stream = splitmix64(seed ^ splitmix64(uint64_t(s.id) << 32 | uint32_t(s.layer)));
     const bool normal = d.kind == SegmentDraw::kNormal;
-    NormalRng r =
-        cursors ? cursors->take(i, stream, lo - s.offset, normal) : stream_at(stream, normal, lo - s.offset);
+    NormalRng r = cursors ? cursors->take(i, stream, lo - s.offset, normal) : stream_at(stream, normal, lo - s.offset);
     for (int64_t a = lo; a < hi; a += piece) {
       const int64_t b = std::min(hi, a + piece);
       pieces.push_back({a, b, d, r});

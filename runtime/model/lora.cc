@@ -1,6 +1,6 @@
 #include "runtime/model/lora.h"
 
-#include "runtime/kernels/cuda/hd.h"
+#include "runtime/kernels/ops/hd.h"
 
 namespace zerod {
 

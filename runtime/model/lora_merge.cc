@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/kernels/cpu/nf4.h"
+#include "runtime/kernels/ops/nf4.h"
 
 namespace zerod {
 MergedWeights::MergedWeights(const GptLayout& model, const GptLayout& adapters, ParamInit base,

@@ -1,5 +1,5 @@
 // A frozen model's weights for QLoRA: each layer's four matrices (c_attn,
-// attn.c_proj, c_fc, mlp.c_proj) held in NF4 (kernels/cpu/nf4.h) on the
+// attn.c_proj, c_fc, mlp.c_proj) held in NF4 (kernels/ops/nf4.h) on the
 // device and dequantized a layer at a time into fp32 staging for the
 // products (then converted to the table's operands where those are 16-bit);
 // biases, LayerNorms and the embeddings stay fp32, as bitsandbytes
@@ -73,7 +73,7 @@ class Nf4Weights : public WeightSource {
   Converter convert_;
   Device* device_ = nullptr;
   Buffer globals_buf_, layers_, unpacked_;  // unpacked: allocate_unpacked's
-  Buffer global_staging_;                    // the globals as 16-bit operands
+  Buffer global_staging_;                   // the globals as 16-bit operands
   GlobalWeights globals_{};
 };
 

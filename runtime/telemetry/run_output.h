@@ -40,7 +40,7 @@ class RunOutput {
   // `device`: what each rank trains on (Device::description); `threads`:
   // its CPU threads and why that many; `grads_line` and `grads_why`: how
   // zero_optimization.micro_batch_grads (resolved) moves the micro-batches
-  // and, for "auto", why (Trainer::MicroBatchGradsChoice).
+  // and, for "auto", why (MicroBatchGradsChoice).
   // `flops_per_token` and `peak_flops`: what the steps' MFU is (JSON's
   // "mfu" object, where the peak is known).
   void start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,

@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/core/strict_json.h"
-#include "runtime/data/dataset.h"
+#include "runtime/data/token_shard.h"
 #include "runtime/tokenize/instruction_data.h"
 
 namespace zerod {

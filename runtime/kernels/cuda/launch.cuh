@@ -13,6 +13,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
+
+#include "runtime/core/dtype.h"
 
 namespace zerod::cuda {
 
@@ -141,6 +144,17 @@ void launch_block_rows_shared(cudaStream_t s, int64_t rows, int64_t shared_bytes
   }
   for_each_block_row_shared<<<grid_blocks(rows, 1, what), kRowSharedLanes, static_cast<size_t>(shared_bytes), s>>>(f);
   check_launch(s, what);
+}
+
+// f(OperandTag<t>{}): the one place a run-time operand type picks the
+// kernels compiled for it.
+template <DType kT>
+using OperandTag = std::integral_constant<DType, kT>;
+template <class F>
+decltype(auto) for_operands(DType t, F f) {
+  if (t == DType::kBF16) return f(OperandTag<DType::kBF16>{});
+  if (t == DType::kF16) return f(OperandTag<DType::kF16>{});
+  return f(OperandTag<DType::kF32>{});
 }
 
 }  // namespace zerod::cuda

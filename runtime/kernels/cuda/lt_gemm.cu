@@ -1,10 +1,9 @@
-#include "runtime/kernels/cuda/lt_gemm.h"
-
 #include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kernels/cuda/launch.cuh"
+#include "runtime/kernels/cuda/lt_gemm.h"
 
 namespace zerod::cuda {
 namespace {
@@ -29,9 +28,7 @@ unsigned alignment(const void* p) {
 }
 
 // The alignments of A, B and C (= D), nine bits each.
-unsigned alignments(const ColMajorGemm& g) {
-  return alignment(g.A) | alignment(g.B) << 9 | alignment(g.C) << 18;
-}
+unsigned alignments(const ColMajorGemm& g) { return alignment(g.A) | alignment(g.B) << 9 | alignment(g.C) << 18; }
 
 template <class T>
 void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, T v) {
@@ -43,8 +40,7 @@ cublasLtMatrixLayout_t layout(DType t, int64_t rows, int64_t cols, int64_t ld, i
   check(cublasLtMatrixLayoutCreate(&l, cuda_type(t), rows, cols, ld), "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
-          "batch count");
+    check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count), "batch count");
     check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
           "batch stride");
   }
@@ -56,7 +52,7 @@ cublasLtEpilogue_t epilogue(const ColMajorGemm& g) {
     case GemmEpilogue::kGeluAux:
       return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     case GemmEpilogue::kGeluGrad:
-      return CUBLASLT_EPILOGUE_DGELU;  // no bias gradient: the table's own sums it (cuda_table.cu)
+      return CUBLASLT_EPILOGUE_DGELU;  // no bias gradient: the table's own sums it (ops/matmul.cuh)
     case GemmEpilogue::kNone:
       break;
   }
@@ -86,9 +82,26 @@ absl::Status LtGemm::init(void* workspace, size_t bytes) {
 }
 
 LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
-  const Key key{g.trans_a,  g.trans_b,  g.m,          g.n,          g.k,     g.lda,   g.ldb,
-                g.ldc,      g.batch,    g.stride_a,   g.stride_b,   g.stride_c, int(ab), int(cd),
-                g.bias != nullptr, alignment(g.bias), alignments(g), int(g.epilogue), g.aux_ld, alignment(g.aux)};
+  const Key key{g.trans_a,
+                g.trans_b,
+                g.m,
+                g.n,
+                g.k,
+                g.lda,
+                g.ldb,
+                g.ldc,
+                g.batch,
+                g.stride_a,
+                g.stride_b,
+                g.stride_c,
+                int(ab),
+                int(cd),
+                g.bias != nullptr,
+                alignment(g.bias),
+                alignments(g),
+                int(g.epilogue),
+                g.aux_ld,
+                alignment(g.aux)};
   auto [it, fresh] = plans_.try_emplace(key);
   Plan& p = it->second;
   if (!fresh) return p;
@@ -123,8 +136,7 @@ LtGemm::Plan& LtGemm::plan(const ColMajorGemm& g, DType ab, DType cd) {
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   p.heuristic = st;
   p.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
@@ -162,8 +174,8 @@ void LtGemm::run(cudaStream_t s, const ColMajorGemm& g, DType ab, DType cd) {
                  cublasGetStatusName(p.heuristic), g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                  static_cast<long long>(g.lda), static_cast<long long>(g.ldb), static_cast<long long>(g.ldc),
-                 static_cast<long long>(g.batch),
-                 dtype_name(ab), dtype_name(ab), dtype_name(cd), g.bias ? ", bias" : "");
+                 static_cast<long long>(g.batch), dtype_name(ab), dtype_name(ab), dtype_name(cd),
+                 g.bias ? ", bias" : "");
     std::abort();
   }
   enqueue(s, g, p);

@@ -1,9 +1,9 @@
-#include "runtime/kernels/cpu/adam.h"
+#include "runtime/kernels/ops/adam.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/kernels/cpu/optim_kernels.h"
+#include "runtime/kernels/ops/optim_kernels.h"
 
 namespace zerod {
 namespace {
@@ -17,11 +17,15 @@ constexpr int64_t kTile = 16384;
 const OptimKernels& optim_kernels(CpuIsa isa) {
   switch (isa) {
 #if defined(ZEROD_X86_KERNELS)
-    case CpuIsa::kAvx512Vbmi: return avx512vbmi_optim_kernels();
-    case CpuIsa::kAvx512: return avx512_optim_kernels();
-    case CpuIsa::kAvx2: return avx2_optim_kernels();
+    case CpuIsa::kAvx512Vbmi:
+      return avx512vbmi_optim_kernels();
+    case CpuIsa::kAvx512:
+      return avx512_optim_kernels();
+    case CpuIsa::kAvx2:
+      return avx2_optim_kernels();
 #endif
-    default: return scalar_optim_kernels();
+    default:
+      return scalar_optim_kernels();
   }
 }
 

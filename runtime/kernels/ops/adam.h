@@ -6,7 +6,7 @@
 
 #include "runtime/core/dtype.h"
 #include "runtime/kernels/cpu/cpu_isa.h"
-#include "runtime/kernels/cuda/hd.h"
+#include "runtime/kernels/ops/hd.h"
 
 namespace zerod {
 

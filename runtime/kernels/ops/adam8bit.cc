@@ -1,9 +1,9 @@
-#include "runtime/kernels/cpu/adam8bit.h"
+#include "runtime/kernels/ops/adam8bit.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/kernels/cpu/optim_kernels.h"
+#include "runtime/kernels/ops/optim_kernels.h"
 
 namespace zerod {
 namespace {

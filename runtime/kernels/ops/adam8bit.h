@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "runtime/kernels/cpu/adam.h"
-#include "runtime/kernels/cpu/quant_map.h"
+#include "runtime/kernels/ops/adam.h"
+#include "runtime/kernels/ops/quant_map.h"
 
 namespace zerod {
 
@@ -20,10 +20,10 @@ inline constexpr int64_t kMin8bitNumel = 4096;
 inline int64_t quant_blocks(int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; }
 
 struct Adam8bitTensor {
-  float* param;                  // fp32 master weights
-  uint8_t* m;                    // codes of signed_dynamic_map()
-  uint8_t* v;                    // codes of unsigned_dynamic_map()
-  float* m_absmax;               // quant_blocks(n) each
+  float* param;     // fp32 master weights
+  uint8_t* m;       // codes of signed_dynamic_map()
+  uint8_t* v;       // codes of unsigned_dynamic_map()
+  float* m_absmax;  // quant_blocks(n) each
   float* v_absmax;
   const void* grad;
   DType grad_type = DType::kF32;

@@ -1,10 +1,12 @@
+// Attention on the CPU: query rows in blocks, their products through
+// OpenBLAS (attention.h).
+#include "runtime/kernels/ops/attention.h"
+
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-
-#include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod::cpu {
 namespace {
@@ -39,9 +41,7 @@ void scores(const Head& x, int r0, int rows, int keys, float* S) {
 
 int attention_block_rows(int T) { return static_cast<int>(std::clamp<int64_t>(kBlockFloats / T, 1, T)); }
 
-int64_t attention_scratch_floats(int T, int threads) {
-  return 2 * int64_t(threads) * attention_block_rows(T) * T;
-}
+int64_t attention_scratch_floats(int T, int threads) { return 2 * int64_t(threads) * attention_block_rows(T) * T; }
 int64_t attention_scratch_floats(int T) { return attention_scratch_floats(T, omp_get_max_threads()); }
 
 // Per (sequence, head), a block of query rows at a time: S = QK^T / sqrt(hs)
@@ -120,8 +120,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           std::fill(row + t + 1, row + keys, 0.0f);
         }
         // dP = dY V^T, dV = P^T dY.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, x.hs, 1.0f, dy + r0 * x.C, C, x.v, x.C3,
-                    0.0f, dS, keys);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, x.hs, 1.0f, dy + r0 * x.C, C, x.v, x.C3, 0.0f,
+                    dS, keys);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, 1.0f, P, keys, dy + r0 * x.C, C, beta,
                     dv, x.C3);
         // Softmax backward: dS = P * (dP - sum(dP * P)); zero where P is masked.
@@ -137,8 +137,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         // dQ = dS K * scale, dK = dS^T Q * scale.
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, x.hs, keys, x.scale, dS, keys, x.k, x.C3, 0.0f,
                     dq + r0 * x.C3, x.C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, x.scale, dS, keys, x.q + r0 * x.C3,
-                    x.C3, beta, dk, x.C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, x.scale, dS, keys, x.q + r0 * x.C3, x.C3,
+                    beta, dk, x.C3);
       }
     }
   }

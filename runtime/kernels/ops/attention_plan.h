@@ -1,4 +1,4 @@
-// Causal attention as the CPU kernel computes it (cpu/attention.cc):
+// Causal attention as the CPU kernel computes it (attention.cc):
 // S = QK^T / sqrt(hs), P = causal softmax(S), Y = PV, and back
 // dP = dY V^T, dV = P^T dY, dS = P (dP - rowsum(P dP)), dQ = dS K / sqrt(hs),
 // dK = dS^T Q / sqrt(hs); but keeping no probabilities between forward and
@@ -8,7 +8,7 @@
 // The products run as strided-batched column-major gemms over a chunk of
 // heads of one sequence at a time (heads are hs floats apart in a row of
 // qkv or out), through two [heads, T, T] matrices of scratch; the row work
-// between them is attention_body.h's. The plan is plain C++ over an
+// between them is attention.h's. The plan is plain C++ over an
 // executor `x` with x.gemm(ColMajorGemm), x.softmax_rows(S, lse, T, rows)
 // and x.backward_rows(S, dP, lse, T, rows): the CUDA table's runs cuBLAS and
 // warp kernels, tests/test_cuda_bodies.cc's OpenBLAS and loops.

@@ -1,8 +1,10 @@
+// The embedding on the CPU: positions in order, a thread a range of
+// columns (embedding.h).
+#include "runtime/kernels/ops/embedding.h"
+
 #include <omp.h>
 
 #include <algorithm>
-
-#include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod::cpu {
 

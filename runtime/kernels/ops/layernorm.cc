@@ -1,8 +1,10 @@
+// LayerNorm on the CPU, a row a thread, each sum in index order: the
+// reference of layernorm.h's bodies.
+#include "runtime/kernels/ops/layernorm.h"
+
 #include <omp.h>
 
 #include <cmath>
-
-#include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod::cpu {
 
@@ -47,7 +49,7 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
     }
   }
   if (!dw) return;
-  // Weight and bias gradients: each thread sums its columns down the rows.
+    // Weight and bias gradients: each thread sums its columns down the rows.
 #pragma omp parallel
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();

@@ -1,8 +1,11 @@
+// A layer's product on the CPU: OpenBLAS's (cpu/gemm.h), and the bias
+// gradient's column sums, a thread a range of columns (matmul.h).
+#include "runtime/kernels/ops/matmul.h"
+
 #include <omp.h>
 
 #include <algorithm>
 
-#include "runtime/kernels/cpu/cpu_kernels.h"
 #include "runtime/kernels/cpu/gemm.h"
 
 namespace zerod::cpu {
@@ -22,7 +25,7 @@ void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, co
   if (dinp) sgemm(false, true, N, C, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, C);
   if (dw) sgemm(true, false, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
   if (!dbias) return;
-  // Each thread owns a range of columns and sums them down the rows in order.
+    // Each thread owns a range of columns and sums them down the rows in order.
 #pragma omp parallel
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();

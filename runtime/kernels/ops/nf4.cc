@@ -1,4 +1,4 @@
-#include "runtime/kernels/cpu/nf4.h"
+#include "runtime/kernels/ops/nf4.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,7 +23,8 @@ double normal_quantile(double p) {
 std::array<float, 9> spaced(float a, float b, int n) {
   const float step = (b - a) / static_cast<float>(n - 1);
   std::array<float, 9> p{};
-  for (int i = 0; i < n; ++i) p[i] = i < n / 2 ? a + static_cast<float>(i) * step : b - static_cast<float>(n - 1 - i) * step;
+  for (int i = 0; i < n; ++i)
+    p[i] = i < n / 2 ? a + static_cast<float>(i) * step : b - static_cast<float>(n - 1 - i) * step;
   return p;
 }
 

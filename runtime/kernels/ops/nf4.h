@@ -12,7 +12,8 @@
 #include <array>
 #include <cstdint>
 
-#include "runtime/kernels/cpu/adam8bit.h"
+#include "runtime/kernels/ops/adam8bit.h"
+#include "runtime/kernels/ops/hd.h"
 
 namespace zerod {
 
@@ -50,5 +51,25 @@ void nf4_dequantize(const Nf4Tensor& t, float* x);
 // What n weights become held in NF4: quantized and dequantized, into out
 // (which may be x).
 void nf4_round_trip(const float* x, int64_t n, float* out);
+
+namespace cuda {
+
+// The body of dequantization, weight by weight: the same two fp32
+// operations as the CPU's, so the GPU's weights are its bits.
+// The 16 values as a kernel argument.
+struct Nf4Values {
+  float v[16];
+};
+
+// Weight i: its code's value times its block's double-quantized absmax
+// (`dyn`: signed_dynamic_map()).
+ZD_HD float nf4_at(int64_t i, const Nf4Tensor& t, const Nf4Values& nf4, const QuantMap& dyn) {
+  const int64_t b = i / kNf4Block;
+  const float absmax = dyn.code[t.absmax_codes[b]] * t.group_absmax[b / kQuantBlock] + *t.offset;
+  const uint8_t byte = t.codes[i / 2];
+  return nf4.v[i % 2 ? byte & 15 : byte >> 4] * absmax;
+}
+
+}  // namespace cuda
 
 }  // namespace zerod

@@ -1,13 +1,13 @@
 // Per-element bodies of the optimizer kernels, with adam.h's AdamStep math
 // operation for operation (fmaf where it writes fma, one rounding each; the
 // .cu files build with --fmad=false, so nothing else is fused), and
-// 8-bit states coded by the dynamic maps of cpu/quant_map.h: the GPU's
+// 8-bit states coded by the dynamic maps of quant_map.h: the GPU's
 // updates are the CPU's, bit for bit.
 #pragma once
 
 #include "absl/types/span.h"
-#include "runtime/kernels/cpu/adam8bit.h"
-#include "runtime/kernels/cuda/hd.h"
+#include "runtime/kernels/ops/adam8bit.h"
+#include "runtime/kernels/ops/hd.h"
 
 namespace zerod::cuda {
 
@@ -70,7 +70,7 @@ ZD_HD void adam8bit_at(int64_t i, const Adam8bitTensor& t, const AdamStep& k, co
 
 // Up to kGroupTensors tensors updated in one launch, carried by value as
 // the kernel's parameter (not in device memory; under the 4 KB a launch
-// takes, cuda_table.cu asserts): the launch's elements (or 8-bit blocks)
+// takes, adam.cuh asserts): the launch's elements (or 8-bit blocks)
 // numbered tensor after tensor, tensor j's from start[j].
 inline constexpr int kGroupTensors = 24;
 template <class Tensor>

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "runtime/kernels/cpu/adam8bit.h"
+#include "runtime/kernels/ops/adam8bit.h"
 
 namespace zerod {
 
@@ -16,8 +16,8 @@ struct OptimKernels {
   void (*adam8bit)(const Adam8bitTensor& t, const AdamStep& s, int64_t first, int64_t last);
   void (*quantize)(const QuantMap& map, const float* x, int64_t n, uint8_t* codes, float* absmax, int64_t first,
                    int64_t last);
-  void (*dequantize)(const QuantMap& map, const uint8_t* codes, const float* absmax, int64_t n, float* x,
-                     int64_t first, int64_t last);
+  void (*dequantize)(const QuantMap& map, const uint8_t* codes, const float* absmax, int64_t n, float* x, int64_t first,
+                     int64_t last);
 };
 
 const OptimKernels& scalar_optim_kernels();

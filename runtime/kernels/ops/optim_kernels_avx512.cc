@@ -5,13 +5,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/kernels/cpu/optim_kernels.h"
+#include "runtime/kernels/ops/optim_kernels.h"
 
 namespace zerod {
 namespace {
-#include "runtime/kernels/cpu/simd_scalar.inc"
 #include "runtime/kernels/cpu/simd_avx512.inc"
-#include "runtime/kernels/cpu/optim_kernels.inc"
+#include "runtime/kernels/cpu/simd_scalar.inc"
+#include "runtime/kernels/ops/optim_kernels.inc"
 }  // namespace
 
 const OptimKernels& avx512_optim_kernels() { return kernel_table<Avx512V>(); }

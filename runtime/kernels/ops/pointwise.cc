@@ -1,13 +1,12 @@
+// The elementwise ops on the CPU, across cores (pointwise.h).
+#include "runtime/kernels/ops/pointwise.h"
+
 #include <cmath>
 
-#include "runtime/kernels/cpu/cpu_kernels.h"
-#include "runtime/kernels/cuda/pointwise_body.h"
-
 namespace zerod::cpu {
-namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-}  // namespace
+
+using cuda::kGeluCubic;
+using cuda::kGeluScale;
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for schedule(static)

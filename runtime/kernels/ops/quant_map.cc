@@ -1,4 +1,4 @@
-#include "runtime/kernels/cpu/quant_map.h"
+#include "runtime/kernels/ops/quant_map.h"
 
 #include <algorithm>
 #include <bit>

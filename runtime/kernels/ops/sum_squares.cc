@@ -1,7 +1,8 @@
+// The fixed-order sums on the CPU (sum_squares.h).
+#include "runtime/kernels/ops/sum_squares.h"
+
 #include <algorithm>
 #include <vector>
-
-#include "runtime/kernels/cpu/cpu_kernels.h"
 
 namespace zerod::cpu {
 namespace {
@@ -36,6 +37,12 @@ double sum_squares(const float* x, int64_t n) {
                            [y](int64_t i) { return static_cast<double>(y[i]) * y[i]; });
   }
   return lanes_sum(chunks, [&partial](int64_t i) { return partial[i]; });
+}
+
+double sum(const double* x, int64_t n) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += x[i];
+  return total;
 }
 
 double sum_in_lanes(const double* x, int64_t n) {

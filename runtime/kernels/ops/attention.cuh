@@ -1,0 +1,91 @@
+// Attention's launches where cuDNN's fused attention does not run
+// (attention.h): attention_plan.h's products through the table's cuBLAS,
+// the row work a warp a row. Included by the CUDA table alone.
+#pragma once
+
+#include <functional>
+
+#include "runtime/kernels/cuda/gemm_args.h"
+#include "runtime/kernels/cuda/launch.cuh"
+#include "runtime/kernels/cuda/reduce.cuh"
+#include "runtime/kernels/ops/attention.h"
+#include "runtime/kernels/ops/attention_plan.h"
+#include "runtime/kernels/ops/pointwise.cuh"
+
+namespace zerod::cuda {
+
+// Attention's executor (attention_plan.h): the table's cuBLAS gemm, and
+// one warp per row of scores. (At namespace scope: nvcc allows no
+// extended lambda in a class's private parts.)
+struct AttentionExec {
+  std::function<void(const ColMajorGemm&)> gemm;
+  cudaStream_t s;
+
+  void softmax_rows(float* S, float* lse, int T, int64_t rows) {
+    launch_warp_rows(s, rows, "attention_softmax", [=] __device__(int64_t r, int lane) {
+      float* row = S + r * T;
+      const int64_t t = r % T;
+      const float mx = warp_reduce(softmax_row_max(row, t, lane, 32), Max());
+      const float sum = warp_reduce(softmax_row_sum(row, t, mx, lane, 32), Sum());
+      softmax_row_write(row, t, T, mx, 1.0f / sum, lane, 32);
+      if (lane == 0) lse[r] = mx + logf(sum);
+    });
+  }
+  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows) {
+    launch_warp_rows(s, rows, "attention_backward_rows", [=] __device__(int64_t r, int lane) {
+      const int64_t t = r % T;
+      const float D = warp_reduce(probabilities_row(P + r * T, dP + r * T, t, T, lse[r], lane, 32), Sum());
+      softmax_backward_row(P + r * T, dP + r * T, t, T, D, lane, 32);
+    });
+  }
+};
+
+// Where attention's widened operands go in its scratch, after the plan's
+// own (kernel_memory.cc sizes it): qkv, then the output (or its gradient),
+// then qkv's gradient, each [B, T, width] fp32.
+struct AttentionIo {
+  int64_t N;
+  float *qkv, *y, *dqkv;
+};
+inline AttentionIo attention_io(float* scratch, int B, int T, int C, int NH) {
+  const int64_t N = int64_t(B) * T;
+  float* io = scratch + attention_scratch_floats(T, NH);
+  return {N, io, io + N * 3 * C, io + N * 4 * C};
+}
+// src as fp32: itself for fp32 operands, else widened into `to`.
+inline const float* widened(cudaStream_t s, DType t, const void* src, float* to, int64_t n) {
+  if (t == DType::kF32) return static_cast<const float*>(src);
+  convert_to_f32(s, t, src, to, n);
+  return to;
+}
+// The fp32 result `from` into the operands at `to` (nothing for fp32,
+// computed in place).
+inline void narrowed(cudaStream_t s, DType t, const float* from, void* to, int64_t n) {
+  if (t != DType::kF32) convert_from_f32(s, t, from, to, n);
+}
+
+using AttentionGemm = std::function<void(const ColMajorGemm&)>;
+
+inline void attention_forward(cudaStream_t s, DType t, const AttentionGemm& gemm, void* out, float* lse, float* scratch,
+                              const void* qkv, int B, int T, int C, int NH) {
+  const AttentionIo io = attention_io(scratch, B, T, C, NH);
+  const float* q = widened(s, t, qkv, io.qkv, io.N * 3 * C);
+  float* y = t == DType::kF32 ? static_cast<float*>(out) : io.y;
+  AttentionExec x{gemm, s};
+  attention_forward_plan(x, y, lse, scratch, q, B, T, C, NH, attention_chunk_heads(T, NH));
+  narrowed(s, t, y, out, io.N * C);
+}
+
+// Its operands are the model's own type: nothing is rounded.
+inline void attention_backward(cudaStream_t s, DType t, const AttentionGemm& gemm, void* dqkv, const void* dout,
+                               const void* qkv, const float* lse, float* scratch, int B, int T, int C, int NH) {
+  const AttentionIo io = attention_io(scratch, B, T, C, NH);
+  const float* q = widened(s, t, qkv, io.qkv, io.N * 3 * C);
+  const float* dy = widened(s, t, dout, io.y, io.N * C);
+  float* dq = t == DType::kF32 ? static_cast<float*>(dqkv) : io.dqkv;
+  AttentionExec x{gemm, s};
+  attention_backward_plan(x, dq, dy, q, lse, scratch, B, T, C, NH, attention_chunk_heads(T, NH));
+  narrowed(s, t, dq, dqkv, io.N * 3 * C);
+}
+
+}  // namespace zerod::cuda

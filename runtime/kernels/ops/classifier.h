@@ -1,0 +1,146 @@
+// The LM head, its weights the token embedding wte [V, C], with the
+// softmax and cross-entropy fused:
+//   logits z = x @ wte^T; loss = -log softmax(z)[target] = log sum exp(z - M) - (z[target] - M)
+//   dz = (softmax(z) - onehot(target)) dloss; dx = dz @ wte; dwte += dz^T @ x
+// in chunks of rows, so that the [N, V] logits never exist whole. The two
+// products are bound by the tensor cores (V = 50257 to 152064 columns);
+// the softmax reads a row of logits once (or twice where it does not fit
+// shared memory) and writes its gradient in its place. A row whose target
+// is -1 (left out by a loss mask) has loss 0 and gradient 0.
+//
+// The CPU's (classifier.cc, its sums in double) is the reference; the
+// CUDA table's (classifier.cuh) runs a row of logits on a block with the
+// bodies below, in fp32 with the row's statistics gathered online.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "runtime/core/dtype.h"
+#include "runtime/kernels/ops/hd.h"
+#include "runtime/kernels/ops/rows.h"
+
+namespace zerod {
+namespace cpu {
+
+// Fused softmax + cross-entropy over `rows` rows of V logits: writes each
+// row's loss (-log p[target]) to losses and, when dloss != 0, replaces the
+// logits with their gradient (softmax - onehot) * dloss. A row whose target
+// is -1 (left out by a loss mask) has loss 0 and a zero gradient.
+void softmax_cross_entropy(float* logits, double* losses, const int32_t* targets, int64_t rows, int V, float dloss);
+
+// The LM head, whose weights are the token embedding wte [V, C]:
+// logits[r, v] = inp[r * inp_stride + :] . wte[v, :] for `rows` rows.
+void classifier_logits(float* logits, const float* inp, int64_t inp_stride, const float* wte, int64_t rows, int C,
+                       int V);
+
+// The head's forward and backward fused, `chunk_rows` rows at a time so the
+// full [N, V] logits never exist: each chunk's logits (rounded to `act`),
+// its softmax cross-entropy (losses[r]), then dinp = dlogits @ wte
+// (overwritten) and dwte += dlogits^T @ inp, with dlogits = (softmax -
+// onehot) * dloss.
+// The operands (`void*`) are of the kernel table's operand type (fp32 for
+// these, the CPU's); logits rows are KernelMemory::logits_stride(V) apart.
+struct ClassifierArgs {
+  const void* inp;         // [N, C]
+  const void* wte;         // [V, C]
+  const int32_t* targets;  // [N]
+  int64_t N;
+  int C, V;
+  float dloss;
+  // The CPU rounds its fp32 logits to `act`; a table whose operands are of
+  // that type has nothing to round.
+  DType act;
+  void* logits;  // chunk_rows rows of logits scratch
+  int64_t chunk_rows;
+  double* losses;  // [N]
+  void* dinp;      // [N, C]
+  float* dwte;     // [V, C]; null: wte is frozen
+};
+void classifier_forward_backward(const ClassifierArgs& a);
+
+}  // namespace cpu
+
+namespace cuda {
+
+// One row z of V logits (operands) in fp32 registers: each lane's largest
+// value and sum of exp(z - that) in one pass over its columns (online, as
+// FlashAttention keeps its statistics), combined across the row as the
+// row's max M and sum S of exp(z - M); the loss -log p[target] from
+// z[target] read before any lane writes; then the logits replaced by
+// (softmax - onehot) * dloss.
+struct SoftmaxPart {
+  float max, sum;
+};
+// A logit of -inf (an fp16 overflow) adds nothing, even to a lane that
+// has seen only such.
+ZD_HD void softmax_add(SoftmaxPart& p, float x) {
+  if (x > p.max) {
+    p.sum = p.sum * expf(p.max - x) + 1.0f;
+    p.max = x;
+  } else if (p.max != -INFINITY) {
+    p.sum += expf(x - p.max);
+  }
+}
+// A lane's part of S once the row's max M is known (0 for a lane without
+// columns).
+ZD_HD float softmax_part_sum(SoftmaxPart p, float M) { return p.sum == 0.0f ? 0.0f : p.sum * expf(p.max - M); }
+ZD_HD double softmax_loss(float z_target, float M, float S) { return static_cast<double>(logf(S) - (z_target - M)); }
+// Lanes read and write a row z of operands of type kT 16 bytes at a time
+// (z 16-byte aligned): the row's whole vectors (lane l taking vectors l,
+// l + lanes, ...), then its last V mod W elements one a lane. The first
+// pass loads four of a lane's vectors before it adds any (four 16-byte
+// loads in flight a lane) and, where `copy` is not null (the block's
+// shared memory, V / W vectors), keeps each at its index there; the
+// second reads them back from `from` (copy, or z itself) and writes the
+// gradient into z: HBM then sees the row read once. Each lane reads back
+// only what it stored.
+template <DType kT>
+ZD_HD SoftmaxPart vec_logits_row_part(const void* z, int V, int lane, int lanes, void* copy) {
+  using R = RowVectors<kT>;
+  constexpr int kBatch = 4;
+  SoftmaxPart p{-INFINITY, 0.0f};
+  const int vectors = V / R::W;
+  for (int i0 = lane; i0 < vectors; i0 += kBatch * lanes) {
+    Bytes16 b[kBatch];
+    for (int a = 0; a < kBatch; ++a) {
+      const int i = i0 + a * lanes;
+      if (i < vectors) b[a] = static_cast<const Bytes16*>(z)[i];
+    }
+    for (int a = 0; a < kBatch; ++a) {
+      const int i = i0 + a * lanes;
+      if (i >= vectors) break;
+      if (copy) static_cast<Bytes16*>(copy)[i] = b[a];
+      for (int k = 0; k < R::W; ++k) softmax_add(p, R::L::get(b[a], k));
+    }
+  }
+  for (int i = vectors * R::W + lane; i < V; i += lanes) softmax_add(p, load_f32(z, kT, i));
+  return p;
+}
+template <DType kT>
+ZD_HD void vec_softmax_grad_write(void* z, const void* from, int V, int target, float M, float S, float dloss, int lane,
+                                  int lanes) {
+  using R = RowVectors<kT>;
+  const float inv = 1.0f / S;
+  float v[R::W];
+  for (int i = lane; i < V / R::W; i += lanes) {
+    R::load(from, i, v);
+    for (int k = 0; k < R::W; ++k) {
+      const int col = i * R::W + k;
+      v[k] = (expf(v[k] - M) * inv - (col == target ? 1.0f : 0.0f)) * dloss;
+    }
+    R::store(z, i, v);
+  }
+  for (int i = V / R::W * R::W + lane; i < V; i += lanes) {
+    const float p = expf(load_f32(z, kT, i) - M) * inv;
+    store_f32(z, kT, i, (p - (i == target ? 1.0f : 0.0f)) * dloss);
+  }
+}
+// Bytes of shared memory a row's whole vectors take (what `copy` holds).
+template <DType kT>
+ZD_HD int64_t softmax_copy_bytes(int V) {
+  return int64_t(V / RowVectors<kT>::W) * 16;
+}
+
+}  // namespace cuda
+}  // namespace zerod
