@@ -1,30 +1,17 @@
 // The elementwise ops on the CPU, across cores (pointwise.h).
 #include "runtime/kernels/ops/pointwise.h"
 
-#include <cmath>
-
 namespace zerod::cpu {
 
-using cuda::kGeluCubic;
-using cuda::kGeluScale;
-
+// GELU by the bodies the CUDA table runs (pointwise.h): one formula.
 void gelu_forward(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + kGeluCubic * x * x * x)));
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = cuda::gelu(inp[i]);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float th = std::tanh(kGeluScale * (x + kGeluCubic * x * x * x));
-    const float sech2 = 1.0f - th * th;
-    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] = grad * dout[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] = cuda::gelu_grad(inp[i], dout[i]);
 }
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {

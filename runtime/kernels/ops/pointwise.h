@@ -11,8 +11,8 @@
 // bandwidth, which the CUDA table's maps (pointwise.cuh) meet 16 bytes a
 // thread.
 //
-// The CPU's (pointwise.cc, across cores) computes GELU with the same
-// formula and the dropout mask with the same draw as the bodies below.
+// The CPU's (pointwise.cc, across cores) runs the GELU and dropout bodies
+// below, so both tables compute one formula and one mask.
 #pragma once
 
 #include <cstdint>
