@@ -39,14 +39,15 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
     record += record_bytes(c, dtype);
   }
   ZEROD_RETURN_IF_ERROR(p->allocate_window(s.buffer_count));
-  if (s.device == OffloadDevice::kNvme) {
+  const BufferSpec records = buffers(p->chunks_, window_numel, dtype, s)[kRecords];
+  if (records.tier == Tier::kNvme) {
     ZEROD_ASSIGN_OR_RETURN(p->io_, AioEngine::create(s.aio, s.hook));
-    ZEROD_ASSIGN_OR_RETURN(p->file_, p->io_->create_scratch(s.file, record));
-    ZEROD_RETURN_IF_ERROR(s.accountant->reserve(Tier::kNvme, s.category, record));
-    p->nvme_reserved_ = record;
+    ZEROD_ASSIGN_OR_RETURN(p->file_, p->io_->create_scratch(s.file, records.bytes));
+    ZEROD_RETURN_IF_ERROR(s.accountant->reserve(Tier::kNvme, records.category, records.bytes));
+    p->nvme_reserved_ = records.bytes;
   } else {
-    ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(record, s.category, s.host_tier, *s.accountant));
-    if (s.host_tier != Tier::kPinned) parallel_zero(p->host_.data(), record);  // pinned comes zeroed
+    ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(records.bytes, records.category, *records.tier, *s.accountant));
+    if (records.tier != Tier::kPinned) parallel_zero(p->host_.data(), records.bytes);  // pinned comes zeroed
     p->host_records_ = p->host_.host<char>();
   }
   return p;
@@ -63,36 +64,34 @@ uint64_t ShardStore::large_window_bytes(const std::vector<int64_t>& chunks, int6
 }
 
 absl::Status ShardStore::allocate_window(int buffer_count) {
-  for (int i = 0; i < buffer_count; ++i) {
-    ZEROD_ASSIGN_OR_RETURN(
-        Buffer b, Buffer::allocate(window_bytes(window_numel_, dtype_), Category::kOffload, window_tier_, *acct_));
+  const std::vector<BufferSpec> w =
+      window_buffers(chunks_, window_numel_, dtype_, category_, window_tier_, buffer_count);
+  for (int i = 0; i < w[kWindows].count; ++i) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(w[kWindows].bytes, w[kWindows].category, window_tier_, *acct_));
     small_.emplace_back().buf = std::move(b);
   }
-  if (const uint64_t large = large_window_bytes(chunks_, window_numel_, dtype_); large > 0) {
-    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(large, Category::kOffload, window_tier_, *acct_));
+  if (w[kLargeWindow].count > 0) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b,
+                           Buffer::allocate(w[kLargeWindow].bytes, w[kLargeWindow].category, window_tier_, *acct_));
     large_.emplace_back().buf = std::move(b);
   }
   return absl::OkStatus();
 }
 
-void ShardStore::plan(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
-                      const ShardStoreSettings& s, MemoryPlan& plan) {
-  const char* what = category_name(s.category);
-  plan_writer(chunks, window_numel, dtype, s, s.buffer_count, plan);
-  if (s.device == OffloadDevice::kNvme) {
-    plan.add_nvme(absl::StrCat("offloaded ", what), s.category, file_bytes(chunks, dtype));
-  } else {
-    plan.add(absl::StrCat("offloaded ", what), s.host_tier, s.category, file_bytes(chunks, dtype));
-  }
+std::vector<BufferSpec> ShardStore::window_buffers(const std::vector<int64_t>& chunks, int64_t window_numel,
+                                                   DType dtype, Category c, Tier tier, int buffer_count) {
+  const std::string what = absl::StrCat("window of the offloaded ", category_name(c));
+  const uint64_t large = large_window_bytes(chunks, window_numel, dtype);
+  return {{what, Category::kOffload, window_bytes(window_numel, dtype), buffer_count, tier},
+          {what + ", for the larger chunk", Category::kOffload, large, large > 0 ? 1 : 0, tier}};
 }
 
-void ShardStore::plan_writer(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
-                             const ShardStoreSettings& s, int buffer_count, MemoryPlan& plan) {
-  const std::string what = absl::StrCat("window of the offloaded ", category_name(s.category));
-  plan.add(what, s.host_tier, Category::kOffload, window_bytes(window_numel, dtype), Phase::kBuild, true, buffer_count);
-  if (const uint64_t large = large_window_bytes(chunks, window_numel, dtype); large > 0) {
-    plan.add(what + ", for the larger chunk", s.host_tier, Category::kOffload, large);
-  }
+std::vector<BufferSpec> ShardStore::buffers(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
+                                            const ShardStoreSettings& s) {
+  std::vector<BufferSpec> specs = window_buffers(chunks, window_numel, dtype, s.category, s.host_tier, s.buffer_count);
+  specs.push_back({absl::StrCat("offloaded ", category_name(s.category)), s.category, file_bytes(chunks, dtype), 1,
+                   s.device == OffloadDevice::kNvme ? Tier::kNvme : s.host_tier});
+  return specs;
 }
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::writer(int buffer_count) const {
@@ -174,7 +173,7 @@ absl::Status ShardStore::finish_io(Window& w) {
 
 absl::Status ShardStore::fetch(int u) {
   if (!io_ || find(u)) return absl::OkStatus();  // host records are read where they are
-  ZEROD_ASSIGN_OR_RETURN(Window* w, free_window(u, false));
+  ZEROD_ASSIGN_OR_RETURN(Window * w, free_window(u, false));
   return w ? start_read(*w, u) : absl::OkStatus();
 }
 

@@ -30,9 +30,9 @@ struct ShardStoreSettings {
   Category category;     // of what the records hold
   std::string file;      // nvme: created, and unlinked at once
   int buffer_count;
-  Tier host_tier;        // of the records in host memory, and of the window
+  Tier host_tier;  // of the records in host memory, and of the window
   AioConfig aio;
-  IoFaultHook hook;      // tests only
+  IoFaultHook hook;                                            // tests only
   MemoryAccountant* accountant = &MemoryAccountant::global();  // of the window, the records and the file
 };
 
@@ -45,12 +45,14 @@ class ShardStore {
                                                             DType dtype, const ShardStoreSettings& s);
   // Bytes of the records, for checking the disk before anything is allocated.
   static uint64_t file_bytes(const std::vector<int64_t>& chunks, DType dtype);
-  // What create() allocates (its window, and the records in host memory or
-  // the file's space), and what a writer(buffer_count)'s window adds.
-  static void plan(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype, const ShardStoreSettings& s,
-                   MemoryPlan& plan);
-  static void plan_writer(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
-                          const ShardStoreSettings& s, int buffer_count, MemoryPlan& plan);
+  // What create() allocates, by Buffers: its window, and the records in
+  // host memory or the file's space (tier kNvme); and what the window of
+  // a writer(buffer_count) of a store of category `c` adds (the first two).
+  enum Buffers { kWindows, kLargeWindow, kRecords };
+  static std::vector<BufferSpec> buffers(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
+                                         const ShardStoreSettings& s);
+  static std::vector<BufferSpec> window_buffers(const std::vector<int64_t>& chunks, int64_t window_numel, DType dtype,
+                                                Category c, Tier tier, int buffer_count);
   // Waits for every transfer in flight.
   ~ShardStore();
 
@@ -99,13 +101,13 @@ class ShardStore {
  private:
   struct Window {
     Buffer buf;
-    int unit = -1;           // held, or being read
+    int unit = -1;  // held, or being read
     bool acquired = false;
-    AioEngine::Ticket io;    // the read of `unit`, or a write-back
-    int writing = -1;        // the unit of that write-back
+    AioEngine::Ticket io;  // the read of `unit`, or a write-back
+    int writing = -1;      // the unit of that write-back
   };
   ShardStore() = default;
-  absl::Status allocate_window(int buffer_count);
+  absl::Status allocate_window(int buffer_count);  // window_buffers(buffer_count)
   // The window's buffers: `buffer_count` of window_numel's record, and one
   // of the largest chunk past that (0 when none is).
   static uint64_t window_bytes(int64_t window_numel, DType dtype);

@@ -75,37 +75,34 @@ std::vector<SwappedOptimizer::SubGroup> SwappedOptimizer::plan_groups(const Opti
 uint64_t SwappedOptimizer::file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
                                       DType param16_type, bool swap_master, int64_t sub_group_size,
                                       const std::vector<int>& group_starts, bool undoable) {
-  uint64_t bytes = 0;
-  for (const SubGroup& g : plan_groups(cfg, pieces, param16_type, swap_master, sub_group_size, group_starts)) {
-    bytes += g.bytes;
-  }
-  return undoable ? 2 * bytes : bytes;
+  SwapSettings s{};
+  s.buffer_count = 1;
+  s.undoable = undoable;
+  return buffers_for(plan_groups(cfg, pieces, param16_type, swap_master, sub_group_size, group_starts), s)[kFile].bytes;
 }
 
-std::pair<int, uint64_t> SwappedOptimizer::buffers_for(const std::vector<SubGroup>& groups, const SwapSettings& s) {
+std::vector<BufferSpec> SwappedOptimizer::buffers_for(const std::vector<SubGroup>& groups, const SwapSettings& s) {
   // A buffer holds a record, and after it the group's gradients when those are streamed.
-  uint64_t largest = 0;
-  for (const SubGroup& g : groups)
+  uint64_t largest = 0, records = 0;
+  for (const SubGroup& g : groups) {
     largest = std::max(largest, g.bytes + (s.grads_streamed ? numel_of(g.pieces) * 4 : 0));
-  return {std::min<int>(s.buffer_count, std::max<int>(1, static_cast<int>(groups.size()))), largest};
+    records += g.bytes;
+  }
+  const int count = std::min<int>(s.buffer_count, std::max<int>(1, static_cast<int>(groups.size())));
+  return {{"optimizer sub-group buffers", Category::kOffload, largest, count, s.buffer_tier},
+          {"optimizer states in the file", Category::kOptimizer, s.undoable ? 2 * records : records, 1, Tier::kNvme}};
 }
 
-void SwappedOptimizer::plan_memory(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
-                                   DType param16_type, bool swap_master, const SwapSettings& s, MemoryPlan& plan) {
-  const std::vector<SubGroup> groups =
-      plan_groups(cfg, pieces, param16_type, swap_master, s.sub_group_size, s.group_starts);
-  const auto [count, bytes] = buffers_for(groups, s);
-  plan.add("optimizer sub-group buffers", s.buffer_tier, Category::kOffload, bytes, Phase::kBuild, true, count);
-  plan.add_nvme("optimizer states in the file", Category::kOptimizer,
-                file_bytes(cfg, pieces, param16_type, swap_master, s.sub_group_size, s.group_starts, s.undoable));
+std::vector<BufferSpec> SwappedOptimizer::buffers(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
+                                                  DType param16_type, bool swap_master, const SwapSettings& s) {
+  return buffers_for(plan_groups(cfg, pieces, param16_type, swap_master, s.sub_group_size, s.group_starts), s);
 }
 
 absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const OptimizerConfig& cfg,
-                                                                            std::vector<ParamPiece> pieces,
-                                                                            DType param16_type,
-                                                                            const Fill& init_master,
-                                                                            const SwapSettings& s, Device& host,
-                                                                            Kernels& kernels) {
+                                                                           std::vector<ParamPiece> pieces,
+                                                                           DType param16_type, const Fill& init_master,
+                                                                           const SwapSettings& s, Device& host,
+                                                                           Kernels& kernels) {
   const bool swap_master = static_cast<bool>(init_master);
   if (s.buffer_count < 1) {
     return absl::InvalidArgumentError(absl::StrCat("buffer_count must be at least 1, got ", s.buffer_count));
@@ -122,17 +119,18 @@ absl::StatusOr<std::unique_ptr<SwappedOptimizer>> SwappedOptimizer::create(const
   for (int g = o->num_sub_groups() - 1; g >= 0; --g) o->first_group_[o->groups_[g].source[0]] = g;
   for (const SubGroup& g : o->groups_) o->records_bytes_ += g.bytes;
   o->undoable_ = s.undoable;
-  o->file_bytes_ = s.undoable ? 2 * o->records_bytes_ : o->records_bytes_;
   o->placed_second_.assign(o->groups_.size(), false);
   o->spare_written_.assign(o->groups_.size(), false);
-  const auto [nbuf, largest] = buffers_for(o->groups_, s);
-  for (int i = 0; i < nbuf; ++i) {
-    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(largest, Category::kOffload, s.buffer_tier, *s.accountant));
+  const std::vector<BufferSpec> specs = buffers_for(o->groups_, s);
+  const BufferSpec& slots = specs[kGroupBuffers];
+  for (int i = 0; i < slots.count; ++i) {
+    ZEROD_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(slots.bytes, slots.category, *slots.tier, *s.accountant));
     o->slots_.emplace_back().buf = std::move(b);
   }
+  o->file_bytes_ = specs[kFile].bytes;
   ZEROD_ASSIGN_OR_RETURN(o->io_, AioEngine::create(s.aio, s.hook));
   ZEROD_ASSIGN_OR_RETURN(o->file_, o->io_->create_scratch(s.file, o->file_bytes_));
-  ZEROD_RETURN_IF_ERROR(s.accountant->reserve(Tier::kNvme, Category::kOptimizer, o->file_bytes_));
+  ZEROD_RETURN_IF_ERROR(s.accountant->reserve(Tier::kNvme, specs[kFile].category, o->file_bytes_));
   o->nvme_reserved_ = o->file_bytes_;
 
   // Each group's masters (when swapped) and states live in its buffer, and

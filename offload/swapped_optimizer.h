@@ -26,9 +26,9 @@ struct SwapSettings {
   std::string file;        // created, and unlinked at once
   int64_t sub_group_size;  // elements
   int buffer_count;
-  Tier buffer_tier;        // pinned with a GPU, host otherwise
+  Tier buffer_tier;  // pinned with a GPU, host otherwise
   AioConfig aio;
-  IoFaultHook hook;        // tests only
+  IoFaultHook hook;  // tests only
   // The gradients are not in memory: step() is given them sub-group by
   // sub-group, into room after each record in its buffer.
   bool grads_streamed = false;
@@ -63,17 +63,19 @@ class SwappedOptimizer {
   static uint64_t file_bytes(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces, DType param16_type,
                              bool swap_master, int64_t sub_group_size, const std::vector<int>& group_starts,
                              bool undoable);
-  // What create() allocates: its buffers and the file's space.
-  static void plan_memory(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces, DType param16_type,
-                          bool swap_master, const SwapSettings& s, MemoryPlan& plan);
+  // What create() allocates, by Buffers: the buffers a step streams the
+  // groups through (the largest record, and its gradients when streamed),
+  // and the file's space.
+  enum Buffers { kGroupBuffers, kFile };
+  static std::vector<BufferSpec> buffers(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
+                                         DType param16_type, bool swap_master, const SwapSettings& s);
 
   ~SwappedOptimizer();
 
   // With grads_streamed, `grads` gives each sub-group's gradients before its
   // update. `updated`, if given, sees every piece's new masters in order,
   // while they are in their buffer.
-  absl::Status step(float lr, int64_t step, float grad_scale, const Fill& grads = {},
-                    const MasterOut& updated = {});
+  absl::Status step(float lr, int64_t step, float grad_scale, const Fill& grads = {}, const MasterOut& updated = {});
   // The update of pieces [first, last) only, which begin and end at group
   // starts: for a unit whose gradients backward has just completed. Their
   // records go back to the file in the background, and the first sub-group
@@ -132,9 +134,7 @@ class SwappedOptimizer {
   static std::vector<SubGroup> plan_groups(const OptimizerConfig& cfg, const std::vector<ParamPiece>& pieces,
                                            DType param16_type, bool swap_master, int64_t sub_group_size,
                                            const std::vector<int>& group_starts);
-  // The buffers a step streams the groups through: how many, and the bytes
-  // of each (the largest record, and its gradients when streamed).
-  static std::pair<int, uint64_t> buffers_for(const std::vector<SubGroup>& groups, const SwapSettings& s);
+  static std::vector<BufferSpec> buffers_for(const std::vector<SubGroup>& groups, const SwapSettings& s);
   SwappedOptimizer() = default;
   // Group g's buffer is fixed: its pieces and states point into it.
   Slot& slot_of(int g) { return slots_[g % slots_.size()]; }

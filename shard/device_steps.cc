@@ -27,17 +27,14 @@ uint64_t DeviceSteps::slot_bytes(int64_t part_elements, bool host_sums, size_t w
   return (host_sums ? 4 : 3) * align_up(part_elements * sizeof(float)) + align_up(part_elements * working_bytes);
 }
 
-void DeviceSteps::plan(const ZeroShape& shape, int kept, bool working_on_host, MemoryPlan& plan) {
-  const int64_t part = part_elements(shape);
+std::vector<BufferSpec> DeviceSteps::buffers(const ZeroShape& shape, int kept, bool working_on_host,
+                                             int64_t part_elements) {
+  const int64_t part = part_elements > 0 ? part_elements : DeviceSteps::part_elements(shape);
   const size_t working = working_on_host ? dtype_size(shape.dtype) : 0;
-  if (kept > 0) {
-    plan.add_device("masters and states updated on the device, in parts", Category::kOptimizer,
-                    slot_bytes(part, false, working), Phase::kBuild, true, kSlots);
-  }
-  if (kept < shape.part.num_units()) {
-    plan.add_device("masters, states and sums from the host updated on the device, in parts", Category::kOptimizer,
-                    slot_bytes(part, true, working), Phase::kBuild, true, kSlots);
-  }
+  return {{"masters and states updated on the device, in parts", Category::kOptimizer, slot_bytes(part, false, working),
+           kept > 0 ? kSlots : 0},
+          {"masters, states and sums from the host updated on the device, in parts", Category::kOptimizer,
+           slot_bytes(part, true, working), kept < shape.part.num_units() ? kSlots : 0}};
 }
 
 std::vector<bool> DeviceSteps::share(const std::vector<UnitBytes>& units, int kept) {
@@ -60,10 +57,11 @@ std::vector<bool> DeviceSteps::share(const std::vector<UnitBytes>& units, int ke
 
 absl::StatusOr<std::unique_ptr<DeviceSteps>> DeviceSteps::create(ZeroContext& ctx, const Optimizer& optimizer,
                                                                  const std::vector<std::pair<int, int>>& unit_pieces,
-                                                                 int kept, bool working_on_host, int64_t part_elements) {
+                                                                 int kept, bool working_on_host,
+                                                                 int64_t part_elements) {
   if (part_elements % kQuantBlock != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a part of ", part_elements, " elements is not whole blocks of ",
-                                                   kQuantBlock));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a part of ", part_elements, " elements is not whole blocks of ", kQuantBlock));
   }
   std::unique_ptr<DeviceSteps> d(new DeviceSteps(ctx, optimizer));
   Device& dev = ctx.device;
@@ -78,18 +76,18 @@ absl::StatusOr<std::unique_ptr<DeviceSteps>> DeviceSteps::create(ZeroContext& ct
     }
   }
   d->takes_ = share(units, kept);
-  if (kept > 0) ZEROD_RETURN_IF_ERROR(d->create_lane(d->lanes_[0], false));
-  if (kept < static_cast<int>(units.size())) ZEROD_RETURN_IF_ERROR(d->create_lane(d->lanes_[1], true));
+  const std::vector<BufferSpec> lanes = buffers(ctx, kept, working_on_host, d->part_elements_);
+  for (int i = 0; i < 2; ++i) {
+    if (lanes[i].count > 0) ZEROD_RETURN_IF_ERROR(d->create_lane(d->lanes_[i], lanes[i]));
+  }
   ZEROD_ASSIGN_OR_RETURN(d->ready_, dev.create_event());
   return d;
 }
 
-absl::Status DeviceSteps::create_lane(Lane& lane, bool host_sums) {
+absl::Status DeviceSteps::create_lane(Lane& lane, const BufferSpec& slots) {
   Device& dev = ctx_.device;
   for (Slot& s : lane.slots) {
-    ZEROD_ASSIGN_OR_RETURN(s.buf, dev.allocate(slot_bytes(part_elements_, host_sums,
-                                                          working_on_host_ ? dtype_size(ctx_.dtype) : 0),
-                                               Category::kOptimizer));
+    ZEROD_ASSIGN_OR_RETURN(s.buf, allocate_spec(dev, slots));
     ZEROD_ASSIGN_OR_RETURN(s.uploaded, dev.create_event());
     ZEROD_ASSIGN_OR_RETURN(s.updated, dev.create_event());
     ZEROD_ASSIGN_OR_RETURN(s.downloaded, dev.create_event());

@@ -68,13 +68,14 @@ class DeviceSteps {
   // (a multiple of kQuantBlock; tests) in place of the planned part.
   static absl::StatusOr<std::unique_ptr<DeviceSteps>> create(ZeroContext& ctx, const Optimizer& optimizer,
                                                              const std::vector<std::pair<int, int>>& unit_pieces,
-                                                             int kept, bool working_on_host,
-                                                             int64_t part_elements = 0);
+                                                             int kept, bool working_on_host, int64_t part_elements = 0);
   // Waits for what is in flight.
   ~DeviceSteps();
-  // With `kept` units summed on the device (the first lane, where there
-  // are some) of shape's, the others on the host (the second).
-  static void plan(const ZeroShape& shape, int kept, bool working_on_host, MemoryPlan& plan);
+  // The slots of each lane, by lane (sums on the device, then on the host):
+  // with `kept` units of shape's summed on the device, the others on the
+  // host; parts of `part_elements` (0: part_elements(shape)).
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, int kept, bool working_on_host,
+                                         int64_t part_elements = 0);
 
   // Whether unit u, summed on the host, is updated here (share()).
   bool takes(int u) const { return takes_[u]; }
@@ -85,8 +86,8 @@ class DeviceSteps {
   // on the device are read once what the compute stream has been given
   // so far is done; sums in host memory (`grads_on_host`: pinned, left
   // alone until finish()) are copied up with the states. From any thread.
-  void enqueue(int first, int last, const float* grads, bool grads_on_host, const std::vector<void*>& working,
-               float lr, int64_t step, float grad_scale);
+  void enqueue(int first, int last, const float* grads, bool grads_on_host, const std::vector<void*>& working, float lr,
+               int64_t step, float grad_scale);
   // The compute stream waits for the updates (the working copy, and the
   // sums they read), and the host for the masters and states to be back.
   absl::Status finish();
@@ -115,7 +116,7 @@ class DeviceSteps {
   // room for the working copy where it goes to the host (`working_bytes`
   // an element, else 0).
   static uint64_t slot_bytes(int64_t part_elements, bool host_sums, size_t working_bytes);
-  absl::Status create_lane(Lane& lane, bool host_sums);
+  absl::Status create_lane(Lane& lane, const BufferSpec& slots);
 
   ZeroContext& ctx_;
   const Optimizer& optimizer_;

@@ -39,13 +39,38 @@ int64_t fill_numel(const ZeroShape& shape, bool packs) {
   return std::min(n, layer);
 }
 
-bool offloaded(const ZeroConfig& z) { return z.stage == 3 && z.offload_param.device != OffloadDevice::kNone; }
+// What FrozenWeights allocates beside its store, by Own: the layer
+// unpacked from stage 3's packed units, and the host buffers the initial
+// values pass through (`packs`: packed into a layer's bytes).
+enum Own { kUnpacked, kInitialValues, kLayerPacked };
+std::vector<BufferSpec> own_buffers(const ZeroShape& shape, bool packs) {
+  const int packed = packs ? 1 : 0;
+  BufferSpec unpacked = Nf4Packing::unpacked_buffer(shape.layout, shape.operands);
+  unpacked.count = packed;
+  return {std::move(unpacked),
+          {"frozen weights, initial values", Category::kWorkspace,
+           static_cast<uint64_t>(std::max<int64_t>(fill_numel(shape, packs), 1) * 4), 1, Tier::kHost, /*kept=*/false},
+          {"frozen weights, a layer packed", Category::kWorkspace, Nf4Packing(shape.layout).layer_bytes(), packed,
+           Tier::kHost, /*kept=*/false}};
+}
 
-ShardStoreSettings frozen_store_settings(const ZeroSettings& s, const std::string& file, const PlanDevice& device,
-                                         MemoryAccountant* accountant) {
-  const OffloadConfig& off = s.zero.offload_param;
-  return {off.device, Category::kFrozen, file,      off.buffer_count, offload_buffer_tier(off, device),
-          s.aio,      s.io_faults,       accountant};
+// The frozen weights' store: written once, from the host (the initial
+// values); its NVMe file `rank`'s.
+ParamStoreChoice param_store(const ZeroSettings& s, const PlanDevice& device, int rank, MemoryAccountant* accountant) {
+  const ZeroConfig& z = s.zero;
+  const OffloadConfig& off = z.offload_param;
+  ParamStoreChoice p;
+  p.staging = offload_buffer_tier(off, device);
+  p.written_from_host = true;
+  if (z.stage < 3) return p;
+  if (off.device == OffloadDevice::kNone) {
+    p.kind = ParamStoreChoice::kSharded;
+    return p;
+  }
+  p.kind = ParamStoreChoice::kOffloaded;
+  const std::string file = off.device == OffloadDevice::kNvme ? swap_file_path(*off.nvme_path, "frozen", rank) : "";
+  p.offload = {off.device, Category::kFrozen, file, off.buffer_count, p.staging, s.aio, s.io_faults, accountant};
+  return p;
 }
 
 }  // namespace
@@ -60,37 +85,14 @@ FrozenWeights::FrozenWeights(const GptLayout& layout, const ZeroSettings& settin
 
 FrozenWeights::~FrozenWeights() { ctx_.device.synchronize(ctx_.stream).IgnoreError(); }
 
-void FrozenWeights::plan(const GptLayout& layout, const ZeroSettings& settings, bool nf4, int world_size, int rank,
-                         MemoryPlan& into) {
-  MemoryPlan plan(into.device());
-  plan_build(layout, settings, nf4, world_size, rank, plan);
-  into.add_all(plan, Phase::kFrozenWeights);
-}
-
-void FrozenWeights::plan_build(const GptLayout& layout, const ZeroSettings& settings, bool nf4, int world_size,
-                               int rank, MemoryPlan& plan) {
+std::vector<BufferSpec> FrozenWeights::buffers(const GptLayout& layout, const ZeroSettings& settings, bool nf4,
+                                               int world_size, int rank, const PlanDevice& device) {
   const ZeroConfig& z = settings.zero;
-  if (nf4 && z.stage < 3) {
-    Nf4Weights::plan(layout, settings.operands, plan);
-    return;
-  }
+  if (nf4 && z.stage < 3) return Nf4Weights::buffers(layout, settings.operands);
   const ZeroShape shape = frozen_shape(layout, settings, nf4, world_size, rank);
-  const Tier staging = offload_buffer_tier(z.offload_param, plan.device());
-  if (z.stage < 3) {
-    plan_replicated_params(shape, /*written_from_host=*/true, staging, plan);
-  } else if (offloaded(z)) {
-    plan_offloaded_params(shape, z, frozen_store_settings(settings, "", plan.device(), nullptr),
-                          /*written_during_backward=*/false, plan);
-  } else {
-    plan_sharded_params(shape, z, /*written_from_host=*/true, staging, plan);
-  }
-  if (nf4) Nf4Packing::plan_unpacked(layout, settings.operands, plan);
-  plan.add("frozen weights, initial values", Tier::kHost, Category::kWorkspace,
-           std::max<int64_t>(fill_numel(shape, nf4), 1) * 4, Phase::kBuild, /*kept=*/false);
-  if (nf4) {
-    plan.add("frozen weights, a layer packed", Tier::kHost, Category::kWorkspace, Nf4Packing(layout).layer_bytes(),
-             Phase::kBuild, /*kept=*/false);
-  }
+  std::vector<BufferSpec> specs = param_store_buffers(shape, z, param_store(settings, device, rank, nullptr), device);
+  for (BufferSpec& b : own_buffers(shape, packed(nf4, z))) specs.push_back(std::move(b));
+  return specs;
 }
 
 absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLayout& layout,
@@ -111,26 +113,15 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
       return w->packing_->unpack(w->ctx_.device, w->ctx_.converter(), static_cast<uint8_t*>(unit), w->unpacked_.data());
     };
   }
-  const PlanDevice where = plan_device(device);
-  const Tier staging = offload_buffer_tier(z.offload_param, where);
-  if (z.stage < 3) {
-    ZEROD_ASSIGN_OR_RETURN(f->params_, replicated_params(f->ctx_, staging));
-  } else if (offloaded(z)) {
-    std::string file;
-    if (z.offload_param.device == OffloadDevice::kNvme) {
-      ZEROD_RETURN_IF_ERROR(
-          check_swap_dirs({{*z.offload_param.nvme_path, ShardStore::file_bytes(f->ctx_.part.chunks(), f->ctx_.dtype),
-                            "zero_optimization.offload_param.nvme_path"}}));
-      file = swap_file_path(*z.offload_param.nvme_path, "frozen", comm.rank());
-    }
-    ZEROD_ASSIGN_OR_RETURN(
-        f->params_, offloaded_params(f->ctx_, z, frozen_store_settings(settings, file, where, &device.accountant()),
-                                     /*written_during_backward=*/false, std::move(unpack)));
-  } else {
-    ZEROD_ASSIGN_OR_RETURN(f->params_, sharded_params(f->ctx_, z, staging, std::move(unpack)));
+  const ParamStoreChoice store = param_store(settings, plan_device(device), comm.rank(), &device.accountant());
+  if (store.kind == ParamStoreChoice::kOffloaded && z.offload_param.device == OffloadDevice::kNvme) {
+    ZEROD_RETURN_IF_ERROR(
+        check_swap_dirs({{*z.offload_param.nvme_path, ShardStore::file_bytes(f->ctx_.part.chunks(), f->ctx_.dtype),
+                          "zero_optimization.offload_param.nvme_path"}}));
   }
+  ZEROD_ASSIGN_OR_RETURN(f->params_, create_param_store(f->ctx_, z, store, std::move(unpack)));
   if (f->packing_) {
-    ZEROD_ASSIGN_OR_RETURN(f->unpacked_, Nf4Packing::allocate_unpacked(layout, kernels.operand_type(), device));
+    ZEROD_ASSIGN_OR_RETURN(f->unpacked_, allocate_spec(device, own_buffers(f->ctx_, true)[kUnpacked]));
   }
   ZEROD_RETURN_IF_ERROR(f->fill(settings.init));
   return f;
@@ -142,11 +133,11 @@ absl::Status FrozenWeights::fill(const ParamInit& init) {
   const GptLayout& L = ctx_.layout;
   const Partition& p = ctx_.part;
   const int64_t step = fill_numel(ctx_, packing_.has_value());
-  ZEROD_ASSIGN_OR_RETURN(Buffer host,
-                         ctx_.device.allocate(std::max<int64_t>(step, 1) * 4, Category::kWorkspace, Tier::kHost));
+  const std::vector<BufferSpec> own = own_buffers(ctx_, packing_.has_value());
+  ZEROD_ASSIGN_OR_RETURN(Buffer host, allocate_spec(ctx_.device, own[kInitialValues]));
   Buffer layer;
-  if (packing_) {
-    ZEROD_ASSIGN_OR_RETURN(layer, ctx_.device.allocate(packing_->layer_bytes(), Category::kWorkspace, Tier::kHost));
+  if (own[kLayerPacked].count > 0) {
+    ZEROD_ASSIGN_OR_RETURN(layer, allocate_spec(ctx_.device, own[kLayerPacked]));
   }
   for (const ShardSegment& s : ctx_.owned) {
     const int u = s.unit;

@@ -21,12 +21,12 @@ class FrozenWeights {
   // The values settings.init gives for `layout` (the model's), on `device`,
   // whose table `kernels` is; layout, comm, device and kernels outlive it.
   static absl::StatusOr<std::unique_ptr<FrozenWeights>> create(const GptLayout& layout, const ZeroSettings& settings,
-                                                                bool nf4, Communicator& comm, Device& device,
-                                                                Kernels& kernels);
-  // What create() allocates for rank `rank` of `world_size`, on plan's
-  // device, in phase kFrozenWeights: it is built after the rest.
-  static void plan(const GptLayout& layout, const ZeroSettings& settings, bool nf4, int world_size, int rank,
-                   MemoryPlan& plan);
+                                                               bool nf4, Communicator& comm, Device& device,
+                                                               Kernels& kernels);
+  // What create() allocates for rank `rank` of `world_size` on `device`
+  // (a plan states it in phase kFrozenWeights: it is built after the rest).
+  static std::vector<BufferSpec> buffers(const GptLayout& layout, const ZeroSettings& settings, bool nf4,
+                                         int world_size, int rank, const PlanDevice& device);
   ~FrozenWeights();
 
   WeightSource& weights() { return nf4_ ? static_cast<WeightSource&>(*nf4_) : params_->weights(); }
@@ -34,9 +34,6 @@ class FrozenWeights {
  private:
   FrozenWeights(const GptLayout& layout, const ZeroSettings& settings, bool nf4, Communicator& comm, Device& device,
                 Kernels& kernels);
-  // plan() as the parts state it, in their build phase.
-  static void plan_build(const GptLayout& layout, const ZeroSettings& settings, bool nf4, int world_size, int rank,
-                         MemoryPlan& plan);
   // Writes this rank's part from `init` and publishes it.
   absl::Status fill(const ParamInit& init);
 

@@ -16,37 +16,37 @@ int GatheredWeights::layer_slots(const GptLayout& layout, const ZeroConfig& z) {
   return z.stage3_prefetch_bucket_size > 0 ? 2 : 1;
 }
 
-void GatheredWeights::plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan) {
+std::vector<BufferSpec> GatheredWeights::buffers(const ZeroShape& shape, const ZeroConfig& z) {
   const GptLayout& L = shape.layout;
   const Partition& p = shape.part;
-  const int64_t ds = dtype_size(shape.dtype) * p.world_size();
-  plan.add_device("gathered layers", shape.params, p.chunk(1) * ds, Phase::kBuild, true, layer_slots(L, z));
-  plan.add_device("gathered embeddings", shape.params, p.chunk(0) * ds);
-  plan.add_device("gathered final LayerNorm", shape.params, p.chunk(L.final_unit()) * ds);
-  plan_weight_staging(L, shape.dtype, shape.operands, plan);
+  const uint64_t ds = dtype_size(shape.dtype) * p.world_size();
+  std::vector<BufferSpec> specs = {
+      {"gathered layers", shape.params, p.chunk(1) * ds, layer_slots(L, z)},
+      {"gathered embeddings", shape.params, p.chunk(0) * ds},
+      {"gathered final LayerNorm", shape.params, p.chunk(L.final_unit()) * ds},
+  };
+  for (BufferSpec& b : weight_staging_buffers(L, shape.dtype, shape.operands)) specs.push_back(std::move(b));
+  return specs;
 }
 
 absl::Status GatheredWeights::allocate(const ZeroConfig& z) {
   const GptLayout& L = ctx_.layout;
-  const Partition& p = ctx_.part;
-  const int n = p.world_size();
-  const int64_t ds = dtype_size(ctx_.dtype);
   persistent_layers_ = L.unit_numel(1) < z.stage3_param_persistence_threshold;
   persistent_globals_ = L.unit_numel(0) + L.unit_numel(L.final_unit()) < z.stage3_param_persistence_threshold;
   prefetch_ = z.stage3_prefetch_bucket_size > 0;
   if (shards_.on_host()) {
     ZEROD_ASSIGN_OR_RETURN(upload_, ctx_.device.create_stream());
   }
-  layers_.resize(layer_slots(L, z));
-  for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n * ds));
-  ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n * ds));
-  ZEROD_RETURN_IF_ERROR(allocate_slot(fin_, p.chunk(L.final_unit()) * n * ds));
   ZEROD_RETURN_IF_ERROR(check_weight_types(ctx_.dtype, ctx_.operands));
-  if (needs_staging(ctx_.dtype, ctx_.operands)) {
-    const WeightStaging staging = weight_staging(L);
-    const int64_t op = dtype_size(ctx_.operands);
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(layer_staging_, staging.layer * op, Category::kWorkspace));
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(global_staging_, staging.globals * op, Category::kWorkspace));
+  const std::vector<BufferSpec> specs = buffers(ctx_, z);
+  layers_.resize(specs[kLayerSlots].count);
+  for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, specs[kLayerSlots]));
+  ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, specs[kEmbeddings]));
+  ZEROD_RETURN_IF_ERROR(allocate_slot(fin_, specs[kFinalNorm]));
+  const BufferSpec* staging = &specs[kNumGathered];
+  if (staging[kGlobalStaging].count > 0) {
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(global_staging_, staging[kGlobalStaging]));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(layer_staging_, staging[kLayerStaging]));
   }
   // Gathers write the zeroed slots from the comm thread.
   return ctx_.device.synchronize(ctx_.stream);
@@ -57,8 +57,8 @@ absl::StatusOr<GlobalWeights> GatheredWeights::globals() {
   ZEROD_ASSIGN_OR_RETURN(const bool fresh_emb, acquire(emb_, 0));
   ZEROD_ASSIGN_OR_RETURN(const bool fresh_fin, acquire(fin_, L.final_unit()));
   if (fresh_emb || fresh_fin || !needs_staging(ctx_.dtype, ctx_.operands)) {
-    globals_ = global_weight_views(ctx_.converter(), L, ctx_.dtype, emb_.buf.data(), fin_.buf.data(),
-                                   global_staging_.data());
+    globals_ =
+        global_weight_views(ctx_.converter(), L, ctx_.dtype, emb_.buf.data(), fin_.buf.data(), global_staging_.data());
   }
   return globals_;
 }
@@ -109,9 +109,9 @@ absl::Status GatheredWeights::invalidate() {
   return s;
 }
 
-absl::Status GatheredWeights::allocate_slot(Slot& s, int64_t bytes) {
+absl::Status GatheredWeights::allocate_slot(Slot& s, const BufferSpec& spec) {
   ZEROD_ASSIGN_OR_RETURN(s.used, ctx_.device.create_event());
-  return ctx_.alloc(s.buf, bytes, ctx_.params);
+  return ctx_.alloc(s.buf, spec);
 }
 
 std::vector<GatheredWeights::Slot*> GatheredWeights::all_slots() {

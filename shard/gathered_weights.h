@@ -45,8 +45,10 @@ class GatheredWeights : public WeightSource {
   // Waits for gathers in flight and for the stream, before the slots go.
   ~GatheredWeights() override;
   absl::Status allocate(const ZeroConfig& z);
-  // What allocate() allocates on plan's device.
-  static void plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan);
+  // What allocate() allocates: the slots, by Gathered, then the weight
+  // staging (weights.h).
+  enum Gathered { kLayerSlots, kEmbeddings, kFinalNorm, kNumGathered };
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, const ZeroConfig& z);
 
   DType dtype() const override { return ctx_.dtype; }
   absl::StatusOr<GlobalWeights> globals() override;
@@ -71,7 +73,7 @@ class GatheredWeights : public WeightSource {
   // Slots for layers: one a layer when they persist, else two with
   // prefetching, else one.
   static int layer_slots(const GptLayout& layout, const ZeroConfig& z);
-  absl::Status allocate_slot(Slot& s, int64_t bytes);
+  absl::Status allocate_slot(Slot& s, const BufferSpec& spec);
   std::vector<Slot*> all_slots();
   Slot* find(int u);
   // Where unit u goes: with persistent layers each has its own slot;

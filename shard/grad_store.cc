@@ -21,14 +21,21 @@ class FullGrads : public GradStore {
  public:
   FullGrads(ZeroContext& ctx, bool scatter) : GradStore(ctx), scatter_(scatter) {}
 
+  enum Buffers { kFullGrads, kShard, kHostShard };
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, bool scatter, std::optional<Tier> host_tier) {
+    const Partition& p = shape.part;
+    const uint64_t shard = p.shard_numel() * 4;
+    return {{"gradients", Category::kGrads, static_cast<uint64_t>(p.padded_numel() * 4)},
+            {"reduced gradient shard", Category::kGrads, shard, scatter ? 1 : 0},
+            {"reduced gradient shard on the host", Category::kGrads, shard, host_tier ? 1 : 0, host_tier}};
+  }
+
   absl::Status allocate(std::optional<Tier> host_tier) {
-    const Partition& p = ctx_.part;
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(full_, p.padded_numel() * 4, Category::kGrads));
-    if (scatter_) ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, p.shard_numel() * 4, Category::kGrads));
-    if (host_tier) {
-      ZEROD_ASSIGN_OR_RETURN(host_, ctx_.device.allocate(p.shard_numel() * 4, Category::kGrads, *host_tier));
-    }
-    sink_ = std::make_unique<FlatGrads>(&ctx_.layout, full_.ptr<float>(), p.padded_unit_offsets());
+    const std::vector<BufferSpec> specs = buffers(ctx_, scatter_, host_tier);
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(full_, specs[kFullGrads]));
+    if (specs[kShard].count > 0) ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, specs[kShard]));
+    if (specs[kHostShard].count > 0) ZEROD_RETURN_IF_ERROR(ctx_.alloc(host_, specs[kHostShard]));
+    sink_ = std::make_unique<FlatGrads>(&ctx_.layout, full_.ptr<float>(), ctx_.part.padded_unit_offsets());
     return ctx_.device.synchronize(ctx_.stream);
   }
 
@@ -57,9 +64,7 @@ class FullGrads : public GradStore {
   // Without scatter the partition is a world of one, so the shard layout is
   // the padded one.
   const float* owned(const ShardSegment& s) override { return optimizers().ptr<float>() + s.shard_offset; }
-  absl::StatusOr<const float*> acquire(int u) override {
-    return optimizers().ptr<float>() + ctx_.part.shard_offset(u);
-  }
+  absl::StatusOr<const float*> acquire(int u) override { return optimizers().ptr<float>() + ctx_.part.shard_offset(u); }
 
  private:
   const Buffer& reduced() const { return scatter_ ? shard_ : full_; }
@@ -76,9 +81,17 @@ class ShardedGrads : public GradStore, public ScatterGrads::Target {
  public:
   explicit ShardedGrads(ZeroContext& ctx) : GradStore(ctx), sink_(ctx, *this) {}
 
+  // The shard, then its ScatterGrads's.
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, const ZeroConfig& z) {
+    std::vector<BufferSpec> specs = {
+        {"gradient shard", Category::kGrads, static_cast<uint64_t>(shape.part.shard_numel() * 4)}};
+    for (BufferSpec& b : ScatterGrads::buffers(shape, z)) specs.push_back(std::move(b));
+    return specs;
+  }
+
   absl::Status allocate(const ZeroConfig& z, const MicroBatchSums& sums) {
     rounded_ = sums.rounded;
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, ctx_.part.shard_numel() * 4, Category::kGrads));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, buffers(ctx_, z)[0]));
     return sink_.allocate(z);
   }
 
@@ -109,17 +122,27 @@ class HostGrads : public GradStore {
  public:
   explicit HostGrads(ZeroContext& ctx)
       : GradStore(ctx),
-        adds_(ctx,
-              [this](int u, int64_t start, absl::Span<const void* const> srcs, DType type, int64_t n,
-                     bool fresh) -> absl::StatusOr<const float*> {
-                float* unit = shard_.host<float>() + ctx_.part.shard_offset(u);
-                accumulate_f32(type, srcs, unit + start, n, fresh);
-                return unit;
-              },
-              {}, [this](int u) { return shard_.host<float>() + ctx_.part.shard_offset(u); }) {}
+        adds_(
+            ctx,
+            [this](int u, int64_t start, absl::Span<const void* const> srcs, DType type, int64_t n,
+                   bool fresh) -> absl::StatusOr<const float*> {
+              float* unit = shard_.host<float>() + ctx_.part.shard_offset(u);
+              accumulate_f32(type, srcs, unit + start, n, fresh);
+              return unit;
+            },
+            {}, [this](int u) { return shard_.host<float>() + ctx_.part.shard_offset(u); }) {}
+
+  // The shard, then its HostAdds's.
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums,
+                                         Tier tier) {
+    std::vector<BufferSpec> specs = {
+        {"gradient shard on the host", Category::kGrads, static_cast<uint64_t>(shape.part.shard_numel() * 4), 1, tier}};
+    for (BufferSpec& b : HostAdds::buffers(shape, z, sums, tier, /*lands=*/true)) specs.push_back(std::move(b));
+    return specs;
+  }
 
   absl::Status allocate(const ZeroConfig& z, const MicroBatchSums& sums, Tier tier) {
-    ZEROD_ASSIGN_OR_RETURN(shard_, ctx_.device.allocate(ctx_.part.shard_numel() * 4, Category::kGrads, tier));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(shard_, buffers(ctx_, z, sums, tier)[0]));
     return adds_.allocate(z, sums, tier);
   }
 
@@ -156,6 +179,17 @@ class FileGrads : public GradStore {
               return static_cast<const float*>(store_->unwritten(u));
             },
             [this](int u) { return store_->fetch(u); }) {}
+
+  // The store's, then its HostAdds's.
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums,
+                                         const ShardStoreSettings& settings) {
+    const Partition& p = shape.part;
+    std::vector<BufferSpec> specs = ShardStore::buffers(p.chunks(), p.chunk(1), DType::kF32, settings);
+    for (BufferSpec& b : HostAdds::buffers(shape, z, sums, settings.host_tier, /*lands=*/false)) {
+      specs.push_back(std::move(b));
+    }
+    return specs;
+  }
 
   absl::Status allocate(const ZeroConfig& z, const MicroBatchSums& sums, ShardStoreSettings settings) {
     const Partition& p = ctx_.part;
@@ -221,48 +255,32 @@ class FileGrads : public GradStore {
 
 }  // namespace
 
-void plan_full_grads(const ZeroShape& shape, bool scatter, std::optional<Tier> host_tier, MemoryPlan& plan) {
-  const Partition& p = shape.part;
-  plan.add_device("gradients", Category::kGrads, p.padded_numel() * 4);
-  if (scatter) plan.add_device("reduced gradient shard", Category::kGrads, p.shard_numel() * 4);
-  if (host_tier) plan.add("reduced gradient shard on the host", *host_tier, Category::kGrads, p.shard_numel() * 4);
+std::vector<BufferSpec> grad_store_buffers(const ZeroShape& shape, const ZeroConfig& z, const GradStoreChoice& c) {
+  switch (c.kind) {
+    case GradStoreChoice::kFull:
+      return FullGrads::buffers(shape, c.scatter, c.host_tier);
+    case GradStoreChoice::kSharded:
+      return ShardedGrads::buffers(shape, z);
+    case GradStoreChoice::kHost:
+      return HostGrads::buffers(shape, z, c.sums, c.tier);
+    case GradStoreChoice::kFile:
+      return FileGrads::buffers(shape, z, c.sums, c.file);
+  }
+  return {};
 }
 
-void plan_sharded_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums&, MemoryPlan& plan) {
-  plan.add_device("gradient shard", Category::kGrads, shape.part.shard_numel() * 4);
-  ScatterGrads::plan(shape, z, plan);
-}
-
-void plan_host_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier,
-                     MemoryPlan& plan) {
-  plan.add("gradient shard on the host", tier, Category::kGrads, shape.part.shard_numel() * 4);
-  HostAdds::plan(shape, z, sums, tier, /*lands=*/true, plan);
-}
-
-void plan_file_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums,
-                     const ShardStoreSettings& settings, MemoryPlan& plan) {
-  const Partition& p = shape.part;
-  ShardStore::plan(p.chunks(), p.chunk(1), DType::kF32, settings, plan);
-  HostAdds::plan(shape, z, sums, settings.host_tier, /*lands=*/false, plan);
-}
-
-absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter, std::optional<Tier> host_tier) {
-  return allocated<GradStore>(std::make_unique<FullGrads>(ctx, scatter), host_tier);
-}
-
-absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z,
-                                                      const MicroBatchSums& sums, Tier tier) {
-  return allocated<GradStore>(std::make_unique<HostGrads>(ctx), z, sums, tier);
-}
-
-absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z,
-                                                         const MicroBatchSums& sums) {
-  return allocated<GradStore>(std::make_unique<ShardedGrads>(ctx), z, sums);
-}
-
-absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z,
-                                                      const MicroBatchSums& sums, ShardStoreSettings settings) {
-  return allocated<GradStore>(std::make_unique<FileGrads>(ctx), z, sums, std::move(settings));
+absl::StatusOr<std::unique_ptr<GradStore>> create_grad_store(ZeroContext& ctx, const ZeroConfig& z, GradStoreChoice c) {
+  switch (c.kind) {
+    case GradStoreChoice::kFull:
+      return allocated<GradStore>(std::make_unique<FullGrads>(ctx, c.scatter), c.host_tier);
+    case GradStoreChoice::kSharded:
+      return allocated<GradStore>(std::make_unique<ShardedGrads>(ctx), z, c.sums);
+    case GradStoreChoice::kHost:
+      return allocated<GradStore>(std::make_unique<HostGrads>(ctx), z, c.sums, c.tier);
+    case GradStoreChoice::kFile:
+      return allocated<GradStore>(std::make_unique<FileGrads>(ctx), z, c.sums, std::move(c.file));
+  }
+  return absl::InternalError("unknown gradient store");
 }
 
 }  // namespace zerod

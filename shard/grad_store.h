@@ -100,24 +100,28 @@ class GradStore {
   ZeroContext& ctx_;
 };
 
-// `scatter`: reduce-scatter into a shard (stage 1) rather than all-reduce;
-// `host_tier`, when given: the reduced shard is copied to host memory of it.
-absl::StatusOr<std::unique_ptr<GradStore>> full_grads(ZeroContext& ctx, bool scatter,
-                                                      std::optional<Tier> host_tier = std::nullopt);
-absl::StatusOr<std::unique_ptr<GradStore>> sharded_grads(ZeroContext& ctx, const ZeroConfig& z,
-                                                         const MicroBatchSums& sums);
-// The shard in host memory of `tier`.
-absl::StatusOr<std::unique_ptr<GradStore>> host_grads(ZeroContext& ctx, const ZeroConfig& z, const MicroBatchSums& sums,
-                                                      Tier tier);
-absl::StatusOr<std::unique_ptr<GradStore>> file_grads(ZeroContext& ctx, const ZeroConfig& z, const MicroBatchSums& sums,
-                                                      ShardStoreSettings settings);
+// Which store keeps the gradients, and what it is built with.
+struct GradStoreChoice {
+  enum Kind {
+    kFull,     // stages 0 and 1: backward adds into the padded full buffer
+    kSharded,  // stages 2 and 3: each unit's reduced chunk added to the shard on the device
+    kHost,     // ... with offload_optimizer cpu: the shard in host memory
+    kFile,     // ... with offload_optimizer nvme: the shard in a file
+  };
+  Kind kind = kFull;
+  // Full: reduce-scatter into a shard (stage 1) rather than all-reduce; and,
+  // when given, the tier of host memory the reduced shard is copied to.
+  bool scatter = false;
+  std::optional<Tier> host_tier;
+  // Sharded, host and file: what a micro-batch's sums are (zero_engine.h).
+  MicroBatchSums sums;
+  Tier tier = Tier::kHost;    // host: of the shard
+  ShardStoreSettings file{};  // file: the store's
+};
 
-// What each store above allocates, on plan's device.
-void plan_full_grads(const ZeroShape& shape, bool scatter, std::optional<Tier> host_tier, MemoryPlan& plan);
-void plan_sharded_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, MemoryPlan& plan);
-void plan_host_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier,
-                     MemoryPlan& plan);
-void plan_file_grads(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums,
-                     const ShardStoreSettings& settings, MemoryPlan& plan);
+// What the chosen store allocates on the device; the store allocates from
+// the same description.
+std::vector<BufferSpec> grad_store_buffers(const ZeroShape& shape, const ZeroConfig& z, const GradStoreChoice& c);
+absl::StatusOr<std::unique_ptr<GradStore>> create_grad_store(ZeroContext& ctx, const ZeroConfig& z, GradStoreChoice c);
 
 }  // namespace zerod

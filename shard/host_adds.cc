@@ -47,47 +47,44 @@ char* HostAdds::held_at(int u, int row) const {
   return held_.ptr<char>() + (row * row_numel + p.shard_offset(u) - first) * dtype_size(sums_.rounded);
 }
 
-void HostAdds::plan(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier, bool lands,
-                    MemoryPlan& plan) {
+std::vector<BufferSpec> HostAdds::buffers(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums,
+                                          Tier tier, bool lands) {
   const Partition& p = shape.part;
   const int k = sums.device_units(p);
-  if (k > 0) {
-    plan.add_device("the step's gradient sum, sent to the host once", Category::kGrads, p.shard_offset(k) * 4);
-  }
-  if (sums.rounded != DType::kF32 && k < p.num_units()) {
-    plan.add_device("reduced gradients rounded for the host", Category::kComm,
-                    p.largest_chunk() * dtype_size(sums.rounded));
-  }
-  if (const int64_t bytes = staging_bytes(shape, sums, lands); bytes > 0) {
-    plan.add("reduced gradients on their way to the host", tier, Category::kOffload, bytes, Phase::kBuild, true,
-             kStaging);
-  }
-  if (const int64_t bytes = held_bytes(shape, sums); bytes > 0) {
-    plan.add("micro-batch gradients held to be added in one pass", tier, Category::kGrads, bytes);
-  }
-  ScatterGrads::plan(shape, z, plan);
+  const int64_t staging = staging_bytes(shape, sums, lands), held = held_bytes(shape, sums);
+  std::vector<BufferSpec> specs = {
+      {"the step's gradient sum, sent to the host once", Category::kGrads, static_cast<uint64_t>(p.shard_offset(k) * 4),
+       k > 0 ? 1 : 0},
+      {"reduced gradients rounded for the host", Category::kComm,
+       static_cast<uint64_t>(p.largest_chunk() * dtype_size(sums.rounded)),
+       sums.rounded != DType::kF32 && k < p.num_units() ? 1 : 0},
+      {"reduced gradients on their way to the host", Category::kOffload, static_cast<uint64_t>(staging),
+       staging > 0 ? kStaging : 0, tier},
+      {"micro-batch gradients held to be added in one pass", Category::kGrads, static_cast<uint64_t>(held),
+       held > 0 ? 1 : 0, tier},
+  };
+  for (BufferSpec& b : ScatterGrads::buffers(shape, z)) specs.push_back(std::move(b));
+  return specs;
 }
 
 absl::Status HostAdds::allocate(const ZeroConfig& z, const MicroBatchSums& sums, Tier tier) {
   sums_ = sums;
-  const Partition& p = ctx_.part;
-  device_units_ = sums.device_units(p);
-  if (device_units_ > 0) {
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(sum_, p.shard_offset(device_units_) * 4, Category::kGrads));
+  device_units_ = sums.device_units(ctx_.part);
+  const std::vector<BufferSpec> specs = buffers(ctx_, z, sums, tier, static_cast<bool>(landing_));
+  if (specs[kDeviceSum].count > 0) {
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(sum_, specs[kDeviceSum]));
     for (int u = 0; u < device_units_; ++u) {
       ZEROD_ASSIGN_OR_RETURN(summed_.emplace_back(), ctx_.device.create_event());
     }
   }
-  if (sums.rounded != DType::kF32 && device_units_ < p.num_units()) {
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(narrow_, p.largest_chunk() * dtype_size(sums.rounded), Category::kComm));
+  if (specs[kRounded].count > 0) ZEROD_RETURN_IF_ERROR(ctx_.alloc(narrow_, specs[kRounded]));
+  if (specs[kHeld].count > 0) {
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(held_, specs[kHeld]));
+    folded_.resize(ctx_.part.num_units());
   }
-  if (const int64_t bytes = held_bytes(ctx_, sums); bytes > 0) {
-    ZEROD_ASSIGN_OR_RETURN(held_, ctx_.device.allocate(bytes, Category::kGrads, tier));
-    folded_.resize(p.num_units());
-  }
-  if (const int64_t bytes = staging_bytes(ctx_, sums, static_cast<bool>(landing_)); bytes > 0) {
+  if (specs[kStagingParts].count > 0) {
     for (Staging& s : staging_) {
-      ZEROD_ASSIGN_OR_RETURN(s.buf, ctx_.device.allocate(bytes, Category::kOffload, tier));
+      ZEROD_RETURN_IF_ERROR(ctx_.alloc(s.buf, specs[kStagingParts]));
       ZEROD_ASSIGN_OR_RETURN(s.copied, ctx_.device.create_event());
     }
   }
@@ -110,8 +107,8 @@ absl::Status HostAdds::reduce() {
   // A sum on the device leaves it after its count-th micro-batch only.
   for (int u = 0; u < device_units_; ++u) {
     if (added_[u] != sums_.count) {
-      s.Update(absl::InternalError(absl::StrCat("unit ", u, " was reduced ", added_[u], " times in a step of ",
-                                                sums_.count, " micro-batches")));
+      s.Update(absl::InternalError(
+          absl::StrCat("unit ", u, " was reduced ", added_[u], " times in a step of ", sums_.count, " micro-batches")));
     }
   }
   return s;

@@ -59,10 +59,11 @@ class HostAdds : public ScatterGrads::Target {
   // Sends the reductions in flight, before the sink's chunk buffers they read go.
   ~HostAdds() override;
 
-  // What allocate() allocates on plan's device, for a store with a landing
-  // or not.
-  static void plan(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums, Tier tier, bool lands,
-                   MemoryPlan& plan);
+  // What allocate() allocates, for a store with a landing or not: its own
+  // buffers, by Buffers, then its ScatterGrads's.
+  enum Buffers { kDeviceSum, kRounded, kStagingParts, kHeld };
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, const ZeroConfig& z, const MicroBatchSums& sums,
+                                         Tier tier, bool lands);
 
   GradSink& sink() { return sink_; }
   absl::Status allocate(const ZeroConfig& z, const MicroBatchSums& sums, Tier tier);
@@ -131,7 +132,7 @@ class HostAdds : public ScatterGrads::Target {
   // Per unit on_device: its last add to the sum, then the copy of the sum
   // to its landing.
   std::vector<std::unique_ptr<Event>> summed_;
-  std::vector<int> added_;                      // per unit: chunks added this step
+  std::vector<int> added_;  // per unit: chunks added this step
   // A chunk buffer the sender reads: backward's (or the reduction's) last
   // write to it, on the compute stream, and the send that reads it.
   struct Reading {

@@ -11,19 +11,28 @@ namespace {
 // Each piece's initial masters, written in d's memory.
 absl::Status init_masters(Device& d, const std::vector<ParamPiece>& pieces, const OptimizerState::PieceFill& init) {
   for (size_t k = 0; k < pieces.size(); ++k) {
-    ZEROD_RETURN_IF_ERROR(d.write_from_host(
-        d.compute_stream(), pieces[k].master, pieces[k].numel * sizeof(float),
-        host_elements<float>([&](float* p, int64_t start, int64_t n) {
-          return init(static_cast<int>(k), start, n, p);
-        })));
+    ZEROD_RETURN_IF_ERROR(d.write_from_host(d.compute_stream(), pieces[k].master, pieces[k].numel * sizeof(float),
+                                            host_elements<float>([&](float* p, int64_t start, int64_t n) {
+                                              return init(static_cast<int>(k), start, n, p);
+                                            })));
   }
   return absl::OkStatus();
 }
 
 // allow_undo()'s buffer: the states, then the masters from a 64-byte boundary.
 uint64_t kept_masters_at(const Optimizer& o) { return (o.state_bytes() + 63) / 64 * 64; }
-uint64_t kept_bytes(const Optimizer& o, const ZeroShape& shape) {
-  return kept_masters_at(o) + shape.part.shard_numel() * sizeof(float);
+
+// An InMemoryOptimizer's buffers, by InMemoryBuffers, in memory of tier
+// `at`: separate masters, the states, and what allow_undo() keeps.
+enum InMemoryBuffers { kMasters, kStates, kKept };
+std::vector<BufferSpec> in_memory_buffers(const ZeroShape& shape, Tier at, const OptimizerConfig& cfg,
+                                          bool separate_masters, bool undoable) {
+  const std::unique_ptr<Optimizer> o = Optimizer::create_unbound(cfg, piece_shapes(shape.owned), shape.dtype);
+  const uint64_t masters = shape.part.shard_numel() * sizeof(float);
+  return {{"fp32 master weights", Category::kOptimizer, masters, separate_masters ? 1 : 0, at},
+          {"optimizer states", Category::kOptimizer, o->state_bytes(), 1, at},
+          {"states and masters kept for an undo", Category::kOptimizer, kept_masters_at(*o) + masters, undoable ? 1 : 0,
+           at}};
 }
 
 class InMemoryOptimizer : public OptimizerState {
@@ -37,8 +46,9 @@ class InMemoryOptimizer : public OptimizerState {
 
   absl::Status create(const OptimizerConfig& cfg, std::vector<ParamPiece> pieces, bool separate_masters,
                       const OptimizerState::PieceFill& init) {
-    if (separate_masters) {
-      ZEROD_ASSIGN_OR_RETURN(masters_, device_.allocate(ctx_.part.shard_numel() * 4, Category::kOptimizer, tier_));
+    specs_ = in_memory_buffers(ctx_, tier_, cfg, separate_masters, /*undoable=*/true);
+    if (specs_[kMasters].count > 0) {
+      ZEROD_ASSIGN_OR_RETURN(masters_, allocate_spec(device_, specs_[kMasters]));
       for (size_t k = 0; k < pieces.size(); ++k) {
         pieces[k].master = masters_.ptr<float>() + ctx_.owned[k].shard_offset;
       }
@@ -46,7 +56,7 @@ class InMemoryOptimizer : public OptimizerState {
     ZEROD_RETURN_IF_ERROR(init_masters(device_, pieces, init));
     for (const ParamPiece& p : pieces) masters_of_.push_back({p.master, p.numel});
     optimizer_ = Optimizer::create_unbound(cfg, std::move(pieces), ctx_.dtype);
-    ZEROD_ASSIGN_OR_RETURN(states_, device_.allocate(optimizer_->state_bytes(), Category::kOptimizer, tier_));
+    ZEROD_ASSIGN_OR_RETURN(states_, allocate_spec(device_, specs_[kStates]));
     optimizer_->bind(states_.data());
     optimizer_->zero_states(device_, stream_);
     return absl::OkStatus();
@@ -82,9 +92,7 @@ class InMemoryOptimizer : public OptimizerState {
     for (int k = first; k < last; ++k) {
       ZEROD_RETURN_IF_ERROR(device_.read_on_host(
           stream_, masters_of_[k].data, masters_of_[k].numel * sizeof(float),
-          host_elements<float>([&](float* p, int64_t start, int64_t n) {
-            return out(k, start, n, p);
-          })));
+          host_elements<float>([&](float* p, int64_t start, int64_t n) { return out(k, start, n, p); })));
     }
     return absl::OkStatus();
   }
@@ -95,7 +103,7 @@ class InMemoryOptimizer : public OptimizerState {
     return device_.synchronize(stream_);
   }
   absl::Status allow_undo() override {
-    ZEROD_ASSIGN_OR_RETURN(kept_, device_.allocate(kept_bytes(*optimizer_, ctx_), Category::kOptimizer, tier_));
+    ZEROD_ASSIGN_OR_RETURN(kept_, allocate_spec(device_, specs_[kKept]));
     is_kept_.assign(masters_of_.size(), false);
     return absl::OkStatus();
   }
@@ -151,8 +159,9 @@ class InMemoryOptimizer : public OptimizerState {
   Device& device_;
   Kernels& kernels_;
   Stream& stream_;
-  const Tier tier_;  // of the masters and states
-  Buffer masters_;   // with separate masters
+  const Tier tier_;                // of the masters and states
+  std::vector<BufferSpec> specs_;  // in_memory_buffers, kKept for allow_undo()
+  Buffer masters_;                 // with separate masters
   Buffer states_;
   std::vector<Masters> masters_of_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -182,9 +191,7 @@ class StreamedOptimizer : public OptimizerState {
   }
   absl::Status commit() override { return optimizer_->commit(); }
   absl::Status read_masters(const MasterOut& out) override { return optimizer_->read_masters(out); }
-  absl::Status write_masters(const std::vector<const float*>& src) override {
-    return optimizer_->write_masters(src);
-  }
+  absl::Status write_masters(const std::vector<const float*>& src) override { return optimizer_->write_masters(src); }
   std::vector<StateArray> state_arrays() const override { return optimizer_->state_layout(); }
   absl::Status read_state(const StateArray& a, const ByteSink& out) override {
     return optimizer_->read_state(a.name, out);
@@ -204,14 +211,12 @@ class StreamedOptimizer : public OptimizerState {
 void plan_in_memory_optimizer(const ZeroShape& shape, std::optional<Tier> host, const OptimizerConfig& cfg,
                               bool separate_masters, bool undoable, bool saves_checkpoints, MemoryPlan& plan) {
   const bool on_host = host.has_value();
-  const Tier at = host.value_or(plan.device().memory);
-  if (separate_masters) plan.add("fp32 master weights", at, Category::kOptimizer, shape.part.shard_numel() * 4);
-  const std::unique_ptr<Optimizer> o = Optimizer::create_unbound(cfg, piece_shapes(shape.owned), shape.dtype);
-  plan.add("optimizer states", at, Category::kOptimizer, o->state_bytes());
-  if (undoable) plan.add("states and masters kept for an undo", at, Category::kOptimizer, kept_bytes(*o, shape));
-  // Memory the host cannot reach is read and written through host staging:
-  // each piece's initial masters, and a checkpoint's masters and states.
+  plan.add(in_memory_buffers(shape, host.value_or(plan.device().memory), cfg, separate_masters, undoable));
+  // Memory the host cannot reach is read and written through host staging
+  // (the device's own): each piece's initial masters, and a checkpoint's
+  // masters and states.
   if (on_host || plan.device().host_visible()) return;
+  const std::unique_ptr<Optimizer> o = Optimizer::create_unbound(cfg, piece_shapes(shape.owned), shape.dtype);
   uint64_t piece = 0, array = 0;
   for (const ShardSegment& s : shape.owned) piece = std::max<uint64_t>(piece, s.numel * 4);
   for (const StateArray& a : o->state_arrays()) array = std::max<uint64_t>(array, a.numel * dtype_size(a.dtype));
@@ -225,13 +230,14 @@ void plan_in_memory_optimizer(const ZeroShape& shape, std::optional<Tier> host, 
 
 void plan_streamed_optimizer(const ZeroShape& shape, const OptimizerConfig& cfg, bool separate_masters,
                              const SwapSettings& settings, MemoryPlan& plan) {
-  SwappedOptimizer::plan_memory(cfg, piece_shapes(shape.owned), shape.dtype, separate_masters, settings, plan);
+  plan.add(SwappedOptimizer::buffers(cfg, piece_shapes(shape.owned), shape.dtype, separate_masters, settings));
 }
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext& ctx, OptimizerPlace place,
                                                                     const OptimizerConfig& cfg,
                                                                     std::vector<ParamPiece> pieces,
-                                                                    bool separate_masters, const OptimizerState::PieceFill& init) {
+                                                                    bool separate_masters,
+                                                                    const OptimizerState::PieceFill& init) {
   auto o = std::make_unique<InMemoryOptimizer>(ctx, place);
   ZEROD_RETURN_IF_ERROR(o->create(cfg, std::move(pieces), separate_masters, init));
   return o;
@@ -239,16 +245,17 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> in_memory_optimizer(ZeroContext&
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> streamed_optimizer(ZeroContext& ctx, const OptimizerConfig& cfg,
                                                                    std::vector<ParamPiece> pieces,
-                                                                   bool separate_masters, const OptimizerState::PieceFill& init,
+                                                                   bool separate_masters,
+                                                                   const OptimizerState::PieceFill& init,
                                                                    const SwapSettings& settings) {
   // Masters that are the parameters (memory the host reaches) are set in
   // place; separate ones are written to the file as it is laid out. The
   // updates run on the host.
   if (!separate_masters) ZEROD_RETURN_IF_ERROR(init_masters(ctx.device, pieces, init));
-  ZEROD_ASSIGN_OR_RETURN(std::unique_ptr<SwappedOptimizer> o,
-                         SwappedOptimizer::create(cfg, std::move(pieces), ctx.dtype,
-                                                  separate_masters ? init : OptimizerState::PieceFill{}, settings,
-                                                  ctx.host, ctx.host_kernels));
+  ZEROD_ASSIGN_OR_RETURN(
+      std::unique_ptr<SwappedOptimizer> o,
+      SwappedOptimizer::create(cfg, std::move(pieces), ctx.dtype, separate_masters ? init : OptimizerState::PieceFill{},
+                               settings, ctx.host, ctx.host_kernels));
   return std::make_unique<StreamedOptimizer>(std::move(o), ctx.device.profiler());
 }
 

@@ -21,7 +21,7 @@ class InMemoryParams : public ParamStore {
 
  protected:
   ZeroContext& ctx_;
-  Buffer memory_;     // the working copy: every parameter, or the shard
+  Buffer memory_;      // the working copy: every parameter, or the shard
   UploadRing upload_;  // after memory_: its copies end before the memory goes
 };
 
@@ -31,9 +31,16 @@ class ReplicatedParams : public InMemoryParams {
  public:
   using InMemoryParams::InMemoryParams;
 
+  // The parameters; FlatWeights its staging, the ring its parts.
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape) {
+    std::vector<BufferSpec> specs = {{"parameters", shape.params, shape.part.padded_numel() * dtype_size(shape.dtype)}};
+    for (BufferSpec& b : weight_staging_buffers(shape.layout, shape.dtype, shape.operands))
+      specs.push_back(std::move(b));
+    return specs;
+  }
+
   absl::Status allocate() {
-    ZEROD_RETURN_IF_ERROR(
-        ctx_.alloc(memory_, ctx_.part.padded_numel() * dtype_size(ctx_.dtype), ctx_.params));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(memory_, buffers(ctx_)[0]));
     ZEROD_ASSIGN_OR_RETURN(FlatWeights w, FlatWeights::create(&ctx_.layout, ctx_.dtype, memory_.data(), ctx_.device,
                                                               ctx_.kernels, ctx_.part.padded_unit_offsets()));
     weights_ = std::make_unique<FlatWeights>(std::move(w));
@@ -72,8 +79,16 @@ class ShardedParams : public InMemoryParams, public ShardSource {
   ShardedParams(ZeroContext& ctx, Tier staging, LayerUnpack unpack)
       : InMemoryParams(ctx, staging), weights_(ctx, *this, std::move(unpack)) {}
 
+  // The shard, then its GatheredWeights's.
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, const ZeroConfig& z) {
+    std::vector<BufferSpec> specs = {
+        {"parameter shard", shape.params, shape.part.shard_numel() * dtype_size(shape.dtype)}};
+    for (BufferSpec& b : GatheredWeights::buffers(shape, z)) specs.push_back(std::move(b));
+    return specs;
+  }
+
   absl::Status allocate(const ZeroConfig& z) {
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(memory_, ctx_.part.shard_numel() * dtype_size(ctx_.dtype), ctx_.params));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(memory_, buffers(ctx_, z)[0]));
     return weights_.allocate(z);
   }
 
@@ -101,6 +116,21 @@ class ShardedParams : public InMemoryParams, public ShardSource {
 class OffloadedParams : public ParamStore, public ShardSource {
  public:
   OffloadedParams(ZeroContext& ctx, LayerUnpack unpack) : ctx_(ctx), weights_(ctx, *this, std::move(unpack)) {}
+
+  // The store's, its writer's window, the GatheredWeights's.
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, const ZeroConfig& z,
+                                         const ShardStoreSettings& settings, bool written_during_backward) {
+    const Partition& p = shape.part;
+    std::vector<BufferSpec> specs = ShardStore::buffers(p.chunks(), p.chunk(1), shape.dtype, settings);
+    if (written_during_backward) {
+      for (BufferSpec& b : ShardStore::window_buffers(p.chunks(), p.chunk(1), shape.dtype, settings.category,
+                                                      settings.host_tier, kWriterBuffers)) {
+        specs.push_back(std::move(b));
+      }
+    }
+    for (BufferSpec& b : GatheredWeights::buffers(shape, z)) specs.push_back(std::move(b));
+    return specs;
+  }
 
   absl::Status allocate(const ZeroConfig& z, ShardStoreSettings settings, bool written_during_backward) {
     const Partition& p = ctx_.part;
@@ -138,52 +168,43 @@ class OffloadedParams : public ParamStore, public ShardSource {
   ZeroContext& ctx_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<ShardStore> writer_;  // after store_, which outlives it
-  GatheredWeights weights_;  // after store_: its gathers end before the store goes
+  GatheredWeights weights_;             // after store_: its gathers end before the store goes
 };
-
-void plan_upload(bool written_from_host, Tier staging, MemoryPlan& plan) {
-  if (written_from_host && !plan.device().host_visible()) UploadRing::plan(staging, plan);
-}
 
 }  // namespace
 
-void plan_replicated_params(const ZeroShape& shape, bool written_from_host, Tier staging, MemoryPlan& plan) {
-  plan.add_device("parameters", shape.params, shape.part.padded_numel() * dtype_size(shape.dtype));
-  plan_weight_staging(shape.layout, shape.dtype, shape.operands, plan);
-  plan_upload(written_from_host, staging, plan);
-}
-
-void plan_sharded_params(const ZeroShape& shape, const ZeroConfig& z, bool written_from_host, Tier staging,
-                         MemoryPlan& plan) {
-  plan.add_device("parameter shard", shape.params, shape.part.shard_numel() * dtype_size(shape.dtype));
-  GatheredWeights::plan(shape, z, plan);
-  plan_upload(written_from_host, staging, plan);
-}
-
-void plan_offloaded_params(const ZeroShape& shape, const ZeroConfig& z, const ShardStoreSettings& settings,
-                           bool written_during_backward, MemoryPlan& plan) {
-  const Partition& p = shape.part;
-  ShardStore::plan(p.chunks(), p.chunk(1), shape.dtype, settings, plan);
-  if (written_during_backward) {
-    ShardStore::plan_writer(p.chunks(), p.chunk(1), shape.dtype, settings, kWriterBuffers, plan);
+std::vector<BufferSpec> param_store_buffers(const ZeroShape& shape, const ZeroConfig& z, const ParamStoreChoice& c,
+                                            const PlanDevice& device) {
+  std::vector<BufferSpec> specs;
+  switch (c.kind) {
+    case ParamStoreChoice::kReplicated:
+      specs = ReplicatedParams::buffers(shape);
+      break;
+    case ParamStoreChoice::kSharded:
+      specs = ShardedParams::buffers(shape, z);
+      break;
+    case ParamStoreChoice::kOffloaded:
+      return OffloadedParams::buffers(shape, z, c.offload, c.written_during_backward);
   }
-  GatheredWeights::plan(shape, z, plan);
+  // The ring allocates its parts at its first write where they are needed.
+  BufferSpec ring = UploadRing::buffers(c.staging);
+  if (!c.written_from_host || device.host_visible()) ring.count = 0;
+  specs.push_back(std::move(ring));
+  return specs;
 }
 
-absl::StatusOr<std::unique_ptr<ParamStore>> replicated_params(ZeroContext& ctx, Tier staging) {
-  return allocated<ParamStore>(std::make_unique<ReplicatedParams>(ctx, staging));
-}
-
-absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z, Tier staging,
-                                                           LayerUnpack unpack) {
-  return allocated<ParamStore>(std::make_unique<ShardedParams>(ctx, staging, std::move(unpack)), z);
-}
-
-absl::StatusOr<std::unique_ptr<ParamStore>> offloaded_params(ZeroContext& ctx, const ZeroConfig& z,
-                                                             ShardStoreSettings settings,
-                                                             bool written_during_backward, LayerUnpack unpack) {
-  return allocated<ParamStore>(std::make_unique<OffloadedParams>(ctx, std::move(unpack)), z, std::move(settings),
-                               written_during_backward);
+absl::StatusOr<std::unique_ptr<ParamStore>> create_param_store(ZeroContext& ctx, const ZeroConfig& z,
+                                                               ParamStoreChoice c, LayerUnpack unpack) {
+  switch (c.kind) {
+    case ParamStoreChoice::kReplicated:
+      return allocated<ParamStore>(std::make_unique<ReplicatedParams>(ctx, c.staging));
+    case ParamStoreChoice::kSharded:
+      return allocated<ParamStore>(std::make_unique<ShardedParams>(ctx, c.staging, std::move(unpack)), z);
+    case ParamStoreChoice::kOffloaded:
+      return allocated<ParamStore>(std::make_unique<OffloadedParams>(ctx, std::move(unpack)), z, std::move(c.offload),
+                                   c.written_during_backward);
+  }
+  return absl::InternalError("unknown parameter store");
 }
 
 }  // namespace zerod

@@ -45,26 +45,33 @@ class ParamStore {
   virtual absl::Status publish() = 0;
 };
 
-// `staging`: the tier of the host buffers that write() goes through.
-absl::StatusOr<std::unique_ptr<ParamStore>> replicated_params(ZeroContext& ctx, Tier staging);
-// `unpack`: what a gathered layer unit is to the model, where units are not
-// the layout's tensors.
-absl::StatusOr<std::unique_ptr<ParamStore>> sharded_params(ZeroContext& ctx, const ZeroConfig& z, Tier staging,
-                                                           LayerUnpack unpack = {});
-// `written_during_backward`: write() is called from another thread while
-// the gathers read.
-absl::StatusOr<std::unique_ptr<ParamStore>> offloaded_params(ZeroContext& ctx, const ZeroConfig& z,
-                                                             ShardStoreSettings settings, bool written_during_backward,
-                                                             LayerUnpack unpack = {});
+// Which store keeps the working parameters, and what it is built with.
+struct ParamStoreChoice {
+  enum Kind {
+    kReplicated,  // stages 0-2: every parameter on every rank
+    kSharded,     // stage 3: the rank's shard in memory
+    kOffloaded,   // stage 3 with offload_param: the shard in a ShardStore
+  };
+  Kind kind = kReplicated;
+  // In memory: the tier of the host buffers write() goes through, and
+  // whether the optimizer writes the working copy from the host (master
+  // weights apart from it), through an upload ring where the host cannot
+  // reach the device's memory.
+  Tier staging = Tier::kHost;
+  bool written_from_host = false;
+  // Offloaded: the store's settings, and whether write() is called from
+  // another thread while the gathers read.
+  ShardStoreSettings offload{};
+  bool written_during_backward = false;
+};
 
-// What each store above allocates, on plan's device. With `written_from_host`
-// (master weights apart from the working copy) the optimizer writes the
-// working copy from the host: through an upload ring where the host cannot
-// reach the device's memory.
-void plan_replicated_params(const ZeroShape& shape, bool written_from_host, Tier staging, MemoryPlan& plan);
-void plan_sharded_params(const ZeroShape& shape, const ZeroConfig& z, bool written_from_host, Tier staging,
-                         MemoryPlan& plan);
-void plan_offloaded_params(const ZeroShape& shape, const ZeroConfig& z, const ShardStoreSettings& settings,
-                           bool written_during_backward, MemoryPlan& plan);
+// What the chosen store allocates on `device`; the store allocates from
+// the same description.
+std::vector<BufferSpec> param_store_buffers(const ZeroShape& shape, const ZeroConfig& z, const ParamStoreChoice& c,
+                                            const PlanDevice& device);
+// `unpack`: what a gathered layer unit is to the model, where units are not
+// the layout's tensors (stage 3).
+absl::StatusOr<std::unique_ptr<ParamStore>> create_param_store(ZeroContext& ctx, const ZeroConfig& z,
+                                                               ParamStoreChoice c, LayerUnpack unpack = {});
 
 }  // namespace zerod

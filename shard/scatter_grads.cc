@@ -17,31 +17,30 @@ int ScatterGrads::layer_slots(const GptLayout& layout, const ZeroConfig& z) {
   return static_cast<int>(std::clamp<int64_t>(fit, 2, std::max(2, layout.config().n_layer)));
 }
 
-void ScatterGrads::plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan) {
+std::vector<BufferSpec> ScatterGrads::buffers(const ZeroShape& shape, const ZeroConfig& z) {
   const Partition& p = shape.part;
+  const int chunks = p.world_size() > 1 ? 1 : 0;  // a world of one reduces nothing
+  std::vector<BufferSpec> specs;
   auto slots = [&](const char* what, int u, int count) {
-    plan.add_device(absl::StrCat(what, ", gradients to reduce"), Category::kComm, p.chunk(u) * p.world_size() * 4,
-                    Phase::kBuild, true, count);
-    if (p.world_size() > 1) {
-      plan.add_device(absl::StrCat(what, ", reduced chunk"), Category::kComm, p.chunk(u) * 4, Phase::kBuild, true,
-                      count);
-    }
+    specs.push_back({absl::StrCat(what, ", gradients to reduce"), Category::kComm,
+                     static_cast<uint64_t>(p.chunk(u) * p.world_size() * 4), count});
+    specs.push_back({absl::StrCat(what, ", reduced chunk"), Category::kComm, static_cast<uint64_t>(p.chunk(u) * 4),
+                     count * chunks});
   };
   slots("reduce-scatter of a layer", 1, layer_slots(shape.layout, z));
   slots("reduce-scatter of the embeddings", 0, 1);
   slots("reduce-scatter of the final LayerNorm", shape.layout.final_unit(), 1);
+  return specs;
 }
 
 absl::Status ScatterGrads::allocate(const ZeroConfig& z) {
-  const GptLayout& L = ctx_.layout;
-  const Partition& p = ctx_.part;
-  const int n = p.world_size();
   overlap_ = z.overlap_comm;
-  alone_ = n == 1;
-  layers_.resize(layer_slots(L, z));
-  for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, p.chunk(1) * n, p.chunk(1)));
-  ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, p.chunk(0) * n, p.chunk(0)));
-  return allocate_slot(fin_, p.chunk(L.final_unit()) * n, p.chunk(L.final_unit()));
+  alone_ = ctx_.part.world_size() == 1;
+  const std::vector<BufferSpec> specs = buffers(ctx_, z);
+  layers_.resize(specs[kLayerGrads].count);
+  for (Slot& s : layers_) ZEROD_RETURN_IF_ERROR(allocate_slot(s, specs[kLayerGrads], specs[kLayerChunks]));
+  ZEROD_RETURN_IF_ERROR(allocate_slot(emb_, specs[kEmbeddingGrads], specs[kEmbeddingChunk]));
+  return allocate_slot(fin_, specs[kFinalNormGrads], specs[kFinalNormChunk]);
 }
 
 absl::StatusOr<GlobalGrads> ScatterGrads::globals() {
@@ -75,9 +74,9 @@ absl::Status ScatterGrads::flush() {
   return first;
 }
 
-absl::Status ScatterGrads::allocate_slot(Slot& s, int64_t padded, int64_t chunk) {
-  ZEROD_RETURN_IF_ERROR(ctx_.alloc(s.staging, padded * 4, Category::kComm));
-  return alone_ ? absl::OkStatus() : ctx_.alloc(s.recv, chunk * 4, Category::kComm);
+absl::Status ScatterGrads::allocate_slot(Slot& s, const BufferSpec& grads, const BufferSpec& chunk) {
+  ZEROD_RETURN_IF_ERROR(ctx_.alloc(s.staging, grads));
+  return chunk.count > 0 ? ctx_.alloc(s.recv, chunk) : absl::OkStatus();
 }
 
 absl::Status ScatterGrads::fill(Slot& s, int u) {

@@ -39,8 +39,10 @@ class ScatterGrads : public GradSink {
   // Waits for reductions in flight and for the stream, before the buffers go.
   ~ScatterGrads() override;
   absl::Status allocate(const ZeroConfig& z);
-  // What allocate() allocates on plan's device.
-  static void plan(const ZeroShape& shape, const ZeroConfig& z, MemoryPlan& plan);
+  // What allocate() allocates, by Slots: each slot's gradients to reduce
+  // and, with more than one rank, its reduced chunk.
+  enum Slots { kLayerGrads, kLayerChunks, kEmbeddingGrads, kEmbeddingChunk, kFinalNormGrads, kFinalNormChunk };
+  static std::vector<BufferSpec> buffers(const ZeroShape& shape, const ZeroConfig& z);
 
   absl::StatusOr<GlobalGrads> globals() override;
   absl::StatusOr<LayerGrads> layer(int l) override;
@@ -60,7 +62,8 @@ class ScatterGrads : public GradSink {
   // Slots for layers: with overlap_comm as many as reduce_bucket_size
   // holds (2 to n_layer), else one.
   static int layer_slots(const GptLayout& layout, const ZeroConfig& z);
-  absl::Status allocate_slot(Slot& s, int64_t padded, int64_t chunk);
+  // The slot's buffers: its gradients and reduced chunk's descriptions.
+  absl::Status allocate_slot(Slot& s, const BufferSpec& grads, const BufferSpec& chunk);
   absl::Status fill(Slot& s, int u);
   absl::Status launch(Slot& s);
   // Waits for s's reduction and gives the rank's chunk to the target; the

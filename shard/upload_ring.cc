@@ -11,16 +11,15 @@ constexpr uint64_t kPartBytes = uint64_t{4} << 20;
 
 }  // namespace
 
-void UploadRing::plan(Tier tier, MemoryPlan& plan) {
-  plan.add("upload ring", tier, Category::kWorkspace, kPartBytes, Phase::kBuild, true, kParts);
-}
+BufferSpec UploadRing::buffers(Tier tier) { return {"upload ring", Category::kWorkspace, kPartBytes, kParts, tier}; }
 
 absl::Status UploadRing::allocate() {
   ZEROD_ASSIGN_OR_RETURN(stream_, device_.create_stream());
   ZEROD_ASSIGN_OR_RETURN(start_, device_.create_event());
-  for (int i = 0; i < kParts; ++i) {
+  const BufferSpec spec = buffers(tier_);
+  for (int i = 0; i < spec.count; ++i) {
     Part p;
-    ZEROD_ASSIGN_OR_RETURN(p.buf, device_.allocate(kPartBytes, Category::kWorkspace, tier_));
+    ZEROD_ASSIGN_OR_RETURN(p.buf, device_.allocate(spec.bytes, spec.category, *spec.tier));
     ZEROD_ASSIGN_OR_RETURN(p.copied, device_.create_event());
     parts_.push_back(std::move(p));
   }

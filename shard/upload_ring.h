@@ -21,7 +21,7 @@ class UploadRing {
   // cannot reach (elsewhere the values are written in place).
   UploadRing(Device& device, Tier tier) : device_(device), tier_(tier) {}
   // Those buffers.
-  static void plan(Tier tier, MemoryPlan& plan);
+  static BufferSpec buffers(Tier tier);
   ~UploadRing() { flush().IgnoreError(); }
 
   // n values at src, converted to `dtype`, into device memory at dst.

@@ -22,8 +22,7 @@ const std::map<std::string, std::string> kShardMetadata = {{"format", "zerod-sha
 // with or without offload. Nothing holds a whole array.
 absl::Status ZeroEngine::write_shard_array(size_t i, const std::vector<StateArray>& states, const ByteSink& out) {
   if (i > 0) return optimizer_->read_state(states[i - 1], out);
-  return optimizer_->read_masters(
-      [&](int, int64_t, int64_t n, const float* m) { return out(m, n * sizeof(float)); });
+  return optimizer_->read_masters([&](int, int64_t, int64_t n, const float* m) { return out(m, n * sizeof(float)); });
 }
 
 absl::StatusOr<uint32_t> ZeroEngine::save_shard(const std::string& path) {
@@ -82,25 +81,24 @@ int64_t largest_segment(const std::vector<ShardSegment>& owned) {
 
 }  // namespace
 
-void ZeroEngine::plan_resume(const ZeroShape& shape, const OptimizerConfig& optimizer, bool resharded,
-                             MemoryPlan& plan) {
-  auto add = [&](const char* what, uint64_t bytes) {
-    plan.add(what, Tier::kHost, Category::kWorkspace, bytes, Phase::kResume, /*kept=*/false);
-  };
-  add("master weights read back", owned_numel(shape.owned) * sizeof(float));
-  if (!resharded) return;
-  add("optimizer states read back",
-      Optimizer::create_unbound(optimizer, piece_shapes(shape.owned), shape.dtype)->state_bytes());
-  add("a segment's m and v read back", 2 * largest_segment(shape.owned) * sizeof(float));
+std::vector<BufferSpec> ZeroEngine::resume_buffers(const ZeroShape& shape, const OptimizerConfig& optimizer,
+                                                   bool resharded) {
+  const int read_back = resharded ? 1 : 0;
+  const uint64_t states = Optimizer::create_unbound(optimizer, piece_shapes(shape.owned), shape.dtype)->state_bytes();
+  return {{"master weights read back", Category::kWorkspace, owned_numel(shape.owned) * sizeof(float), 1, Tier::kHost,
+           /*kept=*/false},
+          {"optimizer states read back", Category::kWorkspace, states, read_back, Tier::kHost, /*kept=*/false},
+          {"a segment's m and v read back", Category::kWorkspace, 2 * largest_segment(shape.owned) * sizeof(float),
+           read_back, Tier::kHost, /*kept=*/false}};
 }
 
-// Read whole into host buffers first (plan_resume states them), so a
-// failed read changes nothing.
+// Read whole into host buffers first (resume_buffers), so a failed read
+// changes nothing.
 absl::Status ZeroEngine::load_shard(const std::string& path) {
   ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(path, &settings_.io_faults));
   ZEROD_RETURN_IF_ERROR(check_shard_file(r, shard_file_arrays(owned_numel(ctx_.owned), optimizer_->state_arrays())));
-  ZEROD_ASSIGN_OR_RETURN(Buffer master,
-                         ctx_.host.allocate(owned_numel(ctx_.owned) * sizeof(float), Category::kWorkspace, Tier::kHost));
+  const std::vector<BufferSpec> specs = resume_buffers(ctx_, settings_.optimizer, /*resharded=*/false);
+  ZEROD_ASSIGN_OR_RETURN(Buffer master, allocate_spec(ctx_.host, specs[kMastersReadBack]));
   ZEROD_RETURN_IF_ERROR(r.read(*r.find(kMasterArray), master.data()));
   return install_state(master.host<float>(), [&](const StateArray& a, uint64_t offset, uint64_t n, void* dst) {
     return r.read(*r.find(a.name), offset, n, dst);
@@ -110,13 +108,14 @@ absl::Status ZeroEngine::load_shard(const std::string& path) {
 // Master weights and fp32 states are copied exactly; 8-bit states are
 // dequantized from their saved blocks and quantized again in this rank's.
 absl::Status ZeroEngine::load_resharded(SavedShards& saved) {
-  auto host = [&](uint64_t bytes) { return ctx_.host.allocate(bytes, Category::kWorkspace, Tier::kHost); };
-  ZEROD_ASSIGN_OR_RETURN(Buffer master, host(owned_numel(ctx_.owned) * sizeof(float)));
-  std::unique_ptr<Optimizer> staging = Optimizer::create_unbound(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype);
-  ZEROD_ASSIGN_OR_RETURN(Buffer states, host(staging->state_bytes()));
+  const std::vector<BufferSpec> specs = resume_buffers(ctx_, settings_.optimizer, /*resharded=*/true);
+  ZEROD_ASSIGN_OR_RETURN(Buffer master, allocate_spec(ctx_.host, specs[kMastersReadBack]));
+  std::unique_ptr<Optimizer> staging =
+      Optimizer::create_unbound(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype);
+  ZEROD_ASSIGN_OR_RETURN(Buffer states, allocate_spec(ctx_.host, specs[kStatesReadBack]));
   staging->bind(states.data());
   const int64_t segment = largest_segment(ctx_.owned);
-  ZEROD_ASSIGN_OR_RETURN(Buffer mv, host(2 * segment * sizeof(float)));
+  ZEROD_ASSIGN_OR_RETURN(Buffer mv, allocate_spec(ctx_.host, specs[kSegmentReadBack]));
   float* at = master.host<float>();
   float* m = mv.host<float>();
   float* v = m + segment;

@@ -59,15 +59,24 @@ absl::Status ZeroContext::alloc(Buffer& b, int64_t bytes, Category c) const {
   return absl::OkStatus();
 }
 
+absl::Status ZeroContext::alloc(Buffer& b, const BufferSpec& spec) const {
+  if (!spec.tier) return alloc(b, static_cast<int64_t>(spec.bytes), spec.category);
+  ZEROD_ASSIGN_OR_RETURN(b, device.allocate(spec.bytes, spec.category, *spec.tier));
+  return absl::OkStatus();
+}
+
 int64_t ZeroContext::padded_index(const ShardSegment& s) const {
   return part.padded_offset(s.unit) + owner * part.chunk(s.unit) + (s.shard_offset - part.shard_offset(s.unit));
 }
 
 CommType comm_type(DType t) {
   switch (t) {
-    case DType::kBF16: return CommType::kBF16;
-    case DType::kF16: return CommType::kF16;
-    default: return CommType::kF32;
+    case DType::kBF16:
+      return CommType::kBF16;
+    case DType::kF16:
+      return CommType::kF16;
+    default:
+      return CommType::kF32;
   }
 }
 

@@ -34,7 +34,7 @@ struct ZeroShape {
   const Partition part;  // a world of one under stage 0: every rank owns everything
   const int owner;       // this rank's index in part
   const std::vector<ShardSegment> owned;
-  const DType dtype;  // of the working parameters
+  const DType dtype;      // of the working parameters
   const Category params;  // what the working parameters count as (kFrozen for weights not trained)
   // The kernel table's operand type (kernels.h): weights of another type
   // reach the model converted (weights.h's staging). A context's is its
@@ -50,6 +50,9 @@ struct ZeroContext : ZeroShape {
 
   // A zeroed buffer on the device (the memset enqueued on the stream).
   absl::Status alloc(Buffer& b, int64_t bytes, Category c) const;
+  // The buffer `spec` describes: zeroed as above in the device's memory, as
+  // it comes elsewhere (host memory the host fills).
+  absl::Status alloc(Buffer& b, const BufferSpec& spec) const;
   Converter converter() const { return {kernels, stream}; }
   // Where owned segment s starts in the padded full buffer.
   int64_t padded_index(const ShardSegment& s) const;
@@ -57,8 +60,8 @@ struct ZeroContext : ZeroShape {
   Communicator& comm;
   Device& device;
   Kernels& kernels;
-  Stream& stream;      // the device's compute stream
-  Device& host;        // synchronous: its work is done when enqueued
+  Stream& stream;  // the device's compute stream
+  Device& host;    // synchronous: its work is done when enqueued
   Kernels& host_kernels;
   // Seconds blocked on the collectives of forward and backward (stage 2/3
   // gathers, reduce-scatters and the flush after them): the communication

@@ -52,15 +52,14 @@ absl::Status ZeroEngine::build() {
   // The stores zero their device buffers on the compute stream
   // (ZeroContext::alloc); the initial values written next must land after.
   ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
-  const int units = ctx_.part.num_units();
-  Device& sums_at = grads_->on_host() ? ctx_.host : ctx_.device;
-  ZEROD_ASSIGN_OR_RETURN(unit_sums_, sums_at.allocate(units * 8, Category::kWorkspace));
-  ZEROD_ASSIGN_OR_RETURN(unit_sums_host_,
-                         ctx_.device.allocate(units * 8, Category::kWorkspace, staging_tier(ctx_.device)));
-  summed_.assign(units, false);
-  on_stream_ = zerod::steps_on_stream(settings_, stores_, ctx_.comm.world_size());
+  const std::vector<BufferSpec> own =
+      own_buffers(ctx_, settings_, stores_, ctx_.comm.world_size(), plan_device(ctx_.device));
+  ZEROD_ASSIGN_OR_RETURN(unit_sums_, allocate_spec(own[kUnitSums].tier ? ctx_.host : ctx_.device, own[kUnitSums]));
+  ZEROD_ASSIGN_OR_RETURN(unit_sums_host_, allocate_spec(ctx_.device, own[kUnitSumsOnHost]));
+  summed_.assign(ctx_.part.num_units(), false);
+  on_stream_ = own[kStreamStep].count > 0;
   if (on_stream_) {
-    ZEROD_ASSIGN_OR_RETURN(stream_step_, ctx_.device.allocate(kStreamStepBytes, Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(stream_step_, allocate_spec(ctx_.device, own[kStreamStep]));
   }
   ZEROD_RETURN_IF_ERROR(create_optimizer());
   settings_.init = nullptr;  // an imported file is closed
@@ -141,39 +140,66 @@ SwapSettings ZeroEngine::swap_settings(const ZeroSettings& settings, const Store
           accountant};
 }
 
+ParamStoreChoice ZeroEngine::param_store(const ZeroSettings& settings, const StoreChoice& c, const PlanDevice& device,
+                                         int rank, MemoryAccountant* accountant) {
+  const ZeroConfig& z = settings.zero;
+  ParamStoreChoice p;
+  p.staging = c.staging;
+  p.written_from_host = c.separate_masters;
+  if (z.stage < 3) return p;
+  if (!c.params_offloaded) {
+    p.kind = ParamStoreChoice::kSharded;
+    return p;
+  }
+  p.kind = ParamStoreChoice::kOffloaded;
+  const std::string file = c.params_in_file ? swap_file_path(*z.offload_param.nvme_path, "params", rank) : "";
+  p.offload = store_settings(settings, z.offload_param, Category::kParams, file, device, accountant);
+  p.written_during_backward = c.during_backward;
+  return p;
+}
+
+GradStoreChoice ZeroEngine::grad_store(const ZeroSettings& settings, const StoreChoice& c, const PlanDevice& device,
+                                       int rank, MemoryAccountant* accountant) {
+  const ZeroConfig& z = settings.zero;
+  GradStoreChoice g;
+  g.sums = c.sums;
+  if (z.stage <= 1) {
+    g.scatter = z.stage == 1;
+    if (c.optimizer_on_host) g.host_tier = c.staging;
+  } else if (c.grads_in_file) {
+    g.kind = GradStoreChoice::kFile;
+    g.file = store_settings(settings, z.offload_optimizer, Category::kGrads,
+                            swap_file_path(*z.offload_optimizer.nvme_path, "grads", rank), device, accountant);
+  } else if (c.optimizer_on_host) {
+    g.kind = GradStoreChoice::kHost;
+    g.tier = c.staging;
+  } else {
+    g.kind = GradStoreChoice::kSharded;
+  }
+  return g;
+}
+
+std::vector<BufferSpec> ZeroEngine::own_buffers(const ZeroShape& shape, const ZeroSettings& settings,
+                                                const StoreChoice& c, int world_size, const PlanDevice& device) {
+  const uint64_t sums = shape.part.num_units() * 8;
+  return {{"gradient sums by unit", Category::kWorkspace, sums, 1,
+           c.optimizer_on_host ? std::optional(Tier::kHost) : std::nullopt},
+          {"gradient sums by unit, on the host", Category::kWorkspace, sums, 1, device.staging_tier()},
+          {"update factor", Category::kWorkspace, kStreamStepBytes, zerod::steps_on_stream(settings, c, world_size)},
+          {"gradient sums by unit, of those updated on the device", Category::kWorkspace, sums,
+           c.updates_on_device ? 1 : 0}};
+}
+
 void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int world_size, int rank,
                       bool saves_checkpoints, MemoryPlan& plan) {
   const ZeroConfig& z = settings.zero;
   ZeroShape shape(layout, z.stage, world_size, rank, settings.precision);
   shape.operands = settings.operands;
-  const StoreChoice c = choose_stores(settings, plan.device());
-  if (z.stage < 3) {
-    plan_replicated_params(shape, c.separate_masters, c.staging, plan);
-  } else if (c.params_offloaded) {
-    plan_offloaded_params(shape, z,
-                          store_settings(settings, z.offload_param, Category::kParams, "", plan.device(), nullptr),
-                          c.during_backward, plan);
-  } else {
-    plan_sharded_params(shape, z, c.separate_masters, c.staging, plan);
-  }
-  if (z.stage <= 1) {
-    plan_full_grads(shape, z.stage == 1, c.optimizer_on_host ? std::optional(c.staging) : std::nullopt, plan);
-  } else if (c.grads_in_file) {
-    plan_file_grads(shape, z, c.sums,
-                    store_settings(settings, z.offload_optimizer, Category::kGrads, "", plan.device(), nullptr), plan);
-  } else if (c.optimizer_on_host) {
-    plan_host_grads(shape, z, c.sums, c.staging, plan);
-  } else {
-    plan_sharded_grads(shape, z, c.sums, plan);
-  }
-  // Each unit's sum of squared gradients, where the gradients are and on the host.
-  const uint64_t sums = shape.part.num_units() * 8;
-  plan.add("gradient sums by unit", c.optimizer_on_host ? Tier::kHost : plan.device().memory, Category::kWorkspace,
-           sums);
-  plan.add("gradient sums by unit, on the host", plan.device().staging_tier(), Category::kWorkspace, sums);
-  if (zerod::steps_on_stream(settings, c, world_size)) {
-    plan.add("update factor", plan.device().memory, Category::kWorkspace, kStreamStepBytes);
-  }
+  const PlanDevice& device = plan.device();
+  const StoreChoice c = choose_stores(settings, device);
+  plan.add(param_store_buffers(shape, z, param_store(settings, c, device, rank, nullptr), device));
+  plan.add(grad_store_buffers(shape, z, grad_store(settings, c, device, rank, nullptr)));
+  plan.add(own_buffers(shape, settings, c, world_size, device));
   if (c.states_in_file) {
     plan_streamed_optimizer(shape, settings.optimizer, c.separate_masters,
                             swap_settings(settings, c, shape, /*grads_streamed=*/c.grads_in_file, "", nullptr), plan);
@@ -181,65 +207,38 @@ void ZeroEngine::plan(const GptLayout& layout, const ZeroSettings& settings, int
     plan_in_memory_optimizer(shape, optimizer_memory(c), settings.optimizer, c.separate_masters, c.undoable,
                              saves_checkpoints, plan);
   }
-  if (c.updates_on_device) {
-    DeviceSteps::plan(shape, c.sums.device_units(shape.part), c.params_offloaded, plan);
-    plan.add_device("gradient sums by unit, of those updated on the device", Category::kWorkspace, sums);
-  }
+  if (c.updates_on_device) plan.add(DeviceSteps::buffers(shape, c.sums.device_units(shape.part), c.params_offloaded));
 }
 
 absl::Status ZeroEngine::create_stores() {
   const ZeroConfig& z = settings_.zero;
   const OffloadConfig& off = z.offload_optimizer;
-  const OffloadConfig& off_param = z.offload_param;
   const PlanDevice device = plan_device(ctx_.device);
   stores_ = choose_stores(settings_, device);
   const StoreChoice& c = stores_;
-  const bool params_in_file = c.params_in_file, states_in_file = c.states_in_file, grads_in_file = c.grads_in_file;
-  const int rank = ctx_.comm.rank();
-  const Tier staging = c.staging;
 
   // The disks are checked before anything is allocated.
   const std::vector<int64_t>& chunks = ctx_.part.chunks();
   std::vector<SwapFile> files;
   const std::string states_key = "zero_optimization.offload_optimizer.nvme_path";
-  if (states_in_file) {
-    files.push_back({*off.nvme_path,
-                     SwappedOptimizer::file_bytes(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype,
-                                                  stores_.separate_masters, z.sub_group_size, unit_starts(ctx_.owned),
-                                                  stores_.undoable),
-                     states_key});
+  if (c.states_in_file) {
+    files.push_back(
+        {*off.nvme_path,
+         SwappedOptimizer::file_bytes(settings_.optimizer, piece_shapes(ctx_.owned), ctx_.dtype, c.separate_masters,
+                                      z.sub_group_size, unit_starts(ctx_.owned), c.undoable),
+         states_key});
   }
-  if (grads_in_file) files.push_back({*off.nvme_path, ShardStore::file_bytes(chunks, DType::kF32), states_key});
-  if (params_in_file) {
-    files.push_back({*off_param.nvme_path, ShardStore::file_bytes(chunks, ctx_.dtype),
+  if (c.grads_in_file) files.push_back({*off.nvme_path, ShardStore::file_bytes(chunks, DType::kF32), states_key});
+  if (c.params_in_file) {
+    files.push_back({*z.offload_param.nvme_path, ShardStore::file_bytes(chunks, ctx_.dtype),
                      "zero_optimization.offload_param.nvme_path"});
   }
   ZEROD_RETURN_IF_ERROR(check_swap_dirs(files));
 
-  if (z.stage < 3) {
-    ZEROD_ASSIGN_OR_RETURN(params_, replicated_params(ctx_, staging));
-  } else if (c.params_offloaded) {
-    const std::string file = params_in_file ? swap_file_path(*off_param.nvme_path, "params", rank) : "";
-    ZEROD_ASSIGN_OR_RETURN(params_, offloaded_params(ctx_, z,
-                                                     store_settings(settings_, off_param, Category::kParams, file,
-                                                                    device, &ctx_.device.accountant()),
-                                                     stores_.during_backward));
-  } else {
-    ZEROD_ASSIGN_OR_RETURN(params_, sharded_params(ctx_, z, staging));
-  }
-  if (z.stage <= 1) {
-    ZEROD_ASSIGN_OR_RETURN(grads_, full_grads(ctx_, /*scatter=*/z.stage == 1,
-                                              stores_.optimizer_on_host ? std::optional(staging) : std::nullopt));
-  } else if (grads_in_file) {
-    const std::string file = swap_file_path(*off.nvme_path, "grads", rank);
-    ZEROD_ASSIGN_OR_RETURN(
-        grads_, file_grads(ctx_, z, c.sums,
-                           store_settings(settings_, off, Category::kGrads, file, device, &ctx_.device.accountant())));
-  } else if (stores_.optimizer_on_host) {
-    ZEROD_ASSIGN_OR_RETURN(grads_, host_grads(ctx_, z, c.sums, staging));
-  } else {
-    ZEROD_ASSIGN_OR_RETURN(grads_, sharded_grads(ctx_, z, c.sums));
-  }
+  const int rank = ctx_.comm.rank();
+  MemoryAccountant* accountant = &ctx_.device.accountant();
+  ZEROD_ASSIGN_OR_RETURN(params_, create_param_store(ctx_, z, param_store(settings_, c, device, rank, accountant)));
+  ZEROD_ASSIGN_OR_RETURN(grads_, create_grad_store(ctx_, z, grad_store(settings_, c, device, rank, accountant)));
   return absl::OkStatus();
 }
 
@@ -285,7 +284,9 @@ absl::Status ZeroEngine::create_optimizer() {
     ZEROD_ASSIGN_OR_RETURN(device_steps_,
                            DeviceSteps::create(ctx_, *optimizer_->bound(), unit_pieces_,
                                                stores_.sums.device_units(ctx_.part), stores_.params_offloaded));
-    ZEROD_RETURN_IF_ERROR(ctx_.alloc(device_unit_sums_, ctx_.part.num_units() * 8, Category::kWorkspace));
+    const std::vector<BufferSpec> own =
+        own_buffers(ctx_, settings_, stores_, ctx_.comm.world_size(), plan_device(ctx_.device));
+    ZEROD_RETURN_IF_ERROR(ctx_.alloc(device_unit_sums_, own[kDeviceUnitSums]));
     for (const ShardSegment& s : owned) {
       working_.push_back(stores_.params_offloaded ? params_->working_on_host(s) : params_->working(s));
     }

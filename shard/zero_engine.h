@@ -175,9 +175,12 @@ class ZeroEngine {
   bool shard_in_memory() const { return optimizer_->in_memory(); }
   absl::Status load_shard(const std::string& path);
   absl::Status load_resharded(SavedShards& saved);
-  // The host buffers a rank of `shape` reads a checkpoint into: load_shard's,
-  // or with `resharded` load_resharded's.
-  static void plan_resume(const ZeroShape& shape, const OptimizerConfig& optimizer, bool resharded, MemoryPlan& plan);
+  // The host buffers a rank of `shape` reads a checkpoint into, by
+  // ReadBack: load_shard's (the masters), or with `resharded`
+  // load_resharded's (all three).
+  enum ReadBack { kMastersReadBack, kStatesReadBack, kSegmentReadBack };
+  static std::vector<BufferSpec> resume_buffers(const ZeroShape& shape, const OptimizerConfig& optimizer,
+                                                bool resharded);
   absl::Status publish_params() { return params_->publish(); }
 
   // Seconds spent blocked on stage 2/3 collectives in forward and backward
@@ -202,6 +205,18 @@ class ZeroEngine {
   // Its pieces are the owned segments; `init` sets the masters and the
   // working copy from settings_.init.
   absl::Status create_optimizer();
+  // The stores `c` chooses for `rank`, as both the plan and create_stores
+  // build them (`accountant`: none in a plan).
+  static ParamStoreChoice param_store(const ZeroSettings& settings, const StoreChoice& c, const PlanDevice& device,
+                                      int rank, MemoryAccountant* accountant);
+  static GradStoreChoice grad_store(const ZeroSettings& settings, const StoreChoice& c, const PlanDevice& device,
+                                    int rank, MemoryAccountant* accountant);
+  // The engine's own buffers, by Own: each unit's sum of squared
+  // gradients where the gradients are and on the host, the factor of a
+  // step on the stream, the sums of the units updated on the device.
+  enum Own { kUnitSums, kUnitSumsOnHost, kStreamStep, kDeviceUnitSums };
+  static std::vector<BufferSpec> own_buffers(const ZeroShape& shape, const ZeroSettings& settings, const StoreChoice& c,
+                                             int world_size, const PlanDevice& device);
   static ShardStoreSettings store_settings(const ZeroSettings& settings, const OffloadConfig& off, Category c,
                                            const std::string& file, const PlanDevice& device,
                                            MemoryAccountant* accountant);

@@ -660,7 +660,7 @@ TEST(DataLoader, WindowOrderIsAccountedAsPlanned) {
     ASSERT_TRUE(loader.ok()) << loader.status();
     EXPECT_EQ(loader->num_windows(), 250);
     EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 250u * 8);
-    EXPECT_EQ(DataLoader::order_bytes(DataLoader::num_windows(1001, 4, false)), 250u * 8);
+    EXPECT_EQ(DataLoader::order_buffer(DataLoader::num_windows(1001, 4, false)).bytes, 250u * 8);
     EXPECT_EQ(DataLoader::num_windows(1000, 4, true), 250);  // windowed: no id past the last window
   }
   EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 0u);

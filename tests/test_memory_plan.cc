@@ -40,7 +40,7 @@ TEST(MemoryPlanTest, PeaksAreTheLargestPhaseWithWhatEarlierPhasesKept) {
   plan.add("kept from the checkpoint on", Tier::kHost, Category::kWorkspace, 30, Phase::kCheckpoint, true);
   plan.add("only while resuming", Tier::kHost, Category::kWorkspace, 50, Phase::kResume, false);
   plan.add("only while evaluating", Tier::kHost, Category::kWorkspace, 10, Phase::kEvaluation, false, 2);
-  plan.add_nvme("file", Category::kOptimizer, 7);
+  plan.add(BufferSpec{"file", Category::kOptimizer, 7, 1, Tier::kNvme});
   EXPECT_EQ(plan.held(Phase::kBuild).total[kHost], 100u);
   EXPECT_EQ(plan.held(Phase::kResume).total[kHost], 150u);
   EXPECT_EQ(plan.held(Phase::kTraining).total[kHost], 130u);
@@ -54,8 +54,8 @@ TEST(MemoryPlanTest, PeaksAreTheLargestPhaseWithWhatEarlierPhasesKept) {
 
 TEST(MemoryPlanTest, GpuBuffersAreCountedAtTheAllocatorsBlockSize) {
   MemoryPlan plan({Tier::kGpu, /*pins=*/true, /*caches_blocks=*/true});
-  plan.add_device("small", Category::kWorkspace, 100, Phase::kBuild, true, 3);
-  plan.add_device("large", Category::kParams, (uint64_t{3} << 20) + 1);
+  plan.add(BufferSpec{"small", Category::kWorkspace, 100, 3});  // in the device's memory
+  plan.add(BufferSpec{"large", Category::kParams, (uint64_t{3} << 20) + 1});
   plan.add("pinned, not rounded", Tier::kPinned, Category::kOffload, 100);
   const MemoryPeaks p = plan.peaks();
   EXPECT_EQ(at(p, Tier::kGpu, Category::kWorkspace), 3 * 512u);

@@ -203,7 +203,7 @@ TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
   auto nf4 = Nf4Weights::create(&layout, init, rig.device, *rig.kernels);
   ASSERT_TRUE(nf4.ok()) << nf4.status();
   MemoryPlan plan;
-  Nf4Weights::plan(layout, DType::kF32, plan);
+  plan.add(Nf4Weights::buffers(layout, DType::kF32));
   const uint64_t planned = plan.peaks().peak[static_cast<int>(Tier::kHost)][static_cast<int>(Category::kFrozen)];
   EXPECT_GT(planned, 0u);
   EXPECT_EQ(acct.current(Tier::kHost, Category::kFrozen) - frozen_before, planned);

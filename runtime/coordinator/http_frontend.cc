@@ -65,46 +65,50 @@ void json_reply(httplib::Response& res, int status, const nlohmann::json& j) {
   res.set_content(j.dump(), "application/json");
 }
 
-}  // namespace
+struct ListenAddress {
+  std::string host;  // without an IPv6 address's brackets
+  int port;
+};
 
-absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOptions& options, Backend& backend) {
-  const size_t colon = options.listen.rfind(':');
+absl::StatusOr<ListenAddress> parse_listen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
   int port = -1;
-  std::string host = colon == std::string::npos ? "" : options.listen.substr(0, colon);
-  if (colon == std::string::npos || !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--http-listen '", options.listen, "' is not host:port"));
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--http-listen '", listen, "' is not host:port"));
   }
+  std::string host = listen.substr(0, colon);
   if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  std::unique_ptr<HttpFrontend> f(new HttpFrontend());
+  return ListenAddress{std::move(host), port};
+}
+
+// HTTP, or HTTPS with the options' certificate and key; with the limits
+// every request is served under.
+absl::StatusOr<std::unique_ptr<httplib::Server>> make_server(const HttpOptions& options) {
+  std::unique_ptr<httplib::Server> s;
   if (options.tls_cert.empty()) {
-    f->server_ = std::make_unique<httplib::Server>();
+    s = std::make_unique<httplib::Server>();
   } else {
     auto tls = std::make_unique<httplib::SSLServer>(options.tls_cert.c_str(), options.tls_key.c_str());
     if (!tls->is_valid()) {
       return absl::InvalidArgumentError(
           absl::StrCat("HTTPS: cannot use --tls-cert '", options.tls_cert, "' with --tls-key '", options.tls_key, "'"));
     }
-    f->server_ = std::move(tls);
+    s = std::move(tls);
   }
-  httplib::Server& s = *f->server_;
-  // SO_REUSEADDR alone: cpp-httplib's SO_REUSEPORT would share a port
-  // another server holds instead of saying it is in use. The socket is kept
-  // to widen its backlog once bound (below).
-  s.set_socket_options([f = f.get()](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    f->socket_ = sock;
-  });
   // Requests are small: a client that sends more, or too slowly, is cut off.
-  s.set_payload_max_length(64 << 10);
-  s.set_read_timeout(5, 0);
-  s.set_write_timeout(5, 0);
+  s->set_payload_max_length(64 << 10);
+  s->set_read_timeout(5, 0);
+  s->set_write_timeout(5, 0);
   // A connection holds one of the pool's threads while it is open, idle or
   // not: one request a connection, so that 200 pages polling at once (or
   // clients that keep connections open) do not wait for threads.
-  s.set_keep_alive_max_count(1);
-  s.new_task_queue = [] { return new httplib::ThreadPool(32); };
+  s->set_keep_alive_max_count(1);
+  s->new_task_queue = [] { return new httplib::ThreadPool(32); };
+  return s;
+}
+
+// /healthz (open to all) and /metrics.
+void add_status_routes(httplib::Server& s, Backend& backend) {
   s.Get("/healthz", counted(backend, "/healthz", [&backend](const httplib::Request&, httplib::Response& res) {
           const bool up = backend.supervisor.load() != nullptr;
           res.status = up ? 200 : 503;
@@ -121,41 +125,45 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOpti
           }
           res.set_content(metrics_text(*jobs, backend.stats), "text/plain; version=0.0.4; charset=utf-8");
         }));
-  // The dashboard. The token given once in the address becomes a cookie
-  // (HttpOnly: no script reads it; SameSite: no other site sends it), and
-  // the address loses it.
-  s.Get("/",
-        counted(backend, "/",
-                [&backend, tls = !options.tls_cert.empty()](const httplib::Request& req, httplib::Response& res) {
-                  if (req.has_param("token")) {
-                    if (!bearer_matches(absl::StrCat("Bearer ", req.get_param_value("token")), backend.token)) {
-                      res.status = 401;
-                      res.set_content("the token is not this zerod's\n", "text/plain");
-                      return;
-                    }
-                    res.set_header("Set-Cookie",
-                                   absl::StrCat(kCookie, "=", backend.token, "; Path=/; HttpOnly; SameSite=Strict",
-                                                tls ? "; Secure" : ""));
-                    res.set_redirect(
-                        req.has_param("job")
-                            ? absl::StrCat("/?job=", httplib::detail::encode_query_param(req.get_param_value("job")))
-                            : "/",
-                        303);
-                    return;
-                  }
-                  if (!admitted(backend, req, res)) return;
-                  res.set_content(kDashboardHtml, "text/html; charset=utf-8");
-                }));
-  f->chart_js_ = options.chart_js.empty() ? std::nullopt : read_whole_file(options.chart_js);
-  s.Get("/chart.js",
-        counted(backend, "/chart.js", [&backend, f = f.get()](const httplib::Request& req, httplib::Response& res) {
+}
+
+// The dashboard's page and its chart library (`chart_js`, when given).
+// The token given once in the address becomes a cookie (HttpOnly: no
+// script reads it; SameSite: no other site sends it; Secure over `tls`),
+// and the address loses it.
+void add_dashboard_routes(httplib::Server& s, Backend& backend, bool tls, const std::optional<std::string>& chart_js) {
+  s.Get("/", counted(backend, "/", [&backend, tls](const httplib::Request& req, httplib::Response& res) {
+          if (req.has_param("token")) {
+            if (!bearer_matches(absl::StrCat("Bearer ", req.get_param_value("token")), backend.token)) {
+              res.status = 401;
+              res.set_content("the token is not this zerod's\n", "text/plain");
+              return;
+            }
+            res.set_header("Set-Cookie", absl::StrCat(kCookie, "=", backend.token,
+                                                      "; Path=/; HttpOnly; SameSite=Strict", tls ? "; Secure" : ""));
+            res.set_redirect(
+                req.has_param("job")
+                    ? absl::StrCat("/?job=", httplib::detail::encode_query_param(req.get_param_value("job")))
+                    : "/",
+                303);
+            return;
+          }
           if (!admitted(backend, req, res)) return;
-          if (!f->chart_js_) {
+          res.set_content(kDashboardHtml, "text/html; charset=utf-8");
+        }));
+  s.Get("/chart.js",
+        counted(backend, "/chart.js", [&backend, &chart_js](const httplib::Request& req, httplib::Response& res) {
+          if (!admitted(backend, req, res)) return;
+          if (!chart_js) {
             res.status = 404;
             return;
           }
-          res.set_content(*f->chart_js_, "text/javascript; charset=utf-8");
+          res.set_content(*chart_js, "text/javascript; charset=utf-8");
         }));
+}
+
+// The dashboard's data: every job, and one job's series.
+void add_api_routes(httplib::Server& s, Backend& backend) {
   s.Get("/api/jobs", counted(backend, "/api/jobs", [&backend](const httplib::Request& req, httplib::Response& res) {
           if (!admitted(backend, req, res)) return;
           Supervisor* sup = backend.supervisor.load();
@@ -176,7 +184,28 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOpti
           }
           json_reply(res, 200, series_json(*job, sup->series(job->id())));
         }));
-  f->port_ = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::start(const HttpOptions& options, Backend& backend) {
+  ZEROD_ASSIGN_OR_RETURN(const ListenAddress at, parse_listen(options.listen));
+  std::unique_ptr<HttpFrontend> f(new HttpFrontend());
+  ZEROD_ASSIGN_OR_RETURN(f->server_, make_server(options));
+  httplib::Server& s = *f->server_;
+  // SO_REUSEADDR alone: cpp-httplib's SO_REUSEPORT would share a port
+  // another server holds instead of saying it is in use. The socket is kept
+  // to widen its backlog once bound (below).
+  s.set_socket_options([f = f.get()](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    f->socket_ = sock;
+  });
+  f->chart_js_ = options.chart_js.empty() ? std::nullopt : read_whole_file(options.chart_js);
+  add_status_routes(s, backend);
+  add_dashboard_routes(s, backend, !options.tls_cert.empty(), f->chart_js_);
+  add_api_routes(s, backend);
+  f->port_ = at.port == 0 ? s.bind_to_any_port(at.host) : (s.bind_to_port(at.host, at.port) ? at.port : -1);
   if (f->port_ < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http-listen: cannot listen on ", options.listen, " (in use, or not this machine's address)"));

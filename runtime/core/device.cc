@@ -95,6 +95,10 @@ PlanDevice plan_device(const Device& device) {
   return {device.memory_tier(), is_cuda_device(device), device.memory_tier() == Tier::kGpu, usable};
 }
 
+absl::StatusOr<Buffer> allocate_spec(Device& device, const BufferSpec& b) {
+  return b.tier ? device.allocate(b.bytes, b.category, *b.tier) : device.allocate(b.bytes, b.category);
+}
+
 Tier staging_tier(const Device& device) { return plan_device(device).staging_tier(); }
 
 double dense_16bit_peak_flops(int major, int minor, int sms, double clock_hz) {

@@ -160,6 +160,9 @@ Device::HostPart host_elements(F part) {
 bool is_cuda_device(const Device& device);
 // What of `device` decides a memory plan's sizes and tiers.
 PlanDevice plan_device(const Device& device);
+// The buffer `b` describes, on `device`: on its tier, else in the device's
+// own memory.
+absl::StatusOr<Buffer> allocate_spec(Device& device, const BufferSpec& b);
 // The tier of host buffers that `device` copies to and from: pinned on a
 // CUDA GPU, plain host memory otherwise.
 Tier staging_tier(const Device& device);

@@ -8,12 +8,18 @@ namespace zerod {
 
 const char* phase_name(Phase p) {
   switch (p) {
-    case Phase::kBuild: return "build";
-    case Phase::kFrozenWeights: return "frozen weights";
-    case Phase::kResume: return "resume";
-    case Phase::kCheckpoint: return "checkpoint";
-    case Phase::kTraining: return "training";
-    case Phase::kEvaluation: return "evaluation";
+    case Phase::kBuild:
+      return "build";
+    case Phase::kFrozenWeights:
+      return "frozen weights";
+    case Phase::kResume:
+      return "resume";
+    case Phase::kCheckpoint:
+      return "checkpoint";
+    case Phase::kTraining:
+      return "training";
+    case Phase::kEvaluation:
+      return "evaluation";
   }
   return "?";
 }
@@ -23,13 +29,6 @@ void MemoryPlan::add(std::string what, Tier t, Category c, uint64_t bytes, Phase
   // The accountant records a GPU block at its size, not the request's.
   if (t == Tier::kGpu && device_.caches_blocks) bytes = CachingAllocator::block_size(bytes);
   buffers_.push_back({std::move(what), t, c, count, bytes * static_cast<uint64_t>(count), from, kept});
-}
-
-void MemoryPlan::add_all(const MemoryPlan& part, Phase from) {
-  for (PlannedBuffer b : part.buffers_) {
-    if (b.from == Phase::kBuild) b.from = from;
-    buffers_.push_back(std::move(b));
-  }
 }
 
 MemoryPeaks MemoryPlan::held(Phase p) const {

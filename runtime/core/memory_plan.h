@@ -1,10 +1,12 @@
 // What a rank will allocate, known before anything is: each buffer's tier,
 // category and bytes, and when in the run it is held. The engine's parts
-// state their buffers here with the same size functions they allocate
-// with, so the plan's peaks are the accountant's (memory.h) of a real run.
+// describe their buffers once (BufferSpec) and both state them here and
+// allocate from that description, so the plan's peaks are the accountant's
+// (memory.h) of a real run.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,20 @@ struct PlannedBuffer {
   uint64_t bytes;  // all of them, as the accountant records them (GPU blocks rounded up)
   Phase from;
   bool kept;  // held to the end of the run, not only during `from`
+};
+
+// A buffer of a part, described once: the part's plan states this entry and
+// its allocation allocates from it, so the plan cannot drift from what is
+// allocated. A part's description is a vector indexed by the part's own
+// enum of its buffers; one that this configuration does not need has
+// count 0.
+struct BufferSpec {
+  std::string what;
+  Category category;
+  uint64_t bytes;                           // each
+  int count = 1;                            // buffers of this size
+  std::optional<Tier> tier = std::nullopt;  // none: the device's own memory (kNvme: space in a file)
+  bool kept = true;                         // held to the end of the run, not only during the phase that allocates it
 };
 
 // The device a plan is made for: what decides where buffers go and how a
@@ -60,17 +76,13 @@ class MemoryPlan {
   // `count` buffers of `bytes` each, held during `from` (to the end with `kept`).
   void add(std::string what, Tier t, Category c, uint64_t bytes, Phase from = Phase::kBuild, bool kept = true,
            int64_t count = 1);
-  // On the device's own memory.
-  void add_device(std::string what, Category c, uint64_t bytes, Phase from = Phase::kBuild, bool kept = true,
-                  int64_t count = 1) {
-    add(std::move(what), device_.memory, c, bytes, from, kept, count);
+  // A part's buffers, as described.
+  void add(const BufferSpec& b, Phase from = Phase::kBuild) {
+    add(b.what, b.tier.value_or(device_.memory), b.category, b.bytes, from, b.kept, b.count);
   }
-  // Space in a file on an NVMe path (recorded, not allocated).
-  void add_nvme(std::string what, Category c, uint64_t bytes) { add(std::move(what), Tier::kNvme, c, bytes); }
-
-  // Every buffer of `part` (a plan for the same device), those of its build
-  // phase as of phase `from` instead.
-  void add_all(const MemoryPlan& part, Phase from);
+  void add(const std::vector<BufferSpec>& part, Phase from = Phase::kBuild) {
+    for (const BufferSpec& b : part) add(b, from);
+  }
 
   const std::vector<PlannedBuffer>& buffers() const { return buffers_; }
   // The peak of each (tier, category) and of each tier's sum over the run:

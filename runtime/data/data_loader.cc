@@ -13,13 +13,13 @@ void DataLoader::plan(const DataConfig& cfg, MemoryPlan& plan) {
   // A rank whose data cannot be sized here stops at loading it, before it
   // allocates anything else; `zeroctl estimate` says it did not count it.
   const absl::StatusOr<int64_t> windows = dataset_windows(cfg);
-  if (windows.ok()) plan.add("data order", Tier::kHost, Category::kWorkspace, order_bytes(*windows));
+  if (windows.ok()) plan.add(order_buffer(*windows));
 }
 
 absl::StatusOr<DataLoader> DataLoader::create(const TokenStream* tokens, int seq_len, uint64_t seed, int rank,
                                               int world_size, MemoryAccountant& acct, bool windowed) {
-  ZEROD_ASSIGN_OR_RETURN(Buffer order, Buffer::allocate(order_bytes(num_windows(tokens->size(), seq_len, windowed)),
-                                                        Category::kWorkspace, Tier::kHost, acct));
+  const BufferSpec spec = order_buffer(num_windows(tokens->size(), seq_len, windowed));
+  ZEROD_ASSIGN_OR_RETURN(Buffer order, Buffer::allocate(spec.bytes, spec.category, *spec.tier, acct));
   return DataLoader(tokens, seq_len, seed, rank, world_size, std::move(order), windowed);
 }
 

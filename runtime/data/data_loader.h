@@ -28,7 +28,11 @@ class DataLoader {
                                            bool windowed = false);
   // What create() allocates for `cfg`'s data, when it can be read here.
   static void plan(const DataConfig& cfg, MemoryPlan& plan);
-  static uint64_t order_bytes(int64_t windows) { return static_cast<uint64_t>(windows) * sizeof(int64_t); }
+  // The order of `windows` windows, in host memory: what create()
+  // allocates and plan() states.
+  static BufferSpec order_buffer(int64_t windows) {
+    return {"data order", Category::kWorkspace, static_cast<uint64_t>(windows) * sizeof(int64_t), 1, Tier::kHost};
+  }
   static int64_t num_windows(int64_t tokens, int seq_len, bool windowed) {
     return windowed ? tokens / seq_len : tokens == 0 ? 0 : (tokens - 1) / seq_len;
   }

@@ -85,6 +85,72 @@ absl::Status field_error(const CheckpointManifest& c, const std::string& key, co
       absl::StrCat(c.path, ": '", key, "' is ", v.is_null() ? "missing" : v.dump(), ", not ", want));
 }
 
+// The manifest's parts as a resumed run reads them. Their nlohmann
+// exceptions (a field missing or mistyped) are read_manifest's to report;
+// what they refuse is said without the file's path, which it adds.
+
+absl::StatusOr<LoraConfig> read_lora(const nlohmann::json& l, Arch arch) {
+  LoraConfig lora;
+  lora.r = l.at("r").get<int>();
+  lora.alpha = l.at("alpha").get<double>();
+  lora.use_rslora = l.at("use_rslora").get<bool>();
+  lora.dropout = l.at("dropout").get<double>();
+  lora.targets.fill(false);
+  for (const nlohmann::json& t : l.at("target_modules")) {
+    const std::string name = t.get<std::string>();
+    const int n = lora_targets_of(arch);
+    int k = 0;
+    while (k < n && name != lora_target_name(arch, k)) ++k;
+    if (k == n) return absl::InvalidArgumentError(absl::StrCat("lora: target module '", name, "' is not known"));
+    lora.targets[k] = true;
+  }
+  if (absl::Status s = validate_lora_config(lora, arch); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("lora: ", s.message()));
+  }
+  return lora;
+}
+
+absl::Status read_optimizer(const nlohmann::json& opt, OptimizerConfig& o) {
+  const std::string type = opt.at("type").get<std::string>();
+  bool known = false;
+  for (const auto& [t, name] : kOptimizers) {
+    if (type == name) o.type = t, known = true;
+  }
+  if (!known) return absl::InvalidArgumentError(absl::StrCat("optimizer type '", type, "' is not known"));
+  o.beta1 = opt.at("betas").at(0).get<double>();
+  o.beta2 = opt.at("betas").at(1).get<double>();
+  o.eps = opt.at("eps").get<double>();
+  o.weight_decay = opt.at("weight_decay").get<double>();
+  o.bias_correction = !opt.contains("bias_correction") || opt.at("bias_correction").get<bool>();
+  return absl::OkStatus();
+}
+
+// The world, the stage and a shard file a rank (one at stage 0), each a
+// file in `dir`.
+absl::Status read_files(const nlohmann::json& m, const std::string& dir, CheckpointManifest& c) {
+  c.world_size = m.at("world_size").get<int>();
+  c.zero_stage = m.at("zero_stage").get<int>();
+  const nlohmann::json& list = m.at("files");
+  const size_t parts = c.zero_stage > 0 ? static_cast<size_t>(c.world_size) : 1;
+  if (c.world_size < 1 || c.zero_stage < 0 || c.zero_stage > 3 || list.size() != parts) {
+    return absl::InvalidArgumentError(absl::StrCat("lists ", list.size(), " shard files for world_size ", c.world_size,
+                                                   " at zero_stage ", c.zero_stage));
+  }
+  for (size_t r = 0; r < parts; ++r) {
+    if (list[r].at("rank").get<size_t>() != r) {
+      return absl::InvalidArgumentError(absl::StrCat("files[", r, "] is not rank ", r, "'s"));
+    }
+    const std::string name = list[r].at("name").get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("files[", r, "] names '", name, "', not a file in the checkpoint directory"));
+    }
+    c.files.push_back(
+        {absl::StrCat(dir, "/", name), list[r].at("crc32c").get<uint32_t>(), list[r].at("bytes").get<uint64_t>()});
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void seal_manifest(nlohmann::json& m) { m["crc32c"] = manifest_crc(m); }
@@ -157,13 +223,13 @@ nlohmann::json manifest_lora(const JobConfig& cfg) {
 nlohmann::json manifest_shape(const GptLayout& layout, const JobConfig& cfg, int world_size, int zero_stage) {
   const GptConfig& m = layout.config();
   nlohmann::json shape = {{"format", "zerod-checkpoint"},
-          {"version", kManifestVersion},
-          {"model", gpt_config_json(m)},
-          {"precision", dtype_name(cfg.precision)},
-          {"tensors", manifest_tensors(layout)},
-          {"world_size", world_size},
-          {"zero_stage", zero_stage},
-          {"optimizer", manifest_optimizer(cfg.optimizer)}};
+                          {"version", kManifestVersion},
+                          {"model", gpt_config_json(m)},
+                          {"precision", dtype_name(cfg.precision)},
+                          {"tensors", manifest_tensors(layout)},
+                          {"world_size", world_size},
+                          {"zero_stage", zero_stage},
+                          {"optimizer", manifest_optimizer(cfg.optimizer)}};
   if (cfg.lora) shape["lora"] = manifest_lora(cfg);
   return shape;
 }
@@ -191,59 +257,17 @@ absl::StatusOr<CheckpointManifest> read_manifest(const std::string& dir) {
   }
   if (!field("tensors").is_array()) return bad("'tensors' is missing or not a list");
   try {
-    const nlohmann::json& model = m.at("model");
-    c.model = gpt_config_from_json(model);
+    c.model = gpt_config_from_json(m.at("model"));
     if (absl::Status s = validate_gpt_config(c.model); !s.ok()) return bad(absl::StrCat("model: ", s.message()));
     if (m.contains("lora")) {
-      const nlohmann::json& l = m.at("lora");
-      LoraConfig lora;
-      lora.r = l.at("r").get<int>();
-      lora.alpha = l.at("alpha").get<double>();
-      lora.use_rslora = l.at("use_rslora").get<bool>();
-      lora.dropout = l.at("dropout").get<double>();
-      lora.targets.fill(false);
-      for (const nlohmann::json& t : l.at("target_modules")) {
-        const std::string name = t.get<std::string>();
-        const int n = lora_targets_of(c.model.arch);
-        int k = 0;
-        while (k < n && name != lora_target_name(c.model.arch, k)) ++k;
-        if (k == n) return bad(absl::StrCat("lora: target module '", name, "' is not known"));
-        lora.targets[k] = true;
-      }
-      if (absl::Status s = validate_lora_config(lora, c.model.arch); !s.ok()) {
-        return bad(absl::StrCat("lora: ", s.message()));
-      }
-      c.lora = lora;
+      absl::StatusOr<LoraConfig> lora = read_lora(m.at("lora"), c.model.arch);
+      if (!lora.ok()) return bad(std::string(lora.status().message()));
+      c.lora = *lora;
     }
-    const nlohmann::json& opt = m.at("optimizer");
-    const std::string type = opt.at("type").get<std::string>();
-    bool known = false;
-    for (const auto& [t, name] : kOptimizers) {
-      if (type == name) c.optimizer.type = t, known = true;
+    if (absl::Status s = read_optimizer(m.at("optimizer"), c.optimizer); !s.ok()) {
+      return bad(std::string(s.message()));
     }
-    if (!known) return bad(absl::StrCat("optimizer type '", type, "' is not known"));
-    c.optimizer.beta1 = opt.at("betas").at(0).get<double>();
-    c.optimizer.beta2 = opt.at("betas").at(1).get<double>();
-    c.optimizer.eps = opt.at("eps").get<double>();
-    c.optimizer.weight_decay = opt.at("weight_decay").get<double>();
-    c.optimizer.bias_correction = !opt.contains("bias_correction") || opt.at("bias_correction").get<bool>();
-    c.world_size = m.at("world_size").get<int>();
-    c.zero_stage = m.at("zero_stage").get<int>();
-    const nlohmann::json& list = m.at("files");
-    const size_t parts = c.zero_stage > 0 ? static_cast<size_t>(c.world_size) : 1;
-    if (c.world_size < 1 || c.zero_stage < 0 || c.zero_stage > 3 || list.size() != parts) {
-      return bad(absl::StrCat("lists ", list.size(), " shard files for world_size ", c.world_size, " at zero_stage ",
-                              c.zero_stage));
-    }
-    for (size_t r = 0; r < parts; ++r) {
-      if (list[r].at("rank").get<size_t>() != r) return bad(absl::StrCat("files[", r, "] is not rank ", r, "'s"));
-      const std::string name = list[r].at("name").get<std::string>();
-      if (name.empty() || name.find('/') != std::string::npos || name == "..") {
-        return bad(absl::StrCat("files[", r, "] names '", name, "', not a file in the checkpoint directory"));
-      }
-      c.files.push_back(
-          {absl::StrCat(dir, "/", name), list[r].at("crc32c").get<uint32_t>(), list[r].at("bytes").get<uint64_t>()});
-    }
+    if (absl::Status s = read_files(m, dir, c); !s.ok()) return bad(std::string(s.message()));
     // The shard files hold every parameter, in 2 bytes at least: a shape
     // they cannot hold is refused before its layout is built.
     uint64_t stored = 0;

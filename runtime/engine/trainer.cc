@@ -35,10 +35,13 @@ namespace {
 // every gradient is.
 bool factor_after_backward(const JobConfig& cfg) { return cfg.gradient_clipping > 0 || cfg.precision == DType::kF16; }
 
-// Each of the host's token id buffers (inputs, targets): a step's, every
+// The host's token id buffers, inputs and targets: a step's, every
 // micro-batch's apart, as a step on the stream reads them all before the
-// host waits.
-uint64_t token_bytes(const JobConfig& cfg) { return uint64_t(cfg.grad_accum) * cfg.micro_batch * cfg.data.seq_len * 4; }
+// host waits; in `staging` memory.
+BufferSpec token_ids(const JobConfig& cfg, Tier staging) {
+  return {"token ids", Category::kWorkspace, uint64_t(cfg.grad_accum) * cfg.micro_batch * cfg.data.seq_len * 4, 2,
+          staging};
+}
 
 }  // namespace
 
@@ -71,15 +74,18 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
     return Trainer::plan(resolved, world_size, rank, kernels, plan, resume);
   }
   // In build()'s order.
-  kernels.plan_table(plan);
-  plan.add("token ids", plan.device().staging_tier(), Category::kWorkspace, token_bytes(cfg), Phase::kBuild, true, 2);
+  plan.add(kernels.table_buffers());
+  plan.add(token_ids(cfg, plan.device().staging_tier()));
   DataLoader::plan(cfg.data, plan);
   const LoraConfig* lora = cfg.lora ? &cfg.lora->adapters : nullptr;
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
             cfg.cpu_checkpointing, kernels, plan, lora, cfg.grad_accum);
   const GptLayout model(cfg.model);
   const ZeroSettings zs = planned_zero_settings(cfg, kernels.operand_type(cfg.precision));
-  if (lora) FrozenWeights::plan(model, zs, cfg.lora->nf4_base, world_size, rank, plan);
+  if (lora) {
+    plan.add(FrozenWeights::buffers(model, zs, cfg.lora->nf4_base, world_size, rank, plan.device()),
+             Phase::kFrozenWeights);
+  }
   const GptLayout layout = lora ? GptLayout::adapters(cfg.model, *lora) : model;
   const ZeroShape shape(layout, cfg.zero.stage, world_size, rank, cfg.precision);
   // A rank saves its shard (rank 0 alone under stage 0) when the job saves.
@@ -87,7 +93,7 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   const bool saves = c.dir && rank < shape.part.world_size();
   ZeroEngine::plan(layout, zs, world_size, rank, saves, plan);
   if (resume != ResumeFrom::kNothing) {
-    ZeroEngine::plan_resume(shape, cfg.optimizer, resume == ResumeFrom::kOtherPartition, plan);
+    plan.add(ZeroEngine::resume_buffers(shape, cfg.optimizer, resume == ResumeFrom::kOtherPartition), Phase::kResume);
   }
   // A save in the background copies the shard to a buffer kept for the
   // later saves, when the states are in memory and the buffer fits.
@@ -127,9 +133,9 @@ absl::Status Trainer::build() {
   }
   // The host's token ids first (plan() follows this order); pinned on a
   // GPU, so that copying them stops neither the host nor the stream.
-  const Tier staging = staging_tier(*device_);
-  ZEROD_ASSIGN_OR_RETURN(inputs_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, staging));
-  ZEROD_ASSIGN_OR_RETURN(targets_, device_->allocate(token_bytes(cfg_), Category::kWorkspace, staging));
+  const BufferSpec ids = token_ids(cfg_, staging_tier(*device_));
+  ZEROD_ASSIGN_OR_RETURN(inputs_, allocate_spec(*device_, ids));
+  ZEROD_ASSIGN_OR_RETURN(targets_, allocate_spec(*device_, ids));
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
   ZEROD_ASSIGN_OR_RETURN(DataLoader loader,
                          DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
@@ -179,17 +185,9 @@ absl::StatusOr<StepResult> Trainer::step() {
   return r;
 }
 
-absl::StatusOr<StepResult> Trainer::train_step() {
-  const int B = cfg_.micro_batch, T = cfg_.data.seq_len, accum = cfg_.grad_accum;
-  const int world = comm_->world_size();
-  const bool fp16 = cfg_.precision == DType::kF16;
-  const double scale = fp16 ? scaler_.scale() : 1.0;
-  zero_->zero_grads();
-
-  StepResult r;
-  r.step = ++steps_;
-  r.loss_scale = scale;
-  const int64_t tokens = int64_t(B) * T;
+double Trainer::read_batches() {
+  const int B = cfg_.micro_batch, accum = cfg_.grad_accum;
+  const int64_t tokens = int64_t(B) * cfg_.data.seq_len;
   int64_t targets_in_step = 0;  // all ranks', all micro-batches'
   for (int micro = 0; micro < accum; ++micro) {
     targets_in_step +=
@@ -199,14 +197,17 @@ absl::StatusOr<StepResult> Trainer::train_step() {
   // ranks is the mean over the global batch; with a loss mask, the mean is
   // over the targets it counts (a pass's gradient is of its mean over B*T).
   const double counted = static_cast<double>(std::max<int64_t>(targets_in_step, 1));
-  const double mean_over = loader_->windowed() ? counted / double(tokens) : double(accum) * world;
-  const auto grad_scale = static_cast<float>(scale / mean_over);
+  return loader_->windowed() ? counted / double(tokens) : double(accum) * comm_->world_size();
+}
+
+absl::StatusOr<double> Trainer::compute_gradients(int64_t step, float grad_scale, double lr, double loss_scale) {
+  const int B = cfg_.micro_batch, T = cfg_.data.seq_len, accum = cfg_.grad_accum;
+  const int64_t tokens = int64_t(B) * T;
   // The host can update each unit as the last micro-batch's backward
   // completes it, with the factor of a step that neither clips nor
   // overflows (exact without clipping or a loss scale; undone otherwise).
   if (zero_->updates_during_backward()) {
-    zero_->update_during_backward(static_cast<float>(lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_)), updates_ + 1,
-                                  accum, static_cast<float>(1.0 / scale));
+    zero_->update_during_backward(static_cast<float>(lr), updates_ + 1, accum, static_cast<float>(1.0 / loss_scale));
   }
   // A step on the device's stream (a world of one at stage 0) is waited
   // for once, at its end, for its losses and its gradients' norm; any
@@ -217,30 +218,40 @@ absl::StatusOr<StepResult> Trainer::train_step() {
     const int32_t* inputs = inputs_.host<int32_t>() + micro * tokens;
     const int32_t* targets = targets_.host<int32_t>() + micro * tokens;
     ZEROD_RETURN_IF_ERROR(model_->enqueue_forward_backward(weights(), zero_->grads(), inputs, targets, B, T, grad_scale,
-                                                           lora_pass_seed(cfg_.run.seed, r.step, micro, comm_->rank()),
+                                                           lora_pass_seed(cfg_.run.seed, step, micro, comm_->rank()),
                                                            micro));
     if (!on_stream) ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
   }
-  const double lr = lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_);
-  double sumsq = 0.0;
-  if (on_stream) {
-    absl::Status enqueued = zero_->enqueue_step(static_cast<float>(lr), updates_ + 1, scale, cfg_.gradient_clipping);
-    // Also after a failure: the stream may still read the step's tokens.
-    enqueued.Update(device_->synchronize(stream));
-    ZEROD_RETURN_IF_ERROR(enqueued);
-    // Not finite exactly where the update's factor was not (a loss scale
-    // and a clip that are finite and not negative): the update skipped.
-    sumsq = zero_->step_sum_squares();
-  } else {
+  if (!on_stream) {
     ZEROD_RETURN_IF_ERROR(zero_->reduce_gradients());
+    return zero_->grad_sum_squares();
   }
+  absl::Status enqueued = zero_->enqueue_step(static_cast<float>(lr), updates_ + 1, loss_scale, cfg_.gradient_clipping);
+  // Also after a failure: the stream may still read the step's tokens.
+  enqueued.Update(device_->synchronize(stream));
+  ZEROD_RETURN_IF_ERROR(enqueued);
+  // Not finite exactly where the update's factor was not (a loss scale
+  // and a clip that are finite and not negative): the update skipped.
+  return zero_->step_sum_squares();
+}
+
+absl::StatusOr<StepResult> Trainer::train_step() {
+  const bool fp16 = cfg_.precision == DType::kF16;
+  const double scale = fp16 ? scaler_.scale() : 1.0;
+  zero_->zero_grads();
+
+  StepResult r;
+  r.step = ++steps_;
+  r.loss_scale = scale;
+  const double mean_over = read_batches();
+  const double lr = lr_at(cfg_.scheduler, cfg_.optimizer.lr, updates_);
+  const bool on_stream = zero_->steps_on_stream();
+  ZEROD_ASSIGN_OR_RETURN(const double sumsq,
+                         compute_gradients(r.step, static_cast<float>(scale / mean_over), lr, scale));
   double loss_sum = 0.0;
-  for (int micro = 0; micro < accum; ++micro) loss_sum += model_->pass_loss(micro);
+  for (int micro = 0; micro < cfg_.grad_accum; ++micro) loss_sum += model_->pass_loss(micro);
   ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &loss_sum, 1, CommType::kF64, ReduceOp::kSum));
   r.loss = loss_sum / mean_over;
-  if (!on_stream) {
-    ZEROD_ASSIGN_OR_RETURN(sumsq, zero_->grad_sum_squares());
-  }
 
   if (!std::isfinite(sumsq)) {
     // The update on the stream skipped itself; one begun during backward

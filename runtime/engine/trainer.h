@@ -162,6 +162,15 @@ class Trainer {
   Trainer(const JobConfig& cfg, Communicator* comm, Device* device, TrainerEnv env);
   absl::Status build();
   absl::StatusOr<StepResult> train_step();
+  // Reads the step's micro-batches into the token buffers; returns what the
+  // losses and gradients summed over them and the ranks are divided by to
+  // be the global batch's mean.
+  double read_batches();
+  // Step `step`'s passes, their gradients scaled by `grad_scale`, then
+  // those gradients reduced, or (on the stream) the update at `lr` enqueued
+  // and waited for; returns the gradients' sum of squares (not finite
+  // where they were not).
+  absl::StatusOr<double> compute_gradients(int64_t step, float grad_scale, double lr, double loss_scale);
   // What the model computes with: the engine's parameters, or with LoRA
   // the frozen weights with the engine's adapters beside them.
   WeightSource& weights() { return adapted_ ? static_cast<WeightSource&>(*adapted_) : zero_->weights(); }

@@ -52,11 +52,12 @@ class CudaKernels : public Kernels {
     ZEROD_RETURN_IF_ERROR(cublas_status(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
     // One workspace for cuBLAS and cuBLASLt, whose products run one at a
     // time on the compute stream; accounted, and a run repeats its bits.
-    ZEROD_ASSIGN_OR_RETURN(blas_workspace_, dev_.allocate(KernelMemory::kCudaBlasWorkspace, Category::kWorkspace));
+    const std::vector<BufferSpec> own = memory().table_buffers();
+    ZEROD_ASSIGN_OR_RETURN(blas_workspace_, allocate_spec(dev_, own[KernelMemory::kBlasWorkspace]));
     ZEROD_RETURN_IF_ERROR(lt_.init(blas_workspace_.data(), blas_workspace_.bytes()));
     row_shared_limit_ = cuda::row_shared_limit();  // the device is current on the thread that makes its table
-    ZEROD_ASSIGN_OR_RETURN(partials_, dev_.allocate(cuda::kColumnPartials * sizeof(float), Category::kWorkspace));
-    ZEROD_ASSIGN_OR_RETURN(maps_, dev_.allocate(2 * sizeof(QuantMap), Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(partials_, allocate_spec(dev_, own[KernelMemory::kColumnPartials]));
+    ZEROD_ASSIGN_OR_RETURN(maps_, allocate_spec(dev_, own[KernelMemory::kQuantMaps]));
 #ifdef ZEROD_WITH_CUDNN
     // cuDNN's attention takes 16-bit operands only.
     if (op_ != DType::kF32) {

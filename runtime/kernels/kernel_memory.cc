@@ -33,11 +33,11 @@ int64_t KernelMemory::logits_stride(int V) const {
 
 KernelMemory cpu_kernel_memory() { return {KernelBackend::kCpu, omp_get_max_threads()}; }
 
-void KernelMemory::plan_table(MemoryPlan& plan) const {
-  if (backend != KernelBackend::kCuda) return;
-  plan.add_device("cuBLAS workspace", Category::kWorkspace, kCudaBlasWorkspace);
-  plan.add_device("column partials", Category::kWorkspace, cuda::kColumnPartials * sizeof(float));
-  plan.add_device("8-bit quantization maps", Category::kWorkspace, 2 * sizeof(QuantMap));
+std::vector<BufferSpec> KernelMemory::table_buffers() const {
+  const int cuda = backend == KernelBackend::kCuda ? 1 : 0;
+  return {{"cuBLAS workspace", Category::kWorkspace, kCudaBlasWorkspace, cuda},
+          {"column partials", Category::kWorkspace, cuda::kColumnPartials * sizeof(float), cuda},
+          {"8-bit quantization maps", Category::kWorkspace, 2 * sizeof(QuantMap), cuda}};
 }
 
 }  // namespace zerod

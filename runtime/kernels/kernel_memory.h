@@ -18,9 +18,7 @@ struct KernelMemory {
 
   // The type of the table's operands (kernels.h) for a job computing in
   // `precision`: the CPU's fp32, the CUDA table's the precision itself.
-  DType operand_type(DType precision) const {
-    return backend == KernelBackend::kCpu ? DType::kF32 : precision;
-  }
+  DType operand_type(DType precision) const { return backend == KernelBackend::kCpu ? DType::kF32 : precision; }
   // Floats attention keeps a query row for the backward: the CPU's max and
   // reciprocal sum (its bits), the CUDA table's log-sum-exp.
   int attention_row_stats() const { return backend == KernelBackend::kCpu ? 2 : 1; }
@@ -35,9 +33,11 @@ struct KernelMemory {
   // 16-byte vectors, 128-byte aligned).
   int64_t logits_rows(int V, int64_t N) const;
   int64_t logits_stride(int V) const;
-  // The buffers a table makes for itself, on plan's device (the CUDA
-  // table's cuBLAS workspace, column partials and 8-bit maps).
-  void plan_table(MemoryPlan& plan) const;
+  // The buffers a table makes for itself on its device, by TableBuffers:
+  // the CUDA table's cuBLAS workspace, column partials and 8-bit maps
+  // (none for the CPU's).
+  enum TableBuffers { kBlasWorkspace, kColumnPartials, kQuantMaps };
+  std::vector<BufferSpec> table_buffers() const;
 
   // cuBLAS's workspace, which the CUDA table hands it.
   static constexpr uint64_t kCudaBlasWorkspace = uint64_t{32} << 20;

@@ -204,19 +204,15 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
   return g;
 }
 
-// One of the model's buffers: where Impl keeps it, what it holds, and where
-// it lives when not in the device's own memory.
-struct Gpt::BufferSpec {
+// One of the model's buffers: where Impl keeps it, and its description.
+struct Gpt::ModelBuffer {
   Buffer Impl::*member;
-  const char* what;
-  uint64_t bytes;
-  Category category;
-  std::optional<Tier> tier;
+  BufferSpec spec;
 };
 
-std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
-                                               bool checkpoints_on_host, const LoraConfig* lora, int passes,
-                                               const PlanDevice& device, const KernelMemory& k, DType op_type) {
+std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
+                                                bool checkpoints_on_host, const LoraConfig* lora, int passes,
+                                                const PlanDevice& device, const KernelMemory& k, DType op_type) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   const bool llama = c.llama();
   int64_t size[kNumFields];
@@ -228,10 +224,10 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
   const int64_t op = dtype_size(op_type);
   const bool in_place = op_type == act_dtype;
   const Category A = Category::kActivations, W = Category::kWorkspace;
-  std::vector<BufferSpec> specs;
+  std::vector<ModelBuffer> specs;
   auto add = [&](Buffer Impl::*member, const char* what, int64_t bytes, Category cat,
                  std::optional<Tier> tier = std::nullopt) {
-    specs.push_back({member, what, static_cast<uint64_t>(bytes), cat, tier});
+    specs.push_back({member, {absl::StrCat("model: ", what), cat, static_cast<uint64_t>(bytes), 1, tier}});
   };
   // The block inputs: with checkpointing all that forward keeps for
   // backward; on a GPU, in host memory (pinned) when asked.
@@ -278,9 +274,9 @@ std::vector<Gpt::BufferSpec> Gpt::buffer_specs(const GptConfig& c, int B, int T,
 
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
                const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora, int passes) {
-  for (const BufferSpec& b : buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes,
-                                          plan.device(), kernels, kernels.operand_type(act_dtype))) {
-    plan.add(absl::StrCat("model: ", b.what), b.tier.value_or(plan.device().memory), b.category, b.bytes);
+  for (const ModelBuffer& b : buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes,
+                                           plan.device(), kernels, kernels.operand_type(act_dtype))) {
+    plan.add(b.spec);
   }
 }
 
@@ -302,10 +298,9 @@ absl::Status Gpt::allocate() {
   for (int f = kNumBig; f < kNumFields; ++f) m.small_numel += m.size[f];
   m.act_bytes = dtype_size(act_dtype_);
   m.logits_rows = kernels_.memory().logits_rows(c.vocab_size, int64_t(B_) * T_);
-  for (const BufferSpec& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_, m.lora, passes_,
-                                          plan_device(device_), kernels_.memory(), m.op)) {
-    ZEROD_ASSIGN_OR_RETURN(
-        m.*b.member, b.tier ? device_.allocate(b.bytes, b.category, *b.tier) : device_.allocate(b.bytes, b.category));
+  for (const ModelBuffer& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_, m.lora, passes_,
+                                           plan_device(device_), kernels_.memory(), m.op)) {
+    ZEROD_ASSIGN_OR_RETURN(m.*b.member, allocate_spec(device_, b.spec));
   }
   if (!c.llama()) return absl::OkStatus();
   const std::vector<float> table = rope_table(c, T_);

@@ -39,13 +39,12 @@ class Gpt {
   // reads their losses (enqueue_forward_backward).
   static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
                                                      bool checkpointing, Device& device, Kernels& kernels,
-                                                     bool checkpoints_on_host = false,
-                                                     const LoraConfig* lora = nullptr, int passes = 1);
+                                                     bool checkpoints_on_host = false, const LoraConfig* lora = nullptr,
+                                                     int passes = 1);
   ~Gpt();
   // The buffers create() allocates for these arguments, on plan's device.
   static void plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-                   const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora = nullptr,
-                   int passes = 1);
+                   const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora = nullptr, int passes = 1);
 
   const GptLayout& layout() const { return layout_; }
   int max_seq() const { return T_; }
@@ -67,9 +66,8 @@ class Gpt {
   // passes'. `inputs` and `targets` must stay as they are, and pass_loss()
   // is its mean loss, once the stream has passed it. On a failure it waits
   // for what it enqueued.
-  absl::Status enqueue_forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs,
-                                        const int32_t* targets, int B, int T, float grad_scale, uint64_t dropout_seed,
-                                        int pass);
+  absl::Status enqueue_forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets,
+                                        int B, int T, float grad_scale, uint64_t dropout_seed, int pass);
   double pass_loss(int pass) const;
 
   // Forward only, into host memory: logits [B*T, V], or [B, V] for the last
@@ -79,13 +77,13 @@ class Gpt {
 
  private:
   struct Impl;
-  struct BufferSpec;
+  struct ModelBuffer;
   // What allocate() allocates and plan() states, from the same arguments,
   // for a table of operands `op_type` (a plan's: the table kernels_for
   // makes for act_dtype).
-  static std::vector<BufferSpec> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
-                                              bool checkpoints_on_host, const LoraConfig* lora, int passes,
-                                              const PlanDevice& device, const KernelMemory& k, DType op_type);
+  static std::vector<ModelBuffer> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
+                                               bool checkpoints_on_host, const LoraConfig* lora, int passes,
+                                               const PlanDevice& device, const KernelMemory& k, DType op_type);
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
       const LoraConfig* lora, int passes, Device& device, Kernels& kernels);
   absl::Status allocate();

@@ -9,44 +9,44 @@
 
 namespace zerod {
 
-GptLayout::GptLayout(const GptConfig& c) : GptLayout(c, std::nullopt) {}
+namespace {
 
-GptLayout GptLayout::adapters(const GptConfig& c, const LoraConfig& lora) { return GptLayout(c, lora); }
+struct TensorSpec {
+  const char* name;
+  std::vector<int64_t> shape;
+  bool per_layer, decay;
+};
 
-GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : config_(c), lora_(std::move(lora)) {
-  const int64_t C = c.n_embd, V = c.vocab_size, T = c.block_size, r = lora_ ? lora_->r : 0;
+// Each target's A [in, r] and B [r, out], named for its product: GPT-2's
+// targets, then a Llama's.
+constexpr const char* kAdapterNames[2][kNumLoraTargets][2] = {{{"attn.c_attn.lora_A", "attn.c_attn.lora_B"},
+                                                               {"attn.c_proj.lora_A", "attn.c_proj.lora_B"},
+                                                               {"mlp.c_fc.lora_A", "mlp.c_fc.lora_B"},
+                                                               {"mlp.c_proj.lora_A", "mlp.c_proj.lora_B"},
+                                                               {"", ""},
+                                                               {"", ""},
+                                                               {"", ""}},
+                                                              {{"self_attn.q_proj.lora_A", "self_attn.q_proj.lora_B"},
+                                                               {"self_attn.k_proj.lora_A", "self_attn.k_proj.lora_B"},
+                                                               {"self_attn.v_proj.lora_A", "self_attn.v_proj.lora_B"},
+                                                               {"self_attn.o_proj.lora_A", "self_attn.o_proj.lora_B"},
+                                                               {"mlp.gate_proj.lora_A", "mlp.gate_proj.lora_B"},
+                                                               {"mlp.up_proj.lora_A", "mlp.up_proj.lora_B"},
+                                                               {"mlp.down_proj.lora_A", "mlp.down_proj.lora_B"}}};
+
+// Every tensor id's name (GPT-2's, or a Llama's), shape and kind, adapters
+// of rank r; whether the model has it at all is in_model's.
+std::array<TensorSpec, kNumParamTensors> tensor_specs(const GptConfig& c, int64_t r) {
+  const int64_t C = c.n_embd, V = c.vocab_size, T = c.block_size;
   const int64_t qkv = c.qkv_width(), F = c.mlp_width(), Fin = c.mlp_in_width();
-  struct Spec {
-    const char* name;
-    std::vector<int64_t> shape;
-    bool per_layer, decay;
-  };
-  // Each tensor's name (GPT-2's, a Llama's), shape, kind; and whether a
-  // Llama has it at all.
   const bool llama = c.llama();
   const auto name = [&](const char* gpt2, const char* llama_name) { return llama ? llama_name : gpt2; };
-  // Each target's A [in, r] and B [r, out], named for its product.
-  static constexpr const char* kAdapterNames[2][kNumLoraTargets][2] = {
-      {{"attn.c_attn.lora_A", "attn.c_attn.lora_B"},
-       {"attn.c_proj.lora_A", "attn.c_proj.lora_B"},
-       {"mlp.c_fc.lora_A", "mlp.c_fc.lora_B"},
-       {"mlp.c_proj.lora_A", "mlp.c_proj.lora_B"},
-       {"", ""},
-       {"", ""},
-       {"", ""}},
-      {{"self_attn.q_proj.lora_A", "self_attn.q_proj.lora_B"},
-       {"self_attn.k_proj.lora_A", "self_attn.k_proj.lora_B"},
-       {"self_attn.v_proj.lora_A", "self_attn.v_proj.lora_B"},
-       {"self_attn.o_proj.lora_A", "self_attn.o_proj.lora_B"},
-       {"mlp.gate_proj.lora_A", "mlp.gate_proj.lora_B"},
-       {"mlp.up_proj.lora_A", "mlp.up_proj.lora_B"},
-       {"mlp.down_proj.lora_A", "mlp.down_proj.lora_B"}}};
-  const auto adapter = [&](int id) -> Spec {
+  const auto adapter = [&](int id) -> TensorSpec {
     const int t = (id - kQkvLoraA) / 2, b = (id - kQkvLoraA) % 2;
     const LoraTargetDims d = t < lora_targets_of(c.arch) ? lora_target_dims(c, t) : LoraTargetDims{};
     return {kAdapterNames[llama][t][b], b ? std::vector<int64_t>{r, d.out} : std::vector<int64_t>{d.in, r}, true, true};
   };
-  const Spec specs[kNumParamTensors] = {
+  return {{
       {name("wte", "embed_tokens.weight"), {V, C}, false, true},
       {"wpe", {T, C}, false, true},
       {name("ln_1.weight", "input_layernorm.weight"), {C}, true, false},
@@ -78,40 +78,53 @@ GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : confi
       adapter(kLora6A),
       adapter(kLora6B),
       {"lm_head.weight", {V, C}, false, true},
-  };
-  const auto in_model = [&](int id) {
-    switch (id) {
-      case kWpe:
-      case kLn1B:
-      case kAttProjB:
-      case kLn2B:
-      case kFcB:
-      case kFcProjB:
-      case kLnfB:
-        return !llama;
-      case kQkvB:
-        return !llama || c.qkv_bias;
-      case kLmHead:
-        return llama && !c.tie_embeddings;
-      default:
-        return true;
-    }
-  };
-  // The model's layout holds the model's tensors; an adapter layout its
-  // targets' A and B.
-  const auto held = [&](int id) {
-    if (id >= kQkvLoraA && id < kLmHead) {
-      const int t = (id - kQkvLoraA) / 2;
-      return lora_ && t < lora_targets_of(c.arch) && lora_->targets[t];
-    }
-    return !lora_ && in_model(id);
-  };
+  }};
+}
+
+// Whether the model (not its adapters) has tensor `id`.
+bool in_model(const GptConfig& c, int id) {
+  switch (id) {
+    case kWpe:
+    case kLn1B:
+    case kAttProjB:
+    case kLn2B:
+    case kFcB:
+    case kFcProjB:
+    case kLnfB:
+      return !c.llama();
+    case kQkvB:
+      return !c.llama() || c.qkv_bias;
+    case kLmHead:
+      return c.llama() && !c.tie_embeddings;
+    default:
+      return true;
+  }
+}
+
+// The model's layout holds the model's tensors; an adapter layout its
+// targets' A and B.
+bool held(const GptConfig& c, const std::optional<LoraConfig>& lora, int id) {
+  if (id >= kQkvLoraA && id < kLmHead) {
+    const int t = (id - kQkvLoraA) / 2;
+    return lora && t < lora_targets_of(c.arch) && lora->targets[t];
+  }
+  return !lora && in_model(c, id);
+}
+
+}  // namespace
+
+GptLayout::GptLayout(const GptConfig& c) : GptLayout(c, std::nullopt) {}
+
+GptLayout GptLayout::adapters(const GptConfig& c, const LoraConfig& lora) { return GptLayout(c, lora); }
+
+GptLayout::GptLayout(const GptConfig& c, std::optional<LoraConfig> lora) : config_(c), lora_(std::move(lora)) {
+  const std::array<TensorSpec, kNumParamTensors> specs = tensor_specs(c, lora_ ? lora_->r : 0);
   // Tensors are listed unit by unit, so offsets within a unit run on until
   // the unit changes.
   int64_t unit_numel[3] = {0, 0, 0};  // embeddings, one layer, final LayerNorm
   for (int i = 0; i < kNumParamTensors; ++i) {
-    const Spec& s = specs[i];
-    int64_t numel = held(i) ? 1 : 0;
+    const TensorSpec& s = specs[i];
+    int64_t numel = held(c, lora_, i) ? 1 : 0;
     for (int64_t d : s.shape) numel *= d;
     const int kind = s.per_layer ? 1 : (i == kLnfW || i == kLnfB || i == kLmHead ? 2 : 0);
     tensors_[i] = {s.name, s.shape, numel, unit_numel[kind], s.per_layer, s.decay};

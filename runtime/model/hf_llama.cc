@@ -40,24 +40,34 @@ HfSource hf_source(const GptLayout& L, const ParamSegment& s) {
                 kv = int64_t(c.kv_heads()) * c.head_dim();
   const std::string at = absl::StrCat("model.layers.", s.layer, ".");
   switch (s.id) {
-    case kWte: return {{{"model.embed_tokens.weight", {V, C}}}, false};
-    case kLmHead: return {{{"lm_head.weight", {V, C}}}, false};
-    case kLnfW: return {{{"model.norm.weight", {C}}}, false};
-    case kLn1W: return {{{at + "input_layernorm.weight", {C}}}, false};
-    case kLn2W: return {{{at + "post_attention_layernorm.weight", {C}}}, false};
+    case kWte:
+      return {{{"model.embed_tokens.weight", {V, C}}}, false};
+    case kLmHead:
+      return {{{"lm_head.weight", {V, C}}}, false};
+    case kLnfW:
+      return {{{"model.norm.weight", {C}}}, false};
+    case kLn1W:
+      return {{{at + "input_layernorm.weight", {C}}}, false};
+    case kLn2W:
+      return {{{at + "post_attention_layernorm.weight", {C}}}, false};
     case kQkvW:
       return {{{at + "self_attn.q_proj.weight", {q, C}},
                {at + "self_attn.k_proj.weight", {kv, C}},
                {at + "self_attn.v_proj.weight", {kv, C}}},
               true};
     case kQkvB:
-      return {{{at + "self_attn.q_proj.bias", {q}}, {at + "self_attn.k_proj.bias", {kv}},
+      return {{{at + "self_attn.q_proj.bias", {q}},
+               {at + "self_attn.k_proj.bias", {kv}},
                {at + "self_attn.v_proj.bias", {kv}}},
               false};
-    case kAttProjW: return {{{at + "self_attn.o_proj.weight", {C, C}}}, true};
-    case kFcW: return {{{at + "mlp.gate_proj.weight", {F, C}}, {at + "mlp.up_proj.weight", {F, C}}}, true};
-    case kFcProjW: return {{{at + "mlp.down_proj.weight", {C, F}}}, true};
-    default: return {{}, false};  // a model layout holds nothing else
+    case kAttProjW:
+      return {{{at + "self_attn.o_proj.weight", {C, C}}}, true};
+    case kFcW:
+      return {{{at + "mlp.gate_proj.weight", {F, C}}, {at + "mlp.up_proj.weight", {F, C}}}, true};
+    case kFcProjW:
+      return {{{at + "mlp.down_proj.weight", {C, F}}}, true};
+    default:
+      return {{}, false};  // a model layout holds nothing else
   }
 }
 
@@ -74,40 +84,76 @@ struct Transposed {
   int64_t at(int64_t r, int64_t c) const { return c * R + row0 + r; }
 };
 
-}  // namespace
-
-absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read,
-                          int64_t shard_bytes) {
-  ZEROD_RETURN_IF_ERROR(begin_export(dir, dtype));
-  const std::vector<ParamSegment>& segs = layout.segments();
-  // Every Hugging Face tensor, with its segment and where in the stack it starts.
+// Every Hugging Face tensor of `layout`'s segments, as `dtype`: with its
+// segment, its part of the segment's source, and the row (or element,
+// untransposed) of the segment it starts at.
+struct ExportedTensors {
   struct Out {
     size_t seg, part;
     int64_t row0;
   };
   std::vector<SafeTensor> tensors;
   std::vector<Out> outs;
-  std::vector<HfSource> sources;
+  std::vector<HfSource> sources;  // each segment's
+};
+ExportedTensors exported_tensors(const GptLayout& layout, DType dtype) {
+  ExportedTensors e;
+  const std::vector<ParamSegment>& segs = layout.segments();
   for (size_t i = 0; i < segs.size(); ++i) {
-    sources.push_back(hf_source(layout, segs[i]));
+    e.sources.push_back(hf_source(layout, segs[i]));
     int64_t row0 = 0;
-    for (size_t k = 0; k < sources[i].parts.size(); ++k) {
-      const HfTensor& t = sources[i].parts[k];
-      tensors.push_back({t.name, dtype, t.shape});
-      outs.push_back({i, k, row0});
-      row0 += sources[i].transposed ? t.shape[0] : part_numel(t);
+    for (size_t k = 0; k < e.sources[i].parts.size(); ++k) {
+      const HfTensor& t = e.sources[i].parts[k];
+      e.tensors.push_back({t.name, dtype, t.shape});
+      e.outs.push_back({i, k, row0});
+      row0 += e.sources[i].transposed ? t.shape[0] : part_numel(t);
     }
   }
-  // Shards of consecutive tensors up to shard_bytes each.
+  return e;
+}
+
+// Consecutive tensors (of `dtype`) in shards of up to shard_bytes each;
+// *total their bytes.
+std::vector<std::vector<size_t>> shard_tensors(const std::vector<SafeTensor>& tensors, DType dtype, int64_t shard_bytes,
+                                               int64_t* total) {
   std::vector<std::vector<size_t>> shards(1);
-  int64_t in_shard = 0, total = 0;
+  int64_t in_shard = 0;
+  *total = 0;
   for (size_t j = 0; j < tensors.size(); ++j) {
     const int64_t bytes = tensors[j].numel() * dtype_size(dtype);
     if (in_shard > 0 && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
     shards.back().push_back(j);
     in_shard += bytes;
-    total += bytes;
+    *total += bytes;
   }
+  return shards;
+}
+
+// The shards an earlier export's index in `dir` names.
+std::set<std::string> indexed_shards(const std::string& dir) {
+  std::set<std::string> shards;
+  const std::optional<std::string> old = read_whole_file(dir + "/" + kIndex);
+  if (!old) return shards;
+  static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  const nlohmann::json index = nlohmann::json::parse(*old, nullptr, /*allow_exceptions=*/false);
+  if (index.is_object() && index.contains("weight_map") && index["weight_map"].is_object()) {
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      if (file.is_string() && std::regex_match(file.get<std::string>(), shard)) shards.insert(file.get<std::string>());
+    }
+  }
+  return shards;
+}
+
+}  // namespace
+
+absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType dtype, const ParamRangeReader& read,
+                          int64_t shard_bytes) {
+  ZEROD_RETURN_IF_ERROR(begin_export(dir, dtype));
+  const std::vector<ParamSegment>& segs = layout.segments();
+  const ExportedTensors e = exported_tensors(layout, dtype);
+  const std::vector<SafeTensor>& tensors = e.tensors;
+  int64_t total = 0;
+  const std::vector<std::vector<size_t>> shards = shard_tensors(tensors, dtype, shard_bytes, &total);
   // The segment being written, whole, as the model holds it.
   std::vector<float> seg, rows;
   std::vector<char> converted;
@@ -129,19 +175,10 @@ absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType
     convert_from_f32(dtype, v, converted.data(), n);
     return out(converted.data(), converted.size());
   };
-  // The shards an earlier export's index names: once this export is
-  // written, those it did not write again go (with the index, or the one
-  // file), or transformers would read them instead.
-  std::set<std::string> stale;
-  if (const std::optional<std::string> old = read_whole_file(dir + "/" + kIndex)) {
-    static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
-    const nlohmann::json index = nlohmann::json::parse(*old, nullptr, /*allow_exceptions=*/false);
-    if (index.is_object() && index.contains("weight_map") && index["weight_map"].is_object()) {
-      for (const auto& [name, file] : index["weight_map"].items()) {
-        if (file.is_string() && std::regex_match(file.get<std::string>(), shard)) stale.insert(file.get<std::string>());
-      }
-    }
-  }
+  // Once this export is written, the shards of an earlier one that it did
+  // not write again go (with the index, or the one file), or transformers
+  // would read them instead.
+  std::set<std::string> stale = indexed_shards(dir);
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t f = 0; f < shards.size(); ++f) {
     const std::string name =
@@ -153,8 +190,8 @@ absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType
     }
     ZEROD_RETURN_IF_ERROR(write_safetensors(dir + "/" + name, std::move(these), {{"format", "pt"}},
                                             [&](size_t t, const ByteSink& out) -> absl::Status {
-                                              const Out& o = outs[shards[f][t]];
-                                              const HfSource& src = sources[o.seg];
+                                              const ExportedTensors::Out& o = e.outs[shards[f][t]];
+                                              const HfSource& src = e.sources[o.seg];
                                               const HfTensor& h = src.parts[o.part];
                                               ZEROD_RETURN_IF_ERROR(load(o.seg));
                                               if (!src.transposed) return emit(seg.data() + o.row0, part_numel(h), out);
@@ -197,10 +234,9 @@ namespace {
 absl::Status check_config(const std::string& path, const GptConfig& job) {
   ZEROD_ASSIGN_OR_RETURN(GptConfig file, read_hf_config(path));
   if (file.block_size < job.block_size) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": the model has ", file.block_size,
-                                                   " positions, fewer than model.block_size ", job.block_size,
-                                                   ": set model.block_size (and data.seq_len) to at most ",
-                                                   file.block_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the model has ", file.block_size, " positions, fewer than model.block_size ",
+                     job.block_size, ": set model.block_size (and data.seq_len) to at most ", file.block_size));
   }
   file.block_size = job.block_size;
   const nlohmann::json have = gpt_config_json(file), want = gpt_config_json(job);
@@ -214,6 +250,55 @@ absl::Status check_config(const std::string& path, const GptConfig& job) {
   return absl::OkStatus();
 }
 
+absl::Status bad_file(const fs::path& file, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", why));
+}
+
+// The files of `weights` (an index, or the one file), each opened once, and
+// the file each tensor is in: the index's weight_map, which must name every
+// tensor of every file it names, and only there.
+absl::Status open_files(const fs::path& weights, std::vector<SafetensorsReader>& files,
+                        std::map<std::string, int>& where) {
+  if (weights.extension() != ".json") {
+    ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(weights.string()));
+    for (const SafeTensor& t : r.tensors()) where[t.name] = 0;
+    files.push_back(std::move(r));
+    return absl::OkStatus();
+  }
+  const std::optional<std::string> text = read_whole_file(weights.string());
+  if (!text) return absl::NotFoundError(absl::StrCat("cannot read ", weights.string()));
+  ZEROD_ASSIGN_OR_RETURN(const nlohmann::json index, parse_strict_json(*text, weights.string()));
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    return bad_file(weights, "has no 'weight_map' object of tensor names to files");
+  }
+  std::map<std::string, int> file_of;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+      return bad_file(weights, absl::StrCat("'weight_map' gives tensor '", name, "' the file ", file.dump(),
+                                            ": a file name in its directory"));
+    }
+    auto [it, added] = file_of.emplace(file.get<std::string>(), int(files.size()));
+    if (added) {
+      absl::StatusOr<SafetensorsReader> r = SafetensorsReader::open((weights.parent_path() / it->first).string());
+      if (!r.ok()) {
+        return absl::Status(r.status().code(), absl::StrCat(weights.string(), " names '", it->first, "' for tensor '",
+                                                            name, "': ", r.status().message()));
+      }
+      files.push_back(std::move(*r));
+    }
+    where[name] = it->second;
+  }
+  for (size_t f = 0; f < files.size(); ++f) {
+    for (const SafeTensor& t : files[f].tensors()) {
+      auto it = where.find(t.name);
+      if (it == where.end() || it->second != int(f)) {
+        return bad_file(files[f].path(), absl::StrCat("holds tensor '", t.name, "', which the index puts elsewhere"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const GptLayout& layout) {
@@ -222,51 +307,10 @@ absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const G
   if (weights.filename() == "config.json") weights = weights.parent_path();
   // As transformers: the one file where there is one, else the index.
   if (fs::is_directory(weights, ec)) weights /= fs::exists(weights / kSingle, ec) ? kSingle : kIndex;
-  const fs::path dir = weights.parent_path();
   ZEROD_RETURN_IF_ERROR(check_config(weights.string(), layout.config()));
   LlamaWeights w(layout);
-  // Each tensor's file: the index's weight_map, or the one file.
-  std::map<std::string, int> where;
-  const auto bad = [&](const fs::path& file, const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", why));
-  };
-  if (weights.extension() == ".json") {
-    const std::optional<std::string> text = read_whole_file(weights.string());
-    if (!text) return absl::NotFoundError(absl::StrCat("cannot read ", weights.string()));
-    ZEROD_ASSIGN_OR_RETURN(const nlohmann::json index, parse_strict_json(*text, weights.string()));
-    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-      return bad(weights, "has no 'weight_map' object of tensor names to files");
-    }
-    std::map<std::string, int> file_of;
-    for (const auto& [name, file] : index["weight_map"].items()) {
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
-        return bad(weights, absl::StrCat("'weight_map' gives tensor '", name, "' the file ", file.dump(),
-                                         ": a file name in its directory"));
-      }
-      auto [it, added] = file_of.emplace(file.get<std::string>(), int(w.files_.size()));
-      if (added) {
-        absl::StatusOr<SafetensorsReader> r = SafetensorsReader::open((dir / it->first).string());
-        if (!r.ok()) {
-          return absl::Status(r.status().code(), absl::StrCat(weights.string(), " names '", it->first,
-                                                              "' for tensor '", name, "': ", r.status().message()));
-        }
-        w.files_.push_back(std::move(*r));
-      }
-      where[name] = it->second;
-    }
-    for (size_t f = 0; f < w.files_.size(); ++f) {
-      for (const SafeTensor& t : w.files_[f].tensors()) {
-        auto it = where.find(t.name);
-        if (it == where.end() || it->second != int(f)) {
-          return bad(w.files_[f].path(), absl::StrCat("holds tensor '", t.name, "', which the index puts elsewhere"));
-        }
-      }
-    }
-  } else {
-    ZEROD_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::open(weights.string()));
-    for (const SafeTensor& t : r.tensors()) where[t.name] = 0;
-    w.files_.push_back(std::move(r));
-  }
+  std::map<std::string, int> where;  // each tensor's file
+  ZEROD_RETURN_IF_ERROR(open_files(weights, w.files_, where));
   std::map<std::string, bool> used;
   for (const auto& [name, f] : where) used[name] = false;
   const auto find = [&](const std::string& name) -> std::optional<Part> {
@@ -281,15 +325,15 @@ absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const G
     const HfSource src = hf_source(layout, s);
     for (const HfTensor& h : src.parts) {
       const std::optional<Part> p = find(h.name);
-      if (!p) return bad(weights, absl::StrCat("has no tensor '", h.name, "'"));
+      if (!p) return bad_file(weights, absl::StrCat("has no tensor '", h.name, "'"));
       const SafeTensor& t = *p->t;
       const fs::path file = w.files_[p->file].path();
       if (t.shape != h.shape) {
-        return bad(file, absl::StrCat("tensor '", h.name, "' has shape ", nlohmann::json(t.shape).dump(),
-                                      ", the model needs ", nlohmann::json(h.shape).dump()));
+        return bad_file(file, absl::StrCat("tensor '", h.name, "' has shape ", nlohmann::json(t.shape).dump(),
+                                           ", the model needs ", nlohmann::json(h.shape).dump()));
       }
       if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
-        return bad(
+        return bad_file(
             file, absl::StrCat("tensor '", h.name, "' is ", dtype_name(t.dtype), "; weights must be F32, BF16 or F16"));
       }
       parts.push_back(*p);
@@ -305,15 +349,17 @@ absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const G
     if (same) {
       ZEROD_ASSIGN_OR_RETURN(same, same_values(w.files_[head->file], *head->t, w.files_[emb->file], *emb->t));
     }
-    if (!same) return bad(w.files_[head->file].path(), "tensor 'lm_head.weight' is not model.embed_tokens.weight, "
-                                                       "but config.json ties them");
+    if (!same)
+      return bad_file(w.files_[head->file].path(),
+                      "tensor 'lm_head.weight' is not model.embed_tokens.weight, "
+                      "but config.json ties them");
     used["lm_head.weight"] = true;
   }
   // The rotary frequencies older files kept as buffers are made, not read.
   static const std::regex buffers(R"(model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq)");
   for (const auto& [name, u] : used) {
     if (!u && !std::regex_match(name, buffers)) {
-      return bad(weights, absl::StrCat("has a tensor '", name, "' that this model does not"));
+      return bad_file(weights, absl::StrCat("has a tensor '", name, "' that this model does not"));
     }
   }
   return w;

@@ -84,27 +84,21 @@ LayerWeights Nf4Packing::unpack(Device& device, const Converter& cv, uint8_t* pa
   return layer_weight_views(cv, layout_, DType::kF32, unit, unit + layout_.unit_numel(GptLayout::layer_unit(0)));
 }
 
-absl::StatusOr<Buffer> Nf4Packing::allocate_unpacked(const GptLayout& layout, DType operands, Device& device) {
-  return device.allocate(unpacked_bytes(layout, operands), Category::kWorkspace);
+BufferSpec Nf4Packing::unpacked_buffer(const GptLayout& layout, DType operands) {
+  return {"a layer's weights, unpacked", Category::kWorkspace, static_cast<uint64_t>(unpacked_bytes(layout, operands))};
 }
 
-void Nf4Packing::plan_unpacked(const GptLayout& layout, DType operands, MemoryPlan& plan) {
-  plan.add_device("a layer's weights, unpacked", Category::kWorkspace, unpacked_bytes(layout, operands));
-}
-
-void Nf4Weights::plan(const GptLayout& layout, DType operands, MemoryPlan& plan) {
+std::vector<BufferSpec> Nf4Weights::buffers(const GptLayout& layout, DType operands) {
   const uint64_t packed = Nf4Packing(layout).layer_bytes();
-  plan.add_device("frozen weights: embeddings and final LayerNorm", Category::kFrozen,
-                  (layout.unit_numel(0) + layout.unit_numel(layout.final_unit())) * 4);
-  plan.add_device("frozen weights: layers, matrices in NF4", Category::kFrozen, layout.config().n_layer * packed);
-  Nf4Packing::plan_unpacked(layout, operands, plan);
-  if (needs_staging(DType::kF32, operands)) {
-    plan.add_device("frozen weights: embeddings and final LayerNorm as operands", Category::kWorkspace,
-                    weight_staging(layout).globals * dtype_size(operands));
-  }
-  plan.add("frozen weights, a layer as read", Tier::kHost, Category::kWorkspace, read_numel(layout) * 4, Phase::kBuild,
-           false);
-  plan.add("frozen weights, a layer packed", Tier::kHost, Category::kWorkspace, packed, Phase::kBuild, false);
+  const uint64_t globals = layout.unit_numel(0) + layout.unit_numel(layout.final_unit());
+  return {{"frozen weights: embeddings and final LayerNorm", Category::kFrozen, globals * 4},
+          {"frozen weights: layers, matrices in NF4", Category::kFrozen, layout.config().n_layer * packed},
+          Nf4Packing::unpacked_buffer(layout, operands),
+          {"frozen weights: embeddings and final LayerNorm as operands", Category::kWorkspace,
+           weight_staging(layout).globals * dtype_size(operands), needs_staging(DType::kF32, operands) ? 1 : 0},
+          {"frozen weights, a layer as read", Category::kWorkspace, static_cast<uint64_t>(read_numel(layout) * 4), 1,
+           Tier::kHost, /*kept=*/false},
+          {"frozen weights, a layer packed", Category::kWorkspace, packed, 1, Tier::kHost, /*kept=*/false}};
 }
 
 absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const ParamInit& init, Device& device,
@@ -115,24 +109,23 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   w.device_ = &device;
   const uint64_t packed_bytes = w.packing_.layer_bytes();
   const int64_t emb = L.unit_numel(0), fin = L.unit_numel(L.final_unit());
-  ZEROD_ASSIGN_OR_RETURN(w.globals_buf_, device.allocate((emb + fin) * 4, Category::kFrozen));
-  ZEROD_ASSIGN_OR_RETURN(w.layers_, device.allocate(L.config().n_layer * packed_bytes, Category::kFrozen));
-  const DType op = kernels.operand_type();
-  ZEROD_ASSIGN_OR_RETURN(w.unpacked_, Nf4Packing::allocate_unpacked(L, op, device));
-  if (needs_staging(DType::kF32, op)) {
-    ZEROD_ASSIGN_OR_RETURN(w.global_staging_,
-                           device.allocate(weight_staging(L).globals * dtype_size(op), Category::kWorkspace));
+  const std::vector<BufferSpec> specs = buffers(L, kernels.operand_type());
+  ZEROD_ASSIGN_OR_RETURN(w.globals_buf_, allocate_spec(device, specs[kGlobals]));
+  ZEROD_ASSIGN_OR_RETURN(w.layers_, allocate_spec(device, specs[kLayers]));
+  ZEROD_ASSIGN_OR_RETURN(w.unpacked_, allocate_spec(device, specs[kUnpacked]));
+  if (specs[kGlobalOperands].count > 0) {
+    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, allocate_spec(device, specs[kGlobalOperands]));
   }
-  ZEROD_ASSIGN_OR_RETURN(Buffer read, device.allocate(read_numel(L) * 4, Category::kWorkspace, Tier::kHost));
-  ZEROD_ASSIGN_OR_RETURN(Buffer packed, device.allocate(packed_bytes, Category::kWorkspace, Tier::kHost));
+  ZEROD_ASSIGN_OR_RETURN(Buffer read, allocate_spec(device, specs[kLayerRead]));
+  ZEROD_ASSIGN_OR_RETURN(Buffer packed, allocate_spec(device, specs[kLayerPacked]));
   float* host = read.host<float>();
 
   ZEROD_RETURN_IF_ERROR(init(L.unit_begin(0), L.unit_begin(0) + emb, host));
   ZEROD_RETURN_IF_ERROR(init(L.unit_begin(L.final_unit()), L.unit_begin(L.final_unit()) + fin, host + emb));
   device.copy(s, w.globals_buf_.data(), host, (emb + fin) * 4);
   ZEROD_RETURN_IF_ERROR(device.synchronize(s));
-  w.globals_ = global_weight_views(w.convert_, L, DType::kF32, w.globals_buf_.data(),
-                                   w.globals_buf_.ptr<float>() + emb, w.global_staging_.data());
+  w.globals_ = global_weight_views(w.convert_, L, DType::kF32, w.globals_buf_.data(), w.globals_buf_.ptr<float>() + emb,
+                                   w.global_staging_.data());
 
   for (int l = 0; l < L.config().n_layer; ++l) {
     const int u = GptLayout::layer_unit(l);
@@ -145,8 +138,7 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
 }
 
 absl::StatusOr<LayerWeights> Nf4Weights::layer(int l) {
-  return packing_.unpack(*device_, convert_, layers_.ptr<uint8_t>() + l * packing_.layer_bytes(),
-                         unpacked_.data());
+  return packing_.unpack(*device_, convert_, layers_.ptr<uint8_t>() + l * packing_.layer_bytes(), unpacked_.data());
 }
 
 }  // namespace zerod

@@ -35,13 +35,11 @@ class Nf4Packing {
   void pack(const float* unit, uint8_t* packed) const;
   // The layer packed at `packed` (device memory) as operand views: the
   // tensors copied and the matrices dequantized into a layer's fp32 unit at
-  // the start of `unpacked` (allocate_unpacked's, on the device), on cv's
+  // the start of `unpacked` (unpacked_buffer's, on the device), on cv's
   // stream; converted after it for 16-bit operands.
   LayerWeights unpack(Device& device, const Converter& cv, uint8_t* packed, void* unpacked) const;
-  // The device buffer unpack() writes, for operands of type `operands`:
-  // allocated, and as planned.
-  static absl::StatusOr<Buffer> allocate_unpacked(const GptLayout& layout, DType operands, Device& device);
-  static void plan_unpacked(const GptLayout& layout, DType operands, MemoryPlan& plan);
+  // The device buffer unpack() writes, for operands of type `operands`.
+  static BufferSpec unpacked_buffer(const GptLayout& layout, DType operands);
 
  private:
   const GptLayout& layout_;
@@ -58,9 +56,12 @@ class Nf4Weights : public WeightSource {
   // buffers of its size.
   static absl::StatusOr<Nf4Weights> create(const GptLayout* layout, const ParamInit& init, Device& device,
                                            Kernels& kernels);
-  // What create() allocates for a table of operands `operands`, on plan's
-  // device.
-  static void plan(const GptLayout& layout, DType operands, MemoryPlan& plan);
+  // What create() allocates for a table of operands `operands`, by
+  // Buffers: the globals and the packed layers; the unpacked layer; the
+  // globals as operands (16-bit ones); the host buffers a layer passes
+  // through while it is packed.
+  enum Buffers { kGlobals, kLayers, kUnpacked, kGlobalOperands, kLayerRead, kLayerPacked };
+  static std::vector<BufferSpec> buffers(const GptLayout& layout, DType operands);
 
   DType dtype() const override { return DType::kF32; }
   absl::StatusOr<GlobalWeights> globals() override { return globals_; }
@@ -72,7 +73,7 @@ class Nf4Weights : public WeightSource {
   Nf4Packing packing_;
   Converter convert_;
   Device* device_ = nullptr;
-  Buffer globals_buf_, layers_, unpacked_;  // unpacked: allocate_unpacked's
+  Buffer globals_buf_, layers_, unpacked_;  // unpacked: unpacked_buffer's
   Buffer global_staging_;                   // the globals as 16-bit operands
   GlobalWeights globals_{};
 };

@@ -91,14 +91,13 @@ WeightStaging weight_staging(const GptLayout& layout) {
   return {layout.unit_numel(0) + layout.unit_numel(layout.final_unit()), layout.unit_numel(1)};
 }
 
-void plan_weight_staging(const GptLayout& layout, DType dtype, DType operands, MemoryPlan& plan) {
-  if (!needs_staging(dtype, operands)) return;
+std::vector<BufferSpec> weight_staging_buffers(const GptLayout& layout, DType dtype, DType operands) {
+  const int copies = needs_staging(dtype, operands) ? 1 : 0;
   const WeightStaging n = weight_staging(layout);
-  const int64_t op = dtype_size(operands);
-  plan.add_device(absl::StrCat(dtype_name(operands), " copy of the global weights"), Category::kWorkspace,
-                  n.globals * op);
-  plan.add_device(absl::StrCat(dtype_name(operands), " copy of a layer's weights"), Category::kWorkspace,
-                  n.layer * op);
+  const uint64_t op = dtype_size(operands);
+  return {
+      {absl::StrCat(dtype_name(operands), " copy of the global weights"), Category::kWorkspace, n.globals * op, copies},
+      {absl::StrCat(dtype_name(operands), " copy of a layer's weights"), Category::kWorkspace, n.layer * op, copies}};
 }
 
 absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType dtype, const void* params,
@@ -109,11 +108,10 @@ absl::StatusOr<FlatWeights> FlatWeights::create(const GptLayout* layout, DType d
   w.dtype_ = dtype;
   w.params_ = params;
   w.unit_offsets_ = unit_offsets.empty() ? contiguous_unit_offsets(*layout) : std::move(unit_offsets);
-  const DType op = kernels.operand_type();
-  if (needs_staging(dtype, op)) {
-    const WeightStaging n = weight_staging(*layout);
-    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, device.allocate(n.globals * dtype_size(op), Category::kWorkspace));
-    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, device.allocate(n.layer * dtype_size(op), Category::kWorkspace));
+  const std::vector<BufferSpec> staging = weight_staging_buffers(*layout, dtype, kernels.operand_type());
+  if (staging[kGlobalStaging].count > 0) {
+    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, allocate_spec(device, staging[kGlobalStaging]));
+    ZEROD_ASSIGN_OR_RETURN(w.layer_staging_, allocate_spec(device, staging[kLayerStaging]));
   }
   return w;
 }
@@ -125,8 +123,8 @@ const void* FlatWeights::unit(int u) const {
 absl::StatusOr<GlobalWeights> FlatWeights::globals() {
   // Converted tensors are converted once per parameter update.
   if (!needs_staging(dtype_, convert_.kernels.operand_type()) || !globals_ready_) {
-    globals_ = global_weight_views(convert_, *layout_, dtype_, unit(0), unit(layout_->final_unit()),
-                                   global_staging_.data());
+    globals_ =
+        global_weight_views(convert_, *layout_, dtype_, unit(0), unit(layout_->final_unit()), global_staging_.data());
     globals_ready_ = true;
   }
   return globals_;

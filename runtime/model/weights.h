@@ -103,8 +103,8 @@ std::vector<int64_t> contiguous_unit_offsets(const GptLayout& layout);
 // A source of weights of another type than the operands hands them out as
 // converted copies: of the global tensors (embeddings, final LayerNorm) and
 // of one layer. Their elements; whether a source of `dtype` needs them for
-// operands of type `operands`; and those two workspace buffers on plan's
-// device, where it does.
+// operands of type `operands`; and those two workspace buffers on the
+// device, by WeightStagingBuffer (none where it does not).
 struct WeightStaging {
   int64_t globals, layer;
 };
@@ -113,7 +113,8 @@ inline bool needs_staging(DType dtype, DType operands) { return dtype != operand
 // Weights of `dtype` can reach operands of `operands`: the same type, or
 // one of the two fp32 (the converter goes to or from fp32).
 absl::Status check_weight_types(DType dtype, DType operands);
-void plan_weight_staging(const GptLayout& layout, DType dtype, DType operands, MemoryPlan& plan);
+enum WeightStagingBuffer { kGlobalStaging, kLayerStaging };
+std::vector<BufferSpec> weight_staging_buffers(const GptLayout& layout, DType dtype, DType operands);
 
 // Weights in one flat buffer of `dtype` on `device` whose units start at
 // `unit_offsets`; converted globals are converted once per parameter

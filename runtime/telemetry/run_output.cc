@@ -11,28 +11,38 @@ namespace {
 
 const char* scheduler_name(SchedulerType t) {
   switch (t) {
-    case SchedulerType::kNone: return "none";
-    case SchedulerType::kWarmupLR: return "WarmupLR";
-    case SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
-    case SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
+    case SchedulerType::kNone:
+      return "none";
+    case SchedulerType::kWarmupLR:
+      return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR:
+      return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR:
+      return "WarmupCosineLR";
   }
   return "?";
 }
 
 const char* optimizer_name(OptimizerType t) {
   switch (t) {
-    case OptimizerType::kAdamW: return "AdamW";
-    case OptimizerType::kAdam: return "Adam";
-    case OptimizerType::kAdamW8bit: return "AdamW8bit";
+    case OptimizerType::kAdamW:
+      return "AdamW";
+    case OptimizerType::kAdam:
+      return "Adam";
+    case OptimizerType::kAdamW8bit:
+      return "AdamW8bit";
   }
   return "?";
 }
 
 const char* data_kind_name(DataKind k) {
   switch (k) {
-    case DataKind::kSynthetic: return "synthetic";
-    case DataKind::kText: return "text";
-    case DataKind::kTokens: return "tokens";
+    case DataKind::kSynthetic:
+      return "synthetic";
+    case DataKind::kText:
+      return "text";
+    case DataKind::kTokens:
+      return "tokens";
   }
   return "?";
 }
@@ -64,6 +74,53 @@ std::string auto_text(const std::vector<std::pair<std::string, nlohmann::json>>&
   return text;
 }
 
+// The JSON start event: the run's settings, as the text's lines give them.
+nlohmann::json start_event(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,
+                           const ThreadChoice& threads, const std::string& grads_why, double flops_per_token,
+                           double peak_flops) {
+  const OptimizerConfig& o = cfg.optimizer;
+  const GptConfig& m = cfg.model;
+  nlohmann::json model_json = gpt_config_json(m);
+  model_json["preset"] = cfg.preset;
+  nlohmann::json start = {{"event", "start"},
+                          {"world_size", world_size},
+                          {"device", device},
+                          {"threads", threads.threads},
+                          {"zero_stage", cfg.zero.stage},
+                          {"params", num_params},
+                          {"model", model_json},
+                          {"data", data_kind_name(cfg.data.kind)},
+                          {"seq_len", cfg.data.seq_len},
+                          {"train_batch_size", cfg.train_batch_size},
+                          {"micro_batch", cfg.micro_batch},
+                          {"gradient_accumulation_steps", cfg.grad_accum},
+                          {"precision", dtype_name(cfg.precision)},
+                          {"optimizer", optimizer_name(o.type)},
+                          {"lr", o.lr},
+                          {"betas", {o.beta1, o.beta2}},
+                          {"eps", o.eps},
+                          {"weight_decay", o.weight_decay},
+                          {"scheduler", scheduler_name(cfg.scheduler.type)},
+                          {"gradient_clipping", cfg.gradient_clipping},
+                          {"activation_checkpointing", cfg.activation_checkpointing},
+                          {"micro_batch_grads", micro_batch_grads_name(cfg.zero.micro_batch_grads)},
+                          {"steps", cfg.run.steps},
+                          {"seed", cfg.run.seed},
+                          {"auto", auto_json(cfg.auto_filled)}};
+  if (!grads_why.empty()) start["micro_batch_grads_auto"] = grads_why;
+  if (peak_flops > 0) start["mfu"] = {{"flops_per_token", flops_per_token}, {"peak_flops", peak_flops}};
+  if (cfg.lora) {
+    const LoraConfig& l = cfg.lora->adapters;
+    start["lora"] = {{"r", l.r},
+                     {"alpha", l.alpha},
+                     {"scale", l.scale()},
+                     {"target_modules", lora_targets_text(l, m.arch)},
+                     {"base_quant", cfg.lora->nf4_base ? "nf4" : "none"},
+                     {"frozen_params", gpt_param_count(m)}};
+  }
+  return start;
+}
+
 }  // namespace
 
 // Messages may carry bytes from outside (a path, a file's contents) that
@@ -75,50 +132,12 @@ void RunOutput::line(const nlohmann::json& event) {
 void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, const std::string& device,
                       const ThreadChoice& threads, const std::string& grads_line, const std::string& grads_why,
                       double flops_per_token, double peak_flops) {
-  const OptimizerConfig& o = cfg.optimizer;
-  const GptConfig& m = cfg.model;
   if (format_ == LogFormat::kJson) {
-    nlohmann::json model_json = gpt_config_json(m);
-    model_json["preset"] = cfg.preset;
-    nlohmann::json start = {{"event", "start"},
-          {"world_size", world_size},
-          {"device", device},
-          {"threads", threads.threads},
-          {"zero_stage", cfg.zero.stage},
-          {"params", num_params},
-          {"model", model_json},
-          {"data", data_kind_name(cfg.data.kind)},
-          {"seq_len", cfg.data.seq_len},
-          {"train_batch_size", cfg.train_batch_size},
-          {"micro_batch", cfg.micro_batch},
-          {"gradient_accumulation_steps", cfg.grad_accum},
-          {"precision", dtype_name(cfg.precision)},
-          {"optimizer", optimizer_name(o.type)},
-          {"lr", o.lr},
-          {"betas", {o.beta1, o.beta2}},
-          {"eps", o.eps},
-          {"weight_decay", o.weight_decay},
-          {"scheduler", scheduler_name(cfg.scheduler.type)},
-          {"gradient_clipping", cfg.gradient_clipping},
-          {"activation_checkpointing", cfg.activation_checkpointing},
-          {"micro_batch_grads", micro_batch_grads_name(cfg.zero.micro_batch_grads)},
-          {"steps", cfg.run.steps},
-          {"seed", cfg.run.seed},
-          {"auto", auto_json(cfg.auto_filled)}};
-    if (!grads_why.empty()) start["micro_batch_grads_auto"] = grads_why;
-    if (peak_flops > 0) start["mfu"] = {{"flops_per_token", flops_per_token}, {"peak_flops", peak_flops}};
-    if (cfg.lora) {
-      const LoraConfig& l = cfg.lora->adapters;
-      start["lora"] = {{"r", l.r},
-            {"alpha", l.alpha},
-            {"scale", l.scale()},
-            {"target_modules", lora_targets_text(l, m.arch)},
-            {"base_quant", cfg.lora->nf4_base ? "nf4" : "none"},
-            {"frozen_params", gpt_param_count(m)}};
-    }
-    line(start);
+    line(start_event(cfg, num_params, world_size, device, threads, grads_why, flops_per_token, peak_flops));
     return;
   }
+  const OptimizerConfig& o = cfg.optimizer;
+  const GptConfig& m = cfg.model;
   std::string llama;
   if (m.llama()) {
     llama = absl::StrFormat(", llama: kv heads %d, mlp %d, rope theta %g%s, norm eps %g, head %s%s", m.kv_heads(),
@@ -131,10 +150,11 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
   out_ << absl::StrFormat("  data %s, seq_len %d | batch %d = micro %d x accumulation %d x world %d | steps %d\n",
                           data_kind_name(cfg.data.kind), cfg.data.seq_len, cfg.train_batch_size, cfg.micro_batch,
                           cfg.grad_accum, world_size, cfg.run.steps);
-  out_ << absl::StrFormat("  precision %s | %s lr %g betas (%g, %g) eps %g weight_decay %g | scheduler %s | "
-                          "clipping %g\n",
-                          dtype_name(cfg.precision), optimizer_name(o.type), o.lr, o.beta1, o.beta2, o.eps,
-                          o.weight_decay, scheduler_name(cfg.scheduler.type), cfg.gradient_clipping);
+  out_ << absl::StrFormat(
+      "  precision %s | %s lr %g betas (%g, %g) eps %g weight_decay %g | scheduler %s | "
+      "clipping %g\n",
+      dtype_name(cfg.precision), optimizer_name(o.type), o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+      scheduler_name(cfg.scheduler.type), cfg.gradient_clipping);
   if (cfg.lora) {
     const LoraConfig& l = cfg.lora->adapters;
     out_ << absl::StrFormat("  LoRA r %d alpha %g (scale %g) on %s | %d frozen base parameters%s\n", l.r, l.alpha,
@@ -159,9 +179,14 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
 void RunOutput::step(const StepResult& r, int64_t total_steps, const StepFigures& f, double elapsed_s) {
   const double tokens_per_s = f.tokens_per_s;
   if (format_ == LogFormat::kJson) {
-    nlohmann::json j = {{"event", "step"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr},
+    nlohmann::json j = {{"event", "step"},
+                        {"step", r.step},
+                        {"loss", r.loss},
+                        {"lr", r.lr},
                         {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json()},
-                        {"loss_scale", nullptr}, {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed_s}};
+                        {"loss_scale", nullptr},
+                        {"tokens_per_s", tokens_per_s},
+                        {"elapsed_s", elapsed_s}};
     if (r.loss_scale != 1.0 || r.skipped) j["loss_scale"] = r.loss_scale;
     if (r.skipped) j["skipped"] = true;
     if (f.mfu) j["mfu"] = *f.mfu;
@@ -174,10 +199,11 @@ void RunOutput::step(const StepResult& r, int64_t total_steps, const StepFigures
   const double eta = r.step > 0 ? elapsed_s / r.step * (total_steps - r.step) : 0;
   std::string scale = r.loss_scale != 1.0 ? absl::StrFormat(" | scale %g", r.loss_scale) : "";
   if (r.skipped) scale += " (overflow, step skipped)";
-  out_ << absl::StrFormat("step %*d/%d | loss %.6f | lr %.3e | grad norm %.4f%s | %.0f tok/s | %.1fs elapsed | "
-                          "ETA %.1fs\n",
-                          static_cast<int>(std::to_string(total_steps).size()), r.step, total_steps, r.loss, r.lr,
-                          r.grad_norm, scale, tokens_per_s, elapsed_s, eta)
+  out_ << absl::StrFormat(
+              "step %*d/%d | loss %.6f | lr %.3e | grad norm %.4f%s | %.0f tok/s | %.1fs elapsed | "
+              "ETA %.1fs\n",
+              static_cast<int>(std::to_string(total_steps).size()), r.step, total_steps, r.loss, r.lr, r.grad_norm,
+              scale, tokens_per_s, elapsed_s, eta)
        << std::flush;
 }
 
@@ -206,8 +232,9 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
   if (s.steps == 0) {
     out_ << "done: no steps left to train\n";
   } else {
-    out_ << absl::StrFormat("done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s | first step done %.1fs after start\n",
-                            s.steps, s.elapsed_s, s.first_loss, s.final_loss, s.tokens_per_s, s.time_to_first_step_s);
+    out_ << absl::StrFormat(
+        "done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s | first step done %.1fs after start\n", s.steps,
+        s.elapsed_s, s.first_loss, s.final_loss, s.tokens_per_s, s.time_to_first_step_s);
   }
   if (s.synthetic_accuracy >= 0) {
     out_ << absl::StrFormat("synthetic accuracy (held-out prompts, greedy): %.1f%%\n", 100 * s.synthetic_accuracy);
@@ -262,8 +289,13 @@ void RunOutput::breakdown(int64_t steps, bool after_first, const Profiler::Total
     return j;
   };
   if (format_ == LogFormat::kJson) {
-    nlohmann::json j = {{"event", "breakdown"}, {"steps", steps}, {"after_first", after_first}, {"step_ms", step_ms},
-                        {"kernels_ms", kernels_ms}, {"idle_ms", idle_ms}, {"launches", launches},
+    nlohmann::json j = {{"event", "breakdown"},
+                        {"steps", steps},
+                        {"after_first", after_first},
+                        {"step_ms", step_ms},
+                        {"kernels_ms", kernels_ms},
+                        {"idle_ms", idle_ms},
+                        {"launches", launches},
                         {"device", nlohmann::json::object()},
                         {"host", nlohmann::json::object()}};
     for (const auto& [name, t] : device) j["device"][name] = per_step(t);
