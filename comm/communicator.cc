@@ -18,22 +18,33 @@ WorkPtr completed_work(absl::Status s) { return std::make_unique<CompletedWork>(
 
 int comm_type_size(CommType t) {
   switch (t) {
-    case CommType::kF32: return 4;
+    case CommType::kF32:
+      return 4;
     case CommType::kF64:
-    case CommType::kI64: return 8;
+    case CommType::kI64:
+      return 8;
     case CommType::kBF16:
-    case CommType::kF16: return 2;
+    case CommType::kF16:
+      return 2;
   }
   return 1;
 }
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "?";
+}
+
+absl::Status check_average(CommType t, ReduceOp op) {
+  if (op == ReduceOp::kAvg && t == CommType::kI64) return absl::InvalidArgumentError("cannot average integer buffers");
+  return absl::OkStatus();
 }
 
 }  // namespace zerod

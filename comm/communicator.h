@@ -25,6 +25,8 @@ enum class ReduceOp { kSum, kAvg, kMax };
 enum class CommType { kF32, kF64, kI64, kBF16, kF16 };
 int comm_type_size(CommType t);
 const char* reduce_op_name(ReduceOp op);
+// Every backend refuses an average of integers.
+absl::Status check_average(CommType t, ReduceOp op);
 
 class Work {
  public:

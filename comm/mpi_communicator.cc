@@ -23,11 +23,15 @@ namespace {
 
 MPI_Datatype mpi_type(CommType t) {
   switch (t) {
-    case CommType::kF32: return MPI_FLOAT;
-    case CommType::kF64: return MPI_DOUBLE;
-    case CommType::kI64: return MPI_INT64_T;
+    case CommType::kF32:
+      return MPI_FLOAT;
+    case CommType::kF64:
+      return MPI_DOUBLE;
+    case CommType::kI64:
+      return MPI_INT64_T;
     case CommType::kBF16:
-    case CommType::kF16: return MPI_UINT16_T;  // moved, never reduced
+    case CommType::kF16:
+      return MPI_UINT16_T;  // moved, never reduced
   }
   return MPI_BYTE;
 }
@@ -38,10 +42,7 @@ absl::Status check_reduction(CommType t, ReduceOp op) {
   if (t == CommType::kBF16 || t == CommType::kF16) {
     return absl::InvalidArgumentError(absl::StrCat("cannot ", reduce_op_name(op), "-reduce 16-bit buffers over MPI"));
   }
-  if (op == ReduceOp::kAvg && t == CommType::kI64) {
-    return absl::InvalidArgumentError("cannot average integer buffers");
-  }
-  return absl::OkStatus();
+  return check_average(t, op);
 }
 
 void divide(void* buf, int64_t count, CommType t, int n) {
@@ -87,9 +88,9 @@ class MpiCommunicator : public Communicator {
       const int size = comm_type_size(type);
       for (int64_t at = 0; at < count; at += kMaxCount) {
         const int n = static_cast<int>(std::min(kMaxCount, count - at));
-        ZEROD_RETURN_IF_ERROR(mpi_status(
-            MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + at * size, n, mpi_type(type), mop, comm_),
-            "all_reduce"));
+        ZEROD_RETURN_IF_ERROR(
+            mpi_status(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + at * size, n, mpi_type(type), mop, comm_),
+                       "all_reduce"));
       }
       if (op == ReduceOp::kAvg) divide(buf, count, type, world_);
       return absl::OkStatus();
@@ -100,13 +101,12 @@ class MpiCommunicator : public Communicator {
     return submit("reduce_scatter", [=, this]() -> absl::Status {
       ZEROD_RETURN_IF_ERROR(check_reduction(type, op));
       if (count > kMaxCount) {
-        return absl::InvalidArgumentError(absl::StrCat("reduce_scatter of ", count, " elements per rank: at most ",
-                                                       kMaxCount, " are supported"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("reduce_scatter of ", count, " elements per rank: at most ", kMaxCount, " are supported"));
       }
       const MPI_Op mop = op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
       ZEROD_RETURN_IF_ERROR(mpi_status(
-          MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(type), mop, comm_),
-          "reduce_scatter"));
+          MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(type), mop, comm_), "reduce_scatter"));
       if (op == ReduceOp::kAvg) divide(recv, count, type, world_);
       return absl::OkStatus();
     });
@@ -115,8 +115,8 @@ class MpiCommunicator : public Communicator {
   WorkPtr all_gather(const void* send, void* recv, int64_t count, CommType type) override {
     return submit("all_gather", [=, this]() -> absl::Status {
       if (count > kMaxCount) {
-        return absl::InvalidArgumentError(absl::StrCat("all_gather of ", count, " elements per rank: at most ",
-                                                       kMaxCount, " are supported"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("all_gather of ", count, " elements per rank: at most ", kMaxCount, " are supported"));
       }
       const char* mine = static_cast<const char*>(recv) + int64_t(rank_) * count * comm_type_size(type);
       const void* src = send == mine ? MPI_IN_PLACE : send;
@@ -130,8 +130,8 @@ class MpiCommunicator : public Communicator {
       const int size = comm_type_size(type);
       for (int64_t at = 0; at < count; at += kMaxCount) {
         const int n = static_cast<int>(std::min(kMaxCount, count - at));
-        ZEROD_RETURN_IF_ERROR(mpi_status(
-            MPI_Bcast(static_cast<char*>(buf) + at * size, n, mpi_type(type), root, comm_), "broadcast"));
+        ZEROD_RETURN_IF_ERROR(
+            mpi_status(MPI_Bcast(static_cast<char*>(buf) + at * size, n, mpi_type(type), root, comm_), "broadcast"));
       }
       return absl::OkStatus();
     });

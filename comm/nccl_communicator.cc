@@ -36,33 +36,34 @@ absl::Status nccl_status(ncclResult_t rc, const char* what) {
 
 ncclDataType_t nccl_type(CommType t) {
   switch (t) {
-    case CommType::kF32: return ncclFloat32;
-    case CommType::kF64: return ncclFloat64;
-    case CommType::kI64: return ncclInt64;
-    case CommType::kBF16: return ncclBfloat16;
-    case CommType::kF16: return ncclFloat16;
+    case CommType::kF32:
+      return ncclFloat32;
+    case CommType::kF64:
+      return ncclFloat64;
+    case CommType::kI64:
+      return ncclInt64;
+    case CommType::kBF16:
+      return ncclBfloat16;
+    case CommType::kF16:
+      return ncclFloat16;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
   }
   return ncclSum;
 }
 
 // NCCL would average integers with a truncating division; refused, as the
 // MPI backend does.
-absl::Status check_reduction(CommType t, ReduceOp op) {
-  if (op == ReduceOp::kAvg && t == CommType::kI64) {
-    return absl::InvalidArgumentError("cannot average integer buffers");
-  }
-  return absl::OkStatus();
-}
-
 struct EventDeleter {
   void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
 };
@@ -122,14 +123,13 @@ class NcclCommunicatorImpl : public NcclCommunicator {
   void set_compute_stream(Stream& stream) override { compute_ = cuda_stream(stream); }
 
   WorkPtr all_reduce(void* buf, int64_t count, CommType type, ReduceOp op) override {
-    if (absl::Status s = check_reduction(type, op); !s.ok()) return failed(std::move(s));
-    return issue("all_reduce", [=, this] {
-      return ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), comm_, stream_);
-    });
+    if (absl::Status s = check_average(type, op); !s.ok()) return failed(std::move(s));
+    return issue("all_reduce",
+                 [=, this] { return ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), comm_, stream_); });
   }
 
   WorkPtr reduce_scatter(const void* send, void* recv, int64_t count, CommType type, ReduceOp op) override {
-    if (absl::Status s = check_reduction(type, op); !s.ok()) return failed(std::move(s));
+    if (absl::Status s = check_average(type, op); !s.ok()) return failed(std::move(s));
     return issue("reduce_scatter", [=, this] {
       return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_);
     });
@@ -141,17 +141,15 @@ class NcclCommunicatorImpl : public NcclCommunicator {
   }
 
   WorkPtr broadcast(void* buf, int64_t count, CommType type, int root) override {
-    return issue("broadcast", [=, this] {
-      return ncclBroadcast(buf, buf, count, nccl_type(type), root, comm_, stream_);
-    });
+    return issue("broadcast",
+                 [=, this] { return ncclBroadcast(buf, buf, count, nccl_type(type), root, comm_, stream_); });
   }
 
   // A one-element all-reduce completes on no rank before every rank has
   // issued it.
   WorkPtr barrier() override {
-    return issue("barrier", [this] {
-      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
-    });
+    return issue("barrier",
+                 [this] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
   }
 
   // NCCL is aborted first so this rank's GPU leaves any stuck collective;
@@ -196,8 +194,8 @@ class NcclCommunicatorImpl : public NcclCommunicator {
             absl::StrCat(what, " failed on rank ", rank_, ": ", ncclGetErrorString(rc != ncclSuccess ? rc : async))));
       }
       if (std::chrono::steady_clock::now() >= deadline) {
-        return break_with(absl::DeadlineExceededError(absl::StrFormat(
-            "%s did not complete within %.3g s: %s", what, timeout_.count() / 1000.0, who_is_missing(seq))));
+        return break_with(absl::DeadlineExceededError(absl::StrFormat("%s did not complete within %.3g s: %s", what,
+                                                                      timeout_.count() / 1000.0, who_is_missing(seq))));
       }
       std::this_thread::sleep_for(pause);
       pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));

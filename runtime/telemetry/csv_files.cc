@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 // Cuts a CSV file after its header and its rows up to `step`, and before
 // the first row that is cut short or not "step,value".
-absl::Status cut_after(const std::string& path, int64_t step) {
+absl::Status cut_rows_after(const std::string& path, int64_t step) {
   const std::optional<std::string> text = read_whole_file(path);
   if (!text) return file_error("cannot read the CSV file", path);
   size_t keep = 0, at = 0;
@@ -56,7 +56,7 @@ absl::StatusOr<CsvFiles> CsvFiles::open(const std::string& dir, std::optional<in
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       if (e.is_regular_file(ec) && e.path().extension() == ".csv") {
-        ZEROD_RETURN_IF_ERROR(cut_after(e.path().string(), *resumed_at));
+        ZEROD_RETURN_IF_ERROR(cut_rows_after(e.path().string(), *resumed_at));
       }
     }
   }

@@ -24,7 +24,7 @@ std::string framed(const tensorboard::Event& e) { return tfrecord(e.SerializeAsS
 
 // Cuts `path` after its last record at or before `step`, and before a torn
 // or unreadable one.
-absl::Status cut_after(const std::string& path, int64_t step) {
+absl::Status cut_records_after(const std::string& path, int64_t step) {
   const std::optional<std::string> bytes = read_whole_file(path);
   if (!bytes) return file_error("cannot read the event file", path);
   const TfRecords r = read_tfrecords(*bytes);
@@ -68,7 +68,7 @@ absl::StatusOr<EventFileWriter> EventFileWriter::open(const std::string& dir, st
   ZEROD_RETURN_IF_ERROR(create_output_dir(dir));
   if (resumed_at) {
     const std::vector<std::string> files = zerod_event_files(dir);
-    for (const std::string& f : files) ZEROD_RETURN_IF_ERROR(cut_after(f, *resumed_at));
+    for (const std::string& f : files) ZEROD_RETURN_IF_ERROR(cut_records_after(f, *resumed_at));
     if (!files.empty()) {
       FILE* f = std::fopen(files.back().c_str(), "ab");
       if (!f) return file_error("cannot append to the event file", files.back());
