@@ -6,7 +6,8 @@
 // at the same shapes; gpu_check.sh's bench section runs both in one call.
 //
 //   build/bench/attention_throughput [B T C NH ...]   (default gpt2 at B 16 and
-//   T 1024, gpt2-xl at B 8, gpt2 at B 4 and T 4096)
+//   T 1024, gpt2-xl at B 8, gpt2 at B 4 and T 4096, Llama-3.2-1B's query
+//   heads at B 4 and T 4096 and at B 1 and T 8192)
 //
 // TFLOP/s counts a causal pass's products as half of the full ones:
 // forward 2 B NH T^2 hs, backward 2.5 times that.
@@ -44,8 +45,8 @@ absl::Status run(const std::vector<Shape>& shapes) {
     ZEROD_ASSIGN_OR_RETURN(Buffer dout, d->allocate(bytes(N * sh.C), Category::kActivations));
     ZEROD_ASSIGN_OR_RETURN(Buffer dqkv, d->allocate(bytes(N * 3 * sh.C), Category::kWorkspace));
     ZEROD_ASSIGN_OR_RETURN(Buffer lse, d->allocate(uint64_t(N) * sh.NH * 4, Category::kActivations));
-    ZEROD_ASSIGN_OR_RETURN(Buffer scratch, d->allocate(k->attention_scratch_floats(sh.B, sh.T, sh.C, sh.NH) * 4,
-                                                       Category::kWorkspace));
+    ZEROD_ASSIGN_OR_RETURN(Buffer scratch,
+                           d->allocate(k->attention_scratch_floats(sh.B, sh.T, sh.C, sh.NH) * 4, Category::kWorkspace));
     // Every element 0x3c3c (bf16, about 0.0115): scores near zero, the rows near uniform.
     d->memset(s, qkv.data(), 0x3c, qkv.bytes());
     d->memset(s, dout.data(), 0x3c, dout.bytes());
@@ -82,7 +83,9 @@ int main(int argc, char** argv) {
     }
     shapes.push_back({v[0], v[1], v[2], v[3]});
   }
-  if (shapes.empty()) shapes = {{16, 1024, 768, 12}, {8, 1024, 1600, 25}, {4, 4096, 768, 12}};
+  if (shapes.empty()) {
+    shapes = {{16, 1024, 768, 12}, {8, 1024, 1600, 25}, {4, 4096, 768, 12}, {4, 4096, 2048, 32}, {1, 8192, 2048, 32}};
+  }
   const absl::Status st = zerod::run(shapes);
   if (!st.ok()) {
     std::fprintf(stderr, "attention_throughput: %s\n", st.ToString().c_str());

@@ -164,8 +164,9 @@ if [ "$section" = kernels ]; then
     say "$t: exit $code, $(grep -cE '^\[       OK' "$logs/$t.log") passed; $(grep -E '^\[  FAILED|SKIPPED \]' "$logs/$t.log" | sort -u | head -8 | tr '\n' ' ')"
     grep -B3 -A12 'Failure$' "$logs/$t.log" | head -60 >>"$summary"
   done
-  # Shapes cuDNN's fused attention refused, and why (the table's own ran).
-  grep -h 'runs unfused' "$logs"/test_cuda_*.log | sort -u | head -12 | sed 's/^/gpu_check: /' | tee -a "$summary"
+  # Shapes cuDNN's fused attention refused, and why (the table's own ran),
+  # or ran a few sequences a call.
+  grep -hE 'runs (unfused|fused [0-9]+ seq)' "$logs"/test_cuda_*.log | sort -u | head -12 | sed 's/^/gpu_check: /' | tee -a "$summary"
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [ -n "$sanitizer" ]; then
     timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 "$build/tests/test_cuda_kernels" >"$logs/memcheck.log" 2>&1
@@ -362,11 +363,11 @@ if [ "$section" = bench ]; then
   # left of GPU_CHECK_SECONDS (540 s).
   # Attention alone against PyTorch's SDPA at the bench's shapes, in turn.
   for round in 1 2; do
-    timeout 60 "$build/bench/attention_throughput" >"$logs/attention-$round.log" 2>&1
-    say "zerod attention, round $round: exit $?; $(tail -4 "$logs/attention-$round.log" | tr -s ' ' | tr '\n' ';')"
-    grep -h 'runs unfused' "$logs/attention-$round.log" | sort -u | head -6 | sed 's/^/gpu_check: /' | tee -a "$summary"
+    timeout 90 "$build/bench/attention_throughput" >"$logs/attention-$round.log" 2>&1
+    say "zerod attention, round $round: exit $?; $(tail -6 "$logs/attention-$round.log" | tr -s ' ' | tr '\n' ';')"
+    grep -hE 'runs (unfused|fused [0-9]+ seq)' "$logs/attention-$round.log" | sort -u | head -6 | sed 's/^/gpu_check: /' | tee -a "$summary"
     timeout 120 python3 bench/gpu/torch_sdpa.py >"$logs/torch-sdpa-$round.log" 2>&1
-    say "PyTorch SDPA, round $round: exit $?; $(tail -4 "$logs/torch-sdpa-$round.log" | tr -s ' ' | tr '\n' ';')"
+    say "PyTorch SDPA, round $round: exit $?; $(tail -6 "$logs/torch-sdpa-$round.log" | tr -s ' ' | tr '\n' ';')"
   done
   left=$((${GPU_CHECK_SECONDS:-540} - SECONDS))
   shapes=${2:-gpt2,gpt2-xl,llama-1b}

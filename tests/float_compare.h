@@ -60,6 +60,11 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * m) << what << " at " << i;
 }
 
+// A row's statistics: the CPU sums a row of C in one fp32 chain, whose
+// rounding errors walk about sqrt(C) steps of 2^-24 (the GPU's lanes and
+// tree add in another order); three such walks, and never under 1e-6.
+inline float row_tol(int C) { return std::max(1e-6f, 3.0f * std::sqrt(static_cast<float>(C)) * 0x1p-24f); }
+
 // The bit patterns, so that EXPECT_EQ compares bits (NaN and -0 included).
 inline std::vector<uint32_t> bits(const std::vector<float>& v) {
   std::vector<uint32_t> b(v.size());

@@ -50,6 +50,7 @@ namespace {
 using testing::bits;
 using testing::expect_close;
 using testing::randn;
+using testing::row_tol;
 
 // The launch grid: f(i) for every thread index i in [0, n).
 template <class F>
@@ -591,7 +592,8 @@ void expect_held_row_is_the_read_rows(int C) {
     const float hs = cuda::layernorm_rstd(lanes_reduce(
                                               lanes, [&](int l) { return held[l].squares_about(hm); }, kSum),
                                           C);
-    for (int l = 0; l < lanes; ++l) held[l].layernorm_write(static_cast<char*>(held_out) + at, w, b, hm, hs);
+    for (int l = 0; l < lanes; ++l)
+      cuda::held_layernorm_write(held[l], static_cast<char*>(held_out) + at, w, b, hm, hs);
     held_stats[2 * n] = hm;
     held_stats[2 * n + 1] = hs;
     // The same row loaded from memory holds the same values.
@@ -615,6 +617,92 @@ TEST(CudaBodies, LayerNormOfARowHeldInRegistersIsTheRowReadThreeTimes) {
   expect_held_row_is_the_read_rows<DType::kF32, 16>(2000);   // 500 vectors, 15 or 16 each
   EXPECT_EQ(cuda::held_vectors<DType::kBF16>(4104, 32), 0) << "513 vectors: 17 a lane, read from memory";
   EXPECT_EQ(cuda::held_vectors<DType::kF32>(4096, 32), 0) << "1024 vectors: 32 a lane";
+}
+
+// RMSNorm 16 bytes a lane, fused with the residual add before it: a row
+// held in registers normalizes to the bits of the row read again, the sums
+// are each element's a + b rounded once, and the forward and the backward
+// are the CPU's RMSNorm of the same values within fp32's tolerance, or one
+// rounding of the output (2^-8 of the largest) for 16-bit operands.
+template <DType kT, int kHeld>
+void expect_vector_rmsnorm_is_the_cpus(int C) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(kT) << ", C " << C);
+  constexpr int lanes = 32;
+  ASSERT_EQ(cuda::held_vectors<kT>(C, lanes), kHeld);
+  const int64_t N = 6, ob = dtype_size(kT), n_all = N * C;
+  const float eps = 1e-5f, rel = kT == DType::kF32 ? 10 * row_tol(C) : 1.0f / 256;
+  std::vector<Bytes16Buffer> bufs;
+  auto operands = [&](const std::vector<float>& v) {
+    bufs.emplace_back(static_cast<int64_t>(v.size()) * ob);
+    for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(bufs.back().data(), kT, i, v[i]);
+    return static_cast<void*>(bufs.back().data());
+  };
+  auto values = [](const void* p, int64_t n) { return operand_values(kT, p, n); };
+  void *x = operands(randn(n_all, 50, 2.0f)), *y = operands(randn(n_all, 51)), *w = operands(randn(C, 52)),
+       *dy = operands(randn(n_all, 53));
+  void *read_res = operands(std::vector<float>(n_all)), *held_res = operands(std::vector<float>(n_all)),
+       *read_out = operands(std::vector<float>(n_all)), *held_out = operands(std::vector<float>(n_all)),
+       *dx = operands(randn(n_all, 54));
+  const std::vector<float> dx_before = values(dx, n_all);
+  std::vector<float> read_rstd(N), held_rstd(N);
+  for_each_index(N, [&](int64_t n) {
+    const int64_t at = n * C * ob;
+    char* r = static_cast<char*>(read_res) + at;
+    for (int l = 0; l < lanes; ++l) {
+      cuda::vec_residual_row<kT>(r, static_cast<char*>(x) + at, static_cast<char*>(y) + at, C, l, lanes);
+    }
+    read_rstd[n] = cuda::rmsnorm_rstd(
+        lanes_reduce(
+            lanes, [&](int l) { return cuda::vec_row_squares_about<kT>(r, C, 0.0f, l, lanes); }, kSum),
+        C, eps);
+    for (int l = 0; l < lanes; ++l) {
+      cuda::vec_rmsnorm_write<kT>(static_cast<char*>(read_out) + at, r, w, C, read_rstd[n], l, lanes);
+    }
+    std::vector<cuda::HeldRow<kT, kHeld>> held;
+    for (int l = 0; l < lanes; ++l) {
+      held.emplace_back(C, l, lanes);
+      held.back().load_sum(static_cast<char*>(held_res) + at, static_cast<char*>(x) + at, static_cast<char*>(y) + at);
+    }
+    held_rstd[n] = cuda::rmsnorm_rstd(lanes_reduce(
+                                          lanes, [&](int l) { return held[l].squares_about(0.0f); }, kSum),
+                                      C, eps);
+    for (int l = 0; l < lanes; ++l) {
+      cuda::held_rmsnorm_write(held[l], static_cast<char*>(held_out) + at, w, held_rstd[n]);
+    }
+    const float sum = lanes_reduce(
+        lanes,
+        [&](int l) {
+          return cuda::vec_rmsnorm_backward_sum<kT>(static_cast<char*>(dy) + at, r, w, read_rstd[n], C, l, lanes);
+        },
+        kSum);
+    for (int l = 0; l < lanes; ++l) {
+      cuda::vec_rmsnorm_backward_write<kT>(static_cast<char*>(dx) + at, static_cast<char*>(dy) + at, r, w, read_rstd[n],
+                                           sum, C, l, lanes);
+    }
+  });
+  EXPECT_EQ(bits(values(held_res, n_all)), bits(values(read_res, n_all)));
+  EXPECT_EQ(bits(held_rstd), bits(read_rstd));
+  EXPECT_EQ(bits(values(held_out, n_all)), bits(values(read_out, n_all)));
+
+  std::vector<float> sums = values(x, n_all);
+  const std::vector<float> ys = values(y, n_all);
+  for (int64_t i = 0; i < n_all; ++i) sums[i] += ys[i];
+  if (kT != DType::kF32) round_to(kT, sums.data(), n_all);
+  EXPECT_EQ(bits(values(read_res, n_all)), bits(sums));
+  std::vector<float> out(n_all), rstd(N), dinp = dx_before;
+  const std::vector<float> wv = values(w, C), dyv = values(dy, n_all);
+  cpu::rmsnorm_forward(out.data(), rstd.data(), sums.data(), wv.data(), N, C, eps);
+  cpu::rmsnorm_backward(dinp.data(), nullptr, dyv.data(), sums.data(), wv.data(), rstd.data(), N, C);
+  expect_close(read_rstd, rstd, row_tol(C), "rmsnorm rstd");
+  expect_close(values(read_out, n_all), out, rel, "rmsnorm out");
+  expect_close(values(dx, n_all), dinp, rel, "rmsnorm dinp");
+}
+
+TEST(CudaBodies, RmsNormSixteenBytesALaneHeldOrReadIsTheCpus) {
+  expect_vector_rmsnorm_is_the_cpus<DType::kBF16, 4>(72);     // 9 vectors: lanes 9-31 idle
+  expect_vector_rmsnorm_is_the_cpus<DType::kF32, 8>(768);     // 192 vectors, 6 each
+  expect_vector_rmsnorm_is_the_cpus<DType::kBF16, 8>(2048);   // Llama-3.2-1B: 256 vectors, 8 each
+  expect_vector_rmsnorm_is_the_cpus<DType::kBF16, 16>(3584);  // Qwen2.5-7B: 448 vectors, 14 each
 }
 
 // Chunks of 16 rows, doubled until chunks x columns partials fit.

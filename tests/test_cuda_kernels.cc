@@ -40,6 +40,7 @@ namespace {
 using testing::bits;
 using testing::expect_close;
 using testing::randn;
+using testing::row_tol;
 
 constexpr DType kOperandTypes[] = {DType::kF32, DType::kBF16};
 constexpr float kBf16Output = 0x1p-8f;
@@ -47,11 +48,6 @@ constexpr float kBf16Output = 0x1p-8f;
 // An operand output's tolerance: `f32` for fp32 operands, one bf16
 // rounding for bf16.
 float tol(DType t, float f32) { return t == DType::kF32 ? f32 : kBf16Output; }
-
-// A row's statistics: the CPU sums a row of C in one fp32 chain, whose
-// rounding errors walk about sqrt(C) steps of 2^-24 (the GPU's lanes and
-// tree add in another order); three such walks, and never under 1e-6.
-float row_tol(int C) { return std::max(1e-6f, 3.0f * std::sqrt(static_cast<float>(C)) * 0x1p-24f); }
 
 // The fp32 values rounded to t: what an exact fp32 operation gives in t.
 std::vector<float> rounded(DType t, std::vector<float> v) {
@@ -228,8 +224,10 @@ TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
   const std::vector<float> rope = rope_table(c, T);
   const float* g_rope = up(rope);
   const RopeShape rs{T, NH, KV, hd};
+  // Rows held by a warp, rows read again (4104 bf16: 17 vectors a lane),
+  // and rows not in whole vectors (74 fp32), element by element.
   for (const auto& [t, C] : {std::pair{DType::kF32, 96}, std::pair{DType::kBF16, 96}, std::pair{DType::kBF16, 2048},
-                             std::pair{DType::kF32, 74}}) {
+                             std::pair{DType::kBF16, 4104}, std::pair{DType::kF32, 74}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", C " << C);
     auto k = table(t);
     auto x = randn(N * C, 60, 2.0f), w = randn(C, 61), dout = randn(N * C, 62);
@@ -252,6 +250,17 @@ TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
     cpu::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), down(g_rstd, N).data(), N, C);
     expect_close(down_as(t, g_dinp, dinp.size()), dinp, tol(t, row_tol(C)), "rmsnorm dinp");
     expect_close(down(g_dw, C), dw, row_tol(N), "rmsnorm dw");
+    // With the residual before it, in place over a copy of x: the sum
+    // rounded, then its RMSNorm.
+    std::vector<float> res = x, sum(N * C), rms(N);
+    void* g_res = up_as(t, res);
+    k->residual_rmsnorm_forward(s(), g_res, g_out, g_rstd, g_res, g_dout, g_w, N, C, 1e-5f);
+    cpu::residual_forward(sum.data(), x.data(), dout.data(), N * C);
+    sum = rounded(t, sum);
+    cpu::rmsnorm_forward(out.data(), rms.data(), sum.data(), w.data(), N, C, 1e-5f);
+    EXPECT_EQ(bits(down_as(t, g_res, sum.size())), bits(sum));
+    expect_close(down_as(t, g_out, out.size()), out, tol(t, row_tol(C)), "residual + rmsnorm out");
+    expect_close(down(g_rstd, N), rms, row_tol(C), "residual + rmsnorm rstd");
   }
   for (DType t : kOperandTypes) {
     SCOPED_TRACE(dtype_name(t));

@@ -233,40 +233,43 @@ Attention cpu_attention(const std::vector<float>& qkv, const std::vector<float>&
   return a;
 }
 
-// The graphs on the model's buffers.
-Attention graph_attention(const std::vector<float>& qkv, const std::vector<float>& dout, const SdpaShape& s,
-                          bool round) {
+// The graphs on the model's buffers, a part a call (sdpa_part_offset):
+// all of the shape unless `split` says otherwise.
+Attention graph_attention(const std::vector<float>& qkv, const std::vector<float>& dout, const SdpaShape& s, bool round,
+                          cuda::SdpaSplit split = {0, 0}) {
+  if (split.sequences == 0) split = {s.B, s.NH};
   const int64_t N = int64_t(s.B) * s.T;
   Attention a{std::vector<float>(N * s.C, 7.0f), std::vector<float>(N * s.NH, 7.0f),
               std::vector<float>(N * 3 * s.C, 7.0f)};
-  std::vector<float> q = qkv, row_dot(N * s.NH);
+  std::vector<float> q = qkv, dy = dout;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs()));
-  const auto bind = [&](Interpreter& x, int64_t uid, float* buffer) {
-    x.bind(uid, buffer + cuda::sdpa_offset(s, uid));
-  };
-  {
-    const SdpaGraph g = cuda::sdpa_forward_graph(s);
-    Interpreter x(g, round);
-    for (int64_t uid : {cuda::kSdpaQ, cuda::kSdpaK, cuda::kSdpaV}) bind(x, uid, q.data());
-    bind(x, cuda::kSdpaO, a.out.data());
-    bind(x, cuda::kSdpaLse, a.lse.data());
-    x.scalar(cuda::kSdpaScale, scale);
-    x.scalar(cuda::kSdpaNegInf, -INFINITY);
-    x.run();
+  SdpaShape part = s;
+  part.B = split.sequences;
+  part.heads = split.heads == s.NH ? 0 : split.heads;
+  std::vector<float> row_dot(int64_t(part.B) * part.call_heads() * s.T);
+  for (const bool backward : {false, true}) {
+    const SdpaGraph g = backward ? cuda::sdpa_backward_graph(part) : cuda::sdpa_forward_graph(part);
+    for (int b = 0; b < s.B; b += split.sequences) {
+      for (int h = 0; h < s.NH; h += split.heads) {
+        Interpreter x(g, round);
+        const auto bind = [&](int64_t uid, float* buffer) {
+          x.bind(uid, buffer + cuda::sdpa_offset(s, uid) + cuda::sdpa_part_offset(s, uid, b, h));
+        };
+        for (int64_t uid : {cuda::kSdpaQ, cuda::kSdpaK, cuda::kSdpaV}) bind(uid, q.data());
+        bind(cuda::kSdpaO, a.out.data());
+        bind(cuda::kSdpaLse, a.lse.data());
+        x.scalar(cuda::kSdpaScale, scale);
+        x.scalar(cuda::kSdpaNegInf, -INFINITY);
+        if (backward) {
+          for (int64_t uid : {cuda::kSdpaDQ, cuda::kSdpaDK, cuda::kSdpaDV}) bind(uid, a.dqkv.data());
+          bind(cuda::kSdpaDO, dy.data());
+          x.bind(cuda::kSdpaRowDot, row_dot.data());
+          x.scalar(cuda::kSdpaOne, 1.0f);
+        }
+        x.run();
+      }
+    }
   }
-  const SdpaGraph g = cuda::sdpa_backward_graph(s);
-  Interpreter x(g, round);
-  std::vector<float> dy = dout;
-  for (int64_t uid : {cuda::kSdpaQ, cuda::kSdpaK, cuda::kSdpaV}) bind(x, uid, q.data());
-  for (int64_t uid : {cuda::kSdpaDQ, cuda::kSdpaDK, cuda::kSdpaDV}) bind(x, uid, a.dqkv.data());
-  bind(x, cuda::kSdpaO, a.out.data());
-  bind(x, cuda::kSdpaDO, dy.data());
-  bind(x, cuda::kSdpaLse, a.lse.data());
-  bind(x, cuda::kSdpaRowDot, row_dot.data());
-  x.scalar(cuda::kSdpaScale, scale);
-  x.scalar(cuda::kSdpaNegInf, -INFINITY);
-  x.scalar(cuda::kSdpaOne, 1.0f);
-  x.run();
   return a;
 }
 
@@ -288,46 +291,107 @@ TEST(SdpaGraph, RunsAsTheCpuAttentionOnTheModelsBuffers) {
   }
 }
 
+// A shape run a part a call, as the CUDA table does where cuDNN's
+// workspace for all of it is past attention's scratch, is bitwise the
+// shape run at once: each part's views are the whole's, moved.
+TEST(SdpaGraph, PartsOfAShapeAreTheWholeCall) {
+  const SdpaShape s{4, 11, 24, 4, SdpaType::kBF16};
+  const int64_t N = int64_t(s.B) * s.T;
+  const auto qkv = testing::randn(N * 3 * s.C, 83), dout = testing::randn(N * s.C, 84);
+  const Attention whole = graph_attention(qkv, dout, s, true);
+  for (const cuda::SdpaSplit split :
+       {cuda::SdpaSplit{2, 4}, cuda::SdpaSplit{1, 4}, cuda::SdpaSplit{1, 2}, cuda::SdpaSplit{1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << split.sequences << " sequences of " << split.heads << " heads a call");
+    const Attention parts = graph_attention(qkv, dout, s, true, split);
+    EXPECT_EQ(testing::bits(parts.out), testing::bits(whole.out));
+    EXPECT_EQ(testing::bits(parts.lse), testing::bits(whole.lse));
+    EXPECT_EQ(testing::bits(parts.dqkv), testing::bits(whole.dqkv));
+  }
+}
+
+// The part a call takes: all of it first, then the most sequences (a
+// divisor of B), then the most heads of one sequence (a divisor of NH);
+// none where one head does not fit.
+TEST(SdpaGraph, APartIsTheLargestThatFits) {
+  // Fits where the part's sequences times heads are at most `most`.
+  const auto within = [](int most) { return [most](int n, int m) { return n * m <= most; }; };
+  const auto split = [](int B, int NH, auto fits) {
+    const cuda::SdpaSplit p = cuda::sdpa_split(B, NH, fits);
+    return std::pair(p.sequences, p.heads);
+  };
+  EXPECT_EQ(split(8, 4, within(32)), std::pair(8, 4));
+  EXPECT_EQ(split(8, 4, within(31)), std::pair(4, 4));
+  EXPECT_EQ(split(6, 2, within(11)), std::pair(3, 2));
+  EXPECT_EQ(split(7, 1, within(6)), std::pair(1, 1));
+  EXPECT_EQ(split(2, 32, within(31)), std::pair(1, 16));
+  EXPECT_EQ(split(1, 24, within(7)), std::pair(1, 6));
+  EXPECT_EQ(split(4, 8, within(0)), std::pair(0, 0));
+  std::vector<std::pair<int, int>> tried;
+  split(4, 6, [&](int n, int m) {
+    tried.emplace_back(n, m);
+    return m <= 2;
+  });
+  EXPECT_EQ(tried, (std::vector<std::pair<int, int>>{{4, 6}, {2, 6}, {1, 6}, {1, 3}, {1, 2}}));
+}
+
 // Q, K and V (as K^T and V^T too) read each element of their third of
 // qkv once and nothing else; O and dO their buffer's; dQ, dK and dV write
-// all of dqkv once.
+// all of dqkv once: the whole shape at once, or its parts together (each
+// call's row sums its own).
 TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
   const SdpaShape s{3, 10, 32, 4, SdpaType::kF16};
   const int64_t N = int64_t(s.B) * s.T, C = s.C;
-  for (const SdpaGraph& g : {cuda::sdpa_forward_graph(s), cuda::sdpa_backward_graph(s)}) {
-    std::map<int64_t, std::vector<int>> hits;  // by buffer: 0 qkv, 1 out, 2 dout, 3 dqkv, 4 lse, 5 row dot
-    const std::map<int64_t, std::pair<int, int64_t>> buffer = {
-        {cuda::kSdpaQ, {0, 3 * N * C}},    {cuda::kSdpaK, {0, 3 * N * C}},  {cuda::kSdpaV, {0, 3 * N * C}},
-        {cuda::kSdpaO, {1, N * C}},        {cuda::kSdpaDO, {2, N * C}},     {cuda::kSdpaDQ, {3, 3 * N * C}},
-        {cuda::kSdpaDK, {3, 3 * N * C}},   {cuda::kSdpaDV, {3, 3 * N * C}}, {cuda::kSdpaLse, {4, N * s.NH}},
-        {cuda::kSdpaRowDot, {5, N * s.NH}}};
-    for (const SdpaTensor& t : g.tensors) {
-      if (t.is_virtual || t.by_value) continue;
-      ASSERT_TRUE(buffer.count(t.uid)) << t.uid;
-      const auto [which, size] = buffer.at(t.uid);
-      std::vector<int>& h = hits[which];
-      h.resize(size);
-      for (int64_t i = 0; i < numel(t.dims); ++i) {
-        const int64_t at = cuda::sdpa_offset(s, t.uid) + offset(index_of(i, t.dims), t.strides);
-        ASSERT_TRUE(at >= 0 && at < size) << "tensor " << t.uid << " element " << i;
-        ++h[at];
+  for (const cuda::SdpaSplit split : {cuda::SdpaSplit{3, 4}, cuda::SdpaSplit{1, 4}, cuda::SdpaSplit{1, 2}}) {
+    SCOPED_TRACE(::testing::Message() << split.sequences << " sequences of " << split.heads << " heads a call");
+    SdpaShape part = s;
+    part.B = split.sequences;
+    part.heads = split.heads == s.NH ? 0 : split.heads;
+    const int64_t row_dots = int64_t(part.B) * part.call_heads() * s.T;
+    for (const SdpaGraph& g : {cuda::sdpa_forward_graph(part), cuda::sdpa_backward_graph(part)}) {
+      std::map<int64_t, std::vector<int>> hits;  // by buffer: 0 qkv, 1 out, 2 dout, 3 dqkv, 4 lse, 5 row dot
+      const std::map<int64_t, std::pair<int, int64_t>> buffer = {
+          {cuda::kSdpaQ, {0, 3 * N * C}},    {cuda::kSdpaK, {0, 3 * N * C}},  {cuda::kSdpaV, {0, 3 * N * C}},
+          {cuda::kSdpaO, {1, N * C}},        {cuda::kSdpaDO, {2, N * C}},     {cuda::kSdpaDQ, {3, 3 * N * C}},
+          {cuda::kSdpaDK, {3, 3 * N * C}},   {cuda::kSdpaDV, {3, 3 * N * C}}, {cuda::kSdpaLse, {4, N * s.NH}},
+          {cuda::kSdpaRowDot, {5, row_dots}}};
+      for (int b = 0; b < s.B; b += split.sequences) {
+        for (int h = 0; h < s.NH; h += split.heads) {
+          hits.erase(5);
+          for (const SdpaTensor& t : g.tensors) {
+            if (t.is_virtual || t.by_value) continue;
+            ASSERT_TRUE(buffer.count(t.uid)) << t.uid;
+            const auto [which, size] = buffer.at(t.uid);
+            std::vector<int>& hit = hits[which];
+            hit.resize(size);
+            const int64_t start = cuda::sdpa_offset(s, t.uid) + cuda::sdpa_part_offset(s, t.uid, b, h);
+            for (int64_t i = 0; i < numel(t.dims); ++i) {
+              const int64_t at = start + offset(index_of(i, t.dims), t.strides);
+              ASSERT_TRUE(at >= 0 && at < size) << "tensor " << t.uid << " element " << i;
+              ++hit[at];
+            }
+          }
+          if (hits.count(5)) {
+            for (int64_t i = 0; i < row_dots; ++i) ASSERT_EQ(hits[5][i], 1) << "row sum " << i;
+          }
+        }
       }
-    }
-    for (const auto& [which, h] : hits) {
-      for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(h[i], 1) << "buffer " << which << " element " << i;
+      for (const auto& [which, hit] : hits) {
+        for (size_t i = 0; i < hit.size(); ++i) ASSERT_EQ(hit[i], 1) << "buffer " << which << " element " << i;
+      }
     }
   }
 }
 
 #ifdef ZEROD_WITH_CUDNN
 // cuDNN's backend takes every tensor, operation and the graph of gpt2's and
-// gpt2-xl's attention (heads of 64) and of heads of 128, in bf16 and fp16:
-// what it checks before a GPU is needed. Whether an engine runs them is
-// scripts/gpu_check.sh's (test_cuda_kernels).
+// gpt2-xl's attention (heads of 64), of heads of 128, and of 8 of
+// Llama-3.2-1B's 32 query heads at T 8192 (a part a call), in bf16 and
+// fp16: what it checks before a GPU is needed. Whether an engine runs them
+// is scripts/gpu_check.sh's (test_cuda_kernels).
 TEST(SdpaGraph, CudnnTakesEveryDescriptorOfBothGraphs) {
   for (const SdpaShape& s :
        {SdpaShape{16, 1024, 768, 12, SdpaType::kBF16}, SdpaShape{8, 1024, 1600, 25, SdpaType::kBF16},
-        SdpaShape{1, 4096, 2048, 16, SdpaType::kF16}}) {
+        SdpaShape{1, 4096, 2048, 16, SdpaType::kF16}, SdpaShape{1, 8192, 2048, 32, SdpaType::kBF16, 8}}) {
     SCOPED_TRACE(::testing::Message() << "B " << s.B << ", T " << s.T << ", C " << s.C);
     EXPECT_TRUE(cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s)).ok())
         << cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s));

@@ -29,7 +29,8 @@ def main(args):
     if args and len(args) % 4:
         sys.exit("usage: torch_sdpa.py [B T C NH ...]")
     shapes = [tuple(int(a) for a in args[i:i + 4]) for i in range(0, len(args), 4)] or [
-        (16, 1024, 768, 12), (8, 1024, 1600, 25), (4, 4096, 768, 12)]
+        (16, 1024, 768, 12), (8, 1024, 1600, 25), (4, 4096, 768, 12),
+        (4, 4096, 2048, 32), (1, 8192, 2048, 32)]
     print(f"{torch.cuda.get_device_name()}: PyTorch {torch.__version__} scaled_dot_product_attention, causal, bf16, "
           "best of 10")
     print(f"{'B':>4} {'T':>6} {'C':>6} {'NH':>4} {'hs':>4} {'forward ms':>12} {'TFLOP/s':>12} {'backward ms':>12} "

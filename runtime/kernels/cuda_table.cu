@@ -146,6 +146,12 @@ class CudaKernels : public Kernels {
                        float eps) override {
     cuda::rmsnorm_forward(cs(s), op_, out, rstd, inp, w, N, C, eps);
   }
+  void residual_rmsnorm_forward(Stream& s, void* res, void* out, float* rstd, const void* a, const void* b,
+                                const void* w, int64_t N, int C, float eps) override {
+    if (!cuda::residual_rmsnorm_forward(cs(s), op_, res, out, rstd, a, b, w, N, C, eps)) {
+      Kernels::residual_rmsnorm_forward(s, res, out, rstd, a, b, w, N, C, eps);
+    }
+  }
   void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
                         const float* rstd, int64_t N, int C) override {
     cuda::rmsnorm_backward(cs(s), op_, partials(), dinp, dw, dout, inp, w, rstd, N, C);
@@ -247,32 +253,53 @@ class CudaKernels : public Kernels {
 
   // Attention as cuDNN's fused kernels, `buffers` each tensor's (sdpa_offset
   // is added here), in the scratch the memory plan gives attention
-  // (kernel_memory.cc): the backward's row sums, then cuDNN's workspace.
-  // False, nothing enqueued, where the build has no cuDNN, a tensor is not
-  // 16-byte aligned, or cuDNN does not run the shape (said once on
-  // stderr): the table's own attention runs.
+  // (kernel_memory.cc): the backward's row sums, then cuDNN's workspace;
+  // in parts (a few sequences, or heads of one, a call:
+  // CudnnSdpa::split) where all at once would want more. False, nothing
+  // enqueued, where the build has no cuDNN, a tensor is not 16-byte
+  // aligned, or cuDNN does not run the shape (said once on stderr): the
+  // table's own attention runs.
   bool fused_attention(Stream& s, bool backward, int B, int T, int C, int NH, float* scratch,
                        std::vector<std::pair<int64_t, const void*>> buffers) {
 #ifdef ZEROD_WITH_CUDNN
     // cuDNN's backward takes no sequence of one token.
     if (!sdpa_ || (backward && T == 1)) return false;
     const cuda::SdpaShape shape{B, T, C, NH, op_ == DType::kBF16 ? cuda::SdpaType::kBF16 : cuda::SdpaType::kF16};
-    std::vector<std::pair<int64_t, void*>> at;
-    for (const auto& [uid, p] : buffers) {
-      void* q = static_cast<char*>(const_cast<void*>(p)) + cuda::sdpa_offset(shape, uid) * dtype_size(op_);
-      // Not kept as the shape's answer: another call's buffers may be aligned.
-      if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
-      at.emplace_back(uid, q);
-    }
-    const int64_t row_dot = backward ? (int64_t(B) * NH * T * 4 + 255) / 256 * 256 : 0;
+    auto row_dot = [&](int n, int m) { return backward ? (int64_t(n) * m * T * 4 + 255) / 256 * 256 : 0; };
     const int64_t room = memory().attention_scratch_floats(B, T, C, NH, op_) * 4;
-    if (!sdpa_->prepare(shape, backward, room - row_dot).ok()) return false;
-    if (backward) at.emplace_back(cuda::kSdpaRowDot, scratch);
-    const absl::Status why = sdpa_->run(shape, backward, cs(s), at, reinterpret_cast<char*>(scratch) + row_dot);
-    if (why.ok()) return true;
-    sdpa_->refuse(shape, backward, why);
-#endif
+    const absl::StatusOr<cuda::SdpaSplit> split =
+        sdpa_->split(shape, backward, [&](int n, int m) { return room - row_dot(n, m); });
+    if (!split.ok()) return false;
+    cuda::SdpaShape part = shape;
+    part.B = split->sequences;
+    part.heads = split->heads == NH ? 0 : split->heads;
+    // Every call's pointers are checked before any is enqueued.
+    std::vector<std::vector<std::pair<int64_t, void*>>> calls;
+    for (int b = 0; b < B; b += split->sequences) {
+      for (int h = 0; h < NH; h += split->heads) {
+        std::vector<std::pair<int64_t, void*>>& at = calls.emplace_back();
+        for (const auto& [uid, p] : buffers) {
+          const int64_t elements = cuda::sdpa_offset(shape, uid) + cuda::sdpa_part_offset(shape, uid, b, h);
+          void* q = static_cast<char*>(const_cast<void*>(p)) + elements * (uid == cuda::kSdpaLse ? 4 : dtype_size(op_));
+          // Not kept as the shape's answer: another call's buffers may be aligned.
+          if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
+          at.emplace_back(uid, q);
+        }
+        if (backward) at.emplace_back(cuda::kSdpaRowDot, scratch);
+      }
+    }
+    char* workspace = reinterpret_cast<char*>(scratch) + row_dot(split->sequences, split->heads);
+    for (const auto& at : calls) {
+      if (const absl::Status why = sdpa_->run(part, backward, cs(s), at, workspace); !why.ok()) {
+        // The table's own attention writes every output again.
+        sdpa_->refuse(shape, backward, why);
+        return false;
+      }
+    }
+    return true;
+#else
     return false;
+#endif
   }
 
   // Attention's fp32 products through cuBLAS, fp32 in and out: at tf32

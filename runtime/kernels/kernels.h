@@ -114,6 +114,13 @@ class Kernels {
   // repeated, and back (dqkv overwritten).
   virtual void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                                float eps) = 0;
+  // res = a + b, then its RMSNorm into out (res may be a), as
+  // residual_layernorm_forward is LayerNorm's.
+  virtual void residual_rmsnorm_forward(Stream& s, void* res, void* out, float* rstd, const void* a, const void* b,
+                                        const void* w, int64_t N, int C, float eps) {
+    residual_forward(s, res, a, b, N * C);
+    rmsnorm_forward(s, out, rstd, res, w, N, C, eps);
+  }
   virtual void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
                                 const float* rstd, int64_t N, int C) = 0;
   virtual void swiglu_forward(Stream& s, void* out, const void* inp, int64_t N, int F) = 0;

@@ -17,12 +17,12 @@ class ProfiledKernels : public Kernels {
                       int OC) override {
     timed(s, "matmul_forward", [&] { inner_->matmul_forward(s, out, inp, w, bias, N, C, OC); });
   }
-  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp,
-                       const void* w, int64_t N, int C, int OC) override {
+  void matmul_backward(Stream& s, void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
+                       int64_t N, int C, int OC) override {
     timed(s, "matmul_backward", [&] { inner_->matmul_backward(s, dinp, dw, dbias, dout, inp, w, N, C, OC); });
   }
-  void matmul_gelu_forward(Stream& s, void* out, void* pre, const void* inp, const void* w, const void* bias,
-                           int64_t N, int C, int OC) override {
+  void matmul_gelu_forward(Stream& s, void* out, void* pre, const void* inp, const void* w, const void* bias, int64_t N,
+                           int C, int OC) override {
     timed(s, "matmul_gelu_forward", [&] { inner_->matmul_gelu_forward(s, out, pre, inp, w, bias, N, C, OC); });
   }
   void matmul_backward_gelu(Stream& s, void* dpre, float* dw, float* dbias, const void* dout, const void* pre,
@@ -30,8 +30,8 @@ class ProfiledKernels : public Kernels {
     timed(s, "matmul_backward_gelu",
           [&] { inner_->matmul_backward_gelu(s, dpre, dw, dbias, dout, pre, inp, w, N, C, OC); });
   }
-  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w,
-                         const void* b, int64_t N, int C) override {
+  void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b,
+                         int64_t N, int C) override {
     timed(s, "layernorm_forward", [&] { inner_->layernorm_forward(s, out, mean, rstd, inp, w, b, N, C); });
   }
   void residual_layernorm_forward(Stream& s, void* res, void* out, float* mean, float* rstd, const void* a,
@@ -39,17 +39,18 @@ class ProfiledKernels : public Kernels {
     timed(s, "residual_layernorm_forward",
           [&] { inner_->residual_layernorm_forward(s, res, out, mean, rstd, a, b, w, bias, N, C); });
   }
-  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
-                          const void* w, const float* mean, const float* rstd, int64_t N, int C) override {
-    timed(s, "layernorm_backward", [&] { inner_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
+  void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp, const void* w,
+                          const float* mean, const float* rstd, int64_t N, int C) override {
+    timed(s, "layernorm_backward",
+          [&] { inner_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
   }
   KernelMemory memory() const override { return inner_->memory(); }
   void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T, int C,
                          int NH) override {
     timed(s, "attention_forward", [&] { inner_->attention_forward(s, out, stats, scratch, qkv, B, T, C, NH); });
   }
-  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
-                          const float* stats, float* scratch, int B, int T, int C, int NH, DType rounded) override {
+  void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
+                          float* scratch, int B, int T, int C, int NH, DType rounded) override {
     timed(s, "attention_backward",
           [&] { inner_->attention_backward(s, dqkv, dout, qkv, out, stats, scratch, B, T, C, NH, rounded); });
   }
@@ -57,6 +58,11 @@ class ProfiledKernels : public Kernels {
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                        float eps) override {
     timed(s, "rmsnorm_forward", [&] { inner_->rmsnorm_forward(s, out, rstd, inp, w, N, C, eps); });
+  }
+  void residual_rmsnorm_forward(Stream& s, void* res, void* out, float* rstd, const void* a, const void* b,
+                                const void* w, int64_t N, int C, float eps) override {
+    timed(s, "residual_rmsnorm_forward",
+          [&] { inner_->residual_rmsnorm_forward(s, res, out, rstd, a, b, w, N, C, eps); });
   }
   void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
                         const float* rstd, int64_t N, int C) override {

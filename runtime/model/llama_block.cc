@@ -60,9 +60,13 @@ void LlamaBlock::forward(const BlockPass& pass, int l, const LayerWeights& w, co
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, nullptr, N, C, C);
   adapt(kLoraO, a.f[kAtty], proj);
   rnd(proj, N * C);
-  k.residual_forward(s, a.f[kRes2], x, proj, N * C);
-  rnd_field(kRes2);
-  k.rmsnorm_forward(s, a.f[kLn2], fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, N, C, p.eps);
+  if (rnd_to != DType::kF32) {  // the sum is rounded before its RMSNorm
+    k.residual_forward(s, a.f[kRes2], x, proj, N * C);
+    rnd_field(kRes2);
+    k.rmsnorm_forward(s, a.f[kLn2], fp32(a, kLn2Rstd), a.f[kRes2], w.ln2w, N, C, p.eps);
+  } else {
+    k.residual_rmsnorm_forward(s, a.f[kRes2], a.f[kLn2], fp32(a, kLn2Rstd), x, proj, w.ln2w, N, C, p.eps);
+  }
   rnd_field(kLn2);
   k.matmul_forward(s, a.f[kFch], a.f[kLn2], w.fcw, nullptr, N, C, 2 * F);
   for (int t : {kLoraGate, kLoraUp}) adapt(t, a.f[kLn2], a.f[kFch]);

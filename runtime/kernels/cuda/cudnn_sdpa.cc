@@ -38,8 +38,7 @@ class Desc {
 
   cudnnBackendDescriptor_t get() const { return d_; }
   template <class T>
-  absl::Status set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const T* values,
-                   int64_t n = 1) {
+  absl::Status set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const T* values, int64_t n = 1) {
     return cudnn_status(cudnnBackendSetAttribute(d_, name, type, n, values), absl::StrCat("attribute ", int(name)));
   }
   absl::Status set(cudnnBackendAttributeName_t name, const Desc& d) {
@@ -54,25 +53,39 @@ class Desc {
 
 cudnnDataType_t data_type(SdpaType t) {
   switch (t) {
-    case SdpaType::kBF16: return CUDNN_DATA_BFLOAT16;
-    case SdpaType::kF16: return CUDNN_DATA_HALF;
-    case SdpaType::kI32: return CUDNN_DATA_INT32;
-    case SdpaType::kBool: return CUDNN_DATA_BOOLEAN;
-    default: return CUDNN_DATA_FLOAT;
+    case SdpaType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    case SdpaType::kF16:
+      return CUDNN_DATA_HALF;
+    case SdpaType::kI32:
+      return CUDNN_DATA_INT32;
+    case SdpaType::kBool:
+      return CUDNN_DATA_BOOLEAN;
+    default:
+      return CUDNN_DATA_FLOAT;
   }
 }
 
 cudnnPointwiseMode_t pointwise_mode(SdpaMode m) {
   switch (m) {
-    case SdpaMode::kMul: return CUDNN_POINTWISE_MUL;
-    case SdpaMode::kSub: return CUDNN_POINTWISE_SUB;
-    case SdpaMode::kDiv: return CUDNN_POINTWISE_DIV;
-    case SdpaMode::kAdd: return CUDNN_POINTWISE_ADD;
-    case SdpaMode::kExp: return CUDNN_POINTWISE_EXP;
-    case SdpaMode::kLog: return CUDNN_POINTWISE_LOG;
-    case SdpaMode::kGenIndex: return CUDNN_POINTWISE_GEN_INDEX;
-    case SdpaMode::kCmpGe: return CUDNN_POINTWISE_CMP_GE;
-    default: return CUDNN_POINTWISE_BINARY_SELECT;
+    case SdpaMode::kMul:
+      return CUDNN_POINTWISE_MUL;
+    case SdpaMode::kSub:
+      return CUDNN_POINTWISE_SUB;
+    case SdpaMode::kDiv:
+      return CUDNN_POINTWISE_DIV;
+    case SdpaMode::kAdd:
+      return CUDNN_POINTWISE_ADD;
+    case SdpaMode::kExp:
+      return CUDNN_POINTWISE_EXP;
+    case SdpaMode::kLog:
+      return CUDNN_POINTWISE_LOG;
+    case SdpaMode::kGenIndex:
+      return CUDNN_POINTWISE_GEN_INDEX;
+    case SdpaMode::kCmpGe:
+      return CUDNN_POINTWISE_CMP_GE;
+    default:
+      return CUDNN_POINTWISE_BINARY_SELECT;
   }
 }
 
@@ -192,10 +205,10 @@ absl::StatusOr<bool> deterministic(const Desc& cfg) {
       cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw),
       "an engine config's engine"));
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  ZEROD_RETURN_IF_ERROR(cudnn_status(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                                              CUDNN_TYPE_NUMERICAL_NOTE,
-                                                              CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes),
-                                     "an engine's numerical notes"));
+  ZEROD_RETURN_IF_ERROR(
+      cudnn_status(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                            CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes),
+                   "an engine's numerical notes"));
   for (int64_t i = 0; i < n; ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
   }
@@ -228,8 +241,8 @@ CudnnSdpa::~CudnnSdpa() {
   if (handle_) cudnnDestroy(handle_);
 }
 
-absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward, int64_t room) {
-  const Key key{s.B, s.T, s.C, s.NH, s.io, backward};
+absl::StatusOr<int64_t> CudnnSdpa::plan(const SdpaShape& s, bool backward, int64_t room) {
+  const Key key = CudnnSdpa::key(s, backward);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second->workspace;
   if (auto it = refused_.find(key); it != refused_.end()) return it->second;
   auto plan = std::make_unique<Plan>();
@@ -245,27 +258,26 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward, in
         continue;
       }
       int64_t count = 0;
-      ZEROD_RETURN_IF_ERROR(cudnn_status(
-          cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                   &count, nullptr),
-          "the heuristics' results"));
+      ZEROD_RETURN_IF_ERROR(cudnn_status(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+                                         "the heuristics' results"));
       std::vector<Desc> configs;
       std::vector<cudnnBackendDescriptor_t> raw;
       for (int64_t i = 0; i < count; ++i) {
         ZEROD_ASSIGN_OR_RETURN(configs.emplace_back(), Desc::make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
         raw.push_back(configs.back().get());
       }
-      ZEROD_RETURN_IF_ERROR(cudnn_status(
-          cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                                   &count, raw.data()),
-          "the heuristics' results"));
+      ZEROD_RETURN_IF_ERROR(
+          cudnn_status(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, raw.data()),
+                       "the heuristics' results"));
       for (int64_t i = 0; i < count; ++i) {
         // An engine whose notes cannot be read is passed over like one that
         // says it varies.
         const absl::StatusOr<bool> same_bits = deterministic(configs[i]);
         if (!same_bits.ok() || !*same_bits) {
-          last = same_bits.ok() ? absl::NotFoundError("cuDNN's engines for it are not deterministic")
-                                : same_bits.status();
+          last =
+              same_bits.ok() ? absl::NotFoundError("cuDNN's engines for it are not deterministic") : same_bits.status();
           continue;
         }
         ZEROD_ASSIGN_OR_RETURN(Desc p, Desc::make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
@@ -283,9 +295,9 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward, in
         // Engines that keep the whole score matrix ask for more than
         // attention's scratch; a flash engine further down may not.
         if (plan->workspace > room) {
-          last = absl::ResourceExhaustedError(absl::StrCat(
-              "its workspace (", plan->workspace, " bytes) is past what attention's scratch leaves it (", room,
-              " bytes)"));
+          last = absl::ResourceExhaustedError(absl::StrCat("its workspace (", plan->workspace,
+                                                           " bytes) is past what attention's scratch leaves it (", room,
+                                                           " bytes)"));
           continue;
         }
         plan->config = std::move(configs[i]);
@@ -296,7 +308,7 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward, in
     return last;
   }();
   if (!why.ok()) {
-    refuse(s, backward, why);
+    refused_[key] = why;
     return why;
   }
   const int64_t workspace = plan->workspace;
@@ -304,16 +316,39 @@ absl::StatusOr<int64_t> CudnnSdpa::prepare(const SdpaShape& s, bool backward, in
   return workspace;
 }
 
+absl::StatusOr<SdpaSplit> CudnnSdpa::split(const SdpaShape& s, bool backward,
+                                           const std::function<int64_t(int, int)>& room) {
+  if (auto it = splits_.find(key(s, backward)); it != splits_.end()) return it->second;
+  absl::Status whole;  // why all of s at once does not run
+  const SdpaSplit parts = sdpa_split(s.B, s.NH, [&](int n, int m) {
+    SdpaShape part = s;
+    part.B = n;
+    part.heads = m == s.NH ? 0 : m;
+    const absl::Status st = plan(part, backward, room(n, m)).status();
+    if (n == s.B && m == s.NH) whole = st;
+    return st.ok();
+  });
+  if (parts.sequences == 0) {
+    refuse(s, backward, whole);
+    return whole;
+  }
+  if (parts.sequences < s.B || parts.heads < s.NH) {
+    std::fprintf(stderr, "zerod: %s runs fused %d sequence%s of %d heads a call: all at once, %s\n",
+                 shape_name(s, backward).c_str(), parts.sequences, parts.sequences == 1 ? "" : "s", parts.heads,
+                 whole.ToString().c_str());
+  }
+  splits_[key(s, backward)] = parts;
+  return parts;
+}
+
 void CudnnSdpa::refuse(const SdpaShape& s, bool backward, absl::Status why) {
-  const Key key{s.B, s.T, s.C, s.NH, s.io, backward};
-  plans_.erase(key);
   std::fprintf(stderr, "zerod: %s runs unfused: %s\n", shape_name(s, backward).c_str(), why.ToString().c_str());
-  refused_[key] = std::move(why);
+  splits_[key(s, backward)] = std::move(why);
 }
 
 absl::Status CudnnSdpa::run(const SdpaShape& s, bool backward, cudaStream_t stream,
                             const std::vector<std::pair<int64_t, void*>>& buffers, void* workspace) {
-  const auto it = plans_.find(Key{s.B, s.T, s.C, s.NH, s.io, backward});
+  const auto it = plans_.find(key(s, backward));
   if (it == plans_.end()) return absl::FailedPreconditionError(shape_name(s, backward) + " has no plan");
   ZEROD_RETURN_IF_ERROR(cudnn_status(cudnnSetStream(handle_, stream), "cudnnSetStream"));
   // The scalars by value: read when the work is enqueued.
@@ -331,7 +366,8 @@ absl::Status CudnnSdpa::run(const SdpaShape& s, bool backward, cudaStream_t stre
     pointers.push_back(&one);
   }
   ZEROD_ASSIGN_OR_RETURN(Desc pack, Desc::make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
-  ZEROD_RETURN_IF_ERROR(pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), int64_t(uids.size())));
+  ZEROD_RETURN_IF_ERROR(
+      pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), int64_t(uids.size())));
   ZEROD_RETURN_IF_ERROR(
       pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(), int64_t(pointers.size())));
   ZEROD_RETURN_IF_ERROR(pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace));

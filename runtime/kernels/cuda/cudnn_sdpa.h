@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -34,29 +35,36 @@ class CudnnSdpa {
   CudnnSdpa(const CudnnSdpa&) = delete;
   CudnnSdpa& operator=(const CudnnSdpa&) = delete;
 
-  // The workspace bytes, at most `room`, of the plan for s's forward or
-  // backward graph (made at its first call: the heuristics' first engine
-  // that is deterministic and fits); or why cuDNN has none (asked again,
-  // the same answer: a shape's room is always the same).
-  absl::StatusOr<int64_t> prepare(const SdpaShape& s, bool backward, int64_t room);
-  // Keeps `why` as the answer for s from now on, and says it on stderr
-  // (also what prepare does with its own refusals).
+  // The part of s one call takes (sdpa_split: all of it where a plan for
+  // the whole fits), the plan of such a part made at its first call (the
+  // heuristics' first engine that is deterministic and within room(n, m)
+  // bytes of workspace, for n sequences of m heads) and kept; or why none
+  // runs. Asked again, the same answer (a shape's room is always the
+  // same); said once on stderr where s runs in parts or unfused.
+  absl::StatusOr<SdpaSplit> split(const SdpaShape& s, bool backward, const std::function<int64_t(int, int)>& room);
+  // Keeps `why` as the answer for s from now on, and says it on stderr.
   void refuse(const SdpaShape& s, bool backward, absl::Status why);
-  // Runs a prepared plan on stream: `buffers` the device pointer of each
-  // handed-over tensor but the scalars (sdpa_offset included), `workspace`
-  // at least prepare's bytes.
+  // Runs the plan of a part (s.B and s.heads its own) on stream: `buffers`
+  // the device pointer of each handed-over tensor but the scalars
+  // (sdpa_offset and sdpa_part_offset included), `workspace` at least its
+  // plan's bytes.
   absl::Status run(const SdpaShape& s, bool backward, cudaStream_t stream,
                    const std::vector<std::pair<int64_t, void*>>& buffers, void* workspace);
 
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int, int, SdpaType, bool>;
+  using Key = std::tuple<int, int, int, int, int, SdpaType, bool>;
+  static Key key(const SdpaShape& s, bool backward) { return {s.B, s.T, s.C, s.NH, s.heads, s.io, backward}; }
 
   CudnnSdpa() = default;
+  // The plan for s within `room` bytes of workspace, or why there is none;
+  // either kept, neither said.
+  absl::StatusOr<int64_t> plan(const SdpaShape& s, bool backward, int64_t room);
 
   cudnnHandle_t handle_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, absl::Status> refused_;
+  std::map<Key, absl::StatusOr<SdpaSplit>> splits_;  // by whole shape
 };
 
 }  // namespace zerod::cuda

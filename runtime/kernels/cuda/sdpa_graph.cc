@@ -9,23 +9,23 @@ class Builder {
  public:
   Builder(SdpaGraph& g, const SdpaShape& s) : g_(g), s_(s) {}
 
-  // The model's buffers as [B, NH, rows, hs] views (rows 3C or C apart).
+  // The model's buffers as [B, heads, rows, hs] views (rows 3C or C apart).
   void qkv_view(int64_t uid, bool transposed) {
-    const int64_t T = s_.T, C3 = 3 * int64_t(s_.C), hs = s_.hs();
-    add(uid, transposed ? SdpaDims{s_.B, s_.NH, hs, T} : SdpaDims{s_.B, s_.NH, T, hs},
+    const int64_t T = s_.T, C3 = 3 * int64_t(s_.C), hs = s_.hs(), H = s_.call_heads();
+    add(uid, transposed ? SdpaDims{s_.B, H, hs, T} : SdpaDims{s_.B, H, T, hs},
         transposed ? SdpaDims{T * C3, hs, 1, C3} : SdpaDims{T * C3, hs, C3, 1}, s_.io);
   }
   void out_view(int64_t uid) {
     const int64_t T = s_.T, C = s_.C, hs = s_.hs();
-    add(uid, {s_.B, s_.NH, T, hs}, {T * C, hs, C, 1}, s_.io);
+    add(uid, {s_.B, s_.call_heads(), T, hs}, {T * C, hs, C, 1}, s_.io);
   }
   void rows(int64_t uid) {  // one fp32 value a query row
     add(uid, rows_dims(), row_major(rows_dims()), SdpaType::kF32);
   }
   void scalar(int64_t uid) { g_.tensors.push_back({uid, {1, 1, 1, 1}, {1, 1, 1, 1}, SdpaType::kF32, false, true}); }
 
-  SdpaDims scores_dims() const { return {s_.B, s_.NH, s_.T, s_.T}; }
-  SdpaDims rows_dims() const { return {s_.B, s_.NH, s_.T, 1}; }
+  SdpaDims scores_dims() const { return {s_.B, s_.call_heads(), s_.T, s_.T}; }
+  SdpaDims rows_dims() const { return {s_.B, s_.call_heads(), s_.T, 1}; }
 
   // A virtual tensor.
   int64_t inner(const SdpaDims& dims, SdpaType t = SdpaType::kF32) { return inner(dims, row_major(dims), t); }
@@ -49,12 +49,12 @@ class Builder {
 
   // Scores where the key comes after the query become -inf.
   int64_t causal(int64_t scores) {
-    const int64_t row = op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {scores},
-                           inner(scores_dims(), SdpaType::kI32), 2);
-    const int64_t col = op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {scores},
-                           inner(scores_dims(), SdpaType::kI32), 3);
-    const int64_t keep = op(SdpaOpKind::kPointwise, SdpaMode::kCmpGe, {row, col},
-                            inner(scores_dims(), SdpaType::kBool), -1, SdpaType::kBool);
+    const int64_t row =
+        op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {scores}, inner(scores_dims(), SdpaType::kI32), 2);
+    const int64_t col =
+        op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {scores}, inner(scores_dims(), SdpaType::kI32), 3);
+    const int64_t keep = op(SdpaOpKind::kPointwise, SdpaMode::kCmpGe, {row, col}, inner(scores_dims(), SdpaType::kBool),
+                            -1, SdpaType::kBool);
     return pw(SdpaMode::kBinarySelect, {scores, kSdpaNegInf, keep}, inner(scores_dims()));
   }
 
@@ -114,36 +114,59 @@ SdpaGraph sdpa_backward_graph(const SdpaShape& s) {
   b.scalar(kSdpaNegInf);
   b.scalar(kSdpaOne);
   const SdpaDims S = b.scores_dims(), R = b.rows_dims();
-  const int64_t B = s.B, NH = s.NH, T = s.T, hs = s.hs();
+  const int64_t B = s.B, H = s.call_heads(), T = s.T, hs = s.hs();
   // rowsum(dO O), kept in fp32 for the fused kernel.
-  const int64_t dot = b.pw(SdpaMode::kMul, {kSdpaDO, kSdpaO}, b.inner({B, NH, T, hs}, {NH * T * hs, T * hs, NH * hs, 1}));
+  const int64_t dot = b.pw(SdpaMode::kMul, {kSdpaDO, kSdpaO}, b.inner({B, H, T, hs}, {H * T * hs, T * hs, H * hs, 1}));
   b.pw(SdpaMode::kMul, {b.reduce(SdpaMode::kSum, dot, b.inner(R)), kSdpaOne}, kSdpaRowDot);
   // The probabilities again, from the statistic.
   const int64_t qk = b.matmul(kSdpaQ, kSdpaK, b.inner(S));
   const int64_t scaled = b.pw(SdpaMode::kMul, {qk, kSdpaScale}, b.inner(S));
   const int64_t p = b.pw(SdpaMode::kExp, {b.causal(b.pw(SdpaMode::kSub, {scaled, kSdpaLse}, b.inner(S)))}, b.inner(S));
   // Transposed views of [T, T] matrices, in the operands' type.
-  const SdpaDims transposed{NH * T * T, T * T, 1, T};
+  const SdpaDims transposed{H * T * T, T * T, 1, T};
   b.matmul(b.reshape(p, b.inner(S, transposed, s.io)), kSdpaDO, kSdpaDV);
   const int64_t dp = b.matmul(kSdpaDO, kSdpaV, b.inner(S));
-  const int64_t ds = b.pw(SdpaMode::kMul,
-                          {b.pw(SdpaMode::kMul, {b.pw(SdpaMode::kSub, {dp, kSdpaRowDot}, b.inner(S)), p}, b.inner(S)),
-                           kSdpaScale},
-                          b.inner(S));
+  const int64_t ds =
+      b.pw(SdpaMode::kMul,
+           {b.pw(SdpaMode::kMul, {b.pw(SdpaMode::kSub, {dp, kSdpaRowDot}, b.inner(S)), p}, b.inner(S)), kSdpaScale},
+           b.inner(S));
   b.matmul(b.reshape(ds, b.inner(S, transposed, s.io)), kSdpaQ, kSdpaDK);
-  // K as [B, NH, T, hs] again, for dQ = dS K.
+  // K as [B, H, T, hs] again, for dQ = dS K.
   const int64_t C3 = 3 * int64_t(s.C);
-  b.matmul(ds, b.reshape(kSdpaK, b.inner({B, NH, T, hs}, {T * C3, hs, C3, 1})), kSdpaDQ);
+  b.matmul(ds, b.reshape(kSdpaK, b.inner({B, H, T, hs}, {T * C3, hs, C3, 1})), kSdpaDQ);
   return g;
 }
 
 int64_t sdpa_offset(const SdpaShape& s, int64_t uid) {
   switch (uid) {
     case kSdpaK:
-    case kSdpaDK: return s.C;
+    case kSdpaDK:
+      return s.C;
     case kSdpaV:
-    case kSdpaDV: return 2 * int64_t(s.C);
-    default: return 0;
+    case kSdpaDV:
+      return 2 * int64_t(s.C);
+    default:
+      return 0;
+  }
+}
+
+int64_t sdpa_part_offset(const SdpaShape& s, int64_t uid, int b, int h) {
+  const int64_t rows = int64_t(b) * s.T, head = int64_t(h) * s.hs();
+  switch (uid) {
+    case kSdpaQ:
+    case kSdpaK:
+    case kSdpaV:
+    case kSdpaDQ:
+    case kSdpaDK:
+    case kSdpaDV:
+      return rows * 3 * s.C + head;
+    case kSdpaO:
+    case kSdpaDO:
+      return rows * s.C + head;
+    case kSdpaLse:
+      return (int64_t(b) * s.NH + h) * s.T;
+    default:
+      return 0;
   }
 }
 

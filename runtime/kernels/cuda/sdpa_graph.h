@@ -54,8 +54,8 @@ struct SdpaOp {
   SdpaMode mode;
   std::vector<int64_t> in;  // uids: matmul A, B; pointwise x[, b[, t]]; reduction, reshape x
   int64_t out;
-  int64_t axis = -1;                   // kGenIndex
-  SdpaType compute = SdpaType::kF32;   // kCmpGe computes in kBool
+  int64_t axis = -1;                  // kGenIndex
+  SdpaType compute = SdpaType::kF32;  // kCmpGe computes in kBool
 };
 
 // The tensors handed over at execution, by uid (the rest are virtual).
@@ -81,11 +81,15 @@ struct SdpaGraph {
   std::vector<SdpaOp> ops;
 };
 
-// B sequences of T, width C in NH heads, operands of type io (bf16 or fp16).
+// B sequences of T, width C in NH heads, operands of type io (bf16 or fp16);
+// a call takes `heads` of them (0: all), fewer than NH only for one
+// sequence (B 1).
 struct SdpaShape {
   int B, T, C, NH;
   SdpaType io;
+  int heads = 0;
   int hs() const { return C / NH; }
+  int call_heads() const { return heads > 0 ? heads : NH; }
 };
 
 SdpaGraph sdpa_forward_graph(const SdpaShape& s);
@@ -94,5 +98,31 @@ SdpaGraph sdpa_backward_graph(const SdpaShape& s);
 // Where a handed-over tensor starts in its buffer, in elements: k and v
 // are C and 2C into qkv (and their gradients into dqkv), the rest at 0.
 int64_t sdpa_offset(const SdpaShape& s, int64_t uid);
+
+// A call may take a part of a shape: the sequences [b, b + n), or the heads
+// [h, h + m) of one sequence; the graph of {n, T, C, NH, io, m} on each
+// model buffer advanced by sdpa_part_offset(s, uid, b, h) elements of its
+// own type (lse fp32; not the caller's row sums, each call's own).
+int64_t sdpa_part_offset(const SdpaShape& s, int64_t uid, int b, int h);
+
+// The part one call takes: all of the shape where fits(B, NH); else the
+// most sequences, a divisor n of B with fits(n, NH); else the most heads of
+// one sequence, a divisor m of NH with fits(1, m); {0, 0} where not even
+// one head fits. cuDNN's workspace grows with the sequences and heads, so
+// a shape whose engines all want more than attention's scratch may still
+// run fused a part at a time.
+struct SdpaSplit {
+  int sequences, heads;
+};
+template <class Fits>
+SdpaSplit sdpa_split(int B, int NH, Fits fits) {
+  for (int n = B; n >= 1; --n) {
+    if (B % n == 0 && fits(n, NH)) return {n, NH};
+  }
+  for (int m = NH - 1; m >= 1; --m) {
+    if (NH % m == 0 && fits(1, m)) return {1, m};
+  }
+  return {0, 0};
+}
 
 }  // namespace zerod::cuda

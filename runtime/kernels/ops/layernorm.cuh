@@ -6,6 +6,7 @@
 #include "runtime/kernels/cuda/launch.cuh"
 #include "runtime/kernels/cuda/reduce.cuh"
 #include "runtime/kernels/ops/layernorm.h"
+#include "runtime/kernels/ops/rows.cuh"
 
 namespace zerod::cuda {
 
@@ -29,29 +30,10 @@ __device__ void held_layernorm_row(const HeldRow<kT, kHeld>& x, void* out, float
                                    const void* b, int64_t n, int C, int lane) {
   const float m = warp_reduce(x.sum(), Sum()) / C;
   const float r = layernorm_rstd(warp_reduce(x.squares_about(m), Sum()), C);
-  x.layernorm_write(out, w, b, m, r);
+  held_layernorm_write(x, out, w, b, m, r);
   if (lane == 0) {
     mean[n] = m;
     rstd[n] = r;
-  }
-}
-// f(integral_constant<int, kHeld>) for the vectors a lane holds of a row
-// of C on a warp (layernorm.h's held_vectors); false where a row is too
-// long to hold.
-template <DType kT, class F>
-bool with_held_row(int C, F f) {
-  switch (held_vectors<kT>(C, 32)) {
-    case 4:
-      f(std::integral_constant<int, 4>{});
-      return true;
-    case 8:
-      f(std::integral_constant<int, 8>{});
-      return true;
-    case 16:
-      f(std::integral_constant<int, 16>{});
-      return true;
-    default:
-      return false;
   }
 }
 template <DType kT, int kHeld>

@@ -97,112 +97,21 @@ ZD_HD void vec_layernorm_write(void* o, const void* x, const void* w, const void
     V::store(o, i, ov);
   }
 }
-// A row of out = a + b, lane l taking vectors l, l + lanes, ... as the
-// LayerNorm bodies above read a row: a lane that then normalizes out reads
-// back only its own stores (its program order, no barrier). Each sum is
-// rounded as map_at's SumOf rounds it.
-template <DType kT>
-ZD_HD void vec_residual_row(void* out, const void* a, const void* b, int C, int lane, int lanes) {
-  using V = RowVectors<kT>;
-  float av[V::W], bv[V::W];
-  for (int i = lane; i < C / V::W; i += lanes) {
-    V::load(a, i, av);
-    V::load(b, i, bv);
-    for (int k = 0; k < V::W; ++k) av[k] += bv[k];
-    V::store(out, i, av);
-  }
-}
-// A lane's share of a row on `lanes` lanes held in registers as loaded,
-// 16 bytes a vector: vectors lane, lane + lanes, ..., at most kHeld of
-// them. LayerNorm's forward then reads its row from memory once, a lane's
-// loads all in flight before its first sum (three passes over the row
-// took 0.57 of HBM's bandwidth on an H200; load_sum keeps eight in
-// flight). Its sums and its write are
-// vec_row_sum's, vec_row_squares_about's and vec_layernorm_write's over
-// the same vectors in the same order: the same bits.
+// LayerNorm's write of a row held in registers (rows.h's HeldRow):
+// vec_layernorm_write's over the same vectors.
 template <DType kT, int kHeld>
-struct HeldRow {
+ZD_HD void held_layernorm_write(const HeldRow<kT, kHeld>& x, void* o, const void* w, const void* b, float m, float s) {
   using V = RowVectors<kT>;
   using L = typename V::L;
-  Bytes16 v[kHeld];
-  int vectors, lane, lanes;
-
-  ZD_HD HeldRow(int C, int lane, int lanes) : vectors(C / V::W), lane(lane), lanes(lanes) {}
-  ZD_HD bool has(int j) const { return lane + j * lanes < vectors; }
-  ZD_HD int at(int j) const { return lane + j * lanes; }
-  ZD_HD void load(const void* x) {
-    ZD_UNROLL
-    for (int j = 0; j < kHeld; ++j) {
-      if (has(j)) v[j] = static_cast<const Bytes16*>(x)[at(j)];
-    }
+  ZD_UNROLL
+  for (int j = 0; j < kHeld; ++j) {
+    if (!x.has(j)) continue;
+    float wv[V::W], bv[V::W], ov[V::W];
+    V::load(w, x.at(j), wv);
+    V::load(b, x.at(j), bv);
+    for (int k = 0; k < V::W; ++k) ov[k] = (L::get(x.v[j], k) - m) * s * wv[k] + bv[k];
+    V::store(o, x.at(j), ov);
   }
-  // The row a + b, written to out and held: vec_residual_row's sums,
-  // rounded as it rounds them. out may be a (a lane writes only the
-  // vectors it read), so no load may follow a store the compiler cannot
-  // tell apart from it: four vectors of a and of b are loaded, then
-  // their sums stored, eight loads in flight where one pair was.
-  ZD_HD void load_sum(void* out, const void* a, const void* b) {
-    constexpr int kBatch = kHeld < 4 ? kHeld : 4;
-    static_assert(kHeld % kBatch == 0);
-    ZD_UNROLL
-    for (int j0 = 0; j0 < kHeld; j0 += kBatch) {
-      Bytes16 bv[kBatch];
-      ZD_UNROLL
-      for (int j = j0; j < j0 + kBatch; ++j) {
-        if (!has(j)) continue;
-        v[j] = static_cast<const Bytes16*>(a)[at(j)];
-        bv[j - j0] = static_cast<const Bytes16*>(b)[at(j)];
-      }
-      ZD_UNROLL
-      for (int j = j0; j < j0 + kBatch; ++j) {
-        if (!has(j)) continue;
-        Bytes16 s{};
-        for (int k = 0; k < V::W; ++k) L::set(s, k, L::get(v[j], k) + L::get(bv[j - j0], k));
-        v[j] = s;
-        static_cast<Bytes16*>(out)[at(j)] = s;
-      }
-    }
-  }
-  ZD_HD float sum() const {
-    float sum = 0.0f;
-    ZD_UNROLL
-    for (int j = 0; j < kHeld; ++j) {
-      if (!has(j)) continue;
-      for (int k = 0; k < V::W; ++k) sum += L::get(v[j], k);
-    }
-    return sum;
-  }
-  ZD_HD float squares_about(float m) const {
-    float sum = 0.0f;
-    ZD_UNROLL
-    for (int j = 0; j < kHeld; ++j) {
-      if (!has(j)) continue;
-      for (int k = 0; k < V::W; ++k) {
-        const float d = L::get(v[j], k) - m;
-        sum += d * d;
-      }
-    }
-    return sum;
-  }
-  ZD_HD void layernorm_write(void* o, const void* w, const void* b, float m, float s) const {
-    ZD_UNROLL
-    for (int j = 0; j < kHeld; ++j) {
-      if (!has(j)) continue;
-      float wv[V::W], bv[V::W], ov[V::W];
-      V::load(w, at(j), wv);
-      V::load(b, at(j), bv);
-      for (int k = 0; k < V::W; ++k) ov[k] = (L::get(v[j], k) - m) * s * wv[k] + bv[k];
-      V::store(o, at(j), ov);
-    }
-  }
-};
-// The fewest vectors a lane holds (4, 8 or 16) for a row of C operands on
-// `lanes` lanes, or 0 where a row is longer than 16 a lane (over 4096 bf16
-// or 2048 fp32 on a warp): those are read from memory again.
-template <DType kT>
-ZD_HD int held_vectors(int C, int lanes) {
-  const int per_lane = (C / RowVectors<kT>::W + lanes - 1) / lanes;
-  return per_lane <= 4 ? 4 : per_lane <= 8 ? 8 : per_lane <= 16 ? 16 : 0;
 }
 
 template <DType kT>

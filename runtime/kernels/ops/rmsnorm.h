@@ -7,7 +7,11 @@
 // (rows.h).
 //
 // One body for both tables: the CPU's (rmsnorm.cc) runs a row on one lane
-// in index order, the CUDA table's (rmsnorm.cuh) on a warp.
+// in index order, the CUDA table's (rmsnorm.cuh) on a warp, 16 bytes a
+// lane where rows are whole vectors (rows.h), the forward's row held in
+// registers where a warp can hold it and fused with the residual add
+// before it (one read of x and the branch, one write of their sum and of
+// the normalized row).
 #pragma once
 
 #include <cstdint>
@@ -59,6 +63,64 @@ ZD_HD void rmsnorm_weight_partial_at(int64_t j, float* partial, D dout, X inp, c
   float g = 0.0f;
   for (int64_t n = c * rows; n < hi; ++n) g += dout[n * C + i] * (inp[n * C + i] * rstd[n]);
   partial[j] = g;
+}
+
+// 16 bytes a lane (rows.h's RowVectors): the forward's write after
+// vec_row_squares_about(x, C, 0), the backward's sum and write; each lane's
+// vectors in order.
+template <DType kT>
+ZD_HD void vec_rmsnorm_write(void* o, const void* x, const void* w, int C, float r, int lane, int lanes) {
+  using V = RowVectors<kT>;
+  float xv[V::W], wv[V::W], ov[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(x, i, xv);
+    V::load(w, i, wv);
+    for (int k = 0; k < V::W; ++k) ov[k] = xv[k] * r * wv[k];
+    V::store(o, i, ov);
+  }
+}
+// The same write of a row held in registers (rows.h's HeldRow, whose
+// squares_about(0) is the sum): vec_rmsnorm_write's bits.
+template <DType kT, int kHeld>
+ZD_HD void held_rmsnorm_write(const HeldRow<kT, kHeld>& x, void* o, const void* w, float r) {
+  using V = RowVectors<kT>;
+  using L = typename V::L;
+  ZD_UNROLL
+  for (int j = 0; j < kHeld; ++j) {
+    if (!x.has(j)) continue;
+    float wv[V::W], ov[V::W];
+    V::load(w, x.at(j), wv);
+    for (int k = 0; k < V::W; ++k) ov[k] = L::get(x.v[j], k) * r * wv[k];
+    V::store(o, x.at(j), ov);
+  }
+}
+template <DType kT>
+ZD_HD float vec_rmsnorm_backward_sum(const void* dy, const void* x, const void* w, float r, int C, int lane,
+                                     int lanes) {
+  using V = RowVectors<kT>;
+  float s = 0.0f, dv[V::W], xv[V::W], wv[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(dy, i, dv);
+    V::load(x, i, xv);
+    V::load(w, i, wv);
+    for (int k = 0; k < V::W; ++k) s += dv[k] * wv[k] * (xv[k] * r);
+  }
+  return s;
+}
+template <DType kT>
+ZD_HD void vec_rmsnorm_backward_write(void* dx, const void* dy, const void* x, const void* w, float r, float sum, int C,
+                                      int lane, int lanes) {
+  using V = RowVectors<kT>;
+  const float mean = sum / C;
+  float gv[V::W], dv[V::W], xv[V::W], wv[V::W];
+  for (int i = lane; i < C / V::W; i += lanes) {
+    V::load(dx, i, gv);
+    V::load(dy, i, dv);
+    V::load(x, i, xv);
+    V::load(w, i, wv);
+    for (int k = 0; k < V::W; ++k) gv[k] += (dv[k] * wv[k] - xv[k] * r * mean) * r;
+    V::store(dx, i, gv);
+  }
 }
 
 }  // namespace cuda
