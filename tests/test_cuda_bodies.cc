@@ -113,6 +113,21 @@ std::vector<float> operand_values(DType t, const void* p, int64_t n) {
   return v;
 }
 
+// Operands of type kT stored from fp32 values, each in an aligned buffer
+// of its own that this keeps.
+template <DType kT>
+class AlignedOperands {
+ public:
+  void* operator()(const std::vector<float>& v) {
+    bufs_.emplace_back(static_cast<int64_t>(v.size()) * dtype_size(kT));
+    for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(bufs_.back().data(), kT, i, v[i]);
+    return bufs_.back().data();
+  }
+
+ private:
+  std::vector<Bytes16Buffer> bufs_;
+};
+
 TEST(CudaBodies, GeluAndItsGradientAreTheCpuKernels) {
   const int64_t n = 5000;
   const auto x = randn(n, 1, 3.0f), dout = randn(n, 2);
@@ -550,12 +565,7 @@ void expect_held_row_is_the_read_rows(int C) {
   constexpr int lanes = 32;
   ASSERT_EQ(cuda::held_vectors<kT>(C, lanes), kHeld);
   const int64_t N = 6, ob = dtype_size(kT), n_all = N * C;
-  std::vector<Bytes16Buffer> bufs;
-  auto operands = [&](const std::vector<float>& v) {
-    bufs.emplace_back(static_cast<int64_t>(v.size()) * ob);
-    for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(bufs.back().data(), kT, i, v[i]);
-    return static_cast<void*>(bufs.back().data());
-  };
+  AlignedOperands<kT> operands;
   auto values = [](const void* p, int64_t n) { return operand_values(kT, p, n); };
   void *x = operands(randn(n_all, 30, 2.0f)), *y = operands(randn(n_all, 31)), *w = operands(randn(C, 32)),
        *b = operands(randn(C, 33));
@@ -631,12 +641,7 @@ void expect_vector_rmsnorm_is_the_cpus(int C) {
   ASSERT_EQ(cuda::held_vectors<kT>(C, lanes), kHeld);
   const int64_t N = 6, ob = dtype_size(kT), n_all = N * C;
   const float eps = 1e-5f, rel = kT == DType::kF32 ? 10 * row_tol(C) : 1.0f / 256;
-  std::vector<Bytes16Buffer> bufs;
-  auto operands = [&](const std::vector<float>& v) {
-    bufs.emplace_back(static_cast<int64_t>(v.size()) * ob);
-    for (size_t i = 0; i < v.size(); ++i) cuda::store_f32(bufs.back().data(), kT, i, v[i]);
-    return static_cast<void*>(bufs.back().data());
-  };
+  AlignedOperands<kT> operands;
   auto values = [](const void* p, int64_t n) { return operand_values(kT, p, n); };
   void *x = operands(randn(n_all, 50, 2.0f)), *y = operands(randn(n_all, 51)), *w = operands(randn(C, 52)),
        *dy = operands(randn(n_all, 53));
