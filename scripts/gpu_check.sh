@@ -19,7 +19,8 @@
 #     and launches a step);
 #   bench [SHAPES]: attention alone against PyTorch's SDPA
 #     (bench/attention_throughput, bench/gpu/torch_sdpa.py: gpt2's and
-#     gpt2-xl's shapes at T 1024, gpt2's at 4096), then zerod against
+#     gpt2-xl's shapes at T 1024, gpt2's at 4096, Llama-3.2-1B's 32 query
+#     heads over 8 at T 2048, 4096 and 8192), then zerod against
 #     PyTorch on gpt2 and gpt2-xl at T 1024 (bench/gpu/train_vs_torch.sh), or
 #     on the SHAPES named (gpt2, gpt2-xl, gpt2-4k: gpt2 at T 4096,
 #     llama-1b: Llama-3.2-1B's shape at B 8, T 1024),
@@ -364,10 +365,10 @@ if [ "$section" = bench ]; then
   # Attention alone against PyTorch's SDPA at the bench's shapes, in turn.
   for round in 1 2; do
     timeout 90 "$build/bench/attention_throughput" >"$logs/attention-$round.log" 2>&1
-    say "zerod attention, round $round: exit $?; $(tail -6 "$logs/attention-$round.log" | tr -s ' ' | tr '\n' ';')"
+    say "zerod attention, round $round: exit $?; $(tail -7 "$logs/attention-$round.log" | tr -s ' ' | tr '\n' ';')"
     grep -hE 'runs (unfused|fused [0-9]+ seq)' "$logs/attention-$round.log" | sort -u | head -6 | sed 's/^/gpu_check: /' | tee -a "$summary"
     timeout 120 python3 bench/gpu/torch_sdpa.py >"$logs/torch-sdpa-$round.log" 2>&1
-    say "PyTorch SDPA, round $round: exit $?; $(tail -6 "$logs/torch-sdpa-$round.log" | tr -s ' ' | tr '\n' ';')"
+    say "PyTorch SDPA, round $round: exit $?; $(tail -7 "$logs/torch-sdpa-$round.log" | tr -s ' ' | tr '\n' ';')"
   done
   left=$((${GPU_CHECK_SECONDS:-540} - SECONDS))
   shapes=${2:-gpt2,gpt2-xl,llama-1b}

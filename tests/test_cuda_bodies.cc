@@ -317,20 +317,20 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
   c.n_embd = NH * hd;
   const std::vector<float> table = rope_table(c, T);
   const cuda::RopeShape rs{T, NH, KV, hd};
-  const int64_t W = rs.width(), C3 = 3 * rs.C();
+  const int64_t W = rs.width();
   const auto [qkv, qkv16] = to_operands(randn(N * W, 47));
-  const auto [datt, datt16] = to_operands(randn(N * C3, 48));
-  std::vector<float> att(N * C3), dqkv(N * W);
+  const auto [datt, datt16] = to_operands(randn(N * W, 48));
+  std::vector<float> att(N * W), dqkv(N * W);
   cpu::rope_forward(att.data(), qkv.data(), table.data(), rs, N);
   cpu::rope_backward(dqkv.data(), datt.data(), table.data(), rs, N);
-  std::vector<uint16_t> gatt(N * C3), gdqkv(N * W);
-  for_each_index(N * C3, [&](int64_t j) {
-    cuda::rope_forward_at(j, cuda::Operands{gatt.data(), t}, cuda::ConstOperands{qkv16.data(), t}, table.data(), rs);
+  std::vector<uint16_t> gatt(N * W), gdqkv(N * W);
+  for_each_index(N * W, [&](int64_t j) {
+    cuda::rope_at(j, cuda::Operands{gatt.data(), t}, cuda::ConstOperands{qkv16.data(), t}, table.data(), rs, 1.0f);
   });
   for_each_index(N * W, [&](int64_t j) {
-    cuda::rope_backward_at(j, cuda::Operands{gdqkv.data(), t}, cuda::ConstOperands{datt16.data(), t}, table.data(), rs);
+    cuda::rope_at(j, cuda::Operands{gdqkv.data(), t}, cuda::ConstOperands{datt16.data(), t}, table.data(), rs, -1.0f);
   });
-  EXPECT_EQ(bits(operand_values(t, gatt.data(), N * C3)), bits(rounded(att)));
+  EXPECT_EQ(bits(operand_values(t, gatt.data(), N * W)), bits(rounded(att)));
   EXPECT_EQ(bits(operand_values(t, gdqkv.data(), N * W)), bits(rounded(dqkv)));
 
   // An adapter's columns of a fused product on bf16 operands: taken as
@@ -923,7 +923,7 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
 struct CpuAttentionExec {
   static constexpr int kLanes = 32;
   void gemm(const cuda::ColMajorGemm& g) { colmajor_gemm(g); }
-  void softmax_rows(float* S, float* lse, int T, int64_t rows) {
+  void softmax_rows(float* S, float* lse, int T, int64_t rows, int64_t lse_stride) {
     for_each_index(rows, [&](int64_t r) {
       float* row = S + r * T;
       const int64_t t = r % T;
@@ -932,52 +932,56 @@ struct CpuAttentionExec {
       const float sum = lanes_reduce(
           kLanes, [&](int l) { return cuda::softmax_row_sum(row, t, mx, l, kLanes); }, kSum);
       for (int l = 0; l < kLanes; ++l) cuda::softmax_row_write(row, t, T, mx, 1.0f / sum, l, kLanes);
-      lse[r] = mx + std::log(sum);
+      lse[r / T * lse_stride + t] = mx + std::log(sum);
     });
   }
-  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows) {
+  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows, int64_t lse_stride) {
     for_each_index(rows, [&](int64_t r) {
       const int64_t t = r % T;
+      const float l0 = lse[r / T * lse_stride + t];
       const float D = lanes_reduce(
-          kLanes, [&](int l) { return cuda::probabilities_row(P + r * T, dP + r * T, t, T, lse[r], l, kLanes); }, kSum);
+          kLanes, [&](int l) { return cuda::probabilities_row(P + r * T, dP + r * T, t, T, l0, l, kLanes); }, kSum);
       for (int l = 0; l < kLanes; ++l) cuda::softmax_backward_row(P + r * T, dP + r * T, t, T, D, l, kLanes);
     });
   }
 };
 
-// The plan against the CPU kernel, in chunks of every head and of two of
-// three (the last chunk of one); the statistic lse against a log-sum-exp
-// taken in double from q and k.
+// The plan against the CPU kernel, multi-head and grouped-query, in chunks
+// of every head and of fewer (the last chunk smaller); the statistic lse
+// against a log-sum-exp taken in double from q and k.
 TEST(CudaBodies, AttentionsPlanMatchesTheCpuKernel) {
-  const int B = 2, T = 32, C = 48, NH = 3;
-  const int64_t N = int64_t(B) * T, R = int64_t(B) * NH * T;
-  const auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
-  std::vector<float> out(N * C), stats(R * 2), dqkv(N * 3 * C), scratch(cpu::attention_scratch_floats(T));
-  cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, DType::kF32);
-  ASSERT_EQ(cuda::attention_chunk_heads(T, NH), NH);
-  for (int chunk_heads : {NH, 2}) {
-    SCOPED_TRACE(::testing::Message() << chunk_heads << " heads a chunk");
-    std::vector<float> gout(N * C, 7.0f), lse(R), gdqkv(N * 3 * C, 7.0f), gscratch(2 * int64_t(chunk_heads) * T * T);
-    CpuAttentionExec x;
-    cuda::attention_forward_plan(x, gout.data(), lse.data(), gscratch.data(), qkv.data(), B, T, C, NH, chunk_heads);
-    expect_close(gout, out, 2e-6f, "attention out");
-    const int hs = C / NH;
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t t = r % T, h = (r / T) % NH, b = r / (int64_t(T) * NH);
-      double z = 0.0;
-      const float* q = qkv.data() + (b * T + t) * 3 * C + h * hs;
-      for (int64_t s = 0; s <= t; ++s) {
-        const float* k = qkv.data() + (b * T + s) * 3 * C + C + h * hs;
-        double dot = 0.0;
-        for (int d = 0; d < hs; ++d) dot += double(q[d]) * k[d];
-        z += std::exp(dot / std::sqrt(double(hs)));
+  for (const auto& [NH, KV] : {std::pair(3, 3), std::pair(6, 3), std::pair(4, 1)}) {
+    const int B = 2, T = 32, C = 48, hs = C / NH;
+    const int64_t N = int64_t(B) * T, R = int64_t(B) * NH * T, W = C + 2 * int64_t(KV) * hs;
+    const auto qkv = randn(N * W, 30), dout = randn(N * C, 31);
+    std::vector<float> out(N * C), stats(R * 2), dqkv(N * W), scratch(cpu::attention_scratch_floats(T));
+    cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, KV);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
+                            DType::kF32);
+    ASSERT_EQ(cuda::attention_chunk_heads(T, NH), NH);
+    for (int chunk_heads : {NH, 2}) {
+      SCOPED_TRACE(::testing::Message() << NH << " heads over " << KV << ", " << chunk_heads << " heads a chunk");
+      std::vector<float> gout(N * C, 7.0f), lse(R), gdqkv(N * W, 7.0f), gscratch(2 * int64_t(chunk_heads) * T * T);
+      CpuAttentionExec x;
+      cuda::attention_forward_plan(x, gout.data(), lse.data(), gscratch.data(), qkv.data(), B, T, C, NH, KV,
+                                   chunk_heads);
+      expect_close(gout, out, 2e-6f, "attention out");
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t t = r % T, h = (r / T) % NH, b = r / (int64_t(T) * NH);
+        double z = 0.0;
+        const float* q = qkv.data() + (b * T + t) * W + h * hs;
+        for (int64_t s = 0; s <= t; ++s) {
+          const float* k = qkv.data() + (b * T + s) * W + C + h / (NH / KV) * hs;
+          double dot = 0.0;
+          for (int d = 0; d < hs; ++d) dot += double(q[d]) * k[d];
+          z += std::exp(dot / std::sqrt(double(hs)));
+        }
+        ASSERT_NEAR(lse[r], std::log(z), 1e-5) << "row " << r;
       }
-      ASSERT_NEAR(lse[r], std::log(z), 1e-5) << "row " << r;
+      cuda::attention_backward_plan(x, gdqkv.data(), dout.data(), qkv.data(), lse.data(), gscratch.data(), B, T, C, NH,
+                                    KV, chunk_heads);
+      expect_close(gdqkv, dqkv, 2e-6f, "attention dqkv");
     }
-    cuda::attention_backward_plan(x, gdqkv.data(), dout.data(), qkv.data(), lse.data(), gscratch.data(), B, T, C, NH,
-                                  chunk_heads);
-    expect_close(gdqkv, dqkv, 2e-6f, "attention dqkv");
   }
 }
 
@@ -1315,21 +1319,21 @@ class PlanAttentionTable : public Kernels {
   explicit PlanAttentionTable(std::unique_ptr<Kernels> cpu) : k_(std::move(cpu)) {}
   KernelMemory memory() const override { return {KernelBackend::kCuda}; }
   DType operand_type() const override { return DType::kF32; }
-  void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C,
-                         int NH) override {
+  void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C, int NH,
+                         int KV) override {
     CpuDevice::launch(s, [=] {
       CpuAttentionExec x;
       cuda::attention_forward_plan(x, static_cast<float*>(out), lse, scratch, static_cast<const float*>(qkv), B, T, C,
-                                   NH, cuda::attention_chunk_heads(T, NH));
+                                   NH, KV, cuda::attention_chunk_heads(T, NH));
     });
   }
   // As the CUDA table, it rounds nothing.
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void*, const float* lse,
-                          float* scratch, int B, int T, int C, int NH, DType) override {
+                          float* scratch, int B, int T, int C, int NH, int KV, DType) override {
     CpuDevice::launch(s, [=] {
       CpuAttentionExec x;
       cuda::attention_backward_plan(x, static_cast<float*>(dqkv), static_cast<const float*>(dout),
-                                    static_cast<const float*>(qkv), lse, scratch, B, T, C, NH,
+                                    static_cast<const float*>(qkv), lse, scratch, B, T, C, NH, KV,
                                     cuda::attention_chunk_heads(T, NH));
     });
   }

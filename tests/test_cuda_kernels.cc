@@ -277,8 +277,8 @@ TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
     expect_close(down_as(t, g_y, y.size()), rounded(t, y), tol(t, 1e-6f), "swiglu");
     expect_close(down_as(t, g_dgu, dgu.size()), rounded(t, dgu), tol(t, 1e-6f), "swiglu_backward");
 
-    auto qkv = randn(N * rs.width(), 67), datt = randn(N * 3 * rs.C(), 68);
-    std::vector<float> att(N * 3 * rs.C()), dqkv(N * rs.width());
+    auto qkv = randn(N * rs.width(), 67), datt = randn(N * rs.width(), 68);
+    std::vector<float> att(N * rs.width()), dqkv(N * rs.width());
     void *g_att = up_as(t, att), *g_dqkv = up_as(t, dqkv);
     k->rope_forward(s(), g_att, up_as(t, qkv), g_rope, rs, N);
     k->rope_backward(s(), g_dqkv, up_as(t, datt), g_rope, rs, N);
@@ -348,33 +348,37 @@ TEST_F(CudaTable, EmbeddingForwardAndItsDeterministicBackward) {
 
 // T = 72: rows of scores not a whole number of warps; 1024 and 4096 at head
 // widths 64 and 128, the presets' (4096: the CPU takes its query rows in
-// blocks, the GPU a head a chunk).
+// blocks, the GPU a head a chunk); grouped-query attention at Llama-3.2-1B's
+// 32 heads over 8 and two heads over one.
 TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
   ASSERT_EQ(k_->attention_row_stats(), 1);
   struct Shape {
-    int B, T, C, NH;
+    int B, T, C, NH, KV;
   };
-  for (const Shape& sh : {Shape{2, 72, 128, 2}, Shape{1, 1024, 768, 12}, Shape{1, 1024, 256, 2}, Shape{1, 4096, 128, 2},
-                          Shape{1, 4096, 256, 2}}) {
-    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
-    const int64_t N = int64_t(B) * T;
+  for (const Shape& sh :
+       {Shape{2, 72, 128, 2, 2}, Shape{1, 1024, 768, 12, 12}, Shape{1, 1024, 256, 2, 2}, Shape{1, 4096, 128, 2, 2},
+        Shape{1, 4096, 256, 2, 2}, Shape{2, 72, 128, 2, 1}, Shape{1, 1024, 2048, 32, 8}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, KV = sh.KV;
+    const int64_t N = int64_t(B) * T, W = C + 2 * int64_t(KV) * (C / NH);
     for (DType t : kOperandTypes) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", T " << T << ", head width " << C / NH);
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", T " << T << ", head width " << C / NH << ", " << NH
+                                        << " heads over " << KV);
       auto k = table(t);
-      auto qkv = randn(N * 3 * C, 30), dout = randn(N * C, 31);
-      std::vector<float> out(N * C), stats(int64_t(B) * NH * T * 2), dqkv(N * 3 * C);
+      auto qkv = randn(N * W, 30), dout = randn(N * C, 31);
+      std::vector<float> out(N * C), stats(int64_t(B) * NH * T * 2), dqkv(N * W);
       void* g_out = up_as(t, out);
       float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
       float* g_scratch = up(std::vector<float>(k->attention_scratch_floats(B, T, C, NH)));
       void* g_dqkv = up_as(t, dqkv);
       const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
-      k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH);
-      k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_out, g_lse, g_scratch, B, T, C, NH, DType::kF32);
+      k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH, KV);
+      k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_out, g_lse, g_scratch, B, T, C, NH, KV, DType::kF32);
       std::vector<float> scratch(cpu::attention_scratch_floats(T));
       // The CPU from the operands the GPU was given.
       const std::vector<float> q = rounded(t, qkv), dy = rounded(t, dout);
-      cpu::attention_forward(out.data(), stats.data(), scratch.data(), q.data(), B, T, C, NH);
-      cpu::attention_backward(dqkv.data(), dy.data(), q.data(), stats.data(), scratch.data(), B, T, C, NH, DType::kF32);
+      cpu::attention_forward(out.data(), stats.data(), scratch.data(), q.data(), B, T, C, NH, KV);
+      cpu::attention_backward(dqkv.data(), dy.data(), q.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
+                              DType::kF32);
       const float rel = t == DType::kF32 ? 1e-5f : 1e-2f;
       expect_close(down_as(t, g_out, out.size()), out, rel, "attention out");
       expect_close(down_as(t, g_dqkv, dqkv.size()), dqkv, rel, "attention dqkv");

@@ -340,19 +340,19 @@ TEST(CpuKernelTable, EveryOpOnAThreadedStreamEqualsTheDirectCall) {
   std::vector<float> scratch(k.attention_scratch_floats(B, T, C, NH));
   same(
       "attention_forward", N * C + stats,
-      [&](float* o) { k.attention_forward(s, o, o + N * C, scratch.data(), x.data(), B, T, C, NH); },
-      [&](float* o) { cpu::attention_forward(o, o + N * C, scratch.data(), x.data(), B, T, C, NH); });
+      [&](float* o) { k.attention_forward(s, o, o + N * C, scratch.data(), x.data(), B, T, C, NH, NH); },
+      [&](float* o) { cpu::attention_forward(o, o + N * C, scratch.data(), x.data(), B, T, C, NH, NH); });
   std::vector<float> row_stats(stats), fwd(N * C);
-  cpu::attention_forward(fwd.data(), row_stats.data(), scratch.data(), x.data(), B, T, C, NH);
+  cpu::attention_forward(fwd.data(), row_stats.data(), scratch.data(), x.data(), B, T, C, NH, NH);
   for (DType rounded : {DType::kF32, DType::kBF16}) {
     same(
         absl::StrCat("attention_backward, rounded to ", dtype_name(rounded)), N * 3 * C,
         [&](float* o) {
           k.attention_backward(s, o, dout.data(), x.data(), fwd.data(), row_stats.data(), scratch.data(), B, T, C, NH,
-                               rounded);
+                               NH, rounded);
         },
         [&](float* o) {
-          cpu::attention_backward(o, dout.data(), x.data(), row_stats.data(), scratch.data(), B, T, C, NH, rounded);
+          cpu::attention_backward(o, dout.data(), x.data(), row_stats.data(), scratch.data(), B, T, C, NH, NH, rounded);
         });
   }
   same(

@@ -87,39 +87,47 @@ TEST(KernelGradients, LayerNorm) {
   expect_grad("b", f, b, db, 17);
 }
 
+// Multi-head, and grouped-query with two query heads a key and value head.
 TEST(KernelGradients, Attention) {
-  const int B = 2, T = 5, C = 8, NH = 2;
-  auto qkv = random_vector(B * T * 3 * C, 21);
-  const auto r = random_vector(B * T * C, 22);
-  std::vector<float> out(B * T * C), stats(B * NH * T * 2), scratch(cpu::attention_scratch_floats(T));
-  auto f = [&] {
-    cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH);
-    return weighted_sum(out, r);
-  };
-  f();
-  std::vector<float> dqkv(qkv.size());
-  cpu::attention_backward(dqkv.data(), r.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, DType::kF32);
-  expect_grad("qkv", f, qkv, dqkv, 23);
-  // Causality: the output at position t must not depend on any later key or value.
-  f();  // the finite differences left `out` at a perturbed input
-  const std::vector<float> before = out;
-  for (int c = C; c < 3 * C; ++c) qkv[(0 * T + T - 1) * 3 * C + c] += 1.0f;  // last position's k, v
-  f();
-  for (int t = 0; t < T - 1; ++t) {
-    for (int c = 0; c < C; ++c) EXPECT_EQ(out[t * C + c], before[t * C + c]) << "t " << t;
+  for (const int KV : {2, 1}) {
+    SCOPED_TRACE(::testing::Message() << KV << " key and value heads");
+    const int B = 2, T = 5, C = 8, NH = 2, W = C + 2 * KV * (C / NH);
+    auto qkv = random_vector(B * T * W, 21);
+    const auto r = random_vector(B * T * C, 22);
+    std::vector<float> out(B * T * C), stats(B * NH * T * 2), scratch(cpu::attention_scratch_floats(T));
+    auto f = [&] {
+      cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, KV);
+      return weighted_sum(out, r);
+    };
+    f();
+    std::vector<float> dqkv(qkv.size());
+    cpu::attention_backward(dqkv.data(), r.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
+                            DType::kF32);
+    expect_grad("qkv", f, qkv, dqkv, 23);
+    // Causality: the output at position t must not depend on any later key or value.
+    f();  // the finite differences left `out` at a perturbed input
+    const std::vector<float> before = out;
+    for (int c = C; c < W; ++c) qkv[(0 * T + T - 1) * W + c] += 1.0f;  // last position's k, v
+    f();
+    for (int t = 0; t < T - 1; ++t) {
+      for (int c = 0; c < C; ++c) EXPECT_EQ(out[t * C + c], before[t * C + c]) << "t " << t;
+    }
   }
 }
 
 // Attention in double from its definition: out = softmax(QK^T / sqrt(hs),
-// causal) V and, for the gradient dout, dqkv by the chain rule.
+// causal) V and, for the gradient dout, dqkv by the chain rule; query head
+// h reads key and value head h / (NH / KV).
 struct NaiveAttention {
   std::vector<double> out, dqkv;
-  NaiveAttention(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH)
+  NaiveAttention(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH, int KV)
       : out(int64_t(B) * T * C), dqkv(qkv.size()) {
     const int hs = C / NH;
+    const int64_t W = C + 2 * int64_t(KV) * hs;
     const double scale = 1.0 / std::sqrt(double(hs));
     auto at = [&](int b, int t, int part, int h, int d) {
-      return (int64_t(b) * T + t) * 3 * C + part * C + h * hs + d;
+      const int head = part == 0 ? h : h / (NH / KV);
+      return (int64_t(b) * T + t) * W + (part == 0 ? 0 : C + (part - 1) * int64_t(KV) * hs) + head * hs + d;
     };
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
@@ -165,19 +173,24 @@ TEST(Attention, QueryRowsInBlocksGiveAttentionInDouble) {
   EXPECT_EQ(cpu::attention_block_rows(4096), 1024);
   EXPECT_EQ(cpu::attention_block_rows(8192), 512);
   EXPECT_EQ(cpu::attention_scratch_floats(8192, 3), 2 * 3 * 512 * 8192);
-  const int B = 2, T = 37, C = 24, NH = 3;
-  const auto qkv = random_vector(B * T * 3 * C, 71), dout = random_vector(B * T * C, 72);
-  const NaiveAttention want(qkv, dout, B, T, C, NH);
-  for (int rows : {T, 8, 1}) {
-    SCOPED_TRACE(::testing::Message() << rows << " rows a block");
-    std::vector<float> out(B * T * C, 7.0f), stats(B * NH * T * 2), dqkv(qkv.size(), 7.0f),
-        scratch(2 * int64_t(omp_get_max_threads()) * rows * T);
-    cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, rows);
-    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH,
-                            DType::kF32, rows);
-    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want.out[i], 1e-5 * (1 + std::fabs(want.out[i]))) << i;
-    for (size_t i = 0; i < dqkv.size(); ++i) {
-      ASSERT_NEAR(dqkv[i], want.dqkv[i], 1e-5 * (1 + std::fabs(want.dqkv[i]))) << i;
+  const int B = 2, T = 37, C = 24;
+  for (const auto& [NH, KV] : {std::pair(3, 3), std::pair(4, 2), std::pair(4, 1)}) {
+    const int W = C + 2 * KV * (C / NH);
+    const auto qkv = random_vector(B * T * W, 71), dout = random_vector(B * T * C, 72);
+    const NaiveAttention want(qkv, dout, B, T, C, NH, KV);
+    for (int rows : {T, 8, 1}) {
+      SCOPED_TRACE(::testing::Message() << NH << " heads over " << KV << ", " << rows << " rows a block");
+      std::vector<float> out(B * T * C, 7.0f), stats(B * NH * T * 2), dqkv(qkv.size(), 7.0f),
+          scratch(2 * int64_t(omp_get_max_threads()) * rows * T);
+      cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, KV, rows);
+      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
+                              DType::kF32, rows);
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_NEAR(out[i], want.out[i], 1e-5 * (1 + std::fabs(want.out[i]))) << i;
+      }
+      for (size_t i = 0; i < dqkv.size(); ++i) {
+        ASSERT_NEAR(dqkv[i], want.dqkv[i], 1e-5 * (1 + std::fabs(want.dqkv[i]))) << i;
+      }
     }
   }
 }
@@ -188,10 +201,11 @@ TEST(Attention, TheBackwardTakesTheProbabilitiesAtTheRoundedTypesValues) {
   const int B = 1, T = 9, C = 8, NH = 2;
   const auto qkv = random_vector(B * T * 3 * C, 73), dout = random_vector(B * T * C, 74);
   std::vector<float> out(B * T * C), stats(B * NH * T * 2), scratch(cpu::attention_scratch_floats(T));
-  cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH);
+  cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, NH);
   std::vector<float> f32(qkv.size()), bf16(qkv.size());
-  cpu::attention_backward(f32.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, DType::kF32);
-  cpu::attention_backward(bf16.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH,
+  cpu::attention_backward(f32.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, NH,
+                          DType::kF32);
+  cpu::attention_backward(bf16.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, NH,
                           DType::kBF16);
   // dV = P^T dY in double from bf16 probabilities: P from the statistics.
   const int hs = C / NH;

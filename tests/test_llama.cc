@@ -155,10 +155,9 @@ TEST(LlamaRope, LlamaThreeScalingKeepsShortWavesAndSlowsLongOnes) {
 }
 
 // The rotary input: q and k turned as transformers' rotate_half turns
-// them, each key and value head repeated for its query heads; the
-// backward is the forward's adjoint (the forward is linear), so
-// <dy, F x> = <B dy, x>.
-TEST(LlamaRope, AttentionInputTurnsQAndKRepeatsKeyHeadsAndItsBackwardIsTheAdjoint) {
+// them, v as it is, each head in its place; the backward is the forward's
+// adjoint (the forward is linear), so <dy, F x> = <B dy, x>.
+TEST(LlamaRope, AttentionInputTurnsQAndKAndItsBackwardIsTheAdjoint) {
   const int T = 6, B = 2, NH = 4, KV = 2, hd = 8, N = B * T;
   GptConfig c = *gpt_preset("llama-tiny");
   c.n_embd = NH * hd;
@@ -167,16 +166,13 @@ TEST(LlamaRope, AttentionInputTurnsQAndKRepeatsKeyHeadsAndItsBackwardIsTheAdjoin
   const std::vector<float> table = rope_table(c, T);
   const RopeShape s{T, NH, KV, hd};
   const int64_t W = s.width(), C = s.C();
-  std::vector<float> qkv = random_vector(N * W, 6), out(N * 3 * C);
+  std::vector<float> qkv = random_vector(N * W, 6), out(N * W);
   cpu::rope_forward(out.data(), qkv.data(), table.data(), s, N);
   const std::vector<float> inv = rope_inv_freq(c);
   for (int n = 0; n < N; ++n) {
     const int pos = n % T;
     for (int h = 0; h < NH; ++h) {
-      const int kvh = h / (NH / KV);
       const float* q = &qkv[n * W + h * hd];
-      const float* k = &qkv[n * W + C + kvh * hd];
-      const float* v = &qkv[n * W + C + KV * hd + kvh * hd];
       for (int d = 0; d < hd; ++d) {
         const int i = d % (hd / 2);
         const double a = double(float(pos) * inv[i]), cs = std::cos(a), sn = std::sin(a);
@@ -184,13 +180,16 @@ TEST(LlamaRope, AttentionInputTurnsQAndKRepeatsKeyHeadsAndItsBackwardIsTheAdjoin
         const auto turned = [&](const float* x) {
           return d < hd / 2 ? x[d] * cs - x[d + hd / 2] * sn : x[d] * cs + x[d - hd / 2] * sn;
         };
-        EXPECT_NEAR(out[n * 3 * C + h * hd + d], turned(q), 1e-5);
-        EXPECT_NEAR(out[n * 3 * C + C + h * hd + d], turned(k), 1e-5);
-        EXPECT_EQ(out[n * 3 * C + 2 * C + h * hd + d], v[d]);
+        EXPECT_NEAR(out[n * W + h * hd + d], turned(q), 1e-5);
+        if (h >= KV) continue;
+        const float* k = &qkv[n * W + C + h * hd];
+        const float* v = &qkv[n * W + C + KV * hd + h * hd];
+        EXPECT_NEAR(out[n * W + C + h * hd + d], turned(k), 1e-5);
+        EXPECT_EQ(out[n * W + C + KV * hd + h * hd + d], v[d]);
       }
     }
   }
-  const std::vector<float> dy = random_vector(N * 3 * C, 7);
+  const std::vector<float> dy = random_vector(N * W, 7);
   std::vector<float> dx(N * W);
   cpu::rope_backward(dx.data(), dy.data(), table.data(), s, N);
   const double lhs = weighted(out, dy), rhs = weighted(qkv, dx);

@@ -1,7 +1,9 @@
 // The attention graphs handed to cuDNN (runtime/kernels/cuda/sdpa_graph.h),
 // checked without a GPU: an interpreter runs each operation as cuDNN's
-// backend documents it (strided views, broadcasting, reductions over the
-// last dimension, reshapes as other views of the same bytes) on the model's
+// backend documents it (strided views, broadcasting, a product's operand
+// of fewer heads shared by consecutive ones, reductions over the last
+// dimension or over groups of heads, reshapes as other views of the same
+// bytes) on the model's
 // buffers, against the CPU attention kernel; every handed-over view covers
 // its buffer exactly; and, where the build has cuDNN, cuDNN itself takes
 // every tensor, operation and graph (all it checks before a GPU is needed).
@@ -114,19 +116,28 @@ class Interpreter {
     return v[i];
   }
 
+  // Over [B, H] batches; an operand of H / g heads serves each run of g
+  // consecutive heads (grouped-query attention).
   std::vector<float> matmul(const SdpaOp& op, const SdpaTensor& y) {
     const SdpaTensor &a = tensor(op.in[0]), &b = tensor(op.in[1]);
     EXPECT_EQ(a.dims[3], b.dims[2]) << "inner dimensions of the product into " << op.out;
     EXPECT_EQ(y.dims[2], a.dims[2]) << op.out;
     EXPECT_EQ(y.dims[3], b.dims[3]) << op.out;
+    const int64_t H = y.dims[1];
+    for (const SdpaTensor* x : {&a, &b}) {
+      EXPECT_EQ(x->dims[0], y.dims[0]) << op.out;
+      EXPECT_TRUE(x->dims[1] > 0 && H % x->dims[1] == 0) << "heads of the product into " << op.out;
+    }
     const std::vector<float>&va = at(op.in[0]), &vb = at(op.in[1]);
     const int64_t M = y.dims[2], N = y.dims[3], K = a.dims[3];
+    const auto batch = [&](const SdpaTensor& x, int64_t bh) { return bh / H * x.dims[1] + bh % H / (H / x.dims[1]); };
     std::vector<float> out(numel(y.dims));
-    for (int64_t bh = 0; bh < y.dims[0] * y.dims[1]; ++bh) {
+    for (int64_t bh = 0; bh < y.dims[0] * H; ++bh) {
+      const int64_t ba = batch(a, bh), bb = batch(b, bh);
       for (int64_t m = 0; m < M; ++m) {
         for (int64_t n = 0; n < N; ++n) {
           double acc = 0.0;
-          for (int64_t k = 0; k < K; ++k) acc += double(va[(bh * M + m) * K + k]) * vb[(bh * K + k) * N + n];
+          for (int64_t k = 0; k < K; ++k) acc += double(va[(ba * M + m) * K + k]) * vb[(bb * K + k) * N + n];
           out[(bh * M + m) * N + n] = static_cast<float>(acc);
         }
       }
@@ -175,21 +186,23 @@ class Interpreter {
     return out;
   }
 
-  // Over the last dimension, into a tensor whose last dimension is 1.
+  // Each dimension of y is x's, or 1 (reduced over), or x's over a whole
+  // number g (each run of g consecutive indices reduced: heads into the
+  // key and value heads they share).
   std::vector<float> reduce(const SdpaOp& op, const SdpaTensor& y) {
     const SdpaTensor& x = tensor(op.in[0]);
-    EXPECT_EQ(y.dims[3], 1) << op.out;
-    const std::vector<float>& v = at(op.in[0]);
-    const int64_t n = x.dims[3];
-    std::vector<float> out(numel(y.dims));
-    for (int64_t r = 0; r < numel(y.dims); ++r) {
-      double acc = op.mode == SdpaMode::kMax ? -INFINITY : 0.0;
-      for (int64_t k = 0; k < n; ++k) {
-        acc = op.mode == SdpaMode::kMax ? std::max(acc, double(v[r * n + k])) : acc + v[r * n + k];
-      }
-      out[r] = static_cast<float>(acc);
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_TRUE(y.dims[k] > 0 && x.dims[k] % y.dims[k] == 0) << "dim " << k << " of " << op.out;
     }
-    return out;
+    const std::vector<float>& v = at(op.in[0]);
+    std::vector<double> acc(numel(y.dims), op.mode == SdpaMode::kMax ? -INFINITY : 0.0);
+    for (int64_t i = 0; i < numel(x.dims); ++i) {
+      const SdpaDims xi = index_of(i, x.dims);
+      int64_t r = 0;
+      for (int k = 0; k < 4; ++k) r = r * y.dims[k] + xi[k] / (x.dims[k] / y.dims[k]);
+      acc[r] = op.mode == SdpaMode::kMax ? std::max(acc[r], double(v[i])) : acc[r] + v[i];
+    }
+    return {acc.begin(), acc.end()};
   }
 
   // The same bytes seen through y's dims and strides.
@@ -224,11 +237,11 @@ struct Attention {
 // The CPU kernel's attention, its statistics as the GPU's log-sum-exp.
 Attention cpu_attention(const std::vector<float>& qkv, const std::vector<float>& dout, const SdpaShape& s) {
   const int64_t N = int64_t(s.B) * s.T, rows = N * s.NH;
-  Attention a{std::vector<float>(N * s.C), std::vector<float>(rows), std::vector<float>(N * 3 * s.C)};
+  Attention a{std::vector<float>(N * s.C), std::vector<float>(rows), std::vector<float>(N * s.width())};
   std::vector<float> stats(rows * 2), scratch(cpu::attention_scratch_floats(s.T));
-  cpu::attention_forward(a.out.data(), stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  cpu::attention_forward(a.out.data(), stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.KV);
   cpu::attention_backward(a.dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), s.B, s.T, s.C, s.NH,
-                          DType::kF32);
+                          s.KV, DType::kF32);
   for (int64_t r = 0; r < rows; ++r) a.lse[r] = stats[2 * r] - std::log(stats[2 * r + 1]);
   return a;
 }
@@ -240,7 +253,7 @@ Attention graph_attention(const std::vector<float>& qkv, const std::vector<float
   if (split.sequences == 0) split = {s.B, s.NH};
   const int64_t N = int64_t(s.B) * s.T;
   Attention a{std::vector<float>(N * s.C, 7.0f), std::vector<float>(N * s.NH, 7.0f),
-              std::vector<float>(N * 3 * s.C, 7.0f)};
+              std::vector<float>(N * s.width(), 7.0f)};
   std::vector<float> q = qkv, dy = dout;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs()));
   SdpaShape part = s;
@@ -274,49 +287,60 @@ Attention graph_attention(const std::vector<float>& qkv, const std::vector<float
 }
 
 // In fp32 the graphs are the CPU kernel's attention; with the GPU's 16-bit
-// probabilities (rounded before the second product and dV, dK), within
-// what bf16's 8 bits of mantissa allow.
+// probabilities (rounded before the second product and dV, dK; and each
+// query head's dK and dV before their sum), within what bf16's 8 bits of
+// mantissa allow. Multi-head, and grouped-query with key and value heads
+// shared by two and by four query heads.
 TEST(SdpaGraph, RunsAsTheCpuAttentionOnTheModelsBuffers) {
-  const SdpaShape s{2, 13, 24, 3, SdpaType::kBF16};  // T not a multiple of anything
-  const int64_t N = int64_t(s.B) * s.T;
-  const auto qkv = testing::randn(N * 3 * s.C, 81), dout = testing::randn(N * s.C, 82);
-  const Attention want = cpu_attention(qkv, dout, s);
-  for (bool round : {false, true}) {
-    SCOPED_TRACE(round ? "16-bit probabilities" : "fp32");
-    const Attention got = graph_attention(qkv, dout, s, round);
-    const float rel = round ? 1e-2f : 1e-5f;
-    testing::expect_close(got.out, want.out, rel, "out");
-    testing::expect_close(got.lse, want.lse, 1e-5f, "lse");
-    testing::expect_close(got.dqkv, want.dqkv, rel, "dqkv");
+  // T not a multiple of anything.
+  for (const SdpaShape& s : {SdpaShape{2, 13, 24, 3, 3, SdpaType::kBF16}, SdpaShape{2, 13, 24, 4, 2, SdpaType::kBF16},
+                             SdpaShape{1, 13, 32, 4, 1, SdpaType::kF16}}) {
+    const int64_t N = int64_t(s.B) * s.T;
+    const auto qkv = testing::randn(N * s.width(), 81), dout = testing::randn(N * s.C, 82);
+    const Attention want = cpu_attention(qkv, dout, s);
+    for (bool round : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << s.NH << " heads over " << s.KV << (round ? ", 16-bit" : ", fp32"));
+      const Attention got = graph_attention(qkv, dout, s, round);
+      const float rel = round ? 1e-2f : 1e-5f;
+      testing::expect_close(got.out, want.out, rel, "out");
+      testing::expect_close(got.lse, want.lse, 1e-5f, "lse");
+      testing::expect_close(got.dqkv, want.dqkv, rel, "dqkv");
+    }
   }
 }
 
 // A shape run a part a call, as the CUDA table does where cuDNN's
 // workspace for all of it is past attention's scratch, is bitwise the
-// shape run at once: each part's views are the whole's, moved.
+// shape run at once: each part's views are the whole's, moved (a part of
+// grouped-query heads takes whole groups).
 TEST(SdpaGraph, PartsOfAShapeAreTheWholeCall) {
-  const SdpaShape s{4, 11, 24, 4, SdpaType::kBF16};
-  const int64_t N = int64_t(s.B) * s.T;
-  const auto qkv = testing::randn(N * 3 * s.C, 83), dout = testing::randn(N * s.C, 84);
-  const Attention whole = graph_attention(qkv, dout, s, true);
-  for (const cuda::SdpaSplit split :
-       {cuda::SdpaSplit{2, 4}, cuda::SdpaSplit{1, 4}, cuda::SdpaSplit{1, 2}, cuda::SdpaSplit{1, 1}}) {
-    SCOPED_TRACE(::testing::Message() << split.sequences << " sequences of " << split.heads << " heads a call");
-    const Attention parts = graph_attention(qkv, dout, s, true, split);
-    EXPECT_EQ(testing::bits(parts.out), testing::bits(whole.out));
-    EXPECT_EQ(testing::bits(parts.lse), testing::bits(whole.lse));
-    EXPECT_EQ(testing::bits(parts.dqkv), testing::bits(whole.dqkv));
+  for (const auto& [s, splits] :
+       {std::pair(SdpaShape{4, 11, 24, 4, 4, SdpaType::kBF16},
+                  std::vector<cuda::SdpaSplit>{{2, 4}, {1, 4}, {1, 2}, {1, 1}}),
+        std::pair(SdpaShape{2, 11, 48, 8, 2, SdpaType::kBF16}, std::vector<cuda::SdpaSplit>{{1, 8}, {1, 4}})}) {
+    const int64_t N = int64_t(s.B) * s.T;
+    const auto qkv = testing::randn(N * s.width(), 83), dout = testing::randn(N * s.C, 84);
+    const Attention whole = graph_attention(qkv, dout, s, true);
+    for (const cuda::SdpaSplit split : splits) {
+      SCOPED_TRACE(::testing::Message() << s.NH << " heads over " << s.KV << ", " << split.sequences << " sequences of "
+                                        << split.heads << " heads a call");
+      const Attention parts = graph_attention(qkv, dout, s, true, split);
+      EXPECT_EQ(testing::bits(parts.out), testing::bits(whole.out));
+      EXPECT_EQ(testing::bits(parts.lse), testing::bits(whole.lse));
+      EXPECT_EQ(testing::bits(parts.dqkv), testing::bits(whole.dqkv));
+    }
   }
 }
 
 // The part a call takes: all of it first, then the most sequences (a
-// divisor of B), then the most heads of one sequence (a divisor of NH);
-// none where one head does not fit.
+// divisor of B), then the most heads of one sequence (a divisor of NH, in
+// whole groups of query heads that share a key and value head); none
+// where one group does not fit.
 TEST(SdpaGraph, APartIsTheLargestThatFits) {
   // Fits where the part's sequences times heads are at most `most`.
   const auto within = [](int most) { return [most](int n, int m) { return n * m <= most; }; };
-  const auto split = [](int B, int NH, auto fits) {
-    const cuda::SdpaSplit p = cuda::sdpa_split(B, NH, fits);
+  const auto split = [](int B, int NH, auto fits, int group = 1) {
+    const cuda::SdpaSplit p = cuda::sdpa_split(B, NH, group, fits);
     return std::pair(p.sequences, p.heads);
   };
   EXPECT_EQ(split(8, 4, within(32)), std::pair(8, 4));
@@ -326,6 +350,10 @@ TEST(SdpaGraph, APartIsTheLargestThatFits) {
   EXPECT_EQ(split(2, 32, within(31)), std::pair(1, 16));
   EXPECT_EQ(split(1, 24, within(7)), std::pair(1, 6));
   EXPECT_EQ(split(4, 8, within(0)), std::pair(0, 0));
+  EXPECT_EQ(split(1, 32, within(31), 4), std::pair(1, 16));
+  EXPECT_EQ(split(1, 32, within(7), 4), std::pair(1, 4));
+  EXPECT_EQ(split(1, 12, within(5), 6), std::pair(0, 0));
+  EXPECT_EQ(split(1, 24, within(11), 4), std::pair(1, 8));
   std::vector<std::pair<int, int>> tried;
   split(4, 6, [&](int n, int m) {
     tried.emplace_back(n, m);
@@ -334,15 +362,19 @@ TEST(SdpaGraph, APartIsTheLargestThatFits) {
   EXPECT_EQ(tried, (std::vector<std::pair<int, int>>{{4, 6}, {2, 6}, {1, 6}, {1, 3}, {1, 2}}));
 }
 
-// Q, K and V (as K^T and V^T too) read each element of their third of
-// qkv once and nothing else; O and dO their buffer's; dQ, dK and dV write
-// all of dqkv once: the whole shape at once, or its parts together (each
-// call's row sums its own).
+// Q, K and V (as K^T and V^T too) read each element of their part of qkv
+// once and nothing else; O and dO their buffer's; dQ, dK and dV write all
+// of dqkv once: the whole shape at once, or its parts together (each
+// call's row sums its own); multi-head and grouped-query.
 TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
-  const SdpaShape s{3, 10, 32, 4, SdpaType::kF16};
-  const int64_t N = int64_t(s.B) * s.T, C = s.C;
-  for (const cuda::SdpaSplit split : {cuda::SdpaSplit{3, 4}, cuda::SdpaSplit{1, 4}, cuda::SdpaSplit{1, 2}}) {
-    SCOPED_TRACE(::testing::Message() << split.sequences << " sequences of " << split.heads << " heads a call");
+  for (const auto& [s, split] : {std::pair(SdpaShape{3, 10, 32, 4, 4, SdpaType::kF16}, cuda::SdpaSplit{3, 4}),
+                                 std::pair(SdpaShape{3, 10, 32, 4, 4, SdpaType::kF16}, cuda::SdpaSplit{1, 4}),
+                                 std::pair(SdpaShape{3, 10, 32, 4, 4, SdpaType::kF16}, cuda::SdpaSplit{1, 2}),
+                                 std::pair(SdpaShape{2, 10, 32, 4, 2, SdpaType::kBF16}, cuda::SdpaSplit{2, 4}),
+                                 std::pair(SdpaShape{2, 10, 32, 4, 2, SdpaType::kBF16}, cuda::SdpaSplit{1, 2})}) {
+    const int64_t N = int64_t(s.B) * s.T, C = s.C, QKV = N * s.width();
+    SCOPED_TRACE(::testing::Message() << s.NH << " heads over " << s.KV << ", " << split.sequences << " sequences of "
+                                      << split.heads << " heads a call");
     SdpaShape part = s;
     part.B = split.sequences;
     part.heads = split.heads == s.NH ? 0 : split.heads;
@@ -350,9 +382,9 @@ TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
     for (const SdpaGraph& g : {cuda::sdpa_forward_graph(part), cuda::sdpa_backward_graph(part)}) {
       std::map<int64_t, std::vector<int>> hits;  // by buffer: 0 qkv, 1 out, 2 dout, 3 dqkv, 4 lse, 5 row dot
       const std::map<int64_t, std::pair<int, int64_t>> buffer = {
-          {cuda::kSdpaQ, {0, 3 * N * C}},    {cuda::kSdpaK, {0, 3 * N * C}},  {cuda::kSdpaV, {0, 3 * N * C}},
-          {cuda::kSdpaO, {1, N * C}},        {cuda::kSdpaDO, {2, N * C}},     {cuda::kSdpaDQ, {3, 3 * N * C}},
-          {cuda::kSdpaDK, {3, 3 * N * C}},   {cuda::kSdpaDV, {3, 3 * N * C}}, {cuda::kSdpaLse, {4, N * s.NH}},
+          {cuda::kSdpaQ, {0, QKV}},          {cuda::kSdpaK, {0, QKV}},    {cuda::kSdpaV, {0, QKV}},
+          {cuda::kSdpaO, {1, N * C}},        {cuda::kSdpaDO, {2, N * C}}, {cuda::kSdpaDQ, {3, QKV}},
+          {cuda::kSdpaDK, {3, QKV}},         {cuda::kSdpaDV, {3, QKV}},   {cuda::kSdpaLse, {4, N * s.NH}},
           {cuda::kSdpaRowDot, {5, row_dots}}};
       for (int b = 0; b < s.B; b += split.sequences) {
         for (int h = 0; h < s.NH; h += split.heads) {
@@ -384,14 +416,16 @@ TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
 
 #ifdef ZEROD_WITH_CUDNN
 // cuDNN's backend takes every tensor, operation and the graph of gpt2's and
-// gpt2-xl's attention (heads of 64), of heads of 128, and of 8 of
-// Llama-3.2-1B's 32 query heads at T 8192 (a part a call), in bf16 and
-// fp16: what it checks before a GPU is needed. Whether an engine runs them
-// is scripts/gpu_check.sh's (test_cuda_kernels).
+// gpt2-xl's attention (heads of 64), of heads of 128, of Llama-3.2-1B's 32
+// query heads over 8 (all, and 8 of them at T 8192, a part a call) and of
+// Qwen2.5-1.5B's 12 over 2, in bf16 and fp16: what it checks before a GPU
+// is needed. Whether an engine runs them is scripts/gpu_check.sh's
+// (test_cuda_kernels).
 TEST(SdpaGraph, CudnnTakesEveryDescriptorOfBothGraphs) {
   for (const SdpaShape& s :
-       {SdpaShape{16, 1024, 768, 12, SdpaType::kBF16}, SdpaShape{8, 1024, 1600, 25, SdpaType::kBF16},
-        SdpaShape{1, 4096, 2048, 16, SdpaType::kF16}, SdpaShape{1, 8192, 2048, 32, SdpaType::kBF16, 8}}) {
+       {SdpaShape{16, 1024, 768, 12, 12, SdpaType::kBF16}, SdpaShape{8, 1024, 1600, 25, 25, SdpaType::kBF16},
+        SdpaShape{1, 4096, 2048, 16, 16, SdpaType::kF16}, SdpaShape{8, 2048, 2048, 32, 8, SdpaType::kBF16},
+        SdpaShape{1, 8192, 2048, 32, 8, SdpaType::kBF16, 8}, SdpaShape{8, 2048, 1536, 12, 2, SdpaType::kBF16}}) {
     SCOPED_TRACE(::testing::Message() << "B " << s.B << ", T " << s.T << ", C " << s.C);
     EXPECT_TRUE(cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s)).ok())
         << cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s));
@@ -400,7 +434,7 @@ TEST(SdpaGraph, CudnnTakesEveryDescriptorOfBothGraphs) {
   }
   // Not a check that passes anything: a product whose output has a
   // column too many is refused naming the operation.
-  const SdpaShape s{2, 64, 128, 2, SdpaType::kBF16};
+  const SdpaShape s{2, 64, 128, 2, 2, SdpaType::kBF16};
   SdpaGraph wide = cuda::sdpa_forward_graph(s);
   for (SdpaTensor& t : wide.tensors) t.dims[3] += t.uid == wide.ops[0].out;
   const absl::Status refused = cuda::sdpa_check_descriptors(wide);

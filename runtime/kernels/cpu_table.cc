@@ -34,13 +34,13 @@ class CpuKernels : public Kernels {
   }
   KernelMemory memory() const override { return cpu_kernel_memory(); }
   void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T, int C,
-                         int NH) override {
-    CpuDevice::launch(s, [=] { cpu::attention_forward(f32(out), stats, scratch, f32(qkv), B, T, C, NH); });
+                         int NH, int KV) override {
+    CpuDevice::launch(s, [=] { cpu::attention_forward(f32(out), stats, scratch, f32(qkv), B, T, C, NH, KV); });
   }
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void*, const float* stats,
-                          float* scratch, int B, int T, int C, int NH, DType rounded) override {
+                          float* scratch, int B, int T, int C, int NH, int KV, DType rounded) override {
     CpuDevice::launch(
-        s, [=] { cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, rounded); });
+        s, [=] { cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, KV, rounded); });
   }
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                        float eps) override {

@@ -113,9 +113,9 @@ class CudaKernels : public Kernels {
                           const float* mean, const float* rstd, int64_t N, int C) override {
     cuda::layernorm_backward(cs(s), op_, partials(), dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C,
-                         int NH) override {
-    if (fused_attention(s, false, B, T, C, NH, scratch,
+  void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C, int NH,
+                         int KV) override {
+    if (fused_attention(s, false, B, T, C, NH, KV, scratch,
                         {{cuda::kSdpaQ, qkv},
                          {cuda::kSdpaK, qkv},
                          {cuda::kSdpaV, qkv},
@@ -123,12 +123,12 @@ class CudaKernels : public Kernels {
                          {cuda::kSdpaLse, lse}})) {
       return;
     }
-    cuda::attention_forward(cs(s), op_, gemm_on(s), out, lse, scratch, qkv, B, T, C, NH);
+    cuda::attention_forward(cs(s), op_, gemm_on(s), out, lse, scratch, qkv, B, T, C, NH, KV);
   }
   // Its operands are the model's own type: nothing is rounded (`rounded` is kF32).
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-                          float* scratch, int B, int T, int C, int NH, DType) override {
-    if (fused_attention(s, true, B, T, C, NH, scratch,
+                          float* scratch, int B, int T, int C, int NH, int KV, DType) override {
+    if (fused_attention(s, true, B, T, C, NH, KV, scratch,
                         {{cuda::kSdpaQ, qkv},
                          {cuda::kSdpaK, qkv},
                          {cuda::kSdpaV, qkv},
@@ -140,7 +140,7 @@ class CudaKernels : public Kernels {
                          {cuda::kSdpaDV, dqkv}})) {
       return;
     }
-    cuda::attention_backward(cs(s), op_, gemm_on(s), dqkv, dout, qkv, lse, scratch, B, T, C, NH);
+    cuda::attention_backward(cs(s), op_, gemm_on(s), dqkv, dout, qkv, lse, scratch, B, T, C, NH, KV);
   }
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                        float eps) override {
@@ -259,12 +259,12 @@ class CudaKernels : public Kernels {
   // enqueued, where the build has no cuDNN, a tensor is not 16-byte
   // aligned, or cuDNN does not run the shape (said once on stderr): the
   // table's own attention runs.
-  bool fused_attention(Stream& s, bool backward, int B, int T, int C, int NH, float* scratch,
+  bool fused_attention(Stream& s, bool backward, int B, int T, int C, int NH, int KV, float* scratch,
                        std::vector<std::pair<int64_t, const void*>> buffers) {
 #ifdef ZEROD_WITH_CUDNN
     // cuDNN's backward takes no sequence of one token.
     if (!sdpa_ || (backward && T == 1)) return false;
-    const cuda::SdpaShape shape{B, T, C, NH, op_ == DType::kBF16 ? cuda::SdpaType::kBF16 : cuda::SdpaType::kF16};
+    const cuda::SdpaShape shape{B, T, C, NH, KV, op_ == DType::kBF16 ? cuda::SdpaType::kBF16 : cuda::SdpaType::kF16};
     auto row_dot = [&](int n, int m) { return backward ? (int64_t(n) * m * T * 4 + 255) / 256 * 256 : 0; };
     const int64_t room = memory().attention_scratch_floats(B, T, C, NH, op_) * 4;
     const absl::StatusOr<cuda::SdpaSplit> split =

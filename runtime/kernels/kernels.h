@@ -88,7 +88,9 @@ class Kernels {
   }
   virtual void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
                                   const void* w, const float* mean, const float* rstd, int64_t N, int C) = 0;
-  // Causal attention. `stats` is what the forward keeps for the backward,
+  // Causal attention over qkv [B, T, C + 2 KV C / NH]: NH query heads, KV
+  // key and value heads, each shared by NH / KV query heads (ops/attention.h).
+  // `stats` is what the forward keeps for the backward,
   // fp32, attention_row_stats() a query row ([B, NH, T, stats]): from it
   // the backward recomputes the softmax probabilities. `rounded`: the type
   // whose values the model's fp32 operands take (kF32: none); a table of
@@ -96,10 +98,11 @@ class Kernels {
   // activations it would have saved.
   int attention_row_stats() const { return memory().attention_row_stats(); }
   virtual void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T,
-                                 int C, int NH) = 0;
+                                 int C, int NH, int KV) = 0;
   // `out` is the forward's output (a fused backward takes rowsum(dout out)).
   virtual void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
-                                  const float* stats, float* scratch, int B, int T, int C, int NH, DType rounded) = 0;
+                                  const float* stats, float* scratch, int B, int T, int C, int NH, int KV,
+                                  DType rounded) = 0;
   // Floats of attention's scratch (forward and backward) for B sequences
   // of T, width C in NH heads.
   int64_t attention_scratch_floats(int B, int T, int C, int NH) const {
@@ -109,9 +112,8 @@ class Kernels {
   virtual KernelMemory memory() const = 0;
   // The Llama family's layers (ops/rmsnorm.h, swiglu.h, rope.h): RMSNorm (rstd fp32 a row;
   // backward adds to dinp and dw, dw null when frozen); SwiGLU over rows
-  // of [gate | up]; attention's input from N rows of q, k and v, q and k
-  // turned by `table` (fp32, [T, hd/2, 2]) and the key and value heads
-  // repeated, and back (dqkv overwritten).
+  // of [gate | up]; rotary positions on N rows of q, k and v, q and k
+  // turned by `table` (fp32, [T, hd/2, 2]), and back (dqkv overwritten).
   virtual void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                                float eps) = 0;
   // res = a + b, then its RMSNorm into out (res may be a), as

@@ -46,13 +46,13 @@ class ProfiledKernels : public Kernels {
   }
   KernelMemory memory() const override { return inner_->memory(); }
   void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T, int C,
-                         int NH) override {
-    timed(s, "attention_forward", [&] { inner_->attention_forward(s, out, stats, scratch, qkv, B, T, C, NH); });
+                         int NH, int KV) override {
+    timed(s, "attention_forward", [&] { inner_->attention_forward(s, out, stats, scratch, qkv, B, T, C, NH, KV); });
   }
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
-                          float* scratch, int B, int T, int C, int NH, DType rounded) override {
+                          float* scratch, int B, int T, int C, int NH, int KV, DType rounded) override {
     timed(s, "attention_backward",
-          [&] { inner_->attention_backward(s, dqkv, dout, qkv, out, stats, scratch, B, T, C, NH, rounded); });
+          [&] { inner_->attention_backward(s, dqkv, dout, qkv, out, stats, scratch, B, T, C, NH, KV, rounded); });
   }
 
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,

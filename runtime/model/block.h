@@ -55,8 +55,9 @@ inline void* at(void* p, int64_t n, int64_t bytes) { return static_cast<char*>(p
 inline const void* at(const void* p, int64_t n, int64_t bytes) { return static_cast<const char*>(p) + n * bytes; }
 
 // A Llama's: its rotary table on the device, attention's input (a
-// block's q, k and v turned, key and value heads repeated) and its
-// gradient's compact form, the RMSNorms' eps, the MLP's width.
+// block's q and k turned, v as it is, each [N, shape.width()]) and the
+// gradient of q, k and v before the turn, the RMSNorms' eps, the MLP's
+// width.
 struct LlamaParts {
   const float* rope = nullptr;
   void* att_in = nullptr;

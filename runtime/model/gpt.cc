@@ -99,8 +99,8 @@ struct Gpt::Impl {
   Buffer lnf, lnf_mean, lnf_rstd;
   // Backward and head workspace.
   Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
-  // A Llama's: the rotary table, attention's input, the compact q, k and v
-  // gradient (LlamaParts).
+  // A Llama's: the rotary table, attention's input (q and k turned) and the
+  // gradient of q, k and v before the turn (LlamaParts).
   Buffer rope_table, att_in, dqkv_rope;
   LlamaParts llama_parts;
   std::unique_ptr<Block> block;  // the architecture's
@@ -247,12 +247,12 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
   add(&Impl::lnf_rstd, "final LayerNorm rstd", N * 4, A);
   add(&Impl::dres, "residual gradient", N * C * op, W);
   add(&Impl::dbuf, "block gradient", N * C * op, W);
-  add(&Impl::dqkv, "qkv gradient", N * 3 * C * op, W);
+  add(&Impl::dqkv, "qkv gradient", N * c.qkv_width() * op, W);
   // A Llama's SwiGLU output gradient comes after its input's.
   add(&Impl::dfch, "MLP gradient", N * (c.mlp_in_width() + (llama ? c.mlp_width() : 0)) * op, W);
   if (llama) {
     add(&Impl::rope_table, "rotary table", int64_t(T) * c.head_dim() * 4, W);
-    add(&Impl::att_in, "attention input", N * 3 * C * op, W);
+    add(&Impl::att_in, "attention input", N * c.qkv_width() * op, W);
     add(&Impl::dqkv_rope, "q, k and v gradient", N * c.qkv_width() * op, W);
   }
   add(&Impl::proj, "projection scratch", N * C * op, W);

@@ -48,14 +48,15 @@ void LlamaBlock::forward(const BlockPass& pass, int l, const LayerWeights& w, co
       lora_forward(k, s, shape(t), w.lora[t], in, y, a.f[kLoraU + t], lora_scratch, rnd_to, lora_dropout(d, l, t));
     }
   };
+  const int64_t W = p.shape.width();  // a row of q, k and v
   k.rmsnorm_forward(s, a.f[kLn1], fp32(a, kLn1Rstd), x, w.ln1w, N, C, p.eps);
   rnd_field(kLn1);
-  k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, static_cast<int>(p.shape.width()));
+  k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, static_cast<int>(W));
   for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], a.f[kQkv]);
   rnd_field(kQkv);
   k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
-  rnd(p.att_in, N * 3 * C);
-  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, p.att_in, d.B, d.T, C, d.NH);
+  rnd(p.att_in, N * W);
+  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, p.att_in, d.B, d.T, C, d.NH, p.shape.KV);
   rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, nullptr, N, C, C);
   adapt(kLoraO, a.f[kAtty], proj);
@@ -88,7 +89,7 @@ void LlamaBlock::forward(const BlockPass& pass, int l, const LayerWeights& w, co
   rnd(out, N * C);
 }
 
-// Attention's input is made again from the saved q, k and v.
+// Attention's input, q and k turned, is made again from the saved q, k and v.
 void LlamaBlock::backward(const BlockPass& pass, int l, const LayerWeights& w, const void* x, const LayerActs& a,
                           const LayerGrads& g, void* dres, const BackwardBuffers& bb) const {
   Kernels& k = pass.k;
@@ -113,9 +114,9 @@ void LlamaBlock::backward(const BlockPass& pass, int l, const LayerWeights& w, c
   k.matmul_backward(s, bb.dbuf, g.attprojw, nullptr, dres, a.f[kAtty], w.attprojw, N, C, C);
   adapt(kLoraO, a.f[kAtty], dres, bb.dbuf);
   k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
-  round_operands(k, s, bb.rounding, p.att_in, N * 3 * C);
+  round_operands(k, s, bb.rounding, p.att_in, N * p.shape.width());
   k.attention_backward(s, bb.dqkv, bb.dbuf, p.att_in, a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
-                       d.NH, bb.rounding);
+                       d.NH, p.shape.KV, bb.rounding);
   k.rope_backward(s, p.dqkv, bb.dqkv, p.rope, p.shape, N);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, p.dqkv, a.f[kLn1], w.qkvw, N, C, static_cast<int>(p.shape.width()));
   for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], p.dqkv, bb.dbuf);

@@ -217,7 +217,8 @@ absl::StatusOr<bool> deterministic(const Desc& cfg) {
 
 std::string shape_name(const SdpaShape& s, bool backward) {
   return absl::StrCat("attention ", backward ? "backward" : "forward", " [B ", s.B, ", T ", s.T, ", ", s.NH,
-                      " heads of ", s.hs(), ", ", s.io == SdpaType::kBF16 ? "bf16" : "fp16", "]");
+                      " heads of ", s.hs(), s.KV < s.NH ? absl::StrCat(" over ", s.KV) : "", ", ",
+                      s.io == SdpaType::kBF16 ? "bf16" : "fp16", "]");
 }
 
 }  // namespace
@@ -320,7 +321,7 @@ absl::StatusOr<SdpaSplit> CudnnSdpa::split(const SdpaShape& s, bool backward,
                                            const std::function<int64_t(int, int)>& room) {
   if (auto it = splits_.find(key(s, backward)); it != splits_.end()) return it->second;
   absl::Status whole;  // why all of s at once does not run
-  const SdpaSplit parts = sdpa_split(s.B, s.NH, [&](int n, int m) {
+  const SdpaSplit parts = sdpa_split(s.B, s.NH, s.group(), [&](int n, int m) {
     SdpaShape part = s;
     part.B = n;
     part.heads = m == s.NH ? 0 : m;

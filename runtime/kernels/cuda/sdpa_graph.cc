@@ -9,12 +9,15 @@ class Builder {
  public:
   Builder(SdpaGraph& g, const SdpaShape& s) : g_(g), s_(s) {}
 
-  // The model's buffers as [B, heads, rows, hs] views (rows 3C or C apart).
-  void qkv_view(int64_t uid, bool transposed) {
-    const int64_t T = s_.T, C3 = 3 * int64_t(s_.C), hs = s_.hs(), H = s_.call_heads();
+  // The model's buffers as [B, heads, rows, hs] views (rows W or C apart):
+  // q's query heads, k's and v's key and value heads.
+  void qkv_view(int64_t uid, bool transposed, int64_t H) {
+    const int64_t T = s_.T, W = s_.width(), hs = s_.hs();
     add(uid, transposed ? SdpaDims{s_.B, H, hs, T} : SdpaDims{s_.B, H, T, hs},
-        transposed ? SdpaDims{T * C3, hs, 1, C3} : SdpaDims{T * C3, hs, C3, 1}, s_.io);
+        transposed ? SdpaDims{T * W, hs, 1, W} : SdpaDims{T * W, hs, W, 1}, s_.io);
   }
+  void q_view(int64_t uid) { qkv_view(uid, false, s_.call_heads()); }
+  void kv_view(int64_t uid, bool transposed) { qkv_view(uid, transposed, s_.call_kv_heads()); }
   void out_view(int64_t uid) {
     const int64_t T = s_.T, C = s_.C, hs = s_.hs();
     add(uid, {s_.B, s_.call_heads(), T, hs}, {T * C, hs, C, 1}, s_.io);
@@ -74,9 +77,9 @@ class Builder {
 SdpaGraph sdpa_forward_graph(const SdpaShape& s) {
   SdpaGraph g;
   Builder b(g, s);
-  b.qkv_view(kSdpaQ, false);
-  b.qkv_view(kSdpaK, true);
-  b.qkv_view(kSdpaV, false);
+  b.q_view(kSdpaQ);
+  b.kv_view(kSdpaK, true);
+  b.kv_view(kSdpaV, false);
   b.out_view(kSdpaO);
   b.rows(kSdpaLse);
   b.scalar(kSdpaScale);
@@ -97,24 +100,32 @@ SdpaGraph sdpa_forward_graph(const SdpaShape& s) {
 // P = exp(scale Q K^T - lse) (causal); dV = P^T dO; dP = dO V^T;
 // dS = scale P (dP - rowsum(dO O)); dK = dS^T Q; dQ = dS K, written
 // directly (no fp32 accumulator across key blocks: the same bits every run).
+// Where key and value heads are shared, each query head's dK and dV are
+// summed into them.
 SdpaGraph sdpa_backward_graph(const SdpaShape& s) {
   SdpaGraph g;
   Builder b(g, s);
-  b.qkv_view(kSdpaQ, false);
-  b.qkv_view(kSdpaK, true);
-  b.qkv_view(kSdpaV, true);
+  b.q_view(kSdpaQ);
+  b.kv_view(kSdpaK, true);
+  b.kv_view(kSdpaV, true);
   b.out_view(kSdpaO);
   b.rows(kSdpaLse);
   b.out_view(kSdpaDO);
-  b.qkv_view(kSdpaDQ, false);
-  b.qkv_view(kSdpaDK, false);
-  b.qkv_view(kSdpaDV, false);
+  b.q_view(kSdpaDQ);
+  b.kv_view(kSdpaDK, false);
+  b.kv_view(kSdpaDV, false);
   b.rows(kSdpaRowDot);
   b.scalar(kSdpaScale);
   b.scalar(kSdpaNegInf);
   b.scalar(kSdpaOne);
   const SdpaDims S = b.scores_dims(), R = b.rows_dims();
-  const int64_t B = s.B, H = s.call_heads(), T = s.T, hs = s.hs();
+  const int64_t B = s.B, H = s.call_heads(), KV = s.call_kv_heads(), T = s.T, hs = s.hs();
+  // A product into dK or dV: through every query head's, summed, where
+  // their heads are shared.
+  const auto into_shared = [&](int64_t a, int64_t x, int64_t out) {
+    if (KV == H) return b.matmul(a, x, out);
+    return b.reduce(SdpaMode::kSum, b.matmul(a, x, b.inner({B, H, T, hs}, s.io)), out);
+  };
   // rowsum(dO O), kept in fp32 for the fused kernel.
   const int64_t dot = b.pw(SdpaMode::kMul, {kSdpaDO, kSdpaO}, b.inner({B, H, T, hs}, {H * T * hs, T * hs, H * hs, 1}));
   b.pw(SdpaMode::kMul, {b.reduce(SdpaMode::kSum, dot, b.inner(R)), kSdpaOne}, kSdpaRowDot);
@@ -124,16 +135,16 @@ SdpaGraph sdpa_backward_graph(const SdpaShape& s) {
   const int64_t p = b.pw(SdpaMode::kExp, {b.causal(b.pw(SdpaMode::kSub, {scaled, kSdpaLse}, b.inner(S)))}, b.inner(S));
   // Transposed views of [T, T] matrices, in the operands' type.
   const SdpaDims transposed{H * T * T, T * T, 1, T};
-  b.matmul(b.reshape(p, b.inner(S, transposed, s.io)), kSdpaDO, kSdpaDV);
+  into_shared(b.reshape(p, b.inner(S, transposed, s.io)), kSdpaDO, kSdpaDV);
   const int64_t dp = b.matmul(kSdpaDO, kSdpaV, b.inner(S));
   const int64_t ds =
       b.pw(SdpaMode::kMul,
            {b.pw(SdpaMode::kMul, {b.pw(SdpaMode::kSub, {dp, kSdpaRowDot}, b.inner(S)), p}, b.inner(S)), kSdpaScale},
            b.inner(S));
-  b.matmul(b.reshape(ds, b.inner(S, transposed, s.io)), kSdpaQ, kSdpaDK);
-  // K as [B, H, T, hs] again, for dQ = dS K.
-  const int64_t C3 = 3 * int64_t(s.C);
-  b.matmul(ds, b.reshape(kSdpaK, b.inner({B, H, T, hs}, {T * C3, hs, C3, 1})), kSdpaDQ);
+  into_shared(b.reshape(ds, b.inner(S, transposed, s.io)), kSdpaQ, kSdpaDK);
+  // K as [B, KV, T, hs] again, for dQ = dS K.
+  const int64_t W = s.width();
+  b.matmul(ds, b.reshape(kSdpaK, b.inner({B, KV, T, hs}, {T * W, hs, W, 1})), kSdpaDQ);
   return g;
 }
 
@@ -144,7 +155,7 @@ int64_t sdpa_offset(const SdpaShape& s, int64_t uid) {
       return s.C;
     case kSdpaV:
     case kSdpaDV:
-      return 2 * int64_t(s.C);
+      return s.C + int64_t(s.KV) * s.hs();
     default:
       return 0;
   }
@@ -154,12 +165,13 @@ int64_t sdpa_part_offset(const SdpaShape& s, int64_t uid, int b, int h) {
   const int64_t rows = int64_t(b) * s.T, head = int64_t(h) * s.hs();
   switch (uid) {
     case kSdpaQ:
+    case kSdpaDQ:
+      return rows * s.width() + head;
     case kSdpaK:
     case kSdpaV:
-    case kSdpaDQ:
     case kSdpaDK:
     case kSdpaDV:
-      return rows * 3 * s.C + head;
+      return rows * s.width() + int64_t(h / s.group()) * s.hs();
     case kSdpaO:
     case kSdpaDO:
       return rows * s.C + head;

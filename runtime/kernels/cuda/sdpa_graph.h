@@ -7,12 +7,17 @@
 // tests/test_sdpa_graph.cc runs the graphs on the CPU against the CPU
 // kernel and checks every tensor handed over against the buffers it names.
 //
-// The model's layouts are handed over as strided views: q, k and v of head
-// h at position t are qkv[b, t, {0, 1, 2} C + h hs + d] ([B, T, 3C]), the
+// The model's layouts are handed over as strided views: query head h at
+// position t is qkv[b, t, h hs + d], key and value head j qkv[b, t, C + j hs
+// + d] and qkv[b, t, C + (KV + j) hs + d] ([B, T, W], W = C + 2 KV hs), the
 // output and its gradient out[b, t, h hs + d] ([B, T, C]), the gradients
 // dqkv as qkv, and the row statistic lse[b, h, t] ([B, NH, T], fp32) is the
 // CUDA table's own (attention_plan.h): max + log(sum of exp) of the scaled
-// scores, so either path's forward serves either's backward.
+// scores, so either path's forward serves either's backward. Grouped-query
+// attention (KV < NH) as cuDNN's frontend lowers it: the products broadcast
+// a key and value head over its NH / KV query heads (head h reads h /
+// (NH / KV)), and the backward's dK and dV of every query head, virtual,
+// are summed into their key and value heads by a reduction.
 #pragma once
 
 #include <array>
@@ -61,8 +66,8 @@ struct SdpaOp {
 // The tensors handed over at execution, by uid (the rest are virtual).
 enum SdpaUid : int64_t {
   kSdpaQ = 1,
-  kSdpaK,  // as K^T: [B, NH, hs, T]
-  kSdpaV,  // forward: [B, NH, T, hs]; backward: V^T, [B, NH, hs, T]
+  kSdpaK,  // as K^T: [B, KV, hs, T]
+  kSdpaV,  // forward: [B, KV, T, hs]; backward: V^T, [B, KV, hs, T]
   kSdpaO,
   kSdpaLse,
   kSdpaDO,
@@ -81,45 +86,51 @@ struct SdpaGraph {
   std::vector<SdpaOp> ops;
 };
 
-// B sequences of T, width C in NH heads, operands of type io (bf16 or fp16);
-// a call takes `heads` of them (0: all), fewer than NH only for one
-// sequence (B 1).
+// B sequences of T, width C in NH query heads and KV key and value heads,
+// operands of type io (bf16 or fp16); a call takes `heads` query heads (0:
+// all; else whole groups of NH / KV), fewer than NH only for one sequence
+// (B 1).
 struct SdpaShape {
-  int B, T, C, NH;
+  int B, T, C, NH, KV;
   SdpaType io;
   int heads = 0;
   int hs() const { return C / NH; }
+  int group() const { return NH / KV; }
+  int64_t width() const { return C + 2 * int64_t(KV) * hs(); }  // a row of qkv
   int call_heads() const { return heads > 0 ? heads : NH; }
+  int call_kv_heads() const { return call_heads() / group(); }
 };
 
 SdpaGraph sdpa_forward_graph(const SdpaShape& s);
 SdpaGraph sdpa_backward_graph(const SdpaShape& s);
 
 // Where a handed-over tensor starts in its buffer, in elements: k and v
-// are C and 2C into qkv (and their gradients into dqkv), the rest at 0.
+// are C and C + KV hs into qkv (and their gradients into dqkv), the rest
+// at 0.
 int64_t sdpa_offset(const SdpaShape& s, int64_t uid);
 
-// A call may take a part of a shape: the sequences [b, b + n), or the heads
-// [h, h + m) of one sequence; the graph of {n, T, C, NH, io, m} on each
+// A call may take a part of a shape: the sequences [b, b + n), or the query
+// heads [h, h + m) of one sequence (whole groups, with their key and value
+// heads); the graph of {n, T, C, NH, KV, io, m} on each
 // model buffer advanced by sdpa_part_offset(s, uid, b, h) elements of its
 // own type (lse fp32; not the caller's row sums, each call's own).
 int64_t sdpa_part_offset(const SdpaShape& s, int64_t uid, int b, int h);
 
 // The part one call takes: all of the shape where fits(B, NH); else the
 // most sequences, a divisor n of B with fits(n, NH); else the most heads of
-// one sequence, a divisor m of NH with fits(1, m); {0, 0} where not even
-// one head fits. cuDNN's workspace grows with the sequences and heads, so
-// a shape whose engines all want more than attention's scratch may still
-// run fused a part at a time.
+// one sequence, a divisor m of NH, a multiple of `group`, with fits(1, m);
+// {0, 0} where not even one group fits. cuDNN's workspace grows with the
+// sequences and heads, so a shape whose engines all want more than
+// attention's scratch may still run fused a part at a time.
 struct SdpaSplit {
   int sequences, heads;
 };
 template <class Fits>
-SdpaSplit sdpa_split(int B, int NH, Fits fits) {
+SdpaSplit sdpa_split(int B, int NH, int group, Fits fits) {
   for (int n = B; n >= 1; --n) {
     if (B % n == 0 && fits(n, NH)) return {n, NH};
   }
-  for (int m = NH - 1; m >= 1; --m) {
+  for (int m = NH - group; m >= group; m -= group) {
     if (NH % m == 0 && fits(1, m)) return {1, m};
   }
   return {0, 0};

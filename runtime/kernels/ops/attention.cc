@@ -15,26 +15,28 @@ namespace {
 // to 2048 is one block and its products are the whole T x T ones.
 constexpr int64_t kBlockFloats = int64_t{1} << 22;
 
-// One (sequence, head): q, k and v at position 0 (rows 3C apart), the
-// output or its gradient (rows C apart), and the row statistics [T, 2].
+// One (sequence, query head): q, k and v at position 0 (rows W = C + 2 KV
+// hs apart; k and v the shared head's), the output or its gradient (rows
+// C apart), and the row statistics [T, 2].
 struct Head {
   const float *q, *k, *v;
-  int64_t C3, C;
+  int64_t W, C;
   int hs;
   float scale;
 };
 
-Head head(const float* qkv, int b, int h, int T, int C, int NH) {
-  const int hs = C / NH;
-  const int64_t C3 = 3 * int64_t(C);
-  const float* q = qkv + int64_t(b) * T * C3 + int64_t(h) * hs;
-  return {q, q + C, q + 2 * int64_t(C), C3, C, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+Head head(const float* qkv, int b, int h, int T, int C, int NH, int KV) {
+  const int hs = C / NH, kv = h / (NH / KV);
+  const int64_t W = C + 2 * int64_t(KV) * hs;
+  const float* row = qkv + int64_t(b) * T * W;
+  const float* k = row + C + int64_t(kv) * hs;
+  return {row + int64_t(h) * hs, k, k + int64_t(KV) * hs, W, C, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
 // S[rows, keys] = scale Q[r0, r0 + rows) K[0, keys)^T.
 void scores(const Head& x, int r0, int rows, int keys, float* S) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, x.hs, x.scale, x.q + r0 * x.C3, x.C3, x.k, x.C3,
-              0.0f, S, keys);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, x.hs, x.scale, x.q + r0 * x.W, x.W, x.k, x.W, 0.0f,
+              S, keys);
 }
 
 }  // namespace
@@ -47,12 +49,12 @@ int64_t attention_scratch_floats(int T) { return attention_scratch_floats(T, omp
 // Per (sequence, head), a block of query rows at a time: S = QK^T / sqrt(hs)
 // over the keys the block's rows see, P = causal softmax(S), Y = PV; each
 // as one single-threaded sgemm inside a parallel loop over the heads.
-void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH,
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH, int KV,
                        int block_rows) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
-      const Head x = head(qkv, b, h, T, C, NH);
+      const Head x = head(qkv, b, h, T, C, NH, KV);
       float* S = scratch + 2 * int64_t(omp_get_thread_num()) * block_rows * T;
       float* st = stats + (int64_t(b) * NH + h) * 2 * T;
       for (int r0 = 0; r0 < T; r0 += block_rows) {
@@ -74,79 +76,88 @@ void attention_forward(float* out, float* stats, float* scratch, const float* qk
           st[2 * t] = mx;
           st[2 * t + 1] = inv;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, x.hs, keys, 1.0f, S, keys, x.v, x.C3, 0.0f,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, x.hs, keys, 1.0f, S, keys, x.v, x.W, 0.0f,
                     out + (int64_t(b) * T + r0) * C + int64_t(h) * x.hs, C);
       }
     }
   }
 }
 
-void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH) {
-  attention_forward(out, stats, scratch, qkv, B, T, C, NH, attention_block_rows(T));
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH,
+                       int KV) {
+  attention_forward(out, stats, scratch, qkv, B, T, C, NH, KV, attention_block_rows(T));
 }
 
+// Per (sequence, key and value head), its query heads in order: a head's
+// dK and dV add to the shared head's, as do a sequence's blocks of rows
+// after the first.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
-                        int T, int C, int NH, DType rounded, int block_rows) {
-  const bool blocked = block_rows < T;
+                        int T, int C, int NH, int KV, DType rounded, int block_rows) {
+  const int group = NH / KV;
+  const bool accumulate = block_rows < T || group > 1;
+  const float beta = accumulate ? 1.0f : 0.0f;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const Head x = head(qkv, b, h, T, C, NH);
+    for (int kv = 0; kv < KV; ++kv) {
       float* P = scratch + 2 * int64_t(omp_get_thread_num()) * block_rows * T;
       float* dS = P + int64_t(block_rows) * T;
-      const float* st = stats + (int64_t(b) * NH + h) * 2 * T;
-      float* dq = dqkv + int64_t(b) * T * x.C3 + int64_t(h) * x.hs;
-      float* dk = dq + C;
-      float* dv = dq + 2 * int64_t(C);
-      const float* dy = dout + int64_t(b) * T * C + int64_t(h) * x.hs;
-      // Blocks after the first add to dK and dV over the keys they share.
-      if (blocked) {
+      const int hs = C / NH;
+      const int64_t W = C + 2 * int64_t(KV) * hs;
+      float* drow = dqkv + int64_t(b) * T * W;
+      float* dk = drow + C + int64_t(kv) * hs;
+      float* dv = dk + int64_t(KV) * hs;
+      if (accumulate) {
         for (int t = 0; t < T; ++t) {
-          std::fill_n(dk + t * x.C3, x.hs, 0.0f);
-          std::fill_n(dv + t * x.C3, x.hs, 0.0f);
+          std::fill_n(dk + t * W, hs, 0.0f);
+          std::fill_n(dv + t * W, hs, 0.0f);
         }
       }
-      const float beta = blocked ? 1.0f : 0.0f;
-      for (int r0 = 0; r0 < T; r0 += block_rows) {
-        const int rows = std::min(block_rows, T - r0), keys = r0 + rows;
-        // P as the forward made it, at the values the activations keep.
-        scores(x, r0, rows, keys, P);
-        for (int i = 0; i < rows; ++i) {
-          const int t = r0 + i;
-          float* row = P + int64_t(i) * keys;
-          const float mx = st[2 * t], inv = st[2 * t + 1];
-          for (int s = 0; s <= t; ++s) row[s] = std::exp(row[s] - mx) * inv;
-          if (rounded != DType::kF32) round_to(rounded, row, t + 1);
-          std::fill(row + t + 1, row + keys, 0.0f);
+      for (int h = kv * group; h < (kv + 1) * group; ++h) {
+        const Head x = head(qkv, b, h, T, C, NH, KV);
+        const float* st = stats + (int64_t(b) * NH + h) * 2 * T;
+        float* dq = drow + int64_t(h) * x.hs;
+        const float* dy = dout + int64_t(b) * T * C + int64_t(h) * x.hs;
+        for (int r0 = 0; r0 < T; r0 += block_rows) {
+          const int rows = std::min(block_rows, T - r0), keys = r0 + rows;
+          // P as the forward made it, at the values the activations keep.
+          scores(x, r0, rows, keys, P);
+          for (int i = 0; i < rows; ++i) {
+            const int t = r0 + i;
+            float* row = P + int64_t(i) * keys;
+            const float mx = st[2 * t], inv = st[2 * t + 1];
+            for (int s = 0; s <= t; ++s) row[s] = std::exp(row[s] - mx) * inv;
+            if (rounded != DType::kF32) round_to(rounded, row, t + 1);
+            std::fill(row + t + 1, row + keys, 0.0f);
+          }
+          // dP = dY V^T, dV = P^T dY.
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, x.hs, 1.0f, dy + r0 * x.C, C, x.v, x.W, 0.0f,
+                      dS, keys);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, 1.0f, P, keys, dy + r0 * x.C, C, beta,
+                      dv, x.W);
+          // Softmax backward: dS = P * (dP - sum(dP * P)); zero where P is masked.
+          for (int i = 0; i < rows; ++i) {
+            const int t = r0 + i;
+            float* row = dS + int64_t(i) * keys;
+            const float* prow = P + int64_t(i) * keys;
+            float dot = 0.0f;
+            for (int s = 0; s <= t; ++s) dot += row[s] * prow[s];
+            for (int s = 0; s <= t; ++s) row[s] = prow[s] * (row[s] - dot);
+            std::fill(row + t + 1, row + keys, 0.0f);
+          }
+          // dQ = dS K * scale, dK = dS^T Q * scale.
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, x.hs, keys, x.scale, dS, keys, x.k, x.W, 0.0f,
+                      dq + r0 * x.W, x.W);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, x.scale, dS, keys, x.q + r0 * x.W, x.W,
+                      beta, dk, x.W);
         }
-        // dP = dY V^T, dV = P^T dY.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, x.hs, 1.0f, dy + r0 * x.C, C, x.v, x.C3, 0.0f,
-                    dS, keys);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, 1.0f, P, keys, dy + r0 * x.C, C, beta,
-                    dv, x.C3);
-        // Softmax backward: dS = P * (dP - sum(dP * P)); zero where P is masked.
-        for (int i = 0; i < rows; ++i) {
-          const int t = r0 + i;
-          float* row = dS + int64_t(i) * keys;
-          const float* prow = P + int64_t(i) * keys;
-          float dot = 0.0f;
-          for (int s = 0; s <= t; ++s) dot += row[s] * prow[s];
-          for (int s = 0; s <= t; ++s) row[s] = prow[s] * (row[s] - dot);
-          std::fill(row + t + 1, row + keys, 0.0f);
-        }
-        // dQ = dS K * scale, dK = dS^T Q * scale.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, x.hs, keys, x.scale, dS, keys, x.k, x.C3, 0.0f,
-                    dq + r0 * x.C3, x.C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, x.hs, rows, x.scale, dS, keys, x.q + r0 * x.C3, x.C3,
-                    beta, dk, x.C3);
       }
     }
   }
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
-                        int T, int C, int NH, DType rounded) {
-  attention_backward(dqkv, dout, qkv, stats, scratch, B, T, C, NH, rounded, attention_block_rows(T));
+                        int T, int C, int NH, int KV, DType rounded) {
+  attention_backward(dqkv, dout, qkv, stats, scratch, B, T, C, NH, KV, rounded, attention_block_rows(T));
 }
 
 }  // namespace zerod::cpu

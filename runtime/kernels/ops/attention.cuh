@@ -21,20 +21,21 @@ struct AttentionExec {
   std::function<void(const ColMajorGemm&)> gemm;
   cudaStream_t s;
 
-  void softmax_rows(float* S, float* lse, int T, int64_t rows) {
+  void softmax_rows(float* S, float* lse, int T, int64_t rows, int64_t lse_stride) {
     launch_warp_rows(s, rows, "attention_softmax", [=] __device__(int64_t r, int lane) {
       float* row = S + r * T;
       const int64_t t = r % T;
       const float mx = warp_reduce(softmax_row_max(row, t, lane, 32), Max());
       const float sum = warp_reduce(softmax_row_sum(row, t, mx, lane, 32), Sum());
       softmax_row_write(row, t, T, mx, 1.0f / sum, lane, 32);
-      if (lane == 0) lse[r] = mx + logf(sum);
+      if (lane == 0) lse[r / T * lse_stride + t] = mx + logf(sum);
     });
   }
-  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows) {
+  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows, int64_t lse_stride) {
     launch_warp_rows(s, rows, "attention_backward_rows", [=] __device__(int64_t r, int lane) {
       const int64_t t = r % T;
-      const float D = warp_reduce(probabilities_row(P + r * T, dP + r * T, t, T, lse[r], lane, 32), Sum());
+      const float l = lse[r / T * lse_stride + t];
+      const float D = warp_reduce(probabilities_row(P + r * T, dP + r * T, t, T, l, lane, 32), Sum());
       softmax_backward_row(P + r * T, dP + r * T, t, T, D, lane, 32);
     });
   }
@@ -42,15 +43,16 @@ struct AttentionExec {
 
 // Where attention's widened operands go in its scratch, after the plan's
 // own (kernel_memory.cc sizes it): qkv, then the output (or its gradient),
-// then qkv's gradient, each [B, T, width] fp32.
+// then qkv's gradient, each [B, T, width] fp32 (sized for KV = NH, the
+// widest).
 struct AttentionIo {
-  int64_t N;
+  int64_t N, W;
   float *qkv, *y, *dqkv;
 };
-inline AttentionIo attention_io(float* scratch, int B, int T, int C, int NH) {
-  const int64_t N = int64_t(B) * T;
+inline AttentionIo attention_io(float* scratch, int B, int T, int C, int NH, int KV) {
+  const int64_t N = int64_t(B) * T, W = C + 2 * int64_t(KV) * (C / NH);
   float* io = scratch + attention_scratch_floats(T, NH);
-  return {N, io, io + N * 3 * C, io + N * 4 * C};
+  return {N, W, io, io + N * W, io + N * (W + C)};
 }
 // src as fp32: itself for fp32 operands, else widened into `to`.
 inline const float* widened(cudaStream_t s, DType t, const void* src, float* to, int64_t n) {
@@ -67,25 +69,25 @@ inline void narrowed(cudaStream_t s, DType t, const float* from, void* to, int64
 using AttentionGemm = std::function<void(const ColMajorGemm&)>;
 
 inline void attention_forward(cudaStream_t s, DType t, const AttentionGemm& gemm, void* out, float* lse, float* scratch,
-                              const void* qkv, int B, int T, int C, int NH) {
-  const AttentionIo io = attention_io(scratch, B, T, C, NH);
-  const float* q = widened(s, t, qkv, io.qkv, io.N * 3 * C);
+                              const void* qkv, int B, int T, int C, int NH, int KV) {
+  const AttentionIo io = attention_io(scratch, B, T, C, NH, KV);
+  const float* q = widened(s, t, qkv, io.qkv, io.N * io.W);
   float* y = t == DType::kF32 ? static_cast<float*>(out) : io.y;
   AttentionExec x{gemm, s};
-  attention_forward_plan(x, y, lse, scratch, q, B, T, C, NH, attention_chunk_heads(T, NH));
+  attention_forward_plan(x, y, lse, scratch, q, B, T, C, NH, KV, attention_chunk_heads(T, NH));
   narrowed(s, t, y, out, io.N * C);
 }
 
 // Its operands are the model's own type: nothing is rounded.
 inline void attention_backward(cudaStream_t s, DType t, const AttentionGemm& gemm, void* dqkv, const void* dout,
-                               const void* qkv, const float* lse, float* scratch, int B, int T, int C, int NH) {
-  const AttentionIo io = attention_io(scratch, B, T, C, NH);
-  const float* q = widened(s, t, qkv, io.qkv, io.N * 3 * C);
+                               const void* qkv, const float* lse, float* scratch, int B, int T, int C, int NH, int KV) {
+  const AttentionIo io = attention_io(scratch, B, T, C, NH, KV);
+  const float* q = widened(s, t, qkv, io.qkv, io.N * io.W);
   const float* dy = widened(s, t, dout, io.y, io.N * C);
   float* dq = t == DType::kF32 ? static_cast<float*>(dqkv) : io.dqkv;
   AttentionExec x{gemm, s};
-  attention_backward_plan(x, dq, dy, q, lse, scratch, B, T, C, NH, attention_chunk_heads(T, NH));
-  narrowed(s, t, dq, dqkv, io.N * 3 * C);
+  attention_backward_plan(x, dq, dy, q, lse, scratch, B, T, C, NH, KV, attention_chunk_heads(T, NH));
+  narrowed(s, t, dq, dqkv, io.N * io.W);
 }
 
 }  // namespace zerod::cuda

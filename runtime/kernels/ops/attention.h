@@ -1,8 +1,11 @@
-// Causal multi-head self-attention over qkv [B, T, 3C] (q, k and v blocks
-// of C, NH heads of hs = C / NH each):
+// Causal multi-head self-attention over qkv [B, T, C + 2 KV hs] (q: NH
+// heads of hs = C / NH; k and v: KV heads each, a key and value head
+// shared by the NH / KV query heads after it: grouped-query attention,
+// multi-head where KV = NH):
 //   S = Q K^T / sqrt(hs), P = causal softmax(S) (keys s <= t), Y = P V
 //   dP = dY V^T, dV = P^T dY, dS = P (dP - rowsum(P dP)),
 //   dQ = dS K / sqrt(hs), dK = dS^T Q / sqrt(hs)
+// (a shared head's dK and dV the sums over its query heads, in head order)
 // keeping no probabilities between forward and backward: the forward
 // saves each row's statistics, from which the backward recomputes P with
 // the forward's bits. Bound by the products (4 T^2 hs multiply-adds a head
@@ -23,26 +26,26 @@
 namespace zerod {
 namespace cpu {
 
-// Causal multi-head self-attention. qkv is [B,T,3C] (q, k, v blocks of C),
+// Causal attention. qkv is [B,T,C + 2 KV hs] (q of C, k and v of KV hs),
 // out is [B,T,C] with heads side by side, and stats [B,NH,T,2] what the
 // backward needs of the forward's softmax: each query row's largest score
 // and the reciprocal of its sum of exponentials, from which it recomputes
 // the probabilities with the forward's bits. Both take query rows in
 // blocks of attention_block_rows(T) (all T rows up to T = 2048), through a
 // [2, block_rows, T] scratch per OpenMP thread: attention_scratch_floats.
-void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH);
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH, int KV);
 // dqkv overwritten. The probabilities are rounded to `rounded`'s values
 // (kF32: none) before use, as a 16-bit job's saved activations are.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
-                        int T, int C, int NH, DType rounded);
+                        int T, int C, int NH, int KV, DType rounded);
 int attention_block_rows(int T);
 int64_t attention_scratch_floats(int T, int threads);
 int64_t attention_scratch_floats(int T);  // at omp_get_max_threads()
 // The same with blocks of `block_rows` (tests take several blocks at small T).
-void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH,
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH, int KV,
                        int block_rows);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
-                        int T, int C, int NH, DType rounded, int block_rows);
+                        int T, int C, int NH, int KV, DType rounded, int block_rows);
 
 }  // namespace cpu
 

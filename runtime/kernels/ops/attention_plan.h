@@ -6,12 +6,13 @@
 // which the backward recomputes P = exp(S - lse).
 //
 // The products run as strided-batched column-major gemms over a chunk of
-// heads of one sequence at a time (heads are hs floats apart in a row of
-// qkv or out), through two [heads, T, T] matrices of scratch; the row work
-// between them is attention.h's. The plan is plain C++ over an
-// executor `x` with x.gemm(ColMajorGemm), x.softmax_rows(S, lse, T, rows)
-// and x.backward_rows(S, dP, lse, T, rows): the CUDA table's runs cuBLAS and
-// warp kernels, tests/test_cuda_bodies.cc's OpenBLAS and loops.
+// heads of one sequence at a time, through two [heads, T, T] matrices of
+// scratch; the row work between them is attention.h's. The plan is plain
+// C++ over an executor `x` with x.gemm(ColMajorGemm),
+// x.softmax_rows(S, lse, T, rows, lse_stride) and
+// x.backward_rows(S, dP, lse, T, rows, lse_stride) (row r's lse at
+// lse[r / T * lse_stride + r % T]): the CUDA table's runs cuBLAS and warp
+// kernels, tests/test_cuda_bodies.cc's OpenBLAS and loops.
 #pragma once
 
 #include <algorithm>
@@ -31,83 +32,110 @@ inline int attention_chunk_heads(int T, int NH) {
 
 inline int64_t attention_scratch_floats(int T, int NH) { return 2 * int64_t(attention_chunk_heads(T, NH)) * T * T; }
 
-// One chunk: heads [h0, h0 + heads) of sequence b. Row-major matrices are
-// the column-major transposes, so each product below is taken transposed.
+// One chunk: `heads` query heads of sequence b that share no key and value
+// head, each the g-th of its group (g = h % group for group = NH / KV), so
+// that one strided-batched gemm takes them all: query heads q_stride =
+// group hs apart, their key and value heads hs apart. Row-major matrices
+// are the column-major transposes, so each product below is taken
+// transposed. The g-th heads after the first add their dK and dV to the
+// first's (`accumulate`).
 struct AttentionChunk {
   int T, C, hs, heads;
+  int64_t W;  // a row of qkv: C + 2 KV hs
+  int64_t q_stride;
   float scale;
-  const float *q, *k, *v;  // head h0 at position 0, rows 3C apart
+  const float *q, *k, *v;  // the chunk's first heads at position 0, rows W apart
+  bool accumulate;
   int64_t TT() const { return int64_t(T) * T; }
-  int64_t C3() const { return 3 * int64_t(C); }
+  float beta() const { return accumulate ? 1.0f : 0.0f; }
 
   // S[T, T] = scale Q K^T: S^T = K Q^T.
   ColMajorGemm scores(float* S) const {
-    return {true, false, T, T, hs, k, C3(), q, C3(), 0.0f, S, T, scale, heads, hs, hs, TT()};
+    return {true, false, T, T, hs, k, W, q, W, 0.0f, S, T, scale, heads, hs, q_stride, TT()};
   }
   // Y[T, hs] = P V, rows C apart: Y^T = V^T P^T.
   ColMajorGemm values(float* y, const float* P) const {
-    return {false, false, hs, T, T, v, C3(), P, T, 0.0f, y, C, 1.0f, heads, hs, TT(), hs};
+    return {false, false, hs, T, T, v, W, P, T, 0.0f, y, C, 1.0f, heads, hs, TT(), q_stride};
   }
   // dP[T, T] = dY V^T: dP^T = V dY^T.
   ColMajorGemm dprobs(float* dP, const float* dy) const {
-    return {true, false, T, T, hs, v, C3(), dy, C, 0.0f, dP, T, 1.0f, heads, hs, hs, TT()};
+    return {true, false, T, T, hs, v, W, dy, C, 0.0f, dP, T, 1.0f, heads, hs, q_stride, TT()};
   }
-  // dV[T, hs] = P^T dY: dV^T = dY^T P.
+  // dV[T, hs] (+)= P^T dY: dV^T = dY^T P.
   ColMajorGemm dvalues(float* dv, const float* P, const float* dy) const {
-    return {false, true, hs, T, T, dy, C, P, T, 0.0f, dv, C3(), 1.0f, heads, hs, TT(), hs};
+    return {false, true, hs, T, T, dy, C, P, T, beta(), dv, W, 1.0f, heads, q_stride, TT(), hs};
   }
   // dQ[T, hs] = scale dS K: dQ^T = K^T dS^T.
   ColMajorGemm dqueries(float* dq, const float* dS) const {
-    return {false, false, hs, T, T, k, C3(), dS, T, 0.0f, dq, C3(), scale, heads, hs, TT(), hs};
+    return {false, false, hs, T, T, k, W, dS, T, 0.0f, dq, W, scale, heads, hs, TT(), q_stride};
   }
-  // dK[T, hs] = scale dS^T Q: dK^T = Q^T dS.
+  // dK[T, hs] (+)= scale dS^T Q: dK^T = Q^T dS.
   ColMajorGemm dkeys(float* dk, const float* dS) const {
-    return {false, true, hs, T, T, q, C3(), dS, T, 0.0f, dk, C3(), scale, heads, hs, TT(), hs};
+    return {false, true, hs, T, T, q, W, dS, T, beta(), dk, W, scale, heads, q_stride, TT(), hs};
   }
 };
 
-// f(chunk, b, h0) for every chunk of up to per_chunk heads of every
-// sequence.
+// Where a chunk's heads are: its first query head h0 and key and value
+// head kv0, and the lse rows' stride from one head to the next.
+struct ChunkAt {
+  int b, h0, kv0;
+  int64_t lse_stride;
+};
+
+// f(chunk, at) for every chunk of up to per_chunk heads of every sequence:
+// for each g in turn, the KV heads' g-th query heads.
 template <class F>
-void for_each_attention_chunk(const float* qkv, int B, int T, int C, int NH, int per_chunk, F f) {
-  const int hs = C / NH;
+void for_each_attention_chunk(const float* qkv, int B, int T, int C, int NH, int KV, int per_chunk, F f) {
+  const int hs = C / NH, group = NH / KV;
+  const int64_t W = C + 2 * int64_t(KV) * hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int b = 0; b < B; ++b) {
-    for (int h0 = 0; h0 < NH; h0 += per_chunk) {
-      const float* q = qkv + int64_t(b) * T * 3 * C + int64_t(h0) * hs;
-      const AttentionChunk c{T, C, hs, std::min(per_chunk, NH - h0), scale, q, q + C, q + 2 * int64_t(C)};
-      f(c, b, h0);
+    for (int g = 0; g < group; ++g) {
+      for (int kv0 = 0; kv0 < KV; kv0 += per_chunk) {
+        const int h0 = kv0 * group + g;
+        const float* row = qkv + int64_t(b) * T * W;
+        const float* k = row + C + int64_t(kv0) * hs;
+        const AttentionChunk c{T,     C,
+                               hs,    std::min(per_chunk, KV - kv0),
+                               W,     int64_t(group) * hs,
+                               scale, row + int64_t(h0) * hs,
+                               k,     k + int64_t(KV) * hs,
+                               g > 0};
+        f(c, ChunkAt{b, h0, kv0, int64_t(group) * T});
+      }
     }
   }
 }
 
-// out [B, T, C] and lse [B, NH, T] from qkv [B, T, 3C], chunk_heads heads
-// at a time (attention_chunk_heads; the scratch holds 2 chunk_heads T T).
+// out [B, T, C] and lse [B, NH, T] from qkv [B, T, C + 2 KV hs],
+// chunk_heads heads at a time (attention_chunk_heads; the scratch holds
+// 2 chunk_heads T T).
 template <class Exec>
 void attention_forward_plan(Exec& x, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
-                            int NH, int chunk_heads) {
-  for_each_attention_chunk(qkv, B, T, C, NH, chunk_heads, [&](const AttentionChunk& c, int b, int h0) {
+                            int NH, int KV, int chunk_heads) {
+  for_each_attention_chunk(qkv, B, T, C, NH, KV, chunk_heads, [&](const AttentionChunk& c, const ChunkAt& at) {
     x.gemm(c.scores(scratch));
-    x.softmax_rows(scratch, lse + (int64_t(b) * NH + h0) * T, T, int64_t(c.heads) * T);
-    x.gemm(c.values(out + int64_t(b) * T * C + int64_t(h0) * c.hs, scratch));
+    x.softmax_rows(scratch, lse + (int64_t(at.b) * NH + at.h0) * T, T, int64_t(c.heads) * T, at.lse_stride);
+    x.gemm(c.values(out + int64_t(at.b) * T * C + int64_t(at.h0) * c.hs, scratch));
   });
 }
 
-// dqkv [B, T, 3C] (overwritten) from dout [B, T, C], qkv and lse.
+// dqkv [B, T, C + 2 KV hs] (overwritten) from dout [B, T, C], qkv and lse.
 template <class Exec>
 void attention_backward_plan(Exec& x, float* dqkv, const float* dout, const float* qkv, const float* lse,
-                             float* scratch, int B, int T, int C, int NH, int chunk_heads) {
-  for_each_attention_chunk(qkv, B, T, C, NH, chunk_heads, [&](const AttentionChunk& c, int b, int h0) {
+                             float* scratch, int B, int T, int C, int NH, int KV, int chunk_heads) {
+  for_each_attention_chunk(qkv, B, T, C, NH, KV, chunk_heads, [&](const AttentionChunk& c, const ChunkAt& at) {
     float* P = scratch;
     float* dP = scratch + int64_t(c.heads) * c.TT();
-    const float* dy = dout + int64_t(b) * T * C + int64_t(h0) * c.hs;
-    float* dq = dqkv + int64_t(b) * T * c.C3() + int64_t(h0) * c.hs;
+    const float* dy = dout + int64_t(at.b) * T * C + int64_t(at.h0) * c.hs;
+    float* row = dqkv + int64_t(at.b) * T * c.W;
+    float* dk = row + C + int64_t(at.kv0) * c.hs;
     x.gemm(c.scores(P));
     x.gemm(c.dprobs(dP, dy));
-    x.backward_rows(P, dP, lse + (int64_t(b) * NH + h0) * T, T, int64_t(c.heads) * T);
-    x.gemm(c.dvalues(dq + 2 * int64_t(C), P, dy));
-    x.gemm(c.dqueries(dq, dP));
-    x.gemm(c.dkeys(dq + C, dP));
+    x.backward_rows(P, dP, lse + (int64_t(at.b) * NH + at.h0) * T, T, int64_t(c.heads) * T, at.lse_stride);
+    x.gemm(c.dvalues(dk + int64_t(KV) * c.hs, P, dy));
+    x.gemm(c.dqueries(row + int64_t(at.h0) * c.hs, dP));
+    x.gemm(c.dkeys(dk, dP));
   });
 }
 

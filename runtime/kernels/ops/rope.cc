@@ -6,12 +6,12 @@ namespace zerod::cpu {
 
 void rope_forward(float* out, const float* qkv, const float* table, const RopeShape& s, int64_t N) {
 #pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < N * 3 * s.C(); ++j) cuda::rope_forward_at(j, out, qkv, table, s);
+  for (int64_t j = 0; j < N * s.width(); ++j) cuda::rope_at(j, out, qkv, table, s, 1.0f);
 }
 
 void rope_backward(float* dqkv, const float* dout, const float* table, const RopeShape& s, int64_t N) {
 #pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < N * s.width(); ++j) cuda::rope_backward_at(j, dqkv, dout, table, s);
+  for (int64_t j = 0; j < N * s.width(); ++j) cuda::rope_at(j, dqkv, dout, table, s, -1.0f);
 }
 
 }  // namespace zerod::cpu

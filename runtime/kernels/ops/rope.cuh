@@ -11,8 +11,8 @@ inline void rope_forward(cudaStream_t s, DType t, void* out, const void* qkv, co
                          const RopeShape& shape, int64_t N) {
   const Operands o{out, t};
   const ConstOperands x{qkv, t};
-  launch_each(s, N * 3 * shape.C(), "rope_forward",
-              [=] __device__(int64_t j) { rope_forward_at(j, o, x, table, shape); });
+  launch_each(s, N * shape.width(), "rope_forward",
+              [=] __device__(int64_t j) { rope_at(j, o, x, table, shape, 1.0f); });
 }
 
 inline void rope_backward(cudaStream_t s, DType t, void* dqkv, const void* dout, const float* table,
@@ -20,7 +20,7 @@ inline void rope_backward(cudaStream_t s, DType t, void* dqkv, const void* dout,
   const Operands dx{dqkv, t};
   const ConstOperands dy{dout, t};
   launch_each(s, N * shape.width(), "rope_backward",
-              [=] __device__(int64_t j) { rope_backward_at(j, dx, dy, table, shape); });
+              [=] __device__(int64_t j) { rope_at(j, dx, dy, table, shape, -1.0f); });
 }
 
 }  // namespace zerod::cuda
