@@ -63,9 +63,9 @@ std::vector<Case> cases(const std::string& dir) {
   all.push_back({"stage3_params_nvme_bf16",
                  testing::joined(stage3, {"zero_optimization.offload_param.device=\"nvme\"", "bf16.enabled=true"})});
   // LoRA over an NF4 base: packed layers sharded, gathered from a file.
-  all.push_back({"stage3_lora_nf4_params_nvme",
-                 testing::joined(stage3, {R"(model.lora={"r": 4, "base_quant": "nf4"})",
-                                          "zero_optimization.offload_param.device=\"nvme\""})});
+  all.push_back(
+      {"stage3_lora_nf4_params_nvme", testing::joined(stage3, {R"(model.lora={"r": 4, "base_quant": "nf4"})",
+                                                               "zero_optimization.offload_param.device=\"nvme\""})});
   // Persistent layers, no prefetch, one reduce-scatter slot.
   all.push_back({"stage3_persistent_no_overlap",
                  {"zero_optimization.stage=3", "zero_optimization.stage3_param_persistence_threshold=1000000000",
@@ -75,12 +75,12 @@ std::vector<Case> cases(const std::string& dir) {
                  {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"",
                   "zero_optimization.offload_optimizer.super_offload=true"}});
   all.push_back({"stage1_fp16", {"zero_optimization.stage=1", "fp16.enabled=true"}});
-  // A Llama: its rotary table, attention input and SwiGLU buffers.
-  all.push_back({"llama_stage3_bf16_params_cpu",
-                 testing::joined(stage3, {"model.preset=llama-tiny", "bf16.enabled=true",
-                                          "zero_optimization.offload_param.device=\"cpu\""})});
-  all.push_back({"llama_stage1_checkpointing", {"model.preset=llama-tiny", "zero_optimization.stage=1",
-                                                "activation_checkpointing.enabled=true"}});
+  // A Llama: its rotary table and SwiGLU buffers.
+  all.push_back(
+      {"llama_stage3_bf16_params_cpu", testing::joined(stage3, {"model.preset=llama-tiny", "bf16.enabled=true",
+                                                                "zero_optimization.offload_param.device=\"cpu\""})});
+  all.push_back({"llama_stage1_checkpointing",
+                 {"model.preset=llama-tiny", "zero_optimization.stage=1", "activation_checkpointing.enabled=true"}});
   // Two micro-batches a step: their sum kept on the device ("auto" without
   // a limit), or each sent in 16 bits (the rounded copy on the device,
   // widened as it is added on the host).
@@ -105,11 +105,11 @@ std::vector<Case> cases(const std::string& dir) {
                         "activation_checkpointing.enabled=true", "bf16.enabled=true", "optimizer.type=\"AdamW8bit\""}),
        false});
   // Sequences of 4096: attention takes its query rows in blocks.
-  all.push_back({"long_sequences_bf16",
-                 {"model.preset=\"custom\"", "model.n_layer=2", "model.n_head=2", "model.n_embd=64",
-                  "model.vocab_size=256", "model.block_size=4096", "data.seq_len=4096",
-                  "train_micro_batch_size_per_gpu=1", "bf16.enabled=true"},
-                 false});
+  all.push_back(
+      {"long_sequences_bf16",
+       {"model.preset=\"custom\"", "model.n_layer=2", "model.n_head=2", "model.n_embd=64", "model.vocab_size=256",
+        "model.block_size=4096", "data.seq_len=4096", "train_micro_batch_size_per_gpu=1", "bf16.enabled=true"},
+       false});
   return all;
 }
 

@@ -320,15 +320,15 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
   const int64_t W = rs.width();
   const auto [qkv, qkv16] = to_operands(randn(N * W, 47));
   const auto [datt, datt16] = to_operands(randn(N * W, 48));
-  std::vector<float> att(N * W), dqkv(N * W);
-  cpu::rope_forward(att.data(), qkv.data(), table.data(), rs, N);
-  cpu::rope_backward(dqkv.data(), datt.data(), table.data(), rs, N);
-  std::vector<uint16_t> gatt(N * W), gdqkv(N * W);
-  for_each_index(N * W, [&](int64_t j) {
-    cuda::rope_at(j, cuda::Operands{gatt.data(), t}, cuda::ConstOperands{qkv16.data(), t}, table.data(), rs, 1.0f);
+  std::vector<float> att = qkv, dqkv = datt;
+  cpu::rope_forward(att.data(), table.data(), rs, N);
+  cpu::rope_backward(dqkv.data(), table.data(), rs, N);
+  std::vector<uint16_t> gatt = qkv16, gdqkv = datt16;
+  for_each_index(N * rs.pairs(), [&](int64_t j) {
+    cuda::rope_pair_at(j, cuda::Operands{gatt.data(), t}, table.data(), rs, 1.0f);
   });
-  for_each_index(N * W, [&](int64_t j) {
-    cuda::rope_at(j, cuda::Operands{gdqkv.data(), t}, cuda::ConstOperands{datt16.data(), t}, table.data(), rs, -1.0f);
+  for_each_index(N * rs.pairs(), [&](int64_t j) {
+    cuda::rope_pair_at(j, cuda::Operands{gdqkv.data(), t}, table.data(), rs, -1.0f);
   });
   EXPECT_EQ(bits(operand_values(t, gatt.data(), N * W)), bits(rounded(att)));
   EXPECT_EQ(bits(operand_values(t, gdqkv.data(), N * W)), bits(rounded(dqkv)));
@@ -1367,13 +1367,11 @@ class PlanAttentionTable : public Kernels {
   void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
     k_->swiglu_backward(s, dinp, inp, dout, N, F);
   }
-  void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
-                    int64_t N) override {
-    k_->rope_forward(s, out, qkv, table, shape, N);
+  void rope_forward(Stream& s, void* qkv, const float* table, const RopeShape& shape, int64_t N) override {
+    k_->rope_forward(s, qkv, table, shape, N);
   }
-  void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
-                     int64_t N) override {
-    k_->rope_backward(s, dqkv, dout, table, shape, N);
+  void rope_backward(Stream& s, void* dqkv, const float* table, const RopeShape& shape, int64_t N) override {
+    k_->rope_backward(s, dqkv, table, shape, N);
   }
   void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) override {
     k_->take_columns(s, out, x, ld, c0, N, n);

@@ -278,12 +278,13 @@ TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
     expect_close(down_as(t, g_dgu, dgu.size()), rounded(t, dgu), tol(t, 1e-6f), "swiglu_backward");
 
     auto qkv = randn(N * rs.width(), 67), datt = randn(N * rs.width(), 68);
-    std::vector<float> att(N * rs.width()), dqkv(N * rs.width());
-    void *g_att = up_as(t, att), *g_dqkv = up_as(t, dqkv);
-    k->rope_forward(s(), g_att, up_as(t, qkv), g_rope, rs, N);
-    k->rope_backward(s(), g_dqkv, up_as(t, datt), g_rope, rs, N);
-    cpu::rope_forward(att.data(), qkv.data(), rope.data(), rs, N);
-    cpu::rope_backward(dqkv.data(), datt.data(), rope.data(), rs, N);
+    // From the operands the GPU was given, in place.
+    std::vector<float> att = rounded(t, qkv), dqkv = rounded(t, datt);
+    void *g_att = up_as(t, qkv), *g_dqkv = up_as(t, datt);
+    k->rope_forward(s(), g_att, g_rope, rs, N);
+    k->rope_backward(s(), g_dqkv, g_rope, rs, N);
+    cpu::rope_forward(att.data(), rope.data(), rs, N);
+    cpu::rope_backward(dqkv.data(), rope.data(), rs, N);
     EXPECT_EQ(bits(down_as(t, g_att, att.size())), bits(rounded(t, att)));
     EXPECT_EQ(bits(down_as(t, g_dqkv, dqkv.size())), bits(rounded(t, dqkv)));
 

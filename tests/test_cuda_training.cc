@@ -192,6 +192,9 @@ TEST_F(CudaTraining, TwentyStepsFollowTheCpuAtEveryStageAndSetting) {
       {"zero_optimization.stage=3", "model.preset=llama-tiny"},
       {"zero_optimization.stage=2", "model.preset=llama-tiny", "bf16.enabled=true",
        "activation_checkpointing.enabled=true"},
+      // Qwen2's q, k and v biases, and four query heads over one key and value head.
+      {"zero_optimization.stage=1", "model.preset=llama-tiny", "model.n_kv_head=1", "model.qkv_bias=true",
+       "bf16.enabled=true"},
       testing::joined({"zero_optimization.stage=2", "bf16.enabled=true"}, testing::optimizer_on("cpu", dir)),
       testing::joined(
           testing::joined({"zero_optimization.stage=3", "bf16.enabled=true"}, testing::optimizer_on("cpu", dir)),

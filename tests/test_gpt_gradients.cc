@@ -83,8 +83,12 @@ TEST_P(GptGradientsOf, EveryTensorMatchesFiniteDifferences) {
     }
     const double gnorm = dot(g, along);  // |g|, since `along` is g / |g|
     ASSERT_GT(gnorm, 1e-5) << "gradient vanishes: nothing to check";
-    EXPECT_NEAR(directional_fd(f, p, along, 1e-2), dot(g, along), 2e-3 * gnorm);
-    EXPECT_NEAR(directional_fd(f, p, rnd, 1e-2), dot(g, rnd), 2e-3 * gnorm);
+    // A step of 3e-3: the central difference's error falls with its square
+    // (along q, k and v's product of the Qwen-like, whose one key and value
+    // head serves every query head, 7.5e-3 of 1.29 at 1e-2, 6.8e-4 at 3e-3),
+    // and fp32's rounding of the loss stays below 1e-4 of it.
+    EXPECT_NEAR(directional_fd(f, p, along, 3e-3), dot(g, along), 2e-3 * gnorm);
+    EXPECT_NEAR(directional_fd(f, p, rnd, 3e-3), dot(g, rnd), 2e-3 * gnorm);
     // The three largest single elements of each tensor.
     std::vector<int64_t> idx(t.numel);
     std::iota(idx.begin(), idx.end(), 0);
@@ -179,10 +183,10 @@ TEST(GptGradients, StopsAtTheFirstFailureOfItsWeightsOrGradients) {
   Recording all(flat, "");
   RecordingSink all_sink(all, flat_grads);
   ASSERT_TRUE(fx.model->forward_backward(all, all_sink, fx.inputs.data(), fx.targets.data(), fx.B, fx.T, 1.0f).ok());
-  const std::vector<std::string> pass = {
-      "globals", "layer 0", "prefetch 1 1", "layer 1", "prefetch 1 0", "globals", "grad globals",
-      "layer 1", "prefetch 0 -1", "grad layer 1", "grad layer_done 1", "layer 0", "grad layer 0",
-      "grad layer_done 0", "grad end_backward", "end_pass"};
+  const std::vector<std::string> pass = {"globals",       "layer 0",           "prefetch 1 1",      "layer 1",
+                                         "prefetch 1 0",  "globals",           "grad globals",      "layer 1",
+                                         "prefetch 0 -1", "grad layer 1",      "grad layer_done 1", "layer 0",
+                                         "grad layer 0",  "grad layer_done 0", "grad end_backward", "end_pass"};
   ASSERT_EQ(all.calls, pass);
   for (size_t at = 0; at < pass.size(); ++at) {
     SCOPED_TRACE(pass[at]);

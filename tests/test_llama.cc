@@ -154,10 +154,10 @@ TEST(LlamaRope, LlamaThreeScalingKeepsShortWavesAndSlowsLongOnes) {
   EXPECT_GT(blended, 0);
 }
 
-// The rotary input: q and k turned as transformers' rotate_half turns
-// them, v as it is, each head in its place; the backward is the forward's
-// adjoint (the forward is linear), so <dy, F x> = <B dy, x>.
-TEST(LlamaRope, AttentionInputTurnsQAndKAndItsBackwardIsTheAdjoint) {
+// Rotary positions in place: q and k turned as transformers' rotate_half
+// turns them, v as it is, each head in its place; the backward is the
+// forward's adjoint (the forward is linear), so <dy, F x> = <B dy, x>.
+TEST(LlamaRope, TurnsQAndKInPlaceAndItsBackwardIsTheAdjoint) {
   const int T = 6, B = 2, NH = 4, KV = 2, hd = 8, N = B * T;
   GptConfig c = *gpt_preset("llama-tiny");
   c.n_embd = NH * hd;
@@ -166,8 +166,9 @@ TEST(LlamaRope, AttentionInputTurnsQAndKAndItsBackwardIsTheAdjoint) {
   const std::vector<float> table = rope_table(c, T);
   const RopeShape s{T, NH, KV, hd};
   const int64_t W = s.width(), C = s.C();
-  std::vector<float> qkv = random_vector(N * W, 6), out(N * W);
-  cpu::rope_forward(out.data(), qkv.data(), table.data(), s, N);
+  const std::vector<float> qkv = random_vector(N * W, 6);
+  std::vector<float> out = qkv;
+  cpu::rope_forward(out.data(), table.data(), s, N);
   const std::vector<float> inv = rope_inv_freq(c);
   for (int n = 0; n < N; ++n) {
     const int pos = n % T;
@@ -190,8 +191,8 @@ TEST(LlamaRope, AttentionInputTurnsQAndKAndItsBackwardIsTheAdjoint) {
     }
   }
   const std::vector<float> dy = random_vector(N * W, 7);
-  std::vector<float> dx(N * W);
-  cpu::rope_backward(dx.data(), dy.data(), table.data(), s, N);
+  std::vector<float> dx = dy;
+  cpu::rope_backward(dx.data(), table.data(), s, N);
   const double lhs = weighted(out, dy), rhs = weighted(qkv, dx);
   EXPECT_NEAR(lhs, rhs, 1e-5 * std::fabs(lhs) + 1e-5);
 }

@@ -56,13 +56,11 @@ class CpuKernels : public Kernels {
   void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
     CpuDevice::launch(s, [=] { cpu::swiglu_backward(f32(dinp), f32(inp), f32(dout), N, F); });
   }
-  void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
-                    int64_t N) override {
-    CpuDevice::launch(s, [=] { cpu::rope_forward(f32(out), f32(qkv), table, shape, N); });
+  void rope_forward(Stream& s, void* qkv, const float* table, const RopeShape& shape, int64_t N) override {
+    CpuDevice::launch(s, [=] { cpu::rope_forward(f32(qkv), table, shape, N); });
   }
-  void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
-                     int64_t N) override {
-    CpuDevice::launch(s, [=] { cpu::rope_backward(f32(dqkv), f32(dout), table, shape, N); });
+  void rope_backward(Stream& s, void* dqkv, const float* table, const RopeShape& shape, int64_t N) override {
+    CpuDevice::launch(s, [=] { cpu::rope_backward(f32(dqkv), table, shape, N); });
   }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     CpuDevice::launch(s, [=] { cpu::gelu_forward(f32(out), f32(inp), n); });

@@ -162,13 +162,11 @@ class CudaKernels : public Kernels {
   void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
     cuda::swiglu_backward(cs(s), op_, dinp, inp, dout, N, F);
   }
-  void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
-                    int64_t N) override {
-    cuda::rope_forward(cs(s), op_, out, qkv, table, shape, N);
+  void rope_forward(Stream& s, void* qkv, const float* table, const RopeShape& shape, int64_t N) override {
+    cuda::rope_in_place(cs(s), op_, qkv, table, shape, N, 1.0f, "rope_forward");
   }
-  void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
-                     int64_t N) override {
-    cuda::rope_backward(cs(s), op_, dqkv, dout, table, shape, N);
+  void rope_backward(Stream& s, void* dqkv, const float* table, const RopeShape& shape, int64_t N) override {
+    cuda::rope_in_place(cs(s), op_, dqkv, table, shape, N, -1.0f, "rope_backward");
   }
   void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) override {
     cuda::take_columns(cs(s), op_, out, x, ld, c0, N, n);

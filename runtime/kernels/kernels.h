@@ -113,7 +113,8 @@ class Kernels {
   // The Llama family's layers (ops/rmsnorm.h, swiglu.h, rope.h): RMSNorm (rstd fp32 a row;
   // backward adds to dinp and dw, dw null when frozen); SwiGLU over rows
   // of [gate | up]; rotary positions on N rows of q, k and v, q and k
-  // turned by `table` (fp32, [T, hd/2, 2]), and back (dqkv overwritten).
+  // turned in place by `table` (fp32, [T, hd/2, 2]), and their gradients
+  // turned back in place.
   virtual void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                                float eps) = 0;
   // res = a + b, then its RMSNorm into out (res may be a), as
@@ -127,10 +128,8 @@ class Kernels {
                                 const float* rstd, int64_t N, int C) = 0;
   virtual void swiglu_forward(Stream& s, void* out, const void* inp, int64_t N, int F) = 0;
   virtual void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) = 0;
-  virtual void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
-                            int64_t N) = 0;
-  virtual void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
-                             int64_t N) = 0;
+  virtual void rope_forward(Stream& s, void* qkv, const float* table, const RopeShape& shape, int64_t N) = 0;
+  virtual void rope_backward(Stream& s, void* dqkv, const float* table, const RopeShape& shape, int64_t N) = 0;
   virtual void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) = 0;
   virtual void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) = 0;
   // out = a + b; out may be a or b.

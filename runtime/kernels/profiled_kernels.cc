@@ -74,13 +74,11 @@ class ProfiledKernels : public Kernels {
   void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
     timed(s, "swiglu_backward", [&] { inner_->swiglu_backward(s, dinp, inp, dout, N, F); });
   }
-  void rope_forward(Stream& s, void* out, const void* qkv, const float* table, const RopeShape& shape,
-                    int64_t N) override {
-    timed(s, "rope_forward", [&] { inner_->rope_forward(s, out, qkv, table, shape, N); });
+  void rope_forward(Stream& s, void* qkv, const float* table, const RopeShape& shape, int64_t N) override {
+    timed(s, "rope_forward", [&] { inner_->rope_forward(s, qkv, table, shape, N); });
   }
-  void rope_backward(Stream& s, void* dqkv, const void* dout, const float* table, const RopeShape& shape,
-                     int64_t N) override {
-    timed(s, "rope_backward", [&] { inner_->rope_backward(s, dqkv, dout, table, shape, N); });
+  void rope_backward(Stream& s, void* dqkv, const float* table, const RopeShape& shape, int64_t N) override {
+    timed(s, "rope_backward", [&] { inner_->rope_backward(s, dqkv, table, shape, N); });
   }
   void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) override {
     timed(s, "take_columns", [&] { inner_->take_columns(s, out, x, ld, c0, N, n); });

@@ -54,14 +54,11 @@ inline float* fp32(const LayerActs& a, ActField f) { return static_cast<float*>(
 inline void* at(void* p, int64_t n, int64_t bytes) { return static_cast<char*>(p) + n * bytes; }
 inline const void* at(const void* p, int64_t n, int64_t bytes) { return static_cast<const char*>(p) + n * bytes; }
 
-// A Llama's: its rotary table on the device, attention's input (a
-// block's q and k turned, v as it is, each [N, shape.width()]) and the
-// gradient of q, k and v before the turn, the RMSNorms' eps, the MLP's
-// width.
+// A Llama's: its rotary table on the device (q and k are turned in place
+// of the QKV product's output, their gradients back in place), the
+// RMSNorms' eps, the MLP's width.
 struct LlamaParts {
   const float* rope = nullptr;
-  void* att_in = nullptr;
-  void* dqkv = nullptr;
   RopeShape shape{};
   float eps = 0;
   int F = 0;

@@ -99,9 +99,7 @@ struct Gpt::Impl {
   Buffer lnf, lnf_mean, lnf_rstd;
   // Backward and head workspace.
   Buffer dres, dbuf, dqkv, dfch, proj, attn_scratch, logits, losses;
-  // A Llama's: the rotary table, attention's input (q and k turned) and the
-  // gradient of q, k and v before the turn (LlamaParts).
-  Buffer rope_table, att_in, dqkv_rope;
+  Buffer rope_table;  // a Llama's (LlamaParts)
   LlamaParts llama_parts;
   std::unique_ptr<Block> block;  // the architecture's
   Buffer lora_scratch;           // a LoRA product's [N, lora_wide] (forward, backward) and [N, r] (backward)
@@ -250,11 +248,7 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
   add(&Impl::dqkv, "qkv gradient", N * c.qkv_width() * op, W);
   // A Llama's SwiGLU output gradient comes after its input's.
   add(&Impl::dfch, "MLP gradient", N * (c.mlp_in_width() + (llama ? c.mlp_width() : 0)) * op, W);
-  if (llama) {
-    add(&Impl::rope_table, "rotary table", int64_t(T) * c.head_dim() * 4, W);
-    add(&Impl::att_in, "attention input", N * c.qkv_width() * op, W);
-    add(&Impl::dqkv_rope, "q, k and v gradient", N * c.qkv_width() * op, W);
-  }
+  if (llama) add(&Impl::rope_table, "rotary table", int64_t(T) * c.head_dim() * 4, W);
   add(&Impl::proj, "projection scratch", N * C * op, W);
   add(&Impl::attn_scratch, "attention scratch", k.attention_scratch_floats(B, T, C, c.n_head, op_type) * 4, W);
   // A chunk of the head's rows, as operands; or as many fp32 rows as fit,
@@ -305,12 +299,8 @@ absl::Status Gpt::allocate() {
   if (!c.llama()) return absl::OkStatus();
   const std::vector<float> table = rope_table(c, T_);
   device_.copy(m.s, m.rope_table.data(), table.data(), table.size() * 4);
-  m.llama_parts = {m.rope_table.ptr<float>(),
-                   m.att_in.data(),
-                   m.dqkv_rope.data(),
-                   RopeShape{T_, c.n_head, c.kv_heads(), c.head_dim()},
-                   static_cast<float>(c.norm_eps),
-                   c.ffn_hidden};
+  m.llama_parts = {m.rope_table.ptr<float>(), RopeShape{T_, c.n_head, c.kv_heads(), c.head_dim()},
+                   static_cast<float>(c.norm_eps), c.ffn_hidden};
   for (int t = 0; t < lora_targets_of(c.arch); ++t) m.llama_parts.lora[t] = lora_target_dims(c, t);
   return device_.synchronize(m.s);  // before `table` goes
 }

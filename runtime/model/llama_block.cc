@@ -54,9 +54,10 @@ void LlamaBlock::forward(const BlockPass& pass, int l, const LayerWeights& w, co
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, static_cast<int>(W));
   for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], a.f[kQkv]);
   rnd_field(kQkv);
-  k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
-  rnd(p.att_in, N * W);
-  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, p.att_in, d.B, d.T, C, d.NH, p.shape.KV);
+  // Attention's input, and what is saved: q and k turned.
+  k.rope_forward(s, a.f[kQkv], p.rope, p.shape, N);
+  rnd_field(kQkv);
+  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH, p.shape.KV);
   rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, nullptr, N, C, C);
   adapt(kLoraO, a.f[kAtty], proj);
@@ -89,7 +90,6 @@ void LlamaBlock::forward(const BlockPass& pass, int l, const LayerWeights& w, co
   rnd(out, N * C);
 }
 
-// Attention's input, q and k turned, is made again from the saved q, k and v.
 void LlamaBlock::backward(const BlockPass& pass, int l, const LayerWeights& w, const void* x, const LayerActs& a,
                           const LayerGrads& g, void* dres, const BackwardBuffers& bb) const {
   Kernels& k = pass.k;
@@ -113,13 +113,11 @@ void LlamaBlock::backward(const BlockPass& pass, int l, const LayerWeights& w, c
   k.rmsnorm_backward(s, dres, g.ln2w, bb.dbuf, a.f[kRes2], w.ln2w, fp32(a, kLn2Rstd), N, C);
   k.matmul_backward(s, bb.dbuf, g.attprojw, nullptr, dres, a.f[kAtty], w.attprojw, N, C, C);
   adapt(kLoraO, a.f[kAtty], dres, bb.dbuf);
-  k.rope_forward(s, p.att_in, a.f[kQkv], p.rope, p.shape, N);
-  round_operands(k, s, bb.rounding, p.att_in, N * p.shape.width());
-  k.attention_backward(s, bb.dqkv, bb.dbuf, p.att_in, a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
+  k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
                        d.NH, p.shape.KV, bb.rounding);
-  k.rope_backward(s, p.dqkv, bb.dqkv, p.rope, p.shape, N);
-  k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, p.dqkv, a.f[kLn1], w.qkvw, N, C, static_cast<int>(p.shape.width()));
-  for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], p.dqkv, bb.dbuf);
+  k.rope_backward(s, bb.dqkv, p.rope, p.shape, N);
+  k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, static_cast<int>(p.shape.width()));
+  for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], bb.dqkv, bb.dbuf);
   k.rmsnorm_backward(s, dres, g.ln1w, bb.dbuf, x, w.ln1w, fp32(a, kLn1Rstd), N, C);
 }
 
