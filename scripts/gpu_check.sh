@@ -23,7 +23,9 @@
 #     heads over 8 at T 2048, 4096 and 8192), then zerod against
 #     PyTorch on gpt2 and gpt2-xl at T 1024 (bench/gpu/train_vs_torch.sh), or
 #     on the SHAPES named (gpt2, gpt2-xl, gpt2-4k: gpt2 at T 4096,
-#     llama-1b: Llama-3.2-1B's shape at B 8, T 1024),
+#     llama-1b: Llama-3.2-1B's shape at B 8, T 2048, llama-1b-8k: at B 1,
+#     T 8192, qwen-1.5b: Qwen2.5-1.5B's at B 8, T 2048; the Llama family's
+#     against transformers' own classes, ../shared/anchors/llama_anchor.py),
 #     comma-separated;
 #   offload: the offload tests on the GPU (tests/test_cuda_offload.cc),
 #     gpt2-xl with its optimizer on the host under 12 and 8 GiB caps, and
@@ -359,7 +361,8 @@ fi
 
 if [ "$section" = bench ]; then
   # One round of zerod against PyTorch (bench/gpu/train_vs_torch.sh) on the
-  # shapes $2 names (comma-separated: gpt2, gpt2-xl, gpt2-4k, llama-1b;
+  # shapes $2 names (comma-separated: gpt2, gpt2-xl, gpt2-4k, llama-1b,
+  # llama-1b-8k, qwen-1.5b;
   # gpt2, gpt2-xl and llama-1b by default), each run (two a shape) given its share of what is
   # left of GPU_CHECK_SECONDS (540 s).
   # Attention alone against PyTorch's SDPA at the bench's shapes, in turn.

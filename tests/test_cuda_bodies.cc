@@ -309,6 +309,26 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
   });
   EXPECT_EQ(bits(operand_values(t, gsw.data(), N * F)), bits(rounded(sw)));
   EXPECT_EQ(bits(operand_values(t, gdsw.data(), N * 2 * F)), bits(rounded(dsw)));
+  // 16 bytes a thread where F is a whole number of vectors (24 bf16: three
+  // a row; none at 20), the CPU's bits.
+  EXPECT_EQ(cuda::swiglu_vectors<DType::kBF16>(N, F, gsw.data(), gu16.data(), nullptr), 0);
+  {
+    const int Fv = 24;
+    const auto [vgu, vgu16] = to_operands(randn(N * 2 * Fv, 52, 2.0f));
+    const auto [vdy, vdy16] = to_operands(randn(N * Fv, 53));
+    std::vector<float> y(N * Fv), dgu(N * 2 * Fv);
+    cpu::swiglu_forward(y.data(), vgu.data(), N, Fv);
+    cpu::swiglu_backward(dgu.data(), vgu.data(), vdy.data(), N, Fv);
+    std::vector<uint16_t> gy(N * Fv), gdgu(N * 2 * Fv);
+    const int64_t vectors = cuda::swiglu_vectors<DType::kBF16>(N, Fv, gdgu.data(), vgu16.data(), vdy16.data());
+    ASSERT_EQ(vectors, N * Fv / 8);
+    for_each_index(vectors, [&](int64_t v) { cuda::swiglu_vec_at<DType::kBF16>(v, gy.data(), vgu16.data(), Fv); });
+    for_each_index(vectors, [&](int64_t v) {
+      cuda::swiglu_backward_vec_at<DType::kBF16>(v, gdgu.data(), vgu16.data(), vdy16.data(), Fv);
+    });
+    EXPECT_EQ(bits(operand_values(t, gy.data(), N * Fv)), bits(rounded(y)));
+    EXPECT_EQ(bits(operand_values(t, gdgu.data(), N * 2 * Fv)), bits(rounded(dgu)));
+  }
 
   const int T = 10, NH = 6, KV = 2, hd = 12;  // N = 15 sequences of 10
   GptConfig c = *gpt_preset("llama-tiny");
@@ -332,6 +352,27 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
   });
   EXPECT_EQ(bits(operand_values(t, gatt.data(), N * W)), bits(rounded(att)));
   EXPECT_EQ(bits(operand_values(t, gdqkv.data(), N * W)), bits(rounded(dqkv)));
+  // 16 bytes of each half a thread where hd/2 is a whole number of them
+  // (hd 16 in bf16: one; none at hd 12), the CPU's bits.
+  EXPECT_EQ(cuda::rope_vectors<DType::kBF16>(N, rs, gatt.data()), 0);
+  {
+    c.n_embd = NH * 16;
+    const std::vector<float> vtable = rope_table(c, T);
+    const cuda::RopeShape vs{T, NH, KV, 16};
+    auto [x, x16] = to_operands(randn(N * vs.width(), 54));
+    std::vector<float> turned = x, back = x;
+    cpu::rope_forward(turned.data(), vtable.data(), vs, N);
+    cpu::rope_backward(back.data(), vtable.data(), vs, N);
+    std::vector<uint16_t> gturned = x16, gback = x16;
+    const int64_t vectors = cuda::rope_vectors<DType::kBF16>(N, vs, gturned.data());
+    ASSERT_EQ(vectors, N * vs.pairs() / 8);
+    for_each_index(vectors,
+                   [&](int64_t v) { cuda::rope_vec_at<DType::kBF16>(v, gturned.data(), vtable.data(), vs, 1.0f); });
+    for_each_index(vectors,
+                   [&](int64_t v) { cuda::rope_vec_at<DType::kBF16>(v, gback.data(), vtable.data(), vs, -1.0f); });
+    EXPECT_EQ(bits(operand_values(t, gturned.data(), N * vs.width())), bits(rounded(turned)));
+    EXPECT_EQ(bits(operand_values(t, gback.data(), N * vs.width())), bits(rounded(back)));
+  }
 
   // An adapter's columns of a fused product on bf16 operands: taken as
   // they are, added once rounded.
@@ -1431,39 +1472,45 @@ class PlanAttentionTable : public Kernels {
 // 2e-2 with bf16 activations, where the CPU keeps attention's
 // probabilities rounded to bf16 and this table keeps none.
 TEST(CudaBodies, TheModelWithRowStatisticsAttentionHasTheCpuModelsGradients) {
-  const GptConfig cfg{2, 4, 64, 96, 32};
-  const int B = 2, T = 32;
-  testing::CpuRig rig;
-  PlanAttentionTable rows(*kernels_for(rig.device));
-  const std::vector<int32_t> inputs = testing::random_tokens(B * T, cfg.vocab_size, 9),
-                             targets = testing::random_tokens(B * T, cfg.vocab_size, 10);
-  for (DType act : {DType::kF32, DType::kBF16}) {
-    for (bool checkpointing : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(act) << (checkpointing ? ", checkpointing" : ""));
-      auto rm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, rows);
-      auto cm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, *rig.kernels);
-      ASSERT_TRUE(rm.ok() && cm.ok());
-      const GptLayout& layout = (*cm)->layout();
-      std::vector<float> params(layout.num_params());
-      init_gpt_params(layout, 5, params.data());
-      std::vector<std::vector<float>> grads(2, std::vector<float>(params.size(), 0.0f));
-      double loss[2];
-      for (int m = 0; m < 2; ++m) {
-        Kernels& k = m == 0 ? static_cast<Kernels&>(rows) : *rig.kernels;
-        auto w = FlatWeights::create(&layout, DType::kF32, params.data(), rig.device, k);
-        ASSERT_TRUE(w.ok());
-        FlatGrads sink(&layout, grads[m].data());
-        auto l = (m == 0 ? *rm : *cm)->forward_backward(*w, sink, inputs.data(), targets.data(), B, T, 1.0f);
-        ASSERT_TRUE(l.ok()) << l.status();
-        loss[m] = *l;
-      }
-      const double tol = act == DType::kF32 ? 2e-6 : 2e-2;
-      EXPECT_NEAR(loss[0], loss[1], tol * std::fabs(loss[1]));
-      for (const ParamSegment& t : layout.segments()) {
-        const std::vector<float> got(grads[0].begin() + t.offset, grads[0].begin() + t.offset + t.numel);
-        const std::vector<float> want(grads[1].begin() + t.offset, grads[1].begin() + t.offset + t.numel);
-        SCOPED_TRACE(::testing::Message() << layout.tensor(t.id).name << " layer " << t.layer);
-        expect_close(got, want, static_cast<float>(tol), "gradient");
+  // GPT-2, and a Llama of four query heads over one key and value head
+  // (q and k turned in place, what the plan's attention reads).
+  GptConfig llama = testing::small_llama(true);
+  llama.block_size = 32;
+  for (const GptConfig& cfg : {GptConfig{2, 4, 64, 96, 32}, llama}) {
+    const int B = 2, T = 32;
+    testing::CpuRig rig;
+    PlanAttentionTable rows(*kernels_for(rig.device));
+    const std::vector<int32_t> inputs = testing::random_tokens(B * T, cfg.vocab_size, 9),
+                               targets = testing::random_tokens(B * T, cfg.vocab_size, 10);
+    for (DType act : {DType::kF32, DType::kBF16}) {
+      for (bool checkpointing : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << (cfg.llama() ? "llama, " : "gpt2, ") << dtype_name(act)
+                                          << (checkpointing ? ", checkpointing" : ""));
+        auto rm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, rows);
+        auto cm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, *rig.kernels);
+        ASSERT_TRUE(rm.ok() && cm.ok());
+        const GptLayout& layout = (*cm)->layout();
+        std::vector<float> params(layout.num_params());
+        init_gpt_params(layout, 5, params.data());
+        std::vector<std::vector<float>> grads(2, std::vector<float>(params.size(), 0.0f));
+        double loss[2];
+        for (int m = 0; m < 2; ++m) {
+          Kernels& k = m == 0 ? static_cast<Kernels&>(rows) : *rig.kernels;
+          auto w = FlatWeights::create(&layout, DType::kF32, params.data(), rig.device, k);
+          ASSERT_TRUE(w.ok());
+          FlatGrads sink(&layout, grads[m].data());
+          auto l = (m == 0 ? *rm : *cm)->forward_backward(*w, sink, inputs.data(), targets.data(), B, T, 1.0f);
+          ASSERT_TRUE(l.ok()) << l.status();
+          loss[m] = *l;
+        }
+        const double tol = act == DType::kF32 ? 2e-6 : 2e-2;
+        EXPECT_NEAR(loss[0], loss[1], tol * std::fabs(loss[1]));
+        for (const ParamSegment& t : layout.segments()) {
+          const std::vector<float> got(grads[0].begin() + t.offset, grads[0].begin() + t.offset + t.numel);
+          const std::vector<float> want(grads[1].begin() + t.offset, grads[1].begin() + t.offset + t.numel);
+          SCOPED_TRACE(::testing::Message() << layout.tensor(t.id).name << " layer " << t.layer);
+          expect_close(got, want, static_cast<float>(tol), "gradient");
+        }
       }
     }
   }

@@ -23,8 +23,8 @@ namespace zerod {
 // the per-row statistics (LayerNorm's and attention's) stay fp32.
 // kLoraU + t holds LoRA target t's s·(x·A) (lora.h), where it has one.
 // A Llama's: kLn1 and kLn2 its RMSNorms' outputs (only their rstd kept),
-// kQkv its q, k and v before the rotary turn, kFch gate and up, kFchGelu
-// their SwiGLU.
+// kQkv its q, k and v, q and k turned in place (what attention reads),
+// kFch gate and up, kFchGelu their SwiGLU.
 enum ActField {
   kLn1,
   kQkv,
