@@ -222,8 +222,10 @@ TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
   c.n_kv_head = KV;
   c.n_embd = NH * hd;
   const std::vector<float> rope = rope_table(c, T);
-  const float* g_rope = up(rope);
   const RopeShape rs{T, NH, KV, hd};
+  c.n_embd = NH * 12;
+  const std::vector<float> rope12 = rope_table(c, T);
+  const RopeShape rs12{T, NH, KV, 12};
   // Rows held by a warp, rows read again (4104 bf16: 17 vectors a lane),
   // and rows not in whole vectors (74 fp32), element by element.
   for (const auto& [t, C] : {std::pair{DType::kF32, 96}, std::pair{DType::kBF16, 96}, std::pair{DType::kBF16, 2048},
@@ -265,28 +267,35 @@ TEST_F(CudaTable, RmsNormSwiGluRotaryInputAndPositionlessEmbedding) {
   for (DType t : kOperandTypes) {
     SCOPED_TRACE(dtype_name(t));
     auto k = table(t);
-    auto gu = randn(N * 2 * F, 65, 2.0f), dy = randn(N * F, 66);
-    std::vector<float> y(N * F), dgu(N * 2 * F);
-    void *g_y = up_as(t, y), *g_dgu = up_as(t, dgu);
-    const void* g_gu = up_as(t, gu);
-    k->swiglu_forward(s(), g_y, g_gu, N, F);
-    k->swiglu_backward(s(), g_dgu, g_gu, up_as(t, dy), N, F);
-    cpu::swiglu_forward(y.data(), gu.data(), N, F);
-    cpu::swiglu_backward(dgu.data(), gu.data(), dy.data(), N, F);
-    // expf on the device and the host may differ by an ulp.
-    expect_close(down_as(t, g_y, y.size()), rounded(t, y), tol(t, 1e-6f), "swiglu");
-    expect_close(down_as(t, g_dgu, dgu.size()), rounded(t, dgu), tol(t, 1e-6f), "swiglu_backward");
+    // 16 bytes a thread (F 176), and an element a thread (F 20).
+    for (const int f : {F, 20}) {
+      auto gu = randn(N * 2 * f, 65, 2.0f), dy = randn(N * f, 66);
+      std::vector<float> y(N * f), dgu(N * 2 * f);
+      void *g_y = up_as(t, y), *g_dgu = up_as(t, dgu);
+      const void* g_gu = up_as(t, gu);
+      k->swiglu_forward(s(), g_y, g_gu, N, f);
+      k->swiglu_backward(s(), g_dgu, g_gu, up_as(t, dy), N, f);
+      cpu::swiglu_forward(y.data(), gu.data(), N, f);
+      cpu::swiglu_backward(dgu.data(), gu.data(), dy.data(), N, f);
+      // expf on the device and the host may differ by an ulp.
+      expect_close(down_as(t, g_y, y.size()), rounded(t, y), tol(t, 1e-6f), "swiglu");
+      expect_close(down_as(t, g_dgu, dgu.size()), rounded(t, dgu), tol(t, 1e-6f), "swiglu_backward");
+    }
 
-    auto qkv = randn(N * rs.width(), 67), datt = randn(N * rs.width(), 68);
-    // From the operands the GPU was given, in place.
-    std::vector<float> att = rounded(t, qkv), dqkv = rounded(t, datt);
-    void *g_att = up_as(t, qkv), *g_dqkv = up_as(t, datt);
-    k->rope_forward(s(), g_att, g_rope, rs, N);
-    k->rope_backward(s(), g_dqkv, g_rope, rs, N);
-    cpu::rope_forward(att.data(), rope.data(), rs, N);
-    cpu::rope_backward(dqkv.data(), rope.data(), rs, N);
-    EXPECT_EQ(bits(down_as(t, g_att, att.size())), bits(rounded(t, att)));
-    EXPECT_EQ(bits(down_as(t, g_dqkv, dqkv.size())), bits(rounded(t, dqkv)));
+    // 16 bytes of each half a thread (hd 64), and a pair a thread (hd 12).
+    for (const auto& [shape, table] : {std::pair(rs, rope), std::pair(rs12, rope12)}) {
+      auto qkv = randn(N * shape.width(), 67), datt = randn(N * shape.width(), 68);
+      // From the operands the GPU was given, in place.
+      std::vector<float> att = rounded(t, qkv), dqkv = rounded(t, datt);
+      void *g_att = up_as(t, qkv), *g_dqkv = up_as(t, datt);
+      const float* g_table = up(table);
+      k->rope_forward(s(), g_att, g_table, shape, N);
+      k->rope_backward(s(), g_dqkv, g_table, shape, N);
+      cpu::rope_forward(att.data(), table.data(), shape, N);
+      cpu::rope_backward(dqkv.data(), table.data(), shape, N);
+      EXPECT_EQ(bits(down_as(t, g_att, att.size())), bits(rounded(t, att)));
+      EXPECT_EQ(bits(down_as(t, g_dqkv, dqkv.size())), bits(rounded(t, dqkv)));
+    }
 
     const int B = 4, E = 64, V = 23;
     std::vector<int32_t> tokens(B * T), order(B * T);
