@@ -17,6 +17,12 @@
 #     test_cuda_kernels under compute-sanitizer memcheck, and where the step
 #     of gpt2 at B 16 and gpt2-xl at B 8 goes (wall_clock_breakdown, tokens/s
 #     and launches a step);
+#   breakdown: where the Llama family's step goes, by op, for Llama-3.2-1B's
+#     and Qwen2.5-1.5B's shapes at B 8, T 2048 and Llama-3.2-1B's at B 1,
+#     T 8192 (wall_clock_breakdown: each op's time, bytes and GB/s,
+#     launches, the compute stream's and the host's waits), then each
+#     kernel of one step of the same shapes with one layer, timed by
+#     Nsight Compute;
 #   bench [SHAPES]: attention alone against PyTorch's SDPA
 #     (bench/attention_throughput, bench/gpu/torch_sdpa.py: gpt2's and
 #     gpt2-xl's shapes at T 1024, gpt2's at 4096, Llama-3.2-1B's 32 query
@@ -53,13 +59,13 @@
 #     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
 #     rank's GPU peak.
 #   Here:            scripts/gpu_deps.sh
-#   On the GPU:      scripts/gpu_check.sh [all|kernels|offload|largest|ranks|bench|plan]  (carry .gpu-deps)
+#   On the GPU:      scripts/gpu_check.sh [all|kernels|breakdown|offload|largest|ranks|bench|plan]  (carry .gpu-deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 section=${1:-all}
-case "$section" in all | kernels | offload | largest | ranks | bench | plan) ;;
-*) echo "gpu_check: unknown section '$section' (all, kernels, offload, largest, ranks, bench or plan)"; exit 2 ;;
+case "$section" in all | kernels | breakdown | offload | largest | ranks | bench | plan) ;;
+*) echo "gpu_check: unknown section '$section' (all, kernels, breakdown, offload, largest, ranks, bench or plan)"; exit 2 ;;
 esac
 out=${OUT:-$root/gpu-results}
 deps=/tmp/zerod-deps
@@ -126,6 +132,7 @@ cuda_tests=(test_cuda_kernels test_cuda_training test_cuda_offload test_device t
 # Only what a section runs; all and plan build everything.
 case "$section" in
 kernels) targets=(--target zero-worker "${cuda_tests[@]}") ;;
+breakdown) targets=(--target zero-worker) ;;
 offload) targets=(--target zero-worker test_cuda_offload copy_bandwidth optim_throughput host_sums_throughput) ;;
 bench) targets=(--target zero-worker attention_throughput) ;;
 largest) targets=(--target zero-worker offload_throughput) ;;
@@ -155,6 +162,37 @@ steady() {
   grep -E '^step [0-9]+/' "$1" | sed -E 's/.*\| ([0-9.]+)s elapsed.*/\1/' |
     awk -v tokens="$2" 'NR == 1 {first = $1} {last = $1; n = NR}
       END {if (n > 1 && last > first) printf "%.0f", (n - 1) * tokens / (last - first); else printf "-"}'
+}
+
+# Every kernel of one step of zero-worker run with the arguments after $1
+# (the logs' name), timed by Nsight Compute (the roofline table's times):
+# the 30 slowest by the table's op, and all of them together.
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+ncu_step() {
+  local name=$1
+  shift
+  [ -n "$ncu" ] || { say "Nsight Compute: none on this machine"; return 0; }
+  timeout 100 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$logs/ncu-$name.csv" \
+    "$worker" "$@" >"$logs/ncu-run-$name.log" 2>&1
+  say "Nsight Compute, one step of $name: exit $?"
+  python3 - "$logs/ncu-$name.csv" <<'PY' | tee -a "$summary"
+import csv, re, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+tot = {}
+for r in rows:
+    name = r["Kernel Name"]
+    # The table's op, or the typed function (*_as) or kernel whose lambda it ran.
+    m = re.search(r"CudaKernels::(\w+)|AttentionExec::(\w+)|\b(\w+_as|adam_group)\b|(\w+_kernel)", name)
+    key = next(g for g in m.groups() if g) if m else name[:60]
+    if "{lambda" in name:  # the innermost lambda's number (a kernel's, not its host lambda's)
+        key += " #" + re.findall(r"\{lambda[^}]*#(\d+)\}", name)[-1]
+    t = float(r["Metric Value"].replace(",", "")) * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}[r["Metric Unit"]]
+    n, s_ = tot.get(key, (0, 0.0))
+    tot[key] = (n + 1, s_ + t)
+for key, (n, t) in sorted(tot.items(), key=lambda kv: -kv[1][1])[:30]:
+    print(f"gpu_check: kernel {key:60s} {n:5d} launches {t:10.1f} us")
+print(f"gpu_check: kernels: {len(rows)} launches, {sum(t for _, t in tot.values()):.1f} us")
+PY
 }
 
 if [ "$section" = kernels ]; then
@@ -193,34 +231,11 @@ if [ "$section" = kernels ]; then
   done
   # Every kernel of one step of gpt2 with one layer at B 16 (the head and
   # the embedding as in gpt2, a layer's kernels once), timed by Nsight
-  # Compute: the roofline table's times, by kernel (NCU_VOCABS: the
-  # vocabulary sizes to run it with, GPT-2's by default).
-  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  # Compute (NCU_VOCABS: the vocabulary sizes to run it with, GPT-2's by
+  # default).
   for vocab in ${NCU_VOCABS:-50257}; do
-    [ -n "$ncu" ] || break
-    timeout 100 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$logs/ncu-$vocab.csv" \
-      "$worker" --config examples/gpu_gpt2.json --set model.n_layer=1 --set model.vocab_size=$vocab \
-      --set data.kind='"text"' --set data.path='"docs/*.md"' --set run.sample.tokens=0 --set run.steps=1 \
-      >"$logs/ncu-run-$vocab.log" 2>&1
-    say "Nsight Compute, one step of gpt2 with one layer, B 16, vocabulary $vocab: exit $?"
-    python3 - "$logs/ncu-$vocab.csv" <<'PY' | tee -a "$summary"
-import csv, re, sys
-rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-tot = {}
-for r in rows:
-    name = r["Kernel Name"]
-    # The table's op, or the typed function (*_as) or kernel whose lambda it ran.
-    m = re.search(r"CudaKernels::(\w+)|AttentionExec::(\w+)|\b(\w+_as|adam_group)\b|(\w+_kernel)", name)
-    key = next(g for g in m.groups() if g) if m else name[:60]
-    if "{lambda" in name:  # the innermost lambda's number (a kernel's, not its host lambda's)
-        key += " #" + re.findall(r"\{lambda[^}]*#(\d+)\}", name)[-1]
-    t = float(r["Metric Value"].replace(",", "")) * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}[r["Metric Unit"]]
-    n, s_ = tot.get(key, (0, 0.0))
-    tot[key] = (n + 1, s_ + t)
-for key, (n, t) in sorted(tot.items(), key=lambda kv: -kv[1][1])[:30]:
-    print(f"gpu_check: kernel {key:60s} {n:5d} launches {t:10.1f} us")
-print(f"gpu_check: kernels: {len(rows)} launches, {sum(t for _, t in tot.values()):.1f} us")
-PY
+    ncu_step "gpt2-1-layer-$vocab" --config examples/gpu_gpt2.json --set model.n_layer=1 --set model.vocab_size=$vocab \
+      --set data.kind='"text"' --set data.path='"docs/*.md"' --set run.sample.tokens=0 --set run.steps=1
   done
   say "done in $SECONDS s, exit $rc"
   exit $rc
@@ -355,6 +370,26 @@ if [ "$section" = largest ]; then
   else
     say "DeepSpeed ZeRO-Offload anchor: not run (needs .anchors carried and deepspeed installed: ../shared/anchors/README.md)"
   fi
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
+if [ "$section" = breakdown ]; then
+  rc=0
+  for shape in "llama-1b llama-3.2-1b 8 2048" "qwen-1.5b qwen2.5-1.5b 8 2048" "llama-1b-8k llama-3.2-1b 1 8192"; do
+    read -r name preset B T <<<"$shape"
+    args=(--config examples/gpu_gpt2.json --set "model.preset=\"$preset\"" --set model.block_size=$T
+      --set data.seq_len=$T --set train_batch_size=$B --set train_micro_batch_size_per_gpu=$B
+      --set data.kind='"text"' --set data.path='"docs/*.md"' --set run.sample.tokens=0)
+    timeout 120 "$worker" "${args[@]}" --set run.steps=3 --set steps_per_print=1 --set wall_clock_breakdown=true \
+      >"$logs/$name-breakdown.log" 2>&1
+    code=$?
+    [ "$code" = 0 ] || rc=1
+    say "$name B $B T $T: exit $code; $(grep -E '^step ' "$logs/$name-breakdown.log" | tail -2 | tr -s ' ' | tr '\n' ';')"
+    grep -A40 '^where the time went' "$logs/$name-breakdown.log" | sed "s/^/gpu_check: $name /" | tee -a "$summary" >/dev/null
+    grep -E 'error|abort|failed|runs (unfused|fused [0-9]+ seq)' "$logs/$name-breakdown.log" | head -3 >>"$summary"
+    ncu_step "$name-1-layer" "${args[@]}" --set model.n_layer=1 --set run.steps=1
+  done
   say "done in $SECONDS s, exit $rc"
   exit $rc
 fi

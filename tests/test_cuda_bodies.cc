@@ -883,14 +883,18 @@ TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
 // logits (the CPU's taking the bf16 values) the gradient, written back in
 // bf16, to 2^-8 of the largest. V = 300: 37 vectors of bf16 and 4 left.
 // Each row read twice from z, or once with its vectors kept in a copy
-// (the GPU's shared memory) for the gradient's pass.
-template <DType kT>
+// (the GPU's shared memory) past the kHeld a lane keeps in registers.
+template <DType kT, int kHeld>
 void expect_softmax_rows_are_the_cpus(int lanes, bool shared) {
-  SCOPED_TRACE(::testing::Message() << dtype_name(kT) << ", " << lanes << " lanes" << (shared ? ", shared" : ""));
+  SCOPED_TRACE(::testing::Message() << dtype_name(kT) << ", " << lanes << " lanes, " << kHeld << " held"
+                                    << (shared ? ", shared" : ""));
   const int64_t rows = 6;
   const int V = 300, ld = 320;
   const std::vector<int32_t> targets = {0, 299, 17, 150, 3, 296};
-  Bytes16Buffer copy(cuda::softmax_copy_bytes<kT>(V));
+  // The copy, and a vector past it that no lane may write.
+  const int64_t copy_bytes = cuda::softmax_copy_bytes<kT>(V, int64_t{kHeld} * lanes);
+  Bytes16Buffer copy(copy_bytes + 16);
+  std::memset(copy.data(), 0xab, copy_bytes + 16);
   auto logits = randn(rows * V, 20, 4.0f);
   round_to(kT, logits.data(), logits.size());
   Bytes16Buffer buf(rows * ld * dtype_size(kT));
@@ -906,24 +910,26 @@ void expect_softmax_rows_are_the_cpus(int lanes, bool shared) {
     void* z = static_cast<char*>(g) + r * ld * ob;
     const float z_target = cuda::load_f32(z, kT, targets[r]);
     std::vector<cuda::SoftmaxPart> parts(lanes);
+    std::vector<cuda::HeldVectors<kHeld>> held(lanes);
     void* c = shared ? copy.data() : nullptr;
-    for (int l = 0; l < lanes; ++l) parts[l] = cuda::vec_logits_row_part<kT>(z, V, l, lanes, c);
+    for (int l = 0; l < lanes; ++l) parts[l] = cuda::vec_logits_row_part<kT>(z, V, l, lanes, held[l], c);
     const float M = lanes_reduce(
         lanes, [&](int l) { return parts[l].max; }, kMax);
     const float S = lanes_reduce(
         lanes, [&](int l) { return cuda::softmax_part_sum(parts[l], M); }, kSum);
     glosses[r] = cuda::softmax_loss(z_target, M, S);
-    if (shared) {  // the gradient's pass must read the whole vectors from the copy alone
+    if (shared) {  // the gradient's pass must read the whole vectors from the registers and the copy alone
       const int whole = V / cuda::RowVectors<kT>::W * cuda::RowVectors<kT>::W;
       for (int i = 0; i < whole; ++i) cuda::store_f32(z, kT, i, std::nanf(""));
     }
     for (int l = 0; l < lanes; ++l) {
-      cuda::vec_softmax_grad_write<kT>(z, shared ? c : z, V, targets[r], M, S, 0.25f, l, lanes);
+      cuda::vec_softmax_grad_write<kT>(z, held[l], c, V, targets[r], M, S, 0.25f, l, lanes);
     }
     for (int i = 0; i < V; ++i) glogits[r * V + i] = cuda::load_f32(z, kT, i);
   });
   for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(glosses[r], losses[r], 1e-6 * losses[r]) << r;
   expect_close(glogits, logits, kT == DType::kF32 ? 1e-6f : 0x1p-8f, "dlogits");
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(static_cast<uint8_t>(copy.data()[copy_bytes + i]), 0xab) << i;
 }
 
 TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) {
@@ -931,10 +937,19 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
   // join in too; 8, so that a lane loads several batches of four.
   for (int lanes : {256, 8}) {
     for (bool shared : {false, true}) {
-      expect_softmax_rows_are_the_cpus<DType::kF32>(lanes, shared);
-      expect_softmax_rows_are_the_cpus<DType::kBF16>(lanes, shared);
+      expect_softmax_rows_are_the_cpus<DType::kF32, 0>(lanes, shared);
+      expect_softmax_rows_are_the_cpus<DType::kBF16, 0>(lanes, shared);
     }
   }
+  // Registers and shared memory: 8 lanes holding 2 vectors each (16 of
+  // bf16's 37 and fp32's 75, the rest in the copy), and 16 each (the whole
+  // row in registers, the copy empty).
+  expect_softmax_rows_are_the_cpus<DType::kF32, 2>(8, true);
+  expect_softmax_rows_are_the_cpus<DType::kBF16, 2>(8, true);
+  expect_softmax_rows_are_the_cpus<DType::kF32, 16>(8, true);
+  expect_softmax_rows_are_the_cpus<DType::kBF16, 16>(8, true);
+  EXPECT_EQ(cuda::softmax_copy_bytes<DType::kBF16>(300, 16), 21 * 16);
+  EXPECT_EQ(cuda::softmax_copy_bytes<DType::kBF16>(300, 128), 0);
 
   // Three chunks, the last one partial, each on a block of kSquaresLanes
   // lanes, then the partials on one block.

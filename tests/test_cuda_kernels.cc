@@ -398,13 +398,17 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
 
 // V = 500: each row in shared memory; V = 30000: the bf16 row there too,
 // several batches of four vectors a lane, and the fp32 row (117 KB of
-// vectors) read twice from global memory. Every fifth target is -1 (left
+// vectors) in the registers of one block an SM; Llama 3's 128,256 and
+// Qwen2's 151,936 in bf16 (250 and 297 KB) in 128 KB of registers and
+// the rest in shared memory on an H100 or H200 (on an A100 the second is
+// read twice); Llama 3's in fp32 (501 KB) read twice from global memory. Every fifth target is -1 (left
 // out by a loss mask): no loss, no gradient.
 TEST_F(CudaTable, TheHeadsLossAndGradientsInChunks) {
   const int64_t N = 40;
   const int C = 32;
   for (const auto& [t, V] : {std::pair{DType::kF32, 500}, std::pair{DType::kBF16, 500}, std::pair{DType::kF32, 30000},
-                             std::pair{DType::kBF16, 30000}}) {
+                             std::pair{DType::kBF16, 30000}, std::pair{DType::kBF16, 128256},
+                             std::pair{DType::kBF16, 151936}, std::pair{DType::kF32, 128256}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", V " << V);
     std::vector<int32_t> targets(N);
     for (int64_t i = 0; i < N; ++i) targets[i] = i % 5 == 3 ? -1 : static_cast<int32_t>((i * 37) % V);

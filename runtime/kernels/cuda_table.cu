@@ -55,7 +55,7 @@ class CudaKernels : public Kernels {
     const std::vector<BufferSpec> own = memory().table_buffers();
     ZEROD_ASSIGN_OR_RETURN(blas_workspace_, allocate_spec(dev_, own[KernelMemory::kBlasWorkspace]));
     ZEROD_RETURN_IF_ERROR(lt_.init(blas_workspace_.data(), blas_workspace_.bytes()));
-    row_shared_limit_ = cuda::row_shared_limit();  // the device is current on the thread that makes its table
+    row_shared_limits_ = cuda::row_shared_limits();  // the device is current on the thread that makes its table
     ZEROD_ASSIGN_OR_RETURN(partials_, allocate_spec(dev_, own[KernelMemory::kColumnPartials]));
     ZEROD_ASSIGN_OR_RETURN(maps_, allocate_spec(dev_, own[KernelMemory::kQuantMaps]));
 #ifdef ZEROD_WITH_CUDNN
@@ -196,7 +196,7 @@ class CudaKernels : public Kernels {
     cuda::classifier_logits(cs(s), op_, lt_, logits, inp, inp_stride, wte, rows, C, V);
   }
   void classifier_forward_backward(Stream& s, const ClassifierArgs& a) override {
-    cuda::classifier_forward_backward(cs(s), op_, lt_, a, memory().logits_stride(a.V), row_shared_limit_);
+    cuda::classifier_forward_backward(cs(s), op_, lt_, a, memory().logits_stride(a.V), row_shared_limits_);
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override { cuda::round_to(cs(s), t, x, n); }
   void convert_from_f32(Stream& s, DType to, const float* src, void* dst, int64_t n) override {
@@ -347,7 +347,7 @@ class CudaKernels : public Kernels {
   cudaStream_t blas_stream_ = nullptr;
   cuda::LtGemm lt_;
   Buffer blas_workspace_, partials_, maps_;
-  int64_t row_shared_limit_ = 0;  // bytes of shared memory a row of logits may take
+  cuda::RowSharedLimits row_shared_limits_;  // bytes of shared memory a row of logits may take
 #ifdef ZEROD_WITH_CUDNN
   std::unique_ptr<cuda::CudnnSdpa> sdpa_;  // null for fp32 operands, or where cuDNN did not start
 #endif

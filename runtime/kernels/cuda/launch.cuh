@@ -98,51 +98,60 @@ void launch_block_rows(cudaStream_t s, int64_t rows, const char* what, F f) {
 
 // The same with kRowSharedLanes threads a block and `shared_bytes` of
 // dynamic shared memory for each row's block, handed to f as its fourth
-// argument (16-byte aligned): f(row, lane, lanes, shared). The caller
-// keeps shared_bytes within kMaxRowSharedBytes and the device's own limit
-// (row_shared_limit); the launch asks for it (above 48 KB a kernel must,
-// on the current device) and for shared memory over L1 in the SM's
-// split. Registers are bounded so that two such blocks fit an SM.
+// argument (16-byte aligned): f(row, lane, lanes, shared). kBlocksAnSm
+// blocks share an SM: two, each with up to kMaxRowSharedBytes and half
+// the registers, or one with all of either. The caller keeps shared_bytes
+// within the device's limit for that (row_shared_limits); the launch asks
+// for it (above 48 KB a kernel must, on the current device) and for shared
+// memory over L1 in the SM's split.
 inline constexpr int kRowSharedLanes = 512;
 inline constexpr int kMaxRowSharedBytes = 112 * 1024;
-// What a row may take of the current device's shared memory: up to
-// kMaxRowSharedBytes, leaving 1 KB of its opt-in limit a block for a
-// kernel's own (reduce.cuh's) shared arrays. (Under 112 KB on sm_86,
-// sm_89 and sm_120, whose blocks take 99 KB.)
-inline int64_t row_shared_limit() {
+// What a row may take of the current device's shared memory with two
+// blocks an SM and with one: its opt-in limit a block less 1 KB for a
+// kernel's own (reduce.cuh's) shared arrays, and with two at most
+// kMaxRowSharedBytes. (Two take under 112 KB each on sm_86, sm_89 and
+// sm_120, whose blocks take 99 KB; one takes 226 KB on sm_90, 162 KB on
+// sm_80.)
+struct RowSharedLimits {
+  int64_t two_an_sm = 0, one_an_sm = 0;
+};
+inline RowSharedLimits row_shared_limits() {
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    return 0;
+    return {};
   }
-  return optin - 1024 < kMaxRowSharedBytes ? optin - 1024 : kMaxRowSharedBytes;
+  const int64_t whole = optin - 1024;
+  return {whole < kMaxRowSharedBytes ? whole : kMaxRowSharedBytes, whole};
 }
-template <class F>
-__global__ void __launch_bounds__(kRowSharedLanes, 2) for_each_block_row_shared(F f) {
+template <int kBlocksAnSm, class F>
+__global__ void __launch_bounds__(kRowSharedLanes, kBlocksAnSm) for_each_block_row_shared(F f) {
   extern __shared__ uint4 row_shared[];
   f(int64_t(blockIdx.x), static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), static_cast<void*>(row_shared));
 }
 
-template <class F>
+template <int kBlocksAnSm, class F>
 void launch_block_rows_shared(cudaStream_t s, int64_t rows, int64_t shared_bytes, const char* what, F f) {
   if (rows <= 0) return;
-  if (shared_bytes > kMaxRowSharedBytes) {
-    std::fprintf(stderr, "zerod: CUDA kernel %s asks for %lld bytes of shared memory a block, over %d\n", what,
-                 static_cast<long long>(shared_bytes), kMaxRowSharedBytes);
+  constexpr int64_t kMax = kBlocksAnSm == 2 ? kMaxRowSharedBytes : 227 * 1024;  // sm_90's opt-in a block
+  if (shared_bytes > kMax) {
+    std::fprintf(stderr, "zerod: CUDA kernel %s asks for %lld bytes of shared memory a block, over %lld\n", what,
+                 static_cast<long long>(shared_bytes), static_cast<long long>(kMax));
     std::abort();
   }
-  cudaError_t asked = cudaFuncSetAttribute(for_each_block_row_shared<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(shared_bytes));
+  auto* kernel = for_each_block_row_shared<kBlocksAnSm, F>;
+  cudaError_t asked =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
   if (asked == cudaSuccess) {
-    asked = cudaFuncSetAttribute(for_each_block_row_shared<F>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 cudaSharedmemCarveoutMaxShared);
+    asked =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   }
   if (asked != cudaSuccess) {
     std::fprintf(stderr, "zerod: CUDA kernel %s: %lld bytes of shared memory a block: %s\n", what,
                  static_cast<long long>(shared_bytes), cudaGetErrorString(asked));
     std::abort();
   }
-  for_each_block_row_shared<<<grid_blocks(rows, 1, what), kRowSharedLanes, static_cast<size_t>(shared_bytes), s>>>(f);
+  kernel<<<grid_blocks(rows, 1, what), kRowSharedLanes, static_cast<size_t>(shared_bytes), s>>>(f);
   check_launch(s, what);
 }
 

@@ -5,7 +5,7 @@
 // in chunks of rows, so that the [N, V] logits never exist whole. The two
 // products are bound by the tensor cores (V = 50257 to 152064 columns);
 // the softmax reads a row of logits once (or twice where it does not fit
-// shared memory) and writes its gradient in its place. A row whose target
+// shared memory and registers) and writes its gradient in its place. A row whose target
 // is -1 (left out by a loss mask) has loss 0 and gradient 0.
 //
 // The CPU's (classifier.cc, its sums in double) is the reference; the
@@ -88,58 +88,94 @@ ZD_HD float softmax_part_sum(SoftmaxPart p, float M) { return p.sum == 0.0f ? 0.
 ZD_HD double softmax_loss(float z_target, float M, float S) { return static_cast<double>(logf(S) - (z_target - M)); }
 // Lanes read and write a row z of operands of type kT 16 bytes at a time
 // (z 16-byte aligned): the row's whole vectors (lane l taking vectors l,
-// l + lanes, ...), then its last V mod W elements one a lane. The first
-// pass loads four of a lane's vectors before it adds any (four 16-byte
-// loads in flight a lane) and, where `copy` is not null (the block's
-// shared memory, V / W vectors), keeps each at its index there; the
-// second reads them back from `from` (copy, or z itself) and writes the
-// gradient into z: HBM then sees the row read once. Each lane reads back
-// only what it stored.
-template <DType kT>
-ZD_HD SoftmaxPart vec_logits_row_part(const void* z, int V, int lane, int lanes, void* copy) {
+// l + lanes, ...), then its last V mod W elements one a lane. A lane's
+// first kHeld vectors stay in its registers (`held`) between the passes;
+// the first pass loads them all, and then four of the rest at a time,
+// before it adds any (16-byte loads in flight a lane) and, where `copy` is
+// not null (the block's shared memory), keeps each of the rest there,
+// vector i at i - kHeld lanes; the second pass reads them back from the
+// registers and the copy (or, without one, from z again) and writes the
+// gradient into z: with the row in registers and shared memory, HBM sees
+// it read once. Each lane reads back only what it stored.
+template <int kHeld>
+struct HeldVectors {
+  Bytes16 v[kHeld > 0 ? kHeld : 1];
+};
+template <DType kT, int kHeld = 0>
+ZD_HD SoftmaxPart vec_logits_row_part(const void* z, int V, int lane, int lanes, HeldVectors<kHeld>& held, void* copy) {
   using R = RowVectors<kT>;
   constexpr int kBatch = 4;
   SoftmaxPart p{-INFINITY, 0.0f};
   const int vectors = V / R::W;
-  for (int i0 = lane; i0 < vectors; i0 += kBatch * lanes) {
+  const Bytes16* zv = static_cast<const Bytes16*>(z);
+  ZD_UNROLL
+  for (int j = 0; j < kHeld; ++j) {
+    const int i = lane + j * lanes;
+    if (i < vectors) held.v[j] = zv[i];
+  }
+  ZD_UNROLL
+  for (int j = 0; j < kHeld; ++j) {
+    if (lane + j * lanes >= vectors) break;
+    for (int k = 0; k < R::W; ++k) softmax_add(p, R::L::get(held.v[j], k));
+  }
+  const int base = kHeld * lanes;  // the copy's first vector
+  for (int i0 = base + lane; i0 < vectors; i0 += kBatch * lanes) {
     Bytes16 b[kBatch];
     for (int a = 0; a < kBatch; ++a) {
       const int i = i0 + a * lanes;
-      if (i < vectors) b[a] = static_cast<const Bytes16*>(z)[i];
+      if (i < vectors) b[a] = zv[i];
     }
     for (int a = 0; a < kBatch; ++a) {
       const int i = i0 + a * lanes;
       if (i >= vectors) break;
-      if (copy) static_cast<Bytes16*>(copy)[i] = b[a];
+      if (copy) static_cast<Bytes16*>(copy)[i - base] = b[a];
       for (int k = 0; k < R::W; ++k) softmax_add(p, R::L::get(b[a], k));
     }
   }
   for (int i = vectors * R::W + lane; i < V; i += lanes) softmax_add(p, load_f32(z, kT, i));
   return p;
 }
-template <DType kT>
-ZD_HD void vec_softmax_grad_write(void* z, const void* from, int V, int target, float M, float S, float dloss, int lane,
-                                  int lanes) {
+template <DType kT, int kHeld = 0>
+ZD_HD void vec_softmax_grad_write(void* z, const HeldVectors<kHeld>& held, const void* copy, int V, int target, float M,
+                                  float S, float dloss, int lane, int lanes) {
   using R = RowVectors<kT>;
   const float inv = 1.0f / S;
-  float v[R::W];
-  for (int i = lane; i < V / R::W; i += lanes) {
-    R::load(from, i, v);
+  const int vectors = V / R::W;
+  auto write = [&](int i, float(&v)[R::W]) {
     for (int k = 0; k < R::W; ++k) {
       const int col = i * R::W + k;
       v[k] = (expf(v[k] - M) * inv - (col == target ? 1.0f : 0.0f)) * dloss;
     }
     R::store(z, i, v);
+  };
+  float v[R::W];
+  ZD_UNROLL
+  for (int j = 0; j < kHeld; ++j) {
+    const int i = lane + j * lanes;
+    if (i >= vectors) break;
+    for (int k = 0; k < R::W; ++k) v[k] = R::L::get(held.v[j], k);
+    write(i, v);
   }
-  for (int i = V / R::W * R::W + lane; i < V; i += lanes) {
+  const int base = kHeld * lanes;
+  for (int i = base + lane; i < vectors; i += lanes) {
+    if (copy) {
+      R::load(copy, i - base, v);
+    } else {
+      R::load(z, i, v);
+    }
+    write(i, v);
+  }
+  for (int i = vectors * R::W + lane; i < V; i += lanes) {
     const float p = expf(load_f32(z, kT, i) - M) * inv;
     store_f32(z, kT, i, (p - (i == target ? 1.0f : 0.0f)) * dloss);
   }
 }
-// Bytes of shared memory a row's whole vectors take (what `copy` holds).
+// Bytes of shared memory a row's whole vectors take (what `copy` holds)
+// past the `held` vectors its lanes keep in registers.
 template <DType kT>
-ZD_HD int64_t softmax_copy_bytes(int V) {
-  return int64_t(V / RowVectors<kT>::W) * 16;
+ZD_HD int64_t softmax_copy_bytes(int V, int64_t held = 0) {
+  const int64_t rest = int64_t(V / RowVectors<kT>::W) - held;
+  return rest > 0 ? rest * 16 : 0;
 }
 
 }  // namespace cuda
