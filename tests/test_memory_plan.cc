@@ -203,6 +203,22 @@ TEST(MemoryPlanTest, ActivationsGrowAsTheSequence) {
             2 * int64_t{8192} * 8192 + 7 * int64_t{2} * 8192 * 768);  // a head a chunk, operands widened
 }
 
+// The GPU's head runs chunks whose products outweigh their traffic in wte's
+// fp32 gradient (8 V C bytes a chunk against 2 rows V C flops: 256 flops a
+// byte or more) at every vocabulary, and no larger than 2^26 logits where
+// that already holds; never more rows than there are.
+TEST(MemoryPlanTest, TheHeadsChunksKeepItsProductsAboveTheRidge) {
+  const KernelMemory cuda{KernelBackend::kCuda};
+  for (int V : {50257, 128256, 151936, 256000}) {
+    SCOPED_TRACE(V);
+    const int64_t rows = cuda.logits_rows(V, 1 << 20);
+    EXPECT_GE(2 * rows / 8, 256);
+    EXPECT_TRUE(rows == 1024 || rows * cuda.logits_stride(V) <= (int64_t{1} << 26)) << rows;
+    EXPECT_EQ(cuda.logits_rows(V, 600), 600);
+  }
+  EXPECT_EQ(cuda.logits_rows(50257, 1 << 20), (int64_t{1} << 26) / 50304);  // gpt2's, as before
+}
+
 // The GPU tier's plan, on the CPU device standing in for a GPU (its memory
 // the gpu tier, through the caching allocator, reached only by copies):
 // every tier and category of a run equals the plan's, byte for byte.

@@ -23,8 +23,11 @@ int64_t KernelMemory::attention_scratch_floats(int B, int T, int C, int NH, DTyp
 }
 
 int64_t KernelMemory::logits_rows(int V, int64_t N) const {
-  const int64_t chunk = backend == KernelBackend::kCpu ? int64_t{1} << 23 : int64_t{1} << 26;
-  return std::clamp<int64_t>(chunk / logits_stride(V), 1, N);
+  if (backend == KernelBackend::kCpu) return std::clamp<int64_t>((int64_t{1} << 23) / logits_stride(V), 1, N);
+  // wte's fp32 gradient is read and written once a chunk, 8 V C bytes
+  // against the product's 2 rows V C flops: at 1024 rows, 256 flops a
+  // byte whatever V, past an H200's ridge (206) and near an H100's (295).
+  return std::clamp<int64_t>(std::max<int64_t>((int64_t{1} << 26) / logits_stride(V), 1024), 1, N);
 }
 
 int64_t KernelMemory::logits_stride(int V) const {

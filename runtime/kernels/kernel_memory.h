@@ -29,7 +29,8 @@ struct KernelMemory {
   // for N rows of V logits, and elements from one row to the next. The
   // CPU's chunk is about 32 MiB, fixing the order in which it sums wte's
   // gradient; the GPU's a 2^26-element chunk, large enough for products
-  // near their peak, its rows a multiple of 64 elements apart (whole
+  // near their peak, and at least 1024 rows (Llama 3's and Qwen2's
+  // vocabularies), its rows a multiple of 64 elements apart (whole
   // 16-byte vectors, 128-byte aligned).
   int64_t logits_rows(int V, int64_t N) const;
   int64_t logits_stride(int V) const;

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -107,22 +108,25 @@ void launch_block_rows(cudaStream_t s, int64_t rows, const char* what, F f) {
 inline constexpr int kRowSharedLanes = 512;
 inline constexpr int kMaxRowSharedBytes = 112 * 1024;
 // What a row may take of the current device's shared memory with two
-// blocks an SM and with one: its opt-in limit a block less 1 KB for a
-// kernel's own (reduce.cuh's) shared arrays, and with two at most
-// kMaxRowSharedBytes. (Two take under 112 KB each on sm_86, sm_89 and
-// sm_120, whose blocks take 99 KB; one takes 226 KB on sm_90, 162 KB on
-// sm_80.)
+// blocks an SM and with one: one block takes its opt-in limit less 1 KB
+// for a kernel's own (reduce.cuh's) shared arrays; two, half the SM's
+// less that and the 1 KB the runtime keeps a block, at most
+// kMaxRowSharedBytes (112 KB on sm_90, 80 KB on sm_80, 48 KB on sm_86,
+// sm_89 and sm_120; one takes 226 KB on sm_90, 162 KB on sm_80, 98 KB on
+// the others).
 struct RowSharedLimits {
   int64_t two_an_sm = 0, one_an_sm = 0;
 };
 inline RowSharedLimits row_shared_limits() {
-  int device = 0, optin = 0;
+  int device = 0, optin = 0, per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
     return {};
   }
-  const int64_t whole = optin - 1024;
-  return {whole < kMaxRowSharedBytes ? whole : kMaxRowSharedBytes, whole};
+  const int64_t one = optin - 1024;
+  const int64_t two = std::min<int64_t>({one, per_sm / 2 - 2048, kMaxRowSharedBytes});
+  return {two, one};
 }
 template <int kBlocksAnSm, class F>
 __global__ void __launch_bounds__(kRowSharedLanes, kBlocksAnSm) for_each_block_row_shared(F f) {

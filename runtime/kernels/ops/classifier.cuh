@@ -48,7 +48,8 @@ __device__ void softmax_cross_entropy_row(int64_t r, int lane, int lanes, void* 
 // Qwen2's 151,936 on the first, Llama 3's on the second).
 inline constexpr int kSoftmaxHeldVectors = 16;
 // A row whose whole vectors fit two blocks' share of the SM's shared
-// memory (gpt2's 50257 bf16 logits take 98 KB) is read once, into it; one
+// memory (gpt2's 50257 bf16 logits take 98 KB, within an H100's 112 KB;
+// an A100's 80 KB sends them to registers) is read once, into it; one
 // that fits one block's with kSoftmaxHeldVectors a lane in registers, once,
 // into both; a longer one (an fp32 job's), or one whose gradient is not
 // wanted, twice from global memory, by 256 lanes.
