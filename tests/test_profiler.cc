@@ -13,6 +13,7 @@
 #include "runtime/core/cpu_device.h"
 #include "runtime/core/profiler.h"
 #include "runtime/engine/trainer.h"
+#include "runtime/kernels/profiled_kernels.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
 #include "tests/worker_run.h"
@@ -155,6 +156,52 @@ TEST(Profiler, EachKernelIsCountedAsOftenAsTheModelCallsItAndTheLossesAreUnchang
       EXPECT_EQ(total.launches, 0) << name;
     }
   }
+}
+
+// A memory-bound op counts the bytes of its operands and results (an
+// accumulated result twice: read and written), so that the breakdown
+// gives its rate; a product counts none. On the CPU's table, operands are
+// fp32.
+TEST(Profiler, MemoryBoundOpsCountTheBytesOfWhatTheyReadAndWrite) {
+  MemoryAccountant acct;
+  CpuDevice device(acct);
+  Profiler p(device);
+  auto inner = kernels_for(device);
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  std::unique_ptr<Kernels> k = profiled_kernels(std::move(*inner), p);
+  Stream& s = device.compute_stream();
+  const int64_t N = 6;
+  const int C = 16, F = 24;
+  auto bytes = [](std::initializer_list<const std::vector<float>*> vs) {
+    uint64_t b = 0;
+    for (const std::vector<float>* v : vs) b += v->size() * sizeof(float);
+    return b;
+  };
+  std::vector<float> x(N * C, 0.5f), w(C, 1.0f), y(N * C), rstd(N), dy(N * C, 0.25f), dx(N * C), dw(C);
+  k->rmsnorm_forward(s, y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  k->rmsnorm_backward(s, dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  k->rmsnorm_backward(s, dx.data(), nullptr, dy.data(), x.data(), w.data(), rstd.data(), N, C);  // w frozen
+  std::vector<float> gate_up(N * 2 * F, 0.5f), act(N * F), dact(N * F, 0.25f), dgate_up(N * 2 * F);
+  k->swiglu_forward(s, act.data(), gate_up.data(), N, F);
+  k->swiglu_backward(s, dgate_up.data(), gate_up.data(), dact.data(), N, F);
+  const RopeShape rope{3, 4, 2, 4};  // two sequences of 3, 4 query heads over 2, width 4
+  std::vector<float> qkv(N * rope.width(), 0.5f), table(rope.T * rope.hd, 0.5f);
+  k->rope_forward(s, qkv.data(), table.data(), rope, N);
+  k->residual_forward(s, y.data(), x.data(), dy.data(), N * C);
+  k->matmul_forward(s, y.data(), x.data(), w.data(), nullptr, 1, C, 1);
+  ASSERT_TRUE(device.synchronize(s).ok());
+  ASSERT_TRUE(p.collect().ok());
+  const Profiler::Totals dev = p.device_totals();
+  EXPECT_EQ(dev.at("rmsnorm_forward").bytes, bytes({&x, &w, &y, &rstd}));
+  // dx accumulated; dw too, where there is one.
+  EXPECT_EQ(dev.at("rmsnorm_backward").bytes,
+            bytes({&dy, &x, &w, &rstd, &dx, &dx, &dw, &dw}) + bytes({&dy, &x, &w, &rstd, &dx, &dx}));
+  EXPECT_EQ(dev.at("swiglu_forward").bytes, bytes({&gate_up, &act}));
+  EXPECT_EQ(dev.at("swiglu_backward").bytes, bytes({&gate_up, &dact, &dgate_up}));
+  // q and k (4 + 2 heads of the 4 + 2 x 2 a row) read and written, and the table.
+  EXPECT_EQ(dev.at("rope_forward").bytes, 2 * uint64_t(N) * 6 * 4 * sizeof(float) + bytes({&table}));
+  EXPECT_EQ(dev.at("residual_forward").bytes, bytes({&x, &dy, &y}));
+  EXPECT_EQ(dev.at("matmul_forward").bytes, 0u);
 }
 
 // A kernel table's launches add up under the op's name until a reset (the

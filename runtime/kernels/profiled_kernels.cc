@@ -6,7 +6,11 @@ namespace zerod {
 namespace {
 
 // Ops that take a stream are timed there, and their launches counted; the
-// table's questions pass through.
+// table's questions pass through. A memory-bound op also counts the bytes
+// it must move at the least (each operand read once, each result written
+// once, an accumulated one read and written), so that the breakdown gives
+// its rate against the memory's bandwidth; a product, attention and the
+// head are bound by arithmetic and count none.
 class ProfiledKernels : public Kernels {
  public:
   ProfiledKernels(std::unique_ptr<Kernels> inner, Profiler& profiler) : inner_(std::move(inner)), profiler_(profiler) {}
@@ -32,16 +36,17 @@ class ProfiledKernels : public Kernels {
   }
   void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b,
                          int64_t N, int C) override {
-    timed(s, "layernorm_forward", [&] { inner_->layernorm_forward(s, out, mean, rstd, inp, w, b, N, C); });
+    timed(s, "layernorm_forward", (2 * N * C + 2 * C) * ob() + 2 * N * 4,
+          [&] { inner_->layernorm_forward(s, out, mean, rstd, inp, w, b, N, C); });
   }
   void residual_layernorm_forward(Stream& s, void* res, void* out, float* mean, float* rstd, const void* a,
                                   const void* b, const void* w, const void* bias, int64_t N, int C) override {
-    timed(s, "residual_layernorm_forward",
+    timed(s, "residual_layernorm_forward", (4 * N * C + 2 * C) * ob() + 2 * N * 4,
           [&] { inner_->residual_layernorm_forward(s, res, out, mean, rstd, a, b, w, bias, N, C); });
   }
   void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp, const void* w,
                           const float* mean, const float* rstd, int64_t N, int C) override {
-    timed(s, "layernorm_backward",
+    timed(s, "layernorm_backward", (4 * N * C + C) * ob() + 2 * N * 4 + ((dw ? 1 : 0) + (db ? 1 : 0)) * 2 * C * 4,
           [&] { inner_->layernorm_backward(s, dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
   }
   KernelMemory memory() const override { return inner_->memory(); }
@@ -57,47 +62,51 @@ class ProfiledKernels : public Kernels {
 
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                        float eps) override {
-    timed(s, "rmsnorm_forward", [&] { inner_->rmsnorm_forward(s, out, rstd, inp, w, N, C, eps); });
+    timed(s, "rmsnorm_forward", (2 * N * C + C) * ob() + N * 4,
+          [&] { inner_->rmsnorm_forward(s, out, rstd, inp, w, N, C, eps); });
   }
   void residual_rmsnorm_forward(Stream& s, void* res, void* out, float* rstd, const void* a, const void* b,
                                 const void* w, int64_t N, int C, float eps) override {
-    timed(s, "residual_rmsnorm_forward",
+    timed(s, "residual_rmsnorm_forward", (4 * N * C + C) * ob() + N * 4,
           [&] { inner_->residual_rmsnorm_forward(s, res, out, rstd, a, b, w, N, C, eps); });
   }
   void rmsnorm_backward(Stream& s, void* dinp, float* dw, const void* dout, const void* inp, const void* w,
                         const float* rstd, int64_t N, int C) override {
-    timed(s, "rmsnorm_backward", [&] { inner_->rmsnorm_backward(s, dinp, dw, dout, inp, w, rstd, N, C); });
+    timed(s, "rmsnorm_backward", (4 * N * C + C) * ob() + N * 4 + (dw ? 2 * C * 4 : 0),
+          [&] { inner_->rmsnorm_backward(s, dinp, dw, dout, inp, w, rstd, N, C); });
   }
   void swiglu_forward(Stream& s, void* out, const void* inp, int64_t N, int F) override {
-    timed(s, "swiglu_forward", [&] { inner_->swiglu_forward(s, out, inp, N, F); });
+    timed(s, "swiglu_forward", 3 * N * F * ob(), [&] { inner_->swiglu_forward(s, out, inp, N, F); });
   }
   void swiglu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
-    timed(s, "swiglu_backward", [&] { inner_->swiglu_backward(s, dinp, inp, dout, N, F); });
+    timed(s, "swiglu_backward", 5 * N * F * ob(), [&] { inner_->swiglu_backward(s, dinp, inp, dout, N, F); });
   }
   void rope_forward(Stream& s, void* qkv, const float* table, const RopeShape& shape, int64_t N) override {
-    timed(s, "rope_forward", [&] { inner_->rope_forward(s, qkv, table, shape, N); });
+    timed(s, "rope_forward", rope_bytes(shape, N), [&] { inner_->rope_forward(s, qkv, table, shape, N); });
   }
   void rope_backward(Stream& s, void* dqkv, const float* table, const RopeShape& shape, int64_t N) override {
-    timed(s, "rope_backward", [&] { inner_->rope_backward(s, dqkv, table, shape, N); });
+    timed(s, "rope_backward", rope_bytes(shape, N), [&] { inner_->rope_backward(s, dqkv, table, shape, N); });
   }
   void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) override {
-    timed(s, "take_columns", [&] { inner_->take_columns(s, out, x, ld, c0, N, n); });
+    timed(s, "take_columns", 2 * N * n * ob(), [&] { inner_->take_columns(s, out, x, ld, c0, N, n); });
   }
   void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) override {
-    timed(s, "add_columns", [&] { inner_->add_columns(s, y, ld, c0, t, N, n); });
+    timed(s, "add_columns", 3 * N * n * ob(), [&] { inner_->add_columns(s, y, ld, c0, t, N, n); });
   }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
-    timed(s, "gelu_forward", [&] { inner_->gelu_forward(s, out, inp, n); });
+    timed(s, "gelu_forward", 2 * n * ob(), [&] { inner_->gelu_forward(s, out, inp, n); });
   }
   void gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n) override {
-    timed(s, "gelu_backward", [&] { inner_->gelu_backward(s, dinp, inp, dout, n); });
+    timed(s, "gelu_backward", 3 * n * ob(), [&] { inner_->gelu_backward(s, dinp, inp, dout, n); });
   }
   void residual_forward(Stream& s, void* out, const void* a, const void* b, int64_t n) override {
-    timed(s, "residual_forward", [&] { inner_->residual_forward(s, out, a, b, n); });
+    timed(s, "residual_forward", 3 * n * ob(), [&] { inner_->residual_forward(s, out, a, b, n); });
   }
   void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
                          int C) override {
-    timed(s, "embedding_forward", [&] { inner_->embedding_forward(s, out, tokens, wte, wpe, B, T, C); });
+    const int64_t N = int64_t(B) * T;
+    timed(s, "embedding_forward", N * 4 + (2 * N * C + (wpe ? int64_t(T) * C : 0)) * ob(),
+          [&] { inner_->embedding_forward(s, out, tokens, wte, wpe, B, T, C); });
   }
   void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
                           const int32_t* order, int B, int T, int C) override {
@@ -111,44 +120,48 @@ class ProfiledKernels : public Kernels {
     timed(s, "classifier_forward_backward", [&] { inner_->classifier_forward_backward(s, a); });
   }
   void round_to(Stream& s, DType t, float* x, int64_t n) override {
-    timed(s, "round_to", [&] { inner_->round_to(s, t, x, n); });
+    timed(s, "round_to", t == DType::kF32 ? 0 : 2 * n * 4, [&] { inner_->round_to(s, t, x, n); });  // fp32: none
   }
   void convert_from_f32(Stream& s, DType to, const float* src, void* dst, int64_t n) override {
-    timed(s, "convert_from_f32", [&] { inner_->convert_from_f32(s, to, src, dst, n); });
+    timed(s, "convert_from_f32", n * (4 + dtype_size(to)), [&] { inner_->convert_from_f32(s, to, src, dst, n); });
   }
   void convert_to_f32(Stream& s, DType from, const void* src, float* dst, int64_t n) override {
-    timed(s, "convert_to_f32", [&] { inner_->convert_to_f32(s, from, src, dst, n); });
+    timed(s, "convert_to_f32", n * (4 + dtype_size(from)), [&] { inner_->convert_to_f32(s, from, src, dst, n); });
   }
   void sum(Stream& s, const double* x, int64_t n, double* out) override {
-    timed(s, "sum", [&] { inner_->sum(s, x, n, out); });
+    timed(s, "sum", n * 8, [&] { inner_->sum(s, x, n, out); });
   }
   void sum_squares(Stream& s, const float* x, int64_t n, double* out) override {
-    timed(s, "sum_squares", [&] { inner_->sum_squares(s, x, n, out); });
+    timed(s, "sum_squares", n * 4, [&] { inner_->sum_squares(s, x, n, out); });
   }
   void sum_squares_tensors(Stream& s, absl::Span<const SquaresOf> ts) override {
-    timed(s, "sum_squares", [&] { inner_->sum_squares_tensors(s, ts); });
+    int64_t n = 0;
+    for (const SquaresOf& t : ts) n += t.n;
+    timed(s, "sum_squares", n * 4, [&] { inner_->sum_squares_tensors(s, ts); });
   }
   void update_factor(Stream& s, const double* sums, int n, double loss_scale, double clip, float* factor,
                      double* sumsq) override {
     timed(s, "update_factor", [&] { inner_->update_factor(s, sums, n, loss_scale, clip, factor, sumsq); });
   }
   void add(Stream& s, float* dst, const float* src, int64_t n) override {
-    timed(s, "add", [&] { inner_->add(s, dst, src, n); });
+    timed(s, "add", 3 * n * 4, [&] { inner_->add(s, dst, src, n); });
   }
   void scale(Stream& s, void* x, float a, int64_t n) override {
-    timed(s, "scale", [&] { inner_->scale(s, x, a, n); });
+    timed(s, "scale", 2 * n * ob(), [&] { inner_->scale(s, x, a, n); });
   }
   void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) override {
-    timed(s, "dropout", [&] { inner_->dropout(s, y, x, n, p, seed); });
+    timed(s, "dropout", 2 * n * ob(), [&] { inner_->dropout(s, y, x, n, p, seed); });
   }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
-    timed(s, "adam", [&] { inner_->adam(s, t, step); });
+    timed(s, "adam", adam_bytes(t), [&] { inner_->adam(s, t, step); });
   }
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override {
     timed(s, "adam8bit", [&] { inner_->adam8bit(s, t, step); });
   }
   void adam_tensors(Stream& s, absl::Span<const AdamTensor> ts, absl::Span<const AdamStep> steps) override {
-    timed(s, "adam_tensors", [&] { inner_->adam_tensors(s, ts, steps); });
+    int64_t bytes = 0;
+    for (const AdamTensor& t : ts) bytes += adam_bytes(t);
+    timed(s, "adam_tensors", bytes, [&] { inner_->adam_tensors(s, ts, steps); });
   }
   void adam8bit_tensors(Stream& s, absl::Span<const Adam8bitTensor> ts, absl::Span<const AdamStep> steps) override {
     timed(s, "adam8bit_tensors", [&] { inner_->adam8bit_tensors(s, ts, steps); });
@@ -158,15 +171,30 @@ class ProfiledKernels : public Kernels {
   }
 
  private:
-  // op() timed on s as `what`, with the launches it made.
+  // op() timed on s as `what`, with the launches it made and the bytes
+  // it moves.
   template <class F>
-  void timed(Stream& s, const char* what, F op) {
+  void timed(Stream& s, const char* what, int64_t bytes, F op) {
     const int64_t before = inner_->launches();
     {
-      auto span = Profiler::device_span(&profiler_, s, what);
+      auto span = Profiler::device_span(&profiler_, s, what, static_cast<uint64_t>(bytes));
       op();
     }
     profiler_.add_launches(what, inner_->launches() - before);
+  }
+  template <class F>
+  void timed(Stream& s, const char* what, F op) {
+    timed(s, what, 0, op);
+  }
+  int64_t ob() const { return dtype_size(inner_->operand_type()); }
+  // q and k read and turned in place, and the table.
+  int64_t rope_bytes(const RopeShape& shape, int64_t N) const {
+    return 2 * N * (shape.NH + shape.KV) * shape.hd * ob() + int64_t(shape.T) * shape.hd * 4;
+  }
+  // The fp32 masters and both moments read and written, the gradient read,
+  // the 16-bit copy written.
+  static int64_t adam_bytes(const AdamTensor& t) {
+    return t.n * (6 * 4 + dtype_size(t.grad_type) + (t.param16 ? dtype_size(t.param16_type) : 0));
   }
 
   std::unique_ptr<Kernels> inner_;
