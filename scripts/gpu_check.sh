@@ -378,8 +378,8 @@ if [ "$section" = breakdown ]; then
   rc=0
   for shape in "llama-1b llama-3.2-1b 8 2048" "qwen-1.5b qwen2.5-1.5b 8 2048" "llama-1b-8k llama-3.2-1b 1 8192"; do
     read -r name preset B T <<<"$shape"
-    args=(--config examples/gpu_gpt2.json --set "model.preset=\"$preset\"" --set model.block_size=$T
-      --set data.seq_len=$T --set train_batch_size=$B --set train_micro_batch_size_per_gpu=$B
+    args=(--config examples/gpu_gpt2.json --set "model.preset=\"$preset\"" --set model.block_size="$T"
+      --set data.seq_len="$T" --set train_batch_size="$B" --set train_micro_batch_size_per_gpu="$B"
       --set data.kind='"text"' --set data.path='"docs/*.md"' --set run.sample.tokens=0)
     timeout 120 "$worker" "${args[@]}" --set run.steps=3 --set steps_per_print=1 --set wall_clock_breakdown=true \
       >"$logs/$name-breakdown.log" 2>&1
