@@ -5,8 +5,9 @@
 // in chunks of rows, so that the [N, V] logits never exist whole. The two
 // products are bound by the tensor cores (V = 50257 to 152064 columns);
 // the softmax reads a row of logits once (or twice where it does not fit
-// shared memory and registers) and writes its gradient in its place. A row whose target
-// is -1 (left out by a loss mask) has loss 0 and gradient 0.
+// shared memory and registers) and writes its gradient in its place. A
+// row whose target is -1 (left out by a loss mask) has loss 0 and
+// gradient 0.
 //
 // The CPU's (classifier.cc, its sums in double) is the reference; the
 // CUDA table's (classifier.cuh) runs a row of logits on a block with the
@@ -157,12 +158,10 @@ ZD_HD void vec_softmax_grad_write(void* z, const HeldVectors<kHeld>& held, const
     write(i, v);
   }
   const int base = kHeld * lanes;
+  const void* from = copy ? copy : z;  // vector i at i - shift
+  const int shift = copy ? base : 0;
   for (int i = base + lane; i < vectors; i += lanes) {
-    if (copy) {
-      R::load(copy, i - base, v);
-    } else {
-      R::load(z, i, v);
-    }
+    R::load(from, i - shift, v);
     write(i, v);
   }
   for (int i = vectors * R::W + lane; i < V; i += lanes) {
