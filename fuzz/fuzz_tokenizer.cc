@@ -20,5 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string jsonl = zerod::fuzz::write_scratch("tokenizer/data.jsonl", parts[3]);
   zerod::tokenize_files(**tok, {jsonl}, {.seq_len = 16}).IgnoreError();
+  zerod::tokenize_files(**tok, {jsonl}, {.seq_len = 16, .pack = true}).IgnoreError();
   return 0;
 }

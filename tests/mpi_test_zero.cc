@@ -16,10 +16,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "runtime/config/job_config.h"
 #include "runtime/engine/trainer.h"
@@ -151,6 +150,24 @@ TEST(ZeroEquivalence, InstructionDataEveryStageFollowsTheSingleProcessRun) {
   std::filesystem::remove(data);
 }
 
+// Packed instruction data (several documents a window, attention and
+// positions per document), GPT-2 and Llama: every stage follows the
+// single-process run.
+TEST(ZeroEquivalence, PackedDataEveryStageFollowsTheSingleProcessRun) {
+  const int n = world().world_size();
+  const std::string data = ::testing::TempDir() + "/zerod_mpi_packed_" + std::to_string(getpid()) + ".bin";
+  testing::write_packed_instruction_shard(data, 48, 32);
+  for (const char* preset : {"model.preset=gpt2-tiny", "model.preset=llama-tiny"}) {
+    const std::vector<std::string> o = {preset, "data.kind=\"tokens\"", "data.path=\"" + data + "\""};
+    const TrainRun ref = reference(o);
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE(::testing::Message() << "packed data, " << preset << ", stage " << stage << ", world " << n);
+      expect_follows(train(config(tiny_job(stage), n, o), &world()), ref, 1e-5, 2 * kLr);
+    }
+  }
+  std::filesystem::remove(data);
+}
+
 TEST(ZeroEquivalence, MixedPrecisionFollowsTheSingleProcessRun) {
   // Every activation is rounded to 16 bits, so inputs that differ in the
   // last bit of fp32 can round to neighbouring 16-bit values (bf16 steps
@@ -251,7 +268,8 @@ TEST(ZeroOffload, NvmeOptimizerIsBitwiseTheInMemoryRun) {
       "zero_optimization.offload_optimizer.buffer_count=3", "zero_optimization.sub_group_size=10000",
       "aio.block_size=16384"};
   const std::vector<std::vector<std::string>> variants = {
-      {"run.steps=6", "bf16.enabled=true"}, {"run.steps=6", "optimizer.type=AdamW8bit"},
+      {"run.steps=6", "bf16.enabled=true"},
+      {"run.steps=6", "optimizer.type=AdamW8bit"},
       {"run.steps=6", "model.preset=llama-tiny", "bf16.enabled=true"}};
   for (int stage : {1, 3}) {
     for (const auto& v : variants) {
@@ -280,10 +298,9 @@ TEST(ZeroOffload, ParamsOffloadedAreBitwiseTheInMemoryRun) {
                                     "aio.block_size=16384"};
   };
   auto optimizer_on_nvme = params_on("nvme", 2);
-  optimizer_on_nvme.insert(optimizer_on_nvme.end(),
-                           {"zero_optimization.offload_optimizer.device=\"nvme\"",
-                            "zero_optimization.offload_optimizer.nvme_path=\"" + dir + "\"",
-                            "zero_optimization.sub_group_size=10000"});
+  optimizer_on_nvme.insert(optimizer_on_nvme.end(), {"zero_optimization.offload_optimizer.device=\"nvme\"",
+                                                     "zero_optimization.offload_optimizer.nvme_path=\"" + dir + "\"",
+                                                     "zero_optimization.sub_group_size=10000"});
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
       {{"run.steps=6", "bf16.enabled=true"}, params_on("cpu", 5)},
       {{"run.steps=6", "bf16.enabled=true", "model.preset=llama-tiny"}, params_on("cpu", 5)},

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "runtime/kernels/cuda/gemm_args.h"
@@ -372,6 +373,24 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
                    [&](int64_t v) { cuda::rope_vec_at<DType::kBF16>(v, gback.data(), vtable.data(), vs, -1.0f); });
     EXPECT_EQ(bits(operand_values(t, gturned.data(), N * vs.width())), bits(rounded(turned)));
     EXPECT_EQ(bits(operand_values(t, gback.data(), N * vs.width())), bits(rounded(back)));
+    // Packed sequences: documents of 4, 4 and 2 a sequence, each row
+    // turned by its position in its document, both paths the CPU's bits.
+    std::vector<int32_t> pos(N);
+    for (int64_t n = 0; n < N; ++n) pos[n] = static_cast<int32_t>(n % T % 4);
+    cuda::RopeShape ps = vs, pairs = rs;
+    ps.pos = pairs.pos = pos.data();
+    std::vector<float> pturned = x, ppairs = qkv;
+    cpu::rope_forward(pturned.data(), vtable.data(), ps, N);
+    cpu::rope_forward(ppairs.data(), table.data(), pairs, N);
+    std::vector<uint16_t> gpturned = x16, gppairs = qkv16;
+    for_each_index(vectors,
+                   [&](int64_t v) { cuda::rope_vec_at<DType::kBF16>(v, gpturned.data(), vtable.data(), ps, 1.0f); });
+    for_each_index(N * rs.pairs(), [&](int64_t j) {
+      cuda::rope_pair_at(j, cuda::Operands{gppairs.data(), t}, table.data(), pairs, 1.0f);
+    });
+    EXPECT_EQ(bits(operand_values(t, gpturned.data(), N * vs.width())), bits(rounded(pturned)));
+    EXPECT_EQ(bits(operand_values(t, gppairs.data(), N * W)), bits(rounded(ppairs)));
+    EXPECT_NE(bits(pturned), bits(turned));  // the positions count
   }
 
   // An adapter's columns of a fused product on bf16 operands: taken as
@@ -399,10 +418,11 @@ TEST(CudaBodies, LlamaRowsAndElementsAreTheCpuKernels) {
   Bytes16Buffer vemb(B * T * E * 4);
   cpu::embedding_forward(emb.data(), tokens.data(), wte.data(), nullptr, B, T, E);
   for_each_index(B * T * E, [&](int64_t j) {
-    cuda::embedding_forward_at(j, gemb.data(), tokens.data(), wte.data(), static_cast<const float*>(nullptr), T, E);
+    cuda::embedding_forward_at(j, gemb.data(), tokens.data(), wte.data(), static_cast<const float*>(nullptr), T, E,
+                               nullptr);
   });
   for_each_index(B * T * (E / 4), [&](int64_t v) {
-    cuda::vec_embedding_forward_at<DType::kF32>(v, vemb.data(), tokens.data(), wte.data(), nullptr, T, E);
+    cuda::vec_embedding_forward_at<DType::kF32>(v, vemb.data(), tokens.data(), wte.data(), nullptr, T, E, nullptr);
   });
   for (int i = 0; i < B * T; ++i) {
     for (int e = 0; e < E; ++e) ASSERT_EQ(emb[i * E + e], wte[tokens[i] * E + e]);
@@ -430,7 +450,7 @@ void expect_vector_embedding_is_the_cpus() {
   cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
   round_to(kT, out.data(), out.size());
   for_each_index(N * (C / cuda::RowVectors<kT>::W), [&](int64_t t) {
-    cuda::vec_embedding_forward_at<kT>(t, gout.data(), tokens.data(), gte.data(), gpe.data(), T, C);
+    cuda::vec_embedding_forward_at<kT>(t, gout.data(), tokens.data(), gte.data(), gpe.data(), T, C, nullptr);
   });
   for (int64_t i = 0; i < N * C; ++i) got[i] = cuda::load_f32(gout.data(), kT, i);
   EXPECT_EQ(bits(got), bits(out));
@@ -451,9 +471,31 @@ TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
   std::vector<float> out(N * C), gout(N * C);
   cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
   for_each_index(N * C, [&](int64_t j) {
-    cuda::embedding_forward_at(j, gout.data(), tokens.data(), wte.data(), wpe.data(), T, C);
+    cuda::embedding_forward_at(j, gout.data(), tokens.data(), wte.data(), wpe.data(), T, C, nullptr);
   });
   EXPECT_EQ(gout, out);
+  // Packed sequences: documents of 5, 7 and 5 in each sequence (the
+  // second sequence's of 1, 9 and 7), each counting from 0.
+  std::vector<int32_t> pos(N), pos_order(N);
+  for (int b = 0; b < B; ++b) {
+    const std::vector<int> lengths = b == 1 ? std::vector{1, 9, 7} : std::vector{5, 7, 5};
+    int t = 0;
+    for (int len : lengths) {
+      for (int i = 0; i < len; ++i) pos[b * T + t++] = i;
+    }
+  }
+  token_order(pos.data(), N, pos_order.data());
+  std::vector<float> pout(N * C), gpout(N * C);
+  cpu::embedding_forward(pout.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, pos.data());
+  for_each_index(N * C, [&](int64_t j) {
+    cuda::embedding_forward_at(j, gpout.data(), tokens.data(), wte.data(), wpe.data(), T, C, pos.data());
+  });
+  for (int64_t n = 0; n < N; ++n) {
+    for (int c = 0; c < C; ++c) {
+      ASSERT_EQ(pout[n * C + c], wte[tokens[n] * C + c] + wpe[pos[n] * C + c]) << n << " " << c;
+    }
+  }
+  EXPECT_EQ(bits(gpout), bits(pout));
   // The backward a token's run at a time (a block per sorted position),
   // then dwpe by element: the CPU's additions in its order, for fp32 and
   // bf16 gradients alike (the CPU's taking the bf16 values). C = 40 over
@@ -481,6 +523,21 @@ TEST(CudaBodies, TheEmbeddingBitForBitAndTheBiasGradientInChunksOfRows) {
                    [&](int64_t j) { cuda::embedding_backward_position_at(j, gdwpe.data(), g_dy, B, T, C); });
     EXPECT_EQ(bits(gdwte), bits(dwte));
     EXPECT_EQ(bits(gdwpe), bits(dwpe));
+    // Packed: dwpe a position's run of rows at a time, in the CPU's order;
+    // against a naive sum in row order.
+    auto pdwpe = randn(int64_t(T) * C, 19), want = pdwpe, gpdwpe = pdwpe;
+    for (int64_t n = 0; n < N; ++n) {
+      for (int c = 0; c < C; ++c) want[pos[n] * C + c] += dy[n * C + c];
+    }
+    std::vector<float> ignored(int64_t(V) * C);
+    cpu::embedding_backward(ignored.data(), pdwpe.data(), dy.data(), tokens.data(), B, T, C, pos.data());
+    for_each_index(N, [&](int64_t i) {
+      for (int lane = 0; lane < 8; ++lane) {
+        cuda::embedding_backward_run(i, lane, 8, gpdwpe.data(), g_dy, pos.data(), pos_order.data(), N, C);
+      }
+    });
+    EXPECT_EQ(bits(pdwpe), bits(want));
+    EXPECT_EQ(bits(gpdwpe), bits(pdwpe));
   }
 
   // The bias gradient: column sums of dout [M, OC], added, over 38 chunks
@@ -979,25 +1036,26 @@ TEST(CudaBodies, SoftmaxCrossEntropyRowsAndChunkedSumOfSquaresAreTheCpuKernels) 
 struct CpuAttentionExec {
   static constexpr int kLanes = 32;
   void gemm(const cuda::ColMajorGemm& g) { colmajor_gemm(g); }
-  void softmax_rows(float* S, float* lse, int T, int64_t rows, int64_t lse_stride) {
+  void softmax_rows(float* S, float* lse, int T, int64_t rows, int64_t lse_stride, const int32_t* pos) {
     for_each_index(rows, [&](int64_t r) {
       float* row = S + r * T;
-      const int64_t t = r % T;
+      const int64_t t = r % T, lo = cuda::first_key(pos, t);
       const float mx = lanes_reduce(
-          kLanes, [&](int l) { return cuda::softmax_row_max(row, t, l, kLanes); }, kMax);
+          kLanes, [&](int l) { return cuda::softmax_row_max(row, lo, t, l, kLanes); }, kMax);
       const float sum = lanes_reduce(
-          kLanes, [&](int l) { return cuda::softmax_row_sum(row, t, mx, l, kLanes); }, kSum);
-      for (int l = 0; l < kLanes; ++l) cuda::softmax_row_write(row, t, T, mx, 1.0f / sum, l, kLanes);
+          kLanes, [&](int l) { return cuda::softmax_row_sum(row, lo, t, mx, l, kLanes); }, kSum);
+      for (int l = 0; l < kLanes; ++l) cuda::softmax_row_write(row, lo, t, T, mx, 1.0f / sum, l, kLanes);
       lse[r / T * lse_stride + t] = mx + std::log(sum);
     });
   }
-  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows, int64_t lse_stride) {
+  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows, int64_t lse_stride,
+                     const int32_t* pos) {
     for_each_index(rows, [&](int64_t r) {
-      const int64_t t = r % T;
+      const int64_t t = r % T, lo = cuda::first_key(pos, t);
       const float l0 = lse[r / T * lse_stride + t];
       const float D = lanes_reduce(
-          kLanes, [&](int l) { return cuda::probabilities_row(P + r * T, dP + r * T, t, T, l0, l, kLanes); }, kSum);
-      for (int l = 0; l < kLanes; ++l) cuda::softmax_backward_row(P + r * T, dP + r * T, t, T, D, l, kLanes);
+          kLanes, [&](int l) { return cuda::probabilities_row(P + r * T, dP + r * T, lo, t, T, l0, l, kLanes); }, kSum);
+      for (int l = 0; l < kLanes; ++l) cuda::softmax_backward_row(P + r * T, dP + r * T, lo, t, T, D, l, kLanes);
     });
   }
 };
@@ -1038,6 +1096,39 @@ TEST(CudaBodies, AttentionsPlanMatchesTheCpuKernel) {
                                     KV, chunk_heads);
       expect_close(gdqkv, dqkv, 2e-6f, "attention dqkv");
     }
+  }
+}
+
+// Packed sequences through the plan: the whole [T, T] products, each row
+// masked to its document's keys, against the CPU kernel's documents.
+TEST(CudaBodies, AttentionsPlanMasksPackedDocumentsAsTheCpuKernel) {
+  for (const auto& [NH, KV] : {std::pair(3, 3), std::pair(4, 2)}) {
+    const int B = 2, T = 32, C = 48, hs = C / NH;
+    std::vector<int32_t> pos(int64_t(B) * T);
+    for (int t = 0; t < T; ++t) {
+      pos[t] = t < 1 ? t : t < 8 ? t - 1 : t - 8;  // documents of 1, 7 and 24
+      pos[T + t] = t % 16;                         // two of 16
+    }
+    const int64_t N = int64_t(B) * T, R = int64_t(B) * NH * T, W = C + 2 * int64_t(KV) * hs;
+    const auto qkv = randn(N * W, 32), dout = randn(N * C, 33);
+    std::vector<float> out(N * C), stats(R * 2), dqkv(N * W), scratch(cpu::attention_scratch_floats(T));
+    cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, KV, pos.data());
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
+                            DType::kF32, pos.data());
+    SCOPED_TRACE(::testing::Message() << NH << " heads over " << KV);
+    std::vector<float> gout(N * C, 7.0f), lse(R), gdqkv(N * W, 7.0f), gscratch(2 * int64_t(NH) * T * T);
+    CpuAttentionExec x;
+    cuda::attention_forward_plan(x, gout.data(), lse.data(), gscratch.data(), qkv.data(), B, T, C, NH, KV, NH,
+                                 pos.data());
+    expect_close(gout, out, 2e-6f, "packed attention out");
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t t = r % T, b = r / (int64_t(T) * NH);
+      const float* st = stats.data() + 2 * r;
+      ASSERT_NEAR(lse[r], st[0] - std::log(st[1]), 1e-5) << "row " << r << " of sequence " << b << " at " << t;
+    }
+    cuda::attention_backward_plan(x, gdqkv.data(), dout.data(), qkv.data(), lse.data(), gscratch.data(), B, T, C, NH,
+                                  KV, NH, pos.data());
+    expect_close(gdqkv, dqkv, 2e-6f, "packed attention dqkv");
   }
 }
 
@@ -1376,21 +1467,22 @@ class PlanAttentionTable : public Kernels {
   KernelMemory memory() const override { return {KernelBackend::kCuda}; }
   DType operand_type() const override { return DType::kF32; }
   void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C, int NH,
-                         int KV) override {
+                         int KV, const int32_t* pos = nullptr) override {
     CpuDevice::launch(s, [=] {
       CpuAttentionExec x;
       cuda::attention_forward_plan(x, static_cast<float*>(out), lse, scratch, static_cast<const float*>(qkv), B, T, C,
-                                   NH, KV, cuda::attention_chunk_heads(T, NH));
+                                   NH, KV, cuda::attention_chunk_heads(T, NH), pos);
     });
   }
   // As the CUDA table, it rounds nothing.
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void*, const float* lse,
-                          float* scratch, int B, int T, int C, int NH, int KV, DType) override {
+                          float* scratch, int B, int T, int C, int NH, int KV, DType,
+                          const int32_t* pos = nullptr) override {
     CpuDevice::launch(s, [=] {
       CpuAttentionExec x;
       cuda::attention_backward_plan(x, static_cast<float*>(dqkv), static_cast<const float*>(dout),
                                     static_cast<const float*>(qkv), lse, scratch, B, T, C, NH, KV,
-                                    cuda::attention_chunk_heads(T, NH));
+                                    cuda::attention_chunk_heads(T, NH), pos);
     });
   }
   void matmul_forward(Stream& s, void* out, const void* inp, const void* w, const void* bias, int64_t N, int C,
@@ -1443,12 +1535,13 @@ class PlanAttentionTable : public Kernels {
     k_->residual_forward(s, out, a, b, n);
   }
   void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
-                         int C) override {
-    k_->embedding_forward(s, out, tokens, wte, wpe, B, T, C);
+                         int C, const int32_t* pos = nullptr) override {
+    k_->embedding_forward(s, out, tokens, wte, wpe, B, T, C, pos);
   }
   void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                          const int32_t* order, int B, int T, int C) override {
-    k_->embedding_backward(s, dwte, dwpe, dout, tokens, order, B, T, C);
+                          const int32_t* order, int B, int T, int C, const int32_t* pos = nullptr,
+                          const int32_t* pos_order = nullptr) override {
+    k_->embedding_backward(s, dwte, dwpe, dout, tokens, order, B, T, C, pos, pos_order);
   }
   void classifier_logits(Stream& s, float* logits, const void* inp, int64_t stride, const void* wte, int64_t rows,
                          int C, int V) override {
@@ -1488,7 +1581,8 @@ class PlanAttentionTable : public Kernels {
 // probabilities rounded to bf16 and this table keeps none.
 TEST(CudaBodies, TheModelWithRowStatisticsAttentionHasTheCpuModelsGradients) {
   // GPT-2, and a Llama of four query heads over one key and value head
-  // (q and k turned in place, what the plan's attention reads).
+  // (q and k turned in place, what the plan's attention reads); packed
+  // sequences too, the plan's rows masked to their documents.
   GptConfig llama = testing::small_llama(true);
   llama.block_size = 32;
   for (const GptConfig& cfg : {GptConfig{2, 4, 64, 96, 32}, llama}) {
@@ -1497,35 +1591,44 @@ TEST(CudaBodies, TheModelWithRowStatisticsAttentionHasTheCpuModelsGradients) {
     PlanAttentionTable rows(*kernels_for(rig.device));
     const std::vector<int32_t> inputs = testing::random_tokens(B * T, cfg.vocab_size, 9),
                                targets = testing::random_tokens(B * T, cfg.vocab_size, 10);
-    for (DType act : {DType::kF32, DType::kBF16}) {
-      for (bool checkpointing : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << (cfg.llama() ? "llama, " : "gpt2, ") << dtype_name(act)
-                                          << (checkpointing ? ", checkpointing" : ""));
-        auto rm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, rows);
-        auto cm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, *rig.kernels);
-        ASSERT_TRUE(rm.ok() && cm.ok());
-        const GptLayout& layout = (*cm)->layout();
-        std::vector<float> params(layout.num_params());
-        init_gpt_params(layout, 5, params.data());
-        std::vector<std::vector<float>> grads(2, std::vector<float>(params.size(), 0.0f));
-        double loss[2];
-        for (int m = 0; m < 2; ++m) {
-          Kernels& k = m == 0 ? static_cast<Kernels&>(rows) : *rig.kernels;
-          auto w = FlatWeights::create(&layout, DType::kF32, params.data(), rig.device, k);
-          ASSERT_TRUE(w.ok());
-          FlatGrads sink(&layout, grads[m].data());
-          auto l = (m == 0 ? *rm : *cm)->forward_backward(*w, sink, inputs.data(), targets.data(), B, T, 1.0f);
-          ASSERT_TRUE(l.ok()) << l.status();
-          loss[m] = *l;
-        }
-        const double tol = act == DType::kF32 ? 2e-6 : 2e-2;
-        EXPECT_NEAR(loss[0], loss[1], tol * std::fabs(loss[1]));
-        for (const ParamSegment& t : layout.segments()) {
-          const std::vector<float> got(grads[0].begin() + t.offset, grads[0].begin() + t.offset + t.numel);
-          const std::vector<float> want(grads[1].begin() + t.offset, grads[1].begin() + t.offset + t.numel);
-          SCOPED_TRACE(::testing::Message() << layout.tensor(t.id).name << " layer " << t.layer);
-          expect_close(got, want, static_cast<float>(tol), "gradient");
-        }
+    // Packed: documents of 5 and 27 tokens, and of 13 and 19.
+    std::vector<int32_t> positions(B * T);
+    for (int t = 0; t < T; ++t) {
+      positions[t] = t < 5 ? t : t - 5;
+      positions[T + t] = t < 13 ? t : t - 13;
+    }
+    for (auto [act, checkpointing, packed] :
+         {std::tuple{DType::kF32, false, false}, std::tuple{DType::kF32, true, false},
+          std::tuple{DType::kBF16, false, false}, std::tuple{DType::kBF16, true, false},
+          std::tuple{DType::kF32, false, true}, std::tuple{DType::kBF16, true, true}}) {
+      SCOPED_TRACE(::testing::Message() << (cfg.llama() ? "llama, " : "gpt2, ") << dtype_name(act)
+                                        << (checkpointing ? ", checkpointing" : "") << (packed ? ", packed" : ""));
+      auto rm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, rows, false, nullptr, 1, packed);
+      auto cm = Gpt::create(cfg, B, T, act, checkpointing, rig.device, *rig.kernels, false, nullptr, 1, packed);
+      ASSERT_TRUE(rm.ok() && cm.ok());
+      const GptLayout& layout = (*cm)->layout();
+      std::vector<float> params(layout.num_params());
+      init_gpt_params(layout, 5, params.data());
+      std::vector<std::vector<float>> grads(2, std::vector<float>(params.size(), 0.0f));
+      double loss[2];
+      for (int m = 0; m < 2; ++m) {
+        Kernels& k = m == 0 ? static_cast<Kernels&>(rows) : *rig.kernels;
+        auto w = FlatWeights::create(&layout, DType::kF32, params.data(), rig.device, k);
+        ASSERT_TRUE(w.ok());
+        FlatGrads sink(&layout, grads[m].data());
+        auto l = (m == 0 ? *rm : *cm)
+                     ->forward_backward(*w, sink, inputs.data(), targets.data(), B, T, 1.0f, 0,
+                                        packed ? positions.data() : nullptr);
+        ASSERT_TRUE(l.ok()) << l.status();
+        loss[m] = *l;
+      }
+      const double tol = act == DType::kF32 ? 2e-6 : 2e-2;
+      EXPECT_NEAR(loss[0], loss[1], tol * std::fabs(loss[1]));
+      for (const ParamSegment& t : layout.segments()) {
+        const std::vector<float> got(grads[0].begin() + t.offset, grads[0].begin() + t.offset + t.numel);
+        const std::vector<float> want(grads[1].begin() + t.offset, grads[1].begin() + t.offset + t.numel);
+        SCOPED_TRACE(::testing::Message() << layout.tensor(t.id).name << " layer " << t.layer);
+        expect_close(got, want, static_cast<float>(tol), "gradient");
       }
     }
   }

@@ -396,6 +396,117 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
   }
 }
 
+// Packed sequences' positions: documents of the lengths in `cycle`, in
+// turn, laid into B sequences of T (a document cut at a sequence's end).
+std::vector<int32_t> packed_positions(int B, int T, const std::vector<int>& cycle) {
+  std::vector<int32_t> pos;
+  for (int b = 0; b < B; ++b) {
+    size_t d = b;
+    for (int t = 0, i = 0; t < T; ++t, ++i) {
+      if (i == cycle[d % cycle.size()]) i = 0, ++d;
+      pos.push_back(i);
+    }
+  }
+  return pos;
+}
+
+// Packed sequences (documents of 1, 7, 64 and 1000 in turn, up to T 8192):
+// the table's own attention with each row masked to its document, against
+// the CPU's documents run as sequences of their own; twice, the same bits.
+TEST_F(CudaTable, PackedAttentionKeepsToEachDocumentAsTheCpu) {
+  struct Shape {
+    int B, T, C, NH, KV;
+  };
+  for (const Shape& sh : {Shape{2, 1100, 256, 4, 2}, Shape{1, 8192, 128, 2, 1}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, KV = sh.KV;
+    const int64_t N = int64_t(B) * T, W = C + 2 * int64_t(KV) * (C / NH);
+    const std::vector<int32_t> pos = packed_positions(B, T, {1, 7, 64, 1000});
+    const int32_t* g_pos = up(pos);
+    for (DType t : kOperandTypes) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", T " << T << ", " << NH << " heads over " << KV);
+      auto k = table(t);
+      auto qkv = randn(N * W, 34), dout = randn(N * C, 35);
+      std::vector<float> out(N * C), stats(int64_t(B) * NH * T * 2), dqkv(N * W);
+      void* g_out = up_as(t, out);
+      float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
+      float* g_scratch = up(std::vector<float>(k->attention_scratch_floats(B, T, C, NH)));
+      void* g_dqkv = up_as(t, dqkv);
+      const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
+      std::vector<float> first_out, first_dqkv;
+      for (int run = 0; run < 2; ++run) {
+        k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH, KV, g_pos);
+        k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_out, g_lse, g_scratch, B, T, C, NH, KV, DType::kF32, g_pos);
+        std::vector<float> o = down_as(t, g_out, out.size()), d = down_as(t, g_dqkv, dqkv.size());
+        if (run == 0) {
+          first_out = std::move(o), first_dqkv = std::move(d);
+          continue;
+        }
+        EXPECT_EQ(bits(o), bits(first_out));
+        EXPECT_EQ(bits(d), bits(first_dqkv));
+      }
+      std::vector<float> scratch(cpu::attention_scratch_floats(T));
+      const std::vector<float> q = rounded(t, qkv), dy = rounded(t, dout);
+      cpu::attention_forward(out.data(), stats.data(), scratch.data(), q.data(), B, T, C, NH, KV, pos.data());
+      cpu::attention_backward(dqkv.data(), dy.data(), q.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
+                              DType::kF32, pos.data());
+      const float rel = t == DType::kF32 ? 1e-5f : 1e-2f;
+      expect_close(first_out, out, rel, "packed attention out");
+      expect_close(first_dqkv, dqkv, rel, "packed attention dqkv");
+    }
+  }
+}
+
+// Packed sequences' learned positions, forward and backward, and their
+// rotary turns, bit for bit the CPU's.
+TEST_F(CudaTable, PackedPositionsEmbedAndTurnAsTheCpu) {
+  const int B = 3, T = 40, V = 23, C = 64;
+  const int64_t N = int64_t(B) * T;
+  const std::vector<int32_t> pos = packed_positions(B, T, {1, 7, 13, 40});
+  std::vector<int32_t> tokens(N), order(N), pos_order(N);
+  std::mt19937 rng(6);
+  for (auto& x : tokens) x = static_cast<int32_t>(rng() % V);
+  token_order(tokens.data(), N, order.data());
+  token_order(pos.data(), N, pos_order.data());
+  const int32_t *g_tokens = up(tokens), *g_order = up(order), *g_pos = up(pos), *g_pos_order = up(pos_order);
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto wte = randn(int64_t(V) * C, 25), wpe = randn(int64_t(T) * C, 26), dout = randn(N * C, 27);
+    std::vector<float> out(N * C);
+    auto dwte = randn(int64_t(V) * C, 28), dwpe = randn(int64_t(T) * C, 29);
+    void* g_out = up_as(t, out);
+    float *g_dwte = up(dwte), *g_dwpe = up(dwpe);
+    k->embedding_forward(s(), g_out, g_tokens, up_as(t, wte), up_as(t, wpe), B, T, C, g_pos);
+    k->embedding_backward(s(), g_dwte, g_dwpe, up_as(t, dout), g_tokens, g_order, B, T, C, g_pos, g_pos_order);
+    const std::vector<float> w = rounded(t, wte), p = rounded(t, wpe), dy = rounded(t, dout);
+    cpu::embedding_forward(out.data(), tokens.data(), w.data(), p.data(), B, T, C, pos.data());
+    cpu::embedding_backward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), B, T, C, pos.data());
+    EXPECT_EQ(bits(down_as(t, g_out, out.size())), bits(rounded(t, out)));
+    EXPECT_EQ(bits(down(g_dwte, dwte.size())), bits(dwte));
+    EXPECT_EQ(bits(down(g_dwpe, dwpe.size())), bits(dwpe));
+
+    // Rotary positions of 4 heads over 2, hd 16 (16 bytes a thread),
+    // forward and back.
+    GptConfig c = *gpt_preset("llama-tiny");
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.n_embd = 64;
+    RopeShape shape{T, 4, 2, 16};
+    const std::vector<float> table = rope_table(c, T);
+    const float* g_table = up(table);
+    auto qkv = rounded(t, randn(N * shape.width(), 36)), dqkv = rounded(t, randn(N * shape.width(), 37));
+    void *g_qkv = up_as(t, qkv), *g_dqkv = up_as(t, dqkv);
+    shape.pos = g_pos;
+    k->rope_forward(s(), g_qkv, g_table, shape, N);
+    k->rope_backward(s(), g_dqkv, g_table, shape, N);
+    shape.pos = pos.data();
+    cpu::rope_forward(qkv.data(), table.data(), shape, N);
+    cpu::rope_backward(dqkv.data(), table.data(), shape, N);
+    EXPECT_EQ(bits(down_as(t, g_qkv, qkv.size())), bits(rounded(t, qkv)));
+    EXPECT_EQ(bits(down_as(t, g_dqkv, dqkv.size())), bits(rounded(t, dqkv)));
+  }
+}
+
 // V = 500: each row in shared memory; V = 30000: the bf16 row there too,
 // several batches of four vectors a lane, and the fp32 row (117 KB of
 // vectors) in the registers of one block an SM; Llama 3's 128,256 and

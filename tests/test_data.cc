@@ -3,11 +3,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "runtime/data/data_loader.h"
@@ -334,9 +336,236 @@ TEST_F(DataTest, WindowedShardBytesAndHeaderErrors) {
   write_file(path("zero.bin"), bytes);
   expect_error(read_token_shard(path("zero.bin")).status(), absl::StatusCode::kInvalidArgument,
                {"the header's window 0 is not a positive divisor"});
-  write_file(path("v.bin"), shard_header(20261128, 2, 0));
+  write_file(path("v.bin"), shard_header(20261128, 3, 0));  // version 2 is a packed shard's
   expect_error(read_token_shard(path("v.bin")).status(), absl::StatusCode::kInvalidArgument,
-               {"unsupported version 2", "expected 1 for magic 20261128"});
+               {"unsupported version 3", "expected 1 or 2 for magic 20261128"});
+}
+
+// ---- packed windowed shards ----
+
+constexpr uint32_t kBothFlags = kNotTarget | kDocStart;
+
+// `windows` windows of `T` ids below 200, each a run of documents of 1 to
+// T/2 ids, the window's rest an EOS (199) padding document: each document's
+// first id flagged kDocStart and kNotTarget, the rest kNotTarget at random;
+// document `forgot` (counted over the file) lacks kNotTarget on its first
+// id, as a careless writer might leave it.
+std::vector<uint32_t> packed_ids(int windows, int T, uint32_t seed, int forgot = -1) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> ids;
+  int doc = 0;
+  for (int w = 0; w < windows; ++w) {
+    int t = 0;
+    while (t < T) {
+      const int room = T - t, n = std::min(room, 1 + int(rng() % (T / 2)));
+      const bool pad = n == room && rng() % 3 == 0;
+      for (int k = 0; k < n; ++k) {
+        const uint32_t id = pad ? 199 : rng() % 199;
+        if (k == 0) {
+          ids.push_back(id | kDocStart | (doc == forgot ? 0 : kNotTarget));
+        } else {
+          ids.push_back(id | (pad || rng() % 4 == 0 ? kNotTarget : 0));
+        }
+      }
+      t += n;
+      ++doc;
+    }
+  }
+  return ids;
+}
+
+// What the loader should make of packed window `w` of `ids`, worked out
+// id by id: inputs unflagged; a target unless the next id is flagged
+// either way (or past the window); a position counted back to the last
+// document start at or before it.
+struct Walked {
+  std::vector<int32_t> inputs, targets, positions;
+  int64_t targets_counted = 0;
+};
+Walked walk_packed_window(const std::vector<uint32_t>& ids, int64_t w, int T) {
+  Walked r;
+  const uint32_t* win = ids.data() + w * T;
+  for (int t = 0; t < T; ++t) {
+    r.inputs.push_back(int32_t(win[t] & ~kBothFlags));
+    const bool target = t + 1 < T && (win[t + 1] & kNotTarget) == 0 && (win[t + 1] & kDocStart) == 0;
+    r.targets.push_back(target ? int32_t(win[t + 1]) : -1);
+    r.targets_counted += target;
+    int s = t;
+    while ((win[s] & kDocStart) == 0) --s;
+    r.positions.push_back(t - s);
+  }
+  return r;
+}
+
+int32_t header_int(const std::string& bytes, int i) {
+  uint32_t v = 0;
+  for (int b = 0; b < 4; ++b) v |= uint32_t(uint8_t(bytes[4 * i + b])) << (8 * b);
+  return int32_t(v);
+}
+
+// A packed shard written and read back: version 2, the window in
+// header[3], the count of document starts in header[4], the ids with their
+// flags; loaded and walked, every window's inputs, targets and positions
+// are what walk_packed_window works out from the written ids, a document's
+// first id is never a target (even the one written without kNotTarget) and
+// the count of targets is theirs.
+TEST_F(DataTest, PackedShardRoundTripAndWalk) {
+  const int T = 24, W = 40;
+  const std::vector<uint32_t> ids = packed_ids(W, T, 7, 5);
+  ASSERT_TRUE(write_window_shard(path("p.bin"), ids, T, true).ok());
+  const std::string bytes = testing::read_file(path("p.bin"));
+  const auto doc_starts = std::count_if(ids.begin(), ids.end(), [](uint32_t id) { return (id & kDocStart) != 0; });
+  EXPECT_EQ(header_int(bytes, 0), 20261128);
+  EXPECT_EQ(header_int(bytes, 1), 2);
+  EXPECT_EQ(header_int(bytes, 2), W * T);
+  EXPECT_EQ(header_int(bytes, 3), T);
+  EXPECT_EQ(header_int(bytes, 4), doc_starts);
+  EXPECT_GT(doc_starts, W);
+  EXPECT_EQ(*read_token_shard(path("p.bin")), ids);
+
+  const DataConfig cfg{DataKind::kTokens, path("p.bin"), T, 1};
+  EXPECT_EQ(dataset_windows(cfg).value_or(-1), W);
+  EXPECT_EQ(dataset_tokens(cfg).value_or(-1), W * T);
+  EXPECT_TRUE(dataset_packed(cfg).value_or(false));
+  auto ds = load_dataset(cfg, 200);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_TRUE(ds->windowed);
+  EXPECT_TRUE(ds->packed);
+  expect_error(load_dataset(cfg, 199).status(), absl::StatusCode::kInvalidArgument,
+               {path("p.bin"), "token 199", "vocab_size 199"});
+  auto loader = DataLoader::create(&ds->tokens, T, 3, 0, 1, MemoryAccountant::global(), true, true);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_TRUE(loader->packed());
+  EXPECT_EQ(loader->num_windows(), W);
+
+  // One epoch, 4 windows a batch; each row told apart by its inputs.
+  std::vector<Walked> want;
+  for (int w = 0; w < W; ++w) want.push_back(walk_packed_window(ids, w, T));
+  std::set<int> seen;
+  const int B = 4;
+  int64_t forgot_checked = 0;
+  for (int step = 0; step < W / B; ++step) {
+    std::vector<int32_t> in(B * T), tg(B * T), pos(B * T, -7);
+    const int64_t counted = loader->next_batch(B, in.data(), tg.data(), pos.data());
+    int64_t want_counted = 0;
+    for (int b = 0; b < B; ++b) {
+      const std::vector<int32_t> row(in.begin() + b * T, in.begin() + (b + 1) * T);
+      int w = 0;
+      while (w < W && want[w].inputs != row) ++w;
+      ASSERT_LT(w, W) << "a row no window holds";
+      EXPECT_TRUE(seen.insert(w).second) << "window " << w << " twice in an epoch";
+      EXPECT_EQ(std::vector<int32_t>(tg.begin() + b * T, tg.begin() + (b + 1) * T), want[w].targets) << w;
+      EXPECT_EQ(std::vector<int32_t>(pos.begin() + b * T, pos.begin() + (b + 1) * T), want[w].positions) << w;
+      want_counted += want[w].targets_counted;
+      for (int t = 0; t + 1 < T; ++t) {
+        const uint32_t next = ids[size_t(w) * T + t + 1];
+        if ((next & kDocStart) == 0) continue;
+        EXPECT_EQ(tg[b * T + t], -1) << "a document's first id is a target, window " << w << " at " << t + 1;
+        forgot_checked += (next & kNotTarget) == 0;
+      }
+    }
+    EXPECT_EQ(counted, want_counted);
+  }
+  EXPECT_EQ(seen.size(), size_t(W));
+  EXPECT_EQ(forgot_checked, 1) << "the document written without kNotTarget on its first id, not at a window's start";
+}
+
+// Positions on unpacked data are each token's index in its window, and
+// asking for them changes nothing else; a packed loader needs windowed data.
+TEST_F(DataTest, UnpackedPositionsAreTheIndexInTheWindow) {
+  const int T = 6, B = 3;
+  std::vector<uint16_t> plain(T * 10 + 1);
+  for (size_t i = 0; i < plain.size(); ++i) plain[i] = uint16_t(i % 50);
+  const std::vector<uint32_t> masked = packed_ids(8, T, 2);  // flags only kNotTarget: one example a window
+  std::vector<uint32_t> windowed;
+  for (uint32_t id : masked) windowed.push_back(id & ~kDocStart);
+  ASSERT_TRUE(write_window_shard(path("w.bin"), windowed, T).ok());
+  auto ds = load_dataset({DataKind::kTokens, path("w.bin"), T, 1}, 200);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_FALSE(ds->packed);
+  EXPECT_FALSE(dataset_packed({DataKind::kTokens, path("w.bin"), T, 1}).value_or(true));
+  EXPECT_FALSE(dataset_packed({DataKind::kSynthetic, "", T, 1}).value_or(true));
+  const TokenStream stream(plain);
+  for (const auto& [tokens, windowed_data] :
+       {std::pair<const TokenStream*, bool>{&stream, false}, {&ds->tokens, true}}) {
+    DataLoader a = *DataLoader::create(tokens, T, 4, 0, 1, MemoryAccountant::global(), windowed_data);
+    DataLoader b = *DataLoader::create(tokens, T, 4, 0, 1, MemoryAccountant::global(), windowed_data);
+    EXPECT_FALSE(a.packed());
+    for (int step = 0; step < 5; ++step) {
+      std::vector<int32_t> in_a(B * T), tg_a(B * T), in_b(B * T), tg_b(B * T), pos(B * T, -7);
+      EXPECT_EQ(a.next_batch(B, in_a.data(), tg_a.data()), b.next_batch(B, in_b.data(), tg_b.data(), pos.data()));
+      EXPECT_EQ(in_a, in_b);
+      EXPECT_EQ(tg_a, tg_b);
+      for (int i = 0; i < B * T; ++i) EXPECT_EQ(pos[i], i % T);
+    }
+  }
+  EXPECT_EQ(DataLoader::create(&stream, T, 4, 0, 1, MemoryAccountant::global(), false, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Packed shards refused, naming the file and what is wrong, nothing
+// loaded: laid out for another seq_len; mixed with one-example-a-window
+// shards (either way round); a window whose first id does not start a
+// document; a header whose count of starts is not the file's; kDocStart
+// in a one-example-a-window shard (an id past any vocabulary).
+TEST_F(DataTest, PackedShardsRefusedWhenMixedOrDamaged) {
+  constexpr int T = 16;
+  const std::vector<uint32_t> ids = packed_ids(6, T, 9);
+  ASSERT_TRUE(write_window_shard(path("a.bin"), ids, T, true).ok());
+  const std::string good = testing::read_file(path("a.bin"));
+  auto load = [&](const std::string& p, int seq_len = 16) {
+    return load_dataset({DataKind::kTokens, path(p), seq_len, 1}, 200).status();
+  };
+  ASSERT_TRUE(load("a.bin").ok());
+  EXPECT_EQ(load("a.bin", 8).message(),
+            absl::StrCat("data file '", path("a.bin"),
+                         "': its examples were laid out for seq_len 16, the job's data.seq_len is 8 (zeroctl "
+                         "tokenize --seq-len)"));
+
+  std::vector<uint32_t> one_a_window;
+  for (uint32_t id : ids) one_a_window.push_back(id & ~kDocStart);
+  ASSERT_TRUE(write_window_shard(path("b.bin"), one_a_window, T).ok());
+  EXPECT_EQ(load("*.bin").message(), absl::StrCat("data file '", path("b.bin"),
+                                                  "': a one-example-a-window windowed shard among packed ones; one "
+                                                  "dataset holds one kind"));
+  fs::rename(path("a.bin"), path("c.bin"));
+  EXPECT_EQ(load("*.bin").message(),
+            absl::StrCat("data file '", path("c.bin"),
+                         "': a packed windowed shard among one-example-a-window ones; one dataset holds one kind"));
+  fs::remove(path("b.bin"));
+  fs::remove(path("c.bin"));
+
+  // Window 3's first id without its flag, the header's count to match: the window is named.
+  std::string bytes = good;
+  bytes[1024 + 4 * (3 * T) + 3] &= ~0x40;  // bit 30: the top byte's 0x40
+  const int32_t starts = header_int(good, 4);
+  std::string header4;
+  put_le32(header4, starts - 1);
+  bytes.replace(16, 4, header4);
+  write_file(path("d.bin"), bytes);
+  expect_error(load("d.bin"), absl::StatusCode::kInvalidArgument,
+               {path("d.bin"), "packed window 3 does not start a document"});
+
+  // The header's count one more than the flags.
+  bytes = good;
+  header4.clear();
+  put_le32(header4, starts + 1);
+  bytes.replace(16, 4, header4);
+  write_file(path("e.bin"), bytes);
+  expect_error(load("e.bin"), absl::StatusCode::kInvalidArgument,
+               {path("e.bin"),
+                absl::StrCat(starts, " ids start a document, but the header's boundary table counts ", starts + 1)});
+  header4.clear();
+  put_le32(header4, -1);
+  bytes.replace(16, 4, header4);
+  write_file(path("f.bin"), bytes);
+  expect_error(load("f.bin"), absl::StatusCode::kInvalidArgument,
+               {path("f.bin"), "the header's count of document starts -1"});
+
+  // kDocStart where no packed shard holds it: an id out of the vocabulary.
+  ASSERT_TRUE(write_window_shard(path("g.bin"), ids, T).ok());
+  expect_error(load("g.bin"), absl::StatusCode::kInvalidArgument,
+               {path("g.bin"), absl::StrCat("token ", (ids[0] & ~kNotTarget), " (at index 0)")});
 }
 
 TEST_F(DataTest, TokenAtOrAboveVocabSize) {

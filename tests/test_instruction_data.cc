@@ -4,7 +4,13 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <numeric>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +21,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/token_shard.h"
 #include "runtime/tokenize/instruction_data.h"
+#include "runtime/tokenize/pack_windows.h"
 #include "runtime/tokenize/tokenize_command.h"
 #include "runtime/tokenize/tokenize_files.h"
 #include "tests/temp_dir.h"
@@ -309,8 +316,7 @@ TEST_F(TokenizeFiles, RefusesBadInputNamingTheFileAndLineAndWritesNothing) {
           ->ids.size();
   refused({write("g.jsonl", "{\"prompt\": \"a longer prompt\\n\", \"response\": \"and its response\"}\n")},
           absl::StrCat(path("g.jsonl"), ":1: the example's ", n,
-                       " ids are more than --seq-len 4 (packing is not "
-                       "supported)"),
+                       " ids are more than --seq-len 4, its window (an example is never split)"),
           {"--seq-len", "4"});
   refused({write("h.jsonl", good)},
           path("h.jsonl") +
@@ -326,6 +332,264 @@ TEST_F(TokenizeFiles, RefusesBadInputNamingTheFileAndLineAndWritesNothing) {
   EXPECT_EQ(err_.str(), "zeroctl tokenize: " + path("vocab.txt") +
                             ": not a kind of tokenizer zerod reads (tokenizer.json or a SentencePiece .model)\n");
   EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+// ---- packing (--pack) ----
+
+// First-fit decreasing the slow way: documents longest first (equal ones
+// in input order), each into the first open window it fits, trying them
+// all in order, else into a new window.
+std::vector<std::vector<int64_t>> naive_first_fit_decreasing(const std::vector<int>& lengths, int T) {
+  std::vector<std::pair<int, int64_t>> order;  // (-length, index): sorts longest first, then by index
+  for (size_t i = 0; i < lengths.size(); ++i) order.push_back({-lengths[i], int64_t(i)});
+  std::sort(order.begin(), order.end());
+  std::vector<std::vector<int64_t>> windows;
+  std::vector<int> used;
+  for (const auto& [minus, d] : order) {
+    size_t w = 0;
+    while (w < windows.size() && used[w] + lengths[d] > T) ++w;
+    if (w == windows.size()) {
+      windows.emplace_back();
+      used.push_back(0);
+    }
+    windows[w].push_back(d);
+    used[w] += lengths[d];
+  }
+  return windows;
+}
+
+// `n` lengths drawn log-normally (median 250, sigma 0.8), clamped to [1, T].
+std::vector<int> log_normal_lengths(size_t n, int T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> draw(std::log(250.0), 0.8);
+  std::vector<int> lengths(n);
+  for (int& l : lengths) l = std::clamp(int(std::lround(draw(rng))), 1, T);
+  return lengths;
+}
+
+// The segment tree's packing is the naive loop's, window for window and in
+// the same order within each; at T 2048 it fills at least 95% of the ids.
+TEST(PackWindows, IsTheNaiveFirstFitDecreasing) {
+  for (const int T : {1024, 2048}) {
+    SCOPED_TRACE(T);
+    const std::vector<int> lengths = log_normal_lengths(2000, T, 17);
+    const auto packed = pack_windows(lengths, T);
+    EXPECT_EQ(packed, naive_first_fit_decreasing(lengths, T));
+    const int64_t ids = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+    const double fill = double(ids) / double(packed.size() * T);
+    std::printf("T %d: 2000 lengths, %zu windows, fill %.4f\n", T, packed.size(), fill);
+    if (T == 2048) {
+      EXPECT_GE(fill, 0.95);
+    }
+  }
+  EXPECT_TRUE(pack_windows({}, 8).empty());
+  EXPECT_EQ(pack_windows({3, 8, 5, 3, 1, 8}, 8),
+            (std::vector<std::vector<int64_t>>{{1}, {5}, {2, 0}, {3, 4}}));  // worked by hand
+}
+
+// 100,000 lengths, log-normal and the edges (all 1, all T): every
+// document in exactly one window, none over T, no window empty.
+TEST(PackWindows, EveryDocumentWholeInExactlyOneWindow) {
+  const int T = 2048;
+  for (const std::vector<int>& lengths :
+       {log_normal_lengths(100000, T, 5), std::vector<int>(100000, 1), std::vector<int>(1000, T)}) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto packed = pack_windows(lengths, T);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%zu documents into %zu windows in %.3f s\n", lengths.size(), packed.size(), seconds);
+    std::vector<int> seen(lengths.size(), 0);
+    for (const std::vector<int64_t>& docs : packed) {
+      ASSERT_FALSE(docs.empty());
+      int64_t used = 0;
+      for (const int64_t d : docs) {
+        ASSERT_LT(size_t(d), lengths.size());
+        ++seen[d];
+        used += lengths[d];
+      }
+      EXPECT_LE(used, T);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), int64_t(lengths.size()));
+  }
+}
+
+// What a packed shard of `docs` (each's ids flagged as the packer flags
+// them) laid out in `windows` of T holds: each window's documents in
+// order, then EOS padding whose first id starts a document.
+std::vector<uint32_t> packed_layout(const std::vector<std::vector<uint32_t>>& docs,
+                                    const std::vector<std::vector<int64_t>>& windows, int T, uint32_t eos) {
+  std::vector<uint32_t> ids;
+  for (const std::vector<int64_t>& w : windows) {
+    const size_t first = ids.size();
+    for (const int64_t d : w) ids.insert(ids.end(), docs[d].begin(), docs[d].end());
+    if (ids.size() == first + T) continue;
+    ids.push_back(eos | kNotTarget | kDocStart);
+    while (ids.size() < first + T) ids.push_back(eos | kNotTarget);
+  }
+  return ids;
+}
+
+// A packed shard's documents, split at its flags window by window, without
+// their flags; the padding ones (all EOS, none a target) left out.
+std::vector<std::vector<uint32_t>> documents_of(const std::vector<uint32_t>& ids, int T, uint32_t eos) {
+  std::vector<std::vector<uint32_t>> docs;
+  std::vector<bool> padding;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_TRUE(i % T != 0 || (ids[i] & kDocStart)) << "window " << i / T << " does not start a document";
+    if (i % T == 0 || (ids[i] & kDocStart)) {
+      docs.emplace_back();
+      padding.push_back(true);
+    }
+    docs.back().push_back(ids[i] & ~(kDocStart | kNotTarget));
+    padding.back() = padding.back() && (ids[i] & ~kDocStart) == (eos | kNotTarget);
+  }
+  std::vector<std::vector<uint32_t>> kept;
+  for (size_t d = 0; d < docs.size(); ++d)
+    if (!padding[d]) kept.push_back(docs[d]);
+  return kept;
+}
+
+// Sixty examples packed into windows of 128 ids: the shard is the naive
+// first-fit decreasing layout of the examples flagged as their masks say
+// (each's first id a document start, never a target), version 2 with its
+// count of starts; split at its flags it holds each example whole exactly
+// once; the output line states the windows, fill and targets; and it loads
+// packed, its targets counted as written.
+TEST_F(TokenizeFiles, PacksInstructionExamplesWholeIntoWindows) {
+  auto tok = testing::load_tokenizer_fixture("llama3_bpe");
+  const uint32_t eos = *tok->eos();
+  const int T = 128;
+  const std::vector<std::string> words = {"red", "blue", "cat", "sun", "tree", "sky", "one", "two", "dog", "sea"};
+  std::mt19937 rng(3);
+  std::string jsonl;
+  std::vector<InstructionExample> examples;
+  for (int x = 0; x < 60; ++x) {
+    std::string prompt = absl::StrCat("Question ", x, ":"), response;
+    for (int k = 1 + int(rng() % 8); k > 0; --k) absl::StrAppend(&prompt, " ", words[rng() % words.size()]);
+    prompt += "\n";
+    for (int k = 1 + int(rng() % 16); k > 0; --k) absl::StrAppend(&response, words[rng() % words.size()], " ");
+    jsonl += json{{"prompt", prompt}, {"response", response}}.dump() + "\n";
+    examples.push_back(*prompt_response_example(*tok, prompt, response));
+    ASSERT_LE(examples.back().ids.size(), size_t(T));
+  }
+  std::vector<std::vector<uint32_t>> flagged;
+  std::vector<int> lengths;
+  int64_t targets = 0, filled = 0;
+  for (const InstructionExample& e : examples) {
+    flagged.emplace_back();
+    for (size_t k = 0; k < e.ids.size(); ++k) {
+      const bool target = k > 0 && e.trained[k];
+      flagged.back().push_back(e.ids[k] | (target ? 0 : kNotTarget) | (k == 0 ? kDocStart : 0));
+      targets += target;
+    }
+    lengths.push_back(int(e.ids.size()));
+    filled += int64_t(e.ids.size());
+  }
+  const auto windows = naive_first_fit_decreasing(lengths, T);
+  const std::vector<uint32_t> want = packed_layout(flagged, windows, T, eos);
+
+  ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("llama3_bpe"), "--output", path("p.bin"), "--seq-len",
+                     "128", "--pack", write("sft.jsonl", jsonl)}),
+            0)
+      << err_.str();
+  auto ids = read_token_shard(path("p.bin"));
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, want);
+  EXPECT_LT(windows.size(), examples.size() / 2) << "packing saved nothing";
+  const std::string bytes = *read_whole_file(path("p.bin"));
+  auto header = [&](int i) {
+    uint32_t v = 0;
+    for (int b = 0; b < 4; ++b) v |= uint32_t(uint8_t(bytes[4 * i + b])) << (8 * b);
+    return int32_t(v);
+  };
+  EXPECT_EQ(header(1), 2);
+  EXPECT_EQ(header(3), T);
+  EXPECT_EQ(header(4), std::count_if(want.begin(), want.end(), [](uint32_t id) { return (id & kDocStart) != 0; }));
+
+  std::vector<std::vector<uint32_t>> got = documents_of(*ids, T, eos), expected;
+  for (const InstructionExample& e : examples) expected.push_back(e.ids);
+  std::sort(got.begin(), got.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(got, expected) << "each example whole, exactly once";
+
+  const int64_t all = int64_t(windows.size()) * T;
+  EXPECT_EQ(out_.str(),
+            absl::StrFormat("%s: 60 examples packed into %d windows of 128 ids (fill %.1f%%), %d ids, %d of them "
+                            "targets (%.1f%%)\n",
+                            path("p.bin"), windows.size(), 100.0 * filled / all, all, targets, 100.0 * targets / all));
+
+  DataConfig cfg{DataKind::kTokens, path("p.bin"), T, 1};
+  auto ds = load_dataset(cfg, int(tok->vocab_size()));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_TRUE(ds->packed);
+  auto loader = DataLoader::create(&ds->tokens, T, 9, 0, 1, MemoryAccountant::global(), true, true);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const int B = int(windows.size());
+  std::vector<int32_t> in(B * T), tg(B * T), pos(B * T);
+  EXPECT_EQ(loader->next_batch(B, in.data(), tg.data(), pos.data()), targets);
+}
+
+// Documents packed: each encoded with its BOS and the EOS after it, cut
+// into pieces of at most the window, each piece a document trained on all
+// its ids but its first, laid out first-fit decreasing.
+TEST_F(TokenizeFiles, PacksDocumentsCuttingThoseLongerThanTheWindow) {
+  auto tok = testing::load_tokenizer_fixture("llama3_bpe");
+  const uint32_t eos = *tok->eos();
+  const int T = 16;
+  const std::string a = "A longer document, of many more words than sixteen ids can hold; it is cut in pieces.",
+                    b = "Second — 第二.", c = "third";
+  write("a.txt", a);
+  write("b.jsonl", absl::StrCat("{\"text\": \"", b, "\"}\n{\"text\": \"", c, "\"}\n"));
+  std::vector<std::vector<uint32_t>> pieces;
+  std::vector<int> lengths;
+  int64_t targets = 0;
+  for (const std::string& text : {a, b, c}) {
+    std::vector<uint32_t> ids = testing::encoded(*tok, text, true);
+    ids.push_back(eos);
+    for (size_t from = 0; from < ids.size(); from += T) {
+      pieces.emplace_back();
+      for (size_t k = from; k < std::min(ids.size(), from + T); ++k)
+        pieces.back().push_back(ids[k] | (k == from ? kDocStart | kNotTarget : 0));
+      lengths.push_back(int(pieces.back().size()));
+      targets += int64_t(pieces.back().size()) - 1;
+    }
+  }
+  ASSERT_GE(pieces.size(), 5u) << "the first document is cut";
+  const auto windows = naive_first_fit_decreasing(lengths, T);
+  ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("llama3_bpe"), "--output", path("d.bin"), "--seq-len",
+                     "16", "--pack", "--append-eos", path("a.txt"), path("b.jsonl")}),
+            0)
+      << err_.str();
+  EXPECT_EQ(*read_token_shard(path("d.bin")), packed_layout(pieces, windows, T, eos));
+  const int64_t all = int64_t(windows.size()) * T, filled = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  EXPECT_EQ(out_.str(),
+            absl::StrFormat("%s: 3 documents packed into %d windows of 16 ids (fill %.1f%%), %d ids, %d of them "
+                            "targets (%.1f%%)\n",
+                            path("d.bin"), windows.size(), 100.0 * filled / all, all, targets, 100.0 * targets / all));
+}
+
+// --pack without --seq-len, and an example longer than the window (never
+// split): exit 2, the reason (and the file and line), nothing written.
+TEST_F(TokenizeFiles, PackRefusesWhatItCannotPack) {
+  const std::string tok = testing::tokenizer_fixture("llama3_bpe"), out = path("out.bin");
+  const std::string good = "{\"prompt\": \"p\", \"response\": \"r\"}\n";
+  const std::string sft = write("sft.jsonl", good), text = write("t.txt", "some text");
+  for (const std::string& input : {sft, text}) {
+    EXPECT_EQ(zeroctl({"--tokenizer", tok, "--output", out, "--pack", input}), 2);
+    EXPECT_EQ(err_.str(),
+              "zeroctl tokenize: --pack needs --seq-len, the window documents and examples are packed into\n");
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+  const std::string longer =
+      write("long.jsonl", good + "{\"prompt\": \"a longer prompt\\n\", \"response\": \"and its response\"}\n");
+  const size_t n =
+      prompt_response_example(*testing::load_tokenizer_fixture("llama3_bpe"), "a longer prompt\n", "and its response")
+          ->ids.size();
+  ASSERT_GT(n, 8u);
+  EXPECT_EQ(zeroctl({"--tokenizer", tok, "--output", out, "--seq-len", "8", "--pack", longer}), 2);
+  EXPECT_EQ(err_.str(), absl::StrCat("zeroctl tokenize: ", longer, ":2: the example's ", n,
+                                     " ids are more than --seq-len 8, its window (an example is never split)\n"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
 }
 
 #ifdef ZEROD_CTL_BIN

@@ -195,6 +195,61 @@ TEST(Attention, QueryRowsInBlocksGiveAttentionInDouble) {
   }
 }
 
+// Positions restarting at each document's first row.
+std::vector<int32_t> packed_positions(const std::vector<std::vector<int>>& docs) {
+  std::vector<int32_t> pos;
+  for (const auto& sequence : docs) {
+    for (int len : sequence) {
+      for (int i = 0; i < len; ++i) pos.push_back(i);
+    }
+  }
+  return pos;
+}
+
+// Packed sequences: each document's rows of out, stats and dqkv are
+// those of the document run alone as a sequence of its own, bit for bit
+// (a query sees no other document's keys, nor does a gradient cross), at
+// every blocking; and with a row of each document's dout perturbed, no
+// other document's dqkv moves.
+TEST(Attention, PackedDocumentsAreAttendedAsSequencesOfTheirOwn) {
+  const int T = 23, C = 24;
+  const std::vector<std::vector<int>> docs = {{5, 1, 17}, {23}, {7, 7, 9}};
+  const int B = static_cast<int>(docs.size());
+  const std::vector<int32_t> pos = packed_positions(docs);
+  for (const auto& [NH, KV] : {std::pair(3, 3), std::pair(4, 2), std::pair(4, 1)}) {
+    const int W = C + 2 * KV * (C / NH);
+    const auto qkv = random_vector(B * T * W, 75), dout = random_vector(B * T * C, 76);
+    for (int rows : {T, 4}) {
+      SCOPED_TRACE(::testing::Message() << NH << " heads over " << KV << ", " << rows << " rows a block");
+      std::vector<float> out(B * T * C, 7.0f), stats(B * NH * T * 2, 7.0f), dqkv(qkv.size(), 7.0f),
+          scratch(2 * int64_t(omp_get_max_threads()) * rows * T);
+      cpu::attention_forward(out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, KV, rows, pos.data());
+      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
+                              DType::kF32, rows, pos.data());
+      for (int b = 0; b < B; ++b) {
+        int t0 = 0;
+        for (int L : docs[b]) {
+          const int64_t r0 = int64_t(b) * T + t0;
+          const std::vector<float> dq(qkv.begin() + r0 * W, qkv.begin() + (r0 + L) * W),
+              ddy(dout.begin() + r0 * C, dout.begin() + (r0 + L) * C);
+          std::vector<float> o(L * C), st(NH * L * 2), dd(L * W);
+          cpu::attention_forward(o.data(), st.data(), scratch.data(), dq.data(), 1, L, C, NH, KV, std::min(rows, L));
+          cpu::attention_backward(dd.data(), ddy.data(), dq.data(), st.data(), scratch.data(), 1, L, C, NH, KV,
+                                  DType::kF32, std::min(rows, L));
+          for (int64_t i = 0; i < int64_t(L) * C; ++i) ASSERT_EQ(out[r0 * C + i], o[i]) << b << " " << t0 << " " << i;
+          for (int64_t i = 0; i < int64_t(L) * W; ++i) ASSERT_EQ(dqkv[r0 * W + i], dd[i]) << b << " " << t0 << " " << i;
+          for (int h = 0; h < NH; ++h) {
+            for (int t = 0; t < 2 * L; ++t) {
+              ASSERT_EQ(stats[(int64_t(b) * NH + h) * 2 * T + 2 * t0 + t], st[h * 2 * L + t]);
+            }
+          }
+          t0 += L;
+        }
+      }
+    }
+  }
+}
+
 // The backward rounds the probabilities it recomputes to the activations'
 // type: as if the forward had saved them in bf16.
 TEST(Attention, TheBackwardTakesTheProbabilitiesAtTheRoundedTypesValues) {

@@ -55,6 +55,29 @@ inline void write_instruction_shard(const std::string& path, int examples, int s
   ASSERT_TRUE(write_window_shard(path, ids, seq_len).ok());
 }
 
+// A packed windowed shard of `windows` windows of `seq_len` ids below 251:
+// documents of 2 to seq_len / 2 ids laid in turn (one that does not fit
+// starts the next window), each trained from a random point on, and the
+// rest of a window EOS (id 0) padding, a document of its own.
+inline void write_packed_instruction_shard(const std::string& path, int windows, int seq_len) {
+  std::mt19937 rng(12);
+  std::vector<uint32_t> ids;
+  for (int w = 0; w < windows; ++w) {
+    int used = 0;
+    for (;;) {
+      const int n = 2 + int(rng() % (seq_len / 2 - 1)), from = 1 + int(rng() % (n - 1));
+      if (used + n > seq_len) break;
+      for (int k = 0; k < n; ++k) {
+        const uint32_t id = 1 + rng() % 250;
+        ids.push_back(id | (k == 0 ? kDocStart : 0) | (k >= from ? 0 : kNotTarget));
+      }
+      used += n;
+    }
+    for (int k = used; k < seq_len; ++k) ids.push_back(kNotTarget | (k == used ? kDocStart : 0));
+  }
+  ASSERT_TRUE(write_window_shard(path, ids, seq_len, /*packed=*/true).ok());
+}
+
 // A Llama small enough for finite differences: 2 layers of 16 in 4 heads
 // sharing 2 key heads, an MLP of 24, 32 tokens, 8 positions, its own
 // head; or (`qwen`) Qwen2's q/k/v biases and a tied head.

@@ -17,21 +17,23 @@ void DataLoader::plan(const DataConfig& cfg, MemoryPlan& plan) {
 }
 
 absl::StatusOr<DataLoader> DataLoader::create(const TokenStream* tokens, int seq_len, uint64_t seed, int rank,
-                                              int world_size, MemoryAccountant& acct, bool windowed) {
+                                              int world_size, MemoryAccountant& acct, bool windowed, bool packed) {
+  if (packed && !windowed) return absl::InvalidArgumentError("a packed dataset's loader must be windowed too");
   const BufferSpec spec = order_buffer(num_windows(tokens->size(), seq_len, windowed));
   ZEROD_ASSIGN_OR_RETURN(Buffer order, Buffer::allocate(spec.bytes, spec.category, *spec.tier, acct));
-  return DataLoader(tokens, seq_len, seed, rank, world_size, std::move(order), windowed);
+  return DataLoader(tokens, seq_len, seed, rank, world_size, std::move(order), windowed, packed);
 }
 
 // Expects at least one window, which load_dataset checks.
 DataLoader::DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order,
-                       bool windowed)
+                       bool windowed, bool packed)
     : tokens_(tokens),
       seq_len_(seq_len),
       seed_(seed),
       rank_(rank),
       world_size_(world_size),
       windowed_(windowed),
+      packed_(packed),
       num_windows_(num_windows(tokens->size(), seq_len, windowed)),
       order_(std::move(order)),
       window_(seq_len + 1) {
@@ -45,31 +47,42 @@ void DataLoader::shuffle_epoch() {
   portable_shuffle(order, static_cast<size_t>(num_windows_), rng);
 }
 
-int64_t DataLoader::read_window(int64_t w, int32_t* inputs, int32_t* targets) {
-  if (!windowed_) {
-    tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
-    for (int t = 0; t < seq_len_; ++t) {
-      // Ids are below vocab_size (load_dataset), an int.
-      inputs[t] = static_cast<int32_t>(window_[t]);
-      targets[t] = static_cast<int32_t>(window_[t + 1]);
-    }
-    return seq_len_;
+int64_t DataLoader::read_window(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) {
+  if (windowed_) return read_masked_window(w, inputs, targets, positions);
+  tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
+  for (int t = 0; t < seq_len_; ++t) {
+    // Ids are below vocab_size (load_dataset), an int.
+    inputs[t] = static_cast<int32_t>(window_[t]);
+    targets[t] = static_cast<int32_t>(window_[t + 1]);
   }
+  if (positions != nullptr) std::iota(positions, positions + seq_len_, 0);
+  return seq_len_;
+}
+
+// A windowed dataset's window: its targets those the mask keeps and, in a
+// packed one, never a document's first id, whatever the file's mask says.
+int64_t DataLoader::read_masked_window(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) {
   tokens_->read(w * seq_len_, seq_len_, window_.data());
   window_[seq_len_] = kNotTarget;  // the next window's first id, never a target
+  // The flags no target carries, stripped from the inputs.
+  const uint32_t flags = packed_ ? kNotTarget | kDocStart : kNotTarget;
   int64_t counted = 0;
+  int start = 0;  // the first index of token t's document
   for (int t = 0; t < seq_len_; ++t) {
     const uint32_t next = window_[t + 1];
-    const bool target = (next & kNotTarget) == 0;
+    const bool target = (next & flags) == 0;
     counted += target;
     if (inputs == nullptr) continue;
-    inputs[t] = static_cast<int32_t>(window_[t] & ~kNotTarget);
+    inputs[t] = static_cast<int32_t>(window_[t] & ~flags);
     targets[t] = target ? static_cast<int32_t>(next) : -1;
+    if (positions == nullptr) continue;
+    if ((window_[t] & kDocStart) != 0 && packed_) start = t;
+    positions[t] = t - start;
   }
   return counted;
 }
 
-int64_t DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
+int64_t DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets, int32_t* positions) {
   const uint64_t global = static_cast<uint64_t>(world_size_) * B;
   const auto n = static_cast<uint64_t>(num_windows_);
   // A batch that does not fit the rest of the epoch starts the next one. When
@@ -88,7 +101,9 @@ int64_t DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
     const int64_t b = static_cast<int64_t>(i) - static_cast<int64_t>(rank_) * B;
     const bool mine = b >= 0 && b < B;
     if (!mine && !windowed_) continue;
-    const int64_t c = read_window(w, mine ? inputs + b * seq_len_ : nullptr, mine ? targets + b * seq_len_ : nullptr);
+    const int64_t at = b * seq_len_;
+    const int64_t c = read_window(w, mine ? inputs + at : nullptr, mine ? targets + at : nullptr,
+                                  mine && positions != nullptr ? positions + at : nullptr);
     if (windowed_) counted += c;
   }
   state_.position += global;

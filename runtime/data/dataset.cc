@@ -26,6 +26,55 @@ absl::Status check_vocab(const TokenStream& ids, int64_t begin, int vocab_size, 
       absl::StrCat(source, ": token ", id, " (at index ", at - begin, ") is >= vocab_size ", vocab_size));
 }
 
+// A packed shard's boundary table, ids [begin, begin + count) of `ids`:
+// each window's first id starts a document, and the flagged ids are as
+// many as its header declares (`f.doc_starts`).
+absl::Status check_doc_starts(const TokenStream& ids, int64_t begin, const FileTokens& f, const std::string& path) {
+  int64_t flagged = 0, bad_window = -1;
+  ids.scan(begin, begin + f.count, [&](int64_t pos, const uint32_t* chunk, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const bool start = (chunk[i] & kDocStart) != 0;
+      flagged += start;
+      if (!start && (pos + i - begin) % f.window == 0) {
+        bad_window = (pos + i - begin) / f.window;
+        return false;
+      }
+    }
+    return true;
+  });
+  if (bad_window >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(data_file_name(path), ": packed window ", bad_window,
+                                                   " does not start a document (its first id lacks kDocStart)"));
+  }
+  if (flagged != f.doc_starts) {
+    return absl::InvalidArgumentError(absl::StrCat(data_file_name(path), ": ", flagged,
+                                                   " ids start a document, but the header's boundary table counts ",
+                                                   f.doc_starts));
+  }
+  return absl::OkStatus();
+}
+
+// Refuses `f` (of `path`) in a dataset whose first file was `ds`'s kind
+// and for a job of `seq_len`.
+absl::Status check_same_kind(const Dataset& ds, const FileTokens& f, int seq_len, const std::string& path) {
+  if ((f.window > 0) != ds.windowed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(data_file_name(path), ": a ", ds.windowed ? "plain token shard" : "windowed shard", " among ",
+                     ds.windowed ? "windowed" : "plain", " ones; one dataset holds one kind"));
+  }
+  if (f.packed != ds.packed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        data_file_name(path), ": a ", ds.packed ? "one-example-a-window windowed shard" : "packed windowed shard",
+        " among ", ds.packed ? "packed" : "one-example-a-window", " ones; one dataset holds one kind"));
+  }
+  if (ds.windowed && f.window != seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(data_file_name(path), ": its examples were laid out for seq_len ",
+                                                   f.window, ", the job's data.seq_len is ", seq_len,
+                                                   " (zeroctl tokenize --seq-len)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern) {
@@ -54,30 +103,41 @@ absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pat
 
 namespace {
 
-// The ids of `cfg`'s files and whether they are windowed shards.
-absl::StatusOr<std::pair<int64_t, bool>> data_size(const DataConfig& cfg) {
-  if (cfg.kind == DataKind::kSynthetic) return std::pair{synthetic_task_tokens(cfg.seq_len), false};
+// The ids of `cfg`'s files and the kind of shard they are.
+struct DataSize {
+  int64_t tokens = 0;
+  bool windowed = false, packed = false;
+};
+absl::StatusOr<DataSize> data_size(const DataConfig& cfg) {
+  if (cfg.kind == DataKind::kSynthetic) return DataSize{synthetic_task_tokens(cfg.seq_len)};
   ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
-  int64_t n = 0;
-  bool windowed = false;
+  DataSize size;
   for (size_t i = 0; i < paths.size(); ++i) {
     ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, paths[i]));
-    n += f.count;
-    if (i == 0) windowed = f.window > 0;  // load_dataset refuses a mix
+    size.tokens += f.count;
+    if (i == 0) {  // load_dataset refuses a mix
+      size.windowed = f.window > 0;
+      size.packed = f.packed;
+    }
   }
-  return std::pair{n, windowed};
+  return size;
 }
 
 }  // namespace
 
 absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg) {
-  ZEROD_ASSIGN_OR_RETURN(const auto size, data_size(cfg));
-  return size.first;
+  ZEROD_ASSIGN_OR_RETURN(const DataSize size, data_size(cfg));
+  return size.tokens;
 }
 
 absl::StatusOr<int64_t> dataset_windows(const DataConfig& cfg) {
-  ZEROD_ASSIGN_OR_RETURN(const auto size, data_size(cfg));
-  return DataLoader::num_windows(size.first, cfg.seq_len, size.second);
+  ZEROD_ASSIGN_OR_RETURN(const DataSize size, data_size(cfg));
+  return DataLoader::num_windows(size.tokens, cfg.seq_len, size.windowed);
+}
+
+absl::StatusOr<bool> dataset_packed(const DataConfig& cfg) {
+  ZEROD_ASSIGN_OR_RETURN(const DataSize size, data_size(cfg));
+  return size.packed;
 }
 
 absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
@@ -103,23 +163,19 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
       const std::string& path = paths[i];
       const int64_t begin = ds.tokens.size();
       ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
-      if (i == 0) ds.windowed = f.window > 0;
-      if ((f.window > 0) != ds.windowed) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(data_file_name(path), ": a ", ds.windowed ? "plain token shard" : "windowed shard", " among ",
-                         ds.windowed ? "windowed" : "plain", " ones; one dataset holds one kind"));
+      if (i == 0) {
+        ds.windowed = f.window > 0;
+        ds.packed = f.packed;
       }
-      if (ds.windowed && f.window != cfg.seq_len) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(data_file_name(path), ": its examples were laid out for seq_len ", f.window,
-                         ", the job's data.seq_len is ", cfg.seq_len, " (zeroctl tokenize --seq-len)"));
-      }
+      ZEROD_RETURN_IF_ERROR(check_same_kind(ds, f, cfg.seq_len, path));
       ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, f.offset, f.count, f.width));
       // Text's ids are bytes, below any vocabulary it may have (checked above).
       if (cfg.kind == DataKind::kTokens) {
-        ZEROD_RETURN_IF_ERROR(
-            check_vocab(ds.tokens, begin, vocab_size, data_file_name(path), ds.windowed ? kNotTarget : 0));
+        // Only a packed shard may carry kDocStart; elsewhere it is an id past the vocabulary.
+        const uint32_t flags = ds.packed ? kNotTarget | kDocStart : ds.windowed ? kNotTarget : 0;
+        ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, data_file_name(path), flags));
       }
+      if (ds.packed) ZEROD_RETURN_IF_ERROR(check_doc_starts(ds.tokens, begin, f, path));
     }
   }
   const int64_t window = int64_t{cfg.seq_len} + (ds.windowed ? 0 : 1);

@@ -22,11 +22,15 @@ absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pat
 // Loads the whole token stream for `cfg`; tokens must be < vocab_size.
 // Errors name the file and what was wrong (missing, truncated, bad header,
 // token out of range, too few tokens for one window of seq_len + 1;
-// windowed shards mixed with others or laid out for another seq_len).
+// windowed shards mixed with others, packed ones with one-example-a-window
+// ones, or laid out for another seq_len; a packed shard's boundary table
+// damaged: a window not starting a document, or its flags not the count
+// its header declares).
 struct Dataset {
   TokenStream tokens;
   std::vector<std::pair<std::string, std::string>> heldout;  // synthetic only
   bool windowed = false;                                     // windowed shards: one example a window, a loss mask
+  bool packed = false;                                       // packed windowed shards: documents in each window
 };
 absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
 // The ids load_dataset would read, and the windows a DataLoader would cut
@@ -34,5 +38,8 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
 // load_dataset's for a missing or malformed file.
 absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg);
 absl::StatusOr<int64_t> dataset_windows(const DataConfig& cfg);
+// Whether load_dataset would read packed windowed shards (Dataset::packed),
+// from the first file's header alone.
+absl::StatusOr<bool> dataset_packed(const DataConfig& cfg);
 
 }  // namespace zerod

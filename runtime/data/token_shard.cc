@@ -1,5 +1,6 @@
 #include "runtime/data/token_shard.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -42,10 +43,12 @@ absl::StatusOr<FileTokens> shard_tokens(const std::string& path, const unsigned 
   }
   const bool windowed = magic == kWindowShardMagic;
   const bool wide = magic == kTokenShard32Magic || windowed;
+  const bool packed = windowed && version == kPackedWindowShardVersion;
   const int32_t want = windowed ? kWindowShardVersion : wide ? kTokenShard32Version : kTokenShardVersion;
-  if (version != want) {
+  if (version != want && !packed) {
+    const std::string expected = windowed ? absl::StrCat(want, " or ", kPackedWindowShardVersion) : absl::StrCat(want);
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": unsupported version ", version, " (expected ", want, " for magic ", magic, ")"));
+        absl::StrCat(where, ": unsupported version ", version, " (expected ", expected, " for magic ", magic, ")"));
   }
   if (count < 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": negative token count ", count, " in the header"));
@@ -56,6 +59,11 @@ absl::StatusOr<FileTokens> shard_tokens(const std::string& path, const unsigned 
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": the header's window ", window, " is not a positive divisor of its token count ", count));
   }
+  const int32_t doc_starts = packed ? load_le32(head + 16) : 0;
+  if (doc_starts < 0 || doc_starts > count) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": the header's count of document starts ", doc_starts,
+                                                   " is not between 0 and its token count ", count));
+  }
   const int64_t expected = kHeaderBytes + width * int64_t{count};
   if (size != expected) {
     const char* problem = size < expected ? "truncated" : "has trailing bytes";
@@ -63,7 +71,7 @@ absl::StatusOr<FileTokens> shard_tokens(const std::string& path, const unsigned 
                                                    " bytes, so ", expected, " bytes expected, but the file has ",
                                                    size));
   }
-  return FileTokens{kHeaderBytes, count, width, window};
+  return FileTokens{kHeaderBytes, count, width, window, packed, doc_starts};
 }
 
 // The first min(size, kHeaderBytes) bytes of a file and its size.
@@ -81,7 +89,7 @@ absl::StatusOr<std::pair<std::string, int64_t>> read_head(const std::string& pat
 // A shard of `magic` and `version` holding `tokens`, each sizeof(T) bytes.
 template <typename T>
 absl::Status write_shard(const std::string& path, const std::vector<T>& tokens, int32_t magic, int32_t version,
-                         int32_t window = 0) {
+                         int32_t window = 0, int32_t doc_starts = 0) {
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(
         absl::StrCat(data_file_name(path), ": ", tokens.size(), " tokens do not fit an llm.c shard's int32 count"));
@@ -93,6 +101,7 @@ absl::Status write_shard(const std::string& path, const std::vector<T>& tokens, 
   store_le32(version, bytes + 4);
   store_le32(static_cast<int32_t>(tokens.size()), bytes + 8);
   store_le32(window, bytes + 12);
+  store_le32(doc_starts, bytes + 16);
   unsigned char* p = bytes + kHeaderBytes;
   for (size_t i = 0; i < tokens.size(); ++i) {
     for (size_t b = 0; b < width; ++b) p[width * i + b] = static_cast<unsigned char>(tokens[i] >> (8 * b));
@@ -152,12 +161,16 @@ absl::Status write_token_shard32(const std::string& path, const std::vector<uint
   return write_shard(path, tokens, kTokenShard32Magic, kTokenShard32Version);
 }
 
-absl::Status write_window_shard(const std::string& path, const std::vector<uint32_t>& ids, int window) {
+absl::Status write_window_shard(const std::string& path, const std::vector<uint32_t>& ids, int window, bool packed) {
   if (window < 1 || ids.size() % window != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(data_file_name(path), ": ", ids.size(), " ids are not a whole number of windows of ", window));
   }
-  return write_shard(path, ids, kWindowShardMagic, kWindowShardVersion, window);
+  if (!packed) return write_shard(path, ids, kWindowShardMagic, kWindowShardVersion, window);
+  // Fits: write_shard refuses more than int32's ids.
+  const auto doc_starts =
+      static_cast<int32_t>(std::count_if(ids.begin(), ids.end(), [](uint32_t id) { return (id & kDocStart) != 0; }));
+  return write_shard(path, ids, kWindowShardMagic, kPackedWindowShardVersion, window, doc_starts);
 }
 
 }  // namespace zerod

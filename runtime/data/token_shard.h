@@ -29,23 +29,36 @@ inline constexpr int32_t kTokenShard32Version = 7;
 inline constexpr int32_t kWindowShardMagic = 20261128;
 inline constexpr int32_t kWindowShardVersion = 1;
 inline constexpr uint32_t kNotTarget = 0x80000000u;
+// A packed windowed shard (zeroctl tokenize --pack), version 2: each window
+// a sequence of documents covering all its ids, bit 30 (kDocStart) set on
+// each document's first id, so a window's first id always carries it, and
+// the EOS padding after a window's last document is a document of its own.
+// header[4] holds the count of flagged ids, the boundary table's size, so
+// that a file whose flags were damaged is caught when it loads.
+inline constexpr int32_t kPackedWindowShardVersion = 2;
+inline constexpr uint32_t kDocStart = 0x40000000u;
 // A shard of any kind, its ids widened (a windowed shard's with their flag).
 absl::StatusOr<std::vector<uint32_t>> read_token_shard(const std::string& path);
 // Written aside and renamed into place: uint16 ids, or uint32 ones.
 absl::Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 absl::Status write_token_shard32(const std::string& path, const std::vector<uint32_t>& tokens);
-// `ids` must be a whole number of windows.
-absl::Status write_window_shard(const std::string& path, const std::vector<uint32_t>& ids, int window);
+// `ids` must be a whole number of windows; `packed` writes version 2 with
+// the count of ids carrying kDocStart in header[4].
+absl::Status write_window_shard(const std::string& path, const std::vector<uint32_t>& ids, int window,
+                                bool packed = false);
 
 // "data file '<path>'", how every message about a data file starts.
 std::string data_file_name(const std::string& path);
 
 // Where a data file's ids start, how many it holds, their width in bytes
-// and, for a windowed shard, its window.
+// and, for a windowed shard, its window; for a packed one, the count of
+// document starts its header declares.
 struct FileTokens {
   int64_t offset, count;
   int width;
   int window = 0;
+  bool packed = false;
+  int64_t doc_starts = 0;
 };
 
 // The ids of a file of `kind` (text or tokens), its header checked against

@@ -88,15 +88,28 @@ void TokenStream::read(int64_t pos, int64_t n, uint32_t* out) const {
 }
 
 int64_t TokenStream::find_at_least(int64_t from, uint32_t limit, uint32_t flags) const {
+  int64_t found = -1;
+  scan(from, size_, [&](int64_t pos, const uint32_t* ids, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      if ((ids[i] & ~flags) >= limit) {
+        found = pos + i;
+        return false;
+      }
+    }
+    return true;
+  });
+  return found;
+}
+
+void TokenStream::scan(int64_t from, int64_t to,
+                       absl::FunctionRef<bool(int64_t, const uint32_t*, int64_t)> visit) const {
   constexpr int64_t kChunk = 16384;  // ids a pass reads before it lets their pages go
   uint32_t ids[kChunk];
   const long page = ::sysconf(_SC_PAGESIZE);
-  for (int64_t pos = from; pos < size_; pos += kChunk) {
-    const int64_t n = std::min(kChunk, size_ - pos);
+  for (int64_t pos = from; pos < to; pos += kChunk) {
+    const int64_t n = std::min(kChunk, to - pos);
     read(pos, n, ids);
-    for (int64_t i = 0; i < n; ++i) {
-      if ((ids[i] & ~flags) >= limit) return pos + i;
-    }
+    if (!visit(pos, ids, n)) return;
     // Mapped pages this pass touched need not stay in this rank's memory.
     for (const Piece& p : pieces_) {
       if (p.width == 0 || p.first >= pos + n || p.first + p.count <= pos) continue;
@@ -106,7 +119,6 @@ int64_t TokenStream::find_at_least(int64_t from, uint32_t limit, uint32_t flags)
       ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
     }
   }
-  return -1;
 }
 
 }  // namespace zerod

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "runtime/core/status.h"
 
 namespace zerod {
@@ -34,6 +35,9 @@ class TokenStream {
   // The first id at or past `from` that, without the bits `flags`, is >=
   // `limit`, or -1, read without keeping the pages it touched resident.
   int64_t find_at_least(int64_t from, uint32_t limit, uint32_t flags = 0) const;
+  // Hands ids [from, to) to `visit(pos, ids, n)` a chunk at a time, in
+  // order, until it returns false; as find_at_least, keeps no page resident.
+  void scan(int64_t from, int64_t to, absl::FunctionRef<bool(int64_t, const uint32_t*, int64_t)> visit) const;
 
  private:
   struct Mapping;

@@ -42,6 +42,13 @@ BufferSpec token_ids(const JobConfig& cfg, Tier staging) {
   return {"token ids", Category::kWorkspace, uint64_t(cfg.grad_accum) * cfg.micro_batch * cfg.data.seq_len * 4, 2,
           staging};
 }
+// Packed sequences' positions in their documents, as the ids.
+BufferSpec token_positions(const JobConfig& cfg, Tier staging) {
+  BufferSpec s = token_ids(cfg, staging);
+  s.what = "token positions";
+  s.count = 1;
+  return s;
+}
 
 }  // namespace
 
@@ -76,10 +83,13 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   // In build()'s order.
   plan.add(kernels.table_buffers());
   plan.add(token_ids(cfg, plan.device().staging_tier()));
+  // Data that cannot be read here is counted unpacked (DataLoader::plan).
+  const bool packed = dataset_packed(cfg.data).value_or(false);
+  if (packed) plan.add(token_positions(cfg, plan.device().staging_tier()));
   DataLoader::plan(cfg.data, plan);
   const LoraConfig* lora = cfg.lora ? &cfg.lora->adapters : nullptr;
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
-            cfg.cpu_checkpointing, kernels, plan, lora, cfg.grad_accum);
+            cfg.cpu_checkpointing, kernels, plan, lora, cfg.grad_accum, packed);
   const GptLayout model(cfg.model);
   const ZeroSettings zs = planned_zero_settings(cfg, kernels.operand_type(cfg.precision));
   if (lora) {
@@ -137,14 +147,17 @@ absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(inputs_, allocate_spec(*device_, ids));
   ZEROD_ASSIGN_OR_RETURN(targets_, allocate_spec(*device_, ids));
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
+  if (data_.packed) {
+    ZEROD_ASSIGN_OR_RETURN(positions_, allocate_spec(*device_, token_positions(cfg_, *ids.tier)));
+  }
   ZEROD_ASSIGN_OR_RETURN(DataLoader loader,
                          DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
-                                            comm_->world_size(), device_->accountant(), data_.windowed));
+                                            comm_->world_size(), device_->accountant(), data_.windowed, data_.packed));
   loader_ = std::make_unique<DataLoader>(std::move(loader));
   const LoraConfig* lora = cfg_.lora ? &cfg_.lora->adapters : nullptr;
   ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
                                              cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing,
-                                             lora, cfg_.grad_accum));
+                                             lora, cfg_.grad_accum, data_.packed));
   if (lora) adapters_ = std::make_unique<GptLayout>(GptLayout::adapters(cfg_.model, *lora));
   ZEROD_ASSIGN_OR_RETURN(ZeroSettings zs, zero_settings(cfg_, layout(), env_.io_faults));
   zs.operands = kernels_->operand_type();
@@ -190,8 +203,8 @@ double Trainer::read_batches() {
   const int64_t tokens = int64_t(B) * cfg_.data.seq_len;
   int64_t targets_in_step = 0;  // all ranks', all micro-batches'
   for (int micro = 0; micro < accum; ++micro) {
-    targets_in_step +=
-        loader_->next_batch(B, inputs_.host<int32_t>() + micro * tokens, targets_.host<int32_t>() + micro * tokens);
+    targets_in_step += loader_->next_batch(B, inputs_.host<int32_t>() + micro * tokens,
+                                           targets_.host<int32_t>() + micro * tokens, positions(micro));
   }
   // Each rank's gradients carry 1/(accum * world) so that their sum over
   // ranks is the mean over the global batch; with a loss mask, the mean is
@@ -219,7 +232,7 @@ absl::StatusOr<double> Trainer::compute_gradients(int64_t step, float grad_scale
     const int32_t* targets = targets_.host<int32_t>() + micro * tokens;
     ZEROD_RETURN_IF_ERROR(model_->enqueue_forward_backward(weights(), zero_->grads(), inputs, targets, B, T, grad_scale,
                                                            lora_pass_seed(cfg_.run.seed, step, micro, comm_->rank()),
-                                                           micro));
+                                                           micro, positions(micro)));
     if (!on_stream) ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
   }
   if (!on_stream) {

@@ -196,6 +196,11 @@ class Trainer {
   std::unique_ptr<FrozenWeights> base_;      // with model.lora
   std::unique_ptr<AdaptedWeights> adapted_;  // base_ and zero_'s adapters
   Buffer inputs_, targets_;
+  Buffer positions_;  // packed data's
+  // Micro-batch `micro`'s positions in positions_, or null for data not packed.
+  int32_t* positions(int micro) {
+    return data_.packed ? positions_.host<int32_t>() + int64_t(micro) * cfg_.micro_batch * cfg_.data.seq_len : nullptr;
+  }
   LossScaler scaler_;
   int64_t steps_ = 0;    // attempted
   int64_t updates_ = 0;  // applied

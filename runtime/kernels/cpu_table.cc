@@ -34,13 +34,15 @@ class CpuKernels : public Kernels {
   }
   KernelMemory memory() const override { return cpu_kernel_memory(); }
   void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T, int C,
-                         int NH, int KV) override {
-    CpuDevice::launch(s, [=] { cpu::attention_forward(f32(out), stats, scratch, f32(qkv), B, T, C, NH, KV); });
+                         int NH, int KV, const int32_t* pos = nullptr) override {
+    CpuDevice::launch(s, [=] { cpu::attention_forward(f32(out), stats, scratch, f32(qkv), B, T, C, NH, KV, pos); });
   }
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void*, const float* stats,
-                          float* scratch, int B, int T, int C, int NH, int KV, DType rounded) override {
-    CpuDevice::launch(
-        s, [=] { cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, KV, rounded); });
+                          float* scratch, int B, int T, int C, int NH, int KV, DType rounded,
+                          const int32_t* pos = nullptr) override {
+    CpuDevice::launch(s, [=] {
+      cpu::attention_backward(f32(dqkv), f32(dout), f32(qkv), stats, scratch, B, T, C, NH, KV, rounded, pos);
+    });
   }
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                        float eps) override {
@@ -78,13 +80,13 @@ class CpuKernels : public Kernels {
     CpuDevice::launch(s, [=] { cpu::add_columns(f32(y), ld, c0, f32(t), N, n); });
   }
   void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
-                         int C) override {
-    CpuDevice::launch(s, [=] { cpu::embedding_forward(f32(out), tokens, f32(wte), f32(wpe), B, T, C); });
+                         int C, const int32_t* pos = nullptr) override {
+    CpuDevice::launch(s, [=] { cpu::embedding_forward(f32(out), tokens, f32(wte), f32(wpe), B, T, C, pos); });
   }
-  // Walks the positions in order, column by column: `order` is not needed.
+  // Walks the positions in order, column by column: the orders are not needed.
   void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens, const int32_t*,
-                          int B, int T, int C) override {
-    CpuDevice::launch(s, [=] { cpu::embedding_backward(dwte, dwpe, f32(dout), tokens, B, T, C); });
+                          int B, int T, int C, const int32_t* pos = nullptr, const int32_t* = nullptr) override {
+    CpuDevice::launch(s, [=] { cpu::embedding_backward(dwte, dwpe, f32(dout), tokens, B, T, C, pos); });
   }
   void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte, int64_t rows,
                          int C, int V) override {

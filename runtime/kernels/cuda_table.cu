@@ -113,34 +113,37 @@ class CudaKernels : public Kernels {
                           const float* mean, const float* rstd, int64_t N, int C) override {
     cuda::layernorm_backward(cs(s), op_, partials(), dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
+  // Packed sequences (pos) run on the table's own attention, their rows
+  // masked to their documents; cuDNN's graphs take no document mask yet.
   void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C, int NH,
-                         int KV) override {
-    if (fused_attention(s, false, B, T, C, NH, KV, scratch,
-                        {{cuda::kSdpaQ, qkv},
-                         {cuda::kSdpaK, qkv},
-                         {cuda::kSdpaV, qkv},
-                         {cuda::kSdpaO, out},
-                         {cuda::kSdpaLse, lse}})) {
+                         int KV, const int32_t* pos = nullptr) override {
+    if (!pos && fused_attention(s, false, B, T, C, NH, KV, scratch,
+                                {{cuda::kSdpaQ, qkv},
+                                 {cuda::kSdpaK, qkv},
+                                 {cuda::kSdpaV, qkv},
+                                 {cuda::kSdpaO, out},
+                                 {cuda::kSdpaLse, lse}})) {
       return;
     }
-    cuda::attention_forward(cs(s), op_, gemm_on(s), out, lse, scratch, qkv, B, T, C, NH, KV);
+    cuda::attention_forward(cs(s), op_, gemm_on(s), out, lse, scratch, qkv, B, T, C, NH, KV, pos);
   }
   // Its operands are the model's own type: nothing is rounded (`rounded` is kF32).
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-                          float* scratch, int B, int T, int C, int NH, int KV, DType) override {
-    if (fused_attention(s, true, B, T, C, NH, KV, scratch,
-                        {{cuda::kSdpaQ, qkv},
-                         {cuda::kSdpaK, qkv},
-                         {cuda::kSdpaV, qkv},
-                         {cuda::kSdpaO, out},
-                         {cuda::kSdpaLse, lse},
-                         {cuda::kSdpaDO, dout},
-                         {cuda::kSdpaDQ, dqkv},
-                         {cuda::kSdpaDK, dqkv},
-                         {cuda::kSdpaDV, dqkv}})) {
+                          float* scratch, int B, int T, int C, int NH, int KV, DType,
+                          const int32_t* pos = nullptr) override {
+    if (!pos && fused_attention(s, true, B, T, C, NH, KV, scratch,
+                                {{cuda::kSdpaQ, qkv},
+                                 {cuda::kSdpaK, qkv},
+                                 {cuda::kSdpaV, qkv},
+                                 {cuda::kSdpaO, out},
+                                 {cuda::kSdpaLse, lse},
+                                 {cuda::kSdpaDO, dout},
+                                 {cuda::kSdpaDQ, dqkv},
+                                 {cuda::kSdpaDK, dqkv},
+                                 {cuda::kSdpaDV, dqkv}})) {
       return;
     }
-    cuda::attention_backward(cs(s), op_, gemm_on(s), dqkv, dout, qkv, lse, scratch, B, T, C, NH, KV);
+    cuda::attention_backward(cs(s), op_, gemm_on(s), dqkv, dout, qkv, lse, scratch, B, T, C, NH, KV, pos);
   }
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
                        float eps) override {
@@ -184,12 +187,13 @@ class CudaKernels : public Kernels {
     cuda::residual_forward(cs(s), op_, out, a, b, n);
   }
   void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
-                         int C) override {
-    cuda::embedding_forward(cs(s), op_, out, tokens, wte, wpe, B, T, C);
+                         int C, const int32_t* pos = nullptr) override {
+    cuda::embedding_forward(cs(s), op_, out, tokens, wte, wpe, B, T, C, pos);
   }
   void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                          const int32_t* order, int B, int T, int C) override {
-    cuda::embedding_backward(cs(s), op_, dwte, dwpe, dout, tokens, order, B, T, C);
+                          const int32_t* order, int B, int T, int C, const int32_t* pos = nullptr,
+                          const int32_t* pos_order = nullptr) override {
+    cuda::embedding_backward(cs(s), op_, dwte, dwpe, dout, tokens, order, B, T, C, pos, pos_order);
   }
   void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte, int64_t rows,
                          int C, int V) override {

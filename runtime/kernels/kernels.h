@@ -89,7 +89,9 @@ class Kernels {
   virtual void layernorm_backward(Stream& s, void* dinp, float* dw, float* db, const void* dout, const void* inp,
                                   const void* w, const float* mean, const float* rstd, int64_t N, int C) = 0;
   // Causal attention over qkv [B, T, C + 2 KV C / NH]: NH query heads, KV
-  // key and value heads, each shared by NH / KV query heads (ops/attention.h).
+  // key and value heads, each shared by NH / KV query heads (ops/attention.h);
+  // `pos` (null: a sequence a document) packed sequences' positions [B, T]
+  // in their documents, on the device: a query sees its own document only.
   // `stats` is what the forward keeps for the backward,
   // fp32, attention_row_stats() a query row ([B, NH, T, stats]): from it
   // the backward recomputes the softmax probabilities. `rounded`: the type
@@ -98,11 +100,11 @@ class Kernels {
   // activations it would have saved.
   int attention_row_stats() const { return memory().attention_row_stats(); }
   virtual void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T,
-                                 int C, int NH, int KV) = 0;
+                                 int C, int NH, int KV, const int32_t* pos = nullptr) = 0;
   // `out` is the forward's output (a fused backward takes rowsum(dout out)).
   virtual void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out,
                                   const float* stats, float* scratch, int B, int T, int C, int NH, int KV,
-                                  DType rounded) = 0;
+                                  DType rounded, const int32_t* pos = nullptr) = 0;
   // Floats of attention's scratch (forward and backward) for B sequences
   // of T, width C in NH heads.
   int64_t attention_scratch_floats(int B, int T, int C, int NH) const {
@@ -138,13 +140,17 @@ class Kernels {
   virtual void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) = 0;
   virtual void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) = 0;
   // wpe null: no learned positions (a Llama's); so dwpe in the backward.
+  // `pos` (null: position t of each sequence) packed sequences' positions
+  // in their documents [B, T], on the device.
   virtual void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
-                                 int T, int C) = 0;
+                                 int T, int C, const int32_t* pos = nullptr) = 0;
   // `order`: the B*T positions sorted by token, ties by position
   // (token_order), on the device: a table may walk each token's positions
-  // with it, in order, rather than every position for every column.
+  // with it, in order, rather than every position for every column;
+  // `pos_order` likewise the rows sorted by `pos` (token_order of pos).
   virtual void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                                  const int32_t* order, int B, int T, int C) = 0;
+                                  const int32_t* order, int B, int T, int C, const int32_t* pos = nullptr,
+                                  const int32_t* pos_order = nullptr) = 0;
 
   // The LM head with fused softmax and cross-entropy. classifier_logits
   // gives fp32 logits (what a caller reads), rows V apart.

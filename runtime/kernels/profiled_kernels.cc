@@ -51,13 +51,15 @@ class ProfiledKernels : public Kernels {
   }
   KernelMemory memory() const override { return inner_->memory(); }
   void attention_forward(Stream& s, void* out, float* stats, float* scratch, const void* qkv, int B, int T, int C,
-                         int NH, int KV) override {
-    timed(s, "attention_forward", [&] { inner_->attention_forward(s, out, stats, scratch, qkv, B, T, C, NH, KV); });
+                         int NH, int KV, const int32_t* pos = nullptr) override {
+    timed(s, "attention_forward",
+          [&] { inner_->attention_forward(s, out, stats, scratch, qkv, B, T, C, NH, KV, pos); });
   }
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
-                          float* scratch, int B, int T, int C, int NH, int KV, DType rounded) override {
+                          float* scratch, int B, int T, int C, int NH, int KV, DType rounded,
+                          const int32_t* pos = nullptr) override {
     timed(s, "attention_backward",
-          [&] { inner_->attention_backward(s, dqkv, dout, qkv, out, stats, scratch, B, T, C, NH, KV, rounded); });
+          [&] { inner_->attention_backward(s, dqkv, dout, qkv, out, stats, scratch, B, T, C, NH, KV, rounded, pos); });
   }
 
   void rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* w, int64_t N, int C,
@@ -103,14 +105,16 @@ class ProfiledKernels : public Kernels {
     timed(s, "residual_forward", 3 * n * ob(), [&] { inner_->residual_forward(s, out, a, b, n); });
   }
   void embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte, const void* wpe, int B, int T,
-                         int C) override {
+                         int C, const int32_t* pos = nullptr) override {
     const int64_t N = int64_t(B) * T;
-    timed(s, "embedding_forward", N * 4 + (2 * N * C + (wpe ? int64_t(T) * C : 0)) * ob(),
-          [&] { inner_->embedding_forward(s, out, tokens, wte, wpe, B, T, C); });
+    timed(s, "embedding_forward", N * (pos ? 8 : 4) + (2 * N * C + (wpe ? int64_t(T) * C : 0)) * ob(),
+          [&] { inner_->embedding_forward(s, out, tokens, wte, wpe, B, T, C, pos); });
   }
   void embedding_backward(Stream& s, float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                          const int32_t* order, int B, int T, int C) override {
-    timed(s, "embedding_backward", [&] { inner_->embedding_backward(s, dwte, dwpe, dout, tokens, order, B, T, C); });
+                          const int32_t* order, int B, int T, int C, const int32_t* pos = nullptr,
+                          const int32_t* pos_order = nullptr) override {
+    timed(s, "embedding_backward",
+          [&] { inner_->embedding_backward(s, dwte, dwpe, dout, tokens, order, B, T, C, pos, pos_order); });
   }
   void classifier_logits(Stream& s, float* logits, const void* inp, int64_t inp_stride, const void* wte, int64_t rows,
                          int C, int V) override {

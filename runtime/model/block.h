@@ -71,7 +71,10 @@ struct Dims {
   // A training pass's adapter dropout: p (0: none) and the pass's seed.
   float lora_p = 0;
   uint64_t lora_seed = 0;
-  LlamaParts llama;  // a Llama's (its shape's T the pass's); rope null for GPT-2
+  LlamaParts llama;  // a Llama's (its shape's T and pos the pass's); rope null for GPT-2
+  // Packed sequences: each row's position in its document [N], on the
+  // device (attention, rotary and learned positions); null: none.
+  const int32_t* pos = nullptr;
 };
 
 // Layer l's adapter of target t: its dropout this pass.

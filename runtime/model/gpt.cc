@@ -69,6 +69,21 @@ int lora_wide(const GptConfig& c) {
   return wide;
 }
 
+// Packed sequences' positions: each sequence starting a document, each
+// position 0 (a new document) or one past its predecessor's.
+absl::Status check_positions(const int32_t* pos, int B, int T, bool packed) {
+  if (!packed)
+    return absl::InvalidArgumentError("packed sequences' positions for a model not made for packed sequences");
+  for (int64_t n = 0; n < int64_t(B) * T; ++n) {
+    const int32_t want = n % T == 0 ? 0 : pos[n - 1] + 1;
+    if (pos[n] != 0 && pos[n] != want) {
+      return absl::InvalidArgumentError(absl::StrCat("packed sequences' position ", pos[n], " at token ", n % T,
+                                                     " of sequence ", n / T, ": expected 0 or ", want));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct Gpt::Impl {
@@ -107,7 +122,10 @@ struct Gpt::Impl {
   // Token ids, their order for the embedding's backward, and the results
   // the host reads, on the device.
   Buffer inputs, targets, order, loss_sum;
-  Buffer order_host, loss_host;      // host memory (pinned on a GPU), a part for each pass
+  Buffer order_host, loss_host;  // host memory (pinned on a GPU), a part for each pass
+  // Packed sequences' positions (a model made `packed`), and for learned
+  // positions their order for embedding_backward, with its host copies.
+  Buffer positions, positions_order, positions_order_host;
   std::vector<int64_t> pass_tokens;  // B * T of each pass
 
   Impl(Device& d, Kernels& kt) : dev(d), k(kt), s(d.compute_stream()) {}
@@ -145,27 +163,28 @@ struct Gpt::Impl {
   // Host token ids to the device.
   void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
   // The inputs' order for embedding_backward, from pass `pass`'s host copy.
-  void upload_order(const int32_t* tokens, int64_t n, int pass) {
-    // A pass's part holds the most tokens a pass takes, as `order` does.
-    int32_t* host = order_host.host<int32_t>() + int64_t(pass) * (order.bytes() / 4);
+  void upload_order(Buffer& dst, Buffer& staging, const int32_t* tokens, int64_t n, int pass) {
+    // A pass's part holds the most tokens a pass takes, as `dst` does.
+    int32_t* host = staging.host<int32_t>() + int64_t(pass) * (dst.bytes() / 4);
     token_order(tokens, n, host);
-    upload(order, host, n);
+    upload(dst, host, n);
   }
   ForwardBuffers forward_buffers() { return {proj.data(), attn_scratch.ptr<float>(), lora_scratch.data(), rounding()}; }
   // `backward`: the pass goes on through the layers in reverse.
   absl::StatusOr<const void*> forward_blocks(WeightSource& ws, const Dims& d, bool backward);
   // A pass over B x T tokens; a training pass's adapters drop out with
-  // this seed.
-  Dims dims(int B, int T, bool training, uint64_t dropout_seed) const {
+  // this seed; `packed`: its positions are in `positions`.
+  Dims dims(int B, int T, bool training, uint64_t dropout_seed, bool packed = false) const {
     const float p = training && lora ? static_cast<float>(lora->dropout) : 0.0f;
     Dims d{B, T, config.n_embd, config.n_head, int64_t(B) * T, p, dropout_seed, llama_parts};
     d.llama.shape.T = T;
+    if (packed) d.pos = d.llama.shape.pos = positions.ptr<int32_t>();
     return d;
   }
 };
 
 Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-         const LoraConfig* lora, int passes, Device& device, Kernels& kernels)
+         const LoraConfig* lora, int passes, bool packed, Device& device, Kernels& kernels)
     : layout_(config),
       B_(B),
       T_(T),
@@ -174,6 +193,7 @@ Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpoint
       checkpoints_on_host_(checkpoints_on_host),
       lora_(lora ? std::optional(*lora) : std::nullopt),
       passes_(passes),
+      packed_(packed),
       device_(device),
       kernels_(kernels) {}
 
@@ -184,7 +204,8 @@ Gpt::~Gpt() {
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B, int T, DType act_dtype,
                                                  bool checkpointing, Device& device, Kernels& kernels,
-                                                 bool checkpoints_on_host, const LoraConfig* lora, int passes) {
+                                                 bool checkpoints_on_host, const LoraConfig* lora, int passes,
+                                                 bool packed) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
   if (lora) ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora, config.arch));
   if (B < 1 || T < 1 || T > config.block_size) {
@@ -197,7 +218,7 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
                                                    dtype_name(kernels.operand_type()), " operands"));
   }
   std::unique_ptr<Gpt> g(
-      new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes, device, kernels));
+      new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes, packed, device, kernels));
   ZEROD_RETURN_IF_ERROR(g->allocate());
   return g;
 }
@@ -210,7 +231,8 @@ struct Gpt::ModelBuffer {
 
 std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
                                                 bool checkpoints_on_host, const LoraConfig* lora, int passes,
-                                                const PlanDevice& device, const KernelMemory& k, DType op_type) {
+                                                bool packed, const PlanDevice& device, const KernelMemory& k,
+                                                DType op_type) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   const bool llama = c.llama();
   int64_t size[kNumFields];
@@ -263,13 +285,21 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
   // Pinned on a GPU: a copy to pageable memory would wait for the stream.
   add(&Impl::order_host, "input tokens' order, from the host", passes * N * 4, W, device.staging_tier());
   add(&Impl::loss_host, "loss, for the host", passes * 8, W, device.staging_tier());
+  if (packed) {
+    add(&Impl::positions, "token positions", N * 4, W);
+    if (!llama) {
+      add(&Impl::positions_order, "token positions' order", N * 4, W);
+      add(&Impl::positions_order_host, "token positions' order, from the host", passes * N * 4, W,
+          device.staging_tier());
+    }
+  }
   return specs;
 }
 
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-               const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora, int passes) {
+               const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora, int passes, bool packed) {
   for (const ModelBuffer& b : buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes,
-                                           plan.device(), kernels, kernels.operand_type(act_dtype))) {
+                                           packed, plan.device(), kernels, kernels.operand_type(act_dtype))) {
     plan.add(b.spec);
   }
 }
@@ -293,7 +323,7 @@ absl::Status Gpt::allocate() {
   m.act_bytes = dtype_size(act_dtype_);
   m.logits_rows = kernels_.memory().logits_rows(c.vocab_size, int64_t(B_) * T_);
   for (const ModelBuffer& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_, m.lora, passes_,
-                                           plan_device(device_), kernels_.memory(), m.op)) {
+                                           packed_, plan_device(device_), kernels_.memory(), m.op)) {
     ZEROD_ASSIGN_OR_RETURN(m.*b.member, allocate_spec(device_, b.spec));
   }
   if (!c.llama()) return absl::OkStatus();
@@ -316,7 +346,7 @@ absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Di
   const BlockPass p{k, s, d};
   // Not in place, each block runs on the fp32 copy of its input, in place.
   void* x = in_place ? residual(0, d.N) : m.x_fp32.data();
-  k.embedding_forward(s, x, m.inputs.ptr<int32_t>(), g.wte, g.wpe, B, T, d.C);
+  k.embedding_forward(s, x, m.inputs.ptr<int32_t>(), g.wte, g.wpe, B, T, d.C, d.pos);
   round_operands(k, s, rounding(), x, NC);
   if (!in_place) k.convert_from_f32(s, act_dtype, static_cast<float*>(x), residual(0, d.N), NC);
   for (int l = 0; l < c.n_layer; ++l) {
@@ -338,23 +368,25 @@ absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Di
 
 absl::StatusOr<double> Gpt::forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs,
                                              const int32_t* targets, int B, int T, float grad_scale,
-                                             uint64_t dropout_seed) {
-  ZEROD_RETURN_IF_ERROR(enqueue_forward_backward(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed, 0));
+                                             uint64_t dropout_seed, const int32_t* positions) {
+  ZEROD_RETURN_IF_ERROR(
+      enqueue_forward_backward(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed, 0, positions));
   ZEROD_RETURN_IF_ERROR(device_.synchronize(impl_->s));
   return pass_loss(0);
 }
 
 absl::Status Gpt::enqueue_forward_backward(WeightSource& ws, GradSink& sink, const int32_t* inputs,
                                            const int32_t* targets, int B, int T, float grad_scale,
-                                           uint64_t dropout_seed, int pass) {
+                                           uint64_t dropout_seed, int pass, const int32_t* positions) {
   if (pass < 0 || pass >= passes_) {
     return absl::InvalidArgumentError(absl::StrCat("pass ", pass, " of a model made for ", passes_));
   }
+  if (positions) ZEROD_RETURN_IF_ERROR(check_positions(positions, B, T, packed_));
   if (B < 1 || T < 1 || T > T_ || int64_t(B) * T > max_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat("a training pass of ", B, " x ", T, " tokens: the model holds ",
                                                    max_tokens(), " tokens a pass, ", T_, " a row"));
   }
-  absl::Status s = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed, pass);
+  absl::Status s = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed, pass, positions);
   // After a failure nothing this call enqueued may still run once it
   // returns: the caller's weights, gradients and tokens may go.
   if (!s.ok()) device_.synchronize(impl_->s).IgnoreError();
@@ -366,17 +398,21 @@ double Gpt::pass_loss(int pass) const {
 }
 
 absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* inputs, const int32_t* targets, int B,
-                               int T, float grad_scale, uint64_t dropout_seed, int pass) {
+                               int T, float grad_scale, uint64_t dropout_seed, int pass, const int32_t* positions) {
   Impl& m = *impl_;
   Kernels& k = kernels_;
   Stream& s = m.s;
   const GptConfig& c = layout_.config();
-  const Dims d = m.dims(B, T, /*training=*/true, dropout_seed);
+  const Dims d = m.dims(B, T, /*training=*/true, dropout_seed, positions != nullptr);
   const int C = d.C;
   const int64_t NC = d.N * C;
   m.upload(m.inputs, inputs, d.N);
   m.upload(m.targets, targets, d.N);
-  m.upload_order(inputs, d.N, pass);
+  m.upload_order(m.order, m.order_host, inputs, d.N, pass);
+  if (positions) {
+    m.upload(m.positions, positions, d.N);
+    if (!c.llama()) m.upload_order(m.positions_order, m.positions_order_host, positions, d.N, pass);
+  }
   m.pass_tokens[pass] = d.N;
   ZEROD_ASSIGN_OR_RETURN(const void* xL, m.forward_blocks(ws, d, /*backward=*/true));
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
@@ -428,7 +464,10 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
     ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
     round_operands(k, s, m.rounding(), dres, NC);
   }
-  if (gg.wte) k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), m.order.ptr<int32_t>(), B, T, C);
+  if (gg.wte) {
+    k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), m.order.ptr<int32_t>(), B, T, C, d.pos,
+                         d.pos && gg.wpe ? m.positions_order.ptr<int32_t>() : nullptr);
+  }
   ZEROD_RETURN_IF_ERROR(sink.end_backward());
   return ws.end_pass();
 }

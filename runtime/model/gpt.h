@@ -36,15 +36,17 @@ class Gpt {
   // With `lora`, the weights a pass is given carry adapters of those
   // settings (weights.h's LayerWeights::lora), whose activations it keeps.
   // `passes`: how many training passes may be enqueued before the host
-  // reads their losses (enqueue_forward_backward).
+  // reads their losses (enqueue_forward_backward). `packed`: training
+  // passes may be given packed sequences' positions.
   static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
                                                      bool checkpointing, Device& device, Kernels& kernels,
                                                      bool checkpoints_on_host = false, const LoraConfig* lora = nullptr,
-                                                     int passes = 1);
+                                                     int passes = 1, bool packed = false);
   ~Gpt();
   // The buffers create() allocates for these arguments, on plan's device.
   static void plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-                   const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora = nullptr, int passes = 1);
+                   const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora = nullptr, int passes = 1,
+                   bool packed = false);
 
   const GptLayout& layout() const { return layout_; }
   int max_seq() const { return T_; }
@@ -56,10 +58,14 @@ class Gpt {
   // loss over B*T tokens, or the first failure of the weight source, the
   // gradient sink or the device, at which it stops. With LoRA dropout, the
   // adapters' masks are drawn from `dropout_seed` (the same seed, the same
-  // masks); a pass of forward_logits drops nothing.
+  // masks); a pass of forward_logits drops nothing. `positions` (a model
+  // made `packed`; null: none): packed sequences, each token's position
+  // in its document [B*T], host memory, a document starting at each 0: a
+  // token attends only to its document's tokens, and its rotary or learned
+  // position is its position in the document.
   absl::StatusOr<double> forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs,
                                           const int32_t* targets, int B, int T, float grad_scale,
-                                          uint64_t dropout_seed = 0);
+                                          uint64_t dropout_seed = 0, const int32_t* positions = nullptr);
   // forward_backward's work enqueued on the compute stream, the host waiting
   // for nothing: as pass `pass` (below create()'s `passes`), which keeps
   // its loss and its host copy of the inputs' order apart from the other
@@ -67,7 +73,8 @@ class Gpt {
   // is its mean loss, once the stream has passed it. On a failure it waits
   // for what it enqueued.
   absl::Status enqueue_forward_backward(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets,
-                                        int B, int T, float grad_scale, uint64_t dropout_seed, int pass);
+                                        int B, int T, float grad_scale, uint64_t dropout_seed, int pass,
+                                        const int32_t* positions = nullptr);
   double pass_loss(int pass) const;
 
   // Forward only, into host memory: logits [B*T, V], or [B, V] for the last
@@ -83,14 +90,15 @@ class Gpt {
   // makes for act_dtype).
   static std::vector<ModelBuffer> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
                                                bool checkpoints_on_host, const LoraConfig* lora, int passes,
-                                               const PlanDevice& device, const KernelMemory& k, DType op_type);
+                                               bool packed, const PlanDevice& device, const KernelMemory& k,
+                                               DType op_type);
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-      const LoraConfig* lora, int passes, Device& device, Kernels& kernels);
+      const LoraConfig* lora, int passes, bool packed, Device& device, Kernels& kernels);
   absl::Status allocate();
   // The work of enqueue_forward_backward and forward_logits, enqueued on
   // the stream.
   absl::Status enqueue_pass(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets, int B,
-                            int T, float grad_scale, uint64_t dropout_seed, int pass);
+                            int T, float grad_scale, uint64_t dropout_seed, int pass, const int32_t* positions);
   absl::Status enqueue_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
 
   GptLayout layout_;
@@ -100,6 +108,7 @@ class Gpt {
   bool checkpoints_on_host_;
   std::optional<LoraConfig> lora_;
   int passes_;
+  bool packed_;
   Device& device_;
   Kernels& kernels_;
   std::unique_ptr<Impl> impl_;

@@ -46,7 +46,7 @@ void Gpt2Block::forward(const BlockPass& pass, int l, const LayerWeights& w, con
   k.matmul_forward(s, a.f[kQkv], a.f[kLn1], w.qkvw, w.qkvb, N, C, 3 * C);
   adapt(kLoraCAttn, a.f[kLn1], a.f[kQkv], C, 3 * C);
   rnd_field(kQkv);
-  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH, d.NH);
+  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH, d.NH, d.pos);
   rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, w.attprojb, N, C, C);
   adapt(kLoraAttnCProj, a.f[kAtty], proj, C, C);
@@ -113,7 +113,7 @@ void Gpt2Block::backward(const BlockPass& pass, int l, const LayerWeights& w, co
   k.matmul_backward(s, bb.dbuf, g.attprojw, g.attprojb, dres, a.f[kAtty], w.attprojw, N, C, C);
   adapt(kLoraAttnCProj, a.f[kAtty], dres, bb.dbuf, C, C);
   k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
-                       d.NH, d.NH, bb.rounding);
+                       d.NH, d.NH, bb.rounding, d.pos);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, 3 * C);
   adapt(kLoraCAttn, a.f[kLn1], bb.dqkv, bb.dbuf, C, 3 * C);
   k.layernorm_backward(s, dres, g.ln1w, g.ln1b, bb.dbuf, x, w.ln1w, fp32(a, kLn1Mean), fp32(a, kLn1Rstd), N, C);

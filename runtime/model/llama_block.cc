@@ -57,7 +57,7 @@ void LlamaBlock::forward(const BlockPass& pass, int l, const LayerWeights& w, co
   // Attention's input, and what is saved: q and k turned.
   k.rope_forward(s, a.f[kQkv], p.rope, p.shape, N);
   rnd_field(kQkv);
-  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH, p.shape.KV);
+  k.attention_forward(s, a.f[kAtty], fp32(a, kAttStats), attn_scratch, a.f[kQkv], d.B, d.T, C, d.NH, p.shape.KV, d.pos);
   rnd_field(kAtty);
   k.matmul_forward(s, proj, a.f[kAtty], w.attprojw, nullptr, N, C, C);
   adapt(kLoraO, a.f[kAtty], proj);
@@ -114,7 +114,7 @@ void LlamaBlock::backward(const BlockPass& pass, int l, const LayerWeights& w, c
   k.matmul_backward(s, bb.dbuf, g.attprojw, nullptr, dres, a.f[kAtty], w.attprojw, N, C, C);
   adapt(kLoraO, a.f[kAtty], dres, bb.dbuf);
   k.attention_backward(s, bb.dqkv, bb.dbuf, a.f[kQkv], a.f[kAtty], fp32(a, kAttStats), bb.attn_scratch, d.B, d.T, C,
-                       d.NH, p.shape.KV, bb.rounding);
+                       d.NH, p.shape.KV, bb.rounding, d.pos);
   k.rope_backward(s, bb.dqkv, p.rope, p.shape, N);
   k.matmul_backward(s, bb.dbuf, g.qkvw, g.qkvb, bb.dqkv, a.f[kLn1], w.qkvw, N, C, static_cast<int>(p.shape.width()));
   for (int t : {kLoraQ, kLoraK, kLoraV}) adapt(t, a.f[kLn1], bb.dqkv, bb.dbuf);

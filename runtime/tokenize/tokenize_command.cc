@@ -15,15 +15,19 @@ int run_tokenize(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "zeroctl tokenize: text and JSONL into the token files training reads, with a model's own tokenizer (byte-level "
       "BPE from tokenizer.json, or a SentencePiece tokenizer.model). A text file is one document; a JSONL line is "
       "{\"text\"}, or an instruction example {\"prompt\", \"response\"} or {\"messages\"} of which only the "
-      "responses are trained on, each in a window of --seq-len ids."};
+      "responses are trained on, each in a window of --seq-len ids, or with --pack several a window."};
   std::string tokenizer, output;
   std::vector<std::string> inputs;
   TokenizeOptions options;
   app.add_option("--tokenizer", tokenizer, "a model directory, or its tokenizer.json or tokenizer.model")->required();
   app.add_option("--output", output, "the token file to write")->required();
-  app.add_option("--seq-len", options.seq_len, "instruction data: the window of each example (the job's data.seq_len)")
+  app.add_option("--seq-len", options.seq_len,
+                 "instruction data and --pack: the window of each example (the job's data.seq_len)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--append-eos", options.append_eos, "documents: the tokenizer's EOS after each");
+  app.add_flag("--pack", options.pack,
+               "pack examples (or documents, cut to the window) whole, several a window of --seq-len ids, first-fit "
+               "decreasing, each marked where it starts");
   app.add_option("inputs", inputs, "text files, or JSONL files (*.jsonl)")->required();
   if (auto code = parse_command_line(app, "zeroctl tokenize", out, err, [&] { app.parse(argc, argv); })) return *code;
 
@@ -37,7 +41,12 @@ int run_tokenize(int argc, char** argv, std::ostream& out, std::ostream& err) {
   if (!t.ok()) return fail(t.status());
   if (absl::Status s = write_tokenized(output, *t, (*tok)->vocab_size()); !s.ok()) return fail(s);
   auto count = [](int64_t n, const char* what) { return absl::StrCat(n, " ", what, n == 1 ? "" : "s"); };
-  if (t->window > 0) {
+  if (t->packed) {
+    const std::string what = t->examples > 0 ? count(t->examples, "example") : count(t->documents, "document");
+    out << absl::StrFormat("%s: %s packed into %s of %d ids (fill %.1f%%), %d ids, %d of them targets (%.1f%%)\n",
+                           output, what, count(t->windows, "window"), t->window, 100.0 * t->fill, t->ids.size(),
+                           t->targets, 100.0 * t->targets / t->ids.size());
+  } else if (t->window > 0) {
     out << absl::StrFormat("%s: %s in windows of %d ids, %d ids, %d of them targets (%.1f%%)\n", output,
                            count(t->examples, "example"), t->window, t->ids.size(), t->targets,
                            100.0 * t->targets / t->ids.size());

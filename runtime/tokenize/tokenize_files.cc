@@ -10,6 +10,7 @@
 #include "runtime/core/strict_json.h"
 #include "runtime/data/token_shard.h"
 #include "runtime/tokenize/instruction_data.h"
+#include "runtime/tokenize/pack_windows.h"
 
 namespace zerod {
 namespace {
@@ -38,38 +39,58 @@ class Builder {
     ZEROD_RETURN_IF_ERROR(kind(false, where));
     absl::StatusOr<std::vector<uint32_t>> ids = tok_.encode(text, true);
     if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", ids.status().message()));
-    out_.ids.insert(out_.ids.end(), ids->begin(), ids->end());
     if (o_.append_eos) {
       if (!tok_.eos()) return absl::InvalidArgumentError(absl::StrCat(tok_.source(), ": no eos_token to append"));
-      if (ids->empty() || ids->back() != *tok_.eos()) out_.ids.push_back(*tok_.eos());
+      if (ids->empty() || ids->back() != *tok_.eos()) ids->push_back(*tok_.eos());
     }
     ++out_.documents;
+    if (!o_.pack) {
+      out_.ids.insert(out_.ids.end(), ids->begin(), ids->end());
+      return absl::OkStatus();
+    }
+    // Pieces of at most a window, each trained on all its ids but its first.
+    for (size_t from = 0; from < ids->size(); from += o_.seq_len) {
+      const size_t n = std::min(ids->size() - from, size_t(o_.seq_len));
+      add_packed(ids->begin() + from, n, [](size_t) { return true; });
+    }
     return absl::OkStatus();
   }
 
   // One example a window: an id is a target when its example trains on it,
   // but never the window's first, which nothing before it predicts.
+  // Packed, the same, the window's first being the example's.
   absl::Status example(const absl::StatusOr<InstructionExample>& e, const std::string& where) {
     ZEROD_RETURN_IF_ERROR(kind(true, where));
     if (!e.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", e.status().message()));
     const size_t n = e->ids.size();
-    if (n > size_t(o_.seq_len))
+    if (n > size_t(o_.seq_len)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": the example's ", n, " ids are more than --seq-len ",
-                                                     o_.seq_len, " (packing is not supported)"));
+                                                     o_.seq_len, ", its window (an example is never split)"));
+    }
     if (std::count(e->trained.begin() + std::min<size_t>(n, 1), e->trained.end(), true) == 0)
       return absl::InvalidArgumentError(absl::StrCat(where, ": the example has no id to train on"));
+    ++out_.examples;
+    if (o_.pack) {
+      add_packed(e->ids.begin(), n, [&](size_t k) { return bool(e->trained[k]); });
+      return absl::OkStatus();
+    }
     for (size_t k = 0; k < n; ++k) {
       const bool target = k > 0 && e->trained[k];
       out_.ids.push_back(e->ids[k] | (target ? 0 : kNotTarget));
       out_.targets += target;
     }
-    out_.ids.insert(out_.ids.end(), o_.seq_len - n, tok_.eos().value_or(0) | kNotTarget);
-    ++out_.examples;
+    out_.ids.insert(out_.ids.end(), o_.seq_len - n, pad());
+    filled_ += int64_t(n);
     return absl::OkStatus();
   }
 
   Tokenized take() && {
+    if (o_.pack) return std::move(*this).packed();
     out_.window = out_.examples > 0 ? o_.seq_len : 0;
+    if (out_.window > 0) {
+      out_.windows = out_.examples;
+      out_.fill = double(filled_) / double(out_.ids.size());
+    }
     return std::move(out_);
   }
 
@@ -88,10 +109,55 @@ class Builder {
     return absl::OkStatus();
   }
 
+  uint32_t pad() const { return tok_.eos().value_or(0) | kNotTarget; }
+
+  // A document of `n` ids from `ids` on, to be packed: its first flagged
+  // as a document's start, never a target; the rest targets as `trained` says.
+  template <typename It, typename Trained>
+  void add_packed(It ids, size_t n, Trained trained) {
+    starts_.push_back(int64_t(out_.ids.size()));
+    lengths_.push_back(int(n));
+    out_.ids.push_back(ids[0] | kDocStart | kNotTarget);
+    for (size_t k = 1; k < n; ++k) {
+      const bool target = trained(k);
+      out_.ids.push_back(ids[k] | (target ? 0 : kNotTarget));
+      out_.targets += target;
+    }
+  }
+
+  // The documents laid out in the windows pack_windows chose, in the order
+  // it placed them, each window's rest an EOS padding document of its own.
+  Tokenized packed() && {
+    const std::vector<std::vector<int64_t>> windows = pack_windows(lengths_, o_.seq_len);
+    const auto T = size_t(o_.seq_len);
+    std::vector<uint32_t> ids;
+    ids.reserve(windows.size() * T);
+    for (const std::vector<int64_t>& docs : windows) {
+      const size_t first = ids.size();
+      for (const int64_t d : docs) {
+        const auto from = out_.ids.begin() + starts_[d];
+        ids.insert(ids.end(), from, from + lengths_[d]);
+      }
+      if (ids.size() < first + T) {
+        ids.push_back(pad() | kDocStart);
+        ids.resize(first + T, pad());
+      }
+    }
+    out_.fill = ids.empty() ? 0 : double(out_.ids.size()) / double(ids.size());
+    out_.ids = std::move(ids);
+    out_.window = o_.seq_len;
+    out_.packed = true;
+    out_.windows = int64_t(windows.size());
+    return std::move(out_);
+  }
+
   const Tokenizer& tok_;
   const TokenizeOptions& o_;
   std::optional<bool> kind_;  // instruction examples
   Tokenized out_;
+  int64_t filled_ = 0;           // unpacked examples' ids, not padding
+  std::vector<int64_t> starts_;  // packed: each document's first id in out_.ids
+  std::vector<int> lengths_;     // and its length
 };
 
 absl::StatusOr<std::string> string_at(const json& j, const char* key, const std::string& where) {
@@ -147,6 +213,8 @@ absl::Status jsonl_file(Builder& b, const Tokenizer& tok, const std::string& pat
 
 absl::StatusOr<Tokenized> tokenize_files(const Tokenizer& tok, const std::vector<std::string>& inputs,
                                          const TokenizeOptions& options) {
+  if (options.pack && options.seq_len < 1)
+    return absl::InvalidArgumentError("--pack needs --seq-len, the window documents and examples are packed into");
   Builder b(tok, options);
   for (const std::string& path : inputs) {
     if (absl::EndsWith(path, ".jsonl")) {
@@ -160,11 +228,12 @@ absl::StatusOr<Tokenized> tokenize_files(const Tokenizer& tok, const std::vector
   }
   Tokenized t = std::move(b).take();
   if (t.documents + t.examples == 0) return absl::InvalidArgumentError("the inputs hold no document or example");
+  if (t.packed && t.ids.empty()) return absl::InvalidArgumentError("the inputs' documents hold no id to pack");
   return t;
 }
 
 absl::Status write_tokenized(const std::string& path, const Tokenized& t, int64_t vocab_size) {
-  if (t.window > 0) return write_window_shard(path, t.ids, t.window);
+  if (t.window > 0) return write_window_shard(path, t.ids, t.window, t.packed);
   if (vocab_size > 65536) return write_token_shard32(path, t.ids);
   return write_token_shard(path, std::vector<uint16_t>(t.ids.begin(), t.ids.end()));
 }

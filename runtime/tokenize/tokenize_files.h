@@ -9,9 +9,12 @@
 // optionally followed by its EOS, and follow each other in one stream:
 // an llm.c shard of 16-bit ids when the vocabulary fits, else of 32-bit.
 // Examples are laid out one a window of seq_len ids, padded with the EOS,
-// in a windowed shard whose mask leaves out all but the responses; packing
-// several examples into one window is not supported, since attention would
-// cross from one example into the next.
+// in a windowed shard whose mask leaves out all but the responses. With
+// `pack`, examples, or documents, are packed whole into windows of seq_len
+// ids instead (pack_windows.h), in a packed windowed shard (token_shard.h)
+// whose flags mark where each starts, so that the model can keep attention
+// and positions within each; a document longer than the window is cut into
+// pieces of the window, each a document of its own; an example never is.
 #pragma once
 
 #include <cstdint>
@@ -23,23 +26,27 @@
 namespace zerod {
 
 struct TokenizeOptions {
-  int seq_len = 0;          // examples' window; needed for instruction data
+  int seq_len = 0;          // examples' window; needed for instruction data and `pack`
   bool append_eos = false;  // after each document
+  bool pack = false;        // several documents or examples a window
 };
 
 struct Tokenized {
-  std::vector<uint32_t> ids;  // a windowed shard's with their kNotTarget flags
+  std::vector<uint32_t> ids;  // a windowed shard's with their kNotTarget (and kDocStart) flags
   int window = 0;             // 0: a stream of documents
+  bool packed = false;
   int64_t documents = 0, examples = 0;
   int64_t targets = 0;  // ids the loss counts as targets
+  int64_t windows = 0;  // of a windowed shard
+  double fill = 0;      // of a windowed shard: the ids not padding, of all
 };
 
 // Errors name the file and, in JSONL, the line (and the key) that is wrong.
 absl::StatusOr<Tokenized> tokenize_files(const Tokenizer& tok, const std::vector<std::string>& inputs,
                                          const TokenizeOptions& options);
 
-// Writes `t` to `path` (aside, then renamed): a windowed shard, or an llm.c
-// shard whose id width fits the tokenizer's vocabulary.
+// Writes `t` to `path` (aside, then renamed): a windowed shard (packed or
+// not), or an llm.c shard whose id width fits the tokenizer's vocabulary.
 absl::Status write_tokenized(const std::string& path, const Tokenized& t, int64_t vocab_size);
 
 }  // namespace zerod

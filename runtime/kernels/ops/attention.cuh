@@ -21,22 +21,23 @@ struct AttentionExec {
   std::function<void(const ColMajorGemm&)> gemm;
   cudaStream_t s;
 
-  void softmax_rows(float* S, float* lse, int T, int64_t rows, int64_t lse_stride) {
+  void softmax_rows(float* S, float* lse, int T, int64_t rows, int64_t lse_stride, const int32_t* pos) {
     launch_warp_rows(s, rows, "attention_softmax", [=] __device__(int64_t r, int lane) {
       float* row = S + r * T;
-      const int64_t t = r % T;
-      const float mx = warp_reduce(softmax_row_max(row, t, lane, 32), Max());
-      const float sum = warp_reduce(softmax_row_sum(row, t, mx, lane, 32), Sum());
-      softmax_row_write(row, t, T, mx, 1.0f / sum, lane, 32);
+      const int64_t t = r % T, lo = first_key(pos, t);
+      const float mx = warp_reduce(softmax_row_max(row, lo, t, lane, 32), Max());
+      const float sum = warp_reduce(softmax_row_sum(row, lo, t, mx, lane, 32), Sum());
+      softmax_row_write(row, lo, t, T, mx, 1.0f / sum, lane, 32);
       if (lane == 0) lse[r / T * lse_stride + t] = mx + logf(sum);
     });
   }
-  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows, int64_t lse_stride) {
+  void backward_rows(float* P, float* dP, const float* lse, int T, int64_t rows, int64_t lse_stride,
+                     const int32_t* pos) {
     launch_warp_rows(s, rows, "attention_backward_rows", [=] __device__(int64_t r, int lane) {
-      const int64_t t = r % T;
+      const int64_t t = r % T, lo = first_key(pos, t);
       const float l = lse[r / T * lse_stride + t];
-      const float D = warp_reduce(probabilities_row(P + r * T, dP + r * T, t, T, l, lane, 32), Sum());
-      softmax_backward_row(P + r * T, dP + r * T, t, T, D, lane, 32);
+      const float D = warp_reduce(probabilities_row(P + r * T, dP + r * T, lo, t, T, l, lane, 32), Sum());
+      softmax_backward_row(P + r * T, dP + r * T, lo, t, T, D, lane, 32);
     });
   }
 };
@@ -69,24 +70,25 @@ inline void narrowed(cudaStream_t s, DType t, const float* from, void* to, int64
 using AttentionGemm = std::function<void(const ColMajorGemm&)>;
 
 inline void attention_forward(cudaStream_t s, DType t, const AttentionGemm& gemm, void* out, float* lse, float* scratch,
-                              const void* qkv, int B, int T, int C, int NH, int KV) {
+                              const void* qkv, int B, int T, int C, int NH, int KV, const int32_t* pos) {
   const AttentionIo io = attention_io(scratch, B, T, C, NH, KV);
   const float* q = widened(s, t, qkv, io.qkv, io.N * io.W);
   float* y = t == DType::kF32 ? static_cast<float*>(out) : io.y;
   AttentionExec x{gemm, s};
-  attention_forward_plan(x, y, lse, scratch, q, B, T, C, NH, KV, attention_chunk_heads(T, NH));
+  attention_forward_plan(x, y, lse, scratch, q, B, T, C, NH, KV, attention_chunk_heads(T, NH), pos);
   narrowed(s, t, y, out, io.N * C);
 }
 
 // Its operands are the model's own type: nothing is rounded.
 inline void attention_backward(cudaStream_t s, DType t, const AttentionGemm& gemm, void* dqkv, const void* dout,
-                               const void* qkv, const float* lse, float* scratch, int B, int T, int C, int NH, int KV) {
+                               const void* qkv, const float* lse, float* scratch, int B, int T, int C, int NH, int KV,
+                               const int32_t* pos) {
   const AttentionIo io = attention_io(scratch, B, T, C, NH, KV);
   const float* q = widened(s, t, qkv, io.qkv, io.N * io.W);
   const float* dy = widened(s, t, dout, io.y, io.N * C);
   float* dq = t == DType::kF32 ? static_cast<float*>(dqkv) : io.dqkv;
   AttentionExec x{gemm, s};
-  attention_backward_plan(x, dq, dy, q, lse, scratch, B, T, C, NH, KV, attention_chunk_heads(T, NH));
+  attention_backward_plan(x, dq, dy, q, lse, scratch, B, T, C, NH, KV, attention_chunk_heads(T, NH), pos);
   narrowed(s, t, dq, dqkv, io.N * io.W);
 }
 

@@ -33,19 +33,24 @@ namespace cpu {
 // the probabilities with the forward's bits. Both take query rows in
 // blocks of attention_block_rows(T) (all T rows up to T = 2048), through a
 // [2, block_rows, T] scratch per OpenMP thread: attention_scratch_floats.
-void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH, int KV);
+// `pos` (null: each sequence one document): packed sequences, row b*T + t
+// at position pos[b*T + t] of its document, a document starting where a
+// position is 0; a query sees only its own document's keys, and each
+// document is computed as a sequence of its own.
+void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH, int KV,
+                       const int32_t* pos = nullptr);
 // dqkv overwritten. The probabilities are rounded to `rounded`'s values
 // (kF32: none) before use, as a 16-bit job's saved activations are.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
-                        int T, int C, int NH, int KV, DType rounded);
+                        int T, int C, int NH, int KV, DType rounded, const int32_t* pos = nullptr);
 int attention_block_rows(int T);
 int64_t attention_scratch_floats(int T, int threads);
 int64_t attention_scratch_floats(int T);  // at omp_get_max_threads()
 // The same with blocks of `block_rows` (tests take several blocks at small T).
 void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int C, int NH, int KV,
-                       int block_rows);
+                       int block_rows, const int32_t* pos = nullptr);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* stats, float* scratch, int B,
-                        int T, int C, int NH, int KV, DType rounded, int block_rows);
+                        int T, int C, int NH, int KV, DType rounded, int block_rows, const int32_t* pos = nullptr);
 
 }  // namespace cpu
 
@@ -58,34 +63,39 @@ namespace cuda {
 // and a test on the CPU runs every lane in turn. A lane reads back only
 // the columns it wrote itself, so no lane waits on another within a phase.
 //
-// Rows hold query position t; its keys are the columns s <= t, the rest
+// Rows hold query position t; its keys are the columns lo <= s <= t (lo
+// the first row of its document: 0 but for packed sequences), the rest
 // are masked (probability 0), as in the CPU kernel (attention.cc).
 
+// The first key of row t of a sequence whose positions are `pos` (null:
+// one document).
+ZD_HD int64_t first_key(const int32_t* pos, int64_t t) { return pos ? t - pos[t] : 0; }
+
 // The largest scaled score of the row's keys.
-ZD_HD float softmax_row_max(const float* S, int64_t t, int lane, int lanes) {
+ZD_HD float softmax_row_max(const float* S, int64_t lo, int64_t t, int lane, int lanes) {
   float mx = -INFINITY;
-  for (int64_t s = lane; s <= t; s += lanes) mx = S[s] > mx ? S[s] : mx;
+  for (int64_t s = lo + lane; s <= t; s += lanes) mx = S[s] > mx ? S[s] : mx;
   return mx;
 }
 
 // The sum of exp(score - mx) over the row's keys.
-ZD_HD float softmax_row_sum(const float* S, int64_t t, float mx, int lane, int lanes) {
+ZD_HD float softmax_row_sum(const float* S, int64_t lo, int64_t t, float mx, int lane, int lanes) {
   float sum = 0.0f;
-  for (int64_t s = lane; s <= t; s += lanes) sum += expf(S[s] - mx);
+  for (int64_t s = lo + lane; s <= t; s += lanes) sum += expf(S[s] - mx);
   return sum;
 }
 
-// The row's probabilities in place of its scores, 0 past the keys.
-ZD_HD void softmax_row_write(float* S, int64_t t, int T, float mx, float inv, int lane, int lanes) {
-  for (int64_t s = lane; s < T; s += lanes) S[s] = s <= t ? expf(S[s] - mx) * inv : 0.0f;
+// The row's probabilities in place of its scores, 0 outside the keys.
+ZD_HD void softmax_row_write(float* S, int64_t lo, int64_t t, int T, float mx, float inv, int lane, int lanes) {
+  for (int64_t s = lane; s < T; s += lanes) S[s] = s >= lo && s <= t ? expf(S[s] - mx) * inv : 0.0f;
 }
 
 // Backward, first phase: the probabilities p = exp(score - lse) in place
-// of the scores (0 past the keys), and this lane's part of D = sum p dP.
-ZD_HD float probabilities_row(float* S, const float* dP, int64_t t, int T, float lse, int lane, int lanes) {
+// of the scores (0 outside the keys), and this lane's part of D = sum p dP.
+ZD_HD float probabilities_row(float* S, const float* dP, int64_t lo, int64_t t, int T, float lse, int lane, int lanes) {
   float D = 0.0f;
   for (int64_t s = lane; s < T; s += lanes) {
-    if (s > t) {
+    if (s < lo || s > t) {
       S[s] = 0.0f;
       continue;
     }
@@ -95,9 +105,9 @@ ZD_HD float probabilities_row(float* S, const float* dP, int64_t t, int T, float
   return D;
 }
 
-// Second phase: dS = P (dP - D) in place of dP (0 past the keys).
-ZD_HD void softmax_backward_row(const float* P, float* dP, int64_t t, int T, float D, int lane, int lanes) {
-  for (int64_t s = lane; s < T; s += lanes) dP[s] = s <= t ? P[s] * (dP[s] - D) : 0.0f;
+// Second phase: dS = P (dP - D) in place of dP (0 outside the keys).
+ZD_HD void softmax_backward_row(const float* P, float* dP, int64_t lo, int64_t t, int T, float D, int lane, int lanes) {
+  for (int64_t s = lane; s < T; s += lanes) dP[s] = s >= lo && s <= t ? P[s] * (dP[s] - D) : 0.0f;
 }
 
 }  // namespace cuda

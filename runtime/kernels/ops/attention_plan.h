@@ -9,10 +9,13 @@
 // heads of one sequence at a time, through two [heads, T, T] matrices of
 // scratch; the row work between them is attention.h's. The plan is plain
 // C++ over an executor `x` with x.gemm(ColMajorGemm),
-// x.softmax_rows(S, lse, T, rows, lse_stride) and
-// x.backward_rows(S, dP, lse, T, rows, lse_stride) (row r's lse at
-// lse[r / T * lse_stride + r % T]): the CUDA table's runs cuBLAS and warp
-// kernels, tests/test_cuda_bodies.cc's OpenBLAS and loops.
+// x.softmax_rows(S, lse, T, rows, lse_stride, pos) and
+// x.backward_rows(S, dP, lse, T, rows, lse_stride, pos) (row r's lse at
+// lse[r / T * lse_stride + r % T], its first key first_key(pos, r % T),
+// pos the sequence's positions or null): the CUDA table's runs cuBLAS and
+// warp kernels, tests/test_cuda_bodies.cc's OpenBLAS and loops. Packed
+// sequences take the whole [T, T] products, their rows masked to their
+// document's keys.
 #pragma once
 
 #include <algorithm>
@@ -107,15 +110,21 @@ void for_each_attention_chunk(const float* qkv, int B, int T, int C, int NH, int
   }
 }
 
+// Sequence b's positions (pos null: none).
+inline const int32_t* sequence_positions(const int32_t* pos, int b, int T) {
+  return pos ? pos + int64_t(b) * T : nullptr;
+}
+
 // out [B, T, C] and lse [B, NH, T] from qkv [B, T, C + 2 KV hs],
 // chunk_heads heads at a time (attention_chunk_heads; the scratch holds
-// 2 chunk_heads T T).
+// 2 chunk_heads T T); pos as attention.h's.
 template <class Exec>
 void attention_forward_plan(Exec& x, float* out, float* lse, float* scratch, const float* qkv, int B, int T, int C,
-                            int NH, int KV, int chunk_heads) {
+                            int NH, int KV, int chunk_heads, const int32_t* pos = nullptr) {
   for_each_attention_chunk(qkv, B, T, C, NH, KV, chunk_heads, [&](const AttentionChunk& c, const ChunkAt& at) {
     x.gemm(c.scores(scratch));
-    x.softmax_rows(scratch, lse + (int64_t(at.b) * NH + at.h0) * T, T, int64_t(c.heads) * T, at.lse_stride);
+    x.softmax_rows(scratch, lse + (int64_t(at.b) * NH + at.h0) * T, T, int64_t(c.heads) * T, at.lse_stride,
+                   sequence_positions(pos, at.b, T));
     x.gemm(c.values(out + int64_t(at.b) * T * C + int64_t(at.h0) * c.hs, scratch));
   });
 }
@@ -123,7 +132,8 @@ void attention_forward_plan(Exec& x, float* out, float* lse, float* scratch, con
 // dqkv [B, T, C + 2 KV hs] (overwritten) from dout [B, T, C], qkv and lse.
 template <class Exec>
 void attention_backward_plan(Exec& x, float* dqkv, const float* dout, const float* qkv, const float* lse,
-                             float* scratch, int B, int T, int C, int NH, int KV, int chunk_heads) {
+                             float* scratch, int B, int T, int C, int NH, int KV, int chunk_heads,
+                             const int32_t* pos = nullptr) {
   for_each_attention_chunk(qkv, B, T, C, NH, KV, chunk_heads, [&](const AttentionChunk& c, const ChunkAt& at) {
     float* P = scratch;
     float* dP = scratch + int64_t(c.heads) * c.TT();
@@ -132,7 +142,8 @@ void attention_backward_plan(Exec& x, float* dqkv, const float* dout, const floa
     float* dk = row + C + int64_t(at.kv0) * c.hs;
     x.gemm(c.scores(P));
     x.gemm(c.dprobs(dP, dy));
-    x.backward_rows(P, dP, lse + (int64_t(at.b) * NH + at.h0) * T, T, int64_t(c.heads) * T, at.lse_stride);
+    x.backward_rows(P, dP, lse + (int64_t(at.b) * NH + at.h0) * T, T, int64_t(c.heads) * T, at.lse_stride,
+                    sequence_positions(pos, at.b, T));
     x.gemm(c.dvalues(dk + int64_t(KV) * c.hs, P, dy));
     x.gemm(c.dqueries(row + int64_t(at.h0) * c.hs, dP));
     x.gemm(c.dkeys(dk, dP));

@@ -8,7 +8,8 @@
 
 namespace zerod::cpu {
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                       const int32_t* pos) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
@@ -18,13 +19,14 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
         std::copy(we, we + C, o);
         continue;
       }
-      const float* pe = wpe + int64_t(t) * C;
+      const float* pe = wpe + position_of(pos, int64_t(b) * T + t, T) * C;
       for (int i = 0; i < C; ++i) o[i] = we[i] + pe[i];
     }
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C) {
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                        const int32_t* pos) {
   // Tokens repeat, so rows of dwte collide: each thread owns a range of
   // channels and walks all positions in order (deterministic, race-free).
 #pragma omp parallel
@@ -37,7 +39,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
         float* we = dwte + int64_t(tokens[b * T + t]) * C;
         for (int i = lo; i < hi; ++i) we[i] += d[i];
         if (!dwpe) continue;
-        float* pe = dwpe + int64_t(t) * C;
+        float* pe = dwpe + position_of(pos, int64_t(b) * T + t, T) * C;
         for (int i = lo; i < hi; ++i) pe[i] += d[i];
       }
     }

@@ -1,6 +1,8 @@
 // The embedding of B sequences of T token ids:
-//   forward:  y[b, t] = wte[tokens[b, t]] + wpe[t]     (wpe null: no learned positions, a Llama's)
-//   backward: dwte[tokens[b, t]] += dy[b, t]; dwpe[t] += dy[b, t]
+//   forward:  y[b, t] = wte[tokens[b, t]] + wpe[p]     (wpe null: no learned positions, a Llama's)
+//   backward: dwte[tokens[b, t]] += dy[b, t]; dwpe[p] += dy[b, t]
+// at position p = t, or of packed sequences p = pos[b, t] (the position
+// in its document: positions restart at each document),
 // each gradient element adding its positions in position order, so that
 // every table gives the CPU's bits. Memory-bound: the forward reads a row
 // of wte (and wpe) and writes a row of y a position; the backward reads
@@ -21,12 +23,17 @@
 namespace zerod {
 namespace cpu {
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe null: no positions, a
-// Llama's).
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
-// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] where dwpe
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[p,:] (wpe null: no positions, a
+// Llama's), p = t or pos[b,t] where pos is not null.
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                       const int32_t* pos = nullptr);
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[p,:] += dout[b,t,:] where dwpe
 // is not null.
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                        const int32_t* pos = nullptr);
+
+// Row n's position: n % T, or pos[n] where pos is not null.
+ZD_HD int64_t position_of(const int32_t* pos, int64_t n, int T) { return pos ? pos[n] : n % T; }
 
 }  // namespace cpu
 
@@ -34,12 +41,12 @@ namespace cuda {
 
 // Element j of the [B*T, C] output; wpe null: no positions.
 template <class O, class W>
-ZD_HD void embedding_forward_at(int64_t j, O out, const int32_t* tokens, W wte, W wpe, int T, int C) {
+ZD_HD void embedding_forward_at(int64_t j, O out, const int32_t* tokens, W wte, W wpe, int T, int C,
+                                const int32_t* pos) {
   const int64_t row = j / C, i = j % C;
-  const int t = static_cast<int>(row % T);
   assert(tokens[row] >= 0);
   const float e = wte[int64_t(tokens[row]) * C + i];
-  out[j] = wpe ? e + wpe[int64_t(t) * C + i] : e;
+  out[j] = wpe ? e + wpe[cpu::position_of(pos, row, T) * C + i] : e;
 }
 
 // The same 16 bytes a thread (rows of C whole vectors, every pointer
@@ -47,7 +54,7 @@ ZD_HD void embedding_forward_at(int64_t j, O out, const int32_t* tokens, W wte, 
 // element the same fp32 sum rounded as the one-element path's.
 template <DType kT>
 ZD_HD void vec_embedding_forward_at(int64_t t, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                                    int T, int C) {
+                                    int T, int C, const int32_t* pos) {
   using V = RowVectors<kT>;
   const int vectors = C / V::W;
   const int64_t row = t / vectors;
@@ -56,7 +63,7 @@ ZD_HD void vec_embedding_forward_at(int64_t t, void* out, const int32_t* tokens,
   float e[V::W], p[V::W];
   V::load(wte, int64_t(tokens[row]) * vectors + i, e);
   if (wpe) {
-    V::load(wpe, (row % T) * vectors + i, p);
+    V::load(wpe, cpu::position_of(pos, row, T) * vectors + i, p);
     for (int k = 0; k < V::W; ++k) e[k] += p[k];
   }
   V::store(out, t, e);

@@ -22,13 +22,17 @@
 namespace zerod {
 namespace cuda {
 
+// Row n of a pass's rows is at position pos[n] of its document (packed
+// sequences: [N] on the device), or n % T where pos is null.
 struct RopeShape {
   int T, NH, KV, hd;
+  const int32_t* pos = nullptr;
+  ZD_HD int64_t position(int64_t n) const { return pos ? pos[n] : n % T; }
   ZD_HD int64_t width() const { return int64_t(NH + 2 * KV) * hd; }  // a row
   ZD_HD int64_t C() const { return int64_t(NH) * hd; }
   ZD_HD int64_t pairs() const { return int64_t(NH + KV) * (hd / 2); }  // a row's turned pairs
 };
-// Pair j of the [N, width] rows x (row j / pairs(), position its index % T)
+// Pair j of the [N, width] rows x (row j / pairs() at s.position(row))
 // turned in place by `sign` (1 forward, -1 back); `table` is [T, hd/2, 2].
 template <class X>
 ZD_HD void rope_pair_at(int64_t j, X x, const float* table, const RopeShape& s, float sign) {
@@ -36,7 +40,7 @@ ZD_HD void rope_pair_at(int64_t j, X x, const float* table, const RopeShape& s, 
   const int64_t n = j / s.pairs(), p = j % s.pairs();
   const int i = static_cast<int>(p % half);
   const X head = x + (n * s.width() + p / half * s.hd);
-  const float* cs = table + (n % s.T) * s.hd;
+  const float* cs = table + s.position(n) * s.hd;
   const float c = cs[2 * i], sn = sign * cs[2 * i + 1];
   const float lo = head[i], hi = head[i + half];
   head[i] = lo * c - hi * sn;
@@ -59,7 +63,7 @@ ZD_HD void rope_vec_at(int64_t t, void* x, const float* table, const RopeShape& 
   const int i0 = static_cast<int>(r % per_head) * L::kWidth;
   Bytes16* lo = static_cast<Bytes16*>(x) + (n * s.width() + r / per_head * s.hd + i0) / L::kWidth;
   Bytes16* hi = lo + per_head;
-  const float* cs = table + (n % s.T) * s.hd + 2 * i0;
+  const float* cs = table + s.position(n) * s.hd + 2 * i0;
   const Bytes16 a = *lo, b = *hi;
   Bytes16 ta, tb;
   for (int k = 0; k < L::kWidth; ++k) {
@@ -75,7 +79,7 @@ ZD_HD void rope_vec_at(int64_t t, void* x, const float* table, const RopeShape& 
 
 namespace cpu {
 
-// qkv is [N, (NH + 2 KV) hd] (N = B T rows, position n % T): q and k
+// qkv is [N, (NH + 2 KV) hd] (N = B T rows, at s.position(n)): q and k
 // turned in place by the rotary `table` [T, hd/2, 2] (model/rope.h), or
 // their gradients turned back.
 using cuda::RopeShape;
