@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Useful target tokens a second, packed against one example a window.
 # Generates an instruction set whose examples' lengths are log-normal (a
-# median near 250 ids, sigma 0.6, as chat and Alpaca-style sets run),
+# median near 250 ids, sigma 0.6, as chat and Alpaca-style sets run; at
+# most about 960 ids, so that every example fits T 1024),
 # tokenizes it with the Llama 3 fixture tokenizer at each T both ways
 # (`zeroctl tokenize --seq-len T` and `--pack`), trains examples/sft.json's
 # model on each for STEPS steps, and prints for each: the windows, their
@@ -22,14 +23,15 @@ job=$PWD/examples/sft.json
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-# 2000 examples of common words: a prompt of a third of the example, the
-# response the rest; words drawn by a fixed seed.
+# 2000 examples of common words (about 2.7 ids a word in the fixture's
+# vocabulary): a prompt of a third of the example, the response the rest;
+# words drawn by a fixed seed.
 awk -v n=2000 'BEGIN {
   srand(17)
   split("the of and to in is was that for on with as by at from this be are or an it which not have but one", w, " ")
   for (i = 0; i < n; ++i) {
     z = sqrt(-2 * log(1 - rand())) * cos(6.283185307 * rand())
-    words = int(exp(log(200) + 0.6 * z)); if (words < 4) words = 4
+    words = int(exp(log(94) + 0.6 * z)); if (words < 4) words = 4; if (words > 360) words = 360
     p = ""; r = ""
     for (k = 0; k < words; ++k) {
       x = w[1 + int(rand() * length(w))]
@@ -44,7 +46,6 @@ for T in "${lengths[@]}"; do
   for mode in padded packed; do
     flag=()
     [[ $mode == packed ]] && flag=(--pack)
-    # Examples longer than the window do not fit either way: cut to it.
     line=$("$ctl" tokenize --tokenizer "$tok" --output "$dir/$mode.bin" --seq-len "$T" "${flag[@]}" "$dir/set.jsonl")
     share=$(sed -E 's/.* ([0-9]+) ids, ([0-9]+) of them targets.*/\2 \1/' <<<"$line" | awk '{print $1 / $2}')
     windows=$(grep -oE '[0-9]+ windows|[0-9]+ examples in windows' <<<"$line" | head -1 | grep -oE '^[0-9]+')
