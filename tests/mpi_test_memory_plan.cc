@@ -2,12 +2,14 @@
 // each job of a matrix (ZeRO stages 0-3; the optimizer in memory, on the
 // host or on NVMe; parameters offloaded; activation checkpointing; fp32,
 // bf16 and fp16; AdamW and AdamW8bit; micro-batches summed on the device or
-// sent in 16 bits; gpt2-tiny and a 95M-parameter model)
+// sent in 16 bits; gpt2-tiny and a 95M-parameter model; packed instruction
+// data)
 // trains, saves a checkpoint in the background and evaluates, as
 // zero-worker does; the peak of every (tier, category) and of every tier
 // that the accountant measured equals Trainer::plan's for that rank,
 // byte for byte.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -29,6 +31,11 @@ struct Case {
   std::vector<std::string> overrides;
   bool evaluate = true;  // the end-of-run evaluation (slow on the large model)
 };
+
+// This rank's packed data file in `dir`.
+std::string packed_path(const std::string& dir) {
+  return absl::StrCat(dir, "/zerod_memory_plan_packed_", getpid(), ".bin");
+}
 
 std::vector<Case> cases(const std::string& dir) {
   const char* offloads[] = {"none", "cpu", "nvme"};
@@ -104,6 +111,18 @@ std::vector<Case> cases(const std::string& dir) {
                         "zero_optimization.offload_optimizer.nvme_path=\"" + dir + "\"",
                         "activation_checkpointing.enabled=true", "bf16.enabled=true", "optimizer.type=\"AdamW8bit\""}),
        false});
+  // Packed instruction data: the model's positions and the host's (and
+  // GPT-2's positions' order), a file of this rank's own.
+  const std::string packed = packed_path(dir);
+  testing::write_packed_instruction_shard(packed, 24, 16);
+  const std::vector<std::string> packed_data = {"data.kind=\"tokens\"", absl::StrCat("data.path=\"", packed, "\"")};
+  all.push_back({"packed_stage2_ckpt",
+                 testing::joined(packed_data, {"zero_optimization.stage=2", "activation_checkpointing.enabled=true"}),
+                 false});
+  all.push_back(
+      {"llama_packed_stage3_bf16",
+       testing::joined(packed_data, {"model.preset=llama-tiny", "zero_optimization.stage=3", "bf16.enabled=true"}),
+       false});
   // Sequences of 4096: attention takes its query rows in blocks.
   all.push_back(
       {"long_sequences_bf16",
@@ -170,6 +189,7 @@ TEST(MemoryPlan, EqualsTheAccountantsPeaksOnEveryRank) {
     EXPECT_GT(got.total[static_cast<int>(Tier::kHost)], 4 * uint64_t(gpt_param_count(cfg.model)) / n);
   }
   if (rank == 0) std::filesystem::remove_all(checkpoints);
+  std::filesystem::remove(packed_path(dir));
 }
 
 }  // namespace

@@ -11,20 +11,21 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/job_config.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/engine/worker.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/hf_config.h"
 #include "runtime/model/hf_llama.h"
-#include "runtime/engine/trainer.h"
-#include "runtime/engine/worker.h"
 #include "runtime/model/param_init.h"
+#include "tests/float_compare.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
 
@@ -125,6 +126,43 @@ TEST_P(HfLlamaTest, ImportGivesTransformersLogitsLossAndGradients) {
   EXPECT_GE(checked, 6 * 21);
 }
 
+// The fixture's two sequences packed into one window of 16, each a
+// document (positions 0 .. 7 twice): each document's loss is the mean
+// cross-entropy of transformers' logits for that sequence run alone, and
+// with attention crossing into the second document (no positions) the
+// second's is not.
+TEST_P(HfLlamaTest, APackedWindowsDocumentsHaveTransformersLossesOfEachAlone) {
+  const std::string name = GetParam();
+  ASSERT_NO_FATAL_FAILURE(import(name));
+  const nlohmann::json e = expected(name);
+  const int B = e["batch"], T = e["seq"], V = e["vocab"];
+  ASSERT_EQ(B, 2);
+  const std::vector<int32_t> tokens = e["tokens"], targets = e["targets"];
+  const std::vector<float> logits = e["logits"];
+  std::vector<int32_t> positions(2 * T);
+  for (int t = 0; t < 2 * T; ++t) positions[t] = t % T;
+  cfg_.block_size = 2 * T;
+  testing::CpuRig rig;
+  auto model = *Gpt::create(cfg_, 1, 2 * T, DType::kF32, false, rig.device, *rig.kernels, false, nullptr, 1, true);
+  auto w = *FlatWeights::create(&model->layout(), DType::kF32, params_.data(), rig.device, *rig.kernels);
+  std::vector<float> grads(params_.size(), 0.0f);
+  FlatGrads sink(&model->layout(), grads.data());
+  for (int d = 0; d < 2; ++d) {
+    SCOPED_TRACE(::testing::Message() << "document " << d);
+    // Document d's targets alone: the pass's loss is their sum over 2T.
+    std::vector<int32_t> mine(2 * T, -1);
+    std::copy_n(targets.begin() + d * T, T, mine.begin() + d * T);
+    const std::vector<double> want_logits(logits.begin() + int64_t(d) * T * V, logits.begin() + int64_t(d + 1) * T * V);
+    const std::vector<int32_t> want_targets(targets.begin() + d * T, targets.begin() + (d + 1) * T);
+    const double want = testing::mean_cross_entropy(want_logits, want_targets, V);
+    const double packed =
+        *model->forward_backward(w, sink, tokens.data(), mine.data(), 1, 2 * T, 1.0f, 0, positions.data()) * 2;
+    EXPECT_NEAR(packed, want, 1e-5 * want);
+    const double crossing = *model->forward_backward(w, sink, tokens.data(), mine.data(), 1, 2 * T, 1.0f) * 2;
+    if (d == 1) EXPECT_GT(std::fabs(crossing - want), 1e-3 * want);
+  }
+}
+
 TEST_P(HfLlamaTest, ExportIsTheFilesTensorsBitForBitAndItsConfigTheShape) {
   const std::string name = GetParam();
   ASSERT_NO_FATAL_FAILURE(import(name));
@@ -186,13 +224,12 @@ class HfLlamaJob : public testing::TempDirTest {};
 TEST_F(HfLlamaJob, AJobOfInitFromAloneTrainsSavesAndExportsTheSameModel) {
   for (const char* name : {"llama", "qwen2"}) {
     SCOPED_TRACE(name);
-    nlohmann::json job = {
-        {"model", {{"init_from", fixture(name)}, {"block_size", 32}}},
-        {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
-        {"run", {{"steps", 2}, {"seed", 3}, {"device", "cpu"}}},
-        {"train_batch_size", 4},
-        {"zero_optimization", {{"stage", 3}}},
-        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.0}, {"weight_decay", 0.0}}}}}};
+    nlohmann::json job = {{"model", {{"init_from", fixture(name)}, {"block_size", 32}}},
+                          {"data", {{"kind", "synthetic"}, {"seq_len", 32}}},
+                          {"run", {{"steps", 2}, {"seed", 3}, {"device", "cpu"}}},
+                          {"train_batch_size", 4},
+                          {"zero_optimization", {{"stage", 3}}},
+                          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.0}, {"weight_decay", 0.0}}}}}};
     ASSERT_TRUE(fill_model_from_hf(job).ok());
     EXPECT_EQ(job["model"]["block_size"], 32);  // given, so kept
     const JobConfig cfg = testing::config_with(job, {});

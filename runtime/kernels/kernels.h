@@ -92,6 +92,8 @@ class Kernels {
   // key and value heads, each shared by NH / KV query heads (ops/attention.h);
   // `pos` (null: a sequence a document) packed sequences' positions [B, T]
   // in their documents, on the device: a query sees its own document only.
+  // Positions count from 0 at each document's first row, one more each
+  // row after (Gpt checks them); the tables rely on it.
   // `stats` is what the forward keeps for the backward,
   // fp32, attention_row_stats() a query row ([B, NH, T, stats]): from it
   // the backward recomputes the softmax probabilities. `rounded`: the type

@@ -73,7 +73,8 @@ void attention_forward(float* out, float* stats, float* scratch, const float* qk
                        int block_rows, const int32_t* pos) {
   const std::vector<Document> docs = documents(pos, B, T);
   const int64_t n = int64_t(docs.size()) * NH;
-#pragma omp parallel for schedule(static)
+  // Documents' costs differ (T^2 each): dynamic, which changes no bits.
+#pragma omp parallel for schedule(dynamic)
   for (int64_t j = 0; j < n; ++j) {
     const Document& d = docs[j / NH];
     const int h = static_cast<int>(j % NH);
@@ -119,7 +120,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const int group = NH / KV;
   const std::vector<Document> docs = documents(pos, B, T);
   const int64_t n = int64_t(docs.size()) * KV;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic)
   for (int64_t j = 0; j < n; ++j) {
     const Document& d = docs[j / KV];
     const int kv = static_cast<int>(j % KV);

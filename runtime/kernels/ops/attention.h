@@ -18,6 +18,7 @@
 // cuBLAS and the row bodies below, a row on a warp (attention.cuh).
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 
 #include "runtime/core/dtype.h"
@@ -69,7 +70,10 @@ namespace cuda {
 
 // The first key of row t of a sequence whose positions are `pos` (null:
 // one document).
-ZD_HD int64_t first_key(const int32_t* pos, int64_t t) { return pos ? t - pos[t] : 0; }
+ZD_HD int64_t first_key(const int32_t* pos, int64_t t) {
+  assert(!pos || (pos[t] >= 0 && pos[t] <= t));
+  return pos ? t - pos[t] : 0;
+}
 
 // The largest scaled score of the row's keys.
 ZD_HD float softmax_row_max(const float* S, int64_t lo, int64_t t, int lane, int lanes) {

@@ -42,6 +42,7 @@ inline void embedding_backward(cudaStream_t s, DType t, float* dwte, float* dwpe
   });
   if (!dwpe) return;
   if (pos) {
+    assert(pos_order);
     launch_block_rows(s, N, "embedding_backward_positions", [=] __device__(int64_t i, int lane, int lanes) {
       embedding_backward_run(i, lane, lanes, dwpe, dy, pos, pos_order, N, C);
     });

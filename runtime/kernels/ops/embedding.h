@@ -33,7 +33,10 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
                         const int32_t* pos = nullptr);
 
 // Row n's position: n % T, or pos[n] where pos is not null.
-ZD_HD int64_t position_of(const int32_t* pos, int64_t n, int T) { return pos ? pos[n] : n % T; }
+ZD_HD int64_t position_of(const int32_t* pos, int64_t n, int T) {
+  assert(!pos || (pos[n] >= 0 && pos[n] <= n % T));
+  return pos ? pos[n] : n % T;
+}
 
 }  // namespace cpu
 
