@@ -57,6 +57,35 @@ std::vector<float> rounded(DType t, std::vector<float> v) {
 
 class CudaTable : public testing::CudaTest {
  protected:
+  // Attention forward and backward of qkv and dout (as operands of t) on
+  // k, and on the CPU from the operands the GPU was given: out and dqkv,
+  // the GPU's first. pos: packed sequences' positions, null for none.
+  struct AttentionResults {
+    std::vector<float> out, dqkv, cpu_out, cpu_dqkv;
+  };
+  AttentionResults attention_both(Kernels& k, DType t, std::vector<float> qkv, std::vector<float> dout, int B, int T,
+                                  int C, int NH, int KV, const std::vector<int32_t>* pos = nullptr) {
+    const int64_t N = int64_t(B) * T, W = C + 2 * int64_t(KV) * (C / NH);
+    AttentionResults r{{}, {}, std::vector<float>(N * C), std::vector<float>(N * W)};
+    void* g_out = up_as(t, r.cpu_out);
+    float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
+    float* g_scratch = up(std::vector<float>(k.attention_scratch_floats(B, T, C, NH)));
+    void* g_dqkv = up_as(t, r.cpu_dqkv);
+    const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
+    const int32_t* g_pos = pos ? up(*pos) : nullptr;
+    k.attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH, KV, g_pos);
+    k.attention_backward(s(), g_dqkv, g_dout, g_qkv, g_out, g_lse, g_scratch, B, T, C, NH, KV, DType::kF32, g_pos);
+    r.out = down_as(t, g_out, r.cpu_out.size());
+    r.dqkv = down_as(t, g_dqkv, r.cpu_dqkv.size());
+    std::vector<float> stats(int64_t(B) * NH * T * 2), scratch(cpu::attention_scratch_floats(T));
+    // qkv and dout hold the operands' values now (up_as).
+    const int32_t* p = pos ? pos->data() : nullptr;
+    cpu::attention_forward(r.cpu_out.data(), stats.data(), scratch.data(), qkv.data(), B, T, C, NH, KV, p);
+    cpu::attention_backward(r.cpu_dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
+                            DType::kF32, p);
+    return r;
+  }
+
   // k's residual_layernorm_forward in place over g_x (x's operands) with
   // y against the CPU: the sum rounded to t bit for bit, then its
   // LayerNorm; out, mean and rstd are the device's buffers for them.
@@ -374,24 +403,10 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
       SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", T " << T << ", head width " << C / NH << ", " << NH
                                         << " heads over " << KV);
       auto k = table(t);
-      auto qkv = randn(N * W, 30), dout = randn(N * C, 31);
-      std::vector<float> out(N * C), stats(int64_t(B) * NH * T * 2), dqkv(N * W);
-      void* g_out = up_as(t, out);
-      float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
-      float* g_scratch = up(std::vector<float>(k->attention_scratch_floats(B, T, C, NH)));
-      void* g_dqkv = up_as(t, dqkv);
-      const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
-      k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH, KV);
-      k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_out, g_lse, g_scratch, B, T, C, NH, KV, DType::kF32);
-      std::vector<float> scratch(cpu::attention_scratch_floats(T));
-      // The CPU from the operands the GPU was given.
-      const std::vector<float> q = rounded(t, qkv), dy = rounded(t, dout);
-      cpu::attention_forward(out.data(), stats.data(), scratch.data(), q.data(), B, T, C, NH, KV);
-      cpu::attention_backward(dqkv.data(), dy.data(), q.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
-                              DType::kF32);
+      const AttentionResults r = attention_both(*k, t, randn(N * W, 30), randn(N * C, 31), B, T, C, NH, KV);
       const float rel = t == DType::kF32 ? 1e-5f : 1e-2f;
-      expect_close(down_as(t, g_out, out.size()), out, rel, "attention out");
-      expect_close(down_as(t, g_dqkv, dqkv.size()), dqkv, rel, "attention dqkv");
+      expect_close(r.out, r.cpu_out, rel, "attention out");
+      expect_close(r.dqkv, r.cpu_dqkv, rel, "attention dqkv");
     }
   }
 }
@@ -421,37 +436,17 @@ TEST_F(CudaTable, PackedAttentionKeepsToEachDocumentAsTheCpu) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, KV = sh.KV;
     const int64_t N = int64_t(B) * T, W = C + 2 * int64_t(KV) * (C / NH);
     const std::vector<int32_t> pos = packed_positions(B, T, {1, 7, 64, 1000});
-    const int32_t* g_pos = up(pos);
     for (DType t : kOperandTypes) {
       SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", T " << T << ", " << NH << " heads over " << KV);
       auto k = table(t);
-      auto qkv = randn(N * W, 34), dout = randn(N * C, 35);
-      std::vector<float> out(N * C), stats(int64_t(B) * NH * T * 2), dqkv(N * W);
-      void* g_out = up_as(t, out);
-      float* g_lse = up(std::vector<float>(int64_t(B) * NH * T));
-      float* g_scratch = up(std::vector<float>(k->attention_scratch_floats(B, T, C, NH)));
-      void* g_dqkv = up_as(t, dqkv);
-      const void *g_qkv = up_as(t, qkv), *g_dout = up_as(t, dout);
-      std::vector<float> first_out, first_dqkv;
-      for (int run = 0; run < 2; ++run) {
-        k->attention_forward(s(), g_out, g_lse, g_scratch, g_qkv, B, T, C, NH, KV, g_pos);
-        k->attention_backward(s(), g_dqkv, g_dout, g_qkv, g_out, g_lse, g_scratch, B, T, C, NH, KV, DType::kF32, g_pos);
-        std::vector<float> o = down_as(t, g_out, out.size()), d = down_as(t, g_dqkv, dqkv.size());
-        if (run == 0) {
-          first_out = std::move(o), first_dqkv = std::move(d);
-          continue;
-        }
-        EXPECT_EQ(bits(o), bits(first_out));
-        EXPECT_EQ(bits(d), bits(first_dqkv));
-      }
-      std::vector<float> scratch(cpu::attention_scratch_floats(T));
-      const std::vector<float> q = rounded(t, qkv), dy = rounded(t, dout);
-      cpu::attention_forward(out.data(), stats.data(), scratch.data(), q.data(), B, T, C, NH, KV, pos.data());
-      cpu::attention_backward(dqkv.data(), dy.data(), q.data(), stats.data(), scratch.data(), B, T, C, NH, KV,
-                              DType::kF32, pos.data());
+      const auto qkv = randn(N * W, 34), dout = randn(N * C, 35);
+      const AttentionResults r = attention_both(*k, t, qkv, dout, B, T, C, NH, KV, &pos);
+      const AttentionResults again = attention_both(*k, t, qkv, dout, B, T, C, NH, KV, &pos);
+      EXPECT_EQ(bits(again.out), bits(r.out));
+      EXPECT_EQ(bits(again.dqkv), bits(r.dqkv));
       const float rel = t == DType::kF32 ? 1e-5f : 1e-2f;
-      expect_close(first_out, out, rel, "packed attention out");
-      expect_close(first_dqkv, dqkv, rel, "packed attention dqkv");
+      expect_close(r.out, r.cpu_out, rel, "packed attention out");
+      expect_close(r.dqkv, r.cpu_dqkv, rel, "packed attention dqkv");
     }
   }
 }
