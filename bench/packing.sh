@@ -10,14 +10,21 @@
 # targets) and packed's ratio to padded.
 #
 #   bench/packing.sh [STEPS] [T ...]      (defaults 20, and T 1024 2048)
+#
+# ZEROD_BUILD names the build (default build/); PACKING_SET, overrides of
+# the job's config (`key=value ...`, each a --set), e.g. the GPU's model
+# in scripts/gpu_check.sh bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-20}
 shift || true
 lengths=("${@:-1024 2048}")
 read -r -a lengths <<<"${lengths[*]}"
-ctl=$PWD/build/cmd/zeroctl
-worker=$PWD/build/cmd/zero-worker
+build=${ZEROD_BUILD:-$PWD/build}
+tokenize=$build/cmd/zero-tokenize
+worker=$build/cmd/zero-worker
+sets=()
+for kv in ${PACKING_SET:-}; do sets+=(--set "$kv"); done
 tok=$PWD/tests/fixtures/tokenizers/llama3_bpe
 job=$PWD/examples/sft.json
 dir=$(mktemp -d)
@@ -46,11 +53,11 @@ for T in "${lengths[@]}"; do
   for mode in padded packed; do
     flag=()
     [[ $mode == packed ]] && flag=(--pack)
-    line=$("$ctl" tokenize --tokenizer "$tok" --output "$dir/$mode.bin" --seq-len "$T" "${flag[@]}" "$dir/set.jsonl")
+    line=$("$tokenize" --tokenizer "$tok" --output "$dir/$mode.bin" --seq-len "$T" "${flag[@]}" "$dir/set.jsonl")
     share=$(sed -E 's/.* ([0-9]+) ids, ([0-9]+) of them targets.*/\2 \1/' <<<"$line" | awk '{print $1 / $2}')
     windows=$(grep -oE '[0-9]+ windows|[0-9]+ examples in windows' <<<"$line" | head -1 | grep -oE '^[0-9]+')
     done_line=$("$worker" --config "$job" --set data.path="\"$dir/$mode.bin\"" --set data.seq_len="$T" \
-      --set model.block_size="$T" --set run.steps="$steps" --set train_batch_size=4 --set steps_per_print="$steps" |
+      --set model.block_size="$T" --set run.steps="$steps" --set train_batch_size=4 --set steps_per_print="$steps" "${sets[@]}" |
       grep '^done:')
     tps=$(grep -oE '[0-9]+ tok/s' <<<"$done_line" | grep -oE '^[0-9]+')
     rate[$mode]=$(awk -v t="$tps" -v s="$share" 'BEGIN {printf "%.0f", t * s}')

@@ -26,7 +26,10 @@
 #   bench [SHAPES]: attention alone against PyTorch's SDPA
 #     (bench/attention_throughput, bench/gpu/torch_sdpa.py: gpt2's and
 #     gpt2-xl's shapes at T 1024, gpt2's at 4096, Llama-3.2-1B's 32 query
-#     heads over 8 at T 2048, 4096 and 8192), then zerod against
+#     heads over 8 at T 2048, 4096 and 8192; each packed too, documents of
+#     a median 250 tokens, against itself unpacked), packed instruction data
+#     against padded (bench/packing.sh: Llama-3.2-1B's shape, T 1024 and
+#     2048, useful targets a second), then zerod against
 #     PyTorch on gpt2 and gpt2-xl at T 1024 (bench/gpu/train_vs_torch.sh), or
 #     on the SHAPES named (gpt2, gpt2-xl, gpt2-4k: gpt2 at T 4096,
 #     llama-1b: Llama-3.2-1B's shape at B 8, T 2048, llama-1b-8k: at B 1,
@@ -134,7 +137,7 @@ case "$section" in
 kernels) targets=(--target zero-worker "${cuda_tests[@]}") ;;
 breakdown) targets=(--target zero-worker) ;;
 offload) targets=(--target zero-worker test_cuda_offload copy_bandwidth optim_throughput host_sums_throughput) ;;
-bench) targets=(--target zero-worker attention_throughput) ;;
+bench) targets=(--target zero-worker zero-tokenize attention_throughput) ;;
 largest) targets=(--target zero-worker offload_throughput) ;;
 esac
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -403,11 +406,20 @@ if [ "$section" = bench ]; then
   # Attention alone against PyTorch's SDPA at the bench's shapes, in turn.
   for round in 1 2; do
     timeout 90 "$build/bench/attention_throughput" >"$logs/attention-$round.log" 2>&1
-    say "zerod attention, round $round: exit $?; $(tail -7 "$logs/attention-$round.log" | tr -s ' ' | tr '\n' ';')"
+    say "zerod attention, round $round: exit $?; $(tail -13 "$logs/attention-$round.log" | tr -s ' ' | tr '\n' ';')"
     grep -hE 'runs (unfused|fused [0-9]+ seq)' "$logs/attention-$round.log" | sort -u | head -6 | sed 's/^/gpu_check: /' | tee -a "$summary"
     timeout 120 python3 bench/gpu/torch_sdpa.py >"$logs/torch-sdpa-$round.log" 2>&1
     say "PyTorch SDPA, round $round: exit $?; $(tail -7 "$logs/torch-sdpa-$round.log" | tr -s ' ' | tr '\n' ';')"
   done
+  # Packed instruction data against padded, each example a window: 20
+  # steps of Llama-3.2-1B's shape (the fixture tokenizer's vocabulary), bf16,
+  # B 4 (goal: packed >= 3x padded's targets a second at T 2048).
+  ZEROD_BUILD=$build PACKING_SET='run.device="cuda" bf16.enabled=true model.n_layer=16 model.n_embd=2048
+    model.n_head=32 model.n_kv_head=8 model.ffn_hidden=8192' timeout 150 bench/packing.sh 20 1024 2048 \
+    >"$logs/packing.log" 2>&1
+  say "packed against padded: exit $?; $(grep -E '^T ' "$logs/packing.log" | cut -c1-100 | tr -s ' ' | tr '\n' ';')"
+  grep -hE 'runs (unfused|fused [0-9]+ seq)' "$logs/packing.log" | sort -u | head -4 | sed 's/^/gpu_check: /' |
+    tee -a "$summary"
   left=$((${GPU_CHECK_SECONDS:-540} - SECONDS))
   shapes=${2:-gpt2,gpt2-xl,llama-1b}
   runs=$((2 * ($(tr -cd , <<<"$shapes" | wc -c) + 1)))

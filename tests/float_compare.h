@@ -60,6 +60,17 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * m) << what << " at " << i;
 }
 
+// max |got - want| / max |want|: expect_close's measure, for a test that
+// must see a difference.
+inline float max_rel_diff(const std::vector<float>& got, const std::vector<float>& want) {
+  float m = 1e-30f, d = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) {
+    m = std::max(m, std::fabs(want[i]));
+    d = std::max(d, std::fabs(got[i] - want[i]));
+  }
+  return d / m;
+}
+
 // A row's statistics: the CPU sums a row of C in one fp32 chain, whose
 // rounding errors walk about sqrt(C) steps of 2^-24 (the GPU's lanes and
 // tree add in another order); three such walks, and never under 1e-6.

@@ -33,6 +33,7 @@
 #include "runtime/model/rope.h"
 #include "tests/cuda_rig.h"
 #include "tests/float_compare.h"
+#include "tests/packed_positions.h"
 
 namespace zerod {
 namespace {
@@ -411,23 +412,10 @@ TEST_F(CudaTable, AttentionKeepsOnlyRowStatisticsAndMatchesTheCpu) {
   }
 }
 
-// Packed sequences' positions: documents of the lengths in `cycle`, in
-// turn, laid into B sequences of T (a document cut at a sequence's end).
-std::vector<int32_t> packed_positions(int B, int T, const std::vector<int>& cycle) {
-  std::vector<int32_t> pos;
-  for (int b = 0; b < B; ++b) {
-    size_t d = b;
-    for (int t = 0, i = 0; t < T; ++t, ++i) {
-      if (i == cycle[d % cycle.size()]) i = 0, ++d;
-      pos.push_back(i);
-    }
-  }
-  return pos;
-}
-
 // Packed sequences (documents of 1, 7, 64 and 1000 in turn, up to T 8192):
-// the table's own attention with each row masked to its document, against
-// the CPU's documents run as sequences of their own; twice, the same bits.
+// cuDNN's graphs with their document mask where they run (bf16), else the
+// table's own attention with each row masked to its document, against the
+// CPU's documents run as sequences of their own; twice, the same bits.
 TEST_F(CudaTable, PackedAttentionKeepsToEachDocumentAsTheCpu) {
   struct Shape {
     int B, T, C, NH, KV;
@@ -435,7 +423,7 @@ TEST_F(CudaTable, PackedAttentionKeepsToEachDocumentAsTheCpu) {
   for (const Shape& sh : {Shape{2, 1100, 256, 4, 2}, Shape{1, 8192, 128, 2, 1}}) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, KV = sh.KV;
     const int64_t N = int64_t(B) * T, W = C + 2 * int64_t(KV) * (C / NH);
-    const std::vector<int32_t> pos = packed_positions(B, T, {1, 7, 64, 1000});
+    const std::vector<int32_t> pos = testing::packed_positions(B, T, {1, 7, 64, 1000});
     for (DType t : kOperandTypes) {
       SCOPED_TRACE(::testing::Message() << dtype_name(t) << ", T " << T << ", " << NH << " heads over " << KV);
       auto k = table(t);
@@ -456,7 +444,7 @@ TEST_F(CudaTable, PackedAttentionKeepsToEachDocumentAsTheCpu) {
 TEST_F(CudaTable, PackedPositionsEmbedAndTurnAsTheCpu) {
   const int B = 3, T = 40, V = 23, C = 64;
   const int64_t N = int64_t(B) * T;
-  const std::vector<int32_t> pos = packed_positions(B, T, {1, 7, 13, 40});
+  const std::vector<int32_t> pos = testing::packed_positions(B, T, {1, 7, 13, 40});
   std::vector<int32_t> tokens(N), order(N), pos_order(N);
   std::mt19937 rng(6);
   for (auto& x : tokens) x = static_cast<int32_t>(rng() % V);

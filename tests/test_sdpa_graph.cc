@@ -9,6 +9,7 @@
 // every tensor, operation and graph (all it checks before a GPU is needed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "runtime/kernels/cuda/sdpa_graph.h"
 #include "runtime/kernels/kernels.h"
 #include "tests/float_compare.h"
+#include "tests/packed_positions.h"
 #ifdef ZEROD_WITH_CUDNN
 #include "runtime/kernels/cuda/cudnn_sdpa.h"
 #endif
@@ -234,22 +236,27 @@ struct Attention {
   std::vector<float> out, lse, dqkv;
 };
 
-// The CPU kernel's attention, its statistics as the GPU's log-sum-exp.
-Attention cpu_attention(const std::vector<float>& qkv, const std::vector<float>& dout, const SdpaShape& s) {
+// The CPU kernel's attention, its statistics as the GPU's log-sum-exp;
+// pos: packed sequences' positions (the CPU runs each document alone).
+Attention cpu_attention(const std::vector<float>& qkv, const std::vector<float>& dout, const SdpaShape& s,
+                        const std::vector<int32_t>* pos = nullptr) {
   const int64_t N = int64_t(s.B) * s.T, rows = N * s.NH;
   Attention a{std::vector<float>(N * s.C), std::vector<float>(rows), std::vector<float>(N * s.width())};
   std::vector<float> stats(rows * 2), scratch(cpu::attention_scratch_floats(s.T));
-  cpu::attention_forward(a.out.data(), stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.KV);
+  const int32_t* p = pos ? pos->data() : nullptr;
+  cpu::attention_forward(a.out.data(), stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.KV, p);
   cpu::attention_backward(a.dqkv.data(), dout.data(), qkv.data(), stats.data(), scratch.data(), s.B, s.T, s.C, s.NH,
-                          s.KV, DType::kF32);
+                          s.KV, DType::kF32, p);
   for (int64_t r = 0; r < rows; ++r) a.lse[r] = stats[2 * r] - std::log(stats[2 * r + 1]);
   return a;
 }
 
 // The graphs on the model's buffers, a part a call (sdpa_part_offset):
-// all of the shape unless `split` says otherwise.
+// all of the shape unless `split` says otherwise. A packed shape reads its
+// document starts from positions `pos`, as the CUDA table hands them over
+// (first_key of each token).
 Attention graph_attention(const std::vector<float>& qkv, const std::vector<float>& dout, const SdpaShape& s, bool round,
-                          cuda::SdpaSplit split = {0, 0}) {
+                          cuda::SdpaSplit split = {0, 0}, const std::vector<int32_t>* pos = nullptr) {
   if (split.sequences == 0) split = {s.B, s.NH};
   const int64_t N = int64_t(s.B) * s.T;
   Attention a{std::vector<float>(N * s.C, 7.0f), std::vector<float>(N * s.NH, 7.0f),
@@ -259,7 +266,8 @@ Attention graph_attention(const std::vector<float>& qkv, const std::vector<float
   SdpaShape part = s;
   part.B = split.sequences;
   part.heads = split.heads == s.NH ? 0 : split.heads;
-  std::vector<float> row_dot(int64_t(part.B) * part.call_heads() * s.T);
+  std::vector<float> row_dot(int64_t(part.B) * part.call_heads() * s.T), starts;
+  for (int64_t i = 0; pos && i < N; ++i) starts.push_back(float(cuda::first_key(pos->data() + i / s.T * s.T, i % s.T)));
   for (const bool backward : {false, true}) {
     const SdpaGraph g = backward ? cuda::sdpa_backward_graph(part) : cuda::sdpa_forward_graph(part);
     for (int b = 0; b < s.B; b += split.sequences) {
@@ -271,6 +279,7 @@ Attention graph_attention(const std::vector<float>& qkv, const std::vector<float
         for (int64_t uid : {cuda::kSdpaQ, cuda::kSdpaK, cuda::kSdpaV}) bind(uid, q.data());
         bind(cuda::kSdpaO, a.out.data());
         bind(cuda::kSdpaLse, a.lse.data());
+        if (s.packed) bind(cuda::kSdpaDocStart, starts.data());
         x.scalar(cuda::kSdpaScale, scale);
         x.scalar(cuda::kSdpaNegInf, -INFINITY);
         if (backward) {
@@ -309,22 +318,55 @@ TEST(SdpaGraph, RunsAsTheCpuAttentionOnTheModelsBuffers) {
   }
 }
 
+// Packed sequences (documents of 1, 3, 5 and 13 in turn, cut at a
+// sequence's end): the graphs with the document mask are the CPU's
+// documents run as sequences of their own, in fp32 and 16-bit, multi-head
+// and grouped-query; without the mask (attention crossing documents) they
+// are not.
+TEST(SdpaGraph, PackedGraphsKeepEachQueryToItsDocumentAsTheCpu) {
+  for (SdpaShape s : {SdpaShape{2, 13, 24, 3, 3, SdpaType::kBF16}, SdpaShape{3, 16, 24, 4, 2, SdpaType::kF16}}) {
+    const std::vector<int32_t> pos = testing::packed_positions(s.B, s.T, {1, 3, 5, 13});
+    const int64_t N = int64_t(s.B) * s.T;
+    const auto qkv = testing::randn(N * s.width(), 85), dout = testing::randn(N * s.C, 86);
+    const Attention want = cpu_attention(qkv, dout, s, &pos);
+    for (bool round : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << s.NH << " heads over " << s.KV << (round ? ", 16-bit" : ", fp32"));
+      s.packed = true;
+      const Attention got = graph_attention(qkv, dout, s, round, {0, 0}, &pos);
+      const float rel = round ? 1e-2f : 1e-5f;
+      testing::expect_close(got.out, want.out, rel, "out");
+      testing::expect_close(got.lse, want.lse, 1e-5f, "lse");
+      testing::expect_close(got.dqkv, want.dqkv, rel, "dqkv");
+      s.packed = false;
+      const Attention crossing = graph_attention(qkv, dout, s, round);
+      EXPECT_GT(testing::max_rel_diff(crossing.out, want.out), 0.1f);
+      EXPECT_GT(testing::max_rel_diff(crossing.dqkv, want.dqkv), 0.1f);
+    }
+  }
+}
+
 // A shape run a part a call, as the CUDA table does where cuDNN's
 // workspace for all of it is past attention's scratch, is bitwise the
 // shape run at once: each part's views are the whole's, moved (a part of
-// grouped-query heads takes whole groups).
+// grouped-query heads takes whole groups; a packed part its sequences'
+// document starts).
 TEST(SdpaGraph, PartsOfAShapeAreTheWholeCall) {
+  SdpaShape packed{3, 12, 48, 8, 2, SdpaType::kBF16};
+  packed.packed = true;
   for (const auto& [s, splits] :
        {std::pair(SdpaShape{4, 11, 24, 4, 4, SdpaType::kBF16},
                   std::vector<cuda::SdpaSplit>{{2, 4}, {1, 4}, {1, 2}, {1, 1}}),
-        std::pair(SdpaShape{2, 11, 48, 8, 2, SdpaType::kBF16}, std::vector<cuda::SdpaSplit>{{1, 8}, {1, 4}})}) {
+        std::pair(SdpaShape{2, 11, 48, 8, 2, SdpaType::kBF16}, std::vector<cuda::SdpaSplit>{{1, 8}, {1, 4}}),
+        std::pair(packed, std::vector<cuda::SdpaSplit>{{1, 8}, {1, 4}})}) {
     const int64_t N = int64_t(s.B) * s.T;
+    const std::vector<int32_t> pos = testing::packed_positions(s.B, s.T, {2, 5, 12});
+    const std::vector<int32_t>* p = s.packed ? &pos : nullptr;
     const auto qkv = testing::randn(N * s.width(), 83), dout = testing::randn(N * s.C, 84);
-    const Attention whole = graph_attention(qkv, dout, s, true);
+    const Attention whole = graph_attention(qkv, dout, s, true, {0, 0}, p);
     for (const cuda::SdpaSplit split : splits) {
-      SCOPED_TRACE(::testing::Message() << s.NH << " heads over " << s.KV << ", " << split.sequences << " sequences of "
-                                        << split.heads << " heads a call");
-      const Attention parts = graph_attention(qkv, dout, s, true, split);
+      SCOPED_TRACE(::testing::Message() << s.NH << " heads over " << s.KV << (s.packed ? ", packed, " : ", ")
+                                        << split.sequences << " sequences of " << split.heads << " heads a call");
+      const Attention parts = graph_attention(qkv, dout, s, true, split, p);
       EXPECT_EQ(testing::bits(parts.out), testing::bits(whole.out));
       EXPECT_EQ(testing::bits(parts.lse), testing::bits(whole.lse));
       EXPECT_EQ(testing::bits(parts.dqkv), testing::bits(whole.dqkv));
@@ -365,30 +407,39 @@ TEST(SdpaGraph, APartIsTheLargestThatFits) {
 // Q, K and V (as K^T and V^T too) read each element of their part of qkv
 // once and nothing else; O and dO their buffer's; dQ, dK and dV write all
 // of dqkv once: the whole shape at once, or its parts together (each
-// call's row sums its own); multi-head and grouped-query.
+// call's row sums its own, and a packed call's document starts its
+// sequences'); multi-head, grouped-query, and packed.
 TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
+  SdpaShape packed{3, 10, 32, 4, 2, SdpaType::kBF16};
+  packed.packed = true;
   for (const auto& [s, split] : {std::pair(SdpaShape{3, 10, 32, 4, 4, SdpaType::kF16}, cuda::SdpaSplit{3, 4}),
                                  std::pair(SdpaShape{3, 10, 32, 4, 4, SdpaType::kF16}, cuda::SdpaSplit{1, 4}),
                                  std::pair(SdpaShape{3, 10, 32, 4, 4, SdpaType::kF16}, cuda::SdpaSplit{1, 2}),
                                  std::pair(SdpaShape{2, 10, 32, 4, 2, SdpaType::kBF16}, cuda::SdpaSplit{2, 4}),
-                                 std::pair(SdpaShape{2, 10, 32, 4, 2, SdpaType::kBF16}, cuda::SdpaSplit{1, 2})}) {
+                                 std::pair(SdpaShape{2, 10, 32, 4, 2, SdpaType::kBF16}, cuda::SdpaSplit{1, 2}),
+                                 std::pair(packed, cuda::SdpaSplit{3, 4}), std::pair(packed, cuda::SdpaSplit{1, 2})}) {
     const int64_t N = int64_t(s.B) * s.T, C = s.C, QKV = N * s.width();
-    SCOPED_TRACE(::testing::Message() << s.NH << " heads over " << s.KV << ", " << split.sequences << " sequences of "
-                                      << split.heads << " heads a call");
+    SCOPED_TRACE(::testing::Message() << s.NH << " heads over " << s.KV << (s.packed ? ", packed, " : ", ")
+                                      << split.sequences << " sequences of " << split.heads << " heads a call");
     SdpaShape part = s;
     part.B = split.sequences;
     part.heads = split.heads == s.NH ? 0 : split.heads;
     const int64_t row_dots = int64_t(part.B) * part.call_heads() * s.T;
     for (const SdpaGraph& g : {cuda::sdpa_forward_graph(part), cuda::sdpa_backward_graph(part)}) {
-      std::map<int64_t, std::vector<int>> hits;  // by buffer: 0 qkv, 1 out, 2 dout, 3 dqkv, 4 lse, 5 row dot
+      // By buffer: 0 qkv, 1 out, 2 dout, 3 dqkv, 4 lse, 5 row dot, 6 doc starts.
+      std::map<int64_t, std::vector<int>> hits;
       const std::map<int64_t, std::pair<int, int64_t>> buffer = {
-          {cuda::kSdpaQ, {0, QKV}},          {cuda::kSdpaK, {0, QKV}},    {cuda::kSdpaV, {0, QKV}},
-          {cuda::kSdpaO, {1, N * C}},        {cuda::kSdpaDO, {2, N * C}}, {cuda::kSdpaDQ, {3, QKV}},
-          {cuda::kSdpaDK, {3, QKV}},         {cuda::kSdpaDV, {3, QKV}},   {cuda::kSdpaLse, {4, N * s.NH}},
-          {cuda::kSdpaRowDot, {5, row_dots}}};
+          {cuda::kSdpaQ, {0, QKV}},           {cuda::kSdpaK, {0, QKV}},     {cuda::kSdpaV, {0, QKV}},
+          {cuda::kSdpaO, {1, N * C}},         {cuda::kSdpaDO, {2, N * C}},  {cuda::kSdpaDQ, {3, QKV}},
+          {cuda::kSdpaDK, {3, QKV}},          {cuda::kSdpaDV, {3, QKV}},    {cuda::kSdpaLse, {4, N * s.NH}},
+          {cuda::kSdpaRowDot, {5, row_dots}}, {cuda::kSdpaDocStart, {6, N}}};
+      EXPECT_EQ(std::count_if(g.tensors.begin(), g.tensors.end(),
+                              [](const SdpaTensor& t) { return t.uid == cuda::kSdpaDocStart; }),
+                s.packed ? 1 : 0);
       for (int b = 0; b < s.B; b += split.sequences) {
         for (int h = 0; h < s.NH; h += split.heads) {
           hits.erase(5);
+          hits.erase(6);
           for (const SdpaTensor& t : g.tensors) {
             if (t.is_virtual || t.by_value) continue;
             ASSERT_TRUE(buffer.count(t.uid)) << t.uid;
@@ -405,8 +456,16 @@ TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
           if (hits.count(5)) {
             for (int64_t i = 0; i < row_dots; ++i) ASSERT_EQ(hits[5][i], 1) << "row sum " << i;
           }
+          // A call's document starts are its sequences' tokens', each once.
+          if (hits.count(6)) {
+            for (int64_t i = 0; i < N; ++i) {
+              const bool ours = i >= int64_t(b) * s.T && i < int64_t(b + split.sequences) * s.T;
+              ASSERT_EQ(hits[6][i], ours ? 1 : 0) << "document start " << i;
+            }
+          }
         }
       }
+      hits.erase(6);
       for (const auto& [which, hit] : hits) {
         for (size_t i = 0; i < hit.size(); ++i) ASSERT_EQ(hit[i], 1) << "buffer " << which << " element " << i;
       }
@@ -418,15 +477,18 @@ TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
 // cuDNN's backend takes every tensor, operation and the graph of gpt2's and
 // gpt2-xl's attention (heads of 64), of heads of 128, of Llama-3.2-1B's 32
 // query heads over 8 (all, and 8 of them at T 8192, a part a call) and of
-// Qwen2.5-1.5B's 12 over 2, in bf16 and fp16: what it checks before a GPU
+// Qwen2.5-1.5B's 12 over 2, in bf16 and fp16, and gpt2's and
+// Llama-3.2-1B's packed: what it checks before a GPU
 // is needed. Whether an engine runs them is scripts/gpu_check.sh's
 // (test_cuda_kernels).
 TEST(SdpaGraph, CudnnTakesEveryDescriptorOfBothGraphs) {
   for (const SdpaShape& s :
        {SdpaShape{16, 1024, 768, 12, 12, SdpaType::kBF16}, SdpaShape{8, 1024, 1600, 25, 25, SdpaType::kBF16},
         SdpaShape{1, 4096, 2048, 16, 16, SdpaType::kF16}, SdpaShape{8, 2048, 2048, 32, 8, SdpaType::kBF16},
-        SdpaShape{1, 8192, 2048, 32, 8, SdpaType::kBF16, 8}, SdpaShape{8, 2048, 1536, 12, 2, SdpaType::kBF16}}) {
-    SCOPED_TRACE(::testing::Message() << "B " << s.B << ", T " << s.T << ", C " << s.C);
+        SdpaShape{1, 8192, 2048, 32, 8, SdpaType::kBF16, 8}, SdpaShape{8, 2048, 1536, 12, 2, SdpaType::kBF16},
+        SdpaShape{16, 1024, 768, 12, 12, SdpaType::kBF16, 0, true},
+        SdpaShape{8, 2048, 2048, 32, 8, SdpaType::kBF16, 0, true}}) {
+    SCOPED_TRACE(::testing::Message() << "B " << s.B << ", T " << s.T << ", C " << s.C << (s.packed ? ", packed" : ""));
     EXPECT_TRUE(cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s)).ok())
         << cuda::sdpa_check_descriptors(cuda::sdpa_forward_graph(s));
     EXPECT_TRUE(cuda::sdpa_check_descriptors(cuda::sdpa_backward_graph(s)).ok())

@@ -113,16 +113,15 @@ class CudaKernels : public Kernels {
                           const float* mean, const float* rstd, int64_t N, int C) override {
     cuda::layernorm_backward(cs(s), op_, partials(), dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  // Packed sequences (pos) run on the table's own attention, their rows
-  // masked to their documents; cuDNN's graphs take no document mask yet.
+  // Packed sequences (pos) keep to their documents on either path.
   void attention_forward(Stream& s, void* out, float* lse, float* scratch, const void* qkv, int B, int T, int C, int NH,
                          int KV, const int32_t* pos = nullptr) override {
-    if (!pos && fused_attention(s, false, B, T, C, NH, KV, scratch,
-                                {{cuda::kSdpaQ, qkv},
-                                 {cuda::kSdpaK, qkv},
-                                 {cuda::kSdpaV, qkv},
-                                 {cuda::kSdpaO, out},
-                                 {cuda::kSdpaLse, lse}})) {
+    if (fused_attention(s, false, B, T, C, NH, KV, scratch, pos,
+                        {{cuda::kSdpaQ, qkv},
+                         {cuda::kSdpaK, qkv},
+                         {cuda::kSdpaV, qkv},
+                         {cuda::kSdpaO, out},
+                         {cuda::kSdpaLse, lse}})) {
       return;
     }
     cuda::attention_forward(cs(s), op_, gemm_on(s), out, lse, scratch, qkv, B, T, C, NH, KV, pos);
@@ -131,16 +130,16 @@ class CudaKernels : public Kernels {
   void attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                           float* scratch, int B, int T, int C, int NH, int KV, DType,
                           const int32_t* pos = nullptr) override {
-    if (!pos && fused_attention(s, true, B, T, C, NH, KV, scratch,
-                                {{cuda::kSdpaQ, qkv},
-                                 {cuda::kSdpaK, qkv},
-                                 {cuda::kSdpaV, qkv},
-                                 {cuda::kSdpaO, out},
-                                 {cuda::kSdpaLse, lse},
-                                 {cuda::kSdpaDO, dout},
-                                 {cuda::kSdpaDQ, dqkv},
-                                 {cuda::kSdpaDK, dqkv},
-                                 {cuda::kSdpaDV, dqkv}})) {
+    if (fused_attention(s, true, B, T, C, NH, KV, scratch, pos,
+                        {{cuda::kSdpaQ, qkv},
+                         {cuda::kSdpaK, qkv},
+                         {cuda::kSdpaV, qkv},
+                         {cuda::kSdpaO, out},
+                         {cuda::kSdpaLse, lse},
+                         {cuda::kSdpaDO, dout},
+                         {cuda::kSdpaDQ, dqkv},
+                         {cuda::kSdpaDK, dqkv},
+                         {cuda::kSdpaDV, dqkv}})) {
       return;
     }
     cuda::attention_backward(cs(s), op_, gemm_on(s), dqkv, dout, qkv, lse, scratch, B, T, C, NH, KV, pos);
@@ -255,26 +254,31 @@ class CudaKernels : public Kernels {
 
   // Attention as cuDNN's fused kernels, `buffers` each tensor's (sdpa_offset
   // is added here), in the scratch the memory plan gives attention
-  // (kernel_memory.cc): the backward's row sums, then cuDNN's workspace;
-  // in parts (a few sequences, or heads of one, a call:
-  // CudnnSdpa::split) where all at once would want more. False, nothing
-  // enqueued, where the build has no cuDNN, a tensor is not 16-byte
-  // aligned, or cuDNN does not run the shape (said once on stderr): the
-  // table's own attention runs.
+  // (kernel_memory.cc): packed sequences' (pos) document starts, the
+  // backward's row sums, then cuDNN's workspace; in parts (a few
+  // sequences, or heads of one, a call: CudnnSdpa::split) where all at once
+  // would want more. False, nothing enqueued, where the build has no cuDNN,
+  // a tensor is not 16-byte aligned, or cuDNN does not run the shape (said
+  // once on stderr): the table's own attention runs.
   bool fused_attention(Stream& s, bool backward, int B, int T, int C, int NH, int KV, float* scratch,
-                       std::vector<std::pair<int64_t, const void*>> buffers) {
+                       const int32_t* pos, std::vector<std::pair<int64_t, const void*>> buffers) {
 #ifdef ZEROD_WITH_CUDNN
     // cuDNN's backward takes no sequence of one token.
     if (!sdpa_ || (backward && T == 1)) return false;
-    const cuda::SdpaShape shape{B, T, C, NH, KV, op_ == DType::kBF16 ? cuda::SdpaType::kBF16 : cuda::SdpaType::kF16};
-    auto row_dot = [&](int n, int m) { return backward ? (int64_t(n) * m * T * 4 + 255) / 256 * 256 : 0; };
-    const int64_t room = memory().attention_scratch_floats(B, T, C, NH, op_) * 4;
+    cuda::SdpaShape shape{B, T, C, NH, KV, op_ == DType::kBF16 ? cuda::SdpaType::kBF16 : cuda::SdpaType::kF16};
+    shape.packed = pos != nullptr;
+    const auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+    const int64_t starts = pos ? aligned(int64_t(B) * T * 4) : 0;
+    auto row_dot = [&](int n, int m) { return backward ? aligned(int64_t(n) * m * T * 4) : 0; };
+    const int64_t room = memory().attention_scratch_floats(B, T, C, NH, op_) * 4 - starts;
     const absl::StatusOr<cuda::SdpaSplit> split =
         sdpa_->split(shape, backward, [&](int n, int m) { return room - row_dot(n, m); });
     if (!split.ok()) return false;
     cuda::SdpaShape part = shape;
     part.B = split->sequences;
     part.heads = split->heads == NH ? 0 : split->heads;
+    char* at_scratch = reinterpret_cast<char*>(scratch);
+    if (pos) buffers.emplace_back(cuda::kSdpaDocStart, at_scratch);
     // Every call's pointers are checked before any is enqueued.
     std::vector<std::vector<std::pair<int64_t, void*>>> calls;
     for (int b = 0; b < B; b += split->sequences) {
@@ -282,15 +286,17 @@ class CudaKernels : public Kernels {
         std::vector<std::pair<int64_t, void*>>& at = calls.emplace_back();
         for (const auto& [uid, p] : buffers) {
           const int64_t elements = cuda::sdpa_offset(shape, uid) + cuda::sdpa_part_offset(shape, uid, b, h);
-          void* q = static_cast<char*>(const_cast<void*>(p)) + elements * (uid == cuda::kSdpaLse ? 4 : dtype_size(op_));
+          const int64_t size = uid == cuda::kSdpaLse || uid == cuda::kSdpaDocStart ? 4 : dtype_size(op_);
+          void* q = static_cast<char*>(const_cast<void*>(p)) + elements * size;
           // Not kept as the shape's answer: another call's buffers may be aligned.
           if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
           at.emplace_back(uid, q);
         }
-        if (backward) at.emplace_back(cuda::kSdpaRowDot, scratch);
+        if (backward) at.emplace_back(cuda::kSdpaRowDot, at_scratch + starts);
       }
     }
-    char* workspace = reinterpret_cast<char*>(scratch) + row_dot(split->sequences, split->heads);
+    if (pos) cuda::document_starts(cs(s), reinterpret_cast<int32_t*>(at_scratch), pos, int64_t(B) * T, T);
+    char* workspace = at_scratch + starts + row_dot(split->sequences, split->heads);
     for (const auto& at : calls) {
       if (const absl::Status why = sdpa_->run(part, backward, cs(s), at, workspace); !why.ok()) {
         // The table's own attention writes every output again.

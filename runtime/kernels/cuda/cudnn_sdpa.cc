@@ -218,7 +218,7 @@ absl::StatusOr<bool> deterministic(const Desc& cfg) {
 std::string shape_name(const SdpaShape& s, bool backward) {
   return absl::StrCat("attention ", backward ? "backward" : "forward", " [B ", s.B, ", T ", s.T, ", ", s.NH,
                       " heads of ", s.hs(), s.KV < s.NH ? absl::StrCat(" over ", s.KV) : "", ", ",
-                      s.io == SdpaType::kBF16 ? "bf16" : "fp16", "]");
+                      s.io == SdpaType::kBF16 ? "bf16" : "fp16", s.packed ? ", packed" : "", "]");
 }
 
 }  // namespace

@@ -53,8 +53,10 @@ class CudnnSdpa {
 
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int, int, int, int, SdpaType, bool>;
-  static Key key(const SdpaShape& s, bool backward) { return {s.B, s.T, s.C, s.NH, s.KV, s.heads, s.io, backward}; }
+  using Key = std::tuple<int, int, int, int, int, int, SdpaType, bool, bool>;
+  static Key key(const SdpaShape& s, bool backward) {
+    return {s.B, s.T, s.C, s.NH, s.KV, s.heads, s.io, s.packed, backward};
+  }
 
   CudnnSdpa() = default;
   // The plan for s within `room` bytes of workspace, or why there is none;

@@ -25,6 +25,10 @@ class Builder {
   void rows(int64_t uid) {  // one fp32 value a query row
     add(uid, rows_dims(), row_major(rows_dims()), SdpaType::kF32);
   }
+  // Packed: each token's document's first row, one int32 a token.
+  void doc_starts() {
+    if (s_.packed) add(kSdpaDocStart, {s_.B, 1, s_.T, 1}, {s_.T, s_.T, 1, 1}, SdpaType::kI32);
+  }
   void scalar(int64_t uid) { g_.tensors.push_back({uid, {1, 1, 1, 1}, {1, 1, 1, 1}, SdpaType::kF32, false, true}); }
 
   SdpaDims scores_dims() const { return {s_.B, s_.call_heads(), s_.T, s_.T}; }
@@ -50,18 +54,27 @@ class Builder {
   int64_t reduce(SdpaMode m, int64_t x, int64_t out) { return op(SdpaOpKind::kReduction, m, {x}, out); }
   int64_t reshape(int64_t x, int64_t out) { return op(SdpaOpKind::kReshape, SdpaMode::kNone, {x}, out); }
 
-  // Scores where the key comes after the query become -inf.
-  int64_t causal(int64_t scores) {
-    const int64_t row =
-        op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {scores}, inner(scores_dims(), SdpaType::kI32), 2);
-    const int64_t col =
-        op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {scores}, inner(scores_dims(), SdpaType::kI32), 3);
-    const int64_t keep = op(SdpaOpKind::kPointwise, SdpaMode::kCmpGe, {row, col}, inner(scores_dims(), SdpaType::kBool),
-                            -1, SdpaType::kBool);
-    return pw(SdpaMode::kBinarySelect, {scores, kSdpaNegInf, keep}, inner(scores_dims()));
+  // Scores where the key comes after the query, or (packed) before its
+  // document, become -inf.
+  int64_t mask(int64_t scores) {
+    const int64_t row = index(scores, 2);
+    const int64_t masked = select_where(scores, compare_ge(row, index(scores, 3)));
+    if (!s_.packed) return masked;
+    return select_where(masked, compare_ge(index(masked, 3), kSdpaDocStart));
   }
 
  private:
+  int64_t index(int64_t of, int64_t axis) {
+    return op(SdpaOpKind::kPointwise, SdpaMode::kGenIndex, {of}, inner(scores_dims(), SdpaType::kI32), axis);
+  }
+  int64_t compare_ge(int64_t x, int64_t y) {
+    return op(SdpaOpKind::kPointwise, SdpaMode::kCmpGe, {x, y}, inner(scores_dims(), SdpaType::kBool), -1,
+              SdpaType::kBool);
+  }
+  // x where `keep`, else -inf.
+  int64_t select_where(int64_t x, int64_t keep) {
+    return pw(SdpaMode::kBinarySelect, {x, kSdpaNegInf, keep}, inner(scores_dims()));
+  }
   void add(int64_t uid, const SdpaDims& dims, const SdpaDims& strides, SdpaType t) {
     g_.tensors.push_back({uid, dims, strides, t, false, false});
   }
@@ -73,7 +86,7 @@ class Builder {
 
 }  // namespace
 
-// O = softmax(scale Q K^T, causal) V; lse = max + log(sum of exp).
+// O = softmax(scale Q K^T, masked) V; lse = max + log(sum of exp).
 SdpaGraph sdpa_forward_graph(const SdpaShape& s) {
   SdpaGraph g;
   Builder b(g, s);
@@ -82,11 +95,12 @@ SdpaGraph sdpa_forward_graph(const SdpaShape& s) {
   b.kv_view(kSdpaV, false);
   b.out_view(kSdpaO);
   b.rows(kSdpaLse);
+  b.doc_starts();
   b.scalar(kSdpaScale);
   b.scalar(kSdpaNegInf);
   const SdpaDims S = b.scores_dims(), R = b.rows_dims();
   const int64_t qk = b.matmul(kSdpaQ, kSdpaK, b.inner(S));
-  const int64_t scaled = b.causal(b.pw(SdpaMode::kMul, {qk, kSdpaScale}, b.inner(S)));
+  const int64_t scaled = b.mask(b.pw(SdpaMode::kMul, {qk, kSdpaScale}, b.inner(S)));
   const int64_t mx = b.reduce(SdpaMode::kMax, scaled, b.inner(R));
   const int64_t e = b.pw(SdpaMode::kExp, {b.pw(SdpaMode::kSub, {scaled, mx}, b.inner(S))}, b.inner(S));
   const int64_t sum = b.reduce(SdpaMode::kSum, e, b.inner(R));
@@ -97,7 +111,7 @@ SdpaGraph sdpa_forward_graph(const SdpaShape& s) {
   return g;
 }
 
-// P = exp(scale Q K^T - lse) (causal); dV = P^T dO; dP = dO V^T;
+// P = exp(scale Q K^T - lse) (masked); dV = P^T dO; dP = dO V^T;
 // dS = scale P (dP - rowsum(dO O)); dK = dS^T Q; dQ = dS K, written
 // directly (no fp32 accumulator across key blocks: the same bits every run).
 // Where key and value heads are shared, each query head's dK and dV are
@@ -115,6 +129,7 @@ SdpaGraph sdpa_backward_graph(const SdpaShape& s) {
   b.kv_view(kSdpaDK, false);
   b.kv_view(kSdpaDV, false);
   b.rows(kSdpaRowDot);
+  b.doc_starts();
   b.scalar(kSdpaScale);
   b.scalar(kSdpaNegInf);
   b.scalar(kSdpaOne);
@@ -132,7 +147,7 @@ SdpaGraph sdpa_backward_graph(const SdpaShape& s) {
   // The probabilities again, from the statistic.
   const int64_t qk = b.matmul(kSdpaQ, kSdpaK, b.inner(S));
   const int64_t scaled = b.pw(SdpaMode::kMul, {qk, kSdpaScale}, b.inner(S));
-  const int64_t p = b.pw(SdpaMode::kExp, {b.causal(b.pw(SdpaMode::kSub, {scaled, kSdpaLse}, b.inner(S)))}, b.inner(S));
+  const int64_t p = b.pw(SdpaMode::kExp, {b.mask(b.pw(SdpaMode::kSub, {scaled, kSdpaLse}, b.inner(S)))}, b.inner(S));
   // Transposed views of [T, T] matrices, in the operands' type.
   const SdpaDims transposed{H * T * T, T * T, 1, T};
   into_shared(b.reshape(p, b.inner(S, transposed, s.io)), kSdpaDO, kSdpaDV);
@@ -177,6 +192,8 @@ int64_t sdpa_part_offset(const SdpaShape& s, int64_t uid, int b, int h) {
       return rows * s.C + head;
     case kSdpaLse:
       return (int64_t(b) * s.NH + h) * s.T;
+    case kSdpaDocStart:
+      return rows;
     default:
       return 0;
   }

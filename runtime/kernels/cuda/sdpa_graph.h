@@ -18,6 +18,13 @@
 // a key and value head over its NH / KV query heads (head h reads h /
 // (NH / KV)), and the backward's dK and dV of every query head, virtual,
 // are summed into their key and value heads by a reduction.
+//
+// Packed sequences (SdpaShape::packed) keep each query to its own
+// document: a handed-over int32 row of each token's document's first
+// position, doc_start[b, t] ([B, 1, T, 1]), masks the scores of keys
+// before it as the causal mask does those after the query (row >= col and
+// col >= doc_start), as cuDNN's frontend lowers a padding mask: an index
+// compared with a tensor read from memory, then a select.
 #pragma once
 
 #include <array>
@@ -78,6 +85,7 @@ enum SdpaUid : int64_t {
   kSdpaScale,   // 1 / sqrt(hs)
   kSdpaNegInf,  // what masked scores become
   kSdpaOne,
+  kSdpaDocStart,  // packed: int32 [B, 1, T, 1], each token's document's first row in its sequence
   kSdpaFirstVirtual = 100,
 };
 
@@ -89,11 +97,12 @@ struct SdpaGraph {
 // B sequences of T, width C in NH query heads and KV key and value heads,
 // operands of type io (bf16 or fp16); a call takes `heads` query heads (0:
 // all; else whole groups of NH / KV), fewer than NH only for one sequence
-// (B 1).
+// (B 1); `packed`: documents within sequences (kSdpaDocStart).
 struct SdpaShape {
   int B, T, C, NH, KV;
   SdpaType io;
   int heads = 0;
+  bool packed = false;
   int hs() const { return C / NH; }
   int group() const { return NH / KV; }
   int64_t width() const { return C + 2 * int64_t(KV) * hs(); }  // a row of qkv
@@ -113,7 +122,8 @@ int64_t sdpa_offset(const SdpaShape& s, int64_t uid);
 // heads [h, h + m) of one sequence (whole groups, with their key and value
 // heads); the graph of {n, T, C, NH, KV, io, m} on each
 // model buffer advanced by sdpa_part_offset(s, uid, b, h) elements of its
-// own type (lse fp32; not the caller's row sums, each call's own).
+// own type (lse fp32, doc starts int32; not the caller's row sums, each
+// call's own).
 int64_t sdpa_part_offset(const SdpaShape& s, int64_t uid, int b, int h);
 
 // The part one call takes: all of the shape where fits(B, NH); else the

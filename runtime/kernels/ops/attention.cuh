@@ -1,6 +1,7 @@
 // Attention's launches where cuDNN's fused attention does not run
 // (attention.h): attention_plan.h's products through the table's cuBLAS,
-// the row work a warp a row. Included by the CUDA table alone.
+// the row work a warp a row; and the document starts cuDNN's packed graphs
+// read. Included by the CUDA table alone.
 #pragma once
 
 #include <functional>
@@ -50,6 +51,14 @@ struct AttentionIo {
   int64_t N, W;
   float *qkv, *y, *dqkv;
 };
+// Packed sequences: each of the N tokens' document's first row in its
+// sequence of T (first_key), the int32 row cuDNN's packed graphs read
+// (sdpa_graph.h).
+inline void document_starts(cudaStream_t s, int32_t* starts, const int32_t* pos, int64_t N, int T) {
+  launch_each(s, N, "attention_document_starts",
+              [=] __device__(int64_t i) { starts[i] = static_cast<int32_t>(first_key(pos + i / T * T, i % T)); });
+}
+
 inline AttentionIo attention_io(float* scratch, int B, int T, int C, int NH, int KV) {
   const int64_t N = int64_t(B) * T, W = C + 2 * int64_t(KV) * (C / NH);
   float* io = scratch + attention_scratch_floats(T, NH);
