@@ -3,16 +3,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/temp_dir.h"
 #include "runtime/config/job_config.h"
 #include "runtime/config/json_reader.h"
+#include "tests/temp_dir.h"
 
 namespace zerod {
 namespace {
@@ -179,9 +178,9 @@ TEST(ConfigModel, LlamaPresetAndItsFields) {
   EXPECT_EQ(c.model.block_size, 131072);
   EXPECT_EQ(c.data.seq_len, 2048);  // the positions up to 2048, not 131072
   // Every field overrides the preset's; a factor of 0 is no scaling.
-  j["model"] = {{"preset", "llama-3.1-8b"}, {"n_kv_head", 4},    {"ffn_hidden", 1000},
-                {"rope_theta", 1e4},        {"norm_eps", 1e-6},  {"tie_embeddings", true},
-                {"qkv_bias", true},         {"rope_scaling", {{"factor", 0}}}};
+  j["model"] = {
+      {"preset", "llama-3.1-8b"}, {"n_kv_head", 4},         {"ffn_hidden", 1000}, {"rope_theta", 1e4},
+      {"norm_eps", 1e-6},         {"tie_embeddings", true}, {"qkv_bias", true},   {"rope_scaling", {{"factor", 0}}}};
   c = parse_ok(j);
   EXPECT_EQ(c.model.kv_heads(), 4);
   EXPECT_EQ(c.model.ffn_hidden, 1000);
@@ -196,8 +195,8 @@ TEST(ConfigModel, LlamaPresetAndItsFields) {
   EXPECT_EQ(c.model.rope_scaling.original_max_position, 2048);
   EXPECT_EQ(c.model.rope_scaling.high_freq_factor, 4);  // the preset's
   // A custom Llama.
-  j["model"] = {{"arch", "llama"}, {"n_layer", 1}, {"n_head", 4}, {"n_kv_head", 1}, {"n_embd", 32},
-                {"ffn_hidden", 48}, {"vocab_size", 100}, {"block_size", 16}};
+  j["model"] = {{"arch", "llama"}, {"n_layer", 1},     {"n_head", 4},       {"n_kv_head", 1},
+                {"n_embd", 32},    {"ffn_hidden", 48}, {"vocab_size", 100}, {"block_size", 16}};
   c = parse_ok(j);
   EXPECT_TRUE(c.model.llama());
   EXPECT_EQ(c.model.qkv_width(), (4 + 2) * 8);
@@ -297,10 +296,10 @@ TEST(ConfigBatch, AllThreeMustAgree) {
 }
 
 TEST(ConfigBatch, TotalMustBeDivisible) {
-  EXPECT_TRUE(rejected(batch(10, 4, -1), "train_batch_size"));       // 10 % 4
-  EXPECT_TRUE(rejected(batch(12, 4, -1), "train_batch_size", 2));    // 12 % 8
-  EXPECT_TRUE(rejected(batch(10, -1, 3), "train_batch_size"));       // 10 % 3
-  EXPECT_TRUE(rejected(batch(9, -1, -1), "train_batch_size", 2));    // 9 % 2
+  EXPECT_TRUE(rejected(batch(10, 4, -1), "train_batch_size"));     // 10 % 4
+  EXPECT_TRUE(rejected(batch(12, 4, -1), "train_batch_size", 2));  // 12 % 8
+  EXPECT_TRUE(rejected(batch(10, -1, 3), "train_batch_size"));     // 10 % 3
+  EXPECT_TRUE(rejected(batch(9, -1, -1), "train_batch_size", 2));  // 9 % 2
 }
 
 TEST(ConfigBatch, NeedsTotalOrMicro) {
@@ -346,8 +345,12 @@ TEST(ConfigKeys, UnknownKeysNameTheirFullPath) {
 
 TEST(ConfigKeys, KnownSectionsWithAllKeysParse) {
   json j = minimal();
-  j["run"] = {{"steps", 5}, {"seed", 7}, {"device", "cpu"}, {"log_format", "json"},
-              {"checkpoint", {{"interval", 0}, {"keep", 2}}}, {"sample", {{"tokens", 8}, {"temperature", 0.5}}}};
+  j["run"] = {{"steps", 5},
+              {"seed", 7},
+              {"device", "cpu"},
+              {"log_format", "json"},
+              {"checkpoint", {{"interval", 0}, {"keep", 2}}},
+              {"sample", {{"tokens", 8}, {"temperature", 0.5}}}};
   j["optimizer"] = {
       {"type", "Adam"},
       {"params", {{"lr", 0.01}, {"betas", {0.8, 0.95}}, {"eps", 1e-6}, {"weight_decay", 0.1}, {"adam_w_mode", false}}}};
@@ -471,6 +474,69 @@ TEST(ConfigValues, MicroBatchGradsNamesHowMicroBatchesAreSummed) {
     j["zero_optimization"]["micro_batch_grads"] = "fp32";
     EXPECT_EQ(parse_ok(j).zero.micro_batch_grads, MicroBatchGrads::kF32);
   }
+}
+
+// data.eval and run.eval: a held-out set of its own or a fraction of the
+// training windows, when it is evaluated, early stopping and keep_best;
+// each bad value refused naming its key.
+TEST(ConfigValues, EvalSettings) {
+  json j = minimal();
+  j["data"] = {{"kind", "tokens"}, {"path", "train.bin"}, {"eval", {{"path", "held.bin"}}}};
+  j["run"]["eval"] = {{"interval", 50}, {"batches", 4}, {"patience", 3}};
+  j["run"]["checkpoint"] = {{"dir", "ckpt"}, {"keep_best", true}};
+  JobConfig c = parse_ok(j);
+  ASSERT_TRUE(c.data.eval);
+  EXPECT_EQ(c.data.eval->path, "held.bin");
+  EXPECT_EQ(c.data.eval->kind, DataKind::kTokens);  // data's, by default
+  EXPECT_EQ(c.data.eval->fraction, 0);
+  EXPECT_EQ(c.run.eval.interval, 50);
+  EXPECT_EQ(c.run.eval.batches, 4);
+  EXPECT_EQ(c.run.eval.patience, 3);
+  EXPECT_TRUE(c.run.checkpoint.keep_best);
+  j["data"]["eval"] = {{"path", "held.txt"}, {"kind", "text"}};
+  EXPECT_EQ(parse_ok(j).data.eval->kind, DataKind::kText);
+  j["data"]["eval"] = {{"fraction", 0.05}};
+  EXPECT_EQ(parse_ok(j).data.eval->fraction, 0.05);
+  // A fraction of the synthetic task's windows is a held-out set too.
+  json synthetic = minimal();
+  synthetic["data"] = {{"kind", "synthetic"}, {"eval", {{"fraction", 0.1}}}};
+  EXPECT_EQ(parse_ok(synthetic).data.eval->fraction, 0.1);
+  EXPECT_EQ(parse_ok(minimal()).data.eval, std::nullopt);
+
+  for (double f : {0.0, 1.0, -0.5, 1.5}) {
+    j["data"]["eval"] = {{"fraction", f}};
+    EXPECT_TRUE(rejected(j, "data.eval.fraction: must be in (0, 1)")) << f;
+  }
+  j["data"]["eval"] = {{"fraction", 0.1}, {"path", "held.bin"}};
+  EXPECT_TRUE(rejected(j, "data.eval.fraction: takes the held-out windows from data itself"));
+  j["data"]["eval"] = json::object();
+  EXPECT_TRUE(rejected(j, "data.eval.path: required"));
+  j["data"]["eval"] = {{"path", "held.bin"}, {"kind", "synthetic"}};
+  EXPECT_TRUE(rejected(j, "data.eval.kind"));
+  synthetic["data"]["eval"] = {{"path", "held.bin"}};
+  EXPECT_TRUE(rejected(synthetic, "data.eval.kind: the synthetic task's held-out prompts"));
+  j["data"]["eval"] = {{"path", "held.bin"}, {"every", 5}};
+  EXPECT_TRUE(rejected(j, "'data.eval.every'"));
+  j["data"]["eval"] = {{"path", "held.bin"}};
+
+  for (const char* key : {"interval", "batches", "patience"}) {
+    json bad = j;
+    bad["run"]["eval"][key] = -1;
+    EXPECT_TRUE(rejected(bad, std::string("run.eval.") + key + ": must not be negative")) << key;
+  }
+  json bad = j;
+  bad["run"]["eval"] = {{"patience", 2}};
+  EXPECT_TRUE(rejected(bad, "run.eval.patience: counts evaluations during the run: it needs run.eval.interval"));
+  bad = j;
+  bad["run"]["checkpoint"].erase("dir");
+  EXPECT_TRUE(rejected(bad, "run.checkpoint.keep_best: needs run.checkpoint.dir"));
+  // Without a held-out set, nothing of run.eval or keep_best means anything.
+  bad = j;
+  bad["data"].erase("eval");
+  EXPECT_TRUE(rejected(bad, "run.eval: evaluates data.eval, which the config does not give"));
+  bad["run"].erase("eval");
+  EXPECT_TRUE(
+      rejected(bad, "run.checkpoint.keep_best: keeps the checkpoint of the lowest eval loss: it needs data.eval"));
 }
 
 TEST(ConfigValues, CheckpointSettings) {

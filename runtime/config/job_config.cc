@@ -153,6 +153,26 @@ void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   }
 }
 
+// data.eval (EvalDataConfig).
+void parse_eval_data(JsonReader e, DataConfig& d) {
+  EvalDataConfig& ev = d.eval.emplace();
+  ev.kind = d.kind;
+  read_enum<DataKind>(e, "kind", {{"text", DataKind::kText}, {"tokens", DataKind::kTokens}}, &ev.kind);
+  e.read("path", &ev.path);
+  e.read("fraction", &ev.fraction);
+  e.finish();
+  if (e.has("fraction")) {
+    e.check(ev.fraction > 0 && ev.fraction < 1, "fraction",
+            absl::StrCat("must be in (0, 1), a share of data's windows; got ", ev.fraction));
+    e.check(!e.has("path") && !e.has("kind"), "fraction",
+            "takes the held-out windows from data itself: give data.eval.path or data.eval.fraction, not both");
+  } else {
+    e.check(!ev.path.empty(), "path", "required: a held-out dataset, or data.eval.fraction of data's windows");
+    e.check(ev.kind != DataKind::kSynthetic, "kind",
+            "the synthetic task's held-out prompts are its synthetic_accuracy; data.eval.fraction holds out windows");
+  }
+}
+
 void parse_data(JsonReader r, JobConfig& cfg) {
   DataConfig& d = cfg.data;
   read_enum<DataKind>(r, "kind",
@@ -164,6 +184,7 @@ void parse_data(JsonReader r, JobConfig& cfg) {
   d.seq_len = cfg.model.llama() ? std::min(cfg.model.block_size, 2048) : cfg.model.block_size;
   r.read("seq_len", &d.seq_len);
   read_seed(r, &d.seed);
+  if (r.has("eval")) parse_eval_data(r.section("eval"), d);
   r.finish();
   r.check(d.kind == DataKind::kSynthetic || !d.path.empty(), "path", "required for data.kind 'text' and 'tokens'");
   r.check(d.kind != DataKind::kSynthetic || !r.has("path"), "path",
@@ -186,10 +207,23 @@ void parse_run(JsonReader r, RunConfig& run) {
     c.read("interval", &run.checkpoint.interval);
     c.read("keep", &run.checkpoint.keep);
     c.read("async", &run.checkpoint.async);
+    c.read("keep_best", &run.checkpoint.keep_best);
     c.finish();
     c.check(run.checkpoint.interval >= 0, "interval", "must not be negative (0 saves only at the end)");
     c.check(run.checkpoint.keep >= 1, "keep", "must be at least 1");
     c.check(!run.checkpoint.dir || !run.checkpoint.dir->empty(), "dir", "must not be empty");
+  }
+  {
+    JsonReader e = r.section("eval");
+    e.read("interval", &run.eval.interval);
+    e.read("batches", &run.eval.batches);
+    e.read("patience", &run.eval.patience);
+    e.finish();
+    e.check(run.eval.interval >= 0, "interval", "must not be negative (0 evaluates at the end only)");
+    e.check(run.eval.batches >= 0, "batches", "must not be negative (0 evaluates all of data.eval)");
+    e.check(run.eval.patience >= 0, "patience", "must not be negative (0 never stops early)");
+    e.check(run.eval.patience == 0 || run.eval.interval > 0, "patience",
+            "counts evaluations during the run: it needs run.eval.interval");
   }
   r.read("resume", &run.resume);
   r.check(!run.resume || !run.resume->empty(), "resume", "must be \"latest\" or a checkpoint directory");
@@ -512,6 +546,18 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
   parse_model(r.section("model"), reading, cfg);
   parse_data(r.section("data"), cfg);
   parse_run(r.section("run"), cfg.run);
+  if (!cfg.data.eval) {
+    const nlohmann::json* run = root.contains("run") && root["run"].is_object() ? &root["run"] : nullptr;
+    if (run && run->contains("eval") && !(*run)["eval"].is_null()) {
+      reading.add("run.eval", "evaluates data.eval, which the config does not give");
+    }
+    if (cfg.run.checkpoint.keep_best) {
+      reading.add("run.checkpoint.keep_best", "keeps the checkpoint of the lowest eval loss: it needs data.eval");
+    }
+  }
+  if (cfg.run.checkpoint.keep_best && !cfg.run.checkpoint.dir) {
+    reading.add("run.checkpoint.keep_best", "needs run.checkpoint.dir to keep the best checkpoint in");
+  }
   {
     JsonReader ac = r.section("activation_checkpointing");
     ac.read("enabled", &cfg.activation_checkpointing);

@@ -40,6 +40,14 @@ struct CheckpointConfig {
   int64_t interval = 0;            // steps between saves; 0: only at the end
   int keep = 3;                    // newest complete checkpoints kept
   bool async = true;               // staged in memory and written in the background, where it can be
+  bool keep_best = false;          // the lowest eval loss's checkpoint kept apart, as dir/best
+};
+
+// run.eval: when the held-out set (data.eval) is evaluated.
+struct EvalConfig {
+  int64_t interval = 0;  // steps between evaluations; 0: at the end only
+  int64_t batches = 0;   // global batches of it an evaluation takes; 0: all
+  int patience = 0;      // evaluations without a better loss that stop the run; 0: never
 };
 
 // DeepSpeed's tensorboard and csv_monitor sections: rank 0 writes every
@@ -55,6 +63,7 @@ struct RunConfig {
   uint64_t seed = 1234;
   std::string device = "auto";
   CheckpointConfig checkpoint;
+  EvalConfig eval;
   std::optional<std::string> resume;  // "latest" (in checkpoint.dir, if any) or a checkpoint directory
   std::optional<uint64_t> host_memory_limit, gpu_memory_limit;
   double collective_timeout_s = 300;

@@ -63,6 +63,13 @@ class Reporter final : public RunObserver {
     if (after_step_) after_step_(id_.attempt(), id_.rank(), step.step);
   }
 
+  void evaluated(const EvalResult& eval, const EvalRecord& record) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    progress_.set_eval_loss(eval.loss);
+    progress_.set_eval_step(eval.step);
+    progress_.set_best_eval_loss(record.best_loss);
+  }
+
   void failing(int exit_code) override { report_exit(exit_code); }
 
   // The last progress, then the exit status, once. While zerod is away (a

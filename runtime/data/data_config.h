@@ -2,17 +2,29 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace zerod {
 
 enum class DataKind { kSynthetic, kText, kTokens };
 
+// data.eval: the held-out set a run evaluates (Trainer::evaluate), a
+// dataset of its own (`path`, of `kind`, cut into data.seq_len windows as
+// the training data is) or a `fraction` of the training data's windows,
+// drawn by data.seed and never trained on.
+struct EvalDataConfig {
+  DataKind kind = DataKind::kTokens;
+  std::string path;
+  double fraction = 0;  // 0: path
+};
+
 struct DataConfig {
   DataKind kind = DataKind::kSynthetic;
   std::string path;  // file or glob; unused for synthetic
   int seq_len = 64;
   uint64_t seed = 1;
+  std::optional<EvalDataConfig> eval;
 };
 
 }  // namespace zerod

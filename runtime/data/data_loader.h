@@ -10,35 +10,32 @@
 #include "runtime/core/status.h"
 #include "runtime/data/data_config.h"
 #include "runtime/data/token_stream.h"
+#include "runtime/data/window_reader.h"
 
 namespace zerod {
 
-// Cuts the stream into windows of seq_len + 1 tokens (input and shifted
-// target), each starting where the last one's targets end, and walks them in
-// an order shuffled by seed and epoch. Rank r of world w takes windows
-// [pos + r*B, pos + (r+1)*B) of each global batch of w*B windows, so the
-// union over ranks is the single-process batch. A windowed dataset's
-// windows are its examples, seq_len ids each; a target the mask leaves out
-// (and a window's last) is -1, which the loss skips. A packed one's windows
-// hold several documents each: a document's first id (kDocStart) is never
-// the target of the id before it, and a token's position is counted from
-// its document's start, so that no document need see another's.
+// Walks a stream's windows (window_reader.h) in an order shuffled by seed
+// and epoch. Rank r of world w takes windows [pos + r*B, pos + (r+1)*B) of
+// each global batch of w*B windows, so the union over ranks is the
+// single-process batch. The windows data.eval.fraction holds out
+// (held_out_window) are never walked.
 class DataLoader {
  public:
   // The window order is `acct`'s (fails past its host limit); `packed`
-  // (Dataset::packed) needs `windowed`.
+  // (Dataset::packed) needs `windowed`; `held_out`: data.eval.fraction, the
+  // share of windows left to the evaluation (one window at least must be
+  // left to train on).
   static absl::StatusOr<DataLoader> create(const TokenStream* tokens, int seq_len, uint64_t seed, int rank = 0,
                                            int world_size = 1, MemoryAccountant& acct = MemoryAccountant::global(),
-                                           bool windowed = false, bool packed = false);
+                                           bool windowed = false, bool packed = false, double held_out = 0);
   // What create() allocates for `cfg`'s data, when it can be read here.
   static void plan(const DataConfig& cfg, MemoryPlan& plan);
+  // data.eval.fraction of cfg's data, or 0.
+  static double held_out_share(const DataConfig& cfg) { return cfg.eval ? cfg.eval->fraction : 0; }
   // The order of `windows` windows, in host memory: what create()
   // allocates and plan() states.
   static BufferSpec order_buffer(int64_t windows) {
     return {"data order", Category::kWorkspace, static_cast<uint64_t>(windows) * sizeof(int64_t), 1, Tier::kHost};
-  }
-  static int64_t num_windows(int64_t tokens, int seq_len, bool windowed) {
-    return windowed ? tokens / seq_len : tokens == 0 ? 0 : (tokens - 1) / seq_len;
   }
 
   // Fills inputs/targets (B*seq_len each) with this rank's next micro-batch
@@ -46,8 +43,8 @@ class DataLoader {
   // `positions`, when given, with each token's position in its document
   // (in its window, unless the dataset is packed).
   int64_t next_batch(int B, int32_t* inputs, int32_t* targets, int32_t* positions = nullptr);
-  bool windowed() const { return windowed_; }
-  bool packed() const { return packed_; }
+  bool windowed() const { return reader_.windowed(); }
+  bool packed() const { return reader_.packed(); }
 
   struct State {
     uint64_t epoch = 0;
@@ -55,27 +52,21 @@ class DataLoader {
   };
   State state() const { return state_; }
   void set_state(const State& s);
+  // The windows it walks: all but the held-out ones.
   int64_t num_windows() const { return num_windows_; }
 
  private:
-  DataLoader(const TokenStream* tokens, int seq_len, uint64_t seed, int rank, int world_size, Buffer order,
-             bool windowed, bool packed);
+  DataLoader(WindowReader reader, uint64_t seed, int rank, int world_size, Buffer order, int64_t windows,
+             double held_out);
   void shuffle_epoch();
-  // Window w's ids into window_ and its inputs and targets (a windowed
-  // one's only when inputs is not null) and, when not null, positions;
-  // returns its targets.
-  int64_t read_window(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions);
-  int64_t read_masked_window(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions);
 
-  const TokenStream* tokens_;
-  int seq_len_;
+  WindowReader reader_;
   uint64_t seed_;
   int rank_, world_size_;
-  bool windowed_, packed_;
   int64_t num_windows_;
+  double held_out_;
   Buffer order_;  // num_windows_ int64 window indices
   State state_;
-  std::vector<uint32_t> window_;  // one window's ids as read
 };
 
 }  // namespace zerod

@@ -77,11 +77,11 @@ absl::Status check_same_kind(const Dataset& ds, const FileTokens& f, int seq_len
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern) {
+absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern, const std::string& key) {
   if (pattern.find_first_of("*?[") == std::string::npos) {
     std::error_code ec;
     if (!std::filesystem::exists(pattern, ec)) {
-      return absl::NotFoundError(absl::StrCat("data.path '", pattern, "' does not exist"));
+      return absl::NotFoundError(absl::StrCat(key, " '", pattern, "' does not exist"));
     }
     return std::vector<std::string>{pattern};
   }
@@ -90,11 +90,11 @@ absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pat
   std::vector<std::string> paths(g.gl_pathv, g.gl_pathv + g.gl_pathc);
   globfree(&g);
   if (rc != 0 && rc != GLOB_NOMATCH) {
-    return absl::InternalError(absl::StrCat("data.path '", pattern, "': glob failed (",
-                                            rc == GLOB_NOSPACE ? "out of memory" : "read error", ")"));
+    return absl::InternalError(
+        absl::StrCat(key, " '", pattern, "': glob failed (", rc == GLOB_NOSPACE ? "out of memory" : "read error", ")"));
   }
   if (paths.empty()) {
-    return absl::NotFoundError(absl::StrCat("data.path '", pattern, "' matches no files"));
+    return absl::NotFoundError(absl::StrCat(key, " '", pattern, "' matches no files"));
   }
   // glob sorts by locale collation; byte order is the same everywhere.
   std::sort(paths.begin(), paths.end());
@@ -132,7 +132,7 @@ absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg) {
 
 absl::StatusOr<int64_t> dataset_windows(const DataConfig& cfg) {
   ZEROD_ASSIGN_OR_RETURN(const DataSize size, data_size(cfg));
-  return DataLoader::num_windows(size.tokens, cfg.seq_len, size.windowed);
+  return WindowReader::num_windows(size.tokens, cfg.seq_len, size.windowed);
 }
 
 absl::StatusOr<bool> dataset_packed(const DataConfig& cfg) {
@@ -140,7 +140,7 @@ absl::StatusOr<bool> dataset_packed(const DataConfig& cfg) {
   return size.packed;
 }
 
-absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
+absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size, const std::string& key) {
   if (cfg.seq_len < 1) {
     return absl::InvalidArgumentError(absl::StrCat("data.seq_len must be at least 1, got ", cfg.seq_len));
   }
@@ -153,12 +153,12 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size) {
     source = "synthetic data";
     ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, 0, vocab_size, source));
   } else {
-    source = absl::StrCat("data.path '", cfg.path, "'");
+    source = absl::StrCat(key, " '", cfg.path, "'");
     if (cfg.kind == DataKind::kText && vocab_size < 256) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": text data is byte tokens 0..255, so it needs vocab_size >= 256, got ", vocab_size));
     }
-    ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
+    ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path, key));
     for (size_t i = 0; i < paths.size(); ++i) {
       const std::string& path = paths[i];
       const int64_t begin = ds.tokens.size();

@@ -16,8 +16,9 @@
 namespace zerod {
 
 // Files matching `pattern` (a path or a glob), sorted; an error names the
-// pattern when nothing matches.
-absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern);
+// pattern, as the config's `key`, when nothing matches.
+absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern,
+                                                          const std::string& key = "data.path");
 
 // Loads the whole token stream for `cfg`; tokens must be < vocab_size.
 // Errors name the file and what was wrong (missing, truncated, bad header,
@@ -32,7 +33,9 @@ struct Dataset {
   bool windowed = false;                                     // windowed shards: one example a window, a loss mask
   bool packed = false;                                       // packed windowed shards: documents in each window
 };
-absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size);
+// `key`: the config's name of cfg.path in errors (data.eval.path for a
+// held-out set).
+absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size, const std::string& key = "data.path");
 // The ids load_dataset would read, and the windows a DataLoader would cut
 // them into, from the files' sizes and headers alone; errors as
 // load_dataset's for a missing or malformed file.

@@ -84,9 +84,11 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   plan.add(kernels.table_buffers());
   plan.add(token_ids(cfg, plan.device().staging_tier()));
   // Data that cannot be read here is counted unpacked (DataLoader::plan).
-  const bool packed = dataset_packed(cfg.data).value_or(false);
+  const bool packed =
+      dataset_packed(cfg.data).value_or(false) || (cfg.data.eval && EvalWindows::packed(cfg.data).value_or(false));
   if (packed) plan.add(token_positions(cfg, plan.device().staging_tier()));
   DataLoader::plan(cfg.data, plan);
+  EvalWindows::plan(cfg.data, plan);
   const LoraConfig* lora = cfg.lora ? &cfg.lora->adapters : nullptr;
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
             cfg.cpu_checkpointing, kernels, plan, lora, cfg.grad_accum, packed);
@@ -147,17 +149,28 @@ absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(inputs_, allocate_spec(*device_, ids));
   ZEROD_ASSIGN_OR_RETURN(targets_, allocate_spec(*device_, ids));
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
-  if (data_.packed) {
+  const std::optional<EvalDataConfig>& eval = cfg_.data.eval;
+  if (eval && eval->fraction == 0) {
+    ZEROD_ASSIGN_OR_RETURN(eval_data_, load_dataset(eval_dataset_config(cfg_.data), cfg_.model.vocab_size, "data.eval.path"));
+  }
+  const bool packed = data_.packed || (eval && (eval->fraction > 0 ? data_ : eval_data_).packed);
+  if (packed) {
     ZEROD_ASSIGN_OR_RETURN(positions_, allocate_spec(*device_, token_positions(cfg_, *ids.tier)));
   }
-  ZEROD_ASSIGN_OR_RETURN(DataLoader loader,
-                         DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
-                                            comm_->world_size(), device_->accountant(), data_.windowed, data_.packed));
+  ZEROD_ASSIGN_OR_RETURN(
+      DataLoader loader,
+      DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(), comm_->world_size(),
+                         device_->accountant(), data_.windowed, data_.packed, DataLoader::held_out_share(cfg_.data)));
   loader_ = std::make_unique<DataLoader>(std::move(loader));
+  if (eval) {
+    ZEROD_ASSIGN_OR_RETURN(EvalWindows set, EvalWindows::create(cfg_.data, eval->fraction > 0 ? data_ : eval_data_,
+                                                                device_->accountant()));
+    eval_ = std::make_unique<EvalWindows>(std::move(set));
+  }
   const LoraConfig* lora = cfg_.lora ? &cfg_.lora->adapters : nullptr;
   ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
                                              cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing,
-                                             lora, cfg_.grad_accum, data_.packed));
+                                             lora, cfg_.grad_accum, packed));
   if (lora) adapters_ = std::make_unique<GptLayout>(GptLayout::adapters(cfg_.model, *lora));
   ZEROD_ASSIGN_OR_RETURN(ZeroSettings zs, zero_settings(cfg_, layout(), env_.io_faults));
   zs.operands = kernels_->operand_type();

@@ -24,6 +24,7 @@
 #include "runtime/core/profiler.h"
 #include "runtime/data/data_loader.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/eval_windows.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/model/gpt.h"
 #include "runtime/telemetry/step_result.h"
@@ -72,6 +73,17 @@ class Trainer {
   // One optimizer step over gradient_accumulation_steps micro-batches of
   // this rank's part of the global batch.
   absl::StatusOr<StepResult> step();
+
+  // The held-out set's mean loss after the steps so far (data.eval,
+  // run.eval.batches global batches of it, all where 0), in the model's
+  // precision without dropout: each rank scores every world-th window, the
+  // sums added across ranks (a collective). Neither the training's bits nor
+  // its data order change. Fails when the job has no data.eval.
+  absl::StatusOr<EvalResult> evaluate();
+  // The evaluations so far, saved with checkpoints and resumed; `record`
+  // counts one, returning whether it is the best so far.
+  const EvalRecord& eval_record() const { return eval_record_; }
+  bool record(const EvalResult& r) { return eval_record_.add(r); }
 
   // Continues each prompt by exactly max_new tokens (greedy at temperature
   // 0), each cut after its first `stop` when stop >= 0. Prompts of one
@@ -190,13 +202,15 @@ class Trainer {
   std::unique_ptr<Kernels> kernels_;
   Dataset data_;
   std::unique_ptr<DataLoader> loader_;
+  Dataset eval_data_;                  // data.eval's own dataset, when it names one
+  std::unique_ptr<EvalWindows> eval_;  // with data.eval
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<GptLayout> adapters_;  // with model.lora: what zero_ trains
   std::unique_ptr<ZeroEngine> zero_;
   std::unique_ptr<FrozenWeights> base_;      // with model.lora
   std::unique_ptr<AdaptedWeights> adapted_;  // base_ and zero_'s adapters
   Buffer inputs_, targets_;
-  Buffer positions_;  // packed data's
+  Buffer positions_;  // packed data's (the training data's or the held-out set's)
   // Micro-batch `micro`'s positions in positions_, or null for data not packed.
   int32_t* positions(int micro) {
     return data_.packed ? positions_.host<int32_t>() + int64_t(micro) * cfg_.micro_batch * cfg_.data.seq_len : nullptr;
@@ -206,6 +220,7 @@ class Trainer {
   int64_t updates_ = 0;  // applied
   double last_lr_ = 0;
   uint64_t sample_rng_state_;
+  EvalRecord eval_record_;
 
   // A save between start_checkpoint and its commit.
   struct PendingSave {

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -52,10 +51,19 @@ nlohmann::json Trainer::manifest_state() const {
   m["step"] = steps_;
   m["updates"] = updates_;
   m["last_lr"] = last_lr_;
-  m["loss_scaler"] = {{"scale", ls.scale}, {"hysteresis", ls.hysteresis}, {"iter", ls.iter},
+  m["loss_scaler"] = {{"scale", ls.scale},
+                      {"hysteresis", ls.hysteresis},
+                      {"iter", ls.iter},
                       {"last_overflow_iter", ls.last_overflow_iter}};
   m["data_loader"] = {{"epoch", dl.epoch}, {"position", dl.position}};
   m["rng"] = {{"sample", sample_rng_state_}};
+  if (cfg_.data.eval) {
+    const EvalRecord& e = eval_record_;
+    m["eval"] = {{"evaluations", e.evaluations},
+                 {"best_loss", e.best_loss},
+                 {"best_step", e.best_step},
+                 {"since_best", e.since_best}};
+  }
   return m;
 }
 
@@ -105,14 +113,15 @@ absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool b
     if (background && zero_->shard_in_memory()) staged = stage_shard();
     if (staged.ok() && *staged > 0) {
       p.staged_bytes = *staged;
-      p.write = std::async(std::launch::async, [file, data = staging_.data(), n = *staged,
-                                                faults = env_.io_faults]() -> absl::StatusOr<uint32_t> {
-        // The writer yields to training: where training keeps every core
-        // busy (CPU training) it fills the gaps instead of stretching each
-        // step (bench/RESULTS.md); where cores are idle it runs at once.
-        setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
-        return write_file_durably(file, data, n, &faults);
-      });
+      p.write = std::async(
+          std::launch::async,
+          [file, data = staging_.data(), n = *staged, faults = env_.io_faults]() -> absl::StatusOr<uint32_t> {
+            // The writer yields to training: where training keeps every core
+            // busy (CPU training) it fills the gaps instead of stretching each
+            // step (bench/RESULTS.md); where cores are idle it runs at once.
+            setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+            return write_file_durably(file, data, n, &faults);
+          });
     } else {
       // The CRC comes from the writer; the size is a stat, not a second read.
       absl::StatusOr<uint32_t> crc = staged.ok() ? zero_->save_shard(file) : staged.status();
@@ -121,7 +130,8 @@ absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool b
       if (crc.ok() && !ec) {
         p.result = {1, *crc, static_cast<int64_t>(bytes)};
       } else {
-        p.status = crc.ok() ? absl::InternalError(absl::StrCat("cannot stat ", file, ": ", ec.message())) : crc.status();
+        p.status =
+            crc.ok() ? absl::InternalError(absl::StrCat("cannot stat ", file, ": ", ec.message())) : crc.status();
         p.result[0] = 0;
       }
     }
@@ -199,7 +209,7 @@ Trainer::ResumeFrom Trainer::resume_from(const JobConfig& cfg, int world_size, c
   const GptLayout layout(cfg.model);
   const ZeroShape shape(layout, cfg.zero.stage, world_size, 0, cfg.precision);
   return static_cast<int>(c->files.size()) == shape.part.world_size() ? ResumeFrom::kSamePartition
-                                                                       : ResumeFrom::kOtherPartition;
+                                                                      : ResumeFrom::kOtherPartition;
 }
 
 absl::Status Trainer::resume(const std::string& checkpoint) {
@@ -210,6 +220,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
   int64_t steps = 0, updates = 0;
   double last_lr = 0;
   uint64_t sample = 0;
+  EvalRecord eval;  // none in a checkpoint of a run without data.eval
   // Everything is checked first (every rank its share of the files'
   // checksums), then the state changes on every rank or on none.
   absl::Status s = [&]() -> absl::Status {
@@ -241,6 +252,13 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     ZEROD_ASSIGN_OR_RETURN(loader.epoch, manifest_unsigned(c, "data_loader.epoch"));
     ZEROD_ASSIGN_OR_RETURN(loader.position, manifest_unsigned(c, "data_loader.position"));
     ZEROD_ASSIGN_OR_RETURN(sample, manifest_unsigned(c, "rng.sample"));
+    if (cfg_.data.eval && m.contains("eval")) {
+      ZEROD_ASSIGN_OR_RETURN(eval.evaluations, manifest_integer(c, "eval.evaluations", 0, kMost));
+      ZEROD_ASSIGN_OR_RETURN(eval.best_loss, manifest_real(c, "eval.best_loss", /*positive=*/false));
+      ZEROD_ASSIGN_OR_RETURN(eval.best_step, manifest_integer(c, "eval.best_step", 0, steps));
+      ZEROD_ASSIGN_OR_RETURN(const int64_t since, manifest_integer(c, "eval.since_best", 0, eval.evaluations));
+      eval.since_best = static_cast<int>(since);
+    }
     files = std::move(c.files);
     return absl::OkStatus();
   }();
@@ -262,6 +280,7 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
     updates_ = updates;
     last_lr_ = last_lr;
     sample_rng_state_ = sample;
+    eval_record_ = eval;
   }
   ZEROD_RETURN_IF_ERROR(agree(*comm_, s, "resume"));
   return zero_->publish_params();

@@ -133,7 +133,7 @@ class TrainingRun {
       summary.final_loss = r->loss;
       const double elapsed = std::chrono::duration<double>(now - t0).count();
       StepFigures f;
-      f.tokens_per_s = tokens_per_step * (r->step - first_step) / elapsed;
+      f.tokens_per_s = tokens_per_step * (r->step - first_step) / (elapsed - eval_s_);
       if (peak_flops_ > 0) f.mfu = flops_per_token_ * f.tokens_per_s / peak_flops_;
       for (int tier = 0; tier < kNumTiers; ++tier) f.memory[tier] = acct_.current_total(static_cast<Tier>(tier));
       if (t_.profiler()) f.breakdown_ms = parts_.take(*t_.profiler());
@@ -148,16 +148,25 @@ class TrainingRun {
       }
       if (monitor_) monitor_->step(*r, f, err_);
       if (observer_) observer_->stepped(*r, cfg_.run.steps, f.tokens_per_s);
+      // Before the step's save, which then carries the evaluation's record.
+      const int64_t every = cfg_.run.eval.interval;
+      if (cfg_.data.eval && every > 0 && r->step % every == 0) {
+        if (int code = evaluate(summary); code != kExitOk) return code;
+      }
       const int64_t interval = cfg_.run.checkpoint.interval;
       if (cfg_.run.checkpoint.dir && interval > 0 && r->step % interval == 0) {
-        if (int code = save(); code != kExitOk) return code;
+        if (int code = save(*cfg_.run.checkpoint.dir, cfg_.run.checkpoint.keep); code != kExitOk) return code;
       }
       // A save in the background is published at the first step boundary
       // after every rank's file is written.
       if (int code = finish_save(false); code != kExitOk) return code;
+      if (summary.stopped_early) break;
+    }
+    if (cfg_.data.eval && t_.steps_done() > first_step && evaluated_step_ != t_.steps_done()) {
+      if (int code = evaluate(summary); code != kExitOk) return code;
     }
     if (cfg_.run.checkpoint.dir && t_.steps_done() > first_step && saved_step_ != t_.steps_done()) {
-      if (int code = save(); code != kExitOk) return code;
+      if (int code = save(*cfg_.run.checkpoint.dir, cfg_.run.checkpoint.keep); code != kExitOk) return code;
     }
     if (int code = finish_save(true); code != kExitOk) return code;
     if (monitor_) monitor_->flush(err_);
@@ -168,7 +177,9 @@ class TrainingRun {
       output_.breakdown(summary.steps - (after_first ? 1 : 0), after_first, p->device_totals(), p->host_totals());
     }
     summary.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    summary.tokens_per_s = summary.elapsed_s > 0 ? tokens_per_step * summary.steps / summary.elapsed_s : 0;
+    // Training's own time: the evaluations' left out.
+    const double training_s = summary.elapsed_s - eval_s_;
+    summary.tokens_per_s = training_s > 0 ? tokens_per_step * summary.steps / training_s : 0;
     return finish(summary);
   }
 
@@ -190,13 +201,46 @@ class TrainingRun {
     }
     return kExitOk;
   }
-  // Saves after the step just trained, once the save before it is done.
-  int save() {
+  // Saves after the step just trained under `root`, keeping `keep`, once
+  // the save before it is done.
+  int save(const std::string& root, int keep) {
     if (int code = finish_save(true); code != kExitOk) return code;
     saved_step_ = t_.steps_done();
-    const CheckpointConfig& c = cfg_.run.checkpoint;
-    absl::Status s = t_.start_checkpoint(*c.dir, c.keep, c.async);
+    absl::Status s = t_.start_checkpoint(root, keep, cfg_.run.checkpoint.async);
     return s.ok() ? kExitOk : save_failed(s);
+  }
+  // Where run.checkpoint.keep_best keeps the best evaluation's checkpoint:
+  // a checkpoint root of its own, of one.
+  std::string best_root() const { return *cfg_.run.checkpoint.dir + "/best"; }
+  // The held-out set after the step just trained: reported and recorded, a
+  // new best saved apart (keep_best); the run marked to stop where
+  // run.eval.patience evaluations have passed without a better one.
+  int evaluate(RunSummary& summary) {
+    const auto start = Clock::now();
+    auto r = t_.evaluate();
+    if (!r.ok()) {
+      return fail_(kExitFailure, absl::StrCat("evaluation after step ", t_.steps_done(), ": ", r.status().message()));
+    }
+    evaluated_step_ = r->step;
+    const bool best = t_.record(*r);
+    summary.eval = *r;
+    summary.eval_record = t_.eval_record();
+    output_.eval(*r, cfg_.run.steps, t_.eval_record(), best);
+    if (monitor_) monitor_->eval(*r, err_);
+    if (observer_) observer_->evaluated(*r, t_.eval_record());
+    eval_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+    const bool keep_best = cfg_.run.checkpoint.keep_best;
+    if (best && keep_best) {
+      if (int code = save(best_root(), 1); code != kExitOk) return code;
+      // The regular save of this step, where there is one, is its own.
+      saved_step_ = -1;
+    }
+    const int patience = cfg_.run.eval.patience;
+    if (patience > 0 && t_.eval_record().since_best >= patience) {
+      summary.stopped_early = true;
+      output_.early_stop(r->step, patience, t_.eval_record(), keep_best ? best_root() : "");
+    }
+    return kExitOk;
   }
   // The end-of-run evaluation and sample, and every rank's memory peaks.
   int finish(RunSummary& summary) {
@@ -226,7 +270,9 @@ class TrainingRun {
   std::ostream& err_;
   StepParts parts_;
   const Fail fail_;
-  int64_t saved_step_ = -1;  // of the newest save started
+  int64_t saved_step_ = -1;      // of the newest save started under run.checkpoint.dir
+  int64_t evaluated_step_ = -1;  // of the newest evaluation
+  double eval_s_ = 0;            // the evaluations' seconds, left out of tokens/s
 };
 
 }  // namespace

@@ -19,6 +19,8 @@ class RunObserver {
   virtual ~RunObserver() = default;
   // After each optimizer step, with the run's total steps and throughput.
   virtual void stepped(const StepResult& step, int64_t total_steps, double tokens_per_s) = 0;
+  // After each evaluation of the held-out set (data.eval), with the record.
+  virtual void evaluated(const EvalResult& eval, const EvalRecord& record) = 0;
   // The run fails with this exit status; called before the abort that ends
   // every rank at once, which leaves no later moment to say so.
   virtual void failing(int exit_code) = 0;

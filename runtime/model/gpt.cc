@@ -382,10 +382,7 @@ absl::Status Gpt::enqueue_forward_backward(WeightSource& ws, GradSink& sink, con
     return absl::InvalidArgumentError(absl::StrCat("pass ", pass, " of a model made for ", passes_));
   }
   if (positions) ZEROD_RETURN_IF_ERROR(check_positions(positions, B, T, packed_));
-  if (B < 1 || T < 1 || T > T_ || int64_t(B) * T > max_tokens()) {
-    return absl::InvalidArgumentError(absl::StrCat("a training pass of ", B, " x ", T, " tokens: the model holds ",
-                                                   max_tokens(), " tokens a pass, ", T_, " a row"));
-  }
+  ZEROD_RETURN_IF_ERROR(check_pass("a training pass", B, T));
   absl::Status s = enqueue_pass(ws, sink, inputs, targets, B, T, grad_scale, dropout_seed, pass, positions);
   // After a failure nothing this call enqueued may still run once it
   // returns: the caller's weights, gradients and tokens may go.
@@ -472,6 +469,45 @@ absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* 
   return ws.end_pass();
 }
 
+absl::Status Gpt::check_pass(const char* what, int B, int T) const {
+  if (B >= 1 && T >= 1 && T <= T_ && int64_t(B) * T <= max_tokens()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " of ", B, " x ", T, " tokens: the model holds ", max_tokens(),
+                                                 " tokens a pass, ", T_, " a row"));
+}
+
+absl::StatusOr<double> Gpt::loss_sum(WeightSource& ws, const int32_t* inputs, const int32_t* targets, int B, int T,
+                                     const int32_t* positions) {
+  if (positions) ZEROD_RETURN_IF_ERROR(check_positions(positions, B, T, packed_));
+  ZEROD_RETURN_IF_ERROR(check_pass("an evaluation pass", B, T));
+  absl::Status pass = enqueue_loss(ws, inputs, targets, B, T, positions);
+  pass.Update(device_.synchronize(impl_->s));  // as in forward_backward
+  ZEROD_RETURN_IF_ERROR(pass);
+  return impl_->loss_host.host<double>()[0];
+}
+
+// The training pass's forward and loss (enqueue_pass), without dropout or
+// anything backward: the head's losses alone, summed into pass 0's slot
+// for the host (read before any training pass reuses it).
+absl::Status Gpt::enqueue_loss(WeightSource& ws, const int32_t* inputs, const int32_t* targets, int B, int T,
+                               const int32_t* positions) {
+  Impl& m = *impl_;
+  Kernels& k = kernels_;
+  const GptConfig& c = layout_.config();
+  const Dims d = m.dims(B, T, /*training=*/false, 0, positions != nullptr);
+  m.upload(m.inputs, inputs, d.N);
+  m.upload(m.targets, targets, d.N);
+  if (positions) m.upload(m.positions, positions, d.N);
+  ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, d, /*backward=*/false).status());
+  ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
+  const ClassifierArgs head{
+      m.lnf.data(),    g.head(),      m.targets.ptr<int32_t>(), d.N,     d.C,    c.vocab_size, 0.0f, act_dtype_,
+      m.logits.data(), m.logits_rows, m.losses.ptr<double>(),   nullptr, nullptr};
+  k.classifier_forward_backward(m.s, head);
+  k.sum(m.s, m.losses.ptr<double>(), d.N, m.loss_sum.ptr<double>());
+  device_.copy(m.s, m.loss_host.ptr<double>(), m.loss_sum.data(), sizeof(double));
+  return ws.end_pass();
+}
+
 absl::Status Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits, bool last_only) {
   absl::Status pass = enqueue_logits(ws, tokens, B, T, logits, last_only);
   pass.Update(device_.synchronize(impl_->s));  // as in forward_backward
@@ -481,10 +517,7 @@ absl::Status Gpt::forward_logits(WeightSource& ws, const int32_t* tokens, int B,
 absl::Status Gpt::enqueue_logits(WeightSource& ws, const int32_t* tokens, int B, int T, float* logits, bool last_only) {
   Impl& m = *impl_;
   const int C = layout_.config().n_embd, V = layout_.config().vocab_size;
-  if (B < 1 || T < 1 || T > T_ || int64_t(B) * T > max_tokens()) {
-    return absl::InvalidArgumentError(absl::StrCat("forward_logits of ", B, " x ", T, " tokens: the model holds ",
-                                                   max_tokens(), " tokens a pass, ", T_, " a row"));
-  }
+  ZEROD_RETURN_IF_ERROR(check_pass("forward_logits", B, T));
   const int64_t rows = last_only ? B : int64_t(B) * T;
   m.upload(m.inputs, tokens, int64_t(B) * T);
   ZEROD_RETURN_IF_ERROR(m.forward_blocks(ws, m.dims(B, T, /*training=*/false, 0), /*backward=*/false).status());

@@ -77,6 +77,13 @@ class Gpt {
                                         const int32_t* positions = nullptr);
   double pass_loss(int pass) const;
 
+  // Forward only, the loss: the sum over the B*T tokens of -log p(target)
+  // (a target of -1 counts 0), as a training pass computes it but with no
+  // dropout. `positions` as forward_backward's. Enqueued work done when it
+  // returns.
+  absl::StatusOr<double> loss_sum(WeightSource& w, const int32_t* inputs, const int32_t* targets, int B, int T,
+                                  const int32_t* positions = nullptr);
+
   // Forward only, into host memory: logits [B*T, V], or [B, V] for the last
   // position of each sequence when last_only. B * T at most max_tokens(),
   // T at most max_seq().
@@ -100,6 +107,11 @@ class Gpt {
   absl::Status enqueue_pass(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets, int B,
                             int T, float grad_scale, uint64_t dropout_seed, int pass, const int32_t* positions);
   absl::Status enqueue_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
+  absl::Status enqueue_loss(WeightSource& w, const int32_t* inputs, const int32_t* targets, int B, int T,
+                            const int32_t* positions);
+  // Why a pass of B x T tokens does not fit the model (`what` names the
+  // pass), or OK.
+  absl::Status check_pass(const char* what, int B, int T) const;
 
   GptLayout layout_;
   int B_, T_;

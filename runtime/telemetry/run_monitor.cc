@@ -76,8 +76,17 @@ void RunMonitor::failed(const absl::Status& s, const char* what, std::ostream& e
 }
 
 void RunMonitor::step(const StepResult& r, const StepFigures& f, std::ostream& err) {
-  const std::vector<Scalar> scalars = step_scalars(r, f, cfg_.precision == DType::kF16);
-  const int64_t samples = r.step * cfg_.train_batch_size;
+  write(r.step * cfg_.train_batch_size, step_scalars(r, f, cfg_.precision == DType::kF16), err);
+  if (r.step % cfg_.steps_per_print == 0) flush(err);
+}
+
+void RunMonitor::eval(const EvalResult& r, std::ostream& err) {
+  const std::string p = "Eval/Samples/";
+  write(r.step * cfg_.train_batch_size, {{p + "eval_loss", r.loss}, {p + "eval_perplexity", r.perplexity()}}, err);
+  flush(err);
+}
+
+void RunMonitor::write(int64_t samples, const std::vector<Scalar>& scalars, std::ostream& err) {
   if (events_) {
     if (absl::Status s = events_->write(samples, now_s(), scalars); !s.ok()) {
       failed(s, "tensorboard", err);
@@ -90,7 +99,6 @@ void RunMonitor::step(const StepResult& r, const StepFigures& f, std::ostream& e
       csv_.reset();
     }
   }
-  if (r.step % cfg_.steps_per_print == 0) flush(err);
 }
 
 void RunMonitor::flush(std::ostream& err) {

@@ -2,7 +2,8 @@
 // tensorboard and csv_monitor sections, run.tensorboard_dir), written by
 // rank 0. The x-axis is DeepSpeed's: samples trained (steps x
 // train_batch_size); the tags are "Train/Samples/<figure>", DeepSpeed's
-// own names where it writes the figure too (train_loss, lr, loss_scale).
+// own names where it writes the figure too (train_loss, lr, loss_scale),
+// and the held-out set's "Eval/Samples/eval_loss" and "eval_perplexity".
 #pragma once
 
 #include <cstdint>
@@ -42,10 +43,14 @@ class RunMonitor {
   // steps_per_print steps and at the run's end (flush). A write that fails
   // is said once on `err` and ends that output: training goes on.
   void step(const StepResult& r, const StepFigures& f, std::ostream& err);
+  // An evaluation of the held-out set: "Eval/Samples/eval_loss" and
+  // "eval_perplexity" at its step's samples, written through.
+  void eval(const EvalResult& r, std::ostream& err);
   void flush(std::ostream& err);
 
  private:
   explicit RunMonitor(const JobConfig& cfg) : cfg_(cfg) {}
+  void write(int64_t samples, const std::vector<Scalar>& scalars, std::ostream& err);
   void failed(const absl::Status& s, const char* what, std::ostream& err);
 
   const JobConfig& cfg_;

@@ -207,6 +207,44 @@ void RunOutput::step(const StepResult& r, int64_t total_steps, const StepFigures
        << std::flush;
 }
 
+void RunOutput::eval(const EvalResult& r, int64_t total_steps, const EvalRecord& record, bool best) {
+  if (format_ == LogFormat::kJson) {
+    line({{"event", "eval"},
+          {"step", r.step},
+          {"loss", r.loss},
+          {"perplexity", r.perplexity()},
+          {"targets", r.targets},
+          {"best_loss", record.best_loss},
+          {"best_step", record.best_step}});
+    return;
+  }
+  out_ << absl::StrFormat("eval %*d/%d | loss %.6f | perplexity %.4g | %d targets | %s\n",
+                          static_cast<int>(std::to_string(total_steps).size()), r.step, total_steps, r.loss,
+                          r.perplexity(), r.targets,
+                          best ? std::string("best so far")
+                               : absl::StrFormat("best %.6f at step %d", record.best_loss, record.best_step))
+       << std::flush;
+}
+
+void RunOutput::early_stop(int64_t step, int patience, const EvalRecord& record, const std::string& best_checkpoint) {
+  if (format_ == LogFormat::kJson) {
+    nlohmann::json j = {{"event", "early_stop"},
+                        {"step", step},
+                        {"patience", patience},
+                        {"best_loss", record.best_loss},
+                        {"best_step", record.best_step}};
+    j["best_checkpoint"] = best_checkpoint.empty() ? nlohmann::json() : nlohmann::json(best_checkpoint);
+    line(j);
+    return;
+  }
+  out_ << absl::StrFormat(
+              "early stop after step %d: the eval loss has not improved for %d evaluations; best %.6f at "
+              "step %d%s\n",
+              step, patience, record.best_loss, record.best_step,
+              best_checkpoint.empty() ? "" : absl::StrCat(", kept in ", best_checkpoint))
+       << std::flush;
+}
+
 void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per_rank) {
   const MemoryPeaks& rank0 = per_rank.front();
   if (format_ == LogFormat::kJson) {
@@ -223,6 +261,13 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
                         {"memory_planned", memory_peak_json(s.planned)},
                         {"resident_peak", s.resident_peak}};
     if (s.synthetic_accuracy >= 0) j["synthetic_accuracy"] = s.synthetic_accuracy;
+    if (s.eval) {
+      j["eval_loss"] = s.eval->loss;
+      j["eval_perplexity"] = s.eval->perplexity();
+      j["best_eval_loss"] = s.eval_record.best_loss;
+      j["best_eval_step"] = s.eval_record.best_step;
+    }
+    if (s.stopped_early) j["stopped_early"] = true;
     if (s.time_to_first_step_s >= 0) j["time_to_first_step_s"] = s.time_to_first_step_s;
     if (!s.sample.empty()) j["sample"] = s.sample;
     if (!s.auto_filled.empty()) j["auto"] = auto_json(s.auto_filled);
@@ -235,6 +280,11 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
     out_ << absl::StrFormat(
         "done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s | first step done %.1fs after start\n", s.steps,
         s.elapsed_s, s.first_loss, s.final_loss, s.tokens_per_s, s.time_to_first_step_s);
+  }
+  if (s.eval) {
+    out_ << absl::StrFormat("eval: loss %.6f (perplexity %.4g) after step %d; best %.6f at step %d%s\n", s.eval->loss,
+                            s.eval->perplexity(), s.eval->step, s.eval_record.best_loss, s.eval_record.best_step,
+                            s.stopped_early ? ", stopped early" : "");
   }
   if (s.synthetic_accuracy >= 0) {
     out_ << absl::StrFormat("synthetic accuracy (held-out prompts, greedy): %.1f%%\n", 100 * s.synthetic_accuracy);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -21,6 +22,11 @@ struct RunSummary {
   double first_loss = 0, final_loss = 0;
   double tokens_per_s = 0, elapsed_s = 0;
   double synthetic_accuracy = -1;  // absent when negative
+  // data.eval's: the last evaluation and the record (absent without one),
+  // and whether run.eval.patience stopped the run.
+  std::optional<EvalResult> eval;
+  EvalRecord eval_record;
+  bool stopped_early = false;
   // From the worker's start to the end of its first step (the build, the
   // initial weights, the step): absent when negative (no step trained).
   double time_to_first_step_s = -1;
@@ -54,6 +60,12 @@ class RunOutput {
   // the first, a warm-up, when `after_first`), per step; host "step" is
   // their wall time, device names are kernels and copies.
   void breakdown(int64_t steps, bool after_first, const Profiler::Totals& device, const Profiler::Totals& host);
+  // An evaluation of the held-out set, and the record with it (`best`: it
+  // is the lowest so far).
+  void eval(const EvalResult& r, int64_t total_steps, const EvalRecord& record, bool best);
+  // run.eval.patience ends the run after `step`: the best evaluation, and
+  // the checkpoint kept of it (run.checkpoint.keep_best; "" when none).
+  void early_stop(int64_t step, int patience, const EvalRecord& record, const std::string& best_checkpoint);
   // A checkpoint saved after `step`: its directory, total bytes, the
   // seconds from the start of the save to its publication, and those of
   // them that training waited (less when written in the background).

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,6 +20,37 @@ struct StepResult {
   double grad_norm = 0;  // global gradient norm before clipping (unscaled); inf on overflow
   double loss_scale = 1;
   bool skipped = false;  // fp16 overflow: no update
+};
+
+// An evaluation of the held-out set (data.eval) after `step`: the mean
+// loss over its `targets` counted targets.
+struct EvalResult {
+  int64_t step = 0;
+  double loss = 0;
+  int64_t targets = 0;
+  double perplexity() const { return std::exp(loss); }
+};
+
+// The held-out losses of a run so far (resumed runs carry it): the lowest
+// and its step, and the evaluations since without a lower one.
+struct EvalRecord {
+  int64_t evaluations = 0;
+  double best_loss = 0;  // of evaluations > 0
+  int64_t best_step = 0;
+  int since_best = 0;
+  // Counts r; returns whether it is the lowest so far (the first is).
+  bool add(const EvalResult& r) {
+    const bool best = evaluations == 0 || r.loss < best_loss;
+    ++evaluations;
+    if (best) {
+      best_loss = r.loss;
+      best_step = r.step;
+      since_best = 0;
+    } else {
+      ++since_best;
+    }
+    return best;
+  }
 };
 
 // What a step reports beside its StepResult.

@@ -48,6 +48,7 @@ void classifier_forward_backward(const ClassifierArgs& a) {
     classifier_logits(logits, inp + r0 * C, C, wte, rows, C, V);
     round_to(a.act, logits, rows * V);
     softmax_cross_entropy(logits, a.losses + r0, a.targets + r0, rows, V, a.dloss);
+    if (!dinp) continue;
     // dinp = dlogits @ wte; dwte += dlogits^T @ inp.
     sgemm(false, false, rows, C, V, 1.0f, logits, V, wte, C, 0.0f, dinp + r0 * C, C);
     if (a.dwte) sgemm(true, false, V, C, rows, 1.0f, logits, V, inp + r0 * C, C, 1.0f, a.dwte, C);

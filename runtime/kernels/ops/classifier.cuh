@@ -102,6 +102,7 @@ inline void classifier_forward_backward(cudaStream_t s, DType t, LtGemm& lt, con
       softmax_cross_entropy_as<decltype(k)::value>(s, a.logits, ld, a.losses + r0, a.targets + r0, rows, V, a.dloss,
                                                    limits);
     });
+    if (!a.dinp) continue;
     void* dinp = static_cast<char*>(a.dinp) + r0 * C * ob;
     for (const VocabSlice v : slices) {
       lt.run(s, head_dinp_gemm(dinp, a.logits, ld, a.wte, ob, rows, C, v), t, t);

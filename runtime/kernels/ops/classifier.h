@@ -55,7 +55,7 @@ struct ClassifierArgs {
   void* logits;  // chunk_rows rows of logits scratch
   int64_t chunk_rows;
   double* losses;  // [N]
-  void* dinp;      // [N, C]
+  void* dinp;      // [N, C]; null: the losses alone (an evaluation), no gradient
   float* dwte;     // [V, C]; null: wte is frozen
 };
 void classifier_forward_backward(const ClassifierArgs& a);
