@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """TensorBoard itself reads zerod's event files: every scalar of every step
-against the run's JSON step events (zero-worker --log-format json output).
+against the run's JSON step events, and the held-out losses against its
+eval events (zero-worker --log-format json output).
 
   scripts/tensorboard_check.py EVENT_DIR RUN_OUTPUT [TRAIN_BATCH_SIZE]
 
@@ -24,14 +25,18 @@ def main():
     start = next(e for e in events if e["event"] == "start")
     batch = batch or start["train_batch_size"]
     steps = {e["step"] * batch: e for e in events if e["event"] == "step"}
+    evals = {e["step"] * batch: e for e in events if e["event"] == "eval"}
     acc = event_accumulator.EventAccumulator(event_dir, size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
     tags = acc.Tags()["scalars"]
-    checks = {"Train/Samples/train_loss": "loss", "Train/Samples/lr": "lr", "Train/Samples/grad_norm": "grad_norm",
-              "Train/Samples/tokens_per_s": "tokens_per_s", "Train/Samples/mfu": "mfu"}
+    checks = [("Train/Samples/train_loss", "loss", steps), ("Train/Samples/lr", "lr", steps),
+              ("Train/Samples/grad_norm", "grad_norm", steps), ("Train/Samples/tokens_per_s", "tokens_per_s", steps),
+              ("Train/Samples/mfu", "mfu", steps)]
+    if evals:
+        checks += [("Eval/Samples/eval_loss", "loss", evals), ("Eval/Samples/eval_perplexity", "perplexity", evals)]
     bad = 0
     compared = 0
-    for tag, key in checks.items():
+    for tag, key, reported in checks:
         if tag not in tags:
             print(f"missing tag {tag} (TensorBoard found {len(tags)}: {sorted(tags)})")
             bad += 1
@@ -41,10 +46,10 @@ def main():
             print(f"{tag}: a step written twice")
             bad += 1
         for step, value in seen:
-            if step in steps and steps[step].get(key) is not None:
+            if step in reported and reported[step].get(key) is not None:
                 compared += 1
-                if value != f32(steps[step][key]):
-                    print(f"{tag} at {step}: TensorBoard {value!r}, the step event {steps[step][key]!r}")
+                if value != f32(reported[step][key]):
+                    print(f"{tag} at {step}: TensorBoard {value!r}, the step event {reported[step][key]!r}")
                     bad += 1
     print(f"TensorBoard read {len(tags)} tags; {compared} values compared with the step events, {bad} problems")
     sys.exit(1 if bad or not compared else 0)

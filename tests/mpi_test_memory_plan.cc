@@ -123,6 +123,13 @@ std::vector<Case> cases(const std::string& dir) {
       {"llama_packed_stage3_bf16",
        testing::joined(packed_data, {"model.preset=llama-tiny", "zero_optimization.stage=3", "bf16.enabled=true"}),
        false});
+  // A held-out set: a fraction of the training windows (their list), and a
+  // packed shard beside unpacked training data (the model then packed).
+  all.push_back({"held_out_fraction_stage3", {"data.eval={\"fraction\": 0.25}", "zero_optimization.stage=3"}, false});
+  all.push_back(
+      {"packed_held_out_set_stage1",
+       {absl::StrCat("data.eval={\"path\": \"", packed, "\", \"kind\": \"tokens\"}"), "zero_optimization.stage=1"},
+       false});
   // Sequences of 4096: attention takes its query rows in blocks.
   all.push_back(
       {"long_sequences_bf16",
@@ -142,7 +149,7 @@ nlohmann::json base_job(const std::string& checkpoints) {
 }
 
 // The accountant's peaks over a run as zero-worker makes it: two steps, a
-// checkpoint in the background, the evaluation.
+// checkpoint in the background, the evaluations.
 MemoryPeaks measured(const JobConfig& cfg, bool evaluate) {
   MemoryAccountant& acct = testing::test_device().accountant();
   for (int t = 0; t < kNumTiers; ++t) EXPECT_EQ(acct.current_total(static_cast<Tier>(t)), 0u) << "left over";
@@ -159,6 +166,7 @@ MemoryPeaks measured(const JobConfig& cfg, bool evaluate) {
     }
     EXPECT_TRUE((*t)->finish_checkpoint(/*wait=*/true).ok());
     if (evaluate) EXPECT_TRUE((*t)->synthetic_accuracy().ok());
+    if (cfg.data.eval) EXPECT_TRUE((*t)->evaluate().ok());
   }
   return acct.peaks();
 }

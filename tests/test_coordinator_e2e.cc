@@ -39,8 +39,8 @@ constexpr char kToken[] = "e2e-token-7f3a9c";
 // a step takes a few milliseconds.
 nlohmann::json small_job(int steps, int checkpoint_interval = 0) {
   nlohmann::json j = {
-      {"model", {{"preset", "custom"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 256},
-                 {"block_size", 64}}},
+      {"model",
+       {{"preset", "custom"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 256}, {"block_size", 64}}},
       {"data", {{"kind", "synthetic"}, {"seq_len", 64}, {"seed", 1}}},
       {"run", {{"steps", steps}, {"seed", 3}, {"device", "cpu"}}},
       {"train_batch_size", 8},
@@ -134,14 +134,18 @@ class ZerodE2E : public TempDirTest {
     }
   }
   // The final loss of the same job run directly under mpirun.
-  double direct_loss(nlohmann::json config, int world_size) {
+  // The summary of the job run directly under mpirun, without checkpoints.
+  nlohmann::json direct_summary(nlohmann::json config, int world_size) {
     config["run"].erase("checkpoint");
     const std::string file = write("direct.json", config.dump());
     auto r = ::zerod::testing::mpirun(world_size, "--config " + file + " --log-format json");
     EXPECT_EQ(r.code, 0) << r.out;
     auto summary = ::zerod::testing::of_kind(::zerod::testing::events(r.out), "summary");
     EXPECT_EQ(summary.size(), 1u) << r.out;
-    return summary.empty() ? 0 : summary[0]["final_loss"].get<double>();
+    return summary.empty() ? nlohmann::json{{"final_loss", 0.0}} : summary[0];
+  }
+  double direct_loss(const nlohmann::json& config, int world_size) {
+    return direct_summary(config, world_size)["final_loss"].get<double>();
   }
   // zeroctl with the test's token: exit status and stdout.
   std::pair<int, std::string> zeroctl(const std::string& args) {
@@ -177,9 +181,13 @@ class ZerodE2E : public TempDirTest {
   std::unique_ptr<CoordinatorClient> client_;
 };
 
+// With a held-out set evaluated every 10 steps: its last loss and the
+// best in the job's progress and `zeroctl status`, a direct run's.
 TEST_F(ZerodE2E, DemoJobSucceedsWithTheLossOfADirectRun) {
   start_zerod();
-  const nlohmann::json config = small_job(20, 10);
+  nlohmann::json config = small_job(20, 10);
+  config["data"]["eval"] = {{"fraction", 0.1}};
+  config["run"]["eval"] = {{"interval", 10}};
   const std::string file = write("job.json", config.dump());
   auto [code, out] = zeroctl("submit " + file + " --np 2 --name demo --wait");
   EXPECT_EQ(code, 0) << out;
@@ -193,7 +201,12 @@ TEST_F(ZerodE2E, DemoJobSucceedsWithTheLossOfADirectRun) {
   EXPECT_EQ(job.attempts(0).state(), v1::SUCCEEDED);
   EXPECT_EQ(job.progress().step(), 20);
   EXPECT_EQ(job.progress().total_steps(), 20);
-  EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));  // bitwise
+  const nlohmann::json direct = direct_summary(config, 2);
+  EXPECT_EQ(job.progress().loss(), direct["final_loss"]);  // bitwise
+  ASSERT_TRUE(job.progress().has_eval_loss());
+  EXPECT_EQ(job.progress().eval_loss(), direct["eval_loss"]);
+  EXPECT_EQ(job.progress().eval_step(), 20);
+  EXPECT_EQ(job.progress().best_eval_loss(), direct["best_eval_loss"]);
   EXPECT_EQ(job.directory(), fs::canonical(path("state/jobs/1")).string());
   // The logs, through the API and through zeroctl, are the rank's file.
   const std::string file_log = read_whole_file(job_file(id, "rank-0.log")).value_or("");
@@ -207,6 +220,12 @@ TEST_F(ZerodE2E, DemoJobSucceedsWithTheLossOfADirectRun) {
   auto [status_code, status_out] = zeroctl("--json status 1");
   EXPECT_EQ(status_code, 0);
   EXPECT_EQ(nlohmann::json::parse(status_out)["state"], "SUCCEEDED");
+  auto [text_code, text_out] = zeroctl("status 1");
+  EXPECT_EQ(text_code, 0);
+  EXPECT_NE(text_out.find(absl::StrFormat("eval:       loss %.6f after step 20, best %.6f", job.progress().eval_loss(),
+                                          job.progress().best_eval_loss())),
+            std::string::npos)
+      << text_out;
   auto [list_code, list_out] = zeroctl("list");
   EXPECT_EQ(list_code, 0);
   EXPECT_NE(list_out.find("SUCCEEDED"), std::string::npos) << list_out;
@@ -233,7 +252,7 @@ TEST_F(ZerodE2E, KilledWorkerRestartsFromTheLatestCheckpoint) {
   EXPECT_FALSE(f.oom());
   EXPECT_NE(f.reason().find("rank 1"), std::string::npos) << f.reason();
   EXPECT_NE(f.reason().find("SIGKILL"), std::string::npos) << f.reason();
-  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());  // no survivor of the failed attempt
+  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());         // no survivor of the failed attempt
   EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));  // bitwise, as if never interrupted
   const std::string log = read_whole_file(job_file(id, "rank-0.log")).value_or("");
   EXPECT_NE(log.find("----- zerod: attempt 2 (restart 1 of 1) -----"), std::string::npos);
@@ -626,13 +645,18 @@ TEST_F(ZerodE2E, AStoreThatIsNotTheJobsIsRefusedAtStart) {
 // does not; once cancelled, the job's state follows.
 TEST_F(ZerodE2E, MetricsFollowTheJobAndNeedTheToken) {
   start_zerod_with_hang("1:1:5", {"--http-listen", "127.0.0.1:0"});
-  const std::string id = submit(request(small_job(40), 2, 0, /*hang_timeout_s=*/3600));
+  // A held-out set evaluated after step 4, before the rank hangs.
+  nlohmann::json config = small_job(40);
+  config["data"]["eval"] = {{"fraction", 0.1}};
+  config["run"]["eval"] = {{"interval", 4}};
+  const std::string id = submit(request(config, 2, 0, /*hang_timeout_s=*/3600));
   reached(id, 5);
   const std::map<std::string, std::string> job = {{"job", id}};
   ::zerod::testing::PromPage page;
   // Both ranks' heartbeats with their memory, after the job's progress.
   while ((page = metrics()).value("zerod_job_memory_bytes", {{"job", id}, {"tier", "host"}}) <= 0 ||
-         page.value("zerod_requests_total", {{"method", "Heartbeat"}, {"code", "OK"}}) < 2) {
+         page.value("zerod_requests_total", {{"method", "Heartbeat"}, {"code", "OK"}}) < 2 ||
+         std::isnan(page.value("zerod_job_eval_loss", job))) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   v1::Job record;
@@ -645,6 +669,10 @@ TEST_F(ZerodE2E, MetricsFollowTheJobAndNeedTheToken) {
   EXPECT_EQ(page.value("zerod_job_total_steps", job), 40);
   EXPECT_EQ(page.value("zerod_job_loss", job), record.progress().loss());
   EXPECT_EQ(page.value("zerod_job_tokens_per_second", job), record.progress().tokens_per_s());
+  ASSERT_TRUE(record.progress().has_eval_loss());
+  EXPECT_EQ(record.progress().eval_step(), 4);
+  EXPECT_EQ(page.value("zerod_job_eval_loss", job), record.progress().eval_loss());
+  EXPECT_EQ(page.value("zerod_job_best_eval_loss", job), record.progress().best_eval_loss());
   EXPECT_EQ(page.value("zerod_job_restarts_total", job), 0);
   EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", id}, {"tier", "gpu"}}), 0);
   EXPECT_GE(page.value("zerod_job_heartbeat_age_seconds", job), 0);
@@ -744,7 +772,12 @@ TEST_F(ZerodE2E, MisbehavingHttpClientsDisturbNothing) {
 // Without the token, or with another, nothing of the jobs is shown.
 TEST_F(ZerodE2E, TheDashboardShowsJobsAndChartsInABrowserWithTheToken) {
   start_zerod_with_hang("1:1:8", {"--http-listen", "127.0.0.1:0"});
-  const std::string id = submit(request(small_job(40), 2, 0, /*hang_timeout_s=*/3600));
+  // Held-out losses after steps 3 and 6, drawn on the loss chart as the
+  // heartbeats report them.
+  nlohmann::json config = small_job(40);
+  config["data"]["eval"] = {{"fraction", 0.1}};
+  config["run"]["eval"] = {{"interval", 3}};
+  const std::string id = submit(request(config, 2, 0, /*hang_timeout_s=*/3600));
   reached(id, 8);
   const std::string waiting = submit(request(small_job(5)));  // no free slot: PENDING
   httplib::Result api = http_get("/api/jobs/" + id, {{"Authorization", std::string("Bearer ") + kToken}});
@@ -753,15 +786,20 @@ TEST_F(ZerodE2E, TheDashboardShowsJobsAndChartsInABrowserWithTheToken) {
   const nlohmann::json series = nlohmann::json::parse(api->body)["series"];
   ASSERT_GE(series["step"].size(), 1u);
   EXPECT_EQ(series["step"].back(), 8);
+  // Sampled at the heartbeats as the steps are: the last evaluation always.
+  const nlohmann::json& evals = series["eval"]["step"];
+  ASSERT_GE(evals.size(), 1u);
+  EXPECT_EQ(evals.back(), 6);
+  EXPECT_EQ(series["eval"]["loss"].size(), evals.size());
 
   const std::string base = absl::StrCat("http://127.0.0.1:", http_port());
   // Chromium's stderr (with the page's console) into a file; the page's DOM
   // after its script ran, or a screenshot.
   const auto chromium = [&](const std::string& url, const std::string& what) {
-    return ::zerod::testing::run_command(
-        absl::StrCat("chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir=", path("chromium"),
-                     " --enable-logging=stderr --v=0 --virtual-time-budget=5000 --window-size=1400,900 ", what, " '",
-                     url, "' 2>>", path("chromium.err")));
+    return ::zerod::testing::run_command(absl::StrCat(
+        "chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir=", path("chromium"),
+        " --enable-logging=stderr --v=0 --virtual-time-budget=5000 --window-size=1400,900 ", what, " '", url, "' 2>>",
+        path("chromium.err")));
   };
   const auto shown = chromium(absl::StrCat(base, "/?token=", kToken, "&job=", id), "--dump-dom");
   ASSERT_EQ(shown.code, 0) << read_whole_file(path("chromium.err")).value_or("");
@@ -781,6 +819,7 @@ TEST_F(ZerodE2E, TheDashboardShowsJobsAndChartsInABrowserWithTheToken) {
               std::string::npos)
         << chart << ": " << dom;
   }
+  EXPECT_NE(dom.find(absl::StrCat("data-eval-points=\"", evals.size(), "\"")), std::string::npos) << dom;
   EXPECT_NE(dom.find(absl::StrCat("job ", id, " e2e (RUNNING)")), std::string::npos);
   EXPECT_NE(dom.find("<div id=\"status\"></div>"), std::string::npos) << dom;  // Chart.js was served, nothing failed
   ASSERT_EQ(chromium(absl::StrCat(base, "/?token=", kToken), "--screenshot=" + path("dashboard.png")).code, 0);

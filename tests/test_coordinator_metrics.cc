@@ -32,6 +32,10 @@ TEST(MetricsText, EveryJobsFiguresInPrometheusTextFormat) {
                                               job("8", v1::SUCCEEDED, 1, 100, 0.25), job("9", v1::PENDING, 0, 0, 0)};
   jobs[0].memory = {1ull << 33, 4096, 123456789, 1ull << 40};  // gpu, pinned, host, nvme
   jobs[0].heartbeat_age_s = 0.125;
+  // Job 8 evaluated a held-out set; the others did not.
+  jobs[1].job.mutable_progress()->set_eval_loss(1.5000000000000002);
+  jobs[1].job.mutable_progress()->set_eval_step(100);
+  jobs[1].job.mutable_progress()->set_best_eval_loss(1.25);
   RequestStats stats;
   stats.record("SubmitJob", "OK", 0.0002);
   stats.record("SubmitJob", "OK", 0.003);
@@ -53,6 +57,10 @@ TEST(MetricsText, EveryJobsFiguresInPrometheusTextFormat) {
   EXPECT_EQ(page.value("zerod_job_loss", {{"job", "7"}}), 2.0000000000000004);  // round-trip digits
   EXPECT_EQ(page.value("zerod_job_tokens_per_second", {{"job", "8"}}), 12345.678901234567);
   EXPECT_TRUE(std::isnan(page.value("zerod_job_step", {{"job", "9"}})));  // no progress yet
+  EXPECT_EQ(page.value("zerod_job_eval_loss", {{"job", "8"}}), 1.5000000000000002);
+  EXPECT_EQ(page.value("zerod_job_best_eval_loss", {{"job", "8"}}), 1.25);
+  EXPECT_EQ(page.count("zerod_job_eval_loss"), 1);  // jobs that evaluated only
+  EXPECT_EQ(page.type.at("zerod_job_eval_loss"), "gauge");
   EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", "7"}, {"tier", "gpu"}}), 8589934592.0);
   EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", "7"}, {"tier", "pinned"}}), 4096);
   EXPECT_EQ(page.value("zerod_job_memory_bytes", {{"job", "7"}, {"tier", "host"}}), 123456789);

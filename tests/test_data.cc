@@ -243,7 +243,7 @@ TEST_F(DataTest, ShardsOfBothWidthsMakeOneStream) {
   // All four bytes of an id count.
   ASSERT_TRUE(write_token_shard32(path("d.bin"), std::vector<uint32_t>(20, 7)).ok());
   ASSERT_TRUE(write_token_shard32(path("e.bin"), {7, 7, 0x01000005u, 7}).ok());
-  expect_error(load_dataset({DataKind::kTokens, path("[de].bin"), seq_len, 1}, 128256).status(),
+  expect_error(load_dataset({DataKind::kTokens, path("[de].bin"), seq_len, 1, {}}, 128256).status(),
                absl::StatusCode::kInvalidArgument, {path("e.bin"), "token 16777221 (at index 2)"});
 }
 
@@ -480,11 +480,11 @@ TEST_F(DataTest, UnpackedPositionsAreTheIndexInTheWindow) {
   std::vector<uint32_t> windowed;
   for (uint32_t id : masked) windowed.push_back(id & ~kDocStart);
   ASSERT_TRUE(write_window_shard(path("w.bin"), windowed, T).ok());
-  auto ds = load_dataset({DataKind::kTokens, path("w.bin"), T, 1}, 200);
+  auto ds = load_dataset({DataKind::kTokens, path("w.bin"), T, 1, {}}, 200);
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_FALSE(ds->packed);
-  EXPECT_FALSE(dataset_packed({DataKind::kTokens, path("w.bin"), T, 1}).value_or(true));
-  EXPECT_FALSE(dataset_packed({DataKind::kSynthetic, "", T, 1}).value_or(true));
+  EXPECT_FALSE(dataset_packed({DataKind::kTokens, path("w.bin"), T, 1, {}}).value_or(true));
+  EXPECT_FALSE(dataset_packed({DataKind::kSynthetic, "", T, 1, {}}).value_or(true));
   const TokenStream stream(plain);
   for (const auto& [tokens, windowed_data] :
        {std::pair<const TokenStream*, bool>{&stream, false}, {&ds->tokens, true}}) {
@@ -514,7 +514,7 @@ TEST_F(DataTest, PackedShardsRefusedWhenMixedOrDamaged) {
   ASSERT_TRUE(write_window_shard(path("a.bin"), ids, T, true).ok());
   const std::string good = testing::read_file(path("a.bin"));
   auto load = [&](const std::string& p, int seq_len = 16) {
-    return load_dataset({DataKind::kTokens, path(p), seq_len, 1}, 200).status();
+    return load_dataset({DataKind::kTokens, path(p), seq_len, 1, {}}, 200).status();
   };
   ASSERT_TRUE(load("a.bin").ok());
   EXPECT_EQ(load("a.bin", 8).message(),
@@ -615,7 +615,7 @@ TEST_F(DataTest, WindowsAcrossMappedShardsAreTheConcatenatedStreams) {
     all.insert(all.end(), ids.begin(), ids.end());
   }
   write_file(path("t.txt"), "bytes of text");
-  auto ds = load_dataset({DataKind::kTokens, path("s*.bin"), 7, 1}, 3000);
+  auto ds = load_dataset({DataKind::kTokens, path("s*.bin"), 7, 1, {}}, 3000);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const TokenStream held(all);
   DataLoader mapped = *DataLoader::create(&ds->tokens, 7, 5), reference = *DataLoader::create(&held, 7, 5);
@@ -645,7 +645,7 @@ TEST_F(DataTest, ShardsAreMappedNotCopiedIntoTheRank) {
   for (int i = 0; i < kIds; ++i) ids[i] = static_cast<uint16_t>(i % 50000);
   for (int f = 0; f < kShards; ++f) ASSERT_TRUE(write_token_shard(path("big" + std::to_string(f) + ".bin"), ids).ok());
   const int64_t before = resident_bytes();
-  auto ds = load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1}, 50257);
+  auto ds = load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1, {}}, 50257);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const int64_t grown = resident_bytes() - before;
   EXPECT_EQ(ds->tokens.size(), int64_t{kShards} * kIds);
@@ -653,7 +653,7 @@ TEST_F(DataTest, ShardsAreMappedNotCopiedIntoTheRank) {
 
   ids[kIds - 5] = 60000;
   ASSERT_TRUE(write_token_shard(path("big3.bin"), ids).ok());
-  expect_error(load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1}, 50257).status(),
+  expect_error(load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1, {}}, 50257).status(),
                absl::StatusCode::kInvalidArgument,
                {path("big3.bin"), "token 60000", "at index " + std::to_string(kIds - 5)});
 }
@@ -904,7 +904,7 @@ TEST(DataLoader, WindowOrderIsAccountedAsPlanned) {
   const Dataset ds = *load_dataset(cfg, 256);
   EXPECT_EQ(plan.buffers()[0].bytes, uint64_t((ds.tokens.size() - 1) / 64) * 8);
   MemoryPlan missing;
-  DataLoader::plan({DataKind::kText, "/nonexistent/data.txt", 64, 1}, missing);
+  DataLoader::plan({DataKind::kText, "/nonexistent/data.txt", 64, 1, {}}, missing);
   EXPECT_TRUE(missing.buffers().empty()) << "data that cannot be sized here is left out";
 }
 

@@ -298,6 +298,39 @@ TEST_F(RunMonitorTest, EventAndCsvFilesHoldTheStepEventsFigures) {
   EXPECT_TRUE(fs::exists(csv + "/Train_Samples_memory_host_bytes.csv"));
 }
 
+// A held-out set evaluated every second step: its loss and perplexity as
+// Eval/Samples/ scalars at those steps' samples, in the event file and in
+// DeepSpeed-named CSV files, the JSON eval events' values.
+TEST_F(RunMonitorTest, HeldOutLossesAreEvalScalarsAtTheirSteps) {
+  json j = monitored();
+  j["data"]["eval"] = {{"fraction", 0.1}};
+  j["run"]["eval"] = {{"interval", 2}};
+  const testing::WorkerResult r = run(j);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const std::vector<json> evals = of_kind(events(r.out), "eval");
+  ASSERT_EQ(evals.size(), 3u);
+  std::vector<Event> tb;
+  for (const Event& e : scalar_events(path("tb/job"))) {
+    if (e.scalars.count("Eval/Samples/eval_loss")) tb.push_back(e);
+  }
+  ASSERT_EQ(tb.size(), 3u);
+  const auto eval_rows = csv_rows(path("csv/job/Eval_Samples_eval_loss.csv"), "step,eval_loss");
+  const auto ppl_rows = csv_rows(path("csv/job/Eval_Samples_eval_perplexity.csv"), "step,eval_perplexity");
+  ASSERT_EQ(eval_rows.size(), 3u);
+  ASSERT_EQ(ppl_rows.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const json& e = evals[i];
+    EXPECT_EQ(e["step"], 2 * static_cast<int64_t>(i + 1));
+    EXPECT_EQ(tb[i].step, 4 * e["step"].get<int64_t>());  // samples
+    EXPECT_EQ(tb[i].scalars.at("Eval/Samples/eval_loss"), static_cast<float>(e["loss"].get<double>()));
+    EXPECT_EQ(tb[i].scalars.at("Eval/Samples/eval_perplexity"), static_cast<float>(e["perplexity"].get<double>()));
+    EXPECT_EQ(e["perplexity"].get<double>(), std::exp(e["loss"].get<double>()));
+    EXPECT_EQ(eval_rows[i].first, tb[i].step);
+    EXPECT_EQ(eval_rows[i].second, e["loss"].get<double>());
+    EXPECT_EQ(ppl_rows[i].second, e["perplexity"].get<double>());
+  }
+}
+
 // run.tensorboard_dir names the event files' directory itself; fp16 adds
 // DeepSpeed's loss_scale.
 TEST_F(RunMonitorTest, TensorboardDirOfTheRunSectionAndTheLossScale) {

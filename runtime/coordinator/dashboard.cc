@@ -25,6 +25,9 @@ nlohmann::json job_json(const v1::Job& job, const std::vector<Supervisor::Point>
       {"total_steps", job.progress().total_steps()},
       {"loss", job.progress().step() > 0 ? nlohmann::json(job.progress().loss()) : nlohmann::json()},
       {"tokens_per_s", job.progress().step() > 0 ? nlohmann::json(job.progress().tokens_per_s()) : nlohmann::json()},
+      {"eval_loss", job.progress().has_eval_loss() ? nlohmann::json(job.progress().eval_loss()) : nlohmann::json()},
+      {"best_eval_loss",
+       job.progress().has_eval_loss() ? nlohmann::json(job.progress().best_eval_loss()) : nlohmann::json()},
       {"eta_s", eta ? nlohmann::json(*eta) : nlohmann::json()},
       {"attempts", job.attempts_size()},
       {"restarts", std::max(0, job.attempts_size() - 1)},
@@ -32,7 +35,8 @@ nlohmann::json job_json(const v1::Job& job, const std::vector<Supervisor::Point>
       {"submitted_unix_ms", job.submitted_unix_ms()}};
 }
 
-nlohmann::json series_json(const v1::Job& job, const std::vector<Supervisor::Point>& series) {
+nlohmann::json series_json(const v1::Job& job, const std::vector<Supervisor::Point>& series,
+                           const std::vector<Supervisor::EvalPoint>& evals) {
   nlohmann::json s = {{"t_ms", nlohmann::json::array()},         {"attempt", nlohmann::json::array()},
                       {"step", nlohmann::json::array()},         {"loss", nlohmann::json::array()},
                       {"tokens_per_s", nlohmann::json::array()}, {"memory", nlohmann::json::object()}};
@@ -44,6 +48,13 @@ nlohmann::json series_json(const v1::Job& job, const std::vector<Supervisor::Poi
     s["loss"].push_back(p.loss);
     s["tokens_per_s"].push_back(p.tokens_per_s);
     for (int t = 0; t < kNumTiers; ++t) s["memory"][tier_name(static_cast<Tier>(t))].push_back(p.memory[t]);
+  }
+  s["eval"] = {
+      {"attempt", nlohmann::json::array()}, {"step", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
+  for (const Supervisor::EvalPoint& e : evals) {
+    s["eval"]["attempt"].push_back(e.attempt);
+    s["eval"]["step"].push_back(e.step);
+    s["eval"]["loss"].push_back(e.loss);
   }
   return {{"job", job_json(job, series)}, {"series", s}};
 }

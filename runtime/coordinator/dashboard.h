@@ -1,6 +1,6 @@
 // What zerod's dashboard page shows, as the JSON its script fetches: the
-// jobs (state, progress, ETA, restarts, first failure) and one job's series
-// of loss, tokens/s and memory by tier. The page itself is dashboard.html,
+// jobs (state, progress, held-out loss, ETA, restarts, first failure) and
+// one job's series of loss (and held-out loss), tokens/s and memory by tier. The page itself is dashboard.html,
 // compiled in; its charts are drawn by Debian's Chart.js, which zerod serves.
 #pragma once
 
@@ -20,8 +20,10 @@ std::optional<double> eta_seconds(const v1::Job& job, const std::vector<Supervis
 // One job's row.
 nlohmann::json job_json(const v1::Job& job, const std::vector<Supervisor::Point>& series);
 
-// The row and its series, one array a figure ("memory": one a tier).
-nlohmann::json series_json(const v1::Job& job, const std::vector<Supervisor::Point>& series);
+// The row and its series, one array a figure ("memory": one a tier;
+// "eval": the held-out set's evaluations, their steps and losses).
+nlohmann::json series_json(const v1::Job& job, const std::vector<Supervisor::Point>& series,
+                           const std::vector<Supervisor::EvalPoint>& evals);
 
 // The page (dashboard.html).
 extern const char kDashboardHtml[];

@@ -182,7 +182,7 @@ void add_api_routes(httplib::Server& s, Backend& backend) {
             const int status = absl::IsNotFound(job.status()) ? 404 : absl::IsInvalidArgument(job.status()) ? 400 : 503;
             return json_reply(res, status, {{"error", std::string(job.status().message())}});
           }
-          json_reply(res, 200, series_json(*job, sup->series(job->id())));
+          json_reply(res, 200, series_json(*job, sup->series(job->id()), sup->eval_series(job->id())));
         }));
 }
 

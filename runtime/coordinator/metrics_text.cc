@@ -112,6 +112,18 @@ std::string metrics_text(const std::vector<Supervisor::JobMetrics>& jobs, const 
       if (j.job.progress().step() > 0) sample(out, f.name, job_label(j), f.value(j.job.progress()));
     }
   }
+  // The held-out set's (data.eval), once evaluated.
+  family(out, "zerod_job_eval_loss", "gauge", "The job's latest held-out loss (data.eval).");
+  for (const auto& j : jobs) {
+    if (j.job.progress().has_eval_loss())
+      sample(out, "zerod_job_eval_loss", job_label(j), j.job.progress().eval_loss());
+  }
+  family(out, "zerod_job_best_eval_loss", "gauge", "The job's lowest held-out loss so far.");
+  for (const auto& j : jobs) {
+    if (j.job.progress().has_eval_loss()) {
+      sample(out, "zerod_job_best_eval_loss", job_label(j), j.job.progress().best_eval_loss());
+    }
+  }
   family(out, "zerod_job_memory_bytes", "gauge", "Bytes a running job's ranks hold, summed, by tier.");
   for (const auto& j : jobs) {
     if (j.job.state() != v1::RUNNING) continue;

@@ -191,25 +191,44 @@ absl::StatusOr<std::vector<v1::Job>> Supervisor::list(const std::vector<v1::JobS
   return jobs;
 }
 
-void Supervisor::add_point_locked(const Attempt& a, const v1::Progress& p) {
-  std::vector<Point>& s = series_[a.job_id];
-  if (s.size() >= kMaxPoints) {
-    // Half the resolution, the whole run kept: every other point goes.
+namespace {
+
+// Appends x to s, halving s's resolution first where it is full (every
+// other point goes, the whole run kept).
+template <class T>
+void add_bounded(std::vector<T>& s, const T& x, size_t most) {
+  if (s.size() >= most) {
     size_t kept = 0;
     for (size_t i = 0; i < s.size(); i += 2) s[kept++] = s[i];
     s.resize(kept);
   }
+  s.push_back(x);
+}
+
+template <class T>
+std::vector<T> series_of(const std::map<std::string, std::vector<T>>& all, const std::string& id) {
+  const auto it = all.find(id);
+  return it == all.end() ? std::vector<T>{} : it->second;
+}
+
+}  // namespace
+
+void Supervisor::add_point_locked(const Attempt& a, const v1::Progress& p) {
   Point pt{now_ms(), a.number, p.step(), p.loss(), p.tokens_per_s(), {}};
   for (const auto& [rank, r] : a.ranks) {
     for (int t = 0; t < kNumTiers; ++t) pt.memory[t] += r.memory[t];
   }
-  s.push_back(pt);
+  add_bounded(series_[a.job_id], pt, kMaxPoints);
 }
 
 std::vector<Supervisor::Point> Supervisor::series(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = series_.find(id);
-  return it == series_.end() ? std::vector<Point>{} : it->second;
+  return series_of(series_, id);
+}
+
+std::vector<Supervisor::EvalPoint> Supervisor::eval_series(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return series_of(eval_series_, id);
 }
 
 absl::StatusOr<std::vector<Supervisor::JobMetrics>> Supervisor::metrics() {
@@ -310,10 +329,13 @@ absl::StatusOr<v1::HeartbeatResponse> Supervisor::heartbeat(const v1::HeartbeatR
     v1::Progress& p = progress_[a.job_id];
     if (p.SerializeAsString() != req.progress().SerializeAsString()) {
       const bool stepped = p.step() != req.progress().step();
+      const bool evaluated =
+          req.progress().has_eval_loss() && (!p.has_eval_loss() || p.eval_step() != req.progress().eval_step());
       p = req.progress();
       a.unsaved = true;
       changed();
       if (stepped) add_point_locked(a, p);
+      if (evaluated) add_bounded(eval_series_[a.job_id], EvalPoint{a.number, p.eval_step(), p.eval_loss()}, kMaxPoints);
     }
   }
   return resp;

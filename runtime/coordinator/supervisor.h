@@ -101,6 +101,14 @@ class Supervisor {
   };
   static constexpr size_t kMaxPoints = 4096;
   std::vector<Point> series(const std::string& id) const;
+  // Each evaluation of the job's held-out set (data.eval) rank 0 reported:
+  // its step and loss, kept as the points are.
+  struct EvalPoint {
+    int attempt = 0;
+    int64_t step = 0;
+    double loss = 0;
+  };
+  std::vector<EvalPoint> eval_series(const std::string& id) const;
 
   // Counts every change of any job (state, attempt, progress): a stream
   // compares it with the last it saw before reading again.
@@ -211,8 +219,9 @@ class Supervisor {
   std::map<std::string, Attempt> running_;            // by job id
   std::map<std::string, v1::Progress> progress_;      // latest heartbeats, ahead of the store
   std::map<std::string, std::vector<Point>> series_;  // by job id
-  std::map<std::string, End> unrecorded_;             // by job id
-  std::string queue_error_;                           // why the store refused to start the next job
+  std::map<std::string, std::vector<EvalPoint>> eval_series_;
+  std::map<std::string, End> unrecorded_;  // by job id
+  std::string queue_error_;                // why the store refused to start the next job
   std::atomic<uint64_t> changes_{0};
   bool reschedule_ = true;  // a job arrived or slots were freed: look at the queue
   bool quit_ = false;

@@ -88,11 +88,11 @@ class ProgressBar {
     }
     constexpr int kWidth = 30;
     const int filled = total > 0 ? static_cast<int>(kWidth * step / total) : 0;
-    const std::string line =
-        total == 0 ? absl::StrFormat("job %s %-9s (no step reported yet)", j.id(), state_name(j.state()))
-                   : absl::StrFormat("job %s %-9s [%s%s] %d/%d steps  loss %s  ETA %s", j.id(), state_name(j.state()),
-                                     std::string(filled, '#'), std::string(kWidth - filled, '.'), step, total,
-                                     loss_text(j), eta);
+    const std::string line = total == 0
+                                 ? absl::StrFormat("job %s %-9s (no step reported yet)", j.id(), state_name(j.state()))
+                                 : absl::StrFormat("job %s %-9s [%s%s] %d/%d steps  loss %s  ETA %s", j.id(),
+                                                   state_name(j.state()), std::string(filled, '#'),
+                                                   std::string(kWidth - filled, '.'), step, total, loss_text(j), eta);
     const int64_t tenth = total > 0 ? step * 10 / total : 0;
     if (tty_) {
       err_ << "\r" << line << std::flush;
@@ -291,6 +291,10 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
         << "ranks:      " << j.spec().world_size() << "\n"
         << "progress:   step " << j.progress().step() << "/" << j.progress().total_steps() << ", loss " << loss_text(j)
         << ", " << absl::StrFormat("%.0f", j.progress().tokens_per_s()) << " tokens/s\n"
+        << (j.progress().has_eval_loss()
+                ? absl::StrFormat("eval:       loss %.6f after step %d, best %.6f\n", j.progress().eval_loss(),
+                                  j.progress().eval_step(), j.progress().best_eval_loss())
+                : "")
         << "submitted:  " << when(j.submitted_unix_ms()) << "\n"
         << "finished:   " << when(j.finished_unix_ms()) << "\n"
         << "directory:  " << j.directory() << "\n";
