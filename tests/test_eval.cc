@@ -5,6 +5,7 @@
 // windows are never trained on, and bad held-out sets are refused before
 // training.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -327,6 +328,67 @@ TEST_F(Eval, AResumedRunCarriesTheBestAndThePatienceCount) {
   ASSERT_EQ(stop.size(), 1u);
   EXPECT_EQ(stop[0], testing::of_kind(testing::events(whole.out), "early_stop").at(0));
   testing::expect_same_files(*latest_checkpoint(path("whole")), *latest_checkpoint(path("parts")));
+}
+
+// A run killed (SIGKILL) while it evaluates after step 3, then resumed from
+// its step-2 checkpoint (saved in the foreground, so that it is published
+// before the kill): its evaluations, its record and its last and best
+// checkpoints are the uninterrupted run's, bit for bit.
+TEST_F(Eval, KilledDuringAnEvaluationAndResumedIsTheUninterruptedRun) {
+  // A held-out set large enough that an evaluation takes a second or two.
+  const std::string big = path("big.bin");
+  write_tokens(big, 120000, 4);
+  const auto config = [&](const std::string& name) {
+    return write(name + ".json",
+                 patched(testing::tiny_job(),
+                         {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
+                          {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", big}}}}},
+                          {"run",
+                           {{"steps", 6},
+                            {"eval", {{"interval", 3}}},
+                            {"checkpoint", {{"dir", path(name)}, {"interval", 2}, {"keep_best", true}, {"async", false}}},
+                            {"resume", "latest"}}},
+                          {"steps_per_print", 1}})
+                     .dump());
+  };
+  const testing::WorkerResult whole = testing::run_worker_with({"--config", config("whole"), "--log-format", "json"});
+  ASSERT_EQ(whole.code, kExitOk) << whole.err;
+
+  // The real binary, its pid first (the shell execs it), killed once step
+  // 3's event is out and before its evaluation's is.
+  const std::string killed = config("killed");
+  FILE* p =
+      popen(("echo $$; exec " ZEROD_WORKER_BIN " --config " + killed + " --log-format json 2>/dev/null").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[1 << 16];
+  ASSERT_NE(fgets(line, sizeof line, p), nullptr);
+  const pid_t pid = std::stoi(line);
+  std::string seen;
+  while (fgets(line, sizeof line, p) != nullptr) {
+    seen += line;
+    const auto e = testing::events(line);
+    if (!e.empty() && e[0]["event"] == "step" && e[0]["step"] == 3) {
+      ASSERT_EQ(kill(pid, SIGKILL), 0);
+      break;
+    }
+  }
+  while (fgets(line, sizeof line, p) != nullptr) seen += line;
+  pclose(p);
+  ASSERT_TRUE(testing::of_kind(testing::events(seen), "eval").empty()) << "the evaluation finished first: " << seen;
+  EXPECT_TRUE(testing::of_kind(testing::events(seen), "summary").empty()) << seen;
+  EXPECT_EQ(latest_checkpoint(path("killed")).value_or(""), path("killed") + "/" + checkpoint_dir_name(2));
+
+  const testing::WorkerResult resumed = testing::run_worker_with({"--config", killed, "--log-format", "json"});
+  ASSERT_EQ(resumed.code, kExitOk) << resumed.err;
+  EXPECT_EQ(testing::of_kind(testing::events(resumed.out), "eval"),
+            testing::of_kind(testing::events(whole.out), "eval"));
+  const auto summary = [](const std::string& out) {
+    nlohmann::json s = testing::of_kind(testing::events(out), "summary").at(0);
+    return nlohmann::json{s["eval_loss"], s["best_eval_loss"], s["best_eval_step"], s["final_loss"]};
+  };
+  EXPECT_EQ(summary(resumed.out), summary(whole.out));
+  testing::expect_same_files(*latest_checkpoint(path("whole")), *latest_checkpoint(path("killed")));
+  testing::expect_same_files(*latest_checkpoint(path("whole") + "/best"), *latest_checkpoint(path("killed") + "/best"));
 }
 
 // A held-out set with no target, a fraction holding out no window or every
