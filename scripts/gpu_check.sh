@@ -405,7 +405,7 @@ if [ "$section" = bench ]; then
   # left of GPU_CHECK_SECONDS (540 s).
   # Attention alone against PyTorch's SDPA at the bench's shapes, in turn.
   for round in 1 2; do
-    timeout 90 "$build/bench/attention_throughput" >"$logs/attention-$round.log" 2>&1
+    timeout 180 "$build/bench/attention_throughput" >"$logs/attention-$round.log" 2>&1
     say "zerod attention, round $round: exit $?; $(tail -13 "$logs/attention-$round.log" | tr -s ' ' | tr '\n' ';')"
     grep -hE 'runs (unfused|fused [0-9]+ seq)' "$logs/attention-$round.log" | sort -u | head -6 | sed 's/^/gpu_check: /' | tee -a "$summary"
     timeout 120 python3 bench/gpu/torch_sdpa.py >"$logs/torch-sdpa-$round.log" 2>&1

@@ -3,15 +3,16 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 #include "runtime/config/job_config.h"
 #include "runtime/config/json_reader.h"
-#include "tests/temp_dir.h"
 
 namespace zerod {
 namespace {
@@ -178,9 +179,9 @@ TEST(ConfigModel, LlamaPresetAndItsFields) {
   EXPECT_EQ(c.model.block_size, 131072);
   EXPECT_EQ(c.data.seq_len, 2048);  // the positions up to 2048, not 131072
   // Every field overrides the preset's; a factor of 0 is no scaling.
-  j["model"] = {
-      {"preset", "llama-3.1-8b"}, {"n_kv_head", 4},         {"ffn_hidden", 1000}, {"rope_theta", 1e4},
-      {"norm_eps", 1e-6},         {"tie_embeddings", true}, {"qkv_bias", true},   {"rope_scaling", {{"factor", 0}}}};
+  j["model"] = {{"preset", "llama-3.1-8b"}, {"n_kv_head", 4},    {"ffn_hidden", 1000},
+                {"rope_theta", 1e4},        {"norm_eps", 1e-6},  {"tie_embeddings", true},
+                {"qkv_bias", true},         {"rope_scaling", {{"factor", 0}}}};
   c = parse_ok(j);
   EXPECT_EQ(c.model.kv_heads(), 4);
   EXPECT_EQ(c.model.ffn_hidden, 1000);
@@ -195,8 +196,8 @@ TEST(ConfigModel, LlamaPresetAndItsFields) {
   EXPECT_EQ(c.model.rope_scaling.original_max_position, 2048);
   EXPECT_EQ(c.model.rope_scaling.high_freq_factor, 4);  // the preset's
   // A custom Llama.
-  j["model"] = {{"arch", "llama"}, {"n_layer", 1},     {"n_head", 4},       {"n_kv_head", 1},
-                {"n_embd", 32},    {"ffn_hidden", 48}, {"vocab_size", 100}, {"block_size", 16}};
+  j["model"] = {{"arch", "llama"}, {"n_layer", 1}, {"n_head", 4}, {"n_kv_head", 1}, {"n_embd", 32},
+                {"ffn_hidden", 48}, {"vocab_size", 100}, {"block_size", 16}};
   c = parse_ok(j);
   EXPECT_TRUE(c.model.llama());
   EXPECT_EQ(c.model.qkv_width(), (4 + 2) * 8);
@@ -296,10 +297,10 @@ TEST(ConfigBatch, AllThreeMustAgree) {
 }
 
 TEST(ConfigBatch, TotalMustBeDivisible) {
-  EXPECT_TRUE(rejected(batch(10, 4, -1), "train_batch_size"));     // 10 % 4
-  EXPECT_TRUE(rejected(batch(12, 4, -1), "train_batch_size", 2));  // 12 % 8
-  EXPECT_TRUE(rejected(batch(10, -1, 3), "train_batch_size"));     // 10 % 3
-  EXPECT_TRUE(rejected(batch(9, -1, -1), "train_batch_size", 2));  // 9 % 2
+  EXPECT_TRUE(rejected(batch(10, 4, -1), "train_batch_size"));       // 10 % 4
+  EXPECT_TRUE(rejected(batch(12, 4, -1), "train_batch_size", 2));    // 12 % 8
+  EXPECT_TRUE(rejected(batch(10, -1, 3), "train_batch_size"));       // 10 % 3
+  EXPECT_TRUE(rejected(batch(9, -1, -1), "train_batch_size", 2));    // 9 % 2
 }
 
 TEST(ConfigBatch, NeedsTotalOrMicro) {
@@ -345,12 +346,8 @@ TEST(ConfigKeys, UnknownKeysNameTheirFullPath) {
 
 TEST(ConfigKeys, KnownSectionsWithAllKeysParse) {
   json j = minimal();
-  j["run"] = {{"steps", 5},
-              {"seed", 7},
-              {"device", "cpu"},
-              {"log_format", "json"},
-              {"checkpoint", {{"interval", 0}, {"keep", 2}}},
-              {"sample", {{"tokens", 8}, {"temperature", 0.5}}}};
+  j["run"] = {{"steps", 5}, {"seed", 7}, {"device", "cpu"}, {"log_format", "json"},
+              {"checkpoint", {{"interval", 0}, {"keep", 2}}}, {"sample", {{"tokens", 8}, {"temperature", 0.5}}}};
   j["optimizer"] = {
       {"type", "Adam"},
       {"params", {{"lr", 0.01}, {"betas", {0.8, 0.95}}, {"eps", 1e-6}, {"weight_decay", 0.1}, {"adam_w_mode", false}}}};
@@ -514,7 +511,7 @@ TEST(ConfigValues, EvalSettings) {
   j["data"]["eval"] = {{"path", "held.bin"}, {"kind", "synthetic"}};
   EXPECT_TRUE(rejected(j, "data.eval.kind"));
   synthetic["data"]["eval"] = {{"path", "held.bin"}};
-  EXPECT_TRUE(rejected(synthetic, "data.eval.kind: the synthetic task's held-out prompts"));
+  EXPECT_TRUE(rejected(synthetic, "data.eval.kind: required with synthetic data"));
   j["data"]["eval"] = {{"path", "held.bin"}, {"every", 5}};
   EXPECT_TRUE(rejected(j, "'data.eval.every'"));
   j["data"]["eval"] = {{"path", "held.bin"}};

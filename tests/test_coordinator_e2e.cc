@@ -39,8 +39,8 @@ constexpr char kToken[] = "e2e-token-7f3a9c";
 // a step takes a few milliseconds.
 nlohmann::json small_job(int steps, int checkpoint_interval = 0) {
   nlohmann::json j = {
-      {"model",
-       {{"preset", "custom"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 256}, {"block_size", 64}}},
+      {"model", {{"preset", "custom"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 256},
+                 {"block_size", 64}}},
       {"data", {{"kind", "synthetic"}, {"seq_len", 64}, {"seed", 1}}},
       {"run", {{"steps", steps}, {"seed", 3}, {"device", "cpu"}}},
       {"train_batch_size", 8},
@@ -252,7 +252,7 @@ TEST_F(ZerodE2E, KilledWorkerRestartsFromTheLatestCheckpoint) {
   EXPECT_FALSE(f.oom());
   EXPECT_NE(f.reason().find("rank 1"), std::string::npos) << f.reason();
   EXPECT_NE(f.reason().find("SIGKILL"), std::string::npos) << f.reason();
-  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());         // no survivor of the failed attempt
+  EXPECT_TRUE(tagged_processes(tag(id, 1)).empty());  // no survivor of the failed attempt
   EXPECT_EQ(job.progress().loss(), direct_loss(config, 2));  // bitwise, as if never interrupted
   const std::string log = read_whole_file(job_file(id, "rank-0.log")).value_or("");
   EXPECT_NE(log.find("----- zerod: attempt 2 (restart 1 of 1) -----"), std::string::npos);
@@ -796,10 +796,10 @@ TEST_F(ZerodE2E, TheDashboardShowsJobsAndChartsInABrowserWithTheToken) {
   // Chromium's stderr (with the page's console) into a file; the page's DOM
   // after its script ran, or a screenshot.
   const auto chromium = [&](const std::string& url, const std::string& what) {
-    return ::zerod::testing::run_command(absl::StrCat(
-        "chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir=", path("chromium"),
-        " --enable-logging=stderr --v=0 --virtual-time-budget=5000 --window-size=1400,900 ", what, " '", url, "' 2>>",
-        path("chromium.err")));
+    return ::zerod::testing::run_command(
+        absl::StrCat("chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir=", path("chromium"),
+                     " --enable-logging=stderr --v=0 --virtual-time-budget=5000 --window-size=1400,900 ", what, " '",
+                     url, "' 2>>", path("chromium.err")));
   };
   const auto shown = chromium(absl::StrCat(base, "/?token=", kToken, "&job=", id), "--dump-dom");
   ASSERT_EQ(shown.code, 0) << read_whole_file(path("chromium.err")).value_or("");

@@ -107,6 +107,13 @@ TEST_F(JobRequestTest, ConfinesAbsolutePathsToTheAllowedRoots) {
   EXPECT_NE(refusal(request(with("model.init_from=\"/etc/passwd\""))).find("model.init_from"), std::string::npos);
   EXPECT_NE(refusal(request(with("data={\"kind\":\"tokens\",\"path\":\"/tmp/*.bin\"}"))).find("data.path"),
             std::string::npos);
+  // A held-out set is read as the data is.
+  const std::string held = "data={\"kind\":\"text\",\"path\":\"" + inside + "/data/*.txt\",\"eval\":{\"path\":\"";
+  EXPECT_TRUE(prepare_job(request(with(held + inside + "/held.txt\"}}")), rules_).ok());
+  EXPECT_NE(refusal(request(with(held + "/etc/passwd\"}}"))).find("data.eval.path '/etc/passwd' is outside"),
+            std::string::npos);
+  EXPECT_NE(refusal(request(with(held + "../held.txt\"}}"))).find("data.eval.path '../held.txt': '..'"),
+            std::string::npos);
   // The monitors write under output_path/job_name, a job name with '..' too.
   EXPECT_TRUE(prepare_job(request(with("tensorboard={\"enabled\":true,\"output_path\":\"" + inside + "\"}")), rules_)
                   .ok());

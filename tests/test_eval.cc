@@ -287,6 +287,47 @@ TEST_F(Eval, PatienceStopsTheRunAndKeepBestKeepsTheBestCheckpoint) {
       testing::run_worker_with({"export", "--checkpoint", ckpt + "/best", "--out", path("exported")});
   EXPECT_EQ(x.code, kExitOk) << x.err;
   EXPECT_TRUE(std::filesystem::exists(path("exported/model.safetensors")));
+
+  // The same run to the step it stopped at: patience runs out at its last
+  // step, which ends the run anyway, and is no early stop.
+  const testing::WorkerResult to_end = testing::run_worker_with({"--config", config, "--log-format", "json", "--set",
+                                                                 "run.steps=" + std::to_string(stopped_at), "--set",
+                                                                 "run.checkpoint.dir=\"" + path("ckpt2") + "\""});
+  ASSERT_EQ(to_end.code, kExitOk) << to_end.err;
+  EXPECT_TRUE(testing::of_kind(testing::events(to_end.out), "early_stop").empty()) << to_end.out;
+  EXPECT_FALSE(testing::of_kind(testing::events(to_end.out), "summary").at(0).contains("stopped_early"));
+}
+
+// The last step is evaluated before its save, whatever the interval, and
+// that save is made once: its manifest carries both evaluations (after steps
+// 4 and 6), and the best one's save under best/ takes nothing from it.
+TEST_F(Eval, TheLastStepIsEvaluatedBeforeItsSave) {
+  const std::string ckpt = path("ckpt");
+  const std::string config =
+      write("job.json",
+            patched(testing::tiny_job(),
+                    {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
+                     {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", held_}}}}},
+                     {"run",
+                      {{"steps", 6},
+                       {"eval", {{"interval", 4}}},
+                       {"checkpoint", {{"dir", ckpt}, {"interval", 3}, {"keep_best", true}}}}}})
+                .dump());
+  const testing::WorkerResult r = testing::run_worker_with({"--config", config, "--log-format", "json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const auto evals = testing::of_kind(testing::events(r.out), "eval");
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals[0]["step"], 4);
+  EXPECT_EQ(evals[1]["step"], 6);
+  std::vector<int64_t> regular;
+  for (const nlohmann::json& c : testing::of_kind(testing::events(r.out), "checkpoint")) {
+    if (c["path"].get<std::string>().find("/best/") == std::string::npos) regular.push_back(c["step"]);
+  }
+  EXPECT_EQ(regular, (std::vector<int64_t>{3, 6}));
+  const nlohmann::json manifest =
+      nlohmann::json::parse(testing::read_file(*latest_checkpoint(ckpt) + "/manifest.json"));
+  EXPECT_EQ(manifest["eval"]["evaluations"], 2);
+  EXPECT_EQ(manifest["eval"]["best_loss"], evals[1]["best_loss"]);
 }
 
 // A run stopped after step 4 and resumed carries its evaluations' record:
@@ -328,6 +369,17 @@ TEST_F(Eval, AResumedRunCarriesTheBestAndThePatienceCount) {
   ASSERT_EQ(stop.size(), 1u);
   EXPECT_EQ(stop[0], testing::of_kind(testing::events(whole.out), "early_stop").at(0));
   testing::expect_same_files(*latest_checkpoint(path("whole")), *latest_checkpoint(path("parts")));
+
+  // Resumed once more, from the checkpoint of its early stop: it stops at
+  // once, training nothing.
+  const testing::WorkerResult again =
+      testing::run_worker_with({"--config", config("parts", 60), "--log-format", "json"});
+  ASSERT_EQ(again.code, kExitOk) << again.err;
+  EXPECT_TRUE(testing::of_kind(testing::events(again.out), "step").empty()) << again.out;
+  const auto stopped = testing::of_kind(testing::events(again.out), "early_stop");
+  ASSERT_EQ(stopped.size(), 1u);
+  EXPECT_EQ(stopped[0]["step"], stop[0]["step"]);
+  EXPECT_EQ(stopped[0]["best_step"], stop[0]["best_step"]);
 }
 
 // A run killed (SIGKILL) while it evaluates after step 3, then resumed from
@@ -339,17 +391,18 @@ TEST_F(Eval, KilledDuringAnEvaluationAndResumedIsTheUninterruptedRun) {
   const std::string big = path("big.bin");
   write_tokens(big, 120000, 4);
   const auto config = [&](const std::string& name) {
-    return write(name + ".json",
-                 patched(testing::tiny_job(),
-                         {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
-                          {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", big}}}}},
-                          {"run",
-                           {{"steps", 6},
-                            {"eval", {{"interval", 3}}},
-                            {"checkpoint", {{"dir", path(name)}, {"interval", 2}, {"keep_best", true}, {"async", false}}},
-                            {"resume", "latest"}}},
-                          {"steps_per_print", 1}})
-                     .dump());
+    return write(
+        name + ".json",
+        patched(testing::tiny_job(),
+                {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
+                 {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", big}}}}},
+                 {"run",
+                  {{"steps", 6},
+                   {"eval", {{"interval", 3}}},
+                   {"checkpoint", {{"dir", path(name)}, {"interval", 2}, {"keep_best", true}, {"async", false}}},
+                   {"resume", "latest"}}},
+                 {"steps_per_print", 1}})
+            .dump());
   };
   const testing::WorkerResult whole = testing::run_worker_with({"--config", config("whole"), "--log-format", "json"});
   ASSERT_EQ(whole.code, kExitOk) << whole.err;

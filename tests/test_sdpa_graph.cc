@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -266,8 +267,12 @@ Attention graph_attention(const std::vector<float>& qkv, const std::vector<float
   SdpaShape part = s;
   part.B = split.sequences;
   part.heads = split.heads == s.NH ? 0 : split.heads;
-  std::vector<float> row_dot(int64_t(part.B) * part.call_heads() * s.T), starts;
-  for (int64_t i = 0; pos && i < N; ++i) starts.push_back(float(cuda::first_key(pos->data() + i / s.T * s.T, i % s.T)));
+  std::vector<float> row_dot(int64_t(part.B) * part.call_heads() * s.T);
+  // Each sequence's starts doc_stride() apart, the rest never read (NaN).
+  std::vector<float> starts(s.B * s.doc_stride(), NAN);
+  for (int64_t i = 0; pos && i < N; ++i) {
+    starts[i / s.T * s.doc_stride() + i % s.T] = float(cuda::first_key(pos->data() + i / s.T * s.T, i % s.T));
+  }
   for (const bool backward : {false, true}) {
     const SdpaGraph g = backward ? cuda::sdpa_backward_graph(part) : cuda::sdpa_forward_graph(part);
     for (int b = 0; b < s.B; b += split.sequences) {
@@ -281,7 +286,7 @@ Attention graph_attention(const std::vector<float>& qkv, const std::vector<float
         bind(cuda::kSdpaLse, a.lse.data());
         if (s.packed) bind(cuda::kSdpaDocStart, starts.data());
         x.scalar(cuda::kSdpaScale, scale);
-        x.scalar(cuda::kSdpaNegInf, -INFINITY);
+        x.scalar(cuda::kSdpaNegInf, s.packed ? std::numeric_limits<float>::lowest() : -INFINITY);  // as CudnnSdpa::run
         if (backward) {
           for (int64_t uid : {cuda::kSdpaDQ, cuda::kSdpaDK, cuda::kSdpaDV}) bind(uid, a.dqkv.data());
           bind(cuda::kSdpaDO, dy.data());
@@ -322,7 +327,9 @@ TEST(SdpaGraph, RunsAsTheCpuAttentionOnTheModelsBuffers) {
 // sequence's end): the graphs with the document mask are the CPU's
 // documents run as sequences of their own, in fp32 and 16-bit, multi-head
 // and grouped-query; without the mask (attention crossing documents) they
-// are not.
+// are not; and where each sequence is one document they are the unpacked
+// graphs' bits (masked scores the lowest float instead of -inf, both 0
+// once exponentiated).
 TEST(SdpaGraph, PackedGraphsKeepEachQueryToItsDocumentAsTheCpu) {
   for (SdpaShape s : {SdpaShape{2, 13, 24, 3, 3, SdpaType::kBF16}, SdpaShape{3, 16, 24, 4, 2, SdpaType::kF16}}) {
     const std::vector<int32_t> pos = testing::packed_positions(s.B, s.T, {1, 3, 5, 13});
@@ -341,6 +348,12 @@ TEST(SdpaGraph, PackedGraphsKeepEachQueryToItsDocumentAsTheCpu) {
       const Attention crossing = graph_attention(qkv, dout, s, round);
       EXPECT_GT(testing::max_rel_diff(crossing.out, want.out), 0.1f);
       EXPECT_GT(testing::max_rel_diff(crossing.dqkv, want.dqkv), 0.1f);
+      s.packed = true;
+      const std::vector<int32_t> whole = testing::packed_positions(s.B, s.T, {s.T});
+      const Attention one = graph_attention(qkv, dout, s, round, {0, 0}, &whole);
+      EXPECT_EQ(testing::bits(one.out), testing::bits(crossing.out));
+      EXPECT_EQ(testing::bits(one.lse), testing::bits(crossing.lse));
+      EXPECT_EQ(testing::bits(one.dqkv), testing::bits(crossing.dqkv));
     }
   }
 }
@@ -351,13 +364,13 @@ TEST(SdpaGraph, PackedGraphsKeepEachQueryToItsDocumentAsTheCpu) {
 // grouped-query heads takes whole groups; a packed part its sequences'
 // document starts).
 TEST(SdpaGraph, PartsOfAShapeAreTheWholeCall) {
-  SdpaShape packed{3, 12, 48, 8, 2, SdpaType::kBF16};
+  SdpaShape packed{4, 13, 48, 8, 2, SdpaType::kBF16};
   packed.packed = true;
   for (const auto& [s, splits] :
        {std::pair(SdpaShape{4, 11, 24, 4, 4, SdpaType::kBF16},
                   std::vector<cuda::SdpaSplit>{{2, 4}, {1, 4}, {1, 2}, {1, 1}}),
         std::pair(SdpaShape{2, 11, 48, 8, 2, SdpaType::kBF16}, std::vector<cuda::SdpaSplit>{{1, 8}, {1, 4}}),
-        std::pair(packed, std::vector<cuda::SdpaSplit>{{1, 8}, {1, 4}})}) {
+        std::pair(packed, std::vector<cuda::SdpaSplit>{{2, 8}, {1, 8}, {1, 4}})}) {
     const int64_t N = int64_t(s.B) * s.T;
     const std::vector<int32_t> pos = testing::packed_positions(s.B, s.T, {2, 5, 12});
     const std::vector<int32_t>* p = s.packed ? &pos : nullptr;
@@ -410,7 +423,7 @@ TEST(SdpaGraph, APartIsTheLargestThatFits) {
 // call's row sums its own, and a packed call's document starts its
 // sequences'); multi-head, grouped-query, and packed.
 TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
-  SdpaShape packed{3, 10, 32, 4, 2, SdpaType::kBF16};
+  SdpaShape packed{3, 10, 32, 4, 2, SdpaType::kBF16};  // T 10: starts 12 apart
   packed.packed = true;
   for (const auto& [s, split] : {std::pair(SdpaShape{3, 10, 32, 4, 4, SdpaType::kF16}, cuda::SdpaSplit{3, 4}),
                                  std::pair(SdpaShape{3, 10, 32, 4, 4, SdpaType::kF16}, cuda::SdpaSplit{1, 4}),
@@ -428,14 +441,21 @@ TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
     for (const SdpaGraph& g : {cuda::sdpa_forward_graph(part), cuda::sdpa_backward_graph(part)}) {
       // By buffer: 0 qkv, 1 out, 2 dout, 3 dqkv, 4 lse, 5 row dot, 6 doc starts.
       std::map<int64_t, std::vector<int>> hits;
-      const std::map<int64_t, std::pair<int, int64_t>> buffer = {
-          {cuda::kSdpaQ, {0, QKV}},           {cuda::kSdpaK, {0, QKV}},     {cuda::kSdpaV, {0, QKV}},
-          {cuda::kSdpaO, {1, N * C}},         {cuda::kSdpaDO, {2, N * C}},  {cuda::kSdpaDQ, {3, QKV}},
-          {cuda::kSdpaDK, {3, QKV}},          {cuda::kSdpaDV, {3, QKV}},    {cuda::kSdpaLse, {4, N * s.NH}},
-          {cuda::kSdpaRowDot, {5, row_dots}}, {cuda::kSdpaDocStart, {6, N}}};
-      EXPECT_EQ(std::count_if(g.tensors.begin(), g.tensors.end(),
-                              [](const SdpaTensor& t) { return t.uid == cuda::kSdpaDocStart; }),
-                s.packed ? 1 : 0);
+      const std::map<int64_t, std::pair<int, int64_t>> buffer = {{cuda::kSdpaQ, {0, QKV}},
+                                                                 {cuda::kSdpaK, {0, QKV}},
+                                                                 {cuda::kSdpaV, {0, QKV}},
+                                                                 {cuda::kSdpaO, {1, N * C}},
+                                                                 {cuda::kSdpaDO, {2, N * C}},
+                                                                 {cuda::kSdpaDQ, {3, QKV}},
+                                                                 {cuda::kSdpaDK, {3, QKV}},
+                                                                 {cuda::kSdpaDV, {3, QKV}},
+                                                                 {cuda::kSdpaLse, {4, N * s.NH}},
+                                                                 {cuda::kSdpaRowDot, {5, row_dots}},
+                                                                 {cuda::kSdpaDocStart, {6, s.B * s.doc_stride()}}};
+      const auto starts = std::find_if(g.tensors.begin(), g.tensors.end(),
+                                       [](const SdpaTensor& t) { return t.uid == cuda::kSdpaDocStart; });
+      ASSERT_EQ(starts != g.tensors.end(), s.packed);
+      if (s.packed) EXPECT_EQ(starts->type, SdpaType::kI32);  // what the table writes
       for (int b = 0; b < s.B; b += split.sequences) {
         for (int h = 0; h < s.NH; h += split.heads) {
           hits.erase(5);
@@ -458,8 +478,9 @@ TEST(SdpaGraph, EachHandedOverViewCoversItsBufferOnce) {
           }
           // A call's document starts are its sequences' tokens', each once.
           if (hits.count(6)) {
-            for (int64_t i = 0; i < N; ++i) {
-              const bool ours = i >= int64_t(b) * s.T && i < int64_t(b + split.sequences) * s.T;
+            for (int64_t i = 0; i < s.B * s.doc_stride(); ++i) {
+              const int64_t seq = i / s.doc_stride();
+              const bool ours = seq >= b && seq < b + split.sequences && i % s.doc_stride() < s.T;
               ASSERT_EQ(hits[6][i], ours ? 1 : 0) << "document start " << i;
             }
           }

@@ -165,11 +165,13 @@ void parse_eval_data(JsonReader e, DataConfig& d) {
     e.check(ev.fraction > 0 && ev.fraction < 1, "fraction",
             absl::StrCat("must be in (0, 1), a share of data's windows; got ", ev.fraction));
     e.check(!e.has("path") && !e.has("kind"), "fraction",
-            "takes the held-out windows from data itself: give data.eval.path or data.eval.fraction, not both");
+            "takes the held-out windows from data itself: give data.eval.path (and kind) or data.eval.fraction, "
+            "not both");
   } else {
     e.check(!ev.path.empty(), "path", "required: a held-out dataset, or data.eval.fraction of data's windows");
     e.check(ev.kind != DataKind::kSynthetic, "kind",
-            "the synthetic task's held-out prompts are its synthetic_accuracy; data.eval.fraction holds out windows");
+            "required with synthetic data ('tokens' or 'text': the held-out file's kind); or hold out "
+            "data.eval.fraction of the synthetic task's windows");
   }
 }
 

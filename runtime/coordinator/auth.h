@@ -3,11 +3,11 @@
 // name where it came from, not what it is.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include <grpcpp/grpcpp.h>
 
 #include "runtime/core/status.h"
 

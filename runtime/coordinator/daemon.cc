@@ -1,16 +1,17 @@
 #include "runtime/coordinator/daemon.h"
 
 #include <fcntl.h>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <optional>
 #include <thread>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/config/command_line.h"
@@ -72,22 +73,17 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--allow-root", roots, "directory a job's absolute paths may point into (repeatable)");
   app.add_option("--slots", opt.rules.slots, "ranks run at once; jobs wait for free slots")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--hang-timeout", opt.hang_timeout_s, "seconds without progress before an attempt is failed")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--host-timeout", opt.host_timeout_s,
                  "seconds a host's ranks may all be silent, while others are heard, before it counts as lost; "
                  "a rank that hears nothing from zerod for twice this long stops itself")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--grace", opt.grace_s, "seconds between SIGTERM and SIGKILL when stopping a job")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--heartbeat-interval", opt.heartbeat_interval_s, "seconds between a worker's heartbeats")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--worker", opt.worker, "the zero-worker binary")->capture_default_str();
   app.add_option("--agent", opt.agent, "the zero-agent binary mpirun starts for each rank")->capture_default_str();
   app.add_option("--mpirun", opt.mpirun, "the mpirun binary")->capture_default_str();
@@ -187,8 +183,8 @@ int run_zerod(int argc, char** argv, std::ostream& out, std::ostream& err) {
     out << "zerod: " << (tls_cert.empty() ? "HTTP" : "HTTPS") << " on " << http_address
         << " (the dashboard and /metrics with the token, /healthz)" << std::endl;
   }
-  out << "zerod: serving on " << address << (tls_cert.empty() ? "" : " (TLS)") << ", state in " << opt.state_dir << ", "
-      << opt.rules.slots << " slots" << std::endl;
+  out << "zerod: serving on " << address << (tls_cert.empty() ? "" : " (TLS)") << ", state in " << opt.state_dir
+      << ", " << opt.rules.slots << " slots" << std::endl;
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -47,10 +47,10 @@ absl::Status confine(const std::string& key, const std::string& value, const Job
   for (const std::string& root : rules.allowed_roots) {
     if (inside(real, root)) return absl::OkStatus();
   }
-  return bad(absl::StrCat(
-      key, " '", value, "' is outside the roots this zerod allows (",
-      rules.allowed_roots.empty() ? "none; start zerod with --allow-root" : absl::StrJoin(rules.allowed_roots, ", "),
-      "); relative paths are kept in the job's directory"));
+  return bad(absl::StrCat(key, " '", value, "' is outside the roots this zerod allows (",
+                          rules.allowed_roots.empty() ? "none; start zerod with --allow-root"
+                                                      : absl::StrJoin(rules.allowed_roots, ", "),
+                          "); relative paths are kept in the job's directory"));
 }
 
 }  // namespace
@@ -71,8 +71,7 @@ absl::StatusOr<int> check_host(const std::string& entry) {
 std::string checkpoint_root(const nlohmann::json& config) { return config["run"]["checkpoint"]["dir"]; }
 
 absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, const JobRules& rules) {
-  if (req.name().size() > kMaxNameLength)
-    return bad(absl::StrCat("a job name has at most ", kMaxNameLength, " characters"));
+  if (req.name().size() > kMaxNameLength) return bad(absl::StrCat("a job name has at most ", kMaxNameLength, " characters"));
   for (char c : req.name()) {
     if (c < 0x20 || c == 0x7f) return bad("a job name is printable text");
   }
@@ -87,8 +86,9 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
     host_slots += slots;
   }
   if (req.placement().hosts_size() > 0 && req.world_size() > host_slots) {
-    return bad(absl::StrCat("the job asks for ", req.world_size(), " ranks but its hosts give ", host_slots, " slots (",
-                            absl::StrJoin(req.placement().hosts(), ", "), "; a host without ':slots' runs one)"));
+    return bad(absl::StrCat("the job asks for ", req.world_size(), " ranks but its hosts give ", host_slots,
+                            " slots (", absl::StrJoin(req.placement().hosts(), ", "),
+                            "; a host without ':slots' runs one)"));
   }
   const v1::RestartPolicy& r = req.restart();
   if (r.max_restarts() < 0 || r.max_restarts() > kMaxRestarts) {
@@ -135,6 +135,9 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
   ZEROD_RETURN_IF_ERROR(confine("run.checkpoint.dir", *cfg->run.checkpoint.dir, rules));
   if (cfg->run.resume != "latest") ZEROD_RETURN_IF_ERROR(confine("run.resume", *cfg->run.resume, rules));
   if (cfg->data.kind != DataKind::kSynthetic) ZEROD_RETURN_IF_ERROR(confine("data.path", cfg->data.path, rules));
+  if (cfg->data.eval && cfg->data.eval->fraction == 0) {
+    ZEROD_RETURN_IF_ERROR(confine("data.eval.path", cfg->data.eval->path, rules));
+  }
   for (const auto& [key, o] : {std::pair{"zero_optimization.offload_optimizer.nvme_path", &cfg->zero.offload_optimizer},
                                std::pair{"zero_optimization.offload_param.nvme_path", &cfg->zero.offload_param}}) {
     if (o->nvme_path) ZEROD_RETURN_IF_ERROR(confine(key, *o->nvme_path, rules));

@@ -3,9 +3,10 @@
 // every path in it confined to where this zerod lets jobs read and write.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "proto/zerod.pb.h"
 #include "runtime/core/status.h"
@@ -13,7 +14,7 @@
 namespace zerod {
 
 struct JobRules {
-  int slots = 1;                           // ranks this zerod runs at once
+  int slots = 1;                          // ranks this zerod runs at once
   std::vector<std::string> allowed_roots;  // absolute, canonical; where absolute paths may point
 };
 

@@ -123,13 +123,15 @@ absl::StatusOr<int64_t> job_number(const std::string& id) {
 }
 
 absl::Status unchangeable(const v1::Job& job) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("job ", job.id(), " is ", v1::JobState_Name(job.state()), "; a finished job does not change"));
+  return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " is ", v1::JobState_Name(job.state()),
+                                                    "; a finished job does not change"));
 }
 
 }  // namespace
 
-bool is_terminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+bool is_terminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::open(const std::string& path, int64_t jobs_beside) {
   const auto not_theirs = [&](const std::string& what) {
@@ -148,7 +150,9 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::open(const std::string& path
         absl::StrCat("cannot open job store ", path, ": ", db ? sqlite3_errmsg(db) : "out of memory"));
   }
   sqlite3_busy_timeout(db, 5000);
-  const auto refuse = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", why)); };
+  const auto refuse = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
+  };
   absl::StatusOr<int64_t> app = pragma(db, "application_id");
   if (!app.ok()) return refuse(absl::StrCat("not a zerod job store (", app.status().message(), ")"));
   ZEROD_ASSIGN_OR_RETURN(int64_t tables, [&]() -> absl::StatusOr<int64_t> {
@@ -211,9 +215,8 @@ absl::StatusOr<v1::Job> JobStore::get(const std::string& id) {
 absl::StatusOr<v1::Job> JobStore::get_locked(const std::string& id) {
   ZEROD_ASSIGN_OR_RETURN(int64_t n, job_number(id));
   ZEROD_ASSIGN_OR_RETURN(
-      Stmt s, Stmt::prepare(db_,
-                            "SELECT spec, state, submitted_ms, finished_ms, progress, first_failure FROM jobs "
-                            "WHERE id = ?"));
+      Stmt s, Stmt::prepare(db_, "SELECT spec, state, submitted_ms, finished_ms, progress, first_failure FROM jobs "
+                                 "WHERE id = ?"));
   s.bind(1, n);
   ZEROD_ASSIGN_OR_RETURN(bool found, s.step());
   if (!found) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
@@ -227,9 +230,8 @@ absl::StatusOr<v1::Job> JobStore::get_locked(const std::string& id) {
   job.set_submitted_unix_ms(s.i64(2));
   job.set_finished_unix_ms(s.i64(3));
   ZEROD_ASSIGN_OR_RETURN(
-      Stmt a, Stmt::prepare(db_,
-                            "SELECT number, state, started_ms, ended_ms, failure FROM attempts WHERE job_id = ? "
-                            "ORDER BY number"));
+      Stmt a, Stmt::prepare(db_, "SELECT number, state, started_ms, ended_ms, failure FROM attempts WHERE job_id = ? "
+                                 "ORDER BY number"));
   a.bind(1, n);
   for (;;) {
     ZEROD_ASSIGN_OR_RETURN(bool row, a.step());
@@ -285,9 +287,8 @@ absl::StatusOr<int> JobStore::start_attempt(const std::string& id, int64_t now_m
       }
     }
     number = job.attempts_size() + 1;
-    ZEROD_ASSIGN_OR_RETURN(Stmt ins, Stmt::prepare(db_,
-                                                   "INSERT INTO attempts (job_id, number, state, started_ms) "
-                                                   "VALUES (?, ?, ?, ?)"));
+    ZEROD_ASSIGN_OR_RETURN(Stmt ins, Stmt::prepare(db_, "INSERT INTO attempts (job_id, number, state, started_ms) "
+                                                        "VALUES (?, ?, ?, ?)"));
     ZEROD_RETURN_IF_ERROR(ins.bind(1, n).bind(2, number).bind(3, v1::RUNNING).bind(4, now_ms).run());
     ZEROD_ASSIGN_OR_RETURN(Stmt up, Stmt::prepare(db_, "UPDATE jobs SET state = ? WHERE id = ?"));
     return up.bind(1, v1::RUNNING).bind(2, n).run();
@@ -295,8 +296,8 @@ absl::StatusOr<int> JobStore::start_attempt(const std::string& id, int64_t now_m
   return number;
 }
 
-absl::Status JobStore::end_attempt(const std::string& id, int number, v1::JobState outcome, const v1::Failure& failure,
-                                   int64_t now_ms) {
+absl::Status JobStore::end_attempt(const std::string& id, int number, v1::JobState outcome,
+                                   const v1::Failure& failure, int64_t now_ms) {
   if (!is_terminal(outcome)) {
     return absl::InvalidArgumentError(
         absl::StrCat("an attempt ends SUCCEEDED, FAILED or CANCELLED, not ", v1::JobState_Name(outcome)));
@@ -306,9 +307,8 @@ absl::Status JobStore::end_attempt(const std::string& id, int number, v1::JobSta
       return absl::FailedPreconditionError(absl::StrCat("job ", id, " has no attempt ", number, " running"));
     }
     ZEROD_ASSIGN_OR_RETURN(
-        Stmt s, Stmt::prepare(db_,
-                              "UPDATE attempts SET state = ?, ended_ms = ?, failure = ? WHERE job_id = ? AND "
-                              "number = ?"));
+        Stmt s, Stmt::prepare(db_, "UPDATE attempts SET state = ?, ended_ms = ?, failure = ? WHERE job_id = ? AND "
+                                   "number = ?"));
     ZEROD_RETURN_IF_ERROR(
         s.bind(1, outcome).bind(2, now_ms).bind_blob(3, failure.SerializeAsString()).bind(4, n).bind(5, number).run());
     if (outcome != v1::FAILED || job.first_failure().ByteSizeLong() != 0) return absl::OkStatus();
@@ -326,9 +326,8 @@ absl::Status JobStore::finish(const std::string& id, v1::JobState state, int64_t
     if (state == v1::SUCCEEDED && job.attempts_size() == 0) {
       return absl::FailedPreconditionError(absl::StrCat("job ", id, " never ran, so it cannot have succeeded"));
     }
-    ZEROD_ASSIGN_OR_RETURN(Stmt a, Stmt::prepare(db_,
-                                                 "UPDATE attempts SET state = ?, ended_ms = ? WHERE job_id = ? "
-                                                 "AND state = ?"));
+    ZEROD_ASSIGN_OR_RETURN(Stmt a, Stmt::prepare(db_, "UPDATE attempts SET state = ?, ended_ms = ? WHERE job_id = ? "
+                                                      "AND state = ?"));
     ZEROD_RETURN_IF_ERROR(a.bind(1, state).bind(2, now_ms).bind(3, n).bind(4, v1::RUNNING).run());
     ZEROD_ASSIGN_OR_RETURN(Stmt j, Stmt::prepare(db_, "UPDATE jobs SET state = ?, finished_ms = ? WHERE id = ?"));
     return j.bind(1, state).bind(2, now_ms).bind(3, n).run();

@@ -144,8 +144,8 @@ absl::Status check_hosts_reachable(const std::vector<std::string>& hosts,
     std::string said(absl::StripAsciiWhitespace(p.said));
     if (const size_t nl = said.rfind('\n'); nl != std::string::npos) said = said.substr(nl + 1);
     if (!p.status) {
-      first = absl::InvalidArgumentError(
-          absl::StrCat("placement host '", p.host, "' did not answer '", agent[0], "' within ", timeout_s, " s"));
+      first = absl::InvalidArgumentError(absl::StrCat("placement host '", p.host, "' did not answer '", agent[0],
+                                                      "' within ", timeout_s, " s"));
     } else if (!WIFEXITED(*p.status) || WEXITSTATUS(*p.status) != 0) {
       first = absl::InvalidArgumentError(absl::StrCat("placement host '", p.host, "' cannot be reached through '",
                                                       agent[0], "'", said.empty() ? "" : ": ", said));

@@ -26,22 +26,22 @@ inline constexpr char kWorkerTagEnv[] = "ZEROD_WORKER_TAG";
 
 struct LaunchSpec {
   std::string mpirun = "mpirun";
-  std::string worker;  // zero-worker
-  std::string agent;   // zero-agent, which runs it (none: mpirun runs it)
+  std::string worker;                       // zero-worker
+  std::string agent;                        // zero-agent, which runs it (none: mpirun runs it)
   int world_size = 1;
-  std::vector<std::string> hosts;  // "host" or "host:slots"; none: this machine
+  std::vector<std::string> hosts;           // "host" or "host:slots"; none: this machine
   // mpirun --mca settings: how it reaches other hosts (plm_rsh_agent), the
   // networks it uses (oob_tcp_if_include, btl_tcp_if_include), ...
   std::vector<std::pair<std::string, std::string>> mca;
-  std::string job_dir;                                   // the ranks' working directory
-  std::string config;                                    // the job config the ranks read
-  std::vector<std::string> overrides;                    // zero-worker --set
+  std::string job_dir;                      // the ranks' working directory
+  std::string config;                       // the job config the ranks read
+  std::vector<std::string> overrides;       // zero-worker --set
   std::vector<std::pair<std::string, std::string>> env;  // exported to every rank
   // Variables of mpirun's own environment exported to every rank (ranks on
   // other hosts get no others).
   std::vector<std::string> exports;
   std::string tag;
-  std::string launcher_log;  // mpirun's own output, appended
+  std::string launcher_log;                 // mpirun's own output, appended
 };
 
 // What each rank leaves in its job directory: its output, appended across

@@ -87,9 +87,8 @@ pid_t spawn_training(char** argv, std::string& why) {
 int run_rank_agent(int argc, char** argv) {
   const std::string address = env_or("ZEROD_COORDINATOR");
   if (argc < 2 || address.empty()) {
-    fprintf(stderr,
-            "zero-agent: runs a rank's training under zerod, which launches it: "
-            "zero-agent PROGRAM [ARGS...] with ZEROD_COORDINATOR set\n");
+    fprintf(stderr, "zero-agent: runs a rank's training under zerod, which launches it: "
+                    "zero-agent PROGRAM [ARGS...] with ZEROD_COORDINATOR set\n");
     return 2;
   }
   absl::StatusOr<RankInfo> rank = discover_rank();

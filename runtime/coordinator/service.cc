@@ -107,6 +107,7 @@ class HubWriter : public grpc::ServerWriteReactor<T>, public PolledStream {
   // Fills msg (kWrite) or status (kFinish). Called under the stream's lock.
   virtual Next next(T* msg, grpc::Status* status) = 0;
 
+
  private:
   std::mutex mu_;
   T msg_;
@@ -247,8 +248,8 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
   });
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
-                                                       v1::ListJobsResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                       const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) {
   return unary(ctx, backend_, "ListJobs", [&](Supervisor& sup) -> absl::Status {
     std::vector<v1::JobState> states;
     for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
@@ -329,7 +330,8 @@ grpc::ServerUnaryReactor* WorkerControlService::Heartbeat(grpc::CallbackServerCo
 }
 
 grpc::ServerUnaryReactor* WorkerControlService::ReportExit(grpc::CallbackServerContext* ctx,
-                                                           const v1::ReportExitRequest* req, v1::ReportExitResponse*) {
+                                                           const v1::ReportExitRequest* req,
+                                                           v1::ReportExitResponse*) {
   return unary(ctx, backend_, "ReportExit", [&](Supervisor& sup) { return sup.report_exit(*req); });
 }
 

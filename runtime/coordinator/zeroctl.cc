@@ -88,11 +88,11 @@ class ProgressBar {
     }
     constexpr int kWidth = 30;
     const int filled = total > 0 ? static_cast<int>(kWidth * step / total) : 0;
-    const std::string line = total == 0
-                                 ? absl::StrFormat("job %s %-9s (no step reported yet)", j.id(), state_name(j.state()))
-                                 : absl::StrFormat("job %s %-9s [%s%s] %d/%d steps  loss %s  ETA %s", j.id(),
-                                                   state_name(j.state()), std::string(filled, '#'),
-                                                   std::string(kWidth - filled, '.'), step, total, loss_text(j), eta);
+    const std::string line =
+        total == 0 ? absl::StrFormat("job %s %-9s (no step reported yet)", j.id(), state_name(j.state()))
+                   : absl::StrFormat("job %s %-9s [%s%s] %d/%d steps  loss %s  ETA %s", j.id(), state_name(j.state()),
+                                     std::string(filled, '#'), std::string(kWidth - filled, '.'), step, total,
+                                     loss_text(j), eta);
     const int64_t tenth = total > 0 ? step * 10 / total : 0;
     if (tty_) {
       err_ << "\r" << line << std::flush;

@@ -151,7 +151,8 @@ absl::Status Trainer::build() {
   ZEROD_ASSIGN_OR_RETURN(data_, load_dataset(cfg_.data, cfg_.model.vocab_size));
   const std::optional<EvalDataConfig>& eval = cfg_.data.eval;
   if (eval && eval->fraction == 0) {
-    ZEROD_ASSIGN_OR_RETURN(eval_data_, load_dataset(eval_dataset_config(cfg_.data), cfg_.model.vocab_size, "data.eval.path"));
+    ZEROD_ASSIGN_OR_RETURN(eval_data_,
+                           load_dataset(eval_dataset_config(cfg_.data), cfg_.model.vocab_size, "data.eval.path"));
   }
   const bool packed = data_.packed || (eval && (eval->fraction > 0 ? data_ : eval_data_).packed);
   if (packed) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -51,11 +52,11 @@ nlohmann::json Trainer::manifest_state() const {
   m["step"] = steps_;
   m["updates"] = updates_;
   m["last_lr"] = last_lr_;
-  m["loss_scaler"] = {{"scale", ls.scale},
-                      {"hysteresis", ls.hysteresis},
-                      {"iter", ls.iter},
+  m["loss_scaler"] = {{"scale", ls.scale}, {"hysteresis", ls.hysteresis}, {"iter", ls.iter},
                       {"last_overflow_iter", ls.last_overflow_iter}};
   m["data_loader"] = {{"epoch", dl.epoch}, {"position", dl.position}};
+  // The windows the walk leaves out: a resume must leave out the same.
+  if (const double held = DataLoader::held_out_share(cfg_.data); held > 0) m["data_loader"]["held_out"] = held;
   m["rng"] = {{"sample", sample_rng_state_}};
   if (cfg_.data.eval) {
     const EvalRecord& e = eval_record_;
@@ -113,15 +114,14 @@ absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool b
     if (background && zero_->shard_in_memory()) staged = stage_shard();
     if (staged.ok() && *staged > 0) {
       p.staged_bytes = *staged;
-      p.write = std::async(
-          std::launch::async,
-          [file, data = staging_.data(), n = *staged, faults = env_.io_faults]() -> absl::StatusOr<uint32_t> {
-            // The writer yields to training: where training keeps every core
-            // busy (CPU training) it fills the gaps instead of stretching each
-            // step (bench/RESULTS.md); where cores are idle it runs at once.
-            setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
-            return write_file_durably(file, data, n, &faults);
-          });
+      p.write = std::async(std::launch::async, [file, data = staging_.data(), n = *staged,
+                                                faults = env_.io_faults]() -> absl::StatusOr<uint32_t> {
+        // The writer yields to training: where training keeps every core
+        // busy (CPU training) it fills the gaps instead of stretching each
+        // step (bench/RESULTS.md); where cores are idle it runs at once.
+        setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+        return write_file_durably(file, data, n, &faults);
+      });
     } else {
       // The CRC comes from the writer; the size is a stat, not a second read.
       absl::StatusOr<uint32_t> crc = staged.ok() ? zero_->save_shard(file) : staged.status();
@@ -130,8 +130,7 @@ absl::Status Trainer::start_checkpoint(const std::string& root, int keep, bool b
       if (crc.ok() && !ec) {
         p.result = {1, *crc, static_cast<int64_t>(bytes)};
       } else {
-        p.status =
-            crc.ok() ? absl::InternalError(absl::StrCat("cannot stat ", file, ": ", ec.message())) : crc.status();
+        p.status = crc.ok() ? absl::InternalError(absl::StrCat("cannot stat ", file, ": ", ec.message())) : crc.status();
         p.result[0] = 0;
       }
     }
@@ -209,7 +208,7 @@ Trainer::ResumeFrom Trainer::resume_from(const JobConfig& cfg, int world_size, c
   const GptLayout layout(cfg.model);
   const ZeroShape shape(layout, cfg.zero.stage, world_size, 0, cfg.precision);
   return static_cast<int>(c->files.size()) == shape.part.world_size() ? ResumeFrom::kSamePartition
-                                                                      : ResumeFrom::kOtherPartition;
+                                                                       : ResumeFrom::kOtherPartition;
 }
 
 absl::Status Trainer::resume(const std::string& checkpoint) {
@@ -251,6 +250,15 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
                            manifest_integer(c, "loss_scaler.last_overflow_iter", -1, scaler.iter));
     ZEROD_ASSIGN_OR_RETURN(loader.epoch, manifest_unsigned(c, "data_loader.epoch"));
     ZEROD_ASSIGN_OR_RETURN(loader.position, manifest_unsigned(c, "data_loader.position"));
+    double held = 0;
+    if (m["data_loader"].contains("held_out")) {
+      ZEROD_ASSIGN_OR_RETURN(held, manifest_real(c, "data_loader.held_out", /*positive=*/true));
+    }
+    if (const double share = DataLoader::held_out_share(cfg_.data); held != share) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(c.path, ": saved with data.eval.fraction ", held, ", this run has ", share,
+                       " (it would train on windows the other held out, or the reverse)"));
+    }
     ZEROD_ASSIGN_OR_RETURN(sample, manifest_unsigned(c, "rng.sample"));
     if (cfg_.data.eval && m.contains("eval")) {
       ZEROD_ASSIGN_OR_RETURN(eval.evaluations, manifest_integer(c, "eval.evaluations", 0, kMost));

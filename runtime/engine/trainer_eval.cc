@@ -1,7 +1,9 @@
 // The held-out set's loss (Trainer::evaluate).
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/engine/trainer.h"
 
 namespace zerod {
@@ -39,7 +41,11 @@ absl::StatusOr<EvalResult> Trainer::evaluate() {
   }
   ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &sum, 1, CommType::kF64, ReduceOp::kSum));
   ZEROD_RETURN_IF_ERROR(all_reduce(*comm_, &counted, 1, CommType::kI64, ReduceOp::kSum));
-  return EvalResult{steps_, sum / static_cast<double>(std::max<int64_t>(counted, 1)), counted};
+  const double loss = sum / static_cast<double>(std::max<int64_t>(counted, 1));
+  // A loss that overflowed would stand as the best forever and could not
+  // be saved in a manifest.
+  if (!std::isfinite(loss)) return absl::InternalError(absl::StrCat("the held-out loss is not finite (", loss, ")"));
+  return EvalResult{steps_, loss, counted};
 }
 
 }  // namespace zerod

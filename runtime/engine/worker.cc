@@ -122,7 +122,13 @@ class TrainingRun {
     const auto t0 = Clock::now();
     RunSummary summary;
     summary.auto_filled = cfg_.auto_filled;
-    for (int64_t i = first_step; i < cfg_.run.steps; ++i) {
+    // A run resumed from the checkpoint of its early stop stops again.
+    if (patience_spent()) {
+      summary.stopped_early = true;
+      summary.eval_record = t_.eval_record();
+      output_.early_stop(first_step, cfg_.run.eval.patience, t_.eval_record(), best_checkpoint());
+    }
+    for (int64_t i = first_step; i < cfg_.run.steps && !summary.stopped_early; ++i) {
       auto r = t_.step();
       if (!r.ok()) return fail_(kExitFailure, absl::StrCat("step ", i + 1, ": ", r.status().message()));
       const auto now = Clock::now();
@@ -148,9 +154,10 @@ class TrainingRun {
       }
       if (monitor_) monitor_->step(*r, f, err_);
       if (observer_) observer_->stepped(*r, cfg_.run.steps, f.tokens_per_s);
-      // Before the step's save, which then carries the evaluation's record.
+      // Every interval and after the last step, before the step's save,
+      // which then carries the evaluation's record.
       const int64_t every = cfg_.run.eval.interval;
-      if (cfg_.data.eval && every > 0 && r->step % every == 0) {
+      if (cfg_.data.eval && ((every > 0 && r->step % every == 0) || r->step == cfg_.run.steps)) {
         if (int code = evaluate(summary); code != kExitOk) return code;
       }
       const int64_t interval = cfg_.run.checkpoint.interval;
@@ -161,9 +168,6 @@ class TrainingRun {
       // after every rank's file is written.
       if (int code = finish_save(false); code != kExitOk) return code;
       if (summary.stopped_early) break;
-    }
-    if (cfg_.data.eval && t_.steps_done() > first_step && evaluated_step_ != t_.steps_done()) {
-      if (int code = evaluate(summary); code != kExitOk) return code;
     }
     if (cfg_.run.checkpoint.dir && t_.steps_done() > first_step && saved_step_ != t_.steps_done()) {
       if (int code = save(*cfg_.run.checkpoint.dir, cfg_.run.checkpoint.keep); code != kExitOk) return code;
@@ -187,7 +191,7 @@ class TrainingRun {
   using Clock = std::chrono::steady_clock;
 
   int save_failed(const absl::Status& s) {
-    return fail_(kExitFailure, absl::StrCat("checkpoint after step ", saved_step_, ": ", s.message()));
+    return fail_(kExitFailure, absl::StrCat("checkpoint after step ", saving_step_, ": ", s.message()));
   }
   // Reports the save in progress once it is published (with `wait`, waits
   // for it).
@@ -205,13 +209,21 @@ class TrainingRun {
   // the save before it is done.
   int save(const std::string& root, int keep) {
     if (int code = finish_save(true); code != kExitOk) return code;
-    saved_step_ = t_.steps_done();
+    saving_step_ = t_.steps_done();
+    if (root == *cfg_.run.checkpoint.dir) saved_step_ = saving_step_;
     absl::Status s = t_.start_checkpoint(root, keep, cfg_.run.checkpoint.async);
     return s.ok() ? kExitOk : save_failed(s);
   }
   // Where run.checkpoint.keep_best keeps the best evaluation's checkpoint:
   // a checkpoint root of its own, of one.
   std::string best_root() const { return *cfg_.run.checkpoint.dir + "/best"; }
+  // The best checkpoint's root where keep_best keeps one, else "".
+  std::string best_checkpoint() const { return cfg_.run.checkpoint.keep_best ? best_root() : ""; }
+  // Whether run.eval.patience evaluations have passed without a lower loss.
+  bool patience_spent() const {
+    const int patience = cfg_.run.eval.patience;
+    return patience > 0 && t_.eval_record().evaluations > 0 && t_.eval_record().since_best >= patience;
+  }
   // The held-out set after the step just trained: reported and recorded, a
   // new best saved apart (keep_best); the run marked to stop where
   // run.eval.patience evaluations have passed without a better one.
@@ -221,7 +233,6 @@ class TrainingRun {
     if (!r.ok()) {
       return fail_(kExitFailure, absl::StrCat("evaluation after step ", t_.steps_done(), ": ", r.status().message()));
     }
-    evaluated_step_ = r->step;
     const bool best = t_.record(*r);
     summary.eval = *r;
     summary.eval_record = t_.eval_record();
@@ -229,16 +240,13 @@ class TrainingRun {
     if (monitor_) monitor_->eval(*r, err_);
     if (observer_) observer_->evaluated(*r, t_.eval_record());
     eval_s_ += std::chrono::duration<double>(Clock::now() - start).count();
-    const bool keep_best = cfg_.run.checkpoint.keep_best;
-    if (best && keep_best) {
+    if (best && cfg_.run.checkpoint.keep_best) {
       if (int code = save(best_root(), 1); code != kExitOk) return code;
-      // The regular save of this step, where there is one, is its own.
-      saved_step_ = -1;
     }
-    const int patience = cfg_.run.eval.patience;
-    if (patience > 0 && t_.eval_record().since_best >= patience) {
+    // A run whose last step this was ends anyway: not an early stop.
+    if (patience_spent() && r->step < cfg_.run.steps) {
       summary.stopped_early = true;
-      output_.early_stop(r->step, patience, t_.eval_record(), keep_best ? best_root() : "");
+      output_.early_stop(r->step, cfg_.run.eval.patience, t_.eval_record(), best_checkpoint());
     }
     return kExitOk;
   }
@@ -270,9 +278,9 @@ class TrainingRun {
   std::ostream& err_;
   StepParts parts_;
   const Fail fail_;
-  int64_t saved_step_ = -1;      // of the newest save started under run.checkpoint.dir
-  int64_t evaluated_step_ = -1;  // of the newest evaluation
-  double eval_s_ = 0;            // the evaluations' seconds, left out of tokens/s
+  int64_t saved_step_ = -1;   // of the newest save started under run.checkpoint.dir
+  int64_t saving_step_ = -1;  // of the newest save started anywhere (best/ too)
+  double eval_s_ = 0;         // the evaluations' seconds, left out of tokens/s
 };
 
 }  // namespace

@@ -257,9 +257,10 @@ class CudaKernels : public Kernels {
   // (kernel_memory.cc): packed sequences' (pos) document starts, the
   // backward's row sums, then cuDNN's workspace; in parts (a few
   // sequences, or heads of one, a call: CudnnSdpa::split) where all at once
-  // would want more. False, nothing enqueued, where the build has no cuDNN,
-  // a tensor is not 16-byte aligned, or cuDNN does not run the shape (said
-  // once on stderr): the table's own attention runs.
+  // would want more. False where the build has no cuDNN, a tensor is not
+  // 16-byte aligned, or cuDNN does not run the shape (said once on stderr):
+  // the table's own attention runs, and writes every output again over
+  // whatever was enqueued before a refusal.
   bool fused_attention(Stream& s, bool backward, int B, int T, int C, int NH, int KV, float* scratch,
                        const int32_t* pos, std::vector<std::pair<int64_t, const void*>> buffers) {
 #ifdef ZEROD_WITH_CUDNN
@@ -268,7 +269,7 @@ class CudaKernels : public Kernels {
     cuda::SdpaShape shape{B, T, C, NH, KV, op_ == DType::kBF16 ? cuda::SdpaType::kBF16 : cuda::SdpaType::kF16};
     shape.packed = pos != nullptr;
     const auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-    const int64_t starts = pos ? aligned(int64_t(B) * T * 4) : 0;
+    const int64_t starts = pos ? aligned(B * shape.doc_stride() * 4) : 0;
     auto row_dot = [&](int n, int m) { return backward ? aligned(int64_t(n) * m * T * 4) : 0; };
     const int64_t room = memory().attention_scratch_floats(B, T, C, NH, op_) * 4 - starts;
     const absl::StatusOr<cuda::SdpaSplit> split =
@@ -295,7 +296,7 @@ class CudaKernels : public Kernels {
         if (backward) at.emplace_back(cuda::kSdpaRowDot, at_scratch + starts);
       }
     }
-    if (pos) cuda::document_starts(cs(s), reinterpret_cast<int32_t*>(at_scratch), pos, int64_t(B) * T, T);
+    if (pos) cuda::document_starts(cs(s), reinterpret_cast<int32_t*>(at_scratch), pos, B, T, shape.doc_stride());
     char* workspace = at_scratch + starts + row_dot(split->sequences, split->heads);
     for (const auto& at : calls) {
       if (const absl::Status why = sdpa_->run(part, backward, cs(s), at, workspace); !why.ok()) {

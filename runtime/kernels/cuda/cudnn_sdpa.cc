@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -353,7 +354,8 @@ absl::Status CudnnSdpa::run(const SdpaShape& s, bool backward, cudaStream_t stre
   if (it == plans_.end()) return absl::FailedPreconditionError(shape_name(s, backward) + " has no plan");
   ZEROD_RETURN_IF_ERROR(cudnn_status(cudnnSetStream(handle_, stream), "cudnnSetStream"));
   // The scalars by value: read when the work is enqueued.
-  float scale = 1.0f / std::sqrt(static_cast<float>(s.hs())), neg_inf = -INFINITY, one = 1.0f;
+  float scale = 1.0f / std::sqrt(static_cast<float>(s.hs())), one = 1.0f;
+  float neg_inf = s.packed ? std::numeric_limits<float>::lowest() : -INFINITY;
   std::vector<int64_t> uids;
   std::vector<void*> pointers;
   for (const auto& [uid, p] : buffers) {

@@ -25,9 +25,12 @@ class Builder {
   void rows(int64_t uid) {  // one fp32 value a query row
     add(uid, rows_dims(), row_major(rows_dims()), SdpaType::kF32);
   }
-  // Packed: each token's document's first row, one int32 a token.
+  // Packed: each token's document's first row, one int32 a token,
+  // sequences doc_stride() apart.
   void doc_starts() {
-    if (s_.packed) add(kSdpaDocStart, {s_.B, 1, s_.T, 1}, {s_.T, s_.T, 1, 1}, SdpaType::kI32);
+    if (!s_.packed) return;
+    const int64_t stride = s_.doc_stride();
+    add(kSdpaDocStart, {s_.B, 1, s_.T, 1}, {stride, stride, 1, 1}, SdpaType::kI32);
   }
   void scalar(int64_t uid) { g_.tensors.push_back({uid, {1, 1, 1, 1}, {1, 1, 1, 1}, SdpaType::kF32, false, true}); }
 
@@ -193,7 +196,7 @@ int64_t sdpa_part_offset(const SdpaShape& s, int64_t uid, int b, int h) {
     case kSdpaLse:
       return (int64_t(b) * s.NH + h) * s.T;
     case kSdpaDocStart:
-      return rows;
+      return int64_t(b) * s.doc_stride();
     default:
       return 0;
   }

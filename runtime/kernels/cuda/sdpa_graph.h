@@ -21,10 +21,15 @@
 //
 // Packed sequences (SdpaShape::packed) keep each query to its own
 // document: a handed-over int32 row of each token's document's first
-// position, doc_start[b, t] ([B, 1, T, 1]), masks the scores of keys
-// before it as the causal mask does those after the query (row >= col and
-// col >= doc_start), as cuDNN's frontend lowers a padding mask: an index
-// compared with a tensor read from memory, then a select.
+// position, doc_start[b, t] ([B, 1, T, 1], sequences doc_stride() apart),
+// masks the scores of keys before it as the causal mask does those after
+// the query (row >= col and col >= doc_start): an index compared with a
+// tensor read from memory, then a select. Whether cuDNN's engines take a
+// tensor of a value a row there (its frontend's padding mask reads one a
+// sequence) is a GPU's to say; where none does, the table's own attention
+// runs. Masked scores become the lowest float rather than -inf in packed
+// graphs, as the frontend's masks do: a tile of a row whose keys are all
+// another document's then keeps a finite running maximum.
 #pragma once
 
 #include <array>
@@ -83,7 +88,7 @@ enum SdpaUid : int64_t {
   kSdpaDV,
   kSdpaRowDot,  // backward: sum over d of dO O, fp32 [B, NH, T] (the caller's scratch)
   kSdpaScale,   // 1 / sqrt(hs)
-  kSdpaNegInf,  // what masked scores become
+  kSdpaNegInf,  // what masked scores become: -inf, or the lowest float in packed graphs
   kSdpaOne,
   kSdpaDocStart,  // packed: int32 [B, 1, T, 1], each token's document's first row in its sequence
   kSdpaFirstVirtual = 100,
@@ -107,6 +112,9 @@ struct SdpaShape {
   int group() const { return NH / KV; }
   int64_t width() const { return C + 2 * int64_t(KV) * hs(); }  // a row of qkv
   int call_heads() const { return heads > 0 ? heads : NH; }
+  // Elements between sequences' document starts: T rounded up to 4, so
+  // that a part's starts are 16-byte aligned as every handed-over tensor.
+  int64_t doc_stride() const { return (int64_t(T) + 3) / 4 * 4; }
   int call_kv_heads() const { return call_heads() / group(); }
 };
 

@@ -51,12 +51,14 @@ struct AttentionIo {
   int64_t N, W;
   float *qkv, *y, *dqkv;
 };
-// Packed sequences: each of the N tokens' document's first row in its
-// sequence of T (first_key), the int32 row cuDNN's packed graphs read
-// (sdpa_graph.h).
-inline void document_starts(cudaStream_t s, int32_t* starts, const int32_t* pos, int64_t N, int T) {
-  launch_each(s, N, "attention_document_starts",
-              [=] __device__(int64_t i) { starts[i] = static_cast<int32_t>(first_key(pos + i / T * T, i % T)); });
+// Packed sequences: each token's document's first row in its sequence
+// (first_key), B sequences of T, each `stride` ints apart in `starts`: the
+// int32 rows cuDNN's packed graphs read (sdpa_graph.h).
+inline void document_starts(cudaStream_t s, int32_t* starts, const int32_t* pos, int B, int T, int64_t stride) {
+  launch_each(s, int64_t(B) * T, "attention_document_starts", [=] __device__(int64_t i) {
+    const int64_t b = i / T, t = i % T;
+    starts[b * stride + t] = static_cast<int32_t>(first_key(pos + b * T, t));
+  });
 }
 
 inline AttentionIo attention_io(float* scratch, int B, int T, int C, int NH, int KV) {
