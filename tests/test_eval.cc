@@ -85,6 +85,12 @@ double reference_loss(const JobConfig& cfg, const std::vector<float>& params, co
   return sum / double(counted);
 }
 
+// j with `patch` merged in (RFC 7386).
+nlohmann::json patched(nlohmann::json j, const nlohmann::json& patch) {
+  j.merge_patch(patch);
+  return j;
+}
+
 class Eval : public testing::TempDirTest {
  protected:
   void SetUp() override {
@@ -96,8 +102,21 @@ class Eval : public testing::TempDirTest {
     write_tokens(held_, 200, 2);
     testing::write_packed_instruction_shard(packed_, 9, kT);
   }
+  // zero-worker's job NAME.json: gpt2-tiny on train_ in windows of 16,
+  // `eval` held out, then `patch` (the run's settings).
+  std::string worker_job(const std::string& name, const std::string& eval, const nlohmann::json& patch) {
+    const nlohmann::json j =
+        patched(testing::tiny_job(),
+                {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
+                 {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", eval}}}}}});
+    return write(name + ".json", patched(j, patch).dump());
+  }
   std::string train_, held_, packed_;
 };
+
+// A learning rate too high for the tests' random data: the held-out loss
+// turns after a few steps.
+const nlohmann::json kTurning = {{"optimizer", {{"params", {{"lr", 0.02}}}}}};
 
 // After training (GPT-2 and Llama), the held-out loss of a token file of
 // its own, of a packed shard and of a fraction of the training windows:
@@ -220,12 +239,6 @@ TEST_F(Eval, AFractionsWindowsAreNeverTrainedOn) {
   for (int w = 0; w < W; ++w) EXPECT_EQ(seen[w], held_out_window(5, w, 0.25) ? 0 : 3) << "window " << w;
 }
 
-// j with `patch` merged in (RFC 7386).
-nlohmann::json patched(nlohmann::json j, const nlohmann::json& patch) {
-  j.merge_patch(patch);
-  return j;
-}
-
 // The evaluations of a run's JSON events, and what run.eval.patience
 // makes of them: the best so far after each, and the evaluation after
 // which `patience` have passed without a lower loss (none: -1).
@@ -252,17 +265,11 @@ Evals evals_of(const std::string& out, int patience) {
 // run.checkpoint.dir/best, which exports as any checkpoint does.
 TEST_F(Eval, PatienceStopsTheRunAndKeepBestKeepsTheBestCheckpoint) {
   const std::string ckpt = path("ckpt");
-  const std::string config =
-      write("job.json",
-            patched(testing::tiny_job(),
-                    {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
-                     {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", held_}}}}},
-                     {"run",
-                      {{"steps", 60},
-                       {"eval", {{"interval", 2}, {"patience", 3}}},
-                       {"checkpoint", {{"dir", ckpt}, {"keep_best", true}}}}},
-                     {"optimizer", {{"params", {{"lr", 0.02}}}}}})
-                .dump());
+  const std::string config = worker_job("job", held_,
+                                        patched(kTurning, {{"run",
+                                                            {{"steps", 60},
+                                                             {"eval", {{"interval", 2}, {"patience", 3}}},
+                                                             {"checkpoint", {{"dir", ckpt}, {"keep_best", true}}}}}}));
   const testing::WorkerResult r = testing::run_worker_with({"--config", config, "--log-format", "json"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   const Evals e = evals_of(r.out, 3);
@@ -303,16 +310,11 @@ TEST_F(Eval, PatienceStopsTheRunAndKeepBestKeepsTheBestCheckpoint) {
 // 4 and 6), and the best one's save under best/ takes nothing from it.
 TEST_F(Eval, TheLastStepIsEvaluatedBeforeItsSave) {
   const std::string ckpt = path("ckpt");
-  const std::string config =
-      write("job.json",
-            patched(testing::tiny_job(),
-                    {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
-                     {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", held_}}}}},
-                     {"run",
-                      {{"steps", 6},
-                       {"eval", {{"interval", 4}}},
-                       {"checkpoint", {{"dir", ckpt}, {"interval", 3}, {"keep_best", true}}}}}})
-                .dump());
+  const std::string config = worker_job("job", held_,
+                                        {{"run",
+                                          {{"steps", 6},
+                                           {"eval", {{"interval", 4}}},
+                                           {"checkpoint", {{"dir", ckpt}, {"interval", 3}, {"keep_best", true}}}}}});
   const testing::WorkerResult r = testing::run_worker_with({"--config", config, "--log-format", "json"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   const auto evals = testing::of_kind(testing::events(r.out), "eval");
@@ -336,18 +338,12 @@ TEST_F(Eval, TheLastStepIsEvaluatedBeforeItsSave) {
 // it the resumed run would stop later).
 TEST_F(Eval, AResumedRunCarriesTheBestAndThePatienceCount) {
   const auto config = [&](const std::string& name, int steps) {
-    return write(
-        name + ".json",
-        patched(testing::tiny_job(),
-                {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
-                 {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", held_}}}}},
-                 {"run",
-                  {{"steps", steps},
-                   {"eval", {{"interval", 2}, {"patience", 3}}},
-                   {"checkpoint", {{"dir", path(name)}, {"interval", 2}}},
-                   {"resume", "latest"}}},
-                 {"optimizer", {{"params", {{"lr", 0.02}}}}}})
-            .dump());
+    return worker_job(name, held_,
+                      patched(kTurning, {{"run",
+                                          {{"steps", steps},
+                                           {"eval", {{"interval", 2}, {"patience", 3}}},
+                                           {"checkpoint", {{"dir", path(name)}, {"interval", 2}}},
+                                           {"resume", "latest"}}}}));
   };
   const testing::WorkerResult whole =
       testing::run_worker_with({"--config", config("whole", 60), "--log-format", "json"});
@@ -391,18 +387,13 @@ TEST_F(Eval, KilledDuringAnEvaluationAndResumedIsTheUninterruptedRun) {
   const std::string big = path("big.bin");
   write_tokens(big, 120000, 4);
   const auto config = [&](const std::string& name) {
-    return write(
-        name + ".json",
-        patched(testing::tiny_job(),
-                {{"model", {{"vocab_size", 256}, {"block_size", kT}}},
-                 {"data", {{"kind", "tokens"}, {"path", train_}, {"seq_len", kT}, {"eval", {{"path", big}}}}},
-                 {"run",
-                  {{"steps", 6},
-                   {"eval", {{"interval", 3}}},
-                   {"checkpoint", {{"dir", path(name)}, {"interval", 2}, {"keep_best", true}, {"async", false}}},
-                   {"resume", "latest"}}},
-                 {"steps_per_print", 1}})
-            .dump());
+    return worker_job(name, big,
+                      {{"run",
+                        {{"steps", 6},
+                         {"eval", {{"interval", 3}}},
+                         {"checkpoint", {{"dir", path(name)}, {"interval", 2}, {"keep_best", true}, {"async", false}}},
+                         {"resume", "latest"}}},
+                       {"steps_per_print", 1}});
   };
   const testing::WorkerResult whole = testing::run_worker_with({"--config", config("whole"), "--log-format", "json"});
   ASSERT_EQ(whole.code, kExitOk) << whole.err;
