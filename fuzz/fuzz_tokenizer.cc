@@ -1,9 +1,27 @@
 // Tokenizers and `zeroctl tokenize`'s inputs: the input cut at NULs into a
 // tokenizer.json, its tokenizer_config.json (empty: none), a text and a
-// JSONL file; the tokenizer, where it loads, encodes the text and turns
-// the JSONL into documents or examples (windows of 16 ids).
+// JSONL file; the tokenizer, where it loads, encodes the text (its ids'
+// offsets checked) and turns the JSONL into documents or examples (windows
+// of 16 ids).
+#include <unicode/utf8.h>
+
 #include "fuzz/fuzz_input.h"
 #include "runtime/tokenize/tokenize_files.h"
+
+namespace {
+
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const auto n = int32_t(s.size());
+  for (int32_t i = 0; i < n;) {
+    UChar32 c;
+    U8_NEXT(p, i, n, c);
+    if (c < 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto parts = zerod::fuzz::split_at_nul(data, size, 4);
@@ -18,8 +36,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (uint32_t id : ids.ok() ? *ids : std::vector<uint32_t>()) {
     if (id >= (*tok)->vocab_size()) __builtin_trap();
   }
+  // The ids are encode's; their offsets cover a UTF-8 text in order, with
+  // no gap (they tile it but where NFC widened two ids to one character).
+  absl::StatusOr<std::vector<zerod::Tokenizer::Piece>> pieces = (*tok)->encode_pieces(parts[2]);
+  absl::StatusOr<std::vector<uint32_t>> plain = (*tok)->encode(parts[2], false);
+  if (pieces.ok() && plain.ok() && valid_utf8(parts[2])) {
+    if (pieces->size() != plain->size()) __builtin_trap();
+    size_t begin = 0, end = 0;
+    for (size_t k = 0; k < pieces->size(); ++k) {
+      const zerod::Tokenizer::Piece& p = (*pieces)[k];
+      if (p.id != (*plain)[k] || p.begin < begin || p.begin > end || p.end < end || p.end <= p.begin) __builtin_trap();
+      begin = p.begin;
+      end = p.end;
+    }
+    if (end != parts[2].size()) __builtin_trap();
+  }
   const std::string jsonl = zerod::fuzz::write_scratch("tokenizer/data.jsonl", parts[3]);
-  zerod::tokenize_files(**tok, {jsonl}, {.seq_len = 16}).IgnoreError();
-  zerod::tokenize_files(**tok, {jsonl}, {.seq_len = 16, .pack = true}).IgnoreError();
+  zerod::TokenizeOptions options;
+  options.seq_len = 16;
+  zerod::tokenize_files(**tok, {jsonl}, options).IgnoreError();
+  options.pack = true;
+  zerod::tokenize_files(**tok, {jsonl}, options).IgnoreError();
   return 0;
 }

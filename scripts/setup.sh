@@ -22,6 +22,8 @@ build_packages=(
 # What the tests, benchmarks and zerod's dashboard use besides.
 other_packages=(
   fio
+  # zeroctl tokenize's chat templates, rendered by Jinja itself (runtime/tokenize/chat_template.h).
+  python3-jinja2
   # The dashboard's charts, and the browser its test opens it in.
   libjs-chart.js chromium
   openssl

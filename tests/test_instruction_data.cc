@@ -45,6 +45,18 @@ std::vector<uint32_t> trained_ids(const InstructionExample& e) {
   return out;
 }
 
+// The tokenizer's own chat template, started.
+std::unique_ptr<ChatTemplate> template_of(const Tokenizer& tok, const ChatTemplateOptions& options = {}) {
+  auto chat = open_chat_template(tok, "", options);
+  EXPECT_TRUE(chat.ok()) << chat.status();
+  return chat.ok() ? *std::move(chat) : nullptr;
+}
+
+// A user's question and the assistant's answer.
+json exchange(const std::string& question, const std::string& answer) {
+  return json::array({{{"role", "user"}, {"content", question}}, {{"role", "assistant"}, {"content", answer}}});
+}
+
 // Each conversation of the fixture, rendered by transformers'
 // apply_chat_template with the fixture's template: the same ids; and the
 // trained ones are exactly each assistant turn's own encoding with its end
@@ -56,10 +68,8 @@ TEST(ChatTemplates, RenderAsTransformersDoesAndTrainOnlyTheAssistant) {
     const json expected = json::parse(*read_whole_file(testing::tokenizer_fixture(name) + "/expected.json"));
     ASSERT_EQ(expected["chats"].size(), 2u);
     for (const json& chat : expected["chats"]) {
-      std::vector<ChatMessage> messages;
       std::vector<uint32_t> want_trained;
       for (const json& m : chat["messages"]) {
-        messages.push_back({m["role"], m["content"]});
         std::string content = m["content"];
         if (std::string(name) == "llama3_bpe") {  // the template trims
           content.erase(0, content.find_first_not_of(" \n"));
@@ -67,7 +77,7 @@ TEST(ChatTemplates, RenderAsTransformersDoesAndTrainOnlyTheAssistant) {
         }
         if (m["role"] == "assistant") want_trained = concat(want_trained, testing::encoded(*tok, content + end, false));
       }
-      auto e = chat_example(*tok, messages);
+      auto e = chat_example(*tok, *template_of(*tok), chat["messages"]);
       ASSERT_TRUE(e.ok()) << e.status();
       EXPECT_EQ(e->ids, chat["ids"].get<std::vector<uint32_t>>());
       EXPECT_EQ(trained_ids(*e), want_trained);
@@ -94,13 +104,18 @@ TEST(PromptResponse, TrainsTheResponseAndTheEos) {
 
 TEST(ChatTemplates, RefusesWhatTheyCannotRender) {
   auto sp = testing::load_tokenizer_fixture("llama2_sp");
-  auto e = chat_example(*sp, {{"user", "hi"}, {"assistant", "hello"}});
-  EXPECT_EQ(e.status().message(), testing::tokenizer_fixture("llama2_sp") +
-                                      "/tokenizer.model: the tokenizer has no chat template; give prompt and "
-                                      "response records instead");
+  EXPECT_EQ(open_chat_template(*sp, "", {}).status().message(),
+            testing::tokenizer_fixture("llama2_sp") +
+                "/tokenizer.model: the tokenizer has no chat template; give one with --chat-template, or prompt and "
+                "response records");
   auto llama3 = testing::load_tokenizer_fixture("llama3_bpe");
-  e = chat_example(*llama3, {{"system", "be brief"}, {"user", "hi"}});
-  EXPECT_EQ(e.status().message(), "a conversation without an assistant message has nothing to train on");
+  auto chat = template_of(*llama3);
+  EXPECT_EQ(
+      chat_example(*llama3, *chat,
+                   json::array({{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "hi"}}}))
+          .status()
+          .message(),
+      "the conversation has no assistant message to train on");
 }
 
 class TokenizerDir : public testing::TempDirTest {
@@ -115,12 +130,16 @@ class TokenizerDir : public testing::TempDirTest {
   }
 };
 
-// A ChatML template on a tokenizer whose vocabulary lacks its tokens (they
-// would be encoded as text): refused, naming the token.
-TEST_F(TokenizerDir, AChatFormatNeedsItsTokensInTheVocabulary) {
-  auto tok = sentencepiece_with(R"({"eos_token": "</s>", "chat_template": "{{ '<|im_start|>' }}"})");
-  EXPECT_EQ(chat_example(*tok, {{"user", "hi"}, {"assistant", "hello"}}).status().message(),
-            path("tokenizer.model") + ": the chat format's token '<|im_start|>' is not in the vocabulary");
+// A SentencePiece model keeps no offsets of its ids, which the mask of a
+// rendered chat needs: refused, naming the file.
+TEST_F(TokenizerDir, ASentencePieceModelMasksNoChat) {
+  auto tok = sentencepiece_with(R"({"eos_token": "</s>", "chat_template": "{{ messages[0].content }}"})");
+  auto chat = template_of(*tok);
+  ASSERT_NE(chat, nullptr);
+  EXPECT_EQ(chat_example(*tok, *chat, exchange("hi", "hello")).status().message(),
+            path("tokenizer.model") +
+                ": a SentencePiece model keeps no offsets of its ids, which a chat template's loss mask needs; give "
+                "the model's tokenizer.json");
 }
 
 // A tokenizer that ends every text with its EOS (add_eos_token): one EOS,
@@ -163,7 +182,7 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
       "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}, {\"role\": \"assistant\", \"content\": \"4\"}]}\n"
       "{\"prompt\": \"Say ok\\n\", \"response\": \"ok — d'accord\"}\n");
   std::vector<InstructionExample> examples = {*prompt_response_example(*tok, "Name a colour.\n", "Blue."),
-                                              *chat_example(*tok, {{"user", "2+2?"}, {"assistant", "4"}}),
+                                              *chat_example(*tok, *template_of(*tok), exchange("2+2?", "4")),
                                               *prompt_response_example(*tok, "Say ok\n", "ok — d'accord")};
   const int S = 48;
   ASSERT_EQ(zeroctl({"--tokenizer", testing::tokenizer_fixture("llama3_bpe"), "--output", path("sft.bin"), "--seq-len",
@@ -197,7 +216,7 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
   EXPECT_EQ(out_.str(), absl::StrCat(path("sft.bin"), ": 3 examples in windows of 48 ids, 144 ids, ", by_hand,
                                      " of them targets (", absl::StrFormat("%.1f", 100.0 * by_hand / 144), "%)\n"));
 
-  DataConfig cfg{DataKind::kTokens, path("sft.bin"), S, 1};
+  DataConfig cfg{DataKind::kTokens, path("sft.bin"), S, 1, {}};
   auto ds = load_dataset(cfg, int(tok->vocab_size()));
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_TRUE(ds->windowed);
@@ -228,7 +247,7 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
                          "': its examples were laid out for seq_len 48, the job's data.seq_len is 32 (zeroctl "
                          "tokenize --seq-len)"));
   ASSERT_TRUE(write_token_shard(path("zz.bin"), std::vector<uint16_t>(100, 7)).ok());
-  cfg = {DataKind::kTokens, path("*.bin"), S, 1};
+  cfg = {DataKind::kTokens, path("*.bin"), S, 1, {}};
   EXPECT_EQ(load_dataset(cfg, int(tok->vocab_size())).status().message(),
             absl::StrCat("data file '", path("zz.bin"),
                          "': a plain token shard among windowed ones; one dataset holds one kind"));
@@ -302,7 +321,9 @@ TEST_F(TokenizeFiles, RefusesBadInputNamingTheFileAndLineAndWritesNothing) {
 
   refused({write("a.jsonl", good + "[1, 2]\n")}, path("a.jsonl") + ":2: not a JSON object");
   refused({write("b.jsonl", "{\"question\": \"q\"}\n")},
-          path("b.jsonl") + ":1: a record holds \"text\", \"prompt\" and \"response\", or \"messages\"");
+          path("b.jsonl") +
+              ":1: a record holds \"text\"; \"prompt\" and \"response\" or \"completion\"; \"messages\"; "
+              "\"conversations\" (ShareGPT); or \"instruction\" and \"output\" (Alpaca)");
   refused({write("c.jsonl", "{\"prompt\": \"p\", \"response\": 4}\n")},
           path("c.jsonl") + ":1: \"response\" is not a string");
   refused({write("d.jsonl", good + "{\"text\": \"t\"}\n")},
@@ -310,13 +331,14 @@ TEST_F(TokenizeFiles, RefusesBadInputNamingTheFileAndLineAndWritesNothing) {
   refused({write("e.jsonl", "{\"messages\": [{\"role\": \"user\"}]}\n")},
           path("e.jsonl") + ":1: messages[0]: \"content\" is not a string");
   refused({write("f.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n")},
-          path("f.jsonl") + ":1: a conversation without an assistant message has nothing to train on");
+          path("f.jsonl") + ":1: the conversation has no assistant message to train on");
   const size_t n =
       prompt_response_example(*testing::load_tokenizer_fixture("llama3_bpe"), "a longer prompt\n", "and its response")
           ->ids.size();
   refused({write("g.jsonl", "{\"prompt\": \"a longer prompt\\n\", \"response\": \"and its response\"}\n")},
           absl::StrCat(path("g.jsonl"), ":1: the example's ", n,
-                       " ids are more than --seq-len 4, its window (an example is never split)"),
+                       " ids are more than --seq-len 4, its window (an example is never split; --long-examples drop "
+                       "or truncate lets it go)"),
           {"--seq-len", "4"});
   refused({write("h.jsonl", good)},
           path("h.jsonl") +
@@ -517,7 +539,7 @@ TEST_F(TokenizeFiles, PacksInstructionExamplesWholeIntoWindows) {
                             "targets (%.1f%%)\n",
                             path("p.bin"), windows.size(), 100.0 * filled / all, all, targets, 100.0 * targets / all));
 
-  DataConfig cfg{DataKind::kTokens, path("p.bin"), T, 1};
+  DataConfig cfg{DataKind::kTokens, path("p.bin"), T, 1, {}};
   auto ds = load_dataset(cfg, int(tok->vocab_size()));
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_TRUE(ds->packed);
@@ -587,9 +609,18 @@ TEST_F(TokenizeFiles, PackRefusesWhatItCannotPack) {
   ASSERT_GT(n, 8u);
   EXPECT_EQ(zeroctl({"--tokenizer", tok, "--output", out, "--seq-len", "8", "--pack", longer}), 2);
   EXPECT_EQ(err_.str(), absl::StrCat("zeroctl tokenize: ", longer, ":2: the example's ", n,
-                                     " ids are more than --seq-len 8, its window (an example is never split)\n"));
+                                     " ids are more than --seq-len 8, its window (an example is never split; "
+                                     "--long-examples drop or truncate lets it go)\n"));
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
+  // Truncated to the window, it packs as a window of its own.
+  ASSERT_EQ(
+      zeroctl({"--tokenizer", tok, "--output", out, "--seq-len", "8", "--pack", "--long-examples", "truncate", longer}),
+      0)
+      << err_.str();
+  EXPECT_NE(out_.str().find("2 examples packed into 2 windows of 8 ids"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("1 example longer than --seq-len 8: 1 truncated, 0 dropped\n"), std::string::npos)
+      << out_.str();
 }
 
 #ifdef ZEROD_CTL_BIN

@@ -140,8 +140,8 @@ int run_zeroctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.footer(
       "zeroctl estimate --config JOB [--ranks N] [--gpu-memory SIZE] ...: a job's memory before it runs, with no "
       "zerod (zeroctl estimate --help)\n"
-      "zeroctl tokenize --tokenizer MODEL_DIR --output FILE [--seq-len N] INPUT...: text and JSONL into token files "
-      "(zeroctl tokenize --help)");
+      "zeroctl tokenize --tokenizer MODEL_DIR --output FILE [--seq-len N] INPUT...: text, JSONL and JSON (documents, "
+      "instruction data, chats through the model's template) into token files (zeroctl tokenize --help)");
 
   std::string config_path, name, job_id;
   std::vector<std::string> overrides, hosts, states;

@@ -3,11 +3,13 @@
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
+#include <unicode/utf8.h>
 
 #include <algorithm>
 #include <queue>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -49,7 +51,7 @@ class AddedTokens {
       std::stable_sort(list.begin(), list.end(),
                        [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   }
-  // Calls text(segment) and token(id) in order over `s`.
+  // Calls text(segment) and token(id, its text) in order over `s`.
   template <typename Text, typename Token>
   void split(std::string_view s, Text&& text, Token&& token) const {
     size_t start = 0;
@@ -59,7 +61,7 @@ class AddedTokens {
       for (const auto& [content, id] : it->second) {
         if (s.compare(i, content.size(), content) != 0) continue;
         if (i > start) text(s.substr(start, i - start));
-        token(id);
+        token(id, s.substr(i, content.size()));
         start = i + content.size();
         i = start - 1;
         break;
@@ -81,17 +83,17 @@ class BpeTokenizer final : public Tokenizer {
   absl::StatusOr<std::vector<uint32_t>> encode(std::string_view text, bool add_special) const override {
     std::vector<uint32_t> ids;
     if (add_special) ids = prefix_;
-    absl::Status status;
-    added_.split(
-        text,
-        [&](std::string_view segment) {
-          if (status.ok()) status = encode_segment(segment, ids);
-        },
-        [&](uint32_t id) { ids.push_back(id); });
-    ZEROD_RETURN_IF_ERROR(status);
+    ZEROD_RETURN_IF_ERROR(encode_text(text, ids, nullptr));
     if (add_special) ids.insert(ids.end(), suffix_.begin(), suffix_.end());
     return ids;
   }
+  absl::StatusOr<std::vector<Piece>> encode_pieces(std::string_view text) const override {
+    std::vector<uint32_t> ids;
+    std::vector<Piece> pieces;
+    ZEROD_RETURN_IF_ERROR(encode_text(text, ids, &pieces));
+    return pieces;
+  }
+  bool is_added(uint32_t id) const override { return added_id_set_.contains(id); }
   int64_t vocab_size() const override { return vocab_size_; }
   std::optional<uint32_t> token_id(std::string_view token) const override {
     const absl::string_view key(token.data(), token.size());  // Debian's absl has a string_view of its own
@@ -118,12 +120,19 @@ class BpeTokenizer final : public Tokenizer {
   };
   absl::StatusOr<Split> compile(const std::string& pattern) const;
 
-  absl::Status encode_segment(std::string_view segment, std::vector<uint32_t>& ids) const;
+  // The ids of `text`, and where `pieces` is given each id's bytes of it.
+  absl::Status encode_text(std::string_view text, std::vector<uint32_t>& ids, std::vector<Piece>* pieces) const;
+  // Appends the segment's ids and, where `spans` is given, each one's bytes of it.
+  absl::Status encode_segment(std::string_view segment, std::vector<uint32_t>& ids,
+                              std::vector<std::pair<size_t, size_t>>* spans) const;
+  void normalized_to_original(std::string_view segment, std::vector<std::pair<size_t, size_t>>& spans) const;
   absl::Status split_pieces(const Split& split, std::vector<icu::UnicodeString>& pieces) const;
-  void encode_piece(const std::string& bytes, std::vector<uint32_t>& ids) const;
+  void encode_piece(const std::string& bytes, std::vector<uint32_t>& ids,
+                    std::vector<std::pair<size_t, size_t>>* spans) const;
 
   absl::flat_hash_map<std::string, uint32_t> vocab_;      // the model's, which merges and lookups use
   absl::flat_hash_map<std::string, uint32_t> added_ids_;  // added tokens by their text
+  absl::flat_hash_set<uint32_t> added_id_set_;
   int64_t vocab_size_ = 0;
   absl::flat_hash_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
   bool ignore_merges_ = false;
@@ -215,6 +224,7 @@ absl::Status BpeTokenizer::read_added_tokens(const json& a) {
     const uint32_t id = t["id"].get<uint32_t>();
     added_.add(content, id);
     added_ids_[content] = id;
+    added_id_set_.insert(id);
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
   }
   added_.finish();
@@ -328,10 +338,37 @@ absl::Status BpeTokenizer::split_pieces(const Split& split, std::vector<icu::Uni
   return absl::OkStatus();
 }
 
-absl::Status BpeTokenizer::encode_segment(std::string_view segment, std::vector<uint32_t>& ids) const {
+absl::Status BpeTokenizer::encode_text(std::string_view text, std::vector<uint32_t>& ids,
+                                       std::vector<Piece>* pieces) const {
+  absl::Status status;
+  std::vector<std::pair<size_t, size_t>> spans;
+  added_.split(
+      text,
+      [&](std::string_view segment) {
+        if (!status.ok()) return;
+        const size_t first = ids.size();
+        spans.clear();
+        status = encode_segment(segment, ids, pieces != nullptr ? &spans : nullptr);
+        if (!status.ok() || pieces == nullptr) return;
+        const auto at = size_t(segment.data() - text.data());
+        for (size_t k = first; k < ids.size(); ++k)
+          pieces->push_back({ids[k], at + spans[k - first].first, at + spans[k - first].second});
+      },
+      [&](uint32_t id, std::string_view token) {
+        ids.push_back(id);
+        const auto at = size_t(token.data() - text.data());
+        if (pieces != nullptr) pieces->push_back({id, at, at + token.size()});
+      });
+  return status;
+}
+
+absl::Status BpeTokenizer::encode_segment(std::string_view segment, std::vector<uint32_t>& ids,
+                                          std::vector<std::pair<size_t, size_t>>* spans) const {
   if (segment.size() > size_t(INT32_MAX))  // ICU's strings are indexed by int32_t
     return error(absl::StrCat("a text of ", segment.size(), " bytes is more than the 2 GiB it encodes at once"));
-  icu::UnicodeString text = icu::UnicodeString::fromUTF8(icu::StringPiece(segment.data(), int32_t(segment.size())));
+  const icu::UnicodeString original =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(segment.data(), int32_t(segment.size())));
+  icu::UnicodeString text = original;
   if (nfc_ != nullptr) {
     UErrorCode status = U_ZERO_ERROR;
     text = nfc_->normalize(text, status);
@@ -339,20 +376,70 @@ absl::Status BpeTokenizer::encode_segment(std::string_view segment, std::vector<
   std::vector<icu::UnicodeString> pieces{text};
   for (const Split& split : splits_) ZEROD_RETURN_IF_ERROR(split_pieces(split, pieces));
   std::string bytes;
+  size_t at = 0;  // in the normalized text
   for (const icu::UnicodeString& piece : pieces) {
     bytes.clear();
     piece.toUTF8String(bytes);
-    encode_piece(bytes, ids);
+    const size_t first = spans != nullptr ? spans->size() : 0;
+    encode_piece(bytes, ids, spans);
+    if (spans != nullptr)
+      for (size_t k = first; k < spans->size(); ++k) (*spans)[k] = {(*spans)[k].first + at, (*spans)[k].second + at};
+    at += bytes.size();
   }
+  if (spans != nullptr && text != original) normalized_to_original(segment, *spans);
   return absl::OkStatus();
 }
 
-void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>& ids) const {
+// NFC changed the segment: each id's bytes of the normalized text widened
+// to the original runs they fall in, a run reaching from one normalization
+// boundary to the next (a character and its combining marks), as
+// `tokenizers` widens an id's offsets to the characters it touches.
+void BpeTokenizer::normalized_to_original(std::string_view segment,
+                                          std::vector<std::pair<size_t, size_t>>& spans) const {
+  struct Run {
+    size_t normalized_end, begin, end;
+  };
+  std::vector<Run> runs;
+  const auto* p = reinterpret_cast<const uint8_t*>(segment.data());
+  const auto n = int32_t(segment.size());
+  size_t normalized = 0;
+  for (int32_t begin = 0; begin < n;) {
+    int32_t i = begin;
+    UChar32 c;
+    U8_NEXT(p, i, n, c);  // the run's first character
+    while (i < n) {
+      int32_t j = i;
+      U8_NEXT(p, j, n, c);
+      if (nfc_->hasBoundaryBefore(c)) break;
+      i = j;
+    }
+    UErrorCode status = U_ZERO_ERROR;
+    std::string run;
+    nfc_->normalize(icu::UnicodeString::fromUTF8(icu::StringPiece(segment.data() + begin, i - begin)), status)
+        .toUTF8String(run);
+    normalized += run.size();
+    runs.push_back({normalized, size_t(begin), size_t(i)});
+    begin = i;
+  }
+  // The run holding normalized byte `at`.
+  auto run_of = [&](size_t at) {
+    return *std::upper_bound(runs.begin(), runs.end(), at, [](size_t x, const Run& r) { return x < r.normalized_end; });
+  };
+  for (auto& [begin, end] : spans) {
+    if (end == begin) continue;
+    begin = run_of(begin).begin;
+    end = run_of(end - 1).end;
+  }
+}
+
+void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>& ids,
+                                std::vector<std::pair<size_t, size_t>>* spans) const {
   if (ignore_merges_) {
     std::string chars;
     for (unsigned char b : bytes) chars += byte_chars_[b];
     if (auto it = vocab_.find(chars); it != vocab_.end()) {
       ids.push_back(it->second);
+      if (spans != nullptr) spans->push_back({0, bytes.size()});
       return;
     }
   }
@@ -391,7 +478,11 @@ void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>&
     push(prev[i]);
     push(i);
   }
-  for (int i = 0; i >= 0; i = next[i]) ids.push_back(sym[i]);
+  // A symbol still standing covers the bytes up to the next one's first.
+  for (int i = 0; i >= 0; i = next[i]) {
+    ids.push_back(sym[i]);
+    if (spans != nullptr) spans->push_back({size_t(i), next[i] < 0 ? size_t(n) : size_t(next[i])});
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace zerod {
 namespace {
@@ -39,41 +40,7 @@ absl::StatusOr<InstructionExample> encode_parts(const Tokenizer& tok, const std:
   return e;
 }
 
-// Python's str.strip(), which Jinja's trim filter is: the whitespace of
-// str.isspace() at either end.
-std::string trimmed(const std::string& s) {
-  static const char* const kSpaces[] = {"\t",     "\n",     "\v",     "\f",     "\r",     "\x1c",   "\x1d",   "\x1e",
-                                        "\x1f",   " ",      "\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002",
-                                        "\u2003", "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
-                                        "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
-  auto space_at = [&](size_t at, bool back) -> size_t {
-    for (const char* sp : kSpaces) {
-      const size_t n = std::char_traits<char>::length(sp);
-      if (back ? (at >= n && s.compare(at - n, n, sp) == 0) : s.compare(at, n, sp) == 0) return n;
-    }
-    return 0;
-  };
-  size_t b = 0, e = s.size();
-  while (b < e)
-    if (size_t n = space_at(b, false))
-      b += n;
-    else
-      break;
-  while (e > b)
-    if (size_t n = space_at(e, true))
-      e -= n;
-    else
-      break;
-  return s.substr(b, e - b);
-}
-
 }  // namespace
-
-ChatFormat chat_format_of(const std::string& chat_template) {
-  if (chat_template.find("<|start_header_id|>") != std::string::npos) return ChatFormat::kLlama3;
-  if (chat_template.find("<|im_start|>") != std::string::npos) return ChatFormat::kChatMl;
-  return ChatFormat::kNone;
-}
 
 absl::StatusOr<InstructionExample> prompt_response_example(const Tokenizer& tok, std::string_view prompt,
                                                            std::string_view response) {
@@ -90,41 +57,32 @@ absl::StatusOr<InstructionExample> prompt_response_example(const Tokenizer& tok,
   return e;
 }
 
-absl::StatusOr<InstructionExample> chat_example(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
-  const ChatFormat format = chat_format_of(tok.config().chat_template);
-  if (format == ChatFormat::kNone)
-    return absl::InvalidArgumentError(absl::StrCat(tok.source(),
-                                                   tok.config().chat_template.empty()
-                                                       ? ": the tokenizer has no chat template"
-                                                       : ": its chat template is not one zerod renders (Llama 3's "
-                                                         "headers or ChatML)",
-                                                   "; give prompt and response records instead"));
-  if (std::none_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; }))
-    return absl::InvalidArgumentError("a conversation without an assistant message has nothing to train on");
-  // The format's markers must be tokens of the vocabulary, or they would be
-  // encoded as text.
-  std::vector<std::string> markers = {"<|im_start|>", "<|im_end|>"};
-  if (format == ChatFormat::kLlama3)
-    markers = {tok.config().bos_token, "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
-  for (const std::string& marker : markers)
-    if (!tok.token_id(marker))
-      return absl::InvalidArgumentError(
-          absl::StrCat(tok.source(), ": the chat format's token '", marker, "' is not in the vocabulary"));
-  std::vector<Part> parts;
-  if (format == ChatFormat::kLlama3) {
-    parts.push_back({tok.config().bos_token, false});
-    for (const ChatMessage& m : messages) {
-      parts.push_back({absl::StrCat("<|start_header_id|>", m.role, "<|end_header_id|>\n\n"), false});
-      parts.push_back({absl::StrCat(trimmed(m.content), "<|eot_id|>"), m.role == "assistant"});
+absl::StatusOr<InstructionExample> chat_example(const Tokenizer& tok, ChatTemplate& chat,
+                                                const nlohmann::json& messages) {
+  const std::vector<std::string>& roles = chat.options().trained_roles;
+  if (std::none_of(messages.begin(), messages.end(), [&](const nlohmann::json& m) {
+        return std::find(roles.begin(), roles.end(), m.value("role", "")) != roles.end();
+      }))
+    return absl::InvalidArgumentError(
+        absl::StrCat("the conversation has no ", absl::StrJoin(roles, " or "), " message to train on"));
+  ZEROD_ASSIGN_OR_RETURN(const RenderedChat r, chat.render(messages));
+  ZEROD_ASSIGN_OR_RETURN(const std::vector<Tokenizer::Piece> pieces, tok.encode_pieces(r.text));
+  InstructionExample e;
+  e.ids.reserve(pieces.size());
+  e.trained.assign(pieces.size(), false);
+  // Both in order: one pass, as transformers makes its mask.
+  size_t span = 0;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    e.ids.push_back(pieces[k].id);
+    while (span < r.trained.size() && pieces[k].begin >= r.trained[span].second) {
+      // The turn's end: the added token right after the content.
+      if (!r.tagged && pieces[k].begin == r.trained[span].second && tok.is_added(pieces[k].id)) e.trained[k] = true;
+      ++span;
     }
-  } else {
-    for (const ChatMessage& m : messages) {
-      parts.push_back({absl::StrCat("<|im_start|>", m.role, "\n"), false});
-      parts.push_back({absl::StrCat(m.content, "<|im_end|>"), m.role == "assistant"});
-      parts.push_back({"\n", false});
-    }
+    if (span < r.trained.size() && pieces[k].end > r.trained[span].first && pieces[k].begin < r.trained[span].second)
+      e.trained[k] = true;
   }
-  return encode_parts(tok, parts, false);
+  return e;
 }
 
 }  // namespace zerod

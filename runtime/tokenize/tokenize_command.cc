@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "runtime/config/command_line.h"
 #include "runtime/core/exit_codes.h"
 #include "runtime/tokenize/tokenize_files.h"
@@ -12,9 +13,11 @@ namespace zerod {
 
 int run_tokenize(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{
-      "zeroctl tokenize: text and JSONL into the token files training reads, with a model's own tokenizer (byte-level "
-      "BPE from tokenizer.json, or a SentencePiece tokenizer.model). A text file is one document; a JSONL line is "
-      "{\"text\"}, or an instruction example {\"prompt\", \"response\"} or {\"messages\"} of which only the "
+      "zeroctl tokenize: text, JSONL and JSON into the token files training reads, with a model's own tokenizer "
+      "(byte-level BPE from tokenizer.json, or a SentencePiece tokenizer.model). A text file is one document; a JSONL "
+      "line (or a JSON file's record) is {\"text\"}, or an instruction example: {\"prompt\", \"response\" or "
+      "\"completion\"}, {\"messages\"}, ShareGPT's {\"conversations\"} or Alpaca's {\"instruction\", \"input\", "
+      "\"output\"}, conversations rendered by the model's chat template (Jinja, by python3-jinja2), of which only the "
       "responses are trained on, each in a window of --seq-len ids, or with --pack several a window."};
   std::string tokenizer, output;
   std::vector<std::string> inputs;
@@ -28,13 +31,39 @@ int run_tokenize(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_flag("--pack", options.pack,
                "pack examples (or documents, cut to the window) whole, several a window of --seq-len ids, first-fit "
                "decreasing, each marked where it starts");
-  app.add_option("inputs", inputs, "text files, or JSONL files (*.jsonl)")->required();
+  std::string long_examples = "refuse";
+  app.add_option("--long-examples", long_examples,
+                 "an example longer than --seq-len: refuse it (the default), drop it, or truncate it to the window "
+                 "keeping its prompt's start (up to half the window) and its response's start")
+      ->check(CLI::IsMember({"refuse", "drop", "truncate"}));
+  app.add_option("--chat-template", options.chat_template,
+                 "a Jinja chat template file, rendering conversations in place of the tokenizer's own");
+  std::string roles = "assistant";
+  app.add_option("--train-roles", roles,
+                 "the roles whose turns are trained on, comma-separated (default assistant; e.g. assistant,user)");
+  app.add_option("--template-date", options.chat.date,
+                 "the date the template's strftime_now() gives (Llama 3's dated system preamble), YYYY-MM-DD; "
+                 "default today, as transformers")
+      ->check([](const std::string& d) {
+        int y, m, day;
+        char end;
+        return std::sscanf(d.c_str(), "%4d-%2d-%2d%c", &y, &m, &day, &end) == 3 && d.size() == 10 && m >= 1 &&
+                       m <= 12 && day >= 1 && day <= 31
+                   ? std::string()
+                   : "not a date YYYY-MM-DD";
+      });
+  app.add_option("inputs", inputs, "text files, or JSONL (*.jsonl) and JSON (*.json) files of records")->required();
   if (auto code = parse_command_line(app, "zeroctl tokenize", out, err, [&] { app.parse(argc, argv); })) return *code;
 
+  options.long_examples = long_examples == "drop"       ? LongExamples::kDrop
+                          : long_examples == "truncate" ? LongExamples::kTruncate
+                                                        : LongExamples::kRefuse;
+  options.chat.trained_roles = absl::StrSplit(roles, ',', absl::SkipEmpty());
   auto fail = [&](const absl::Status& s) {
     err << "zeroctl tokenize: " << s.message() << "\n";
     return exit_code_for(s);
   };
+  if (options.chat.trained_roles.empty()) return fail(absl::InvalidArgumentError("--train-roles names no role"));
   auto tok = Tokenizer::load(tokenizer);
   if (!tok.ok()) return fail(tok.status());
   auto t = tokenize_files(**tok, inputs, options);
@@ -54,6 +83,9 @@ int run_tokenize(int argc, char** argv, std::ostream& out, std::ostream& err) {
     out << absl::StrFormat("%s: %s, %d ids of %d bits\n", output, count(t->documents, "document"), t->ids.size(),
                            (*tok)->vocab_size() > 65536 ? 32 : 16);
   }
+  if (t->truncated + t->dropped > 0)
+    out << absl::StrFormat("%s longer than --seq-len %d: %d truncated, %d dropped\n",
+                           count(t->truncated + t->dropped, "example"), options.seq_len, t->truncated, t->dropped);
   return 0;
 }
 

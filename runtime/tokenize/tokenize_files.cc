@@ -59,14 +59,25 @@ class Builder {
   // One example a window: an id is a target when its example trains on it,
   // but never the window's first, which nothing before it predicts.
   // Packed, the same, the window's first being the example's.
-  absl::Status example(const absl::StatusOr<InstructionExample>& e, const std::string& where) {
+  absl::Status example(absl::StatusOr<InstructionExample> e, const std::string& where) {
     ZEROD_RETURN_IF_ERROR(kind(true, where));
     if (!e.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", e.status().message()));
-    const size_t n = e->ids.size();
-    if (n > size_t(o_.seq_len)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": the example's ", n, " ids are more than --seq-len ",
-                                                     o_.seq_len, ", its window (an example is never split)"));
+    if (e->ids.size() > size_t(o_.seq_len)) {
+      switch (o_.long_examples) {
+        case LongExamples::kRefuse:
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": the example's ", e->ids.size(), " ids are more than --seq-len ", o_.seq_len,
+                           ", its window (an example is never split; --long-examples drop or truncate lets it go)"));
+        case LongExamples::kDrop:
+          ++out_.dropped;
+          return absl::OkStatus();
+        case LongExamples::kTruncate:
+          truncate(*e);
+          ++out_.truncated;
+          break;
+      }
     }
+    const size_t n = e->ids.size();
     if (std::count(e->trained.begin() + std::min<size_t>(n, 1), e->trained.end(), true) == 0)
       return absl::InvalidArgumentError(absl::StrCat(where, ": the example has no id to train on"));
     ++out_.examples;
@@ -110,6 +121,19 @@ class Builder {
   }
 
   uint32_t pad() const { return tok_.eos().value_or(0) | kNotTarget; }
+
+  // LongExamples::kTruncate's policy: the prompt's start, up to half the
+  // window or what the response leaves, then the response's start.
+  void truncate(InstructionExample& e) const {
+    const auto S = size_t(o_.seq_len);
+    const size_t prompt = std::find(e.trained.begin(), e.trained.end(), true) - e.trained.begin();
+    const size_t response = std::min(e.ids.size() - prompt, S - std::min(prompt, S / 2));
+    const size_t kept_prompt = std::min(prompt, S - response);
+    e.ids.erase(e.ids.begin() + kept_prompt, e.ids.begin() + prompt);
+    e.trained.erase(e.trained.begin() + kept_prompt, e.trained.begin() + prompt);
+    e.ids.resize(S);
+    e.trained.resize(S);
+  }
 
   // A document of `n` ids from `ids` on, to be packed: its first flagged
   // as a document's start, never a target; the rest targets as `trained` says.
@@ -166,36 +190,105 @@ absl::StatusOr<std::string> string_at(const json& j, const char* key, const std:
   return j[key].get<std::string>();
 }
 
-absl::Status record(Builder& b, const Tokenizer& tok, const json& j, const std::string& where) {
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON object"));
-  if (j.contains("text")) {
-    ZEROD_ASSIGN_OR_RETURN(const std::string text, string_at(j, "text", where));
-    return b.document(text, where);
-  }
-  if (j.contains("prompt") || j.contains("response")) {
-    ZEROD_ASSIGN_OR_RETURN(const std::string prompt, string_at(j, "prompt", where));
-    ZEROD_ASSIGN_OR_RETURN(const std::string response, string_at(j, "response", where));
-    return b.example(prompt_response_example(tok, prompt, response), where);
-  }
-  if (j.contains("messages")) {
-    const json& m = j["messages"];
-    if (!m.is_array() || m.empty())
-      return absl::InvalidArgumentError(absl::StrCat(where, ": \"messages\" is not a list of messages"));
-    std::vector<ChatMessage> messages;
-    for (size_t i = 0; i < m.size(); ++i) {
-      const std::string at = absl::StrCat(where, ": messages[", i, "]");
-      if (!m[i].is_object()) return absl::InvalidArgumentError(absl::StrCat(at, " is not an object"));
-      ZEROD_ASSIGN_OR_RETURN(std::string role, string_at(m[i], "role", at));
-      ZEROD_ASSIGN_OR_RETURN(std::string content, string_at(m[i], "content", at));
-      messages.push_back({std::move(role), std::move(content)});
-    }
-    return b.example(chat_example(tok, messages), where);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, ": a record holds \"text\", \"prompt\" and \"response\", or \"messages\""));
-}
+// The records' formats, each turned into a prompt and response or a
+// conversation; the chat template is started at the first conversation.
+class Records {
+ public:
+  Records(Builder& b, const Tokenizer& tok, const TokenizeOptions& o) : b_(b), tok_(tok), o_(o) {}
 
-absl::Status jsonl_file(Builder& b, const Tokenizer& tok, const std::string& path) {
+  absl::Status record(const json& j, const std::string& where) {
+    if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON object"));
+    if (j.contains("text")) {
+      ZEROD_ASSIGN_OR_RETURN(const std::string text, string_at(j, "text", where));
+      return b_.document(text, where);
+    }
+    if (j.contains("messages")) return conversation(messages(j["messages"], "messages", where), where);
+    if (j.contains("conversations")) return conversation(sharegpt(j["conversations"], where), where);
+    if (j.contains("instruction")) return conversation(alpaca(j, where), where);
+    if (j.contains("prompt") && j["prompt"].is_array()) {
+      ZEROD_ASSIGN_OR_RETURN(json all, messages(j["prompt"], "prompt", where));
+      ZEROD_ASSIGN_OR_RETURN(const json completion, messages(j.value("completion", json()), "completion", where));
+      all.insert(all.end(), completion.begin(), completion.end());
+      return conversation(all, where);
+    }
+    if (j.contains("prompt") || j.contains("response") || j.contains("completion")) {
+      ZEROD_ASSIGN_OR_RETURN(const std::string prompt, string_at(j, "prompt", where));
+      ZEROD_ASSIGN_OR_RETURN(const std::string response,
+                             string_at(j, j.contains("completion") ? "completion" : "response", where));
+      return b_.example(prompt_response_example(tok_, prompt, response), where);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     ": a record holds \"text\"; \"prompt\" and \"response\" or \"completion\"; \"messages\"; "
+                     "\"conversations\" (ShareGPT); or \"instruction\" and \"output\" (Alpaca)"));
+  }
+
+ private:
+  // A list of {"role", "content"} text messages under `key`, as given.
+  static absl::StatusOr<json> messages(const json& m, const char* key, const std::string& where) {
+    if (!m.is_array() || m.empty())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"", key, "\" is not a list of messages"));
+    for (size_t i = 0; i < m.size(); ++i) {
+      const std::string at = absl::StrCat(where, ": ", key, "[", i, "]");
+      if (!m[i].is_object()) return absl::InvalidArgumentError(absl::StrCat(at, " is not an object"));
+      ZEROD_RETURN_IF_ERROR(string_at(m[i], "role", at).status());
+      ZEROD_RETURN_IF_ERROR(string_at(m[i], "content", at).status());
+    }
+    return m;
+  }
+
+  static absl::StatusOr<json> sharegpt(const json& c, const std::string& where) {
+    if (!c.is_array() || c.empty())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"conversations\" is not a list of turns"));
+    json out = json::array();
+    for (size_t i = 0; i < c.size(); ++i) {
+      const std::string at = absl::StrCat(where, ": conversations[", i, "]");
+      if (!c[i].is_object()) return absl::InvalidArgumentError(absl::StrCat(at, " is not an object"));
+      ZEROD_ASSIGN_OR_RETURN(const std::string from, string_at(c[i], "from", at));
+      ZEROD_ASSIGN_OR_RETURN(std::string value, string_at(c[i], "value", at));
+      const char* role = from == "human" ? "user" : from == "gpt" ? "assistant" : from == "system" ? "system" : nullptr;
+      if (role == nullptr)
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": \"from\" is '", from, "', not one of human, gpt and system"));
+      out.push_back({{"role", role}, {"content", std::move(value)}});
+    }
+    return out;
+  }
+
+  static absl::StatusOr<json> alpaca(const json& j, const std::string& where) {
+    ZEROD_ASSIGN_OR_RETURN(std::string user, string_at(j, "instruction", where));
+    ZEROD_ASSIGN_OR_RETURN(std::string output, string_at(j, "output", where));
+    if (j.contains("input") && !j["input"].is_null()) {
+      ZEROD_ASSIGN_OR_RETURN(const std::string input, string_at(j, "input", where));
+      if (!input.empty()) absl::StrAppend(&user, "\n\n", input);
+    }
+    json out = json::array();
+    if (j.contains("system") && !j["system"].is_null()) {
+      ZEROD_ASSIGN_OR_RETURN(std::string system, string_at(j, "system", where));
+      out.push_back({{"role", "system"}, {"content", std::move(system)}});
+    }
+    out.push_back({{"role", "user"}, {"content", std::move(user)}});
+    out.push_back({{"role", "assistant"}, {"content", std::move(output)}});
+    return out;
+  }
+
+  absl::Status conversation(const absl::StatusOr<json>& messages, const std::string& where) {
+    ZEROD_RETURN_IF_ERROR(messages.status());
+    if (chat_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<ChatTemplate>> chat = open_chat_template(tok_, o_.chat_template, o_.chat);
+      if (!chat.ok()) return absl::Status(chat.status().code(), absl::StrCat(where, ": ", chat.status().message()));
+      chat_ = *std::move(chat);
+    }
+    return b_.example(chat_example(tok_, *chat_, *messages), where);
+  }
+
+  Builder& b_;
+  const Tokenizer& tok_;
+  const TokenizeOptions& o_;
+  std::unique_ptr<ChatTemplate> chat_;
+};
+
+absl::Status jsonl_file(Records& r, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
   std::string line;
@@ -203,9 +296,20 @@ absl::Status jsonl_file(Builder& b, const Tokenizer& tok, const std::string& pat
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = absl::StrCat(path, ":", number);
     ZEROD_ASSIGN_OR_RETURN(const json j, parse_strict_json(line, where));
-    ZEROD_RETURN_IF_ERROR(record(b, tok, j, where));
+    ZEROD_RETURN_IF_ERROR(r.record(j, where));
   }
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+  return absl::OkStatus();
+}
+
+// A JSON list of records, or JSON lines.
+absl::Status json_file(Records& r, const std::string& path) {
+  ZEROD_ASSIGN_OR_RETURN(const std::string text, read_input_file(path));
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '[') return jsonl_file(r, path);
+  ZEROD_ASSIGN_OR_RETURN(const json records, parse_strict_json(text, path));
+  for (size_t i = 0; i < records.size(); ++i)
+    ZEROD_RETURN_IF_ERROR(r.record(records[i], absl::StrCat(path, "[", i, "]")));
   return absl::OkStatus();
 }
 
@@ -216,9 +320,14 @@ absl::StatusOr<Tokenized> tokenize_files(const Tokenizer& tok, const std::vector
   if (options.pack && options.seq_len < 1)
     return absl::InvalidArgumentError("--pack needs --seq-len, the window documents and examples are packed into");
   Builder b(tok, options);
+  Records records(b, tok, options);
   for (const std::string& path : inputs) {
     if (absl::EndsWith(path, ".jsonl")) {
-      ZEROD_RETURN_IF_ERROR(jsonl_file(b, tok, path));
+      ZEROD_RETURN_IF_ERROR(jsonl_file(records, path));
+      continue;
+    }
+    if (absl::EndsWith(path, ".json")) {
+      ZEROD_RETURN_IF_ERROR(json_file(records, path));
       continue;
     }
     ZEROD_ASSIGN_OR_RETURN(const std::string text, read_input_file(path));
@@ -227,7 +336,10 @@ absl::StatusOr<Tokenized> tokenize_files(const Tokenizer& tok, const std::vector
     ZEROD_RETURN_IF_ERROR(b.document(text, path));
   }
   Tokenized t = std::move(b).take();
-  if (t.documents + t.examples == 0) return absl::InvalidArgumentError("the inputs hold no document or example");
+  if (t.documents + t.examples == 0)
+    return absl::InvalidArgumentError(
+        t.dropped > 0 ? absl::StrCat("all ", t.dropped, " examples are longer than --seq-len and dropped")
+                      : std::string("the inputs hold no document or example"));
   if (t.packed && t.ids.empty()) return absl::InvalidArgumentError("the inputs' documents hold no id to pack");
   return t;
 }

@@ -40,6 +40,11 @@ absl::StatusOr<nlohmann::json> read_json_file(const std::string& path) {
 
 absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
   TokenizerConfig c;
+  const std::string jinja = (fs::path(path).parent_path() / "chat_template.jinja").string();
+  if (fs::exists(jinja)) {
+    ZEROD_ASSIGN_OR_RETURN(c.chat_template, read_input_file(jinja));
+    c.chat_template_source = jinja;
+  }
   if (!fs::exists(path)) return c;
   auto j = read_json_file(path);
   if (!j.ok()) return j.status();
@@ -58,6 +63,8 @@ absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
   }
   // One template, or named ones of which "default" is the one applied.
   const json t = j->value("chat_template", json());
+  if (!c.chat_template_source.empty()) return c;
+  c.chat_template_source = path;
   if (t.is_string()) {
     c.chat_template = t.get<std::string>();
   } else if (t.is_array()) {
@@ -67,6 +74,12 @@ absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": chat_template is neither text nor a list"));
   }
   return c;
+}
+
+absl::StatusOr<std::vector<Tokenizer::Piece>> Tokenizer::encode_pieces(std::string_view) const {
+  return absl::UnimplementedError(absl::StrCat(source(),
+                                               ": a SentencePiece model keeps no offsets of its ids, which a chat "
+                                               "template's loss mask needs; give the model's tokenizer.json"));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {

@@ -22,9 +22,11 @@ namespace zerod {
 struct TokenizerConfig {
   std::string bos_token, eos_token;
   std::string chat_template;
+  std::string chat_template_source;                  // the file it was read from
   std::optional<bool> add_bos_token, add_eos_token;  // a SentencePiece model's
 };
-// `path` beside the tokenizer; a missing file is an empty config.
+// `path` beside the tokenizer; a missing file is an empty config. A
+// chat_template.jinja beside it holds the template, as transformers saves it.
 absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path);
 
 // A tokenizer's file or an input, whole; NotFound naming it where it
@@ -47,6 +49,19 @@ class Tokenizer {
   // Fails only where the tokenizer's own split pattern does on this text
   // (ICU's regex past its time or backtracking limits), naming the pattern.
   virtual absl::StatusOr<std::vector<uint32_t>> encode(std::string_view text, bool add_special) const = 0;
+  // An id and the bytes of the text it stands for, [begin, end): the
+  // offsets `tokenizers` gives, in bytes rather than characters (an id
+  // that holds part of a character, or of what NFC merged, covers it all).
+  struct Piece {
+    uint32_t id;
+    size_t begin, end;
+  };
+  // encode(text, false)'s ids with their offsets; Unimplemented where the
+  // tokenizer keeps none (a SentencePiece model).
+  virtual absl::StatusOr<std::vector<Piece>> encode_pieces(std::string_view text) const;
+  // Whether `id` is an added token (special or not), matched whole in a
+  // text before the model splits the rest.
+  virtual bool is_added(uint32_t /*id*/) const { return false; }
   // Every id is below this.
   virtual int64_t vocab_size() const = 0;
   // The id of a whole token by its text ("<|eot_id|>", "</s>"), if any.

@@ -1,0 +1,148 @@
+"""Renders chat templates for zeroctl tokenize (chat_template.h), as
+transformers' apply_chat_template renders them: Jinja itself, in its
+immutable sandbox, with trim_blocks, lstrip_blocks and loop controls, the
+tokenizer's special tokens as variables, and transformers' globals
+(raise_exception, strftime_now, namespace, dict) and tojson filter.
+
+One JSON object a line on stdin, one reply a line on stdout:
+  {"template", "variables", "date", "roles"}  ->  {"generation": bool}, {"error"} or {"fatal"}
+  {"messages": [...]}                         ->  {"text", "spans", "tagged"} or {"error"}
+"spans" are the trained parts of "text" as UTF-8 byte ranges, in order:
+with roles ["assistant"] and a template that marks {% generation %}, what
+those blocks wrote (transformers' assistant mask); else, for each message
+of a trained role, the part of the text its content decides (found by
+rendering the conversation again with that content replaced).
+"""
+
+import copy
+import json
+import re
+import sys
+from datetime import datetime
+
+SENTINEL = "\ue000zerod\ue001"  # private-use characters no template writes
+
+
+def reply(obj):
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def where(e):
+    line = getattr(e, "lineno", None)
+    return f"line {line}: " if line else ""
+
+
+def environment(jinja2, date):
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        """{% generation %}...{% endgeneration %}: records where its output lands."""
+
+        tags = {"generation"}
+        spans = None  # the render's [blocks, spans] while one tracks them
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return nodes.CallBlock(self.call_method("_track"), [], [], body).set_lineno(lineno)
+
+        def _track(self, caller):
+            out = caller()
+            if Generation.spans is not None:
+                blocks, spans = Generation.spans
+                start = sum(len(b) for b in blocks)
+                spans.append((start, start + len(out)))
+            return out
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        when = datetime.strptime(date, "%Y-%m-%d") if date else datetime.now()
+        return when.strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, "jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, namespace=jinja2.utils.Namespace,
+                       dict=dict)
+    return env, Generation
+
+
+def byte_offsets(text):
+    """The UTF-8 byte offset of each character index, and of the end."""
+    out = [0]
+    for ch in text:
+        out.append(out[-1] + len(ch.encode("utf-8", "surrogatepass")))
+    return out
+
+
+def main():
+    try:
+        import jinja2
+    except ImportError as e:
+        reply({"fatal": f"{sys.executable} has no jinja2 ({e}); on Debian: apt-get install python3-jinja2"})
+        return
+    setup = json.loads(sys.stdin.readline())
+    env, generation = environment(jinja2, setup.get("date"))
+    try:
+        template = env.from_string(setup["template"])
+    except jinja2.exceptions.TemplateSyntaxError as e:
+        reply({"error": f"{where(e)}{e.message}"})
+        return
+    roles = setup["roles"]
+    # Where the template marks {% generation %}, as transformers looks for it.
+    tagged = roles == ["assistant"] and re.search(r"\{%-?\s*generation\s*-?%\}", setup["template"]) is not None
+    reply({"generation": tagged})
+    variables = setup["variables"]
+
+    def render(messages):
+        return template.render(messages=messages, tools=None, documents=None, add_generation_prompt=False,
+                               **variables)
+
+    for line in sys.stdin:
+        messages = json.loads(line)["messages"]
+        try:
+            if tagged:
+                blocks, spans = [], []
+                generation.spans = (blocks, spans)
+                try:
+                    for block in template.generate(messages=messages, tools=None, documents=None,
+                                                   add_generation_prompt=False, **variables):
+                        blocks.append(block)
+                finally:
+                    generation.spans = None
+                text = "".join(blocks)
+            else:
+                text = render(messages)
+                spans = []
+                for k, m in enumerate(messages):
+                    if m.get("role") not in roles:
+                        continue
+                    other = copy.deepcopy(messages)
+                    other[k]["content"] = SENTINEL
+                    alt = render(other)
+                    if alt == text:
+                        continue  # the template does not write this content
+                    p = 0
+                    while p < min(len(text), len(alt)) and text[p] == alt[p]:
+                        p += 1
+                    s = 0
+                    while s < min(len(text), len(alt)) - p and text[-1 - s] == alt[-1 - s]:
+                        s += 1
+                    spans.append((p, len(text) - s))
+            at = byte_offsets(text)
+            reply({"text": text, "spans": [[at[a], at[b]] for a, b in spans], "tagged": tagged})
+        except jinja2.exceptions.TemplateError as e:
+            reply({"error": f"{where(e)}{e}"})
+        except Exception as e:  # the template's own failure on this conversation: a type error, a bad index
+            reply({"error": f"{type(e).__name__}: {e}"})
+
+
+main()
