@@ -97,7 +97,7 @@ MISTRAL = """{%- if messages[0]["role"] == "system" %}
             {{- "[INST] " + message["content"] + "[/INST]" }}
         {%- endif %}
     {%- else %}
-        {{- " " }}{#G#}{{ message["content"] | trim + eos_token }}{#/G#}
+        {#G#}{{- " " + message["content"] | trim + eos_token }}{#/G#}
     {%- endif %}
 {%- endfor %}
 """

@@ -11,7 +11,10 @@ One JSON object a line on stdin, one reply a line on stdout:
 with roles ["assistant"] and a template that marks {% generation %}, what
 those blocks wrote (transformers' assistant mask); else, for each message
 of a trained role, the part of the text its content decides (found by
-rendering the conversation again with that content replaced).
+rendering the conversation again with that content replaced), an
+assistant's from the whitespace its turn writes before the content on
+(what the model generates after the generation prompt, which ends where
+add_generation_prompt's text ends).
 """
 
 import copy
@@ -102,9 +105,19 @@ def main():
     reply({"generation": tagged})
     variables = setup["variables"]
 
-    def render(messages):
-        return template.render(messages=messages, tools=None, documents=None, add_generation_prompt=False,
+    def render(messages, prompt=False):
+        return template.render(messages=messages, tools=None, documents=None, add_generation_prompt=prompt,
                                **variables)
+
+    def header_spaces(messages, k):
+        """The whitespace that ends the generation prompt before message k:
+        what add_generation_prompt adds after messages[:k], trailing."""
+        try:
+            before, prompt = render(messages[:k]), render(messages[:k], True)
+        except Exception:
+            return None  # no prompt to compare with: none of the whitespace is the turn's
+        added = prompt[len(before):] if prompt.startswith(before) else ""
+        return len(added) - len(added.rstrip())
 
     for line in sys.stdin:
         messages = json.loads(line)["messages"]
@@ -136,7 +149,16 @@ def main():
                     s = 0
                     while s < min(len(text), len(alt)) - p and text[-1 - s] == alt[-1 - s]:
                         s += 1
-                    spans.append((p, len(text) - s))
+                    begin = p
+                    if m.get("role") == "assistant":
+                        # Whitespace the turn writes before its content (Mistral's " " after [/INST])
+                        # is generated too; the generation prompt's own (a header's "\n\n") is not.
+                        j = p
+                        while j > 0 and text[j - 1].isspace():
+                            j -= 1
+                        header = header_spaces(messages, k)
+                        begin = p if header is None else j + min(header, p - j)
+                    spans.append((begin, len(text) - s))
             at = byte_offsets(text)
             reply({"text": text, "spans": [[at[a], at[b]] for a, b in spans], "tagged": tagged})
         except jinja2.exceptions.TemplateError as e:
