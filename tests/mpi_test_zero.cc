@@ -150,6 +150,26 @@ TEST(ZeroEquivalence, InstructionDataEveryStageFollowsTheSingleProcessRun) {
   std::filesystem::remove(data);
 }
 
+// data.sources, two instruction shards by weight: the windows each batch
+// draws are the same at every world size, so every stage follows the
+// single-process run.
+TEST(ZeroEquivalence, DataSourcesEveryStageFollowsTheSingleProcessRun) {
+  const int n = world().world_size();
+  const std::string base = ::testing::TempDir() + "/zerod_mpi_sources_" + std::to_string(getpid());
+  testing::write_instruction_shard(base + "_a.bin", 48, 32, 0);
+  testing::write_instruction_shard(base + "_b.bin", 7, 32, 1);
+  const std::vector<std::string> o = {"model.preset=llama-tiny", "data.kind=\"tokens\"",
+                                      "data.sources=[{\"path\": \"" + base + "_a.bin\", \"weight\": 2}, {\"path\": \"" +
+                                          base + "_b.bin\", \"weight\": 1}]"};
+  const TrainRun ref = reference(o);
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "data.sources, stage " << stage << ", world " << n);
+    expect_follows(train(config(tiny_job(stage), n, o), &world()), ref, 1e-5, 2 * kLr);
+  }
+  std::filesystem::remove(base + "_a.bin");
+  std::filesystem::remove(base + "_b.bin");
+}
+
 // Packed instruction data (several documents a window, attention and
 // positions per document), GPT-2 and Llama: every stage follows the
 // single-process run.

@@ -476,6 +476,48 @@ TEST(ConfigValues, MicroBatchGradsNamesHowMicroBatchesAreSummed) {
 // data.eval and run.eval: a held-out set of its own or a fraction of the
 // training windows, when it is evaluated, early stopping and keep_best;
 // each bad value refused naming its key.
+// data.sources: datasets with their weights, in order; what is refused.
+TEST(ConfigValues, DataSources) {
+  json j = minimal();
+  j["data"] = {{"kind", "tokens"},
+               {"sources", {{{"path", "code/*.bin"}, {"weight", 3}}, {{"path", "chat.bin"}, {"weight", 0.5}}}}};
+  JobConfig c = parse_ok(j);
+  ASSERT_EQ(c.data.sources.size(), 2u);
+  EXPECT_EQ(c.data.sources[0].path, "code/*.bin");
+  EXPECT_EQ(c.data.sources[0].weight, 3);
+  EXPECT_EQ(c.data.sources[1].path, "chat.bin");
+  EXPECT_EQ(c.data.sources[1].weight, 0.5);
+  EXPECT_TRUE(c.data.path.empty());
+  j["data"]["sources"][1]["weight"] = 0;  // one source at 0 is never drawn; all at 0 is refused
+  EXPECT_EQ(parse_ok(j).data.sources[1].weight, 0);
+  EXPECT_TRUE(parse_ok(minimal()).data.sources.empty());
+
+  auto with = [&](const json& sources) {
+    json k = j;
+    k["data"]["sources"] = sources;
+    return k;
+  };
+  EXPECT_TRUE(
+      rejected(with({{{"path", "a.bin"}, {"weight", -1}}}), "data.sources[0].weight: must be a number at least 0"));
+  EXPECT_TRUE(rejected(with({{{"path", "a.bin"}, {"weight", 0}}, {{"path", "b.bin"}, {"weight", 0}}}),
+                       "data.sources: no weight is above 0"));
+  EXPECT_TRUE(rejected(with({{{"path", "a.bin"}}}), "data.sources[0].weight: required"));
+  EXPECT_TRUE(rejected(with({{{"weight", 1}}}), "data.sources[0].path: required"));
+  EXPECT_TRUE(rejected(with({{{"path", "a.bin"}, {"weight", 1}, {"share", 2}}}), "'data.sources[0].share'"));
+  EXPECT_TRUE(rejected(with({"a.bin"}), "data.sources[0]: must be an object"));
+  EXPECT_TRUE(rejected(with(json::array()), "data.sources: must be a list"));
+  EXPECT_TRUE(rejected(with({{"path", "a.bin"}}), "data.sources: must be a list"));
+  json both = j;
+  both["data"]["path"] = "train.bin";
+  EXPECT_TRUE(rejected(both, "data.path: and data.sources both name the data"));
+  json fraction = j;
+  fraction["data"]["eval"] = {{"fraction", 0.1}};
+  EXPECT_TRUE(rejected(fraction, "data.eval: data.eval.fraction splits one dataset, not data.sources"));
+  json synthetic = j;
+  synthetic["data"]["kind"] = "synthetic";
+  EXPECT_TRUE(rejected(synthetic, "data.sources: needs data.kind 'text' or 'tokens'"));
+}
+
 TEST(ConfigValues, EvalSettings) {
   json j = minimal();
   j["data"] = {{"kind", "tokens"}, {"path", "train.bin"}, {"eval", {{"path", "held.bin"}}}};

@@ -114,6 +114,12 @@ TEST_F(JobRequestTest, ConfinesAbsolutePathsToTheAllowedRoots) {
             std::string::npos);
   EXPECT_NE(refusal(request(with(held + "../held.txt\"}}"))).find("data.eval.path '../held.txt': '..'"),
             std::string::npos);
+  // So is each of data.sources.
+  const std::string sources = "data={\"kind\":\"text\",\"sources\":[{\"path\":\"" + inside +
+                              "/data/*.txt\",\"weight\":1},{\"weight\":1,\"path\":\"";
+  EXPECT_TRUE(prepare_job(request(with(sources + inside + "/more.txt\"}]}")), rules_).ok());
+  EXPECT_NE(refusal(request(with(sources + "/etc/passwd\"}]}"))).find("data.sources[1].path '/etc/passwd' is outside"),
+            std::string::npos);
   // The monitors write under output_path/job_name, a job name with '..' too.
   EXPECT_TRUE(prepare_job(request(with("tensorboard={\"enabled\":true,\"output_path\":\"" + inside + "\"}")), rules_)
                   .ok());

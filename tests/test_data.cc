@@ -212,7 +212,7 @@ TEST_F(DataTest, ShardsOfBothWidthsMakeOneStream) {
   all.insert(all.end(), {30, 31});
 
   const int seq_len = 8;
-  DataConfig cfg{DataKind::kTokens, path("*.bin"), seq_len, 1, {}};
+  DataConfig cfg{DataKind::kTokens, path("*.bin"), seq_len, 1, {}, {}};
   auto sized = dataset_tokens(cfg);
   ASSERT_TRUE(sized.ok()) << sized.status();
   EXPECT_EQ(*sized, static_cast<int64_t>(all.size()));
@@ -243,7 +243,7 @@ TEST_F(DataTest, ShardsOfBothWidthsMakeOneStream) {
   // All four bytes of an id count.
   ASSERT_TRUE(write_token_shard32(path("d.bin"), std::vector<uint32_t>(20, 7)).ok());
   ASSERT_TRUE(write_token_shard32(path("e.bin"), {7, 7, 0x01000005u, 7}).ok());
-  expect_error(load_dataset({DataKind::kTokens, path("[de].bin"), seq_len, 1, {}}, 128256).status(),
+  expect_error(load_dataset({DataKind::kTokens, path("[de].bin"), seq_len, 1, {}, {}}, 128256).status(),
                absl::StatusCode::kInvalidArgument, {path("e.bin"), "token 16777221 (at index 2)"});
 }
 
@@ -259,7 +259,7 @@ TEST_F(DataTest, GlobReturnsSortedFilesAndLoadConcatenatesInOrder) {
   ASSERT_TRUE(paths.ok()) << paths.status();
   EXPECT_EQ(*paths, (std::vector<std::string>{path("a.bin"), path("b.bin"), path("c.bin")}));
 
-  DataConfig cfg{DataKind::kTokens, path("*.bin"), 2, 1, {}};
+  DataConfig cfg{DataKind::kTokens, path("*.bin"), 2, 1, {}, {}};
   auto ds = load_dataset(cfg, 100);
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ(ids_of(ds->tokens), (std::vector<uint32_t>{10, 11, 12, 20, 30, 31}));
@@ -282,7 +282,7 @@ TEST_F(DataTest, GlobMatchesNothing) {
   const std::string pattern = path("*.bin");
   expect_error(expand_data_path(pattern).status(), absl::StatusCode::kNotFound,
                {"data.path '" + pattern + "' matches no files"});
-  DataConfig cfg{DataKind::kTokens, pattern, 2, 1, {}};
+  DataConfig cfg{DataKind::kTokens, pattern, 2, 1, {}, {}};
   expect_error(load_dataset(cfg, 100).status(), absl::StatusCode::kNotFound, {pattern, "matches no files"});
 }
 
@@ -292,7 +292,7 @@ TEST_F(DataTest, TextBytesBecomeTokens) {
   std::string bytes = "hello\nworld\t";
   bytes += std::string("\0\x01\x7f\x80\xfe\xff", 6);
   write_file(path("t.txt"), bytes);
-  DataConfig cfg{DataKind::kText, path("t.txt"), 4, 1, {}};
+  DataConfig cfg{DataKind::kText, path("t.txt"), 4, 1, {}, {}};
   auto ds = load_dataset(cfg, 256);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const std::vector<uint32_t> ids = ids_of(ds->tokens);
@@ -302,7 +302,7 @@ TEST_F(DataTest, TextBytesBecomeTokens) {
 
 TEST_F(DataTest, EmptyTextFile) {
   write_file(path("empty.txt"), "");
-  DataConfig cfg{DataKind::kText, path("empty.txt"), 4, 1, {}};
+  DataConfig cfg{DataKind::kText, path("empty.txt"), 4, 1, {}, {}};
   expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument, {path("empty.txt"), "empty"});
 }
 
@@ -317,7 +317,7 @@ TEST_F(DataTest, WindowedShardBytesAndHeaderErrors) {
   for (uint32_t t : ids) put_le32(bytes, static_cast<int32_t>(t));
   EXPECT_EQ(testing::read_file(path("w.bin")), bytes);
   EXPECT_EQ(*read_token_shard(path("w.bin")), ids);
-  DataConfig cfg{DataKind::kTokens, path("w.bin"), 3, 1, {}};
+  DataConfig cfg{DataKind::kTokens, path("w.bin"), 3, 1, {}, {}};
   EXPECT_EQ(dataset_windows(cfg).value_or(-1), 2);
   auto ds = load_dataset(cfg, 11);
   ASSERT_TRUE(ds.ok()) << ds.status();
@@ -423,7 +423,7 @@ TEST_F(DataTest, PackedShardRoundTripAndWalk) {
   EXPECT_GT(doc_starts, W);
   EXPECT_EQ(*read_token_shard(path("p.bin")), ids);
 
-  const DataConfig cfg{DataKind::kTokens, path("p.bin"), T, 1, {}};
+  const DataConfig cfg{DataKind::kTokens, path("p.bin"), T, 1, {}, {}};
   EXPECT_EQ(dataset_windows(cfg).value_or(-1), W);
   EXPECT_EQ(dataset_tokens(cfg).value_or(-1), W * T);
   EXPECT_TRUE(dataset_packed(cfg).value_or(false));
@@ -480,11 +480,11 @@ TEST_F(DataTest, UnpackedPositionsAreTheIndexInTheWindow) {
   std::vector<uint32_t> windowed;
   for (uint32_t id : masked) windowed.push_back(id & ~kDocStart);
   ASSERT_TRUE(write_window_shard(path("w.bin"), windowed, T).ok());
-  auto ds = load_dataset({DataKind::kTokens, path("w.bin"), T, 1, {}}, 200);
+  auto ds = load_dataset({DataKind::kTokens, path("w.bin"), T, 1, {}, {}}, 200);
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_FALSE(ds->packed);
-  EXPECT_FALSE(dataset_packed({DataKind::kTokens, path("w.bin"), T, 1, {}}).value_or(true));
-  EXPECT_FALSE(dataset_packed({DataKind::kSynthetic, "", T, 1, {}}).value_or(true));
+  EXPECT_FALSE(dataset_packed({DataKind::kTokens, path("w.bin"), T, 1, {}, {}}).value_or(true));
+  EXPECT_FALSE(dataset_packed({DataKind::kSynthetic, "", T, 1, {}, {}}).value_or(true));
   const TokenStream stream(plain);
   for (const auto& [tokens, windowed_data] :
        {std::pair<const TokenStream*, bool>{&stream, false}, {&ds->tokens, true}}) {
@@ -514,7 +514,7 @@ TEST_F(DataTest, PackedShardsRefusedWhenMixedOrDamaged) {
   ASSERT_TRUE(write_window_shard(path("a.bin"), ids, T, true).ok());
   const std::string good = testing::read_file(path("a.bin"));
   auto load = [&](const std::string& p, int seq_len = 16) {
-    return load_dataset({DataKind::kTokens, path(p), seq_len, 1, {}}, 200).status();
+    return load_dataset({DataKind::kTokens, path(p), seq_len, 1, {}, {}}, 200).status();
   };
   ASSERT_TRUE(load("a.bin").ok());
   EXPECT_EQ(load("a.bin", 8).message(),
@@ -571,28 +571,28 @@ TEST_F(DataTest, PackedShardsRefusedWhenMixedOrDamaged) {
 TEST_F(DataTest, TokenAtOrAboveVocabSize) {
   write_file(path("ok.bin"), good_shard({1, 2, 3, 4}));
   write_file(path("over.bin"), good_shard({5, 6, 256, 7}));
-  DataConfig cfg{DataKind::kTokens, path("*.bin"), 2, 1, {}};
+  DataConfig cfg{DataKind::kTokens, path("*.bin"), 2, 1, {}, {}};
   expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument,
                {path("over.bin"), "token 256", "vocab_size 256"});
   EXPECT_TRUE(load_dataset(cfg, 257).ok());
 }
 
 TEST_F(DataTest, SyntheticTokenAboveVocabSize) {
-  DataConfig cfg{DataKind::kSynthetic, "", 8, 1, {}};
+  DataConfig cfg{DataKind::kSynthetic, "", 8, 1, {}, {}};
   expect_error(load_dataset(cfg, 40).status(), absl::StatusCode::kInvalidArgument, {"synthetic", "vocab_size 40"});
   EXPECT_TRUE(load_dataset(cfg, 64).ok());
 }
 
 TEST_F(DataTest, TextNeedsByteVocab) {
   write_file(path("t.txt"), "plain ascii text");
-  DataConfig cfg{DataKind::kText, path("t.txt"), 4, 1, {}};
+  DataConfig cfg{DataKind::kText, path("t.txt"), 4, 1, {}, {}};
   expect_error(load_dataset(cfg, 128).status(), absl::StatusCode::kInvalidArgument,
                {path("t.txt"), "vocab_size >= 256", "got 128"});
 }
 
 TEST_F(DataTest, TooFewTokensForOneWindow) {
   write_file(path("small.bin"), good_shard({1, 2, 3, 4, 5}));
-  DataConfig cfg{DataKind::kTokens, path("small.bin"), 8, 1, {}};
+  DataConfig cfg{DataKind::kTokens, path("small.bin"), 8, 1, {}, {}};
   expect_error(load_dataset(cfg, 100).status(), absl::StatusCode::kInvalidArgument,
                {path("small.bin"), "has 5 tokens", "seq_len+1 = 9"});
   cfg.seq_len = 4;  // exactly one window fits
@@ -600,7 +600,7 @@ TEST_F(DataTest, TooFewTokensForOneWindow) {
 }
 
 TEST_F(DataTest, SeqLenZero) {
-  DataConfig cfg{DataKind::kSynthetic, "", 0, 1, {}};
+  DataConfig cfg{DataKind::kSynthetic, "", 0, 1, {}, {}};
   expect_error(load_dataset(cfg, 256).status(), absl::StatusCode::kInvalidArgument, {"seq_len", "got 0"});
 }
 
@@ -615,7 +615,7 @@ TEST_F(DataTest, WindowsAcrossMappedShardsAreTheConcatenatedStreams) {
     all.insert(all.end(), ids.begin(), ids.end());
   }
   write_file(path("t.txt"), "bytes of text");
-  auto ds = load_dataset({DataKind::kTokens, path("s*.bin"), 7, 1, {}}, 3000);
+  auto ds = load_dataset({DataKind::kTokens, path("s*.bin"), 7, 1, {}, {}}, 3000);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const TokenStream held(all);
   DataLoader mapped = *DataLoader::create(&ds->tokens, 7, 5), reference = *DataLoader::create(&held, 7, 5);
@@ -645,7 +645,7 @@ TEST_F(DataTest, ShardsAreMappedNotCopiedIntoTheRank) {
   for (int i = 0; i < kIds; ++i) ids[i] = static_cast<uint16_t>(i % 50000);
   for (int f = 0; f < kShards; ++f) ASSERT_TRUE(write_token_shard(path("big" + std::to_string(f) + ".bin"), ids).ok());
   const int64_t before = resident_bytes();
-  auto ds = load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1, {}}, 50257);
+  auto ds = load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1, {}, {}}, 50257);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const int64_t grown = resident_bytes() - before;
   EXPECT_EQ(ds->tokens.size(), int64_t{kShards} * kIds);
@@ -653,7 +653,7 @@ TEST_F(DataTest, ShardsAreMappedNotCopiedIntoTheRank) {
 
   ids[kIds - 5] = 60000;
   ASSERT_TRUE(write_token_shard(path("big3.bin"), ids).ok());
-  expect_error(load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1, {}}, 50257).status(),
+  expect_error(load_dataset({DataKind::kTokens, path("big*.bin"), 1024, 1, {}, {}}, 50257).status(),
                absl::StatusCode::kInvalidArgument,
                {path("big3.bin"), "token 60000", "at index " + std::to_string(kIds - 5)});
 }
@@ -790,7 +790,7 @@ TEST(Synthetic, DeterministicFromSeed) {
 }
 
 TEST(Synthetic, LoadDatasetUsesConfigSeed) {
-  DataConfig cfg{DataKind::kSynthetic, "", 16, 9, {}};
+  DataConfig cfg{DataKind::kSynthetic, "", 16, 9, {}, {}};
   auto ds = load_dataset(cfg, 256);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const SyntheticTask task = make_synthetic_task(9, 16);
@@ -805,16 +805,16 @@ TEST_F(DataTest, DatasetTokensIsWhatLoadDatasetReads) {
   write_file(path("s1.bin"), good_shard(std::vector<uint16_t>(48, 5)));
   write_file(path("t.txt"), "bytes of text, enough for a window or two");
   for (const DataConfig& cfg :
-       {DataConfig{DataKind::kTokens, path("s*.bin"), 8, 1, {}}, DataConfig{DataKind::kText, path("t.txt"), 8, 1, {}},
-        DataConfig{DataKind::kSynthetic, "", 1, 1, {}}, DataConfig{DataKind::kSynthetic, "", 64, 2, {}},
-        DataConfig{DataKind::kSynthetic, "", 1024, 3, {}}}) {
+       {DataConfig{DataKind::kTokens, path("s*.bin"), 8, 1, {}, {}},
+        DataConfig{DataKind::kText, path("t.txt"), 8, 1, {}, {}}, DataConfig{DataKind::kSynthetic, "", 1, 1, {}, {}},
+        DataConfig{DataKind::kSynthetic, "", 64, 2, {}, {}}, DataConfig{DataKind::kSynthetic, "", 1024, 3, {}, {}}}) {
     auto ds = load_dataset(cfg, 50257);
     ASSERT_TRUE(ds.ok()) << ds.status();
     EXPECT_EQ(dataset_tokens(cfg).value_or(-1), ds->tokens.size()) << cfg.path << " " << cfg.seq_len;
   }
   write_file(path("s2.bin"), good_shard(std::vector<uint16_t>(9, 1)).substr(0, 1030));  // truncated
   for (const std::string& p : {path("s*.bin"), path("none*.bin"), path("absent.bin")}) {
-    const DataConfig cfg{DataKind::kTokens, p, 8, 1, {}};
+    const DataConfig cfg{DataKind::kTokens, p, 8, 1, {}, {}};
     EXPECT_EQ(dataset_tokens(cfg).status(), load_dataset(cfg, 50257).status()) << p;
   }
 }
@@ -897,14 +897,14 @@ TEST(DataLoader, WindowOrderIsAccountedAsPlanned) {
   EXPECT_EQ(DataLoader::create(&stream, 4, 1, 0, 1, acct).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(acct.current(Tier::kHost, Category::kWorkspace), 0u);
 
-  const DataConfig cfg{DataKind::kSynthetic, "", 64, 1, {}};
+  const DataConfig cfg{DataKind::kSynthetic, "", 64, 1, {}, {}};
   MemoryPlan plan;
   DataLoader::plan(cfg, plan);
   ASSERT_EQ(plan.buffers().size(), 1u);
   const Dataset ds = *load_dataset(cfg, 256);
   EXPECT_EQ(plan.buffers()[0].bytes, uint64_t((ds.tokens.size() - 1) / 64) * 8);
   MemoryPlan missing;
-  DataLoader::plan({DataKind::kText, "/nonexistent/data.txt", 64, 1, {}}, missing);
+  DataLoader::plan({DataKind::kText, "/nonexistent/data.txt", 64, 1, {}, {}}, missing);
   EXPECT_TRUE(missing.buffers().empty()) << "data that cannot be sized here is left out";
 }
 

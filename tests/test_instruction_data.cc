@@ -216,7 +216,7 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
   EXPECT_EQ(out_.str(), absl::StrCat(path("sft.bin"), ": 3 examples in windows of 48 ids, 144 ids, ", by_hand,
                                      " of them targets (", absl::StrFormat("%.1f", 100.0 * by_hand / 144), "%)\n"));
 
-  DataConfig cfg{DataKind::kTokens, path("sft.bin"), S, 1, {}};
+  DataConfig cfg{DataKind::kTokens, path("sft.bin"), S, 1, {}, {}};
   auto ds = load_dataset(cfg, int(tok->vocab_size()));
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_TRUE(ds->windowed);
@@ -247,7 +247,7 @@ TEST_F(TokenizeFiles, LaysInstructionExamplesOutOneAWindowWithTheirMask) {
                          "': its examples were laid out for seq_len 48, the job's data.seq_len is 32 (zeroctl "
                          "tokenize --seq-len)"));
   ASSERT_TRUE(write_token_shard(path("zz.bin"), std::vector<uint16_t>(100, 7)).ok());
-  cfg = {DataKind::kTokens, path("*.bin"), S, 1, {}};
+  cfg = {DataKind::kTokens, path("*.bin"), S, 1, {}, {}};
   EXPECT_EQ(load_dataset(cfg, int(tok->vocab_size())).status().message(),
             absl::StrCat("data file '", path("zz.bin"),
                          "': a plain token shard among windowed ones; one dataset holds one kind"));
@@ -539,7 +539,7 @@ TEST_F(TokenizeFiles, PacksInstructionExamplesWholeIntoWindows) {
                             "targets (%.1f%%)\n",
                             path("p.bin"), windows.size(), 100.0 * filled / all, all, targets, 100.0 * targets / all));
 
-  DataConfig cfg{DataKind::kTokens, path("p.bin"), T, 1, {}};
+  DataConfig cfg{DataKind::kTokens, path("p.bin"), T, 1, {}, {}};
   auto ds = load_dataset(cfg, int(tok->vocab_size()));
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_TRUE(ds->packed);

@@ -1,6 +1,7 @@
 #include "runtime/config/job_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <tuple>
 
@@ -175,7 +176,39 @@ void parse_eval_data(JsonReader e, DataConfig& d) {
   }
 }
 
-void parse_data(JsonReader r, JobConfig& cfg) {
+// data.sources (DataSource): each {"path", "weight"}, at least one, not
+// every weight 0.
+void parse_sources(JsonReader& r, ConfigReading& reading, DataConfig& d) {
+  const nlohmann::json* list = r.raw("sources");
+  if (list == nullptr || list->is_null()) return;
+  if (!list->is_array() || list->empty()) {
+    r.problem("sources", "must be a list of {\"path\", \"weight\"}, at least one");
+    return;
+  }
+  double total = 0;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const nlohmann::json& each = (*list)[i];
+    const std::string at = absl::StrCat(r.key_path("sources"), "[", i, "]");
+    if (!each.is_object()) {
+      reading.add(at, "must be an object {\"path\", \"weight\"}");
+      continue;
+    }
+    JsonReader e(each, at, reading);
+    DataSource& s = d.sources.emplace_back();
+    e.read("path", &s.path);
+    e.check(!s.path.empty(), "path", "required: a file or glob of data.kind");
+    if (e.read("weight", &s.weight)) {
+      e.check(std::isfinite(s.weight) && s.weight >= 0, "weight",
+              absl::StrCat("must be a number at least 0, the source's share of the weights' sum; got ", s.weight));
+    }
+    e.check(e.has("weight"), "weight", "required: the source's share of the weights' sum");
+    e.finish();
+    if (std::isfinite(s.weight) && s.weight > 0) total += s.weight;
+  }
+  r.check(total > 0, "sources", "no weight is above 0: no source to draw windows from");
+}
+
+void parse_data(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   DataConfig& d = cfg.data;
   read_enum<DataKind>(r, "kind",
                       {{"synthetic", DataKind::kSynthetic}, {"text", DataKind::kText}, {"tokens", DataKind::kTokens}},
@@ -187,8 +220,16 @@ void parse_data(JsonReader r, JobConfig& cfg) {
   r.read("seq_len", &d.seq_len);
   read_seed(r, &d.seed);
   if (r.has("eval")) parse_eval_data(r.section("eval"), d);
+  parse_sources(r, reading, d);
   r.finish();
-  r.check(d.kind == DataKind::kSynthetic || !d.path.empty(), "path", "required for data.kind 'text' and 'tokens'");
+  if (!d.sources.empty()) {
+    r.check(!r.has("path"), "path", "and data.sources both name the data: give one");
+    r.check(d.kind != DataKind::kSynthetic, "sources", "needs data.kind 'text' or 'tokens', the sources' kind");
+    r.check(!d.eval || d.eval->fraction == 0, "eval",
+            "data.eval.fraction splits one dataset, not data.sources: give data.eval.path");
+  }
+  r.check(d.kind == DataKind::kSynthetic || !d.path.empty() || !d.sources.empty(), "path",
+          "required for data.kind 'text' and 'tokens' (or data.sources)");
   r.check(d.kind != DataKind::kSynthetic || !r.has("path"), "path",
           "is not read by data.kind 'synthetic' (the task is generated from data.seed)");
   r.check(d.seq_len >= 1 && d.seq_len <= cfg.model.block_size, "seq_len",
@@ -546,7 +587,7 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
   JsonReader r(root, "", reading);
   r.check(r.has("model"), "model", "required (e.g. {\"preset\": \"gpt2-tiny\"})");
   parse_model(r.section("model"), reading, cfg);
-  parse_data(r.section("data"), cfg);
+  parse_data(r.section("data"), reading, cfg);
   parse_run(r.section("run"), cfg.run);
   if (!cfg.data.eval) {
     const nlohmann::json* run = root.contains("run") && root["run"].is_object() ? &root["run"] : nullptr;

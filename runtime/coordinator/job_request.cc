@@ -134,7 +134,10 @@ absl::StatusOr<nlohmann::json> prepare_job(const v1::SubmitJobRequest& req, cons
   if (!cfg.ok()) return bad(absl::StrCat("config: ", cfg.status().message()));
   ZEROD_RETURN_IF_ERROR(confine("run.checkpoint.dir", *cfg->run.checkpoint.dir, rules));
   if (cfg->run.resume != "latest") ZEROD_RETURN_IF_ERROR(confine("run.resume", *cfg->run.resume, rules));
-  if (cfg->data.kind != DataKind::kSynthetic) ZEROD_RETURN_IF_ERROR(confine("data.path", cfg->data.path, rules));
+  if (cfg->data.kind != DataKind::kSynthetic && cfg->data.sources.empty())
+    ZEROD_RETURN_IF_ERROR(confine("data.path", cfg->data.path, rules));
+  for (size_t i = 0; i < cfg->data.sources.size(); ++i)
+    ZEROD_RETURN_IF_ERROR(confine(absl::StrCat("data.sources[", i, "].path"), cfg->data.sources[i].path, rules));
   if (cfg->data.eval && cfg->data.eval->fraction == 0) {
     ZEROD_RETURN_IF_ERROR(confine("data.eval.path", cfg->data.eval->path, rules));
   }

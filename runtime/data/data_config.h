@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace zerod {
 
@@ -19,12 +20,21 @@ struct EvalDataConfig {
   double fraction = 0;  // 0: path
 };
 
+// data.sources: datasets mixed in one run, each a file or glob of
+// data.kind; each window of a batch is drawn from a source with
+// probability its weight over the weights' sum, by data.seed.
+struct DataSource {
+  std::string path;
+  double weight = 0;
+};
+
 struct DataConfig {
   DataKind kind = DataKind::kSynthetic;
-  std::string path;  // file or glob; unused for synthetic
+  std::string path;  // file or glob; unused for synthetic and with sources
   int seq_len = 64;
   uint64_t seed = 1;
   std::optional<EvalDataConfig> eval;
+  std::vector<DataSource> sources;  // empty: `path` alone
 };
 
 }  // namespace zerod

@@ -75,6 +75,16 @@ absl::Status check_same_kind(const Dataset& ds, const FileTokens& f, int seq_len
   return absl::OkStatus();
 }
 
+// The patterns of cfg's data and their keys in messages: data.path, or
+// each of data.sources.
+std::vector<std::pair<std::string, std::string>> data_paths(const DataConfig& cfg, const std::string& key) {
+  if (cfg.sources.empty()) return {{cfg.path, key}};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < cfg.sources.size(); ++i)
+    out.push_back({cfg.sources[i].path, absl::StrCat("data.sources[", i, "].path")});
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern, const std::string& key) {
@@ -103,21 +113,24 @@ absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pat
 
 namespace {
 
-// The ids of `cfg`'s files and the kind of shard they are.
+// The ids of `cfg`'s files (each source's) and the kind of shard they are.
 struct DataSize {
-  int64_t tokens = 0;
+  std::vector<int64_t> tokens;
   bool windowed = false, packed = false;
 };
 absl::StatusOr<DataSize> data_size(const DataConfig& cfg) {
-  if (cfg.kind == DataKind::kSynthetic) return DataSize{synthetic_task_tokens(cfg.seq_len)};
-  ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path));
+  if (cfg.kind == DataKind::kSynthetic) return DataSize{{synthetic_task_tokens(cfg.seq_len)}};
   DataSize size;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, paths[i]));
-    size.tokens += f.count;
-    if (i == 0) {  // load_dataset refuses a mix
-      size.windowed = f.window > 0;
-      size.packed = f.packed;
+  for (const auto& [pattern, key] : data_paths(cfg, "data.path")) {
+    ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(pattern, key));
+    size.tokens.push_back(0);
+    for (const std::string& path : paths) {
+      ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
+      if (size.tokens.size() == 1 && size.tokens.back() == 0) {  // load_dataset refuses a mix
+        size.windowed = f.window > 0;
+        size.packed = f.packed;
+      }
+      size.tokens.back() += f.count;
     }
   }
   return size;
@@ -127,12 +140,16 @@ absl::StatusOr<DataSize> data_size(const DataConfig& cfg) {
 
 absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg) {
   ZEROD_ASSIGN_OR_RETURN(const DataSize size, data_size(cfg));
-  return size.tokens;
+  int64_t tokens = 0;
+  for (const int64_t t : size.tokens) tokens += t;
+  return tokens;
 }
 
 absl::StatusOr<int64_t> dataset_windows(const DataConfig& cfg) {
   ZEROD_ASSIGN_OR_RETURN(const DataSize size, data_size(cfg));
-  return WindowReader::num_windows(size.tokens, cfg.seq_len, size.windowed);
+  int64_t windows = 0;
+  for (const int64_t t : size.tokens) windows += WindowReader::num_windows(t, cfg.seq_len, size.windowed);
+  return windows;
 }
 
 absl::StatusOr<bool> dataset_packed(const DataConfig& cfg) {
@@ -158,24 +175,36 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size, cons
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": text data is byte tokens 0..255, so it needs vocab_size >= 256, got ", vocab_size));
     }
-    ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(cfg.path, key));
-    for (size_t i = 0; i < paths.size(); ++i) {
-      const std::string& path = paths[i];
-      const int64_t begin = ds.tokens.size();
-      ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
-      if (i == 0) {
-        ds.windowed = f.window > 0;
-        ds.packed = f.packed;
+    bool first = true;
+    for (const auto& [pattern, pattern_key] : data_paths(cfg, key)) {
+      ZEROD_ASSIGN_OR_RETURN(const std::vector<std::string> paths, expand_data_path(pattern, pattern_key));
+      const int64_t source_begin = ds.tokens.size();
+      for (const std::string& path : paths) {
+        const int64_t begin = ds.tokens.size();
+        ZEROD_ASSIGN_OR_RETURN(const FileTokens f, file_tokens(cfg.kind, path));
+        if (first) {
+          ds.windowed = f.window > 0;
+          ds.packed = f.packed;
+          first = false;
+        }
+        ZEROD_RETURN_IF_ERROR(check_same_kind(ds, f, cfg.seq_len, path));
+        ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, f.offset, f.count, f.width));
+        // Text's ids are bytes, below any vocabulary it may have (checked above).
+        if (cfg.kind == DataKind::kTokens) {
+          // Only a packed shard may carry kDocStart; elsewhere it is an id past the vocabulary.
+          const uint32_t flags = ds.packed ? kNotTarget | kDocStart : ds.windowed ? kNotTarget : 0;
+          ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, data_file_name(path), flags));
+        }
+        if (ds.packed) ZEROD_RETURN_IF_ERROR(check_doc_starts(ds.tokens, begin, f, path));
       }
-      ZEROD_RETURN_IF_ERROR(check_same_kind(ds, f, cfg.seq_len, path));
-      ZEROD_RETURN_IF_ERROR(ds.tokens.append_file(path, f.offset, f.count, f.width));
-      // Text's ids are bytes, below any vocabulary it may have (checked above).
-      if (cfg.kind == DataKind::kTokens) {
-        // Only a packed shard may carry kDocStart; elsewhere it is an id past the vocabulary.
-        const uint32_t flags = ds.packed ? kNotTarget | kDocStart : ds.windowed ? kNotTarget : 0;
-        ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, begin, vocab_size, data_file_name(path), flags));
+      if (cfg.sources.empty()) continue;
+      const SourceRange range{source_begin, ds.tokens.size() - source_begin};
+      ds.sources.push_back(range);
+      if (WindowReader::num_windows(range.tokens, cfg.seq_len, ds.windowed) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(pattern_key, " '", pattern, "' has ", range.tokens, " tokens, fewer than one window of ",
+                         ds.windowed ? "seq_len" : "seq_len+1", " = ", cfg.seq_len + (ds.windowed ? 0 : 1)));
       }
-      if (ds.packed) ZEROD_RETURN_IF_ERROR(check_doc_starts(ds.tokens, begin, f, path));
     }
   }
   const int64_t window = int64_t{cfg.seq_len} + (ds.windowed ? 0 : 1);

@@ -27,18 +27,25 @@ absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pat
 // ones, or laid out for another seq_len; a packed shard's boundary table
 // damaged: a window not starting a document, or its flags not the count
 // its header declares).
+// A source of data.sources: its ids' range of the stream.
+struct SourceRange {
+  int64_t begin = 0, tokens = 0;
+};
 struct Dataset {
   TokenStream tokens;
+  std::vector<SourceRange> sources;                          // data.sources', in order; empty without
   std::vector<std::pair<std::string, std::string>> heldout;  // synthetic only
   bool windowed = false;                                     // windowed shards: one example a window, a loss mask
   bool packed = false;                                       // packed windowed shards: documents in each window
 };
 // `key`: the config's name of cfg.path in errors (data.eval.path for a
-// held-out set).
+// held-out set). data.sources follow each other in the stream, each a
+// dataset of its own for the checks (a source with no window is refused,
+// naming it); all must be of one kind.
 absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size, const std::string& key = "data.path");
 // The ids load_dataset would read, and the windows a DataLoader would cut
-// them into, from the files' sizes and headers alone; errors as
-// load_dataset's for a missing or malformed file.
+// them into (each source's, summed), from the files' sizes and headers
+// alone; errors as load_dataset's for a missing or malformed file.
 absl::StatusOr<int64_t> dataset_tokens(const DataConfig& cfg);
 absl::StatusOr<int64_t> dataset_windows(const DataConfig& cfg);
 // Whether load_dataset would read packed windowed shards (Dataset::packed),

@@ -27,4 +27,14 @@ void portable_shuffle(T* v, size_t n, std::mt19937_64& rng) {
   for (size_t i = n; i > 1; --i) std::swap(v[i - 1], v[uniform_below(rng, i)]);
 }
 
+// Draw `index` of `seed`, uniform in [0, 1) to 53 bits: splitmix64 of the
+// two, needing no state, so that any draw of a walk can be made alone.
+inline double indexed_draw(uint64_t seed, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + index * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1p-53;
+}
+
 }  // namespace zerod

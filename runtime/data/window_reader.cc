@@ -2,13 +2,14 @@
 
 #include <numeric>
 
+#include "runtime/data/portable_random.h"
 #include "runtime/data/token_shard.h"
 
 namespace zerod {
 
 int64_t WindowReader::read(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) {
   if (windowed_) return read_masked(w, inputs, targets, positions);
-  tokens_->read(w * seq_len_, seq_len_ + 1, window_.data());
+  tokens_->read(begin_ + w * seq_len_, seq_len_ + 1, window_.data());
   for (int t = 0; t < seq_len_; ++t) {
     // Ids are below vocab_size (load_dataset), an int.
     inputs[t] = static_cast<int32_t>(window_[t]);
@@ -21,7 +22,7 @@ int64_t WindowReader::read(int64_t w, int32_t* inputs, int32_t* targets, int32_t
 // A windowed dataset's window: its targets those the mask keeps and, in a
 // packed one, never a document's first id, whatever the file's mask says.
 int64_t WindowReader::read_masked(int64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) {
-  tokens_->read(w * seq_len_, seq_len_, window_.data());
+  tokens_->read(begin_ + w * seq_len_, seq_len_, window_.data());
   window_[seq_len_] = kNotTarget;  // the next window's first id, never a target
   // The flags no target carries, stripped from the inputs.
   const uint32_t flags = packed_ ? kNotTarget | kDocStart : kNotTarget;
@@ -42,13 +43,7 @@ int64_t WindowReader::read_masked(int64_t w, int32_t* inputs, int32_t* targets, 
 }
 
 bool held_out_window(uint64_t seed, int64_t w, double fraction) {
-  if (fraction <= 0) return false;
-  // splitmix64 of the seed and the window: a uniform draw of 53 bits.
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(w) * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1p-53 < fraction;
+  return fraction > 0 && indexed_draw(seed, static_cast<uint64_t>(w)) < fraction;
 }
 
 int64_t held_out_windows(uint64_t seed, int64_t n, double fraction) {

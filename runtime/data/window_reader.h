@@ -19,13 +19,22 @@ namespace zerod {
 // start.
 class WindowReader {
  public:
-  WindowReader(const TokenStream* tokens, int seq_len, bool windowed, bool packed)
-      : tokens_(tokens), seq_len_(seq_len), windowed_(windowed), packed_(packed), window_(seq_len + 1) {}
+  // The windows of the stream's `count` ids from `begin` on (-1: to its
+  // end): one source of data.sources, or all of it.
+  WindowReader(const TokenStream* tokens, int seq_len, bool windowed, bool packed, int64_t begin = 0,
+               int64_t count = -1)
+      : tokens_(tokens),
+        seq_len_(seq_len),
+        windowed_(windowed),
+        packed_(packed),
+        begin_(begin),
+        count_(count < 0 ? tokens->size() - begin : count),
+        window_(seq_len + 1) {}
 
   static int64_t num_windows(int64_t tokens, int seq_len, bool windowed) {
     return windowed ? tokens / seq_len : tokens == 0 ? 0 : (tokens - 1) / seq_len;
   }
-  int64_t num_windows() const { return num_windows(tokens_->size(), seq_len_, windowed_); }
+  int64_t num_windows() const { return num_windows(count_, seq_len_, windowed_); }
   int seq_len() const { return seq_len_; }
   bool windowed() const { return windowed_; }
   bool packed() const { return packed_; }
@@ -41,6 +50,7 @@ class WindowReader {
   const TokenStream* tokens_;
   int seq_len_;
   bool windowed_, packed_;
+  int64_t begin_, count_;
   std::vector<uint32_t> window_;  // one window's ids as read
 };
 

@@ -158,10 +158,13 @@ absl::Status Trainer::build() {
   if (packed) {
     ZEROD_ASSIGN_OR_RETURN(positions_, allocate_spec(*device_, token_positions(cfg_, *ids.tier)));
   }
-  ZEROD_ASSIGN_OR_RETURN(
-      DataLoader loader,
-      DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(), comm_->world_size(),
-                         device_->accountant(), data_.windowed, data_.packed, DataLoader::held_out_share(cfg_.data)));
+  std::vector<DataLoader::Source> sources;
+  for (size_t i = 0; i < data_.sources.size(); ++i)
+    sources.push_back({data_.sources[i].begin, data_.sources[i].tokens, cfg_.data.sources[i].weight});
+  ZEROD_ASSIGN_OR_RETURN(DataLoader loader,
+                         DataLoader::create(&data_.tokens, cfg_.data.seq_len, cfg_.data.seed, comm_->rank(),
+                                            comm_->world_size(), device_->accountant(), data_.windowed, data_.packed,
+                                            DataLoader::held_out_share(cfg_.data), sources));
   loader_ = std::make_unique<DataLoader>(std::move(loader));
   if (eval) {
     ZEROD_ASSIGN_OR_RETURN(EvalWindows set, EvalWindows::create(cfg_.data, eval->fraction > 0 ? data_ : eval_data_,

@@ -83,6 +83,8 @@ class Trainer {
   // The evaluations so far, saved with checkpoints and resumed; `record`
   // counts one, returning whether it is the best so far.
   const EvalRecord& eval_record() const { return eval_record_; }
+  // The walk's place: with data.sources, the windows each gave.
+  DataLoader::State loader_state() const { return loader_->state(); }
   bool record(const EvalResult& r) { return eval_record_.add(r); }
 
   // Continues each prompt by exactly max_new tokens (greedy at temperature

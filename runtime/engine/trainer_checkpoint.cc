@@ -55,6 +55,7 @@ nlohmann::json Trainer::manifest_state() const {
   m["loss_scaler"] = {{"scale", ls.scale}, {"hysteresis", ls.hysteresis}, {"iter", ls.iter},
                       {"last_overflow_iter", ls.last_overflow_iter}};
   m["data_loader"] = {{"epoch", dl.epoch}, {"position", dl.position}};
+  if (!dl.taken.empty()) m["data_loader"]["taken"] = dl.taken;  // data.sources
   // The windows the walk leaves out: a resume must leave out the same.
   if (const double held = DataLoader::held_out_share(cfg_.data); held > 0) m["data_loader"]["held_out"] = held;
   m["rng"] = {{"sample", sample_rng_state_}};
@@ -250,6 +251,20 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
                            manifest_integer(c, "loss_scaler.last_overflow_iter", -1, scaler.iter));
     ZEROD_ASSIGN_OR_RETURN(loader.epoch, manifest_unsigned(c, "data_loader.epoch"));
     ZEROD_ASSIGN_OR_RETURN(loader.position, manifest_unsigned(c, "data_loader.position"));
+    // data.sources: the windows each gave, one count a source.
+    const nlohmann::json taken = m["data_loader"].value("taken", nlohmann::json::array());
+    const size_t sources = cfg_.data.sources.size();
+    if (!taken.is_array() || taken.size() != sources) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          c.path, ": saved with ", taken.is_array() ? taken.size() : 0, " data.sources, this run has ", sources,
+          " (the walk over them would not continue)"));
+    }
+    for (const nlohmann::json& n : taken) {
+      if (!n.is_number_unsigned())
+        return absl::InvalidArgumentError(
+            absl::StrCat(c.path, ": 'data_loader.taken' is ", taken.dump(), ", not a count of windows a source"));
+      loader.taken.push_back(n.get<uint64_t>());
+    }
     double held = 0;
     if (m["data_loader"].contains("held_out")) {
       ZEROD_ASSIGN_OR_RETURN(held, manifest_real(c, "data_loader.held_out", /*positive=*/true));

@@ -176,6 +176,11 @@ class TrainingRun {
     if (monitor_) monitor_->flush(err_);
     if (absl::Status s = t_.finish_pruning(); !s.ok()) return save_failed(s);
     summary.steps = t_.steps_done() - first_step;
+    const std::vector<uint64_t> taken = t_.loader_state().taken;
+    for (size_t i = 0; i < taken.size(); ++i) {
+      const DataSource& source = cfg_.data.sources[i];
+      summary.sources.push_back({source.path, source.weight, taken[i], taken[i] * uint64_t(cfg_.data.seq_len)});
+    }
     if (const Profiler* p = t_.profiler()) {
       const bool after_first = summary.steps > 1;
       output_.breakdown(summary.steps - (after_first ? 1 : 0), after_first, p->device_totals(), p->host_totals());

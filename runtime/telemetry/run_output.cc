@@ -268,6 +268,8 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
       j["best_eval_step"] = s.eval_record.best_step;
     }
     if (s.stopped_early) j["stopped_early"] = true;
+    for (const SourceTally& t : s.sources)
+      j["sources"].push_back({{"path", t.path}, {"weight", t.weight}, {"windows", t.windows}, {"tokens", t.tokens}});
     if (s.time_to_first_step_s >= 0) j["time_to_first_step_s"] = s.time_to_first_step_s;
     if (!s.sample.empty()) j["sample"] = s.sample;
     if (!s.auto_filled.empty()) j["auto"] = auto_json(s.auto_filled);
@@ -285,6 +287,13 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
     out_ << absl::StrFormat("eval: loss %.6f (perplexity %.4g) after step %d; best %.6f at step %d%s\n", s.eval->loss,
                             s.eval->perplexity(), s.eval->step, s.eval_record.best_loss, s.eval_record.best_step,
                             s.stopped_early ? ", stopped early" : "");
+  }
+  uint64_t windows = 0;
+  for (const SourceTally& t : s.sources) windows += t.windows;
+  if (!s.sources.empty()) out_ << "data.sources since the run began:\n";
+  for (const SourceTally& t : s.sources) {
+    out_ << absl::StrFormat("  %s (weight %g): %d windows, %d tokens (%.1f%%)\n", t.path, t.weight, t.windows, t.tokens,
+                            windows > 0 ? 100.0 * double(t.windows) / double(windows) : 0.0);
   }
   if (s.synthetic_accuracy >= 0) {
     out_ << absl::StrFormat("synthetic accuracy (held-out prompts, greedy): %.1f%%\n", 100 * s.synthetic_accuracy);

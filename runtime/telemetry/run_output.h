@@ -17,6 +17,14 @@
 
 namespace zerod {
 
+// What a source of data.sources gave since the run began (a resumed run
+// counts from its first start): its windows, all ranks', and their tokens.
+struct SourceTally {
+  std::string path;
+  double weight = 0;
+  uint64_t windows = 0, tokens = 0;
+};
+
 struct RunSummary {
   int64_t steps = 0;
   double first_loss = 0, final_loss = 0;
@@ -27,6 +35,7 @@ struct RunSummary {
   std::optional<EvalResult> eval;
   EvalRecord eval_record;
   bool stopped_early = false;
+  std::vector<SourceTally> sources;  // data.sources', in order
   // From the worker's start to the end of its first step (the build, the
   // initial weights, the step): absent when negative (no step trained).
   double time_to_first_step_s = -1;
