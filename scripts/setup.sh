@@ -24,8 +24,8 @@ other_packages=(
   fio
   # zeroctl tokenize's chat templates, rendered by Jinja itself (runtime/tokenize/chat_template.h).
   python3-jinja2
-  # The dashboard's charts, and the browser its test opens it in.
-  libjs-chart.js chromium
+  # The dashboard's charts, and the browser its test opens it in; promtool, which reads /metrics' page.
+  libjs-chart.js chromium prometheus
   openssl
   # The deploy tests: hosts of namespaces reached over ssh, manifests read, the unit verified, a local Slurm.
   # (where an init system runs, openssh-server starts this machine's sshd too; the tests start their own.)

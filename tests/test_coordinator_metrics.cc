@@ -1,13 +1,19 @@
 // /metrics' page from made-up jobs and requests, read back by the test's
-// own reader of Prometheus' text format (tests/prometheus_text.h); the page
-// of a running zerod is in test_coordinator_e2e.cc.
+// own reader of Prometheus' text format (tests/prometheus_text.h) and by
+// promtool; the page of a running zerod is in test_coordinator_e2e.cc.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "runtime/coordinator/metrics_text.h"
+#include "runtime/core/whole_file.h"
 #include "tests/prometheus_text.h"
+#include "tests/temp_dir.h"
 
 namespace zerod {
 namespace {
@@ -104,6 +110,55 @@ TEST(MetricsText, LabelValuesAreEscapedAndTheReaderCatchesBreaches) {
         "# TYPE x gauge\n# TYPE y gauge\nx 1\ny 1\nx{a=\"b\"} 1\n", "# TYPE x gauge\nx one\n", "# TYPE x gauge\nx 1"}) {
     EXPECT_NE(parse_prometheus(bad).error, "") << bad;
   }
+}
+
+// Prometheus' own tool reads the page: `promtool check metrics` finds
+// nothing to say about it, and its samples imported into a TSDB block
+// (`promtool tsdb create-blocks-from openmetrics`, each given a timestamp)
+// and dumped hold the eval losses as written, for the job that evaluated.
+class Promtool : public testing::TempDirTest {
+ protected:
+  // The command's exit status; its output in `out`.
+  int run(const std::string& command, std::string& out) {
+    const std::string log = path("log.txt");
+    const int status = std::system((command + " > " + log + " 2>&1").c_str());
+    out = read_whole_file(log).value_or("");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+};
+
+TEST_F(Promtool, ChecksThePageAndReadsTheEvalLossesBack) {
+  std::vector<Supervisor::JobMetrics> jobs = {job("7", v1::RUNNING, 2, 42, 2.0000000000000004),
+                                              job("8", v1::SUCCEEDED, 1, 100, 0.25)};
+  jobs[0].memory = {1ull << 33, 4096, 123456789, 1ull << 40};
+  jobs[0].heartbeat_age_s = 0.125;
+  jobs[1].job.mutable_progress()->set_eval_loss(1.5000000000000002);
+  jobs[1].job.mutable_progress()->set_eval_step(100);
+  jobs[1].job.mutable_progress()->set_best_eval_loss(1.25);
+  RequestStats stats;
+  stats.record("SubmitJob", "OK", 0.003);
+  const std::string text = metrics_text(jobs, stats);
+  std::string out;
+  ASSERT_EQ(run("promtool check metrics < " + write("page.txt", text), out), 0) << out;
+  EXPECT_EQ(out, "");
+
+  std::string samples;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] != '#') samples += line + " 1700000000\n";
+  write("page.om", samples + "# EOF\n");
+  ASSERT_EQ(run("promtool tsdb create-blocks-from openmetrics " + path("page.om") + " " + path("tsdb"), out), 0)
+      << out;
+  std::filesystem::create_directories(path("tsdb/wal"));  // dump opens the block as a database
+  ASSERT_EQ(run("promtool tsdb dump " + path("tsdb"), out), 0) << out;
+  EXPECT_NE(out.find("{__name__=\"zerod_job_eval_loss\", job=\"8\"} 1.5000000000000002 1700000000000\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("{__name__=\"zerod_job_best_eval_loss\", job=\"8\"} 1.25 1700000000000\n"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("{__name__=\"zerod_job_loss\", job=\"7\"} 2.0000000000000004 1700000000000\n"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("zerod_job_eval_loss\", job=\"7\""), std::string::npos) << out;
 }
 
 }  // namespace
