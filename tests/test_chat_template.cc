@@ -5,7 +5,9 @@
 // refused.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 
@@ -81,13 +83,61 @@ TEST(ChatTemplateFixtures, TheDatedPreambleIsTheDateGivenOrToday) {
   auto tok = Tokenizer::load(fixtures() + fixture["tokenizer"].get<std::string>());
   ASSERT_TRUE(tok.ok()) << tok.status();
   const json messages = fixture["cases"][0]["messages"];
-  auto chat = open_template(**tok, fixtures() + "chat_templates/llama32/template.jinja", {{"assistant"}, "2031-02-09"});
-  EXPECT_NE(chat->render(messages)->text.find("Today Date: 09 Feb 2031\n"), std::string::npos);
+  ChatTemplateOptions options;
+  options.date = "2031-02-09";
+  auto chat = open_template(**tok, fixtures() + "chat_templates/llama32/template.jinja", options);
+  ASSERT_NE(chat, nullptr);
+  auto rendered = chat->render(messages);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_NE(rendered->text.find("Today Date: 09 Feb 2031\n"), std::string::npos) << rendered->text;
   chat = open_template(**tok, fixtures() + "chat_templates/llama32/template.jinja", {});
-  const std::time_t now = std::time(nullptr);
-  char today[32];
-  std::strftime(today, sizeof today, "Today Date: %d %b %Y\n", std::localtime(&now));
-  EXPECT_NE(chat->render(messages)->text.find(today), std::string::npos);
+  ASSERT_NE(chat, nullptr);
+  auto today = [] {
+    const std::time_t now = std::time(nullptr);
+    char text[32];
+    std::strftime(text, sizeof text, "Today Date: %d %b %Y\n", std::localtime(&now));
+    return std::string(text);
+  };
+  const std::string before = today();
+  rendered = chat->render(messages);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  const std::string after = today();  // midnight may pass in between
+  EXPECT_TRUE(rendered->text.find(before) != std::string::npos || rendered->text.find(after) != std::string::npos)
+      << rendered->text;
+}
+
+// A template that writes a message elsewhere than its turn: Mistral's puts
+// the system message in the last user turn. With the system role trained
+// too, every id transformers marks for the assistant stays trained, and
+// the system message's ids are trained besides.
+TEST(ChatTemplateFixtures, TrainedPartsInTheTextsOrderWhereverTheTemplatePutsThem) {
+  const json fixture = json::parse(*read_whole_file(fixtures() + "chat_templates/mistral_v03/cases.json"));
+  auto tok = Tokenizer::load(fixtures() + fixture["tokenizer"].get<std::string>());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ChatTemplateOptions options;
+  options.trained_roles = {"system", "assistant"};
+  options.date = fixture["date"];
+  auto chat = open_template(**tok, fixtures() + "chat_templates/mistral_v03/template.jinja", options);
+  ASSERT_NE(chat, nullptr);
+  int with_system = 0;
+  for (const json& c : fixture["cases"]) {
+    auto e = chat_example(**tok, *chat, c["messages"]);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_EQ(e->ids, c["ids"].get<std::vector<uint32_t>>());
+    int64_t assistant = 0, trained = 0;
+    for (size_t i = 0; i < e->ids.size(); ++i) {
+      if (c["mask"][i] == 1) {
+        EXPECT_TRUE(e->trained[i]) << "id " << i << " of " << c["text"];
+      }
+      assistant += c["mask"][i] == 1;
+      trained += e->trained[i];
+    }
+    const std::string system = c["messages"][0]["role"] == "system" ? c["messages"][0]["content"] : "";
+    if (system.empty()) continue;
+    ++with_system;
+    EXPECT_GT(trained, assistant) << c["text"];
+  }
+  EXPECT_GT(with_system, 10);
 }
 
 // Offsets: the ids encode gives, each covering the bytes it stands for,
@@ -108,6 +158,12 @@ TEST(TokenOffsets, TileTheTextAndFollowNfc) {
         EXPECT_EQ(p.begin, at);
         EXPECT_GT(p.end, p.begin);
         at = p.end;
+        // Each id's bytes, encoded alone, are that id (where they are whole
+        // characters: an id may hold part of one, an emoji's first bytes).
+        const std::string bytes = text.substr(p.begin, p.end - p.begin);
+        if (first_invalid_utf8(bytes) < 0) {
+          EXPECT_EQ(testing::encoded(*tok, bytes, false), std::vector<uint32_t>{p.id}) << bytes;
+        }
       }
       EXPECT_EQ(at, text.size());
       EXPECT_EQ(ids, testing::encoded(*tok, text, false));
@@ -213,7 +269,9 @@ TEST_F(ChatFiles, FormatsPeopleBringAreTheirMessages) {
 // its end token trained, the headers and the BOS not.
 TEST_F(ChatFiles, TrainedRolesAreTheOnesNamed) {
   auto tok = testing::load_tokenizer_fixture("llama3_bpe");
-  auto chat = open_template(*tok, "", {{"user", "assistant"}, ""});
+  ChatTemplateOptions options;
+  options.trained_roles = {"user", "assistant"};
+  auto chat = open_template(*tok, "", options);
   auto e = chat_example(*tok, *chat,
                         json::array({{{"role", "system"}, {"content", "Be brief."}},
                                      {{"role", "user"}, {"content", "2+2?"}},
@@ -248,6 +306,7 @@ TEST_F(ChatFiles, LongExamplesAreRefusedDroppedOrTruncated) {
       {{"prompt", "Short.\n"}, {"response", "Fine."}},
       {{"prompt", long_prompt}, {"response", long_response}},       // both long: half and half
       {{"prompt", "Short again.\n"}, {"response", long_response}},  // the response takes what the prompt leaves
+      {{"prompt", long_prompt}, {"response", "Fine."}},             // the prompt takes what the response leaves
   };
   std::string jsonl;
   for (const json& r : records) jsonl += r.dump() + "\n";
@@ -273,21 +332,25 @@ TEST_F(ChatFiles, LongExamplesAreRefusedDroppedOrTruncated) {
   auto ids = read_token_shard(path("long.bin"));
   ASSERT_EQ(ids->size(), size_t(S));
   EXPECT_EQ((*ids)[1] & ~kNotTarget, first.ids[1]);
-  EXPECT_NE(out_.str().find("2 examples longer than --seq-len 32: 0 truncated, 2 dropped\n"), std::string::npos)
+  EXPECT_NE(out_.str().find("3 examples longer than --seq-len 32: 0 truncated, 3 dropped\n"), std::string::npos)
       << out_.str();
 
   ASSERT_EQ(run({"--long-examples", "truncate"}), 0) << err_.str();
-  EXPECT_NE(out_.str().find("2 examples longer than --seq-len 32: 2 truncated, 0 dropped\n"), std::string::npos)
+  EXPECT_NE(out_.str().find("3 examples longer than --seq-len 32: 3 truncated, 0 dropped\n"), std::string::npos)
       << out_.str();
   ids = read_token_shard(path("long.bin"));
-  ASSERT_EQ(ids->size(), size_t(3 * S));
+  ASSERT_EQ(ids->size(), size_t(4 * S));
   // The truncated examples, by hand: the prompt's first ids, then the response's.
   auto prompt_of = [](const InstructionExample& e) {
     return size_t(std::find(e.trained.begin(), e.trained.end(), true) - e.trained.begin());
   };
   const InstructionExample third = *prompt_response_example(*tok, "Short again.\n", long_response);
+  const InstructionExample fourth = *prompt_response_example(*tok, long_prompt, "Fine.");
+  const size_t fourth_response = fourth.ids.size() - prompt_of(fourth);
+  ASSERT_LT(fourth_response, size_t(S / 2));
   for (const auto& [e, window, kept_prompt] :
-       {std::tuple{&second, 1, size_t(S / 2)}, std::tuple{&third, 2, prompt_of(third)}}) {
+       {std::tuple{&second, 1, size_t(S / 2)}, std::tuple{&third, 2, prompt_of(third)},
+        std::tuple{&fourth, 3, S - fourth_response}}) {
     const size_t p = prompt_of(*e);
     ASSERT_GT(p, 0u);
     ASSERT_LE(kept_prompt, p);
@@ -301,8 +364,9 @@ TEST_F(ChatFiles, LongExamplesAreRefusedDroppedOrTruncated) {
 
 // Bad input, each refused before anything is written, naming the file and
 // place: a template Jinja cannot compile (the construct named), one that
-// refuses the conversation, a ShareGPT role it does not know, no template,
-// --train-roles empty, no python3 with jinja2.
+// refuses the conversation, one not UTF-8, a ShareGPT role it does not
+// know, no template, --train-roles empty, a date not of the calendar, no
+// python3 with jinja2.
 TEST_F(ChatFiles, RefusesBadTemplatesAndRecords) {
   const std::string tok = testing::tokenizer_fixture("llama3_bpe"), out = path("out.bin");
   const std::string chat = write("chat.jsonl", R"({"messages": [{"role": "user", "content": "hi"}, )"
@@ -338,14 +402,36 @@ TEST_F(ChatFiles, RefusesBadTemplatesAndRecords) {
   EXPECT_EQ(err_.str(), "zeroctl tokenize: " + chat + ":1: " + testing::tokenizer_fixture("gpt2_bpe") +
                             "/tokenizer.json: the tokenizer has no chat template; give one with --chat-template, or "
                             "prompt and response records\n");
-  EXPECT_EQ(zeroctl({"--tokenizer", tok, "--output", out, "--template-date", "2024-13-01", chat}), 2);
-  EXPECT_NE(err_.str().find("not a date YYYY-MM-DD"), std::string::npos) << err_.str();
+  const std::string latin1 = write("latin1.jinja", "{{ 'caf\xe9' }}");
+  refused({"--chat-template", latin1, chat}, chat + ":1: " + latin1 + ": byte 7 is not UTF-8");
+  for (const char* date : {"2024-13-01", "2023-02-29", "24-1-1"}) {
+    EXPECT_EQ(zeroctl({"--tokenizer", tok, "--output", out, "--template-date", date, chat}), 2) << date;
+    EXPECT_NE(err_.str().find("--template-date"), std::string::npos) << err_.str();
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
 
   setenv("ZEROD_PYTHON", path("no-python").c_str(), 1);
   refused({chat}, chat + ":1: chat templates are rendered by " + path("no-python") +
                       " with jinja2, which cannot start: No such file or directory (on Debian: apt-get install "
                       "python3-jinja2)");
   unsetenv("ZEROD_PYTHON");
+}
+
+// A template that never ends (loops the sandbox lets run) is stopped at the
+// render limit, naming it.
+TEST(ChatTemplateLimits, ATemplateThatDoesNotEndIsStopped) {
+  auto tok = testing::load_tokenizer_fixture("llama3_bpe");
+  ChatTemplateOptions options;
+  options.render_limit = std::chrono::seconds(1);
+  auto chat = ChatTemplate::open(*tok, "loops.jinja",
+                                 "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}"
+                                 "{% endfor %}",
+                                 options);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  auto r = (*chat)->render(json::array({{{"role", "user"}, {"content", "hi"}}}));
+  EXPECT_EQ(r.status().message(),
+            "loops.jinja: the chat template renders one conversation for more than 1 s; a template that ends takes far "
+            "less");
 }
 
 // The README's chat path, shortened to 100 steps: ShareGPT conversations

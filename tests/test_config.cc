@@ -473,9 +473,6 @@ TEST(ConfigValues, MicroBatchGradsNamesHowMicroBatchesAreSummed) {
   }
 }
 
-// data.eval and run.eval: a held-out set of its own or a fraction of the
-// training windows, when it is evaluated, early stopping and keep_best;
-// each bad value refused naming its key.
 // data.sources: datasets with their weights, in order; what is refused.
 TEST(ConfigValues, DataSources) {
   json j = minimal();
@@ -518,6 +515,9 @@ TEST(ConfigValues, DataSources) {
   EXPECT_TRUE(rejected(synthetic, "data.sources: needs data.kind 'text' or 'tokens'"));
 }
 
+// data.eval and run.eval: a held-out set of its own or a fraction of the
+// training windows, when it is evaluated, early stopping and keep_best;
+// each bad value refused naming its key.
 TEST(ConfigValues, EvalSettings) {
   json j = minimal();
   j["data"] = {{"kind", "tokens"}, {"path", "train.bin"}, {"eval", {{"path", "held.bin"}}}};

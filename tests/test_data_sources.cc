@@ -177,27 +177,28 @@ TEST_F(Sources, EachSourceHasWindowsOfItsOwn) {
 }
 
 // A source missing, too small for a window, or of another kind than the
-// first: refused naming it.
+// first: refused naming it; the plan's count fails on the first two.
 TEST_F(Sources, RefusesABadSourceNamingIt) {
   const std::string a = source(0, 40);
-  auto refused = [&](const DataConfig& cfg, const std::string& message) {
+  auto refused = [&](const DataConfig& cfg, const std::string& message, bool sized) {
     auto ds = load_dataset(cfg, 4096);
     ASSERT_FALSE(ds.ok());
     EXPECT_EQ(ds.status().message(), message);
     auto windows = dataset_windows(cfg);
-    if (!windows.ok()) {
+    EXPECT_EQ(windows.ok(), sized) << message;
+    if (!sized) {
       EXPECT_EQ(windows.status().message(), message);
     }
   };
   refused(config({{a, 1}, {path("missing.bin"), 1}}),
-          "data.sources[1].path '" + path("missing.bin") + "' does not exist");
-  refused(config({{a, 1}, {path("none*.bin"), 1}}),
-          "data.sources[1].path '" + path("none*.bin") + "' matches no files");
+          "data.sources[1].path '" + path("missing.bin") + "' does not exist", false);
+  refused(config({{a, 1}, {path("none*.bin"), 1}}), "data.sources[1].path '" + path("none*.bin") + "' matches no files",
+          false);
   refused(config({{a, 1}, {source(1, 3), 1}}),
-          "data.sources[1].path '" + path("s1.bin") + "' has 3 tokens, fewer than one window of seq_len+1 = 5");
+          "data.sources[1].path '" + path("s1.bin") + "' has 3 tokens, fewer than one window of seq_len+1 = 5", true);
   ASSERT_TRUE(write_window_shard(path("w.bin"), std::vector<uint32_t>(8, 5), kT, false).ok());
   refused(config({{a, 1}, {path("w.bin"), 1}}),
-          "data file '" + path("w.bin") + "': a windowed shard among plain ones; one dataset holds one kind");
+          "data file '" + path("w.bin") + "': a windowed shard among plain ones; one dataset holds one kind", true);
 }
 
 // A run on two sources, 12 steps saved at step 6, resumed from it: the
@@ -251,6 +252,17 @@ TEST_F(Sources, ARunResumesBitwiseAndCountsWhatEachGave) {
   }
   EXPECT_EQ(testing::of_kind(testing::events(a.out), "summary")[0]["sources"],
             testing::of_kind(testing::events(resumed.out), "summary")[0]["sources"]);
+  // A resume with other weights, or another source, would not continue the
+  // walk: refused naming both lists.
+  for (const std::string& other : {"data.sources=[{\"path\": \"" + path("code.bin") +
+                                       "\", \"weight\": 1}, {\"path\": \"" + path("chat.bin") + "\", \"weight\": 1}]",
+                                   "data.sources=[{\"path\": \"" + path("code.bin") + "\", \"weight\": 3}]"}) {
+    const testing::WorkerResult r =
+        testing::run_worker_with({"--config", saved, "--set", "run.resume=\"latest\"", "--set", other});
+    EXPECT_EQ(r.code, 2) << other;
+    EXPECT_NE(r.err.find("this run has [{\"path\":"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("(the walk over them would not continue)"), std::string::npos) << r.err;
+  }
   const testing::WorkerResult text = testing::run_worker_with({"--config", straight});
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("data.sources since the run began:\n  " + path("code.bin") + " (weight 3): "),

@@ -170,7 +170,7 @@ absl::StatusOr<Dataset> load_dataset(const DataConfig& cfg, int vocab_size, cons
     source = "synthetic data";
     ZEROD_RETURN_IF_ERROR(check_vocab(ds.tokens, 0, vocab_size, source));
   } else {
-    source = absl::StrCat(key, " '", cfg.path, "'");
+    source = cfg.sources.empty() ? absl::StrCat(key, " '", cfg.path, "'") : std::string("data.sources");
     if (cfg.kind == DataKind::kText && vocab_size < 256) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": text data is byte tokens 0..255, so it needs vocab_size >= 256, got ", vocab_size));

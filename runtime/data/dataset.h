@@ -20,17 +20,12 @@ namespace zerod {
 absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pattern,
                                                           const std::string& key = "data.path");
 
-// Loads the whole token stream for `cfg`; tokens must be < vocab_size.
-// Errors name the file and what was wrong (missing, truncated, bad header,
-// token out of range, too few tokens for one window of seq_len + 1;
-// windowed shards mixed with others, packed ones with one-example-a-window
-// ones, or laid out for another seq_len; a packed shard's boundary table
-// damaged: a window not starting a document, or its flags not the count
-// its header declares).
 // A source of data.sources: its ids' range of the stream.
 struct SourceRange {
   int64_t begin = 0, tokens = 0;
 };
+
+// A dataset as training reads it: one stream of ids.
 struct Dataset {
   TokenStream tokens;
   std::vector<SourceRange> sources;                          // data.sources', in order; empty without
@@ -38,6 +33,14 @@ struct Dataset {
   bool windowed = false;                                     // windowed shards: one example a window, a loss mask
   bool packed = false;                                       // packed windowed shards: documents in each window
 };
+
+// Loads the whole token stream for `cfg`; tokens must be < vocab_size.
+// Errors name the file and what was wrong (missing, truncated, bad header,
+// token out of range, too few tokens for one window of seq_len + 1;
+// windowed shards mixed with others, packed ones with one-example-a-window
+// ones, or laid out for another seq_len; a packed shard's boundary table
+// damaged: a window not starting a document, or its flags not the count
+// its header declares).
 // `key`: the config's name of cfg.path in errors (data.eval.path for a
 // held-out set). data.sources follow each other in the stream, each a
 // dataset of its own for the checks (a source with no window is refused,

@@ -41,6 +41,13 @@ absl::Status agree(Communicator& comm, const absl::Status& own, const char* what
   return code == kExitBadInput ? absl::FailedPreconditionError(message) : absl::AbortedError(message);
 }
 
+// data.sources as a checkpoint records them: [{"path", "weight"}, ...].
+nlohmann::json sources_json(const DataConfig& data) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const DataSource& s : data.sources) out.push_back({{"path", s.path}, {"weight", s.weight}});
+  return out;
+}
+
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
@@ -55,7 +62,10 @@ nlohmann::json Trainer::manifest_state() const {
   m["loss_scaler"] = {{"scale", ls.scale}, {"hysteresis", ls.hysteresis}, {"iter", ls.iter},
                       {"last_overflow_iter", ls.last_overflow_iter}};
   m["data_loader"] = {{"epoch", dl.epoch}, {"position", dl.position}};
-  if (!dl.taken.empty()) m["data_loader"]["taken"] = dl.taken;  // data.sources
+  if (!dl.taken.empty()) {  // data.sources: what each gave, and what they were
+    m["data_loader"]["taken"] = dl.taken;
+    m["data_loader"]["sources"] = sources_json(cfg_.data);
+  }
   // The windows the walk leaves out: a resume must leave out the same.
   if (const double held = DataLoader::held_out_share(cfg_.data); held > 0) m["data_loader"]["held_out"] = held;
   m["rng"] = {{"sample", sample_rng_state_}};
@@ -251,13 +261,17 @@ absl::Status Trainer::resume(const std::string& checkpoint) {
                            manifest_integer(c, "loss_scaler.last_overflow_iter", -1, scaler.iter));
     ZEROD_ASSIGN_OR_RETURN(loader.epoch, manifest_unsigned(c, "data_loader.epoch"));
     ZEROD_ASSIGN_OR_RETURN(loader.position, manifest_unsigned(c, "data_loader.position"));
-    // data.sources: the windows each gave, one count a source.
+    // data.sources: the same sources and weights, and the windows each gave.
+    const nlohmann::json saved = m["data_loader"].value("sources", nlohmann::json::array());
+    if (saved != sources_json(cfg_.data)) {
+      return absl::InvalidArgumentError(absl::StrCat(c.path, ": saved with data.sources ", saved.dump(),
+                                                     ", this run has ", sources_json(cfg_.data).dump(),
+                                                     " (the walk over them would not continue)"));
+    }
     const nlohmann::json taken = m["data_loader"].value("taken", nlohmann::json::array());
-    const size_t sources = cfg_.data.sources.size();
-    if (!taken.is_array() || taken.size() != sources) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          c.path, ": saved with ", taken.is_array() ? taken.size() : 0, " data.sources, this run has ", sources,
-          " (the walk over them would not continue)"));
+    if (!taken.is_array() || taken.size() != cfg_.data.sources.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(c.path, ": 'data_loader.taken' is ", taken.dump(), ", not a count of windows a source"));
     }
     for (const nlohmann::json& n : taken) {
       if (!n.is_number_unsigned())

@@ -1,5 +1,6 @@
 #include "runtime/tokenize/chat_template.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -35,6 +37,8 @@ std::string python() {
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::open(const Tokenizer& tok, const std::string& source,
                                                                  const std::string& text,
                                                                  const ChatTemplateOptions& options) {
+  if (const int64_t at = first_invalid_utf8(text); at >= 0)
+    return absl::InvalidArgumentError(absl::StrCat(source, ": byte ", at, " is not UTF-8"));
   std::unique_ptr<ChatTemplate> t(new ChatTemplate(source, options));
   ZEROD_RETURN_IF_ERROR(t->start());
   json variables = json::object();
@@ -60,8 +64,10 @@ absl::Status ChatTemplate::start() {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  std::string interpreter = python(), isolated = "-I", dash_c = "-c", script = kRenderChatPy;
-  char* argv[] = {interpreter.data(), isolated.data(), dash_c.data(), script.data(), nullptr};
+  std::string interpreter = python(), isolated = "-I", dash_x = "-X", utf8 = "utf8", dash_c = "-c",
+              script = kRenderChatPy;
+  char* argv[] = {interpreter.data(), isolated.data(), dash_x.data(), utf8.data(),
+                  dash_c.data(),      script.data(),   nullptr};
   const int rc = posix_spawnp(&child_, argv[0], &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   close(fds[1]);
@@ -93,7 +99,19 @@ absl::StatusOr<json> ChatTemplate::call(const json& request) {
     sent += size_t(n);
   }
   size_t end;
+  const auto deadline = std::chrono::steady_clock::now() + options_.render_limit;
   while ((end = buffer_.find('\n')) == std::string::npos) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{socket_, POLLIN, 0};
+    const int ready = left.count() > 0 ? poll(&p, 1, int(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      kill(child_, SIGKILL);  // reaped by the destructor
+      return absl::InvalidArgumentError(
+          absl::StrCat(source_, ": the chat template renders one conversation for more than ",
+                       options_.render_limit.count(), " s; a template that ends takes far less"));
+    }
     char chunk[65536];
     const ssize_t n = read(socket_, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;

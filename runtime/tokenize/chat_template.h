@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,6 +25,9 @@ struct ChatTemplateOptions {
   // What strftime_now() gives (Llama 3's dated system preamble), YYYY-MM-DD;
   // empty: today, as transformers does.
   std::string date;
+  // A conversation's rendering takes milliseconds; one still going after
+  // this is a template that never ends (loops the sandbox lets run on).
+  std::chrono::seconds render_limit{60};
 };
 
 struct RenderedChat {

@@ -7,7 +7,8 @@ tokenizer's special tokens as variables, and transformers' globals
 One JSON object a line on stdin, one reply a line on stdout:
   {"template", "variables", "date", "roles"}  ->  {"generation": bool}, {"error"} or {"fatal"}
   {"messages": [...]}                         ->  {"text", "spans", "tagged"} or {"error"}
-"spans" are the trained parts of "text" as UTF-8 byte ranges, in order:
+"spans" are the trained parts of "text" as UTF-8 byte ranges, in the
+text's order and apart:
 with roles ["assistant"] and a template that marks {% generation %}, what
 those blocks wrote (transformers' assistant mask); else, for each message
 of a trained role, the part of the text its content decides (found by
@@ -87,6 +88,9 @@ def byte_offsets(text):
 
 
 def main():
+    # UTF-8 whatever the locale: the offsets are UTF-8's.
+    sys.stdin.reconfigure(encoding="utf-8")
+    sys.stdout.reconfigure(encoding="utf-8")
     try:
         import jinja2
     except ImportError as e:
@@ -159,8 +163,16 @@ def main():
                         header = header_spaces(messages, k)
                         begin = p if header is None else j + min(header, p - j)
                     spans.append((begin, len(text) - s))
+            # In the text's order, overlaps joined: a template may write a message elsewhere
+            # than its turn (Mistral's system message in the last user turn).
+            merged = []
+            for a, b in sorted(spans):
+                if merged and a <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
             at = byte_offsets(text)
-            reply({"text": text, "spans": [[at[a], at[b]] for a, b in spans], "tagged": tagged})
+            reply({"text": text, "spans": [[at[a], at[b]] for a, b in merged], "tagged": tagged})
         except jinja2.exceptions.TemplateError as e:
             reply({"error": f"{where(e)}{e}"})
         except Exception as e:  # the template's own failure on this conversation: a type error, a bad index

@@ -1,6 +1,8 @@
 #include "runtime/tokenize/tokenize_command.h"
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -44,13 +46,14 @@ int run_tokenize(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_option("--template-date", options.chat.date,
                  "the date the template's strftime_now() gives (Llama 3's dated system preamble), YYYY-MM-DD; "
                  "default today, as transformers")
-      ->check([](const std::string& d) {
+      ->check([](const std::string& d) -> std::string {
         int y, m, day;
         char end;
-        return std::sscanf(d.c_str(), "%4d-%2d-%2d%c", &y, &m, &day, &end) == 3 && d.size() == 10 && m >= 1 &&
-                       m <= 12 && day >= 1 && day <= 31
-                   ? std::string()
-                   : "not a date YYYY-MM-DD";
+        if (d.size() != 10 || std::sscanf(d.c_str(), "%4d-%2d-%2d%c", &y, &m, &day, &end) != 3)
+          return "not a date YYYY-MM-DD";
+        const std::chrono::year_month_day date{std::chrono::year(y), std::chrono::month(unsigned(m)),
+                                               std::chrono::day(unsigned(day))};
+        return date.ok() ? "" : "not a day of the calendar";
       });
   app.add_option("inputs", inputs, "text files, or JSONL (*.jsonl) and JSON (*.json) files of records")->required();
   if (auto code = parse_command_line(app, "zeroctl tokenize", out, err, [&] { app.parse(argc, argv); })) return *code;

@@ -1,7 +1,5 @@
 #include "runtime/tokenize/tokenize_files.h"
 
-#include <unicode/utf8.h>
-
 #include <algorithm>
 #include <fstream>
 
@@ -16,20 +14,6 @@ namespace zerod {
 namespace {
 
 using nlohmann::json;
-
-// The offset of the first byte that does not begin or continue a UTF-8
-// character, or -1.
-int64_t first_invalid_utf8(const std::string& s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  const int64_t n = static_cast<int64_t>(s.size());
-  for (int64_t i = 0; i < n;) {
-    const int64_t at = i;
-    UChar32 c;
-    U8_NEXT(p, i, n, c);
-    if (c < 0) return at;
-  }
-  return -1;
-}
 
 class Builder {
  public:

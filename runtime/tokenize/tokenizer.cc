@@ -1,5 +1,7 @@
 #include "runtime/tokenize/tokenizer.h"
 
+#include <unicode/utf8.h>
+
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -26,6 +28,18 @@ absl::StatusOr<std::string> token_text(const json& j, const std::string& path, c
 }
 
 }  // namespace
+
+int64_t first_invalid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const auto n = static_cast<int64_t>(s.size());
+  for (int64_t i = 0; i < n;) {
+    const int64_t at = i;
+    UChar32 c;
+    U8_NEXT(p, i, n, c);
+    if (c < 0) return at;
+  }
+  return -1;
+}
 
 absl::StatusOr<std::string> read_input_file(const std::string& path) {
   std::optional<std::string> text = read_whole_file(path);

@@ -29,6 +29,10 @@ struct TokenizerConfig {
 // chat_template.jinja beside it holds the template, as transformers saves it.
 absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path);
 
+// The offset of the first byte of `s` that does not begin or continue a
+// UTF-8 character, or -1.
+int64_t first_invalid_utf8(std::string_view s);
+
 // A tokenizer's file or an input, whole; NotFound naming it where it
 // cannot be read.
 absl::StatusOr<std::string> read_input_file(const std::string& path);
@@ -50,8 +54,9 @@ class Tokenizer {
   // (ICU's regex past its time or backtracking limits), naming the pattern.
   virtual absl::StatusOr<std::vector<uint32_t>> encode(std::string_view text, bool add_special) const = 0;
   // An id and the bytes of the text it stands for, [begin, end): the
-  // offsets `tokenizers` gives, in bytes rather than characters (an id
-  // that holds part of a character, or of what NFC merged, covers it all).
+  // offsets `tokenizers` gives, in bytes rather than characters (so an id
+  // holding part of a character covers that part; one of what NFC merged
+  // covers all the characters it came from).
   struct Piece {
     uint32_t id;
     size_t begin, end;
