@@ -190,16 +190,8 @@ TEST(TokenOffsets, TileTheTextAndFollowNfc) {
   EXPECT_EQ(end, text.size());
 }
 
-class ChatFiles : public testing::TempDirTest {
+class ChatFiles : public testing::TokenizeCommandTest {
  protected:
-  int zeroctl(std::vector<std::string> args) {
-    args.insert(args.begin(), "tokenize");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    out_.str("");
-    err_.str("");
-    return run_tokenize(int(argv.size()), argv.data(), out_, err_);
-  }
   // `records` tokenized with the Llama 3 fixture into windows of `seq_len`.
   std::vector<uint32_t> tokenized(const std::string& file, const std::string& records,
                                   std::vector<std::string> extra = {}) {
@@ -213,7 +205,6 @@ class ChatFiles : public testing::TempDirTest {
     EXPECT_TRUE(ids.ok()) << ids.status();
     return ids.ok() ? *ids : std::vector<uint32_t>();
   }
-  std::ostringstream out_, err_;
 };
 
 // Alpaca (with and without input, with a system), ShareGPT, and a

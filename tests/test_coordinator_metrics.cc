@@ -33,15 +33,22 @@ Supervisor::JobMetrics job(const std::string& id, v1::JobState state, int attemp
   return m;
 }
 
-TEST(MetricsText, EveryJobsFiguresInPrometheusTextFormat) {
+// Job 7 running (its memory and heartbeat known), job 8 done after
+// evaluating a held-out set.
+std::vector<Supervisor::JobMetrics> running_and_evaluated() {
   std::vector<Supervisor::JobMetrics> jobs = {job("7", v1::RUNNING, 2, 42, 2.0000000000000004),
-                                              job("8", v1::SUCCEEDED, 1, 100, 0.25), job("9", v1::PENDING, 0, 0, 0)};
+                                              job("8", v1::SUCCEEDED, 1, 100, 0.25)};
   jobs[0].memory = {1ull << 33, 4096, 123456789, 1ull << 40};  // gpu, pinned, host, nvme
   jobs[0].heartbeat_age_s = 0.125;
-  // Job 8 evaluated a held-out set; the others did not.
   jobs[1].job.mutable_progress()->set_eval_loss(1.5000000000000002);
   jobs[1].job.mutable_progress()->set_eval_step(100);
   jobs[1].job.mutable_progress()->set_best_eval_loss(1.25);
+  return jobs;
+}
+
+TEST(MetricsText, EveryJobsFiguresInPrometheusTextFormat) {
+  std::vector<Supervisor::JobMetrics> jobs = running_and_evaluated();
+  jobs.push_back(job("9", v1::PENDING, 0, 0, 0));  // no progress, no evaluation
   RequestStats stats;
   stats.record("SubmitJob", "OK", 0.0002);
   stats.record("SubmitJob", "OK", 0.003);
@@ -128,16 +135,9 @@ class Promtool : public testing::TempDirTest {
 };
 
 TEST_F(Promtool, ChecksThePageAndReadsTheEvalLossesBack) {
-  std::vector<Supervisor::JobMetrics> jobs = {job("7", v1::RUNNING, 2, 42, 2.0000000000000004),
-                                              job("8", v1::SUCCEEDED, 1, 100, 0.25)};
-  jobs[0].memory = {1ull << 33, 4096, 123456789, 1ull << 40};
-  jobs[0].heartbeat_age_s = 0.125;
-  jobs[1].job.mutable_progress()->set_eval_loss(1.5000000000000002);
-  jobs[1].job.mutable_progress()->set_eval_step(100);
-  jobs[1].job.mutable_progress()->set_best_eval_loss(1.25);
   RequestStats stats;
   stats.record("SubmitJob", "OK", 0.003);
-  const std::string text = metrics_text(jobs, stats);
+  const std::string text = metrics_text(running_and_evaluated(), stats);
   std::string out;
   ASSERT_EQ(run("promtool check metrics < " + write("page.txt", text), out), 0) << out;
   EXPECT_EQ(out, "");

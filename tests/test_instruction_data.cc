@@ -155,19 +155,7 @@ TEST_F(TokenizerDir, TheEosIsNotAddedTwice) {
   EXPECT_FALSE(e->trained[0]);
 }
 
-class TokenizeFiles : public testing::TempDirTest {
- protected:
-  // zeroctl tokenize in this process: its exit status, its output on out_.
-  int zeroctl(std::vector<std::string> args) {
-    args.insert(args.begin(), "tokenize");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    out_.str("");
-    err_.str("");
-    return run_tokenize(int(argv.size()), argv.data(), out_, err_);
-  }
-  std::ostringstream out_, err_;
-};
+using TokenizeFiles = testing::TokenizeCommandTest;
 
 // Three examples, one a window of 48 ids: each example's ids, flagged as
 // its mask says (never the window's first), then EOS padding, flagged; the

@@ -135,7 +135,6 @@ absl::StatusOr<RenderedChat> ChatTemplate::render(const json& messages) {
   RenderedChat r;
   r.text = reply["text"].get<std::string>();
   for (const json& span : reply["spans"]) r.trained.push_back({span[0].get<size_t>(), span[1].get<size_t>()});
-  r.tagged = reply.value("tagged", false);
   return r;
 }
 

@@ -33,10 +33,9 @@ struct ChatTemplateOptions {
 struct RenderedChat {
   std::string text;
   // The trained parts of `text`, UTF-8 byte ranges in order: what the
-  // template's {% generation %} blocks wrote (then `tagged`), else each
-  // trained message's content as rendered.
+  // template's {% generation %} blocks wrote (ChatTemplate::tagged), else
+  // each trained message's content as rendered.
   std::vector<std::pair<size_t, size_t>> trained;
-  bool tagged = false;
 };
 
 class ChatTemplate {

@@ -76,7 +76,8 @@ absl::StatusOr<InstructionExample> chat_example(const Tokenizer& tok, ChatTempla
     e.ids.push_back(pieces[k].id);
     while (span < r.trained.size() && pieces[k].begin >= r.trained[span].second) {
       // The turn's end: the added token right after the content.
-      if (!r.tagged && pieces[k].begin == r.trained[span].second && tok.is_added(pieces[k].id)) e.trained[k] = true;
+      if (!chat.tagged() && pieces[k].begin == r.trained[span].second && tok.is_added(pieces[k].id))
+        e.trained[k] = true;
       ++span;
     }
     if (span < r.trained.size() && pieces[k].end > r.trained[span].first && pieces[k].begin < r.trained[span].second)

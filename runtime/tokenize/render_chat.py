@@ -6,7 +6,7 @@ tokenizer's special tokens as variables, and transformers' globals
 
 One JSON object a line on stdin, one reply a line on stdout:
   {"template", "variables", "date", "roles"}  ->  {"generation": bool}, {"error"} or {"fatal"}
-  {"messages": [...]}                         ->  {"text", "spans", "tagged"} or {"error"}
+  {"messages": [...]}                         ->  {"text", "spans"} or {"error"}
 "spans" are the trained parts of "text" as UTF-8 byte ranges, in the
 text's order and apart:
 with roles ["assistant"] and a template that marks {% generation %}, what
@@ -109,9 +109,12 @@ def main():
     reply({"generation": tagged})
     variables = setup["variables"]
 
+    def context(messages, prompt=False):
+        """What apply_chat_template passes the template."""
+        return dict(messages=messages, tools=None, documents=None, add_generation_prompt=prompt, **variables)
+
     def render(messages, prompt=False):
-        return template.render(messages=messages, tools=None, documents=None, add_generation_prompt=prompt,
-                               **variables)
+        return template.render(**context(messages, prompt))
 
     def header_spaces(messages, k):
         """The whitespace that ends the generation prompt before message k:
@@ -130,8 +133,7 @@ def main():
                 blocks, spans = [], []
                 generation.spans = (blocks, spans)
                 try:
-                    for block in template.generate(messages=messages, tools=None, documents=None,
-                                                   add_generation_prompt=False, **variables):
+                    for block in template.generate(**context(messages)):
                         blocks.append(block)
                 finally:
                     generation.spans = None
@@ -172,7 +174,7 @@ def main():
                 else:
                     merged.append([a, b])
             at = byte_offsets(text)
-            reply({"text": text, "spans": [[at[a], at[b]] for a, b in merged], "tagged": tagged})
+            reply({"text": text, "spans": [[at[a], at[b]] for a, b in merged]})
         except jinja2.exceptions.TemplateError as e:
             reply({"error": f"{where(e)}{e}"})
         except Exception as e:  # the template's own failure on this conversation: a type error, a bad index
