@@ -11,7 +11,8 @@ copy, for zerod's rendering to equal.
     venv/bin/python scripts/chat_template_fixtures.py tests/fixtures
 
 Reads the tokenizers of tests/fixtures/tokenizers (tokenizer_fixtures.py);
-Mistral's and Gemma's markers are added to copies of two of them.
+Mistral's and Gemma's markers are added to copies of two byte-level ones,
+and the SentencePiece-style ones have them.
 """
 
 import datetime
@@ -150,6 +151,11 @@ FORMATS = {
     "mistral_v03": (MISTRAL, "gpt2_bpe", ["<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>"),
     "qwen25": (QWEN25, "qwen2_bpe", [], None, "<|im_end|>"),
     "gemma": (GEMMA, "qwen2_bpe", ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>"),
+    # SentencePiece-style BPE in tokenizer.json, as transformers reads it.
+    "mistral_v03_spm": (MISTRAL, "mistral_spm", [], "<s>", "</s>"),
+    "mistral_v03_spm_legacy": (MISTRAL, "llama2_spm_legacy", [], "<s>", "</s>"),
+    "mistral_v03_spm_file": (MISTRAL, "spm_file_pipeline", [], "<s>", "</s>"),
+    "gemma_spm": (GEMMA, "gemma_spm", [], "<bos>", "<eos>"),
 }
 
 PIECES = ["What is 2+2?", "4.", " Trim me \n", "ça va, 日本語のテキスト。", "emoji 😀👍🏽 👨\u200d👩\u200d👧",

@@ -9,7 +9,13 @@ equal token for token.
 Kinds: byte-level BPE from tokenizer.json as Llama 3 (its split pattern,
 whole words looked up first, a BOS template), Qwen2 (NFC, single digits) and
 GPT-2 (ByteLevel's own pattern) write them; a SentencePiece BPE model as
-Llama 2 and Mistral's (byte fallback, digits split, a dummy prefix). The
+Llama 2 and Mistral's (byte fallback, digits split, a dummy prefix); and that
+model as transformers' tokenizer.json holds it (BPE with byte fallback), read
+as transformers 5 reads it: rebuilt by the class tokenizer_config.json names
+(LlamaTokenizer: Metaspace, prepending to the text's start, or with `legacy`
+to every segment; GemmaTokenizer: spaces replaced, nothing prepended, on a
+model trained without the dummy prefix), or, for another class, as the file
+says (Llama 2's hub file: Prepend and Replace normalizers). The
 chat templates are this project's own Jinja for Llama 3's header format and
 ChatML, rendered here by transformers. Where transformers' conversion of the
 SentencePiece model and sentencepiece itself differ on a case (runs of
@@ -18,11 +24,12 @@ leading spaces), both are kept ("reference_ids": sentencepiece's).
 
 import json
 import os
+import shutil
 import sys
 
 import sentencepiece as spm
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import AutoTokenizer, LlamaTokenizer
+from transformers import AutoTokenizer, GemmaTokenizer, LlamaTokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tokenizer_corpus import corpus, crc32c  # noqa: E402
@@ -85,15 +92,16 @@ def ids_summary(ids):
     return {"count": len(ids), "crc32c": crc32c(data), "block_crc32c": blocks, "first": ids[:48]}
 
 
-def write_expected(out, encode, text, extra, reference=None):
+def write_expected(out, encode, text, fields, reference=None, extra=()):
     """`reference`: another encoder the corpus must agree with; where it
-    differs on a case, its ids are kept beside `encode`'s."""
+    differs on a case, its ids are kept beside `encode`'s. `extra`: cases
+    besides CASES."""
     data = text.encode("utf-8")
     ids = encode(text, True)
     if reference and reference(text, True) != ids:
         sys.exit(f"{out}: the corpus's ids differ between the two encoders")
     cases = []
-    for t in CASES:
+    for t in CASES + list(extra):
         case = {"text": t, "ids": encode(t, False), "ids_with_special": encode(t, True)}
         if reference and reference(t, False) != case["ids"]:
             case["reference_ids"] = reference(t, False)
@@ -101,7 +109,7 @@ def write_expected(out, encode, text, extra, reference=None):
         cases.append(case)
     expected = {"corpus_bytes": len(data), "corpus_crc32c": crc32c(data), "block": BLOCK,
                 "corpus_ids": ids_summary(ids), "cases": cases}
-    expected.update(extra)
+    expected.update(fields)
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f, ensure_ascii=True, indent=1)
 
@@ -134,17 +142,7 @@ def make_bpe(root, name, text, split, normalizer, ignore_merges, specials, bos, 
 def make_sentencepiece(root, text):
     out = os.path.join(root, "llama2_sp")
     os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "corpus_lines.txt")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    spm.SentencePieceTrainer.train(
-        input=path, model_prefix=os.path.join(out, "tokenizer"), model_type="bpe", vocab_size=VOCAB,
-        byte_fallback=True, split_digits=True, normalization_rule_name="identity", add_dummy_prefix=True,
-        remove_extra_whitespaces=False, allow_whitespace_only_pieces=True, character_coverage=0.9995,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, max_sentence_length=1 << 16, num_threads=2,
-        minloglevel=2)
-    os.remove(path)
-    os.remove(os.path.join(out, "tokenizer.vocab"))
+    train_sentencepiece(out, text, add_dummy_prefix=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
                    "add_bos_token": True, "add_eos_token": False}, f, indent=1)
@@ -153,6 +151,74 @@ def make_sentencepiece(root, text):
 
     write_expected(out, lambda t, special: hf.encode(t, add_special_tokens=special), text, {},
                    lambda t, special: ([sp.bos_id()] if special else []) + sp.encode(t))
+
+
+def train_sentencepiece(out, text, **options):
+    path = os.path.join(out, "corpus_lines.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    spm.SentencePieceTrainer.train(
+        input=path, model_prefix=os.path.join(out, "tokenizer"), model_type="bpe", vocab_size=VOCAB,
+        byte_fallback=True, split_digits=True, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, allow_whitespace_only_pieces=True, character_coverage=0.9995,
+        max_sentence_length=1 << 16, num_threads=2, minloglevel=2, **options)
+    os.remove(path)
+    os.remove(os.path.join(out, "tokenizer.vocab"))
+
+
+def write_converted(root, name, cls, model_dir, config, specials, text, edit=None):
+    """`model_dir`'s tokenizer.model converted by transformers' `cls` and
+    saved as tokenizer.json (`edit` applied to it), with `config`; the ids
+    AutoTokenizer gives from those two files, special-token cases besides."""
+    out = os.path.join(root, name)
+    os.makedirs(out, exist_ok=True)
+    converted = cls.from_pretrained(model_dir)
+    converted.add_special_tokens({"additional_special_tokens": specials})
+    converted.backend_tokenizer.save(os.path.join(out, "tokenizer.json"))
+    if edit:
+        with open(os.path.join(out, "tokenizer.json")) as f:
+            j = json.load(f)
+        edit(j)
+        with open(os.path.join(out, "tokenizer.json"), "w") as f:
+            json.dump(j, f, ensure_ascii=False)
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    tok = AutoTokenizer.from_pretrained(out)
+    if type(tok).__name__ != config["tokenizer_class"].replace("PreTrainedTokenizerFast", "TokenizersBackend"):
+        sys.exit(f"{name}: transformers read it as {type(tok).__name__}")
+    bos, eos = config["bos_token"], config["eos_token"]
+    extra = [f"{bos}{specials[0]} hi{specials[1]} there{eos}", f"a{eos}b", f"{eos} {bos}  x", f"{specials[0]}\n"]
+    write_expected(out, lambda t, special: tok.encode(t, add_special_tokens=special), text, {}, extra=extra)
+
+
+def legacy_normalizers(j):
+    """Llama 2's tokenizer.json on the hub: a prefix and spaces as normalizers."""
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+    j["pre_tokenizer"] = None
+
+
+def make_converted(root, text):
+    llama = os.path.join(root, "llama2_sp")
+    mistral = ["[INST]", "[/INST]"]
+    config = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+              "add_bos_token": True, "add_eos_token": False}
+    write_converted(root, "mistral_spm", LlamaTokenizer, llama, dict(config, legacy=False), mistral, text)
+    write_converted(root, "llama2_spm_legacy", LlamaTokenizer, llama, dict(config, legacy=True), mistral, text,
+                    legacy_normalizers)
+    write_converted(root, "spm_file_pipeline", LlamaTokenizer, llama,
+                    {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"},
+                    mistral, text, legacy_normalizers)
+
+    model = os.path.join(root, "gemma_spm_model")
+    os.makedirs(model, exist_ok=True)
+    train_sentencepiece(model, text, add_dummy_prefix=False, pad_id=0, eos_id=1, bos_id=2, unk_id=3,
+                        pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>")
+    gemma = {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>",
+             "pad_token": "<pad>", "add_bos_token": True, "add_eos_token": False}
+    write_converted(root, "gemma_spm", GemmaTokenizer, model, gemma, ["<start_of_turn>", "<end_of_turn>"], text)
+    shutil.rmtree(model)
 
 
 def main():
@@ -166,6 +232,7 @@ def main():
              ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None, "<|im_end|>", CHATML_TEMPLATE)
     make_bpe(root, "gpt2_bpe", text, None, None, False, ["<|endoftext|>"], None, "<|endoftext|>", None)
     make_sentencepiece(root, text)
+    make_converted(root, text)
 
 
 if __name__ == "__main__":

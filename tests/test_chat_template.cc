@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtime/core/whole_file.h"
 #include "runtime/data/token_shard.h"
 #include "runtime/tokenize/chat_template.h"
@@ -43,7 +44,8 @@ std::unique_ptr<ChatTemplate> open_template(const Tokenizer& tok, const std::str
 // assistant's content and its end token found by zerod) and from the
 // marked copy (transformers' own rule).
 TEST(ChatTemplateFixtures, IdsAndMasksAreTransformers) {
-  for (const char* name : {"llama31", "llama32", "mistral_v03", "qwen25", "gemma"}) {
+  for (const char* name : {"llama31", "llama32", "mistral_v03", "qwen25", "gemma", "mistral_v03_spm",
+                           "mistral_v03_spm_legacy", "mistral_v03_spm_file", "gemma_spm"}) {
     SCOPED_TRACE(name);
     const json fixture = json::parse(*read_whole_file(fixtures() + "chat_templates/" + name + "/cases.json"));
     auto tok = Tokenizer::load(fixtures() + fixture["tokenizer"].get<std::string>());
@@ -188,6 +190,59 @@ TEST(TokenOffsets, TileTheTextAndFollowNfc) {
   }
   EXPECT_EQ(pieces->front().begin, 0u);
   EXPECT_EQ(end, text.size());
+}
+
+// SentencePiece-style BPE (byte fallback): a space stands as '▁' in the id
+// holding it, a prepended '▁' stands at the first character, and each
+// <0x..> id of a character the vocabulary lacks covers the whole character,
+// as `tokenizers`' offsets do: pieces in order, each one's range whole
+// characters, the next starting where it starts or ends, and together the
+// text.
+TEST(TokenOffsets, FollowSpacesPrefixesAndByteFallback) {
+  for (const char* name : {"mistral_spm", "llama2_spm_legacy", "spm_file_pipeline", "gemma_spm"}) {
+    SCOPED_TRACE(name);
+    auto tok = testing::load_tokenizer_fixture(name);
+    for (const std::string& text :
+         {std::string("Hello [INST] wörld</s>\n\n  日本語 été 😀 <eos>x"), std::string(" lead"), std::string()}) {
+      auto pieces = tok->encode_pieces(text);
+      ASSERT_TRUE(pieces.ok()) << pieces.status();
+      std::vector<uint32_t> ids;
+      size_t begin = 0, end = 0;
+      for (const Tokenizer::Piece& p : *pieces) {
+        ids.push_back(p.id);
+        EXPECT_TRUE(p.begin == begin || p.begin == end) << p.begin << " after [" << begin << ", " << end << ")";
+        EXPECT_GT(p.end, p.begin);
+        EXPECT_LT(first_invalid_utf8(text.substr(p.begin, p.end - p.begin)), 0) << "part of a character";
+        begin = p.begin;
+        end = p.end;
+      }
+      EXPECT_EQ(end, text.size());
+      EXPECT_EQ(ids, testing::encoded(*tok, text, false));
+    }
+    // U+10FFFD is in no vocabulary here: its four bytes' ids, each covering it.
+    const std::string rare = "a\U0010FFFD";
+    auto pieces = tok->encode_pieces(rare);
+    ASSERT_TRUE(pieces.ok()) << pieces.status();
+    ASSERT_GE(pieces->size(), 4u);
+    const size_t first = pieces->size() - 4;
+    for (size_t k = first; k < pieces->size(); ++k) {
+      EXPECT_EQ((*pieces)[k].id, tok->token_id(absl::StrFormat("<0x%02X>", uint8_t(rare[1 + k - first]))));
+      EXPECT_EQ((*pieces)[k].begin, 1u);
+      EXPECT_EQ((*pieces)[k].end, 5u);
+    }
+  }
+  // Metaspace prepends '▁' at the text's start (LlamaTokenizer), and with
+  // `legacy` after each added token too.
+  auto mistral = testing::load_tokenizer_fixture("mistral_spm");
+  auto legacy = testing::load_tokenizer_fixture("llama2_spm_legacy");
+  auto after_inst = [](const Tokenizer& tok) {
+    const std::vector<uint32_t> ids = testing::encoded(tok, "[INST]hi", false);
+    return std::vector<uint32_t>(ids.begin() + 1, ids.end());
+  };
+  for (const Tokenizer* tok : {mistral.get(), legacy.get()})
+    EXPECT_EQ(testing::encoded(*tok, "hi", false), testing::encoded(*tok, "\u2581hi", false));
+  EXPECT_EQ(after_inst(*legacy), testing::encoded(*legacy, "hi", false));
+  EXPECT_NE(after_inst(*mistral), testing::encoded(*mistral, "hi", false));
 }
 
 class ChatFiles : public testing::TokenizeCommandTest {

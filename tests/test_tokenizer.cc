@@ -73,17 +73,22 @@ TEST_P(TokenizerFixture, EncodesTheMultiScriptCorpusAsTransformersDoes) {
 TEST_P(TokenizerFixture, EncodesEdgeCasesAsTransformersDoes) {
   auto tok = Tokenizer::load(testing::tokenizer_fixture(GetParam()));
   ASSERT_TRUE(tok.ok()) << tok.status();
-  for (const json& c : expected_of(GetParam())["cases"]) {
+  const json expected = expected_of(GetParam());  // held: a range over a temporary's member dangles
+  int cases = 0;
+  for (const json& c : expected["cases"]) {
+    ++cases;
     const std::string text = c["text"].get<std::string>();
     const char* plain = c.contains("reference_ids") ? "reference_ids" : "ids";
     const char* special = c.contains("reference_ids") ? "reference_ids_with_special" : "ids_with_special";
     EXPECT_EQ(testing::encoded(**tok, text, false), c[plain].get<std::vector<uint32_t>>()) << "'" << text << "'";
     EXPECT_EQ(testing::encoded(**tok, text, true), c[special].get<std::vector<uint32_t>>()) << "'" << text << "'";
   }
+  EXPECT_GE(cases, 26);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, TokenizerFixture,
-                         ::testing::Values("llama3_bpe", "qwen2_bpe", "gpt2_bpe", "llama2_sp"));
+                         ::testing::Values("llama3_bpe", "qwen2_bpe", "gpt2_bpe", "llama2_sp", "mistral_spm",
+                                           "llama2_spm_legacy", "spm_file_pipeline", "gemma_spm"));
 
 // `zeroctl tokenize` of the corpus as a text file writes those ids: one
 // document, 16-bit ids for these vocabularies.
@@ -128,9 +133,10 @@ TEST(Tokenizer, ReadsSpecialTokensAndTheChatTemplateFromTheConfig) {
 
 class TokenizerFiles : public testing::TempDirTest {
  protected:
-  // The Llama 3 fixture's tokenizer.json with `edit` applied, in the temp dir.
-  std::string edited(const std::function<void(json&)>& edit) {
-    json j = json::parse(*read_whole_file(testing::tokenizer_fixture("llama3_bpe") + "/tokenizer.json"));
+  // A fixture's tokenizer.json (the Llama 3 one's by default) with `edit`
+  // applied, in the temp dir.
+  std::string edited(const std::function<void(json&)>& edit, const std::string& fixture = "llama3_bpe") {
+    json j = json::parse(*read_whole_file(testing::tokenizer_fixture(fixture) + "/tokenizer.json"));
     edit(j);
     return write("tokenizer.json", j.dump());
   }
@@ -166,7 +172,7 @@ TEST_F(TokenizerFiles, APairListedTwiceTakesItsLastRank) {
 
 TEST_F(TokenizerFiles, RefusesWhatItCannotReadNamingTheFileAndThePlace) {
   EXPECT_EQ(error_of(path("none")), path("none") + ": no such file or directory");
-  EXPECT_EQ(error_of(dir_.string()), dir_.string() + ": holds neither tokenizer.model nor tokenizer.json");
+  EXPECT_EQ(error_of(dir_.string()), dir_.string() + ": holds neither tokenizer.json nor tokenizer.model");
   EXPECT_EQ(error_of(write("vocab.txt", "a\nb\n")),
             path("vocab.txt") + ": not a kind of tokenizer zerod reads (tokenizer.json or a SentencePiece .model)");
   EXPECT_EQ(error_of(write("tokenizer.model", "not a protobuf"))
@@ -177,10 +183,10 @@ TEST_F(TokenizerFiles, RefusesWhatItCannotReadNamingTheFileAndThePlace) {
   const std::string file = path("tokenizer.json");
   EXPECT_EQ(error_of(edited([](json& j) { j["model"]["type"] = "WordPiece"; })),
             file +
-                ": model.type 'WordPiece' is not supported (byte-level BPE is; a SentencePiece model is read "
-                "from tokenizer.model)");
+                ": model.type 'WordPiece' is not supported (BPE is; a SentencePiece model is read from "
+                "tokenizer.model)");
   EXPECT_EQ(error_of(edited([](json& j) { j["model"]["byte_fallback"] = true; })),
-            file + ": model.byte_fallback: a SentencePiece-style BPE; read its tokenizer.model instead");
+            file + ": model.vocab lacks the byte 0's token <0x00>");
   EXPECT_EQ(error_of(edited([](json& j) {
               j["normalizer"] = {{"type", "Lowercase"}};
             })),
@@ -214,6 +220,74 @@ TEST_F(TokenizerFiles, RefusesWhatItCannotReadNamingTheFileAndThePlace) {
   edited([](json&) {});
   write("tokenizer_config.json", R"({"bos_token": 7})");
   EXPECT_EQ(error_of(file), path("tokenizer_config.json") + ": bos_token is neither text nor a token object");
+  write("tokenizer_config.json", R"({"legacy": "yes"})");
+  EXPECT_EQ(error_of(file), path("tokenizer_config.json") + ": legacy is not true or false");
+  write("tokenizer_config.json", R"({"tokenizer_class": 3})");
+  EXPECT_EQ(error_of(file), path("tokenizer_config.json") + ": tokenizer_class is not text");
+}
+
+// A model directory holding both reads its tokenizer.json, as transformers
+// does; the SentencePiece model only where there is no tokenizer.json.
+TEST_F(TokenizerFiles, ADirectoryWithBothReadsTokenizerJson) {
+  std::filesystem::copy_file(testing::tokenizer_fixture("llama2_sp") + "/tokenizer.model", path("tokenizer.model"));
+  auto sp = Tokenizer::load(dir_.string());
+  ASSERT_TRUE(sp.ok()) << sp.status();
+  EXPECT_EQ((*sp)->source(), path("tokenizer.model"));
+  std::filesystem::copy_file(testing::tokenizer_fixture("mistral_spm") + "/tokenizer.json", path("tokenizer.json"));
+  auto json_tok = Tokenizer::load(dir_.string());
+  ASSERT_TRUE(json_tok.ok()) << json_tok.status();
+  EXPECT_EQ((*json_tok)->source(), path("tokenizer.json"));
+  EXPECT_TRUE((*json_tok)->encode_pieces("hi").ok());
+}
+
+// A SentencePiece-style file (byte fallback) read as the file says (its
+// class is none that rebuilds it): what its steps cannot be is refused.
+TEST_F(TokenizerFiles, RefusesByteFallbackStepsItCannotTake) {
+  const std::string file = path("tokenizer.json");
+  auto spm = [&](const std::function<void(json&)>& edit) {
+    write("tokenizer_config.json", R"({"tokenizer_class": "PreTrainedTokenizerFast"})");
+    return error_of(edited(edit, "spm_file_pipeline"));
+  };
+  EXPECT_EQ(spm([](json& j) {
+              j["normalizer"] = {{"type", "NFC"}};
+            }),
+            file + ": normalizer type 'NFC' is not supported with byte fallback (Prepend and Replace are)");
+  EXPECT_EQ(spm([](json& j) {
+              j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", "  "}}}, {"content", "x"}};
+            }),
+            file + ": normalizer: a Replace of other than one character is not supported");
+  EXPECT_EQ(spm([](json& j) {
+              j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " "}}}, {"content", "x"}};
+            }),
+            file + ": normalizer: a Replace of other than one character is not supported");
+  EXPECT_EQ(spm([](json& j) {
+              j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", ""}};
+            }),
+            file + ": normalizer: a Replace by nothing is not supported");
+  EXPECT_EQ(spm([](json& j) {
+              j["pre_tokenizer"] = {{"type", "Whitespace"}};
+            }),
+            file + ": pre_tokenizer type 'Whitespace' is not supported with byte fallback (Metaspace and Split are)");
+  EXPECT_EQ(spm([](json& j) {
+              j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "ab"}, {"prepend_scheme", "first"}};
+            }),
+            file + ": pre_tokenizer: Metaspace's replacement is not one character");
+  EXPECT_EQ(spm([](json& j) {
+              j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}};
+            }),
+            file + ": pre_tokenizer: Metaspace's prepend_scheme 'sometimes'");
+  EXPECT_EQ(spm([](json& j) {
+              j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", ","}}}, {"behavior", "Isolated"}};
+            }),
+            file +
+                ": pre_tokenizer: with byte fallback, a Split other than on ' ', MergedWithPrevious, is not "
+                "supported");
+  EXPECT_EQ(spm([](json& j) { j["added_tokens"][3]["normalized"] = true; }),
+            file +
+                ": added_tokens: '[INST]' is matched in the normalized text (normalized: true), which is not "
+                "supported with byte fallback");
+  EXPECT_EQ(spm([](json& j) { j["model"]["vocab"].erase("<0x7F>"); }),
+            file + ": model.vocab lacks the byte 127's token <0x7F>");
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "runtime/tokenize/metaspace_pipeline.h"
 
 namespace zerod {
 namespace {
@@ -106,6 +108,11 @@ class BpeTokenizer final : public Tokenizer {
   struct Merge {
     uint32_t rank, id;
   };
+  // An id and the bytes of the segment it stands for.
+  struct Symbol {
+    uint32_t id;
+    size_t begin, end;
+  };
   absl::Status error(const std::string& what) const {
     return absl::InvalidArgumentError(absl::StrCat(source(), ": ", what));
   }
@@ -122,13 +129,20 @@ class BpeTokenizer final : public Tokenizer {
 
   // The ids of `text`, and where `pieces` is given each id's bytes of it.
   absl::Status encode_text(std::string_view text, std::vector<uint32_t>& ids, std::vector<Piece>* pieces) const;
-  // Appends the segment's ids and, where `spans` is given, each one's bytes of it.
-  absl::Status encode_segment(std::string_view segment, std::vector<uint32_t>& ids,
+  // Appends the segment's ids and, where `spans` is given, each one's bytes
+  // of it; `text_start`: the segment begins the text.
+  absl::Status encode_segment(std::string_view segment, bool text_start, std::vector<uint32_t>& ids,
                               std::vector<std::pair<size_t, size_t>>* spans) const;
   void normalized_to_original(std::string_view segment, std::vector<std::pair<size_t, size_t>>& spans) const;
   absl::Status split_pieces(const Split& split, std::vector<icu::UnicodeString>& pieces) const;
   void encode_piece(const std::string& bytes, std::vector<uint32_t>& ids,
                     std::vector<std::pair<size_t, size_t>>* spans) const;
+  // A SentencePiece-style word: each character its id, or its bytes' ids
+  // where the vocabulary lacks it (byte fallback), then merged.
+  void encode_word(const Word& word, std::vector<uint32_t>& ids, std::vector<std::pair<size_t, size_t>>* spans) const;
+  // Merges `symbols` pair by pair, the lowest-ranked pair first and the
+  // leftmost of equals, as tokenizers' BPE does.
+  void merge(std::vector<Symbol>& symbols) const;
 
   absl::flat_hash_map<std::string, uint32_t> vocab_;      // the model's, which merges and lookups use
   absl::flat_hash_map<std::string, uint32_t> added_ids_;  // added tokens by their text
@@ -136,6 +150,10 @@ class BpeTokenizer final : public Tokenizer {
   int64_t vocab_size_ = 0;
   absl::flat_hash_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
   bool ignore_merges_ = false;
+  // SentencePiece-style: bytes are <0x..> tokens, met only where a
+  // character is not in the vocabulary, and text takes `metaspace_`'s steps.
+  bool byte_fallback_ = false;
+  MetaspacePipeline metaspace_;
   std::array<uint32_t, 256> byte_ids_{};
   std::array<std::string, 256> byte_chars_ = byte_chars();
   const icu::Normalizer2* nfc_ = nullptr;
@@ -159,8 +177,22 @@ absl::Status BpeTokenizer::read(const json& j) {
   if (!j.is_object() || !j.contains("model")) return error("not a tokenizers file: no \"model\"");
   if (auto s = read_model(j["model"]); !s.ok()) return s;
   if (auto s = read_added_tokens(j.value("added_tokens", json::array())); !s.ok()) return s;
-  if (auto s = read_normalizer(j.value("normalizer", json())); !s.ok()) return s;
-  if (auto s = read_pre_tokenizer(j.value("pre_tokenizer", json())); !s.ok()) return s;
+  if (byte_fallback_) {
+    if (auto s = metaspace_.read(config(), j.value("normalizer", json()), j.value("pre_tokenizer", json())); !s.ok())
+      return error(std::string(s.message()));
+    if (metaspace_.rebuilt()) ignore_merges_ = false;
+    if (metaspace_.normalizes())
+      for (const json& t : j.value("added_tokens", json::array()))
+        if (t.value("normalized", false))
+          return error(absl::StrCat("added_tokens: '", t.value("content", ""),
+                                    "' is matched in the normalized text (normalized: true), which is not supported "
+                                    "with byte fallback"));
+  } else {
+    if (auto s = read_normalizer(j.value("normalizer", json())); !s.ok()) return s;
+    if (auto s = read_pre_tokenizer(j.value("pre_tokenizer", json())); !s.ok()) return s;
+  }
+  // The file's post-processor, whatever tokenizer_config.json's add_bos_token
+  // says: transformers 5 keeps it so.
   return read_post_processor(j.value("post_processor", json()));
 }
 
@@ -168,10 +200,9 @@ absl::Status BpeTokenizer::read_model(const json& m) {
   const std::string type = m.value("type", "");
   if (type != "BPE")
     return error(absl::StrCat("model.type '", type,
-                              "' is not supported (byte-level BPE is; a SentencePiece model "
-                              "is read from tokenizer.model)"));
-  if (m.value("byte_fallback", false))
-    return error("model.byte_fallback: a SentencePiece-style BPE; read its tokenizer.model instead");
+                              "' is not supported (BPE is; a SentencePiece model is read "
+                              "from tokenizer.model)"));
+  byte_fallback_ = m.value("byte_fallback", false);
   if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
     return error("model.dropout is not supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -186,8 +217,11 @@ absl::Status BpeTokenizer::read_model(const json& m) {
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(v) + 1);
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab_.find(byte_chars_[b]);
-    if (it == vocab_.end()) return error(absl::StrCat("model.vocab lacks the byte ", b, "'s character"));
+    const std::string token = byte_fallback_ ? absl::StrFormat("<0x%02X>", b) : byte_chars_[b];
+    auto it = vocab_.find(token);
+    if (it == vocab_.end())
+      return error(
+          absl::StrCat("model.vocab lacks the byte ", b, byte_fallback_ ? "'s token " : "'s character ", token));
     byte_ids_[b] = it->second;
   }
   const json merges = m.value("merges", json::array());
@@ -348,7 +382,7 @@ absl::Status BpeTokenizer::encode_text(std::string_view text, std::vector<uint32
         if (!status.ok()) return;
         const size_t first = ids.size();
         spans.clear();
-        status = encode_segment(segment, ids, pieces != nullptr ? &spans : nullptr);
+        status = encode_segment(segment, segment.data() == text.data(), ids, pieces != nullptr ? &spans : nullptr);
         if (!status.ok() || pieces == nullptr) return;
         const auto at = size_t(segment.data() - text.data());
         for (size_t k = first; k < ids.size(); ++k)
@@ -362,10 +396,14 @@ absl::Status BpeTokenizer::encode_text(std::string_view text, std::vector<uint32
   return status;
 }
 
-absl::Status BpeTokenizer::encode_segment(std::string_view segment, std::vector<uint32_t>& ids,
+absl::Status BpeTokenizer::encode_segment(std::string_view segment, bool text_start, std::vector<uint32_t>& ids,
                                           std::vector<std::pair<size_t, size_t>>* spans) const {
   if (segment.size() > size_t(INT32_MAX))  // ICU's strings are indexed by int32_t
     return error(absl::StrCat("a text of ", segment.size(), " bytes is more than the 2 GiB it encodes at once"));
+  if (byte_fallback_) {
+    for (const Word& word : metaspace_.words(segment, text_start)) encode_word(word, ids, spans);
+    return absl::OkStatus();
+  }
   const icu::UnicodeString original =
       icu::UnicodeString::fromUTF8(icu::StringPiece(segment.data(), int32_t(segment.size())));
   icu::UnicodeString text = original;
@@ -434,23 +472,55 @@ void BpeTokenizer::normalized_to_original(std::string_view segment,
 
 void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>& ids,
                                 std::vector<std::pair<size_t, size_t>>* spans) const {
-  if (ignore_merges_) {
-    std::string chars;
+  std::vector<Symbol> symbols;
+  std::string chars;
+  if (ignore_merges_)
     for (unsigned char b : bytes) chars += byte_chars_[b];
-    if (auto it = vocab_.find(chars); it != vocab_.end()) {
-      ids.push_back(it->second);
-      if (spans != nullptr) spans->push_back({0, bytes.size()});
-      return;
-    }
+  if (auto it = vocab_.find(chars); ignore_merges_ && it != vocab_.end()) {
+    symbols.push_back({it->second, 0, bytes.size()});
+  } else {
+    for (size_t i = 0; i < bytes.size(); ++i)
+      symbols.push_back({byte_ids_[static_cast<unsigned char>(bytes[i])], i, i + 1});
+    merge(symbols);
   }
+  for (const Symbol& s : symbols) {
+    ids.push_back(s.id);
+    if (spans != nullptr) spans->push_back({s.begin, s.end});
+  }
+}
+
+void BpeTokenizer::encode_word(const Word& word, std::vector<uint32_t>& ids,
+                               std::vector<std::pair<size_t, size_t>>* spans) const {
+  std::vector<Symbol> symbols;
+  std::string text;
+  for (const OffsetChar& c : word) icu::UnicodeString(c.c).toUTF8String(text);
+  if (auto it = vocab_.find(text); ignore_merges_ && it != vocab_.end()) {
+    symbols.push_back({it->second, word.front().begin, word.back().end});
+  } else {
+    std::string one;
+    for (const OffsetChar& c : word) {
+      one.clear();
+      icu::UnicodeString(c.c).toUTF8String(one);
+      if (auto it = vocab_.find(one); it != vocab_.end()) {
+        symbols.push_back({it->second, c.begin, c.end});
+      } else {  // each byte a token, covering the character, as tokenizers' offsets do
+        for (unsigned char b : one) symbols.push_back({byte_ids_[b], c.begin, c.end});
+      }
+    }
+    merge(symbols);
+  }
+  for (const Symbol& s : symbols) {
+    ids.push_back(s.id);
+    if (spans != nullptr) spans->push_back({s.begin, s.end});
+  }
+}
+
+void BpeTokenizer::merge(std::vector<Symbol>& symbols) const {
   // The symbols, linked; a merged-away one has id kGone.
   constexpr uint32_t kGone = UINT32_MAX;
-  const int n = int(bytes.size());
-  if (n == 0) return;
-  std::vector<uint32_t> sym(n);
+  const int n = int(symbols.size());
   std::vector<int> prev(n), next(n);
   for (int i = 0; i < n; ++i) {
-    sym[i] = byte_ids_[static_cast<unsigned char>(bytes[i])];
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
@@ -459,30 +529,26 @@ void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>&
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
   auto push = [&](int i) {
     if (i < 0 || next[i] < 0) return;
-    auto it = merges_.find(uint64_t(sym[i]) << 32 | sym[next[i]]);
+    auto it = merges_.find(uint64_t(symbols[i].id) << 32 | symbols[next[i]].id);
     if (it != merges_.end()) queue.emplace(it->second.rank, i, it->second.id);
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
   while (!queue.empty()) {
     const auto [rank, i, id] = queue.top();
     queue.pop();
-    if (sym[i] == kGone || next[i] < 0) continue;
+    if (symbols[i].id == kGone || next[i] < 0) continue;
     // An entry made stale by an earlier merge no longer names this pair.
-    auto it = merges_.find(uint64_t(sym[i]) << 32 | sym[next[i]]);
+    auto it = merges_.find(uint64_t(symbols[i].id) << 32 | symbols[next[i]].id);
     if (it == merges_.end() || it->second.id != id) continue;
     const int j = next[i];
-    sym[i] = id;
-    sym[j] = kGone;
+    symbols[i] = {id, symbols[i].begin, symbols[j].end};
+    symbols[j].id = kGone;
     next[i] = next[j];
     if (next[j] >= 0) prev[next[j]] = i;
     push(prev[i]);
     push(i);
   }
-  // A symbol still standing covers the bytes up to the next one's first.
-  for (int i = 0; i >= 0; i = next[i]) {
-    ids.push_back(sym[i]);
-    if (spans != nullptr) spans->push_back({size_t(i), next[i] < 0 ? size_t(n) : size_t(next[i])});
-  }
+  std::erase_if(symbols, [](const Symbol& s) { return s.id == kGone; });
 }
 
 }  // namespace

@@ -1,19 +1,26 @@
-// Byte-level BPE as Hugging Face's tokenizer.json describes it (Llama 3,
-// Qwen2, GPT-2), giving `tokenizers`' ids:
+// BPE as Hugging Face's tokenizer.json describes it, giving `tokenizers`'
+// ids, byte-level (Llama 3, Qwen2, GPT-2) or SentencePiece-style with byte
+// fallback (Llama 2, Mistral, Gemma):
 //  - added tokens written in the text become their ids, the longest leftmost
 //    first, and split the text into segments;
-//  - each segment is normalized (NFC or nothing), cut by the pre-tokenizer's
-//    Split patterns and ByteLevel's own pattern when it uses one, in ICU's
-//    regex standing in for Oniguruma's (a backtracking matcher too, whose
-//    \s is the same White_Space set: \v, U+0085 and the separators);
-//  - each piece's bytes become the 256 printable characters GPT-2 maps them
-//    to; with ignore_merges a piece the vocabulary holds whole is one id,
-//    else its bytes merge pair by pair, the lowest-ranked pair first and the
+//  - byte-level: each segment is normalized (NFC or nothing), cut by the
+//    pre-tokenizer's Split patterns and ByteLevel's own pattern when it uses
+//    one, in ICU's regex standing in for Oniguruma's (a backtracking matcher
+//    too, whose \s is the same White_Space set: \v, U+0085 and the
+//    separators); each piece's bytes become the 256 printable characters
+//    GPT-2 maps them to;
+//  - byte fallback: each segment takes metaspace_pipeline.h's steps (spaces
+//    to '▁', a '▁' prepended), as the tokenizer class transformers reads it
+//    through rebuilds them or else as the file says; each character is its
+//    id, or its bytes' <0x..> ids where the vocabulary lacks it;
+//  - with ignore_merges a piece the vocabulary holds whole is one id, else
+//    its symbols merge pair by pair, the lowest-ranked pair first and the
 //    leftmost of equals, as tokenizers' BPE does;
-//  - the post-processor's template puts its special tokens around the text.
+//  - the post-processor's template puts its special tokens around the text
+//    (tokenizer_config.json's add_bos_token does not, as in transformers 5).
 // What else tokenizer.json can say (another model, normalizer or
-// pre-tokenizer, byte fallback, dropout, stripping added tokens) is refused
-// by name when the file is read.
+// pre-tokenizer, dropout, stripping added tokens) is refused by name when
+// the file is read.
 #pragma once
 
 #include <memory>

@@ -69,11 +69,20 @@ absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
   if (!eos.ok()) return eos.status();
   c.bos_token = *bos;
   c.eos_token = *eos;
-  for (const char* key : {"add_bos_token", "add_eos_token"}) {
+  const std::pair<const char*, std::optional<bool>*> flags[] = {{"add_bos_token", &c.add_bos_token},
+                                                                {"add_eos_token", &c.add_eos_token},
+                                                                {"legacy", &c.legacy},
+                                                                {"add_prefix_space", &c.add_prefix_space}};
+  for (const auto& [key, flag] : flags) {
     if (!j->contains(key) || (*j)[key].is_null()) continue;
     if (!(*j)[key].is_boolean())
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is not true or false"));
-    (std::string(key) == "add_bos_token" ? c.add_bos_token : c.add_eos_token) = (*j)[key].get<bool>();
+    *flag = (*j)[key].get<bool>();
+  }
+  if (j->contains("tokenizer_class")) {
+    if (!(*j)["tokenizer_class"].is_string())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tokenizer_class is not text"));
+    c.tokenizer_class = (*j)["tokenizer_class"].get<std::string>();
   }
   // One template, or named ones of which "default" is the one applied.
   const json t = j->value("chat_template", json());
@@ -100,10 +109,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& pa
   std::error_code ec;
   std::string file = path;
   if (fs::is_directory(path, ec)) {
-    file = (fs::path(path) / "tokenizer.model").string();
-    if (!fs::exists(file, ec)) file = (fs::path(path) / "tokenizer.json").string();
+    // transformers' choice too: tokenizer.json when there is one.
+    file = (fs::path(path) / "tokenizer.json").string();
+    if (!fs::exists(file, ec)) file = (fs::path(path) / "tokenizer.model").string();
     if (!fs::exists(file, ec))
-      return absl::NotFoundError(absl::StrCat(path, ": holds neither tokenizer.model nor tokenizer.json"));
+      return absl::NotFoundError(absl::StrCat(path, ": holds neither tokenizer.json nor tokenizer.model"));
   } else if (!fs::exists(path, ec)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
   }

@@ -1,8 +1,10 @@
-// A model's own tokenizer, read from its Hugging Face files: byte-level BPE
-// from tokenizer.json (Llama 3, Qwen2, GPT-2: bpe_tokenizer.h), giving the
-// ids `tokenizers` gives, or a SentencePiece model (Llama 2, Mistral:
-// sentencepiece_tokenizer.h), giving sentencepiece's (which transformers'
-// conversion of the model gives too but for runs of leading spaces).
+// A model's own tokenizer, read from its Hugging Face files as transformers
+// reads them, giving the ids transformers gives: tokenizer.json's BPE
+// (bpe_tokenizer.h), byte-level (Llama 3, Qwen2, GPT-2) or with byte fallback
+// (Llama 2, Mistral, Gemma), or, where a model has only that, its
+// SentencePiece tokenizer.model (sentencepiece_tokenizer.h), giving
+// sentencepiece's ids (which transformers' conversion of the model gives too
+// but for runs of leading spaces).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,10 @@ struct TokenizerConfig {
   std::string chat_template;
   std::string chat_template_source;                  // the file it was read from
   std::optional<bool> add_bos_token, add_eos_token;  // a SentencePiece model's
+  // transformers' class, which rebuilds some tokenizer.json pipelines
+  // (metaspace_pipeline.h), and what LlamaTokenizer's takes.
+  std::string tokenizer_class;
+  std::optional<bool> legacy, add_prefix_space;
 };
 // `path` beside the tokenizer; a missing file is an empty config. A
 // chat_template.jinja beside it holds the template, as transformers saves it.
@@ -43,8 +49,8 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // `path`: a model directory (its tokenizer.model when it has one, else its
-  // tokenizer.json; tokenizer_config.json beside either) or one of those
+  // `path`: a model directory (its tokenizer.json when it has one, else its
+  // tokenizer.model; tokenizer_config.json beside either) or one of those
   // files. Errors name the file and what in it zerod does not read.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> load(const std::string& path);
 
