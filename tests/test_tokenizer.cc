@@ -286,6 +286,24 @@ TEST_F(TokenizerFiles, RefusesByteFallbackStepsItCannotTake) {
             file +
                 ": added_tokens: '[INST]' is matched in the normalized text (normalized: true), which is not "
                 "supported with byte fallback");
+  // A class that replaces the file's steps (LlamaTokenizer) still refuses a
+  // malformed one, as transformers' parse of the file does, and takes one
+  // it would not compute, which the class does not use.
+  write("tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer"})");
+  json j = json::parse(*read_whole_file(testing::tokenizer_fixture("mistral_spm") + "/tokenizer.json"));
+  j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  write("tokenizer.json", j.dump());
+  EXPECT_EQ(error_of(file), file + ": pre_tokenizer: Metaspace's prepend_scheme 'sometimes'");
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  j["normalizer"] = {{"type", "Lowercase"}};
+  write("tokenizer.json", j.dump());
+  auto rebuilt = Tokenizer::load(file);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  EXPECT_EQ(testing::encoded(**rebuilt, "Hello ABC world", false),
+            testing::encoded(*testing::load_tokenizer_fixture("mistral_spm"), "Hello ABC world", false));
+
+  EXPECT_EQ(spm([](json& j) { j["model"]["ignore_merges"] = true; }),
+            file + ": model.ignore_merges with byte fallback is not supported");
   EXPECT_EQ(spm([](json& j) { j["model"]["vocab"].erase("<0x7F>"); }),
             file + ": model.vocab lacks the byte 127's token <0x7F>");
 }

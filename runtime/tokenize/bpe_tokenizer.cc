@@ -180,7 +180,9 @@ absl::Status BpeTokenizer::read(const json& j) {
   if (byte_fallback_) {
     if (auto s = metaspace_.read(config(), j.value("normalizer", json()), j.value("pre_tokenizer", json())); !s.ok())
       return error(std::string(s.message()));
+    // The class's BPE looks up no whole words; no converted file asks to.
     if (metaspace_.rebuilt()) ignore_merges_ = false;
+    if (ignore_merges_) return error("model.ignore_merges with byte fallback is not supported");
     if (metaspace_.normalizes())
       for (const json& t : j.value("added_tokens", json::array()))
         if (t.value("normalized", false))
@@ -492,23 +494,17 @@ void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>&
 void BpeTokenizer::encode_word(const Word& word, std::vector<uint32_t>& ids,
                                std::vector<std::pair<size_t, size_t>>* spans) const {
   std::vector<Symbol> symbols;
-  std::string text;
-  for (const OffsetChar& c : word) icu::UnicodeString(c.c).toUTF8String(text);
-  if (auto it = vocab_.find(text); ignore_merges_ && it != vocab_.end()) {
-    symbols.push_back({it->second, word.front().begin, word.back().end});
-  } else {
-    std::string one;
-    for (const OffsetChar& c : word) {
-      one.clear();
-      icu::UnicodeString(c.c).toUTF8String(one);
-      if (auto it = vocab_.find(one); it != vocab_.end()) {
-        symbols.push_back({it->second, c.begin, c.end});
-      } else {  // each byte a token, covering the character, as tokenizers' offsets do
-        for (unsigned char b : one) symbols.push_back({byte_ids_[b], c.begin, c.end});
-      }
+  std::string one;
+  for (const OffsetChar& c : word) {
+    one.clear();
+    icu::UnicodeString(c.c).toUTF8String(one);
+    if (auto it = vocab_.find(one); it != vocab_.end()) {
+      symbols.push_back({it->second, c.begin, c.end});
+    } else {  // each byte a token, covering the character, as tokenizers' offsets do
+      for (unsigned char b : one) symbols.push_back({byte_ids_[b], c.begin, c.end});
     }
-    merge(symbols);
   }
+  merge(symbols);
   for (const Symbol& s : symbols) {
     ids.push_back(s.id);
     if (spans != nullptr) spans->push_back({s.begin, s.end});

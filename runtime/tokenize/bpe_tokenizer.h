@@ -13,9 +13,9 @@
 //    to '▁', a '▁' prepended), as the tokenizer class transformers reads it
 //    through rebuilds them or else as the file says; each character is its
 //    id, or its bytes' <0x..> ids where the vocabulary lacks it;
-//  - with ignore_merges a piece the vocabulary holds whole is one id, else
-//    its symbols merge pair by pair, the lowest-ranked pair first and the
-//    leftmost of equals, as tokenizers' BPE does;
+//  - with ignore_merges (byte-level only) a piece the vocabulary holds
+//    whole is one id, else its symbols merge pair by pair, the lowest-ranked
+//    pair first and the leftmost of equals, as tokenizers' BPE does;
 //  - the post-processor's template puts its special tokens around the text
 //    (tokenizer_config.json's add_bos_token does not, as in transformers 5).
 // What else tokenizer.json can say (another model, normalizer or

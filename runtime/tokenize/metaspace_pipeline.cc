@@ -46,23 +46,26 @@ void prepend(Word& w, const std::u32string& p) {
 }  // namespace
 
 absl::Status MetaspacePipeline::read(const TokenizerConfig& config, const json& normalizer, const json& pre_tokenizer) {
+  absl::Status file = read_normalizer(normalizer);
+  if (file.ok()) file = read_pre_tokenizer(pre_tokenizer);
   std::string cls = config.tokenizer_class;
   if (cls.size() > 4 && cls.compare(cls.size() - 4, 4, "Fast") == 0) cls.resize(cls.size() - 4);
-  rebuilt_ = cls == "LlamaTokenizer" || cls == "GemmaTokenizer";
+  if (cls != "LlamaTokenizer" && cls != "GemmaTokenizer") return file;
+  // The class replaces the file's steps, which transformers still parses:
+  // a malformed one is refused, one zerod does not take is no matter.
+  if (absl::IsInvalidArgument(file)) return file;
+  *this = MetaspacePipeline();
+  rebuilt_ = true;
   if (cls == "LlamaTokenizer") {
     metaspace_ = true;
     prepend_ = !config.add_prefix_space.value_or(true) ? Prepend::kNever
                : config.legacy.value_or(false)         ? Prepend::kAlways
                                                        : Prepend::kFirst;
-    return absl::OkStatus();
-  }
-  if (cls == "GemmaTokenizer") {
+  } else {
     normalizers_.push_back({false, kSpace, std::u32string(1, char32_t(replacement_))});
     split_after_space_ = true;
-    return absl::OkStatus();
   }
-  ZEROD_RETURN_IF_ERROR(read_normalizer(normalizer));
-  return read_pre_tokenizer(pre_tokenizer);
+  return absl::OkStatus();
 }
 
 absl::Status MetaspacePipeline::read_normalizer(const json& n) {
@@ -81,14 +84,14 @@ absl::Status MetaspacePipeline::read_normalizer(const json& n) {
     const std::u32string from =
         pattern.is_object() && pattern.contains("String") ? code_points(pattern["String"].get<std::string>()) : U"";
     if (from.size() != 1)
-      return absl::InvalidArgumentError("normalizer: a Replace of other than one character is not supported");
+      return absl::UnimplementedError("normalizer: a Replace of other than one character is not supported");
     const std::u32string to = code_points(n.value("content", ""));
     // A character replaced by nothing would leave its bytes to no id.
-    if (to.empty()) return absl::InvalidArgumentError("normalizer: a Replace by nothing is not supported");
+    if (to.empty()) return absl::UnimplementedError("normalizer: a Replace by nothing is not supported");
     normalizers_.push_back({false, UChar32(from[0]), to});
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
+  return absl::UnimplementedError(
       absl::StrCat("normalizer type '", type, "' is not supported with byte fallback (Prepend and Replace are)"));
 }
 
@@ -118,12 +121,12 @@ absl::Status MetaspacePipeline::read_pre_tokenizer(const json& p) {
     const json pattern = p.value("pattern", json());
     if (!pattern.is_object() || pattern.value("String", "") != " " || p.value("behavior", "") != "MergedWithPrevious" ||
         p.value("invert", false))
-      return absl::InvalidArgumentError(
+      return absl::UnimplementedError(
           "pre_tokenizer: with byte fallback, a Split other than on ' ', MergedWithPrevious, is not supported");
     split_after_space_ = true;
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
+  return absl::UnimplementedError(
       absl::StrCat("pre_tokenizer type '", type, "' is not supported with byte fallback (Metaspace and Split are)"));
 }
 

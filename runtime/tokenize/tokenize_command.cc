@@ -16,15 +16,18 @@ namespace zerod {
 int run_tokenize(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{
       "zeroctl tokenize: text, JSONL and JSON into the token files training reads, with a model's own tokenizer "
-      "(byte-level BPE from tokenizer.json, or a SentencePiece tokenizer.model). A text file is one document; a JSONL "
-      "line (or a JSON file's record) is {\"text\"}, or an instruction example: {\"prompt\", \"response\" or "
-      "\"completion\"}, {\"messages\"}, ShareGPT's {\"conversations\"} or Alpaca's {\"instruction\", \"input\", "
-      "\"output\"}, conversations rendered by the model's chat template (Jinja, by python3-jinja2), of which only the "
-      "responses are trained on, each in a window of --seq-len ids, or with --pack several a window."};
+      "(tokenizer.json's BPE, byte-level or with byte fallback, or a SentencePiece tokenizer.model). A text file "
+      "is one document; a JSONL line (or a JSON file's record) is {\"text\"}, or an instruction example: "
+      "{\"prompt\", \"response\" or \"completion\"}, {\"messages\"}, ShareGPT's {\"conversations\"} or Alpaca's "
+      "{\"instruction\", \"input\", \"output\"}, conversations rendered by the model's chat template (Jinja, by "
+      "python3-jinja2), of which only the responses are trained on, each in a window of --seq-len ids, or with "
+      "--pack several a window."};
   std::string tokenizer, output;
   std::vector<std::string> inputs;
   TokenizeOptions options;
-  app.add_option("--tokenizer", tokenizer, "a model directory, or its tokenizer.json or tokenizer.model")->required();
+  app.add_option("--tokenizer", tokenizer,
+                 "a model directory (its tokenizer.json, else its tokenizer.model), or one of those files")
+      ->required();
   app.add_option("--output", output, "the token file to write")->required();
   app.add_option("--seq-len", options.seq_len,
                  "instruction data and --pack: the window of each example (the job's data.seq_len)")
