@@ -11,11 +11,13 @@ whole words looked up first, a BOS template), Qwen2 (NFC, single digits) and
 GPT-2 (ByteLevel's own pattern) write them; a SentencePiece BPE model as
 Llama 2 and Mistral's (byte fallback, digits split, a dummy prefix); and that
 model as transformers' tokenizer.json holds it (BPE with byte fallback), read
-as transformers 5 reads it: rebuilt by the class tokenizer_config.json names
-(LlamaTokenizer: Metaspace, prepending to the text's start, or with `legacy`
-to every segment; GemmaTokenizer: spaces replaced, nothing prepended, on a
-model trained without the dummy prefix), or, for another class, as the file
-says (Llama 2's hub file: Prepend and Replace normalizers). The
+as transformers 5 reads it, with each id's offsets: rebuilt by the class it
+reads the file through (LlamaTokenizer: Metaspace, prepending to the text's
+start, or with `legacy` to every segment; GemmaTokenizer: spaces replaced,
+nothing prepended, on a model trained without the dummy prefix), or as the
+file says (Llama 2's hub file, Prepend and Replace normalizers, in Mistral's
+hub shape: config.json's model_type "mistral"), and that file under other
+configs. The
 chat templates are this project's own Jinja for Llama 3's header format and
 ChatML, rendered here by transformers. Where transformers' conversion of the
 SentencePiece model and sentencepiece itself differ on a case (runs of
@@ -92,10 +94,10 @@ def ids_summary(ids):
     return {"count": len(ids), "crc32c": crc32c(data), "block_crc32c": blocks, "first": ids[:48]}
 
 
-def write_expected(out, encode, text, fields, reference=None, extra=()):
+def write_expected(out, encode, text, fields, reference=None, extra=(), offsets=None):
     """`reference`: another encoder the corpus must agree with; where it
     differs on a case, its ids are kept beside `encode`'s. `extra`: cases
-    besides CASES."""
+    besides CASES. `offsets`: each id's byte offsets in a case."""
     data = text.encode("utf-8")
     ids = encode(text, True)
     if reference and reference(text, True) != ids:
@@ -106,6 +108,8 @@ def write_expected(out, encode, text, fields, reference=None, extra=()):
         if reference and reference(t, False) != case["ids"]:
             case["reference_ids"] = reference(t, False)
             case["reference_ids_with_special"] = reference(t, True)
+        if offsets:
+            case["offsets"] = offsets(t)
         cases.append(case)
     expected = {"corpus_bytes": len(data), "corpus_crc32c": crc32c(data), "block": BLOCK,
                 "corpus_ids": ids_summary(ids), "cases": cases}
@@ -166,29 +170,60 @@ def train_sentencepiece(out, text, **options):
     os.remove(os.path.join(out, "tokenizer.vocab"))
 
 
-def write_converted(root, name, cls, model_dir, config, specials, text, edit=None):
-    """`model_dir`'s tokenizer.model converted by transformers' `cls` and
-    saved as tokenizer.json (`edit` applied to it), with `config`; the ids
-    AutoTokenizer gives from those two files, special-token cases besides."""
-    out = os.path.join(root, name)
+def byte_offsets(tok, text):
+    """tokenizers' offsets of text's ids (characters), in bytes."""
+    at = [len(text[:k].encode("utf-8")) for k in range(len(text) + 1)]
+    return [[at[b], at[e]] for b, e in tok.backend_tokenizer.encode(text, add_special_tokens=False).offsets]
+
+
+def read_as(out, name, expected):
+    tok = AutoTokenizer.from_pretrained(out)
+    if type(tok).__name__ != expected:
+        sys.exit(f"{name}: transformers read {out} as {type(tok).__name__}, not {expected}")
+    return tok
+
+
+def write_files(out, tokenizer_json, config, model_config=None):
     os.makedirs(out, exist_ok=True)
-    converted = cls.from_pretrained(model_dir)
-    converted.add_special_tokens({"additional_special_tokens": specials})
-    converted.backend_tokenizer.save(os.path.join(out, "tokenizer.json"))
-    if edit:
-        with open(os.path.join(out, "tokenizer.json")) as f:
-            j = json.load(f)
-        edit(j)
-        with open(os.path.join(out, "tokenizer.json"), "w") as f:
-            json.dump(j, f, ensure_ascii=False)
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer_json, f, ensure_ascii=False)
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=1)
-    tok = AutoTokenizer.from_pretrained(out)
-    if type(tok).__name__ != config["tokenizer_class"].replace("PreTrainedTokenizerFast", "TokenizersBackend"):
-        sys.exit(f"{name}: transformers read it as {type(tok).__name__}")
+    if model_config:
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(model_config, f, indent=1)
+
+
+def write_converted(root, name, cls, model_dir, config, specials, text, edit=None, model_config=None,
+                    reads_as=None, decoder=False, variants=()):
+    """`model_dir`'s tokenizer.model converted by transformers' `cls` and
+    saved as tokenizer.json (`edit` applied to it), with `config` (and its
+    added tokens as added_tokens_decoder where `decoder`) and config.json
+    `model_config`; the ids and offsets AutoTokenizer gives from those
+    files, special-token cases besides. `variants`: other configs for the
+    same tokenizer.json, each with a text and the ids transformers gives."""
+    out = os.path.join(root, name)
+    converted = cls.from_pretrained(model_dir)
+    converted.add_special_tokens({"additional_special_tokens": specials})
+    j = json.loads(converted.backend_tokenizer.to_str())
+    if edit:
+        edit(j)
+    if decoder:
+        config = dict(config, added_tokens_decoder={str(t["id"]): {k: v for k, v in t.items() if k != "id"}
+                                                    for t in j["added_tokens"]})
+    write_files(out, j, config, model_config)
+    tok = read_as(out, name, reads_as or config["tokenizer_class"])
     bos, eos = config["bos_token"], config["eos_token"]
     extra = [f"{bos}{specials[0]} hi{specials[1]} there{eos}", f"a{eos}b", f"{eos} {bos}  x", f"{specials[0]}\n"]
-    write_expected(out, lambda t, special: tok.encode(t, add_special_tokens=special), text, {}, extra=extra)
+    done = []
+    for v in variants:
+        scratch = os.path.join(root, name + "_variant")
+        write_files(scratch, j, v["tokenizer_config"], v.get("config"))
+        ids = read_as(scratch, name, v["reads_as"]).encode(v["text"], add_special_tokens=False)
+        shutil.rmtree(scratch)
+        done.append(dict(v, ids=ids))
+    write_expected(out, lambda t, special: tok.encode(t, add_special_tokens=special), text,
+                   {"variants": done} if done else {}, extra=extra, offsets=lambda t: byte_offsets(tok, t))
 
 
 def legacy_normalizers(j):
@@ -204,12 +239,36 @@ def make_converted(root, text):
     mistral = ["[INST]", "[/INST]"]
     config = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
               "add_bos_token": True, "add_eos_token": False}
-    write_converted(root, "mistral_spm", LlamaTokenizer, llama, dict(config, legacy=False), mistral, text)
+    write_converted(root, "mistral_spm", LlamaTokenizer, llama, dict(config, legacy=False), mistral, text,
+                    decoder=True)
     write_converted(root, "llama2_spm_legacy", LlamaTokenizer, llama, dict(config, legacy=True), mistral, text,
                     legacy_normalizers)
-    write_converted(root, "spm_file_pipeline", LlamaTokenizer, llama,
-                    {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"},
-                    mistral, text, legacy_normalizers)
+    # Mistral's hub files: LlamaTokenizer named, but model_type "mistral"
+    # makes transformers read the file's own steps. The variants: what else
+    # decides the class and the added tokens.
+    backend = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}
+    basic = [{"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+              "special": True} for t in ["<unk>", "<s>", "</s>"]]
+    variants = [
+        # a special token the config names is matched whole, and the file's Prepend follows it
+        {"tokenizer_config": dict(backend, additional_special_tokens=["ll"]), "text": "Hello", "reads_as":
+         "TokenizersBackend"},
+        # the class rebuilds: its added tokens are the config's, [INST] among none of them
+        {"tokenizer_config": dict(config, added_tokens_decoder={str(k): t for k, t in enumerate(basic)}),
+         "text": "[INST]hi [/INST]", "reads_as": "LlamaTokenizer"},
+        # model_type "llama" leaves the hub's class, which rebuilds
+        {"tokenizer_config": config, "config": {"model_type": "llama"}, "text": "[INST]hi", "reads_as":
+         "LlamaTokenizer"},
+        # no prefix (add_prefix_space false), with the class's Fast name
+        {"tokenizer_config": dict(config, tokenizer_class="LlamaTokenizerFast", add_prefix_space=False),
+         "text": "hi there", "reads_as": "LlamaTokenizer"},
+        # the class from config.json's tokenizer_class where tokenizer_config.json names none
+        {"tokenizer_config": {"bos_token": "<s>", "eos_token": "</s>"},
+         "config": {"model_type": "llama", "tokenizer_class": "LlamaTokenizer"}, "text": "[INST]hi",
+         "reads_as": "LlamaTokenizer"},
+    ]
+    write_converted(root, "spm_file_pipeline", LlamaTokenizer, llama, config, mistral, text, legacy_normalizers,
+                    model_config={"model_type": "mistral"}, reads_as="TokenizersBackend", variants=variants)
 
     model = os.path.join(root, "gemma_spm_model")
     os.makedirs(model, exist_ok=True)

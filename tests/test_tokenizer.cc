@@ -10,12 +10,14 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtime/core/crc32c.h"
 #include "runtime/core/strict_json.h"
 #include "runtime/core/whole_file.h"
 #include "runtime/data/token_shard.h"
 #include "runtime/tokenize/tokenize_command.h"
 #include "runtime/tokenize/tokenizer.h"
+#include "runtime/tokenize/transformers_class.h"
 #include "tests/temp_dir.h"
 #include "tests/tokenizer_corpus.h"
 #include "tests/tokenizer_fixtures.h"
@@ -82,6 +84,12 @@ TEST_P(TokenizerFixture, EncodesEdgeCasesAsTransformersDoes) {
     const char* special = c.contains("reference_ids") ? "reference_ids_with_special" : "ids_with_special";
     EXPECT_EQ(testing::encoded(**tok, text, false), c[plain].get<std::vector<uint32_t>>()) << "'" << text << "'";
     EXPECT_EQ(testing::encoded(**tok, text, true), c[special].get<std::vector<uint32_t>>()) << "'" << text << "'";
+    if (!c.contains("offsets")) continue;  // the byte-fallback kinds': tokenizers' own, in bytes
+    auto pieces = (*tok)->encode_pieces(text);
+    ASSERT_TRUE(pieces.ok()) << pieces.status();
+    std::vector<std::vector<size_t>> offsets;
+    for (const Tokenizer::Piece& p : *pieces) offsets.push_back({p.begin, p.end});
+    EXPECT_EQ(offsets, c["offsets"].get<std::vector<std::vector<size_t>>>()) << "'" << text << "'";
   }
   EXPECT_GE(cases, 26);
 }
@@ -129,6 +137,37 @@ TEST(Tokenizer, ReadsSpecialTokensAndTheChatTemplateFromTheConfig) {
   EXPECT_EQ((*sp)->token_id("no such piece"), std::nullopt);
   EXPECT_EQ((*sp)->vocab_size(), 2500);
   EXPECT_TRUE((*sp)->config().chat_template.empty());
+}
+
+// The class transformers 5.24's AutoTokenizer reads a tokenizer.json
+// through (each pair seen there): the hub's, unless config.json's
+// model_type is registered to a backend (the file's own steps) or to a
+// class that overrides the hub's ("?": one zerod has no table of).
+TEST(TransformersClass, FollowsTheHubsClassAndTheModelType) {
+  const struct {
+    const char *hub, *model_type, *read_as;
+  } cases[] = {
+      {"LlamaTokenizer", "", "LlamaTokenizer"},
+      {"LlamaTokenizer", "llama", "LlamaTokenizer"},
+      {"LlamaTokenizer", "mistral", ""},
+      {"LlamaTokenizer", "phi3", ""},
+      {"LlamaTokenizer", "qwen2", "?"},
+      {"LlamaTokenizer", "idefics2", "LlamaTokenizer"},
+      {"LlamaTokenizerFast", "gemma2", "LlamaTokenizer"},
+      {"PreTrainedTokenizerFast", "gemma", ""},
+      {"GemmaTokenizer", "mistral", ""},
+      {"", "gemma2", "GemmaTokenizer"},
+      {"", "", ""},
+      {"", "qwen2", "?"},
+      {"CodeLlamaTokenizer", "", "CodeLlamaTokenizer"},
+      {"TokenizersBackend", "llama", ""},
+  };
+  for (const auto& c : cases) {
+    TokenizerConfig config;
+    config.tokenizer_class = c.hub;
+    config.model_type = c.model_type;
+    EXPECT_EQ(transformers_class(config), c.read_as) << c.hub << " / " << c.model_type;
+  }
 }
 
 class TokenizerFiles : public testing::TempDirTest {
@@ -226,6 +265,38 @@ TEST_F(TokenizerFiles, RefusesWhatItCannotReadNamingTheFileAndThePlace) {
   EXPECT_EQ(error_of(file), path("tokenizer_config.json") + ": tokenizer_class is not text");
 }
 
+// The Mistral-hub-shaped fixture's tokenizer.json under other configs, each
+// with the ids transformers gave: a special token the config names matched
+// whole (and the file's Prepend after it), a rebuilding class taking the
+// config's added tokens, model_type "llama" leaving the hub's class,
+// add_prefix_space false, the class from config.json.
+TEST_F(TokenizerFiles, ConfigsDecideTheStepsAndAddedTokensAsInTransformers) {
+  const std::string fixture = testing::tokenizer_fixture("spm_file_pipeline");
+  const json variants = expected_of("spm_file_pipeline")["variants"];
+  ASSERT_EQ(variants.size(), 5u);
+  for (const json& v : variants) {
+    SCOPED_TRACE(v.dump());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::filesystem::copy_file(fixture + "/tokenizer.json", path("tokenizer.json"));
+    write("tokenizer_config.json", v["tokenizer_config"].dump());
+    if (v.contains("config")) write("config.json", v["config"].dump());
+    auto tok = Tokenizer::load(dir_.string());
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    EXPECT_EQ(testing::encoded(**tok, v["text"].get<std::string>(), false), v["ids"].get<std::vector<uint32_t>>());
+  }
+}
+
+// Text that is not UTF-8 (which encode is not given: files and records are
+// checked first) reads each stray byte as U+FFFD, as the byte-level path's
+// ICU does.
+TEST(Tokenizer, AStrayByteIsTheReplacementCharacter) {
+  for (const char* name : {"mistral_spm", "gemma_spm", "qwen2_bpe"}) {
+    auto tok = testing::load_tokenizer_fixture(name);
+    EXPECT_EQ(testing::encoded(*tok, "a\xff b", false), testing::encoded(*tok, "a\uFFFD b", false)) << name;
+  }
+}
+
 // A model directory holding both reads its tokenizer.json, as transformers
 // does; the SentencePiece model only where there is no tokenizer.json.
 TEST_F(TokenizerFiles, ADirectoryWithBothReadsTokenizerJson) {
@@ -302,6 +373,47 @@ TEST_F(TokenizerFiles, RefusesByteFallbackStepsItCannotTake) {
   EXPECT_EQ(testing::encoded(**rebuilt, "Hello ABC world", false),
             testing::encoded(*testing::load_tokenizer_fixture("mistral_spm"), "Hello ABC world", false));
 
+  // A class zerod does not follow, named or reached by the model's type.
+  write("tokenizer_config.json", R"({"tokenizer_class": "CodeLlamaTokenizer"})");
+  EXPECT_EQ(error_of(file), file +
+                                ": transformers reads it through CodeLlamaTokenizer, which rebuilds it in a way zerod "
+                                "does not follow (it follows LlamaTokenizer, GemmaTokenizer and the file's own steps)");
+  write("tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer"})");
+  write("config.json", R"({"model_type": "qwen2"})");
+  EXPECT_EQ(error_of(file), file +
+                                ": transformers reads it through the class model_type 'qwen2' is registered to, which "
+                                "rebuilds it in a way zerod does not follow (it follows LlamaTokenizer, "
+                                "GemmaTokenizer and the file's own steps)");
+  write("config.json", R"({"model_type": 2})");
+  EXPECT_EQ(error_of(file), path("config.json") + ": model_type is not text");
+  std::filesystem::remove(path("config.json"));
+
+  // The special tokens the config names, and its added tokens.
+  write("tokenizer.json", *read_whole_file(testing::tokenizer_fixture("mistral_spm") + "/tokenizer.json"));
+  write("tokenizer_config.json", R"({"unk_token": "<nowhere>"})");
+  EXPECT_EQ(error_of(file), file +
+                                ": tokenizer_config.json names the special token '<nowhere>', which the "
+                                "vocabulary lacks");
+  write("tokenizer_config.json", R"({"additional_special_tokens": "[INST]"})");
+  EXPECT_EQ(error_of(file), path("tokenizer_config.json") + ": additional_special_tokens is neither a list nor a map");
+  write("tokenizer_config.json", R"({"additional_special_tokens": [7]})");
+  EXPECT_EQ(error_of(file),
+            path("tokenizer_config.json") + ": additional_special_tokens[0] is neither text nor a token object");
+  write("tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer", "added_tokens_decoder": {"x": {}}})");
+  EXPECT_EQ(error_of(file), path("tokenizer_config.json") + ": added_tokens_decoder['x'] is not an id's token object");
+  write("tokenizer_config.json",
+        R"({"tokenizer_class": "LlamaTokenizer", "added_tokens_decoder": {"1": {"content": "<s>", "lstrip": true}}})");
+  EXPECT_EQ(error_of(file),
+            file + ": tokenizer_config.json's added_tokens_decoder: '<s>' sets lstrip, which is not supported");
+
+  EXPECT_EQ(spm([](json& j) {
+              j["pre_tokenizer"] = {{"type", "Metaspace"}, {"prepend_scheme", "first"}};
+            }),
+            file + ": pre_tokenizer: Metaspace has no replacement");
+  EXPECT_EQ(spm([](json& j) {
+              j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"add_prefix_space", false}};
+            }),
+            file + ": pre_tokenizer: Metaspace's add_prefix_space is false with no prepend_scheme");
   EXPECT_EQ(spm([](json& j) { j["model"]["ignore_merges"] = true; }),
             file + ": model.ignore_merges with byte fallback is not supported");
   EXPECT_EQ(spm([](json& j) { j["model"]["vocab"].erase("<0x7F>"); }),

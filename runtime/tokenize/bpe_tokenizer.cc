@@ -120,7 +120,8 @@ class BpeTokenizer final : public Tokenizer {
   absl::Status read_normalizer(const json& n);
   absl::Status read_pre_tokenizer(const json& p);
   absl::Status read_post_processor(const json& p);
-  absl::Status read_added_tokens(const json& a);
+  // `a`: tokenizer.json's added_tokens, or the config's (`where` says which).
+  absl::Status read_added_tokens(const json& a, const char* where);
   struct Split {
     std::string source;
     std::unique_ptr<icu::RegexPattern> pattern;
@@ -139,10 +140,13 @@ class BpeTokenizer final : public Tokenizer {
                     std::vector<std::pair<size_t, size_t>>* spans) const;
   // A SentencePiece-style word: each character its id, or its bytes' ids
   // where the vocabulary lacks it (byte fallback), then merged.
-  void encode_word(const Word& word, std::vector<uint32_t>& ids, std::vector<std::pair<size_t, size_t>>* spans) const;
+  void encode_word(const MetaspacePipeline::Word& word, std::vector<uint32_t>& ids,
+                   std::vector<std::pair<size_t, size_t>>* spans) const;
   // Merges `symbols` pair by pair, the lowest-ranked pair first and the
-  // leftmost of equals, as tokenizers' BPE does.
-  void merge(std::vector<Symbol>& symbols) const;
+  // leftmost of equals, as tokenizers' BPE does, and appends their ids and
+  // spans.
+  void merge(std::vector<Symbol>& symbols, std::vector<uint32_t>& ids,
+             std::vector<std::pair<size_t, size_t>>* spans) const;
 
   absl::flat_hash_map<std::string, uint32_t> vocab_;      // the model's, which merges and lookups use
   absl::flat_hash_map<std::string, uint32_t> added_ids_;  // added tokens by their text
@@ -176,23 +180,32 @@ absl::StatusOr<BpeTokenizer::Split> BpeTokenizer::compile(const std::string& pat
 absl::Status BpeTokenizer::read(const json& j) {
   if (!j.is_object() || !j.contains("model")) return error("not a tokenizers file: no \"model\"");
   if (auto s = read_model(j["model"]); !s.ok()) return s;
-  if (auto s = read_added_tokens(j.value("added_tokens", json::array())); !s.ok()) return s;
+  json added = j.value("added_tokens", json::array());
+  const char* where = "added_tokens";
   if (byte_fallback_) {
     if (auto s = metaspace_.read(config(), j.value("normalizer", json()), j.value("pre_tokenizer", json())); !s.ok())
       return error(std::string(s.message()));
-    // The class's BPE looks up no whole words; no converted file asks to.
-    if (metaspace_.rebuilt()) ignore_merges_ = false;
+    if (metaspace_.rebuilt()) {
+      // The class builds a BPE of the file's vocabulary and merges alone:
+      // it looks up no whole words, and its added tokens are the config's.
+      ignore_merges_ = false;
+      if (!config().added_tokens.is_null()) {
+        added = config().added_tokens;
+        where = "tokenizer_config.json's added_tokens_decoder";
+      }
+    }
     if (ignore_merges_) return error("model.ignore_merges with byte fallback is not supported");
     if (metaspace_.normalizes())
-      for (const json& t : j.value("added_tokens", json::array()))
+      for (const json& t : added)
         if (t.value("normalized", false))
-          return error(absl::StrCat("added_tokens: '", t.value("content", ""),
+          return error(absl::StrCat(where, ": '", t.value("content", ""),
                                     "' is matched in the normalized text (normalized: true), which is not supported "
                                     "with byte fallback"));
   } else {
     if (auto s = read_normalizer(j.value("normalizer", json())); !s.ok()) return s;
     if (auto s = read_pre_tokenizer(j.value("pre_tokenizer", json())); !s.ok()) return s;
   }
+  if (auto s = read_added_tokens(added, where); !s.ok()) return s;
   // The file's post-processor, whatever tokenizer_config.json's add_bos_token
   // says: transformers 5 keeps it so.
   return read_post_processor(j.value("post_processor", json()));
@@ -249,19 +262,32 @@ absl::Status BpeTokenizer::read_model(const json& m) {
   return absl::OkStatus();
 }
 
-absl::Status BpeTokenizer::read_added_tokens(const json& a) {
-  for (const json& t : a) {
-    const std::string content = t.value("content", "");
-    if (content.empty() || !t.contains("id") || !is_id(t["id"]))
-      return error("added_tokens: an entry without content or an id below 2^31");
-    for (const char* key : {"single_word", "lstrip", "rstrip"})
-      if (t.value(key, false))
-        return error(absl::StrCat("added_tokens: '", content, "' sets ", key, ", which is not supported"));
-    const uint32_t id = t["id"].get<uint32_t>();
+absl::Status BpeTokenizer::read_added_tokens(const json& a, const char* where) {
+  auto add = [&](const std::string& content, uint32_t id) {
     added_.add(content, id);
     added_ids_[content] = id;
     added_id_set_.insert(id);
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t(id) + 1);
+  };
+  for (const json& t : a) {
+    const std::string content = t.value("content", "");
+    if (content.empty() || !t.contains("id") || !is_id(t["id"]))
+      return error(absl::StrCat(where, ": an entry without content or an id below 2^31"));
+    for (const char* key : {"single_word", "lstrip", "rstrip"})
+      if (t.value(key, false))
+        return error(absl::StrCat(where, ": '", content, "' sets ", key, ", which is not supported"));
+    add(content, t["id"].get<uint32_t>());
+  }
+  // transformers adds each special token the config names to the added
+  // tokens, matched whole: the vocabulary's piece of it (one it lacks would
+  // get an id past the vocabulary's, which no model has).
+  for (const std::string& token : config().special_tokens) {
+    if (added_ids_.contains(token)) continue;
+    auto it = vocab_.find(token);
+    if (it == vocab_.end())
+      return error(
+          absl::StrCat("tokenizer_config.json names the special token '", token, "', which the vocabulary lacks"));
+    add(token, it->second);
   }
   added_.finish();
   return absl::OkStatus();
@@ -403,7 +429,7 @@ absl::Status BpeTokenizer::encode_segment(std::string_view segment, bool text_st
   if (segment.size() > size_t(INT32_MAX))  // ICU's strings are indexed by int32_t
     return error(absl::StrCat("a text of ", segment.size(), " bytes is more than the 2 GiB it encodes at once"));
   if (byte_fallback_) {
-    for (const Word& word : metaspace_.words(segment, text_start)) encode_word(word, ids, spans);
+    for (const MetaspacePipeline::Word& word : metaspace_.words(segment, text_start)) encode_word(word, ids, spans);
     return absl::OkStatus();
   }
   const icu::UnicodeString original =
@@ -474,28 +500,26 @@ void BpeTokenizer::normalized_to_original(std::string_view segment,
 
 void BpeTokenizer::encode_piece(const std::string& bytes, std::vector<uint32_t>& ids,
                                 std::vector<std::pair<size_t, size_t>>* spans) const {
-  std::vector<Symbol> symbols;
-  std::string chars;
-  if (ignore_merges_)
+  if (ignore_merges_) {
+    std::string chars;
     for (unsigned char b : bytes) chars += byte_chars_[b];
-  if (auto it = vocab_.find(chars); ignore_merges_ && it != vocab_.end()) {
-    symbols.push_back({it->second, 0, bytes.size()});
-  } else {
-    for (size_t i = 0; i < bytes.size(); ++i)
-      symbols.push_back({byte_ids_[static_cast<unsigned char>(bytes[i])], i, i + 1});
-    merge(symbols);
+    if (auto it = vocab_.find(chars); it != vocab_.end()) {
+      ids.push_back(it->second);
+      if (spans != nullptr) spans->push_back({0, bytes.size()});
+      return;
+    }
   }
-  for (const Symbol& s : symbols) {
-    ids.push_back(s.id);
-    if (spans != nullptr) spans->push_back({s.begin, s.end});
-  }
+  std::vector<Symbol> symbols;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    symbols.push_back({byte_ids_[static_cast<unsigned char>(bytes[i])], i, i + 1});
+  merge(symbols, ids, spans);
 }
 
-void BpeTokenizer::encode_word(const Word& word, std::vector<uint32_t>& ids,
+void BpeTokenizer::encode_word(const MetaspacePipeline::Word& word, std::vector<uint32_t>& ids,
                                std::vector<std::pair<size_t, size_t>>* spans) const {
   std::vector<Symbol> symbols;
   std::string one;
-  for (const OffsetChar& c : word) {
+  for (const MetaspacePipeline::Char& c : word) {
     one.clear();
     icu::UnicodeString(c.c).toUTF8String(one);
     if (auto it = vocab_.find(one); it != vocab_.end()) {
@@ -504,14 +528,11 @@ void BpeTokenizer::encode_word(const Word& word, std::vector<uint32_t>& ids,
       for (unsigned char b : one) symbols.push_back({byte_ids_[b], c.begin, c.end});
     }
   }
-  merge(symbols);
-  for (const Symbol& s : symbols) {
-    ids.push_back(s.id);
-    if (spans != nullptr) spans->push_back({s.begin, s.end});
-  }
+  merge(symbols, ids, spans);
 }
 
-void BpeTokenizer::merge(std::vector<Symbol>& symbols) const {
+void BpeTokenizer::merge(std::vector<Symbol>& symbols, std::vector<uint32_t>& ids,
+                         std::vector<std::pair<size_t, size_t>>* spans) const {
   // The symbols, linked; a merged-away one has id kGone.
   constexpr uint32_t kGone = UINT32_MAX;
   const int n = int(symbols.size());
@@ -544,7 +565,11 @@ void BpeTokenizer::merge(std::vector<Symbol>& symbols) const {
     push(prev[i]);
     push(i);
   }
-  std::erase_if(symbols, [](const Symbol& s) { return s.id == kGone; });
+  for (const Symbol& s : symbols) {
+    if (s.id == kGone) continue;
+    ids.push_back(s.id);
+    if (spans != nullptr) spans->push_back({s.begin, s.end});
+  }
 }
 
 }  // namespace

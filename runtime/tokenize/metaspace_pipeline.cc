@@ -1,23 +1,39 @@
 #include "runtime/tokenize/metaspace_pipeline.h"
 
-#include <unicode/unistr.h>
 #include <unicode/utf8.h>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/tokenize/tokenizer.h"
+#include "runtime/tokenize/transformers_class.h"
 
 namespace zerod {
 namespace {
 
 using nlohmann::json;
+using Char = MetaspacePipeline::Char;
+using Word = MetaspacePipeline::Word;
 
 constexpr UChar32 kSpace = ' ';
 
-// `s` as code points.
-std::u32string code_points(const std::string& s) {
+// `s`'s characters, each with its bytes; a byte that begins no character
+// is U+FFFD, as ICU's conversions make it.
+Word characters(std::string_view s) {
+  Word out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const auto n = int64_t(s.size());
+  for (int64_t i = 0; i < n;) {
+    const int64_t begin = i;
+    UChar32 c;
+    U8_NEXT(p, i, n, c);
+    out.push_back({c < 0 ? 0xFFFD : c, uint32_t(begin), uint32_t(i)});
+  }
+  return out;
+}
+
+std::u32string code_points(std::string_view s) {
   std::u32string out;
-  const icu::UnicodeString u = icu::UnicodeString::fromUTF8(s);
-  for (int32_t i = 0; i < u.length(); i = u.moveIndex32(i, 1)) out += char32_t(u.char32At(i));
+  for (const Char& c : characters(s)) out += char32_t(c.c);
   return out;
 }
 
@@ -25,7 +41,7 @@ std::u32string code_points(const std::string& s) {
 void replace(Word& w, UChar32 from, const std::u32string& to) {
   Word out;
   out.reserve(w.size());
-  for (const OffsetChar& c : w) {
+  for (const Char& c : w) {
     if (c.c != from) {
       out.push_back(c);
       continue;
@@ -48,11 +64,15 @@ void prepend(Word& w, const std::u32string& p) {
 absl::Status MetaspacePipeline::read(const TokenizerConfig& config, const json& normalizer, const json& pre_tokenizer) {
   absl::Status file = read_normalizer(normalizer);
   if (file.ok()) file = read_pre_tokenizer(pre_tokenizer);
-  std::string cls = config.tokenizer_class;
-  if (cls.size() > 4 && cls.compare(cls.size() - 4, 4, "Fast") == 0) cls.resize(cls.size() - 4);
-  if (cls != "LlamaTokenizer" && cls != "GemmaTokenizer") return file;
-  // The class replaces the file's steps, which transformers still parses:
-  // a malformed one is refused, one zerod does not take is no matter.
+  const std::string cls = transformers_class(config);
+  if (cls.empty()) return file;
+  if (cls != "LlamaTokenizer" && cls != "GemmaTokenizer")
+    return absl::UnimplementedError(absl::StrCat(
+        "transformers reads it through ",
+        cls == "?" ? absl::StrCat("the class model_type '", config.model_type, "' is registered to") : cls,
+        ", which rebuilds it in a way zerod does not follow (it follows LlamaTokenizer, GemmaTokenizer and the "
+        "file's own steps)"));
+  // The class replaces the file's steps, which transformers still parses.
   if (absl::IsInvalidArgument(file)) return file;
   *this = MetaspacePipeline();
   rebuilt_ = true;
@@ -99,11 +119,15 @@ absl::Status MetaspacePipeline::read_pre_tokenizer(const json& p) {
   if (p.is_null()) return absl::OkStatus();
   const std::string type = p.value("type", "");
   if (type == "Metaspace") {
-    const std::u32string r = code_points(p.value("replacement", "\u2581"));
+    if (!p.contains("replacement") || !p["replacement"].is_string())
+      return absl::InvalidArgumentError("pre_tokenizer: Metaspace has no replacement");
+    const std::u32string r = code_points(p["replacement"].get<std::string>());
     if (r.size() != 1) return absl::InvalidArgumentError("pre_tokenizer: Metaspace's replacement is not one character");
     metaspace_ = true;
     replacement_ = UChar32(r[0]);
-    // A file older than prepend_scheme says add_prefix_space, which is "always".
+    // A file older than prepend_scheme says add_prefix_space: true is "always".
+    if (!p.contains("prepend_scheme") && !p.value("add_prefix_space", true))
+      return absl::InvalidArgumentError("pre_tokenizer: Metaspace's add_prefix_space is false with no prepend_scheme");
     const std::string scheme = p.value("prepend_scheme", "always");
     if (scheme == "always") {
       prepend_ = Prepend::kAlways;
@@ -131,16 +155,14 @@ absl::Status MetaspacePipeline::read_pre_tokenizer(const json& p) {
 }
 
 std::vector<Word> MetaspacePipeline::words(std::string_view segment, bool text_start) const {
-  Word w;
-  const auto* p = reinterpret_cast<const uint8_t*>(segment.data());
-  const auto n = int64_t(segment.size());
-  for (int64_t i = 0; i < n;) {
-    const int64_t begin = i;
-    UChar32 c;
-    U8_NEXT(p, i, n, c);
-    w.push_back({c, size_t(begin), size_t(i)});
+  Word w = characters(segment);
+  for (const Step& s : normalizers_) {
+    if (s.prepend) {
+      prepend(w, s.to);
+    } else {
+      replace(w, s.from, s.to);
+    }
   }
-  for (const Step& s : normalizers_) s.prepend ? prepend(w, s.to) : replace(w, s.from, s.to);
   if (metaspace_) {
     replace(w, kSpace, std::u32string(1, char32_t(replacement_)));
     const bool first = prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && text_start);
@@ -152,10 +174,10 @@ std::vector<Word> MetaspacePipeline::words(std::string_view segment, bool text_s
     return out;
   }
   Word word;
-  for (const OffsetChar& c : w) {
-    if (split_metaspace_ && c.c == replacement_ && !word.empty()) out.push_back(std::move(word)), word.clear();
+  for (const Char& c : w) {
+    if (split_metaspace_ && c.c == replacement_ && !word.empty()) out.push_back(std::exchange(word, {}));
     word.push_back(c);
-    if (split_after_space_ && c.c == kSpace) out.push_back(std::move(word)), word.clear();
+    if (split_after_space_ && c.c == kSpace) out.push_back(std::exchange(word, {}));
   }
   if (!word.empty()) out.push_back(std::move(word));
   return out;

@@ -3,19 +3,20 @@
 // '▁', a '▁' may be prepended, and the text may be cut into words. It works
 // on characters that keep the bytes of the original text they came from, so
 // that each id's offsets are `tokenizers`' (an inserted or replaced
-// character covers the character it stands at).
+// character stands at the character it was made from).
 //
-// transformers 5 reads such a file through its tokenizer class, which may
-// rebuild these steps whatever the file says: LlamaTokenizer (Metaspace,
-// prepending to the text's start, or with `legacy` to every segment, unless
-// add_prefix_space is false) and GemmaTokenizer (spaces replaced, nothing
-// prepended). Another class takes the file's own normalizer (Prepend,
-// Replace of a character) and pre-tokenizer (Metaspace, Split on a
-// character).
+// The steps are those of the class transformers 5 reads the file through
+// (transformers_class.h): LlamaTokenizer and GemmaTokenizer rebuild them
+// whatever the file says (LlamaTokenizer: Metaspace, prepending to the
+// text's start, with `legacy` to every segment, or with add_prefix_space
+// false never; GemmaTokenizer: spaces replaced, nothing prepended); a
+// backend takes the file's own normalizer (Prepend, Replace of a character)
+// and pre-tokenizer (Metaspace, Split on a space); another class is refused.
 #pragma once
 
 #include <unicode/umachine.h>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -27,30 +28,31 @@ namespace zerod {
 
 struct TokenizerConfig;
 
-// A character of the normalized text and the bytes [begin, end) of the
-// original segment it stands for.
-struct OffsetChar {
-  UChar32 c;
-  size_t begin, end;
-};
-using Word = std::vector<OffsetChar>;
-
 class MetaspacePipeline {
  public:
-  // The class's steps where `config` names one that rebuilds them, else the
-  // file's `normalizer` and `pre_tokenizer`; an error names what is not
-  // read (the caller prefixes the file).
+  // A character of the normalized text and the bytes [begin, end) of the
+  // original segment it stands for (segments are under 2 GiB).
+  struct Char {
+    UChar32 c;
+    uint32_t begin, end;
+  };
+  using Word = std::vector<Char>;
+
+  // The steps of the class `config` leads to, or the file's `normalizer`
+  // and `pre_tokenizer`. An error names what is not read (the caller
+  // prefixes the file): a malformed step always, as transformers' parse of
+  // the file does; one zerod does not compute only where it is used.
   absl::Status read(const TokenizerConfig& config, const nlohmann::json& normalizer,
                     const nlohmann::json& pre_tokenizer);
-  // Whether the class rebuilt the steps, and the model with them (whose
-  // BPE then looks up no whole words: ignore_merges false).
+  // Whether a class rebuilt the steps, and the model with them (whose BPE
+  // then looks up no whole words) and its added tokens (the config's).
   bool rebuilt() const { return rebuilt_; }
   // Whether the text is changed before added tokens written in it are
   // matched (which the caller must then refuse for normalized tokens).
   bool normalizes() const { return !normalizers_.empty(); }
 
-  // `segment` (valid UTF-8, between added tokens) as the model's words;
-  // `text_start`: the segment begins the whole text.
+  // `segment` (UTF-8, between added tokens; a byte that is not becomes
+  // U+FFFD) as the model's words; `text_start`: it begins the whole text.
   std::vector<Word> words(std::string_view segment, bool text_start) const;
 
  private:
@@ -68,8 +70,10 @@ class MetaspacePipeline {
   bool metaspace_ = false;
   UChar32 replacement_ = 0x2581;  // '▁'
   Prepend prepend_ = Prepend::kNever;
-  bool split_metaspace_ = false;    // words start at each replacement
-  bool split_after_space_ = false;  // words end after each ' ' (Gemma's Split)
+  bool split_metaspace_ = false;  // words start at each replacement
+  // Words end after each ' ' (a Split; Gemma's, after its Replace has left
+  // no space, cuts nothing).
+  bool split_after_space_ = false;
 };
 
 }  // namespace zerod

@@ -2,6 +2,7 @@
 
 #include <unicode/utf8.h>
 
+#include <charconv>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -18,13 +19,62 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // A special token as transformers writes it: its text, or an AddedToken
-// object holding it as "content"; null is none.
-absl::StatusOr<std::string> token_text(const json& j, const std::string& path, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return std::string();
-  const json& t = j[key];
+// object holding it as "content"; null is none. `what` names it in errors.
+absl::StatusOr<std::string> token_text(const json& t, const std::string& what) {
+  if (t.is_null()) return std::string();
   if (t.is_string()) return t.get<std::string>();
   if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
-  return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is neither text nor a token object"));
+  return absl::InvalidArgumentError(absl::StrCat(what, " is neither text nor a token object"));
+}
+
+// `key`'s text into `out` where `j` gives it (null: not given).
+absl::Status read_text(const json& j, const std::string& path, const char* key, std::string& out) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return absl::OkStatus();
+  if (!j[key].is_string()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is not text"));
+  out = j[key].get<std::string>();
+  return absl::OkStatus();
+}
+
+// The special tokens the config names: each named one, and the lists of
+// others (extra_special_tokens may be a map of names to tokens).
+absl::StatusOr<std::vector<std::string>> special_tokens(const json& j, const std::string& path) {
+  std::vector<std::string> out;
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    ZEROD_ASSIGN_OR_RETURN(std::string text, token_text(j.value(key, json()), absl::StrCat(path, ": ", key)));
+    if (!text.empty()) out.push_back(std::move(text));
+  }
+  for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
+    const json list = j.value(key, json());
+    if (list.is_null()) continue;
+    if (!list.is_array() && !list.is_object())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is neither a list nor a map"));
+    for (const auto& [name, each] : list.items()) {
+      ZEROD_ASSIGN_OR_RETURN(std::string text, token_text(each, absl::StrCat(path, ": ", key, "[", name, "]")));
+      if (!text.empty()) out.push_back(std::move(text));
+    }
+  }
+  return out;
+}
+
+// added_tokens_decoder ({"id": {content, ...}}) as tokenizer.json's
+// added_tokens list; null where the config has none.
+absl::StatusOr<json> added_tokens(const json& j, const std::string& path) {
+  const json decoder = j.value("added_tokens_decoder", json());
+  if (decoder.is_null()) return json();
+  if (!decoder.is_object())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": added_tokens_decoder is not a map of ids to tokens"));
+  json out = json::array();
+  for (const auto& [key, token] : decoder.items()) {
+    uint32_t id = 0;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || !token.is_object())
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": added_tokens_decoder['", key, "'] is not an id's token object"));
+    json entry = token;
+    entry["id"] = id;
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 }  // namespace
@@ -54,21 +104,23 @@ absl::StatusOr<nlohmann::json> read_json_file(const std::string& path) {
 
 absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
   TokenizerConfig c;
-  const std::string jinja = (fs::path(path).parent_path() / "chat_template.jinja").string();
+  const fs::path dir = fs::path(path).parent_path();
+  const std::string jinja = (dir / "chat_template.jinja").string();
   if (fs::exists(jinja)) {
     ZEROD_ASSIGN_OR_RETURN(c.chat_template, read_input_file(jinja));
     c.chat_template_source = jinja;
+  }
+  if (const std::string model = (dir / "config.json").string(); fs::exists(model)) {
+    ZEROD_ASSIGN_OR_RETURN(const json m, read_json_file(model));
+    ZEROD_RETURN_IF_ERROR(read_text(m, model, "model_type", c.model_type));
+    ZEROD_RETURN_IF_ERROR(read_text(m, model, "tokenizer_class", c.tokenizer_class));
   }
   if (!fs::exists(path)) return c;
   auto j = read_json_file(path);
   if (!j.ok()) return j.status();
   if (!j->is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  auto bos = token_text(*j, path, "bos_token");
-  if (!bos.ok()) return bos.status();
-  auto eos = token_text(*j, path, "eos_token");
-  if (!eos.ok()) return eos.status();
-  c.bos_token = *bos;
-  c.eos_token = *eos;
+  ZEROD_ASSIGN_OR_RETURN(c.bos_token, token_text(j->value("bos_token", json()), path + ": bos_token"));
+  ZEROD_ASSIGN_OR_RETURN(c.eos_token, token_text(j->value("eos_token", json()), path + ": eos_token"));
   const std::pair<const char*, std::optional<bool>*> flags[] = {{"add_bos_token", &c.add_bos_token},
                                                                 {"add_eos_token", &c.add_eos_token},
                                                                 {"legacy", &c.legacy},
@@ -79,11 +131,9 @@ absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is not true or false"));
     *flag = (*j)[key].get<bool>();
   }
-  if (j->contains("tokenizer_class")) {
-    if (!(*j)["tokenizer_class"].is_string())
-      return absl::InvalidArgumentError(absl::StrCat(path, ": tokenizer_class is not text"));
-    c.tokenizer_class = (*j)["tokenizer_class"].get<std::string>();
-  }
+  ZEROD_RETURN_IF_ERROR(read_text(*j, path, "tokenizer_class", c.tokenizer_class));
+  ZEROD_ASSIGN_OR_RETURN(c.special_tokens, special_tokens(*j, path));
+  ZEROD_ASSIGN_OR_RETURN(c.added_tokens, added_tokens(*j, path));
   // One template, or named ones of which "default" is the one applied.
   const json t = j->value("chat_template", json());
   if (!c.chat_template_source.empty()) return c;

@@ -19,20 +19,29 @@
 
 namespace zerod {
 
-// What tokenizer_config.json says around the vocabulary: the special tokens
-// by their text, and the chat template (empty when there is none).
+// What tokenizer_config.json (and config.json) say around the vocabulary:
+// the special tokens by their text, and the chat template (empty when there
+// is none).
 struct TokenizerConfig {
   std::string bos_token, eos_token;
   std::string chat_template;
   std::string chat_template_source;                  // the file it was read from
   std::optional<bool> add_bos_token, add_eos_token;  // a SentencePiece model's
-  // transformers' class, which rebuilds some tokenizer.json pipelines
-  // (metaspace_pipeline.h), and what LlamaTokenizer's takes.
-  std::string tokenizer_class;
+  // The hub's class (tokenizer_config.json's, else config.json's) and the
+  // model's type, from which transformers_class.h tells the class
+  // transformers reads a tokenizer.json through; what LlamaTokenizer takes.
+  std::string tokenizer_class, model_type;
   std::optional<bool> legacy, add_prefix_space;
+  // Every special token named (bos, eos, unk, sep, pad, cls, mask and the
+  // additional or extra ones), which transformers matches whole in text.
+  std::vector<std::string> special_tokens;
+  // added_tokens_decoder as a list of tokenizer.json's added_tokens
+  // entries (null when absent): the added tokens where a class rebuilds.
+  nlohmann::json added_tokens;
 };
-// `path` beside the tokenizer; a missing file is an empty config. A
-// chat_template.jinja beside it holds the template, as transformers saves it.
+// `path` beside the tokenizer, and config.json beside it; a missing file
+// is an empty config. A chat_template.jinja beside it holds the template,
+// as transformers saves it.
 absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path);
 
 // The offset of the first byte of `s` that does not begin or continue a
