@@ -2,8 +2,8 @@
 installed transformers: which model types AutoTokenizer reads through the
 tokenizer file's own steps (their registered class is a backend), which are
 registered to a class that rebuilds a byte-fallback BPE (LlamaTokenizer,
-GemmaTokenizer), and which it reads through their registered class whatever
-the hub's class says.
+GemmaTokenizer) or to another class, and which it reads through their
+registered class whatever the hub's class says.
 
     venv/bin/python scripts/transformers_tokenizer_classes.py
 """
@@ -32,4 +32,5 @@ registered = {k: (v or "").removesuffix("Fast") for k, v in TOKENIZER_MAPPING_NA
 table("kFileSteps", [k for k, v in registered.items() if v in BACKENDS])
 for cls in ("LlamaTokenizer", "GemmaTokenizer"):
     table(f"k{cls.removesuffix('Tokenizer')}Types", [k for k, v in registered.items() if v == cls])
+table("kOtherClass", [k for k, v in registered.items() if v not in BACKENDS | {"LlamaTokenizer", "GemmaTokenizer"}])
 table("kHubClassIgnored", MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS)

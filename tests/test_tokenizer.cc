@@ -161,6 +161,9 @@ TEST(TransformersClass, FollowsTheHubsClassAndTheModelType) {
       {"", "qwen2", "?"},
       {"CodeLlamaTokenizer", "", "CodeLlamaTokenizer"},
       {"TokenizersBackend", "llama", ""},
+      {"", "qwen3", "?"},
+      {"", "phi", "?"},
+      {"LlamaTokenizer", "t5", "LlamaTokenizer"},
   };
   for (const auto& c : cases) {
     TokenizerConfig config;
@@ -386,6 +389,8 @@ TEST_F(TokenizerFiles, RefusesByteFallbackStepsItCannotTake) {
                                 "GemmaTokenizer and the file's own steps)");
   write("config.json", R"({"model_type": 2})");
   EXPECT_EQ(error_of(file), path("config.json") + ": model_type is not text");
+  write("config.json", R"(["mistral"])");
+  EXPECT_EQ(error_of(file), path("config.json") + ": not a JSON object");
   std::filesystem::remove(path("config.json"));
 
   // The special tokens the config names, and its added tokens.

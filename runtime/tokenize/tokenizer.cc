@@ -27,9 +27,9 @@ absl::StatusOr<std::string> token_text(const json& t, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(what, " is neither text nor a token object"));
 }
 
-// `key`'s text into `out` where `j` gives it (null: not given).
+// `key`'s text into `out` where the object `j` gives it (null: not given).
 absl::Status read_text(const json& j, const std::string& path, const char* key, std::string& out) {
-  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return absl::OkStatus();
+  if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
   if (!j[key].is_string()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is not text"));
   out = j[key].get<std::string>();
   return absl::OkStatus();
@@ -112,6 +112,7 @@ absl::StatusOr<TokenizerConfig> read_tokenizer_config(const std::string& path) {
   }
   if (const std::string model = (dir / "config.json").string(); fs::exists(model)) {
     ZEROD_ASSIGN_OR_RETURN(const json m, read_json_file(model));
+    if (!m.is_object()) return absl::InvalidArgumentError(absl::StrCat(model, ": not a JSON object"));
     ZEROD_RETURN_IF_ERROR(read_text(m, model, "model_type", c.model_type));
     ZEROD_RETURN_IF_ERROR(read_text(m, model, "tokenizer_class", c.tokenizer_class));
   }

@@ -8,9 +8,10 @@
 namespace zerod {
 namespace {
 
-// transformers 5.24's TOKENIZER_MAPPING_NAMES and
-// MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, as far as they decide a
-// byte-fallback BPE (scripts/transformers_tokenizer_classes.py prints them).
+// transformers 5.24's TOKENIZER_MAPPING_NAMES (the model types registered to
+// a backend, to the classes zerod follows, to another) and
+// MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS
+// (scripts/transformers_tokenizer_classes.py prints them).
 // clang-format off
 constexpr std::string_view kFileSteps[] = {
     "EvollaModel", "arctic", "aria", "beam", "bigbird_pegasus", "camembertv2-base", "canary", "chatlm",
@@ -31,6 +32,33 @@ constexpr std::string_view kLlamaTypes[] = {
 constexpr std::string_view kGemmaTypes[] = {
     "diffusion_gemma", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "recurrent_gemma",
     "shieldgemma2", "t5gemma", "zaya"
+};
+constexpr std::string_view kOtherClass[] = {
+    "aimv2", "albert", "align", "audioflamingo3", "aya_vision", "bark", "bart", "barthez", "bartpho", "bert",
+    "bert-generation", "bert-japanese", "bertweet", "big_bird", "biogpt", "blenderbot", "blenderbot-small", "blip",
+    "blip-2", "bridgetower", "bros", "byt5", "camembert", "canine", "chinese_clip", "clap", "clip", "clipseg",
+    "clvp", "code_llama", "codegen", "cohere", "cohere2", "colqwen2", "convbert", "cosmos3_omni", "cpm", "cpmant",
+    "ctrl", "data2vec-audio", "data2vec-text", "dbrx", "deberta", "deberta-v2", "dia", "distilbert", "dots3_note",
+    "dpr", "electra", "emu3", "ernie", "esm", "esmc", "esmfold2", "falcon_mamba", "flaubert", "flava", "florence2",
+    "fnet", "fsmt", "fun_asr_nano", "funnel", "git", "gpt-sw3", "gpt2", "gpt_neo", "gpt_neox", "gpt_neox_japanese",
+    "gptj", "granite_speech5_ctc", "grounding-dino", "groupvit", "gte", "herbert", "hubert", "hunyuan_vl",
+    "hyperclovax_vision_v2", "ibert", "instructblip", "instructblipvideo", "internvl", "jais2",
+    "jina_embeddings_v3", "lasr_ctc", "lasr_encoder", "layoutlm", "layoutlmv2", "layoutlmv3", "layoutxlm", "led",
+    "lighton_ocr", "lilt", "longformer", "luke", "lxmert", "m2m_100", "mamba", "mamba2", "marian", "markuplm",
+    "mbart", "mbart50", "mega", "megatron-bert", "metaclip_2", "mgp-str", "mluke", "mm-grounding-dino",
+    "mobilebert", "moss_transcribe_diarize", "mpnet", "mpt", "mra", "mt5", "musicgen", "musicgen_melody", "mvp",
+    "myt5", "nemotron3_5_asr", "nemotron_asr_streaming", "nezha", "nllb", "nllb-moe", "nomic_bert", "nougat",
+    "olmo", "olmoe", "omdet-turbo", "omniasr_ctc", "oneformer", "openai-gpt", "opt", "ovis2", "owlv2", "owlvit",
+    "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt", "pegasus", "perceiver", "phi", "phobert", "plbart",
+    "pp_formulanet", "prophetnet", "qdqbert", "qianfan_ocr", "qwen2", "qwen2_5_omni", "qwen2_5_vl", "qwen2_audio",
+    "qwen2_moe", "qwen2_vl", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_asr",
+    "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_vl", "qwen3_vl_moe", "qwen4_exp", "rag", "realm",
+    "reformer", "rembert", "retribert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "rwkv", "sam3",
+    "sam3_video", "seamless_m4t", "seamless_m4t_v2", "siglip", "siglip2", "speech_to_text", "speecht5", "splinter",
+    "squeezebert", "starcoder2", "switch_transformers", "t5", "tapas", "tipsv2", "trocr", "tvp", "udop",
+    "unispeech", "unispeech-sat", "vibevoice", "videoprism", "vilt", "visual_bert", "vits", "wav2vec2",
+    "wav2vec2-bert", "wav2vec2-conformer", "wav2vec2_phoneme", "whisper", "xclip", "xglm", "xlm", "xlm-roberta",
+    "xlnet", "xlstm", "xmod", "yoso"
 };
 constexpr std::string_view kHubClassIgnored[] = {
     "arctic", "camembertv2-base", "chatlm", "cohere_asr", "ernie4_5", "ernie4_5_moe", "fuyu", "h2ovl_chat",
@@ -58,11 +86,11 @@ std::string hub_class(std::string name) {
 std::string transformers_class(const TokenizerConfig& config) {
   const std::string hub = hub_class(config.tokenizer_class);
   const std::string_view type = config.model_type;
-  const char* registered = listed(type, kFileSteps)         ? ""
-                           : listed(type, kLlamaTypes)      ? "LlamaTokenizer"
-                           : listed(type, kGemmaTypes)      ? "GemmaTokenizer"
-                           : listed(type, kHubClassIgnored) ? "?"
-                                                            : nullptr;
+  const char* registered = listed(type, kFileSteps)    ? ""
+                           : listed(type, kLlamaTypes) ? "LlamaTokenizer"
+                           : listed(type, kGemmaTypes) ? "GemmaTokenizer"
+                           : listed(type, kOtherClass) ? "?"
+                                                       : nullptr;
   if (config.tokenizer_class.empty()) return registered != nullptr ? registered : "";
   if (registered == nullptr || hub == registered) return hub;
   if (*registered == '\0') return "";  // a backend: the file's steps

@@ -13,8 +13,9 @@ namespace zerod {
 struct TokenizerConfig;
 
 // The class without its "Fast", or empty where the file's own steps are
-// read (TokenizersBackend); "?" where it is a class this table does not
-// name (a model type whose registered class overrides the hub's).
+// read (TokenizersBackend); "?" where it is the class a model type is
+// registered to, one this table does not name (where no class is named, or
+// the type's overrides the hub's).
 std::string transformers_class(const TokenizerConfig& config);
 
 }  // namespace zerod
