@@ -73,6 +73,9 @@ absl::Status MetaspacePipeline::read(const TokenizerConfig& config, const json& 
         ", which rebuilds it in a way zerod does not follow (it follows LlamaTokenizer, GemmaTokenizer and the "
         "file's own steps)"));
   // The class replaces the file's steps, which transformers still parses.
+  // The steps' readers say which kind an error is: InvalidArgument for a
+  // malformed step (refused here too), Unimplemented for a well-formed one
+  // zerod does not compute (no matter when the class replaces it).
   if (absl::IsInvalidArgument(file)) return file;
   *this = MetaspacePipeline();
   rebuilt_ = true;
