@@ -1,10 +1,12 @@
 // NF4 dequantization against the machine's memory bandwidth, in one run:
-// a frozen 4-bit weight is dequantized to fp32 for every product it takes
-// part in, so the pass is a stream, and the triad of the same run says how
-// fast the memory lets it be. Effective bandwidth = bytes per weight moved
-// (read the code's half byte and the block's share of the absmax codes and
-// group absmax, write fp32: 4.516) x weights per second. Quantization runs
-// once, when the base is loaded; its time is shown beside.
+// a frozen 4-bit linear layer [n / 4096, 4096] is dequantized into its
+// product's fp32 operands (transposed, as the CPU's table does it) for
+// every product it takes part in, so the pass is a stream, and the triad
+// of the same run says how fast the memory lets it be. Effective bandwidth
+// = bytes per weight moved (read the code's half byte and the block's share
+// of the absmax codes and group absmax, write fp32: 4.516) x weights per
+// second. Quantization runs once, when the base is loaded; its time is
+// shown beside.
 //
 //   build/bench/nf4_throughput [max_millions_of_weights=64]
 #include <cstdio>
@@ -33,7 +35,8 @@ int main(int argc, char** argv) {
     float offset = 0;
     const zerod::Nf4Tensor t{codes.data(), absmax_codes.data(), group_absmax.data(), &offset, n};
     const double q = best_seconds([&] { zerod::nf4_quantize(w.data(), t); }, 0.0);
-    const double s = best_seconds([&] { zerod::nf4_dequantize(t, out.data()); });
+    const int64_t cols = 4096, rows = n / cols;
+    const double s = best_seconds([&] { zerod::nf4_dequantize_transposed(t, rows, cols, rows, out.data()); });
     const double bytes = (static_cast<double>(z.bytes()) + 4.0 * n) / n;
     const double gbs = bytes * n / s / 1e9;
     std::printf("%9lldM %12.2f %12.1f %10.1f %8.0f%% %14.1f\n", static_cast<long long>(m), s * 1e3, n / s / 1e6, gbs,

@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
   if (f->packing_) {
     FrozenWeights* w = f.get();
     unpack = [w](void* unit) {
-      return w->packing_->unpack(w->ctx_.device, w->ctx_.converter(), static_cast<uint8_t*>(unit), w->unpacked_.data());
+      return w->packing_->unpack(w->ctx_.converter(), static_cast<uint8_t*>(unit), w->unpacked_.data());
     };
   }
   const ParamStoreChoice store = param_store(settings, plan_device(device), comm.rank(), &device.accountant());

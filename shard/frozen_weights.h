@@ -41,7 +41,7 @@ class FrozenWeights {
   std::unique_ptr<Kernels> host_kernels_;
   std::optional<Nf4Packing> packing_;  // NF4 at stage 3: the units are packed layers
   ZeroContext ctx_;
-  Buffer unpacked_;  // NF4 at stage 3: a gathered layer's fp32 unit
+  Buffer unpacked_;  // NF4 at stage 3: a gathered layer's unit of operands
   std::unique_ptr<ParamStore> params_;
   std::optional<Nf4Weights> nf4_;  // NF4 below stage 3
 };

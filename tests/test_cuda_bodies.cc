@@ -1385,10 +1385,17 @@ TEST(CudaBodies, QuantizeCodeIsTheCpuQuantizersCode) {
   }
 }
 
-// NF4 dequantization weight by weight, over odd sizes and several groups of
-// absmax values: nf4_dequantize's bits.
-TEST(CudaBodies, Nf4DequantizationIsTheCpusBitForBit) {
-  for (int64_t n : {int64_t{1}, int64_t{63}, 3 * kNf4Block * kQuantBlock + 101}) {
+// NF4 dequantization into a product's operands over its grid: runs of 16
+// weights with one absmax (cols a multiple of 16, rows not of 64, several
+// groups of absmax values) and weight by weight (cols not), into fp32 and
+// bf16 operands with room past the rows: the CPU's transposed weights, as
+// the operand type rounds them, and nothing past the rows written.
+TEST(CudaBodies, Nf4DequantizationIsTheCpusTransposeBitForBit) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const Shape sh : {Shape{300, 192}, Shape{70, 256}, Shape{70, 3 * kNf4Block + 5}, Shape{1, 16}}) {
+    const int64_t n = sh.rows * sh.cols, ld = sh.rows + 5;
     const Nf4Sizes z = nf4_sizes(n);
     const auto x = randn(n, 90, 0.05f);
     std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
@@ -1396,12 +1403,24 @@ TEST(CudaBodies, Nf4DequantizationIsTheCpusBitForBit) {
     float offset = 0;
     const Nf4Tensor t{codes.data(), absmax_codes.data(), group_absmax.data(), &offset, n};
     nf4_quantize(x.data(), t);
-    std::vector<float> want(n), got(n);
-    nf4_dequantize(t, want.data());
+    std::vector<float> want(sh.cols * ld, -3.0f);
+    nf4_dequantize_transposed(t, sh.rows, sh.cols, ld, want.data());
     cuda::Nf4Values v;
     std::copy(nf4_values().begin(), nf4_values().end(), v.v);
-    for (int64_t i = 0; i < n; ++i) got[i] = cuda::nf4_at(i, t, v, signed_dynamic_map());
-    EXPECT_EQ(bits(got), bits(want)) << n;
+    const Nf4Transpose d{sh.rows, sh.cols, ld};
+    std::vector<float> got(sh.cols * ld, -3.0f);
+    for_each_index(d.threads(), [&](int64_t k) {
+      cuda::nf4_transposed_run<DType::kF32>(k, t, d, v, signed_dynamic_map(), got.data());
+    });
+    EXPECT_EQ(bits(got), bits(want)) << sh.rows << " x " << sh.cols;
+    std::vector<uint16_t> half(sh.cols * ld, 0xBEEF);
+    for_each_index(d.threads(), [&](int64_t k) {
+      cuda::nf4_transposed_run<DType::kBF16>(k, t, d, v, signed_dynamic_map(), half.data());
+    });
+    for (int64_t i = 0; i < sh.cols * ld; ++i) {
+      ASSERT_EQ(half[i], i % ld < sh.rows ? float_to_bf16(want[i]) : 0xBEEF)
+          << sh.rows << " x " << sh.cols << ": " << i;
+    }
   }
 }
 
@@ -1570,7 +1589,9 @@ class PlanAttentionTable : public Kernels {
   }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override { k_->adam(s, t, step); }
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override { k_->adam8bit(s, t, step); }
-  void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override { k_->nf4_dequantize(s, t, out); }
+  void nf4_dequantize(Stream& s, const Nf4Tensor& t, const Nf4Transpose& d, void* out) override {
+    k_->nf4_dequantize(s, t, d, out);
+  }
 
  private:
   std::unique_ptr<Kernels> k_;

@@ -774,19 +774,30 @@ TEST_F(CudaTable, TheUpdateFactorAndUpdatesReadingItAreTheCpus) {
 }
 
 // NF4 dequantization: the CPU's weights, bit for bit.
-TEST_F(CudaTable, Nf4DequantizationIsTheCpusBitForBit) {
-  const int64_t n = 3 * kNf4Block * kQuantBlock + 101;
-  const Nf4Sizes z = nf4_sizes(n);
-  const auto x = randn(n, 91, 0.05f);
-  std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
-  std::vector<float> group_absmax(z.groups), offset(1), want(n), out(n);
-  const Nf4Tensor c{codes.data(), absmax_codes.data(), group_absmax.data(), offset.data(), n};
-  nf4_quantize(x.data(), c);
-  nf4_dequantize(c, want.data());
-  const Nf4Tensor g{up(codes), up(absmax_codes), up(group_absmax), up(offset), n};
-  float* g_out = up(out);
-  k_->nf4_dequantize(s(), g, g_out);
-  EXPECT_EQ(bits(down(g_out, n)), bits(want));
+// Into a product's operands, fp32 and bf16: runs of 16 weights (cols a
+// multiple of 16, over many groups of absmax values) and weight by weight
+// (cols not), with room past the rows that stays as it was.
+TEST_F(CudaTable, Nf4DequantizationIsTheCpusTransposeBitForBit) {
+  for (const DType t : kOperandTypes) {
+    auto k = table(t);
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 832}, {33, 101}}) {
+      const int64_t n = rows * cols, ld = rows + 3;
+      const Nf4Sizes z = nf4_sizes(n);
+      const auto x = randn(n, 91, 0.05f);
+      std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
+      std::vector<float> group_absmax(z.groups), offset(1), want(cols * ld, -3.0f);
+      const Nf4Tensor c{codes.data(), absmax_codes.data(), group_absmax.data(), offset.data(), n};
+      nf4_quantize(x.data(), c);
+      nf4_dequantize_transposed(c, rows, cols, ld, want.data());
+      const Nf4Tensor g{up(codes), up(absmax_codes), up(group_absmax), up(offset), n};
+      std::vector<float> out(cols * ld, -3.0f);
+      void* g_out = up_as(t, out);  // -3 is exact in bf16
+      k->nf4_dequantize(s(), g, {rows, cols, ld}, g_out);
+      std::vector<float> rounded = want;
+      round_to(t, rounded.data(), rounded.size());
+      EXPECT_EQ(bits(down_as(t, g_out, out.size())), bits(rounded)) << dtype_name(t) << " " << rows << " x " << cols;
+    }
+  }
 }
 
 }  // namespace

@@ -171,13 +171,29 @@ TEST(Nf4, BytesPerWeight) {
   EXPECT_EQ(nf4_sizes(0).bytes(), 4u);
 }
 
-// QLoRA's frozen model: a pass over Nf4Weights is a pass over the model
-// whose four matrices a layer are their NF4 round trips (quantized and
-// dequantized here with the CPU's functions) and whose other tensors are as
-// given, bit for bit; the accountant holds what the plan says, a layer's
-// matrices at 4.127 bits a weight beside its fp32 biases and LayerNorms.
-TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
-  const GptConfig cfg{2, 2, 64, 96, 16};
+// A linear layer's weight held [rows, cols] dequantizes into its product's
+// operands transposed: out[c * ld + r] is weight r * cols + c of the flat
+// dequantization, and what lies past the rows of each column is left as it
+// was.
+TEST(Nf4, TransposedDequantizationIsTheFlatOnesTranspose) {
+  const int64_t rows = 70, cols = 3 * kNf4Block + 5, ld = 75;
+  const std::vector<float> x = weights(rows * cols);
+  Nf4Storage s(rows * cols);
+  nf4_quantize(x.data(), s.t);
+  std::vector<float> flat(rows * cols), out(cols * ld, -7.0f);
+  nf4_dequantize(s.t, flat.data());
+  nf4_dequantize_transposed(s.t, rows, cols, ld, out.data());
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < ld; ++r) {
+      ASSERT_EQ(out[c * ld + r], r < rows ? flat[r * cols + c] : -7.0f) << r << ", " << c;
+    }
+  }
+}
+
+// A pass over Nf4Weights of a model of shape cfg against one over the
+// weights rounded here: each linear layer of a product ([out, in] columns
+// of its [in, width] weights, gathered by hand) through the CPU's NF4.
+void expect_pass_over_round_trip(const GptConfig& cfg) {
   const int B = 2, T = 16;
   testing::CpuRig rig;
   const GptLayout layout(cfg);
@@ -185,14 +201,29 @@ TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
   init_gpt_params(layout, 3, params.data());
   std::vector<float> rounded = params;
   int64_t matrix_params = 0;
-  for (const ParamSegment& s : layout.segments()) {
-    if (std::ranges::count(Nf4Packing::kMatrices, s.id) == 0) continue;
-    Nf4Storage q(s.numel);
-    nf4_quantize(params.data() + s.offset, q.t);
-    nf4_dequantize(q.t, rounded.data() + s.offset);
-    matrix_params += s.numel;
+  for (int t = 0; t < lora_targets_of(cfg.arch); ++t) {
+    const LoraTargetDims d = lora_target_dims(cfg, t);
+    for (int l = 0; l < cfg.n_layer; ++l) {
+      float* w = rounded.data() + layout.offset(lora_target_product(cfg.arch, t), l);
+      std::vector<float> module(int64_t(d.out) * d.in);
+      for (int o = 0; o < d.out; ++o) {
+        for (int i = 0; i < d.in; ++i) module[int64_t(o) * d.in + i] = w[int64_t(i) * d.width + d.col0 + o];
+      }
+      Nf4Storage q(static_cast<int64_t>(module.size()));
+      nf4_quantize(module.data(), q.t);
+      nf4_dequantize(q.t, module.data());
+      for (int o = 0; o < d.out; ++o) {
+        for (int i = 0; i < d.in; ++i) w[int64_t(i) * d.width + d.col0 + o] = module[int64_t(o) * d.in + i];
+      }
+      matrix_params += static_cast<int64_t>(module.size());
+    }
   }
   ASSERT_NE(rounded, params);
+  std::vector<float> merged = params;  // what an export with an NF4 base rounds
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    for (int id : kLoraProductWeights) nf4_round_trip_product(cfg, id, merged.data() + layout.offset(id, l));
+  }
+  EXPECT_EQ(merged, rounded);
 
   MemoryAccountant& acct = MemoryAccountant::global();
   const uint64_t frozen_before = acct.current(Tier::kHost, Category::kFrozen);
@@ -213,10 +244,15 @@ TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
   }
   int64_t fp32_layer_params = 0;
   for (const ParamSegment& s : layout.segments()) {
-    const bool matrix = std::ranges::count(Nf4Packing::kMatrices, s.id) > 0;
+    const bool matrix = is_product_weight(s.id);
     if (layout.tensor(s.id).per_layer && !matrix) fp32_layer_params += s.numel;
   }
-  EXPECT_NEAR(8.0 * (layer_bytes - 4 * fp32_layer_params) / matrix_params, 4.127, 0.01);
+  // 4 + 8/64 + 32/(64 * 256) bits a weight, and each module's offset, its
+  // last group's absmax and the padding of its floats and codes to 16 bytes.
+  const double bits_held = 8.0 * (layer_bytes - 4 * fp32_layer_params), per_weight = 4 + 8.0 / 64 + 32.0 / 16384;
+  const int64_t modules = int64_t(cfg.n_layer) * lora_targets_of(cfg.arch);
+  EXPECT_GE(bits_held, per_weight * matrix_params + 32.0 * modules);
+  EXPECT_LE(bits_held, per_weight * matrix_params + 8.0 * (4 + 4 + 2 * 15) * modules);
 
   auto model = Gpt::create(cfg, B, T, DType::kF32, false, rig.device, *rig.kernels);
   ASSERT_TRUE(model.ok());
@@ -230,6 +266,19 @@ TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedMatrices) {
   auto flat = FlatWeights::create(&layout, DType::kF32, rounded.data(), rig.device, *rig.kernels);
   ASSERT_TRUE(flat.ok());
   EXPECT_EQ(loss(*nf4), loss(*flat));
+}
+
+// QLoRA's frozen model: a pass over Nf4Weights is a pass over the model
+// whose products are their linear layers' NF4 round trips, each layer taken
+// in transformers' orientation (a Llama's q, k and v apart; quantized and
+// dequantized here with the CPU's functions) and whose other tensors are as
+// given, bit for bit; the accountant holds what the plan says, a layer's
+// matrices at 4.127 bits a weight beside its fp32 biases and norms.
+TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedLinearLayers) {
+  for (const GptConfig cfg : {GptConfig{2, 2, 64, 96, 16}, *gpt_preset("llama-tiny")}) {
+    SCOPED_TRACE(arch_name(cfg.arch));
+    expect_pass_over_round_trip(cfg);
+  }
 }
 
 }  // namespace

@@ -136,8 +136,8 @@ class CpuKernels : public Kernels {
       if (resolve_grad_scale(k)) adam8bit_update(t, k, isa);
     });
   }
-  void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
-    CpuDevice::launch(s, [=] { zerod::nf4_dequantize(t, out); });
+  void nf4_dequantize(Stream& s, const Nf4Tensor& t, const Nf4Transpose& d, void* out) override {
+    CpuDevice::launch(s, [=] { nf4_dequantize_transposed(t, d.rows, d.cols, d.ld, static_cast<float*>(out)); });
   }
 
  private:

@@ -235,8 +235,10 @@ class CudaKernels : public Kernels {
   void adam8bit_tensors(Stream& s, absl::Span<const Adam8bitTensor> ts, absl::Span<const AdamStep> steps) override {
     cuda::adam8bit_tensors(cs(s), maps_.ptr<const QuantMap>(), ts, steps);
   }
-  void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
-    cuda::nf4_dequantize(cs(s), maps_.ptr<const QuantMap>(), t, out);  // [0]: the signed map
+  void nf4_dequantize(Stream& s, const Nf4Tensor& t, const Nf4Transpose& d, void* out) override {
+    cuda::for_operands(op_, [&](auto tag) {  // maps_[0]: the signed map
+      cuda::nf4_dequantize_transposed<decltype(tag)::value>(cs(s), maps_.ptr<const QuantMap>(), t, d, out);
+    });
   }
 
  private:

@@ -206,8 +206,10 @@ class Kernels {
     for (size_t i = 0; i < ts.size(); ++i) adam8bit(s, ts[i], steps[i]);
   }
 
-  // Frozen 4-bit weights: out[i] = weight i of t (ops/nf4.h), in fp32.
-  virtual void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) = 0;
+  // A frozen linear layer's weight, held in NF4 as [d.rows, d.cols] = [out,
+  // in], into its product's operands: out[c * d.ld + r] = weight (r, c)
+  // (ops/nf4.h).
+  virtual void nf4_dequantize(Stream& s, const Nf4Tensor& t, const Nf4Transpose& d, void* out) = 0;
 };
 
 // fp32 operands x rounded in place to what t holds (how the CPU's table

@@ -170,8 +170,10 @@ class ProfiledKernels : public Kernels {
   void adam8bit_tensors(Stream& s, absl::Span<const Adam8bitTensor> ts, absl::Span<const AdamStep> steps) override {
     timed(s, "adam8bit_tensors", [&] { inner_->adam8bit_tensors(s, ts, steps); });
   }
-  void nf4_dequantize(Stream& s, const Nf4Tensor& t, float* out) override {
-    timed(s, "nf4_dequantize", [&] { inner_->nf4_dequantize(s, t, out); });
+  void nf4_dequantize(Stream& s, const Nf4Tensor& t, const Nf4Transpose& d, void* out) override {
+    // The 4-bit matrix read (codes, absmax codes, group absmax values), the operands written.
+    const int64_t bytes = static_cast<int64_t>(nf4_sizes(t.n).bytes()) + d.rows * d.cols * ob();
+    timed(s, "nf4_dequantize", bytes, [&] { inner_->nf4_dequantize(s, t, d, out); });
   }
 
  private:

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/kernels/ops/nf4.h"
+#include "runtime/model/nf4_weights.h"
 
 namespace zerod {
 MergedWeights::MergedWeights(const GptLayout& model, const GptLayout& adapters, ParamInit base,
@@ -18,7 +18,7 @@ absl::StatusOr<const std::vector<float>*> MergedWeights::merged(const ParamSegme
   cached_.reset();
   cache_.resize(s.numel);
   ZEROD_RETURN_IF_ERROR(base_(s.offset, s.offset + s.numel, cache_.data()));
-  if (nf4_base_) nf4_round_trip(cache_.data(), s.numel, cache_.data());
+  if (nf4_base_) nf4_round_trip_product(model_.config(), s.id, cache_.data());
   // Each adapted target of this product adds s·A·B to its columns.
   const GptConfig& c = model_.config();
   for (int t = 0; t < lora_targets_of(c.arch); ++t) {
@@ -50,7 +50,7 @@ absl::Status MergedWeights::read(int64_t begin, int64_t end, float* out) {
     if (lo >= hi) continue;
     float* dst = out + (lo - begin);
     const GptConfig& c = model_.config();
-    const bool product = std::ranges::count(kLoraProductWeights, s.id) > 0;
+    const bool product = is_product_weight(s.id);
     bool adapted = false;
     for (int t = 0; t < lora_targets_of(c.arch); ++t) {
       adapted = adapted || (lora_target_product(c.arch, t) == s.id && adapters_.lora()->targets[t]);

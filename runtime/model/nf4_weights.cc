@@ -7,23 +7,19 @@ namespace {
 
 uint64_t aligned(uint64_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// A matrix's NF4 parts back to back, floats first: group absmax values,
-// the offset, codes, absmax codes.
-uint64_t matrix_bytes(int64_t n) { return aligned(nf4_sizes(n).bytes()); }
+// A module's NF4 parts: its floats (group absmax values, the offset), then
+// its codes and absmax codes.
+uint64_t float_bytes(int64_t n) { return aligned(4 * nf4_sizes(n).groups + 4); }
+uint64_t matrix_bytes(int64_t n) { return float_bytes(n) + aligned(nf4_sizes(n).code_bytes + nf4_sizes(n).blocks); }
 
 Nf4Tensor carve(uint8_t* at, int64_t n) {
   const Nf4Sizes z = nf4_sizes(n);
   auto* group_absmax = reinterpret_cast<float*>(at);
-  return {at + 4 * z.groups + 4, at + 4 * z.groups + 4 + z.code_bytes, group_absmax, group_absmax + z.groups, n};
+  uint8_t* codes = at + float_bytes(n);
+  return {codes, codes + z.code_bytes, group_absmax, group_absmax + z.groups, n};
 }
 
-// A layer's fp32 unit, and its operands after it where those are not fp32.
-int64_t unpacked_bytes(const GptLayout& layout, DType operands) {
-  const int64_t n = layout.unit_numel(GptLayout::layer_unit(0));
-  return n * 4 + (needs_staging(DType::kF32, operands) ? n * dtype_size(operands) : 0);
-}
-
-bool is_matrix(int id) { return std::ranges::count(Nf4Packing::kMatrices, id) > 0; }
+int64_t module_numel(const LinearModule& m) { return int64_t(m.dims.out) * m.dims.in; }
 
 // The host buffer the weights are read into: a layer's unit, or the
 // embeddings and final LayerNorm together.
@@ -32,19 +28,55 @@ int64_t read_numel(const GptLayout& layout) {
                   layout.unit_numel(0) + layout.unit_numel(layout.final_unit()));
 }
 
+// Module m of a product's weights w [in, width], as transformers holds it
+// ([out, in]), and back.
+void gather_module(const LinearModule& m, const float* w, float* module) {
+  const LoraTargetDims& d = m.dims;
+  for (int64_t o = 0; o < d.out; ++o) {
+    for (int64_t i = 0; i < d.in; ++i) module[o * d.in + i] = w[i * d.width + d.col0 + o];
+  }
+}
+void scatter_module(const LinearModule& m, const float* module, float* w) {
+  const LoraTargetDims& d = m.dims;
+  for (int64_t o = 0; o < d.out; ++o) {
+    for (int64_t i = 0; i < d.in; ++i) w[i * d.width + d.col0 + o] = module[o * d.in + i];
+  }
+}
+
 }  // namespace
 
-Nf4Packing::Nf4Packing(const GptLayout& layout) : layout_(layout) {
+std::vector<LinearModule> linear_modules(const GptConfig& c) {
+  std::vector<LinearModule> modules;
+  for (int t = 0; t < lora_targets_of(c.arch); ++t) {
+    modules.push_back({lora_target_product(c.arch, t), lora_target_dims(c, t)});
+  }
+  return modules;
+}
+
+bool is_product_weight(int id) { return std::ranges::count(kLoraProductWeights, id) > 0; }
+
+void nf4_round_trip_product(const GptConfig& c, int id, float* w) {
+  std::vector<float> module;
+  for (const LinearModule& m : linear_modules(c)) {
+    if (m.id != id) continue;
+    module.resize(module_numel(m));
+    gather_module(m, w, module.data());
+    nf4_round_trip(module.data(), module_numel(m), module.data());
+    scatter_module(m, module.data(), w);
+  }
+}
+
+Nf4Packing::Nf4Packing(const GptLayout& layout) : layout_(layout), modules_(linear_modules(layout.config())) {
   int64_t small = 0;
   for (const ParamSegment& s : layout.segments()) {
-    if (s.layer == 0 && layout.tensor(s.id).per_layer && !is_matrix(s.id)) {
+    if (s.layer == 0 && layout.tensor(s.id).per_layer && !is_product_weight(s.id)) {
       small_ids_.push_back(s.id);
       small += s.numel;
     }
   }
   small_bytes_ = aligned(small * 4);
   layer_bytes_ = small_bytes_;
-  for (int id : kMatrices) layer_bytes_ += matrix_bytes(layout.tensor(id).numel);
+  for (const LinearModule& m : modules_) layer_bytes_ += matrix_bytes(module_numel(m));
 }
 
 uint64_t Nf4Packing::model_bytes() const {
@@ -60,32 +92,37 @@ void Nf4Packing::pack(const float* unit, uint8_t* packed) const {
     small = std::copy_n(unit + t.unit_offset, t.numel, small);
   }
   uint8_t* at = packed + small_bytes_;
-  for (int id : kMatrices) {
-    const ParamTensorInfo& t = layout_.tensor(id);
-    nf4_quantize(unit + t.unit_offset, carve(at, t.numel));
-    at += matrix_bytes(t.numel);
+  std::vector<float> module;
+  for (const LinearModule& m : modules_) {
+    module.resize(module_numel(m));
+    gather_module(m, unit + layout_.tensor(m.id).unit_offset, module.data());
+    nf4_quantize(module.data(), carve(at, module_numel(m)));
+    at += matrix_bytes(module_numel(m));
   }
 }
 
-LayerWeights Nf4Packing::unpack(Device& device, const Converter& cv, uint8_t* packed, void* unpacked) const {
-  float* unit = static_cast<float*>(unpacked);
+LayerWeights Nf4Packing::unpack(const Converter& cv, uint8_t* packed, void* unpacked) const {
+  const DType operands = cv.kernels.operand_type();
+  const auto operand = [&](int64_t offset) { return static_cast<char*>(unpacked) + offset * dtype_size(operands); };
   const float* small = reinterpret_cast<const float*>(packed);
   for (int id : small_ids_) {
     const ParamTensorInfo& t = layout_.tensor(id);
-    device.copy(cv.stream, unit + t.unit_offset, small, t.numel * 4);
+    cv.kernels.convert_from_f32(cv.stream, operands, small, operand(t.unit_offset), t.numel);
     small += t.numel;
   }
   uint8_t* at = packed + small_bytes_;
-  for (int id : kMatrices) {
-    const ParamTensorInfo& t = layout_.tensor(id);
-    cv.kernels.nf4_dequantize(cv.stream, carve(at, t.numel), unit + t.unit_offset);
-    at += matrix_bytes(t.numel);
+  for (const LinearModule& m : modules_) {
+    const LoraTargetDims& d = m.dims;
+    cv.kernels.nf4_dequantize(cv.stream, carve(at, module_numel(m)), {d.out, d.in, d.width},
+                              operand(layout_.tensor(m.id).unit_offset + d.col0));
+    at += matrix_bytes(module_numel(m));
   }
-  return layer_weight_views(cv, layout_, DType::kF32, unit, unit + layout_.unit_numel(GptLayout::layer_unit(0)));
+  return layer_weight_views(cv, layout_, operands, unpacked, nullptr);
 }
 
 BufferSpec Nf4Packing::unpacked_buffer(const GptLayout& layout, DType operands) {
-  return {"a layer's weights, unpacked", Category::kWorkspace, static_cast<uint64_t>(unpacked_bytes(layout, operands))};
+  const int64_t n = layout.unit_numel(GptLayout::layer_unit(0));
+  return {"a layer's weights, unpacked", Category::kWorkspace, static_cast<uint64_t>(n * dtype_size(operands))};
 }
 
 std::vector<BufferSpec> Nf4Weights::buffers(const GptLayout& layout, DType operands) {
@@ -106,7 +143,6 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   Stream& s = device.compute_stream();
   const GptLayout& L = *layout;
   Nf4Weights w(L, Converter{kernels, s});
-  w.device_ = &device;
   const uint64_t packed_bytes = w.packing_.layer_bytes();
   const int64_t emb = L.unit_numel(0), fin = L.unit_numel(L.final_unit());
   const std::vector<BufferSpec> specs = buffers(L, kernels.operand_type());
@@ -138,7 +174,7 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
 }
 
 absl::StatusOr<LayerWeights> Nf4Weights::layer(int l) {
-  return packing_.unpack(*device_, convert_, layers_.ptr<uint8_t>() + l * packing_.layer_bytes(), unpacked_.data());
+  return packing_.unpack(convert_, layers_.ptr<uint8_t>() + l * packing_.layer_bytes(), unpacked_.data());
 }
 
 }  // namespace zerod

@@ -1,9 +1,10 @@
-// A frozen model's weights for QLoRA: each layer's four matrices (c_attn,
-// attn.c_proj, c_fc, mlp.c_proj) held in NF4 (kernels/ops/nf4.h) on the
-// device and dequantized a layer at a time into fp32 staging for the
-// products (then converted to the table's operands where those are 16-bit);
-// biases, LayerNorms and the embeddings stay fp32, as bitsandbytes
-// quantizes linear layers only.
+// A frozen model's weights for QLoRA: each layer's products held in NF4
+// (kernels/ops/nf4.h) on the device as bitsandbytes holds them, a linear
+// layer at a time in transformers' orientation ([out, in]: a Llama's q, k
+// and v apart, GPT-2's Conv1D weights transposed), and dequantized a layer
+// at a time straight into the products' operands, with no fp32 copy of a
+// matrix on the way; biases, norms and the embeddings stay fp32, as
+// bitsandbytes quantizes linear layers only.
 #pragma once
 
 #include <array>
@@ -14,16 +15,28 @@
 
 namespace zerod {
 
-// How a layer is held: its fp32 tensors (biases and LayerNorms) in layout
-// order, then each matrix's NF4 parts (group absmax values, the offset,
-// codes, absmax codes), every part starting 16-byte aligned. A layer packs
-// to the same bytes whatever the world size, so ZeRO-3 shards packed layers
-// and gathers them as units.
+// A layer's linear layers, by the names LoRA targets them with
+// (lora_config.h): module t is the transpose of the columns
+// [dims.col0, dims.col0 + dims.out) of product weight `id` [in, width].
+struct LinearModule {
+  int id;
+  LoraTargetDims dims;
+};
+std::vector<LinearModule> linear_modules(const GptConfig& c);
+// Whether layout tensor `id` is a product weight (held in NF4).
+bool is_product_weight(int id);
+
+// What product weight `id` [in, width] of a model of shape c becomes held
+// in NF4 as its linear layers: each quantized and dequantized, in place.
+void nf4_round_trip_product(const GptConfig& c, int id, float* w);
+
+// How a layer is held: its fp32 tensors (biases and norms) in layout
+// order, then each linear module's NF4 parts (group absmax values, the
+// offset; codes, absmax codes), the floats and the codes starting 16-byte
+// aligned. A layer packs to the same bytes whatever the world size, so
+// ZeRO-3 shards packed layers and gathers them as units.
 class Nf4Packing {
  public:
-  // The ids of the matrices held in NF4.
-  static constexpr std::array<int, 4> kMatrices = kLoraProductWeights;
-
   explicit Nf4Packing(const GptLayout& layout);
   // A packed layer's bytes: a multiple of 16.
   uint64_t layer_bytes() const { return layer_bytes_; }
@@ -34,15 +47,16 @@ class Nf4Packing {
   // on the host.
   void pack(const float* unit, uint8_t* packed) const;
   // The layer packed at `packed` (device memory) as operand views: the
-  // tensors copied and the matrices dequantized into a layer's fp32 unit at
-  // the start of `unpacked` (unpacked_buffer's, on the device), on cv's
-  // stream; converted after it for 16-bit operands.
-  LayerWeights unpack(Device& device, const Converter& cv, uint8_t* packed, void* unpacked) const;
+  // tensors converted and the modules dequantized into a layer's unit of
+  // operands at `unpacked` (unpacked_buffer's, on the device), on cv's
+  // stream.
+  LayerWeights unpack(const Converter& cv, uint8_t* packed, void* unpacked) const;
   // The device buffer unpack() writes, for operands of type `operands`.
   static BufferSpec unpacked_buffer(const GptLayout& layout, DType operands);
 
  private:
   const GptLayout& layout_;
+  std::vector<LinearModule> modules_;
   std::vector<int> small_ids_;  // a layer's fp32 tensors, in layout order
   uint64_t small_bytes_ = 0;    // theirs, rounded up to 16
   uint64_t layer_bytes_ = 0;
@@ -72,7 +86,6 @@ class Nf4Weights : public WeightSource {
 
   Nf4Packing packing_;
   Converter convert_;
-  Device* device_ = nullptr;
   Buffer globals_buf_, layers_, unpacked_;  // unpacked: unpacked_buffer's
   Buffer global_staging_;                   // the globals as 16-bit operands
   GlobalWeights globals_{};

@@ -133,6 +133,26 @@ void nf4_dequantize(const Nf4Tensor& t, float* x) {
   }
 }
 
+void nf4_dequantize_transposed(const Nf4Tensor& t, int64_t rows, int64_t cols, int64_t ld, float* out) {
+  const std::array<float, 16>& v = nf4_values();
+  // Tiles of kTile rows, column by column, so that each column's stores are
+  // neighbours; a row's absmax changes where its next block starts.
+  constexpr int64_t kTile = 16;
+#pragma omp parallel for schedule(static)
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t tile = std::min(kTile, rows - r0);
+    float absmax[kTile];
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t j = 0; j < tile; ++j) {
+        const int64_t i = (r0 + j) * cols + c;
+        if (c == 0 || i % kNf4Block == 0) absmax[j] = nf4_block_absmax(t, i / kNf4Block);
+        const uint8_t byte = t.codes[i / 2];
+        out[c * ld + r0 + j] = v[i % 2 ? byte & 15 : byte >> 4] * absmax[j];
+      }
+    }
+  }
+}
+
 void nf4_round_trip(const float* x, int64_t n, float* out) {
   const Nf4Sizes z = nf4_sizes(n);
   std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);

@@ -1,5 +1,6 @@
-// NF4 dequantization's launch (nf4.h): a thread a weight. Included by the
-// CUDA table alone.
+// NF4 dequantization's launch (nf4.h): a linear layer's weight, held
+// [out, in], into its product's operands [in, ld]. Included by the CUDA
+// table alone.
 #pragma once
 
 #include <algorithm>
@@ -10,10 +11,13 @@
 namespace zerod::cuda {
 
 // `dyn`: the signed dynamic map, in device memory.
-inline void nf4_dequantize(cudaStream_t s, const QuantMap* dyn, const Nf4Tensor& t, float* out) {
+template <DType kT>
+void nf4_dequantize_transposed(cudaStream_t s, const QuantMap* dyn, const Nf4Tensor& t, const Nf4Transpose& d,
+                               void* out) {
   Nf4Values v;
   std::copy(nf4_values().begin(), nf4_values().end(), v.v);
-  launch_each(s, t.n, "nf4_dequantize", [=] __device__(int64_t i) { out[i] = nf4_at(i, t, v, *dyn); });
+  launch_each(s, d.threads(), "nf4_dequantize",
+              [=] __device__(int64_t k) { nf4_transposed_run<kT>(k, t, d, v, *dyn, out); });
 }
 
 }  // namespace zerod::cuda

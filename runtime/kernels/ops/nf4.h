@@ -48,26 +48,90 @@ void nf4_quantize(const float* x, const Nf4Tensor& t);
 float nf4_block_absmax(const Nf4Tensor& t, int64_t block);
 // x[i] = nf4_values()[code i] * its block's absmax, for the n weights.
 void nf4_dequantize(const Nf4Tensor& t, float* x);
+// A linear layer's weight is held as transformers holds it and bitsandbytes
+// quantizes it: [rows, cols] = [out, in], row-major, so that blocks run
+// along rows. A product takes its transpose: out[c * ld + r] = weight
+// (r, c), for the rows x cols weights of t.
+void nf4_dequantize_transposed(const Nf4Tensor& t, int64_t rows, int64_t cols, int64_t ld, float* out);
+
+// A transposed dequantization's shape, and its grid on the device: a
+// thread a run of kNf4Run weights of a row. Where cols is a multiple of
+// kNf4Run, a run lies in one block and its codes are 8 aligned bytes. A
+// 256-thread block takes 64 rows by 4 runs (each row's 32-byte sector of
+// codes), rows fastest, so that each store of a warp is 32 neighbouring
+// operands of one column.
+inline constexpr int kNf4Run = 16;
+struct Nf4Transpose {
+  int64_t rows, cols, ld;
+  ZD_HD int64_t runs() const { return (cols + kNf4Run - 1) / kNf4Run; }
+  ZD_HD int64_t row_tiles() const { return (rows + 63) / 64; }
+  ZD_HD int64_t threads() const { return row_tiles() * ((runs() + 3) / 4) * 256; }
+};
+
 // What n weights become held in NF4: quantized and dequantized, into out
 // (which may be x).
 void nf4_round_trip(const float* x, int64_t n, float* out);
 
 namespace cuda {
 
-// The body of dequantization, weight by weight: the same two fp32
-// operations as the CPU's, so the GPU's weights are its bits.
-// The 16 values as a kernel argument.
+// The bodies of dequantization: the same fp32 operations as the CPU's (and
+// bitsandbytes'), so the GPU's weights are its bits. The 16 values as a
+// kernel argument.
 struct Nf4Values {
   float v[16];
 };
 
-// Weight i: its code's value times its block's double-quantized absmax
-// (`dyn`: signed_dynamic_map()).
+// Block b's double-quantized absmax (`dyn`: signed_dynamic_map()).
+ZD_HD float nf4_absmax_at(int64_t b, const Nf4Tensor& t, const QuantMap& dyn) {
+  return dyn.code[t.absmax_codes[b]] * t.group_absmax[b / kQuantBlock] + *t.offset;
+}
+
+// Weight i: its code's value times its block's absmax.
 ZD_HD float nf4_at(int64_t i, const Nf4Tensor& t, const Nf4Values& nf4, const QuantMap& dyn) {
-  const int64_t b = i / kNf4Block;
-  const float absmax = dyn.code[t.absmax_codes[b]] * t.group_absmax[b / kQuantBlock] + *t.offset;
   const uint8_t byte = t.codes[i / 2];
-  return nf4.v[i % 2 ? byte & 15 : byte >> 4] * absmax;
+  return nf4.v[i % 2 ? byte & 15 : byte >> 4] * nf4_absmax_at(i / kNf4Block, t, dyn);
+}
+
+// Thread k's run, written to `out` (operands of type kT) as kT's rounding of
+// nf4_at's value. On the device a code's value comes from the lane of that
+// number, which holds it (a table indexed at run time would sit in local
+// memory), so every lane of a warp takes part, those past the matrix on
+// row 0's codes, storing nothing.
+template <DType kT>
+ZD_HD void nf4_transposed_run(int64_t k, const Nf4Tensor& t, const Nf4Transpose& d, const Nf4Values& nf4,
+                              const QuantMap& dyn, void* out) {
+  const int64_t tile = k / 256, lane = k % 256;
+  int64_t r = tile % d.row_tiles() * 64 + lane % 64, run = tile / d.row_tiles() * 4 + lane / 64;
+  if (d.cols % kNf4Run != 0) {  // a run may cross blocks: weight by weight
+    for (int64_t c = run * kNf4Run; r < d.rows && c < (run + 1) * kNf4Run && c < d.cols; ++c) {
+      store_f32(out, kT, c * d.ld + r, nf4_at(r * d.cols + c, t, nf4, dyn));
+    }
+    return;
+  }
+  const bool inside = r < d.rows && run < d.runs();
+  if (!inside) r = run = 0;
+  const int64_t c0 = run * kNf4Run, first = r * d.cols + c0;
+  const float absmax = nf4_absmax_at(first / kNf4Block, t, dyn);
+  uint32_t w[2];
+#ifdef __CUDA_ARCH__
+  const float held = nf4.v[k % 16];
+  const uint2 v = __ldg(reinterpret_cast<const uint2*>(t.codes + first / 2));
+  w[0] = v.x;
+  w[1] = v.y;
+  const auto value = [held](uint32_t code) { return __shfl_sync(0xffffffffu, held, static_cast<int>(code)); };
+#else
+  std::memcpy(w, t.codes + first / 2, 8);
+  const auto value = [&nf4](uint32_t code) { return nf4.v[code]; };
+#endif
+  ZD_UNROLL
+  for (int j = 0; j < kNf4Run / 2; ++j) {
+    const uint32_t byte = w[j / 4] >> (8 * (j % 4)) & 255;  // little-endian: the run's byte j
+    const float hi = value(byte >> 4) * absmax, lo = value(byte & 15) * absmax;
+    if (inside) {
+      store_f32(out, kT, (c0 + 2 * j) * d.ld + r, hi);
+      store_f32(out, kT, (c0 + 2 * j + 1) * d.ld + r, lo);
+    }
+  }
 }
 
 }  // namespace cuda
