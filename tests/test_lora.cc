@@ -440,5 +440,23 @@ TEST(LoraLayout, BadSettingsAreRefusedNamingTheKey) {
   refused(c, "model.lora.target_modules names no module");
 }
 
+// A rank past a target's narrower side is refused naming the target: a
+// Llama's k_proj is the narrowest of its seven (grouped keys).
+TEST(LoraLayout, ARankPastATargetsNarrowerSideIsRefused) {
+  const GptConfig m = *gpt_preset("llama-tiny");  // C 64, k_proj and v_proj [64 -> 32]
+  LoraConfig c;
+  c.targets = {true, true, true, true, true, true, true};
+  c.r = 32;
+  EXPECT_TRUE(validate_lora_rank(c, m).ok());
+  c.r = 33;
+  const absl::Status s = validate_lora_rank(c, m);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "model.lora.r is 33, larger than k_proj [64 -> 32] allows (32)");
+  c.targets = {true, false, false, true, true, true, true};  // q, o, gate, up, down: 64 at the narrowest
+  EXPECT_TRUE(validate_lora_rank(c, m).ok());
+  c.r = 65;
+  EXPECT_NE(validate_lora_rank(c, m).message().find("larger than q_proj [64 -> 64]"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace zerod

@@ -106,6 +106,7 @@ TEST(LoraConfigTest, RefusesBadSettingsNamingTheKey) {
       {R"({"bias": "all"})", "model.lora.bias: only 'none' is supported, got 'all'"},
       {R"({"base_quant": "int8"})", "model.lora.base_quant: 'int8' is not one of: none, nf4"},
       {R"({"rank": 8})", "model.lora.rank"},
+      {R"({"r": 65, "target_modules": ["c_attn", "c_fc"]})", "model.lora.r is 65, larger than c_attn [64 -> 192] allows (64)"},
   };
   for (const auto& [lora, words] : cases) {
     SCOPED_TRACE(lora);

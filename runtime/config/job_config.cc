@@ -43,8 +43,6 @@ bool read_enum(JsonReader& r, const char* key, std::initializer_list<std::pair<c
   return false;
 }
 
-// PEFT's target_modules: a list of GPT-2's product names, one name, or
-// "all-linear".
 // PEFT's target_modules for a model of architecture `arch`; absent, its
 // defaults (GPT-2's c_attn, a Llama's q_proj and v_proj).
 void read_lora_targets(JsonReader& r, LoraConfig& c, Arch arch) {
@@ -151,6 +149,10 @@ void parse_model(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
                 "ffn_hidden), or an init_from whose config.json gives them");
   } else if (absl::Status s = validate_gpt_config(m); !s.ok()) {
     reading.add_text("model", std::string(s.message()));
+  } else if (cfg.lora) {
+    if (absl::Status r = validate_lora_rank(cfg.lora->adapters, m); !r.ok()) {
+      reading.add_text("model.lora", std::string(r.message()));
+    }
   }
 }
 

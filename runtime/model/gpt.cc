@@ -207,7 +207,10 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
                                                  bool checkpoints_on_host, const LoraConfig* lora, int passes,
                                                  bool packed) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
-  if (lora) ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora, config.arch));
+  if (lora) {
+    ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora, config.arch));
+    ZEROD_RETURN_IF_ERROR(validate_lora_rank(*lora, config));
+  }
   if (B < 1 || T < 1 || T > config.block_size) {
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }

@@ -63,4 +63,16 @@ absl::Status validate_lora_config(const LoraConfig& c, Arch a) {
   return absl::OkStatus();
 }
 
+absl::Status validate_lora_rank(const LoraConfig& c, const GptConfig& m) {
+  for (int t = 0; t < lora_targets_of(m.arch); ++t) {
+    const LoraTargetDims d = lora_target_dims(m, t);
+    if (c.targets[t] && c.r > std::min(d.in, d.out)) {
+      return absl::InvalidArgumentError(absl::StrCat("model.lora.r is ", c.r, ", larger than ",
+                                                     lora_target_name(m.arch, t), " [", d.in, " -> ", d.out,
+                                                     "] allows (", std::min(d.in, d.out), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace zerod

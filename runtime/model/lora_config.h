@@ -52,5 +52,9 @@ int64_t lora_param_count(const GptConfig& c, const LoraConfig& lora);
 // r at least 1, alpha positive and finite, dropout in [0, 1), a target,
 // and only targets architecture `a` has.
 absl::Status validate_lora_config(const LoraConfig& c, Arch a);
+// r no larger than each target's narrower side (min(in, out)) in a model of
+// shape m (a valid one): beyond it an adapter is a full-rank update with
+// extra weights.
+absl::Status validate_lora_rank(const LoraConfig& c, const GptConfig& m);
 
 }  // namespace zerod
