@@ -30,10 +30,8 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(5);
     std::normal_distribution<float> normal(0.0f, 0.02f);
     for (float& x : w) x = normal(rng);
-    std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
-    std::vector<float> group_absmax(z.groups);
-    float offset = 0;
-    const zerod::Nf4Tensor t{codes.data(), absmax_codes.data(), group_absmax.data(), &offset, n};
+    const zerod::Nf4HostTensor h(n);
+    const zerod::Nf4Tensor& t = h.t;
     const double q = best_seconds([&] { zerod::nf4_quantize(w.data(), t); }, 0.0);
     const int64_t cols = 4096, rows = n / cols;
     const double s = best_seconds([&] { zerod::nf4_dequantize_transposed(t, rows, cols, rows, out.data()); });

@@ -57,18 +57,24 @@
 #     and 8192 with as many tokens a step as at 1024) two steps each, their planned
 #     peaks (zeroctl estimate's, run summary's memory_planned) against the
 #     accountant's in every tier and category (goal: within 5%);
+#   lora: the NF4 kernel against the CPU's (test_cuda_kernels), a
+#     bitsandbytes 4-bit model's files read (test_bnb_nf4), then
+#     Llama-3.1-8B's shape, QLoRA and LoRA r 16 on all seven products, T
+#     2048, gradient checkpointing, micro-batch 1, against transformers +
+#     PEFT (+ bitsandbytes) alternated (bench/gpu/lora_vs_peft.sh; the
+#     wheels of peft, accelerate and bitsandbytes from .gpu-deps/wheels);
 #   ranks: with the machine's own Open MPI (mpicxx, mpirun), a CUDA + MPI
 #     build: 2 and 3 ranks sharing the GPU against the one-rank run
 #     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
 #     rank's GPU peak.
 #   Here:            scripts/gpu_deps.sh
-#   On the GPU:      scripts/gpu_check.sh [all|kernels|breakdown|offload|largest|ranks|bench|plan]  (carry .gpu-deps)
+#   On the GPU:      scripts/gpu_check.sh [all|kernels|breakdown|offload|largest|ranks|bench|plan|lora]  (carry .gpu-deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 section=${1:-all}
-case "$section" in all | kernels | breakdown | offload | largest | ranks | bench | plan) ;;
-*) echo "gpu_check: unknown section '$section' (all, kernels, breakdown, offload, largest, ranks, bench or plan)"; exit 2 ;;
+case "$section" in all | kernels | breakdown | offload | largest | ranks | bench | plan | lora) ;;
+*) echo "gpu_check: unknown section '$section' (all, kernels, breakdown, offload, largest, ranks, bench, plan or lora)"; exit 2 ;;
 esac
 out=${OUT:-$root/gpu-results}
 deps=/tmp/zerod-deps
@@ -138,6 +144,7 @@ kernels) targets=(--target zero-worker "${cuda_tests[@]}") ;;
 breakdown) targets=(--target zero-worker) ;;
 offload) targets=(--target zero-worker test_cuda_offload copy_bandwidth optim_throughput host_sums_throughput) ;;
 bench) targets=(--target zero-worker zero-tokenize attention_throughput) ;;
+lora) targets=(--target zero-worker test_cuda_kernels test_bnb_nf4) ;;
 largest) targets=(--target zero-worker offload_throughput) ;;
 esac
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -426,6 +433,25 @@ if [ "$section" = bench ]; then
   bench/gpu/train_vs_torch.sh "$build" "$logs/bench" 1 $((left / runs)) "$shapes" >/dev/null 2>&1
   rc=$?
   sed 's/^/gpu_check: /' "$logs/bench/train_vs_torch.txt" | tee -a "$summary"
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
+if [ "$section" = lora ]; then
+  # The NF4 kernel against the CPU's, a 4-bit model's files read, then
+  # Llama-3.1-8B's QLoRA and LoRA against transformers + PEFT (+ bitsandbytes).
+  "$build/tests/test_cuda_kernels" --gtest_filter='*Nf4*' >"$logs/nf4_kernel.log" 2>&1
+  say "NF4 kernel: exit $?; $(grep -E 'PASSED|FAILED' "$logs/nf4_kernel.log" | tr '\n' ' ')"
+  "$build/tests/test_bnb_nf4" >"$logs/bnb_nf4.log" 2>&1
+  say "bitsandbytes files: exit $?; $(grep -E 'PASSED|FAILED' "$logs/bnb_nf4.log" | tr '\n' ' ')"
+  if ls .gpu-deps/wheels/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --user .gpu-deps/wheels/*.whl >"$logs/wheels.log" 2>&1
+    say "peft, accelerate, bitsandbytes wheels: exit $?"
+  fi
+  left=$((${GPU_CHECK_SECONDS:-540} - SECONDS))
+  bench/gpu/lora_vs_peft.sh "$build" "$logs/lora" 1 $((left / 4)) 1 >/dev/null 2>&1
+  rc=$?
+  sed 's/^/gpu_check: /' "$logs/lora/lora_vs_peft.txt" | tee -a "$summary"
   say "done in $SECONDS s, exit $rc"
   exit $rc
 fi

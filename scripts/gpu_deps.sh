@@ -4,6 +4,7 @@
 # -dev packages and no network) into .gpu-deps/, which travels with the tree
 # to the GPU machine; scripts/gpu_check.sh unpacks them there into a private
 # prefix. The build there is CUDA-only: no MPI, no gRPC, no benchmarks.
+# Python wheels for the LoRA anchors go into .gpu-deps/wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,12 @@ cd .gpu-deps
 rm -f ./*.deb
 apt-get update -q >/dev/null
 apt-get download -q "${packages[@]}"
+# The LoRA anchors' Python packages, which the GPU machines' Python (torch
+# and transformers) lacks: PEFT, its accelerate, and bitsandbytes (its wheel
+# carries CUDA builds); wheels of any Python 3.
+mkdir -p wheels
+python3 -m pip download -q --no-deps --only-binary=:all: -d wheels peft accelerate bitsandbytes ||
+  echo "gpu_deps: no wheels of peft, accelerate and bitsandbytes (no pip or no index): the lora section runs zerod alone"
 # NCCL's header, for where the GPU machine's NCCL comes without one.
 mkdir -p include
 cp "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/../include/nccl.h" include/

@@ -102,7 +102,8 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
   const ZeroConfig& z = settings.zero;
   std::unique_ptr<FrozenWeights> f(new FrozenWeights(layout, settings, nf4, comm, device, kernels));
   if (nf4 && z.stage < 3) {
-    ZEROD_ASSIGN_OR_RETURN(Nf4Weights w, Nf4Weights::create(&layout, settings.init, device, kernels));
+    ZEROD_ASSIGN_OR_RETURN(Nf4Weights w,
+                           Nf4Weights::create(&layout, settings.init, settings.nf4_held, device, kernels));
     f->nf4_.emplace(std::move(w));
     return f;
   }
@@ -123,11 +124,11 @@ absl::StatusOr<std::unique_ptr<FrozenWeights>> FrozenWeights::create(const GptLa
   if (f->packing_) {
     ZEROD_ASSIGN_OR_RETURN(f->unpacked_, allocate_spec(device, own_buffers(f->ctx_, true)[kUnpacked]));
   }
-  ZEROD_RETURN_IF_ERROR(f->fill(settings.init));
+  ZEROD_RETURN_IF_ERROR(f->fill(settings.init, settings.nf4_held));
   return f;
 }
 
-absl::Status FrozenWeights::fill(const ParamInit& init) {
+absl::Status FrozenWeights::fill(const ParamInit& init, const Nf4ModuleReader& nf4_held) {
   // The stores zero their buffers on the compute stream; the values land after.
   ZEROD_RETURN_IF_ERROR(ctx_.device.synchronize(ctx_.stream));
   const GptLayout& L = ctx_.layout;
@@ -144,8 +145,9 @@ absl::Status FrozenWeights::fill(const ParamInit& init) {
     const int64_t in_unit = s.flat_offset - p.unit_begin(u);  // where the segment starts in its unit
     if (packing_ && u != 0 && u != L.final_unit()) {
       // A layer is packed whole; the rank keeps its chunk of the bytes.
-      ZEROD_RETURN_IF_ERROR(init(L.unit_begin(u), L.unit_begin(u) + L.unit_numel(u), host.host<float>()));
-      packing_->pack(host.host<float>(), layer.host<uint8_t>());
+      const int l = u - GptLayout::layer_unit(0);
+      ZEROD_RETURN_IF_ERROR(packing_->read(init, l, nf4_held, host.host<float>()));
+      ZEROD_RETURN_IF_ERROR(packing_->pack(host.host<float>(), layer.host<uint8_t>(), l, nf4_held));
       ZEROD_RETURN_IF_ERROR(params_->write(s, 0, layer.host<float>() + in_unit, s.numel));
       continue;
     }

@@ -34,8 +34,9 @@ class FrozenWeights {
  private:
   FrozenWeights(const GptLayout& layout, const ZeroSettings& settings, bool nf4, Communicator& comm, Device& device,
                 Kernels& kernels);
-  // Writes this rank's part from `init` and publishes it.
-  absl::Status fill(const ParamInit& init);
+  // Writes this rank's part from `init` (and a file's NF4 layers,
+  // `nf4_held`) and publishes it.
+  absl::Status fill(const ParamInit& init, const Nf4ModuleReader& nf4_held);
 
   CpuDevice host_;
   std::unique_ptr<Kernels> host_kernels_;

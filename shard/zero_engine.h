@@ -43,6 +43,9 @@ struct ZeroSettings {
   DType precision = DType::kF32;  // of the working parameters
   AioConfig aio;
   ParamInit init;  // the initial parameters
+  // A frozen base's linear layers as its file holds them in NF4 (null:
+  // quantized from init's values).
+  Nf4ModuleReader nf4_held;
   // Faults for the offload tiers' file I/O (tests inject them here).
   IoFaultHook io_faults;
   // Clipping or a loss scale: an update's gradient factor is known only

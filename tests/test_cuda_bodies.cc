@@ -1396,12 +1396,9 @@ TEST(CudaBodies, Nf4DequantizationIsTheCpusTransposeBitForBit) {
   };
   for (const Shape sh : {Shape{300, 192}, Shape{70, 256}, Shape{70, 3 * kNf4Block + 5}, Shape{1, 16}}) {
     const int64_t n = sh.rows * sh.cols, ld = sh.rows + 5;
-    const Nf4Sizes z = nf4_sizes(n);
     const auto x = randn(n, 90, 0.05f);
-    std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
-    std::vector<float> group_absmax(z.groups);
-    float offset = 0;
-    const Nf4Tensor t{codes.data(), absmax_codes.data(), group_absmax.data(), &offset, n};
+    const Nf4HostTensor h(n);
+    const Nf4Tensor& t = h.t;
     nf4_quantize(x.data(), t);
     std::vector<float> want(sh.cols * ld, -3.0f);
     nf4_dequantize_transposed(t, sh.rows, sh.cols, ld, want.data());
@@ -1410,12 +1407,12 @@ TEST(CudaBodies, Nf4DequantizationIsTheCpusTransposeBitForBit) {
     const Nf4Transpose d{sh.rows, sh.cols, ld};
     std::vector<float> got(sh.cols * ld, -3.0f);
     for_each_index(d.threads(), [&](int64_t k) {
-      cuda::nf4_transposed_run<DType::kF32>(k, t, d, v, signed_dynamic_map(), got.data());
+      cuda::nf4_transposed_run<DType::kF32>(k, t, d, v, got.data());
     });
     EXPECT_EQ(bits(got), bits(want)) << sh.rows << " x " << sh.cols;
     std::vector<uint16_t> half(sh.cols * ld, 0xBEEF);
     for_each_index(d.threads(), [&](int64_t k) {
-      cuda::nf4_transposed_run<DType::kBF16>(k, t, d, v, signed_dynamic_map(), half.data());
+      cuda::nf4_transposed_run<DType::kBF16>(k, t, d, v, half.data());
     });
     for (int64_t i = 0; i < sh.cols * ld; ++i) {
       ASSERT_EQ(half[i], i % ld < sh.rows ? float_to_bf16(want[i]) : 0xBEEF)

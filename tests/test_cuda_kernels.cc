@@ -785,11 +785,11 @@ TEST_F(CudaTable, Nf4DequantizationIsTheCpusTransposeBitForBit) {
       const Nf4Sizes z = nf4_sizes(n);
       const auto x = randn(n, 91, 0.05f);
       std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
-      std::vector<float> group_absmax(z.groups), offset(1), want(cols * ld, -3.0f);
-      const Nf4Tensor c{codes.data(), absmax_codes.data(), group_absmax.data(), offset.data(), n};
+      std::vector<float> group_absmax(z.groups), offset(1), map(kNf4MapValues), want(cols * ld, -3.0f);
+      const Nf4Tensor c{codes.data(), absmax_codes.data(), group_absmax.data(), offset.data(), map.data(), n};
       nf4_quantize(x.data(), c);
       nf4_dequantize_transposed(c, rows, cols, ld, want.data());
-      const Nf4Tensor g{up(codes), up(absmax_codes), up(group_absmax), up(offset), n};
+      const Nf4Tensor g{up(codes), up(absmax_codes), up(group_absmax), up(offset), up(map), n};
       std::vector<float> out(cols * ld, -3.0f);
       void* g_out = up_as(t, out);  // -3 is exact in bf16
       k->nf4_dequantize(s(), g, {rows, cols, ld}, g_out);

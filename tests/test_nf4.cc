@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -39,7 +40,7 @@ constexpr float kPublished[16] = {-1.0f,
 // Storage for an NF4 tensor of n weights.
 struct Nf4Storage {
   std::vector<uint8_t> codes, absmax_codes;
-  std::vector<float> group_absmax;
+  std::vector<float> group_absmax, map;
   float offset = NAN;
   Nf4Tensor t;
   explicit Nf4Storage(int64_t n) {
@@ -47,7 +48,8 @@ struct Nf4Storage {
     codes.assign(z.code_bytes, 0xAA);
     absmax_codes.assign(z.blocks, 0xAA);
     group_absmax.assign(z.groups, NAN);
-    t = {codes.data(), absmax_codes.data(), group_absmax.data(), &offset, n};
+    map.assign(kNf4MapValues, NAN);
+    t = {codes.data(), absmax_codes.data(), group_absmax.data(), &offset, map.data(), n};
   }
   int code(int64_t i) const { return i % 2 ? codes[i / 2] & 15 : codes[i / 2] >> 4; }
 };
@@ -74,6 +76,19 @@ TEST(Nf4, ValuesAreThePublishedTableBitForBit) {
 // Each weight's code is the published value nearest to it over its block's
 // absmax (found by a loop over all 16), in the high nibble for even
 // weights; a block of zeros codes 0.
+// The absmax values' map is bitsandbytes' create_dynamic_map(signed=True):
+// its values' bits as bitsandbytes 0.50 gives them (a 4-bit model's files
+// carry the whole map; tests/test_bnb_nf4.cc reads one), ascending.
+TEST(Nf4, AbsmaxMapIsBitsandbytesDynamicMapBitForBit) {
+  const std::pair<int, uint32_t> published[] = {{0, 0xbf7e3333}, {1, 0xbf7a999a},   {64, 0xbdc9eb85},
+                                                {120, 0xb8ba1f4b}, {126, 0xb513a3b7}, {127, 0x0},
+                                                {128, 0x3513a3b7}, {129, 0x365a1a94}, {200, 0x3e6f3333},
+                                                {254, 0x3f7e3333}, {255, 0x3f800000}};
+  const Nf4AbsmaxMap& m = nf4_absmax_map();
+  for (const auto& [i, want] : published) EXPECT_EQ(std::bit_cast<uint32_t>(m.v[i]), want) << i;
+  EXPECT_TRUE(std::is_sorted(std::begin(m.v), std::end(m.v)));
+}
+
 TEST(Nf4, CodesAreTheNearestValueOfEachWeightOverItsBlocksAbsmax) {
   const int64_t n = 300 * kNf4Block + 37;
   const std::vector<float> x = weights(n);
@@ -116,7 +131,7 @@ RoundTrip round_trip(const std::vector<float>& x) {
   std::vector<float> y(n, NAN);
   nf4_dequantize(s.t, y.data());
 
-  const std::array<float, 256> dyn = dynamic_map_values(/*is_signed=*/true);
+  const float* dyn = nf4_absmax_map().v;
   const int64_t blocks = nf4_sizes(n).blocks;
   std::vector<float> exact(blocks, 0.0f);
   for (int64_t i = 0; i < n; ++i) exact[i / kNf4Block] = std::max(exact[i / kNf4Block], std::fabs(x[i]));
@@ -158,17 +173,18 @@ TEST(Nf4, RoundTripIsWithinHalfAGapPlusTheDoubleQuantizationError) {
   EXPECT_LT(r.worst_absmax, 0.01);
 }
 
-// 4 + 8/64 + 32/(64 * 256) bits a weight, and the tensor's one offset.
+// 4 + 8/64 + 32/(64 * 256) bits a weight, and the tensor's one offset and
+// its map.
 TEST(Nf4, BytesPerWeight) {
   const int64_t n = 1280 * 3840;  // gpt2-large's c_attn
   const Nf4Sizes z = nf4_sizes(n);
   EXPECT_EQ(z.code_bytes, n / 2);
   EXPECT_EQ(z.blocks, n / 64);
   EXPECT_EQ(z.groups, (n / 64 + 255) / 256);
-  EXPECT_EQ(z.bytes(), uint64_t(n / 2 + n / 64 + 4 * 300 + 4));
-  EXPECT_NEAR(8.0 * z.bytes() / n, 4.127, 0.001);
-  EXPECT_EQ(nf4_sizes(1).bytes(), 1u + 1 + 4 + 4);
-  EXPECT_EQ(nf4_sizes(0).bytes(), 4u);
+  EXPECT_EQ(z.bytes(), uint64_t(n / 2 + n / 64 + 4 * 300 + 4 + 4 * 256));
+  EXPECT_NEAR(8.0 * (z.bytes() - 1024) / n, 4.127, 0.001);
+  EXPECT_EQ(nf4_sizes(1).bytes(), 1u + 1 + 4 + 4 + 1024);
+  EXPECT_EQ(nf4_sizes(0).bytes(), 4u + 1024);
 }
 
 // A linear layer's weight held [rows, cols] dequantizes into its product's
@@ -231,7 +247,7 @@ void expect_pass_over_round_trip(const GptConfig& cfg) {
     std::copy(params.begin() + begin, params.begin() + end, out);
     return absl::OkStatus();
   };
-  auto nf4 = Nf4Weights::create(&layout, init, rig.device, *rig.kernels);
+  auto nf4 = Nf4Weights::create(&layout, init, nullptr, rig.device, *rig.kernels);
   ASSERT_TRUE(nf4.ok()) << nf4.status();
   MemoryPlan plan;
   plan.add(Nf4Weights::buffers(layout, DType::kF32));
@@ -247,12 +263,12 @@ void expect_pass_over_round_trip(const GptConfig& cfg) {
     const bool matrix = is_product_weight(s.id);
     if (layout.tensor(s.id).per_layer && !matrix) fp32_layer_params += s.numel;
   }
-  // 4 + 8/64 + 32/(64 * 256) bits a weight, and each module's offset, its
+  // 4 + 8/64 + 32/(64 * 256) bits a weight, and each module's map, offset,
   // last group's absmax and the padding of its floats and codes to 16 bytes.
   const double bits_held = 8.0 * (layer_bytes - 4 * fp32_layer_params), per_weight = 4 + 8.0 / 64 + 32.0 / 16384;
   const int64_t modules = int64_t(cfg.n_layer) * lora_targets_of(cfg.arch);
-  EXPECT_GE(bits_held, per_weight * matrix_params + 32.0 * modules);
-  EXPECT_LE(bits_held, per_weight * matrix_params + 8.0 * (4 + 4 + 2 * 15) * modules);
+  EXPECT_GE(bits_held, per_weight * matrix_params + 8.0 * (4 + 1024) * modules);
+  EXPECT_LE(bits_held, per_weight * matrix_params + 8.0 * (4 + 1024 + 4 + 2 * 15) * modules);
 
   auto model = Gpt::create(cfg, B, T, DType::kF32, false, rig.device, *rig.kernels);
   ASSERT_TRUE(model.ok());

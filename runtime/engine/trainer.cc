@@ -55,11 +55,16 @@ BufferSpec token_positions(const JobConfig& cfg, Tier staging) {
 absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout& layout, IoFaultHook io_faults) {
   const std::optional<std::string>& from = layout.lora() ? cfg.lora->init_from : cfg.init_from;
   ZEROD_ASSIGN_OR_RETURN(ParamInit init, initial_params(layout, cfg.run.seed, from));
+  Nf4ModuleReader nf4_held;  // a QLoRA base from a 4-bit model's files keeps their bits
+  if (cfg.lora && cfg.lora->nf4_base) {
+    ZEROD_ASSIGN_OR_RETURN(nf4_held, held_nf4_modules(layout, from));
+  }
   return ZeroSettings{cfg.zero,
                       cfg.optimizer,
                       cfg.precision,
                       {cfg.aio_block_size, cfg.aio_queue_depth},
                       std::move(init),
+                      std::move(nf4_held),
                       std::move(io_faults),
                       factor_after_backward(cfg),
                       DType::kF32,
@@ -67,8 +72,8 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
 }
 
 ZeroSettings planned_zero_settings(const JobConfig& cfg, DType operands) {
-  return {cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, {}, factor_after_backward(cfg),
-          operands, cfg.grad_accum};
+  return {cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, nullptr, {}, factor_after_backward(cfg), operands,
+          cfg.grad_accum};
 }
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,

@@ -236,8 +236,8 @@ class CudaKernels : public Kernels {
     cuda::adam8bit_tensors(cs(s), maps_.ptr<const QuantMap>(), ts, steps);
   }
   void nf4_dequantize(Stream& s, const Nf4Tensor& t, const Nf4Transpose& d, void* out) override {
-    cuda::for_operands(op_, [&](auto tag) {  // maps_[0]: the signed map
-      cuda::nf4_dequantize_transposed<decltype(tag)::value>(cs(s), maps_.ptr<const QuantMap>(), t, d, out);
+    cuda::for_operands(op_, [&](auto tag) {
+      cuda::nf4_dequantize_transposed<decltype(tag)::value>(cs(s), t, d, out);
     });
   }
 

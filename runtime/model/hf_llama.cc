@@ -224,6 +224,7 @@ LlamaWeights::LlamaWeights(LlamaWeights&& o) noexcept
       files_(std::move(o.files_)),
       parts_(std::move(o.parts_)),
       transposed_(std::move(o.transposed_)),
+      nf4_(std::move(o.nf4_)),
       held_(o.held_),
       segment_(std::move(o.segment_)) {}
 
@@ -247,6 +248,14 @@ absl::Status check_config(const std::string& path, const GptConfig& job) {
                                                      " but the job's model has ", value.dump()));
     }
   }
+  return absl::OkStatus();
+}
+
+// An NF4 layer's weights as bitsandbytes dequantizes them, [out, in].
+absl::Status dequantize(const BnbNf4Weight& w, float* out) {
+  const Nf4HostTensor h(w.out * w.in);
+  ZEROD_RETURN_IF_ERROR(read_bnb_nf4(w, h.t));
+  nf4_dequantize(h.t, out);
   return absl::OkStatus();
 }
 
@@ -320,10 +329,21 @@ absl::StatusOr<LlamaWeights> LlamaWeights::open(const std::string& path, const G
     if (!t) return std::nullopt;
     return Part{it->second, t};
   };
+  const TensorLookup lookup = [&](const std::string& name) {
+    const std::optional<Part> p = find(name);
+    return p ? FoundTensor{&w.files_[p->file], p->t} : FoundTensor{};
+  };
   for (const ParamSegment& s : layout.segments()) {
     std::vector<Part> parts;
     const HfSource src = hf_source(layout, s);
     for (const HfTensor& h : src.parts) {
+      if (src.transposed && find(bnb_nf4_state_name(h.name))) {  // a linear layer in NF4
+        ZEROD_ASSIGN_OR_RETURN(BnbNf4Weight q, open_bnb_nf4(lookup, h.name, h.shape[0], h.shape[1]));
+        parts.push_back(*find(h.name));
+        for (const std::string& name : BnbNf4Weight::part_names(h.name)) used[name] = true;
+        w.nf4_.emplace(h.name, q);
+        continue;
+      }
       const std::optional<Part> p = find(h.name);
       if (!p) return bad_file(weights, absl::StrCat("has no tensor '", h.name, "'"));
       const SafeTensor& t = *p->t;
@@ -369,13 +389,23 @@ absl::Status LlamaWeights::fill(size_t i) const {
   if (held_ == int64_t(i)) return absl::OkStatus();
   const ParamSegment& s = layout_->segments()[i];
   segment_.resize(s.numel);
-  const int64_t cols = parts_[i][0].t->shape[1], R = s.numel / cols;
+  // A part's [rows, cols]: an NF4 layer's codes are flat.
+  const auto nf4 = [&](const Part& p) {
+    auto it = nf4_.find(p.t->name);
+    return it == nf4_.end() ? nullptr : &it->second;
+  };
+  const auto rows_of = [&](const Part& p) { return nf4(p) ? nf4(p)->out : p.t->shape[0]; };
+  const int64_t cols = nf4(parts_[i][0]) ? nf4(parts_[i][0])->in : parts_[i][0].t->shape[1], R = s.numel / cols;
   std::vector<float> part;
   int64_t row0 = 0;
   for (const Part& p : parts_[i]) {
-    const int64_t rows = p.t->shape[0];
+    const int64_t rows = rows_of(p);
     part.resize(rows * cols);
-    ZEROD_RETURN_IF_ERROR(files_[p.file].read_f32(*p.t, 0, rows * cols, part.data()));
+    if (const BnbNf4Weight* q = nf4(p)) {
+      ZEROD_RETURN_IF_ERROR(dequantize(*q, part.data()));
+    } else {
+      ZEROD_RETURN_IF_ERROR(files_[p.file].read_f32(*p.t, 0, rows * cols, part.data()));
+    }
     const Transposed x{R, row0};
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) segment_[x.at(r, c)] = part[r * cols + c];
@@ -415,6 +445,19 @@ absl::Status LlamaWeights::read(int64_t begin, int64_t end, float* out) const {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> LlamaWeights::read_nf4(int layer, int module, const Nf4Tensor& into) const {
+  const std::string name = absl::StrCat("model.layers.", layer, module < kLoraGate ? ".self_attn." : ".mlp.",
+                                        lora_target_name(Arch::kLlama, module), ".weight");
+  auto it = nf4_.find(name);
+  if (it == nf4_.end()) return false;
+  if (into.n != it->second.out * it->second.in) {
+    return absl::InternalError(
+        absl::StrCat(name, " has ", it->second.out * it->second.in, " weights, asked for ", into.n));
+  }
+  ZEROD_RETURN_IF_ERROR(read_bnb_nf4(it->second, into));
+  return true;
 }
 
 }  // namespace zerod

@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/model/bnb_nf4.h"
 #include "runtime/model/gpt_layout.h"
 #include "runtime/model/hf_gpt2.h"
 
@@ -32,7 +34,10 @@ absl::Status export_llama(const std::string& dir, const GptLayout& layout, DType
 // its positions); every tensor present in F32, BF16 or F16 of its shape, in
 // the file the index names, and no tensor the model does not have (a tied
 // head's lm_head.weight, where a file keeps one, equal to embed_tokens).
-// Errors name the file and the tensor or key.
+// A linear layer may be held in NF4 as bitsandbytes saves it (bnb_nf4.h; a
+// 4-bit model's files): its values are then its dequantized weights, and
+// its bytes can be had as they are. Errors name the file and the tensor or
+// key.
 class LlamaWeights {
  public:
   static absl::StatusOr<LlamaWeights> open(const std::string& path, const GptLayout& layout);
@@ -41,6 +46,12 @@ class LlamaWeights {
   // whole (transposed) the first time a range reaches it, and kept for the
   // ranges after it.
   absl::Status read(int64_t begin, int64_t end, float* out) const;
+  // Whether some linear layer is held in NF4.
+  bool holds_nf4() const { return !nf4_.empty(); }
+  int64_t nf4_count() const { return static_cast<int64_t>(nf4_.size()); }
+  // Linear module `module` (nf4_weights.h's order) of layer `layer` as the
+  // file holds it in NF4, into `into`; false where it is not held so.
+  absl::StatusOr<bool> read_nf4(int layer, int module, const Nf4Tensor& into) const;
 
   // A Hugging Face tensor: its file, and its place in zerod's segment.
   struct Part {
@@ -56,6 +67,7 @@ class LlamaWeights {
   std::vector<SafetensorsReader> files_;
   std::vector<std::vector<Part>> parts_;  // by segment of layout.segments()
   std::vector<bool> transposed_;          // by segment: a product's, made whole by fill()
+  std::map<std::string, BnbNf4Weight> nf4_;  // linear layers held in NF4, by weight name
   mutable std::mutex mu_;                 // the transposed segment below
   mutable int64_t held_ = -1;
   mutable std::vector<float> segment_;

@@ -15,7 +15,9 @@ namespace zerod {
 class MergedWeights {
  public:
   // `base` gives the model layout's values, `adapters` the adapter
-  // layout's; both layouts outlive this.
+  // layout's; both layouts outlive this. `nf4_base`: the run held the base
+  // in NF4 from these values, so its products are rounded through NF4 here
+  // too (not where the values are a 4-bit file's already).
   MergedWeights(const GptLayout& model, const GptLayout& adapters, ParamInit base, ParamRangeReader adapters_read,
                 bool nf4_base);
   // The merged model's parameters [begin, end) of the model layout.

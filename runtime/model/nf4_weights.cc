@@ -7,16 +7,16 @@ namespace {
 
 uint64_t aligned(uint64_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// A module's NF4 parts: its floats (group absmax values, the offset), then
-// its codes and absmax codes.
-uint64_t float_bytes(int64_t n) { return aligned(4 * nf4_sizes(n).groups + 4); }
+// A module's NF4 parts: its floats (group absmax values, the offset, the
+// map), then its codes and absmax codes.
+uint64_t float_bytes(int64_t n) { return aligned(4 * (nf4_sizes(n).groups + 1 + kNf4MapValues)); }
 uint64_t matrix_bytes(int64_t n) { return float_bytes(n) + aligned(nf4_sizes(n).code_bytes + nf4_sizes(n).blocks); }
 
 Nf4Tensor carve(uint8_t* at, int64_t n) {
   const Nf4Sizes z = nf4_sizes(n);
   auto* group_absmax = reinterpret_cast<float*>(at);
   uint8_t* codes = at + float_bytes(n);
-  return {codes, codes + z.code_bytes, group_absmax, group_absmax + z.groups, n};
+  return {codes, codes + z.code_bytes, group_absmax, group_absmax + z.groups, group_absmax + z.groups + 1, n};
 }
 
 int64_t module_numel(const LinearModule& m) { return int64_t(m.dims.out) * m.dims.in; }
@@ -84,7 +84,17 @@ uint64_t Nf4Packing::model_bytes() const {
          4 * static_cast<uint64_t>(layout_.unit_numel(0) + layout_.unit_numel(layout_.final_unit()));
 }
 
-void Nf4Packing::pack(const float* unit, uint8_t* packed) const {
+absl::Status Nf4Packing::read(const ParamInit& init, int layer, const Nf4ModuleReader& held, float* unit) const {
+  const int64_t begin = layout_.unit_begin(GptLayout::layer_unit(layer));
+  if (!held) return init(begin, begin + layout_.unit_numel(GptLayout::layer_unit(layer)), unit);
+  for (int id : small_ids_) {
+    const ParamTensorInfo& t = layout_.tensor(id);
+    ZEROD_RETURN_IF_ERROR(init(begin + t.unit_offset, begin + t.unit_offset + t.numel, unit + t.unit_offset));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Nf4Packing::pack(const float* unit, uint8_t* packed, int layer, const Nf4ModuleReader& held) const {
   std::fill_n(packed, layer_bytes_, 0);  // the alignment's padding too: a packed layer is the same bytes every time
   float* small = reinterpret_cast<float*>(packed);
   for (int id : small_ids_) {
@@ -93,12 +103,19 @@ void Nf4Packing::pack(const float* unit, uint8_t* packed) const {
   }
   uint8_t* at = packed + small_bytes_;
   std::vector<float> module;
-  for (const LinearModule& m : modules_) {
+  for (size_t k = 0; k < modules_.size(); ++k) {
+    const LinearModule& m = modules_[k];
+    const Nf4Tensor t = carve(at, module_numel(m));
+    at += matrix_bytes(module_numel(m));
+    if (held) {
+      ZEROD_ASSIGN_OR_RETURN(const bool read, held(layer, static_cast<int>(k), t));
+      if (read) continue;
+    }
     module.resize(module_numel(m));
     gather_module(m, unit + layout_.tensor(m.id).unit_offset, module.data());
-    nf4_quantize(module.data(), carve(at, module_numel(m)));
-    at += matrix_bytes(module_numel(m));
+    nf4_quantize(module.data(), t);
   }
+  return absl::OkStatus();
 }
 
 LayerWeights Nf4Packing::unpack(const Converter& cv, uint8_t* packed, void* unpacked) const {
@@ -138,8 +155,8 @@ std::vector<BufferSpec> Nf4Weights::buffers(const GptLayout& layout, DType opera
           {"frozen weights, a layer packed", Category::kWorkspace, packed, 1, Tier::kHost, /*kept=*/false}};
 }
 
-absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const ParamInit& init, Device& device,
-                                              Kernels& kernels) {
+absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const ParamInit& init,
+                                              const Nf4ModuleReader& held, Device& device, Kernels& kernels) {
   Stream& s = device.compute_stream();
   const GptLayout& L = *layout;
   Nf4Weights w(L, Converter{kernels, s});
@@ -164,9 +181,8 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
                                    w.global_staging_.data());
 
   for (int l = 0; l < L.config().n_layer; ++l) {
-    const int u = GptLayout::layer_unit(l);
-    ZEROD_RETURN_IF_ERROR(init(L.unit_begin(u), L.unit_begin(u) + L.unit_numel(u), host));
-    w.packing_.pack(host, packed.host<uint8_t>());
+    ZEROD_RETURN_IF_ERROR(w.packing_.read(init, l, held, host));
+    ZEROD_RETURN_IF_ERROR(w.packing_.pack(host, packed.host<uint8_t>(), l, held));
     device.copy(s, w.layers_.ptr<uint8_t>() + l * packed_bytes, packed.data(), packed_bytes);
     ZEROD_RETURN_IF_ERROR(device.synchronize(s));  // before the next layer reuses the host buffers
   }

@@ -43,9 +43,14 @@ class Nf4Packing {
   // The model's bytes held so: its layers packed, the embeddings and final
   // LayerNorm in fp32.
   uint64_t model_bytes() const;
-  // Packs a layer's unit (its fp32 values in layout order) into `packed`,
-  // on the host.
-  void pack(const float* unit, uint8_t* packed) const;
+  // What pack() needs of layer `layer`'s unit (its fp32 values in layout
+  // order) from `init`: the whole unit, or only its fp32 tensors where
+  // `held` gives the modules.
+  absl::Status read(const ParamInit& init, int layer, const Nf4ModuleReader& held, float* unit) const;
+  // Packs layer `layer`'s unit into `packed`, on the host: each linear
+  // module as `held` gives it where it does (a file's NF4 bytes, kept bit
+  // for bit), else quantized from unit.
+  absl::Status pack(const float* unit, uint8_t* packed, int layer, const Nf4ModuleReader& held) const;
   // The layer packed at `packed` (device memory) as operand views: the
   // tensors converted and the modules dequantized into a layer's unit of
   // operands at `unpacked` (unpacked_buffer's, on the device), on cv's
@@ -66,10 +71,10 @@ class Nf4Packing {
 // layers, shard/frozen_weights.h).
 class Nf4Weights : public WeightSource {
  public:
-  // Quantizes the weights `init` gives, a layer at a time through host
-  // buffers of its size.
-  static absl::StatusOr<Nf4Weights> create(const GptLayout* layout, const ParamInit& init, Device& device,
-                                           Kernels& kernels);
+  // Packs the weights `init` gives (and `held`, Nf4Packing::pack), a layer
+  // at a time through host buffers of its size.
+  static absl::StatusOr<Nf4Weights> create(const GptLayout* layout, const ParamInit& init,
+                                           const Nf4ModuleReader& held, Device& device, Kernels& kernels);
   // What create() allocates for a table of operands `operands`, by
   // Buffers: the globals and the packed layers; the unpacked layer; the
   // globals as operands (16-bit ones); the host buffers a layer passes

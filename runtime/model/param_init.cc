@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+
 #include "runtime/model/hf_gpt2.h"
 #include "runtime/model/hf_llama.h"
 #include "runtime/model/peft_adapter.h"
@@ -29,6 +31,19 @@ absl::StatusOr<ParamInit> initial_params(const GptLayout& layout, uint64_t seed,
   ZEROD_ASSIGN_OR_RETURN(Gpt2Weights w, Gpt2Weights::open(*init_from, layout));
   auto file = std::make_shared<const Gpt2Weights>(std::move(w));
   return [file](int64_t begin, int64_t end, float* out) { return file->read(begin, end, out); };
+}
+
+absl::StatusOr<Nf4ModuleReader> held_nf4_modules(const GptLayout& layout, const std::optional<std::string>& init_from) {
+  if (!init_from || layout.lora() || !layout.config().llama()) return Nf4ModuleReader();
+  ZEROD_ASSIGN_OR_RETURN(LlamaWeights w, LlamaWeights::open(*init_from, layout));
+  if (!w.holds_nf4()) return Nf4ModuleReader();
+  const int64_t modules = int64_t(layout.config().n_layer) * lora_targets_of(Arch::kLlama);
+  if (w.nf4_count() != modules) {
+    return absl::InvalidArgumentError(absl::StrCat(*init_from, " holds ", w.nf4_count(), " of the model's ", modules,
+                                                   " linear layers in NF4: a base held in NF4 takes all or none"));
+  }
+  auto file = std::make_shared<const LlamaWeights>(std::move(w));
+  return [file](int layer, int module, const Nf4Tensor& into) { return file->read_nf4(layer, module, into); };
 }
 
 }  // namespace zerod

@@ -18,11 +18,11 @@ double normal_quantile(double p) {
   return (lo + hi) / 2;
 }
 
-// n evenly spaced fp32 probabilities from a to b, the first half counted up
-// from a and the rest down from b.
-std::array<float, 9> spaced(float a, float b, int n) {
+// n evenly spaced fp32 values from a to b as torch.linspace makes them: the
+// first half counted up from a and the rest down from b.
+std::vector<float> spaced(float a, float b, int n) {
   const float step = (b - a) / static_cast<float>(n - 1);
-  std::array<float, 9> p{};
+  std::vector<float> p(n);
   for (int i = 0; i < n; ++i)
     p[i] = i < n / 2 ? a + static_cast<float>(i) * step : b - static_cast<float>(n - 1 - i) * step;
   return p;
@@ -38,7 +38,7 @@ std::array<float, 16> build_values() {
   const float delta = 0.9677083f;
   std::array<float, 16> v{};
   int k = 0;
-  const std::array<float, 9> pos = spaced(delta, 0.5f, 9), neg = spaced(delta, 0.5f, 8);
+  const std::vector<float> pos = spaced(delta, 0.5f, 9), neg = spaced(delta, 0.5f, 8);
   for (int i = 0; i < 8; ++i) v[k++] = static_cast<float>(normal_quantile(pos[i]));
   for (int i = 0; i < 7; ++i) v[k++] = -static_cast<float>(normal_quantile(neg[i]));
   v[k] = 0.0f;
@@ -55,6 +55,38 @@ std::array<float, 15> build_edges() {
   std::array<float, 15> e{};
   for (int k = 0; k < 15; ++k) e[k] = (v[k] + v[k + 1]) * 0.5f;
   return e;
+}
+
+// bitsandbytes' signed dynamic map (create_dynamic_map) as torch computes
+// it in fp32: for each decade 10^(k - 6), k = 0..6, the midpoints of 2^k + 1
+// evenly spaced values from 0.1 to 1 times the decade's scale, and their
+// negatives; then 0 and 1, ascending.
+Nf4AbsmaxMap build_absmax_map() {
+  std::vector<float> v = {0.0f, 1.0f};
+  for (int k = 0; k <= 6; ++k) {
+    const std::vector<float> edges = spaced(0.1f, 1.0f, (1 << k) + 1);
+    const float scale = static_cast<float>(std::pow(10.0, k - 6));
+    for (size_t j = 0; j + 1 < edges.size(); ++j) {
+      const float mid = (edges[j] + edges[j + 1]) / 2.0f;
+      v.push_back(scale * mid);
+      v.push_back(-scale * mid);
+    }
+  }
+  std::sort(v.begin(), v.end());
+  Nf4AbsmaxMap m;
+  std::copy(v.begin(), v.end(), m.v);
+  return m;
+}
+
+// The code of the map value nearest y (a tie to the lower).
+uint8_t nearest_absmax_code(float y) {
+  static const std::array<float, 255> edges = [] {
+    std::array<float, 255> e{};
+    const Nf4AbsmaxMap& m = nf4_absmax_map();
+    for (int k = 0; k < 255; ++k) e[k] = (m.v[k] + m.v[k + 1]) * 0.5f;
+    return e;
+  }();
+  return static_cast<uint8_t>(std::lower_bound(edges.begin(), edges.end(), y) - edges.begin());
 }
 
 uint8_t nearest_code(float y) {
@@ -76,6 +108,11 @@ const std::array<float, 16>& nf4_values() {
   return v;
 }
 
+const Nf4AbsmaxMap& nf4_absmax_map() {
+  static const Nf4AbsmaxMap m = build_absmax_map();
+  return m;
+}
+
 Nf4Sizes nf4_sizes(int64_t n) {
   const int64_t blocks = (n + kNf4Block - 1) / kNf4Block;
   return {(n + 1) / 2, blocks, quant_blocks(blocks)};
@@ -86,6 +123,7 @@ void nf4_quantize(const float* x, const Nf4Tensor& t) {
   double sum = 0;
   for (int64_t b = 0; b < z.blocks; ++b) sum += block_absmax(x, t.n, b);
   *t.offset = z.blocks ? static_cast<float>(sum / static_cast<double>(z.blocks)) : 0.0f;
+  std::copy_n(nf4_absmax_map().v, kNf4MapValues, t.map);
   // A group of blocks at a time: their absmax values recomputed into scratch
   // of fixed size, coded with the exact ones and double-quantized.
 #pragma omp parallel for schedule(static)
@@ -103,12 +141,18 @@ void nf4_quantize(const float* x, const Nf4Tensor& t) {
         t.codes[i / 2] = static_cast<uint8_t>(hi << 4 | lo);
       }
     }
-    quantize_blockwise(signed_dynamic_map(), centred, nb, t.absmax_codes + b0, t.group_absmax + g);
+    // The group's centred absmax values over their largest, each to its
+    // nearest map value, as bitsandbytes' quantize_blockwise.
+    float top = 0;
+    for (int64_t j = 0; j < nb; ++j) top = std::max(top, std::fabs(centred[j]));
+    t.group_absmax[g] = top;
+    const float inverse = top > 0 ? 1.0f / top : 0.0f;
+    for (int64_t j = 0; j < nb; ++j) t.absmax_codes[b0 + j] = nearest_absmax_code(centred[j] * inverse);
   }
 }
 
 float nf4_block_absmax(const Nf4Tensor& t, int64_t block) {
-  return signed_dynamic_map().code[t.absmax_codes[block]] * t.group_absmax[block / kQuantBlock] + *t.offset;
+  return t.map[t.absmax_codes[block]] * t.group_absmax[block / kQuantBlock] + *t.offset;
 }
 
 void nf4_dequantize(const Nf4Tensor& t, float* x) {
@@ -153,13 +197,18 @@ void nf4_dequantize_transposed(const Nf4Tensor& t, int64_t rows, int64_t cols, i
   }
 }
 
+Nf4HostTensor::Nf4HostTensor(int64_t n)
+    : codes(nf4_sizes(n).code_bytes),
+      absmax_codes(nf4_sizes(n).blocks),
+      floats(nf4_sizes(n).groups + 1 + kNf4MapValues) {
+  const int64_t groups = nf4_sizes(n).groups;
+  t = {codes.data(), absmax_codes.data(), floats.data(), floats.data() + groups, floats.data() + groups + 1, n};
+}
+
 void nf4_round_trip(const float* x, int64_t n, float* out) {
-  const Nf4Sizes z = nf4_sizes(n);
-  std::vector<uint8_t> codes(z.code_bytes), absmax_codes(z.blocks);
-  std::vector<float> group_absmax(z.groups + 1);  // and the offset
-  const Nf4Tensor t{codes.data(), absmax_codes.data(), group_absmax.data(), group_absmax.data() + z.groups, n};
-  nf4_quantize(x, t);
-  nf4_dequantize(t, out);
+  const Nf4HostTensor h(n);
+  nf4_quantize(x, h.t);
+  nf4_dequantize(h.t, out);
 }
 
 }  // namespace zerod

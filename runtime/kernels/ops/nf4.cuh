@@ -10,14 +10,12 @@
 
 namespace zerod::cuda {
 
-// `dyn`: the signed dynamic map, in device memory.
 template <DType kT>
-void nf4_dequantize_transposed(cudaStream_t s, const QuantMap* dyn, const Nf4Tensor& t, const Nf4Transpose& d,
-                               void* out) {
+void nf4_dequantize_transposed(cudaStream_t s, const Nf4Tensor& t, const Nf4Transpose& d, void* out) {
   Nf4Values v;
   std::copy(nf4_values().begin(), nf4_values().end(), v.v);
   launch_each(s, d.threads(), "nf4_dequantize",
-              [=] __device__(int64_t k) { nf4_transposed_run<kT>(k, t, d, v, *dyn, out); });
+              [=] __device__(int64_t k) { nf4_transposed_run<kT>(k, t, d, v, out); });
 }
 
 }  // namespace zerod::cuda
