@@ -55,6 +55,28 @@ std::string module_name(int l, int t) {
          lora_target_name(Arch::kLlama, t) + ".weight";
 }
 
+// Tensor `name` of the fixture's weights file, as bytes.
+std::vector<uint8_t> file_bytes(const std::string& name) {
+  auto file = SafetensorsReader::open(fixture("model.safetensors"));
+  EXPECT_TRUE(file.ok());
+  const SafeTensor* t = file.ok() ? file->find(name) : nullptr;
+  std::vector<uint8_t> b(t ? t->end - t->begin : 0);
+  if (t) EXPECT_TRUE(file->read(*t, b.data()).ok());
+  return b;
+}
+
+// A float array's bytes.
+std::vector<uint8_t> bytes_of(const float* v, int64_t n) {
+  const auto* b = reinterpret_cast<const uint8_t*>(v);
+  return {b, b + 4 * n};
+}
+
+// Weight `w`'s nested_offset as its state's JSON gives it.
+float state_offset(const std::string& w) {
+  const std::vector<uint8_t> b = file_bytes(w + ".quant_state.bitsandbytes__nf4");
+  return static_cast<float>(nlohmann::json::parse(std::string(b.begin(), b.end())).at("nested_offset").get<double>());
+}
+
 class BnbNf4 : public testing::TempDirTest {
  protected:
   void SetUp() override {
@@ -105,9 +127,9 @@ TEST_F(BnbNf4, ValuesAreBitsandbytesDequantization) {
   EXPECT_TRUE(std::equal(head.begin(), head.end(), got.begin() + layout_->offset(kLmHead, 0)));
 }
 
-// A QLoRA base read from the file holds its NF4 bytes: every module is
-// read from it, and a pass over it is the pass over the dequantized values
-// to the bit.
+// A QLoRA base read from the file holds its NF4 bytes: every part of every
+// module is the file's, and a pass over it is the pass over the dequantized
+// values to the bit.
 TEST_F(BnbNf4, AQloraBaseHoldsTheFilesBytes) {
   auto held = held_nf4_modules(*layout_, fixture());
   ASSERT_TRUE(held.ok()) << held.status();
@@ -117,11 +139,13 @@ TEST_F(BnbNf4, AQloraBaseHoldsTheFilesBytes) {
       const LoraTargetDims d = lora_target_dims(cfg_, t);
       const Nf4HostTensor into(int64_t(d.out) * d.in);
       auto read = (*held)(l, t, into.t);
-      ASSERT_TRUE(read.ok() && *read) << module_name(l, t);
-      auto file = SafetensorsReader::open(fixture("model.safetensors"));
-      std::vector<uint8_t> want(into.codes.size());
-      ASSERT_TRUE(file->read(*file->find(module_name(l, t)), want.data()).ok());
-      EXPECT_EQ(into.codes, want) << module_name(l, t);
+      const std::string name = module_name(l, t);
+      ASSERT_TRUE(read.ok() && *read) << name;
+      EXPECT_EQ(into.codes, file_bytes(name)) << name;
+      EXPECT_EQ(into.absmax_codes, file_bytes(name + ".absmax")) << name;
+      EXPECT_EQ(bytes_of(into.t.group_absmax, nf4_sizes(into.t.n).groups), file_bytes(name + ".nested_absmax")) << name;
+      EXPECT_EQ(bytes_of(into.t.map, kNf4MapValues), file_bytes(name + ".nested_quant_map")) << name;
+      EXPECT_EQ(*into.t.offset, state_offset(name)) << name;
     }
   }
 
@@ -152,33 +176,36 @@ TEST_F(BnbNf4, AQloraBaseHoldsTheFilesBytes) {
 // one zerod follows).
 TEST_F(BnbNf4, ZerodQuantizesAsBitsandbytesDoes) {
   const auto originals = values_of(fixture("originals.safetensors"));
-  auto file = SafetensorsReader::open(fixture("model.safetensors"));
-  ASSERT_TRUE(file.ok());
-  const auto bytes = [&](const std::string& name) {
-    const SafeTensor* t = file->find(name);
-    std::vector<uint8_t> b(t ? t->end - t->begin : 0);
-    if (t) EXPECT_TRUE(file->read(*t, b.data()).ok());
-    return b;
-  };
   for (int l = 0; l < cfg_.n_layer; ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
       const std::string name = module_name(l, t);
       const std::vector<float>& w = originals.at(name);
       const Nf4HostTensor q(static_cast<int64_t>(w.size()));
       nf4_quantize(w.data(), q.t);
-      EXPECT_EQ(q.codes, bytes(name)) << name;
-      EXPECT_EQ(q.absmax_codes, bytes(name + ".absmax")) << name;
-      const int64_t groups = nf4_sizes(q.t.n).groups;
-      const auto* g = reinterpret_cast<const uint8_t*>(q.t.group_absmax);
-      EXPECT_EQ(std::vector<uint8_t>(g, g + 4 * groups), bytes(name + ".nested_absmax")) << name;
-      const float* map = q.t.map;
-      const std::vector<uint8_t> file_map = bytes(name + ".nested_quant_map");
+      EXPECT_EQ(q.codes, file_bytes(name)) << name;
+      EXPECT_EQ(q.absmax_codes, file_bytes(name + ".absmax")) << name;
+      EXPECT_EQ(bytes_of(q.t.group_absmax, nf4_sizes(q.t.n).groups), file_bytes(name + ".nested_absmax")) << name;
+      EXPECT_EQ(*q.t.offset, state_offset(name)) << name;
+      const std::vector<uint8_t> file_map = file_bytes(name + ".nested_quant_map");
       ASSERT_EQ(file_map.size(), 4u * kNf4MapValues);
       for (int j = 0; j < kNf4MapValues; ++j) {
         float v;
         std::memcpy(&v, file_map.data() + 4 * j, 4);
-        EXPECT_LE(std::abs(int64_t(std::bit_cast<int32_t>(v)) - std::bit_cast<int32_t>(map[j])), 2) << name << " " << j;
+        EXPECT_LE(std::abs(int64_t(std::bit_cast<int32_t>(v)) - std::bit_cast<int32_t>(q.t.map[j])), 2)
+            << name << " " << j;
       }
+      // The same read in place from the product's [in, out] operands
+      // (transposed here by hand): the same bytes.
+      const LoraTargetDims d = lora_target_dims(cfg_, t);
+      std::vector<float> product(w.size());
+      for (int o = 0; o < d.out; ++o) {
+        for (int i = 0; i < d.in; ++i) product[int64_t(i) * d.out + o] = w[int64_t(o) * d.in + i];
+      }
+      const Nf4HostTensor p(static_cast<int64_t>(w.size()));
+      nf4_quantize_transposed(product.data(), d.in, d.out, p.t);
+      EXPECT_EQ(p.codes, q.codes) << name;
+      EXPECT_EQ(p.absmax_codes, q.absmax_codes) << name;
+      EXPECT_EQ(p.floats, q.floats) << name;
     }
   }
 }

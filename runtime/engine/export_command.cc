@@ -77,9 +77,13 @@ absl::StatusOr<int64_t> export_checkpoint(const ExportOptions& o, DType dtype) {
     return absl::InvalidArgumentError(absl::StrCat(m.path, ": 'lora.base' names no base; give it with --base"));
   }
   ZEROD_ASSIGN_OR_RETURN(ParamInit base_init, initial_params(model, seed, base_file));
-  // A base read from a 4-bit model's files gives its NF4 values as they are.
-  ZEROD_ASSIGN_OR_RETURN(const Nf4ModuleReader held, held_nf4_modules(model, base_file));
-  const bool rounded = base.value("quant", "none") == "nf4" && !held;
+  // An NF4 base is rounded as the run held it, unless it was read from a
+  // 4-bit model's files, whose values are those already.
+  bool rounded = base.value("quant", "none") == "nf4";
+  if (rounded) {
+    ZEROD_ASSIGN_OR_RETURN(const Nf4ModuleReader held, held_nf4_modules(model, base_file));
+    rounded = !held;
+  }
   MergedWeights merged(model, layout, std::move(base_init), read_saved, rounded);
   ZEROD_RETURN_IF_ERROR(export_model(o.out_dir, model, dtype, [&](int64_t begin, int64_t end, float* out) {
     return merged.read(begin, end, out);

@@ -208,7 +208,7 @@ class Kernels {
 
   // A frozen linear layer's weight, held in NF4 as [d.rows, d.cols] = [out,
   // in], into its product's operands: out[c * d.ld + r] = weight (r, c)
-  // (ops/nf4.h).
+  // (ops/nf4.h). t.codes 8-byte aligned (Nf4Packing aligns them to 16).
   virtual void nf4_dequantize(Stream& s, const Nf4Tensor& t, const Nf4Transpose& d, void* out) = 0;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace zerod {
 namespace {
 
@@ -28,21 +30,6 @@ int64_t read_numel(const GptLayout& layout) {
                   layout.unit_numel(0) + layout.unit_numel(layout.final_unit()));
 }
 
-// Module m of a product's weights w [in, width], as transformers holds it
-// ([out, in]), and back.
-void gather_module(const LinearModule& m, const float* w, float* module) {
-  const LoraTargetDims& d = m.dims;
-  for (int64_t o = 0; o < d.out; ++o) {
-    for (int64_t i = 0; i < d.in; ++i) module[o * d.in + i] = w[i * d.width + d.col0 + o];
-  }
-}
-void scatter_module(const LinearModule& m, const float* module, float* w) {
-  const LoraTargetDims& d = m.dims;
-  for (int64_t o = 0; o < d.out; ++o) {
-    for (int64_t i = 0; i < d.in; ++i) w[i * d.width + d.col0 + o] = module[o * d.in + i];
-  }
-}
-
 }  // namespace
 
 std::vector<LinearModule> linear_modules(const GptConfig& c) {
@@ -56,13 +43,12 @@ std::vector<LinearModule> linear_modules(const GptConfig& c) {
 bool is_product_weight(int id) { return std::ranges::count(kLoraProductWeights, id) > 0; }
 
 void nf4_round_trip_product(const GptConfig& c, int id, float* w) {
-  std::vector<float> module;
   for (const LinearModule& m : linear_modules(c)) {
     if (m.id != id) continue;
-    module.resize(module_numel(m));
-    gather_module(m, w, module.data());
-    nf4_round_trip(module.data(), module_numel(m), module.data());
-    scatter_module(m, module.data(), w);
+    const LoraTargetDims& d = m.dims;
+    const Nf4HostTensor h(module_numel(m));
+    nf4_quantize_transposed(w + d.col0, d.in, d.width, h.t);
+    nf4_dequantize_transposed(h.t, d.out, d.in, d.width, w + d.col0);
   }
 }
 
@@ -102,18 +88,18 @@ absl::Status Nf4Packing::pack(const float* unit, uint8_t* packed, int layer, con
     small = std::copy_n(unit + t.unit_offset, t.numel, small);
   }
   uint8_t* at = packed + small_bytes_;
-  std::vector<float> module;
   for (size_t k = 0; k < modules_.size(); ++k) {
     const LinearModule& m = modules_[k];
+    const LoraTargetDims& d = m.dims;
     const Nf4Tensor t = carve(at, module_numel(m));
     at += matrix_bytes(module_numel(m));
-    if (held) {
-      ZEROD_ASSIGN_OR_RETURN(const bool read, held(layer, static_cast<int>(k), t));
-      if (read) continue;
+    if (!held) {
+      nf4_quantize_transposed(unit + layout_.tensor(m.id).unit_offset + d.col0, d.in, d.width, t);
+      continue;
     }
-    module.resize(module_numel(m));
-    gather_module(m, unit + layout_.tensor(m.id).unit_offset, module.data());
-    nf4_quantize(module.data(), t);
+    // read() left the products unread: every module must come from `held`.
+    ZEROD_ASSIGN_OR_RETURN(const bool read, held(layer, static_cast<int>(k), t));
+    if (!read) return absl::InternalError(absl::StrCat("layer ", layer, "'s linear module ", k, " is not held in NF4"));
   }
   return absl::OkStatus();
 }

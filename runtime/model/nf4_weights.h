@@ -45,11 +45,11 @@ class Nf4Packing {
   uint64_t model_bytes() const;
   // What pack() needs of layer `layer`'s unit (its fp32 values in layout
   // order) from `init`: the whole unit, or only its fp32 tensors where
-  // `held` gives the modules.
+  // `held` gives the modules (held_nf4_modules: all of them).
   absl::Status read(const ParamInit& init, int layer, const Nf4ModuleReader& held, float* unit) const;
   // Packs layer `layer`'s unit into `packed`, on the host: each linear
-  // module as `held` gives it where it does (a file's NF4 bytes, kept bit
-  // for bit), else quantized from unit.
+  // module as `held` gives it (a file's NF4 bytes, kept bit for bit; it
+  // must give every one), else quantized from unit in place.
   absl::Status pack(const float* unit, uint8_t* packed, int layer, const Nf4ModuleReader& held) const;
   // The layer packed at `packed` (device memory) as operand views: the
   // tensors converted and the modules dequantized into a layer's unit of

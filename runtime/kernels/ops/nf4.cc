@@ -94,11 +94,48 @@ uint8_t nearest_code(float y) {
   return static_cast<uint8_t>(std::lower_bound(edges.begin(), edges.end(), y) - edges.begin());
 }
 
-float block_absmax(const float* x, int64_t n, int64_t block) {
+// Block `block`'s absmax of the n weights x(i).
+template <class At>
+float block_absmax(const At& x, int64_t n, int64_t block) {
   const int64_t first = block * kNf4Block, last = std::min(n, first + kNf4Block);
   float a = 0;
-  for (int64_t i = first; i < last; ++i) a = std::max(a, std::fabs(x[i]));
+  for (int64_t i = first; i < last; ++i) a = std::max(a, std::fabs(x(i)));
   return a;
+}
+
+// nf4_quantize of the weights x(i).
+template <class At>
+void quantize(const At& x, const Nf4Tensor& t) {
+  const Nf4Sizes z = nf4_sizes(t.n);
+  double sum = 0;
+  for (int64_t b = 0; b < z.blocks; ++b) sum += block_absmax(x, t.n, b);
+  *t.offset = z.blocks ? static_cast<float>(sum / static_cast<double>(z.blocks)) : 0.0f;
+  std::copy_n(nf4_absmax_map().v, kNf4MapValues, t.map);
+  // A group of blocks at a time: their absmax values recomputed into scratch
+  // of fixed size, coded with the exact ones and double-quantized.
+#pragma omp parallel for schedule(static)
+  for (int64_t g = 0; g < z.groups; ++g) {
+    float centred[kQuantBlock];
+    const int64_t b0 = g * kQuantBlock, nb = std::min(kQuantBlock, z.blocks - b0);
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t b = b0 + j;
+      const float a = block_absmax(x, t.n, b);
+      centred[j] = a - *t.offset;
+      const int64_t first = b * kNf4Block, last = std::min(t.n, first + kNf4Block);
+      for (int64_t i = first; i < last; i += 2) {
+        const uint8_t hi = a > 0 ? nearest_code(x(i) / a) : kNf4Zero;
+        const uint8_t lo = i + 1 < last ? (a > 0 ? nearest_code(x(i + 1) / a) : kNf4Zero) : 0;
+        t.codes[i / 2] = static_cast<uint8_t>(hi << 4 | lo);
+      }
+    }
+    // The group's centred absmax values over their largest, each to its
+    // nearest map value, as bitsandbytes' quantize_blockwise.
+    float top = 0;
+    for (int64_t j = 0; j < nb; ++j) top = std::max(top, std::fabs(centred[j]));
+    t.group_absmax[g] = top;
+    const float inverse = top > 0 ? 1.0f / top : 0.0f;
+    for (int64_t j = 0; j < nb; ++j) t.absmax_codes[b0 + j] = nearest_absmax_code(centred[j] * inverse);
+  }
 }
 
 }  // namespace
@@ -119,36 +156,11 @@ Nf4Sizes nf4_sizes(int64_t n) {
 }
 
 void nf4_quantize(const float* x, const Nf4Tensor& t) {
-  const Nf4Sizes z = nf4_sizes(t.n);
-  double sum = 0;
-  for (int64_t b = 0; b < z.blocks; ++b) sum += block_absmax(x, t.n, b);
-  *t.offset = z.blocks ? static_cast<float>(sum / static_cast<double>(z.blocks)) : 0.0f;
-  std::copy_n(nf4_absmax_map().v, kNf4MapValues, t.map);
-  // A group of blocks at a time: their absmax values recomputed into scratch
-  // of fixed size, coded with the exact ones and double-quantized.
-#pragma omp parallel for schedule(static)
-  for (int64_t g = 0; g < z.groups; ++g) {
-    float centred[kQuantBlock];
-    const int64_t b0 = g * kQuantBlock, nb = std::min(kQuantBlock, z.blocks - b0);
-    for (int64_t j = 0; j < nb; ++j) {
-      const int64_t b = b0 + j;
-      const float a = block_absmax(x, t.n, b);
-      centred[j] = a - *t.offset;
-      const int64_t first = b * kNf4Block, last = std::min(t.n, first + kNf4Block);
-      for (int64_t i = first; i < last; i += 2) {
-        const uint8_t hi = a > 0 ? nearest_code(x[i] / a) : kNf4Zero;
-        const uint8_t lo = i + 1 < last ? (a > 0 ? nearest_code(x[i + 1] / a) : kNf4Zero) : 0;
-        t.codes[i / 2] = static_cast<uint8_t>(hi << 4 | lo);
-      }
-    }
-    // The group's centred absmax values over their largest, each to its
-    // nearest map value, as bitsandbytes' quantize_blockwise.
-    float top = 0;
-    for (int64_t j = 0; j < nb; ++j) top = std::max(top, std::fabs(centred[j]));
-    t.group_absmax[g] = top;
-    const float inverse = top > 0 ? 1.0f / top : 0.0f;
-    for (int64_t j = 0; j < nb; ++j) t.absmax_codes[b0 + j] = nearest_absmax_code(centred[j] * inverse);
-  }
+  quantize([x](int64_t i) { return x[i]; }, t);
+}
+
+void nf4_quantize_transposed(const float* w, int64_t cols, int64_t ld, const Nf4Tensor& t) {
+  quantize([=](int64_t i) { return w[(i % cols) * ld + i / cols]; }, t);
 }
 
 float nf4_block_absmax(const Nf4Tensor& t, int64_t block) {

@@ -73,11 +73,15 @@ void nf4_quantize(const float* x, const Nf4Tensor& t);
 float nf4_block_absmax(const Nf4Tensor& t, int64_t block);
 // x[i] = nf4_values()[code i] * its block's absmax, for the n weights.
 void nf4_dequantize(const Nf4Tensor& t, float* x);
+
 // A linear layer's weight is held as transformers holds it and bitsandbytes
 // quantizes it: [rows, cols] = [out, in], row-major, so that blocks run
 // along rows. A product takes its transpose: out[c * ld + r] = weight
 // (r, c), for the rows x cols weights of t.
 void nf4_dequantize_transposed(const Nf4Tensor& t, int64_t rows, int64_t cols, int64_t ld, float* out);
+// Its inverse: nf4_quantize of the weight [t.n / cols, cols] read in place
+// from its product's operands, weight (r, c) at w[c * ld + r].
+void nf4_quantize_transposed(const float* w, int64_t cols, int64_t ld, const Nf4Tensor& t);
 
 // A transposed dequantization's shape, and its grid on the device: a
 // thread a run of kNf4Run weights of a row. Where cols is a multiple of
