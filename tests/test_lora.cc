@@ -431,10 +431,10 @@ TEST(LoraLayout, BadSettingsAreRefusedNamingTheKey) {
   refused(c, "model.lora.r must be at least 1, got 0");
   c = {};
   c.alpha = -1;
-  refused(c, "model.lora.alpha must be positive");
+  refused(c, "model.lora.alpha (lora_alpha) must be positive");
   c = {};
   c.dropout = 1;
-  refused(c, "model.lora.dropout must be in [0, 1)");
+  refused(c, "model.lora.dropout (lora_dropout) must be in [0, 1)");
   c = {};
   c.targets = {};
   refused(c, "model.lora.target_modules names no module");

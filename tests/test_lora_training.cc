@@ -91,6 +91,13 @@ TEST(LoraConfigTest, ReadsPeftsSettings) {
   EXPECT_EQ(plain.lora->adapters.targets, (std::array<bool, kNumLoraTargets>{true, false, false, false}));
   EXPECT_FALSE(plain.lora->nf4_base);
   EXPECT_FALSE(testing::config_with(testing::tiny_job(), {}).lora);
+  // PEFT's own names for alpha and dropout read the same settings.
+  const JobConfig peft = testing::config_with(
+      testing::tiny_job(), {R"(model.lora={"r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "use_rslora": true})"});
+  ASSERT_TRUE(peft.lora);
+  EXPECT_EQ(peft.lora->adapters.alpha, 32);
+  EXPECT_EQ(peft.lora->adapters.dropout, 0.05);
+  EXPECT_EQ(peft.lora->adapters.scale(), 32 / 4.0f);
 }
 
 TEST(LoraConfigTest, RefusesBadSettingsNamingTheKey) {
@@ -98,8 +105,12 @@ TEST(LoraConfigTest, RefusesBadSettingsNamingTheKey) {
       {R"({"r": 0})", "model.lora.r must be at least 1, got 0"},
       {R"({"r": -4})", "model.lora.r must be at least 1, got -4"},
       {R"({"r": "eight"})", "model.lora.r"},
-      {R"({"alpha": 0})", "model.lora.alpha must be positive"},
-      {R"({"dropout": 1.0})", "model.lora.dropout must be in [0, 1)"},
+      {R"({"alpha": 0})", "model.lora.alpha (lora_alpha) must be positive"},
+      {R"({"lora_alpha": -1})", "model.lora.alpha (lora_alpha) must be positive, got -1"},
+      {R"({"alpha": 8, "lora_alpha": 8})", "model.lora.alpha: give lora_alpha or alpha, not both"},
+      {R"({"dropout": 1.0})", "model.lora.dropout (lora_dropout) must be in [0, 1)"},
+      {R"({"lora_dropout": 1.5})", "model.lora.dropout (lora_dropout) must be in [0, 1), got 1.5"},
+      {R"({"dropout": 0, "lora_dropout": 0.1})", "model.lora.dropout: give lora_dropout or dropout, not both"},
       {R"({"target_modules": ["c_attn", "q_proj"]})", "model.lora.target_modules: 'q_proj' is not one of GPT-2's"},
       {R"({"target_modules": []})", "model.lora.target_modules names no module"},
       {R"({"target_modules": 3})", "model.lora.target_modules: expected a list of module names"},

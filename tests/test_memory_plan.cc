@@ -8,12 +8,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/core/whole_file.h"
@@ -319,6 +321,11 @@ TEST_F(EstimateTest, RefusesImpossibleMachinesAndFitSettingsNamingTheFlag) {
       {{"--fit", "--host-memory", "1GiB", "--pcie-bandwidth", "fast"}, "--pcie-bandwidth: 'fast' is not a byte size"},
       {{"--fit", "--host-memory", "1GiB", "--flops", "-3"}, "--flops"},
       {{"--fit", "--host-memory", "1GiB", "--out", "/no/such/dir/best.json"}, "/no/such/dir/best.json"},
+      {{"--fit", "--host-memory", "1GiB", "--dequantize-rate", "0"}, "--dequantize-rate"},
+      {{"--fit", "--host-memory", "1GiB", "--lora-ranks", "8,0"}, "--lora-ranks"},
+      {{"--fit", "--host-memory", "1GiB", "--lora-ranks", "8"}, "--lora-ranks: the job trains no adapters"},
+      {{"--fit", "--host-memory", "1GiB", "--set", R"(model.lora={"r": 4})", "--lora-ranks", "8,65"},
+       "--lora-ranks 65: model.lora.r is 65, larger than c_attn [64 -> 192] allows (64)"},
   };
   for (const auto& [args, message] : bad) {
     std::vector<std::string> a = {"--config", cfg};
@@ -521,7 +528,7 @@ TEST_F(EstimateTest, SaysWhetherTheMicroBatchesGradientsAreSummedOnTheGpu) {
 // three jobs: the CPU one-rank job, a GPU ZeRO-3 job with everything on the
 // host, and NVMe states shared by two ranks of a node.
 TEST(FitTest, StepCostIsTheStatedModel) {
-  const FitRates rates{1e9, 2e9, 3e9, 4e9, 5e9};  // flops, host, PCIe, network, NVMe
+  const FitRates rates{1e9, 2e9, 3e9, 4e9, 5e9, 6e9};  // flops, host, PCIe, network, NVMe, NF4 weights
   JobConfig cfg = testing::config_with(testing::tiny_job(), {});
   const double psi = static_cast<double>(gpt_param_count(cfg.model));
   const double L = cfg.model.n_layer, C = cfg.model.n_embd, T = cfg.data.seq_len, B = cfg.micro_batch;
@@ -583,6 +590,18 @@ TEST(FitTest, StepCostIsTheStatedModel) {
   const double nf4_model =
       4 * (V * C + P * C + 2 * C) + L * (up16(4 * 13 * C) + nf4(3 * C * C) + nf4(C * C) + 2 * nf4(4 * C * C));
   EXPECT_DOUBLE_EQ(step_cost(cfg, node, rates).network, 0.5 * ((4 + 2 * 2) * adapters + 2 * nf4_model) / 4e9);
+  // Its linear layers are dequantized for the forward and the backward of
+  // each micro-step; with checkpointing the forward runs again, a frozen
+  // weight's 2 FLOPs a token with it.
+  cfg = testing::config_with(testing::tiny_job(),
+                             {lora, "model.lora.base_quant=\"nf4\"", "zero_optimization.stage=3", "bf16.enabled=true",
+                              "activation_checkpointing.enabled=true", "gradient_accumulation_steps=2"},
+                             2);
+  c = step_cost(cfg, node, rates);
+  EXPECT_DOUBLE_EQ(c.dequantize, 2 * 2 * L * (3 * C * C + C * C + 4 * C * C + 4 * C * C) / 6e9);
+  EXPECT_DOUBLE_EQ(c.compute, (8 * adapters + 6 * psi + 16 * L * T * C) * B * 2 * T / 1e9);
+  EXPECT_DOUBLE_EQ(c.total(), c.compute + c.optimizer + c.pcie + c.network + c.nvme + c.dequantize);
+  EXPECT_EQ(step_cost(testing::config_with(testing::tiny_job(), {lora}), node, rates).dequantize, 0);
 }
 
 // gpt2-xl's fine-tune example on a 12 GiB GPU and 64 GiB of host memory:
@@ -734,6 +753,100 @@ TEST_F(EstimateTest, FitChangesNumericsOnlyWhenAllowed) {
     EXPECT_EQ(all.find("bf16.enabled=true") != std::string::npos, allowed);
     EXPECT_EQ(all.find("AdamW8bit") != std::string::npos, allowed);
   }
+}
+
+// A LoRA job: --allow nf4 lets the search hold the base in NF4 (QLoRA)
+// where a 16-bit base does not fit, and only there, as dequantizing costs
+// time; --lora-ranks gives the adapters the largest rank that fits, alpha
+// moved with r to keep the job's scale, under the name the job gives it.
+// Llama-3.1-8B's example (r 16, lora_alpha 32) over a bf16 base.
+TEST_F(EstimateTest, FitPicksLoraAndQloraSettings) {
+  const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/llama-3.1-8b-qlora.json";
+  const auto fit = [&](const std::string& gpu, std::vector<std::string> more) {
+    std::vector<std::string> a = {"--config", example, "--set", "model.lora.base_quant=\"none\"", "--json", "--fit",
+                                  "--gpu-memory", gpu, "--host-memory", "128GiB", "--top", "10000"};
+    a.insert(a.end(), more.begin(), more.end());
+    const Result r = estimate(a);
+    EXPECT_TRUE(r.code == 0 || r.code == 1) << r.err;  // 1: nothing fits
+    return nlohmann::json::parse(r.out);
+  };
+  const auto has = [](const nlohmann::json& changes, const std::string& c) {
+    return std::find(changes.begin(), changes.end(), c) != changes.end();
+  };
+  const std::string nf4 = "model.lora.base_quant=\"nf4\"";
+
+  // 48 GiB holds the bf16 base (16 GB) on the GPU: kept, faster than NF4.
+  nlohmann::json big = fit("48GiB", {"--allow", "nf4"});
+  ASSERT_GT(big["fitting"].get<int>(), 0);
+  EXPECT_FALSE(has(big["configurations"][0]["changes"], nf4)) << big["configurations"][0];
+  EXPECT_EQ(big["configurations"][0]["cost"]["dequantize"], 0.0);
+  // 12 GiB: the bf16 base only with offloaded parameters, uploaded twice a
+  // micro-step; NF4 on the GPU is faster. Without --allow nf4 no config
+  // holds the base in NF4.
+  nlohmann::json small = fit("12GiB", {"--allow", "nf4"});
+  ASSERT_GT(small["fitting"].get<int>(), 0);
+  const nlohmann::json& best = small["configurations"][0];
+  EXPECT_TRUE(has(best["changes"], nf4)) << best;
+  EXPECT_GT(best["cost"]["dequantize"].get<double>(), 0);
+  EXPECT_LE(best["per_rank"]["gpu"]["total"].get<uint64_t>(), uint64_t{12} << 30);
+  EXPECT_EQ(fit("12GiB", {})["configurations"].dump().find(nf4), std::string::npos);
+  // With the base on the GPU, each configuration holding it in NF4 is
+  // slower than the same one in bf16.
+  std::map<std::string, double> seconds;
+  for (const nlohmann::json& c : big["configurations"]) {
+    if (!has(c["changes"], "zero_optimization.offload_param.device=\"none\"")) continue;
+    std::vector<std::string> rest;
+    for (const auto& change : c["changes"]) {
+      if (change != nf4) rest.push_back(change);
+    }
+    seconds[absl::StrJoin(rest, " ") + (has(c["changes"], nf4) ? " nf4" : "")] = c["seconds_per_step"];
+  }
+  int compared = 0;
+  for (const auto& [key, s] : seconds) {
+    if (!key.ends_with(" nf4") || !seconds.contains(key.substr(0, key.size() - 4))) continue;
+    EXPECT_GT(s, seconds[key.substr(0, key.size() - 4)]) << key;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
+
+  // Ranks: the largest that fits, alpha keeping alpha / r at 2.
+  const nlohmann::json ranked = fit("12GiB", {"--allow", "nf4", "--lora-ranks", "8,16,64"});
+  const nlohmann::json& top = ranked["configurations"][0];
+  EXPECT_TRUE(has(top["changes"], "model.lora.r=64")) << top;
+  EXPECT_TRUE(has(top["changes"], "model.lora.lora_alpha=128.0")) << top;
+  int previous = 64;
+  for (const nlohmann::json& c : ranked["configurations"]) {
+    const int r = has(c["changes"], "model.lora.r=64") ? 64 : has(c["changes"], "model.lora.r=8") ? 8 : 16;
+    EXPECT_LE(r, previous) << c;
+    previous = r;
+  }
+  auto cfg = parse_job_config(ranked["best_config"], 1);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->lora->adapters.r, 64);
+  EXPECT_EQ(cfg->lora->adapters.scale(), 2.0f);
+
+  // A GPU where r 64 fits at no setting but r 16 does (the plan adapts to
+  // the capacity, so it is looked for) takes r 16, and a job naming
+  // zerod's alpha keeps that name.
+  std::string cap;
+  for (int quarters = 16; quarters <= 48 && cap.empty(); ++quarters) {
+    const std::string gpu = absl::StrCat(quarters / 4.0, "GiB");
+    if (fit(gpu, {"--allow", "nf4", "--lora-ranks", "64"})["fitting"] == 0 &&
+        fit(gpu, {"--allow", "nf4", "--lora-ranks", "16"})["fitting"] > 0) {
+      cap = gpu;
+    }
+  }
+  ASSERT_FALSE(cap.empty());
+  const nlohmann::json smaller = fit(cap, {"--allow", "nf4", "--lora-ranks", "8,16,64", "--set",
+                                            R"(model.lora={"r": 16, "alpha": 32, "target_modules": "all-linear"})"});
+  ASSERT_GT(smaller["fitting"].get<int>(), 0);
+  const nlohmann::json& second = smaller["configurations"][0];
+  EXPECT_FALSE(has(second["changes"], "model.lora.r=8")) << second;
+  EXPECT_FALSE(has(second["changes"], "model.lora.r=64")) << second;
+  EXPECT_TRUE(parse_job_config(smaller["best_config"], 1).ok());
+  const nlohmann::json down = fit(cap, {"--allow", "nf4", "--lora-ranks", "8", "--set",
+                                        R"(model.lora={"r": 16, "alpha": 32, "target_modules": "all-linear"})"});
+  EXPECT_TRUE(has(down["configurations"][0]["changes"], "model.lora.alpha=16.0")) << down["configurations"][0];
 }
 
 // zero-worker refusing a job past run.host_memory_limit says what --fit

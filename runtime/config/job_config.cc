@@ -87,8 +87,12 @@ void parse_lora(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   LoraJobConfig l;
   LoraConfig& a = l.adapters;
   r.read("r", &a.r);
-  r.read("alpha", &a.alpha);
-  r.read("dropout", &a.dropout);
+  // PEFT's lora_alpha and lora_dropout, or zerod's shorter alpha and dropout.
+  for (auto [peft, own, into] : {std::tuple{"lora_alpha", "alpha", &a.alpha}, std::tuple{"lora_dropout", "dropout", &a.dropout}}) {
+    if (r.has(peft) && r.has(own)) r.problem(own, absl::StrCat("give ", peft, " or ", own, ", not both"));
+    r.read(peft, into);
+    r.read(own, into);
+  }
   r.read("use_rslora", &a.use_rslora);
   read_lora_targets(r, a, cfg.model.arch);
   std::string bias = "none";

@@ -170,9 +170,16 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   FitRates rates;
   app.add_flag("--fit", fit, "the configurations that fit the described machines, fastest first, and the best one");
   app.add_option("--top", top, "--fit: how many to list (10)")->check(CLI::PositiveNumber);
-  app.add_option("--allow", allow, "--fit may also change numerics: bf16 (fp32 jobs), 8bit (AdamW jobs)")
+  app.add_option("--allow", allow,
+                 "--fit may also change numerics: bf16 (fp32 jobs), 8bit (AdamW jobs), nf4 (a LoRA job's base: QLoRA)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"bf16", "8bit"}));
+      ->check(CLI::IsMember({"bf16", "8bit", "nf4"}));
+  std::vector<int> lora_ranks;
+  app.add_option("--lora-ranks", lora_ranks,
+                 "--fit: the adapter ranks a LoRA job may take, e.g. 8,16,32,64 (the largest that fits is preferred; "
+                 "alpha keeps the job's scale)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   app.add_option("--out", out_path, "--fit: write the best config to this file");
   app.add_option("--nvme-path", nvme_path, "--fit: where NVMe offload keeps its files when the config names none");
   app.add_option("--flops", rates.flops,
@@ -182,6 +189,9 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.add_option("--network-bandwidth", network, "--fit: bytes/s a rank moves in collectives, e.g. 12.5GB");
   app.add_option("--nvme-bandwidth", nvme_rate, "--fit: bytes/s of a node's NVMe, e.g. 3GB");
   app.add_option("--host-bandwidth", host_rate, "--fit: bytes/s a host optimizer streams through memory, e.g. 20GB");
+  app.add_option("--dequantize-rate", rates.dequantize,
+                 "--fit: NF4 weights/s a rank dequantizes (default: see docs/memory-plan.md)")
+      ->check(CLI::PositiveNumber);
   if (auto code = parse_command_line(app, "zeroctl estimate", out, err, [&] { app.parse(argc, argv); })) return *code;
 
   auto refuse = [&](const absl::Status& s) {
@@ -239,8 +249,12 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
       return refuse(absl::InvalidArgumentError(
           "--fit needs the machines' memory to fit into: --gpu-memory, --host-memory or --nvme"));
     }
-    FitOptions options{std::ranges::count(allow, "bf16") > 0, std::ranges::count(allow, "8bit") > 0,
-                       nvme_path.empty() ? std::nullopt : std::optional(nvme_path)};
+    FitOptions options;
+    options.allow_bf16 = std::ranges::count(allow, "bf16") > 0;
+    options.allow_8bit = std::ranges::count(allow, "8bit") > 0;
+    options.allow_nf4 = std::ranges::count(allow, "nf4") > 0;
+    options.lora_ranks = lora_ranks;
+    if (!nvme_path.empty()) options.nvme_path = nvme_path;
     auto root = load_job_json(config_path, overrides);
     if (!root.ok()) return refuse(root.status());
     return report_fit(*root, m, rates, options, top, json, out_path, out, err);

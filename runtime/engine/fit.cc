@@ -1,6 +1,7 @@
 #include "runtime/engine/fit.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,13 @@ FitRates fit_rates(FitRates r, DType precision, const Machines& machines, int cp
   if (r.host_bandwidth <= 0) r.host_bandwidth = 1e10;
   if (r.network <= 0) r.network = 1e10;
   if (r.nvme <= 0) r.nvme = 2e9;
+  if (r.dequantize <= 0) {
+    // The CPU's transposed dequantization of 64M weights on two threads,
+    // 0.40 G weights/s (bench/RESULTS.md); a GPU's at 70% of an H200's HBM.
+    constexpr double kCpuWeightsPerThread = 2e8, kGpuBandwidth = 0.7 * 4.8e12, kNf4BytesPerWeight = 0.516;
+    r.dequantize = machines.gpu ? kGpuBandwidth / (kNf4BytesPerWeight + dtype_size(precision))
+                                : kCpuWeightsPerThread * std::max(1, cpu_threads);
+  }
   return r;
 }
 
@@ -54,10 +62,20 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
 
   // Forward 2 FLOPs a parameter a token and backward 4 (2 for a frozen
   // weight, which needs no gradient of its own), plus attention's products
-  // (the bench's count); checkpointing runs each forward again.
-  const double per_token = (6 * psi + 4 * frozen + 12.0 * m.n_layer * T * m.n_embd) *
-                           (cfg.activation_checkpointing ? 4.0 / 3 : 1);
+  // (the bench's count: 4 forward, 8 backward); checkpointing runs each
+  // forward again.
+  const double attention = 4.0 * m.n_layer * T * m.n_embd, forward = 2 * (psi + frozen) + attention;
+  const double per_token =
+      forward + 4 * psi + 2 * frozen + 2 * attention + (cfg.activation_checkpointing ? forward : 0);
   c.compute = per_token * cfg.micro_batch * accum * T / rates.flops;
+  if (cfg.lora && cfg.lora->nf4_base) {
+    // A QLoRA base's linear layers are dequantized a layer at a time for
+    // each micro-step's forward and again for its backward (checkpointing's
+    // recompute uses the backward's).
+    double weights = 0;
+    for (const LinearModule& mod : linear_modules(m)) weights += double(mod.dims.in) * mod.dims.out;
+    c.dequantize = 2 * accum * m.n_layer * weights / rates.dequantize;
+  }
 
   const OffloadDevice opt = cfg.zero.offload_optimizer.device, param = cfg.zero.offload_param.device;
   const bool host_optimizer = !machines.gpu || opt != OffloadDevice::kNone;
@@ -107,15 +125,18 @@ struct Choice {
   bool checkpointing;
   int micro_batch;
   bool bf16, eight_bit;
+  int lora_r;  // 0: no adapters
+  bool nf4;
 };
 
 const char* device_text(OffloadDevice d) {
   return d == OffloadDevice::kNone ? "\"none\"" : d == OffloadDevice::kCpu ? "\"cpu\"" : "\"nvme\"";
 }
 
-// The --set assignments that take `base` to `c`.
+// The --set assignments that take `base` to `c`; `alpha_key` is the name
+// the job gives LoRA's alpha (PEFT's lora_alpha or zerod's alpha).
 std::vector<std::string> changes_for(const JobConfig& base, const Choice& c, int world_size,
-                                     const std::optional<std::string>& nvme_path) {
+                                     const std::optional<std::string>& nvme_path, const std::string& alpha_key) {
   std::vector<std::string> out;
   if (c.stage != base.zero.stage) out.push_back(absl::StrCat("zero_optimization.stage=", c.stage));
   for (const auto& [key, device, was] :
@@ -137,6 +158,16 @@ std::vector<std::string> changes_for(const JobConfig& base, const Choice& c, int
   }
   if (c.bf16 && base.precision != DType::kBF16) out.push_back("bf16.enabled=true");
   if (c.eight_bit && base.optimizer.type != OptimizerType::kAdamW8bit) out.push_back("optimizer.type=\"AdamW8bit\"");
+  if (base.lora && c.lora_r != base.lora->adapters.r) {
+    // alpha moves with r so that the adapters' scale (alpha / r, or alpha /
+    // sqrt(r) with rsLoRA) stays the job's.
+    const LoraConfig& a = base.lora->adapters;
+    const double ratio = double(c.lora_r) / a.r;
+    out.push_back(absl::StrCat("model.lora.r=", c.lora_r));
+    out.push_back(absl::StrCat("model.lora.", alpha_key, "=",
+                               nlohmann::json(a.alpha * (a.use_rslora ? std::sqrt(ratio) : ratio)).dump()));
+  }
+  if (base.lora && c.nf4 && !base.lora->nf4_base) out.push_back("model.lora.base_quant=\"nf4\"");
   return out;
 }
 
@@ -164,6 +195,10 @@ std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme,
   const auto bf16s = distinct({is_bf16, is_bf16 || (options.allow_bf16 && base.precision == DType::kF32)});
   const auto eight_bits =
       distinct({is_8bit, is_8bit || (options.allow_8bit && base.optimizer.type == OptimizerType::kAdamW)});
+  std::vector<int> ranks = {base.lora ? base.lora->adapters.r : 0};
+  if (base.lora && !options.lora_ranks.empty()) ranks = options.lora_ranks;
+  const bool is_nf4 = base.lora && base.lora->nf4_base;
+  const auto nf4s = distinct({is_nf4, is_nf4 || (options.allow_nf4 && base.lora)});
   std::vector<Choice> out;
   for (int stage = 0; stage <= 3; ++stage) {
     for (OffloadDevice opt : places) {
@@ -172,7 +207,11 @@ std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme,
         for (bool ckpt : {false, true}) {
           for (int micro : micro_batches) {
             for (bool bf16 : bf16s) {
-              for (bool eight_bit : eight_bits) out.push_back({stage, opt, param, ckpt, micro, bf16, eight_bit});
+              for (bool eight_bit : eight_bits) {
+                for (int r : ranks) {
+                  for (bool nf4 : nf4s) out.push_back({stage, opt, param, ckpt, micro, bf16, eight_bit, r, nf4});
+                }
+              }
             }
           }
         }
@@ -187,13 +226,26 @@ std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme,
 absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, const Machines& machines,
                                                   const FitRates& given, const FitOptions& options) {
   ZEROD_ASSIGN_OR_RETURN(const JobConfig base, parse_job_config(root, machines.ranks));
+  for (int r : options.lora_ranks) {
+    if (!base.lora) return absl::InvalidArgumentError("--lora-ranks: the job trains no adapters (no model.lora)");
+    LoraConfig a = base.lora->adapters;
+    a.r = r;
+    if (absl::Status s = validate_lora_config(a, base.model.arch); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--lora-ranks ", r, ": ", s.message()));
+    }
+    if (absl::Status s = validate_lora_rank(a, base.model); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--lora-ranks ", r, ": ", s.message()));
+    }
+  }
+  const std::string alpha_key =
+      root.contains(nlohmann::json::json_pointer("/model/lora/lora_alpha")) ? "lora_alpha" : "alpha";
   std::optional<std::string> nvme_path = base.zero.offload_optimizer.nvme_path;
   if (!nvme_path) nvme_path = base.zero.offload_param.nvme_path;
   if (!nvme_path) nvme_path = options.nvme_path;
   std::vector<FitCandidate> out;
   for (const Choice& choice : choices(base, machines, nvme_path.has_value(), options)) {
     FitCandidate c;
-    c.changes = changes_for(base, choice, machines.ranks, nvme_path);
+    c.changes = changes_for(base, choice, machines.ranks, nvme_path, alpha_key);
     c.config = root;
     for (const std::string& change : c.changes) ZEROD_RETURN_IF_ERROR(apply_override(c.config, change));
     absl::StatusOr<JobConfig> cfg = parse_job_config(c.config, machines.ranks);
@@ -206,10 +258,12 @@ absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, co
     }
     out.push_back(std::move(c));
   }
-  // Fitting first, fastest first, the fewest changes among equals; then the least short.
-  std::ranges::stable_sort(out, [](const FitCandidate& a, const FitCandidate& b) {
-    return std::tuple(a.shortfall, a.cost.total(), a.changes.size()) <
-           std::tuple(b.shortfall, b.cost.total(), b.changes.size());
+  // Fitting first, the largest rank first, fastest first, the fewest
+  // changes among equals; then the least short.
+  const auto rank = [](const FitCandidate& c) { return c.cfg.lora ? -c.cfg.lora->adapters.r : 0; };
+  std::ranges::stable_sort(out, [&](const FitCandidate& a, const FitCandidate& b) {
+    return std::tuple(a.shortfall, a.fits() ? rank(a) : 0, a.cost.total(), a.changes.size()) <
+           std::tuple(b.shortfall, b.fits() ? rank(b) : 0, b.cost.total(), b.changes.size());
   });
   return out;
 }
@@ -235,7 +289,8 @@ nlohmann::json candidate_json(const FitCandidate& c) {
             {"optimizer", c.cost.optimizer},
             {"pcie", c.cost.pcie},
             {"network", c.cost.network},
-            {"nvme", c.cost.nvme}}},
+            {"nvme", c.cost.nvme},
+            {"dequantize", c.cost.dequantize}}},
           {"per_rank", peaks_json(c.estimate.per_rank)}};
 }
 
@@ -276,7 +331,8 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
                           {"host_bandwidth", used.host_bandwidth},
                           {"pcie", used.pcie},
                           {"network", used.network},
-                          {"nvme", used.nvme}}},
+                          {"nvme", used.nvme},
+                          {"dequantize", used.dequantize}}},
                         {"configurations", list},
                         {"best_config", best ? best->config : nlohmann::json()}};
     if (!best && !all->empty()) j["closest"] = candidate_json(all->front());
@@ -287,10 +343,10 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
                          fitting, all->size(), machines.ranks, machines.ranks == 1 ? "" : "s", machines.nodes,
                          machines.nodes == 1 ? "" : "s");
   out << absl::StrFormat(
-      "cost model, per rank: %s of model FLOPs, host optimizer %s, PCIe %s, network %s, NVMe %s a node; nothing "
-      "overlapped\n",
+      "cost model, per rank: %s of model FLOPs, host optimizer %s, PCIe %s, network %s, NVMe %s a node, NF4 "
+      "dequantization %s; nothing overlapped\n",
       per_second(used.flops, "FLOP"), per_second(used.host_bandwidth, "B"), per_second(used.pcie, "B"),
-      per_second(used.network, "B"), per_second(used.nvme, "B"));
+      per_second(used.network, "B"), per_second(used.nvme, "B"), per_second(used.dequantize, " weights"));
   if (!best) {
     if (all->empty()) {
       out << "no configuration of this job can be tried\n";

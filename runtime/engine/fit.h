@@ -27,15 +27,18 @@ struct FitRates {
   double pcie = 0;            // bytes/s between a GPU and pinned host memory
   double network = 0;         // bytes/s a rank sends or receives in collectives
   double nvme = 0;            // bytes/s of a node's NVMe, read or write, shared by its ranks
+  double dequantize = 0;      // NF4 weights/s a rank dequantizes into its products' operands
 };
 
 // `given` with every unset rate filled in for a job of `precision` on
 // `machines` (`cpu_threads` a CPU rank's threads): the figures measured in
 // bench/RESULTS.md (zerod's gpt2-xl bf16 step on an H200: 246 TFLOP/s, fp32
 // at the H100's fp32-to-bf16 peak ratio 67/989; its CPU step 72 GFLOP/s a
-// thread; gradients to the host at 21.3 GB/s) and stated assumptions for
-// what has not been measured (10 GB/s host optimizer and network, 2 GB/s
-// NVMe).
+// thread; gradients to the host at 21.3 GB/s; NF4 dequantization on the
+// CPU, 0.2 G weights/s a thread) and stated assumptions for what has not
+// been measured (10 GB/s host optimizer and network, 2 GB/s NVMe; a GPU
+// dequantizing NF4 at 70% of an H200's 4.8 TB/s, reading 0.516 bytes and
+// writing an operand a weight).
 FitRates fit_rates(FitRates given, DType precision, const Machines& machines, int cpu_threads);
 
 // Seconds of one optimizer step on a rank, by what it waits for; nothing
@@ -47,7 +50,8 @@ struct StepCost {
   double pcie = 0;       // gradients down, parameters up (offload)
   double network = 0;    // reduce-scatters, all-reduces and all-gathers between ranks
   double nvme = 0;       // states and parameters read and written on NVMe
-  double total() const { return compute + optimizer + pcie + network + nvme; }
+  double dequantize = 0;  // a QLoRA base's linear layers, forward and backward of each micro-step
+  double total() const { return compute + optimizer + pcie + network + nvme + dequantize; }
 };
 StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRates& rates);
 
@@ -55,6 +59,11 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
 struct FitOptions {
   bool allow_bf16 = false;  // fp32 jobs may train in bf16
   bool allow_8bit = false;  // AdamW jobs may keep 8-bit states
+  bool allow_nf4 = false;   // LoRA jobs may hold their base in NF4 (QLoRA)
+  // The adapter ranks a LoRA job may take (empty: its own), alpha changed
+  // with r to keep the adapters' scale; the largest rank that fits is
+  // preferred to a faster smaller one.
+  std::vector<int> lora_ranks;
   // Where NVMe candidates keep their files when the config names no path;
   // without either, NVMe is not tried.
   std::optional<std::string> nvme_path;
@@ -71,8 +80,9 @@ struct FitCandidate {
 };
 
 // Every candidate of `root` (a job config, its overrides applied) on
-// `machines`, fitting ones first, fastest first; then those that do not fit,
-// least short first. Candidates the config reader refuses are left out.
+// `machines`, fitting ones first, the largest LoRA rank first, fastest
+// first; then those that do not fit, least short first. Candidates the
+// config reader refuses are left out; a rank no target allows is refused.
 absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, const Machines& machines,
                                                   const FitRates& rates, const FitOptions& options);
 

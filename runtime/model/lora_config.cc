@@ -46,10 +46,10 @@ int64_t lora_param_count(const GptConfig& c, const LoraConfig& lora) {
 absl::Status validate_lora_config(const LoraConfig& c, Arch a) {
   if (c.r < 1) return absl::InvalidArgumentError(absl::StrCat("model.lora.r must be at least 1, got ", c.r));
   if (!(c.alpha > 0) || !std::isfinite(c.alpha)) {
-    return absl::InvalidArgumentError(absl::StrCat("model.lora.alpha must be positive, got ", c.alpha));
+    return absl::InvalidArgumentError(absl::StrCat("model.lora.alpha (lora_alpha) must be positive, got ", c.alpha));
   }
   if (!(c.dropout >= 0 && c.dropout < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("model.lora.dropout must be in [0, 1), got ", c.dropout));
+    return absl::InvalidArgumentError(absl::StrCat("model.lora.dropout (lora_dropout) must be in [0, 1), got ", c.dropout));
   }
   if (std::ranges::none_of(c.targets, [](bool t) { return t; })) {
     return absl::InvalidArgumentError("model.lora.target_modules names no module");
