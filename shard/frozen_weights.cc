@@ -1,6 +1,7 @@
 #include "shard/frozen_weights.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "offload/swap_dir.h"
 #include "runtime/kernels/cpu_table.h"
@@ -8,22 +9,25 @@
 namespace zerod {
 namespace {
 
-// A packed layer's units: the embeddings and final LayerNorm as their fp32
-// values, each layer as Nf4Packing's bytes, counted in 4-byte words (what
-// the gathers move; their bits are copied, never read as floats).
-std::vector<int64_t> packed_units(const GptLayout& layout) {
+// Words (4 bytes) of `numel` values of `t`.
+int64_t words(int64_t numel, DType t) { return (numel * static_cast<int64_t>(dtype_size(t)) + 3) / 4; }
+
+// A packed layer's units: the embeddings and final LayerNorm as operands,
+// each layer as Nf4Packing's bytes, counted in 4-byte words (what the
+// gathers move; their bits are copied, never read as floats).
+std::vector<int64_t> packed_units(const GptLayout& layout, DType operands) {
   const int64_t layer_words = static_cast<int64_t>(Nf4Packing(layout).layer_bytes() / 4);
-  std::vector<int64_t> begin = {0, layout.unit_numel(0)};
+  std::vector<int64_t> begin = {0, words(layout.unit_numel(0), operands)};
   for (int l = 0; l < layout.config().n_layer; ++l) begin.push_back(begin.back() + layer_words);
-  begin.push_back(begin.back() + layout.unit_numel(layout.final_unit()));
+  begin.push_back(begin.back() + words(layout.unit_numel(layout.final_unit()), operands));
   return begin;
 }
 
 bool packed(bool nf4, const ZeroConfig& z) { return nf4 && z.stage == 3; }
 
 ZeroShape frozen_shape(const GptLayout& layout, const ZeroSettings& s, bool nf4, int world_size, int rank) {
-  ZeroShape shape = packed(nf4, s.zero)
-                        ? ZeroShape(layout, packed_units(layout), world_size, rank, DType::kF32, Category::kFrozen)
+  ZeroShape shape = packed(nf4, s.zero) ? ZeroShape(layout, packed_units(layout, s.operands), world_size, rank,
+                                                    DType::kF32, Category::kFrozen)
                         : ZeroShape(layout, s.zero.stage, world_size, rank, s.precision, Category::kFrozen);
   shape.operands = s.operands;
   return shape;
@@ -151,6 +155,10 @@ absl::Status FrozenWeights::fill(const ParamInit& init, const Nf4ModuleReader& n
       ZEROD_RETURN_IF_ERROR(params_->write(s, 0, layer.host<float>() + in_unit, s.numel));
       continue;
     }
+    if (packing_) {
+      ZEROD_RETURN_IF_ERROR(fill_global(init, s, in_unit, host.host<float>(), step, layer));
+      continue;
+    }
     // fp32 values, at the same place in the layout's unit.
     const int64_t begin = L.unit_begin(u) + in_unit;
     for (int64_t start = 0; start < s.numel; start += step) {
@@ -161,6 +169,26 @@ absl::Status FrozenWeights::fill(const ParamInit& init, const Nf4ModuleReader& n
   }
   ZEROD_RETURN_IF_ERROR(params_->publish());
   return ctx_.device.synchronize(ctx_.stream);
+}
+
+absl::Status FrozenWeights::fill_global(const ParamInit& init, const ShardSegment& s, int64_t in_unit, float* host,
+                                        int64_t step, Buffer& converted) {
+  // The segment's words [in_unit, in_unit + s.numel) of the unit hold
+  // operands from element in_unit * per_word, converted on the host as the
+  // device's conversion rounds them, through the packed layer's buffer.
+  const GptLayout& L = ctx_.layout;
+  const int64_t op_bytes = static_cast<int64_t>(dtype_size(ctx_.operands)), per_word = 4 / op_bytes;
+  const int64_t unit_numel = L.unit_numel(s.unit);
+  const int64_t chunk = std::min<int64_t>(step / per_word, static_cast<int64_t>(converted.bytes() / 4));
+  for (int64_t start = 0; start < s.numel; start += chunk) {
+    const int64_t n = std::min(chunk, s.numel - start);  // words
+    const int64_t first = (in_unit + start) * per_word, values = std::min(n * per_word, unit_numel - first);
+    ZEROD_RETURN_IF_ERROR(init(L.unit_begin(s.unit) + first, L.unit_begin(s.unit) + first + values, host));
+    std::memset(converted.data(), 0, n * 4);  // an odd count's last half-word
+    convert_from_f32(ctx_.operands, host, converted.data(), values);
+    ZEROD_RETURN_IF_ERROR(params_->write(s, start, converted.host<float>(), n));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace zerod

@@ -37,6 +37,11 @@ class FrozenWeights {
   // Writes this rank's part from `init` (and a file's NF4 layers,
   // `nf4_held`) and publishes it.
   absl::Status fill(const ParamInit& init, const Nf4ModuleReader& nf4_held);
+  // Packed units: owned segment s (at word in_unit of the embeddings' or
+  // final norm's unit) as operands, read `step` values at a time into
+  // `host` and converted into `converted`.
+  absl::Status fill_global(const ParamInit& init, const ShardSegment& s, int64_t in_unit, float* host, int64_t step,
+                           Buffer& converted);
 
   CpuDevice host_;
   std::unique_ptr<Kernels> host_kernels_;

@@ -25,7 +25,9 @@ std::vector<BufferSpec> GatheredWeights::buffers(const ZeroShape& shape, const Z
       {"gathered embeddings", shape.params, p.chunk(0) * ds},
       {"gathered final LayerNorm", shape.params, p.chunk(L.final_unit()) * ds},
   };
-  for (BufferSpec& b : weight_staging_buffers(L, shape.dtype, shape.operands)) specs.push_back(std::move(b));
+  // Packed units hold their globals as operands and unpack their layers themselves.
+  const DType held = shape.packed ? shape.operands : shape.dtype;
+  for (BufferSpec& b : weight_staging_buffers(L, held, shape.operands)) specs.push_back(std::move(b));
   return specs;
 }
 
@@ -56,9 +58,9 @@ absl::StatusOr<GlobalWeights> GatheredWeights::globals() {
   const GptLayout& L = ctx_.layout;
   ZEROD_ASSIGN_OR_RETURN(const bool fresh_emb, acquire(emb_, 0));
   ZEROD_ASSIGN_OR_RETURN(const bool fresh_fin, acquire(fin_, L.final_unit()));
-  if (fresh_emb || fresh_fin || !needs_staging(ctx_.dtype, ctx_.operands)) {
-    globals_ =
-        global_weight_views(ctx_.converter(), L, ctx_.dtype, emb_.buf.data(), fin_.buf.data(), global_staging_.data());
+  const DType held = ctx_.packed ? ctx_.operands : ctx_.dtype;
+  if (fresh_emb || fresh_fin || !needs_staging(held, ctx_.operands)) {
+    globals_ = global_weight_views(ctx_.converter(), L, held, emb_.buf.data(), fin_.buf.data(), global_staging_.data());
   }
   return globals_;
 }

@@ -10,7 +10,8 @@ ZeroShape::ZeroShape(const GptLayout& layout, int stage, int world_size, int ran
       owner(stage == 0 ? 0 : rank),
       owned(owned_segments(layout, part, owner)),
       dtype(dtype),
-      params(params) {}
+      params(params),
+      packed(false) {}
 
 namespace {
 
@@ -34,7 +35,8 @@ ZeroShape::ZeroShape(const GptLayout& layout, std::vector<int64_t> unit_begin, i
       owner(rank),
       owned(unit_segments(part, rank)),
       dtype(dtype),
-      params(params) {}
+      params(params),
+      packed(true) {}
 
 ZeroContext::ZeroContext(const GptLayout& layout, int stage, DType dtype, Communicator& comm, Device& device,
                          Kernels& kernels, Device& host, Kernels& host_kernels, Category params)

@@ -23,10 +23,11 @@ namespace zerod {
 struct ZeroShape {
   ZeroShape(const GptLayout& layout, int stage, int world_size, int rank, DType dtype,
             Category params = Category::kParams);
-  // Stage 3 over units held in a form of their own (NF4's packed layers):
-  // `unit_begin` as Partition takes it, in elements of `dtype`; a rank owns
-  // a segment of each unit, its chunk's real elements. `layout` is still
-  // the model's.
+  // Stage 3 over units held in a form of their own (NF4's packed layers,
+  // unpacked by the store's LayerUnpack; the embeddings and final norm as
+  // operands, the table's type, packed into the same elements): `unit_begin`
+  // as Partition takes it, in elements of `dtype`; a rank owns a segment of
+  // each unit, its chunk's real elements. `layout` is still the model's.
   ZeroShape(const GptLayout& layout, std::vector<int64_t> unit_begin, int world_size, int rank, DType dtype,
             Category params);
 
@@ -36,6 +37,7 @@ struct ZeroShape {
   const std::vector<ShardSegment> owned;
   const DType dtype;      // of the working parameters
   const Category params;  // what the working parameters count as (kFrozen for weights not trained)
+  const bool packed;      // units held in a form of their own (the constructor above)
   // The kernel table's operand type (kernels.h): weights of another type
   // reach the model converted (weights.h's staging). A context's is its
   // table's; a plan's, its settings'.

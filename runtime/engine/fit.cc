@@ -41,7 +41,9 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
   const GptConfig& m = cfg.model;
   // The trained parameters: the model's, or with LoRA the adapters' (the
   // model's weights are then frozen: `frozen` of them, whose bytes are
-  // gathered at stage 3: NF4's packed layers, or the working precision's).
+  // gathered at stage 3: NF4's packed layers and the globals as operands,
+  // the working precision on a GPU, fp32 on the CPU; or the working
+  // precision's).
   const double model = static_cast<double>(gpt_param_count(m));
   const double psi = cfg.lora ? static_cast<double>(lora_param_count(m, cfg.lora->adapters)) : model;
   const double frozen = cfg.lora ? model : 0;
@@ -52,7 +54,7 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
   const double param_bytes = dtype_size(cfg.precision), grad_bytes = 4;
   double gathered_frozen = 0;  // bytes
   if (cfg.lora && stage == 3) {
-    gathered_frozen = cfg.lora->nf4_base ? static_cast<double>(Nf4Packing(GptLayout(m)).model_bytes())
+    gathered_frozen = cfg.lora->nf4_base ? static_cast<double>(Nf4Packing(GptLayout(m)).model_bytes(machines.gpu ? cfg.precision : DType::kF32))
                                          : frozen * param_bytes;
   }
   const double state_bytes = cfg.optimizer.type == OptimizerType::kAdamW8bit ? 2 : 8;

@@ -65,9 +65,9 @@ Nf4Packing::Nf4Packing(const GptLayout& layout) : layout_(layout), modules_(line
   for (const LinearModule& m : modules_) layer_bytes_ += matrix_bytes(module_numel(m));
 }
 
-uint64_t Nf4Packing::model_bytes() const {
+uint64_t Nf4Packing::model_bytes(DType operands) const {
   return layout_.config().n_layer * layer_bytes_ +
-         4 * static_cast<uint64_t>(layout_.unit_numel(0) + layout_.unit_numel(layout_.final_unit()));
+         dtype_size(operands) * static_cast<uint64_t>(layout_.unit_numel(0) + layout_.unit_numel(layout_.final_unit()));
 }
 
 absl::Status Nf4Packing::read(const ParamInit& init, int layer, const Nf4ModuleReader& held, float* unit) const {
@@ -131,11 +131,9 @@ BufferSpec Nf4Packing::unpacked_buffer(const GptLayout& layout, DType operands) 
 std::vector<BufferSpec> Nf4Weights::buffers(const GptLayout& layout, DType operands) {
   const uint64_t packed = Nf4Packing(layout).layer_bytes();
   const uint64_t globals = layout.unit_numel(0) + layout.unit_numel(layout.final_unit());
-  return {{"frozen weights: embeddings and final LayerNorm", Category::kFrozen, globals * 4},
+  return {{"frozen weights: embeddings and final LayerNorm", Category::kFrozen, globals * dtype_size(operands)},
           {"frozen weights: layers, matrices in NF4", Category::kFrozen, layout.config().n_layer * packed},
           Nf4Packing::unpacked_buffer(layout, operands),
-          {"frozen weights: embeddings and final LayerNorm as operands", Category::kWorkspace,
-           weight_staging(layout).globals * dtype_size(operands), needs_staging(DType::kF32, operands) ? 1 : 0},
           {"frozen weights, a layer as read", Category::kWorkspace, static_cast<uint64_t>(read_numel(layout) * 4), 1,
            Tier::kHost, /*kept=*/false},
           {"frozen weights, a layer packed", Category::kWorkspace, packed, 1, Tier::kHost, /*kept=*/false}};
@@ -148,23 +146,29 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   Nf4Weights w(L, Converter{kernels, s});
   const uint64_t packed_bytes = w.packing_.layer_bytes();
   const int64_t emb = L.unit_numel(0), fin = L.unit_numel(L.final_unit());
-  const std::vector<BufferSpec> specs = buffers(L, kernels.operand_type());
+  const DType operands = kernels.operand_type();
+  const size_t op_bytes = dtype_size(operands);
+  const std::vector<BufferSpec> specs = buffers(L, operands);
   ZEROD_ASSIGN_OR_RETURN(w.globals_buf_, allocate_spec(device, specs[kGlobals]));
   ZEROD_ASSIGN_OR_RETURN(w.layers_, allocate_spec(device, specs[kLayers]));
   ZEROD_ASSIGN_OR_RETURN(w.unpacked_, allocate_spec(device, specs[kUnpacked]));
-  if (specs[kGlobalOperands].count > 0) {
-    ZEROD_ASSIGN_OR_RETURN(w.global_staging_, allocate_spec(device, specs[kGlobalOperands]));
-  }
   ZEROD_ASSIGN_OR_RETURN(Buffer read, allocate_spec(device, specs[kLayerRead]));
   ZEROD_ASSIGN_OR_RETURN(Buffer packed, allocate_spec(device, specs[kLayerPacked]));
   float* host = read.host<float>();
 
+  // The globals become operands on the host, as the device's conversion
+  // rounds them (to nearest even), a packed layer's bytes at a time.
   ZEROD_RETURN_IF_ERROR(init(L.unit_begin(0), L.unit_begin(0) + emb, host));
   ZEROD_RETURN_IF_ERROR(init(L.unit_begin(L.final_unit()), L.unit_begin(L.final_unit()) + fin, host + emb));
-  device.copy(s, w.globals_buf_.data(), host, (emb + fin) * 4);
-  ZEROD_RETURN_IF_ERROR(device.synchronize(s));
-  w.globals_ = global_weight_views(w.convert_, L, DType::kF32, w.globals_buf_.data(), w.globals_buf_.ptr<float>() + emb,
-                                   w.global_staging_.data());
+  const int64_t chunk = static_cast<int64_t>(packed_bytes / op_bytes);
+  for (int64_t at = 0; at < emb + fin; at += chunk) {
+    const int64_t n = std::min(chunk, emb + fin - at);
+    convert_from_f32(operands, host + at, packed.data(), n);
+    device.copy(s, w.globals_buf_.ptr<char>() + at * op_bytes, packed.data(), n * op_bytes);
+    ZEROD_RETURN_IF_ERROR(device.synchronize(s));  // before the next chunk reuses the host buffer
+  }
+  char* globals = w.globals_buf_.ptr<char>();
+  w.globals_ = global_weight_views(w.convert_, L, operands, globals, globals + emb * op_bytes, nullptr);
 
   for (int l = 0; l < L.config().n_layer; ++l) {
     ZEROD_RETURN_IF_ERROR(w.packing_.read(init, l, held, host));

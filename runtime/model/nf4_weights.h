@@ -3,8 +3,9 @@
 // layer at a time in transformers' orientation ([out, in]: a Llama's q, k
 // and v apart, GPT-2's Conv1D weights transposed), and dequantized a layer
 // at a time straight into the products' operands, with no fp32 copy of a
-// matrix on the way; biases, norms and the embeddings stay fp32, as
-// bitsandbytes quantizes linear layers only.
+// matrix on the way. bitsandbytes quantizes linear layers only: a layer's
+// biases and norms stay fp32 in its packed bytes, and the embeddings and
+// final norm (and head) are held as operands (16 bits on a 16-bit GPU).
 #pragma once
 
 #include <array>
@@ -41,8 +42,8 @@ class Nf4Packing {
   // A packed layer's bytes: a multiple of 16.
   uint64_t layer_bytes() const { return layer_bytes_; }
   // The model's bytes held so: its layers packed, the embeddings and final
-  // LayerNorm in fp32.
-  uint64_t model_bytes() const;
+  // LayerNorm as operands of type `operands`.
+  uint64_t model_bytes(DType operands) const;
   // What pack() needs of layer `layer`'s unit (its fp32 values in layout
   // order) from `init`: the whole unit, or only its fp32 tensors where
   // `held` gives the modules (held_nf4_modules: all of them).
@@ -76,13 +77,13 @@ class Nf4Weights : public WeightSource {
   static absl::StatusOr<Nf4Weights> create(const GptLayout* layout, const ParamInit& init,
                                            const Nf4ModuleReader& held, Device& device, Kernels& kernels);
   // What create() allocates for a table of operands `operands`, by
-  // Buffers: the globals and the packed layers; the unpacked layer; the
-  // globals as operands (16-bit ones); the host buffers a layer passes
-  // through while it is packed.
-  enum Buffers { kGlobals, kLayers, kUnpacked, kGlobalOperands, kLayerRead, kLayerPacked };
+  // Buffers: the globals (as operands) and the packed layers; the unpacked
+  // layer; the host buffers a layer passes through while it is packed
+  // (the globals too, converted a packed layer's bytes at a time).
+  enum Buffers { kGlobals, kLayers, kUnpacked, kLayerRead, kLayerPacked };
   static std::vector<BufferSpec> buffers(const GptLayout& layout, DType operands);
 
-  DType dtype() const override { return DType::kF32; }
+  DType dtype() const override { return convert_.kernels.operand_type(); }
   absl::StatusOr<GlobalWeights> globals() override { return globals_; }
   absl::StatusOr<LayerWeights> layer(int l) override;
 
@@ -92,7 +93,6 @@ class Nf4Weights : public WeightSource {
   Nf4Packing packing_;
   Converter convert_;
   Buffer globals_buf_, layers_, unpacked_;  // unpacked: unpacked_buffer's
-  Buffer global_staging_;                   // the globals as 16-bit operands
   GlobalWeights globals_{};
 };
 
