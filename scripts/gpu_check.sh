@@ -57,24 +57,37 @@
 #     and 8192 with as many tokens a step as at 1024) two steps each, their planned
 #     peaks (zeroctl estimate's, run summary's memory_planned) against the
 #     accountant's in every tier and category (goal: within 5%);
-#   lora: the NF4 kernel against the CPU's (test_cuda_kernels), a
+#   lora: the NF4 kernel and LoRA's products against the CPU's (test_cuda_kernels), a
 #     bitsandbytes 4-bit model's files read (test_bnb_nf4), then
 #     Llama-3.1-8B's shape, QLoRA and LoRA r 16 on all seven products, T
 #     2048, gradient checkpointing, micro-batch 1, against transformers +
 #     PEFT (+ bitsandbytes) alternated (bench/gpu/lora_vs_peft.sh; the
 #     wheels of peft, accelerate and bitsandbytes from .gpu-deps/wheels);
+#   examples: the Llama family's examples with random weights of their
+#     shape (Llama-3.2-1B in full under 8 GiB, Llama-3.1-8B QLoRA under
+#     12 GiB, Qwen2.5-7B with its optimizer on the host under 40 GiB), 10
+#     steps each on the tree's docs as bytes: losses, tokens/s, GPU peak
+#     against the cap, the plan against the accountant in every tier and
+#     category (5%); then Llama-3.2-1B uncapped, without offload (the capped
+#     run's tokens/s must be at least 0.7 of its);
+#   crash: kill -9 at random moments, 5 times each, of QLoRA of
+#     Llama-3.2-1B's shape with its base offloaded to the host and of gpt2
+#     in full with its optimizer on the host, each resumed: every final
+#     checkpoint must be the uninterrupted run's byte for byte
+#     (bench/gpu/crash_resume.sh); then Llama-3.1-8B's QLoRA example
+#     resumed, its time to the first step;
 #   ranks: with the machine's own Open MPI (mpicxx, mpirun), a CUDA + MPI
 #     build: 2 and 3 ranks sharing the GPU against the one-rank run
 #     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
 #     rank's GPU peak.
 #   Here:            scripts/gpu_deps.sh
-#   On the GPU:      scripts/gpu_check.sh [all|kernels|breakdown|offload|largest|ranks|bench|plan|lora]  (carry .gpu-deps)
+#   On the GPU:      scripts/gpu_check.sh [all|kernels|breakdown|offload|largest|ranks|bench|plan|lora|examples|crash]  (carry .gpu-deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 section=${1:-all}
-case "$section" in all | kernels | breakdown | offload | largest | ranks | bench | plan | lora) ;;
-*) echo "gpu_check: unknown section '$section' (all, kernels, breakdown, offload, largest, ranks, bench, plan or lora)"; exit 2 ;;
+case "$section" in all | kernels | breakdown | offload | largest | ranks | bench | plan | lora | examples | crash) ;;
+*) echo "gpu_check: unknown section '$section' (all, kernels, breakdown, offload, largest, ranks, bench, plan, lora, examples or crash)"; exit 2 ;;
 esac
 out=${OUT:-$root/gpu-results}
 deps=/tmp/zerod-deps
@@ -141,7 +154,7 @@ cuda_tests=(test_cuda_kernels test_cuda_training test_cuda_offload test_device t
 # Only what a section runs; all and plan build everything.
 case "$section" in
 kernels) targets=(--target zero-worker "${cuda_tests[@]}") ;;
-breakdown) targets=(--target zero-worker) ;;
+breakdown | examples | crash) targets=(--target zero-worker) ;;
 offload) targets=(--target zero-worker test_cuda_offload copy_bandwidth optim_throughput host_sums_throughput) ;;
 bench) targets=(--target zero-worker zero-tokenize attention_throughput) ;;
 lora) targets=(--target zero-worker test_cuda_kernels test_bnb_nf4) ;;
@@ -313,11 +326,9 @@ if [ "$section" = offload ]; then
   exit $rc
 fi
 
-if [ "$section" = plan ]; then
-  rc=0
-  # Each run's summary: memory_planned against memory_peak, every tier and
-  # category; exit 1 past 5% anywhere, and the worst error said.
-  compare='
+# A JSON run log's summary: memory_planned against memory_peak, every tier
+# and category; exit 1 past 5% anywhere, and the worst error said.
+compare='
 import json, sys
 summary = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "\"summary\"" in l][-1]
 worst, where = 0.0, "none"
@@ -329,6 +340,9 @@ for tier, cats in summary["memory_peak"].items():
 gpu = summary["memory_peak"]["gpu"]
 print(f"gpu peak {gpu}; worst error {100 * worst:.3f}% ({where})")
 sys.exit(1 if worst > 0.05 else 0)'
+
+if [ "$section" = plan ]; then
+  rc=0
   runs=("gpu_gpt2:--config examples/gpu_gpt2.json"
     "gpu_gpt2_xl_finetune:--config examples/gpu_gpt2_xl_finetune.json --set model.init_from=null --set run.gpu_memory_limit=null"
     "gpt2-xl-offload:--config examples/gpt2-xl-offload.json --set model.init_from=null"
@@ -344,6 +358,66 @@ sys.exit(1 if worst > 0.05 else 0)'
     [ $? = 0 ] && [ "$code" = 0 ] || rc=1
     say "plan against the accountant, $name: exit $code; $result"
   done
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
+if [ "$section" = examples ]; then
+  rc=0
+  # A JSON run log's losses falling, its tokens/s, and its GPU peak against
+  # the cap given.
+  run_figures='
+import json, sys
+summary = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "\"summary\"" in l][-1]
+first, final, rate = summary["first_loss"], summary["final_loss"], summary["tokens_per_s"]
+peak, cap = sum(summary["memory_peak"]["gpu"].values()), float(sys.argv[2]) * 2**30
+print(f"loss {first:.4f} -> {final:.4f}, {rate:.0f} tokens/s, GPU peak {peak / 2**30:.2f} GiB of {sys.argv[2]}")
+sys.exit(0 if final < first and peak <= cap else 1)'
+  tokens() { python3 -c "$run_figures" "$1" 1000000 2>/dev/null | grep -oE '[0-9]+ tokens/s' | cut -d' ' -f1; }
+  for ex in llama-3.2-1b-finetune:8 llama-3.1-8b-qlora:12 qwen2.5-7b-offload:40; do
+    name=${ex%%:*} cap=${ex#*:}
+    timeout 200 "$worker" --config "examples/$name.json" --set run.steps=10 --log-format json >"$logs/example-$name.log" 2>&1
+    code=$?
+    figures=$(python3 -c "$run_figures" "$logs/example-$name.log" "$cap" 2>&1)
+    figures_ok=$?
+    plan=$(python3 -c "$compare" "$logs/example-$name.log" 2>&1)
+    plan_ok=$?
+    [ "$code" = 0 ] && [ "$figures_ok" = 0 ] && [ "$plan_ok" = 0 ] || rc=1
+    say "example $name: exit $code; $figures; plan against the accountant: $plan"
+  done
+  timeout 120 "$worker" --config examples/llama-3.2-1b-finetune.json --set run.gpu_memory_limit=null \
+    --set 'zero_optimization={"stage":2}' --set run.steps=10 --log-format json >"$logs/example-1b-uncapped.log" 2>&1
+  code=$?
+  capped=$(tokens "$logs/example-llama-3.2-1b-finetune.log") uncapped=$(tokens "$logs/example-1b-uncapped.log")
+  ratio=$(python3 -c 'import sys; print(f"{float(sys.argv[1]) / float(sys.argv[2]):.2f}")' "$capped" "$uncapped" 2>/dev/null)
+  python3 -c "import sys; sys.exit(0 if float('${ratio:-0}') >= 0.7 else 1)" || rc=1
+  say "Llama-3.2-1B under 8 GiB against uncapped: exit $code; ${capped:-?} against ${uncapped:-?} tokens/s: ${ratio:-?} (goal: 0.7)"
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
+if [ "$section" = crash ]; then
+  rc=0
+  bench/gpu/crash_resume.sh "$worker" "$logs/crash" qlora-1b-offload 5 --config examples/llama-3.2-1b-finetune.json \
+    --set run.gpu_memory_limit=null --set run.steps=8 --set train_batch_size=4 \
+    --set 'model.lora={"r":16,"lora_alpha":32,"target_modules":"all-linear","base_quant":"nf4"}' \
+    --set 'zero_optimization={"stage":3,"offload_param":{"device":"cpu"}}' 2>&1 | sed 's/^/gpu_check: /' | tee -a "$summary"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  bench/gpu/crash_resume.sh "$worker" "$logs/crash" gpt2-offload 5 --config examples/gpu_gpt2.json --set run.steps=20 \
+    --set 'zero_optimization={"stage":2,"offload_optimizer":{"device":"cpu"}}' 2>&1 | sed 's/^/gpu_check: /' | tee -a "$summary"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  # Llama-3.1-8B's QLoRA: two steps saved, then resumed for a third; the
+  # resumed run builds its NF4 base again before its first step.
+  ck='run.checkpoint={"dir":"/tmp/zerod-crash-8b","interval":1,"keep":1}'
+  rm -rf /tmp/zerod-crash-8b
+  timeout 200 "$worker" --config examples/llama-3.1-8b-qlora.json --set run.steps=2 --set "$ck" --log-format json \
+    >"$logs/qlora-8b-first.log" 2>&1
+  code=$?
+  timeout 200 "$worker" --config examples/llama-3.1-8b-qlora.json --set run.steps=3 --set "$ck" \
+    --set 'run.resume="latest"' >"$logs/qlora-8b-resumed.log" 2>&1
+  code2=$?
+  [ "$code" = 0 ] && [ "$code2" = 0 ] || rc=1
+  say "Llama-3.1-8B QLoRA resumed: exit $code, $code2; $(grep -E '^done' "$logs/qlora-8b-resumed.log")"
   say "done in $SECONDS s, exit $rc"
   exit $rc
 fi
@@ -438,14 +512,14 @@ if [ "$section" = bench ]; then
 fi
 
 if [ "$section" = lora ]; then
-  # The NF4 kernel against the CPU's, a 4-bit model's files read, then
+  # The NF4 kernel and LoRA's products against the CPU's, a 4-bit model's files read, then
   # Llama-3.1-8B's QLoRA and LoRA against transformers + PEFT (+ bitsandbytes).
   # The section fails where a test does or the comparison gives no figure.
   rc=0
-  "$build/tests/test_cuda_kernels" --gtest_filter='*Nf4*' >"$logs/nf4_kernel.log" 2>&1
+  "$build/tests/test_cuda_kernels" --gtest_filter='*Nf4*:*Lora*' >"$logs/nf4_kernel.log" 2>&1
   code=$?
   [ "$code" = 0 ] || rc=1
-  say "NF4 kernel: exit $code; $(grep -E 'PASSED|FAILED|SKIPPED' "$logs/nf4_kernel.log" | tr '\n' ' ')"
+  say "NF4 kernel, LoRA products: exit $code; $(grep -E 'PASSED|FAILED|SKIPPED' "$logs/nf4_kernel.log" | tr '\n' ' ')"
   "$build/tests/test_bnb_nf4" >"$logs/bnb_nf4.log" 2>&1
   code=$?
   [ "$code" = 0 ] || rc=1

@@ -26,9 +26,10 @@ std::vector<int64_t> packed_units(const GptLayout& layout, DType operands) {
 bool packed(bool nf4, const ZeroConfig& z) { return nf4 && z.stage == 3; }
 
 ZeroShape frozen_shape(const GptLayout& layout, const ZeroSettings& s, bool nf4, int world_size, int rank) {
-  ZeroShape shape = packed(nf4, s.zero) ? ZeroShape(layout, packed_units(layout, s.operands), world_size, rank,
-                                                    DType::kF32, Category::kFrozen)
-                        : ZeroShape(layout, s.zero.stage, world_size, rank, s.precision, Category::kFrozen);
+  ZeroShape shape =
+      packed(nf4, s.zero)
+          ? ZeroShape(layout, packed_units(layout, s.operands), world_size, rank, DType::kF32, Category::kFrozen)
+          : ZeroShape(layout, s.zero.stage, world_size, rank, s.precision, Category::kFrozen);
   shape.operands = s.operands;
   return shape;
 }

@@ -934,6 +934,73 @@ TEST(CudaBodies, TheTablesColumnMajorGemmsAreTheRowMajorProducts) {
   expect_close(gdwte, dwte, 1e-5f, "head dwte (accumulated)");
 }
 
+// LoRA's products on an adapter's columns [c0, c0 + out) of a wider
+// product (rows ld apart), as the table runs them: one product each, the
+// scale its alpha and the sums its beta, against naive sums in double (1e-5
+// of the largest); the other columns are left bit for bit.
+TEST(CudaBodies, LorasProductsTakeTheirColumnsInPlace) {
+  const int64_t N = 20, ld = 48, c0 = 16;
+  const int in = 24, r = 4, out = 12;
+  const float scale = 2.5f;
+  const auto x = randn(N * in, 60), a = randn(int64_t(in) * r, 61), b = randn(int64_t(r) * out, 62),
+             dy = randn(N * ld, 63), y0 = randn(N * ld, 64), dx0 = randn(N * in, 65), db0 = randn(int64_t(r) * out, 66);
+  const auto naive = [](int64_t rows, int64_t cols, auto at) {
+    std::vector<float> v(rows * cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) v[i * cols + j] = static_cast<float>(at(i, j));
+    }
+    return v;
+  };
+  // u = scale x A; y[:, c0:] += u B; du = scale dy[:, c0:] B^T; dB += u^T dy[:, c0:]; dx += du A^T.
+  std::vector<float> u(N * r), gu(N * r);
+  u = naive(N, r, [&](int64_t n, int64_t j) {
+    double d = 0;
+    for (int i = 0; i < in; ++i) d += double(x[n * in + i]) * a[i * r + j];
+    return scale * d;
+  });
+  colmajor_gemm(cuda::lora_down_gemm(gu.data(), x.data(), a.data(), N, in, r, scale));
+  expect_close(gu, u, 1e-5f, "u");
+
+  std::vector<float> y = y0, gy = y0;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int o = 0; o < out; ++o) {
+      double d = 0;
+      for (int j = 0; j < r; ++j) d += double(u[n * r + j]) * b[j * out + o];
+      y[n * ld + c0 + o] = static_cast<float>(y0[n * ld + c0 + o] + d);
+    }
+  }
+  colmajor_gemm(cuda::lora_up_gemm(gy.data(), ld, c0, sizeof(float), u.data(), b.data(), N, r, out));
+  expect_close(gy, y, 1e-5f, "y");
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t c = 0; c < ld; ++c) {
+      if (c < c0 || c >= c0 + out) ASSERT_EQ(gy[n * ld + c], y0[n * ld + c]) << n << ", " << c;
+    }
+  }
+
+  const std::vector<float> du = naive(N, r, [&](int64_t n, int64_t j) {
+    double d = 0;
+    for (int o = 0; o < out; ++o) d += double(dy[n * ld + c0 + o]) * b[j * out + o];
+    return scale * d;
+  });
+  const std::vector<float> db = naive(r, out, [&](int64_t j, int64_t o) {
+    double d = db0[j * out + o];
+    for (int64_t n = 0; n < N; ++n) d += double(u[n * r + j]) * dy[n * ld + c0 + o];
+    return d;
+  });
+  const std::vector<float> dx = naive(N, in, [&](int64_t n, int64_t i) {
+    double d = dx0[n * in + i];
+    for (int j = 0; j < r; ++j) d += double(du[n * r + j]) * a[i * r + j];
+    return d;
+  });
+  std::vector<float> gdu(N * r), gdb = db0, gdx = dx0;
+  colmajor_gemm(cuda::lora_du_gemm(gdu.data(), dy.data(), ld, c0, sizeof(float), b.data(), N, r, out, scale));
+  colmajor_gemm(cuda::lora_db_gemm(gdb.data(), dy.data(), ld, c0, sizeof(float), u.data(), N, r, out));
+  colmajor_gemm(cuda::lora_dx_gemm(gdx.data(), du.data(), a.data(), N, in, r));
+  expect_close(gdu, du, 1e-5f, "du");
+  expect_close(gdb, db, 1e-5f, "dB (accumulated)");
+  expect_close(gdx, dx, 1e-5f, "dx (accumulated)");
+}
+
 // The head's rows in fp32 registers, 16 bytes a lane, against the CPU's
 // softmax in double: the loss to 1e-6 of itself (a sum of 300
 // exponentials in fp32), the gradient to 1e-6 of the largest; with bf16

@@ -178,6 +178,61 @@ TEST_F(CudaTable, MatrixProductsWithBiasOrGeluAndTheirGradients) {
   }
 }
 
+// LoRA's products on an adapter's columns [c0, c0 + out) of a wider
+// product (rows ld apart): one cuBLASLt product each (two for the up
+// product's backward), the scale and the sums in the product, each against
+// the CPU's ops from the operands the GPU took (its u and du, downloaded):
+// an output rounded once. The other columns keep their bits.
+TEST_F(CudaTable, LorasProductsAreOneProductEachOnTheirColumns) {
+  const int64_t N = 64, ld = 96, c0 = 32;
+  const int in = 80, r = 8, out = 40;
+  const float scale = 2.0f;
+  for (DType t : kOperandTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto k = table(t);
+    auto x = randn(N * in, 70), a = randn(int64_t(in) * r, 71, 0.2f), b = randn(int64_t(r) * out, 72, 0.2f),
+         y = randn(N * ld, 73), dy = randn(N * ld, 74), dx = randn(N * in, 75);
+    std::vector<float> db = randn(int64_t(r) * out, 76), u(N * r), du(N * r);
+    const void *g_x = up_as(t, x), *g_a = up_as(t, a), *g_b = up_as(t, b), *g_dy = up_as(t, dy);
+    void *g_y = up_as(t, y), *g_dx = up_as(t, dx), *g_u = up_as(t, u), *g_du = up_as(t, du);
+    float* g_db = up(db);
+    const int64_t before = k->launches();
+    k->lora_down(s(), g_u, g_x, g_a, N, in, r, scale);
+    k->lora_up(s(), g_y, ld, c0, g_u, g_b, N, r, out, nullptr);
+    k->lora_up_backward(s(), g_du, g_db, g_dy, ld, c0, g_u, g_b, N, r, out, scale, nullptr);
+    k->lora_down_backward(s(), g_dx, g_du, g_a, N, in, r, nullptr);
+    EXPECT_EQ(k->launches() - before, 5);
+
+    std::vector<float> want_u(N * r), t_out(N * out), dy_cols(N * out), want_du(N * r), t_in(N * in);
+    cpu::matmul_forward(want_u.data(), x.data(), a.data(), nullptr, N, in, r);
+    for (float& v : want_u) v *= scale;
+    const std::vector<float> got_u = down_as(t, g_u, u.size());
+    expect_close(got_u, want_u, tol(t, 1e-5f), "u");
+    cpu::matmul_forward(t_out.data(), got_u.data(), b.data(), nullptr, N, r, out);
+    std::vector<float> want_y = y;
+    for (int64_t n = 0; n < N; ++n) {
+      for (int o = 0; o < out; ++o) want_y[n * ld + c0 + o] += t_out[n * out + o];
+    }
+    const std::vector<float> got_y = down_as(t, g_y, y.size());
+    expect_close(got_y, want_y, tol(t, 1e-5f), "y");
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t c = 0; c < ld; ++c) {
+        if (c < c0 || c >= c0 + out) ASSERT_EQ(bits({got_y[n * ld + c]}), bits({y[n * ld + c]})) << n << ", " << c;
+      }
+    }
+    for (int64_t n = 0; n < N; ++n) std::copy_n(dy.begin() + n * ld + c0, out, dy_cols.begin() + n * out);
+    cpu::matmul_backward(want_du.data(), db.data(), nullptr, dy_cols.data(), got_u.data(), b.data(), N, r, out);
+    for (float& v : want_du) v *= scale;
+    const std::vector<float> got_du = down_as(t, g_du, du.size());
+    expect_close(got_du, want_du, tol(t, 1e-5f), "du");
+    expect_close(down(g_db, db.size()), db, 1e-5f, "dB, accumulated");
+    cpu::matmul_backward(t_in.data(), nullptr, nullptr, got_du.data(), nullptr, a.data(), N, in, r);
+    std::vector<float> want_dx = dx;
+    for (int64_t i = 0; i < N * in; ++i) want_dx[i] += t_in[i];
+    expect_close(down_as(t, g_dx, dx.size()), want_dx, tol(t, 1e-5f), "dx, accumulated");
+  }
+}
+
 // C = 96 rows go 16 bytes a lane; C = 74 is not whole vectors of bf16 or
 // fp32 and takes the one-element path (and the residual before LayerNorm
 // the two ops).

@@ -340,6 +340,9 @@ TEST_F(EstimateTest, RefusesImpossibleMachinesAndFitSettingsNamingTheFlag) {
       {{"--fit", "--host-memory", "1GiB", "--lora-ranks", "8"}, "--lora-ranks: the job trains no adapters"},
       {{"--fit", "--host-memory", "1GiB", "--set", R"(model.lora={"r": 4})", "--lora-ranks", "8,65"},
        "--lora-ranks 65: model.lora.r is 65, larger than c_attn [64 -> 192] allows (64)"},
+      {{"--fit", "--host-memory", "1GiB", "--set", R"(model.lora={"r": 4, "init_from": "adapter"})", "--lora-ranks",
+        "8"},
+       "--lora-ranks: the job starts from the adapters in model.lora.init_from, whose rank is theirs"},
   };
   for (const auto& [args, message] : bad) {
     std::vector<std::string> a = {"--config", cfg};
@@ -698,12 +701,10 @@ TEST_F(EstimateTest, TheLargestExampleFitsTheGpuMachinesAndA70BFitsOnPaper) {
       << changes;
 }
 
-// A machine too small for any configuration: said, with the closest one
-// and by how much it is short; exit 1 and no config written.
 // The Llama family's examples fit their own caps on a node of 128 GiB, by
 // the plan: Llama-3.2-1B in full under 8 GiB (bf16 parameters on the GPU,
 // AdamW's masters and states pinned on the host), Llama-3.1-8B's QLoRA
-// under 12 GiB (its NF4 base offloaded to pinned memory) and Qwen2.5-7B in
+// under 12 GiB (its NF4 base on the GPU, 0.52 bytes a weight) and Qwen2.5-7B in
 // full under 40 GiB (its optimizer on the host).
 TEST_F(EstimateTest, TheLlamaExamplesFitTheirCaps) {
   struct Example {
@@ -714,7 +715,7 @@ TEST_F(EstimateTest, TheLlamaExamplesFitTheirCaps) {
     const char* category;
   };
   for (const Example& x : {Example{"llama-3.2-1b-finetune", 8, 1235814400, "pinned", "optimizer"},
-                           Example{"llama-3.1-8b-qlora", 12, 8030261248, "pinned", "frozen"},
+                           Example{"llama-3.1-8b-qlora", 12, 8030261248, "gpu", "frozen"},
                            Example{"qwen2.5-7b-offload", 40, 7615616512, "pinned", "optimizer"}}) {
     SCOPED_TRACE(x.file);
     const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/" + x.file + ".json";
@@ -729,6 +730,8 @@ TEST_F(EstimateTest, TheLlamaExamplesFitTheirCaps) {
   }
 }
 
+// A machine too small for any configuration: said, with the closest one
+// and by how much it is short; exit 1 and no config written.
 TEST_F(EstimateTest, FitSaysByHowMuchWhenNothingFits) {
   const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/gpu_gpt2_xl_finetune.json";
   const std::vector<std::string> machine = {"--config",      example, "--fit", "--gpu-memory",   "1GiB",
@@ -803,12 +806,12 @@ TEST_F(EstimateTest, FitPicksLoraAndQloraSettings) {
   EXPECT_TRUE(has(best["changes"], nf4)) << best;
   EXPECT_GT(best["cost"]["dequantize"].get<double>(), 0);
   EXPECT_LE(best["per_rank"]["gpu"]["total"].get<uint64_t>(), uint64_t{12} << 30);
-  EXPECT_EQ(fit("12GiB", {})["configurations"].dump().find(nf4), std::string::npos);
+  for (const nlohmann::json& c : fit("12GiB", {})["configurations"]) EXPECT_FALSE(has(c["changes"], nf4)) << c;
   // With the base on the GPU, each configuration holding it in NF4 is
   // slower than the same one in bf16.
   std::map<std::string, double> seconds;
   for (const nlohmann::json& c : big["configurations"]) {
-    if (!has(c["changes"], "zero_optimization.offload_param.device=\"none\"")) continue;
+    if (has(c["changes"], "zero_optimization.offload_param.device=\"cpu\"")) continue;
     std::vector<std::string> rest;
     for (const auto& change : c["changes"]) {
       if (change != nf4) rest.push_back(change);
@@ -852,7 +855,7 @@ TEST_F(EstimateTest, FitPicksLoraAndQloraSettings) {
   }
   ASSERT_FALSE(cap.empty());
   const nlohmann::json smaller = fit(cap, {"--allow", "nf4", "--lora-ranks", "8,16,64", "--set",
-                                            R"(model.lora={"r": 16, "alpha": 32, "target_modules": "all-linear"})"});
+                                           R"(model.lora={"r": 16, "alpha": 32, "target_modules": "all-linear"})"});
   ASSERT_GT(smaller["fitting"].get<int>(), 0);
   const nlohmann::json& second = smaller["configurations"][0];
   EXPECT_FALSE(has(second["changes"], "model.lora.r=8")) << second;

@@ -88,7 +88,8 @@ void parse_lora(JsonReader r, ConfigReading& reading, JobConfig& cfg) {
   LoraConfig& a = l.adapters;
   r.read("r", &a.r);
   // PEFT's lora_alpha and lora_dropout, or zerod's shorter alpha and dropout.
-  for (auto [peft, own, into] : {std::tuple{"lora_alpha", "alpha", &a.alpha}, std::tuple{"lora_dropout", "dropout", &a.dropout}}) {
+  for (auto [peft, own, into] :
+       {std::tuple{"lora_alpha", "alpha", &a.alpha}, std::tuple{"lora_dropout", "dropout", &a.dropout}}) {
     if (r.has(peft) && r.has(own)) r.problem(own, absl::StrCat("give ", peft, " or ", own, ", not both"));
     r.read(peft, into);
     r.read(own, into);

@@ -54,8 +54,9 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
   const double param_bytes = dtype_size(cfg.precision), grad_bytes = 4;
   double gathered_frozen = 0;  // bytes
   if (cfg.lora && stage == 3) {
-    gathered_frozen = cfg.lora->nf4_base ? static_cast<double>(Nf4Packing(GptLayout(m)).model_bytes(machines.gpu ? cfg.precision : DType::kF32))
-                                         : frozen * param_bytes;
+    const DType operands = machines.gpu ? cfg.precision : DType::kF32;
+    gathered_frozen =
+        cfg.lora->nf4_base ? static_cast<double>(Nf4Packing(GptLayout(m)).model_bytes(operands)) : frozen * param_bytes;
   }
   const double state_bytes = cfg.optimizer.type == OptimizerType::kAdamW8bit ? 2 : 8;
   const double optimizer_share = stage == 0 ? psi : psi / n;  // the parameters a rank updates
@@ -198,7 +199,12 @@ std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme,
   const auto eight_bits =
       distinct({is_8bit, is_8bit || (options.allow_8bit && base.optimizer.type == OptimizerType::kAdamW)});
   std::vector<int> ranks = {base.lora ? base.lora->adapters.r : 0};
-  if (base.lora && !options.lora_ranks.empty()) ranks = options.lora_ranks;
+  if (base.lora && !options.lora_ranks.empty()) {
+    ranks.clear();
+    for (int r : options.lora_ranks) {
+      if (std::ranges::find(ranks, r) == ranks.end()) ranks.push_back(r);
+    }
+  }
   const bool is_nf4 = base.lora && base.lora->nf4_base;
   const auto nf4s = distinct({is_nf4, is_nf4 || (options.allow_nf4 && base.lora)});
   std::vector<Choice> out;
@@ -230,6 +236,10 @@ absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, co
   ZEROD_ASSIGN_OR_RETURN(const JobConfig base, parse_job_config(root, machines.ranks));
   for (int r : options.lora_ranks) {
     if (!base.lora) return absl::InvalidArgumentError("--lora-ranks: the job trains no adapters (no model.lora)");
+    if (base.lora->init_from) {
+      return absl::InvalidArgumentError(
+          "--lora-ranks: the job starts from the adapters in model.lora.init_from, whose rank is theirs");
+    }
     LoraConfig a = base.lora->adapters;
     a.r = r;
     if (absl::Status s = validate_lora_config(a, base.model.arch); !s.ok()) {

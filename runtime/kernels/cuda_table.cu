@@ -99,6 +99,21 @@ class CudaKernels : public Kernels {
                        int64_t N, int C, int OC) override {
     cuda::matmul_backward(cs(s), op_, lt_, partials(), dinp, dw, dbias, dout, inp, w, N, C, OC);
   }
+  void lora_down(Stream& s, void* u, const void* x, const void* a, int64_t N, int in, int r, float scale) override {
+    cuda::lora_down(cs(s), op_, lt_, u, x, a, N, in, r, scale);
+  }
+  void lora_up(Stream& s, void* y, int64_t ld, int64_t c0, const void* u, const void* b, int64_t N, int r, int out,
+               void* /*scratch*/) override {
+    cuda::lora_up(cs(s), op_, lt_, y, ld, c0, u, b, N, r, out);
+  }
+  void lora_up_backward(Stream& s, void* du, float* db, const void* dy, int64_t ld, int64_t c0, const void* u,
+                        const void* b, int64_t N, int r, int out, float scale, void* /*scratch*/) override {
+    cuda::lora_up_backward(cs(s), op_, lt_, du, db, dy, ld, c0, u, b, N, r, out, scale);
+  }
+  void lora_down_backward(Stream& s, void* dx, const void* du, const void* a, int64_t N, int in, int r,
+                          void* /*scratch*/) override {
+    cuda::lora_down_backward(cs(s), op_, lt_, dx, du, a, N, in, r);
+  }
   void layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b,
                          int64_t N, int C) override {
     cuda::layernorm_forward(cs(s), op_, out, mean, rstd, inp, w, b, N, C);

@@ -141,6 +141,42 @@ class Kernels {
   // Columns [c0, c0 + n) of N rows `ld` apart: out [N, n] = x's; y's += t.
   virtual void take_columns(Stream& s, void* out, const void* x, int64_t ld, int64_t c0, int64_t N, int n) = 0;
   virtual void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) = 0;
+  // LoRA's products (model/lora.h) beside a base product whose output y
+  // has rows `ld` apart, the adapter's columns [c0, c0 + out) of them:
+  //   down:          u [N, r] = scale (x [N, in] @ A [in, r])
+  //   up:            y[:, c0:] += u @ B [r, out]
+  //   up backward:   dB += u^T @ dy[:, c0:]; du = scale (dy[:, c0:] @ B^T)
+  //   down backward: dx [N, in] += du @ A^T (A's gradient is matmul_backward's)
+  // As the ops above in turn through `scratch` ([N, max(in, out)]
+  // operands; the CPU's bits), unless a table takes the columns in place
+  // and the scale and the sum into its products.
+  virtual void lora_down(Stream& s, void* u, const void* x, const void* a, int64_t N, int in, int r, float scale) {
+    matmul_forward(s, u, x, a, nullptr, N, in, r);
+    this->scale(s, u, scale, N * r);
+  }
+  virtual void lora_up(Stream& s, void* y, int64_t ld, int64_t c0, const void* u, const void* b, int64_t N, int r,
+                       int out, void* scratch) {
+    matmul_forward(s, scratch, u, b, nullptr, N, r, out);
+    if (ld == out) {
+      residual_forward(s, y, y, scratch, N * out);
+    } else {
+      add_columns(s, y, ld, c0, scratch, N, out);
+    }
+  }
+  virtual void lora_up_backward(Stream& s, void* du, float* db, const void* dy, int64_t ld, int64_t c0, const void* u,
+                                const void* b, int64_t N, int r, int out, float scale, void* scratch) {
+    if (ld != out) {
+      take_columns(s, scratch, dy, ld, c0, N, out);
+      dy = scratch;
+    }
+    matmul_backward(s, du, db, nullptr, dy, u, b, N, r, out);
+    this->scale(s, du, scale, N * r);
+  }
+  virtual void lora_down_backward(Stream& s, void* dx, const void* du, const void* a, int64_t N, int in, int r,
+                                  void* scratch) {
+    matmul_backward(s, scratch, nullptr, nullptr, du, nullptr, a, N, in, r);
+    residual_forward(s, dx, dx, scratch, N * in);
+  }
   // wpe null: no learned positions (a Llama's); so dwpe in the backward.
   // `pos` (null: position t of each sequence) packed sequences' positions
   // in their documents [B, T], on the device.

@@ -95,6 +95,26 @@ class ProfiledKernels : public Kernels {
   void add_columns(Stream& s, void* y, int64_t ld, int64_t c0, const void* t, int64_t N, int n) override {
     timed(s, "add_columns", 3 * N * n * ob(), [&] { inner_->add_columns(s, y, ld, c0, t, N, n); });
   }
+  // LoRA's products are narrow (r columns): bound by what they move.
+  void lora_down(Stream& s, void* u, const void* x, const void* a, int64_t N, int in, int r, float scale) override {
+    timed(s, "lora_down", (N * in + int64_t(in) * r + N * r) * ob(),
+          [&] { inner_->lora_down(s, u, x, a, N, in, r, scale); });
+  }
+  void lora_up(Stream& s, void* y, int64_t ld, int64_t c0, const void* u, const void* b, int64_t N, int r, int out,
+               void* scratch) override {
+    timed(s, "lora_up", (N * r + int64_t(r) * out + 2 * N * out) * ob(),
+          [&] { inner_->lora_up(s, y, ld, c0, u, b, N, r, out, scratch); });
+  }
+  void lora_up_backward(Stream& s, void* du, float* db, const void* dy, int64_t ld, int64_t c0, const void* u,
+                        const void* b, int64_t N, int r, int out, float scale, void* scratch) override {
+    timed(s, "lora_up_backward", (N * out + 2 * N * r + int64_t(r) * out) * ob() + int64_t(r) * out * 8,
+          [&] { inner_->lora_up_backward(s, du, db, dy, ld, c0, u, b, N, r, out, scale, scratch); });
+  }
+  void lora_down_backward(Stream& s, void* dx, const void* du, const void* a, int64_t N, int in, int r,
+                          void* scratch) override {
+    timed(s, "lora_down_backward", (N * r + int64_t(in) * r + 2 * N * in) * ob(),
+          [&] { inner_->lora_down_backward(s, dx, du, a, N, in, r, scratch); });
+  }
   void gelu_forward(Stream& s, void* out, const void* inp, int64_t n) override {
     timed(s, "gelu_forward", 2 * n * ob(), [&] { inner_->gelu_forward(s, out, inp, n); });
   }

@@ -49,7 +49,8 @@ absl::Status validate_lora_config(const LoraConfig& c, Arch a) {
     return absl::InvalidArgumentError(absl::StrCat("model.lora.alpha (lora_alpha) must be positive, got ", c.alpha));
   }
   if (!(c.dropout >= 0 && c.dropout < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("model.lora.dropout (lora_dropout) must be in [0, 1), got ", c.dropout));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.lora.dropout (lora_dropout) must be in [0, 1), got ", c.dropout));
   }
   if (std::ranges::none_of(c.targets, [](bool t) { return t; })) {
     return absl::InvalidArgumentError("model.lora.target_modules names no module");

@@ -117,4 +117,41 @@ inline ColMajorGemm head_dwte_gemm(float* dwte, const void* dlogits, int64_t ld,
           dwte + s.v0 * C, C};
 }
 
+// LoRA's products (Kernels::lora_*) on the adapter's columns [c0, c0 +
+// out) of a base product's output, rows ld apart, taken in place (ob:
+// bytes of an operand); the scale is the product's alpha, a sum its beta.
+// u[N, r] = scale (x[N, in] @ A[in, r]).
+inline ColMajorGemm lora_down_gemm(void* u, const void* x, const void* a, int64_t N, int in, int r, float scale) {
+  ColMajorGemm g = matmul_forward_gemm(u, x, a, nullptr, N, in, r);
+  g.alpha = scale;
+  return g;
+}
+
+// y[N, c0:c0+out] += u[N, r] @ B[r, out]: y^T = B^T u^T + y^T.
+inline ColMajorGemm lora_up_gemm(void* y, int64_t ld, int64_t c0, int64_t ob, const void* u, const void* b, int64_t N,
+                                 int r, int out) {
+  return {false, false, out, N, r, b, out, u, r, 1.0f, static_cast<char*>(y) + c0 * ob, ld};
+}
+
+// du[N, r] = scale (dy[N, c0:c0+out] @ B^T): du^T = B dy^T.
+inline ColMajorGemm lora_du_gemm(void* du, const void* dy, int64_t ld, int64_t c0, int64_t ob, const void* b,
+                                 int64_t N, int r, int out, float scale) {
+  ColMajorGemm g{true, false, r, N, out, b, out, static_cast<const char*>(dy) + c0 * ob, ld, 0.0f, du, r};
+  g.alpha = scale;
+  return g;
+}
+
+// dB[r, out] += u^T @ dy[N, c0:c0+out]: dB^T = dy^T u.
+inline ColMajorGemm lora_db_gemm(float* db, const void* dy, int64_t ld, int64_t c0, int64_t ob, const void* u,
+                                 int64_t N, int r, int out) {
+  return {false, true, out, r, N, static_cast<const char*>(dy) + c0 * ob, ld, u, r, 1.0f, db, out};
+}
+
+// dx[N, in] += du[N, r] @ A^T: dx^T = A du^T + dx^T.
+inline ColMajorGemm lora_dx_gemm(void* dx, const void* du, const void* a, int64_t N, int in, int r) {
+  ColMajorGemm g = matmul_dinp_gemm(dx, du, a, N, in, r);
+  g.beta = 1.0f;
+  return g;
+}
+
 }  // namespace zerod::cuda

@@ -67,4 +67,25 @@ inline bool matmul_backward_gelu(cudaStream_t s, DType t, LtGemm& lt, float* par
   return true;
 }
 
+// LoRA's products (Kernels::lora_*) as single products on the base
+// product's columns in place, the scale and the sum in cuBLASLt's alpha
+// and beta: no copy of dy's columns, no scratch written and added.
+inline void lora_down(cudaStream_t s, DType t, LtGemm& lt, void* u, const void* x, const void* a, int64_t N, int in,
+                      int r, float scale) {
+  lt.run(s, lora_down_gemm(u, x, a, N, in, r, scale), t, t);
+}
+inline void lora_up(cudaStream_t s, DType t, LtGemm& lt, void* y, int64_t ld, int64_t c0, const void* u,
+                    const void* b, int64_t N, int r, int out) {
+  lt.run(s, lora_up_gemm(y, ld, c0, dtype_size(t), u, b, N, r, out), t, t);
+}
+inline void lora_up_backward(cudaStream_t s, DType t, LtGemm& lt, void* du, float* db, const void* dy, int64_t ld,
+                             int64_t c0, const void* u, const void* b, int64_t N, int r, int out, float scale) {
+  lt.run(s, lora_du_gemm(du, dy, ld, c0, dtype_size(t), b, N, r, out, scale), t, t);
+  lt.run(s, lora_db_gemm(db, dy, ld, c0, dtype_size(t), u, N, r, out), t, DType::kF32);
+}
+inline void lora_down_backward(cudaStream_t s, DType t, LtGemm& lt, void* dx, const void* du, const void* a,
+                               int64_t N, int in, int r) {
+  lt.run(s, lora_dx_gemm(dx, du, a, N, in, r), t, t);
+}
+
 }  // namespace zerod::cuda
