@@ -14,6 +14,9 @@
 #include "runtime/kernels/ops/nf4.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/nf4_weights.h"
+#include "comm/communicator.h"
+#include "runtime/core/memory_plan.h"
+#include "shard/frozen_weights.h"
 #include "tests/test_support.h"
 
 namespace zerod {
@@ -294,6 +297,138 @@ TEST(Nf4Weights, APassIsThePassOverTheRoundTrippedLinearLayers) {
   for (const GptConfig cfg : {GptConfig{2, 2, 64, 96, 16}, *gpt_preset("llama-tiny")}) {
     SCOPED_TRACE(arch_name(cfg.arch));
     expect_pass_over_round_trip(cfg);
+  }
+}
+
+// A table of bf16 operands that runs no kernel: building a frozen NF4 base
+// takes none (its globals become operands on the host), so this shows on
+// the CPU what a bf16 GPU table's base holds.
+class Bf16OperandsNoKernels : public Kernels {
+ public:
+  DType operand_type() const override { return DType::kBF16; }
+  KernelMemory memory() const override { return {KernelBackend::kCuda}; }
+  void matmul_forward(Stream&, void*, const void*, const void*, const void*, int64_t, int, int) override { ran(); }
+  void matmul_backward(Stream&, void*, float*, float*, const void*, const void*, const void*, int64_t, int,
+                       int) override {
+    ran();
+  }
+  void layernorm_forward(Stream&, void*, float*, float*, const void*, const void*, const void*, int64_t,
+                         int) override {
+    ran();
+  }
+  void layernorm_backward(Stream&, void*, float*, float*, const void*, const void*, const void*, const float*,
+                          const float*, int64_t, int) override {
+    ran();
+  }
+  void attention_forward(Stream&, void*, float*, float*, const void*, int, int, int, int, int,
+                         const int32_t*) override {
+    ran();
+  }
+  void attention_backward(Stream&, void*, const void*, const void*, const void*, const float*, float*, int, int, int,
+                          int, int, DType, const int32_t*) override {
+    ran();
+  }
+  void rmsnorm_forward(Stream&, void*, float*, const void*, const void*, int64_t, int, float) override { ran(); }
+  void rmsnorm_backward(Stream&, void*, float*, const void*, const void*, const void*, const float*, int64_t,
+                        int) override {
+    ran();
+  }
+  void swiglu_forward(Stream&, void*, const void*, int64_t, int) override { ran(); }
+  void swiglu_backward(Stream&, void*, const void*, const void*, int64_t, int) override { ran(); }
+  void rope_forward(Stream&, void*, const float*, const RopeShape&, int64_t) override { ran(); }
+  void rope_backward(Stream&, void*, const float*, const RopeShape&, int64_t) override { ran(); }
+  void gelu_forward(Stream&, void*, const void*, int64_t) override { ran(); }
+  void gelu_backward(Stream&, void*, const void*, const void*, int64_t) override { ran(); }
+  void residual_forward(Stream&, void*, const void*, const void*, int64_t) override { ran(); }
+  void take_columns(Stream&, void*, const void*, int64_t, int64_t, int64_t, int) override { ran(); }
+  void add_columns(Stream&, void*, int64_t, int64_t, const void*, int64_t, int) override { ran(); }
+  void embedding_forward(Stream&, void*, const int32_t*, const void*, const void*, int, int, int,
+                         const int32_t*) override {
+    ran();
+  }
+  void embedding_backward(Stream&, float*, float*, const void*, const int32_t*, const int32_t*, int, int, int,
+                          const int32_t*, const int32_t*) override {
+    ran();
+  }
+  void classifier_logits(Stream&, float*, const void*, int64_t, const void*, int64_t, int, int) override { ran(); }
+  void classifier_forward_backward(Stream&, const ClassifierArgs&) override { ran(); }
+  void round_to(Stream&, DType, float*, int64_t) override { ran(); }
+  void convert_from_f32(Stream&, DType, const float*, void*, int64_t) override { ran(); }
+  void convert_to_f32(Stream&, DType, const void*, float*, int64_t) override { ran(); }
+  void sum(Stream&, const double*, int64_t, double*) override { ran(); }
+  void sum_squares(Stream&, const float*, int64_t, double*) override { ran(); }
+  void update_factor(Stream&, const double*, int, double, double, float*, double*) override { ran(); }
+  void add(Stream&, float*, const float*, int64_t) override { ran(); }
+  void scale(Stream&, void*, float, int64_t) override { ran(); }
+  void dropout(Stream&, void*, const void*, int64_t, float, uint64_t) override { ran(); }
+  void adam(Stream&, const AdamTensor&, const AdamStep&) override { ran(); }
+  void adam8bit(Stream&, const Adam8bitTensor&, const AdamStep&) override { ran(); }
+  void nf4_dequantize(Stream&, const Nf4Tensor&, const Nf4Transpose&, void*) override { ran(); }
+
+ private:
+  static void ran() { ADD_FAILURE() << "a kernel ran while the base was built"; }
+};
+
+// Each global tensor view of `g` holds the bf16 rounding of the model's
+// values (to nearest even, as the GPU's conversion), bit for bit.
+void expect_bf16_globals(const GptLayout& layout, const std::vector<float>& params, const GlobalWeights& g) {
+  const std::pair<int, const void*> views[] = {
+      {kWte, g.wte}, {kWpe, g.wpe}, {kLnfW, g.lnfw}, {kLnfB, g.lnfb}, {kLmHead, g.lm_head}};
+  int checked = 0;
+  for (const auto& [id, view] : views) {
+    const int64_t n = layout.tensor(id).numel;
+    ASSERT_EQ(view == nullptr, n == 0) << id;
+    if (n == 0) continue;
+    const float* want = params.data() + layout.offset(id, 0);
+    const auto* got = static_cast<const uint16_t*>(view);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], float_to_bf16(want[i])) << "tensor " << id << ", " << i;
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);
+}
+
+// A QLoRA base on a table of bf16 operands holds its embeddings, final
+// norm and head as bf16 operands, the GPU's rounding of its values, and
+// no fp32 copy: below stage 3 (Nf4Weights, the accountant's frozen bytes
+// the plan's) and at stage 3 (the packed units' global words gathered
+// and viewed as bf16).
+TEST(Nf4Weights, ABf16TablesBaseHoldsItsGlobalsAsBf16Operands) {
+  for (const GptConfig cfg : {GptConfig{2, 2, 64, 97, 16}, *gpt_preset("llama-tiny")}) {
+    SCOPED_TRACE(arch_name(cfg.arch));
+    const GptLayout layout(cfg);
+    std::vector<float> params(layout.num_params());
+    init_gpt_params(layout, 11, params.data());
+    const ParamInit init = [&](int64_t begin, int64_t end, float* out) {
+      std::copy(params.begin() + begin, params.begin() + end, out);
+      return absl::OkStatus();
+    };
+    testing::CpuRig rig;
+    Bf16OperandsNoKernels table;
+    MemoryAccountant& acct = MemoryAccountant::global();
+    const uint64_t before = acct.current(Tier::kHost, Category::kFrozen);
+    {
+      auto nf4 = Nf4Weights::create(&layout, init, nullptr, rig.device, table);
+      ASSERT_TRUE(nf4.ok()) << nf4.status();
+      MemoryPlan plan;
+      plan.add(Nf4Weights::buffers(layout, DType::kBF16));
+      EXPECT_EQ(acct.current(Tier::kHost, Category::kFrozen) - before,
+                plan.peaks().peak[static_cast<int>(Tier::kHost)][static_cast<int>(Category::kFrozen)]);
+      auto g = nf4->globals();
+      ASSERT_TRUE(g.ok());
+      expect_bf16_globals(layout, params, *g);
+    }
+    ZeroSettings settings;
+    settings.zero.stage = 3;
+    settings.precision = DType::kBF16;
+    settings.operands = DType::kBF16;
+    settings.init = init;
+    auto comm = make_local_communicator();
+    auto frozen = FrozenWeights::create(layout, settings, /*nf4=*/true, *comm, rig.device, table);
+    ASSERT_TRUE(frozen.ok()) << frozen.status();
+    auto g = (*frozen)->weights().globals();
+    ASSERT_TRUE(g.ok()) << g.status();
+    expect_bf16_globals(layout, params, *g);
+    ASSERT_TRUE((*frozen)->weights().end_pass().ok());
   }
 }
 
