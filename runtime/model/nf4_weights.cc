@@ -23,13 +23,6 @@ Nf4Tensor carve(uint8_t* at, int64_t n) {
 
 int64_t module_numel(const LinearModule& m) { return int64_t(m.dims.out) * m.dims.in; }
 
-// The host buffer the weights are read into: a layer's unit, or the
-// embeddings and final LayerNorm together.
-int64_t read_numel(const GptLayout& layout) {
-  return std::max(layout.unit_numel(GptLayout::layer_unit(0)),
-                  layout.unit_numel(0) + layout.unit_numel(layout.final_unit()));
-}
-
 }  // namespace
 
 std::vector<LinearModule> linear_modules(const GptConfig& c) {
@@ -134,7 +127,7 @@ std::vector<BufferSpec> Nf4Weights::buffers(const GptLayout& layout, DType opera
   return {{"frozen weights: embeddings and final LayerNorm", Category::kFrozen, globals * dtype_size(operands)},
           {"frozen weights: layers, matrices in NF4", Category::kFrozen, layout.config().n_layer * packed},
           Nf4Packing::unpacked_buffer(layout, operands),
-          {"frozen weights, a layer as read", Category::kWorkspace, static_cast<uint64_t>(read_numel(layout) * 4), 1,
+          {"frozen weights, a layer as read", Category::kWorkspace, static_cast<uint64_t>(layout.unit_numel(GptLayout::layer_unit(0)) * 4), 1,
            Tier::kHost, /*kept=*/false},
           {"frozen weights, a layer packed", Category::kWorkspace, packed, 1, Tier::kHost, /*kept=*/false}};
 }
@@ -145,7 +138,7 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   const GptLayout& L = *layout;
   Nf4Weights w(L, Converter{kernels, s});
   const uint64_t packed_bytes = w.packing_.layer_bytes();
-  const int64_t emb = L.unit_numel(0), fin = L.unit_numel(L.final_unit());
+  const int64_t emb = L.unit_numel(0);
   const DType operands = kernels.operand_type();
   const size_t op_bytes = dtype_size(operands);
   const std::vector<BufferSpec> specs = buffers(L, operands);
@@ -157,17 +150,19 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   float* host = read.host<float>();
 
   // The globals become operands on the host, as the device's conversion
-  // rounds them (to nearest even), a packed layer's bytes at a time.
-  ZEROD_RETURN_IF_ERROR(init(L.unit_begin(0), L.unit_begin(0) + emb, host));
-  ZEROD_RETURN_IF_ERROR(init(L.unit_begin(L.final_unit()), L.unit_begin(L.final_unit()) + fin, host + emb));
-  const int64_t chunk = static_cast<int64_t>(packed_bytes / op_bytes);
-  for (int64_t at = 0; at < emb + fin; at += chunk) {
-    const int64_t n = std::min(chunk, emb + fin - at);
-    convert_from_f32(operands, host + at, packed.data(), n);
-    device.copy(s, w.globals_buf_.ptr<char>() + at * op_bytes, packed.data(), n * op_bytes);
-    ZEROD_RETURN_IF_ERROR(device.synchronize(s));  // before the next chunk reuses the host buffer
-  }
+  // rounds them (to nearest even), read and converted through the layer's
+  // host buffers a chunk at a time.
   char* globals = w.globals_buf_.ptr<char>();
+  const int64_t chunk = std::min(L.unit_numel(GptLayout::layer_unit(0)), static_cast<int64_t>(packed_bytes / op_bytes));
+  for (const auto [u, to] : {std::pair{0, int64_t{0}}, std::pair{L.final_unit(), emb}}) {
+    for (int64_t at = 0; at < L.unit_numel(u); at += chunk) {
+      const int64_t n = std::min(chunk, L.unit_numel(u) - at);
+      ZEROD_RETURN_IF_ERROR(init(L.unit_begin(u) + at, L.unit_begin(u) + at + n, host));
+      convert_from_f32(operands, host, packed.data(), n);
+      device.copy(s, globals + (to + at) * op_bytes, packed.data(), n * op_bytes);
+      ZEROD_RETURN_IF_ERROR(device.synchronize(s));  // before the next chunk reuses the host buffers
+    }
+  }
   w.globals_ = global_weight_views(w.convert_, L, operands, globals, globals + emb * op_bytes, nullptr);
 
   for (int l = 0; l < L.config().n_layer; ++l) {
