@@ -680,6 +680,14 @@ TEST_F(CudaTable, ScalingAndDropoutAreTheCpusBitForBit) {
     cpu::dropout(dropped.data(), x.data(), n, 0.1f, 12345);
     EXPECT_EQ(bits(down_as(t, g_y, n)), bits(rounded(t, dropped)));
     EXPECT_EQ(bits(down_as(t, g_x, n)), bits(rounded(t, dropped)));
+
+    // Masked as it is summed: the sum in fp32 rounded once.
+    auto acc = randn(n, 53, 30.0f);
+    void* g_acc = up_as(t, acc);
+    g_x = up_as(t, x);
+    k->dropout_add(s(), g_acc, g_x, n, 0.1f, 12345);
+    cpu::dropout_add(acc.data(), x.data(), n, 0.1f, 12345);
+    EXPECT_EQ(bits(down_as(t, g_acc, n)), bits(rounded(t, acc)));
   }
 }
 

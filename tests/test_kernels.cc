@@ -407,6 +407,13 @@ TEST(Pointwise, DropoutKeepsTheStatedFractionByTheSeedsMask) {
   std::vector<float> none(n);
   cpu::dropout(none.data(), x.data(), n, 0.0f, 7);
   EXPECT_EQ(testing::bits(none), testing::bits(x));
+
+  // dropout_add in one pass: acc + x' element by element, the same mask.
+  const std::vector<float> acc = testing::random_vector(n, 9);
+  std::vector<float> summed = acc, expected(n);
+  cpu::dropout_add(summed.data(), x.data(), n, p, 7);
+  for (int64_t i = 0; i < n; ++i) expected[i] = acc[i] + y[i];
+  EXPECT_EQ(testing::bits(summed), testing::bits(expected));
 }
 
 TEST(Reductions, SumSquaresIsTheLanesOrder) {

@@ -124,6 +124,9 @@ class CpuKernels : public Kernels {
   void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) override {
     CpuDevice::launch(s, [=] { cpu::dropout(f32(y), f32(x), n, p, seed); });
   }
+  void dropout_add(Stream& s, void* y, void* t, int64_t n, float p, uint64_t seed) override {
+    CpuDevice::launch(s, [=] { cpu::dropout_add(f32(y), f32(t), n, p, seed); });
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     CpuDevice::launch(s, [=, isa = isa_] {
       AdamStep k = step;

@@ -240,6 +240,9 @@ class CudaKernels : public Kernels {
   void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) override {
     cuda::dropout(cs(s), op_, y, x, n, p, seed);
   }
+  void dropout_add(Stream& s, void* y, void* t, int64_t n, float p, uint64_t seed) override {
+    cuda::dropout_add(cs(s), op_, y, t, n, p, seed);
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override { adam_tensors(s, {&t, 1}, {&step, 1}); }
   void adam8bit(Stream& s, const Adam8bitTensor& t, const AdamStep& step) override {
     adam8bit_tensors(s, {&t, 1}, {&step, 1});

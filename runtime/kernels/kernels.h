@@ -227,6 +227,14 @@ class Kernels {
   // least p, so the same seed gives the same mask wherever it runs. y may
   // be x.
   virtual void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) = 0;
+  // y[i] += dropout(t)[i], the mask and scale of dropout's (seed, i): an
+  // adapter's input gradient masked as it is summed. As dropout in place
+  // and residual_forward in turn (t is overwritten), unless a table fuses
+  // them.
+  virtual void dropout_add(Stream& s, void* y, void* t, int64_t n, float p, uint64_t seed) {
+    dropout(s, t, t, n, p, seed);
+    residual_forward(s, y, y, t, n);
+  }
 
   // The optimizer: one Adam/AdamW update of a tensor's fp32 masters, its
   // states (fp32, or 8-bit in blocks) and its optional 16-bit copy, with

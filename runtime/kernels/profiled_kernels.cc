@@ -176,6 +176,9 @@ class ProfiledKernels : public Kernels {
   void dropout(Stream& s, void* y, const void* x, int64_t n, float p, uint64_t seed) override {
     timed(s, "dropout", 2 * n * ob(), [&] { inner_->dropout(s, y, x, n, p, seed); });
   }
+  void dropout_add(Stream& s, void* y, void* t, int64_t n, float p, uint64_t seed) override {
+    timed(s, "dropout_add", 3 * n * ob(), [&] { inner_->dropout_add(s, y, t, n, p, seed); });
+  }
   void adam(Stream& s, const AdamTensor& t, const AdamStep& step) override {
     timed(s, "adam", adam_bytes(t), [&] { inner_->adam(s, t, step); });
   }

@@ -33,8 +33,7 @@ void lora_backward(Kernels& k, Stream& s, const LoraShape& d, const LoraWeights&
     k.dropout(s, dt, x, d.N * d.in, drop.p, drop.seed);
     k.matmul_backward(s, nullptr, g.a, nullptr, du, dt, w.a, d.N, d.in, w.r);
     k.matmul_backward(s, dt, nullptr, nullptr, du, x, w.a, d.N, d.in, w.r);
-    k.dropout(s, dt, dt, d.N * d.in, drop.p, drop.seed);
-    k.residual_forward(s, dx, dx, dt, d.N * d.in);
+    k.dropout_add(s, dx, dt, d.N * d.in, drop.p, drop.seed);
   } else {
     k.matmul_backward(s, nullptr, g.a, nullptr, du, x, w.a, d.N, d.in, w.r);
     k.lora_down_backward(s, dx, du, w.a, d.N, d.in, w.r, dt);

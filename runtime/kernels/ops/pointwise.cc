@@ -40,4 +40,9 @@ void dropout(float* y, const float* x, int64_t n, float p, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) y[i] = cuda::dropout_at(x[i], p, seed, i);
 }
 
+void dropout_add(float* y, const float* t, int64_t n, float p, uint64_t seed) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] + cuda::dropout_at(t[i], p, seed, i);
+}
+
 }  // namespace zerod::cpu

@@ -54,6 +54,12 @@ inline void dropout(cudaStream_t s, DType t, void* y, const void* x, int64_t n, 
   const ConstOperands v{x, t};
   launch_each(s, n, "dropout", [=] __device__(int64_t i) { o[i] = dropout_at(v[i], p, seed, i); });
 }
+// The sum in fp32, rounded once.
+inline void dropout_add(cudaStream_t s, DType t, void* y, const void* x, int64_t n, float p, uint64_t seed) {
+  const Operands o{y, t};
+  const ConstOperands v{x, t};
+  launch_each(s, n, "dropout_add", [=] __device__(int64_t i) { o[i] = o[i] + dropout_at(v[i], p, seed, i); });
+}
 
 inline void round_to(cudaStream_t s, DType t, float* x, int64_t n) {
   if (t == DType::kF32) return;

@@ -2,7 +2,8 @@
 //   gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))    (GPT-2's, tanh approximation)
 //   gelu_backward: dx = gelu'(x) dy
 //   residual: y = a + b;  add (fp32 gradients): y += x;  scale: x *= a
-//   dropout: y = x / (1 - p) where the draw for (seed, i) is at least p, else 0
+//   dropout: y = x / (1 - p) where the draw for (seed, i) is at least p, else 0;
+//     dropout_add: y += that of t
 //   take_columns / add_columns: a [N, n] block of columns [c0, c0 + n) of
 //     rows `ld` apart, taken out of x or added into y (an adapter's share
 //     of a product's output)
@@ -35,6 +36,8 @@ void add_columns(float* y, int64_t ld, int64_t c0, const float* t, int64_t N, in
 void scale(float* x, float a, int64_t n);
 // Kernels::dropout's mask and scale; y may be x.
 void dropout(float* y, const float* x, int64_t n, float p, uint64_t seed);
+// y[i] += dropout(t)[i]: dropout then residual_forward's bits, in one pass.
+void dropout_add(float* y, const float* t, int64_t n, float p, uint64_t seed);
 
 }  // namespace cpu
 
