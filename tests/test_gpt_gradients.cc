@@ -15,6 +15,7 @@
 
 #include "runtime/model/gpt.h"
 #include "tests/fd_check.h"
+#include "tests/recording_weights.h"
 #include "tests/test_support.h"
 
 namespace zerod {
@@ -23,6 +24,8 @@ namespace {
 using testing::directional_fd;
 using testing::dot;
 using testing::random_vector;
+using testing::Recording;
+using testing::RecordingSink;
 
 GptConfig small_gpt2() { return {2, 2, 16, 32, 8}; }  // n_layer, n_head, n_embd, vocab, block
 struct Fixture {
@@ -127,49 +130,6 @@ TEST(GptGradients, GradScaleScalesGradients) {
   // A power-of-two scale is exact in floating point.
   for (size_t i = 0; i < scaled.size(); ++i) ASSERT_EQ(scaled[i], 4.0f * fx.grads[i]) << "element " << i;
 }
-
-// A weight source (and, with RecordingSink, a gradient sink) that passes to
-// flat buffers, records every call, and fails the one named.
-struct Recording : WeightSource {
-  WeightSource& w;
-  std::string fail;  // e.g. "layer 1", "grad layer_done 1"
-  std::vector<std::string> calls;
-  Recording(WeightSource& ws, std::string f) : w(ws), fail(std::move(f)) {}
-
-  absl::Status seen(const std::string& call) {
-    calls.push_back(call);
-    return call == fail ? absl::DataLossError("injected: " + call) : absl::OkStatus();
-  }
-  DType dtype() const override { return w.dtype(); }
-  absl::StatusOr<GlobalWeights> globals() override {
-    ZEROD_RETURN_IF_ERROR(seen("globals"));
-    return w.globals();
-  }
-  absl::StatusOr<LayerWeights> layer(int l) override {
-    ZEROD_RETURN_IF_ERROR(seen("layer " + std::to_string(l)));
-    return w.layer(l);
-  }
-  absl::Status prefetch(int next, int then) override {
-    return seen("prefetch " + std::to_string(next) + " " + std::to_string(then));
-  }
-  absl::Status end_pass() override { return seen("end_pass"); }
-};
-
-struct RecordingSink : GradSink {
-  Recording& r;
-  GradSink& g;
-  RecordingSink(Recording& rec, GradSink& gs) : r(rec), g(gs) {}
-  absl::StatusOr<GlobalGrads> globals() override {
-    ZEROD_RETURN_IF_ERROR(r.seen("grad globals"));
-    return g.globals();
-  }
-  absl::StatusOr<LayerGrads> layer(int l) override {
-    ZEROD_RETURN_IF_ERROR(r.seen("grad layer " + std::to_string(l)));
-    return g.layer(l);
-  }
-  absl::Status layer_done(int l) override { return r.seen("grad layer_done " + std::to_string(l)); }
-  absl::Status end_backward() override { return r.seen("grad end_backward"); }
-};
 
 // The model returns the first failure of its weight source or gradient
 // sink and asks them nothing more: no layer computes on weights that did

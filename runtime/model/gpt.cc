@@ -99,6 +99,10 @@ struct Gpt::Impl {
   int64_t op_bytes;
   bool in_place;
   bool checkpointing;
+  // Slots: micro-batches a step holds at once (a layer-major model's
+  // passes, else 1), each with its own block inputs, residual gradient and
+  // token buffers, `slot_tokens` (B * T) apart.
+  int64_t slot_tokens = 0;
   Device& dev;
   Kernels& k;
   Stream& s;                 // the device's compute stream
@@ -131,8 +135,13 @@ struct Gpt::Impl {
   Impl(Device& d, Kernels& kt) : dev(d), k(kt), s(d.compute_stream()) {}
 
   // Block l's input (l = 0: embedding output; l = n_layer: last block output)
-  // in the residual store, for N tokens.
-  void* residual(int l, int64_t N) const { return at(residuals.data(), l * N * config.n_embd, act_bytes); }
+  // in slot `slot`'s part of the residual store, for N tokens.
+  void* residual(int l, int64_t N, int slot = 0) const {
+    const int64_t first = slot * (config.n_layer + 1) * slot_tokens;
+    return at(residuals.data(), (first + l * N) * config.n_embd, act_bytes);
+  }
+  void* dres_of(int slot) const { return at(dres.data(), slot * slot_tokens * config.n_embd, op_bytes); }
+  int32_t* tokens_of(const Buffer& b, int slot) const { return b.ptr<int32_t>() + slot * slot_tokens; }
   LayerActs scratch_acts() const {
     return carve(size, scratch.data(), op_bytes,
                  static_cast<float*>(at(scratch.data(), scratch_stats_offset(big_numel, op_bytes), 1)));
@@ -161,30 +170,60 @@ struct Gpt::Impl {
     }
   }
   // Host token ids to the device.
-  void upload(Buffer& dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst.data(), tokens, n * 4); }
+  void upload(int32_t* dst, const int32_t* tokens, int64_t n) { dev.copy(s, dst, tokens, n * 4); }
+  void upload(Buffer& dst, const int32_t* tokens, int64_t n) { upload(dst.ptr<int32_t>(), tokens, n); }
   // The inputs' order for embedding_backward, from pass `pass`'s host copy.
-  void upload_order(Buffer& dst, Buffer& staging, const int32_t* tokens, int64_t n, int pass) {
-    // A pass's part holds the most tokens a pass takes, as `dst` does.
-    int32_t* host = staging.host<int32_t>() + int64_t(pass) * (dst.bytes() / 4);
+  void upload_order(int32_t* dst, Buffer& staging, const int32_t* tokens, int64_t n, int pass) {
+    // A pass's part holds the most tokens a pass takes.
+    int32_t* host = staging.host<int32_t>() + pass * slot_tokens;
     token_order(tokens, n, host);
     upload(dst, host, n);
+  }
+  // A training pass's tokens (and positions, if packed) into `slot`'s
+  // buffers, its orders through pass `pass`'s host part.
+  void upload_training(const int32_t* in, const int32_t* tg, const int32_t* pos, int64_t N, int slot, int pass) {
+    upload(tokens_of(inputs, slot), in, N);
+    upload(tokens_of(targets, slot), tg, N);
+    upload_order(tokens_of(order, slot), order_host, in, N, pass);
+    if (pos) {
+      upload(tokens_of(positions, slot), pos, N);
+      if (!config.llama()) upload_order(tokens_of(positions_order, slot), positions_order_host, pos, N, pass);
+    }
+    pass_tokens[pass] = N;
   }
   ForwardBuffers forward_buffers() { return {proj.data(), attn_scratch.ptr<float>(), lora_scratch.data(), rounding()}; }
   // `backward`: the pass goes on through the layers in reverse.
   absl::StatusOr<const void*> forward_blocks(WeightSource& ws, const Dims& d, bool backward);
-  // A pass over B x T tokens; a training pass's adapters drop out with
-  // this seed; `packed`: its positions are in `positions`.
-  Dims dims(int B, int T, bool training, uint64_t dropout_seed, bool packed = false) const {
+  // The passes' steps, on `slot`'s buffers. embed: the embeddings into
+  // block 0's input, returning what block 0 computes on. forward_block:
+  // block l on x, its output into block l + 1's input, returning what the
+  // next block computes on (x itself, not in place). block_input: block
+  // l's input as an operand (its fp32 copy, not in place).
+  void* embed(const GlobalWeights& g, const Dims& d, int slot);
+  void* forward_block(const BlockPass& p, int l, const LayerWeights& w, void* x, int slot);
+  void* block_input(int l, int64_t N, int slot);
+  // After the last block (its output xL): the final norm's output.
+  void final_norm(const BlockPass& p, const GlobalWeights& g, const void* xL);
+  // The head's loss (to pass `pass`'s host slot) and gradients, and from
+  // them the final norm's: `slot`'s residual gradient.
+  void head_backward(const BlockPass& p, const GlobalWeights& g, const GlobalGrads& gg, float grad_scale,
+                     const void* xL, int slot, int pass);
+  // Block l's backward from `slot`'s residual gradient, its input's into it.
+  void layer_backward(const BlockPass& p, int l, const LayerWeights& w, const LayerGrads& lg, int slot);
+  void embedding_backward(const GlobalGrads& gg, const Dims& d, int slot);
+  // A pass over B x T tokens in `slot`; a training pass's adapters drop
+  // out with this seed; `packed`: its positions are in the slot's.
+  Dims dims(int B, int T, bool training, uint64_t dropout_seed, bool packed = false, int slot = 0) const {
     const float p = training && lora ? static_cast<float>(lora->dropout) : 0.0f;
     Dims d{B, T, config.n_embd, config.n_head, int64_t(B) * T, p, dropout_seed, llama_parts};
     d.llama.shape.T = T;
-    if (packed) d.pos = d.llama.shape.pos = positions.ptr<int32_t>();
+    if (packed) d.pos = d.llama.shape.pos = tokens_of(positions, slot);
     return d;
   }
 };
 
 Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-         const LoraConfig* lora, int passes, bool packed, Device& device, Kernels& kernels)
+         const LoraConfig* lora, int passes, bool packed, bool layer_major, Device& device, Kernels& kernels)
     : layout_(config),
       B_(B),
       T_(T),
@@ -194,6 +233,7 @@ Gpt::Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpoint
       lora_(lora ? std::optional(*lora) : std::nullopt),
       passes_(passes),
       packed_(packed),
+      layer_major_(layer_major),
       device_(device),
       kernels_(kernels) {}
 
@@ -205,7 +245,7 @@ Gpt::~Gpt() {
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B, int T, DType act_dtype,
                                                  bool checkpointing, Device& device, Kernels& kernels,
                                                  bool checkpoints_on_host, const LoraConfig* lora, int passes,
-                                                 bool packed) {
+                                                 bool packed, bool layer_major) {
   ZEROD_RETURN_IF_ERROR(validate_gpt_config(config));
   if (lora) {
     ZEROD_RETURN_IF_ERROR(validate_lora_config(*lora, config.arch));
@@ -215,13 +255,16 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
     return absl::InvalidArgumentError("micro-batch must be at least 1 and sequence length within block_size");
   }
   if (passes < 1) return absl::InvalidArgumentError(absl::StrCat("a model for ", passes, " passes"));
+  if (layer_major && !checkpointing) {
+    return absl::InvalidArgumentError("a layer-major model keeps each micro-batch's block inputs: it needs checkpointing");
+  }
   if (kernels.operand_type() != DType::kF32 && kernels.operand_type() != act_dtype) {
     return absl::InvalidArgumentError(absl::StrCat("a model computing in ", dtype_name(act_dtype),
                                                    " cannot run on a kernel table of ",
                                                    dtype_name(kernels.operand_type()), " operands"));
   }
-  std::unique_ptr<Gpt> g(
-      new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes, packed, device, kernels));
+  std::unique_ptr<Gpt> g(new Gpt(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes, packed,
+                                 layer_major, device, kernels));
   ZEROD_RETURN_IF_ERROR(g->allocate());
   return g;
 }
@@ -234,8 +277,8 @@ struct Gpt::ModelBuffer {
 
 std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
                                                 bool checkpoints_on_host, const LoraConfig* lora, int passes,
-                                                bool packed, const PlanDevice& device, const KernelMemory& k,
-                                                DType op_type) {
+                                                bool packed, bool layer_major, const PlanDevice& device,
+                                                const KernelMemory& k, DType op_type) {
   const int64_t N = int64_t(B) * T, C = c.n_embd, L = c.n_layer, V = c.vocab_size;
   const bool llama = c.llama();
   int64_t size[kNumFields];
@@ -247,6 +290,7 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
   const int64_t op = dtype_size(op_type);
   const bool in_place = op_type == act_dtype;
   const Category A = Category::kActivations, W = Category::kWorkspace;
+  const int64_t slots = layer_major ? passes : 1;  // Impl's
   std::vector<ModelBuffer> specs;
   auto add = [&](Buffer Impl::*member, const char* what, int64_t bytes, Category cat,
                  std::optional<Tier> tier = std::nullopt) {
@@ -255,7 +299,7 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
   // The block inputs: with checkpointing all that forward keeps for
   // backward; on a GPU, in host memory (pinned) when asked.
   const bool on_host = checkpointing && checkpoints_on_host && !device.host_visible();
-  add(&Impl::residuals, "block inputs", (L + 1) * N * C * act, A,
+  add(&Impl::residuals, "block inputs", slots * (L + 1) * N * C * act, A,
       on_host ? std::optional(device.staging_tier()) : std::nullopt);
   if (!checkpointing) {
     add(&Impl::layer_store, "saved layer activations", L * big * act, A);
@@ -268,7 +312,7 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
   add(&Impl::lnf, "final LayerNorm output", N * C * op, A);
   if (!llama) add(&Impl::lnf_mean, "final LayerNorm mean", N * 4, A);
   add(&Impl::lnf_rstd, "final LayerNorm rstd", N * 4, A);
-  add(&Impl::dres, "residual gradient", N * C * op, W);
+  add(&Impl::dres, "residual gradient", slots * N * C * op, W);
   add(&Impl::dbuf, "block gradient", N * C * op, W);
   add(&Impl::dqkv, "qkv gradient", N * c.qkv_width() * op, W);
   // A Llama's SwiGLU output gradient comes after its input's.
@@ -281,17 +325,17 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
   add(&Impl::logits, "logits, a chunk of rows", std::max(k.logits_rows(V, N) * k.logits_stride(V) * op, V * 4), W);
   add(&Impl::losses, "token losses", N * 8, W);
   if (lora) add(&Impl::lora_scratch, "LoRA products", N * (lora_wide(c) + lora->r) * op, W);
-  add(&Impl::inputs, "input tokens", N * 4, W);
-  add(&Impl::targets, "target tokens", N * 4, W);
-  add(&Impl::order, "input tokens' order", N * 4, W);
+  add(&Impl::inputs, "input tokens", slots * N * 4, W);
+  add(&Impl::targets, "target tokens", slots * N * 4, W);
+  add(&Impl::order, "input tokens' order", slots * N * 4, W);
   add(&Impl::loss_sum, "loss sum", 8, W);
   // Pinned on a GPU: a copy to pageable memory would wait for the stream.
   add(&Impl::order_host, "input tokens' order, from the host", passes * N * 4, W, device.staging_tier());
   add(&Impl::loss_host, "loss, for the host", passes * 8, W, device.staging_tier());
   if (packed) {
-    add(&Impl::positions, "token positions", N * 4, W);
+    add(&Impl::positions, "token positions", slots * N * 4, W);
     if (!llama) {
-      add(&Impl::positions_order, "token positions' order", N * 4, W);
+      add(&Impl::positions_order, "token positions' order", slots * N * 4, W);
       add(&Impl::positions_order_host, "token positions' order, from the host", passes * N * 4, W,
           device.staging_tier());
     }
@@ -300,9 +344,11 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
 }
 
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-               const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora, int passes, bool packed) {
+               const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora, int passes, bool packed,
+               bool layer_major) {
   for (const ModelBuffer& b : buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes,
-                                           packed, plan.device(), kernels, kernels.operand_type(act_dtype))) {
+                                           packed, layer_major, plan.device(), kernels,
+                                           kernels.operand_type(act_dtype))) {
     plan.add(b.spec);
   }
 }
@@ -319,6 +365,7 @@ absl::Status Gpt::allocate() {
   m.checkpointing = checkpointing_;
   m.block = block_for(layout_.config());
   m.pass_tokens.assign(passes_, 0);
+  m.slot_tokens = int64_t(B_) * T_;
   const GptConfig& c = layout_.config();
   field_sizes(c, B_, T_, kernels_.attention_row_stats(), m.lora, m.size);
   for (int f = 0; f < kNumBig; ++f) m.big_numel += m.size[f];
@@ -326,7 +373,7 @@ absl::Status Gpt::allocate() {
   m.act_bytes = dtype_size(act_dtype_);
   m.logits_rows = kernels_.memory().logits_rows(c.vocab_size, int64_t(B_) * T_);
   for (const ModelBuffer& b : buffer_specs(c, B_, T_, act_dtype_, checkpointing_, checkpoints_on_host_, m.lora, passes_,
-                                           packed_, plan_device(device_), kernels_.memory(), m.op)) {
+                                           packed_, layer_major_, plan_device(device_), kernels_.memory(), m.op)) {
     ZEROD_ASSIGN_OR_RETURN(m.*b.member, allocate_spec(device_, b.spec));
   }
   if (!c.llama()) return absl::OkStatus();
@@ -338,34 +385,101 @@ absl::Status Gpt::allocate() {
   return device_.synchronize(m.s);  // before `table` goes
 }
 
+void* Gpt::Impl::embed(const GlobalWeights& g, const Dims& d, int slot) {
+  const int64_t NC = d.N * d.C;
+  // Not in place, each block runs on the fp32 copy of its input, in place.
+  void* x = in_place ? residual(0, d.N, slot) : x_fp32.data();
+  k.embedding_forward(s, x, tokens_of(inputs, slot), g.wte, g.wpe, d.B, d.T, d.C, d.pos);
+  round_operands(k, s, rounding(), x, NC);
+  if (!in_place) k.convert_from_f32(s, act_dtype, static_cast<float*>(x), residual(0, d.N, slot), NC);
+  return x;
+}
+
+void* Gpt::Impl::forward_block(const BlockPass& p, int l, const LayerWeights& w, void* x, int slot) {
+  const Dims& d = p.d;
+  const LayerActs a = checkpointing ? scratch_acts() : stored_acts(l);
+  void* out = in_place ? residual(l + 1, d.N, slot) : x;
+  block->forward(p, l, w, x, a, forward_buffers(), out);
+  if (!in_place) {
+    k.convert_from_f32(s, act_dtype, static_cast<float*>(out), residual(l + 1, d.N, slot), d.N * d.C);
+    if (!checkpointing) pack_acts(l, a, d.B, d.T, /*to_store=*/true);
+  }
+  return out;
+}
+
+void* Gpt::Impl::block_input(int l, int64_t N, int slot) {
+  if (in_place) return residual(l, N, slot);
+  k.convert_to_f32(s, act_dtype, residual(l, N, slot), x_fp32.ptr<float>(), N * config.n_embd);
+  return x_fp32.data();
+}
+
+void Gpt::Impl::final_norm(const BlockPass& p, const GlobalWeights& g, const void* xL) {
+  block->final_norm_forward(p, g, xL, lnf.data(), lnf_mean.ptr<float>(), lnf_rstd.ptr<float>());
+  round_operands(k, s, rounding(), lnf.data(), p.d.N * p.d.C);
+}
+
+void Gpt::Impl::head_backward(const BlockPass& p, const GlobalWeights& g, const GlobalGrads& gg, float grad_scale,
+                              const void* xL, int slot, int pass) {
+  const Dims& d = p.d;
+  const int64_t NC = d.N * d.C;
+  ClassifierArgs head{lnf.data(),
+                      g.head(),
+                      tokens_of(targets, slot),
+                      d.N,
+                      d.C,
+                      config.vocab_size,
+                      grad_scale / static_cast<float>(d.N),
+                      act_dtype,
+                      logits.data(),
+                      logits_rows,
+                      losses.ptr<double>(),
+                      dbuf.data(),
+                      gg.head()};
+  k.classifier_forward_backward(s, head);
+  k.sum(s, losses.ptr<double>(), d.N, loss_sum.ptr<double>());
+  dev.copy(s, loss_host.ptr<double>() + pass, loss_sum.data(), sizeof(double));
+  void* dx = dres_of(slot);
+  dev.memset(s, dx, 0, NC * op_bytes);
+  block->final_norm_backward(p, g, gg, dx, dbuf.data(), xL, lnf_mean.ptr<float>(), lnf_rstd.ptr<float>());
+  round_operands(k, s, rounding(), dx, NC);
+}
+
+void Gpt::Impl::layer_backward(const BlockPass& p, int l, const LayerWeights& w, const LayerGrads& lg, int slot) {
+  const Dims& d = p.d;
+  const BackwardBuffers bb{dbuf.data(),         dqkv.data(),        dfch.data(), attn_scratch.ptr<float>(),
+                           lora_scratch.data(), lora_wide(config), op_bytes,    rounding()};
+  const void* x = block_input(l, d.N, slot);
+  LayerActs a;
+  if (checkpointing) {
+    a = scratch_acts();
+    block->forward(p, l, w, x, a, forward_buffers(), nullptr);
+  } else {
+    a = stored_acts(l);
+    if (!in_place) pack_acts(l, a, d.B, d.T, /*to_store=*/false);
+  }
+  void* dx = dres_of(slot);
+  block->backward(p, l, w, x, a, lg, dx, bb);
+  round_operands(k, s, rounding(), dx, d.N * d.C);
+}
+
+void Gpt::Impl::embedding_backward(const GlobalGrads& gg, const Dims& d, int slot) {
+  if (!gg.wte) return;
+  k.embedding_backward(s, gg.wte, gg.wpe, dres_of(slot), tokens_of(inputs, slot), tokens_of(order, slot), d.B, d.T,
+                       d.C, d.pos, d.pos && gg.wpe ? tokens_of(positions_order, slot) : nullptr);
+}
+
 // The blocks and the final norm over the tokens in `inputs`; returns
 // the last block's output.
 absl::StatusOr<const void*> Gpt::Impl::forward_blocks(WeightSource& ws, const Dims& d, bool backward) {
-  Impl& m = *this;
-  const GptConfig& c = config;
-  const int B = d.B, T = d.T;
-  const int64_t NC = d.N * d.C;
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   const BlockPass p{k, s, d};
-  // Not in place, each block runs on the fp32 copy of its input, in place.
-  void* x = in_place ? residual(0, d.N) : m.x_fp32.data();
-  k.embedding_forward(s, x, m.inputs.ptr<int32_t>(), g.wte, g.wpe, B, T, d.C, d.pos);
-  round_operands(k, s, rounding(), x, NC);
-  if (!in_place) k.convert_from_f32(s, act_dtype, static_cast<float*>(x), residual(0, d.N), NC);
-  for (int l = 0; l < c.n_layer; ++l) {
-    const LayerActs a = checkpointing ? scratch_acts() : stored_acts(l);
-    void* out = in_place ? residual(l + 1, d.N) : x;
+  void* x = embed(g, d, 0);
+  for (int l = 0; l < config.n_layer; ++l) {
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
-    ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, c.n_layer, backward));
-    block->forward(p, l, w, x, a, forward_buffers(), out);
-    if (!in_place) {
-      k.convert_from_f32(s, act_dtype, static_cast<float*>(out), residual(l + 1, d.N), NC);
-      if (!checkpointing) pack_acts(l, a, B, T, /*to_store=*/true);
-    }
-    x = out;
+    ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, config.n_layer, backward));
+    x = forward_block(p, l, w, x, 0);
   }
-  block->final_norm_forward(p, g, x, m.lnf.data(), m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>());
-  round_operands(k, s, rounding(), m.lnf.data(), NC);
+  final_norm(p, g, x);
   return x;
 }
 
@@ -400,74 +514,80 @@ double Gpt::pass_loss(int pass) const {
 absl::Status Gpt::enqueue_pass(WeightSource& ws, GradSink& sink, const int32_t* inputs, const int32_t* targets, int B,
                                int T, float grad_scale, uint64_t dropout_seed, int pass, const int32_t* positions) {
   Impl& m = *impl_;
-  Kernels& k = kernels_;
-  Stream& s = m.s;
-  const GptConfig& c = layout_.config();
+  const int L = layout_.config().n_layer;
   const Dims d = m.dims(B, T, /*training=*/true, dropout_seed, positions != nullptr);
-  const int C = d.C;
-  const int64_t NC = d.N * C;
-  m.upload(m.inputs, inputs, d.N);
-  m.upload(m.targets, targets, d.N);
-  m.upload_order(m.order, m.order_host, inputs, d.N, pass);
-  if (positions) {
-    m.upload(m.positions, positions, d.N);
-    if (!c.llama()) m.upload_order(m.positions_order, m.positions_order_host, positions, d.N, pass);
-  }
-  m.pass_tokens[pass] = d.N;
+  m.upload_training(inputs, targets, positions, d.N, /*slot=*/0, pass);
   ZEROD_ASSIGN_OR_RETURN(const void* xL, m.forward_blocks(ws, d, /*backward=*/true));
   ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
   ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
-
-  ClassifierArgs head{m.lnf.data(),
-                      g.head(),
-                      m.targets.ptr<int32_t>(),
-                      d.N,
-                      C,
-                      c.vocab_size,
-                      grad_scale / static_cast<float>(d.N),
-                      act_dtype_,
-                      m.logits.data(),
-                      m.logits_rows,
-                      m.losses.ptr<double>(),
-                      m.dbuf.data(),
-                      gg.head()};
-  k.classifier_forward_backward(s, head);
-  k.sum(s, m.losses.ptr<double>(), d.N, m.loss_sum.ptr<double>());
-  device_.copy(s, m.loss_host.ptr<double>() + pass, m.loss_sum.data(), sizeof(double));
-
-  void* dres = m.dres.data();
-  device_.memset(s, dres, 0, NC * m.op_bytes);
-  const BlockPass p{k, s, d};
-  m.block->final_norm_backward(p, g, gg, dres, m.dbuf.data(), xL, m.lnf_mean.ptr<float>(), m.lnf_rstd.ptr<float>());
-  round_operands(k, s, m.rounding(), dres, NC);
-
-  const BackwardBuffers bb{m.dbuf.data(),         m.dqkv.data(), m.dfch.data(), m.attn_scratch.ptr<float>(),
-                           m.lora_scratch.data(), lora_wide(c),  m.op_bytes,    m.rounding()};
-  for (int l = c.n_layer - 1; l >= 0; --l) {
+  const BlockPass p{kernels_, m.s, d};
+  m.head_backward(p, g, gg, grad_scale, xL, /*slot=*/0, pass);
+  for (int l = L - 1; l >= 0; --l) {
     ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
-    ZEROD_RETURN_IF_ERROR(announce(ws, 2 * c.n_layer - l, c.n_layer, /*backward=*/true));
-    const void* x = m.residual(l, d.N);
-    if (!m.in_place) {
-      k.convert_to_f32(s, act_dtype_, m.residual(l, d.N), m.x_fp32.ptr<float>(), NC);
-      x = m.x_fp32.data();
-    }
-    LayerActs a;
-    if (checkpointing_) {
-      a = m.scratch_acts();
-      m.block->forward(p, l, w, x, a, m.forward_buffers(), nullptr);
-    } else {
-      a = m.stored_acts(l);
-      if (!m.in_place) m.pack_acts(l, a, B, T, /*to_store=*/false);
-    }
+    ZEROD_RETURN_IF_ERROR(announce(ws, 2 * L - l, L, /*backward=*/true));
     ZEROD_ASSIGN_OR_RETURN(const LayerGrads lg, sink.layer(l));
-    m.block->backward(p, l, w, x, a, lg, dres, bb);
+    m.layer_backward(p, l, w, lg, /*slot=*/0);
     ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
-    round_operands(k, s, m.rounding(), dres, NC);
   }
-  if (gg.wte) {
-    k.embedding_backward(s, gg.wte, gg.wpe, dres, m.inputs.ptr<int32_t>(), m.order.ptr<int32_t>(), B, T, C, d.pos,
-                         d.pos && gg.wpe ? m.positions_order.ptr<int32_t>() : nullptr);
+  m.embedding_backward(gg, d, /*slot=*/0);
+  ZEROD_RETURN_IF_ERROR(sink.end_backward());
+  return ws.end_pass();
+}
+
+absl::Status Gpt::enqueue_layer_major(WeightSource& ws, GradSink& sink, const std::vector<MicroBatch>& batches, int B,
+                                      int T, float grad_scale) {
+  if (!layer_major_) return absl::FailedPreconditionError("a layer-major step on a model not made layer-major");
+  const int count = static_cast<int>(batches.size());
+  if (count < 1 || count > passes_) {
+    return absl::InvalidArgumentError(absl::StrCat("a layer-major step of ", count, " micro-batches on a model made for ",
+                                                   passes_));
   }
+  for (const MicroBatch& b : batches) {
+    if (b.positions) ZEROD_RETURN_IF_ERROR(check_positions(b.positions, B, T, packed_));
+  }
+  ZEROD_RETURN_IF_ERROR(check_pass("a training pass", B, T));
+  absl::Status s = enqueue_layers(ws, sink, batches, B, T, grad_scale);
+  if (!s.ok()) device_.synchronize(impl_->s).IgnoreError();  // as in enqueue_forward_backward
+  return s;
+}
+
+// Micro-batch j in slot j and pass j: each layer's weights asked for once
+// going up and once coming down, every micro-batch's block run on them in
+// turn; the head between, each micro-batch's in turn.
+absl::Status Gpt::enqueue_layers(WeightSource& ws, GradSink& sink, const std::vector<MicroBatch>& batches, int B,
+                                 int T, float grad_scale) {
+  Impl& m = *impl_;
+  const int L = layout_.config().n_layer, count = static_cast<int>(batches.size());
+  std::vector<Dims> dims;
+  for (int j = 0; j < count; ++j) {
+    const MicroBatch& b = batches[j];
+    dims.push_back(m.dims(B, T, /*training=*/true, b.dropout_seed, b.positions != nullptr, j));
+    m.upload_training(b.inputs, b.targets, b.positions, dims[j].N, j, j);
+  }
+  const auto pass = [&](int j) { return BlockPass{kernels_, m.s, dims[j]}; };
+  ZEROD_ASSIGN_OR_RETURN(const GlobalWeights g, ws.globals());
+  for (int j = 0; j < count; ++j) m.embed(g, dims[j], j);
+  for (int l = 0; l < L; ++l) {
+    ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
+    ZEROD_RETURN_IF_ERROR(announce(ws, l + 1, L, /*backward=*/true));
+    for (int j = 0; j < count; ++j) {
+      m.forward_block(pass(j), l, w, m.block_input(l, dims[j].N, j), j);
+    }
+  }
+  ZEROD_ASSIGN_OR_RETURN(const GlobalGrads gg, sink.globals());
+  for (int j = 0; j < count; ++j) {
+    const void* xL = m.block_input(L, dims[j].N, j);
+    m.final_norm(pass(j), g, xL);
+    m.head_backward(pass(j), g, gg, grad_scale, xL, j, j);
+  }
+  for (int l = L - 1; l >= 0; --l) {
+    ZEROD_ASSIGN_OR_RETURN(const LayerWeights w, ws.layer(l));
+    ZEROD_RETURN_IF_ERROR(announce(ws, 2 * L - l, L, /*backward=*/true));
+    ZEROD_ASSIGN_OR_RETURN(const LayerGrads lg, sink.layer(l));
+    for (int j = 0; j < count; ++j) m.layer_backward(pass(j), l, w, lg, j);
+    ZEROD_RETURN_IF_ERROR(sink.layer_done(l));
+  }
+  for (int j = 0; j < count; ++j) m.embedding_backward(gg, dims[j], j);
   ZEROD_RETURN_IF_ERROR(sink.end_backward());
   return ws.end_pass();
 }

@@ -37,16 +37,19 @@ class Gpt {
   // settings (weights.h's LayerWeights::lora), whose activations it keeps.
   // `passes`: how many training passes may be enqueued before the host
   // reads their losses (enqueue_forward_backward). `packed`: training
-  // passes may be given packed sequences' positions.
+  // passes may be given packed sequences' positions. `layer_major`: steps
+  // of up to `passes` micro-batches may run layer by layer
+  // (enqueue_layer_major; with checkpointing only), each micro-batch
+  // keeping its own block inputs and residual gradient.
   static absl::StatusOr<std::unique_ptr<Gpt>> create(const GptConfig& config, int B, int T, DType act_dtype,
                                                      bool checkpointing, Device& device, Kernels& kernels,
                                                      bool checkpoints_on_host = false, const LoraConfig* lora = nullptr,
-                                                     int passes = 1, bool packed = false);
+                                                     int passes = 1, bool packed = false, bool layer_major = false);
   ~Gpt();
   // The buffers create() allocates for these arguments, on plan's device.
   static void plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
                    const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora = nullptr, int passes = 1,
-                   bool packed = false);
+                   bool packed = false, bool layer_major = false);
 
   const GptLayout& layout() const { return layout_; }
   int max_seq() const { return T_; }
@@ -77,6 +80,25 @@ class Gpt {
                                         const int32_t* positions = nullptr);
   double pass_loss(int pass) const;
 
+  // A step's micro-batches layer by layer, on a model made `layer_major`:
+  // each layer's weights are asked for once going up and once coming down
+  // (a source that gathers or uploads them does so once a step, not once
+  // a micro-batch), and every micro-batch's block runs on them in turn.
+  // The sink's layer(l) and layer_done(l) are called once a step, the
+  // layer's gradients of every micro-batch added in between, micro-batch
+  // 0 first: each gradient is the sum micro-batch-major passes give, in
+  // their order, except a tied head's (GPT-2's wte), whose head parts
+  // come before its embedding parts. Micro-batch j is pass j (pass_loss);
+  // B, T and grad_scale as enqueue_forward_backward's, the host waiting
+  // for nothing.
+  struct MicroBatch {
+    const int32_t *inputs, *targets;
+    const int32_t* positions = nullptr;
+    uint64_t dropout_seed = 0;
+  };
+  absl::Status enqueue_layer_major(WeightSource& w, GradSink& grads, const std::vector<MicroBatch>& batches, int B,
+                                   int T, float grad_scale);
+
   // Forward only, the loss: the sum over the B*T tokens of -log p(target)
   // (a target of -1 counts 0), as a training pass computes it but with no
   // dropout. `positions` as forward_backward's. Enqueued work done when it
@@ -97,15 +119,17 @@ class Gpt {
   // makes for act_dtype).
   static std::vector<ModelBuffer> buffer_specs(const GptConfig& c, int B, int T, DType act_dtype, bool checkpointing,
                                                bool checkpoints_on_host, const LoraConfig* lora, int passes,
-                                               bool packed, const PlanDevice& device, const KernelMemory& k,
-                                               DType op_type);
+                                               bool packed, bool layer_major, const PlanDevice& device,
+                                               const KernelMemory& k, DType op_type);
   Gpt(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
-      const LoraConfig* lora, int passes, bool packed, Device& device, Kernels& kernels);
+      const LoraConfig* lora, int passes, bool packed, bool layer_major, Device& device, Kernels& kernels);
   absl::Status allocate();
   // The work of enqueue_forward_backward and forward_logits, enqueued on
   // the stream.
   absl::Status enqueue_pass(WeightSource& w, GradSink& grads, const int32_t* inputs, const int32_t* targets, int B,
                             int T, float grad_scale, uint64_t dropout_seed, int pass, const int32_t* positions);
+  absl::Status enqueue_layers(WeightSource& w, GradSink& grads, const std::vector<MicroBatch>& batches, int B, int T,
+                              float grad_scale);
   absl::Status enqueue_logits(WeightSource& w, const int32_t* tokens, int B, int T, float* logits, bool last_only);
   absl::Status enqueue_loss(WeightSource& w, const int32_t* inputs, const int32_t* targets, int B, int T,
                             const int32_t* positions);
@@ -121,6 +145,7 @@ class Gpt {
   std::optional<LoraConfig> lora_;
   int passes_;
   bool packed_;
+  bool layer_major_;
   Device& device_;
   Kernels& kernels_;
   std::unique_ptr<Impl> impl_;
