@@ -25,6 +25,17 @@ namespace zerod {
 //     anything is built).
 enum class MicroBatchGrads { kAuto, kF32, kCompute };
 
+// The order of a step's micro-batches (zerod's key
+// zero_optimization.accumulation):
+//   kMicroBatch: each micro-batch forward and backward through every layer
+//     in turn, its gradients handed to the stores as its backward ends;
+//   kLayer: each layer forward, and later backward, for every micro-batch
+//     in turn while its weights are there, so that they are gathered or
+//     uploaded once a step rather than once a micro-batch; a layer's
+//     gradients of the whole step reach the stores once, summed on the
+//     device. Each micro-batch's block inputs are kept (checkpointing).
+enum class Accumulation { kMicroBatch, kLayer };
+
 struct ZeroConfig {
   int stage = 0;
   int64_t reduce_bucket_size = 500000000;
@@ -35,6 +46,7 @@ struct ZeroConfig {
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param{OffloadDevice::kNone, std::nullopt, true, 5};
   MicroBatchGrads micro_batch_grads = MicroBatchGrads::kAuto;
+  Accumulation accumulation = Accumulation::kMicroBatch;
   // Set where "auto" resolves to kCompute, never read from a config; the
   // second: micro-batches added on the host in one pass
   // (MicroBatchSums::fold).

@@ -263,7 +263,14 @@ TEST_F(GpuTierPlanTest, EqualsTheAccountantsPeaksOfAStandInGpuRun) {
       {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=3", "bf16.enabled=true"},
       {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=3",
        "zero_optimization.offload_param.device=\"nvme\"",
-       "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\""}};
+       "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\""},
+      // Layer-major steps: 3 micro-batches' block inputs, on the host and
+      // on the GPU, under parameter offload and a QLoRA base.
+      {"zero_optimization.accumulation=\"layer\"", "gradient_accumulation_steps=3", "zero_optimization.stage=3",
+       "zero_optimization.offload_param.device=\"cpu\"", "bf16.enabled=true", "activation_checkpointing.enabled=true",
+       "activation_checkpointing.cpu_checkpointing=true"},
+      {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.accumulation=\"layer\"",
+       "gradient_accumulation_steps=3", "zero_optimization.stage=3", "activation_checkpointing.enabled=true"}};
   for (const std::vector<std::string>& overrides : cases) {
     SCOPED_TRACE(::testing::Message() << ::testing::PrintToString(overrides));
     nlohmann::json j = testing::tiny_job();

@@ -420,6 +420,8 @@ void read_cpu_offload(JsonReader& zero, const char* old_key, const char* section
 
 constexpr std::pair<const char*, MicroBatchGrads> kMicroBatchGrads[] = {
     {"auto", MicroBatchGrads::kAuto}, {"fp32", MicroBatchGrads::kF32}, {"compute", MicroBatchGrads::kCompute}};
+constexpr std::pair<const char*, Accumulation> kAccumulation[] = {{"micro_batch", Accumulation::kMicroBatch},
+                                                                  {"layer", Accumulation::kLayer}};
 
 void parse_zero(JsonReader r, ZeroConfig& z) {
   if (r.read("stage", &z.stage)) {
@@ -455,6 +457,7 @@ void parse_zero(JsonReader r, ZeroConfig& z) {
     r.check(z.micro_batch_grads != MicroBatchGrads::kCompute || z.stage >= 2, "micro_batch_grads",
             absl::StrCat("'compute' needs stage 2 or 3, but stage is ", z.stage));
   }
+  read_enum<Accumulation>(r, "accumulation", {kAccumulation[0], kAccumulation[1]}, &z.accumulation);
   JsonReader oo = r.section("offload_optimizer");
   oo.read("super_offload", &z.offload_optimizer.super_offload);
   parse_offload(oo, z.offload_optimizer);
@@ -587,6 +590,8 @@ const char* micro_batch_grads_name(MicroBatchGrads m) {
   return "?";
 }
 
+const char* accumulation_name(Accumulation a) { return a == Accumulation::kLayer ? "layer" : "micro_batch"; }
+
 absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world_size) {
   if (!root.is_object()) return absl::InvalidArgumentError("the job config must be a JSON object");
   JobConfig cfg;
@@ -652,6 +657,11 @@ absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world
     dt.finish();
   }
   parse_zero(r.section("zero_optimization"), cfg.zero);
+  if (cfg.zero.accumulation == Accumulation::kLayer && !cfg.activation_checkpointing) {
+    reading.add("zero_optimization.accumulation",
+                "'layer' keeps each micro-batch's block inputs for its backward: it needs "
+                "activation_checkpointing.enabled");
+  }
   parse_monitor(r.section("tensorboard"), cfg.tensorboard);
   parse_monitor(r.section("csv_monitor"), cfg.csv_monitor);
   r.check(!(cfg.run.tensorboard_dir && cfg.tensorboard.enabled), "tensorboard",

@@ -34,6 +34,8 @@ struct LossScaleConfig {
 
 // "auto", "fp32" or "compute", as the config spells it.
 const char* micro_batch_grads_name(MicroBatchGrads m);
+// "micro_batch" or "layer".
+const char* accumulation_name(Accumulation a);
 
 struct CheckpointConfig {
   std::optional<std::string> dir;  // no checkpoints without one
@@ -114,6 +116,12 @@ struct JobConfig {
   // (key path, value), shown at the start and end of the run.
   std::vector<std::pair<std::string, nlohmann::json>> auto_filled;
 };
+
+// The passes in which a step's gradients reach the ZeRO engine's stores:
+// a micro-batch's each, or one for a layer-major step.
+inline int gradient_passes(const JobConfig& cfg) {
+  return cfg.zero.accumulation == Accumulation::kLayer ? 1 : cfg.grad_accum;
+}
 
 // Where TensorBoard's event files and the CSV files go (DeepSpeed's
 // output_path/job_name, or run.tensorboard_dir); none when off.

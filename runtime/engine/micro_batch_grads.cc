@@ -32,7 +32,7 @@ std::string micro_batch_flow(const JobConfig& cfg, const PlanDevice& device) {
   const std::string shared = c.updates_on_device ? ", each updated there or on the device (its sum copied up too), "
                                                    "whichever is planned to finish first"
                                                  : "";
-  if (cfg.grad_accum == 1) return absl::StrCat("sent to the host in ", type, " once a step", shared);
+  if (gradient_passes(cfg) == 1) return absl::StrCat("sent to the host in ", type, " once a step", shared);
   const std::string sent =
       absl::StrCat("sent to the host in ", type, ", summed there in fp32",
                    c.sums.fold > 1 ? absl::StrCat(", ", c.sums.fold, " micro-batches a pass") : "", shared);
@@ -112,7 +112,7 @@ absl::StatusOr<int> host_fold(JobConfig cfg, int world_size, const KernelMemory&
     room = node / 2 / static_cast<uint64_t>(world_size);
   }
   // Four (or the step's micro-batches, where fewer), then two.
-  for (int fold = std::min(cfg.grad_accum, 4); fold > 1; fold = fold > 2 ? 2 : 1) {
+  for (int fold = std::min(gradient_passes(cfg), 4); fold > 1; fold = fold > 2 ? 2 : 1) {
     cfg.zero.compute_host_fold = fold;
     uint64_t most = 0;
     ZEROD_RETURN_IF_ERROR(each_rank_peaks(cfg, world_size, kernels, device, resume, [&](const MemoryPeaks& p) {

@@ -68,12 +68,12 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
                       std::move(io_faults),
                       factor_after_backward(cfg),
                       DType::kF32,
-                      cfg.grad_accum};
+                      gradient_passes(cfg)};
 }
 
 ZeroSettings planned_zero_settings(const JobConfig& cfg, DType operands) {
   return {cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, nullptr, {}, factor_after_backward(cfg), operands,
-          cfg.grad_accum};
+          gradient_passes(cfg)};
 }
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
@@ -96,7 +96,8 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   EvalWindows::plan(cfg.data, plan);
   const LoraConfig* lora = cfg.lora ? &cfg.lora->adapters : nullptr;
   Gpt::plan(cfg.model, cfg.micro_batch, cfg.data.seq_len, cfg.precision, cfg.activation_checkpointing,
-            cfg.cpu_checkpointing, kernels, plan, lora, cfg.grad_accum, packed);
+            cfg.cpu_checkpointing, kernels, plan, lora, cfg.grad_accum, packed,
+            cfg.zero.accumulation == Accumulation::kLayer);
   const GptLayout model(cfg.model);
   const ZeroSettings zs = planned_zero_settings(cfg, kernels.operand_type(cfg.precision));
   if (lora) {
@@ -179,7 +180,8 @@ absl::Status Trainer::build() {
   const LoraConfig* lora = cfg_.lora ? &cfg_.lora->adapters : nullptr;
   ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
                                              cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing,
-                                             lora, cfg_.grad_accum, packed));
+                                             lora, cfg_.grad_accum, packed,
+                                             cfg_.zero.accumulation == Accumulation::kLayer));
   if (lora) adapters_ = std::make_unique<GptLayout>(GptLayout::adapters(cfg_.model, *lora));
   ZEROD_ASSIGN_OR_RETURN(ZeroSettings zs, zero_settings(cfg_, layout(), env_.io_faults));
   zs.operands = kernels_->operand_type();
@@ -242,20 +244,32 @@ absl::StatusOr<double> Trainer::compute_gradients(int64_t step, float grad_scale
   // completes it, with the factor of a step that neither clips nor
   // overflows (exact without clipping or a loss scale; undone otherwise).
   if (zero_->updates_during_backward()) {
-    zero_->update_during_backward(static_cast<float>(lr), updates_ + 1, accum, static_cast<float>(1.0 / loss_scale));
+    zero_->update_during_backward(static_cast<float>(lr), updates_ + 1, gradient_passes(cfg_),
+                                  static_cast<float>(1.0 / loss_scale));
   }
   // A step on the device's stream (a world of one at stage 0) is waited
   // for once, at its end, for its losses and its gradients' norm; any
   // other waits for each pass, whose gradients its stores take on the host.
   const bool on_stream = zero_->steps_on_stream();
   Stream& stream = device_->compute_stream();
-  for (int micro = 0; micro < accum; ++micro) {
-    const int32_t* inputs = inputs_.host<int32_t>() + micro * tokens;
-    const int32_t* targets = targets_.host<int32_t>() + micro * tokens;
-    ZEROD_RETURN_IF_ERROR(model_->enqueue_forward_backward(weights(), zero_->grads(), inputs, targets, B, T, grad_scale,
-                                                           lora_pass_seed(cfg_.run.seed, step, micro, comm_->rank()),
-                                                           micro, positions(micro)));
+  if (cfg_.zero.accumulation == Accumulation::kLayer) {
+    // One pass through the layers for the step (enqueue_layer_major).
+    std::vector<Gpt::MicroBatch> batches;
+    for (int micro = 0; micro < accum; ++micro) {
+      batches.push_back({inputs_.host<int32_t>() + micro * tokens, targets_.host<int32_t>() + micro * tokens,
+                         positions(micro), lora_pass_seed(cfg_.run.seed, step, micro, comm_->rank())});
+    }
+    ZEROD_RETURN_IF_ERROR(model_->enqueue_layer_major(weights(), zero_->grads(), batches, B, T, grad_scale));
     if (!on_stream) ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
+  } else {
+    for (int micro = 0; micro < accum; ++micro) {
+      const int32_t* inputs = inputs_.host<int32_t>() + micro * tokens;
+      const int32_t* targets = targets_.host<int32_t>() + micro * tokens;
+      ZEROD_RETURN_IF_ERROR(model_->enqueue_forward_backward(
+          weights(), zero_->grads(), inputs, targets, B, T, grad_scale,
+          lora_pass_seed(cfg_.run.seed, step, micro, comm_->rank()), micro, positions(micro)));
+      if (!on_stream) ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
+    }
   }
   if (!on_stream) {
     ZEROD_RETURN_IF_ERROR(zero_->reduce_gradients());

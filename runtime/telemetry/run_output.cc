@@ -104,6 +104,7 @@ nlohmann::json start_event(const JobConfig& cfg, int64_t num_params, int world_s
                           {"gradient_clipping", cfg.gradient_clipping},
                           {"activation_checkpointing", cfg.activation_checkpointing},
                           {"micro_batch_grads", micro_batch_grads_name(cfg.zero.micro_batch_grads)},
+                          {"accumulation", accumulation_name(cfg.zero.accumulation)},
                           {"steps", cfg.run.steps},
                           {"seed", cfg.run.seed},
                           {"auto", auto_json(cfg.auto_filled)}};
@@ -172,6 +173,12 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
       device, cfg.run.device, threads.threads, threads.why, cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage,
       cfg.run.seed);
   if (!grads_line.empty()) out_ << "  " << grads_line << "\n";
+  if (cfg.zero.accumulation == Accumulation::kLayer) {
+    out_ << absl::StrFormat(
+        "  accumulation layer: each layer's weights once a step up and once down, through the %d micro-batches in "
+        "turn, whose block inputs are all kept\n",
+        cfg.grad_accum);
+  }
   if (!cfg.auto_filled.empty()) out_ << auto_text(cfg.auto_filled);
   out_ << std::flush;
 }
