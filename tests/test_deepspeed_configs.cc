@@ -165,6 +165,7 @@ TEST(DeepSpeedKeys, EveryHonouredKeyIsRead) {
                                                        {"zero_optimization.offload_optimizer.buffer_count", 4},
                                                        {"zero_optimization.offload_optimizer.super_offload", true},
                                                        {"zero_optimization.micro_batch_grads", "compute"},
+                                                       {"zero_optimization.accumulation", "layer"},
                                                        {"zero_optimization.offload_param.device", "nvme"},
                                                        {"zero_optimization.offload_param.nvme_path", "/tmp"},
                                                        {"zero_optimization.offload_param.pin_memory", true},
