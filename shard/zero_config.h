@@ -33,8 +33,10 @@ enum class MicroBatchGrads { kAuto, kF32, kCompute };
 //     in turn while its weights are there, so that they are gathered or
 //     uploaded once a step rather than once a micro-batch; a layer's
 //     gradients of the whole step reach the stores once, summed on the
-//     device. Each micro-batch's block inputs are kept (checkpointing).
-enum class Accumulation { kMicroBatch, kLayer };
+//     device. Each micro-batch's block inputs are kept (checkpointing);
+//   kAuto: kLayer where it lowers a step's traffic and fits, else
+//     kMicroBatch (Trainer resolves it before anything is built).
+enum class Accumulation { kMicroBatch, kLayer, kAuto };
 
 struct ZeroConfig {
   int stage = 0;

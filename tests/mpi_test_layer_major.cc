@@ -78,7 +78,7 @@ struct Case {
   // quantized in blocks of the rank's shard, so their reference is stage
   // 1's, whose micro-batches are summed in one buffer as stage 0's are.
   std::vector<std::string> numerics;
-  std::vector<std::string> zero;      // the stage and offload of the layer-major run
+  std::vector<std::string> zero;  // the stage and offload of the layer-major run
 };
 
 std::vector<Case> cases(const std::string& dir) {
@@ -88,10 +88,9 @@ std::vector<Case> cases(const std::string& dir) {
                                              "zero_optimization.offload_optimizer.nvme_path=\"" + dir + "\"",
                                              "zero_optimization.sub_group_size=10000", "aio.block_size=16384"};
   const std::vector<std::string> param_cpu = {"zero_optimization.offload_param.device=\"cpu\""};
-  const std::vector<std::string> param_nvme = {"zero_optimization.offload_param.device=\"nvme\"",
-                                               "zero_optimization.offload_param.nvme_path=\"" + dir + "\"",
-                                               "zero_optimization.offload_param.buffer_count=2",
-                                               "aio.block_size=16384"};
+  const std::vector<std::string> param_nvme = {
+      "zero_optimization.offload_param.device=\"nvme\"", "zero_optimization.offload_param.nvme_path=\"" + dir + "\"",
+      "zero_optimization.offload_param.buffer_count=2", "aio.block_size=16384"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -136,9 +135,9 @@ TEST(LayerMajor, AnUntiedLlamaTrainsAsMicroBatchMajorStageZeroBitForBit) {
 TEST(LayerMajor, GptTwosTiedHeadIsItsOwnOrderAtEveryStage) {
   const nlohmann::json job = base_job("gpt2-tiny");
   const Training layer0 = train(job, {stage(0), kLayer});
-  for (const std::vector<std::string>& zero :
-       {std::vector<std::string>{stage(1)}, {stage(2), "zero_optimization.offload_optimizer.device=\"cpu\""},
-        {stage(3), "zero_optimization.offload_param.device=\"cpu\""}}) {
+  for (const std::vector<std::string>& zero : {std::vector<std::string>{stage(1)},
+                                               {stage(2), "zero_optimization.offload_optimizer.device=\"cpu\""},
+                                               {stage(3), "zero_optimization.offload_param.device=\"cpu\""}}) {
     SCOPED_TRACE(::testing::Message() << zero[0] << ", world " << world().world_size());
     std::vector<std::string> layer = zero;
     layer.push_back(kLayer);

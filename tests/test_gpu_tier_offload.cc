@@ -403,6 +403,82 @@ TEST_F(GpuTierOffloadTest, AutoSendsEachMicroBatchIn16BitsWhereTheSumDoesNotFitT
 // too, the GPU's parameters are the gathered units only: two layer slots,
 // the embeddings and the final LayerNorm. Without offload, a world of one
 // keeps no reduced copy of its gradients.
+// zero_optimization.accumulation "auto" on a GPU: layer by layer where
+// each micro-batch would upload every layer again (2 x 3 extra fetches of
+// the bf16 weights saved), with the block inputs on the GPU where they fit
+// the cap, else in pinned host memory where what they then move is less
+// than what is saved, else micro-batch by micro-batch, each saying why;
+// and the run "auto" chose is the "layer" run, bit for bit.
+TEST_F(GpuTierOffloadTest, AutoGoesLayerByLayerWhereItMovesLessAndFits) {
+  const std::vector<std::string> base = joined(
+      {"zero_optimization.stage=3", "gradient_accumulation_steps=4", "activation_checkpointing.enabled=true",
+       "zero_optimization.accumulation=\"auto\""},
+      params_on("cpu"));
+  MemoryAccountant probe_acct;
+  CpuDevice probe(probe_acct, gpu_tier());
+  const KernelMemory kernels = kernel_memory_for(probe);
+  const auto choice = [&](JobConfig cfg, std::optional<uint64_t> cap) {
+    cfg.run.gpu_memory_limit = cap;
+    auto c = resolve_accumulation(cfg, 1, kernels, plan_device(probe));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  };
+  const auto gpu_peak = [&](const std::vector<std::string>& more) {
+    MemoryPlan plan(plan_device(probe));
+    EXPECT_TRUE(Trainer::plan(config(joined(base, more)), 1, 0, kernels, plan).ok());
+    return plan.peaks().total[static_cast<int>(Tier::kGpu)];
+  };
+  const JobConfig cfg = config(base);
+  const uint64_t saved = 2 * 3 * uint64_t(gpt_param_count(cfg.model)) * 2;
+  const std::string uploads = "each micro-batch uploads every layer again: layer by layer moves " +
+                              byte_size_text(saved) + " less a step";
+  const uint64_t on_gpu = gpu_peak({"zero_optimization.accumulation=\"layer\""}),
+                 on_host = gpu_peak({"zero_optimization.accumulation=\"layer\"",
+                                     "activation_checkpointing.cpu_checkpointing=true"});
+  ASSERT_LT(on_host, on_gpu);
+
+  const AccumulationChoice uncapped = choice(cfg, std::nullopt), fits = choice(cfg, on_gpu);
+  EXPECT_EQ(uncapped.mode, Accumulation::kLayer);
+  EXPECT_EQ(uncapped.why, uploads);
+  EXPECT_EQ(fits.mode, Accumulation::kLayer);
+  EXPECT_FALSE(fits.checkpoints_on_host);
+  EXPECT_EQ(fits.why, uploads + "; the 4 micro-batches' block inputs take a rank to " + byte_size_text(on_gpu) +
+                          ", within run.gpu_memory_limit " + byte_size_text(on_gpu));
+  // The block inputs of 4 micro-batches of 4 x 32 tokens, 5 layers' of 64
+  // bf16 values, cross the link 3 times: 0.5 MiB, far less than saved.
+  const AccumulationChoice hosted = choice(cfg, on_gpu - 1);
+  EXPECT_EQ(hosted.mode, Accumulation::kLayer);
+  EXPECT_TRUE(hosted.checkpoints_on_host);
+  EXPECT_NE(hosted.why.find("in pinned host memory, moving " + byte_size_text(3 * 4 * 5 * 4 * 32 * 64 * 2)),
+            std::string::npos)
+      << hosted.why;
+  const AccumulationChoice over = choice(cfg, on_host - 1);
+  EXPECT_EQ(over.mode, Accumulation::kMicroBatch);
+  EXPECT_NE(over.why.find(uploads + ", but the 4 micro-batches' block inputs take a rank to "), std::string::npos)
+      << over.why;
+
+  // Nothing to save, or no checkpoints to keep: micro-batch by micro-batch.
+  JobConfig in_memory = config({"zero_optimization.stage=3", "gradient_accumulation_steps=4",
+                                "activation_checkpointing.enabled=true", "zero_optimization.accumulation=\"auto\""});
+  EXPECT_EQ(choice(in_memory, std::nullopt).why, "each micro-batch finds every layer and leaves its gradients in place");
+  JobConfig plain = cfg;
+  plain.activation_checkpointing = false;
+  EXPECT_EQ(choice(plain, std::nullopt).mode, Accumulation::kMicroBatch);
+  EXPECT_NE(choice(plain, std::nullopt).why.find("it needs activation checkpointing"), std::string::npos);
+
+  // Trained: "auto" is the "layer" run, whose block inputs it moved.
+  JobConfig layer = config(joined(base, {"zero_optimization.accumulation=\"layer\""}));
+  MemoryAccountant ref_acct;
+  CpuDevice ref_gpu(ref_acct, gpu_tier());
+  const testing::TrainedRun ref = testing::train_to_end(layer, nullptr, ref_gpu);
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+  JobConfig capped = cfg;
+  capped.run.gpu_memory_limit = on_gpu - 1;
+  MemoryAccountant acct;
+  expect_trains_as(capped, ref, acct);
+  EXPECT_LE(acct.peaks().total[static_cast<int>(Tier::kGpu)], on_gpu - 1);
+}
+
 TEST_F(GpuTierOffloadTest, OffloadedStatesGradientsAndParametersLeaveTheGpu) {
   const JobConfig plain = config({"zero_optimization.stage=2"});
   const int64_t n = GptLayout(plain.model).num_params();

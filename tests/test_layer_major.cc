@@ -138,14 +138,13 @@ TEST_P(LayerMajorOf, IsTheMicroBatchPassesSumsBitForBit) {
   EXPECT_GT(moved, 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, LayerMajorOf,
-    ::testing::Values(Case{"Llama", testing::small_llama(false), DType::kF32, false},
-                      Case{"LlamaBf16Packed", testing::small_llama(false), DType::kBF16, true},
-                      Case{"QwenLikeTied", testing::small_llama(true), DType::kF32, false},
-                      Case{"Gpt2Packed", GptConfig{2, 2, 16, 32, 8}, DType::kF32, true},
-                      Case{"Gpt2Bf16", GptConfig{2, 2, 16, 32, 8}, DType::kBF16, false}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerMajorOf,
+                         ::testing::Values(Case{"Llama", testing::small_llama(false), DType::kF32, false},
+                                           Case{"LlamaBf16Packed", testing::small_llama(false), DType::kBF16, true},
+                                           Case{"QwenLikeTied", testing::small_llama(true), DType::kF32, false},
+                                           Case{"Gpt2Packed", GptConfig{2, 2, 16, 32, 8}, DType::kF32, true},
+                                           Case{"Gpt2Bf16", GptConfig{2, 2, 16, 32, 8}, DType::kBF16, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // Each layer once going up and once coming down, each gradient layer once;
 // and the step stops at the first call that fails, asking nothing more.
@@ -159,9 +158,9 @@ TEST(LayerMajor, AsksForEachLayerOnceAStepAndStopsAtTheFirstFailure) {
   RecordingSink all_sink(all, flat_grads);
   ASSERT_TRUE(m->enqueue_layer_major(all, all_sink, step.batches(), kB, kT, 1.0f).ok());
   const std::vector<std::string> step_calls = {
-      "globals",           "layer 0",      "prefetch 1 1",      "layer 1",           "prefetch 1 0",
-      "grad globals",      "layer 1",      "prefetch 0 -1",     "grad layer 1",      "grad layer_done 1",
-      "layer 0",           "grad layer 0", "grad layer_done 0", "grad end_backward", "end_pass"};
+      "globals",      "layer 0",      "prefetch 1 1",      "layer 1",           "prefetch 1 0",
+      "grad globals", "layer 1",      "prefetch 0 -1",     "grad layer 1",      "grad layer_done 1",
+      "layer 0",      "grad layer 0", "grad layer_done 0", "grad end_backward", "end_pass"};
   ASSERT_EQ(all.calls, step_calls);
   for (size_t at = 0; at < step_calls.size(); ++at) {
     SCOPED_TRACE(step_calls[at]);
@@ -183,8 +182,7 @@ TEST(LayerMajor, RefusesAModelOrStepItDoesNotFit) {
 
   std::vector<float> grads(step.params.size(), 0.0f);
   std::unique_ptr<Gpt> passes = step.model(false), layers = step.model(true);
-  auto w = *FlatWeights::create(&passes->layout(), DType::kF32, step.params.data(), step.rig.device,
-                                *step.rig.kernels);
+  auto w = *FlatWeights::create(&passes->layout(), DType::kF32, step.params.data(), step.rig.device, *step.rig.kernels);
   FlatGrads sink(&passes->layout(), grads.data());
   EXPECT_EQ(passes->enqueue_layer_major(w, sink, step.batches(), kB, kT, 1.0f).code(),
             absl::StatusCode::kFailedPrecondition);
@@ -217,16 +215,13 @@ TEST(LayerMajor, ItsPlanIsItsAllocation) {
     MemoryPlan plan({Tier::kHost});
     Gpt::plan(step.cfg, kB, kT, DType::kBF16, true, false, step.rig.kernels->memory(), plan, nullptr, kMicro, packed,
               true);
-    EXPECT_EQ(acc.current(Tier::kHost, Category::kActivations) - acts,
-              peak(plan, Category::kActivations));
-    EXPECT_EQ(acc.current(Tier::kHost, Category::kWorkspace) - work,
-              peak(plan, Category::kWorkspace));
+    EXPECT_EQ(acc.current(Tier::kHost, Category::kActivations) - acts, peak(plan, Category::kActivations));
+    EXPECT_EQ(acc.current(Tier::kHost, Category::kWorkspace) - work, peak(plan, Category::kWorkspace));
     MemoryPlan one({Tier::kHost});
     Gpt::plan(step.cfg, kB, kT, DType::kBF16, true, false, step.rig.kernels->memory(), one, nullptr, kMicro, packed);
     // The block inputs of two more micro-batches: 3 layers' inputs of B T C
     // bf16 each.
-    EXPECT_EQ(peak(plan, Category::kActivations) -
-                  peak(one, Category::kActivations),
+    EXPECT_EQ(peak(plan, Category::kActivations) - peak(one, Category::kActivations),
               uint64_t{2} * 3 * kB * kT * 16 * 2);
   }
 }

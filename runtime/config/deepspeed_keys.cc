@@ -80,8 +80,8 @@ constexpr DeepSpeedKey kKeys[] = {
     {"zero_optimization.micro_batch_grads", H, "",
      "zerod's: auto, fp32 or compute: each micro-batch's gradients summed as they are or in the 16-bit type"},
     {"zero_optimization.accumulation", H, "",
-     "zerod's: micro_batch or layer: a step's micro-batches each through every layer, or each layer's weights "
-     "once a step through every micro-batch"},
+     "zerod's: micro_batch, layer or auto: a step's micro-batches each through every layer, or each layer's "
+     "weights once a step through every micro-batch"},
     {"zero_optimization.cpu_offload", H, "", "the older spelling of offload_optimizer.device \"cpu\" (true)"},
     {"zero_optimization.cpu_offload_param", H, "", "the older spelling of offload_param.device \"cpu\" (true)"},
     {"zero_optimization.offload_optimizer.device", H, "",

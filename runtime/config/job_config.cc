@@ -420,8 +420,8 @@ void read_cpu_offload(JsonReader& zero, const char* old_key, const char* section
 
 constexpr std::pair<const char*, MicroBatchGrads> kMicroBatchGrads[] = {
     {"auto", MicroBatchGrads::kAuto}, {"fp32", MicroBatchGrads::kF32}, {"compute", MicroBatchGrads::kCompute}};
-constexpr std::pair<const char*, Accumulation> kAccumulation[] = {{"micro_batch", Accumulation::kMicroBatch},
-                                                                  {"layer", Accumulation::kLayer}};
+constexpr std::pair<const char*, Accumulation> kAccumulation[] = {
+    {"micro_batch", Accumulation::kMicroBatch}, {"layer", Accumulation::kLayer}, {"auto", Accumulation::kAuto}};
 
 void parse_zero(JsonReader r, ZeroConfig& z) {
   if (r.read("stage", &z.stage)) {
@@ -457,7 +457,7 @@ void parse_zero(JsonReader r, ZeroConfig& z) {
     r.check(z.micro_batch_grads != MicroBatchGrads::kCompute || z.stage >= 2, "micro_batch_grads",
             absl::StrCat("'compute' needs stage 2 or 3, but stage is ", z.stage));
   }
-  read_enum<Accumulation>(r, "accumulation", {kAccumulation[0], kAccumulation[1]}, &z.accumulation);
+  read_enum<Accumulation>(r, "accumulation", {kAccumulation[0], kAccumulation[1], kAccumulation[2]}, &z.accumulation);
   JsonReader oo = r.section("offload_optimizer");
   oo.read("super_offload", &z.offload_optimizer.super_offload);
   parse_offload(oo, z.offload_optimizer);
@@ -590,7 +590,21 @@ const char* micro_batch_grads_name(MicroBatchGrads m) {
   return "?";
 }
 
-const char* accumulation_name(Accumulation a) { return a == Accumulation::kLayer ? "layer" : "micro_batch"; }
+std::string accumulation_line(const JobConfig& cfg) {
+  const std::string why = cfg.accumulation_why.empty() ? "" : absl::StrCat(" | auto: ", cfg.accumulation_why);
+  if (cfg.zero.accumulation != Accumulation::kLayer) {
+    return why.empty() ? "" : absl::StrCat("accumulation ", accumulation_name(cfg.zero.accumulation), why);
+  }
+  return absl::StrCat("accumulation layer: each layer's weights once a step up and once down, through the ",
+                      cfg.grad_accum, " micro-batches in turn, whose block inputs are all kept", why);
+}
+
+const char* accumulation_name(Accumulation a) {
+  for (const auto& [name, value] : kAccumulation) {
+    if (value == a) return name;
+  }
+  return "?";
+}
 
 absl::StatusOr<JobConfig> parse_job_config(const nlohmann::json& root, int world_size) {
   if (!root.is_object()) return absl::InvalidArgumentError("the job config must be a JSON object");

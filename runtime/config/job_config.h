@@ -34,7 +34,7 @@ struct LossScaleConfig {
 
 // "auto", "fp32" or "compute", as the config spells it.
 const char* micro_batch_grads_name(MicroBatchGrads m);
-// "micro_batch" or "layer".
+// "micro_batch", "layer" or "auto".
 const char* accumulation_name(Accumulation a);
 
 struct CheckpointConfig {
@@ -112,10 +112,16 @@ struct JobConfig {
   MonitorConfig tensorboard, csv_monitor;
   int64_t aio_block_size = 1048576;
   int aio_queue_depth = 8;
+  // What decided zero_optimization.accumulation "auto", once resolved.
+  std::string accumulation_why;
   // The values "auto" stood for, as the Hugging Face Trainer fills them in:
   // (key path, value), shown at the start and end of the run.
   std::vector<std::pair<std::string, nlohmann::json>> auto_filled;
 };
+
+// The banner's line for zero_optimization.accumulation, resolved: "" for
+// micro-batches in turn unless "auto" chose them.
+std::string accumulation_line(const JobConfig& cfg);
 
 // The passes in which a step's gradients reach the ZeRO engine's stores:
 // a micro-batch's each, or one for a layer-major step.

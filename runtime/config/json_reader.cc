@@ -79,7 +79,8 @@ const nlohmann::json* JsonReader::find(const char* key, bool* at_default) {
   // "auto" is the Hugging Face Trainer's to fill in, except where zerod
   // gives the word a meaning of its own.
   const std::string path = key_path(key);
-  if (*it == "auto" && path != "run.device" && path != "zero_optimization.micro_batch_grads") {
+  if (*it == "auto" && path != "run.device" && path != "zero_optimization.micro_batch_grads" &&
+      path != "zero_optimization.accumulation") {
     bool def = false;
     const nlohmann::json* v = reading_->fill(path, &def);
     if (at_default) *at_default = def;

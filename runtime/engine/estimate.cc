@@ -31,12 +31,18 @@ absl::StatusOr<Estimate> estimate_memory(const JobConfig& cfg, const Machines& m
   device.host_memory = machines.host_memory.value_or(0);
   // A job that resumes is counted as reading another partition's files (the larger case).
   const auto resume = cfg.run.resume ? Trainer::ResumeFrom::kOtherPartition : Trainer::ResumeFrom::kNothing;
+  JobConfig resolved = cfg;  // decided once, not again by each rank's plan
+  ZEROD_ASSIGN_OR_RETURN(const AccumulationChoice order,
+                         resolve_accumulation(cfg, machines.ranks, kernels, device, resume));
+  order.apply(resolved);
+  e.accumulation_line = accumulation_line(resolved);
+  e.accumulation = resolved.zero.accumulation;
+  e.accumulation_why = resolved.accumulation_why;
   ZEROD_ASSIGN_OR_RETURN(const MicroBatchGradsChoice grads,
-                         resolve_micro_batch_grads(cfg, machines.ranks, kernels, device, resume));
+                         resolve_micro_batch_grads(resolved, machines.ranks, kernels, device, resume));
   e.grads_mode = grads.mode;
   e.grads_line = grads.line();
   e.grads_why = grads.why;
-  JobConfig resolved = cfg;  // decided once, not again by each rank's plan
   grads.apply(resolved.zero);
   const int per_node = machines.ranks_per_node();
   for (int node = 0; node < machines.nodes; ++node) {
@@ -289,6 +295,8 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
                         {"fits", fits},
                         {"micro_batch_grads", micro_batch_grads_name(e->grads_mode)}};
     if (!e->grads_why.empty()) j["micro_batch_grads_auto"] = e->grads_why;
+    j["accumulation"] = accumulation_name(e->accumulation);
+    if (!e->accumulation_why.empty()) j["accumulation_auto"] = e->accumulation_why;
     if (!m.gpu) j["cpu_threads"] = e->cpu_threads;
     if (!data.ok()) j["data_not_counted"] = std::string(data.message());
     nlohmann::json caps = nlohmann::json::array();
@@ -331,6 +339,7 @@ int run_estimate(int argc, char** argv, std::ostream& out, std::ostream& err) {
   if (!data.ok()) {
     out << "data not counted: " << data.message() << " (its window order takes 8 bytes a window on every rank)\n";
   }
+  if (!e->accumulation_line.empty()) out << e->accumulation_line << "\n";
   if (!e->grads_line.empty()) out << e->grads_line << "\n";
   table(out, "per rank (the largest over ranks)", e->per_rank);
   if (m.ranks_per_node() > 1) table(out, "per node (the sum of its ranks)", e->per_node);

@@ -38,6 +38,9 @@ struct Estimate {
   // (MicroBatchGradsChoice).
   MicroBatchGrads grads_mode = MicroBatchGrads::kF32;
   std::string grads_line, grads_why;
+  // zero_optimization.accumulation likewise (AccumulationChoice).
+  Accumulation accumulation = Accumulation::kMicroBatch;
+  std::string accumulation_line, accumulation_why;
 };
 
 // The plans of every rank of `cfg` on `machines`.

@@ -142,6 +142,92 @@ bool sums_on_gpu(const JobConfig& cfg, const PlanDevice& device) {
 
 }  // namespace
 
+namespace {
+
+// Bytes a step moves over the link (or the network) in micro-batch order
+// that layer order does not: a layer's weights fetched again for each
+// micro-batch past the first, going up and coming down (offloaded, or
+// gathered from the ranks), and, where each micro-batch's gradients leave
+// a GPU for an offloaded optimizer in 16 bits, all of them but one fp32
+// sum; with `why`, what they are. The weights at the size they are held in
+// (a QLoRA base's 4.5 bits a weight, block scales included).
+struct Saving {
+  uint64_t bytes = 0;
+  std::string why;
+};
+absl::StatusOr<Saving> layer_saving(const JobConfig& cfg, int world_size, const KernelMemory& kernels,
+                                    const PlanDevice& device, Trainer::ResumeFrom resume) {
+  const ZeroConfig& z = cfg.zero;
+  const uint64_t extra = static_cast<uint64_t>(cfg.grad_accum - 1);
+  const double params = static_cast<double>(gpt_param_count(cfg.model));
+  const double weight = cfg.lora && cfg.lora->nf4_base ? 4.5 / 8 : static_cast<double>(dtype_size(cfg.precision));
+  const uint64_t weights = static_cast<uint64_t>(params * weight);
+  if (z.offload_param.device != OffloadDevice::kNone || (z.stage == 3 && world_size > 1)) {
+    const char* fetched = z.offload_param.device != OffloadDevice::kNone ? "uploads" : "gathers";
+    return Saving{2 * extra * weights, absl::StrCat("each micro-batch ", fetched, " every layer again")};
+  }
+  if (device.memory != Tier::kGpu || z.stage < 2 || z.offload_optimizer.device == OffloadDevice::kNone) return Saving{};
+  JobConfig passes = cfg;
+  passes.zero.accumulation = Accumulation::kMicroBatch;
+  ZEROD_ASSIGN_OR_RETURN(const MicroBatchGradsChoice grads,
+                         resolve_micro_batch_grads(passes, world_size, kernels, device, resume));
+  if (grads.mode != MicroBatchGrads::kCompute || cfg.lora) return Saving{};
+  // Of the rank's shard (1/world of them), those not summed on the GPU.
+  const double shard = params / world_size;
+  const double sent = std::max(0.0, shard - static_cast<double>(grads.sums_on_device_bytes) / 4);
+  const double micro = static_cast<double>(cfg.grad_accum);
+  return Saving{static_cast<uint64_t>(std::max(0.0, (2 * micro - 4) * sent)),
+                "each micro-batch's gradients would leave the GPU in 16 bits"};
+}
+
+}  // namespace
+
+absl::StatusOr<AccumulationChoice> resolve_accumulation(const JobConfig& cfg, int world_size,
+                                                        const KernelMemory& kernels, const PlanDevice& device,
+                                                        Trainer::ResumeFrom resume) {
+  if (cfg.zero.accumulation != Accumulation::kAuto) return AccumulationChoice{cfg.zero.accumulation, ""};
+  const auto micro_batch = [](std::string why) {
+    return AccumulationChoice{Accumulation::kMicroBatch, std::move(why)};
+  };
+  if (cfg.grad_accum == 1) return micro_batch("a step has one micro-batch");
+  if (!cfg.activation_checkpointing) {
+    return micro_batch("layer by layer keeps every micro-batch's block inputs: it needs activation checkpointing");
+  }
+  ZEROD_ASSIGN_OR_RETURN(const Saving saving, layer_saving(cfg, world_size, kernels, device, resume));
+  if (saving.bytes == 0) return micro_batch("each micro-batch finds every layer and leaves its gradients in place");
+  const std::string saved =
+      absl::StrCat(saving.why, ": layer by layer moves ", byte_size_text(saving.bytes), " less a step");
+  JobConfig layered = cfg;
+  layered.zero.accumulation = Accumulation::kLayer;
+  const GpuLimit limit = gpu_limit(cfg, device);
+  if (device.memory != Tier::kGpu || limit.bytes == 0) return AccumulationChoice{Accumulation::kLayer, saved};
+  ZEROD_ASSIGN_OR_RETURN(const auto peaks, gpu_peaks(layered, world_size, kernels, device, resume));
+  const std::string kept =
+      absl::StrCat("the ", cfg.grad_accum, " micro-batches' block inputs take a rank to ", byte_size_text(peaks.first));
+  if (peaks.first <= limit.bytes) {
+    return AccumulationChoice{Accumulation::kLayer, absl::StrCat(saved, "; ", kept, ", within ", limit.text)};
+  }
+  const std::string over = absl::StrCat(kept, ", over ", limit.text);
+  if (cfg.cpu_checkpointing) return micro_batch(absl::StrCat(saved, ", but ", over));
+  // In pinned host memory they cross the link three times (written, read
+  // going up, read again for the recompute), where micro-batches in turn
+  // keep one's on the GPU.
+  layered.cpu_checkpointing = true;
+  ZEROD_ASSIGN_OR_RETURN(const auto hosted, gpu_peaks(layered, world_size, kernels, device, resume));
+  const GptConfig& m = cfg.model;
+  const uint64_t inputs = static_cast<uint64_t>(cfg.grad_accum) * (m.n_layer + 1) * cfg.micro_batch * cfg.data.seq_len *
+                          m.n_embd * dtype_size(cfg.precision);
+  if (hosted.first > limit.bytes || 3 * inputs >= saving.bytes) {
+    return micro_batch(absl::StrCat(saved, ", but ", over, "; in host memory they would take ",
+                                    byte_size_text(hosted.first), " and move ", byte_size_text(3 * inputs)));
+  }
+  return AccumulationChoice{
+      Accumulation::kLayer,
+      absl::StrCat(saved, "; ", over, ": in pinned host memory, moving ", byte_size_text(3 * inputs),
+                   " a step, a rank takes ", byte_size_text(hosted.first)),
+      /*checkpoints_on_host=*/true};
+}
+
 absl::StatusOr<MicroBatchGradsChoice> resolve_micro_batch_grads(const JobConfig& cfg, int world_size,
                                                                 const KernelMemory& kernels, const PlanDevice& device,
                                                                 Trainer::ResumeFrom resume) {

@@ -1,7 +1,8 @@
-// zero_optimization.micro_batch_grads resolved for a job before anything is
-// built: how each micro-batch's reduced gradients join the step's fp32 sum
-// (shard/zero_config.h), chosen from the job's memory plan where the config
-// says "auto".
+// How a step's micro-batches go, resolved for a job before anything is
+// built, chosen from the job's memory plan where the config says "auto"
+// (shard/zero_config.h): their order (zero_optimization.accumulation), and
+// how each micro-batch's reduced gradients join the step's fp32 sum
+// (zero_optimization.micro_batch_grads), decided in that order.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,31 @@
 #include "runtime/kernels/kernel_memory.h"
 
 namespace zerod {
+
+// zero_optimization.accumulation as a job of `world_size` on `device` runs
+// it, and for "auto" why (the banner's). "auto" is "layer" where a step has
+// several micro-batches, activation checkpointing keeps its block inputs,
+// layer order moves fewer bytes a step (each micro-batch would fetch every
+// layer again: parameters offloaded, or gathered from the ranks at stage
+// 3; on a GPU, each micro-batch's gradients would leave it in 16 bits for
+// an offloaded optimizer), and every rank's plan of it fits its GPU
+// (run.gpu_memory_limit, and what the device holds): with the block
+// inputs on the GPU, or else in pinned host memory (cpu_checkpointing)
+// where the bytes they then move are fewer than those saved. Else
+// "micro_batch".
+struct AccumulationChoice {
+  Accumulation mode;
+  std::string why;
+  bool checkpoints_on_host = false;  // "auto" moved the block inputs to the host
+  void apply(JobConfig& cfg) const {
+    cfg.zero.accumulation = mode;
+    cfg.accumulation_why = why;
+    cfg.cpu_checkpointing = cfg.cpu_checkpointing || checkpoints_on_host;
+  }
+};
+absl::StatusOr<AccumulationChoice> resolve_accumulation(const JobConfig& cfg, int world_size,
+                                                        const KernelMemory& kernels, const PlanDevice& device,
+                                                        Trainer::ResumeFrom resume = Trainer::ResumeFrom::kNothing);
 
 // What a job of `world_size` on `device` runs with. `what` says how the
 // micro-batches go, for the banner ("" where they are added in fp32 in

@@ -59,25 +59,26 @@ absl::StatusOr<ZeroSettings> zero_settings(const JobConfig& cfg, const GptLayout
   if (cfg.lora && cfg.lora->nf4_base) {
     ZEROD_ASSIGN_OR_RETURN(nf4_held, held_nf4_modules(layout, from));
   }
-  return ZeroSettings{cfg.zero,
-                      cfg.optimizer,
-                      cfg.precision,
-                      {cfg.aio_block_size, cfg.aio_queue_depth},
-                      std::move(init),
-                      std::move(nf4_held),
-                      std::move(io_faults),
-                      factor_after_backward(cfg),
-                      DType::kF32,
-                      gradient_passes(cfg)};
+  return ZeroSettings{
+      cfg.zero,        cfg.optimizer,       cfg.precision,        {cfg.aio_block_size, cfg.aio_queue_depth},
+      std::move(init), std::move(nf4_held), std::move(io_faults), factor_after_backward(cfg),
+      DType::kF32,     gradient_passes(cfg)};
 }
 
 ZeroSettings planned_zero_settings(const JobConfig& cfg, DType operands) {
-  return {cfg.zero, cfg.optimizer, cfg.precision, {}, nullptr, nullptr, {}, factor_after_backward(cfg), operands,
-          gradient_passes(cfg)};
+  return {cfg.zero, cfg.optimizer,       cfg.precision, {}, nullptr, nullptr, {}, factor_after_backward(cfg),
+          operands, gradient_passes(cfg)};
 }
 
 absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const KernelMemory& kernels,
                            MemoryPlan& plan, ResumeFrom resume) {
+  if (cfg.zero.accumulation == Accumulation::kAuto) {
+    JobConfig resolved = cfg;
+    ZEROD_ASSIGN_OR_RETURN(const AccumulationChoice a,
+                           resolve_accumulation(cfg, world_size, kernels, plan.device(), resume));
+    a.apply(resolved);
+    return Trainer::plan(resolved, world_size, rank, kernels, plan, resume);
+  }
   if (cfg.zero.micro_batch_grads == MicroBatchGrads::kAuto) {
     JobConfig resolved = cfg;
     ZEROD_ASSIGN_OR_RETURN(const MicroBatchGradsChoice c,
@@ -138,6 +139,11 @@ absl::Status Trainer::build() {
     device_ = own_device_.get();
   }
   ZEROD_ASSIGN_OR_RETURN(kernels_, kernels_for(*device_, cfg_.precision));
+  if (cfg_.zero.accumulation == Accumulation::kAuto) {
+    ZEROD_ASSIGN_OR_RETURN(const AccumulationChoice a,
+                           resolve_accumulation(cfg_, comm_->world_size(), kernels_->memory(), plan_device(*device_)));
+    a.apply(cfg_);
+  }
   if (cfg_.zero.micro_batch_grads == MicroBatchGrads::kAuto) {
     ZEROD_ASSIGN_OR_RETURN(
         const MicroBatchGradsChoice c,
@@ -178,10 +184,10 @@ absl::Status Trainer::build() {
     eval_ = std::make_unique<EvalWindows>(std::move(set));
   }
   const LoraConfig* lora = cfg_.lora ? &cfg_.lora->adapters : nullptr;
-  ZEROD_ASSIGN_OR_RETURN(model_, Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
-                                             cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing,
-                                             lora, cfg_.grad_accum, packed,
-                                             cfg_.zero.accumulation == Accumulation::kLayer));
+  ZEROD_ASSIGN_OR_RETURN(model_,
+                         Gpt::create(cfg_.model, cfg_.micro_batch, cfg_.data.seq_len, cfg_.precision,
+                                     cfg_.activation_checkpointing, *device_, *kernels_, cfg_.cpu_checkpointing, lora,
+                                     cfg_.grad_accum, packed, cfg_.zero.accumulation == Accumulation::kLayer));
   if (lora) adapters_ = std::make_unique<GptLayout>(GptLayout::adapters(cfg_.model, *lora));
   ZEROD_ASSIGN_OR_RETURN(ZeroSettings zs, zero_settings(cfg_, layout(), env_.io_faults));
   zs.operands = kernels_->operand_type();

@@ -49,17 +49,38 @@ absl::StatusOr<MemoryPeaks> planned_peaks(const JobConfig& cfg, const RankInfo& 
   return plan.peaks();
 }
 
+// The device a rank's "auto" settings plan against: its GPU, or its share
+// of one where ranks share it.
+PlanDevice rank_share(const RankInfo& rank, const Device& device) {
+  PlanDevice here = plan_device(device);
+  if (const int gpus = here.memory == Tier::kGpu ? cuda_device_count() : 0; gpus > 0) {
+    const int sharing = rank.local_size / gpus + (rank.local_rank % gpus < rank.local_size % gpus ? 1 : 0);
+    here.usable_bytes /= std::max(1, sharing);
+  }
+  return here;
+}
+
+// zero_optimization.accumulation as every rank runs it: "auto" decided by
+// each rank, then "micro_batch" on all where any rank's plan needs it.
+absl::StatusOr<AccumulationChoice> agreed_accumulation(const JobConfig& cfg, const RankInfo& rank, const Device& device,
+                                                       Communicator& comm, Trainer::ResumeFrom resume) {
+  ZEROD_ASSIGN_OR_RETURN(AccumulationChoice mine, resolve_accumulation(cfg, rank.world_size, kernel_memory_for(device),
+                                                                       rank_share(rank, device), resume));
+  int64_t micro_batch = mine.mode != Accumulation::kLayer;
+  if (comm.world_size() > 1) {
+    ZEROD_RETURN_IF_ERROR(all_reduce(comm, &micro_batch, 1, CommType::kI64, ReduceOp::kMax));
+  }
+  if (!micro_batch || mine.mode != Accumulation::kLayer) return mine;
+  return AccumulationChoice{Accumulation::kMicroBatch, "another rank's plan of it does not fit its GPU"};
+}
+
 // zero_optimization.micro_batch_grads as every rank runs it: "auto"
 // decided by each rank against its GPU (a share of it where ranks share
 // one), then "compute" on all where any rank needs it.
 absl::StatusOr<MicroBatchGradsChoice> agreed_micro_batch_grads(const JobConfig& cfg, const RankInfo& rank,
                                                                const Device& device, Communicator& comm,
                                                                Trainer::ResumeFrom resume) {
-  PlanDevice here = plan_device(device);
-  if (const int gpus = here.memory == Tier::kGpu ? cuda_device_count() : 0; gpus > 0) {
-    const int sharing = rank.local_size / gpus + (rank.local_rank % gpus < rank.local_size % gpus ? 1 : 0);
-    here.usable_bytes /= std::max(1, sharing);
-  }
+  const PlanDevice here = rank_share(rank, device);
   const KernelMemory kernels = kernel_memory_for(device);
   ZEROD_ASSIGN_OR_RETURN(MicroBatchGradsChoice mine,
                          resolve_micro_batch_grads(cfg, rank.world_size, kernels, here, resume));
@@ -378,6 +399,10 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     resume_from = *std::move(path);
   }
   // Decided once, for the plan and the build alike.
+  const auto order =
+      agreed_accumulation(*cfg, *rank, **device, **comm, Trainer::resume_from(*cfg, rank->world_size, resume_from));
+  if (!order.ok()) return refuse(order.status());
+  order->apply(*cfg);
   const auto grads = agreed_micro_batch_grads(*cfg, *rank, **device, **comm,
                                               Trainer::resume_from(*cfg, rank->world_size, resume_from));
   if (!grads.ok()) return refuse(grads.status());

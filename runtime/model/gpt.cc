@@ -256,7 +256,8 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::create(const GptConfig& config, int B,
   }
   if (passes < 1) return absl::InvalidArgumentError(absl::StrCat("a model for ", passes, " passes"));
   if (layer_major && !checkpointing) {
-    return absl::InvalidArgumentError("a layer-major model keeps each micro-batch's block inputs: it needs checkpointing");
+    return absl::InvalidArgumentError(
+        "a layer-major model keeps each micro-batch's block inputs: it needs checkpointing");
   }
   if (kernels.operand_type() != DType::kF32 && kernels.operand_type() != act_dtype) {
     return absl::InvalidArgumentError(absl::StrCat("a model computing in ", dtype_name(act_dtype),
@@ -346,9 +347,9 @@ std::vector<Gpt::ModelBuffer> Gpt::buffer_specs(const GptConfig& c, int B, int T
 void Gpt::plan(const GptConfig& config, int B, int T, DType act_dtype, bool checkpointing, bool checkpoints_on_host,
                const KernelMemory& kernels, MemoryPlan& plan, const LoraConfig* lora, int passes, bool packed,
                bool layer_major) {
-  for (const ModelBuffer& b : buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes,
-                                           packed, layer_major, plan.device(), kernels,
-                                           kernels.operand_type(act_dtype))) {
+  for (const ModelBuffer& b :
+       buffer_specs(config, B, T, act_dtype, checkpointing, checkpoints_on_host, lora, passes, packed, layer_major,
+                    plan.device(), kernels, kernels.operand_type(act_dtype))) {
     plan.add(b.spec);
   }
 }
@@ -446,7 +447,7 @@ void Gpt::Impl::head_backward(const BlockPass& p, const GlobalWeights& g, const 
 
 void Gpt::Impl::layer_backward(const BlockPass& p, int l, const LayerWeights& w, const LayerGrads& lg, int slot) {
   const Dims& d = p.d;
-  const BackwardBuffers bb{dbuf.data(),         dqkv.data(),        dfch.data(), attn_scratch.ptr<float>(),
+  const BackwardBuffers bb{dbuf.data(),         dqkv.data(),       dfch.data(), attn_scratch.ptr<float>(),
                            lora_scratch.data(), lora_wide(config), op_bytes,    rounding()};
   const void* x = block_input(l, d.N, slot);
   LayerActs a;
@@ -464,8 +465,8 @@ void Gpt::Impl::layer_backward(const BlockPass& p, int l, const LayerWeights& w,
 
 void Gpt::Impl::embedding_backward(const GlobalGrads& gg, const Dims& d, int slot) {
   if (!gg.wte) return;
-  k.embedding_backward(s, gg.wte, gg.wpe, dres_of(slot), tokens_of(inputs, slot), tokens_of(order, slot), d.B, d.T,
-                       d.C, d.pos, d.pos && gg.wpe ? tokens_of(positions_order, slot) : nullptr);
+  k.embedding_backward(s, gg.wte, gg.wpe, dres_of(slot), tokens_of(inputs, slot), tokens_of(order, slot), d.B, d.T, d.C,
+                       d.pos, d.pos && gg.wpe ? tokens_of(positions_order, slot) : nullptr);
 }
 
 // The blocks and the final norm over the tokens in `inputs`; returns
@@ -539,8 +540,8 @@ absl::Status Gpt::enqueue_layer_major(WeightSource& ws, GradSink& sink, const st
   if (!layer_major_) return absl::FailedPreconditionError("a layer-major step on a model not made layer-major");
   const int count = static_cast<int>(batches.size());
   if (count < 1 || count > passes_) {
-    return absl::InvalidArgumentError(absl::StrCat("a layer-major step of ", count, " micro-batches on a model made for ",
-                                                   passes_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a layer-major step of ", count, " micro-batches on a model made for ", passes_));
   }
   for (const MicroBatch& b : batches) {
     if (b.positions) ZEROD_RETURN_IF_ERROR(check_positions(b.positions, B, T, packed_));
@@ -554,8 +555,8 @@ absl::Status Gpt::enqueue_layer_major(WeightSource& ws, GradSink& sink, const st
 // Micro-batch j in slot j and pass j: each layer's weights asked for once
 // going up and once coming down, every micro-batch's block run on them in
 // turn; the head between, each micro-batch's in turn.
-absl::Status Gpt::enqueue_layers(WeightSource& ws, GradSink& sink, const std::vector<MicroBatch>& batches, int B,
-                                 int T, float grad_scale) {
+absl::Status Gpt::enqueue_layers(WeightSource& ws, GradSink& sink, const std::vector<MicroBatch>& batches, int B, int T,
+                                 float grad_scale) {
   Impl& m = *impl_;
   const int L = layout_.config().n_layer, count = static_cast<int>(batches.size());
   std::vector<Dims> dims;

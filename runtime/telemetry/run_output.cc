@@ -109,6 +109,7 @@ nlohmann::json start_event(const JobConfig& cfg, int64_t num_params, int world_s
                           {"seed", cfg.run.seed},
                           {"auto", auto_json(cfg.auto_filled)}};
   if (!grads_why.empty()) start["micro_batch_grads_auto"] = grads_why;
+  if (!cfg.accumulation_why.empty()) start["accumulation_auto"] = cfg.accumulation_why;
   if (peak_flops > 0) start["mfu"] = {{"flops_per_token", flops_per_token}, {"peak_flops", peak_flops}};
   if (cfg.lora) {
     const LoraConfig& l = cfg.lora->adapters;
@@ -173,12 +174,7 @@ void RunOutput::start(const JobConfig& cfg, int64_t num_params, int world_size, 
       device, cfg.run.device, threads.threads, threads.why, cfg.activation_checkpointing ? "on" : "off", cfg.zero.stage,
       cfg.run.seed);
   if (!grads_line.empty()) out_ << "  " << grads_line << "\n";
-  if (cfg.zero.accumulation == Accumulation::kLayer) {
-    out_ << absl::StrFormat(
-        "  accumulation layer: each layer's weights once a step up and once down, through the %d micro-batches in "
-        "turn, whose block inputs are all kept\n",
-        cfg.grad_accum);
-  }
+  if (const std::string line = accumulation_line(cfg); !line.empty()) out_ << "  " << line << "\n";
   if (!cfg.auto_filled.empty()) out_ << auto_text(cfg.auto_filled);
   out_ << std::flush;
 }
