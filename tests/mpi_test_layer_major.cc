@@ -41,32 +41,18 @@ nlohmann::json base_job(const std::string& preset) {
   };
 }
 
+// cfg's run in this world, its master weights' CRC-32C beside them.
 struct Training {
-  std::vector<double> losses, norms;
+  testing::TrainedRun run;
   uint32_t params_crc = 0;
-  std::vector<float> params;
 };
 
 Training train(const nlohmann::json& job, const std::vector<std::string>& overrides) {
   const JobConfig cfg = testing::config_with(job, overrides, world().world_size());
-  Training r;
-  auto t = testing::make_trainer(cfg, &world());
-  EXPECT_TRUE(t.ok()) << t.status();
-  if (!t.ok()) return r;
-  for (int64_t i = 0; i < cfg.run.steps; ++i) {
-    auto s = (*t)->step();
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (!s.ok()) return r;
-    r.losses.push_back(s->loss);
-    r.norms.push_back(s->grad_norm);
-  }
-  auto p = (*t)->master_params();
-  EXPECT_TRUE(p.ok()) << p.status();
-  if (p.ok()) {
-    r.params = *p;
-    r.params_crc = crc32c(p->data(), p->size() * sizeof(float));
-  }
-  return r;
+  Training t{testing::train_to_end(cfg, &world(), testing::test_device())};
+  EXPECT_TRUE(t.run.status.ok()) << t.run.status;
+  t.params_crc = crc32c(t.run.params.data(), t.run.params.size() * sizeof(float));
+  return t;
 }
 
 const std::string kLayer = "zero_optimization.accumulation=\"layer\"";
@@ -109,10 +95,9 @@ std::vector<Case> cases(const std::string& dir) {
 }
 
 void expect_norms_near(const Training& got, const Training& want) {
-  ASSERT_EQ(got.norms.size(), want.norms.size());
-  for (size_t i = 0; i < got.norms.size(); ++i) {
-    EXPECT_NEAR(got.norms[i], want.norms[i], 1e-12 * want.norms[i]) << "step " << i + 1;
-  }
+  const std::vector<double>&g = got.run.grad_norms, &w = want.run.grad_norms;
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], w[i], 1e-12 * w[i]) << "step " << i + 1;
 }
 
 TEST(LayerMajor, AnUntiedLlamaTrainsAsMicroBatchMajorStageZeroBitForBit) {
@@ -126,7 +111,7 @@ TEST(LayerMajor, AnUntiedLlamaTrainsAsMicroBatchMajorStageZeroBitForBit) {
     layer.insert(layer.end(), c.zero.begin(), c.zero.end());
     layer.push_back(kLayer);
     const Training got = train(job, layer);
-    EXPECT_EQ(got.losses, want.losses);
+    EXPECT_EQ(got.run.losses, want.run.losses);
     EXPECT_EQ(got.params_crc, want.params_crc);
     expect_norms_near(got, want);
   }
@@ -142,7 +127,7 @@ TEST(LayerMajor, GptTwosTiedHeadIsItsOwnOrderAtEveryStage) {
     std::vector<std::string> layer = zero;
     layer.push_back(kLayer);
     const Training got = train(job, layer);
-    EXPECT_EQ(got.losses, layer0.losses);
+    EXPECT_EQ(got.run.losses, layer0.run.losses);
     EXPECT_EQ(got.params_crc, layer0.params_crc);
     expect_norms_near(got, layer0);
   }
@@ -150,13 +135,13 @@ TEST(LayerMajor, GptTwosTiedHeadIsItsOwnOrderAtEveryStage) {
   // weights by rounding, 4 steps of Adam at lr 3e-3 at most a few ulps of
   // an update each.
   const Training passes = train(job, {stage(0)});
-  ASSERT_EQ(passes.params.size(), layer0.params.size());
+  ASSERT_EQ(passes.run.params.size(), layer0.run.params.size());
   EXPECT_NE(passes.params_crc, layer0.params_crc);  // the orders do differ
-  for (size_t i = 0; i < passes.params.size(); ++i) {
-    ASSERT_NEAR(layer0.params[i], passes.params[i], 1e-5) << "parameter " << i;
+  for (size_t i = 0; i < passes.run.params.size(); ++i) {
+    ASSERT_NEAR(layer0.run.params[i], passes.run.params[i], 1e-5) << "parameter " << i;
   }
-  for (size_t i = 0; i < passes.losses.size(); ++i) {
-    EXPECT_NEAR(layer0.losses[i], passes.losses[i], 1e-6 * passes.losses[i]) << "step " << i + 1;
+  for (size_t i = 0; i < passes.run.losses.size(); ++i) {
+    EXPECT_NEAR(layer0.run.losses[i], passes.run.losses[i], 1e-6 * passes.run.losses[i]) << "step " << i + 1;
   }
 }
 

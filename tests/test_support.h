@@ -136,10 +136,10 @@ inline JobConfig config_with(nlohmann::json j, const std::vector<std::string>& o
 }
 
 // A job trained to its end on `device` (and `comm`, a world of one when
-// null): each step's loss and the master weights after; the first failure
-// stops it and is kept.
+// null): each step's loss and gradient norm and the master weights after;
+// the first failure stops it and is kept.
 struct TrainedRun {
-  std::vector<double> losses;
+  std::vector<double> losses, grad_norms;
   std::vector<float> params;
   absl::Status status;
 };
@@ -151,7 +151,10 @@ inline TrainedRun train_to_end(const JobConfig& cfg, Communicator* comm, Device&
   for (int64_t i = 0; r.status.ok() && i < cfg.run.steps; ++i) {
     auto s = (*t)->step();
     r.status = s.status();
-    if (s.ok()) r.losses.push_back(s->loss);
+    if (s.ok()) {
+      r.losses.push_back(s->loss);
+      r.grad_norms.push_back(s->grad_norm);
+    }
   }
   if (!r.status.ok()) return r;
   auto p = (*t)->master_params();

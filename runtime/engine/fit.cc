@@ -48,6 +48,9 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
   const double psi = cfg.lora ? static_cast<double>(lora_param_count(m, cfg.lora->adapters)) : model;
   const double frozen = cfg.lora ? model : 0;
   const double n = machines.ranks, T = cfg.data.seq_len, accum = cfg.grad_accum;
+  // The step's fetches of a layer and sends of its gradients: one a
+  // micro-batch, or one a step layer by layer.
+  const double passes = gradient_passes(cfg);
   const int stage = cfg.zero.stage;
   // Bytes of a parameter as the kernels read it, of a gradient as it is
   // reduced (always fp32), and of a parameter's Adam states.
@@ -91,11 +94,17 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
 
   if (machines.gpu) {
     double bytes = 0;
-    // Gradients go down as they are reduced (each micro-step from stage 2
-    // on), the updated parameters come back up.
-    if (opt != OffloadDevice::kNone) bytes += optimizer_share * (grad_bytes * (stage >= 2 ? accum : 1) + param_bytes);
+    // Gradients go down as they are reduced (each pass from stage 2 on),
+    // the updated parameters come back up.
+    if (opt != OffloadDevice::kNone) bytes += optimizer_share * (grad_bytes * (stage >= 2 ? passes : 1) + param_bytes);
     // Offloaded parameter shards come up for every gather: forward and backward.
-    if (param != OffloadDevice::kNone) bytes += 2 * accum * (shard * param_bytes + gathered_frozen / n);
+    if (param != OffloadDevice::kNone) bytes += 2 * passes * (shard * param_bytes + gathered_frozen / n);
+    // Block inputs in pinned host memory cross the link three times a
+    // micro-batch: written going up, read by the next block, read again
+    // for the recompute.
+    if (cfg.activation_checkpointing && cfg.cpu_checkpointing) {
+      bytes += 3 * accum * (m.n_layer + 1) * cfg.micro_batch * T * m.n_embd * param_bytes;
+    }
     c.pcie = bytes / rates.pcie;
   }
 
@@ -105,15 +114,15 @@ StepCost step_cost(const JobConfig& cfg, const Machines& machines, const FitRate
     double bytes = 0;
     if (stage == 0) bytes = 2 * ring * grad_bytes * psi;
     if (stage == 1) bytes = ring * (grad_bytes + param_bytes) * psi;
-    if (stage == 2) bytes = ring * (grad_bytes * accum + param_bytes) * psi;
-    if (stage == 3) bytes = ring * ((grad_bytes + 2 * param_bytes) * psi + 2 * gathered_frozen) * accum;
+    if (stage == 2) bytes = ring * (grad_bytes * passes + param_bytes) * psi;
+    if (stage == 3) bytes = ring * ((grad_bytes + 2 * param_bytes) * psi + 2 * gathered_frozen) * passes;
     c.network = bytes / rates.network;
   }
 
   double nvme_bytes = 0;  // a rank's
   if (opt == OffloadDevice::kNvme) nvme_bytes += 2 * optimizer_share * (4 + state_bytes);
   if (param == OffloadDevice::kNvme) {
-    nvme_bytes += (2 * accum + 1) * shard * param_bytes + 2 * accum * gathered_frozen / n;
+    nvme_bytes += (2 * passes + 1) * shard * param_bytes + 2 * passes * gathered_frozen / n;
   }
   c.nvme = nvme_bytes * machines.ranks_per_node() / rates.nvme;
   return c;
@@ -127,6 +136,8 @@ struct Choice {
   OffloadDevice optimizer, params;
   bool checkpointing;
   int micro_batch;
+  bool layer;             // zero_optimization.accumulation "layer"
+  bool host_checkpoints;  // activation_checkpointing.cpu_checkpointing
   bool bf16, eight_bit;
   int lora_r;  // 0: no adapters
   bool nf4;
@@ -154,6 +165,11 @@ std::vector<std::string> changes_for(const JobConfig& base, const Choice& c, int
   if (c.checkpointing != base.activation_checkpointing) {
     out.push_back(absl::StrCat("activation_checkpointing.enabled=", c.checkpointing ? "true" : "false"));
   }
+  if (const Accumulation order = c.layer ? Accumulation::kLayer : Accumulation::kMicroBatch;
+      order != base.zero.accumulation) {
+    out.push_back(absl::StrCat("zero_optimization.accumulation=\"", accumulation_name(order), "\""));
+  }
+  if (c.host_checkpoints && !base.cpu_checkpointing) out.push_back("activation_checkpointing.cpu_checkpointing=true");
   if (c.micro_batch != base.micro_batch) {
     out.push_back(absl::StrCat("train_micro_batch_size_per_gpu=", c.micro_batch));
     out.push_back(absl::StrCat("gradient_accumulation_steps=", base.train_batch_size / world_size / c.micro_batch));
@@ -205,6 +221,18 @@ std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme,
       if (std::ranges::find(ranks, r) == ranks.end()) ranks.push_back(r);
     }
   }
+  // The micro-batches' orders, each with where its block inputs live:
+  // micro-batch by micro-batch as the job keeps them; layer by layer (with
+  // checkpointing, and several micro-batches) on the GPU or, on a GPU
+  // machine, in pinned host memory, as the step keeps every micro-batch's.
+  const auto orders = [&](bool ckpt, bool several) {
+    std::vector<std::pair<bool, bool>> o = {{false, base.cpu_checkpointing}};
+    if (ckpt && several) {
+      o.push_back({true, base.cpu_checkpointing});
+      if (m.gpu && !base.cpu_checkpointing) o.push_back({true, true});
+    }
+    return o;
+  };
   const bool is_nf4 = base.lora && base.lora->nf4_base;
   const auto nf4s = distinct({is_nf4, is_nf4 || (options.allow_nf4 && base.lora)});
   std::vector<Choice> out;
@@ -214,10 +242,14 @@ std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme,
         if (param != OffloadDevice::kNone && stage != 3) continue;
         for (bool ckpt : {false, true}) {
           for (int micro : micro_batches) {
-            for (bool bf16 : bf16s) {
-              for (bool eight_bit : eight_bits) {
-                for (int r : ranks) {
-                  for (bool nf4 : nf4s) out.push_back({stage, opt, param, ckpt, micro, bf16, eight_bit, r, nf4});
+            for (const auto& [layer, host] : orders(ckpt, micro < per_rank)) {
+              for (bool bf16 : bf16s) {
+                for (bool eight_bit : eight_bits) {
+                  for (int r : ranks) {
+                    for (bool nf4 : nf4s) {
+                      out.push_back({stage, opt, param, ckpt, micro, layer, host, bf16, eight_bit, r, nf4});
+                    }
+                  }
                 }
               }
             }
@@ -368,9 +400,9 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
     out << "no configuration fits; the closest ("
         << (c.changes.empty() ? std::string("the job as it is") : absl::StrJoin(c.changes, " ")) << ") needs:\n";
     for (const CapacityCheck& check : capacity_checks(machines, c.estimate)) {
-      out << absl::StrFormat("  %s %s: needs %s%s\n", check.what, byte_size_text(check.capacity),
-                             byte_size_text(check.needed),
-                             check.fits() ? "" : absl::StrCat(", ", byte_size_text(check.needed - check.capacity), " short"));
+      out << absl::StrFormat(
+          "  %s %s: needs %s%s\n", check.what, byte_size_text(check.capacity), byte_size_text(check.needed),
+          check.fits() ? "" : absl::StrCat(", ", byte_size_text(check.needed - check.capacity), " short"));
     }
     return kExitFailure;
   }

@@ -1,8 +1,8 @@
 // `zeroctl estimate --fit`: the configurations of a job that fit the
 // described machines, fastest first. Each is the job's config with some of
 // its memory choices changed (ZeRO stage, offload targets, activation
-// checkpointing, micro-batch and accumulation at the same global batch, and
-// where allowed bf16 and 8-bit Adam states); its memory is the trainer's
+// checkpointing, micro-batch and accumulation at the same global batch, the
+// order of the micro-batches, and where allowed bf16 and 8-bit Adam states); its memory is the trainer's
 // plan (estimate_memory) and its time a stated cost model (StepCost).
 #pragma once
 
