@@ -319,12 +319,12 @@ if [ "$section" = offload ]; then
   layer=(--set zero_optimization.accumulation='"layer"' --set zero_optimization.reduce_bucket_size=50000000)
   timeout 150 "$worker" "${xl[@]}" "${layer[@]}" --set activation_checkpointing.cpu_checkpointing=true \
     --set run.gpu_memory_limit='"8GiB"' --set wall_clock_breakdown=true >"$logs/xl-layer-8GiB.log" 2>&1
-  say "gpt2-xl layer by layer under 8 GiB: exit $?; $(grep -E '^done|^  gpu |error|accumulation' "$logs/xl-layer-8GiB.log" | head -4 | tr '\n' ' ')"
+  say "gpt2-xl layer by layer under 8 GiB: exit $?; $(grep -E '^done|^  gpu |error|micro-batch order' "$logs/xl-layer-8GiB.log" | head -4 | tr '\n' ' ')"
   say "gpt2-xl layer by layer under 8 GiB, where the time went: $(breakdown "$logs/xl-layer-8GiB.log")"
   timeout 150 "$worker" "${xl[@]}" "${layer[@]}" --set activation_checkpointing.cpu_checkpointing=true \
     --set run.gpu_memory_limit='"4GiB"' --set zero_optimization.offload_param.device='"cpu"' \
     >"$logs/xl-layer-4GiB.log" 2>&1
-  say "gpt2-xl layer by layer (parameters too) under 4 GiB: exit $?; $(grep -E '^done|^  gpu |error|accumulation' "$logs/xl-layer-4GiB.log" | head -4 | tr '\n' ' ')"
+  say "gpt2-xl layer by layer (parameters too) under 4 GiB: exit $?; $(grep -E '^done|^  gpu |error|micro-batch order' "$logs/xl-layer-4GiB.log" | head -4 | tr '\n' ' ')"
   timeout 130 "$worker" "${xl[@]}" "${layer[@]}" --set run.gpu_memory_limit=null \
     --set zero_optimization.offload_optimizer.device='"none"' >"$logs/xl-layer-plain.log" 2>&1
   say "gpt2-xl layer by layer without offload, uncapped: exit $?; $(grep -E '^done|^  gpu ' "$logs/xl-layer-plain.log" | head -3 | tr '\n' ' ')"

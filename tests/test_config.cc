@@ -818,6 +818,40 @@ TEST(ConfigOverride, BareWordIsAString) {
   EXPECT_EQ(parse_ok(j).model.n_embd, 768);
 }
 
+// zero_optimization.accumulation: read in its three spellings, "layer"
+// refused without checkpointing naming both keys, and the banner's line:
+// none for the default, the order and "auto"'s reason where it resolved.
+TEST(JobConfigTest, AccumulationIsReadRefusedAndSaid) {
+  json j = minimal();
+  j["activation_checkpointing"] = {{"enabled", true}};
+  j["gradient_accumulation_steps"] = 4;
+  j["train_batch_size"] = 32;
+  for (const auto& [given, want] : {std::pair{"micro_batch", Accumulation::kMicroBatch},
+                                    std::pair{"layer", Accumulation::kLayer}, std::pair{"auto", Accumulation::kAuto}}) {
+    j["zero_optimization"]["accumulation"] = given;
+    EXPECT_EQ(parse_ok(j).zero.accumulation, want) << given;
+  }
+  JobConfig cfg = parse_ok(j);
+  EXPECT_EQ(accumulation_line(parse_ok(minimal())), "");
+  cfg.zero.accumulation = Accumulation::kLayer;
+  EXPECT_EQ(accumulation_line(cfg),
+            "micro-batch order (accumulation layer): each layer's weights once a step up and once down, through the 4 "
+            "micro-batches in turn, whose block inputs are all kept");
+  cfg.zero.accumulation = Accumulation::kMicroBatch;
+  cfg.accumulation_why = "a step has one micro-batch";
+  EXPECT_EQ(
+      accumulation_line(cfg),
+      "micro-batch order (accumulation micro_batch): each through every layer | auto: a step has one micro-batch");
+  j["zero_optimization"]["accumulation"] = "layer";
+  j["activation_checkpointing"]["enabled"] = false;
+  const auto refused = parse_job_config(j, 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("zero_optimization.accumulation: 'layer' keeps each micro-batch's block "
+                                            "inputs for its backward: it needs activation_checkpointing.enabled"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(ConfigOverride, CreatesMissingObjects) {
   json j = minimal();
   ASSERT_FALSE(j.contains("zero_optimization"));

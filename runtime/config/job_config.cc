@@ -593,10 +593,11 @@ const char* micro_batch_grads_name(MicroBatchGrads m) {
 std::string accumulation_line(const JobConfig& cfg) {
   const std::string why = cfg.accumulation_why.empty() ? "" : absl::StrCat(" | auto: ", cfg.accumulation_why);
   if (cfg.zero.accumulation != Accumulation::kLayer) {
-    return why.empty() ? "" : absl::StrCat("accumulation ", accumulation_name(cfg.zero.accumulation), why);
+    return why.empty() ? ""
+                       : absl::StrCat("micro-batch order (accumulation micro_batch): each through every layer", why);
   }
-  return absl::StrCat("accumulation layer: each layer's weights once a step up and once down, through the ",
-                      cfg.grad_accum, " micro-batches in turn, whose block inputs are all kept", why);
+  return absl::StrCat("micro-batch order (accumulation layer): each layer's weights once a step up and once down, ",
+                      "through the ", cfg.grad_accum, " micro-batches in turn, whose block inputs are all kept", why);
 }
 
 const char* accumulation_name(Accumulation a) {

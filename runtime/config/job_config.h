@@ -119,8 +119,9 @@ struct JobConfig {
   std::vector<std::pair<std::string, nlohmann::json>> auto_filled;
 };
 
-// The banner's line for zero_optimization.accumulation, resolved: "" for
-// micro-batches in turn unless "auto" chose them.
+// The banner's line for zero_optimization.accumulation, resolved ("micro-
+// batch order (accumulation layer): ..."): "" for micro-batch order unless
+// "auto" chose it.
 std::string accumulation_line(const JobConfig& cfg);
 
 // The passes in which a step's gradients reach the ZeRO engine's stores:
