@@ -258,22 +258,20 @@ absl::StatusOr<double> Trainer::compute_gradients(int64_t step, float grad_scale
   // other waits for each pass, whose gradients its stores take on the host.
   const bool on_stream = zero_->steps_on_stream();
   Stream& stream = device_->compute_stream();
+  std::vector<Gpt::MicroBatch> batches;
+  for (int micro = 0; micro < accum; ++micro) {
+    batches.push_back({inputs_.host<int32_t>() + micro * tokens, targets_.host<int32_t>() + micro * tokens,
+                       positions(micro), lora_pass_seed(cfg_.run.seed, step, micro, comm_->rank())});
+  }
   if (cfg_.zero.accumulation == Accumulation::kLayer) {
     // One pass through the layers for the step (enqueue_layer_major).
-    std::vector<Gpt::MicroBatch> batches;
-    for (int micro = 0; micro < accum; ++micro) {
-      batches.push_back({inputs_.host<int32_t>() + micro * tokens, targets_.host<int32_t>() + micro * tokens,
-                         positions(micro), lora_pass_seed(cfg_.run.seed, step, micro, comm_->rank())});
-    }
     ZEROD_RETURN_IF_ERROR(model_->enqueue_layer_major(weights(), zero_->grads(), batches, B, T, grad_scale));
     if (!on_stream) ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
   } else {
     for (int micro = 0; micro < accum; ++micro) {
-      const int32_t* inputs = inputs_.host<int32_t>() + micro * tokens;
-      const int32_t* targets = targets_.host<int32_t>() + micro * tokens;
-      ZEROD_RETURN_IF_ERROR(model_->enqueue_forward_backward(
-          weights(), zero_->grads(), inputs, targets, B, T, grad_scale,
-          lora_pass_seed(cfg_.run.seed, step, micro, comm_->rank()), micro, positions(micro)));
+      const Gpt::MicroBatch& b = batches[micro];
+      ZEROD_RETURN_IF_ERROR(model_->enqueue_forward_backward(weights(), zero_->grads(), b.inputs, b.targets, B, T,
+                                                             grad_scale, b.dropout_seed, micro, b.positions));
       if (!on_stream) ZEROD_RETURN_IF_ERROR(device_->synchronize(stream));
     }
   }
