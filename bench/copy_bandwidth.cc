@@ -1,14 +1,21 @@
 // The reference for the offload path's host-device copies: a plain
 // cudaMemcpyAsync (Device::copy) between pinned host memory and the GPU,
 // each way, for copies of the given sizes, timed by the stream's own
-// events. The offload path's rate is in a run's wall_clock_breakdown
+// events, and both ways at once on two streams (each way's rate). The
+// offload path's rate is in a run's wall_clock_breakdown
 // ("copy host->device", "copy device->host": bytes and GB/s); gpu_check.sh
-// prints both from the same call.
+// prints both from the same call. Then what pinning costs an offloaded
+// run's start (its "ready" line): 4 GiB of fresh pages touched on every
+// thread, then registered with CUDA in one call, against the same in 8
+// parts registered from 8 threads at once.
 //
-//   build/bench/copy_bandwidth [MiB ...]      (default 1 16 64 256)
+//   build/bench/copy_bandwidth [MiB ...]      (default 1 2 4 8 16 64 256)
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -24,19 +31,67 @@ absl::StatusOr<double> best_rate(Device& d, void* dst, const void* src, uint64_t
   return ms > 0 ? bytes / ms / 1e6 : 0.0;
 }
 
+double seconds_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// GB/s of touching `bytes` of fresh pages, then of registering them in
+// `parts` page-aligned parts from as many threads.
+absl::Status pinning_rates(uint64_t bytes, int parts) {
+  void* p = std::aligned_alloc(uint64_t{2} << 20, bytes);
+  if (!p) return absl::ResourceExhaustedError("pinning_rates: no host memory");
+  const double touch_s = seconds_of([&] { parallel_fill(p, 0, bytes); });
+  const uint64_t part = bytes / parts;  // whole pages: 4 GiB in 1 or 8
+  std::vector<absl::Status> pinned(parts);
+  const double register_s = seconds_of([&] {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < parts; ++i) {
+      threads.emplace_back([&, i] { pinned[i] = pin_host(static_cast<char*>(p) + i * part, part); });
+    }
+    for (std::thread& t : threads) t.join();
+  });
+  for (int i = 0; i < parts; ++i) {
+    if (pinned[i].ok()) unpin_host(static_cast<char*>(p) + i * part);
+  }
+  std::free(p);
+  for (const absl::Status& s : pinned) ZEROD_RETURN_IF_ERROR(s);
+  std::printf("pinning %llu MiB in %d part(s): pages touched %.2f GB/s, registered %.2f GB/s\n",
+              static_cast<unsigned long long>(bytes >> 20), parts, bytes / touch_s / 1e9, bytes / register_s / 1e9);
+  return absl::OkStatus();
+}
+
 absl::Status run(const std::vector<uint64_t>& mib) {
   if (cuda_device_count() == 0) return absl::FailedPreconditionError("copy_bandwidth needs a CUDA device; none here");
   ZEROD_ASSIGN_OR_RETURN(auto d, open_device("cuda"));
   std::printf("%s: cudaMemcpyAsync between pinned host memory and the GPU, best of 5\n", d->description().c_str());
-  std::printf("%10s %14s %14s\n", "MiB", "host->device", "device->host");
+  std::printf("%10s %14s %14s %20s\n", "MiB", "host->device", "device->host", "both at once, each");
+  // The other way, on a stream of its own, for the copies both ways at once.
+  ZEROD_ASSIGN_OR_RETURN(auto up, d->create_stream());
+  ZEROD_ASSIGN_OR_RETURN(auto fork, d->create_event());
+  ZEROD_ASSIGN_OR_RETURN(auto join, d->create_event());
   for (uint64_t m : mib) {
     const uint64_t bytes = m << 20;
     ZEROD_ASSIGN_OR_RETURN(Buffer host, d->allocate(bytes, Category::kOffload, Tier::kPinned));
+    ZEROD_ASSIGN_OR_RETURN(Buffer host2, d->allocate(bytes, Category::kOffload, Tier::kPinned));
     ZEROD_ASSIGN_OR_RETURN(Buffer gpu, d->allocate(bytes, Category::kOffload));
+    ZEROD_ASSIGN_OR_RETURN(Buffer gpu2, d->allocate(bytes, Category::kOffload));
     ZEROD_ASSIGN_OR_RETURN(const double h2d, best_rate(*d, gpu.data(), host.data(), bytes));
     ZEROD_ASSIGN_OR_RETURN(const double d2h, best_rate(*d, host.data(), gpu.data(), bytes));
-    std::printf("%10llu %9.2f GB/s %9.2f GB/s\n", static_cast<unsigned long long>(m), h2d, d2h);
+    Stream& down = d->compute_stream();
+    ZEROD_ASSIGN_OR_RETURN(const double both_ms, bench::best_device_ms(*d, [&] {
+      d->record(down, *fork);
+      d->wait(*up, *fork);
+      d->copy(*up, host2.data(), gpu2.data(), bytes);
+      d->copy(down, gpu.data(), host.data(), bytes);
+      d->record(*up, *join);
+      d->wait(down, *join);
+    }, 5));
+    std::printf("%10llu %9.2f GB/s %9.2f GB/s %15.2f GB/s\n", static_cast<unsigned long long>(m), h2d, d2h,
+                both_ms > 0 ? bytes / both_ms / 1e6 : 0.0);
   }
+  for (int parts : {1, 8}) ZEROD_RETURN_IF_ERROR(pinning_rates(uint64_t{4} << 30, parts));
   return absl::OkStatus();
 }
 
@@ -54,7 +109,7 @@ int main(int argc, char** argv) {
     }
     mib.push_back(m);
   }
-  if (mib.empty()) mib = {1, 16, 64, 256};
+  if (mib.empty()) mib = {1, 2, 4, 8, 16, 64, 256};
   const absl::Status s = zerod::run(mib);
   if (!s.ok()) {
     std::fprintf(stderr, "copy_bandwidth: %s\n", std::string(s.message()).c_str());

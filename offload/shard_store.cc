@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::create(std::vector<int64
     p->nvme_reserved_ = records.bytes;
   } else {
     ZEROD_ASSIGN_OR_RETURN(p->host_, Buffer::allocate(records.bytes, records.category, *records.tier, *s.accountant));
-    if (records.tier != Tier::kPinned) parallel_zero(p->host_.data(), records.bytes);  // pinned comes zeroed
+    if (records.tier != Tier::kPinned) parallel_fill(p->host_.data(), 0, records.bytes);  // pinned comes zeroed
     p->host_records_ = p->host_.host<char>();
   }
   return p;

@@ -47,15 +47,25 @@
 #     layer-major run (losses equal; tokens/s against the uncapped
 #     micro-batch run's: the issue's 0.85 and 0.6),
 #     the offload path's copy rates against plain cudaMemcpyAsync
-#     (bench/copy_bandwidth), and the host's memory bandwidth, AdamW and
+#     (bench/copy_bandwidth, which also times pinning 4 GiB in one call and
+#     in 8 parts at once, beside the 12 GiB run's "ready" line: where its
+#     start went), and the host's memory bandwidth, AdamW and
 #     micro-batch sums (bench/optim_throughput, host_sums_throughput);
 #   largest: the largest examples, 12.8B with its states on the host
 #     (examples/gpt-12b-offload.json) and 4.2B with everything offloaded
 #     (examples/gpt-4b-offload.json), the offload engine's file I/O against
-#     fio on the machine's disk (bench/offload_throughput, where fio is
-#     installed), and DeepSpeed ZeRO-Offload on gpt2-xl
-#     where it is installed and the anchors are carried (.anchors, a copy of
-#     ../shared/anchors);
+#     fio on the machine's disk (bench/offload_throughput; fio built from
+#     the source in .gpu-deps where the machine has none);
+#   deepspeed: DeepSpeed ZeRO-Offload (../shared/anchors/ds_offload_anchor.py,
+#     carried in .gpu-deps with DeepSpeed's sdist and wheels) on gpt2-xl at
+#     32K tokens a step, ZeRO-2 (optimizer on the host) and ZeRO-3
+#     (parameters too), each followed by zerod's example at the same stage
+#     and tokens a step under a cap of DeepSpeed's GPU peak: tokens/s and
+#     the ratio (goal 2);
+#   qlora70b: Llama-3.1-70B's QLoRA (examples/llama-3.1-70b-qlora.json,
+#     random weights) 3 steps under 24 GiB, then under 48 GiB: the peaks
+#     against the plan in every tier and category, losses, tokens/s and the
+#     time to the first step;
 #   plan: the single-GPU examples (gpt2, gpt2-xl fine-tune uncapped with
 #     random weights, gpt2-xl with offload, gpt2-xl QLoRA, gpt2 at T 4096
 #     and 8192 with as many tokens a step as at 1024) two steps each, their planned
@@ -85,13 +95,13 @@
 #     (tests/mpi_test_gpu_tier.cc), then gpt2 on 1, 2 and 3 ranks with each
 #     rank's GPU peak.
 #   Here:            scripts/gpu_deps.sh
-#   On the GPU:      scripts/gpu_check.sh [all|kernels|breakdown|offload|largest|ranks|bench|plan|lora|examples|crash]  (carry .gpu-deps)
+#   On the GPU:      scripts/gpu_check.sh [all|kernels|breakdown|offload|largest|deepspeed|qlora70b|ranks|bench|plan|lora|examples|crash]  (carry .gpu-deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 section=${1:-all}
-case "$section" in all | kernels | breakdown | offload | largest | ranks | bench | plan | lora | examples | crash) ;;
-*) echo "gpu_check: unknown section '$section' (all, kernels, breakdown, offload, largest, ranks, bench, plan, lora, examples or crash)"; exit 2 ;;
+case "$section" in all | kernels | breakdown | offload | largest | deepspeed | qlora70b | ranks | bench | plan | lora | examples | crash) ;;
+*) echo "gpu_check: unknown section '$section' (all, kernels, breakdown, offload, largest, deepspeed, qlora70b, ranks, bench, plan, lora, examples or crash)"; exit 2 ;;
 esac
 out=${OUT:-$root/gpu-results}
 deps=/tmp/zerod-deps
@@ -114,9 +124,13 @@ say() { echo "gpu_check: $*" | tee -a "$summary"; }
 } >"$logs/machine.txt" 2>&1
 say "machine: $(head -1 "$logs/machine.txt")"
 
-ls .gpu-deps/*.deb >/dev/null 2>&1 || { say "no .gpu-deps/*.deb: run scripts/gpu_deps.sh here and carry .gpu-deps"; exit 1; }
+[ -f .gpu-deps/prefix.tar.xz ] || { say "no .gpu-deps/prefix.tar.xz: run scripts/gpu_deps.sh here and carry .gpu-deps"; exit 1; }
 rm -rf "$deps"
-for f in .gpu-deps/*.deb; do dpkg -x "$f" "$deps"; done
+mkdir -p "$deps"
+tar xJf .gpu-deps/prefix.tar.xz -C "$deps"
+# The anchors travel in .gpu-deps (../shared stays behind); here, beside the tree.
+export ZEROD_ANCHORS=$root/.gpu-deps/anchors
+[ -d "$ZEROD_ANCHORS" ] || ZEROD_ANCHORS=$root/../shared/anchors
 lib=$deps/usr/lib/x86_64-linux-gnu
 export PATH=$deps/usr/bin:$PATH
 export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -163,6 +177,7 @@ offload) targets=(--target zero-worker test_cuda_offload copy_bandwidth optim_th
 bench) targets=(--target zero-worker zero-tokenize attention_throughput) ;;
 lora) targets=(--target zero-worker test_cuda_kernels test_bnb_nf4) ;;
 largest) targets=(--target zero-worker offload_throughput) ;;
+deepspeed | qlora70b) targets=(--target zero-worker) ;;
 esac
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DZEROD_WITH_CUDA=ON -DZEROD_WITH_MPI=$with_mpi -DZEROD_WITH_GRPC=OFF -DZEROD_BUILD_BENCH=$with_bench \
@@ -290,8 +305,10 @@ if [ "$section" = offload ]; then
   # The offload path's copies against plain cudaMemcpyAsync from pinned
   # memory, at the mean size of the run's copies each way.
   say "gpt2-xl offload's copies: $(grep -E '^  copy (host->device|device->host)' "$logs/xl-offload-12GiB.log" | tr -s ' ' | tr '\n' ';')"
-  "$build/bench/copy_bandwidth" 1 16 64 256 >"$logs/copy_bandwidth.log" 2>&1
-  say "plain cudaMemcpyAsync, pinned: exit $?; $(tail -5 "$logs/copy_bandwidth.log" | tr -s ' ' | tr '\n' ';')"
+  "$build/bench/copy_bandwidth" 1 2 4 8 16 64 256 >"$logs/copy_bandwidth.log" 2>&1
+  say "plain cudaMemcpyAsync, pinned: exit $?; $(grep -E '^ *(MiB|[0-9]+) ' "$logs/copy_bandwidth.log" | tr -s ' ' | tr '\n' ';')"
+  say "pinning host memory (what an offloaded start waits for): $(grep -E '^pinning' "$logs/copy_bandwidth.log" | tr '\n' ';')"
+  say "gpt2-xl offload under 12 GiB, its start: $(grep -E '^ready' "$logs/xl-offload-12GiB.log")"
   # What the host's memory gives its cores: the host's adds and updates
   # are bound by it (the units the GPU does not update).
   timeout 60 "$build/bench/optim_throughput" 64 >"$logs/optim_throughput.log" 2>&1
@@ -465,19 +482,102 @@ if [ "$section" = largest ]; then
   # The offload engine's file I/O on this machine's disk against fio doing
   # the same (one file, 1 MiB blocks, 8 in flight, O_DIRECT, io_uring),
   # where fio is installed.
+  if ! command -v fio >/dev/null && [ -f .gpu-deps/fio_3.33.orig.tar.gz ]; then
+    (rm -rf /tmp/fio-src && mkdir -p /tmp/fio-src && tar xzf .gpu-deps/fio_3.33.orig.tar.gz -C /tmp/fio-src --strip-components=1 &&
+      cd /tmp/fio-src && ./configure --disable-native --disable-numa && make -j"$(nproc)" fio) >"$logs/fio-build.log" 2>&1 &&
+      export PATH=/tmp/fio-src:$PATH
+    say "fio built from .gpu-deps: $(command -v fio || echo failed)"
+  fi
   if command -v fio >/dev/null; then
     timeout 120 "$build/bench/offload_throughput" /tmp 4096 1048576 8 32 3 >"$logs/nvme.log" 2>&1
     say "NVMe, AioEngine against fio on /tmp: exit $?; $(grep -E '^\| (read|write)' "$logs/nvme.log" | tr '\n' ';')"
   else
     say "NVMe against fio: not run, this machine has no fio"
   fi
-  if [ -f .anchors/ds_offload_anchor.py ] && python3 -c 'import deepspeed' 2>/dev/null; then
-    left=$((540 - SECONDS))
-    timeout "$left" python3 .anchors/ds_offload_anchor.py --suite --outdir "$logs/ds" --deadline "$left" >"$logs/ds.log" 2>&1
-    say "DeepSpeed ZeRO-Offload anchor: exit $?; $(tail -3 "$logs/ds.log" | tr '\n' ' ')"
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
+if [ "$section" = qlora70b ]; then
+  rc=0
+  # A JSON run log's losses, tokens/s after the first step ($2 sequences of
+  # $3 tokens a step), the time to the first step and where the start went.
+  figures='
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+steps = [e for e in ev if e.get("event") == "step"]
+tokens = int(sys.argv[2]) * int(sys.argv[3])
+out = "losses %s" % [round(e["loss"], 4) for e in steps]
+if len(steps) > 1:
+    out += ", %.0f tokens/s after the first step" % (tokens * (len(steps) - 1) / (steps[-1]["elapsed_s"] - steps[0]["elapsed_s"]))
+for e in ev:
+    if e.get("event") == "summary":
+        out += ", first step done %.1f s after start; start %s" % (e["time_to_first_step_s"], e.get("startup"))
+print(out)'
+  # Llama-3.1-70B's QLoRA (examples/llama-3.1-70b-qlora.json), random
+  # weights of its shape, 3 steps under the example's 24 GiB cap: planned
+  # 14.8 GiB of GPU and 41.2 GiB pinned (zeroctl estimate); the peaks in
+  # every tier and category against the plan (to the byte where the plan
+  # says so), tokens/s after the first step and the time to it; then the
+  # same under 48 GiB, its tokens/s beside.
+  for cap in 24 48; do
+    left=$((${GPU_CHECK_SECONDS:-540} - SECONDS - 10))
+    [ "$left" -gt 60 ] || { say "70B QLoRA under $cap GiB: not run, no time left"; rc=1; break; }
+    timeout "$left" "$worker" --config examples/llama-3.1-70b-qlora.json --set run.steps=3 \
+      --set run.gpu_memory_limit="\"${cap}GiB\"" --log-format json >"$logs/qlora70b-$cap.log" 2>&1
+    code=$?
+    [ "$code" = 0 ] || rc=1
+    result=$(python3 -c "$compare" "$logs/qlora70b-$cap.log" 2>&1) || rc=1
+    say "70B QLoRA under $cap GiB: exit $code; $result; $(python3 -c "$figures" "$logs/qlora70b-$cap.log" 8 2048 2>&1)"
+  done
+  say "done in $SECONDS s, exit $rc"
+  exit $rc
+fi
+
+if [ "$section" = deepspeed ]; then
+  rc=0
+  # DeepSpeed 0.19.8 from .gpu-deps, DS_BUILD_OPS=0: its CPU Adam compiles
+  # at run time (nvcc and ninja), here, before any run is timed.
+  if [ -f .gpu-deps/deepspeed/deepspeed-0.19.8.tar.gz ] && [ -f "$ZEROD_ANCHORS/ds_offload_anchor.py" ]; then
+    DS_BUILD_OPS=0 python3 -m pip install -q --no-index --find-links .gpu-deps/deepspeed --no-build-isolation \
+      .gpu-deps/deepspeed/deepspeed-0.19.8.tar.gz >"$logs/ds-install.log" 2>&1
+    say "DeepSpeed installed: exit $?"
+    start=$SECONDS
+    python3 -c 'from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()' >"$logs/ds-cpu-adam.log" 2>&1
+    say "DeepSpeed's CPU Adam built: exit $? in $((SECONDS - start)) s"
   else
-    say "DeepSpeed ZeRO-Offload anchor: not run (needs .anchors carried and deepspeed installed: ../shared/anchors/README.md)"
+    say "DeepSpeed: not carried (scripts/gpu_deps.sh puts it and the anchors in .gpu-deps)"
+    exit 1
   fi
+  # gpt2-xl, random weights, bf16 with fp32 masters, checkpointing, T 1024,
+  # 32K tokens a step, AdamW on the host, no clipping; ZeRO-2 with the
+  # optimizer offloaded, then ZeRO-3 with the parameters too. DeepSpeed
+  # takes the step as one micro-batch of 32 (its fastest at these tokens);
+  # zerod runs its example (8 micro-batches of 4, accumulation "auto") under
+  # a cap of DeepSpeed's own peak (torch.cuda.max_memory_allocated), right
+  # after it. Goal: zerod at least 2x DeepSpeed's tokens/s.
+  xl=(--config examples/gpt2-xl-offload.json --set model.init_from=null --set run.steps=4 --set steps_per_print=1
+    --set zero_optimization.accumulation='"auto"' --set zero_optimization.reduce_bucket_size=50000000
+    --set 'optimizer.params={"lr":1e-4,"betas":[0.9,0.95],"eps":1e-8,"weight_decay":0.1}')
+  for stage in 2 3; do
+    extra=()
+    [ "$stage" = 3 ] && extra=(--set zero_optimization.offload_param.device='"cpu"')
+    timeout 200 python3 "$ZEROD_ANCHORS/ds_offload_anchor.py" --stage "$stage" --mb 32 --warmup 2 --steps 3 \
+      --json "$logs/ds-$stage.json" >"$logs/ds-$stage.log" 2>&1
+    code=$?
+    peak=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["peak_gpu_gib"] * 2**30))' "$logs/ds-$stage.json" 2>/dev/null)
+    ds=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"]))' "$logs/ds-$stage.json" 2>/dev/null)
+    say "DeepSpeed ZeRO-$stage offload, micro-batch 32: exit $code; ${ds:--} tokens/s, GPU peak ${peak:--} bytes; $(grep -E '^\[cfg\]|OOM|Error' "$logs/ds-$stage.log" | head -2 | tr '\n' ' ')"
+    [ -n "$peak" ] || { rc=1; continue; }
+    timeout 150 "$worker" "${xl[@]}" --set zero_optimization.stage=$stage "${extra[@]}" --set run.gpu_memory_limit="$peak" \
+      >"$logs/zerod-$stage.log" 2>&1
+    code=$?
+    z=$(steady "$logs/zerod-$stage.log" $((32 * 1024)))
+    say "zerod stage $stage under DeepSpeed's peak: exit $code; $z tokens/s after the first step; $(grep -E '^  gpu |micro-batch order|^done' "$logs/zerod-$stage.log" | tr -s ' ' | tr '\n' ' ')"
+    ratio=$(awk -v z="$z" -v d="$ds" 'BEGIN {if (z != "-" && d > 0) printf "%.2f", z / d; else printf "-"}')
+    say "ZeRO-$stage offload: zerod / DeepSpeed = $ratio (goal 2)"
+    awk -v r="$ratio" 'BEGIN {exit !(r != "-" && r >= 2)}' || rc=1
+  done
   say "done in $SECONDS s, exit $rc"
   exit $rc
 fi

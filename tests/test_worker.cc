@@ -19,6 +19,7 @@
 #include "runtime/data/token_shard.h"
 #include "runtime/engine/manifest.h"
 #include "runtime/engine/worker.h"
+#include "runtime/telemetry/run_output.h"
 #include "tests/temp_dir.h"
 #include "tests/test_support.h"
 #include "tests/worker_run.h"
@@ -323,6 +324,21 @@ TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {
   // first step's elapsed time.
   ASSERT_TRUE(s["time_to_first_step_s"].is_number()) << s;
   EXPECT_GE(s["time_to_first_step_s"].get<double>(), events[1]["elapsed_s"].get<double>());
+  // Where the time before the first step went: parts of ready_s, which is
+  // part of the time to the first step; a CPU run pins nothing.
+  const nlohmann::json& up = s["startup"];
+  ASSERT_TRUE(up.is_object()) << s;
+  double parts = 0;
+  for (const char* k : {"device_s", "plan_s", "build_s", "resume_s"}) {
+    ASSERT_TRUE(up[k].is_number()) << k;
+    EXPECT_GE(up[k].get<double>(), 0.0) << k;
+    parts += up[k].get<double>();
+  }
+  EXPECT_LE(parts, up["ready_s"].get<double>());
+  EXPECT_LE(up["ready_s"].get<double>(), s["time_to_first_step_s"].get<double>());
+  EXPECT_EQ(up["pinned_bytes"], 0);
+  EXPECT_EQ(up["pin_touch_s"], 0.0);
+  EXPECT_EQ(up["pin_register_s"], 0.0);
   // gpt2-tiny has 120576 fp32 parameters: 4 bytes each of params and grads, 8 of Adam state.
   EXPECT_EQ(s["memory_peak"]["host"]["params"], 120576 * 4);
   EXPECT_EQ(s["memory_peak"]["host"]["grads"], 120576 * 4);
@@ -351,10 +367,34 @@ TEST_F(WorkerTest, SameSeedPrintsIdenticalLosses) {
 TEST_F(WorkerTest, TextOutputShowsProgressSampleAndMemoryTable) {
   const Result r = run({"--config", job(small_job())});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  for (const char* s : {"zerod: model gpt2-tiny", "step 4/4 | loss", "tok/s", "ETA", "done: 4 steps", "first step done",
+  for (const char* s : {"zerod: model gpt2-tiny", "ready ", "s after start: device ", ", build ", "step 4/4 | loss",
+                        "tok/s", "ETA", "done: 4 steps", "first step done",
                         "synthetic accuracy", "sample:", "memory peak (rank 0)", "host"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   }
+  EXPECT_LT(r.out.find("ready "), r.out.find("step 4/4"));
+}
+
+TEST(RunOutputTest, ReadySaysWhereTheStartWent) {
+  StartupTimes t;
+  t.ready_s = 12.34;
+  t.device_s = 0.61;
+  t.plan_s = 0.12;
+  t.build_s = 11.5;
+  t.pinning = {uint64_t{3} << 30, 1.3, 4.5};
+  std::ostringstream out, err;
+  RunOutput(LogFormat::kText, out, err).ready(t);
+  EXPECT_EQ(out.str(),
+            "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s (3.0 GiB of host memory pinned: pages "
+            "touched 1.3s, registered 4.5s)\n");
+  t.pinning = {};
+  t.resume_s = 2.0;
+  std::ostringstream out2;
+  RunOutput(LogFormat::kText, out2, err).ready(t);
+  EXPECT_EQ(out2.str(), "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s, resume 2.0s\n");
+  std::ostringstream json;
+  RunOutput(LogFormat::kJson, json, err).ready(t);  // in the summary instead
+  EXPECT_EQ(json.str(), "");
 }
 
 TEST_F(WorkerTest, SetOverridesKeys) {

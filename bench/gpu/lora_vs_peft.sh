@@ -29,7 +29,7 @@ for round in $(seq 1 "$rounds"); do
     steps=$(grep '"step"' <<<"$run" | paste -sd,)
     summary=$(grep '"summary"' <<<"$run" | tail -1)
     echo "{\"round\":$round,\"mode\":\"$mode\",\"impl\":\"zerod\",\"B\":$B,\"steps\":[${steps}],\"summary\":${summary:-null}}" >>"$log"
-    peft=$(timeout "$limit" python3 ../shared/anchors/llama_anchor.py --shape llama-3.1-8b --mode "$mode" --ckpt \
+    peft=$(timeout "$limit" python3 "${ZEROD_ANCHORS:-../shared/anchors}/llama_anchor.py" --shape llama-3.1-8b --mode "$mode" --ckpt \
       --batch "$B" --seq 2048 --rank 16 2>"$out/peft-$mode-$round.err" | tail -1)
     echo "{\"round\":$round,\"mode\":\"$mode\",\"impl\":\"peft\",\"B\":$B,\"result\":${peft:-null}}" >>"$log"
   done

@@ -38,7 +38,7 @@ for round in $(seq 1 "$rounds"); do
       --set run.steps=$steps --set steps_per_print=1 2>"$out/zerod-$name-$round.err" | grep '"step"' | paste -sd,)
     echo "{\"round\":$round,\"shape\":\"$name\",\"impl\":\"zerod\",\"L\":$L,\"C\":$C,\"B\":$B,\"T\":$T,\"steps\":[${steps_json}]}" >>"$log"
     if [ -n "$anchor" ]; then
-      torch=$(timeout "$limit" python3 ../shared/anchors/llama_anchor.py --shape "$anchor" --mode full --batch "$B" \
+      torch=$(timeout "$limit" python3 "${ZEROD_ANCHORS:-../shared/anchors}/llama_anchor.py" --shape "$anchor" --mode full --batch "$B" \
         --seq "$T" --compile 2>"$out/torch-$name-$round.err" | tail -1)
     else
       torch=$(timeout "$limit" python3 bench/gpu/torch_gpt2.py --layers "$L" --width "$C" --heads "$H" --batch "$B" \

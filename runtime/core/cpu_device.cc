@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/core/memory.h"
 
 namespace zerod {
 namespace {
@@ -158,7 +159,8 @@ absl::StatusOr<double> CpuDevice::elapsed_ms(Event& start, Event& end) {
 }
 
 void CpuDevice::memset(Stream& s, void* dst, int byte, uint64_t bytes) {
-  launch(s, [=] { std::memset(dst, byte, bytes); });
+  // Large ones (optimizer states) over the host's threads.
+  launch(s, [=] { parallel_fill(dst, byte, bytes); });
 }
 
 void CpuDevice::copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) {

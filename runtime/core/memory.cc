@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -156,13 +157,20 @@ void parallel_copy(void* dst, const void* src, uint64_t bytes) {
   });
 }
 
-void parallel_zero(void* dst, uint64_t bytes) {
-  in_parts(bytes, [&](uint64_t at, uint64_t n) { std::memset(static_cast<char*>(dst) + at, 0, n); });
+void parallel_fill(void* dst, int byte, uint64_t bytes) {
+  in_parts(bytes, [&](uint64_t at, uint64_t n) { std::memset(static_cast<char*>(dst) + at, byte, n); });
 }
 
 namespace {
 
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
+
+std::mutex pinning_mu;
+PinningTimes pinning_total;
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 // Pinned host memory: page-aligned (direct I/O uses the offload buffers in
 // place), whole pages (no two registrations share one), zeroed, a large
@@ -176,15 +184,28 @@ absl::StatusOr<void*> allocate_pinned(uint64_t bytes) {
   char* p = static_cast<char*>(std::aligned_alloc(align, size));
   if (!p) return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", size, " bytes to pin failed"));
   if (align == kHugePage) madvise(p, size, MADV_HUGEPAGE);  // a hint, ignored where huge pages are off
-  parallel_zero(p, size);
+  const auto t0 = std::chrono::steady_clock::now();
+  parallel_fill(p, 0, size);
+  const double touch_s = seconds_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
   if (absl::Status s = pin_host(p, size); !s.ok()) {
     std::free(p);
     return s;
   }
+  const double register_s = seconds_since(t1);
+  std::lock_guard<std::mutex> lock(pinning_mu);
+  pinning_total.bytes += size;
+  pinning_total.touch_s += touch_s;
+  pinning_total.register_s += register_s;
   return p;
 }
 
 }  // namespace
+
+PinningTimes pinning_times() {
+  std::lock_guard<std::mutex> lock(pinning_mu);
+  return pinning_total;
+}
 
 absl::StatusOr<Buffer> Buffer::allocate(uint64_t bytes, Category c, Tier t, MemoryAccountant& acct) {
   if (t == Tier::kNvme) {

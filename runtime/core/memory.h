@@ -80,8 +80,21 @@ inline constexpr uint64_t kPageBytes = 4096;
 // memcpy of host memory in 1 MiB parts over the OpenMP team, where it is
 // large: one thread does not reach the memory's bandwidth.
 void parallel_copy(void* dst, const void* src, uint64_t bytes);
-// memset to zero likewise; the first touch of fresh pages, on every thread.
-void parallel_zero(void* dst, uint64_t bytes);
+// memset likewise; the first touch of fresh pages, on every thread.
+void parallel_fill(void* dst, int byte, uint64_t bytes);
+
+// What pinned allocations have cost this process so far: bytes pinned, the
+// seconds their pages took to be touched (zeroed) and to be registered with
+// CUDA, which the first step of an offloaded run waits behind.
+struct PinningTimes {
+  uint64_t bytes = 0;
+  double touch_s = 0, register_s = 0;
+  // What was pinned after `before` was taken.
+  PinningTimes since(const PinningTimes& before) const {
+    return {bytes - before.bytes, touch_s - before.touch_s, register_s - before.register_s};
+  }
+};
+PinningTimes pinning_times();
 
 // An owning, move-only, 64-byte aligned allocation on one tier (a page
 // from 4 KiB up). GPU and pinned buffers need a CUDA build; pinned ones

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -136,13 +137,15 @@ class TrainingRun {
         err_(err),
         fail_(std::move(fail)) {}
 
-  // `started`: when the worker began, for the time to its first step.
-  int run(std::chrono::steady_clock::time_point started) {
+  // `started`: when the worker began, for the time to its first step;
+  // `startup`: where the time went until now.
+  int run(std::chrono::steady_clock::time_point started, const StartupTimes& startup) {
     const int64_t first_step = t_.steps_done();
     const double tokens_per_step = static_cast<double>(cfg_.train_batch_size) * cfg_.data.seq_len;
     const auto t0 = Clock::now();
     RunSummary summary;
     summary.auto_filled = cfg_.auto_filled;
+    summary.startup = startup;
     // A run resumed from the checkpoint of its early stop stops again.
     if (patience_spent()) {
       summary.stopped_early = true;
@@ -376,6 +379,12 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     output.error(rank->rank, std::string(comm.status().message()));
     return exit_code_for(comm.status());
   }
+  StartupTimes startup;
+  auto lap = [last = started]() mutable {
+    const auto now = std::chrono::steady_clock::now();
+    return std::chrono::duration<double>(now - std::exchange(last, now)).count();
+  };
+  startup.device_s = lap();
   // Past this point the ranks are in lockstep: one rank failing alone ends
   // the whole job rather than leaving its peers waiting in a collective.
   auto fail = [&](int code, const std::string& message) {
@@ -426,6 +435,8 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     if (absl::Status s = RunMonitor::prepare(*cfg); !s.ok()) return refuse(s);
   }
 
+  startup.plan_s = lap();
+  const PinningTimes pinned_before = pinning_times();
   auto trainer = Trainer::create(*cfg, comm->get(), device->get(), std::move(env));
   if (!trainer.ok()) {
     // Running out of memory while building is a run failure, whose message
@@ -433,6 +444,8 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     if (!absl::IsResourceExhausted(trainer.status())) return refuse(trainer.status());
     return fail(kExitFailure, absl::StrCat(trainer.status().message(), "; ", what_sets_the_size(*cfg)));
   }
+  startup.build_s = lap();
+  startup.pinning = pinning_times().since(pinned_before);
   Trainer& t = **trainer;
   // A CPU's peak is measured, so only for a run that writes its MFU
   // somewhere beside the step events (rank 0's monitor).
@@ -441,9 +454,11 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads, grads->line(), grads->why,
                model_flops_per_token(t), peak_flops);
   if (cfg->run.resume) {
+    lap();
     if (!resume_from.empty()) {
       if (absl::Status s = t.resume(resume_from); !s.ok()) return refuse(s);
     }
+    startup.resume_s = lap();
     output.resumed(resume_from, t.steps_done());
   }
   // Rank 0 writes the figures, from where a resumed run goes on.
@@ -453,8 +468,10 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     if (!m.ok()) return refuse(m.status());
     monitor = *std::move(m);
   }
+  startup.ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  output.ready(startup);
   return TrainingRun(*cfg, t, output, acct, *planned, **comm, observer, monitor.get(), peak_flops, err, fail)
-      .run(started);
+      .run(started, startup);
 }
 
 }  // namespace zerod

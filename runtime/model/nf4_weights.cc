@@ -154,7 +154,7 @@ absl::StatusOr<Nf4Weights> Nf4Weights::create(const GptLayout* layout, const Par
   // host buffers a chunk at a time.
   char* globals = w.globals_buf_.ptr<char>();
   const int64_t chunk = std::min(L.unit_numel(GptLayout::layer_unit(0)), static_cast<int64_t>(packed_bytes / op_bytes));
-  for (const auto [u, to] : {std::pair{0, int64_t{0}}, std::pair{L.final_unit(), emb}}) {
+  for (const auto& [u, to] : {std::pair{0, int64_t{0}}, std::pair{L.final_unit(), emb}}) {
     for (int64_t at = 0; at < L.unit_numel(u); at += chunk) {
       const int64_t n = std::min(chunk, L.unit_numel(u) - at);
       ZEROD_RETURN_IF_ERROR(init(L.unit_begin(u) + at, L.unit_begin(u) + at + n, host));

@@ -274,6 +274,17 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
     for (const SourceTally& t : s.sources)
       j["sources"].push_back({{"path", t.path}, {"weight", t.weight}, {"windows", t.windows}, {"tokens", t.tokens}});
     if (s.time_to_first_step_s >= 0) j["time_to_first_step_s"] = s.time_to_first_step_s;
+    if (s.startup) {
+      const StartupTimes& t = *s.startup;
+      j["startup"] = {{"ready_s", t.ready_s},
+                      {"device_s", t.device_s},
+                      {"plan_s", t.plan_s},
+                      {"build_s", t.build_s},
+                      {"resume_s", t.resume_s},
+                      {"pinned_bytes", t.pinning.bytes},
+                      {"pin_touch_s", t.pinning.touch_s},
+                      {"pin_register_s", t.pinning.register_s}};
+    }
     if (!s.sample.empty()) j["sample"] = s.sample;
     if (!s.auto_filled.empty()) j["auto"] = auto_json(s.auto_filled);
     line(j);
@@ -448,6 +459,18 @@ void RunOutput::resumed(const std::string& path, int64_t step) {
   } else {
     out_ << absl::StrFormat("resume: from %s after step %d\n", path, step) << std::flush;
   }
+}
+
+void RunOutput::ready(const StartupTimes& t) {
+  if (format_ == LogFormat::kJson) return;
+  out_ << absl::StrFormat("ready %.1fs after start: device %.1fs, plan %.1fs, build %.1fs", t.ready_s, t.device_s,
+                          t.plan_s, t.build_s);
+  if (t.pinning.bytes > 0) {
+    out_ << absl::StrFormat(" (%s of host memory pinned: pages touched %.1fs, registered %.1fs)",
+                            byte_size_text(t.pinning.bytes), t.pinning.touch_s, t.pinning.register_s);
+  }
+  if (t.resume_s > 0) out_ << absl::StrFormat(", resume %.1fs", t.resume_s);
+  out_ << "\n" << std::flush;
 }
 
 void RunOutput::error(int rank, const std::string& message) {

@@ -25,6 +25,16 @@ struct SourceTally {
   uint64_t windows = 0, tokens = 0;
 };
 
+// Where a worker's time went before its first step, in seconds.
+struct StartupTimes {
+  double ready_s = 0;    // from the worker's start to its first step's start
+  double device_s = 0;   // the config read, the device and the communicator opened
+  double plan_s = 0;     // the memory plan and the checks before building
+  double build_s = 0;    // the trainer: model, stores, initial weights, optimizer
+  double resume_s = 0;   // the checkpoint resumed from read
+  PinningTimes pinning;  // of build_s: host memory pinned (pinning_times)
+};
+
 struct RunSummary {
   int64_t steps = 0;
   double first_loss = 0, final_loss = 0;
@@ -39,6 +49,7 @@ struct RunSummary {
   // From the worker's start to the end of its first step (the build, the
   // initial weights, the step): absent when negative (no step trained).
   double time_to_first_step_s = -1;
+  std::optional<StartupTimes> startup;
   std::string sample;
   std::vector<std::pair<std::string, nlohmann::json>> auto_filled;  // JobConfig's
   MemoryPeaks planned;                                              // rank 0's memory plan
@@ -82,6 +93,9 @@ class RunOutput {
   // Training goes on from `path` after its `step` (or from the start when
   // path is empty: "latest" found no checkpoint).
   void resumed(const std::string& path, int64_t step);
+  // Text only, before the first step: where the start's seconds went (JSON
+  // has them in the summary's "startup").
+  void ready(const StartupTimes& t);
   void error(int rank, const std::string& message);
 
  private:
