@@ -203,7 +203,8 @@ TEST(LlamaPresets, ParameterCountsAreThePublishedOnes) {
   const std::pair<const char*, int64_t> published[] = {{"llama-3.2-1b", 1235814400}, {"llama-3.2-3b", 3212749824},
                                                        {"llama-3.1-8b", 8030261248}, {"mistral-7b", 7248023552},
                                                        {"qwen2.5-0.5b", 494032768},  {"qwen2.5-1.5b", 1543714304},
-                                                       {"qwen2.5-7b", 7615616512}};
+                                                       {"qwen2.5-7b", 7615616512},   {"llama-3.1-70b", 70553706496},
+                                                       {"qwen2.5-72b", 72706203648}};
   for (const auto& [name, count] : published) {
     const GptConfig c = *gpt_preset(name);
     ASSERT_TRUE(validate_gpt_config(c).ok()) << name;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -261,6 +262,8 @@ TEST_F(GpuTierPlanTest, EqualsTheAccountantsPeaksOfAStandInGpuRun) {
       {R"(model.lora={"r": 4})", "zero_optimization.stage=3", "zero_optimization.offload_param.device=\"cpu\""},
       {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=1"},
       {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=3", "bf16.enabled=true"},
+      {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=3", "bf16.enabled=true",
+       "zero_optimization.offload_param.device=\"cpu\""},
       {R"(model.lora={"r": 4, "base_quant": "nf4"})", "zero_optimization.stage=3",
        "zero_optimization.offload_param.device=\"nvme\"",
        "zero_optimization.offload_param.nvme_path=\"" + dir_.string() + "\""},
@@ -656,6 +659,7 @@ TEST_F(EstimateTest, FitFindsGpt2XlConfigurationsForA12GiBGpu) {
   ASSERT_GT(fit["fitting"].get<int>(), 0);
   const nlohmann::json& list = fit["configurations"];
   ASSERT_EQ(list.size(), std::min(50, fit["fitting"].get<int>()));
+  EXPECT_FALSE(fit.contains("longest_seq_len")) << "GPT-2's learned positions bound its sequence";
   for (size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& c = list[i];
     EXPECT_LE(c["per_rank"]["gpu"]["total"].get<uint64_t>(), uint64_t{12} << 30);
@@ -756,8 +760,9 @@ TEST_F(EstimateTest, TheLargestExampleFitsTheGpuMachinesAndA70BFitsOnPaper) {
 // The Llama family's examples fit their own caps on a node of 128 GiB, by
 // the plan: Llama-3.2-1B in full under 8 GiB (bf16 parameters on the GPU,
 // AdamW's masters and states pinned on the host), Llama-3.1-8B's QLoRA
-// under 12 GiB (its NF4 base on the GPU, 0.52 bytes a weight) and Qwen2.5-7B in
-// full under 40 GiB (its optimizer on the host).
+// under 12 GiB (its NF4 base on the GPU, 0.52 bytes a weight), Qwen2.5-7B in
+// full under 40 GiB (its optimizer on the host) and Llama-3.1-70B's QLoRA
+// under 24 GiB (its NF4 base pinned on the host).
 TEST_F(EstimateTest, TheLlamaExamplesFitTheirCaps) {
   struct Example {
     const char* file;
@@ -768,7 +773,8 @@ TEST_F(EstimateTest, TheLlamaExamplesFitTheirCaps) {
   };
   for (const Example& x : {Example{"llama-3.2-1b-finetune", 8, 1235814400, "pinned", "optimizer"},
                            Example{"llama-3.1-8b-qlora", 12, 8030261248, "gpu", "frozen"},
-                           Example{"qwen2.5-7b-offload", 40, 7615616512, "pinned", "optimizer"}}) {
+                           Example{"qwen2.5-7b-offload", 40, 7615616512, "pinned", "optimizer"},
+                           Example{"llama-3.1-70b-qlora", 24, 70553706496, "pinned", "frozen"}}) {
     SCOPED_TRACE(x.file);
     const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/" + x.file + ".json";
     const Result e = estimate({"--config", example, "--json", "--host-memory", "128GiB"});
@@ -780,6 +786,68 @@ TEST_F(EstimateTest, TheLlamaExamplesFitTheirCaps) {
     // The model's bytes at 16 bits or less in full, 0.5 a weight in NF4.
     EXPECT_GE(r["per_rank"][x.big_tier][x.category].get<uint64_t>(), uint64_t(x.params) * 2 / 5);
   }
+}
+
+// Llama-3.1-70B's QLoRA on one 24 GiB GPU and 128 GiB of host memory: the
+// frozen weights on the GPU are the embeddings and the head once each in
+// bf16 and two layers' NF4 bytes (an fp32 copy of either global alone
+// would be 4 V C bytes more); --fit's longest sequence is one the plan fits
+// and 128 more is one it does not; a host or a GPU too small is refused,
+// naming the bytes, the worker's before it allocates anything.
+TEST_F(EstimateTest, Llama70bQloraFitsA24GiBGpuAndSaysItsLongestSequence) {
+  const std::string example = std::string(ZEROD_SOURCE_DIR) + "/examples/llama-3.1-70b-qlora.json";
+  const std::vector<std::string> machine = {"--gpu-memory", "24GiB", "--host-memory", "128GiB"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--config", example, "--json"});
+    args.insert(args.end(), machine.begin(), machine.end());
+    return estimate(args);
+  };
+  const Result e = with({});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const nlohmann::json as_is = nlohmann::json::parse(e.out);
+  EXPECT_EQ(as_is["fits"], true) << as_is;
+  const uint64_t V = 128256, C = 8192, layer = 855654400;
+  const uint64_t frozen = as_is["per_rank"]["gpu"]["frozen"];
+  EXPECT_GE(frozen, 2 * V * C * 2);
+  EXPECT_LE(frozen, 2 * V * C * 2 + 2 * layer * 6 / 10);  // 0.52 bytes a weight in NF4
+
+  const std::string best = path("best.json");
+  const Result f = with({"--fit", "--out", best});
+  ASSERT_EQ(f.code, 0) << f.err;
+  const nlohmann::json fit = nlohmann::json::parse(f.out);
+  const int64_t longest = fit["longest_seq_len"];
+  EXPECT_GE(longest, 2048);
+  EXPECT_EQ(longest % 128, 0);
+  auto fits_at = [&](int64_t t) {
+    const Result r = estimate({"--config", best, "--json", "--set", absl::StrCat("data.seq_len=", t), "--set",
+                               absl::StrCat("model.block_size=", t), machine[0], machine[1], machine[2], machine[3]});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["fits"].get<bool>();
+  };
+  EXPECT_TRUE(fits_at(longest));
+  EXPECT_FALSE(fits_at(longest + 128));
+  // Block inputs in pinned host memory and the optimizer there too leave
+  // the GPU the most room: a longer sequence, which --fit names with them.
+  const nlohmann::json& lean = fit["longest_seq_len_leanest"];
+  ASSERT_TRUE(lean.is_object()) << fit;
+  EXPECT_GT(lean["seq_len"].get<int64_t>(), longest);
+  EXPECT_NE(lean["changes"].dump().find("cpu_checkpointing=true"), std::string::npos) << lean;
+
+  // Too small a host for the pinned NF4 base (36.8 GiB), too small a GPU
+  // for a layer's operands: refused by the plan, naming the bytes.
+  const Result host = estimate({"--config", example, "--gpu-memory", "24GiB", "--host-memory", "32GiB"});
+  EXPECT_NE(host.out.find("host memory per node 32.0 GiB: needs 44.8 GiB, does not fit"), std::string::npos)
+      << host.out;
+  const Result gpu = estimate({"--config", example, "--gpu-memory", "2GiB", "--host-memory", "128GiB"});
+  EXPECT_NE(gpu.out.find("GPU memory per GPU 2.0 GiB: needs 14.8 GiB, does not fit"), std::string::npos) << gpu.out;
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(example));
+  j["run"]["device"] = "cpu";  // the same plan's check, where this machine has no GPU
+  j["run"]["host_memory_limit"] = "16GiB";
+  j["data"]["path"] = std::string(ZEROD_SOURCE_DIR) + "/docs/*.md";
+  const testing::WorkerResult refused = testing::run_worker_with({"--config", job(j)});
+  EXPECT_EQ(refused.code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("run.host_memory_limit"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("GiB"), std::string::npos) << refused.err;
 }
 
 // A machine too small for any configuration: said, with the closest one

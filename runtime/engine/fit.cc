@@ -221,15 +221,17 @@ std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme,
       if (std::ranges::find(ranks, r) == ranks.end()) ranks.push_back(r);
     }
   }
-  // The micro-batches' orders, each with where its block inputs live:
-  // micro-batch by micro-batch as the job keeps them; layer by layer (with
-  // checkpointing, and several micro-batches) on the GPU or, on a GPU
-  // machine, in pinned host memory, as the step keeps every micro-batch's.
+  // The micro-batches' orders, micro-batch by micro-batch and (with
+  // checkpointing and several micro-batches) layer by layer, each with its
+  // block inputs where the job keeps them and, checkpointed on a GPU
+  // machine, in pinned host memory.
   const auto orders = [&](bool ckpt, bool several) {
+    const bool host_too = ckpt && m.gpu && !base.cpu_checkpointing;
     std::vector<std::pair<bool, bool>> o = {{false, base.cpu_checkpointing}};
+    if (host_too) o.push_back({false, true});
     if (ckpt && several) {
       o.push_back({true, base.cpu_checkpointing});
-      if (m.gpu && !base.cpu_checkpointing) o.push_back({true, true});
+      if (host_too) o.push_back({true, true});
     }
     return o;
   };
@@ -312,6 +314,30 @@ absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, co
   return out;
 }
 
+absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& machines) {
+  if (c.cfg.model.arch != Arch::kLlama) return 0;
+  constexpr int64_t kStep = 128, kLongest = 131072;
+  const auto fits = [&](int64_t t) -> absl::StatusOr<bool> {
+    nlohmann::json config = c.config;
+    config["data"]["seq_len"] = t;
+    config["model"]["block_size"] = std::max<int64_t>(t, c.cfg.model.block_size);
+    ZEROD_ASSIGN_OR_RETURN(const JobConfig cfg, parse_job_config(config, machines.ranks));
+    ZEROD_ASSIGN_OR_RETURN(const Estimate e, estimate_memory(cfg, machines));
+    return std::ranges::all_of(capacity_checks(machines, e), &CapacityCheck::fits);
+  };
+  // The plan grows with the length: the longest that fits, by halves
+  // between one that does and one that does not.
+  int64_t lo = c.cfg.data.seq_len / kStep, hi = kLongest / kStep + 1;  // in steps: lo fits, hi does not
+  ZEROD_ASSIGN_OR_RETURN(const bool own, fits(c.cfg.data.seq_len));
+  if (!own) return 0;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    ZEROD_ASSIGN_OR_RETURN(const bool f, fits(mid * kStep));
+    (f ? lo : hi) = mid;
+  }
+  return std::max(lo * kStep, static_cast<int64_t>(c.cfg.data.seq_len));
+}
+
 namespace {
 
 std::string per_second(double v, const char* unit) {
@@ -362,6 +388,27 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
   }
   const FitRates used = fit_rates(rates, all->empty() ? DType::kF32 : all->front().cfg.precision, machines,
                                   all->empty() ? 0 : all->front().estimate.cpu_threads);
+  // The longest sequences: the best's, and the one that takes the least
+  // GPU memory (what a sequence's activations grow most) where that is
+  // another.
+  int64_t longest = 0, leanest_longest = 0;
+  size_t leanest = 0;
+  if (best) {
+    for (size_t i = 1; i < static_cast<size_t>(fitting); ++i) {
+      if ((*all)[i].estimate.per_rank.total[static_cast<int>(Tier::kGpu)] <
+          (*all)[leanest].estimate.per_rank.total[static_cast<int>(Tier::kGpu)]) {
+        leanest = i;
+      }
+    }
+    absl::StatusOr<int64_t> t = longest_seq_len(*best, machines);
+    if (!t.ok()) return refuse(t.status());
+    longest = *t;
+    if (leanest != 0) {
+      t = longest_seq_len((*all)[leanest], machines);
+      if (!t.ok()) return refuse(t.status());
+      leanest_longest = *t;
+    }
+  }
   if (json) {
     nlohmann::json list = nlohmann::json::array();
     for (int i = 0; i < std::min<int64_t>(top, fitting); ++i) list.push_back(candidate_json((*all)[i]));
@@ -379,6 +426,10 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
                           {"dequantize", used.dequantize}}},
                         {"configurations", list},
                         {"best_config", best ? best->config : nlohmann::json()}};
+    if (longest > 0) j["longest_seq_len"] = longest;
+    if (leanest_longest > longest) {
+      j["longest_seq_len_leanest"] = {{"seq_len", leanest_longest}, {"changes", (*all)[leanest].changes}};
+    }
     if (!best && !all->empty()) j["closest"] = candidate_json(all->front());
     out << j.dump() << "\n";
     return best ? kExitOk : kExitFailure;
@@ -414,6 +465,16 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
     out << absl::StrFormat("%4d %9.4g %10.0f", i + 1, c.cost.total(), tokens_per_second(c));
     for (int t = 0; t < kNumTiers; ++t) out << absl::StrFormat(" %10s", byte_size_text(c.estimate.per_rank.total[t]));
     out << "  " << (c.changes.empty() ? std::string("(the job as it is)") : absl::StrJoin(c.changes, " ")) << "\n";
+  }
+  if (longest > 0) {
+    out << absl::StrFormat("the longest sequence at micro-batch %d, a multiple of 128: data.seq_len %d with the best",
+                           best->cfg.micro_batch, longest);
+    if (leanest_longest > longest) {
+      const FitCandidate& c = (*all)[leanest];
+      out << absl::StrFormat(", %d with the least GPU memory (%s)", leanest_longest,
+                             c.changes.empty() ? std::string("the job as it is") : absl::StrJoin(c.changes, " "));
+    }
+    out << "\n";
   }
   out << (out_path.empty() ? std::string("the best, a config zero-worker accepts:\n")
                            : absl::StrCat("the best, a config zero-worker accepts, written to ", out_path, ":\n"))

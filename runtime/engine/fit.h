@@ -86,6 +86,14 @@ struct FitCandidate {
 absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, const Machines& machines,
                                                   const FitRates& rates, const FitOptions& options);
 
+// The longest sequence, a multiple of 128 up to 131072 (Llama 3's
+// positions), that `c`'s configuration fits on `machines` at its
+// micro-batch, model.block_size raised with it where it is shorter: what
+// the plan gives at each length tried. 0 for a model of learned positions
+// (GPT-2), which its block_size bounds, or where the config's own length
+// does not fit.
+absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& machines);
+
 // The command's --fit report: the `top` fastest that fit (text or one JSON
 // object) and the best one's config, also written to `out_path` when given.
 // Exit status 0 when one fits, 1 when none does (the closest is named with

@@ -51,16 +51,20 @@ absl::StatusOr<GptConfig> gpt_preset(const std::string& name) {
   if (name == "llama-3.1-8b") {
     return llama_shape(32, 32, 8, 4096, 14336, 128256, 131072, 500000, 1e-5, false, false, llama3_scaling(8));
   }
+  if (name == "llama-3.1-70b") {
+    return llama_shape(80, 64, 8, 8192, 28672, 128256, 131072, 500000, 1e-5, false, false, llama3_scaling(8));
+  }
   // Mistral-7B-v0.3 (no sliding window).
   if (name == "mistral-7b") return llama_shape(32, 32, 8, 4096, 14336, 32768, 32768, 1e6, 1e-5, false, false);
   if (name == "qwen2.5-0.5b") return llama_shape(24, 14, 2, 896, 4864, 151936, 32768, 1e6, 1e-6, true, true);
   if (name == "qwen2.5-1.5b") return llama_shape(28, 12, 2, 1536, 8960, 151936, 32768, 1e6, 1e-6, true, true);
   if (name == "qwen2.5-7b") return llama_shape(28, 28, 4, 3584, 18944, 152064, 131072, 1e6, 1e-6, false, true);
+  if (name == "qwen2.5-72b") return llama_shape(80, 64, 8, 8192, 29568, 152064, 131072, 1e6, 1e-6, false, true);
   return absl::InvalidArgumentError(
       absl::StrCat("model.preset '", name,
                    "' does not exist (expected gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, "
-                   "llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, mistral-7b, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b "
-                   "or custom)"));
+                   "llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-3.1-70b, mistral-7b, qwen2.5-0.5b, qwen2.5-1.5b, "
+                   "qwen2.5-7b, qwen2.5-72b or custom)"));
 }
 
 namespace {

@@ -56,8 +56,8 @@ struct GptConfig {
 };
 
 // "gpt2-tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"; "llama-tiny",
-// "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "mistral-7b",
-// "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b".
+// "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "llama-3.1-70b",
+// "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-72b".
 absl::StatusOr<GptConfig> gpt_preset(const std::string& name);
 // Positive sizes, n_embd divisible by n_head; a Llama's n_head divisible
 // by its n_kv_head, an even head_dim, an MLP width, rope_theta and
