@@ -384,6 +384,8 @@ TEST(ZeroOffload, ParamsOffloadedAreBitwiseTheInMemoryRun) {
       {{"run.steps=6", "bf16.enabled=true", R"(model.lora={"r": 4, "target_modules": ["c_attn", "mlp.c_proj"]})"},
        optimizer_on_nvme},
       {{"run.steps=6", "bf16.enabled=true", R"(model.lora={"r": 4, "base_quant": "nf4"})"}, params_on("cpu", 2)},
+      {{"run.steps=6", "bf16.enabled=true", "model.preset=llama-tiny", R"(model.lora={"r": 4, "base_quant": "nf4"})"},
+       params_on("cpu", 2)},
   };
   for (const auto& [v, off] : cases) {
     SCOPED_TRACE(::testing::Message() << "world " << n << ", " << v.back() << ", " << off[0]);

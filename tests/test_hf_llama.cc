@@ -215,6 +215,61 @@ TEST_P(HfLlamaTest, ExportIsTheFilesTensorsBitForBitAndItsConfigTheShape) {
 
 INSTANTIATE_TEST_SUITE_P(Models, HfLlamaTest, ::testing::Values("llama", "mistral", "qwen2"));
 
+// The 70B class both ways: the presets' config.json files carry the
+// published shapes and read back as the presets; and a Llama in more
+// shards than the 70B's 5 GiB ones make (29 of its bf16 141 GB; here one
+// tensor a shard, 39 of them) exports and imports bit for bit.
+class HfLlamaLarge : public testing::TempDirTest {};
+
+TEST_F(HfLlamaLarge, The70BClassConfigsAndThirtyShardsGoBothWays) {
+  struct Published {
+    const char* preset;
+    int layers, heads, kv_heads, width, mlp, vocab;
+    bool qkv_bias;
+  };
+  for (const Published& want : {Published{"llama-3.1-70b", 80, 64, 8, 8192, 28672, 128256, false},
+                                Published{"qwen2.5-72b", 80, 64, 8, 8192, 29568, 152064, true}}) {
+    SCOPED_TRACE(want.preset);
+    const GptConfig c = *gpt_preset(want.preset);
+    const nlohmann::json j = hf_llama_config_json(c, DType::kBF16);
+    EXPECT_EQ(j["num_hidden_layers"], want.layers);
+    EXPECT_EQ(j["num_attention_heads"], want.heads);
+    EXPECT_EQ(j["num_key_value_heads"], want.kv_heads);
+    EXPECT_EQ(j["hidden_size"], want.width);
+    EXPECT_EQ(j["intermediate_size"], want.mlp);
+    EXPECT_EQ(j["vocab_size"], want.vocab);
+    EXPECT_EQ(j["tie_word_embeddings"], false);
+    const std::string dir = path(want.preset);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/config.json") << j.dump(2);
+    auto back = read_hf_config(dir);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(gpt_config_json(*back), gpt_config_json(c));
+    EXPECT_EQ(back->qkv_bias, want.qkv_bias);
+  }
+  GptConfig c = *gpt_preset("llama-tiny");
+  c.n_layer = 4;
+  const GptLayout layout(c);
+  std::vector<float> params(layout.num_params());
+  for (size_t i = 0; i < params.size(); ++i) params[i] = std::sin(0.37f * static_cast<float>(i));
+  const auto read = [&](int64_t b, int64_t end, float* o) {
+    std::copy(params.begin() + b, params.begin() + end, o);
+    return absl::OkStatus();
+  };
+  const std::string out = path("shards");
+  ASSERT_TRUE(export_llama(out, layout, DType::kF32, read, /*shard_bytes=*/1).ok());
+  const nlohmann::json index = nlohmann::json::parse(std::ifstream(out + "/model.safetensors.index.json"));
+  std::set<std::string> files;
+  for (const auto& [tensor, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+  EXPECT_EQ(files.size(), 4u * 9 + 3);  // each layer's nine tensors, the embeddings, the final norm, the head
+  EXPECT_EQ(files.count("model-00039-of-00039.safetensors"), 1u);
+  auto again = initial_params(layout, 0, out);
+  ASSERT_TRUE(again.ok()) << again.status();
+  std::vector<float> p(params.size());
+  ASSERT_TRUE((*again)(0, layout.num_params(), p.data()).ok());
+  EXPECT_EQ(p, params);
+}
+
 // As a user runs it: a job whose model is only init_from (the shape from
 // its config.json), trained with a learning rate of 0, saved and exported
 // (zero-worker export): the fixture's tensors again. (scripts/hf_llama_check.py loads such an export
