@@ -63,7 +63,7 @@
 #     and tokens a step under a cap of DeepSpeed's GPU peak: tokens/s and
 #     the ratio (goal 2);
 #   qlora70b: Llama-3.1-70B's QLoRA (examples/llama-3.1-70b-qlora.json,
-#     random weights) 3 steps under 24 GiB, then under 48 GiB: the peaks
+#     layer by layer, random weights) 3 steps under 24 GiB, then under 48 GiB: the peaks
 #     against the plan in every tier and category, losses, tokens/s and the
 #     time to the first step;
 #   plan: the single-GPU examples (gpt2, gpt2-xl fine-tune uncapped with
@@ -514,9 +514,9 @@ for e in ev:
     if e.get("event") == "summary":
         out += ", first step done %.1f s after start; start %s" % (e["time_to_first_step_s"], e.get("startup"))
 print(out)'
-  # Llama-3.1-70B's QLoRA (examples/llama-3.1-70b-qlora.json), random
-  # weights of its shape, 3 steps of 2 sequences under the example's 24 GiB
-  # cap: planned 14.8 GiB of GPU and 41.2 GiB pinned (zeroctl estimate);
+  # Llama-3.1-70B's QLoRA (examples/llama-3.1-70b-qlora.json, layer by
+  # layer), random weights of its shape, 3 steps of 2 sequences under the
+  # example's 24 GiB cap: planned 12.5 GiB of GPU (zeroctl estimate);
   # the peaks in every tier and category against the plan, tokens/s after
   # the first step and the time to it (most of it the 70.6G normal draws of
   # the random base, about 2 minutes on 16 cores by bench/init_throughput's
@@ -566,7 +566,8 @@ if [ "$section" = deepspeed ]; then
     timeout 200 python3 "$ZEROD_ANCHORS/ds_offload_anchor.py" --stage "$stage" --mb 32 --warmup 2 --steps 3 \
       --json "$logs/ds-$stage.json" >"$logs/ds-$stage.log" 2>&1
     code=$?
-    peak=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["peak_gpu_gib"] * 2**30))' "$logs/ds-$stage.json" 2>/dev/null)
+    # Only a run that finished gives a peak to cap zerod with.
+    peak=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(int(r["peak_gpu_gib"] * 2**30) if r["status"] == "ok" else "")' "$logs/ds-$stage.json" 2>/dev/null)
     ds=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"]))' "$logs/ds-$stage.json" 2>/dev/null)
     say "DeepSpeed ZeRO-$stage offload, micro-batch 32: exit $code; ${ds:--} tokens/s, GPU peak ${peak:--} bytes; $(grep -E '^\[cfg\]|OOM|Error' "$logs/ds-$stage.log" | head -2 | tr '\n' ' ')"
     [ -n "$peak" ] || { rc=1; continue; }

@@ -43,7 +43,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d wheels peft accelera
   echo "gpu_deps: no wheels of peft, accelerate and bitsandbytes (no pip or no index): the lora section runs zerod alone"
 # What travels is at most 64 MiB: bitsandbytes' wheel (43 MB) loses its
 # libraries for other CUDA versions, ROCm and XPU, and their RECORD lines.
-python3 - wheels/bitsandbytes-*.whl <<'PY'
+for wheel in wheels/bitsandbytes-*.whl; do
+  [ -f "$wheel" ] || continue
+  python3 - "$wheel" <<'PY'
 import re, sys, zipfile
 path = sys.argv[1]
 drop = re.compile(r"libbitsandbytes_(cuda1[0-2]\d|rocm|xpu)")
@@ -55,17 +57,21 @@ with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
             data = b"".join(l for l in data.splitlines(True) if not drop.search(l.decode()))
         z.writestr(info, data)
 PY
+done
 # DeepSpeed, for its ZeRO-Offload anchor (gpu_check.sh deepspeed): the
 # sdist, installed there with DS_BUILD_OPS=0 (CPU Adam compiles at run
-# time), and the wheels of what it needs that the GPU machines' Python
-# (3.12) lacks: hjson and pydantic with its own needs.
+# time), and the wheels of what its requirements name that the GPU
+# machines' Python (3.12) may lack: hjson and pydantic with its own needs,
+# and einops, msgpack, ninja and py-cpuinfo (the image lists these four,
+# anchors/README.md does not).
 mkdir -p deepspeed
 { python3 -m pip download -q --no-deps --no-binary=:all: -d deepspeed deepspeed==0.19.8 &&
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d deepspeed hjson 'pydantic>=2'; } ||
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d deepspeed \
+    hjson 'pydantic>=2' einops msgpack ninja py-cpuinfo; } ||
   echo "gpu_deps: no DeepSpeed (no pip or no index): the deepspeed section runs zerod alone"
 # The anchors themselves: ../shared does not travel to the GPU machine.
-rm -rf anchors && cp -r ../../shared/anchors anchors
+chmod -R u+w anchors 2>/dev/null; rm -rf anchors && cp -r --no-preserve=mode ../../shared/anchors anchors
 # fio, for the NVMe check against it (gpu_check.sh largest): Debian's
 # source, built there (its binary package pulls in Ceph's and Gluster's
 # libraries).

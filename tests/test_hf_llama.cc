@@ -224,11 +224,12 @@ class HfLlamaLarge : public testing::TempDirTest {};
 TEST_F(HfLlamaLarge, The70BClassConfigsAndThirtyShardsGoBothWays) {
   struct Published {
     const char* preset;
-    int layers, heads, kv_heads, width, mlp, vocab;
+    int layers, heads, kv_heads, width, mlp, vocab, positions;
+    double theta, eps;
     bool qkv_bias;
   };
-  for (const Published& want : {Published{"llama-3.1-70b", 80, 64, 8, 8192, 28672, 128256, false},
-                                Published{"qwen2.5-72b", 80, 64, 8, 8192, 29568, 152064, true}}) {
+  for (const Published& want : {Published{"llama-3.1-70b", 80, 64, 8, 8192, 28672, 128256, 131072, 5e5, 1e-5, false},
+                                Published{"qwen2.5-72b", 80, 64, 8, 8192, 29568, 152064, 131072, 1e6, 1e-5, true}}) {
     SCOPED_TRACE(want.preset);
     const GptConfig c = *gpt_preset(want.preset);
     const nlohmann::json j = hf_llama_config_json(c, DType::kBF16);
@@ -238,6 +239,9 @@ TEST_F(HfLlamaLarge, The70BClassConfigsAndThirtyShardsGoBothWays) {
     EXPECT_EQ(j["hidden_size"], want.width);
     EXPECT_EQ(j["intermediate_size"], want.mlp);
     EXPECT_EQ(j["vocab_size"], want.vocab);
+    EXPECT_EQ(j["max_position_embeddings"], want.positions);
+    EXPECT_EQ(j["rope_theta"], want.theta);
+    EXPECT_EQ(j["rms_norm_eps"], want.eps);
     EXPECT_EQ(j["tie_word_embeddings"], false);
     const std::string dir = path(want.preset);
     fs::create_directories(dir);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/checkpoint/output_file.h"
 #include "runtime/core/exit_codes.h"
+#include "runtime/model/hf_config.h"
 #include "runtime/model/nf4_weights.h"
 
 namespace zerod {
@@ -314,9 +315,27 @@ absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, co
   return out;
 }
 
-absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& machines) {
+namespace {
+
+// The most positions the model has: its preset's or its Hugging Face
+// config's max_position_embeddings (a sliding window's where it is
+// shorter), else the job's block_size.
+int64_t model_positions(const JobConfig& cfg) {
+  if (cfg.preset != "custom") {
+    if (absl::StatusOr<GptConfig> p = gpt_preset(cfg.preset); p.ok()) return p->block_size;
+  }
+  if (cfg.init_from) {
+    if (absl::StatusOr<GptConfig> hf = read_hf_config(*cfg.init_from); hf.ok()) return hf->block_size;
+  }
+  return cfg.model.block_size;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& machines, int64_t beyond) {
   if (c.cfg.model.arch != Arch::kLlama) return 0;
-  constexpr int64_t kStep = 128, kLongest = 131072;
+  constexpr int64_t kStep = 128;
+  const int64_t longest = std::min<int64_t>(model_positions(c.cfg), 131072);
   const auto fits = [&](int64_t t) -> absl::StatusOr<bool> {
     nlohmann::json config = c.config;
     config["data"]["seq_len"] = t;
@@ -327,9 +346,16 @@ absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& m
   };
   // The plan grows with the length: the longest that fits, by halves
   // between one that does and one that does not.
-  int64_t lo = c.cfg.data.seq_len / kStep, hi = kLongest / kStep + 1;  // in steps: lo fits, hi does not
-  ZEROD_ASSIGN_OR_RETURN(const bool own, fits(c.cfg.data.seq_len));
-  if (!own) return 0;
+  int64_t lo = c.cfg.data.seq_len / kStep, hi = longest / kStep + 1;  // in steps: lo fits, hi does not
+  if (beyond >= c.cfg.data.seq_len) {
+    if (beyond + kStep > longest) return 0;
+    ZEROD_ASSIGN_OR_RETURN(const bool longer, fits(beyond + kStep));
+    if (!longer) return 0;
+    lo = (beyond + kStep) / kStep;
+  } else {
+    ZEROD_ASSIGN_OR_RETURN(const bool own, fits(c.cfg.data.seq_len));
+    if (!own) return 0;
+  }
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
     ZEROD_ASSIGN_OR_RETURN(const bool f, fits(mid * kStep));
@@ -388,25 +414,22 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
   }
   const FitRates used = fit_rates(rates, all->empty() ? DType::kF32 : all->front().cfg.precision, machines,
                                   all->empty() ? 0 : all->front().estimate.cpu_threads);
-  // The longest sequences: the best's, and the one that takes the least
-  // GPU memory (what a sequence's activations grow most) where that is
-  // another.
-  int64_t longest = 0, leanest_longest = 0;
-  size_t leanest = 0;
+  // The longest sequences: the best's, and any fitting configuration's
+  // at the smallest micro-batch (at a larger one the same configuration
+  // holds more a token), the fastest of the longest.
+  int64_t longest = 0, any_longest = 0;
+  size_t any = 0;
   if (best) {
-    for (size_t i = 1; i < static_cast<size_t>(fitting); ++i) {
-      if ((*all)[i].estimate.per_rank.total[static_cast<int>(Tier::kGpu)] <
-          (*all)[leanest].estimate.per_rank.total[static_cast<int>(Tier::kGpu)]) {
-        leanest = i;
-      }
-    }
     absl::StatusOr<int64_t> t = longest_seq_len(*best, machines);
     if (!t.ok()) return refuse(t.status());
     longest = *t;
-    if (leanest != 0) {
-      t = longest_seq_len((*all)[leanest], machines);
+    int smallest = best->cfg.micro_batch;
+    for (int64_t i = 0; i < fitting; ++i) smallest = std::min(smallest, (*all)[i].cfg.micro_batch);
+    for (int64_t i = 0; i < fitting; ++i) {
+      if ((*all)[i].cfg.micro_batch != smallest) continue;
+      t = longest_seq_len((*all)[i], machines, std::max(longest, any_longest));
       if (!t.ok()) return refuse(t.status());
-      leanest_longest = *t;
+      if (*t > std::max(longest, any_longest)) any_longest = *t, any = i;
     }
   }
   if (json) {
@@ -427,8 +450,8 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
                         {"configurations", list},
                         {"best_config", best ? best->config : nlohmann::json()}};
     if (longest > 0) j["longest_seq_len"] = longest;
-    if (leanest_longest > longest) {
-      j["longest_seq_len_leanest"] = {{"seq_len", leanest_longest}, {"changes", (*all)[leanest].changes}};
+    if (any_longest > longest) {
+      j["longest_seq_len_any"] = {{"seq_len", any_longest}, {"changes", (*all)[any].changes}};
     }
     if (!best && !all->empty()) j["closest"] = candidate_json(all->front());
     out << j.dump() << "\n";
@@ -467,11 +490,11 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
     out << "  " << (c.changes.empty() ? std::string("(the job as it is)") : absl::StrJoin(c.changes, " ")) << "\n";
   }
   if (longest > 0) {
-    out << absl::StrFormat("the longest sequence at micro-batch %d, a multiple of 128: data.seq_len %d with the best",
-                           best->cfg.micro_batch, longest);
-    if (leanest_longest > longest) {
-      const FitCandidate& c = (*all)[leanest];
-      out << absl::StrFormat(", %d with the least GPU memory (%s)", leanest_longest,
+    out << absl::StrFormat("the longest sequence that fits, in steps of 128: data.seq_len %d with the best (micro-batch %d)",
+                           longest, best->cfg.micro_batch);
+    if (any_longest > longest) {
+      const FitCandidate& c = (*all)[any];
+      out << absl::StrFormat(", %d with any (micro-batch %d; %s)", any_longest, c.cfg.micro_batch,
                              c.changes.empty() ? std::string("the job as it is") : absl::StrJoin(c.changes, " "));
     }
     out << "\n";

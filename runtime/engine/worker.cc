@@ -444,17 +444,15 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     if (!absl::IsResourceExhausted(trainer.status())) return refuse(trainer.status());
     return fail(kExitFailure, absl::StrCat(trainer.status().message(), "; ", what_sets_the_size(*cfg)));
   }
-  startup.build_s = lap();
-  startup.pinning = pinning_times().since(pinned_before);
   Trainer& t = **trainer;
   // A CPU's peak is measured, so only for a run that writes its MFU
   // somewhere beside the step events (rank 0's monitor).
   const bool monitored = tensorboard_log_dir(*cfg) || csv_log_dir(*cfg);
   const double peak_flops = rank->rank == 0 && (monitored || is_cuda_device(**device)) ? run_peak_flops(**device) : 0;
+  startup.build_s = lap();
   output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads, grads->line(), grads->why,
                model_flops_per_token(t), peak_flops);
   if (cfg->run.resume) {
-    lap();
     if (!resume_from.empty()) {
       if (absl::Status s = t.resume(resume_from); !s.ok()) return refuse(s);
     }
@@ -468,6 +466,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
     if (!m.ok()) return refuse(m.status());
     monitor = *std::move(m);
   }
+  startup.pinning = pinning_times().since(pinned_before);
   startup.ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   output.ready(startup);
   return TrainingRun(*cfg, t, output, acct, *planned, **comm, observer, monitor.get(), peak_flops, err, fail)

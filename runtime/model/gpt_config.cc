@@ -59,7 +59,7 @@ absl::StatusOr<GptConfig> gpt_preset(const std::string& name) {
   if (name == "qwen2.5-0.5b") return llama_shape(24, 14, 2, 896, 4864, 151936, 32768, 1e6, 1e-6, true, true);
   if (name == "qwen2.5-1.5b") return llama_shape(28, 12, 2, 1536, 8960, 151936, 32768, 1e6, 1e-6, true, true);
   if (name == "qwen2.5-7b") return llama_shape(28, 28, 4, 3584, 18944, 152064, 131072, 1e6, 1e-6, false, true);
-  if (name == "qwen2.5-72b") return llama_shape(80, 64, 8, 8192, 29568, 152064, 131072, 1e6, 1e-6, false, true);
+  if (name == "qwen2.5-72b") return llama_shape(80, 64, 8, 8192, 29568, 152064, 131072, 1e6, 1e-5, false, true);
   return absl::InvalidArgumentError(
       absl::StrCat("model.preset '", name,
                    "' does not exist (expected gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, "

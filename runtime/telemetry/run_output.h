@@ -30,9 +30,9 @@ struct StartupTimes {
   double ready_s = 0;    // from the worker's start to its first step's start
   double device_s = 0;   // the config read, the device and the communicator opened
   double plan_s = 0;     // the memory plan and the checks before building
-  double build_s = 0;    // the trainer: model, stores, initial weights, optimizer
-  double resume_s = 0;   // the checkpoint resumed from read
-  PinningTimes pinning;  // of build_s: host memory pinned (pinning_times)
+  double build_s = 0;    // the trainer (model, stores, initial weights, optimizer), its peak FLOP/s
+  double resume_s = 0;   // the banner printed, the checkpoint resumed from read
+  PinningTimes pinning;  // host memory pinned in the build and the resume (pinning_times)
 };
 
 struct RunSummary {
