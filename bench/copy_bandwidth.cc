@@ -13,10 +13,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -33,22 +31,16 @@ absl::StatusOr<double> best_rate(Device& d, void* dst, const void* src, uint64_t
   return ms > 0 ? bytes / ms / 1e6 : 0.0;
 }
 
-double seconds_of(const std::function<void()>& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // GB/s of touching `bytes` of fresh pages, then of registering them in
 // `parts` page-aligned parts from as many threads.
 absl::Status pinning_rates(uint64_t bytes, int parts) {
   void* p = std::aligned_alloc(uint64_t{2} << 20, bytes);
   if (!p) return absl::ResourceExhaustedError("pinning_rates: no host memory");
   madvise(p, bytes, MADV_HUGEPAGE);  // as allocate_pinned asks for a large buffer
-  const double touch_s = seconds_of([&] { parallel_fill(p, 0, bytes); });
+  const double touch_s = bench::seconds([&] { parallel_fill(p, 0, bytes); });
   const uint64_t part = bytes / parts;  // whole pages: 4 GiB in 1 or 8
   std::vector<absl::Status> pinned(parts);
-  const double register_s = seconds_of([&] {
+  const double register_s = bench::seconds([&] {
     std::vector<std::thread> threads;
     for (int i = 0; i < parts; ++i) {
       threads.emplace_back([&, i] { pinned[i] = pin_host(static_cast<char*>(p) + i * part, part); });

@@ -266,6 +266,19 @@ std::vector<Choice> choices(const JobConfig& base, const Machines& m, bool nvme,
 
 }  // namespace
 
+namespace {
+
+// Bytes past the machines' capacities, summed over them (0: fits).
+uint64_t shortfall(const Machines& machines, const Estimate& e) {
+  uint64_t short_by = 0;
+  for (const CapacityCheck& check : capacity_checks(machines, e)) {
+    if (!check.fits()) short_by += check.needed - check.capacity;
+  }
+  return short_by;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, const Machines& machines,
                                                   const FitRates& given, const FitOptions& options) {
   ZEROD_ASSIGN_OR_RETURN(const JobConfig base, parse_job_config(root, machines.ranks));
@@ -300,9 +313,7 @@ absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, co
     c.cfg = *std::move(cfg);
     ZEROD_ASSIGN_OR_RETURN(c.estimate, estimate_memory(c.cfg, machines));
     c.cost = step_cost(c.cfg, machines, fit_rates(given, c.cfg.precision, machines, c.estimate.cpu_threads));
-    for (const CapacityCheck& check : capacity_checks(machines, c.estimate)) {
-      if (!check.fits()) c.shortfall += check.needed - check.capacity;
-    }
+    c.shortfall = shortfall(machines, c.estimate);
     out.push_back(std::move(c));
   }
   // Fitting first, the largest rank first, fastest first, the fewest
@@ -315,11 +326,6 @@ absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, co
   return out;
 }
 
-namespace {
-
-// The most positions the model has: its preset's or its Hugging Face
-// config's max_position_embeddings (a sliding window's where it is
-// shorter), else the job's block_size.
 int64_t model_positions(const JobConfig& cfg) {
   if (cfg.preset != "custom") {
     if (absl::StatusOr<GptConfig> p = gpt_preset(cfg.preset); p.ok()) return p->block_size;
@@ -330,19 +336,18 @@ int64_t model_positions(const JobConfig& cfg) {
   return cfg.model.block_size;
 }
 
-}  // namespace
-
-absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& machines, int64_t beyond) {
+absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& machines, int64_t positions,
+                                        int64_t beyond) {
   if (c.cfg.model.arch != Arch::kLlama) return 0;
   constexpr int64_t kStep = 128;
-  const int64_t longest = std::min<int64_t>(model_positions(c.cfg), 131072);
+  const int64_t longest = std::min<int64_t>(positions, 131072);
   const auto fits = [&](int64_t t) -> absl::StatusOr<bool> {
     nlohmann::json config = c.config;
     config["data"]["seq_len"] = t;
     config["model"]["block_size"] = std::max<int64_t>(t, c.cfg.model.block_size);
     ZEROD_ASSIGN_OR_RETURN(const JobConfig cfg, parse_job_config(config, machines.ranks));
     ZEROD_ASSIGN_OR_RETURN(const Estimate e, estimate_memory(cfg, machines));
-    return std::ranges::all_of(capacity_checks(machines, e), &CapacityCheck::fits);
+    return shortfall(machines, e) == 0;
   };
   // The plan grows with the length: the longest that fits, by halves
   // between one that does and one that does not.
@@ -420,14 +425,15 @@ int report_fit(const nlohmann::json& root, const Machines& machines, const FitRa
   int64_t longest = 0, any_longest = 0;
   size_t any = 0;
   if (best) {
-    absl::StatusOr<int64_t> t = longest_seq_len(*best, machines);
+    const int64_t positions = model_positions(best->cfg);  // every candidate's model is the job's
+    absl::StatusOr<int64_t> t = longest_seq_len(*best, machines, positions);
     if (!t.ok()) return refuse(t.status());
     longest = *t;
     int smallest = best->cfg.micro_batch;
     for (int64_t i = 0; i < fitting; ++i) smallest = std::min(smallest, (*all)[i].cfg.micro_batch);
     for (int64_t i = 0; i < fitting; ++i) {
       if ((*all)[i].cfg.micro_batch != smallest) continue;
-      t = longest_seq_len((*all)[i], machines, std::max(longest, any_longest));
+      t = longest_seq_len((*all)[i], machines, positions, std::max(longest, any_longest));
       if (!t.ok()) return refuse(t.status());
       if (*t > std::max(longest, any_longest)) any_longest = *t, any = i;
     }

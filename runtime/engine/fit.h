@@ -86,16 +86,22 @@ struct FitCandidate {
 absl::StatusOr<std::vector<FitCandidate>> fit_job(const nlohmann::json& root, const Machines& machines,
                                                   const FitRates& rates, const FitOptions& options);
 
-// The longest sequence, in steps of 128 from the job's own up to the
-// model's positions (its preset's or config.json's, at most 131072), that
-// `c`'s configuration fits on `machines` at its micro-batch, model.block_size
+// The most positions the job's model has: its preset's or its Hugging Face
+// config's max_position_embeddings (a sliding window's where it is
+// shorter), else its block_size.
+int64_t model_positions(const JobConfig& cfg);
+
+// The longest sequence, in steps of 128 from the job's own up to
+// `positions` (model_positions, at most 131072), that `c`'s configuration
+// fits on `machines` at its micro-batch, model.block_size
 // raised with it where it is shorter: what the plan gives at each length
 // tried (memory only: the data must still hold such windows). 0 for a
 // model of learned positions (GPT-2), which its block_size bounds, or
 // where the config's own length does not fit; and, given `beyond` (a
 // length found already), where it does not fit 128 more (one plan then,
 // not the search).
-absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& machines, int64_t beyond = 0);
+absl::StatusOr<int64_t> longest_seq_len(const FitCandidate& c, const Machines& machines, int64_t positions,
+                                        int64_t beyond = 0);
 
 // The command's --fit report: the `top` fastest that fit (text or one JSON
 // object) and the best one's config, also written to `out_path` when given.
