@@ -47,9 +47,10 @@
 #     layer-major run (losses equal; tokens/s against the uncapped
 #     micro-batch run's: the 0.85 and 0.6),
 #     the offload path's copy rates against plain cudaMemcpyAsync
-#     (bench/copy_bandwidth, which also times pinning 4 GiB in one call and
-#     in 8 parts at once, beside the 12 GiB run's "ready" line: where its
-#     start went), and the host's memory bandwidth, AdamW and
+#     (bench/copy_bandwidth, which also times pinning 4 GiB as a run pins
+#     it, in one buffer and in 8, beside the 12 GiB run's "ready" line and
+#     the wait its first step had for registrations: where its start
+#     went), and the host's memory bandwidth, AdamW and
 #     micro-batch sums (bench/optim_throughput, host_sums_throughput);
 #   largest: the largest examples, 12.8B with its states on the host
 #     (examples/gpt-12b-offload.json) and 4.2B with everything offloaded

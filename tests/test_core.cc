@@ -497,22 +497,6 @@ TEST(Buffer, GpuAndPinnedNeedACudaDevice) {
   }
 }
 
-TEST(Buffer, PinningTimesCountWhatWasPinned) {
-  MemoryAccountant a;
-  const PinningTimes before = pinning_times();
-  auto b = Buffer::allocate(3 * 4096 + 1, Category::kOffload, Tier::kPinned, a);
-  const PinningTimes pinned = pinning_times().since(before);
-  if (cuda_device_count() > 0) {
-    ASSERT_TRUE(b.ok()) << b.status();
-    EXPECT_EQ(pinned.bytes, 4u * 4096);  // whole pages
-  } else {
-    ASSERT_FALSE(b.ok());
-    EXPECT_EQ(pinned.bytes, 0u);  // nothing was pinned
-  }
-  EXPECT_GE(pinned.touch_s, 0.0);
-  EXPECT_GE(pinned.register_s, 0.0);
-}
-
 TEST(Memory, ParallelFillAndCopyAreMemsetAndMemcpy) {
   // Past the 8 parts that go to the threads, and a tail that is no whole part.
   const uint64_t n = (uint64_t{9} << 20) + 12345;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -23,6 +24,7 @@
 #include "comm/communicator.h"
 #include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
+#include "runtime/core/pinned_host.h"
 #include "runtime/engine/micro_batch_grads.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/model/gpt_layout.h"
@@ -570,6 +572,65 @@ TEST_F(GpuTierOffloadTest, ARunTooLargeForTheGpuCapTrainsWithEverythingOffloaded
   EXPECT_LE(acct.peak_total(Tier::kGpu), cap);
   EXPECT_EQ(capped.losses, uncapped.losses);
   EXPECT_TRUE(testing::same_bits(capped.params, uncapped.params));
+}
+
+// Registration through a hook: on the test's thread at once, on any other
+// (the background ones, the host's update thread) after `delay`.
+class SlowPinning {
+ public:
+  explicit SlowPinning(std::chrono::milliseconds delay) {
+    hook_.pin = [this, delay](void*, uint64_t) {
+      if (std::this_thread::get_id() != test_thread_) std::this_thread::sleep_for(delay);
+      return absl::OkStatus();
+    };
+    hook_.unpin = [](void*) {};
+    set_pinning_hook(&hook_);
+  }
+  ~SlowPinning() { set_pinning_hook(nullptr); }
+
+ private:
+  PinningHook hook_;
+  const std::thread::id test_thread_ = std::this_thread::get_id();
+};
+
+// A GPU's host staging is pinned (CpuDeviceOptions pins), and registered
+// behind the start: here each registration a background thread makes takes
+// 100 ms, so the run's first copies meet memory not yet registered. Each
+// copy waits for (or makes) the registrations it meets, none runs before
+// (the device aborts if one does), and every offload gives the bits of the
+// plain CPU device.
+TEST_F(GpuTierOffloadTest, PinnedStagingRegisteredBehindTheStartGivesTheSameBits) {
+  SlowPinning slow(std::chrono::milliseconds(100));
+  CpuDeviceOptions pinned = gpu_tier();
+  pinned.pins = true;
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage);
+    const std::vector<std::string> base = {"zero_optimization.stage=" + std::to_string(stage)};
+    MemoryAccountant cpu_acct;
+    CpuDevice cpu(cpu_acct);
+    const testing::TrainedRun ref = testing::train_to_end(config(base), nullptr, cpu);
+    ASSERT_TRUE(ref.status.ok()) << ref.status;
+    std::vector<std::vector<std::string>> variants = {joined(base, optimizer_on("cpu")),
+                                                      joined(base, optimizer_on("nvme"))};
+    if (stage == 3) variants.push_back(joined(joined(base, params_on("cpu")), optimizer_on("cpu")));
+    for (const auto& v : variants) {
+      SCOPED_TRACE(v.back());
+      MemoryAccountant acct;
+      const PinningTimes before = pinning_times();
+      {
+        CpuDevice gpu(acct, pinned);
+        const testing::TrainedRun r = testing::train_to_end(config(v), nullptr, gpu);
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        EXPECT_EQ(r.losses, ref.losses);
+        EXPECT_TRUE(testing::same_bits(r.params, ref.params));
+      }
+      const PinningTimes pinning = pinning_times().since(before);
+      EXPECT_GT(acct.peak_total(Tier::kPinned), 0u);
+      EXPECT_EQ(acct.current_total(Tier::kPinned), 0u);
+      EXPECT_GE(pinning.bytes, acct.peak_total(Tier::kPinned));
+      EXPECT_GT(pinning.wait_s, 0.0);  // some copy came before its memory's registration
+    }
+  }
 }
 
 // Stages 2 and 3 with the optimizer on the host, no clipping: the units

@@ -336,9 +336,10 @@ TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {
   }
   EXPECT_LE(parts, up["ready_s"].get<double>());
   EXPECT_LE(up["ready_s"].get<double>(), s["time_to_first_step_s"].get<double>());
-  EXPECT_EQ(up["pinned_bytes"], 0);
-  EXPECT_EQ(up["pin_touch_s"], 0.0);
-  EXPECT_EQ(up["pin_register_s"], 0.0);
+  for (const char* k : {"pinned_bytes", "pin_registered_bytes"}) EXPECT_EQ(up[k], 0) << k;
+  for (const char* k : {"pin_touch_s", "pin_register_s", "pin_wait_s", "first_step_pin_wait_s"}) {
+    EXPECT_EQ(up[k], 0.0) << k;
+  }
   // gpt2-tiny has 120576 fp32 parameters: 4 bytes each of params and grads, 8 of Adam state.
   EXPECT_EQ(s["memory_peak"]["host"]["params"], 120576 * 4);
   EXPECT_EQ(s["memory_peak"]["host"]["grads"], 120576 * 4);
@@ -381,12 +382,18 @@ TEST(RunOutputTest, ReadySaysWhereTheStartWent) {
   t.device_s = 0.61;
   t.plan_s = 0.12;
   t.build_s = 11.5;
-  t.pinning = {uint64_t{3} << 30, 1.3, 4.5};
+  t.pinning = {uint64_t{3} << 30, uint64_t{1} << 30, 1.3, 4.5, 0.31};
   std::ostringstream out, err;
   RunOutput(LogFormat::kText, out, err).ready(t);
   EXPECT_EQ(out.str(),
             "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s (3.0 GiB of host memory pinned: pages "
-            "touched 1.3s, registered 4.5s)\n");
+            "touched 1.3s; 1.0 GiB registered so far in 4.5s, copies waited 0.3s)\n");
+  t.pinning = {uint64_t{3} << 30, 0, 1.3, 0, 0};
+  std::ostringstream none;
+  RunOutput(LogFormat::kText, none, err).ready(t);
+  EXPECT_EQ(none.str(),
+            "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s (3.0 GiB of host memory pinned: pages "
+            "touched 1.3s; none registered yet, copies waited 0.0s)\n");
   t.pinning = {};
   t.resume_s = 2.0;
   std::ostringstream out2;
@@ -395,6 +402,29 @@ TEST(RunOutputTest, ReadySaysWhereTheStartWent) {
   std::ostringstream json;
   RunOutput(LogFormat::kJson, json, err).ready(t);  // in the summary instead
   EXPECT_EQ(json.str(), "");
+}
+
+TEST(RunOutputTest, DoneSaysWhatTheFirstStepWaitedForPinning) {
+  RunSummary s;
+  s.steps = 4;
+  s.elapsed_s = 9.0;
+  s.first_loss = 11.0;
+  s.final_loss = 8.0;
+  s.tokens_per_s = 1000;
+  s.time_to_first_step_s = 7.04;
+  s.startup = StartupTimes{};
+  s.startup->first_step_pin_wait_s = 0;
+  const std::string done = "done: 4 steps in 9.0s | loss 11.000000 -> 8.000000 | 1000 tok/s | first step done 7.0s after start";
+  auto text = [&] {
+    std::ostringstream out, err;
+    RunOutput(LogFormat::kText, out, err).summary(s, {MemoryPeaks{}});
+    return out.str();
+  };
+  EXPECT_NE(text().find(done + "\n"), std::string::npos) << text();  // nothing pinned
+  s.startup->pinning.bytes = uint64_t{24} << 30;
+  s.startup->first_step_pin_wait_s = 1.26;
+  EXPECT_NE(text().find(done + " (its copies waited 1.3s for pinned memory's registration)\n"), std::string::npos)
+      << text();
 }
 
 TEST_F(WorkerTest, SetOverridesKeys) {

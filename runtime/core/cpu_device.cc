@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/pinned_host.h"
 
 namespace zerod {
 namespace {
@@ -164,8 +166,16 @@ void CpuDevice::memset(Stream& s, void* dst, int byte, uint64_t bytes) {
 }
 
 void CpuDevice::copy_bytes(Stream& s, void* dst, const void* src, uint64_t bytes) {
+  const bool pins = options_.pins;
   // Large copies: optimizer states set aside, shards.
-  launch(s, [=] { parallel_copy(dst, src, bytes); });
+  launch(s, [=] {
+    if (pins && (pinning_pending(dst, bytes) || pinning_pending(src, bytes))) {
+      std::fprintf(stderr, "zerod: a copy of %llu bytes ran from pinned memory not yet registered\n",
+                   static_cast<unsigned long long>(bytes));
+      std::abort();
+    }
+    parallel_copy(dst, src, bytes);
+  });
 }
 
 void CpuDevice::record(Stream& s, Event& e) {

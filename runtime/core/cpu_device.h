@@ -16,7 +16,10 @@
 // well, the device stands in for a GPU in the accounts: its own memory is
 // the gpu tier, held through a CachingAllocator that run.gpu_memory_limit
 // caps, so what a GPU run keeps on the GPU and what it moves to the host
-// are measured on the CPU.
+// are measured on the CPU. With `pins` too, its host staging is pinned as
+// a GPU's is (registered through a test's PinningHook, which may delay
+// it), and a copy that meets pinned memory not yet registered aborts: no
+// copy may run before the registration it awaits.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +39,7 @@ struct CpuDeviceOptions {
   uint64_t seed = 1;  // of the delays
   bool device_only_memory = false;
   bool gpu_tier = false;  // implies device_only_memory
+  bool pins = false;      // with gpu_tier: pinned host staging, as a GPU's
 };
 
 class CpuStream : public Stream {
@@ -67,6 +71,7 @@ class CpuDevice : public Device {
   Tier memory_tier() const override { return options_.gpu_tier ? Tier::kGpu : Tier::kHost; }
   bool host_visible() const override { return !options_.device_only_memory && !options_.gpu_tier; }
   bool holds(const void* p) const override { return allocator_ && allocator_->holds(p); }
+  bool pins_host_memory() const override { return options_.pins; }
 
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c) override;
   absl::StatusOr<Buffer> allocate(uint64_t bytes, Category c, Tier t) override;

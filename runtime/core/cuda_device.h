@@ -41,6 +41,7 @@ class CudaDevice : public Device {
   std::string description() const override { return name() + " (" + gpu_name_ + ")"; }
   bool holds(const void* p) const override;
   uint64_t usable_bytes() const override { return usable_; }
+  bool pins_host_memory() const override { return true; }
   double peak_flops() const override { return peak_flops_; }
   absl::Status bind_thread() override;
 

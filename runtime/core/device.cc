@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/core/cpu_device.h"
 #include "runtime/core/gpu_memory.h"
+#include "runtime/core/pinned_host.h"
 #include "runtime/core/profiler.h"
 
 namespace zerod {
@@ -15,6 +16,14 @@ absl::StatusOr<Buffer> Device::allocate(uint64_t bytes, Category c, Tier t) {
 }
 
 void Device::copy(Stream& s, void* dst, const void* src, uint64_t bytes) {
+  // A device that copies from pinned memory waits for its registration,
+  // which may still be under way (runtime/core/pinned_host.h). Memory whose
+  // registration failed is still host memory, copied at pageable speed (the
+  // failure was reported when it happened).
+  if (pins_host_memory()) {
+    await_pinned(dst, bytes).IgnoreError();
+    await_pinned(src, bytes).IgnoreError();
+  }
   if (!profiler_) return copy_bytes(s, dst, src, bytes);
   // "device" is memory host code cannot reach (a GPU's); the rest is host memory.
   const char* what = holds(src) ? (holds(dst) ? "copy device->device" : "copy device->host")
@@ -92,7 +101,7 @@ PlanDevice plan_device(const Device& device) {
   uint64_t usable = device.usable_bytes();
   const uint64_t cap = device.accountant().limit(device.memory_tier());
   if (cap > 0 && (usable == 0 || cap < usable)) usable = cap;
-  return {device.memory_tier(), is_cuda_device(device), device.memory_tier() == Tier::kGpu, usable};
+  return {device.memory_tier(), device.pins_host_memory(), device.memory_tier() == Tier::kGpu, usable};
 }
 
 absl::StatusOr<Buffer> allocate_spec(Device& device, const BufferSpec& b) {

@@ -70,6 +70,9 @@ class Device {
   // not, it reaches it through read_on_host and write_from_host.
   virtual bool host_visible() const { return memory_tier() != Tier::kGpu; }
   MemoryAccountant& accountant() const { return *acct_; }
+  // Whether its host staging is pinned (runtime/core/pinned_host.h): a
+  // CUDA GPU's, whose copies run at the link's speed only from pinned memory.
+  virtual bool pins_host_memory() const { return false; }
   // Whether p is an address in the device's own memory that host code
   // cannot reach (a GPU's, or a CPU device's standing in for one): what a
   // communicator of host memory must have staged.

@@ -17,9 +17,15 @@ int cuda_device_count();
 
 absl::StatusOr<void*> gpu_alloc(size_t bytes);
 void gpu_free(void* p);
+// The calling thread's current CUDA device, -1 without CUDA: where a
+// thread that registers memory on its behalf does it.
+int current_cuda_device();
+// Whether pin_host can work here (a CUDA device), or why not.
+absl::Status can_pin_host();
 // Page-locks whole pages [p, p + bytes) of host memory for the GPU's
-// copies (registered with CUDA), and lets them go again.
-absl::Status pin_host(void* p, size_t bytes);
+// copies (registered with CUDA, `device` made current first where it is
+// not -1), and lets them go again.
+absl::Status pin_host(void* p, size_t bytes, int device);
 void unpin_host(void* p);
 
 // Copies `bytes` between any two addresses of this process, host or GPU,

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/gpu_memory.h"
+#include "runtime/core/pinned_host.h"
 
 namespace zerod {
 
@@ -42,7 +43,25 @@ void gpu_free(void* p) {
   if (p) cudaFree(p);
 }
 
-absl::Status pin_host(void* p, size_t bytes) {
+int current_cuda_device() {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
+absl::Status can_pin_host() {
+  if (cuda_device_count() > 0) return absl::OkStatus();
+  return absl::FailedPreconditionError("pinned host memory requested, but no CUDA device is usable here");
+}
+
+absl::Status pin_host(void* p, size_t bytes, int device) {
+  if (device >= 0 && cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat("cudaSetDevice(", device, ") to register host memory failed"));
+  }
   const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -75,6 +94,8 @@ void copy_any(void* dst, const void* src, size_t bytes) {
     std::memcpy(dst, src, bytes);
     return;
   }
+  await_pinned(dst, bytes).IgnoreError();  // as Device::copy
+  await_pinned(src, bytes).IgnoreError();
   // cudaMemcpy returns before a device-to-device copy ends: wait for it.
   cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
   if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);

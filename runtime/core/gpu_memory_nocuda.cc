@@ -11,9 +11,13 @@ absl::StatusOr<void*> gpu_alloc(size_t) {
 }
 void gpu_free(void*) {}
 
-absl::Status pin_host(void*, size_t) {
+int current_cuda_device() { return -1; }
+
+absl::Status can_pin_host() {
   return absl::FailedPreconditionError("pinned host memory requested, but zerod was built without CUDA");
 }
+
+absl::Status pin_host(void*, size_t, int) { return can_pin_host(); }
 void unpin_host(void*) {}
 
 void copy_any(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }

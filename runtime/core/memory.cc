@@ -1,9 +1,6 @@
 #include "runtime/core/memory.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/core/gpu_memory.h"
+#include "runtime/core/pinned_host.h"
 
 namespace zerod {
 
@@ -135,76 +133,29 @@ void MemoryAccountant::reset_peaks() {
   peak_total_ = total_;
 }
 
-namespace {
-
-// part(at, n) over [0, bytes) in 1 MiB parts, over the OpenMP team from 8.
-template <class Part>
-void in_parts(uint64_t bytes, const Part& part) {
-  constexpr uint64_t kPart = uint64_t{1} << 20;
-  const int64_t parts = static_cast<int64_t>((bytes + kPart - 1) / kPart);
+void for_each_part(uint64_t bytes, uint64_t part_bytes, const std::function<void(uint64_t at, uint64_t n)>& part) {
+  const int64_t parts = static_cast<int64_t>((bytes + part_bytes - 1) / part_bytes);
 #pragma omp parallel for schedule(static) if (parts >= 8)
   for (int64_t i = 0; i < parts; ++i) {
-    const uint64_t at = i * kPart;
-    part(at, std::min(kPart, bytes - at));
+    const uint64_t at = i * part_bytes;
+    part(at, std::min(part_bytes, bytes - at));
   }
 }
+
+namespace {
+
+constexpr uint64_t kPart = uint64_t{1} << 20;
 
 }  // namespace
 
 void parallel_copy(void* dst, const void* src, uint64_t bytes) {
-  in_parts(bytes, [&](uint64_t at, uint64_t n) {
+  for_each_part(bytes, kPart, [&](uint64_t at, uint64_t n) {
     std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, n);
   });
 }
 
 void parallel_fill(void* dst, int byte, uint64_t bytes) {
-  in_parts(bytes, [&](uint64_t at, uint64_t n) { std::memset(static_cast<char*>(dst) + at, byte, n); });
-}
-
-namespace {
-
-constexpr uint64_t kHugePage = uint64_t{2} << 20;
-
-std::mutex pinning_mu;
-PinningTimes pinning_total;
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Pinned host memory: page-aligned (direct I/O uses the offload buffers in
-// place), whole pages (no two registrations share one), zeroed, a large
-// one's pages first touched by all the host's threads and as huge pages
-// where the kernel gives them (aligned to one); then registered with CUDA,
-// which finds its pages present rather than faulting each in on one thread.
-absl::StatusOr<void*> allocate_pinned(uint64_t bytes) {
-  if (bytes == 0) return nullptr;
-  const uint64_t align = bytes >= kHugePage ? kHugePage : kPageBytes;
-  const uint64_t size = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
-  char* p = static_cast<char*>(std::aligned_alloc(align, size));
-  if (!p) return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", size, " bytes to pin failed"));
-  if (align == kHugePage) madvise(p, size, MADV_HUGEPAGE);  // a hint, ignored where huge pages are off
-  const auto t0 = std::chrono::steady_clock::now();
-  parallel_fill(p, 0, size);
-  const double touch_s = seconds_since(t0);
-  const auto t1 = std::chrono::steady_clock::now();
-  if (absl::Status s = pin_host(p, size); !s.ok()) {
-    std::free(p);
-    return s;
-  }
-  const double register_s = seconds_since(t1);
-  std::lock_guard<std::mutex> lock(pinning_mu);
-  pinning_total.bytes += size;
-  pinning_total.touch_s += touch_s;
-  pinning_total.register_s += register_s;
-  return p;
-}
-
-}  // namespace
-
-PinningTimes pinning_times() {
-  std::lock_guard<std::mutex> lock(pinning_mu);
-  return pinning_total;
+  for_each_part(bytes, kPart, [&](uint64_t at, uint64_t n) { std::memset(static_cast<char*>(dst) + at, byte, n); });
 }
 
 absl::StatusOr<Buffer> Buffer::allocate(uint64_t bytes, Category c, Tier t, MemoryAccountant& acct) {
@@ -276,8 +227,7 @@ void Buffer::reset() {
     if (tier_ == Tier::kHost) {
       std::free(data_);
     } else if (tier_ == Tier::kPinned) {
-      unpin_host(data_);
-      std::free(data_);
+      free_pinned(data_);
     } else {
       gpu_free(data_);
     }

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -77,28 +78,19 @@ class BufferPool {
 // file I/O needs.
 inline constexpr uint64_t kPageBytes = 4096;
 
+// part(at, n) over [0, bytes) in parts of `part_bytes`, over the OpenMP
+// team where there are 8 or more.
+void for_each_part(uint64_t bytes, uint64_t part_bytes, const std::function<void(uint64_t at, uint64_t n)>& part);
 // memcpy of host memory in 1 MiB parts over the OpenMP team, where it is
 // large: one thread does not reach the memory's bandwidth.
 void parallel_copy(void* dst, const void* src, uint64_t bytes);
 // memset likewise; the first touch of fresh pages, on every thread.
 void parallel_fill(void* dst, int byte, uint64_t bytes);
 
-// What pinned allocations have cost this process so far: bytes pinned, the
-// seconds their pages took to be touched (zeroed) and to be registered with
-// CUDA, which the first step of an offloaded run waits behind.
-struct PinningTimes {
-  uint64_t bytes = 0;
-  double touch_s = 0, register_s = 0;
-  // What was pinned after `before` was taken.
-  PinningTimes since(const PinningTimes& before) const {
-    return {bytes - before.bytes, touch_s - before.touch_s, register_s - before.register_s};
-  }
-};
-PinningTimes pinning_times();
-
 // An owning, move-only, 64-byte aligned allocation on one tier (a page
 // from 4 KiB up). GPU and pinned buffers need a CUDA build; pinned ones
-// come zeroed. NVMe space is recorded by the offload engine through
+// come zeroed, their registration with CUDA perhaps still under way
+// (runtime/core/pinned_host.h). NVMe space is recorded by the offload engine through
 // reserve()/release() rather than allocated here.
 class Buffer {
  public:

@@ -19,6 +19,7 @@
 #include "runtime/config/command_line.h"
 #include "runtime/config/job_config.h"
 #include "runtime/core/gpu_memory.h"
+#include "runtime/core/pinned_host.h"
 #include "runtime/engine/memory_check.h"
 #include "runtime/engine/micro_batch_grads.h"
 #include "runtime/engine/run_figures.h"
@@ -146,6 +147,7 @@ class TrainingRun {
     RunSummary summary;
     summary.auto_filled = cfg_.auto_filled;
     summary.startup = startup;
+    const PinningTimes pinned_at_start = pinning_times();
     // A run resumed from the checkpoint of its early stop stops again.
     if (patience_spent()) {
       summary.stopped_early = true;
@@ -159,6 +161,7 @@ class TrainingRun {
       if (i == first_step) {
         summary.first_loss = r->loss;
         summary.time_to_first_step_s = std::chrono::duration<double>(now - started).count();
+        summary.startup->first_step_pin_wait_s = pinning_times().since(pinned_at_start).wait_s;
       }
       summary.final_loss = r->loss;
       const double elapsed = std::chrono::duration<double>(now - t0).count();

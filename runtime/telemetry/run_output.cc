@@ -283,7 +283,10 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
                       {"resume_s", t.resume_s},
                       {"pinned_bytes", t.pinning.bytes},
                       {"pin_touch_s", t.pinning.touch_s},
-                      {"pin_register_s", t.pinning.register_s}};
+                      {"pin_registered_bytes", t.pinning.registered_bytes},
+                      {"pin_register_s", t.pinning.register_s},
+                      {"pin_wait_s", t.pinning.wait_s}};
+      if (t.first_step_pin_wait_s >= 0) j["startup"]["first_step_pin_wait_s"] = t.first_step_pin_wait_s;
     }
     if (!s.sample.empty()) j["sample"] = s.sample;
     if (!s.auto_filled.empty()) j["auto"] = auto_json(s.auto_filled);
@@ -294,8 +297,14 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
     out_ << "done: no steps left to train\n";
   } else {
     out_ << absl::StrFormat(
-        "done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s | first step done %.1fs after start\n", s.steps,
+        "done: %d steps in %.1fs | loss %.6f -> %.6f | %.0f tok/s | first step done %.1fs after start", s.steps,
         s.elapsed_s, s.first_loss, s.final_loss, s.tokens_per_s, s.time_to_first_step_s);
+    // What of the pinning the start did not hide.
+    if (s.startup && s.startup->pinning.bytes > 0 && s.startup->first_step_pin_wait_s >= 0) {
+      out_ << absl::StrFormat(" (its copies waited %.1fs for pinned memory's registration)",
+                              s.startup->first_step_pin_wait_s);
+    }
+    out_ << "\n";
   }
   if (s.eval) {
     out_ << absl::StrFormat("eval: loss %.6f (perplexity %.4g) after step %d; best %.6f at step %d%s\n", s.eval->loss,
@@ -465,9 +474,15 @@ void RunOutput::ready(const StartupTimes& t) {
   if (format_ == LogFormat::kJson) return;
   out_ << absl::StrFormat("ready %.1fs after start: device %.1fs, plan %.1fs, build %.1fs", t.ready_s, t.device_s,
                           t.plan_s, t.build_s);
+  // Registration goes on behind the start: what is done by now, and what
+  // copies had to wait for.
   if (t.pinning.bytes > 0) {
-    out_ << absl::StrFormat(" (%s of host memory pinned: pages touched %.1fs, registered %.1fs)",
-                            byte_size_text(t.pinning.bytes), t.pinning.touch_s, t.pinning.register_s);
+    const std::string registered =
+        t.pinning.registered_bytes > 0 ? absl::StrFormat("%s registered so far in %.1fs",
+                                                         byte_size_text(t.pinning.registered_bytes), t.pinning.register_s)
+                                       : std::string("none registered yet");
+    out_ << absl::StrFormat(" (%s of host memory pinned: pages touched %.1fs; %s, copies waited %.1fs)",
+                            byte_size_text(t.pinning.bytes), t.pinning.touch_s, registered, t.pinning.wait_s);
   }
   if (t.resume_s > 0) out_ << absl::StrFormat(", resume %.1fs", t.resume_s);
   out_ << "\n" << std::flush;

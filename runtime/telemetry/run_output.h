@@ -11,6 +11,7 @@
 
 #include "runtime/config/job_config.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/pinned_host.h"
 #include "runtime/core/profiler.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/telemetry/step_result.h"
@@ -33,6 +34,9 @@ struct StartupTimes {
   double build_s = 0;    // the trainer (model, stores, initial weights, optimizer), its peak FLOP/s
   double resume_s = 0;   // the banner printed, the checkpoint resumed from read
   PinningTimes pinning;  // host memory pinned in the build and the resume (pinning_times)
+  // What the first step's copies waited for registrations not done by its
+  // start: the part of pinning the start did not hide (-1: no step yet).
+  double first_step_pin_wait_s = -1;
 };
 
 struct RunSummary {
