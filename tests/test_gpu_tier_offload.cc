@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -574,33 +576,43 @@ TEST_F(GpuTierOffloadTest, ARunTooLargeForTheGpuCapTrainsWithEverythingOffloaded
   EXPECT_TRUE(testing::same_bits(capped.params, uncapped.params));
 }
 
-// Registration through a hook: on the test's thread at once, on any other
-// (the background ones, the host's update thread) after `delay`.
-class SlowPinning {
+// Registration through a hook: on the test's thread at once; on any other
+// (the background ones, the host's update thread) only once the test's
+// thread has registered something (a copy met memory not yet registered),
+// or after a second.
+class HeldPinning {
  public:
-  explicit SlowPinning(std::chrono::milliseconds delay) {
-    hook_.pin = [this, delay](void*, uint64_t) {
-      if (std::this_thread::get_id() != test_thread_) std::this_thread::sleep_for(delay);
+  HeldPinning() {
+    hook_.pin = [this](void*, uint64_t) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (std::this_thread::get_id() == test_thread_) {
+        released_ = true;
+        cv_.notify_all();
+      } else {
+        cv_.wait_for(lock, std::chrono::seconds(1), [&] { return released_; });
+      }
       return absl::OkStatus();
     };
     hook_.unpin = [](void*) {};
     set_pinning_hook(&hook_);
   }
-  ~SlowPinning() { set_pinning_hook(nullptr); }
+  ~HeldPinning() { set_pinning_hook(nullptr); }
 
  private:
   PinningHook hook_;
   const std::thread::id test_thread_ = std::this_thread::get_id();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
 };
 
 // A GPU's host staging is pinned (CpuDeviceOptions pins), and registered
-// behind the start: here each registration a background thread makes takes
-// 100 ms, so the run's first copies meet memory not yet registered. Each
-// copy waits for (or makes) the registrations it meets, none runs before
-// (the device aborts if one does), and every offload gives the bits of the
-// plain CPU device.
+// behind the start: here the background threads hold their registrations
+// until a copy on the test's thread has met memory not yet registered and
+// registered it. Each copy waits for (or makes) the registrations it
+// meets, none runs before (the device aborts if one does), and every
+// offload gives the bits of the plain CPU device.
 TEST_F(GpuTierOffloadTest, PinnedStagingRegisteredBehindTheStartGivesTheSameBits) {
-  SlowPinning slow(std::chrono::milliseconds(100));
   CpuDeviceOptions pinned = gpu_tier();
   pinned.pins = true;
   for (int stage : {2, 3}) {
@@ -617,6 +629,7 @@ TEST_F(GpuTierOffloadTest, PinnedStagingRegisteredBehindTheStartGivesTheSameBits
       SCOPED_TRACE(v.back());
       MemoryAccountant acct;
       const PinningTimes before = pinning_times();
+      HeldPinning held;
       {
         CpuDevice gpu(acct, pinned);
         const testing::TrainedRun r = testing::train_to_end(config(v), nullptr, gpu);
@@ -628,7 +641,7 @@ TEST_F(GpuTierOffloadTest, PinnedStagingRegisteredBehindTheStartGivesTheSameBits
       EXPECT_GT(acct.peak_total(Tier::kPinned), 0u);
       EXPECT_EQ(acct.current_total(Tier::kPinned), 0u);
       EXPECT_GE(pinning.bytes, acct.peak_total(Tier::kPinned));
-      EXPECT_GT(pinning.wait_s, 0.0);  // some copy came before its memory's registration
+      EXPECT_GT(pinning.wait_s, 0.0);  // a copy came before its memory's registration
     }
   }
 }

@@ -152,12 +152,14 @@ TEST(PinnedHost, AllocationReturnsAtOnceAndAwaitRegistersOrWaits) {
 
   // The first is a background thread's, held at the gate: an await of a
   // range inside it, from another thread, returns only once the gate opens.
-  std::atomic<bool> returned{false};
+  std::atomic<bool> started{false}, returned{false};
   absl::Status awaited;
   std::thread other([&] {
+    started = true;
     awaited = await_pinned(bufs[0] + 4096, 8192);
     returned = true;
   });
+  while (!started) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(returned.load());
   hook.open();
@@ -176,7 +178,7 @@ TEST(PinnedHost, AllocationReturnsAtOnceAndAwaitRegistersOrWaits) {
   }
   const PinningTimes done = pinning_times().since(before);
   EXPECT_EQ(done.registered_bytes, pages);
-  EXPECT_GT(done.wait_s, 0.04);  // the other thread's wait at the gate, at least
+  EXPECT_GT(done.wait_s, 0.0);  // this thread's registration of the last, at least
   EXPECT_GE(done.register_s, 0.0);
   for (char* b : bufs) free_pinned(b);
   for (char* b : bufs) EXPECT_EQ(hook.unpinned(b), 1);
@@ -216,11 +218,13 @@ TEST(PinnedHost, FreeCancelsWaitsForOrUndoesTheRegistration) {
   EXPECT_EQ(hook.unpinned(bufs[4]), 1);
   // Held at the gate by a background thread: the free waits for it.
   ASSERT_TRUE(hook.held(bufs[0]));
-  std::atomic<bool> freed{false};
+  std::atomic<bool> started{false}, freed{false};
   std::thread other([&] {
+    started = true;
     free_pinned(bufs[0]);
     freed = true;
   });
+  while (!started) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(freed.load());
   hook.open();
@@ -248,6 +252,10 @@ TEST(PinnedHost, AFailedRegistrationIsNamedAndNeverUndone) {
   b[0] = 1;                             // and still host memory
   ASSERT_TRUE(hook.held(bufs[0]));
   hook.open();
+  for (int i = 0; i + 1 < kBuffers; ++i) ASSERT_TRUE(await_pinned(bufs[i], 1).ok()) << i;
+  // Nothing is queued or registering now: the failure is still named.
+  EXPECT_EQ(await_pinned(b, 1).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(await_pinned(b, 0).ok());  // an empty range meets nothing
   for (char* p : bufs) free_pinned(p);
   EXPECT_EQ(hook.unpinned(b), 0);
   EXPECT_EQ(hook.unpinned(bufs[0]), 1);

@@ -23,8 +23,9 @@ int current_cuda_device();
 // Whether pin_host can work here (a CUDA device), or why not.
 absl::Status can_pin_host();
 // Page-locks whole pages [p, p + bytes) of host memory for the GPU's
-// copies (registered with CUDA, `device` made current first where it is
-// not -1), and lets them go again.
+// copies (registered with CUDA for every context; `device` made the
+// calling thread's current first where it is not -1, so that a thread
+// with none opens no other GPU's), and lets them go again.
 absl::Status pin_host(void* p, size_t bytes, int device);
 void unpin_host(void* p);
 

@@ -60,7 +60,8 @@ absl::Status can_pin_host() {
 absl::Status pin_host(void* p, size_t bytes, int device) {
   if (device >= 0 && cudaSetDevice(device) != cudaSuccess) {
     cudaGetLastError();
-    return absl::FailedPreconditionError(absl::StrCat("cudaSetDevice(", device, ") to register host memory failed"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cudaSetDevice(", device, ") to register ", bytes, " bytes of host memory failed"));
   }
   const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
   if (err != cudaSuccess) {

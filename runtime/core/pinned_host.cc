@@ -1,6 +1,7 @@
 #include "runtime/core/pinned_host.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +30,13 @@ namespace zerod {
 namespace {
 
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
+
+// The kernel's page, what mmap and munmap work in (4 KiB, or 64 KiB on
+// some Arm machines).
+uint64_t system_page() {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -60,7 +68,10 @@ class Registry {
     {
       std::lock_guard<std::mutex> lock(mu_);
       start_threads();
-      allocations_[p] = {size, device};
+      Allocation& a = allocations_[p];
+      a.size = size;
+      a.device = device;
+      a.hook = hook_;
       queue_.push_back(p);
       unfinished_.fetch_add(1, std::memory_order_relaxed);
       times_.bytes += size;
@@ -88,57 +99,63 @@ class Registry {
       std::fprintf(stderr, "zerod: free_pinned of %p, which allocate_pinned did not give\n", p);
       std::abort();
     }
+    // Only this free erases it: `it` stays valid through the wait.
     done_.wait(lock, [&] { return it->second.state != State::kRegistering; });
     const Allocation a = it->second;
     if (a.state == State::kQueued) {
       dequeue(it->first);
       finished();
     }
+    if (a.state == State::kFailed) failed_.fetch_sub(1, std::memory_order_relaxed);
     allocations_.erase(it);
     lock.unlock();
-    if (a.state == State::kRegistered) unpin(p);
+    if (a.state == State::kRegistered) a.hook ? a.hook->unpin(p) : unpin_host(p);
     munmap(p, a.size);
   }
 
   absl::Status await(const void* p, uint64_t bytes) {
-    if (unfinished_.load(std::memory_order_acquire) == 0) return absl::OkStatus();
+    if (bytes == 0 || settled()) return absl::OkStatus();
     const char* begin = static_cast<const char*>(p);
-    const char* end = begin + std::max<uint64_t>(bytes, 1);
+    const char* end = begin + bytes;
     std::unique_lock<std::mutex> lock(mu_);
     const auto started = std::chrono::steady_clock::now();
     bool waited = false;
     absl::Status result;
-    // Each allocation meeting [begin, end), from the one holding begin.
-    auto it = allocations_.upper_bound(const_cast<char*>(begin));
-    if (it != allocations_.begin() && std::prev(it)->first + std::prev(it)->second.size > begin) --it;
-    for (; it != allocations_.end() && it->first < end; ++it) {
-      char* const at = it->first;
+    // Each allocation meeting [begin, end) in address order, found again by
+    // address after the lock was let go (another thread may free a
+    // neighbour meanwhile).
+    char* at = nullptr;
+    for (auto it = first_meeting(begin); it != allocations_.end() && it->first < end;
+         it = allocations_.upper_bound(at)) {
+      at = it->first;
       if (it->second.state == State::kQueued) {
         take(at);
         waited = true;
         lock.unlock();
-        run_registration(at);  // here, rather than after those queued before it
+        run_registration(at, /*background=*/false);  // here, not after those queued before it
         lock.lock();
-        it = allocations_.find(at);
       }
-      if (it->second.state == State::kRegistering) {
+      auto registering = [&] {
+        auto f = allocations_.find(at);
+        return f != allocations_.end() && f->second.state == State::kRegistering;
+      };
+      if (registering()) {
         waited = true;
-        done_.wait(lock, [&] { return it->second.state != State::kRegistering; });
+        done_.wait(lock, [&] { return !registering(); });
       }
-      if (it->second.state == State::kFailed && result.ok()) result = it->second.error;
+      const auto f = allocations_.find(at);
+      if (f != allocations_.end() && f->second.state == State::kFailed && result.ok()) result = f->second.error;
     }
     if (waited) times_.wait_s += seconds_since(started);
     return result;
   }
 
   bool pending(const void* p, uint64_t bytes) {
-    if (unfinished_.load(std::memory_order_acquire) == 0) return false;
+    if (bytes == 0 || unfinished_.load(std::memory_order_acquire) == 0) return false;
     const char* begin = static_cast<const char*>(p);
-    const char* end = begin + std::max<uint64_t>(bytes, 1);
+    const char* end = begin + bytes;
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = allocations_.upper_bound(const_cast<char*>(begin));
-    if (it != allocations_.begin() && std::prev(it)->first + std::prev(it)->second.size > begin) --it;
-    for (; it != allocations_.end() && it->first < end; ++it) {
+    for (auto it = first_meeting(begin); it != allocations_.end() && it->first < end; ++it) {
       if (it->second.state == State::kQueued || it->second.state == State::kRegistering) return true;
     }
     return false;
@@ -158,7 +175,8 @@ class Registry {
   enum class State { kQueued, kRegistering, kRegistered, kFailed };
   struct Allocation {
     uint64_t size = 0;
-    int device = -1;  // current on the allocating thread: the one to register in
+    int device = -1;  // current on the allocating thread: a background thread's to register in
+    const PinningHook* hook = nullptr;  // set when it was allocated: registers and unregisters it
     State state = State::kQueued;
     absl::Status error;
   };
@@ -169,13 +187,15 @@ class Registry {
     allocations_.at(p).state = State::kRegistering;
   }
 
-  // Registers the allocation at p, taken (the lock is not held).
-  void run_registration(char* p) {
+  // Registers the allocation at p, taken (the lock is not held). A
+  // background thread makes the allocating thread's device its own; a
+  // copy's thread registers in its own context (any serves: portable).
+  void run_registration(char* p, bool background) {
     std::unique_lock<std::mutex> lock(mu_);
     const Allocation& a = allocations_.at(p);
     const uint64_t size = a.size;
-    const int device = a.device;
-    const PinningHook* hook = hook_;
+    const int device = background ? a.device : -1;
+    const PinningHook* hook = a.hook;
     lock.unlock();
     const auto t = std::chrono::steady_clock::now();
     absl::Status s = hook ? hook->pin(p, size) : pin_host(p, size, device);
@@ -188,20 +208,25 @@ class Registry {
     if (b.state == State::kRegistered) {
       times_.registered_bytes += size;
     } else {
-      std::fprintf(stderr, "zerod: warning: %s; copies to and from those bytes run at pageable speed\n",
-                   std::string(b.error.message()).c_str());
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      std::fprintf(stderr, "zerod: warning: %llu bytes of pinned host memory not registered (%s): copies to and "
+                   "from them run at pageable speed\n",
+                   static_cast<unsigned long long>(size), std::string(b.error.message()).c_str());
     }
     finished();
     done_.notify_all();
   }
 
-  void unpin(void* p) {
-    const PinningHook* hook;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      hook = hook_;
-    }
-    hook ? hook->unpin(p) : unpin_host(p);
+  // Under the lock: the allocation holding `begin`, else the first after it.
+  std::map<char*, Allocation>::iterator first_meeting(const char* begin) {
+    auto it = allocations_.upper_bound(const_cast<char*>(begin));
+    if (it != allocations_.begin() && std::prev(it)->first + std::prev(it)->second.size > begin) --it;
+    return it;
+  }
+
+  // No registration waiting or failed: what awaits have nothing to say of.
+  bool settled() const {
+    return unfinished_.load(std::memory_order_acquire) == 0 && failed_.load(std::memory_order_relaxed) == 0;
   }
 
   // Under the lock.
@@ -224,7 +249,7 @@ class Registry {
       char* p = queue_.front();
       take(p);
       lock.unlock();
-      run_registration(p);
+      run_registration(p, /*background=*/true);
       lock.lock();
     }
   }
@@ -245,9 +270,10 @@ class Registry {
   std::map<char*, Allocation> allocations_;  // by address, every one alive
   std::deque<char*> queue_;                  // those waiting for a thread, oldest first
   std::atomic<int64_t> unfinished_{0};       // queued or registering: awaits' fast path
+  std::atomic<int64_t> failed_{0};           // alive with a failed registration
   std::vector<std::thread> threads_;
   bool stopping_ = false;
-  const PinningHook* hook_ = nullptr;
+  const PinningHook* hook_ = nullptr;  // what new allocations register with
   PinningTimes times_;
 };
 
@@ -260,10 +286,11 @@ absl::StatusOr<void*> allocate_pinned(uint64_t bytes) {
   Registry& r = Registry::get();
   // Nothing to register it with (no GPU) is found here, not at a first copy.
   ZEROD_RETURN_IF_ERROR(r.can_pin());
-  const uint64_t size = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
-  const uint64_t align = size >= kHugePage ? kHugePage : kPageBytes;
+  const uint64_t page = std::max(system_page(), kPageBytes);
+  const uint64_t size = (bytes + page - 1) / page * page;
+  const uint64_t align = size >= kHugePage ? std::max(kHugePage, page) : page;
   // Fresh anonymous pages are zero; mapped with room to start on `align`.
-  const uint64_t mapped = size + align - kPageBytes;
+  const uint64_t mapped = size + align - page;
   void* m = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", size, " bytes to pin failed"));

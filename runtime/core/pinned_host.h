@@ -3,7 +3,8 @@
 //
 // Registering tens of GB takes seconds, which an offloaded run's start used
 // to spend before its first step. An allocation now returns once its pages
-// are present (faulted in over the host's threads, without writing them),
+// are present (faulted in without being written, over the OpenMP team from
+// 16 MiB),
 // and its registration is queued for background threads in the order of
 // allocation. Whatever copies to or from the memory calls await_pinned
 // first (Device::copy does): it returns once the memory is registered,
@@ -24,9 +25,11 @@ namespace zerod {
 struct PinningTimes {
   uint64_t bytes = 0;             // allocated pinned (whole pages)
   uint64_t registered_bytes = 0;  // of those, registered
-  double touch_s = 0;             // their pages faulted in, on the allocating threads
-  double register_s = 0;          // registering, on whichever threads did it
-  double wait_s = 0;              // copies waiting for a registration, or running one
+  // Seconds, each summed over the threads that spent them (so they may
+  // add up to more than the wall clock's):
+  double touch_s = 0;     // pages faulted in, by the allocating threads
+  double register_s = 0;  // registering, by whichever threads did it
+  double wait_s = 0;      // copies' threads waiting for a registration, or running one
   // What was pinned after `before` was taken.
   PinningTimes since(const PinningTimes& before) const {
     return {bytes - before.bytes, registered_bytes - before.registered_bytes, touch_s - before.touch_s,
@@ -44,8 +47,8 @@ absl::StatusOr<void*> allocate_pinned(uint64_t bytes);
 // else waited for and undone.
 void free_pinned(void* p);
 // Returns once every pinned allocation that [p, p + bytes) meets is
-// registered; at once where none is waiting (any other memory). A failed
-// registration's error is returned: the memory stays usable, unpinned.
+// registered; at once for any other memory. A failed registration's error
+// is returned, each time: the memory stays usable, unpinned.
 absl::Status await_pinned(const void* p, uint64_t bytes);
 // Whether some of [p, p + bytes) is pinned memory not yet registered: what
 // a copy must never see (the CPU device's check, standing in for a GPU).
@@ -57,7 +60,8 @@ struct PinningHook {
   std::function<absl::Status(void* p, uint64_t bytes)> pin;
   std::function<void(void* p)> unpin;
 };
-// Sets `hook` (nullptr: CUDA's again), once nothing pinned is alive.
+// Sets `hook` (nullptr: CUDA's again) for the allocations made from now on;
+// each is unregistered through what registered it.
 void set_pinning_hook(const PinningHook* hook);
 
 }  // namespace zerod
