@@ -335,6 +335,10 @@ TEST_F(WorkerTest, JsonOutputHasStartStepsAndSummary) {
     parts += up[k].get<double>();
   }
   EXPECT_LE(parts, up["ready_s"].get<double>());
+  // The draws of gpt2-tiny's weights are part of the build.
+  ASSERT_TRUE(up["init_s"].is_number());
+  EXPECT_GT(up["init_s"].get<double>(), 0.0);
+  EXPECT_LE(up["init_s"].get<double>(), up["build_s"].get<double>());
   EXPECT_LE(up["ready_s"].get<double>(), s["time_to_first_step_s"].get<double>());
   for (const char* k : {"pinned_bytes", "pin_registered_bytes"}) EXPECT_EQ(up[k], 0) << k;
   for (const char* k : {"pin_touch_s", "pin_register_s", "pin_wait_s", "first_step_pin_wait_s"}) {
@@ -382,23 +386,25 @@ TEST(RunOutputTest, ReadySaysWhereTheStartWent) {
   t.device_s = 0.61;
   t.plan_s = 0.12;
   t.build_s = 11.5;
+  t.init_s = 3.14;
   t.pinning = {uint64_t{3} << 30, uint64_t{1} << 30, 1.3, 4.5, 0.31};
   std::ostringstream out, err;
   RunOutput(LogFormat::kText, out, err).ready(t);
   EXPECT_EQ(out.str(),
-            "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s (3.0 GiB of host memory pinned: pages "
-            "touched 1.3s; 1.0 GiB registered so far in 4.5s, copies waited 0.3s)\n");
+            "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s (initial weights 3.1s; 3.0 GiB of host "
+            "memory pinned: pages touched 1.3s; 1.0 GiB registered so far in 4.5s, copies waited 0.3s)\n");
   t.pinning = {uint64_t{3} << 30, 0, 1.3, 0, 0};
   std::ostringstream none;
   RunOutput(LogFormat::kText, none, err).ready(t);
   EXPECT_EQ(none.str(),
-            "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s (3.0 GiB of host memory pinned: pages "
-            "touched 1.3s; none registered yet, copies waited 0.0s)\n");
+            "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s (initial weights 3.1s; 3.0 GiB of host "
+            "memory pinned: pages touched 1.3s; none registered yet, copies waited 0.0s)\n");
   t.pinning = {};
   t.resume_s = 2.0;
   std::ostringstream out2;
   RunOutput(LogFormat::kText, out2, err).ready(t);
-  EXPECT_EQ(out2.str(), "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s, resume 2.0s\n");
+  EXPECT_EQ(out2.str(),
+            "ready 12.3s after start: device 0.6s, plan 0.1s, build 11.5s (initial weights 3.1s), resume 2.0s\n");
   std::ostringstream json;
   RunOutput(LogFormat::kJson, json, err).ready(t);  // in the summary instead
   EXPECT_EQ(json.str(), "");

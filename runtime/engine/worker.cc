@@ -20,6 +20,7 @@
 #include "runtime/config/job_config.h"
 #include "runtime/core/gpu_memory.h"
 #include "runtime/core/pinned_host.h"
+#include "runtime/model/param_init.h"
 #include "runtime/engine/memory_check.h"
 #include "runtime/engine/micro_batch_grads.h"
 #include "runtime/engine/run_figures.h"
@@ -440,6 +441,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
 
   startup.plan_s = lap();
   const PinningTimes pinned_before = pinning_times();
+  const double init_before = initial_weights_seconds();
   auto trainer = Trainer::create(*cfg, comm->get(), device->get(), std::move(env));
   if (!trainer.ok()) {
     // Running out of memory while building is a run failure, whose message
@@ -453,6 +455,7 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   const bool monitored = tensorboard_log_dir(*cfg) || csv_log_dir(*cfg);
   const double peak_flops = rank->rank == 0 && (monitored || is_cuda_device(**device)) ? run_peak_flops(**device) : 0;
   startup.build_s = lap();
+  startup.init_s = initial_weights_seconds() - init_before;
   output.start(*cfg, t.num_params(), rank->world_size, (*device)->description(), threads, grads->line(), grads->why,
                model_flops_per_token(t), peak_flops);
   if (cfg->run.resume) {

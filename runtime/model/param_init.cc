@@ -1,5 +1,7 @@
 #include "runtime/model/param_init.h"
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -9,9 +11,24 @@
 #include "runtime/model/peft_adapter.h"
 
 namespace zerod {
+namespace {
 
-absl::StatusOr<ParamInit> initial_params(const GptLayout& layout, uint64_t seed,
-                                         const std::optional<std::string>& init_from) {
+std::atomic<uint64_t> initial_weights_ns{0};
+
+// f, its time counted in initial_weights_ns.
+template <class F>
+auto timed(F f) {
+  return [f = std::move(f)](auto... args) {
+    const auto t = std::chrono::steady_clock::now();
+    auto result = f(args...);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t);
+    initial_weights_ns.fetch_add(static_cast<uint64_t>(ns.count()), std::memory_order_relaxed);
+    return result;
+  };
+}
+
+absl::StatusOr<ParamInit> untimed_initial_params(const GptLayout& layout, uint64_t seed,
+                                                 const std::optional<std::string>& init_from) {
   if (!init_from) {
     return [&layout, seed, cursors = std::make_shared<InitCursors>()](int64_t begin, int64_t end, float* out) {
       init_gpt_range(layout, seed, begin, end, out, cursors.get());
@@ -33,6 +50,16 @@ absl::StatusOr<ParamInit> initial_params(const GptLayout& layout, uint64_t seed,
   return [file](int64_t begin, int64_t end, float* out) { return file->read(begin, end, out); };
 }
 
+}  // namespace
+
+absl::StatusOr<ParamInit> initial_params(const GptLayout& layout, uint64_t seed,
+                                         const std::optional<std::string>& init_from) {
+  ZEROD_ASSIGN_OR_RETURN(ParamInit init, untimed_initial_params(layout, seed, init_from));
+  return ParamInit(timed(std::move(init)));
+}
+
+double initial_weights_seconds() { return static_cast<double>(initial_weights_ns.load(std::memory_order_relaxed)) * 1e-9; }
+
 absl::StatusOr<Nf4ModuleReader> held_nf4_modules(const GptLayout& layout, const std::optional<std::string>& init_from) {
   if (!init_from || layout.lora() || !layout.config().llama()) return Nf4ModuleReader();
   ZEROD_ASSIGN_OR_RETURN(LlamaWeights w, LlamaWeights::open(*init_from, layout));
@@ -43,7 +70,8 @@ absl::StatusOr<Nf4ModuleReader> held_nf4_modules(const GptLayout& layout, const 
                                                    " linear layers in NF4: a base held in NF4 takes all or none"));
   }
   auto file = std::make_shared<const LlamaWeights>(std::move(w));
-  return [file](int layer, int module, const Nf4Tensor& into) { return file->read_nf4(layer, module, into); };
+  return Nf4ModuleReader(
+      timed([file](int layer, int module, const Nf4Tensor& into) { return file->read_nf4(layer, module, into); }));
 }
 
 }  // namespace zerod

@@ -30,4 +30,9 @@ using Nf4ModuleReader = std::function<absl::StatusOr<bool>(int layer, int module
 // of them in NF4 and others not is refused.
 absl::StatusOr<Nf4ModuleReader> held_nf4_modules(const GptLayout& layout, const std::optional<std::string>& init_from);
 
+// Seconds this process has spent in the two above's results so far (draws
+// from the seed, or file reads), summed over the threads that called
+// them: the initial weights' part of a start.
+double initial_weights_seconds();
+
 }  // namespace zerod

@@ -280,6 +280,7 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
                       {"device_s", t.device_s},
                       {"plan_s", t.plan_s},
                       {"build_s", t.build_s},
+                      {"init_s", t.init_s},
                       {"resume_s", t.resume_s},
                       {"pinned_bytes", t.pinning.bytes},
                       {"pin_touch_s", t.pinning.touch_s},
@@ -472,8 +473,8 @@ void RunOutput::resumed(const std::string& path, int64_t step) {
 
 void RunOutput::ready(const StartupTimes& t) {
   if (format_ == LogFormat::kJson) return;
-  out_ << absl::StrFormat("ready %.1fs after start: device %.1fs, plan %.1fs, build %.1fs", t.ready_s, t.device_s,
-                          t.plan_s, t.build_s);
+  out_ << absl::StrFormat("ready %.1fs after start: device %.1fs, plan %.1fs, build %.1fs (initial weights %.1fs",
+                          t.ready_s, t.device_s, t.plan_s, t.build_s, t.init_s);
   // Registration goes on behind the start: what is done by now, and what
   // copies had to wait for.
   if (t.pinning.bytes > 0) {
@@ -481,9 +482,10 @@ void RunOutput::ready(const StartupTimes& t) {
         t.pinning.registered_bytes > 0 ? absl::StrFormat("%s registered so far in %.1fs",
                                                          byte_size_text(t.pinning.registered_bytes), t.pinning.register_s)
                                        : std::string("none registered yet");
-    out_ << absl::StrFormat(" (%s of host memory pinned: pages touched %.1fs; %s, copies waited %.1fs)",
+    out_ << absl::StrFormat("; %s of host memory pinned: pages touched %.1fs; %s, copies waited %.1fs",
                             byte_size_text(t.pinning.bytes), t.pinning.touch_s, registered, t.pinning.wait_s);
   }
+  out_ << ")";
   if (t.resume_s > 0) out_ << absl::StrFormat(", resume %.1fs", t.resume_s);
   out_ << "\n" << std::flush;
 }

@@ -32,6 +32,7 @@ struct StartupTimes {
   double device_s = 0;   // the config read, the device and the communicator opened
   double plan_s = 0;     // the memory plan and the checks before building
   double build_s = 0;    // the trainer (model, stores, initial weights, optimizer), its peak FLOP/s
+  double init_s = 0;     // of build_s: the initial weights drawn or read (initial_weights_seconds)
   double resume_s = 0;   // the banner printed, the checkpoint resumed from read
   PinningTimes pinning;  // host memory pinned in the build and the resume (pinning_times)
   // What the first step's copies waited for registrations not done by its
