@@ -55,6 +55,12 @@ class GpuTierOffloadTest : public testing::TempDirTest {
   std::vector<std::string> params_on(const std::string& device) const {
     return testing::params_on(device, dir_.string());
   }
+  // `overrides` trained on the plain CPU device: the bits every offload gives.
+  testing::TrainedRun plain_cpu_run(const std::vector<std::string>& overrides) const {
+    MemoryAccountant acct;
+    CpuDevice cpu(acct);
+    return testing::train_to_end(config(overrides), nullptr, cpu);
+  }
 };
 
 using testing::joined;
@@ -77,9 +83,7 @@ TEST_F(GpuTierOffloadTest, EveryOffloadGivesTheBitsOfThePlainCpuRun) {
   for (int stage : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << "stage " << stage);
     const std::vector<std::string> base = {"zero_optimization.stage=" + std::to_string(stage)};
-    MemoryAccountant cpu_acct;
-    CpuDevice cpu(cpu_acct);
-    const testing::TrainedRun ref = testing::train_to_end(config(base), nullptr, cpu);
+    const testing::TrainedRun ref = plain_cpu_run(base);
     ASSERT_TRUE(ref.status.ok()) << ref.status;
     std::vector<std::vector<std::string>> variants = {base, joined(base, optimizer_on("cpu")),
                                                       joined(base, optimizer_on("nvme"))};
@@ -618,9 +622,7 @@ TEST_F(GpuTierOffloadTest, PinnedStagingRegisteredBehindTheStartGivesTheSameBits
   for (int stage : {2, 3}) {
     SCOPED_TRACE(::testing::Message() << "stage " << stage);
     const std::vector<std::string> base = {"zero_optimization.stage=" + std::to_string(stage)};
-    MemoryAccountant cpu_acct;
-    CpuDevice cpu(cpu_acct);
-    const testing::TrainedRun ref = testing::train_to_end(config(base), nullptr, cpu);
+    const testing::TrainedRun ref = plain_cpu_run(base);
     ASSERT_TRUE(ref.status.ok()) << ref.status;
     std::vector<std::vector<std::string>> variants = {joined(base, optimizer_on("cpu")),
                                                       joined(base, optimizer_on("nvme"))};

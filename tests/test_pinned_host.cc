@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -103,6 +104,17 @@ class GatedHook {
 // takes one from the front of the queue and holds it at the gate: the last
 // two stay queued until a copy awaits them.
 constexpr int kBuffers = 6;
+
+// kBuffers allocations of `bytes` each, in order; null where one failed.
+std::vector<char*> allocate_all(uint64_t bytes) {
+  std::vector<char*> bufs;
+  for (int i = 0; i < kBuffers; ++i) {
+    auto p = allocate_pinned(bytes);
+    EXPECT_TRUE(p.ok()) << p.status();
+    bufs.push_back(p.ok() ? static_cast<char*>(*p) : nullptr);
+  }
+  return bufs;
+}
 
 TEST(PinnedHost, RefusedWhereNothingCanRegisterIt) {
   const PinningTimes before = pinning_times();
@@ -202,12 +214,8 @@ TEST(PinnedHost, AwaitOfOtherMemoryReturnsAtOnce) {
 
 TEST(PinnedHost, FreeCancelsWaitsForOrUndoesTheRegistration) {
   GatedHook hook;
-  std::vector<char*> bufs;
-  for (int i = 0; i < kBuffers; ++i) {
-    auto p = allocate_pinned(64 << 10);
-    ASSERT_TRUE(p.ok()) << p.status();
-    bufs.push_back(static_cast<char*>(*p));
-  }
+  const std::vector<char*> bufs = allocate_all(64 << 10);
+  ASSERT_EQ(std::count(bufs.begin(), bufs.end(), nullptr), 0);
   // Queued: gone without ever being registered.
   free_pinned(bufs[5]);
   EXPECT_EQ(hook.registered_by(bufs[5]), 0);
@@ -236,12 +244,8 @@ TEST(PinnedHost, FreeCancelsWaitsForOrUndoesTheRegistration) {
 
 TEST(PinnedHost, AFailedRegistrationIsNamedAndNeverUndone) {
   GatedHook hook;
-  std::vector<char*> bufs;
-  for (int i = 0; i < kBuffers; ++i) {
-    auto p = allocate_pinned(3 * 4096);
-    ASSERT_TRUE(p.ok()) << p.status();
-    bufs.push_back(static_cast<char*>(*p));
-  }
+  const std::vector<char*> bufs = allocate_all(3 * 4096);
+  ASSERT_EQ(std::count(bufs.begin(), bufs.end(), nullptr), 0);
   char* b = bufs.back();  // queued: registered, and failing, on this thread
   hook.fail(b);
   const absl::Status s = await_pinned(b, 3 * 4096);
