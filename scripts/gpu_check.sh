@@ -174,7 +174,7 @@ cuda_tests=(test_cuda_kernels test_cuda_training test_cuda_offload test_device t
 case "$section" in
 kernels) targets=(--target zero-worker "${cuda_tests[@]}") ;;
 breakdown | examples | crash) targets=(--target zero-worker) ;;
-offload) targets=(--target zero-worker test_cuda_offload copy_bandwidth optim_throughput host_sums_throughput) ;;
+offload) targets=(--target zero-worker test_cuda_offload test_pinned_host copy_bandwidth optim_throughput host_sums_throughput) ;;
 bench) targets=(--target zero-worker zero-tokenize attention_throughput) ;;
 lora) targets=(--target zero-worker test_cuda_kernels test_bnb_nf4) ;;
 largest) targets=(--target zero-worker offload_throughput) ;;
@@ -290,6 +290,12 @@ if [ "$section" = offload ]; then
   code=$?
   [ "$code" = 0 ] || rc=1
   say "test_cuda_offload: exit $code, $(grep -cE '^\[       OK' "$logs/test_cuda_offload.log") passed; $(grep -E 'FAILED|SKIPPED' "$logs/test_cuda_offload.log" | head -3 | tr '\n' ' ')"
+  # Pinned memory registered by CUDA behind the allocation (the CUDA branch
+  # of PinnedHost.RefusedWhereNothingCanRegisterIt; the rest through its hook).
+  "$build/tests/test_pinned_host" >"$logs/test_pinned_host.log" 2>&1
+  code=$?
+  [ "$code" = 0 ] || rc=1
+  say "test_pinned_host: exit $code, $(grep -cE '^\[       OK' "$logs/test_pinned_host.log") passed; $(grep -E 'FAILED' "$logs/test_pinned_host.log" | head -3 | tr '\n' ' ')"
   # gpt2-xl, random weights, optimizer on the host, the example's 32K
   # tokens a step (8 micro-batches): under 12, 8 and (parameters on the host
   # too) 4 GiB, where "auto" keeps the first layers' sums on the GPU in
