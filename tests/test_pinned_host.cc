@@ -7,7 +7,10 @@
 //     one a background thread holds, and names a failed one's error;
 //   - free cancels a queued registration, waits for a running one, undoes a
 //     done one, and never undoes a failed one;
-//   - a device's copy awaits the registration of what it copies.
+//   - replacing the hook settles what it was to register;
+//   - a device's copy awaits the registration of what it copies;
+//   - on a GPU, CUDA's own registration: copies' bytes, and a clean exit
+//     with registrations under way.
 #include "runtime/core/pinned_host.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -265,6 +269,29 @@ TEST(PinnedHost, AFailedRegistrationIsNamedAndNeverUndone) {
   EXPECT_EQ(hook.unpinned(bufs[0]), 1);
 }
 
+// A hook replaced has registered everything allocated under it when the
+// replacing returns (what lets a test's hook go, whatever the test left).
+TEST(PinnedHost, ReplacingTheHookSettlesWhatItWasToRegister) {
+  GatedHook hook;
+  const std::vector<char*> bufs = allocate_all(3 * 4096);
+  ASSERT_EQ(std::count(bufs.begin(), bufs.end(), nullptr), 0);
+  ASSERT_TRUE(hook.held(bufs[0]));
+  // The gate opens while the replacing waits for the held one; the queued
+  // ones it registers itself.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    hook.open();
+  });
+  set_pinning_hook(nullptr);
+  for (char* b : bufs) {
+    EXPECT_FALSE(pinning_pending(b, 3 * 4096));
+    EXPECT_NE(hook.registered_by(b), 0);
+  }
+  opener.join();
+  for (char* b : bufs) free_pinned(b);
+  for (char* b : bufs) EXPECT_EQ(hook.unpinned(b), 1);  // through the hook that registered it
+}
+
 TEST(PinnedHost, ADeviceCopyAwaitsTheRegistrationOfWhatItCopies) {
   GatedHook hook;
   CpuDeviceOptions o;
@@ -293,6 +320,67 @@ TEST(PinnedHost, ADeviceCopyAwaitsTheRegistrationOfWhatItCopies) {
   hook.open();
   staging.clear();
   EXPECT_EQ(acct.current_total(Tier::kPinned), 0u);
+}
+
+// On a GPU, CUDA's own registration behind the allocation (no hook): the
+// host writes buffers while they register, each goes to the GPU and back
+// through a device's copies (which await it) with its bytes as written; one
+// freed at once is cancelled or waited for; every byte is registered.
+TEST(PinnedHostOnGpu, CopiesAwaitCudasRegistrationBehindTheAllocation) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount reports none";
+  MemoryAccountant acct;
+  auto opened = open_cuda_device(0, acct);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Device& gpu = **opened;
+  constexpr uint64_t kBytes = uint64_t{64} << 20;
+  constexpr int kN = 8;
+  const PinningTimes before = pinning_times();
+  auto gone = allocate_pinned(kBytes);
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  free_pinned(*gone);
+  std::vector<Buffer> out, back;
+  for (int k = 0; k < kN; ++k) {
+    for (std::vector<Buffer>* v : {&out, &back}) {
+      auto b = gpu.allocate(kBytes, Category::kOffload, Tier::kPinned);
+      ASSERT_TRUE(b.ok()) << b.status();
+      v->push_back(*std::move(b));
+    }
+    uint32_t* w = out.back().host<uint32_t>();
+    for (uint64_t i = 0; i < kBytes / 4; ++i) w[i] = static_cast<uint32_t>(i * 2654435761u + k);
+  }
+  auto on_gpu = gpu.allocate(kBytes, Category::kOffload);
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+  Stream& s = gpu.compute_stream();
+  for (int k = 0; k < kN; ++k) {
+    gpu.copy(s, on_gpu->data(), out[k].data(), kBytes);
+    gpu.copy(s, back[k].data(), on_gpu->data(), kBytes);
+    ASSERT_TRUE(gpu.synchronize(s).ok());
+    EXPECT_EQ(std::memcmp(back[k].data(), out[k].data(), kBytes), 0) << k;
+  }
+  const PinningTimes pinned = pinning_times().since(before);
+  EXPECT_EQ(pinned.bytes, (2 * kN + 1) * kBytes);
+  // The one freed at once counts where its registration had begun.
+  EXPECT_GE(pinned.registered_bytes, 2 * kN * kBytes);
+  EXPECT_LE(pinned.registered_bytes, (2 * kN + 1) * kBytes);
+}
+
+// A process that exits with registrations queued and one running ends the
+// background threads before CUDA's teardown, and exits cleanly. The
+// registry is made before CUDA starts, as a run's counters make it.
+TEST(PinnedHostOnGpuDeathTest, ExitsCleanlyWithRegistrationsUnderWay) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount reports none";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: CUDA does not survive fork
+  EXPECT_EXIT(
+      {
+        pinning_times();
+        MemoryAccountant acct;
+        if (!open_cuda_device(0, acct).ok()) std::_Exit(3);
+        for (int i = 0; i < 8; ++i) {
+          if (!allocate_pinned(uint64_t{256} << 20).ok()) std::_Exit(4);
+        }
+        std::exit(0);
+      },
+      testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "runtime/core/cuda_device.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -21,6 +22,8 @@ class CudaEvent : public Event {
 
 cudaEvent_t cuda_event(Event& e) { return static_cast<CudaEvent&>(e).get(); }
 
+std::atomic<int> opened_device{-1};  // opened_cuda_device()
+
 }  // namespace
 
 absl::Status cuda_status(cudaError_t err, const char* what) {
@@ -32,6 +35,8 @@ CudaStream::~CudaStream() {
   cudaStreamSynchronize(s_);
   cudaStreamDestroy(s_);
 }
+
+int opened_cuda_device() { return opened_device.load(std::memory_order_relaxed); }
 
 absl::StatusOr<void*> CudaDevice::Raw::alloc(uint64_t bytes) { return gpu_alloc(bytes); }
 void CudaDevice::Raw::free(void* p) { gpu_free(p); }
@@ -66,6 +71,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::open(int ordinal, Memory
       cuda_status(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, ordinal), "cudaDeviceGetAttribute"));
   d->peak_flops_ = dense_16bit_peak_flops(prop.major, prop.minor, prop.multiProcessorCount, clock_khz * 1e3);
   d->compute_.reset(static_cast<CudaStream*>(s.release()));
+  opened_device.store(ordinal, std::memory_order_relaxed);
   return d;
 }
 

@@ -17,9 +17,11 @@ int cuda_device_count();
 
 absl::StatusOr<void*> gpu_alloc(size_t bytes);
 void gpu_free(void* p);
-// The calling thread's current CUDA device, -1 without CUDA: where a
-// thread that registers memory on its behalf does it.
-int current_cuda_device();
+// The GPU this process opened last (CudaDevice::open), -1 where it opened
+// none: where a thread registering memory on another's behalf makes its
+// context current, so that it opens no other GPU's. (cudaGetDevice would
+// say 0 on a thread that never chose one.)
+int opened_cuda_device();
 // Whether pin_host can work here (a CUDA device), or why not.
 absl::Status can_pin_host();
 // Page-locks whole pages [p, p + bytes) of host memory for the GPU's

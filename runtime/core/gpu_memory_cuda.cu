@@ -43,15 +43,6 @@ void gpu_free(void* p) {
   if (p) cudaFree(p);
 }
 
-int current_cuda_device() {
-  int d = -1;
-  if (cudaGetDevice(&d) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  return d;
-}
-
 absl::Status can_pin_host() {
   if (cuda_device_count() > 0) return absl::OkStatus();
   return absl::FailedPreconditionError("pinned host memory requested, but no CUDA device is usable here");
@@ -73,7 +64,8 @@ absl::Status pin_host(void* p, size_t bytes, int device) {
 }
 
 void unpin_host(void* p) {
-  if (p) cudaHostUnregister(p);
+  // A failure left set would be blamed on the thread's next kernel launch.
+  if (p && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
 namespace {

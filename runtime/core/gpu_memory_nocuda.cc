@@ -11,7 +11,7 @@ absl::StatusOr<void*> gpu_alloc(size_t) {
 }
 void gpu_free(void*) {}
 
-int current_cuda_device() { return -1; }
+int opened_cuda_device() { return -1; }
 
 absl::Status can_pin_host() {
   return absl::FailedPreconditionError("pinned host memory requested, but zerod was built without CUDA");

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -52,15 +53,9 @@ void populate(char* p, uint64_t bytes) {
 
 class Registry {
  public:
+  // Never destroyed: a Buffer freed during exit still finds it.
   static Registry& get() {
-    // Never destroyed: a Buffer freed during exit still finds it; stop(),
-    // at exit, ends the threads before CUDA's own teardown (registered
-    // earlier, so run later).
-    static Registry* r = [] {
-      auto* made = new Registry();
-      std::atexit([] { get().stop(); });
-      return made;
-    }();
+    static Registry* r = new Registry();
     return *r;
   }
 
@@ -166,16 +161,27 @@ class Registry {
     return times_;
   }
 
+  // The hook replaced may go once this returns, but for unregistering
+  // what it registered: its allocations queued are registered here, those
+  // registering waited for.
   void set_hook(const PinningHook* hook) {
-    std::lock_guard<std::mutex> lock(mu_);
-    hook_ = hook;
+    std::vector<char*> pending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const PinningHook* replaced = std::exchange(hook_, hook);
+      for (const auto& [p, a] : allocations_) {
+        const bool unsettled = a.state == State::kQueued || a.state == State::kRegistering;
+        if (replaced && a.hook == replaced && unsettled) pending.push_back(p);
+      }
+    }
+    for (char* p : pending) await(p, 1).IgnoreError();
   }
 
  private:
   enum class State { kQueued, kRegistering, kRegistered, kFailed };
   struct Allocation {
     uint64_t size = 0;
-    int device = -1;  // current on the allocating thread: a background thread's to register in
+    int device = -1;  // the process's GPU: a background thread's to register in
     const PinningHook* hook = nullptr;  // set when it was allocated: registers and unregisters it
     State state = State::kQueued;
     absl::Status error;
@@ -237,6 +243,9 @@ class Registry {
   // thread, and separate buffers register at once where the driver lets them.
   void start_threads() {
     if (!threads_.empty() || stopping_) return;
+    // stop() runs at exit before CUDA's teardown: handlers run last first,
+    // and CUDA registered its own when can_pin() asked it for devices.
+    std::atexit([] { get().stop(); });
     const int n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { serve(); });
   }
@@ -303,7 +312,7 @@ absl::StatusOr<void*> allocate_pinned(uint64_t bytes) {
   const auto t = std::chrono::steady_clock::now();
   populate(p, size);
   r.add_touch(seconds_since(t));
-  r.add(p, size, current_cuda_device());
+  r.add(p, size, opened_cuda_device());
   return static_cast<void*>(p);
 }
 

@@ -61,7 +61,8 @@ struct PinningHook {
   std::function<void(void* p)> unpin;
 };
 // Sets `hook` (nullptr: CUDA's again) for the allocations made from now on;
-// each is unregistered through what registered it.
+// each is unregistered through what registered it. Returns once no
+// allocation of the hook replaced is left to register.
 void set_pinning_hook(const PinningHook* hook);
 
 }  // namespace zerod
