@@ -122,8 +122,12 @@ say() { echo "gpu_check: $*" | tee -a "$summary"; }
   c++ --version | head -1
   cmake --version | head -1
   nproc
+  # What zero-worker checks a job's host memory against where the job sets
+  # no run.host_memory_limit (runtime/core/node_memory.h).
+  grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
+  cat /proc/self/cgroup
 } >"$logs/machine.txt" 2>&1
-say "machine: $(head -1 "$logs/machine.txt")"
+say "machine: $(head -1 "$logs/machine.txt"); $(grep -E '^Mem(Total|Available):' "$logs/machine.txt" | tr -s ' ' | tr '\n' ' ')"
 
 [ -f .gpu-deps/prefix.tar.xz ] || { say "no .gpu-deps/prefix.tar.xz: run scripts/gpu_deps.sh here and carry .gpu-deps"; exit 1; }
 rm -rf "$deps"
@@ -475,9 +479,11 @@ fi
 if [ "$section" = largest ]; then
   rc=0
   # The largest example: 12.8B parameters (42 layers, 13.5B, are the most
-  # the plan fits in 128 GiB of host memory), 8-bit states and fp32 masters in
-  # host memory, the gradient shard pinned (zeroctl estimate: 58.7 GiB GPU,
-  # 47.9 GiB pinned, 72.2 GiB host); three steps and the time to the first.
+  # the plan fits in 128 GiB of host memory), 8-bit states, fp32 masters and
+  # the gradient shard in pinned host memory (zeroctl estimate: 55.6 GiB
+  # GPU, 120.0 GiB pinned); three steps and the time to the first. Refused
+  # before anything is allocated where the machine's memory (the machine
+  # line above) is less than its plan.
   timeout 240 "$worker" --config examples/gpt-12b-offload.json >"$logs/gpt-12b.log" 2>&1
   code=$?
   [ "$code" = 0 ] || rc=1

@@ -1,9 +1,12 @@
 // Core runtime: bf16/fp16 conversions against independent references, the
 // memory accountant, host buffers, byte sizes and tensors.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -14,6 +17,8 @@
 #include "runtime/core/gpu_memory.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
+#include "runtime/core/node_memory.h"
+#include "tests/temp_dir.h"
 
 namespace zerod {
 namespace {
@@ -414,6 +419,76 @@ TEST(MemoryAccountant, LimitRefusesWithoutRecording) {
   // Limit 0 removes it.
   a.set_limit(Tier::kHost, 0);
   EXPECT_TRUE(a.reserve(Tier::kHost, Category::kGrads, 1).ok());
+}
+
+// Pinned memory is host memory: it counts against the host's limit, and
+// has none of its own.
+TEST(MemoryAccountant, PinnedMemoryCountsAgainstTheHostLimit) {
+  MemoryAccountant a;
+  a.set_limit(Tier::kHost, 1000);
+  ASSERT_TRUE(a.reserve(Tier::kPinned, Category::kOptimizer, 700).ok());
+  const absl::Status s = a.reserve(Tier::kHost, Category::kParams, 301);
+  EXPECT_EQ(s.message(),
+            "allocating 301 bytes of params on host would exceed the host memory limit of 1000 bytes "
+            "(pinned memory included; 700 bytes in use: optimizer 700)");
+  ASSERT_TRUE(a.reserve(Tier::kHost, Category::kParams, 300).ok());
+  const absl::Status pinned = a.check(Tier::kPinned, Category::kGrads, 1);
+  EXPECT_EQ(pinned.message(),
+            "allocating 1 bytes of grads on pinned would exceed the host memory limit of 1000 bytes "
+            "(pinned memory included; 1000 bytes in use: params 300, optimizer 700)");
+  EXPECT_EQ(a.current_total(Tier::kPinned), 700u);  // nothing recorded by the refusals
+  EXPECT_EQ(a.current_total(Tier::kHost), 300u);
+  // The GPU's memory is apart.
+  a.set_limit(Tier::kGpu, 10);
+  EXPECT_TRUE(a.reserve(Tier::kGpu, Category::kParams, 10).ok());
+  a.set_limit(Tier::kHost, 0);
+  EXPECT_TRUE(a.reserve(Tier::kPinned, Category::kGrads, 1 << 20).ok());
+}
+
+// ================================================================ NodeMemory
+
+// The node's memory is the physical memory, or less under a memory cgroup's
+// limit, its own or one above it, in either version's files; "no limit"
+// values and files that say nothing readable leave it as it is.
+class NodeMemoryTest : public testing::TempDirTest {
+ protected:
+  void limit(const std::string& dir, const std::string& file, const std::string& text) {
+    std::filesystem::create_directories(path(dir));
+    write(dir + "/" + file, text);
+  }
+};
+
+TEST_F(NodeMemoryTest, IsThePhysicalMemoryOrACgroupsLimit) {
+  const std::string root = path("cg");
+  NodeMemory m = node_memory(1000, "", root);
+  EXPECT_EQ(m.bytes, 1000u);
+  EXPECT_EQ(m.what, "physical memory");
+  // v2: the cgroup's own says "max", its parent 700, the root nothing.
+  limit("cg/a/b", "memory.max", "max\n");
+  limit("cg/a", "memory.max", "700\n");
+  m = node_memory(1000, "0::/a/b\n", root);
+  EXPECT_EQ(m.bytes, 700u);
+  EXPECT_EQ(m.what, "the limit of cgroup /a");
+  EXPECT_EQ(node_memory(0, "0::/a/b\n", root).bytes, 700u);  // physical memory unknown
+  EXPECT_EQ(node_memory(500, "0::/a/b\n", root).bytes, 500u);
+  // v1: the memory controller's own hierarchy, alone or with others; v1's
+  // "no limit" is past any machine's memory.
+  limit("cg/memory/x/y", "memory.limit_in_bytes", "9223372036854771712\n");
+  limit("cg/memory/x", "memory.limit_in_bytes", "600");
+  m = node_memory(1000, "9:name=systemd:/\n4:memory:/x/y\n0::/\n", root);
+  EXPECT_EQ(m.bytes, 600u);
+  EXPECT_EQ(m.what, "the limit of cgroup /x");
+  EXPECT_EQ(node_memory(1000, "2:cpu,memory:/x\n", root).bytes, 600u);
+  EXPECT_EQ(node_memory(1000, "2:cpu,cpuacct:/x\n", root).bytes, 1000u);  // not the memory controller
+  limit("cg/memory", "memory.limit_in_bytes", "400");                      // the hierarchy's root
+  EXPECT_EQ(node_memory(1000, "4:memory:/x/y\n", root).bytes, 400u);
+  // What says nothing readable is passed over.
+  limit("cg/junk", "memory.max", "lots");
+  EXPECT_EQ(node_memory(1000, "0::/junk\nnot a line\n4:memory\n", root).bytes, 1000u);
+  // This machine's own is known, and no more than its physical memory.
+  const NodeMemory here = node_memory();
+  EXPECT_GT(here.bytes, 0u);
+  EXPECT_LE(here.bytes, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
 }
 
 // ================================================================ Buffer

@@ -683,7 +683,7 @@ TEST_F(EstimateTest, FitFindsGpt2XlConfigurationsForA12GiBGpu) {
   ASSERT_TRUE(Trainer::plan(*cfg, 1, 0, kernels, plan).ok());
   EXPECT_EQ(plan.peaks().total[kGpu], list[0]["per_rank"]["gpu"]["total"].get<uint64_t>());
   cfg->run.gpu_memory_limit = uint64_t{12} << 30;
-  EXPECT_TRUE(check_memory_plan(*cfg, 0, 1, plan.peaks()).ok());
+  EXPECT_TRUE(check_memory_plan(*cfg, 0, 1, plan.peaks(), NodeMemory{}).ok());
 
   const Result text = estimate({"--config", example, "--fit", "--gpu-memory", "12GiB", "--host-memory", "64GiB"});
   ASSERT_EQ(text.code, 0) << text.err;
@@ -1113,13 +1113,73 @@ TEST_F(EstimateTest, StartUpCheckCountsTheNvmeFilesOfEveryRankOnTheNode) {
   MemoryPeaks p;
   p.peak[static_cast<int>(Tier::kNvme)][static_cast<int>(Category::kOptimizer)] = free_bytes / 10 * 3;
   p.total[static_cast<int>(Tier::kNvme)] = free_bytes / 10 * 3;
-  EXPECT_TRUE(check_memory_plan(cfg, 0, 3, p).ok());
-  const absl::Status four = check_memory_plan(cfg, 0, 4, p);
+  EXPECT_TRUE(check_memory_plan(cfg, 0, 3, p, NodeMemory{}).ok());
+  const absl::Status four = check_memory_plan(cfg, 0, 4, p, NodeMemory{});
   EXPECT_EQ(four.code(), absl::StatusCode::kFailedPrecondition) << four;
   for (const std::string& part : {std::string("zero_optimization.offload_optimizer.nvme_path: '") + dir,
                                   std::string("4 ranks on this node, each optimizer"), std::string(" more")}) {
     EXPECT_NE(four.message().find(part), std::string::npos) << four;
   }
+}
+
+// The host's limit holds its pinned memory too; without run.host_memory_limit
+// a rank's share of the node's memory is the limit, and a job's own limit
+// above the node's memory is taken as the job says.
+TEST(StartUpCheck, HostMemoryIsPinnedAndPageableAgainstTheJobsLimitOrTheNodes) {
+  JobConfig cfg = testing::config_with(testing::tiny_job(), {});
+  MemoryPeaks p;
+  auto hold = [&](Tier t, Category c, uint64_t bytes) {
+    p.peak[static_cast<int>(t)][static_cast<int>(c)] = bytes;
+    p.total[static_cast<int>(t)] = bytes;
+  };
+  hold(Tier::kHost, Category::kParams, 400);
+  hold(Tier::kPinned, Category::kOptimizer, 101);
+  hold(Tier::kGpu, Category::kActivations, 1 << 30);  // no GPU limit: not checked
+  const NodeMemory node{1000, "physical memory"};
+
+  cfg.run.host_memory_limit = 500;
+  const absl::Status past = check_memory_plan(cfg, 1, 1, p, NodeMemory{});
+  EXPECT_EQ(past.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(past.message(),
+            "run.host_memory_limit is 500 bytes (500 B), but rank 1 would hold 501 bytes (501 B) of host memory "
+            "(pinned included), 1 B more: params 400 B, optimizer 101 B; " +
+                what_sets_the_size(cfg) + " (zeroctl estimate --buffers shows each buffer)");
+  cfg.run.host_memory_limit = 501;
+  EXPECT_TRUE(check_memory_plan(cfg, 1, 1, p, NodeMemory{}).ok());
+
+  // The node's 1000 bytes shared by 2 ranks: 500 a rank.
+  cfg.run.host_memory_limit.reset();
+  const absl::Status node_past = check_memory_plan(cfg, 0, 2, p, node);
+  EXPECT_EQ(node_past.code(), absl::StatusCode::kFailedPrecondition);
+  const std::string m(node_past.message());
+  EXPECT_EQ(m.find("this node's memory (physical memory, 1000 B), shared by 2 ranks, gives a rank 500 bytes (500 B), "
+                   "but rank 0 would hold 501 bytes"),
+            0u)
+      << m;
+  EXPECT_NE(m.find("; run.host_memory_limit checks the plan against another figure"), std::string::npos) << m;
+  EXPECT_EQ(host_memory_per_rank(cfg, 2, node), 500u);
+  EXPECT_TRUE(check_memory_plan(cfg, 0, 1, p, node).ok());
+  EXPECT_TRUE(check_memory_plan(cfg, 0, 2, p, NodeMemory{}).ok());  // nothing known: nothing checked
+  cfg.run.host_memory_limit = 600;                                   // the job's word over the node's
+  EXPECT_TRUE(check_memory_plan(cfg, 0, 2, p, node).ok());
+  EXPECT_EQ(host_memory_per_rank(cfg, 2, node), 600u);
+}
+
+// A job past this machine's memory, with no run.host_memory_limit:
+// zero-worker refuses it before anything is allocated, naming the node's
+// memory and the bytes. Llama-3.1-70B with fp32 AdamW on the CPU plans about
+// 1 TiB, past any machine this runs on.
+TEST_F(EstimateTest, AWorkerRefusesAJobPastTheNodesMemory) {
+  nlohmann::json j = testing::tiny_job();
+  j["model"] = {{"preset", "llama-3.1-70b"}};
+  j["run"]["device"] = "cpu";
+  const testing::WorkerResult refused = testing::run_worker_with({"--config", job(j)});
+  EXPECT_EQ(refused.code, 2) << refused.err;
+  for (const char* part : {"this node's memory (", "gives a rank", "of host memory (pinned included)",
+                           "optimizer", "run.host_memory_limit checks the plan against another figure"}) {
+    EXPECT_NE(refused.err.find(part), std::string::npos) << part << "\n" << refused.err;
+  }
+  EXPECT_EQ(refused.out.find("step 1"), std::string::npos) << refused.out;
 }
 
 }  // namespace

@@ -47,32 +47,43 @@ std::string describe_holdings(uint64_t in_use, const std::array<uint64_t, kNumCa
   return s;
 }
 
-// Names what wanted the room and what holds the tier already, by category.
-absl::Status limit_error(Tier t, Category c, uint64_t bytes, uint64_t limit,
-                         const std::array<uint64_t, kNumCategories>& held, uint64_t in_use) {
-  return absl::ResourceExhaustedError(absl::StrCat("allocating ", bytes, " bytes of ", category_name(c), " on ",
-                                                   tier_name(t), " would exceed the ", tier_name(t),
-                                                   " memory limit of ", limit, " bytes (",
-                                                   describe_holdings(in_use, held), ")"));
-}
+// The tier whose limit an allocation on t counts against: pinned memory is
+// the host's, page-locked.
+Tier limited_as(Tier t) { return t == Tier::kPinned ? Tier::kHost : t; }
 
 }  // namespace
 
+// Under the lock. Names what wanted the room and what holds the limit's
+// memory already, by category.
+absl::Status MemoryAccountant::past_limit(Tier t, Category c, uint64_t bytes) const {
+  const Tier lt = limited_as(t);
+  const int li = static_cast<int>(lt);
+  if (limit_[li] == 0) return absl::OkStatus();
+  uint64_t in_use = 0;
+  std::array<uint64_t, kNumCategories> held{};
+  for (Tier each : {Tier::kGpu, Tier::kPinned, Tier::kHost, Tier::kNvme}) {
+    if (limited_as(each) != lt) continue;
+    const int ti = static_cast<int>(each);
+    in_use += total_[ti];
+    for (int ci = 0; ci < kNumCategories; ++ci) held[ci] += current_[ti][ci];
+  }
+  if (in_use + bytes <= limit_[li]) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("allocating ", bytes, " bytes of ", category_name(c), " on ", tier_name(t), " would exceed the ",
+                   tier_name(lt), " memory limit of ", limit_[li], " bytes (",
+                   lt != t || total_[static_cast<int>(Tier::kPinned)] > 0 ? "pinned memory included; " : "",
+                   describe_holdings(in_use, held), ")"));
+}
+
 absl::Status MemoryAccountant::check(Tier t, Category c, uint64_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const int ti = static_cast<int>(t);
-  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) {
-    return limit_error(t, c, bytes, limit_[ti], current_[ti], total_[ti]);
-  }
-  return absl::OkStatus();
+  return past_limit(t, c, bytes);
 }
 
 absl::Status MemoryAccountant::reserve(Tier t, Category c, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  ZEROD_RETURN_IF_ERROR(past_limit(t, c, bytes));
   const int ti = static_cast<int>(t), ci = static_cast<int>(c);
-  if (limit_[ti] != 0 && total_[ti] + bytes > limit_[ti]) {
-    return limit_error(t, c, bytes, limit_[ti], current_[ti], total_[ti]);
-  }
   current_[ti][ci] += bytes;
   total_[ti] += bytes;
   if (current_[ti][ci] > peak_[ti][ci]) peak_[ti][ci] = current_[ti][ci];

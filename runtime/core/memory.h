@@ -43,7 +43,8 @@ class MemoryAccountant {
   absl::Status check(Tier t, Category c, uint64_t bytes) const;
   void release(Tier t, Category c, uint64_t bytes);
 
-  // 0 means no limit.
+  // 0 means no limit. The host's limit holds its pinned memory too, which
+  // has none of its own.
   void set_limit(Tier t, uint64_t bytes);
   uint64_t limit(Tier t) const;
 
@@ -58,6 +59,8 @@ class MemoryAccountant {
   void reset_peaks();
 
  private:
+  absl::Status past_limit(Tier t, Category c, uint64_t bytes) const;
+
   mutable std::mutex mu_;
   std::array<std::array<uint64_t, kNumCategories>, kNumTiers> current_{};
   std::array<std::array<uint64_t, kNumCategories>, kNumTiers> peak_{};

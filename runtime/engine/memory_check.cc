@@ -15,12 +15,13 @@
 namespace zerod {
 namespace {
 
-// "optimizer 1.2 GiB, params 300 MiB": tier t's categories, largest first.
-std::string categories_text(const MemoryPeaks& p, Tier tier) {
-  const int t = static_cast<int>(tier);
+// "optimizer 1.2 GiB, params 300 MiB": the tiers' categories, largest first.
+std::string categories_text(const MemoryPeaks& p, const std::vector<Tier>& tiers) {
   std::vector<std::pair<uint64_t, Category>> by_size;
   for (int c = 0; c < kNumCategories; ++c) {
-    if (p.peak[t][c] > 0) by_size.push_back({p.peak[t][c], static_cast<Category>(c)});
+    uint64_t bytes = 0;
+    for (Tier t : tiers) bytes += p.peak[static_cast<int>(t)][c];
+    if (bytes > 0) by_size.push_back({bytes, static_cast<Category>(c)});
   }
   std::ranges::sort(by_size, std::greater<>());
   std::string parts;
@@ -49,7 +50,7 @@ absl::Status check_nvme_plan(const ZeroConfig& z, int local_ranks, const MemoryP
   if (!absl::IsFailedPrecondition(s)) return s;
   return absl::FailedPreconditionError(absl::StrCat(
       s.message(), " (", local_ranks, local_ranks == 1 ? " rank" : " ranks", " on this node, each ",
-      categories_text(p, Tier::kNvme), ")"));
+      categories_text(p, {Tier::kNvme}), ")"));
 }
 
 }  // namespace
@@ -63,31 +64,49 @@ std::string what_sets_the_size(const JobConfig& cfg) {
                       "zero_optimization offload would change that");
 }
 
-absl::Status check_memory_plan(const JobConfig& cfg, int rank, int local_ranks, const MemoryPeaks& p) {
-  const std::tuple<Tier, std::optional<uint64_t>, const char*> limits[] = {
-      {Tier::kHost, cfg.run.host_memory_limit, "run.host_memory_limit"},
-      {Tier::kGpu, cfg.run.gpu_memory_limit, "run.gpu_memory_limit"}};
-  for (const auto& [tier, limit, key] : limits) {
-    const int t = static_cast<int>(tier);
-    if (!limit || *limit == 0 || p.total[t] <= *limit) continue;
-    return absl::FailedPreconditionError(
-        absl::StrCat(key, " is ", *limit, " bytes (", byte_size_text(*limit), "), but rank ", rank, " would hold ",
-                     p.total[t], " bytes (", byte_size_text(p.total[t]), ") of ", tier_name(tier), " memory, ",
-                     byte_size_text(p.total[t] - *limit), " more: ",
-                     categories_text(p, tier), "; ", what_sets_the_size(cfg),
-                     " (zeroctl estimate --buffers shows each buffer)"));
+uint64_t host_memory_per_rank(const JobConfig& cfg, int local_ranks, const NodeMemory& node) {
+  if (cfg.run.host_memory_limit && *cfg.run.host_memory_limit > 0) return *cfg.run.host_memory_limit;
+  return node.bytes / static_cast<uint64_t>(std::max(1, local_ranks));
+}
+
+absl::Status check_memory_plan(const JobConfig& cfg, int rank, int local_ranks, const MemoryPeaks& p,
+                               const NodeMemory& node) {
+  const auto total = [&](Tier t) { return p.total[static_cast<int>(t)]; };
+  const bool job_says = cfg.run.host_memory_limit && *cfg.run.host_memory_limit > 0;
+  struct Limit {
+    uint64_t held, limit;
+    std::string says;  // "<says> N bytes (...), but rank r would hold ..."
+    std::vector<Tier> tiers;
+    const char* memory;
+    const char* or_else;  // what else the user can do
+  };
+  const Limit limits[] = {
+      {total(Tier::kHost) + total(Tier::kPinned), host_memory_per_rank(cfg, local_ranks, node),
+       job_says ? "run.host_memory_limit is"
+                : absl::StrCat("this node's memory (", node.what, ", ", byte_size_text(node.bytes), "), shared by ",
+                               local_ranks, local_ranks == 1 ? " rank" : " ranks", ", gives a rank"),
+       {Tier::kHost, Tier::kPinned}, "host memory (pinned included)",
+       job_says ? "" : "; run.host_memory_limit checks the plan against another figure"},
+      {total(Tier::kGpu), cfg.run.gpu_memory_limit.value_or(0), "run.gpu_memory_limit is", {Tier::kGpu},
+       "gpu memory", ""}};
+  for (const Limit& l : limits) {
+    if (l.limit == 0 || l.held <= l.limit) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        l.says, " ", l.limit, " bytes (", byte_size_text(l.limit), "), but rank ", rank, " would hold ", l.held,
+        " bytes (", byte_size_text(l.held), ") of ", l.memory, ", ", byte_size_text(l.held - l.limit),
+        " more: ", categories_text(p, l.tiers), "; ", what_sets_the_size(cfg), l.or_else,
+        " (zeroctl estimate --buffers shows each buffer)"));
   }
   return check_nvme_plan(cfg.zero, local_ranks, p);
 }
 
-std::string fit_advice(const nlohmann::json& root, const JobConfig& cfg, int world_size, bool gpu) {
+std::string fit_advice(const nlohmann::json& root, const JobConfig& cfg, int world_size, bool gpu,
+                       uint64_t host_memory) {
   Machines m;
   m.ranks = m.nodes = world_size;  // the limits are each rank's
   m.gpu = gpu;
-  for (auto [limit, into] : {std::pair{cfg.run.host_memory_limit, &m.host_memory},
-                             std::pair{cfg.run.gpu_memory_limit, &m.gpu_memory}}) {
-    if (limit && *limit > 0) *into = *limit;
-  }
+  m.host_memory = host_memory;
+  if (const std::optional<uint64_t>& limit = cfg.run.gpu_memory_limit; limit && *limit > 0) m.gpu_memory = *limit;
   if (!m.host_memory && !m.gpu_memory) return "";
   absl::StatusOr<std::vector<FitCandidate>> all = fit_job(root, m, {}, {});
   if (!all.ok() || all->empty()) return "";

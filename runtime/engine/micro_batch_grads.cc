@@ -1,12 +1,11 @@
 #include "runtime/engine/micro_batch_grads.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/core/node_memory.h"
 #include "shard/zero_engine.h"
 
 namespace zerod {
@@ -97,18 +96,14 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> gpu_peaks(const JobConfig& cfg, in
 // (MicroBatchSums::fold), with `cfg`'s sums on the device: four, else two,
 // where every rank's host memory (host and pinned peaks) with them held
 // stays within run.host_memory_limit, or else half the node's memory (the
-// described machine's, or this one's) shared by the world's ranks; 1 where
+// described machine's, or this one's: node_memory) shared by the world's ranks; 1 where
 // neither does.
 absl::StatusOr<int> host_fold(JobConfig cfg, int world_size, const KernelMemory& kernels, const PlanDevice& device,
                               Trainer::ResumeFrom resume) {
   uint64_t room = cfg.run.host_memory_limit.value_or(0);
   if (room == 0) {
-    uint64_t node = device.host_memory;
-    if (node == 0) {
-      const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-      if (pages <= 0 || page <= 0) return 1;
-      node = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
-    }
+    const uint64_t node = device.host_memory > 0 ? device.host_memory : node_memory().bytes;
+    if (node == 0) return 1;
     room = node / 2 / static_cast<uint64_t>(world_size);
   }
   // Four (or the step's micro-batches, where fewer), then two.

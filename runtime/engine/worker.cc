@@ -422,10 +422,13 @@ int run_worker(int argc, char** argv, std::ostream& out, std::ostream& err, RunO
   grads->apply(cfg->zero);
   const absl::StatusOr<MemoryPeaks> planned = planned_peaks(*cfg, *rank, **device, resume_from);
   if (!planned.ok()) return refuse(planned.status());
-  if (absl::Status s = check_memory_plan(*cfg, rank->rank, rank->local_size, *planned); !s.ok()) {
+  const NodeMemory node = node_memory();
+  if (absl::Status s = check_memory_plan(*cfg, rank->rank, rank->local_size, *planned, node); !s.ok()) {
     const auto root = load_job_json(config_path, overrides);
     const std::string advice =
-        root.ok() ? fit_advice(*root, *cfg, rank->world_size, plan_device(**device).memory == Tier::kGpu) : "";
+        root.ok() ? fit_advice(*root, *cfg, rank->world_size, plan_device(**device).memory == Tier::kGpu,
+                               host_memory_per_rank(*cfg, rank->local_size, node))
+                  : "";
     return refuse(advice.empty() ? s : absl::Status(s.code(), absl::StrCat(s.message(), "; ", advice)));
   }
   // A checkpoint directory that cannot be written is found now, not at the first save.
