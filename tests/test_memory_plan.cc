@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/core/caching_allocator.h"
 #include "runtime/core/cpu_device.h"
+#include "runtime/core/pinned_host.h"
 #include "runtime/core/whole_file.h"
 #include "runtime/engine/estimate.h"
 #include "runtime/engine/fit.h"
@@ -243,6 +245,17 @@ TEST(MemoryPlanTest, TheHeadsChunksKeepItsProductsAboveTheRidge) {
 // every tier and category of a run equals the plan's, byte for byte.
 class GpuTierPlanTest : public testing::TempDirTest {};
 
+// The accountant's peaks `got` are the plan's `want`, every tier and category.
+void expect_planned(const MemoryPeaks& want, const MemoryPeaks& got) {
+  for (int t = 0; t < kNumTiers; ++t) {
+    EXPECT_EQ(want.total[t], got.total[t]) << tier_name(static_cast<Tier>(t));
+    for (int c = 0; c < kNumCategories; ++c) {
+      EXPECT_EQ(want.peak[t][c], got.peak[t][c])
+          << tier_name(static_cast<Tier>(t)) << " " << category_name(static_cast<Category>(c));
+    }
+  }
+}
+
 TEST_F(GpuTierPlanTest, EqualsTheAccountantsPeaksOfAStandInGpuRun) {
   const std::string nvme = "zero_optimization.offload_optimizer.nvme_path=\"" + dir_.string() + "\"";
   const std::vector<std::vector<std::string>> cases = {
@@ -296,16 +309,64 @@ TEST_F(GpuTierPlanTest, EqualsTheAccountantsPeaksOfAStandInGpuRun) {
       ASSERT_TRUE((*t)->finish_checkpoint(true).ok());
       ASSERT_TRUE((*t)->synthetic_accuracy().ok());
     }
-    const MemoryPeaks want = plan.peaks(), got = acct.peaks();
-    EXPECT_GT(got.total[kGpu], 0u);
-    for (int t = 0; t < kNumTiers; ++t) {
-      EXPECT_EQ(want.total[t], got.total[t]) << tier_name(static_cast<Tier>(t));
-      for (int c = 0; c < kNumCategories; ++c) {
-        EXPECT_EQ(want.peak[t][c], got.peak[t][c])
-            << tier_name(static_cast<Tier>(t)) << " " << category_name(static_cast<Category>(c));
-      }
-    }
+    EXPECT_GT(acct.peaks().total[kGpu], 0u);
+    expect_planned(plan.peaks(), acct.peaks());
   }
+}
+
+// A background save's staging is planned only where it fits the host's
+// limit beside the pinned memory, which the limit holds too, as the
+// accountant then allows it: one byte short of the uncapped plan's host and
+// pinned memory leaves it out, and the run under that limit is its plan.
+TEST_F(GpuTierPlanTest, TheSavesStagingFitsTheHostLimitWithThePinnedMemory) {
+  const PinningHook registers{[](void*, uint64_t) { return absl::OkStatus(); }, [](void*) {}};
+  set_pinning_hook(&registers);
+  nlohmann::json j = testing::tiny_job();
+  j["run"]["steps"] = 2;
+  j["run"]["checkpoint"] = {{"dir", path("ckpt")}};
+  JobConfig cfg = testing::config_with(
+      j, {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\"", "bf16.enabled=true"});
+  MemoryAccountant acct;
+  CpuDeviceOptions options;
+  options.gpu_tier = true;
+  options.pins = true;
+  CpuDevice device(acct, options);
+  auto planned = [&] {
+    MemoryPlan plan(plan_device(device));
+    EXPECT_TRUE(Trainer::plan(cfg, 1, 0, kernel_memory_for(device), plan).ok());
+    return plan;
+  };
+  // The most host and pinned memory any phase holds, and whether a staging is planned.
+  auto host = [](const MemoryPlan& plan) {
+    uint64_t most = 0;
+    for (int p = 0; p < kNumPhases; ++p) {
+      const MemoryPeaks h = plan.held(static_cast<Phase>(p));
+      most = std::max(most, h.total[static_cast<int>(Tier::kHost)] + h.total[static_cast<int>(Tier::kPinned)]);
+    }
+    return most;
+  };
+  auto stages = [](const MemoryPlan& plan) {
+    return std::ranges::any_of(plan.buffers(), [](const PlannedBuffer& b) { return b.what == "checkpoint staging"; });
+  };
+  const MemoryPlan uncapped = planned();
+  ASSERT_TRUE(stages(uncapped));
+  ASSERT_GT(uncapped.peaks().total[static_cast<int>(Tier::kPinned)], 0u);
+  cfg.run.host_memory_limit = host(uncapped) - 1;
+  const MemoryPlan plan = planned();
+  EXPECT_FALSE(stages(plan));
+  EXPECT_LE(host(plan), *cfg.run.host_memory_limit);
+  acct.set_limit(Tier::kHost, *cfg.run.host_memory_limit);
+  {
+    auto t = Trainer::create(cfg, nullptr, &device);
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE((*t)->step().ok());
+      if (i == 0) ASSERT_TRUE((*t)->start_checkpoint(path("ckpt"), 1, /*background=*/true).ok());
+    }
+    ASSERT_TRUE((*t)->finish_checkpoint(true).ok());
+  }
+  set_pinning_hook(nullptr);
+  expect_planned(plan.peaks(), acct.peaks());
 }
 
 class EstimateTest : public testing::TempDirTest {
@@ -1175,7 +1236,7 @@ TEST_F(EstimateTest, AWorkerRefusesAJobPastTheNodesMemory) {
   j["run"]["device"] = "cpu";
   const testing::WorkerResult refused = testing::run_worker_with({"--config", job(j)});
   EXPECT_EQ(refused.code, 2) << refused.err;
-  for (const char* part : {"this node's memory (", "gives a rank", "of host memory (pinned included)",
+  for (const char* part : {"this node's memory (", "gives a rank", "of host memory, ",
                            "optimizer", "run.host_memory_limit checks the plan against another figure"}) {
     EXPECT_NE(refused.err.find(part), std::string::npos) << part << "\n" << refused.err;
   }

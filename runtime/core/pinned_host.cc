@@ -44,11 +44,21 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // Fresh pages faulted in writable over the OpenMP team, their bytes (zero)
-// unwritten; where the kernel cannot, written with zeros, which they are.
-void populate(char* p, uint64_t bytes) {
-  for_each_part(bytes, kHugePage, [p](uint64_t at, uint64_t n) {
-    if (madvise(p + at, n, MADV_POPULATE_WRITE) != 0) std::memset(p + at, 0, n);
+// unwritten; where the kernel cannot (older than 5.14, or a sandbox's),
+// written with zeros, which they are. Where the machine has not the memory
+// (ENOMEM) that is returned: writing the pages would only bring the
+// kernel's end of the process.
+bool populate(char* p, uint64_t bytes) {
+  std::atomic<bool> short_of_memory{false};
+  for_each_part(bytes, kHugePage, [p, &short_of_memory](uint64_t at, uint64_t n) {
+    if (short_of_memory.load(std::memory_order_relaxed) || madvise(p + at, n, MADV_POPULATE_WRITE) == 0) return;
+    if (errno == ENOMEM) {
+      short_of_memory.store(true, std::memory_order_relaxed);
+    } else {
+      std::memset(p + at, 0, n);
+    }
   });
+  return !short_of_memory.load();
 }
 
 class Registry {
@@ -310,7 +320,11 @@ absl::StatusOr<void*> allocate_pinned(uint64_t bytes) {
   if (base + mapped > p + size) munmap(p + size, base + mapped - (p + size));
   if (align == kHugePage) madvise(p, size, MADV_HUGEPAGE);  // a hint, ignored where huge pages are off
   const auto t = std::chrono::steady_clock::now();
-  populate(p, size);
+  if (!populate(p, size)) {
+    munmap(p, size);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host allocation of ", size, " bytes to pin failed: the machine has not the memory (ENOMEM)"));
+  }
   r.add_touch(seconds_since(t));
   r.add(p, size, opened_cuda_device());
   return static_cast<void*>(p);

@@ -85,7 +85,7 @@ absl::Status check_memory_plan(const JobConfig& cfg, int rank, int local_ranks, 
        job_says ? "run.host_memory_limit is"
                 : absl::StrCat("this node's memory (", node.what, ", ", byte_size_text(node.bytes), "), shared by ",
                                local_ranks, local_ranks == 1 ? " rank" : " ranks", ", gives a rank"),
-       {Tier::kHost, Tier::kPinned}, "host memory (pinned included)",
+       {Tier::kHost, Tier::kPinned}, total(Tier::kPinned) > 0 ? "host memory (pinned included)" : "host memory",
        job_says ? "" : "; run.host_memory_limit checks the plan against another figure"},
       {total(Tier::kGpu), cfg.run.gpu_memory_limit.value_or(0), "run.gpu_memory_limit is", {Tier::kGpu},
        "gpu memory", ""}};

@@ -115,11 +115,14 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
     plan.add(ZeroEngine::resume_buffers(shape, cfg.optimizer, resume == ResumeFrom::kOtherPartition), Phase::kResume);
   }
   // A save in the background copies the shard to a buffer kept for the
-  // later saves, when the states are in memory and the buffer fits.
+  // later saves, when the states are in memory and the buffer fits (under
+  // the host's limit, which holds its pinned memory too).
   if (saves && c.async && cfg.zero.offload_optimizer.device != OffloadDevice::kNvme) {
     ZEROD_ASSIGN_OR_RETURN(const uint64_t bytes, ZeroEngine::shard_file_bytes(shape, cfg.optimizer));
     const uint64_t limit = cfg.run.host_memory_limit.value_or(0);
-    if (limit == 0 || plan.held(Phase::kTraining).total[static_cast<int>(Tier::kHost)] + bytes <= limit) {
+    const MemoryPeaks held = plan.held(Phase::kTraining);
+    const uint64_t host = held.total[static_cast<int>(Tier::kHost)] + held.total[static_cast<int>(Tier::kPinned)];
+    if (limit == 0 || host + bytes <= limit) {
       plan.add("checkpoint staging", Tier::kHost, Category::kWorkspace, bytes, Phase::kCheckpoint);
     }
   }
