@@ -30,6 +30,10 @@ const char* category_name(Category c);
 struct MemoryPeaks {
   std::array<std::array<uint64_t, kNumCategories>, kNumTiers> peak{};
   std::array<uint64_t, kNumTiers> total{};  // peak of each tier's sum
+  // The host's memory, pageable and pinned.
+  uint64_t host_total() const {
+    return total[static_cast<int>(Tier::kHost)] + total[static_cast<int>(Tier::kPinned)];
+  }
 };
 
 class MemoryAccountant {

@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -12,22 +12,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "runtime/core/whole_file.h"
 
 namespace zerod {
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The limit a cgroup file gives, 0 where it gives none ("max", unreadable,
 // or a v1 limit of "no limit": past any machine's memory).
 uint64_t limit_in(const std::string& path) {
   uint64_t bytes = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(read_text(path)), &bytes)) return 0;
+  const std::optional<std::string> text = read_whole_file(path);
+  if (!text || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &bytes)) return 0;
   return bytes;
 }
 
@@ -67,7 +62,7 @@ NodeMemory node_memory(uint64_t physical, const std::string& self_cgroup, const 
 NodeMemory node_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   const uint64_t physical = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-  return node_memory(physical, read_text("/proc/self/cgroup"), "/sys/fs/cgroup");
+  return node_memory(physical, read_whole_file("/proc/self/cgroup").value_or(""), "/sys/fs/cgroup");
 }
 
 }  // namespace zerod

@@ -81,7 +81,7 @@ absl::Status check_memory_plan(const JobConfig& cfg, int rank, int local_ranks, 
     const char* or_else;  // what else the user can do
   };
   const Limit limits[] = {
-      {total(Tier::kHost) + total(Tier::kPinned), host_memory_per_rank(cfg, local_ranks, node),
+      {p.host_total(), host_memory_per_rank(cfg, local_ranks, node),
        job_says ? "run.host_memory_limit is"
                 : absl::StrCat("this node's memory (", node.what, ", ", byte_size_text(node.bytes), "), shared by ",
                                local_ranks, local_ranks == 1 ? " rank" : " ranks", ", gives a rank"),

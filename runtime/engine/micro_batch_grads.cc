@@ -111,7 +111,7 @@ absl::StatusOr<int> host_fold(JobConfig cfg, int world_size, const KernelMemory&
     cfg.zero.compute_host_fold = fold;
     uint64_t most = 0;
     ZEROD_RETURN_IF_ERROR(each_rank_peaks(cfg, world_size, kernels, device, resume, [&](const MemoryPeaks& p) {
-      most = std::max(most, p.total[static_cast<int>(Tier::kHost)] + p.total[static_cast<int>(Tier::kPinned)]);
+      most = std::max(most, p.host_total());
     }));
     if (most <= room) return fold;
   }

@@ -120,9 +120,7 @@ absl::Status Trainer::plan(const JobConfig& cfg, int world_size, int rank, const
   if (saves && c.async && cfg.zero.offload_optimizer.device != OffloadDevice::kNvme) {
     ZEROD_ASSIGN_OR_RETURN(const uint64_t bytes, ZeroEngine::shard_file_bytes(shape, cfg.optimizer));
     const uint64_t limit = cfg.run.host_memory_limit.value_or(0);
-    const MemoryPeaks held = plan.held(Phase::kTraining);
-    const uint64_t host = held.total[static_cast<int>(Tier::kHost)] + held.total[static_cast<int>(Tier::kPinned)];
-    if (limit == 0 || host + bytes <= limit) {
+    if (limit == 0 || plan.held(Phase::kTraining).host_total() + bytes <= limit) {
       plan.add("checkpoint staging", Tier::kHost, Category::kWorkspace, bytes, Phase::kCheckpoint);
     }
   }

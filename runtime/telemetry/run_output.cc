@@ -342,10 +342,8 @@ void RunOutput::summary(const RunSummary& s, const std::vector<MemoryPeaks>& per
   }
   if (as_planned) out_ << "  (the memory plan foresaw every tier and category to the byte)\n";
   if (s.resident_peak > 0) {
-    const uint64_t accounted =
-        rank0.total[static_cast<int>(Tier::kHost)] + rank0.total[static_cast<int>(Tier::kPinned)];
     out_ << absl::StrFormat("resident peak (VmHWM) %s, of which the accountant's host and pinned peak %s\n",
-                            byte_size_text(s.resident_peak), byte_size_text(accounted));
+                            byte_size_text(s.resident_peak), byte_size_text(rank0.host_total()));
   }
   if (per_rank.size() > 1) memory_by_rank(per_rank);
   out_ << std::flush;
